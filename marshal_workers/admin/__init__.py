@@ -1,0 +1,1 @@
+"""`marshal-admin`: the operator's commands."""

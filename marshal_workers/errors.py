@@ -1,0 +1,27 @@
+"""Exit codes (a documented protocol, DESIGN.md section 5) and the error type that carries one.
+
+Every command-line entry point turns a `MarshalError` into one clear line on stderr and
+its exit code; nothing else escapes as a traceback.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+EXIT_HANDLER_LOAD = 3
+
+
+class MarshalError(Exception):
+    """A failure to report as one line, with the exit code the process should end with."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_RUNTIME) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class ConfigError(MarshalError):
+    """A wrong option or setting: exit code 2."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USAGE)
