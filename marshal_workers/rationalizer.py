@@ -1,0 +1,399 @@
+"""The rationalizer: folds one coordination partition into the world every reader agrees on.
+
+Theory of operation
+-------------------
+``fold(world, record)`` applies one record of one `__marshal` partition, in offset order, and
+returns one event saying what the record did. It does no I/O and reads no clock: every
+decision uses the record's *log time* (the broker's LogAppendTime, clamped so that it never
+goes backwards), so two readers of the same log reach the same world whatever their clocks.
+For speed the world is updated in place; ``World.copy()`` takes a snapshot.
+
+A claim on ``(group, topic, partition)`` is, at log time T, with HB the heartbeat interval and
+``age = T - last_heartbeat``: *fresh* if age < HB, *unknown* if HB <= age <= 2*HB, *stale* if
+age > 2*HB. The rules (an input that breaks a rule changes nothing but the event it yields):
+
+1. ClaimingPartition wins if the claim is unclaimed, released, or stale at T, and the group is
+   not paused (or the claimer is the client that paused it). The first valid claim in log order
+   wins; the winning record's offset is the claim's fencing token (it only grows per claim,
+   since offsets do). A win counts as the first heartbeat.
+2. Heartbeat is valid only from the holder's client id while the claim is not stale at T. A
+   heartbeat from a new instance of that client takes the claim over (restart recovery) and
+   retires the old instance, whose records are refused from then on. The offset becomes the
+   committed position.
+3. ReleasingPartition from the holder instance releases the claim and records its offset.
+4. ClaimingMessages from the holder instance, not stale, with offset >= max(committed,
+   reserved), reserves the messages below that offset (at-most-once). Reservations outlive
+   owners: a new owner resumes at max(committed, reserved) in AMO mode.
+5. ReleaseGroup pauses a group until MsgExpireTime (from an admin, when admins are configured).
+   While paused, only the pausing client may claim, and its heartbeats and releases set the
+   position outright (also below a reservation): that is how ``set-position`` rewinds.
+
+Compacted history
+-----------------
+`__marshal` is compacted by key (one key per claim), and Kafka's cleaner keeps, for each key,
+a *suffix* of its records; removed records leave gaps in the offsets. A claim whose first
+record we fold while the offsets so far have been gap-free has its whole history in front of
+us: it is *certain*, and the rules above apply. A claim first seen after a gap may have lost
+its ClaimingPartition (a holder that heartbeats for weeks), so its records prove nothing about
+who holds it. Such a claim is *uncertain*: every record on it is only activity (an Unverified
+event), its position is the largest offset seen, and a ClaimingPartition wins only after a
+record was seen on the claim and more than 2*HB of log time passed without any further record.
+Because survivors are a suffix, any record that made the claim fresh for a reader of the whole
+log is also in front of us, so an uncertain reader never grants a claim that a reader of the
+whole log refuses. The winning claim makes the claim certain again.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from marshal_workers import events as ev
+from marshal_workers.protocol import (
+    ClaimingMessages,
+    ClaimingPartition,
+    ClaimKey,
+    CoordRecord,
+    DecodeError,
+    Heartbeat,
+    Message,
+    Partitioner,
+    ReleaseGroup,
+    ReleasingPartition,
+    coordination_partition,
+    decode,
+    record_key,
+)
+
+
+class Freshness(StrEnum):
+    """How recently a claim's holder was heard from, at some log time."""
+
+    FRESH = "fresh"
+    UNKNOWN = "unknown"
+    STALE = "stale"
+
+
+class Mode(StrEnum):
+    """Delivery mode of a consumer group."""
+
+    AMO = "amo"
+    ALO = "alo"
+
+
+@dataclass(frozen=True, slots=True)
+class RationalizerConfig:
+    """The parameters every reader of one coordination topic must share."""
+
+    heartbeat_interval_ms: int
+    num_partitions: int | None = None
+    partitioner: Partitioner = Partitioner.SPEC
+    admin_client_ids: frozenset[str] | None = None
+
+
+@dataclass(slots=True)
+class ClaimState:
+    """What the log says about one claim. ``holder_client`` None means nobody holds it."""
+
+    certain: bool
+    holder_client: str | None = None
+    holder_instance: str | None = None
+    token: int | None = None
+    claimed_at: int | None = None
+    last_heartbeat: int | None = None
+    committed: int | None = None
+    reserved: int | None = None
+    released: bool = False
+    retired: frozenset[str] = frozenset()
+    last_activity: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPause:
+    """A group paused by ``client_id`` until ``until_ms`` (log time)."""
+
+    client_id: str
+    instance_id: str
+    until_ms: int
+
+
+@dataclass(slots=True)
+class World:
+    """The folded state of one coordination partition."""
+
+    config: RationalizerConfig
+    partition: int
+    claims: dict[ClaimKey, ClaimState] = field(default_factory=dict)
+    pauses: dict[str, GroupPause] = field(default_factory=dict)
+    next_offset: int = 0
+    gap_seen: bool = False
+    malformed: int = 0
+    log_time: int = 0
+
+    def copy(self) -> World:
+        """A snapshot that later folds do not change."""
+        return copy.deepcopy(self)
+
+
+def freshness(last_heartbeat: int, now_ms: int, heartbeat_interval_ms: int) -> Freshness:
+    """Fresh below HB, unknown up to and including 2*HB, stale beyond."""
+    age = now_ms - last_heartbeat
+    if age < heartbeat_interval_ms:
+        return Freshness.FRESH
+    if age <= 2 * heartbeat_interval_ms:
+        return Freshness.UNKNOWN
+    return Freshness.STALE
+
+
+def claim_label(state: ClaimState | None, now_ms: int, heartbeat_interval_ms: int) -> str:
+    """unclaimed, released, or the holder's freshness at ``now_ms`` (activity if uncertain)."""
+    if state is None:
+        return "unclaimed"
+    last = state.last_heartbeat if state.certain else state.last_activity
+    if state.certain and state.holder_client is None:
+        return "released" if state.released else "unclaimed"
+    if last is None:
+        return "unclaimed"
+    return freshness(last, now_ms, heartbeat_interval_ms).value
+
+
+def resume_offset(state: ClaimState | None, mode: Mode) -> int | None:
+    """Where a new owner starts: committed (ALO), max(committed, reserved) (AMO), or None."""
+    if state is None:
+        return None
+    if mode is Mode.ALO or state.reserved is None:
+        return state.committed
+    if state.committed is None:
+        return state.reserved
+    return max(state.committed, state.reserved)
+
+
+def pause_of(world: World, group: str, now_ms: int) -> GroupPause | None:
+    """The group's pause in force at log time ``now_ms``, if any."""
+    pause = world.pauses.get(group)
+    if pause is None or now_ms >= pause.until_ms:
+        return None
+    return pause
+
+
+def fold(world: World, record: CoordRecord) -> ev.Event:
+    """Apply one record (the next in offset order) to ``world``; return what it did."""
+    if record.partition != world.partition:
+        return _malformed(
+            world,
+            record,
+            f"record of partition {record.partition} in fold of partition {world.partition}",
+            advance=False,
+        )
+    if record.offset < world.next_offset:
+        return _malformed(
+            world, record, f"offset {record.offset} is behind {world.next_offset}", advance=False
+        )
+    if record.offset > world.next_offset:
+        world.gap_seen = True
+    world.next_offset = record.offset + 1
+    world.log_time = max(world.log_time, record.timestamp_ms)
+    try:
+        msg = decode(record.value)
+    except DecodeError as exc:
+        return _malformed(world, record, str(exc))
+    if record.key != record_key(msg):
+        return _malformed(
+            world,
+            record,
+            f"key {record.key!r} does not match the message (expected {record_key(msg)!r})",
+        )
+    if isinstance(msg, ReleaseGroup):
+        return _release_group(world, record, msg)
+    cfg = world.config
+    if cfg.num_partitions is not None:
+        home = coordination_partition(msg.topic, msg.partition, cfg.num_partitions, cfg.partitioner)
+        if home != world.partition:
+            return _malformed(world, record, f"message belongs on coordination partition {home}")
+    key = ClaimKey(msg.group_id, msg.topic, msg.partition)
+    state = world.claims.get(key)
+    if state is None:
+        state = world.claims[key] = ClaimState(certain=not world.gap_seen)
+    if not state.certain:
+        return _uncertain(world, record, msg, key, state)
+    if isinstance(msg, ClaimingPartition):
+        return _claim(world, record, msg, key, state)
+    if isinstance(msg, Heartbeat):
+        return _heartbeat(world, record, msg, key, state)
+    if isinstance(msg, ReleasingPartition):
+        return _release(world, record, msg, key, state)
+    return _claim_messages(world, record, msg, key, state)
+
+
+def _malformed(world: World, record: CoordRecord, reason: str, *, advance: bool = True) -> ev.Event:
+    world.malformed += 1
+    if advance:
+        world.log_time = max(world.log_time, record.timestamp_ms)
+    return ev.Malformed(record.partition, record.offset, world.log_time, reason)
+
+
+def _stale(state: ClaimState, now: int, hb: int) -> bool:
+    return state.last_heartbeat is None or now - state.last_heartbeat > 2 * hb
+
+
+def _positioning(world: World, group: str, client_id: str) -> bool:
+    pause = pause_of(world, group, world.log_time)
+    return pause is not None and pause.client_id == client_id
+
+
+def _paused_for(world: World, group: str, client_id: str) -> bool:
+    pause = pause_of(world, group, world.log_time)
+    return pause is not None and pause.client_id != client_id
+
+
+def _holder_refusal(
+    state: ClaimState, client_id: str, instance_id: str, *, exact_instance: bool
+) -> str | None:
+    if state.holder_client is None:
+        return "released" if state.released else "not claimed"
+    if client_id != state.holder_client:
+        return f"held by {state.holder_client}"
+    if instance_id in state.retired:
+        return f"instance {instance_id} was replaced by {state.holder_instance}"
+    if exact_instance and instance_id != state.holder_instance:
+        return f"instance {instance_id} has not taken over from {state.holder_instance}"
+    return None
+
+
+def _claim(
+    world: World, rec: CoordRecord, msg: ClaimingPartition, key: ClaimKey, state: ClaimState
+) -> ev.Event:
+    now, hb = world.log_time, world.config.heartbeat_interval_ms
+    c, i = msg.client_id, msg.instance_id
+    if _paused_for(world, key.group, c):
+        return ev.ClaimRejected(
+            rec.partition, rec.offset, now, msg, c, i, key, "group paused", state.holder_client
+        )
+    previous, previous_hb = state.holder_client, state.last_heartbeat
+    if previous is not None and not _stale(state, now, hb):
+        reason = "already held by this client" if previous == c else f"held by {previous}"
+        return ev.ClaimRejected(rec.partition, rec.offset, now, msg, c, i, key, reason, previous)
+    _grant(state, c, i, rec.offset, now)
+    return ev.ClaimGranted(
+        rec.partition,
+        rec.offset,
+        now,
+        msg,
+        c,
+        i,
+        key,
+        rec.offset,
+        previous,
+        previous_hb if previous is not None else None,
+    )
+
+
+def _grant(state: ClaimState, client_id: str, instance_id: str, token: int, now: int) -> None:
+    state.certain = True
+    state.holder_client, state.holder_instance = client_id, instance_id
+    state.token, state.claimed_at, state.last_heartbeat = token, now, now
+    state.released, state.retired, state.last_activity = False, frozenset(), now
+
+
+def _heartbeat(
+    world: World, rec: CoordRecord, msg: Heartbeat, key: ClaimKey, state: ClaimState
+) -> ev.Event:
+    now, hb = world.log_time, world.config.heartbeat_interval_ms
+    c, i = msg.client_id, msg.instance_id
+    refusal = _holder_refusal(state, c, i, exact_instance=False)
+    if refusal is None and _stale(state, now, hb):
+        refusal = "claim is stale"
+    if refusal is not None:
+        return ev.HeartbeatRejected(rec.partition, rec.offset, now, msg, c, i, key, refusal)
+    replaced = None
+    if i != state.holder_instance:
+        replaced = state.holder_instance
+        if replaced is not None:
+            state.retired = state.retired | {replaced}
+        state.holder_instance = i
+    state.last_heartbeat = state.last_activity = now
+    state.committed = msg.offset
+    if _positioning(world, key.group, c):
+        state.reserved = None
+    assert state.token is not None
+    return ev.HeartbeatAccepted(
+        rec.partition, rec.offset, now, msg, c, i, key, msg.offset, state.token, replaced
+    )
+
+
+def _release(
+    world: World, rec: CoordRecord, msg: ReleasingPartition, key: ClaimKey, state: ClaimState
+) -> ev.Event:
+    now, c, i = world.log_time, msg.client_id, msg.instance_id
+    refusal = _holder_refusal(state, c, i, exact_instance=True)
+    if refusal is not None:
+        return ev.ReleaseRejected(rec.partition, rec.offset, now, msg, c, i, key, refusal)
+    if _positioning(world, key.group, c):
+        state.reserved = None
+    state.holder_client = state.holder_instance = None
+    state.released, state.retired, state.committed = True, frozenset(), msg.offset
+    state.last_activity = now
+    assert state.token is not None
+    return ev.Released(rec.partition, rec.offset, now, msg, c, i, key, msg.offset, state.token)
+
+
+def _claim_messages(
+    world: World, rec: CoordRecord, msg: ClaimingMessages, key: ClaimKey, state: ClaimState
+) -> ev.Event:
+    now, hb = world.log_time, world.config.heartbeat_interval_ms
+    c, i = msg.client_id, msg.instance_id
+    refusal = _holder_refusal(state, c, i, exact_instance=True)
+    if refusal is None and _stale(state, now, hb):
+        refusal = "claim is stale"
+    start = resume_offset(state, Mode.AMO)
+    if refusal is None and start is not None and msg.offset < start:
+        refusal = f"offset {msg.offset} is behind the position {start}"
+    if refusal is not None:
+        return ev.MessagesRejected(rec.partition, rec.offset, now, msg, c, i, key, refusal)
+    state.reserved = msg.offset
+    state.last_activity = now
+    assert state.token is not None
+    return ev.MessagesClaimed(
+        rec.partition, rec.offset, now, msg, c, i, key, start, msg.offset, state.token
+    )
+
+
+def _release_group(world: World, rec: CoordRecord, msg: ReleaseGroup) -> ev.Event:
+    now, c, i = world.log_time, msg.client_id, msg.instance_id
+    admins = world.config.admin_client_ids
+    if admins is not None and c not in admins:
+        return ev.GroupPauseRejected(
+            rec.partition, rec.offset, now, msg, c, i, msg.group_id, f"{c} is not an admin client"
+        )
+    until_ms = msg.expire_time * 1000
+    world.pauses[msg.group_id] = GroupPause(c, i, until_ms)
+    return ev.GroupPaused(rec.partition, rec.offset, now, msg, c, i, msg.group_id, until_ms)
+
+
+def _uncertain(
+    world: World, rec: CoordRecord, msg: Message, key: ClaimKey, state: ClaimState
+) -> ev.Event:
+    """A claim whose earlier history may have been compacted: see the module docstring."""
+    now, hb = world.log_time, world.config.heartbeat_interval_ms
+    c, i = msg.client_id, msg.instance_id
+    silent = state.last_activity is not None and now - state.last_activity > 2 * hb
+    if isinstance(msg, ClaimingPartition):
+        if silent and not _paused_for(world, key.group, c):
+            previous, previous_hb = state.holder_client, state.last_activity
+            _grant(state, c, i, rec.offset, now)
+            return ev.ClaimGranted(
+                rec.partition, rec.offset, now, msg, c, i, key, rec.offset, previous, previous_hb
+            )
+        state.last_activity = now
+        reason = "group paused" if silent else "history compacted: waiting for 2*HB of silence"
+        return ev.ClaimRejected(
+            rec.partition, rec.offset, now, msg, c, i, key, reason, state.holder_client
+        )
+    if isinstance(msg, ClaimingMessages):
+        state.reserved = max(state.reserved or 0, msg.offset)
+    elif isinstance(msg, Heartbeat | ReleasingPartition):
+        state.committed = max(state.committed or 0, msg.offset)
+        state.holder_client, state.holder_instance = c, i
+    state.last_activity = now
+    return ev.Unverified(rec.partition, rec.offset, now, msg, c, i, key)
