@@ -213,8 +213,10 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
             return _malformed(world, record, f"message belongs on coordination partition {home}")
     key = ClaimKey(msg.group_id, msg.topic, msg.partition)
     state = world.claims.get(key)
-    if state is None:
-        state = world.claims[key] = ClaimState(certain=not world.gap_seen)
+    if state is None:  # stored only once a record changes it: a refusal leaves no trace
+        state = ClaimState(certain=not world.gap_seen)
+        if not state.certain:  # every record on an uncertain claim is activity
+            world.claims[key] = state
     if not state.certain:
         return _uncertain(world, record, msg, key, state)
     if isinstance(msg, ClaimingPartition):
@@ -274,7 +276,7 @@ def _claim(
     if previous is not None and not _stale(state, now, hb):
         reason = "already held by this client" if previous == c else f"held by {previous}"
         return ev.ClaimRejected(rec.partition, rec.offset, now, msg, c, i, key, reason, previous)
-    _grant(state, c, i, rec.offset, now)
+    _grant(world, key, state, c, i, rec.offset)
     return ev.ClaimGranted(
         rec.partition,
         rec.offset,
@@ -289,7 +291,11 @@ def _claim(
     )
 
 
-def _grant(state: ClaimState, client_id: str, instance_id: str, token: int, now: int) -> None:
+def _grant(
+    world: World, key: ClaimKey, state: ClaimState, client_id: str, instance_id: str, token: int
+) -> None:
+    now = world.log_time
+    world.claims[key] = state
     state.certain = True
     state.holder_client, state.holder_instance = client_id, instance_id
     state.token, state.claimed_at, state.last_heartbeat = token, now, now
@@ -381,7 +387,7 @@ def _uncertain(
     if isinstance(msg, ClaimingPartition):
         if silent and not _paused_for(world, key.group, c):
             previous, previous_hb = state.holder_client, state.last_activity
-            _grant(state, c, i, rec.offset, now)
+            _grant(world, key, state, c, i, rec.offset)
             return ev.ClaimGranted(
                 rec.partition, rec.offset, now, msg, c, i, key, rec.offset, previous, previous_hb
             )

@@ -1,0 +1,123 @@
+"""The rationalizer on compacted history: uncertain claims never grant what the full log refuses."""
+
+from __future__ import annotations
+
+from marshal_workers import events as ev
+from marshal_workers.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol import ClaimKey, encode, record_key
+from marshal_workers.rationalizer import (
+    Mode,
+    RationalizerConfig,
+    World,
+    claim_label,
+    fold,
+    resume_offset,
+)
+from marshal_workers.reader import LogReader
+from tests.support import GROUP, HB, TOPIC, Log, claim, hb, record, release
+
+KEY = ClaimKey(GROUP, TOPIC, 0)
+
+
+class Clock:
+    """A settable broker clock in ms."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def write(topic: MemoryTopic, clock: Clock, t: int, msg: object) -> ev.Event | None:
+    clock.now = t
+    topic.append(0, record_key(msg), encode(msg))  # type: ignore[arg-type]
+    return None
+
+
+def fresh_reader(topic: MemoryTopic) -> LogReader:
+    reader = LogReader(MemoryLog(topic), RationalizerConfig(HB))
+    reader.catch_up(1.0)
+    return reader
+
+
+def long_held_claim() -> tuple[MemoryTopic, Clock, LogReader]:
+    """a claims at 0 and heartbeats every HB/2 until 100*HB; a full reader follows along."""
+    clock = Clock()
+    topic = MemoryTopic(1, clock)
+    full = LogReader(MemoryLog(topic), RationalizerConfig(HB))
+    write(topic, clock, 0, claim("a"))
+    for i in range(1, 201):
+        write(topic, clock, i * HB // 2, hb("a", i))
+    full.catch_up(1.0)
+    return topic, clock, full
+
+
+class TestCertainty:
+    def test_claims_first_seen_before_any_gap_are_certain(self) -> None:
+        """With offsets gap-free so far, a claim's whole history is in front of the fold."""
+        log = Log()
+        log.at(0, claim("a"))
+        assert log.world.claims[KEY].certain
+
+    def test_claim_first_seen_after_a_gap_is_uncertain(self) -> None:
+        """After an offset gap, a newly seen claim may have lost its start: uncertain."""
+        world = World(RationalizerConfig(HB), 0)
+        fold(world, record(claim("x", part=1), 0, 0))
+        e = fold(world, record(hb("a", 5), 3, 10))
+        assert isinstance(e, ev.Unverified)
+        assert world.gap_seen and not world.claims[KEY].certain
+        assert world.claims[ClaimKey(GROUP, TOPIC, 1)].certain
+
+    def test_uncertain_first_claim_waits_for_silence(self) -> None:
+        """A claim that is the first visible record of an uncertain claim is not granted."""
+        world = World(RationalizerConfig(HB), 0)
+        e = fold(world, record(claim("b"), 5, 10 * HB))
+        assert isinstance(e, ev.ClaimRejected) and "silence" in e.reason
+
+    def test_uncertain_claim_wins_after_two_hb_of_silence_and_becomes_certain(self) -> None:
+        """After activity and then more than 2*HB without records, a claim wins and is certain."""
+        world = World(RationalizerConfig(HB), 0)
+        fold(world, record(hb("a", 5), 5, 0))
+        assert isinstance(fold(world, record(claim("b"), 6, 2 * HB)), ev.ClaimRejected)
+        e = fold(world, record(claim("b"), 7, 4 * HB + 1))
+        assert isinstance(e, ev.ClaimGranted) and e.token == 7
+        state = world.claims[KEY]
+        assert state.certain and state.holder_client == "b"
+
+    def test_uncertain_position_is_the_largest_offset_seen(self) -> None:
+        """Unsure which reports were valid, the fold keeps the largest offset (nothing is redone
+        in AMO; in ALO those offsets were handled by whoever reported them)."""
+        world = World(RationalizerConfig(HB), 0)
+        fold(world, record(hb("a", 50), 1, 0))
+        fold(world, record(hb("b", 30), 2, 1))
+        fold(world, record(release("a", 40), 3, 2))
+        assert resume_offset(world.claims[KEY], Mode.ALO) == 50
+        assert claim_label(world.claims[KEY], 2, HB) == "fresh"
+
+
+class TestCompactedLog:
+    def test_long_held_claim_is_not_lost_to_a_fresh_reader(self) -> None:
+        """A holder's ClaimingPartition compacted away: a rival still cannot take the claim."""
+        topic, clock, full = long_held_claim()
+        assert topic.compact(clean_before_ms=90 * HB) > 0
+        late = fresh_reader(topic)
+        assert not late.worlds[0].claims[KEY].certain
+        write(topic, clock, 100 * HB + 10, claim("b"))
+        (e_full,) = full.poll(0)
+        (e_late,) = late.poll(0)
+        assert isinstance(e_full, ev.ClaimRejected) and isinstance(e_late, ev.ClaimRejected)
+
+    def test_after_the_holder_dies_both_readers_grant_the_same_claim(self) -> None:
+        """Once the holder is silent for 2*HB, full and compacted readers agree on the winner."""
+        topic, clock, full = long_held_claim()
+        topic.compact(clean_before_ms=90 * HB)
+        late = fresh_reader(topic)
+        write(topic, clock, 103 * HB, claim("b"))
+        (e_full,) = full.poll(0)
+        (e_late,) = late.poll(0)
+        assert isinstance(e_full, ev.ClaimGranted) and isinstance(e_late, ev.ClaimGranted)
+        assert e_full.token == e_late.token
+        assert resume_offset(late.worlds[0].claims[KEY], Mode.ALO) == 200
+        write(topic, clock, 103 * HB + 5, hb("b", 201))
+        assert [type(e) for e in full.poll(0)] == [type(e) for e in late.poll(0)]
