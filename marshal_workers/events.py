@@ -2,16 +2,28 @@
 
 The supervisor, the admin commands and the audit pipeline all consume these. Every event
 carries where the record stands (coordination partition and offset) and its log time, so a
-writer can find the verdict on its own record.
+writer can find the verdict on its own record. A verdict holds the decoded message; who sent
+it and which claim it is about are read from the message (`client_id`, `instance_id`, `key`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from marshal_workers.protocol import ClaimKey, Message
+from marshal_workers.frozen import fast_init
+from marshal_workers.protocol import (
+    ClaimingMessages,
+    ClaimingPartition,
+    ClaimKey,
+    Heartbeat,
+    Message,
+    PartitionMessage,
+    ReleaseGroup,
+    ReleasingPartition,
+)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Event:
     """Where the record that produced this event stands, and its (clamped) log time in ms."""
@@ -21,6 +33,7 @@ class Event:
     log_time: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Malformed(Event):
     """The record is not a valid message, or not where it belongs: counted and skipped."""
@@ -28,105 +41,160 @@ class Malformed(Event):
     reason: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Verdict(Event):
     """A decoded message and who sent it."""
 
     message: Message
-    client_id: str
-    instance_id: str
+
+    @property
+    def client_id(self) -> str:
+        """The sender's client id."""
+        return self.message.client_id
+
+    @property
+    def instance_id(self) -> str:
+        """The sender's instance id."""
+        return self.message.instance_id
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
-class ClaimGranted(Verdict):
-    """The sender holds ``key`` from now; ``token`` (this record's offset) fences older owners."""
+class ClaimVerdict(Verdict):
+    """A verdict on a message about one claim."""
 
-    key: ClaimKey
+    message: PartitionMessage
+
+    @property
+    def key(self) -> ClaimKey:
+        """The claim the message is about."""
+        m = self.message
+        return ClaimKey(m.group_id, m.topic, m.partition)
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class ClaimGranted(ClaimVerdict):
+    """The sender holds the claim from now; ``token`` (this record's offset) fences older owners."""
+
+    message: ClaimingPartition
     token: int
     previous_client: str | None
     previous_last_heartbeat: int | None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
-class ClaimRejected(Verdict):
+class ClaimRejected(ClaimVerdict):
     """The claim lost: the partition is held, the group is paused, or its history is unsure."""
 
-    key: ClaimKey
+    message: ClaimingPartition
     reason: str
     holder_client: str | None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
-class HeartbeatAccepted(Verdict):
+class HeartbeatAccepted(ClaimVerdict):
     """The holder is alive with ``offset``; ``replaced_instance`` is set if it took over."""
 
-    key: ClaimKey
-    offset: int
+    message: Heartbeat
     token: int
     replaced_instance: str | None
 
+    @property
+    def offset(self) -> int:
+        """The committed position the heartbeat carries."""
+        return self.message.offset
 
+
+@fast_init
 @dataclass(frozen=True, slots=True)
-class HeartbeatRejected(Verdict):
+class HeartbeatRejected(ClaimVerdict):
     """A heartbeat that changes nothing: not the holder, a replaced instance, or a stale claim."""
 
-    key: ClaimKey
+    message: Heartbeat
     reason: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
-class Released(Verdict):
-    """The holder released ``key``; the next owner starts at ``offset``."""
+class Released(ClaimVerdict):
+    """The holder released the claim; the next owner starts at ``offset``."""
 
-    key: ClaimKey
-    offset: int
+    message: ReleasingPartition
     token: int
 
+    @property
+    def offset(self) -> int:
+        """Where the next owner starts."""
+        return self.message.offset
 
+
+@fast_init
 @dataclass(frozen=True, slots=True)
-class ReleaseRejected(Verdict):
+class ReleaseRejected(ClaimVerdict):
     """A release that changes nothing (not from the current holder instance)."""
 
-    key: ClaimKey
+    message: ReleasingPartition
     reason: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
-class MessagesClaimed(Verdict):
+class MessagesClaimed(ClaimVerdict):
     """At-most-once: the holder reserved offsets ``start`` (inclusive) to ``end`` (exclusive)."""
 
-    key: ClaimKey
+    message: ClaimingMessages
     start: int | None
-    end: int
     token: int
 
+    @property
+    def end(self) -> int:
+        """The first offset not reserved."""
+        return self.message.offset
 
+
+@fast_init
 @dataclass(frozen=True, slots=True)
-class MessagesRejected(Verdict):
+class MessagesRejected(ClaimVerdict):
     """A reservation that changes nothing (not the holder, stale, or behind the position)."""
 
-    key: ClaimKey
+    message: ClaimingMessages
     reason: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
-class GroupPaused(Verdict):
+class GroupVerdict(Verdict):
+    """A verdict on a ReleaseGroup."""
+
+    message: ReleaseGroup
+
+    @property
+    def group(self) -> str:
+        """The group the message is about."""
+        return self.message.group_id
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class GroupPaused(GroupVerdict):
     """The group is paused until ``until_ms`` (log time); a past time lifts the pause."""
 
-    group: str
     until_ms: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
-class GroupPauseRejected(Verdict):
+class GroupPauseRejected(GroupVerdict):
     """A ReleaseGroup from a client that is not an admin."""
 
-    group: str
     reason: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
-class Unverified(Verdict):
+class Unverified(ClaimVerdict):
     """A record about a claim whose earlier history was compacted away: counted as activity only."""
-
-    key: ClaimKey

@@ -46,8 +46,10 @@ whole log refuses. The winning claim makes the claim certain again.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from marshal_workers import events as ev
 from marshal_workers.protocol import (
@@ -59,6 +61,7 @@ from marshal_workers.protocol import (
     Heartbeat,
     Message,
     Partitioner,
+    PartitionMessage,
     ReleaseGroup,
     ReleasingPartition,
     coordination_partition,
@@ -130,6 +133,7 @@ class World:
     gap_seen: bool = False
     malformed: int = 0
     log_time: int = 0
+    keys: dict[bytes, ClaimKey] = field(default_factory=dict, compare=False, repr=False)
 
     def copy(self) -> World:
         """A snapshot that later folds do not change."""
@@ -180,16 +184,11 @@ def pause_of(world: World, group: str, now_ms: int) -> GroupPause | None:
 def fold(world: World, record: CoordRecord) -> ev.Event:
     """Apply one record (the next in offset order) to ``world``; return what it did."""
     if record.partition != world.partition:
-        return _malformed(
-            world,
-            record,
-            f"record of partition {record.partition} in fold of partition {world.partition}",
-            advance=False,
-        )
+        reason = f"record of partition {record.partition} in the fold of {world.partition}"
+        return _malformed(world, record, reason, advance=False)
     if record.offset < world.next_offset:
-        return _malformed(
-            world, record, f"offset {record.offset} is behind {world.next_offset}", advance=False
-        )
+        reason = f"offset {record.offset} is behind {world.next_offset}"
+        return _malformed(world, record, reason, advance=False)
     if record.offset > world.next_offset:
         world.gap_seen = True
     world.next_offset = record.offset + 1
@@ -198,20 +197,26 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
         msg = decode(record.value)
     except DecodeError as exc:
         return _malformed(world, record, str(exc))
-    if record.key != record_key(msg):
-        return _malformed(
-            world,
-            record,
-            f"key {record.key!r} does not match the message (expected {record_key(msg)!r})",
-        )
-    if isinstance(msg, ReleaseGroup):
+    if type(msg) is ReleaseGroup:
+        if record.key != msg.group_id.encode():
+            return _malformed(world, record, _key_mismatch(record, msg))
         return _release_group(world, record, msg)
+    assert not isinstance(msg, ReleaseGroup)
+    key = world.keys.get(record.key)  # type: ignore[arg-type]
+    if key is None or (key.group, key.topic, key.partition) != (
+        msg.group_id,
+        msg.topic,
+        msg.partition,
+    ):
+        key = ClaimKey(msg.group_id, msg.topic, msg.partition)
+        if record.key != f"{key.group}/{key.topic}/{key.partition}".encode():
+            return _malformed(world, record, _key_mismatch(record, msg))
+        world.keys[record.key] = key
     cfg = world.config
     if cfg.num_partitions is not None:
         home = coordination_partition(msg.topic, msg.partition, cfg.num_partitions, cfg.partitioner)
         if home != world.partition:
             return _malformed(world, record, f"message belongs on coordination partition {home}")
-    key = ClaimKey(msg.group_id, msg.topic, msg.partition)
     state = world.claims.get(key)
     if state is None:  # stored only once a record changes it: a refusal leaves no trace
         state = ClaimState(certain=not world.gap_seen)
@@ -219,13 +224,11 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
             world.claims[key] = state
     if not state.certain:
         return _uncertain(world, record, msg, key, state)
-    if isinstance(msg, ClaimingPartition):
-        return _claim(world, record, msg, key, state)
-    if isinstance(msg, Heartbeat):
-        return _heartbeat(world, record, msg, key, state)
-    if isinstance(msg, ReleasingPartition):
-        return _release(world, record, msg, key, state)
-    return _claim_messages(world, record, msg, key, state)
+    return _RULES[type(msg)](world, record, msg, key, state)
+
+
+def _key_mismatch(record: CoordRecord, msg: Message) -> str:
+    return f"key {record.key!r} does not match the message (expected {record_key(msg)!r})"
 
 
 def _malformed(world: World, record: CoordRecord, reason: str, *, advance: bool = True) -> ev.Event:
@@ -239,14 +242,11 @@ def _stale(state: ClaimState, now: int, hb: int) -> bool:
     return state.last_heartbeat is None or now - state.last_heartbeat > 2 * hb
 
 
-def _positioning(world: World, group: str, client_id: str) -> bool:
-    pause = pause_of(world, group, world.log_time)
-    return pause is not None and pause.client_id == client_id
-
-
-def _paused_for(world: World, group: str, client_id: str) -> bool:
-    pause = pause_of(world, group, world.log_time)
-    return pause is not None and pause.client_id != client_id
+def _pause_client(world: World, group: str) -> str | None:
+    pause = world.pauses.get(group) if world.pauses else None
+    if pause is None or world.log_time >= pause.until_ms:
+        return None
+    return pause.client_id
 
 
 def _holder_refusal(
@@ -267,24 +267,23 @@ def _claim(
     world: World, rec: CoordRecord, msg: ClaimingPartition, key: ClaimKey, state: ClaimState
 ) -> ev.Event:
     now, hb = world.log_time, world.config.heartbeat_interval_ms
-    c, i = msg.client_id, msg.instance_id
-    if _paused_for(world, key.group, c):
+    pauser = _pause_client(world, key.group)
+    if pauser is not None and pauser != msg.client_id:
         return ev.ClaimRejected(
-            rec.partition, rec.offset, now, msg, c, i, key, "group paused", state.holder_client
+            rec.partition, rec.offset, now, msg, "group paused", state.holder_client
         )
     previous, previous_hb = state.holder_client, state.last_heartbeat
     if previous is not None and not _stale(state, now, hb):
-        reason = "already held by this client" if previous == c else f"held by {previous}"
-        return ev.ClaimRejected(rec.partition, rec.offset, now, msg, c, i, key, reason, previous)
-    _grant(world, key, state, c, i, rec.offset)
+        reason = (
+            "already held by this client" if previous == msg.client_id else f"held by {previous}"
+        )
+        return ev.ClaimRejected(rec.partition, rec.offset, now, msg, reason, previous)
+    _grant(world, key, state, msg, rec.offset)
     return ev.ClaimGranted(
         rec.partition,
         rec.offset,
         now,
         msg,
-        c,
-        i,
-        key,
         rec.offset,
         previous,
         previous_hb if previous is not None else None,
@@ -292,9 +291,9 @@ def _claim(
 
 
 def _grant(
-    world: World, key: ClaimKey, state: ClaimState, client_id: str, instance_id: str, token: int
+    world: World, key: ClaimKey, state: ClaimState, msg: ClaimingPartition, token: int
 ) -> None:
-    now = world.log_time
+    now, client_id, instance_id = world.log_time, msg.client_id, msg.instance_id
     world.claims[key] = state
     state.certain = True
     state.holder_client, state.holder_instance = client_id, instance_id
@@ -306,12 +305,12 @@ def _heartbeat(
     world: World, rec: CoordRecord, msg: Heartbeat, key: ClaimKey, state: ClaimState
 ) -> ev.Event:
     now, hb = world.log_time, world.config.heartbeat_interval_ms
-    c, i = msg.client_id, msg.instance_id
-    refusal = _holder_refusal(state, c, i, exact_instance=False)
+    i = msg.instance_id
+    refusal = _holder_refusal(state, msg.client_id, i, exact_instance=False)
     if refusal is None and _stale(state, now, hb):
         refusal = "claim is stale"
     if refusal is not None:
-        return ev.HeartbeatRejected(rec.partition, rec.offset, now, msg, c, i, key, refusal)
+        return ev.HeartbeatRejected(rec.partition, rec.offset, now, msg, refusal)
     replaced = None
     if i != state.holder_instance:
         replaced = state.holder_instance
@@ -320,86 +319,87 @@ def _heartbeat(
         state.holder_instance = i
     state.last_heartbeat = state.last_activity = now
     state.committed = msg.offset
-    if _positioning(world, key.group, c):
-        state.reserved = None
+    if world.pauses and _pause_client(world, key.group) == msg.client_id:
+        state.reserved = None  # the pausing admin sets the position outright
     assert state.token is not None
-    return ev.HeartbeatAccepted(
-        rec.partition, rec.offset, now, msg, c, i, key, msg.offset, state.token, replaced
-    )
+    return ev.HeartbeatAccepted(rec.partition, rec.offset, now, msg, state.token, replaced)
 
 
 def _release(
     world: World, rec: CoordRecord, msg: ReleasingPartition, key: ClaimKey, state: ClaimState
 ) -> ev.Event:
-    now, c, i = world.log_time, msg.client_id, msg.instance_id
-    refusal = _holder_refusal(state, c, i, exact_instance=True)
+    now = world.log_time
+    refusal = _holder_refusal(state, msg.client_id, msg.instance_id, exact_instance=True)
     if refusal is not None:
-        return ev.ReleaseRejected(rec.partition, rec.offset, now, msg, c, i, key, refusal)
-    if _positioning(world, key.group, c):
-        state.reserved = None
+        return ev.ReleaseRejected(rec.partition, rec.offset, now, msg, refusal)
+    if world.pauses and _pause_client(world, key.group) == msg.client_id:
+        state.reserved = None  # the pausing admin sets the position outright
     state.holder_client = state.holder_instance = None
     state.released, state.retired, state.committed = True, frozenset(), msg.offset
     state.last_activity = now
     assert state.token is not None
-    return ev.Released(rec.partition, rec.offset, now, msg, c, i, key, msg.offset, state.token)
+    return ev.Released(rec.partition, rec.offset, now, msg, state.token)
 
 
 def _claim_messages(
     world: World, rec: CoordRecord, msg: ClaimingMessages, key: ClaimKey, state: ClaimState
 ) -> ev.Event:
     now, hb = world.log_time, world.config.heartbeat_interval_ms
-    c, i = msg.client_id, msg.instance_id
-    refusal = _holder_refusal(state, c, i, exact_instance=True)
+    refusal = _holder_refusal(state, msg.client_id, msg.instance_id, exact_instance=True)
     if refusal is None and _stale(state, now, hb):
         refusal = "claim is stale"
     start = resume_offset(state, Mode.AMO)
     if refusal is None and start is not None and msg.offset < start:
         refusal = f"offset {msg.offset} is behind the position {start}"
     if refusal is not None:
-        return ev.MessagesRejected(rec.partition, rec.offset, now, msg, c, i, key, refusal)
+        return ev.MessagesRejected(rec.partition, rec.offset, now, msg, refusal)
     state.reserved = msg.offset
     state.last_activity = now
     assert state.token is not None
-    return ev.MessagesClaimed(
-        rec.partition, rec.offset, now, msg, c, i, key, start, msg.offset, state.token
-    )
+    return ev.MessagesClaimed(rec.partition, rec.offset, now, msg, start, state.token)
+
+
+_Rule = Callable[[World, CoordRecord, Any, ClaimKey, ClaimState], ev.Event]
+_RULES: dict[type, _Rule] = {
+    ClaimingPartition: _claim,
+    Heartbeat: _heartbeat,
+    ReleasingPartition: _release,
+    ClaimingMessages: _claim_messages,
+}
 
 
 def _release_group(world: World, rec: CoordRecord, msg: ReleaseGroup) -> ev.Event:
-    now, c, i = world.log_time, msg.client_id, msg.instance_id
+    now, c = world.log_time, msg.client_id
     admins = world.config.admin_client_ids
     if admins is not None and c not in admins:
-        return ev.GroupPauseRejected(
-            rec.partition, rec.offset, now, msg, c, i, msg.group_id, f"{c} is not an admin client"
-        )
+        reason = f"{c} is not an admin client"
+        return ev.GroupPauseRejected(rec.partition, rec.offset, now, msg, reason)
     until_ms = msg.expire_time * 1000
-    world.pauses[msg.group_id] = GroupPause(c, i, until_ms)
-    return ev.GroupPaused(rec.partition, rec.offset, now, msg, c, i, msg.group_id, until_ms)
+    world.pauses[msg.group_id] = GroupPause(c, msg.instance_id, until_ms)
+    return ev.GroupPaused(rec.partition, rec.offset, now, msg, until_ms)
 
 
 def _uncertain(
-    world: World, rec: CoordRecord, msg: Message, key: ClaimKey, state: ClaimState
+    world: World, rec: CoordRecord, msg: PartitionMessage, key: ClaimKey, state: ClaimState
 ) -> ev.Event:
     """A claim whose earlier history may have been compacted: see the module docstring."""
     now, hb = world.log_time, world.config.heartbeat_interval_ms
-    c, i = msg.client_id, msg.instance_id
     silent = state.last_activity is not None and now - state.last_activity > 2 * hb
     if isinstance(msg, ClaimingPartition):
-        if silent and not _paused_for(world, key.group, c):
+        pauser = _pause_client(world, key.group)
+        if silent and (pauser is None or pauser == msg.client_id):
             previous, previous_hb = state.holder_client, state.last_activity
-            _grant(world, key, state, c, i, rec.offset)
+            _grant(world, key, state, msg, rec.offset)
             return ev.ClaimGranted(
-                rec.partition, rec.offset, now, msg, c, i, key, rec.offset, previous, previous_hb
+                rec.partition, rec.offset, now, msg, rec.offset, previous, previous_hb
             )
         state.last_activity = now
         reason = "group paused" if silent else "history compacted: waiting for 2*HB of silence"
-        return ev.ClaimRejected(
-            rec.partition, rec.offset, now, msg, c, i, key, reason, state.holder_client
-        )
+        return ev.ClaimRejected(rec.partition, rec.offset, now, msg, reason, state.holder_client)
     if isinstance(msg, ClaimingMessages):
         state.reserved = max(state.reserved or 0, msg.offset)
-    elif isinstance(msg, Heartbeat | ReleasingPartition):
+    else:
         state.committed = max(state.committed or 0, msg.offset)
-        state.holder_client, state.holder_instance = c, i
+        state.holder_client, state.holder_instance = msg.client_id, msg.instance_id
     state.last_activity = now
-    return ev.Unverified(rec.partition, rec.offset, now, msg, c, i, key)
+    return ev.Unverified(rec.partition, rec.offset, now, msg)
