@@ -1,0 +1,143 @@
+"""The `kafka` command group (`marshal-admin kafka ...`, `python -m marshal_workers.localkafka`).
+
+Parsing only: each command calls `start_cluster`, `stop_cluster`, `cluster_status` or
+`resolve_jars`. Progress goes to stderr; `start` prints `bootstrap.servers=...` as the last
+line of stdout. Failures are MarshalErrors, printed as one line by the entry point.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME, MarshalError
+from marshal_workers.localkafka.backend import BACKENDS
+from marshal_workers.localkafka.cluster import (
+    ClusterStatus,
+    StartOptions,
+    cluster_status,
+    start_cluster,
+    stop_cluster,
+)
+from marshal_workers.localkafka.jars import resolve_jars
+from marshal_workers.localkafka.paths import default_cache_dir, default_cluster_dir
+
+
+def _progress(message: str) -> None:
+    """Print a progress line to stderr."""
+    click.echo(message, err=True)
+
+
+_dir_option = click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Cluster directory (default: $MARSHAL_KAFKA_DIR or ./.marshal/kafka).",
+)
+
+
+@click.group("kafka", context_settings={"help_option_names": ["-h", "--help"]})
+def kafka() -> None:
+    """A real local Apache Kafka (KRaft, 127.0.0.1 only) for development, demos and tests."""
+
+
+@kafka.command()
+@_dir_option
+@click.option("--nodes", type=click.Choice(["1", "3"]), default=None, help="Cluster size (1).")
+@click.option(
+    "--backend",
+    type=click.Choice(BACKENDS),
+    default=None,
+    help="Where Kafka comes from (default: $MARSHAL_KAFKA_BACKEND or auto).",
+)
+@click.option("--timeout", type=float, default=None, help="Seconds to wait for readiness (120).")
+def start(
+    directory: Path | None, nodes: str | None, backend: str | None, timeout: float | None
+) -> None:
+    """Start a cluster (or find the running one); print bootstrap.servers=... last."""
+    options = StartOptions(
+        directory=directory or default_cluster_dir(),
+        nodes=int(nodes) if nodes else None,
+        backend=backend,
+        timeout=timeout,
+    )
+    cluster = start_cluster(options, progress=_progress)
+    click.echo(f"bootstrap.servers={cluster.bootstrap}")
+
+
+@kafka.command()
+@_dir_option
+def stop(directory: Path | None) -> None:
+    """Stop the cluster and forget it (a no-op if none runs)."""
+    stop_cluster(directory or default_cluster_dir(), progress=_progress)
+
+
+@kafka.command()
+@_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
+def status(directory: Path | None, as_json: bool) -> None:
+    """Show the nodes, pids and ports; exit 0 if every node is alive, else 1."""
+    where = directory or default_cluster_dir()
+    found = cluster_status(where)
+    if as_json:
+        data = found.to_json() if found else {"directory": str(where.resolve()), "running": False}
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(_describe(found, where))
+    # sys.exit, not ctx.exit: with standalone_mode=False click returns ctx.exit's code
+    # from main() instead of exiting, and the entry points do not look at it.
+    sys.exit(EXIT_OK if found is not None and found.running else EXIT_RUNTIME)
+
+
+def _describe(found: ClusterStatus | None, where: Path) -> str:
+    """Human lines for `status`."""
+    if found is None:
+        return f"kafka: not running (nothing recorded in {where.resolve()})"
+    state = found.state
+    word = "running" if found.running else "NOT running (some nodes are dead)"
+    lines = [
+        f"kafka: {word}; {len(state.nodes)} node(s), backend {state.backend}, in {found.directory}",
+        f"bootstrap.servers={state.bootstrap}",
+    ]
+    for node in state.nodes:
+        alive = "alive" if found.alive.get(node.node_id) else "dead"
+        runs = f"container {node.container_id[:12]}" if node.container_id else f"pid {node.pid}"
+        lines.append(
+            f"  node {node.node_id}: {runs}, broker {node.bootstrap}, "
+            f"controller port {node.controller_port}, {alive}"
+        )
+    return "\n".join(lines)
+
+
+@kafka.command()
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Jar cache (default: $MARSHAL_KAFKA_CACHE or ~/.cache/marshal-workers/kafka-VERSION).",
+)
+def fetch(cache_dir: Path | None) -> None:
+    """Resolve the pinned Kafka jars into the cache (for CI installs); print their directory."""
+    libs = resolve_jars(cache_dir or default_cache_dir(), progress=_progress)
+    click.echo(str(libs))
+
+
+def main() -> None:
+    """Entry point of `python -m marshal_workers.localkafka`: errors as one line + exit code."""
+    try:
+        kafka.main(prog_name="python -m marshal_workers.localkafka", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except MarshalError as exc:
+        click.echo(f"kafka: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
