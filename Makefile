@@ -1,0 +1,35 @@
+# One entry point for people and CI. `make test` is the README's test command.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: install kafka-jars lint typecheck test test-unit test-chaos bench demo clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+install: $(BIN)/python ## Python packages into .venv (the package in editable mode, with dev tools)
+	$(BIN)/pip install --quiet -e '.[dev]'
+
+kafka-jars: install ## Resolve the pinned Apache Kafka jars with Maven (cached outside the repo)
+	$(BIN)/python -m marshal_workers.localkafka fetch
+
+lint: ## ruff on the package, tests and benchmarks
+	$(BIN)/ruff check marshal_workers tests bench plugins
+	$(BIN)/ruff format --check marshal_workers
+
+typecheck: ## mypy --strict on the package
+	$(BIN)/mypy marshal_workers
+
+test: lint typecheck ## Lint, type-check, then unit and integration tests (real Kafka)
+	$(BIN)/pytest -q
+
+test-unit: ## Only the tests that need no broker
+	$(BIN)/pytest -q tests/unit
+
+bench: ## Benchmarks: print figures, never assert on time
+	$(BIN)/python bench/fold_and_catch_up.py
+
+clean:
+	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis
