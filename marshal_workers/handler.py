@@ -1,0 +1,128 @@
+"""Handler plugins: what the user writes, how it is found, and what it is given.
+
+A handler is a callable ``handle(record, ctx)`` named as ``module:attr`` or as an entry point in
+the group ``marshal_workers.handlers``. The supervisor loads it once before anything starts (a
+failure exits with code 3 and one line); each child loads it again after spawn.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, Protocol
+
+from marshal_workers.errors import EXIT_HANDLER_LOAD, MarshalError
+from marshal_workers.rationalizer import Mode
+
+ENTRY_POINT_GROUP = "marshal_workers.handlers"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record of the data topic, as the handler sees it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+class Context:
+    """What a handler knows about the claim it runs under."""
+
+    __slots__ = (
+        "_lease_remaining",
+        "client_id",
+        "fencing_token",
+        "group_id",
+        "instance_id",
+        "log",
+        "mode",
+        "partition",
+        "pid",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        *,
+        client_id: str,
+        instance_id: str,
+        group_id: str,
+        topic: str,
+        partition: int,
+        fencing_token: int,
+        mode: Mode,
+        log: Any,
+        pid: int,
+        lease_remaining: Callable[[], float],
+    ) -> None:
+        self.client_id = client_id
+        self.instance_id = instance_id
+        self.group_id = group_id
+        self.topic = topic
+        self.partition = partition
+        self.fencing_token = fencing_token
+        self.mode = mode
+        self.log = log
+        self.pid = pid
+        self._lease_remaining = lease_remaining
+
+    def lease_remaining(self) -> float:
+        """Seconds until this process must stop processing (its claim may then be taken)."""
+        return self._lease_remaining()
+
+
+class HandleFunction(Protocol):
+    """The plain form of a handler."""
+
+    def __call__(self, record: Record, ctx: Context, /) -> object:
+        """Process one record."""
+        ...
+
+
+class LoadError(MarshalError):
+    """The handler could not be imported or is not callable: exit code 3."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_HANDLER_LOAD)
+
+
+def load_handler(spec: str) -> Callable[..., object]:
+    """Import ``module:attr`` (dotted attr allowed) or look up an entry point by name."""
+    if ":" in spec:
+        module_name, _, attr = spec.partition(":")
+        try:
+            target: Any = importlib.import_module(module_name)
+        except Exception as exc:  # noqa: BLE001 - any import failure is reported as one line
+            raise LoadError(
+                f"cannot import handler module {module_name!r}: {type(exc).__name__}: {exc}"
+            ) from None
+        for part in attr.split("."):
+            try:
+                target = getattr(target, part)
+            except AttributeError:
+                raise LoadError(
+                    f"handler module {module_name!r} has no attribute {attr!r}"
+                ) from None
+    else:
+        found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
+        if not found:
+            raise LoadError(
+                f"no handler {spec!r}: give MODULE:ATTR or the name of an entry point "
+                f"in the group {ENTRY_POINT_GROUP!r}"
+            )
+        try:
+            target = found[0].load()
+        except Exception as exc:  # noqa: BLE001
+            raise LoadError(
+                f"cannot load handler entry point {spec!r}: {type(exc).__name__}: {exc}"
+            ) from None
+    if not callable(target):
+        raise LoadError(f"handler {spec!r} is a {type(target).__name__}, not a callable")
+    return target  # type: ignore[no-any-return]
