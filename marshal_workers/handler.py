@@ -99,7 +99,7 @@ def load_handler(spec: str) -> Callable[..., object]:
         module_name, _, attr = spec.partition(":")
         try:
             target: Any = importlib.import_module(module_name)
-        except Exception as exc:  # noqa: BLE001 - any import failure is reported as one line
+        except Exception as exc:
             raise LoadError(
                 f"cannot import handler module {module_name!r}: {type(exc).__name__}: {exc}"
             ) from None
@@ -119,7 +119,7 @@ def load_handler(spec: str) -> Callable[..., object]:
             )
         try:
             target = found[0].load()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise LoadError(
                 f"cannot load handler entry point {spec!r}: {type(exc).__name__}: {exc}"
             ) from None
