@@ -1,4 +1,4 @@
-"""The `marshal-admin` command group: parsing only; each command calls a function that does the work."""
+"""The `marshal-admin` command group: it only parses, then calls what does the work."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import sys
 
 import click
 
+from marshal_workers.admin.commands import dump, init, status
 from marshal_workers.errors import MarshalError
+from marshal_workers.localkafka.cli import kafka
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -14,10 +16,16 @@ def cli() -> None:
     """Operate marshal-workers: a local Kafka, the coordination topic, group status."""
 
 
+cli.add_command(kafka)
+cli.add_command(init)
+cli.add_command(status)
+cli.add_command(dump)
+
+
 def main() -> None:
     """Entry point: run the click group, turning a MarshalError into one line and its exit code."""
     try:
-        cli.main(standalone_mode=False)
+        result = cli.main(standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
@@ -29,3 +37,5 @@ def main() -> None:
     except MarshalError as exc:
         click.echo(f"marshal-admin: error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    # with standalone_mode=False, click returns ctx.exit(n)'s code instead of raising
+    sys.exit(result if isinstance(result, int) else 0)

@@ -1,0 +1,167 @@
+"""What `marshal-admin init`, `status` and `dump` do, with plain arguments (no click here).
+
+`status` and `dump` read the whole coordination log from the beginning and fold it with the
+same rationalizer the supervisors use, so they show what every worker sees.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from marshal_workers import events as ev
+from marshal_workers.coordlog import LogError
+from marshal_workers.errors import MarshalError
+from marshal_workers.kafkalog import KafkaLog
+from marshal_workers.protocol import CoordRecord, Partitioner
+from marshal_workers.rationalizer import RationalizerConfig
+from marshal_workers.reader import LogReader
+from marshal_workers.status import group_status, group_topics, iso_ms, render_table
+from marshal_workers.topicadmin import admin_client, ensure_coordination_topic, high_watermarks
+
+ADMIN_CLIENT_ID = "marshal-admin"
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """Where the coordination log is and how to fold it (the options every command shares)."""
+
+    bootstrap_servers: str
+    coordination_topic: str = "__marshal"
+    heartbeat_interval_ms: int = 10_000
+    partitioner: Partitioner = Partitioner.SPEC
+
+
+def run_init(
+    conn: Connection,
+    *,
+    partitions: int,
+    replication_factor: int | None,
+    partitions_requested: bool,
+    out: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> None:
+    """Create the coordination topic or check the existing one; MarshalError if unusable."""
+    result = ensure_coordination_topic(
+        conn.bootstrap_servers,
+        conn.coordination_topic,
+        partitions,
+        replication_factor,
+        partitions_requested=partitions_requested,
+    )
+    info = result.topic
+    verb = "created" if result.created else "found"
+    out(
+        f"{verb} coordination topic {info.name} on {conn.bootstrap_servers}: "
+        f"{info.partitions} partition(s), replication factor {info.replication_factor}, "
+        f"message.timestamp.type={info.config.get('message.timestamp.type')}"
+    )
+    for diff in result.differences:
+        if not diff.fatal:
+            warn(str(diff))
+    fatal = [d for d in result.differences if d.fatal]
+    if fatal:
+        more = f" (and {len(fatal) - 1} more)" if len(fatal) > 1 else ""
+        raise MarshalError(f"{fatal[0]}{more}")
+
+
+def _open(conn: Connection) -> tuple[KafkaLog, LogReader]:
+    log = KafkaLog(conn.bootstrap_servers, conn.coordination_topic, client_id=ADMIN_CLIENT_ID)
+    config = RationalizerConfig(
+        conn.heartbeat_interval_ms, num_partitions=log.num_partitions, partitioner=conn.partitioner
+    )
+    return log, LogReader(log, config)
+
+
+def _read_to_end(
+    conn: Connection, log: KafkaLog, reader: LogReader, timeout_s: float
+) -> Iterator[tuple[CoordRecord, ev.Event]]:
+    """Fold up to the log's end at the start; yield each record with its verdict.
+
+    Each event is handed on at once, never collected: holding a million of them costs more
+    in garbage collection than the fold itself."""
+    try:
+        deadline = time.monotonic() + timeout_s
+        targets = log.end_offsets(timeout_s)
+        while not reader.caught_up_to(targets):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise MarshalError(
+                    f"could not read {conn.coordination_topic} to its end within {timeout_s:.0f}s"
+                )
+            records = log.poll(min(remaining, 0.5))
+            yield from zip(records, reader.fold_records(records), strict=True)
+    except LogError as exc:
+        raise MarshalError(str(exc)) from None
+
+
+def read_records(conn: Connection, timeout_s: float) -> Iterator[tuple[CoordRecord, ev.Event]]:
+    """Every record up to the log's end at the start, in order per partition, with its verdict."""
+    log, reader = _open(conn)
+    try:
+        yield from _read_to_end(conn, log, reader, timeout_s)
+    finally:
+        log.close()
+
+
+def run_status(
+    conn: Connection, group: str, as_json: bool, timeout_s: float, now_ms: int | None = None
+) -> str:
+    """The group's status as one JSON object or a table; freshness at ``now_ms`` (wall clock)."""
+    log, reader = _open(conn)
+    try:
+        reader.catch_up(timeout_s)
+    except LogError as exc:
+        raise MarshalError(str(exc)) from None
+    finally:
+        log.close()
+    topics = group_topics(reader.worlds, group)
+    admin = admin_client(conn.bootstrap_servers)
+    highs = high_watermarks(admin, conn.bootstrap_servers, topics)
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    status = group_status(group, reader.worlds, conn.heartbeat_interval_ms, now, highs)
+    if as_json:
+        return json.dumps(status.to_json())
+    return render_table(status)
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def dump_entry(record: CoordRecord, event: ev.Event) -> dict[str, object]:
+    """One record and its verdict as a JSON object."""
+    reason = getattr(event, "reason", None)
+    return {
+        "partition": record.partition,
+        "offset": record.offset,
+        "log_time": iso_ms(record.timestamp_ms),
+        "log_time_ms": record.timestamp_ms,
+        "key": _text(record.key),
+        "message": _text(record.value),
+        "verdict": type(event).__name__,
+        "reason": reason if isinstance(reason, str) else None,
+    }
+
+
+def dump_line(record: CoordRecord, event: ev.Event) -> str:
+    """One record and its verdict as a line of text."""
+    entry = dump_entry(record, event)
+    verdict = str(entry["verdict"])
+    if entry["reason"] is not None:
+        verdict += f": {entry['reason']}"
+    return (
+        f"{record.partition}:{record.offset}  {entry['log_time']}  {entry['key']}  "
+        f"{entry['message']!s}  -> {verdict}"
+    )
+
+
+def run_dump(conn: Connection, as_json: bool, timeout_s: float) -> Iterator[str]:
+    """The decoded log with verdicts, one line per record (JSON objects with ``as_json``)."""
+    for record, event in read_records(conn, timeout_s):
+        if as_json:
+            yield json.dumps(dump_entry(record, event))
+        else:
+            yield dump_line(record, event)

@@ -1,0 +1,189 @@
+"""The status view of a consumer group, built from folded worlds (pure: no I/O, no clock).
+
+Freshness is judged at ``now_ms``, a parameter. `marshal-admin status` passes the reader's
+wall clock: the question it answers is "is the holder alive *now*", and on an idle log the
+newest log time would show a dead holder as fresh forever. This is a view for humans, never a
+decision: decisions are the fold's, on log time only.
+
+The JSON form (`GroupStatus.to_json`) is a stable interface::
+
+    {"group": G, "as_of": ISO, "claims": [{"topic", "partition", "client_id", "instance_id",
+     "state", "offset", "reserved", "fencing_token", "last_heartbeat", "lag", "certain"}],
+     "paused_until": ISO | null, "paused_by": str | null, "malformed": N}
+
+``offset`` is the committed position (the next offset to read, at-least-once view);
+``reserved`` the at-most-once reservation; ``lag`` = high watermark - offset when both are
+known. ``fencing_token`` is the holder's token (for a released claim: the last holder's).
+A released claim has no client or instance. An *uncertain* claim (history compacted)
+shows its last activity as ``last_heartbeat``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from marshal_workers.rationalizer import World, claim_label, pause_of
+
+
+def iso_ms(ms: int | None) -> str | None:
+    """Milliseconds since the epoch as ISO-8601 UTC with milliseconds (``...Z``), or None."""
+    if ms is None:
+        return None
+    stamp = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimStatus:
+    """One topic-partition of the group as the log shows it."""
+
+    topic: str
+    partition: int
+    client_id: str | None
+    instance_id: str | None
+    state: str
+    offset: int | None
+    reserved: int | None
+    fencing_token: int | None
+    last_heartbeat_ms: int | None
+    lag: int | None
+    certain: bool
+
+    def to_json(self) -> dict[str, object]:
+        """The claim as a JSON object."""
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "client_id": self.client_id,
+            "instance_id": self.instance_id,
+            "state": self.state,
+            "offset": self.offset,
+            "reserved": self.reserved,
+            "fencing_token": self.fencing_token,
+            "last_heartbeat": iso_ms(self.last_heartbeat_ms),
+            "lag": self.lag,
+            "certain": self.certain,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """Every claim of a group, its pause, and how many malformed records the log holds."""
+
+    group: str
+    as_of_ms: int
+    claims: tuple[ClaimStatus, ...]
+    paused_until_ms: int | None
+    paused_by: str | None
+    malformed: int
+
+    def to_json(self) -> dict[str, object]:
+        """The status as one JSON object."""
+        return {
+            "group": self.group,
+            "as_of": iso_ms(self.as_of_ms),
+            "claims": [c.to_json() for c in self.claims],
+            "paused_until": iso_ms(self.paused_until_ms),
+            "paused_by": self.paused_by,
+            "malformed": self.malformed,
+        }
+
+
+def group_topics(worlds: Mapping[int, World], group: str) -> set[str]:
+    """The data topics the group has claims on (to ask their high watermarks)."""
+    return {key.topic for world in worlds.values() for key in world.claims if key.group == group}
+
+
+def group_status(
+    group: str,
+    worlds: Mapping[int, World],
+    heartbeat_interval_ms: int,
+    now_ms: int,
+    high_watermarks: Mapping[tuple[str, int], int],
+) -> GroupStatus:
+    """The status of ``group`` at ``now_ms`` (see the module docstring for which clock)."""
+    claims: list[ClaimStatus] = []
+    paused_until: int | None = None
+    paused_by: str | None = None
+    for world in worlds.values():
+        for key, state in world.claims.items():
+            if key.group != group:
+                continue
+            held = state.holder_client is not None
+            offset = state.committed
+            high = high_watermarks.get((key.topic, key.partition))
+            claims.append(
+                ClaimStatus(
+                    topic=key.topic,
+                    partition=key.partition,
+                    client_id=state.holder_client if held else None,
+                    instance_id=state.holder_instance if held else None,
+                    state=claim_label(state, now_ms, heartbeat_interval_ms),
+                    offset=offset,
+                    reserved=state.reserved,
+                    fencing_token=state.token,
+                    last_heartbeat_ms=(
+                        state.last_heartbeat if state.certain else state.last_activity
+                    ),
+                    lag=high - offset if high is not None and offset is not None else None,
+                    certain=state.certain,
+                )
+            )
+        pause = pause_of(world, group, now_ms)
+        if pause is not None and (paused_until is None or pause.until_ms > paused_until):
+            paused_until, paused_by = pause.until_ms, pause.client_id
+    claims.sort(key=lambda c: (c.topic, c.partition))
+    malformed = sum(world.malformed for world in worlds.values())
+    return GroupStatus(group, now_ms, tuple(claims), paused_until, paused_by, malformed)
+
+
+_COLUMNS = (
+    "TOPIC",
+    "PARTITION",
+    "STATE",
+    "CLIENT",
+    "INSTANCE",
+    "OFFSET",
+    "RESERVED",
+    "TOKEN",
+    "LAST HEARTBEAT",
+    "LAG",
+)
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def render_table(status: GroupStatus) -> str:
+    """The status as plain-text columns, with a header line and a footer."""
+    rows = [
+        [
+            c.topic,
+            str(c.partition),
+            c.state if c.certain else f"{c.state}?",
+            _cell(c.client_id),
+            _cell(c.instance_id),
+            _cell(c.offset),
+            _cell(c.reserved),
+            _cell(c.fencing_token),
+            _cell(iso_ms(c.last_heartbeat_ms)),
+            _cell(c.lag),
+        ]
+        for c in status.claims
+    ]
+    widths = [max(len(row[i]) for row in [list(_COLUMNS), *rows]) for i in range(len(_COLUMNS))]
+    lines = [f"group {status.group} as of {iso_ms(status.as_of_ms)}"]
+    if status.paused_until_ms is not None:
+        lines.append(f"paused by {status.paused_by} until {iso_ms(status.paused_until_ms)}")
+    for row in [list(_COLUMNS), *rows]:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    if not rows:
+        lines.append("(no claims)")
+    footer = f"malformed records in the log: {status.malformed}"
+    if any(not c.certain for c in status.claims):
+        footer += "  (? = history compacted: activity only)"
+    lines.append(footer)
+    return "\n".join(lines)

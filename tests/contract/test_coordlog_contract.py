@@ -1,0 +1,193 @@
+"""The `CoordinationLog` contract, run against MemoryLog and against KafkaLog on a real broker.
+
+Both implementations must behave the same for everything the reader and the supervisor rely
+on: acknowledged appends with increasing offsets and log times, a tail of every partition
+from the beginning in offset order, end offsets, and the reader's barrier on its own record.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from marshal_workers import events as ev
+from marshal_workers.coordlog import Appended, CoordinationLog
+from marshal_workers.kafkalog import KafkaLog
+from marshal_workers.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol import (
+    ClaimingPartition,
+    CoordRecord,
+    Heartbeat,
+    Message,
+    coordination_partition,
+    encode,
+    record_key,
+)
+from marshal_workers.rationalizer import RationalizerConfig
+from marshal_workers.reader import LogReader
+from marshal_workers.topicadmin import admin_client, delete_topic, ensure_coordination_topic
+
+PARTITIONS = 3
+HB_MS = 60_000
+TIMEOUT_S = 15.0
+
+Opener = Callable[[], CoordinationLog]
+
+
+def _memory_opener() -> Iterator[Opener]:
+    ticks = itertools.count(1_700_000_000_000, 7)
+    topic = MemoryTopic(PARTITIONS, lambda: next(ticks))
+    yield lambda: MemoryLog(topic)
+
+
+def _kafka_opener(bootstrap: str) -> Iterator[Opener]:
+    name = f"__marshal-contract-{uuid.uuid4().hex[:10]}"
+    ensure_coordination_topic(bootstrap, name, PARTITIONS, replication_factor=1)
+    yield lambda: KafkaLog(bootstrap, name, client_id="contract-test")
+    delete_topic(admin_client(bootstrap), bootstrap, name)
+
+
+@pytest.fixture(params=["memory", pytest.param("kafka", marks=pytest.mark.kafka)])
+def open_log(request: pytest.FixtureRequest) -> Iterator[Opener]:
+    """Opens handles on one fresh, empty coordination topic of the implementation under test."""
+    handles: list[CoordinationLog] = []
+    if request.param == "memory":
+        source = _memory_opener()
+    else:
+        source = _kafka_opener(request.getfixturevalue("kafka_bootstrap"))
+    opener = next(source)
+
+    def open_handle() -> CoordinationLog:
+        handle = opener()
+        handles.append(handle)
+        return handle
+
+    yield open_handle
+    for handle in handles:
+        handle.close()
+    next(source, None)
+
+
+def poll_until(log: CoordinationLog, count: int, timeout_s: float = TIMEOUT_S) -> list[CoordRecord]:
+    """Poll until ``count`` records arrived (or fail after ``timeout_s``)."""
+    out: list[CoordRecord] = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < count:
+        assert time.monotonic() < deadline, f"only {len(out)} of {count} records arrived"
+        out.extend(log.poll(0.5))
+    return out
+
+
+def append_msg(log: CoordinationLog, msg: Message) -> Appended:
+    """Append a message to its home partition (spec partitioner)."""
+    home = coordination_partition(msg.topic, msg.partition, log.num_partitions)
+    return log.append(home, record_key(msg), encode(msg), TIMEOUT_S)
+
+
+class TestAppend:
+    def test_offsets_increase_per_partition_with_log_times(self, open_log: Opener) -> None:
+        """Appends get consecutive offsets from 0 per partition and non-decreasing log times."""
+        log = open_log()
+        assert log.num_partitions == PARTITIONS
+        results = {
+            p: [log.append(p, b"k", f"v{i}".encode(), TIMEOUT_S) for i in range(3)]
+            for p in range(PARTITIONS)
+        }
+        for p, appended in results.items():
+            assert [a.partition for a in appended] == [p, p, p]
+            assert [a.offset for a in appended] == [0, 1, 2]
+            times = [a.log_time for a in appended]
+            assert times == sorted(times)
+            assert times[0] > 1_600_000_000_000
+
+    def test_end_offsets_follow_appends(self, open_log: Opener) -> None:
+        """end_offsets is 0 on an empty topic and the next offset after appends."""
+        log = open_log()
+        assert log.end_offsets(TIMEOUT_S) == dict.fromkeys(range(PARTITIONS), 0)
+        for _ in range(4):
+            log.append(1, b"k", b"v", TIMEOUT_S)
+        log.append(2, b"k", b"v", TIMEOUT_S)
+        assert log.end_offsets(TIMEOUT_S) == {0: 0, 1: 4, 2: 1}
+
+
+class TestTail:
+    def test_poll_reads_every_partition_in_offset_order(self, open_log: Opener) -> None:
+        """A new handle reads all records from the beginning, each partition in offset order."""
+        writer = open_log()
+        appended = [
+            writer.append(i % PARTITIONS, f"key{i}".encode(), f"value{i}".encode(), TIMEOUT_S)
+            for i in range(12)
+        ]
+        records = poll_until(open_log(), 12)
+        assert len(records) == 12
+        for p in range(PARTITIONS):
+            mine = [r for r in records if r.partition == p]
+            assert [r.offset for r in mine] == [0, 1, 2, 3]
+        by_position = {(r.partition, r.offset): r for r in records}
+        for i, a in enumerate(appended):
+            rec = by_position[(a.partition, a.offset)]
+            assert rec.key == f"key{i}".encode()
+            assert rec.value == f"value{i}".encode()
+            assert rec.timestamp_ms == a.log_time
+
+    def test_second_handle_sees_later_appends(self, open_log: Opener) -> None:
+        """A handle already tailing sees records another handle appends afterwards."""
+        writer, tail = open_log(), open_log()
+        assert tail.poll(0.5) == []
+        a = writer.append(0, b"k", b"late", TIMEOUT_S)
+        records = poll_until(tail, 1)
+        assert [(r.partition, r.offset, r.value) for r in records] == [(0, a.offset, b"late")]
+
+    def test_poll_waits_at_most_its_timeout(self, open_log: Opener) -> None:
+        """poll on a caught-up handle returns an empty list after about the timeout."""
+        log = open_log()
+        log.poll(0.5)
+        start = time.monotonic()
+        assert log.poll(0.3) == []
+        assert time.monotonic() - start < 3.0
+
+
+def _claim(client: str, part: int) -> ClaimingPartition:
+    return ClaimingPartition(0, f"{client}-1", client, "g", "orders", part)
+
+
+class TestReader:
+    def _reader(self, log: CoordinationLog) -> LogReader:
+        return LogReader(log, RationalizerConfig(HB_MS, num_partitions=log.num_partitions))
+
+    def test_wait_for_returns_the_verdict_on_own_record(self, open_log: Opener) -> None:
+        """wait_for gives each writer the verdict on its record: first claim wins, rival loses."""
+        a_log, b_log = open_log(), open_log()
+        a_reader, b_reader = self._reader(a_log), self._reader(b_log)
+        a_claim = append_msg(a_log, _claim("A", 0))
+        verdict, _ = a_reader.wait_for(a_claim, TIMEOUT_S)
+        assert isinstance(verdict, ev.ClaimGranted)
+        assert verdict.token == a_claim.offset
+        b_claim = append_msg(b_log, _claim("B", 0))
+        rival, _ = b_reader.wait_for(b_claim, TIMEOUT_S)
+        assert isinstance(rival, ev.ClaimRejected)
+        assert rival.holder_client == "A"
+        beat = append_msg(a_log, Heartbeat(0, "A-1", "A", "g", "orders", 0, 17))
+        accepted, folded = a_reader.wait_for(beat, TIMEOUT_S)
+        assert isinstance(accepted, ev.HeartbeatAccepted)
+        assert accepted.offset == 17
+        assert any(isinstance(e, ev.ClaimRejected) for e in folded)
+
+    def test_catch_up_folds_everything_written_before(self, open_log: Opener) -> None:
+        """catch_up folds every record up to the end offsets it started with."""
+        writer = open_log()
+        for part in range(6):
+            append_msg(writer, _claim("A", part))
+        append_msg(writer, _claim("B", 0))
+        reader = self._reader(open_log())
+        events: list[ev.Event] = []
+        assert reader.catch_up(TIMEOUT_S, on_event=events.append) == 7
+        assert len(events) == 7
+        assert sum(isinstance(e, ev.ClaimGranted) for e in events) == 6
+        assert sum(isinstance(e, ev.ClaimRejected) for e in events) == 1
+        ends = writer.end_offsets(TIMEOUT_S)
+        assert {p: w.next_offset for p, w in reader.worlds.items()} == ends

@@ -1,0 +1,236 @@
+"""`marshal-admin init`, `status` and `dump` end to end: the real CLI against a real broker.
+
+The acceptance scenario: init creates `__marshal` with LogAppendTime; hand-written version-1
+records (a claim, its heartbeat, a rival claim and heartbeat, garbage, a claim and release)
+then show up in `status --json` and `dump --json` with the fold's verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+
+pytestmark = pytest.mark.kafka
+
+ADMIN = str(Path(sys.executable).with_name("marshal-admin"))
+GROUP = "G"
+
+
+def marshal_admin(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run the installed marshal-admin entry point (no MARSHAL_* variables inherited)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
+    return subprocess.run(
+        [ADMIN, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
+
+
+def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
+    """The topic's effective config, read with a plain AdminClient."""
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entries = admin.describe_configs([resource])
+    return {k: v.value for k, v in entries[resource].result(10).items()}
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Delete a topic if it exists and wait until it is gone."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.delete_topics([topic], request_timeout=10)[topic].result(10)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise
+    deadline = time.monotonic() + 30
+    while topic in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"{topic} not deleted"
+        time.sleep(0.2)
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
+    """Produce records in order to partition 0 with a plain confluent-kafka Producer."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for key, value in records:
+        producer.produce(topic, value=value, key=key, partition=0)
+    assert producer.flush(30) == 0
+
+
+def scenario_records() -> list[tuple[bytes | None, bytes]]:
+    """The seven hand-written version-1 records of the acceptance scenario."""
+    now = int(time.time())
+    g0, g1 = f"{GROUP}/orders/0".encode(), f"{GROUP}/orders/1".encode()
+    return [
+        (g0, f"ClaimingPartition/1/{now}/A-1/A/{GROUP}/orders/0".encode()),
+        (g0, f"Heartbeat/1/{now}/A-1/A/{GROUP}/orders/0/5".encode()),
+        (g0, f"ClaimingPartition/1/{now}/B-1/B/{GROUP}/orders/0".encode()),
+        (g0, f"Heartbeat/1/{now}/B-1/B/{GROUP}/orders/0/9".encode()),
+        (b"junk", b"this is not a marshal message"),
+        (g1, f"ClaimingPartition/1/{now}/A-1/A/{GROUP}/orders/1".encode()),
+        (g1, f"ReleasingPartition/1/{now}/A-1/A/{GROUP}/orders/1/42".encode()),
+    ]
+
+
+class TestAcceptance:
+    def test_init_status_dump_on_hand_written_records(self, kafka_bootstrap: str) -> None:
+        """init creates __marshal; status and dump show the fold of hand-written records."""
+        delete_topic(kafka_bootstrap, "__marshal")
+        common = ["--bootstrap-servers", kafka_bootstrap]
+        init = marshal_admin("init", "--partitions", "1", *common)
+        assert init.returncode == 0, init.stderr
+        assert "created coordination topic __marshal" in init.stdout
+        config = topic_config(kafka_bootstrap, "__marshal")
+        assert config["message.timestamp.type"] == "LogAppendTime"
+        assert config["cleanup.policy"] == "compact"
+        assert config["unclean.leader.election.enable"] == "false"
+
+        produce(kafka_bootstrap, "__marshal", scenario_records())
+        hb = ["--heartbeat-interval", "60"]
+        status = marshal_admin("status", "--group", GROUP, "--json", *hb, *common)
+        assert status.returncode == 0, status.stderr
+        out: dict[str, Any] = json.loads(status.stdout)
+        assert out["group"] == GROUP
+        assert out["malformed"] == 1
+        assert out["paused_until"] is None
+        held, released = out["claims"]
+        assert (held["topic"], held["partition"]) == ("orders", 0)
+        assert (held["client_id"], held["instance_id"]) == ("A", "A-1")
+        assert held["offset"] == 5
+        assert held["state"] in {"fresh", "unknown"}
+        assert held["fencing_token"] == 0
+        assert (released["topic"], released["partition"]) == ("orders", 1)
+        assert released["state"] == "released"
+        assert released["offset"] == 42
+        assert released["client_id"] is None
+        assert released["instance_id"] is None
+
+        dump = marshal_admin("dump", "--json", *hb, *common)
+        assert dump.returncode == 0, dump.stderr
+        lines = [json.loads(line) for line in dump.stdout.splitlines()]
+        assert [(d["partition"], d["offset"]) for d in lines] == [(0, i) for i in range(7)]
+        assert [d["verdict"] for d in lines] == [
+            "ClaimGranted",
+            "HeartbeatAccepted",
+            "ClaimRejected",
+            "HeartbeatRejected",
+            "Malformed",
+            "ClaimGranted",
+            "Released",
+        ]
+        assert lines[2]["reason"] == "held by A"
+        assert lines[4]["key"] == "junk"
+        assert all(d["log_time"].endswith("Z") for d in lines)
+
+        text = marshal_admin("status", "--group", GROUP, *hb, *common)
+        assert text.returncode == 0, text.stderr
+        assert "released" in text.stdout
+        assert "malformed records in the log: 1" in text.stdout
+
+
+class TestInit:
+    def test_default_partitions_and_rerun(self, kafka_bootstrap: str) -> None:
+        """init makes 4 partitions by default; a second init finds the topic and exits 0."""
+        topic = f"coord-{uuid.uuid4().hex[:8]}"
+        args = ["--coordination-topic", topic, "--bootstrap-servers", kafka_bootstrap]
+        try:
+            first = marshal_admin("init", *args)
+            assert first.returncode == 0, first.stderr
+            assert "4 partition(s), replication factor 1" in first.stdout
+            again = marshal_admin("init", *args)
+            assert again.returncode == 0, again.stderr
+            assert again.stdout.startswith(f"found coordination topic {topic}")
+            assert again.stderr == ""
+        finally:
+            delete_topic(kafka_bootstrap, topic)
+
+    def test_create_time_topic_is_fatal(self, kafka_bootstrap: str) -> None:
+        """init on an existing topic with Kafka's defaults warns, and exits 1 on CreateTime."""
+        topic = f"coord-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(10)
+        try:
+            result = marshal_admin(
+                "init", "--coordination-topic", topic, "--bootstrap-servers", kafka_bootstrap
+            )
+            assert result.returncode == 1
+            assert "warning: cleanup.policy is delete, should be compact" in result.stderr
+            last = result.stderr.strip().splitlines()[-1]
+            assert last.startswith(
+                "marshal-admin: error: fatal: message.timestamp.type is "
+                "CreateTime, must be LogAppendTime"
+            )
+            assert "Traceback" not in result.stderr
+        finally:
+            delete_topic(kafka_bootstrap, topic)
+
+
+class TestStatus:
+    def test_lag_against_the_data_topic(self, kafka_bootstrap: str) -> None:
+        """lag is the data partition's high watermark minus the committed offset."""
+        coord, data = f"coord-{uuid.uuid4().hex[:8]}", f"data-{uuid.uuid4().hex[:8]}"
+        args = ["--coordination-topic", coord, "--bootstrap-servers", kafka_bootstrap]
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        admin.create_topics([NewTopic(data, 1, 1)])[data].result(10)
+        try:
+            assert marshal_admin("init", "--partitions", "1", *args).returncode == 0
+            produce(kafka_bootstrap, data, [(None, b"m")] * 10)
+            key = f"{GROUP}/{data}/0".encode()
+            produce(
+                kafka_bootstrap,
+                coord,
+                [
+                    (key, f"ClaimingPartition/1/0/A-1/A/{GROUP}/{data}/0".encode()),
+                    (key, f"Heartbeat/1/0/A-1/A/{GROUP}/{data}/0/7".encode()),
+                ],
+            )
+            result = marshal_admin("status", "--group", GROUP, "--json", *args)
+            assert result.returncode == 0, result.stderr
+            (claim,) = json.loads(result.stdout)["claims"]
+            assert (claim["offset"], claim["lag"]) == (7, 3)
+        finally:
+            delete_topic(kafka_bootstrap, coord)
+            delete_topic(kafka_bootstrap, data)
+
+
+class TestErrors:
+    def test_unreachable_broker_is_one_line(self) -> None:
+        """status against an unreachable bootstrap exits non-zero with one line, in ~15 s."""
+        start = time.monotonic()
+        result = marshal_admin("status", "--group", GROUP, "--bootstrap-servers", "127.0.0.1:1")
+        assert time.monotonic() - start < 15.0
+        assert result.returncode != 0
+        assert result.stdout == ""
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert "cannot reach Kafka at 127.0.0.1:1" in result.stderr
+        assert "Traceback" not in result.stderr
+
+    def test_missing_coordination_topic_says_run_init(self, kafka_bootstrap: str) -> None:
+        """status on a coordination topic that does not exist says to run init."""
+        topic = f"missing-{uuid.uuid4().hex[:8]}"
+        result = marshal_admin(
+            "status",
+            "--group",
+            GROUP,
+            "--coordination-topic",
+            topic,
+            "--bootstrap-servers",
+            kafka_bootstrap,
+        )
+        assert result.returncode != 0
+        assert result.stderr.strip() == (
+            f"marshal-admin: error: coordination topic {topic} does not exist on "
+            f"{kafka_bootstrap}: run `marshal-admin init`"
+        )

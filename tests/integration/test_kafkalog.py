@@ -1,0 +1,123 @@
+"""KafkaLog on a real broker: what the shared contract suite cannot say (errors, speed).
+
+The contract itself (append, tail, end offsets, the reader's barrier) is in
+tests/contract/test_coordlog_contract.py, run against both implementations.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+from marshal_workers.coordlog import LogError
+from marshal_workers.errors import MarshalError
+from marshal_workers.kafkalog import KafkaLog
+from marshal_workers.protocol import Heartbeat, coordination_partition, encode, record_key
+from marshal_workers.rationalizer import RationalizerConfig
+from marshal_workers.reader import LogReader
+from marshal_workers.topicadmin import admin_client, delete_topic, ensure_coordination_topic
+
+pytestmark = pytest.mark.kafka
+
+CATCH_UP_RECORDS = int(os.environ.get("MARSHAL_CATCHUP_RECORDS", "100000"))
+
+
+@pytest.fixture
+def fresh_topic(kafka_bootstrap: str) -> Iterator[str]:
+    """A unique topic name, deleted after the test if it was created."""
+    name = f"kafkalog-{uuid.uuid4().hex[:10]}"
+    yield name
+    delete_topic(admin_client(kafka_bootstrap), kafka_bootstrap, name)
+
+
+class TestOpening:
+    def test_missing_topic_says_run_init(self, kafka_bootstrap: str, fresh_topic: str) -> None:
+        """Opening a coordination topic that does not exist tells the user to run init."""
+        with pytest.raises(MarshalError, match=r"does not exist .*run `marshal-admin init`"):
+            KafkaLog(kafka_bootstrap, fresh_topic)
+
+    def test_unreachable_broker_fails_in_bounded_time(self) -> None:
+        """An unreachable bootstrap server gives one clear error within the open timeout."""
+        start = time.monotonic()
+        with pytest.raises(MarshalError, match=r"cannot reach Kafka at 127\.0\.0\.1:1") as info:
+            KafkaLog("127.0.0.1:1", open_timeout_s=3.0)
+        assert time.monotonic() - start < 8.0
+        assert "\n" not in str(info.value)
+
+    def test_num_partitions_comes_from_metadata(
+        self, kafka_bootstrap: str, fresh_topic: str
+    ) -> None:
+        """num_partitions is the topic's partition count, and current_num_partitions agrees."""
+        ensure_coordination_topic(kafka_bootstrap, fresh_topic, 5, replication_factor=1)
+        log = KafkaLog(kafka_bootstrap, fresh_topic)
+        try:
+            assert log.num_partitions == 5
+            assert log.current_num_partitions(10.0) == 5
+        finally:
+            log.close()
+
+
+class TestLogTime:
+    def test_create_time_topic_refuses_appends(
+        self, kafka_bootstrap: str, fresh_topic: str
+    ) -> None:
+        """An append to a topic that keeps the sender's timestamps raises LogError."""
+        admin = admin_client(kafka_bootstrap)
+        admin.create_topics([NewTopic(fresh_topic, 1, 1)])[fresh_topic].result(10)
+        log = KafkaLog(kafka_bootstrap, fresh_topic)
+        try:
+            with pytest.raises(LogError, match="LogAppendTime"):
+                log.append(0, b"k", b"v", 10.0)
+        finally:
+            log.close()
+
+    def test_log_time_is_the_brokers_clock(self, kafka_bootstrap: str, fresh_topic: str) -> None:
+        """The log time of an append is near the broker's (here: this host's) clock now."""
+        ensure_coordination_topic(kafka_bootstrap, fresh_topic, 1, replication_factor=1)
+        log = KafkaLog(kafka_bootstrap, fresh_topic)
+        try:
+            appended = log.append(0, b"k", b"v", 10.0)
+        finally:
+            log.close()
+        assert abs(appended.log_time - time.time() * 1000) < 60_000
+
+
+class TestCatchUp:
+    def test_fresh_reader_catches_up_fast(self, kafka_bootstrap: str, fresh_topic: str) -> None:
+        """A fresh reader reads and folds the log at >= 20k records/s (goal: 1M in 10 s)."""
+        partitions, claims = 4, 200
+        ensure_coordination_topic(kafka_bootstrap, fresh_topic, partitions, replication_factor=1)
+        producer = Producer(
+            {"bootstrap.servers": kafka_bootstrap, "linger.ms": 50, "compression.type": "lz4"}
+        )
+        for i in range(CATCH_UP_RECORDS):
+            part = i % claims
+            msg = Heartbeat(0, f"i{part % 20}", f"c{part % 20}", "g", "orders", part, i)
+            home = coordination_partition("orders", part, partitions)
+            while True:
+                try:
+                    producer.produce(fresh_topic, encode(msg), record_key(msg), partition=home)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        assert producer.flush(60) == 0
+        log = KafkaLog(kafka_bootstrap, fresh_topic)
+        try:
+            start = time.monotonic()
+            reader = LogReader(log, RationalizerConfig(10_000, num_partitions=partitions))
+            ends = log.end_offsets(10.0)
+            folded = 0
+            while not reader.caught_up_to(ends):
+                folded += len(reader.poll(0.5))
+            elapsed = time.monotonic() - start
+        finally:
+            log.close()
+        print(f"caught up on {folded} records in {elapsed:.2f}s")
+        assert folded == CATCH_UP_RECORDS
+        assert elapsed < CATCH_UP_RECORDS / 20_000

@@ -1,0 +1,173 @@
+"""The group status view (pure): built from folded worlds, rendered as JSON and as a table."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from marshal_workers.protocol import ClaimingPartition, CoordRecord
+from marshal_workers.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.status import GroupStatus, group_status, group_topics, iso_ms, render_table
+from tests.support import GROUP, HB, Log, claim, hb, pause, record, release, reserve
+
+T0 = 1_700_000_000_000
+
+
+def held_and_released() -> Log:
+    """A holds orders/0 at offset 5; orders/1 was claimed by A, then released at 42."""
+    log = Log()
+    log.at(T0, claim("A", 0))
+    log.at(T0 + 100, hb("A", 5, 0))
+    log.at(T0 + 200, claim("B", 0))
+    log.at(T0 + 300, claim("A", 1))
+    log.at(T0 + 400, release("A", 42, 1))
+    return log
+
+
+def status_of(
+    log: Log, now: int, highs: dict[tuple[str, int], int] | None = None
+) -> dict[str, Any]:
+    return as_json(group_status(GROUP, {0: log.world}, HB, now, highs or {}))
+
+
+def as_json(status: GroupStatus) -> dict[str, Any]:
+    return status.to_json()
+
+
+class TestClaims:
+    def test_held_claim_shows_holder_offset_and_token(self) -> None:
+        """A held claim shows client, instance, committed offset, fencing token and heartbeat."""
+        out = status_of(held_and_released(), T0 + 150)
+        held = out["claims"][0]
+        assert held == {
+            "topic": "orders",
+            "partition": 0,
+            "client_id": "A",
+            "instance_id": "A-1",
+            "state": "fresh",
+            "offset": 5,
+            "reserved": None,
+            "fencing_token": 0,
+            "last_heartbeat": iso_ms(T0 + 100),
+            "lag": None,
+            "certain": True,
+        }
+
+    def test_released_claim_has_no_holder(self) -> None:
+        """A released claim has null client and instance, state released, and its offset."""
+        released = status_of(held_and_released(), T0 + 500)["claims"][1]
+        assert released["partition"] == 1
+        assert released["state"] == "released"
+        assert released["client_id"] is None
+        assert released["instance_id"] is None
+        assert released["offset"] == 42
+
+    def test_state_follows_now(self) -> None:
+        """The holder is fresh below HB, unknown up to 2*HB, stale beyond, judged at now_ms."""
+        log = held_and_released()
+        last = T0 + 100
+        states = [
+            status_of(log, now)["claims"][0]["state"]
+            for now in (last, last + HB, last + 2 * HB + 1)
+        ]
+        assert states == ["fresh", "unknown", "stale"]
+
+    def test_lag_needs_offset_and_high_watermark(self) -> None:
+        """lag = high watermark - offset when both are known, else null."""
+        highs = {("orders", 0): 12, ("orders", 1): 42}
+        claims = status_of(held_and_released(), T0 + 500, highs)["claims"]
+        assert [c["lag"] for c in claims] == [7, 0]
+        log = Log()
+        log.at(T0, claim("A", 3))
+        assert status_of(log, T0, {("orders", 3): 9})["claims"][0]["lag"] is None
+
+    def test_reservation_is_shown(self) -> None:
+        """An at-most-once reservation appears as reserved next to the committed offset."""
+        log = Log()
+        log.at(T0, claim("A", 0))
+        log.at(T0 + 10, hb("A", 3))
+        log.at(T0 + 20, reserve("A", 8))
+        c = status_of(log, T0 + 30)["claims"][0]
+        assert (c["offset"], c["reserved"]) == (3, 8)
+
+    def test_uncertain_claim_shows_activity(self) -> None:
+        """A claim first seen after a compaction gap is uncertain, timed by its last activity."""
+        world = World(RationalizerConfig(HB), 0)
+        fold(world, record(hb("A", 9), 4, T0))
+        c = as_json(group_status(GROUP, {0: world}, HB, T0 + 10, {}))["claims"][0]
+        assert c["certain"] is False
+        assert c["client_id"] == "A"
+        assert c["state"] == "fresh"
+        assert c["last_heartbeat"] == iso_ms(T0)
+
+
+class TestSelection:
+    def test_only_the_group_sorted_across_worlds(self) -> None:
+        """Claims of other groups are left out; claims sort by topic then partition."""
+        cfg = RationalizerConfig(HB)
+        w0, w1 = World(cfg, 0), World(cfg, 1)
+        fold(w0, record(claim("A", 2, topic="zeta"), 0, T0))
+        fold(w0, record(claim("A", 1), 1, T0))
+        fold(w1, record(claim("A", 0), 0, T0, partition=1))
+        other = ClaimingPartition(0, "X-1", "X", "other", "orders", 5)
+        fold(w1, record(other, 1, T0, partition=1))
+        out = as_json(group_status(GROUP, {0: w0, 1: w1}, HB, T0, {}))
+        assert [(c["topic"], c["partition"]) for c in out["claims"]] == [
+            ("orders", 0),
+            ("orders", 1),
+            ("zeta", 2),
+        ]
+        assert group_topics({0: w0, 1: w1}, GROUP) == {"orders", "zeta"}
+
+    def test_malformed_is_summed_over_worlds(self) -> None:
+        """malformed counts the malformed records of every coordination partition."""
+        cfg = RationalizerConfig(HB)
+        w0, w1 = World(cfg, 0), World(cfg, 1)
+        fold(w0, CoordRecord(0, 0, T0, b"x", b"garbage"))
+        fold(w1, CoordRecord(1, 0, T0, None, None))
+        fold(w1, CoordRecord(1, 1, T0, b"y", b"Heartbeat/2/0/i/c/g/t/0/1"))
+        assert group_status(GROUP, {0: w0, 1: w1}, HB, T0, {}).malformed == 3
+
+    def test_pause_in_force_at_now(self) -> None:
+        """paused_until shows a pause still in force at now_ms, and null once it expired."""
+        log = Log()
+        log.at(T0, pause("admin", T0 // 1000 + 60))
+        paused = status_of(log, T0 + 1000)
+        assert paused["paused_until"] == iso_ms(T0 + 60_000)
+        assert paused["paused_by"] == "admin"
+        assert status_of(log, T0 + 61_000)["paused_until"] is None
+
+    def test_empty_group(self) -> None:
+        """A group without claims has an empty list and no pause."""
+        out = status_of(Log(), T0)
+        assert out["claims"] == []
+        assert out["paused_until"] is None
+        assert out["malformed"] == 0
+
+
+class TestRendering:
+    def test_json_is_one_serializable_object(self) -> None:
+        """to_json has the documented top-level keys and survives json.dumps."""
+        out = status_of(held_and_released(), T0 + 500, {("orders", 0): 10})
+        assert set(out) == {"group", "as_of", "claims", "paused_until", "paused_by", "malformed"}
+        assert json.loads(json.dumps(out)) == out
+
+    def test_iso_ms_is_utc_with_milliseconds(self) -> None:
+        """Times render as ISO-8601 UTC with milliseconds and a Z; None stays None."""
+        assert iso_ms(1_700_000_000_123) == "2023-11-14T22:13:20.123Z"
+        assert iso_ms(None) is None
+
+    def test_table_has_a_row_per_claim(self) -> None:
+        """The table has a header, one aligned row per claim, and the malformed count."""
+        status = group_status(GROUP, {0: held_and_released().world}, HB, T0 + 150, {})
+        lines = render_table(status).splitlines()
+        assert lines[0].startswith(f"group {GROUP} as of ")
+        assert lines[1].split()[:3] == ["TOPIC", "PARTITION", "STATE"]
+        assert lines[2].split()[:5] == ["orders", "0", "fresh", "A", "A-1"]
+        assert lines[3].split()[:4] == ["orders", "1", "released", "-"]
+        assert lines[-1] == "malformed records in the log: 0"
+
+    def test_table_of_empty_group(self) -> None:
+        """An empty group renders a placeholder row."""
+        status = group_status(GROUP, {0: Log().world}, HB, T0, {})
+        assert "(no claims)" in render_table(status)
