@@ -211,12 +211,15 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
         key = ClaimKey(msg.group_id, msg.topic, msg.partition)
         if record.key != f"{key.group}/{key.topic}/{key.partition}".encode():
             return _malformed(world, record, _key_mismatch(record, msg))
-        world.keys[record.key] = key
-    cfg = world.config
-    if cfg.num_partitions is not None:
-        home = coordination_partition(msg.topic, msg.partition, cfg.num_partitions, cfg.partitioner)
-        if home != world.partition:
-            return _malformed(world, record, f"message belongs on coordination partition {home}")
+        cfg = world.config
+        if cfg.num_partitions is not None:
+            home = coordination_partition(
+                msg.topic, msg.partition, cfg.num_partitions, cfg.partitioner
+            )
+            if home != world.partition:
+                reason = f"message belongs on coordination partition {home}"
+                return _malformed(world, record, reason)
+        world.keys[record.key] = key  # a key checked once, home partition included
     state = world.claims.get(key)
     if state is None:  # stored only once a record changes it: a refusal leaves no trace
         state = ClaimState(certain=not world.gap_seen)

@@ -54,11 +54,15 @@ class LogReader:
         """Whether every world has folded past the offsets in ``targets``."""
         return all(self.worlds[p].next_offset >= end for p, end in targets.items())
 
-    def catch_up(self, timeout_s: float) -> list[ev.Event]:
-        """Fold until every partition reaches the end it had when called; LogError on timeout."""
+    def catch_up(
+        self, timeout_s: float, on_event: Callable[[ev.Event], object] | None = None
+    ) -> int:
+        """Fold until every partition reaches the end it had when called; return how many
+        records were folded. Events go to ``on_event`` if given (a catch-up over a long
+        history would otherwise keep millions of them). LogError on timeout."""
         deadline = self._monotonic() + timeout_s
         targets = self.log.end_offsets(timeout_s)
-        out: list[ev.Event] = []
+        folded = 0
         while not self.caught_up_to(targets):
             remaining = deadline - self._monotonic()
             if remaining <= 0:
@@ -71,8 +75,12 @@ class LogReader:
                     f"coordination log not caught up within {timeout_s:.1f}s "
                     f"(records still to read per partition: {behind})"
                 )
-            out.extend(self.poll(min(remaining, 0.5)))
-        return out
+            events = self.poll(min(remaining, 0.5))
+            folded += len(events)
+            if on_event is not None:
+                for event in events:
+                    on_event(event)
+        return folded
 
     def wait_for(self, appended: Appended, timeout_s: float) -> tuple[ev.Event, list[ev.Event]]:
         """Fold until the record at ``appended`` is folded; return its verdict and all events
