@@ -39,6 +39,10 @@ class CoordinationLog(Protocol):
         ``timeout_s`` for the first one; empty when none arrived."""
         ...
 
+    def current_num_partitions(self, timeout_s: float) -> int:
+        """The partition count the log has now (a change is fatal to coordination)."""
+        ...
+
     def end_offsets(self, timeout_s: float) -> dict[int, int]:
         """Each partition's high watermark now (the offset the next append will get)."""
         ...

@@ -93,6 +93,10 @@ class MemoryLog:
         """How many partitions the coordination topic has."""
         return self._topic.num_partitions
 
+    def current_num_partitions(self, timeout_s: float) -> int:
+        """The partition count now (memory topics never change it)."""
+        return self._topic.num_partitions
+
     def append(self, partition: int, key: bytes, value: bytes, timeout_s: float) -> Appended:
         """Append and return where it landed (memory acknowledges at once)."""
         return self._topic.append(partition, key, value)

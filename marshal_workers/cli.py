@@ -1,0 +1,91 @@
+"""`marshal-run`: parse the options (one table in `settings`), then call `run(config)`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from marshal_workers.config import run_config
+from marshal_workers.errors import EXIT_USAGE, MarshalError
+from marshal_workers.run import run
+from marshal_workers.settings import SETTINGS, Setting, help_epilog, resolve
+
+SECTIONS = ("Work", "Identity", "Kafka", "Timing", "Errors", "Output")
+
+
+def _option(setting: Setting) -> Callable[[Any], Any]:
+    default = ", ".join(setting.default) if setting.multiple else setting.default
+    shown = f" [default: {default}]" if default not in (None, "", ()) else ""
+    kind: Any = click.Choice(setting.choices) if setting.choices else click.STRING
+    return click.option(
+        setting.flag,
+        setting.name,
+        type=kind,
+        multiple=setting.multiple,
+        default=None,
+        metavar="[" + "|".join(setting.choices) + "]" if setting.choices else setting.metavar,
+        help=f"{setting.help}{shown} [env: {setting.env}]",
+    )
+
+
+def _with_settings(command: Callable[..., Any]) -> Callable[..., Any]:
+    ordered = sorted(SETTINGS, key=lambda s: SECTIONS.index(s.section))
+    for setting in reversed(ordered):
+        command = _option(setting)(command)
+    return command
+
+
+@click.command(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=help_epilog(),
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE.toml",
+    help="Read settings from a TOML file. [env: MARSHAL_CONFIG]",
+)
+@_with_settings
+def marshal_run(config_file: Path | None, **flags: Any) -> int:
+    """Run a supervisor: claim a fair share of the group's partitions through the coordination
+    log and run one child process per claimed partition with the handler.
+
+    \b
+    Example:
+      marshal-run --handler mypkg:handle --mode amo --topic orders --group shop.billing
+
+    Signals: TERM stops gracefully (children finish their batch, commit, release); a second
+    TERM, INT or QUIT stops at once. Exit codes: 0 stopped, 2 configuration error, 3 handler
+    failed to load, 1 runtime failure.
+    """
+    config_path = config_file or (
+        Path(os.environ["MARSHAL_CONFIG"]) if os.environ.get("MARSHAL_CONFIG") else None
+    )
+    return run(run_config(resolve(flags, config_path)))
+
+
+def main() -> None:
+    """Entry point: one line and the documented exit code for every failure."""
+    try:
+        code = marshal_run.main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        click.echo(f"marshal-run: error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as exc:
+        click.echo(f"marshal-run: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except MarshalError as exc:
+        click.echo(f"marshal-run: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

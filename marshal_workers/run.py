@@ -1,0 +1,134 @@
+"""`run(config)`: start a supervisor, run its loop until it stops, and return the exit code.
+
+Before anything starts: the handler is imported (exit 3 if it cannot be), the coordination
+topic is opened and its settings checked (a fatal difference refuses to run), and this client
+id is locked on this host (two workers with one id would take each other's claims over).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import multiprocessing
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import structlog
+
+from marshal_workers.config import RunConfig
+from marshal_workers.datatopics import DataTopics
+from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME, ConfigError, MarshalError
+from marshal_workers.handler import load_handler
+from marshal_workers.kafkalog import KafkaLog
+from marshal_workers.logs import configure_logging
+from marshal_workers.rationalizer import RationalizerConfig
+from marshal_workers.reader import LogReader
+from marshal_workers.signals import SignalQueue
+from marshal_workers.supervisor import CoordinationChangedError, Supervisor
+from marshal_workers.topicadmin import admin_client, describe_topic, diff_topic_config
+
+
+def lock_dir() -> Path:
+    """Where client-id locks live: $XDG_RUNTIME_DIR, else the user's cache directory."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.expanduser("~/.cache")
+    return Path(base) / "marshal-workers" / "locks"
+
+
+@contextmanager
+def client_id_lock(client_id: str) -> Iterator[None]:
+    """Hold an exclusive lock on this client id on this host; ConfigError if another holds it."""
+    directory = lock_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{client_id}.lock"
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise ConfigError(
+                f"client id {client_id!r} is already running on this host (pid {holder}); "
+                "give each worker its own --client-id or --instance"
+            ) from None
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+
+
+def check_coordination_topic(config: RunConfig) -> None:
+    """Refuse a coordination topic whose settings break the safety argument; warn on others."""
+    log = structlog.get_logger()
+    info = describe_topic(
+        admin_client(config.bootstrap_servers, config.kafka),
+        config.bootstrap_servers,
+        config.coordination_topic,
+    )
+    if info is None:
+        raise MarshalError(
+            f"coordination topic {config.coordination_topic} does not exist on "
+            f"{config.bootstrap_servers}: run `marshal-admin init`"
+        )
+    for diff in diff_topic_config(info.config, info.replication_factor):
+        if diff.fatal:
+            raise MarshalError(f"{config.coordination_topic}: {diff}")
+        log.warning("coordination topic setting", difference=str(diff))
+
+
+def run(config: RunConfig) -> int:
+    """Run a supervisor until it stops; return the process exit code."""
+    configure_logging(json=config.log_json)
+    log = structlog.get_logger().bind(group=config.group, client_id=config.client_id)
+    load_handler(config.handler)
+    check_coordination_topic(config)
+    with client_id_lock(config.client_id):
+        coordination = KafkaLog(
+            config.bootstrap_servers,
+            config.coordination_topic,
+            client_id=f"marshal-{config.client_id}",
+            extra_config=config.kafka,
+        )
+        reader = LogReader(
+            coordination,
+            RationalizerConfig(
+                config.heartbeat_interval_ms,
+                num_partitions=coordination.num_partitions,
+                partitioner=config.partitioner,
+            ),
+        )
+        topics = DataTopics(config.bootstrap_servers, config.group, config.topics, config.kafka)
+        signals = SignalQueue()
+        supervisor = Supervisor(
+            config,
+            coordination,
+            reader,
+            topics,
+            multiprocessing.get_context("spawn"),
+            wake_fd=signals.fileno(),
+        )
+        log.info(
+            "supervisor starting",
+            mode=config.mode.value,
+            topics=list(config.topics),
+            instance_id=config.instance_id,
+            heartbeat_interval=config.heartbeat_interval,
+        )
+        try:
+            supervisor.start()
+            while not supervisor.done:
+                supervisor.step(signals.take())
+        except CoordinationChangedError as exc:
+            log.error("refusing to run", reason=str(exc))
+            return EXIT_RUNTIME
+        finally:
+            for holding in supervisor.holdings.values():  # nothing outlives the supervisor
+                holding.lease.revoke()
+                if holding.child is not None:
+                    holding.child.signal_group(signal.SIGKILL)
+            signals.close()
+            topics.close()
+            coordination.close()
+        log.info("supervisor stopped")
+    return EXIT_OK

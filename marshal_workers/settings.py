@@ -1,0 +1,292 @@
+"""Every `marshal-run` setting, defined once: name, type, default, check and help.
+
+The one table drives the command-line flags, the ``MARSHAL_*`` environment variables, the TOML
+file and the help text. Precedence, lowest first: default, TOML (``--config``), environment,
+flag. A bad value from any source is refused with one line naming the setting and its source.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from marshal_workers.errors import ConfigError
+from marshal_workers.protocol import validate_name
+
+Parse = Callable[[str], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One setting. ``parse`` turns text (flag, environment) into a value and raises ValueError
+    with the reason; ``check`` validates a value from any source (TOML included)."""
+
+    name: str
+    default: Any
+    help: str
+    section: str
+    parse: Parse = str
+    check: Callable[[Any], None] | None = None
+    multiple: bool = False
+    metavar: str = "TEXT"
+    choices: tuple[str, ...] = ()
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag, e.g. ``--heartbeat-interval``."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        """The environment variable, e.g. ``MARSHAL_HEARTBEAT_INTERVAL``."""
+        return "MARSHAL_" + self.name.upper()
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("must be a positive number")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be a whole number of at least 1")
+    return value
+
+
+def _name(what: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        for item in value if isinstance(value, tuple) else (value,):
+            validate_name(what, item)
+
+    return check
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+
+    return check
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "handler",
+        None,
+        "The handler: MODULE:ATTR, or the name of an entry point in the "
+        "group marshal_workers.handlers.",
+        "Work",
+        metavar="MOD:ATTR|NAME",
+    ),
+    Setting(
+        "mode",
+        None,
+        "Delivery: amo (claim each batch in the log before handling it: "
+        "at most once) or alo (handle, then commit: at least once).",
+        "Work",
+        check=_choice(("amo", "alo")),
+        choices=("amo", "alo"),
+    ),
+    Setting(
+        "topic",
+        (),
+        "A topic to consume (repeat for several).",
+        "Work",
+        multiple=True,
+        check=_name("topic"),
+        metavar="TOPIC",
+    ),
+    Setting(
+        "group",
+        None,
+        "The consumer group, shared by every member of the fleet.",
+        "Work",
+        check=_name("group"),
+        metavar="GROUP",
+    ),
+    Setting(
+        "client_id",
+        None,
+        "This member's stable id (no '/'). Restarting with the same id "
+        "within the heartbeat window resumes its claims. Default: HOSTNAME-INSTANCE.",
+        "Identity",
+        check=_name("client id"),
+        metavar="ID",
+    ),
+    Setting(
+        "instance",
+        "0",
+        "Names this worker among several on one host (systemd's %i); "
+        "used in the default client id.",
+        "Identity",
+        check=_name("instance"),
+        metavar="NAME",
+    ),
+    Setting(
+        "bootstrap_servers",
+        "127.0.0.1:9092",
+        "Kafka brokers, HOST:PORT[,...].",
+        "Kafka",
+        metavar="HOST:PORT",
+    ),
+    Setting(
+        "coordination_topic",
+        "__marshal",
+        "The coordination topic (see marshal-admin init).",
+        "Kafka",
+        check=_name("coordination topic"),
+        metavar="NAME",
+    ),
+    Setting(
+        "partitioner",
+        "spec",
+        "How claims map to coordination partitions: spec, or "
+        "marshal-go to share a topic with the Go implementation.",
+        "Kafka",
+        check=_choice(("spec", "marshal-go")),
+        choices=("spec", "marshal-go"),
+    ),
+    Setting(
+        "heartbeat_interval",
+        10.0,
+        "Heartbeat interval HB in seconds. Heartbeats go out "
+        "every HB/2; a claim is stale after 2*HB without one. Same value on every member.",
+        "Timing",
+        parse=_positive_float,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "batch_size",
+        500,
+        "Records a child fetches and handles per batch (AMO reserves "
+        "one batch per log round trip).",
+        "Timing",
+        parse=_positive_int,
+        metavar="N",
+    ),
+    Setting(
+        "stop_timeout",
+        20.0,
+        "How long a graceful stop (TERM) may take before children are killed.",
+        "Timing",
+        parse=_positive_float,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "auto_offset_reset",
+        "earliest",
+        "Where to start a partition nobody has committed: earliest or latest.",
+        "Work",
+        check=_choice(("earliest", "latest")),
+        choices=("earliest", "latest"),
+    ),
+    Setting(
+        "max_handler_failures",
+        5,
+        "Failures on one offset before the partition is released (with backoff between restarts).",
+        "Errors",
+        parse=_positive_int,
+        metavar="N",
+    ),
+    Setting(
+        "log_format",
+        "auto",
+        "Log lines as json, console, or auto (console on a terminal).",
+        "Output",
+        check=_choice(("auto", "json", "console")),
+        choices=("auto", "json", "console"),
+    ),
+)
+BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """Setting values after merging every source, plus the pass-through ``[kafka]`` table."""
+
+    values: Mapping[str, Any]
+    kafka: Mapping[str, str]
+    sources: Mapping[str, str]
+
+
+def _apply(setting: Setting, value: Any, source: str) -> Any:
+    """Parse a value from ``source`` (text from flags and environment, typed from TOML)."""
+    try:
+        if setting.multiple:
+            items = value.split(",") if isinstance(value, str) else list(value)
+            parsed: Any = tuple(setting.parse(str(v)) for v in items if str(v))
+        else:
+            parsed = setting.parse(str(value))
+        if setting.check is not None:
+            setting.check(parsed)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{setting.name} = {value!r} from {source}: {exc}") from None
+    return parsed
+
+
+def load_toml(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """The settings and the ``[kafka]`` table of a TOML file; ConfigError on anything unknown."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    kafka = data.pop("kafka", {})
+    if not isinstance(kafka, dict):
+        raise ConfigError(f"config file {path}: [kafka] must be a table of librdkafka settings")
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name not in BY_NAME:
+            raise ConfigError(f"config file {path}: unknown setting {key!r}")
+        values[name] = value
+    return values, {str(k): str(v) for k, v in kafka.items()}
+
+
+def resolve(
+    flags: Mapping[str, Any], config_file: Path | None, environ: Mapping[str, str] | None = None
+) -> Resolved:
+    """Merge default < TOML < environment < flags, checking every value from its source.
+
+    ``flags`` holds only the flags given (a value of None or () means not given)."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for s in SETTINGS:
+        values[s.name] = tuple(s.default) if s.multiple else s.default
+        sources[s.name] = "default"
+    kafka: dict[str, str] = {}
+    if config_file is not None:
+        from_file, kafka = load_toml(config_file)
+        for name, value in from_file.items():
+            values[name] = _apply(BY_NAME[name], value, f"{config_file}")
+            sources[name] = str(config_file)
+    for s in SETTINGS:
+        if s.env in env and env[s.env] != "":
+            values[s.name] = _apply(s, env[s.env], f"${s.env}")
+            sources[s.name] = f"${s.env}"
+    for name, value in flags.items():
+        if value is None or value == ():
+            continue
+        s = BY_NAME[name]
+        values[name] = _apply(s, value, s.flag)
+        sources[name] = s.flag
+    return Resolved(values, kafka, sources)
+
+
+def help_epilog(settings: Sequence[Setting] = SETTINGS) -> str:
+    """The environment variables, listed for --help."""
+    names = ", ".join(s.env for s in settings)
+    return (
+        "Every option can also come from a TOML file (--config; keys as the option names, "
+        "plus a [kafka] table passed to librdkafka) and from the environment: "
+        f"{names}. Precedence: flag > environment > file > default."
+    )
