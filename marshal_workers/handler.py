@@ -93,8 +93,9 @@ class LoadError(MarshalError):
         super().__init__(message, EXIT_HANDLER_LOAD)
 
 
-def load_handler(spec: str) -> Callable[..., object]:
-    """Import ``module:attr`` (dotted attr allowed) or look up an entry point by name."""
+def load_handler(spec: str) -> Any:
+    """Import ``module:attr`` (dotted attr allowed) or look up an entry point by name: a
+    function, a plugin class, or a plugin object (see `plugin`)."""
     if ":" in spec:
         module_name, _, attr = spec.partition(":")
         try:
@@ -123,6 +124,9 @@ def load_handler(spec: str) -> Callable[..., object]:
             raise LoadError(
                 f"cannot load handler entry point {spec!r}: {type(exc).__name__}: {exc}"
             ) from None
-    if not callable(target):
-        raise LoadError(f"handler {spec!r} is a {type(target).__name__}, not a callable")
-    return target  # type: ignore[no-any-return]
+    if not (callable(target) or hasattr(target, "handle") or hasattr(target, "handle_batch")):
+        raise LoadError(
+            f"handler {spec!r} is a {type(target).__name__}: give a function handle(record, ctx), "
+            "or a class or object with handle or handle_batch"
+        )
+    return target

@@ -426,6 +426,8 @@ class Supervisor:
                 self._on_exit(holding, child.exitcode, now)
 
     def _on_exit(self, holding: Holding, code: int, now: float) -> None:
+        if holding.child is not None:
+            holding.child.close()
         holding.child = None
         key = holding.key
         self.log_.info(

@@ -1,0 +1,432 @@
+"""The child process: one claimed partition, its own consumer, the user's handler, self-fencing.
+
+Theory of operation. The supervisor calls `start_child` for a partition it holds, with a
+`ChildSpec` (where to start, which handler, which fencing token) and the claim's `SharedLease`,
+already extended to a deadline in the future. The child is spawned (never forked: librdkafka
+threads do not survive a fork) and, in `child_main`:
+
+1. leads its own process group, asks Linux to SIGKILL it when its parent dies, and exits at once
+   if its parent is already gone (the race after ``prctl``) (see `marshal_workers.fencing`);
+2. configures logging, bound to its claim; SIGTERM is logged and then ends it (default action);
+   SIGINT is ignored (the supervisor owns shutdown and says `Stop`);
+3. starts the watchdog thread, which ends the process at the lease deadline even while the main
+   thread is stuck in the handler;
+4. loads the handler (a function, or a class or instance with ``setup``, ``handle`` or
+   ``handle_batch``, ``teardown``), calls ``setup(ctx)``, opens its consumer ``assign()``ed to
+   the partition and sends `Started`;
+5. loops: read `Stop` from the pipe, check the lease, fetch a batch, then
+   - ALO: handle each record (the lease checked before every handler call) and send `Progress`;
+   - AMO: send `GrantRequest` for the batch, wait for the matching `Grant` (checking the lease
+     and the pipe), and only if granted handle it; the granted end is the new position.
+   On `Stop` the batch in hand is finished, ``teardown(ctx, "stop")`` runs, `Stopped` is sent.
+
+Every other ending also calls ``teardown(ctx, reason)`` (when ``setup`` succeeded) with the
+reason named below, except the watchdog's and the signals', which end the process at once.
+
+Exit codes (the protocol with the supervisor; negative `ChildHandle.exitcode`: a signal):
+
+====  =====================  ===============================================================
+0     EXIT_OK                clean stop after `Stop`; `Stopped` was sent (reason ``stop``)
+1     EXIT_RUNTIME           a bug in the child itself, logged with its traceback
+4     EXIT_HANDLER_FAILED    the handler raised: `HandlerFailed` was sent; ALO: the record was
+                             not committed (`Progress` stops before it); AMO: it is lost
+5     EXIT_LEASE_EXPIRED     the lease ended (expired, or revoked: deadline 0) before the work
+6     EXIT_PARENT_GONE       the supervisor died (reparented) or closed the pipe
+7     EXIT_NOT_GRANTED       AMO: the supervisor refused a batch; nothing of it was handled
+8     EXIT_SETUP             the handler could not be loaded or set up, or the spec is unusable
+9     EXIT_KAFKA             the consumer could not be created or assigned, or a fatal error
+====  =====================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnContext, SpawnProcess
+from types import FrameType
+from typing import Any, NoReturn
+
+import structlog
+from confluent_kafka import Consumer, KafkaException
+
+from marshal_workers.consume import ConsumerSetupError, FatalKafkaError, fetch, open_consumer
+from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME
+from marshal_workers.fencing import (
+    REASON_LEASE_EXPIRED,
+    REASON_PARENT_GONE,
+    Watchdog,
+    become_group_leader,
+    parent_alive,
+    set_parent_death_signal,
+    write_with_timeout,
+)
+from marshal_workers.handler import Context, LoadError, Record, load_handler
+from marshal_workers.ipc import (
+    ChildSpec,
+    Grant,
+    GrantRequest,
+    HandlerFailed,
+    Progress,
+    Started,
+    Stop,
+    Stopped,
+    ToChild,
+    ToSupervisor,
+)
+from marshal_workers.lease import SharedLease
+from marshal_workers.logs import configure_logging, raw_line
+from marshal_workers.plugin import Plugin
+from marshal_workers.rationalizer import Mode
+
+EXIT_HANDLER_FAILED = 4
+EXIT_LEASE_EXPIRED = 5
+EXIT_PARENT_GONE = 6
+EXIT_NOT_GRANTED = 7
+EXIT_SETUP = 8
+EXIT_KAFKA = 9
+
+FENCE_EXIT_CODES = {REASON_LEASE_EXPIRED: EXIT_LEASE_EXPIRED, REASON_PARENT_GONE: EXIT_PARENT_GONE}
+GRANT_POLL_S = 0.05
+LAST_WORDS_TIMEOUT_S = 0.05
+
+# ---------------------------------------------------------------- supervisor side
+
+
+class ChildHandle:
+    """The supervisor's handle on one running child (its process, pipe end, spec and lease)."""
+
+    def __init__(
+        self,
+        process: SpawnProcess,
+        conn: Connection,
+        spec: ChildSpec,
+        lease: SharedLease,
+        started_at: float,
+    ) -> None:
+        self.process = process
+        self.conn = conn
+        self.spec = spec
+        self.lease = lease
+        self.started_at = started_at
+        pid = process.pid
+        assert pid is not None, "ChildHandle of a process that was not started"
+        self.pid: int = pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """None while running; else the exit code (negative: the signal). Reaps, never blocks."""
+        return self.process.exitcode
+
+    @property
+    def sentinel(self) -> int:
+        """A descriptor that becomes ready when the child ends (for `connection.wait`)."""
+        return self.process.sentinel
+
+    def send(self, msg: ToChild) -> bool:
+        """Send `Grant` or `Stop`; False if the child is gone (its pipe end closed)."""
+        try:
+            self.conn.send(msg)
+        except OSError:
+            return False
+        return True
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the child's process group: the child and whatever its handler started.
+
+        Until the child has made its own group (its first statement), only the child itself
+        exists to be signalled, so it is signalled directly. Call this soon after the child
+        ends, not much later: once every member is gone the pid may be reused.
+        """
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            if self.exitcode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, sig)
+
+    def join(self, timeout: float | None = None) -> int | None:
+        """Wait up to ``timeout`` seconds for the child to end; its exit code, or None."""
+        self.process.join(timeout)
+        return self.exitcode
+
+    def close(self) -> None:
+        """Close the pipe end, and release the process object once the child has ended."""
+        self.conn.close()
+        if self.exitcode is not None:
+            self.process.close()
+
+
+def start_child(spec: ChildSpec, lease: SharedLease, mp_context: SpawnContext) -> ChildHandle:
+    """Spawn a child for ``spec`` under ``lease`` (extend the lease first: 0 means stop now).
+
+    Call it from a thread that lives as long as the supervisor: Linux delivers the parent-death
+    signal when the *thread* that started the child ends.
+    """
+    parent_conn, child_conn = mp_context.Pipe(duplex=True)
+    process = mp_context.Process(
+        target=child_main,
+        args=(spec, lease, child_conn, os.getpid()),
+        name=f"marshal-child:{spec.topic}/{spec.partition}",
+        daemon=False,  # a daemonic process may not start processes: handlers may need to
+    )
+    process.start()
+    child_conn.close()
+    return ChildHandle(process, parent_conn, spec, lease, time.monotonic())
+
+
+# ---------------------------------------------------------------- child side
+
+
+def child_main(spec: ChildSpec, lease: SharedLease, conn: Connection, parent_pid: int) -> NoReturn:
+    """The child process's entry point (see the module docstring); never returns."""
+    become_group_leader()
+    with contextlib.suppress(OSError):  # if it fails, the watchdog's parent-pid check remains
+        set_parent_death_signal(signal.SIGKILL)
+    if not parent_alive(parent_pid):
+        os._exit(EXIT_PARENT_GONE)
+    configure_logging(spec.log_json)
+    bound: dict[str, Any] = {
+        "group": spec.group_id,
+        "topic": spec.topic,
+        "partition": spec.partition,
+        "client_id": spec.client_id,
+        "instance_id": spec.instance_id,
+        "pid": os.getpid(),
+        "fencing_token": spec.fencing_token,
+    }
+    log = structlog.get_logger("marshal_workers.child").bind(**bound)
+
+    def last_words(event: str, **fields: Any) -> None:
+        # no structlog here: its writer lock may be held by the thread we interrupt
+        line = raw_line(spec.log_json, event, "warning", {**bound, **fields})
+        write_with_timeout(2, line, LAST_WORDS_TIMEOUT_S)
+
+    def on_fence(reason: str) -> NoReturn:
+        code = FENCE_EXIT_CODES[reason]
+        last_words("child_fenced", reason=reason, exit_code=code, by="watchdog")
+        os._exit(code)
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        last_words("child_terminated", signal="SIGTERM")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    Watchdog(lease, parent_pid, on_fence).start()
+    code = _Child(spec, lease, conn, log).run()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # not sys.exit: a non-daemon thread the handler left behind must not keep us alive
+    os._exit(code)
+
+
+class _Exit(Exception):  # noqa: N818 (control flow, not an error)
+    """Unwinds the child's loop to its shutdown, with the exit code and teardown reason."""
+
+    def __init__(self, code: int, reason: str, final: ToSupervisor | None = None) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+        self.final = final
+
+
+class _Child:
+    """The child's main thread: setup, the fetch-handle loop, shutdown."""
+
+    def __init__(self, spec: ChildSpec, lease: SharedLease, conn: Connection, log: Any) -> None:
+        self.spec = spec
+        self.lease = lease
+        self.conn = conn
+        self.log = log
+        self.ctx = Context(
+            client_id=spec.client_id,
+            instance_id=spec.instance_id,
+            group_id=spec.group_id,
+            topic=spec.topic,
+            partition=spec.partition,
+            fencing_token=spec.fencing_token,
+            mode=spec.mode,
+            log=log,
+            pid=os.getpid(),
+            lease_remaining=lease.remaining,
+        )
+        self.plugin: Plugin | None = None  # set once setup() succeeded
+        self.consumer: Consumer | None = None
+        self.next_offset: int | None = None  # ALO: handled below; AMO: granted below
+        self.reported: int | None = None  # the last Progress sent
+        self.request_id = 0
+
+    def run(self) -> int:
+        """Run until something ends the child; its exit code."""
+        try:
+            self._setup()
+            self._loop()
+        except _Exit as end:
+            return self._shutdown(end)
+        except Exception:
+            self.log.exception("child_crashed")
+            return self._shutdown(_Exit(EXIT_RUNTIME, "crash"))
+        raise AssertionError("the loop only ends by _Exit")  # pragma: no cover
+
+    def _setup(self) -> None:
+        try:
+            plugin = Plugin(load_handler(self.spec.handler))
+            plugin.setup(self.ctx)
+        except LoadError as exc:
+            self.log.error("handler_load_failed", handler=self.spec.handler, error=str(exc))
+            raise _Exit(EXIT_SETUP, "setup_failed") from None
+        except Exception as exc:
+            self.log.exception("handler_setup_failed", handler=self.spec.handler, error=repr(exc))
+            raise _Exit(EXIT_SETUP, "setup_failed") from None
+        self.plugin = plugin
+        try:
+            self.consumer, position = open_consumer(self.spec)
+        except ConsumerSetupError as exc:
+            self.log.error("consumer_setup_failed", error=str(exc))
+            raise _Exit(EXIT_SETUP, "setup_failed") from None
+        except KafkaException as exc:
+            self.log.error("kafka_failed", error=str(exc))
+            raise _Exit(EXIT_KAFKA, "kafka_failed") from None
+        self.next_offset = self.reported = position
+        self._send(Started(os.getpid(), position))
+        self.log.info("child_started", mode=str(self.spec.mode), position=position)
+
+    def _loop(self) -> None:
+        assert self.consumer is not None
+        while True:
+            self._read_stop()
+            self._require_lease()
+            try:
+                records = fetch(self.consumer, self.spec, self.log)
+            except (FatalKafkaError, KafkaException) as exc:
+                self.log.error("kafka_failed", error=str(exc))
+                raise _Exit(EXIT_KAFKA, "kafka_failed") from None
+            if not records:
+                continue
+            if self.spec.mode == Mode.AMO:
+                self._await_grant(records)
+                self._handle(records)
+            else:
+                self._handle(records)
+                self._report_progress()
+
+    def _handle(self, records: list[Record]) -> None:
+        """Handle a batch in order, the lease checked before every handler call."""
+        assert self.plugin is not None
+        alo = self.spec.mode == Mode.ALO
+        if self.plugin.handle_batch is not None:
+            self._require_lease()
+            try:
+                self.plugin.handle_batch(records, self.ctx)
+            except Exception as exc:
+                self._failed(records[0], exc)  # which record failed is unknown: the first
+            if alo:
+                self.next_offset = records[-1].offset + 1
+            return
+        for record in records:
+            self._require_lease()
+            try:
+                self.plugin.handle(record, self.ctx)
+            except Exception as exc:
+                self._failed(record, exc)
+            if alo:
+                self.next_offset = record.offset + 1
+
+    def _await_grant(self, records: list[Record]) -> None:
+        """AMO: ask to handle the batch and wait for the answer; return only if granted."""
+        self.request_id += 1
+        request = GrantRequest(self.request_id, records[0].offset, records[-1].offset + 1)
+        self._send(request)
+        grant = self._grant_for(request)
+        if not grant.granted:
+            self.log.warning(
+                "grant_refused", start=request.start, end=request.end, reason=grant.reason
+            )
+            raise _Exit(EXIT_NOT_GRANTED, "not_granted")
+        self.next_offset = request.end
+
+    def _grant_for(self, request: GrantRequest) -> Grant:
+        """The supervisor's answer to ``request``, the lease and `Stop` checked while waiting."""
+        while True:
+            self._require_lease()
+            msg = self._receive(min(GRANT_POLL_S, max(0.0, self.lease.remaining())))
+            if isinstance(msg, Grant) and msg.request_id == request.request_id:
+                return msg
+            if isinstance(msg, Stop):
+                self.log.info("stop_while_awaiting_grant", start=request.start, end=request.end)
+                raise _Exit(EXIT_OK, "stop", Stopped(self.next_offset))
+            if msg is not None:
+                self.log.warning("unexpected_message", message=repr(msg))
+
+    def _read_stop(self) -> None:
+        """Drain the pipe; on `Stop`, end with `Stopped` (the batch in hand is already done)."""
+        while (msg := self._receive(0.0)) is not None:
+            if isinstance(msg, Stop):
+                raise _Exit(EXIT_OK, "stop", Stopped(self.next_offset))
+            self.log.warning("unexpected_message", message=repr(msg))
+
+    def _require_lease(self) -> None:
+        if not self.lease.valid():
+            self.log.warning("lease_expired", deadline=self.lease.deadline)
+            raise _Exit(EXIT_LEASE_EXPIRED, REASON_LEASE_EXPIRED)
+
+    def _failed(self, record: Record, exc: Exception) -> NoReturn:
+        self.log.error(  # the logger is bound with the topic and partition
+            "handler_failed",
+            offset=record.offset,
+            error=repr(exc),
+            exc_info=exc,
+        )
+        self._report_progress()
+        text = "".join(traceback.format_exception(exc))
+        self._send(HandlerFailed(record.offset, f"{type(exc).__name__}: {exc}", text))
+        raise _Exit(EXIT_HANDLER_FAILED, "handler_failed")
+
+    def _report_progress(self) -> None:
+        """ALO: send `Progress` if records were handled since the last one."""
+        if self.spec.mode == Mode.ALO and self.next_offset != self.reported:
+            assert self.next_offset is not None
+            self._send(Progress(self.next_offset))
+            self.reported = self.next_offset
+
+    def _receive(self, timeout: float) -> ToChild | None:
+        try:
+            if not self.conn.poll(timeout):
+                return None
+            msg: ToChild = self.conn.recv()
+        except (EOFError, OSError):
+            raise _Exit(EXIT_PARENT_GONE, REASON_PARENT_GONE) from None
+        return msg
+
+    def _send(self, msg: ToSupervisor) -> None:
+        try:
+            self.conn.send(msg)
+        except OSError:
+            raise _Exit(EXIT_PARENT_GONE, REASON_PARENT_GONE) from None
+
+    def _shutdown(self, end: _Exit) -> int:
+        """Report what was done, tear the plugin down, send the final message, close."""
+        if end.reason != REASON_PARENT_GONE:
+            with contextlib.suppress(_Exit):
+                self._report_progress()
+        if self.plugin is not None:
+            try:
+                self.plugin.teardown(self.ctx, end.reason)
+            except Exception:
+                self.log.exception("handler_teardown_failed", reason=end.reason)
+        if end.final is not None:
+            with contextlib.suppress(_Exit):
+                self._send(end.final)
+        if self.consumer is not None:
+            try:
+                self.consumer.close()
+            except Exception as exc:
+                self.log.warning("consumer_close_failed", error=repr(exc))
+        self.log.info("child_exit", reason=end.reason, exit_code=end.code)
+        return end.code

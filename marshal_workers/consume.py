@@ -1,0 +1,128 @@
+"""A child's consumer: one partition, ``assign()``ed at a known offset, never committing.
+
+Ownership of the partition is decided by the coordination log, not by the broker: the consumer
+never calls ``subscribe()`` (no group membership, no rebalances) and never commits (the
+supervisor records offsets in heartbeats). ``group.id`` is set only because librdkafka wants
+one; automatic commits and offset stores are forced off whatever ``kafka_config`` says.
+
+The start position is resolved before ``assign()``: the spec's offset, or the partition's low
+or high watermark for ``auto_offset_reset`` earliest or latest. The consumer is then assigned
+that concrete offset, so the position the child reports in `Started` is the one it fetches from
+(``auto.offset.reset`` still applies if that offset is no longer in the log).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from marshal_workers.handler import Record
+from marshal_workers.ipc import ChildSpec
+
+EARLIEST = frozenset({"earliest", "smallest", "beginning"})
+LATEST = frozenset({"latest", "largest", "end"})
+WATERMARK_TIMEOUT_S = 10.0
+
+
+class ConsumerSetupError(Exception):
+    """The spec cannot be consumed as given (a bad offset or reset policy)."""
+
+
+class FatalKafkaError(Exception):
+    """librdkafka reported a fatal error: this consumer cannot go on."""
+
+
+def consumer_config(spec: ChildSpec) -> dict[str, Any]:
+    """The librdkafka configuration of the child's consumer."""
+    config: dict[str, Any] = dict(spec.kafka_config)
+    config.update(
+        {
+            "bootstrap.servers": spec.bootstrap_servers,
+            "group.id": spec.group_id,
+            "client.id": f"{spec.client_id}-{spec.topic}-{spec.partition}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": spec.auto_offset_reset,
+        }
+    )
+    config.setdefault("enable.partition.eof", False)
+    return config
+
+
+def resolve_start(consumer: Consumer, spec: ChildSpec) -> int:
+    """The offset to fetch first: the spec's, or a watermark chosen by the reset policy."""
+    if spec.start_offset is not None:
+        if spec.start_offset < 0:
+            raise ConsumerSetupError(f"start offset {spec.start_offset} is negative")
+        return spec.start_offset
+    policy = spec.auto_offset_reset.lower()
+    if policy not in EARLIEST | LATEST:
+        raise ConsumerSetupError(
+            f"no start offset and auto_offset_reset={spec.auto_offset_reset!r}: "
+            "cannot choose where to start"
+        )
+    marks = consumer.get_watermark_offsets(
+        TopicPartition(spec.topic, spec.partition), timeout=WATERMARK_TIMEOUT_S, cached=False
+    )
+    if marks is None:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "watermark offsets timed out"))
+    low, high = marks
+    return int(low) if policy in EARLIEST else int(high)
+
+
+def open_consumer(spec: ChildSpec) -> tuple[Consumer, int]:
+    """A consumer assigned to the spec's partition, and the offset it will fetch first."""
+    consumer = Consumer(consumer_config(spec))
+    try:
+        position = resolve_start(consumer, spec)
+        consumer.assign([TopicPartition(spec.topic, spec.partition, position)])
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer, position
+
+
+def to_record(msg: Message) -> Record:
+    """The handler's view of a fetched message (one without an error)."""
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    assert topic is not None and partition is not None and offset is not None
+    ts_type, ts = msg.timestamp()
+    raw = msg.headers() or []
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return Record(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=msg.key(),
+        value=msg.value(),
+        timestamp=None if ts_type == TIMESTAMP_NOT_AVAILABLE else int(ts),
+        headers=tuple((k, v.encode() if isinstance(v, str) else v) for k, v in pairs),
+    )
+
+
+def fetch(consumer: Consumer, spec: ChildSpec, log: Any) -> list[Record]:
+    """Up to ``batch_size`` records (waiting at most ``batch_timeout_s``), in offset order.
+
+    Partition EOF events are skipped; other errors are logged and skipped (librdkafka retries
+    them) unless fatal, which raises `FatalKafkaError`.
+    """
+    records: list[Record] = []
+    for msg in consumer.consume(num_messages=spec.batch_size, timeout=spec.batch_timeout_s):
+        err = msg.error()
+        if err is None:
+            records.append(to_record(msg))
+        elif err.code() == KafkaError._PARTITION_EOF:
+            continue
+        elif err.fatal():
+            raise FatalKafkaError(str(err))
+        else:
+            log.warning("kafka_error", error=str(err), code=err.name())
+    return records

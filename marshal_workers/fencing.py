@@ -1,0 +1,109 @@
+"""How a child fences itself: its own process group, death with its parent, the lease watchdog.
+
+DESIGN.md section 3: a child may process only while its lease (a monotonic deadline in shared
+memory, written by the supervisor) lasts, and it must stop even if the supervisor is frozen.
+The defences, from the child's side:
+
+- `become_group_leader`: the child leads its own process group, so the supervisor's
+  ``killpg`` also ends whatever the handler started (shell commands, helper processes).
+- `set_parent_death_signal`: on Linux the kernel sends SIGKILL to the child when the thread
+  that started it dies (``PR_SET_PDEATHSIG``). The flag is set after the process exists, so a
+  parent that died before it was set is caught by comparing ``os.getppid()`` with the pid the
+  parent passed in (`parent_alive`). Elsewhere only the pid check (by the watchdog) remains.
+- `Watchdog`: a daemon thread that wakes at least every 50 ms and at the deadline itself,
+  re-reads the lease (the supervisor moves it on every valid heartbeat) and calls ``on_fence``
+  (which ends the process with ``os._exit``) once the lease has expired or the parent changed.
+  It runs while the main thread is stuck in a handler that sleeps, waits on I/O or loops in
+  pure Python. It cannot run while the main thread holds the GIL inside one long C call (a
+  C extension that does not release it): then the supervisor's SIGKILL at lease expiry is
+  the backstop, and the fencing token the handler passes to its sink is the last line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import NoReturn
+
+from marshal_workers.lease import Clock, SharedLease
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+WATCHDOG_TICK_S = 0.05
+
+REASON_LEASE_EXPIRED = "lease_expired"
+REASON_PARENT_GONE = "parent_gone"
+
+
+def become_group_leader() -> None:
+    """Make this process the leader of a new process group (its pgid becomes its pid)."""
+    # PermissionError: already a session leader (started with setsid), so a group leader too
+    with contextlib.suppress(PermissionError):
+        os.setpgid(0, 0)
+
+
+def set_parent_death_signal(sig: int) -> bool:
+    """Ask Linux to send ``sig`` to this process when its parent dies; False elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(sig), 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_PDEATHSIG): {os.strerror(err)}")
+    return True
+
+
+def parent_alive(parent_pid: int) -> bool:
+    """Whether this process still has the parent that started it (not reparented to init)."""
+    return os.getppid() == parent_pid
+
+
+def write_with_timeout(fd: int, data: bytes, timeout_s: float) -> None:
+    """Write ``data`` to ``fd`` from a helper thread, giving up after ``timeout_s``.
+
+    Used just before ``os._exit``: a full stderr pipe (a supervisor that stopped reading) must
+    not keep a process from fencing itself.
+    """
+
+    def write() -> None:
+        with contextlib.suppress(OSError):
+            os.write(fd, data)
+
+    writer = threading.Thread(target=write, name="marshal-last-words", daemon=True)
+    writer.start()
+    writer.join(timeout_s)
+
+
+class Watchdog(threading.Thread):
+    """Calls ``on_fence(reason)`` once the lease expires or the parent is gone; never returns
+    from that call (``on_fence`` ends the process)."""
+
+    def __init__(
+        self,
+        lease: SharedLease,
+        parent_pid: int,
+        on_fence: Callable[[str], NoReturn],
+        tick_s: float = WATCHDOG_TICK_S,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        super().__init__(name="marshal-watchdog", daemon=True)
+        self._lease = lease
+        self._parent_pid = parent_pid
+        self._on_fence = on_fence
+        self._tick_s = tick_s
+        self._clock = clock
+
+    def run(self) -> None:
+        """Poll the parent and the lease until one of them says stop."""
+        while True:
+            if not parent_alive(self._parent_pid):
+                self._on_fence(REASON_PARENT_GONE)
+            deadline = self._lease.deadline  # re-read: the supervisor extends it
+            now = self._clock()
+            if now >= deadline:
+                self._on_fence(REASON_LEASE_EXPIRED)
+            time.sleep(min(self._tick_s, deadline - now))

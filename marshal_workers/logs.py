@@ -1,0 +1,56 @@
+"""Logging for every marshal-workers process: structlog, one event per line on stderr.
+
+`configure_logging(json=True)` renders JSON lines (for journald, systemd and log shippers);
+``json=False`` renders a human console format. The supervisor and each child call it once at
+start; a child then binds its claim (group, topic, partition, client_id, instance_id, pid,
+fencing_token) to its logger, so every line it writes says which claim it ran under.
+
+`raw_line` formats one event without structlog, for the few places that must not take
+structlog's writer lock (a signal handler, the watchdog thread about to end the process).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json as jsonlib
+import logging
+import sys
+from typing import Any, TextIO
+
+import structlog
+
+
+def configure_logging(json: bool, level: str | int = "info", stream: TextIO | None = None) -> None:
+    """Send structlog events to ``stream`` (stderr) as JSON lines or as console lines."""
+    out = stream if stream is not None else sys.stderr
+    renderer: Any
+    if json:
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+    ]
+    if json:
+        processors.append(structlog.processors.dict_tracebacks)
+    processors.append(renderer)
+    min_level = level if isinstance(level, int) else logging.getLevelNamesMapping()[level.upper()]
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(min_level),
+        logger_factory=structlog.PrintLoggerFactory(out),
+        cache_logger_on_first_use=False,
+    )
+
+
+def raw_line(json: bool, event: str, level: str, context: dict[str, Any]) -> bytes:
+    """One rendered log line (newline-terminated), built without structlog or any lock."""
+    timestamp = datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
+    if json:
+        fields = {**context, "event": event, "level": level, "timestamp": timestamp}
+        return (jsonlib.dumps(fields, default=str) + "\n").encode()
+    pairs = " ".join(f"{key}={value}" for key, value in sorted(context.items()))
+    return f"{timestamp} [{level}] {event} {pairs}\n".encode()

@@ -1,0 +1,50 @@
+"""The shapes a loaded handler may take, seen through one interface by the child.
+
+DESIGN.md section 5 fixes the plain form, a callable ``handle(record, ctx)``. A richer plugin is
+a class (instantiated without arguments) or an instance with any of:
+
+- ``setup(ctx)``: once, before the first record (a failure ends the child: setup failed);
+- ``handle(record, ctx)``: per record, or ``handle_batch(records, ctx)``: once per fetched
+  batch (preferred when both exist); the lease is checked before every call;
+- ``teardown(ctx, reason)``: once at the end, when ``setup`` succeeded, with the reason the
+  child ends (``stop``, ``handler_failed``, ``lease_expired``, ``not_granted``, ...).
+
+A failing ``handle_batch`` cannot say which record failed: the child reports the batch's first.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from marshal_workers.handler import Context, Record
+
+
+class Plugin:
+    """A loaded handler in one shape: optional setup/teardown, per record or per batch."""
+
+    def __init__(self, target: Any) -> None:
+        if inspect.isclass(target):
+            target = target()
+        self.target = target
+        batch = getattr(target, "handle_batch", None)
+        single = getattr(target, "handle", None)
+        self.handle_batch: Callable[[Sequence[Record], Context], object] | None = (
+            batch if callable(batch) else None
+        )
+        self.handle: Callable[[Record, Context], object] = single if callable(single) else target
+        if self.handle_batch is None and not callable(self.handle):
+            raise TypeError(f"{type(target).__name__} has neither handle nor handle_batch")
+        self._setup = getattr(target, "setup", None)
+        self._teardown = getattr(target, "teardown", None)
+
+    def setup(self, ctx: Context) -> None:
+        """Call the plugin's ``setup(ctx)`` if it has one."""
+        if callable(self._setup):
+            self._setup(ctx)
+
+    def teardown(self, ctx: Context, reason: str) -> None:
+        """Call the plugin's ``teardown(ctx, reason)`` if it has one."""
+        if callable(self._teardown):
+            self._teardown(ctx, reason)

@@ -1,0 +1,48 @@
+"""Handlers used by tests/integration/test_child.py (loaded by the spawned children)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Sequence
+
+from marshal_workers.handler import Context, Record
+
+PID_FILE_ENV = "CHILD_TEST_PID_FILE"
+EVENTS_ENV = "CHILD_TEST_EVENTS"
+
+
+def spawn_sleep(record: Record, ctx: Context) -> None:
+    """Start `sleep 60` (in the child's process group), write its pid, then hang."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    path = os.environ[PID_FILE_ENV]
+    with open(path + ".tmp", "w") as out:
+        out.write(str(sleeper.pid))
+    os.replace(path + ".tmp", path)
+    while True:
+        time.sleep(0.1)
+
+
+class Recorder:
+    """A class-based plugin that writes what was called to $CHILD_TEST_EVENTS (JSON lines)."""
+
+    def __init__(self) -> None:
+        self.path = os.environ[EVENTS_ENV]
+
+    def _event(self, *fields: object) -> None:
+        with open(self.path, "a") as out:
+            out.write(json.dumps(fields) + "\n")
+
+    def setup(self, ctx: Context) -> None:
+        """Note the setup and the token it ran under."""
+        self._event("setup", ctx.fencing_token)
+
+    def handle_batch(self, records: Sequence[Record], ctx: Context) -> None:
+        """Note the batch's offsets."""
+        self._event("batch", [r.offset for r in records])
+
+    def teardown(self, ctx: Context, reason: str) -> None:
+        """Note the teardown and its reason."""
+        self._event("teardown", reason)

@@ -1,0 +1,519 @@
+"""The child process on a real broker, with real processes; the test plays the supervisor.
+
+Each test creates a fresh data topic (three partitions), produces records to it, spawns one
+child with `start_child` and talks to it over its pipe. What the child processed is read from
+the ledger plugin's files (`plugins/ledger.py`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import multiprocessing
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import TypeVar
+
+import psutil
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from marshal_workers.child import (
+    EXIT_HANDLER_FAILED,
+    EXIT_LEASE_EXPIRED,
+    EXIT_NOT_GRANTED,
+    ChildHandle,
+    start_child,
+)
+from marshal_workers.ipc import (
+    ChildSpec,
+    Grant,
+    GrantRequest,
+    HandlerFailed,
+    Progress,
+    Started,
+    Stop,
+    Stopped,
+    ToSupervisor,
+)
+from marshal_workers.lease import SharedLease
+from marshal_workers.rationalizer import Mode
+from plugins import ledger
+from tests.integration import child_handlers
+
+pytestmark = pytest.mark.kafka
+
+MP = multiprocessing.get_context("spawn")
+REPO = Path(__file__).resolve().parents[2]
+LEASE_S = 2.5  # the lease a "supervisor" grants on each extension
+PARTITION = 1  # the partition the child under test owns
+WAIT_S = 20.0  # bound on waiting for a child's next message (spawn + connect on a busy host)
+M = TypeVar("M")
+
+
+# ---------------------------------------------------------------- fixtures and helpers
+
+
+@pytest.fixture
+def topic(kafka_bootstrap: str) -> Iterator[str]:
+    """A fresh three-partition data topic, deleted afterwards."""
+    name = f"child-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(name, 3, 1)])[name].result(15)
+    yield name
+    admin.delete_topics([name])[name].result(15)
+
+
+def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
+    """Produce ``counts[p]`` records to each partition ``p`` (values ``p:offset``)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for partition, count in counts.items():
+        for i in range(count):
+            producer.produce(topic, value=f"{partition}:{i}".encode(), partition=partition)
+    assert producer.flush(15) == 0
+
+
+@pytest.fixture
+def ledger_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The ledger directory, in the environment children inherit."""
+    path = tmp_path / "ledger"
+    monkeypatch.setenv(ledger.DIR_ENV, str(path))
+    return path
+
+
+def make_spec(bootstrap: str, topic: str, **changes: object) -> ChildSpec:
+    """A ledger child for ``PARTITION`` of ``topic``, ALO from offset 0; ``changes`` override."""
+    spec = ChildSpec(
+        handler="plugins.ledger:handle",
+        mode=Mode.ALO,
+        bootstrap_servers=bootstrap,
+        group_id="child-test",
+        client_id="c1",
+        instance_id="c1-1",
+        topic=topic,
+        partition=PARTITION,
+        start_offset=0,
+        fencing_token=42,
+        batch_size=10,
+        batch_timeout_s=0.1,
+    )
+    return replace(spec, **changes)  # type: ignore[arg-type]
+
+
+class LeaseKeeper:
+    """A "supervisor" heartbeat: extends the lease to now + LEASE_S every 0.1 s until frozen."""
+
+    def __init__(self, lease: SharedLease) -> None:
+        self.lease = lease
+        self._frozen = threading.Event()
+        lease.extend_to(time.monotonic() + LEASE_S)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._frozen.wait(0.1):
+            self.lease.extend_to(time.monotonic() + LEASE_S)
+
+    def freeze(self) -> float:
+        """Stop extending (the supervisor hangs); the deadline the lease is left with."""
+        self._frozen.set()
+        self._thread.join()
+        return self.lease.deadline
+
+
+class Supervised:
+    """One child as its supervisor sees it: every message received, in order."""
+
+    def __init__(self, handle: ChildHandle, keeper: LeaseKeeper) -> None:
+        self.handle = handle
+        self.keeper = keeper
+        self.received: list[ToSupervisor] = []
+
+    def expect(self, kind: type[M], timeout: float = WAIT_S) -> M:
+        """The next message of type ``kind`` (earlier ones are kept in ``received``)."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if not self.handle.conn.poll(left):
+                break
+            try:
+                msg = self.handle.conn.recv()
+            except EOFError:
+                pytest.fail(f"child exited ({self.wait_exit(5)}) before {kind.__name__}")
+            self.received.append(msg)
+            if isinstance(msg, kind):
+                return msg
+        pytest.fail(f"no {kind.__name__} within {timeout} s; got {self.received}")
+
+    def drain(self) -> None:
+        """Keep whatever is in the pipe now (non-blocking)."""
+        try:
+            while self.handle.conn.poll(0):
+                self.received.append(self.handle.conn.recv())
+        except EOFError:
+            pass
+
+    def wait_exit(self, timeout: float = WAIT_S) -> int:
+        """The child's exit code, waiting at most ``timeout``."""
+        code = self.handle.join(timeout)
+        assert code is not None, f"child {self.handle.pid} still running after {timeout} s"
+        self.drain()
+        return code
+
+    def of(self, kind: type[M]) -> list[M]:
+        """The received messages of one type."""
+        self.drain()
+        return [m for m in self.received if isinstance(m, kind)]
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[[ChildSpec], Supervised]]:
+    """Start children with a kept lease; kill whatever is left at the end."""
+    started: list[Supervised] = []
+
+    def run(spec: ChildSpec) -> Supervised:
+        lease = SharedLease(MP)
+        keeper = LeaseKeeper(lease)
+        child = Supervised(start_child(spec, lease, MP), keeper)
+        started.append(child)
+        return child
+
+    yield run
+    for child in started:
+        child.keeper.freeze()
+        child.handle.signal_group(signal.SIGKILL)
+        child.handle.join(10)
+        child.handle.close()
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
+    """Poll ``condition`` every 20 ms until true; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def offsets(directory: Path) -> list[int]:
+    """The offsets in the ledger, in order."""
+    return [r["offset"] for r in ledger.read_ledger(directory)] if directory.exists() else []
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (a zombie waiting for its reaper counts as ended)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+# ---------------------------------------------------------------- at-least-once
+
+
+class TestAtLeastOnce:
+    def test_handles_its_partition_from_the_start_offset(
+        self, kafka_bootstrap: str, topic: str, ledger_dir: Path, spawn: Callable[..., Supervised]
+    ) -> None:
+        """From start_offset on, each record of its partition is handled once, then reported."""
+        produce(kafka_bootstrap, topic, {0: 5, PARTITION: 25, 2: 5})
+        child = spawn(make_spec(kafka_bootstrap, topic, start_offset=3))
+        assert child.expect(Started).position == 3
+        while child.expect(Progress).next_offset < 25:
+            pass
+        assert offsets(ledger_dir) == list(range(3, 25))
+        rows = ledger.read_ledger(ledger_dir)
+        assert {(r["partition"], r["token"], r["client_id"]) for r in rows} == {(1, 42, "c1")}
+        assert not ledger.find_duplicates(rows)
+
+    @pytest.mark.parametrize(("reset", "position"), [("earliest", 0), ("latest", 4)])
+    def test_without_start_offset_the_reset_policy_picks_a_watermark(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        ledger_dir: Path,
+        spawn: Callable[..., Supervised],
+        reset: str,
+        position: int,
+    ) -> None:
+        """No start offset: Started reports the low (earliest) or high (latest) watermark."""
+        produce(kafka_bootstrap, topic, {PARTITION: 4})
+        spec = make_spec(kafka_bootstrap, topic, start_offset=None, auto_offset_reset=reset)
+        child = spawn(spec)
+        assert child.expect(Started).position == position
+        if reset == "earliest":
+            child.expect(Progress)
+        child.handle.send(Stop())
+        assert child.expect(Stopped).next_offset == 4
+        assert child.wait_exit() == 0
+
+
+# ---------------------------------------------------------------- at-most-once
+
+
+class TestAtMostOnce:
+    def test_handles_only_what_was_granted(
+        self, kafka_bootstrap: str, topic: str, ledger_dir: Path, spawn: Callable[..., Supervised]
+    ) -> None:
+        """It asks before handling, handles nothing while the grant is withheld, then exactly
+        the granted batch."""
+        produce(kafka_bootstrap, topic, {PARTITION: 12})
+        child = spawn(make_spec(kafka_bootstrap, topic, mode=Mode.AMO, batch_size=5))
+        first = child.expect(GrantRequest)
+        assert first.start == 0
+        assert 0 < first.end <= 5
+        withheld_until = time.monotonic() + 0.5  # a window in which nothing may happen
+        while time.monotonic() < withheld_until:
+            assert offsets(ledger_dir) == []
+            time.sleep(0.05)
+        child.drain()
+        assert not child.of(Progress)
+        assert child.handle.exitcode is None
+        child.handle.send(Grant(first.request_id, granted=True))
+        second = child.expect(GrantRequest)  # it fetched the next batch and asks again
+        assert second.start == first.end
+        assert offsets(ledger_dir) == list(range(first.start, first.end))
+        child.handle.send(Stop())
+        assert child.expect(Stopped).next_offset == first.end
+        assert child.wait_exit() == 0
+        assert offsets(ledger_dir) == list(range(first.start, first.end))
+
+    def test_stop_while_a_grant_is_pending_handles_nothing(
+        self, kafka_bootstrap: str, topic: str, ledger_dir: Path, spawn: Callable[..., Supervised]
+    ) -> None:
+        """Stop instead of a grant: nothing handled, Stopped at the last granted offset, exit 0."""
+        produce(kafka_bootstrap, topic, {PARTITION: 5})
+        child = spawn(make_spec(kafka_bootstrap, topic, mode=Mode.AMO, start_offset=2))
+        request = child.expect(GrantRequest)
+        assert request.start == 2
+        child.handle.send(Stop())
+        assert child.expect(Stopped).next_offset == 2
+        assert child.wait_exit() == 0
+        assert offsets(ledger_dir) == []
+
+    def test_refused_grant_exits_7_without_handling(
+        self, kafka_bootstrap: str, topic: str, ledger_dir: Path, spawn: Callable[..., Supervised]
+    ) -> None:
+        """A refused grant ends the child with exit code 7 and nothing handled."""
+        produce(kafka_bootstrap, topic, {PARTITION: 5})
+        child = spawn(make_spec(kafka_bootstrap, topic, mode=Mode.AMO))
+        request = child.expect(GrantRequest)
+        child.handle.send(Grant(request.request_id, granted=False, reason="claim lost"))
+        assert child.wait_exit() == EXIT_NOT_GRANTED
+        assert offsets(ledger_dir) == []
+
+
+# ---------------------------------------------------------------- self-fencing
+
+
+class TestSelfFencing:
+    def test_frozen_supervisor_child_stops_by_the_deadline(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        ledger_dir: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """With the lease no longer extended, no handler call starts after the deadline and
+        the child exits 5."""
+        monkeypatch.setenv(ledger.DELAY_ENV, "100")
+        produce(kafka_bootstrap, topic, {PARTITION: 60})
+        child = spawn(make_spec(kafka_bootstrap, topic))
+        child.expect(Started)
+        wait_for(lambda: len(offsets(ledger_dir)) >= 1, "the first ledger row")
+        mono, wall = time.monotonic(), time.time()  # the two clocks at one moment
+        deadline = child.keeper.freeze()
+        deadline_wall = wall + (deadline - mono)
+        code = child.wait_exit(timeout=deadline - time.monotonic() + 5)
+        ended = time.monotonic()
+        assert code == EXIT_LEASE_EXPIRED
+        assert ended < deadline + 1.0
+        starts = [r["start"] for r in ledger.read_ledger(ledger_dir)]
+        assert 1 <= len(starts) < 60
+        # a call's start is stamped inside the handler, just after the child's lease check
+        assert max(starts) < deadline_wall + 0.05
+
+    def test_child_hung_in_the_handler_is_ended_by_its_watchdog(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        ledger_dir: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A handler that never returns is cut off at the lease deadline by the watchdog."""
+        monkeypatch.setenv(ledger.HANG_ENV, "2")
+        produce(kafka_bootstrap, topic, {PARTITION: 5})
+        child = spawn(make_spec(kafka_bootstrap, topic))
+        wait_for(lambda: offsets(ledger_dir) == [0, 1], "offsets 0 and 1 in the ledger")
+        deadline = child.keeper.freeze()
+        code = child.wait_exit(timeout=deadline - time.monotonic() + 5)
+        assert code == EXIT_LEASE_EXPIRED
+        assert time.monotonic() < deadline + 1.0
+        assert offsets(ledger_dir) == [0, 1]
+
+    def test_child_dies_with_its_parent(
+        self, kafka_bootstrap: str, topic: str, ledger_dir: Path
+    ) -> None:
+        """A child whose parent is killed with SIGKILL is gone within 2 s."""
+        script = (
+            "import base64, multiprocessing, pickle, sys, time\n"
+            "from marshal_workers.child import start_child\n"
+            "from marshal_workers.lease import SharedLease\n"
+            "ctx = multiprocessing.get_context('spawn')\n"
+            "lease = SharedLease(ctx)\n"
+            "lease.extend_to(time.monotonic() + 120)\n"
+            "handle = start_child(pickle.loads(base64.b64decode(sys.argv[1])), lease, ctx)\n"
+            "print(handle.pid, flush=True)\n"
+            "print(type(handle.conn.recv()).__name__, flush=True)\n"
+            "time.sleep(120)\n"
+        )
+        spec = base64.b64encode(pickle.dumps(make_spec(kafka_bootstrap, topic))).decode()
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        parent = subprocess.Popen(
+            [sys.executable, "-c", script, spec], stdout=subprocess.PIPE, text=True, env=env
+        )
+        child_pid = 0
+        try:
+            assert parent.stdout is not None
+            child_pid = int(parent.stdout.readline())
+            assert parent.stdout.readline().strip() == "Started"
+            assert not gone(child_pid)
+            parent.kill()
+            parent.wait(10)
+            wait_for(lambda: gone(child_pid), "the orphaned child to die", timeout=2.0)
+        finally:
+            parent.kill()
+            parent.wait(10)
+            if child_pid and not gone(child_pid):
+                os.killpg(child_pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- stop, failure, kill
+
+
+class TestEndings:
+    def test_stop_finishes_the_batch_then_reports_stopped(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        ledger_dir: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """Stop mid-batch: the batch is finished, Stopped gives the next offset, exit 0."""
+        monkeypatch.setenv(ledger.DELAY_ENV, "30")
+        produce(kafka_bootstrap, topic, {PARTITION: 40})
+        child = spawn(make_spec(kafka_bootstrap, topic))
+        wait_for(lambda: len(offsets(ledger_dir)) >= 1, "the first ledger row")
+        child.handle.send(Stop())
+        handled_at_stop = len(offsets(ledger_dir))
+        stopped = child.expect(Stopped)
+        assert child.wait_exit() == 0
+        assert stopped.next_offset is not None
+        assert handled_at_stop < stopped.next_offset < 40
+        assert offsets(ledger_dir) == list(range(stopped.next_offset))
+        assert child.of(Progress)[-1].next_offset == stopped.next_offset
+
+    def test_handler_exception_reports_and_exits_4(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        ledger_dir: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A raising handler: HandlerFailed with its offset, Progress not past it, exit 4."""
+        monkeypatch.setenv(ledger.FAIL_ENV, "4")
+        produce(kafka_bootstrap, topic, {PARTITION: 8})
+        child = spawn(make_spec(kafka_bootstrap, topic))
+        failed = child.expect(HandlerFailed)
+        assert child.wait_exit() == EXIT_HANDLER_FAILED
+        assert failed.offset == 4
+        assert "SimulatedError" in failed.error
+        assert "SimulatedError" in failed.traceback
+        assert [p.next_offset for p in child.of(Progress)] == [4]
+        assert offsets(ledger_dir) == [0, 1, 2, 3]
+
+    def test_sigterm_ends_a_child_stuck_in_its_handler_at_once(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        ledger_dir: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """SIGTERM is not deferred to the end of the handler call: the child dies of it."""
+        monkeypatch.setenv(ledger.HANG_ENV, "1")
+        produce(kafka_bootstrap, topic, {PARTITION: 2})
+        child = spawn(make_spec(kafka_bootstrap, topic))
+        wait_for(lambda: offsets(ledger_dir) == [0], "offset 0 in the ledger (1 hangs)")
+        child.handle.signal_group(signal.SIGTERM)
+        assert child.wait_exit(2) == -signal.SIGTERM
+
+    def test_signal_group_kills_the_child_and_what_its_handler_started(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        tmp_path: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """signal_group(SIGKILL) ends the child and a `sleep` its handler spawned."""
+        pid_file = tmp_path / "sleep.pid"
+        monkeypatch.setenv(child_handlers.PID_FILE_ENV, str(pid_file))
+        produce(kafka_bootstrap, topic, {PARTITION: 1})
+        child = spawn(
+            make_spec(
+                kafka_bootstrap, topic, handler="tests.integration.child_handlers:spawn_sleep"
+            )
+        )
+        wait_for(pid_file.exists, "the handler's sleep pid")
+        sleep_pid = int(pid_file.read_text())
+        assert psutil.Process(sleep_pid).name() == "sleep"
+        child.handle.signal_group(signal.SIGKILL)
+        assert child.wait_exit(5) == -signal.SIGKILL
+        wait_for(lambda: gone(sleep_pid), "the sleep to die", timeout=2.0)
+
+
+# ---------------------------------------------------------------- class-based plugins
+
+
+class TestClassPlugin:
+    def test_setup_batches_and_teardown_with_the_reason(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        tmp_path: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A class is instantiated; setup, handle_batch per batch and teardown("stop") run."""
+        events = tmp_path / "events.jsonl"
+        monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
+        produce(kafka_bootstrap, topic, {PARTITION: 7})
+        spec = make_spec(
+            kafka_bootstrap, topic, handler="tests.integration.child_handlers:Recorder"
+        )
+        child = spawn(spec)
+        while child.expect(Progress).next_offset < 7:
+            pass
+        child.handle.send(Stop())
+        assert child.expect(Stopped).next_offset == 7
+        assert child.wait_exit() == 0
+        lines = [json.loads(line) for line in events.read_text().splitlines()]
+        assert lines[0] == ["setup", 42]
+        assert [o for kind, batch in lines[1:-1] if kind == "batch" for o in batch] == list(
+            range(7)
+        )
+        assert lines[-1] == ["teardown", "stop"]

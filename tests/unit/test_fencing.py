@@ -1,0 +1,89 @@
+"""The child's watchdog, run in the test's thread with a fake exit (no broker, no child)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from typing import NoReturn
+
+import pytest
+
+from marshal_workers.fencing import REASON_LEASE_EXPIRED, REASON_PARENT_GONE, Watchdog
+from marshal_workers.lease import SharedLease
+
+MP = multiprocessing.get_context("spawn")
+SLACK_S = 0.5  # how late a fence may come on a busy host (the tick is 50 ms)
+
+
+class FencedError(Exception):
+    """What the fake fence raises instead of ending the process."""
+
+
+def watch(lease: SharedLease, parent_pid: int | None = None) -> tuple[str, float]:
+    """Run a watchdog over ``lease`` until it fences; why and when (monotonic)."""
+    calls: list[tuple[str, float]] = []
+
+    def fence(reason: str) -> NoReturn:
+        calls.append((reason, time.monotonic()))
+        raise FencedError
+
+    dog = Watchdog(lease, os.getppid() if parent_pid is None else parent_pid, fence)
+    with pytest.raises(FencedError):
+        dog.run()
+    [call] = calls
+    return call
+
+
+class TestLeaseDeadline:
+    def test_fences_at_the_deadline_not_before(self) -> None:
+        """The fence comes at the deadline (within the slack), never before it."""
+        lease = SharedLease(MP)
+        lease.extend_to(time.monotonic() + 0.3)
+        reason, at = watch(lease)
+        assert reason == REASON_LEASE_EXPIRED
+        assert lease.deadline <= at < lease.deadline + SLACK_S
+
+    def test_follows_extensions(self) -> None:
+        """Extensions written while it runs move the fence to the last deadline."""
+        lease = SharedLease(MP)
+        lease.extend_to(time.monotonic() + 0.2)
+        until = time.monotonic() + 0.6
+
+        def heartbeats() -> None:
+            while time.monotonic() < until:
+                lease.extend_to(time.monotonic() + 0.2)
+                time.sleep(0.05)
+
+        supervisor = threading.Thread(target=heartbeats)
+        supervisor.start()
+        _, at = watch(lease)
+        supervisor.join()
+        assert at >= lease.deadline >= until
+
+    def test_revoke_fences_promptly(self) -> None:
+        """A revoked lease (deadline 0) is fenced within a tick or so."""
+        lease = SharedLease(MP)
+        lease.extend_to(time.monotonic() + 60)
+        revoked_at: list[float] = []
+
+        def revoke() -> None:
+            revoked_at.append(time.monotonic())
+            lease.revoke()
+
+        revoker = threading.Timer(0.2, revoke)
+        revoker.start()
+        reason, at = watch(lease)
+        revoker.join()
+        assert reason == REASON_LEASE_EXPIRED
+        assert 0 <= at - revoked_at[0] < SLACK_S
+
+
+class TestParent:
+    def test_another_parent_pid_fences_at_once(self) -> None:
+        """If the process's parent is not the one that started it, it fences as parent gone."""
+        lease = SharedLease(MP)
+        lease.extend_to(time.monotonic() + 60)
+        reason, _ = watch(lease, parent_pid=os.getppid() + 1_000_000)
+        assert reason == REASON_PARENT_GONE

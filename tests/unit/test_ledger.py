@@ -1,0 +1,135 @@
+"""The ledger plugin's reader and checks (no broker)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from marshal_workers.handler import Context, Record
+from marshal_workers.rationalizer import Mode
+from plugins import ledger
+from plugins.ledger import LedgerRow, find_duplicates, find_gaps, find_overlaps, read_ledger
+
+
+def row(offset: int, pid: int, start: float, end: float, partition: int = 0) -> LedgerRow:
+    """A ledger row of topic t."""
+    return {
+        "topic": "t",
+        "partition": partition,
+        "offset": offset,
+        "client_id": f"c{pid}",
+        "pid": pid,
+        "token": pid,
+        "start": start,
+        "end": end,
+    }
+
+
+def context() -> Context:
+    """A context for calling the handler directly."""
+    return Context(
+        client_id="c",
+        instance_id="c-1",
+        group_id="g",
+        topic="t",
+        partition=0,
+        fencing_token=7,
+        mode=Mode.ALO,
+        log=None,
+        pid=1,
+        lease_remaining=lambda: 10.0,
+    )
+
+
+def record(offset: int) -> Record:
+    """A record of t/0."""
+    return Record("t", 0, offset, None, b"v", None, ())
+
+
+@pytest.fixture
+def ledger_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh ledger directory in the environment, and no ledger file open yet."""
+    monkeypatch.setenv(ledger.DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(ledger, "_settings", None)
+    return tmp_path
+
+
+class TestWritingAndReading:
+    def test_handle_appends_one_row_per_record(self, ledger_dir: Path) -> None:
+        """Each handled record is one row with its coordinates, client, token and times."""
+        for offset in (0, 1):
+            ledger.handle(record(offset), context())
+        rows = read_ledger(ledger_dir)
+        assert [(r["offset"], r["client_id"], r["token"]) for r in rows] == [
+            (0, "c", 7),
+            (1, "c", 7),
+        ]
+        assert all(r["start"] <= r["end"] for r in rows)
+
+    def test_fail_at_offset_raises_and_writes_nothing(
+        self, ledger_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """MARSHAL_LEDGER_FAIL_AT_OFFSET raises on that offset and leaves no row for it."""
+        monkeypatch.setenv(ledger.FAIL_ENV, "1")
+        ledger.handle(record(0), context())
+        with pytest.raises(ledger.SimulatedError):
+            ledger.handle(record(1), context())
+        assert [r["offset"] for r in read_ledger(ledger_dir)] == [0]
+
+    def test_reader_skips_a_torn_last_line(self, tmp_path: Path) -> None:
+        """A last line cut short by a killed process is ignored; complete lines are kept."""
+        whole = json.dumps(row(3, 1, 0.0, 1.0))
+        (tmp_path / "ledger-1.jsonl").write_text(whole + "\n" + whole[:10])
+        (tmp_path / "ledger-2.jsonl").write_text(json.dumps(row(2, 2, 0.0, 1.0)) + "\n")
+        assert [r["offset"] for r in read_ledger(tmp_path)] == [2, 3]
+
+
+class TestDuplicates:
+    def test_each_record_once_is_clean(self) -> None:
+        """Distinct offsets give no duplicates."""
+        assert find_duplicates([row(0, 1, 0, 1), row(1, 1, 1, 2)]) == {}
+
+    def test_same_offset_twice_is_reported_with_both_rows(self) -> None:
+        """An offset processed twice (even by the same process) is reported with both rows."""
+        first, again = row(5, 1, 0, 1), row(5, 2, 3, 4)
+        assert find_duplicates([first, row(6, 1, 1, 2), again]) == {("t", 0, 5): [first, again]}
+
+    def test_same_offset_other_partition_is_not_a_duplicate(self) -> None:
+        """Offsets are per partition."""
+        assert find_duplicates([row(0, 1, 0, 1), row(0, 1, 0, 1, partition=1)]) == {}
+
+
+class TestOverlaps:
+    def test_handover_after_the_old_owner_finished_is_clean(self) -> None:
+        """A new owner starting after the old one's last end is not an overlap."""
+        assert find_overlaps([row(0, 1, 0.0, 1.0), row(1, 2, 1.0, 2.0)]) == []
+
+    def test_two_processes_at_once_on_one_partition_overlap(self) -> None:
+        """Work of two processes on one partition that intersects in time is reported."""
+        old, new = row(0, 1, 0.0, 5.0), row(1, 2, 2.0, 3.0)
+        assert find_overlaps([new, old]) == [(old, new)]
+
+    def test_long_row_overlapping_several_later_rows(self) -> None:
+        """A long row is compared with every later row that starts before it ends."""
+        long = row(0, 1, 0.0, 10.0)
+        later = [row(1, 2, 1.0, 2.0), row(2, 2, 3.0, 4.0)]
+        assert find_overlaps([long, *later]) == [(long, later[0]), (long, later[1])]
+
+    def test_same_process_or_other_partition_never_overlaps(self) -> None:
+        """Rows of one process, or of different partitions, are never an overlap."""
+        rows = [row(0, 1, 0.0, 5.0), row(1, 1, 2.0, 3.0), row(0, 2, 1.0, 2.0, partition=1)]
+        assert find_overlaps(rows) == []
+
+
+class TestGaps:
+    def test_everything_expected_was_processed(self) -> None:
+        """No gap when every expected offset has a row."""
+        assert find_gaps([row(0, 1, 0, 1), row(1, 1, 1, 2)], {("t", 0): range(2)}) == []
+
+    def test_missing_offsets_are_listed_in_order(self) -> None:
+        """Expected offsets without a row are listed, partition by partition."""
+        rows = [row(1, 1, 0, 1)]
+        expected = {("t", 1): range(1), ("t", 0): range(3)}
+        assert find_gaps(rows, expected) == [("t", 0, 0), ("t", 0, 2), ("t", 1, 0)]
