@@ -225,25 +225,20 @@ def decode(value: bytes | None) -> Message:
                 sec.isdigit()
                 and part.isdigit()
                 and last.isdigit()
-                and len(sec) < 19
-                and len(part) < 19
-                and len(last) < 19
                 and inst
                 and client
                 and group
                 and (topic or cls is ReleaseGroup)
             ):
-                fields = (
-                    int(sec),
-                    inst.decode(),
-                    client.decode(),
-                    group.decode(),
-                    topic.decode(),
-                    int(part),
-                )
-                if n == 8:
-                    return ClaimingPartition(*fields)
-                return cls(*fields, int(last))  # type: ignore[call-arg]
+                s_, p_, l_ = int(sec), int(part), int(last)
+                if s_ <= _INT64_MAX and p_ <= _INT64_MAX and l_ <= _INT64_MAX:
+                    if n == 8:
+                        return ClaimingPartition(
+                            s_, inst.decode(), client.decode(), group.decode(), topic.decode(), p_
+                        )
+                    return cls(  # type: ignore[call-arg]
+                        s_, inst.decode(), client.decode(), group.decode(), topic.decode(), p_, l_
+                    )
     return _decode_strictly(value)
 
 

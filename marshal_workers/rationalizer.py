@@ -203,11 +203,7 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
         return _release_group(world, record, msg)
     assert not isinstance(msg, ReleaseGroup)
     key = world.keys.get(record.key)  # type: ignore[arg-type]
-    if key is None or (key.group, key.topic, key.partition) != (
-        msg.group_id,
-        msg.topic,
-        msg.partition,
-    ):
+    if key is None or key != (msg.group_id, msg.topic, msg.partition):
         key = ClaimKey(msg.group_id, msg.topic, msg.partition)
         if record.key != f"{key.group}/{key.topic}/{key.partition}".encode():
             return _malformed(world, record, _key_mismatch(record, msg))
@@ -304,19 +300,30 @@ def _grant(
     state.released, state.retired, state.last_activity = False, frozenset(), now
 
 
+def _is_current_holder(state: ClaimState, msg: PartitionMessage, now: int, hb: int) -> bool:
+    """The common case, decided without building a reason: the holder instance, not stale."""
+    last = state.last_heartbeat
+    return (
+        msg.instance_id == state.holder_instance
+        and msg.client_id == state.holder_client
+        and last is not None
+        and now - last <= 2 * hb
+    )
+
+
 def _heartbeat(
     world: World, rec: CoordRecord, msg: Heartbeat, key: ClaimKey, state: ClaimState
 ) -> ev.Event:
     now, hb = world.log_time, world.config.heartbeat_interval_ms
     i = msg.instance_id
-    refusal = _holder_refusal(state, msg.client_id, i, exact_instance=False)
-    if refusal is None and _stale(state, now, hb):
-        refusal = "claim is stale"
-    if refusal is not None:
-        return ev.HeartbeatRejected(rec.partition, rec.offset, now, msg, refusal)
     replaced = None
-    if i != state.holder_instance:
-        replaced = state.holder_instance
+    if not _is_current_holder(state, msg, now, hb):
+        refusal = _holder_refusal(state, msg.client_id, i, exact_instance=False)
+        if refusal is None and _stale(state, now, hb):
+            refusal = "claim is stale"
+        if refusal is not None:
+            return ev.HeartbeatRejected(rec.partition, rec.offset, now, msg, refusal)
+        replaced = state.holder_instance  # a new instance of the holder's client takes over
         if replaced is not None:
             state.retired = state.retired | {replaced}
         state.holder_instance = i
@@ -348,10 +355,19 @@ def _claim_messages(
     world: World, rec: CoordRecord, msg: ClaimingMessages, key: ClaimKey, state: ClaimState
 ) -> ev.Event:
     now, hb = world.log_time, world.config.heartbeat_interval_ms
-    refusal = _holder_refusal(state, msg.client_id, msg.instance_id, exact_instance=True)
-    if refusal is None and _stale(state, now, hb):
-        refusal = "claim is stale"
-    start = resume_offset(state, Mode.AMO)
+    refusal = None
+    if not _is_current_holder(state, msg, now, hb):
+        refusal = _holder_refusal(state, msg.client_id, msg.instance_id, exact_instance=True)
+        if refusal is None:
+            refusal = "claim is stale"
+    committed, reserved = state.committed, state.reserved
+    start = (
+        committed
+        if reserved is None
+        else reserved
+        if committed is None
+        else max(committed, reserved)
+    )  # resume_offset(state, Mode.AMO), inlined on this hot path
     if refusal is None and start is not None and msg.offset < start:
         refusal = f"offset {msg.offset} is behind the position {start}"
     if refusal is not None:
