@@ -93,10 +93,10 @@ def bench_catch_up(bootstrap: str, n: int) -> tuple[float, int]:
     """Create a topic with ``n`` records; time a fresh reader's catch-up. (seconds, records)"""
     from marshal_workers.kafkalog import KafkaLog
     from marshal_workers.reader import LogReader
-    from marshal_workers.topicadmin import create_coordination_topic
+    from marshal_workers.topicadmin import ensure_coordination_topic
 
     topic = f"__marshal_bench_{uuid.uuid4().hex[:8]}"
-    create_coordination_topic(bootstrap, topic, partitions=1, replication_factor=1)
+    ensure_coordination_topic(bootstrap, topic, partitions=1, replication_factor=1)
     produce(bootstrap, topic, n)
     start = time.perf_counter()
     log = KafkaLog(bootstrap, topic)
