@@ -1,0 +1,272 @@
+"""A fleet of real `marshal-run` supervisors on a real broker, for end-to-end tests.
+
+Each `Fleet` gets its own coordination topic, data topic and group, so tests share the session
+broker without seeing each other. Members are real processes in their own sessions (signals
+from the test reach only whom they are sent to); handlers write the ledger (plugins/ledger.py),
+and the test reads the coordination log itself to see who holds what.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from marshal_workers.claims import is_member_key
+from marshal_workers.kafkalog import KafkaLog
+from marshal_workers.rationalizer import Mode, RationalizerConfig, claim_label, resume_offset
+from marshal_workers.reader import LogReader
+from marshal_workers.topicadmin import ensure_coordination_topic
+from plugins.ledger import LedgerRow, read_ledger
+
+REPO = Path(__file__).resolve().parents[2]
+MARSHAL_RUN = Path(sys.executable).with_name("marshal-run")
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie whose frozen parent cannot reap it does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class Member:
+    """One `marshal-run` process."""
+
+    def __init__(self, client_id: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.client_id = client_id
+        self.proc = proc
+        self.log_path = log_path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the supervisor process only."""
+        os.kill(self.proc.pid, sig)
+
+    def children(self) -> list[int]:
+        """Pids of the supervisor's partition workers now (not multiprocessing's helpers)."""
+        pids = []
+        try:
+            for child in psutil.Process(self.proc.pid).children():
+                with contextlib.suppress(psutil.Error):
+                    if "spawn_main" in " ".join(child.cmdline()):
+                        pids.append(child.pid)
+        except psutil.NoSuchProcess:
+            pass
+        return pids
+
+    def wait(self, timeout: float) -> int:
+        """The exit code, waiting up to ``timeout``."""
+        return self.proc.wait(timeout)
+
+    def log_tail(self, lines: int = 15) -> str:
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+
+class Fleet:
+    """Supervisors, a data topic with a producer, the ledger, and a view of the claims."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        root: Path,
+        *,
+        mode: str = "alo",
+        hb: float = 1.0,
+        partitions: int = 8,
+        coordination_partitions: int = 2,
+        ledger_delay_ms: int = 1,
+    ) -> None:
+        uid = uuid.uuid4().hex[:8]
+        self.bootstrap, self.root, self.mode, self.hb = bootstrap, root, mode, hb
+        self.coordination = f"__marshal_{uid}"
+        self.topic, self.group = f"data_{uid}", f"g_{uid}"
+        self.ledger_dir = root / "ledger"
+        self.ledger_delay_ms = ledger_delay_ms
+        self.partitions = partitions
+        self.members: list[Member] = []
+        ensure_coordination_topic(bootstrap, self.coordination, coordination_partitions)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(self.topic, partitions, -1)])[self.topic].result(30)
+        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self._sent = 0
+        self._producing = threading.Event()
+        self._thread: threading.Thread | None = None
+        log = KafkaLog(bootstrap, self.coordination)
+        self.reader = LogReader(log, RationalizerConfig(int(hb * 1000), log.num_partitions))
+
+    # ---- data ------------------------------------------------------------------------------
+
+    def produce(self, n: int) -> None:
+        """Write ``n`` records, round robin over the partitions, and wait for them."""
+        for _ in range(n):
+            self._producer.produce(
+                self.topic, f"r{self._sent}".encode(), partition=self._sent % self.partitions
+            )
+            self._sent += 1
+            self._producer.poll(0)
+        assert self._producer.flush(30) == 0
+
+    def produce_steadily(self, per_second: int = 400) -> None:
+        """Keep producing in the background until `stop_producing`."""
+        self._producing.set()
+
+        def loop() -> None:
+            while self._producing.is_set():
+                self.produce(max(1, per_second // 20))
+                time.sleep(0.05)
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop_producing(self) -> None:
+        self._producing.clear()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def end_offsets(self) -> dict[int, int]:
+        """Each data partition's high watermark."""
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "fleet-probe"})
+        try:
+            return {
+                p: c.get_watermark_offsets(TopicPartition(self.topic, p), 10)[1]
+                for p in range(self.partitions)
+            }
+        finally:
+            c.close()
+
+    # ---- members ---------------------------------------------------------------------------
+
+    def start(self, client_id: str, *args: str, env: dict[str, str] | None = None) -> Member:
+        """Start a supervisor with the ledger handler."""
+        log_path = self.root / f"{client_id}-{len(self.members)}.log"
+        command = [
+            str(MARSHAL_RUN),
+            "--handler",
+            "plugins.ledger:handle",
+            "--mode",
+            self.mode,
+            "--topic",
+            self.topic,
+            "--group",
+            self.group,
+            "--client-id",
+            client_id,
+            "--bootstrap-servers",
+            self.bootstrap,
+            "--coordination-topic",
+            self.coordination,
+            "--heartbeat-interval",
+            str(self.hb),
+            "--batch-size",
+            "50",
+            "--log-format",
+            "json",
+            *args,
+        ]
+        environment = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "MARSHAL_LEDGER_DIR": str(self.ledger_dir),
+            "MARSHAL_LEDGER_DELAY_MS": str(self.ledger_delay_ms),
+            **(env or {}),
+        }
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(
+                command, env=environment, stdout=out, stderr=out, start_new_session=True
+            )
+        member = Member(client_id, proc, log_path)
+        self.members.append(member)
+        return member
+
+    # ---- observation -----------------------------------------------------------------------
+
+    def holders(self) -> dict[int, str]:
+        """Data partition -> client holding it with a live claim, per the coordination log."""
+        self.reader.poll(0.2)
+        now = int(time.time() * 1000)
+        hb_ms = int(self.hb * 1000)
+        out: dict[int, str] = {}
+        for world in self.reader.worlds.values():
+            for key, state in world.claims.items():
+                live = claim_label(state, now, hb_ms) in ("fresh", "unknown")
+                if key.topic == self.topic and live and state.holder_client is not None:
+                    out[key.partition] = state.holder_client
+        return out
+
+    def counts(self) -> Counter[str]:
+        """How many data partitions each client holds."""
+        return Counter(self.holders().values())
+
+    def positions(self, mode: Mode) -> dict[int, int | None]:
+        """Each data partition's resume position per the log."""
+        self.reader.poll(0.2)
+        out: dict[int, int | None] = {}
+        for world in self.reader.worlds.values():
+            for key, state in world.claims.items():
+                if key.topic == self.topic and not is_member_key(key):
+                    out[key.partition] = resume_offset(state, mode)
+        return out
+
+    def ledger(self) -> list[LedgerRow]:
+        return [r for r in read_ledger(self.ledger_dir) if r["topic"] == self.topic]
+
+    def wait_for(self, check: Callable[[], bool], timeout: float, what: str) -> float:
+        """Wait until ``check()``; return the seconds it took, or fail showing the members."""
+        start = time.monotonic()
+        while not check():
+            if time.monotonic() - start > timeout:
+                tails = "\n".join(
+                    f"--- {m.client_id} (pid {m.pid})\n{m.log_tail()}" for m in self.members
+                )
+                pytest.fail(
+                    f"timed out after {timeout:.0f}s waiting for {what}; "
+                    f"holders {self.holders()}\n{tails}",
+                    pytrace=False,
+                )
+            time.sleep(0.1)
+        return time.monotonic() - start
+
+    def handled_everything(self) -> bool:
+        """Whether every produced record appears in the ledger."""
+        ends = self.end_offsets()
+        seen = {(r["partition"], r["offset"]) for r in self.ledger()}
+        return all((p, o) in seen for p, end in ends.items() for o in range(end))
+
+    def close(self) -> None:
+        """Kill whatever still runs (and its children), stop producing, close the reader."""
+        self.stop_producing()
+        for member in self.members:
+            if member.proc.poll() is None:
+                for pid in member.children():
+                    _kill_group(pid)
+                with_suppressed(lambda m=member: os.killpg(m.pid, signal.SIGKILL))
+                member.proc.wait(10)
+        self.reader.log.close()
+
+
+def _kill_group(pid: int) -> None:
+    with_suppressed(lambda: os.killpg(pid, signal.SIGKILL))
+
+
+def with_suppressed(action: Callable[[], object]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        action()
