@@ -10,19 +10,20 @@ from __future__ import annotations
 import fcntl
 import multiprocessing
 import os
-import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import structlog
 
 from marshal_workers.config import RunConfig
+from marshal_workers.coordination import Coordinator
 from marshal_workers.datatopics import DataTopics
 from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME, ConfigError, MarshalError
 from marshal_workers.handler import load_handler
 from marshal_workers.kafkalog import KafkaLog
 from marshal_workers.logs import configure_logging
+from marshal_workers.observe import Observer, Observers
 from marshal_workers.rationalizer import RationalizerConfig
 from marshal_workers.reader import LogReader
 from marshal_workers.signals import SignalQueue
@@ -77,7 +78,7 @@ def check_coordination_topic(config: RunConfig) -> None:
         log.warning("coordination topic setting", difference=str(diff))
 
 
-def run(config: RunConfig) -> int:
+def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
     """Run a supervisor until it stops; return the process exit code."""
     configure_logging(json=config.log_json)
     log = structlog.get_logger().bind(group=config.group, client_id=config.client_id)
@@ -98,14 +99,15 @@ def run(config: RunConfig) -> int:
                 partitioner=config.partitioner,
             ),
         )
+        observer = Observers(observers)
         topics = DataTopics(config.bootstrap_servers, config.group, config.topics, config.kafka)
         signals = SignalQueue()
         supervisor = Supervisor(
             config,
-            coordination,
-            reader,
+            Coordinator(config, coordination, reader, observer),
             topics,
             multiprocessing.get_context("spawn"),
+            observer,
             wake_fd=signals.fileno(),
         )
         log.info(
@@ -123,10 +125,7 @@ def run(config: RunConfig) -> int:
             log.error("refusing to run", reason=str(exc))
             return EXIT_RUNTIME
         finally:
-            for holding in supervisor.holdings.values():  # nothing outlives the supervisor
-                holding.lease.revoke()
-                if holding.child is not None:
-                    holding.child.signal_group(signal.SIGKILL)
+            supervisor.kill_all()  # nothing outlives the supervisor
             signals.close()
             topics.close()
             coordination.close()

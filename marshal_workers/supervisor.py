@@ -7,15 +7,15 @@ signal pipe, handles what the children said, folds whatever the coordination log
 acts on the verdicts, then runs its timers: heartbeats every HB/2, lease deadlines, the claim
 engine, partition discovery, and restarts of failed children.
 
-Every coordination write goes through `_send`, which returns only once the log acknowledged
-the record (so its partition and offset are known). A heartbeat's send time is kept under
-that position; when the fold accepts that very record, the claim's lease becomes
-send time + 2*HB - margin (DESIGN.md section 3). A claim is decided by the fold of the log up
-to the claimer's own record (`LogReader.wait_for`), never by what the claimer believes.
+Writes go through the `Coordinator`. A claim's lease is extended only when the fold accepts a
+heartbeat of this client, by what that heartbeat proves (send time + 2*HB - margin). A claim
+is decided by the fold of the log up to the claimer's own record, never by belief.
 
-When the fold shows a claim lost (a heartbeat refused, a newer instance of this client took
-it over), or its lease is about to run out, the child's process group is sent TERM, then KILL,
-both before the lease ends; the child's own watchdog ends it at the deadline regardless.
+When the fold shows a claim lost (a heartbeat refused, a newer instance of this client took it
+over, someone else won it), or its lease is about to run out, the child's process group gets
+TERM, then KILL, both before the lease ends; the child's own watchdog ends it at the deadline
+regardless. A graceful release (rebalance, TERM) asks the child to finish its batch, waits for
+it to exit, and only then writes ReleasingPartition at the position the child reported.
 """
 
 from __future__ import annotations
@@ -36,23 +36,13 @@ from marshal_workers import ipc
 from marshal_workers.child import EXIT_HANDLER_FAILED, start_child
 from marshal_workers.claims import is_member_key, member_key, plan
 from marshal_workers.config import RunConfig
-from marshal_workers.coordlog import Appended, CoordinationLog, LogError
+from marshal_workers.coordination import Coordinator
 from marshal_workers.datatopics import DataTopics
 from marshal_workers.holding import Holding, Phase
 from marshal_workers.lease import SharedLease, default_margin, lease_deadline
-from marshal_workers.protocol import (
-    ClaimingMessages,
-    ClaimingPartition,
-    ClaimKey,
-    Heartbeat,
-    Message,
-    ReleasingPartition,
-    coordination_partition,
-    encode,
-    record_key,
-)
+from marshal_workers.observe import ClaimSnapshot, Observer
+from marshal_workers.protocol import ClaimKey, Message
 from marshal_workers.rationalizer import ClaimState, resume_offset
-from marshal_workers.reader import LogReader
 
 Clock = Callable[[], float]
 DISCOVERY_INTERVAL_S = 10.0
@@ -68,21 +58,19 @@ class Supervisor:
     def __init__(
         self,
         config: RunConfig,
-        log: CoordinationLog,
-        reader: LogReader,
+        coordinator: Coordinator,
         topics: DataTopics,
         mp_context: SpawnContext,
+        observer: Observer | None = None,
         clock: Clock = time.monotonic,
-        wall: Clock = time.time,
         wake_fd: int | None = None,
     ) -> None:
         self.config = config
-        self.log = log
-        self.reader = reader
+        self.co = coordinator
         self.topics = topics
         self.mp = mp_context
+        self.observer = observer or Observer()
         self.clock = clock
-        self.wall = wall
         self.wake_fd = wake_fd
         self.hb = config.heartbeat_interval
         self.margin = default_margin(self.hb)
@@ -91,15 +79,10 @@ class Supervisor:
         self.partitions: list[ClaimKey] = []
         self.avoid_until: dict[ClaimKey, float] = {}
         self.stopping = False
-        self.stop_deadline = 0.0
         self.done = False
-        self._sent: dict[tuple[int, int], tuple[ClaimKey, float]] = {}
-        self._next_heartbeat = 0.0
-        self._next_claim = 0.0
-        self._next_release = 0.0
+        self._next_heartbeat = self._next_claim = self._next_release = 0.0
         self._next_discovery = 0.0
-        self._seen_log_time = (0, clock())
-        self.log_ = structlog.get_logger().bind(
+        self._log = structlog.get_logger().bind(
             group=config.group, client_id=config.client_id, instance_id=config.instance_id
         )
 
@@ -107,44 +90,44 @@ class Supervisor:
 
     def start(self, catch_up_timeout: float = 60.0) -> None:
         """Catch up on the log, resume this client's fresh claims, announce the member."""
-        folded = self.reader.catch_up(catch_up_timeout)
-        self._note_log_time()
+        folded = self.co.catch_up(catch_up_timeout)
         self.partitions = self.topics.partitions()
         self._next_discovery = self.clock() + DISCOVERY_INTERVAL_S
-        self.log_.info("caught up", records=folded, partitions=len(self.partitions))
-        for key, state in list(self._view().items()):
+        self._log.info("caught up", records=folded, partitions=len(self.partitions))
+        for key, state in list(self.co.view().items()):
             if state.certain and state.holder_client == self.config.client_id:
                 self._resume(key, state)
-        if member_key(self.config.group, self.config.client_id) not in self.holdings:
-            self._claim(member_key(self.config.group, self.config.client_id))
+        member = member_key(self.config.group, self.config.client_id)
+        if member not in self.holdings:
+            self._claim(member)
+        self.observer.ready()
 
     def _resume(self, key: ClaimKey, state: ClaimState) -> None:
         """Take a fresh claim of this client over with a heartbeat (restart recovery)."""
-        position = self._start_position(key, state)
+        position = 0 if is_member_key(key) else self._start_position(key, state)
         sent_at = self.clock()
-        verdict = self._send_and_fold(self._heartbeat_msg(key, position))
-        if not isinstance(verdict, ev.HeartbeatAccepted):
-            return
+        verdict = self._decide(self.co.heartbeat_msg(key, position))
+        if isinstance(verdict, ev.HeartbeatAccepted):
+            self._hold(key, verdict.token, position, sent_at)
+            self._log.info(
+                "claim resumed",
+                topic=key.topic,
+                partition=key.partition,
+                token=verdict.token,
+                replaced=verdict.replaced_instance,
+            )
+
+    def _hold(self, key: ClaimKey, token: int, position: int, sent_at: float) -> Holding:
         lease = SharedLease(self.mp)
         lease.extend_to(lease_deadline(sent_at, self.hb, self.margin))
         holding = Holding(
-            key,
-            verdict.coord_partition,
-            verdict.token,
-            position,
-            lease,
-            is_member=is_member_key(key),
+            key, self.co.partition_of(key), token, position, lease, is_member=is_member_key(key)
         )
         self.holdings[key] = holding
-        self.log_.info(
-            "claim resumed",
-            topic=key.topic,
-            partition=key.partition,
-            token=verdict.token,
-            replaced=verdict.replaced_instance,
-        )
+        self.observer.claim_won(key, token)
         if not holding.is_member:
-            self._spawn(holding)
+            self._spawn(holding, restart=False)
+        return holding
 
     # ---- the loop -----------------------------------------------------------------------
 
@@ -156,29 +139,51 @@ class Supervisor:
         waitables: list[Connection | int] = [*conns]
         if self.wake_fd is not None:
             waitables.append(self.wake_fd)
-        if waitables:
-            ready = connection.wait(waitables, timeout=wait_s)
-        else:
+        ready = connection.wait(waitables, timeout=wait_s) if waitables else []
+        if not waitables:
             time.sleep(wait_s)
-            ready = []
         for conn in ready:
             if conn in conns:
                 self._read_child(conns[conn])
-        self._fold(self.reader.poll(0))
+        self._on_events(self.co.poll())
         now = self.clock()
         self._check_children(now)
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.hb / 2
             for holding in list(self.holdings.values()):
                 if holding.phase is not Phase.LOST:
-                    self._heartbeat(holding)
+                    self.co.heartbeat(holding.key, holding.position)
         if self.stopping:
-            self._advance_stop(now)
-            return
-        if now >= self._next_discovery:
-            self._discover()
-        if now >= self._next_claim:
-            self._rebalance(now)
+            self._advance_stop()
+        else:
+            if now >= self._next_discovery:
+                self._discover()
+            if now >= self._next_claim:
+                self._rebalance(now)
+        self.observer.tick(self.snapshot(), healthy=self._healthy(now))
+
+    def _healthy(self, now: float) -> bool:
+        """No claim's lease is closer to its end than one heartbeat round should allow."""
+        return all(
+            h.is_member or h.lease.deadline - now > self.kill_grace
+            for h in self.holdings.values()
+            if h.phase is Phase.RUNNING
+        )
+
+    def snapshot(self) -> dict[ClaimKey, ClaimSnapshot]:
+        """The held claims as observers see them."""
+        now = self.clock()
+        return {
+            k: ClaimSnapshot(
+                k,
+                h.token,
+                h.position,
+                h.lease.deadline - now,
+                h.child.pid if h.child else None,
+                h.phase.value,
+            )
+            for k, h in self.holdings.items()
+        }
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if sig is signal.SIGTERM and not self.stopping:
@@ -186,101 +191,21 @@ class Supervisor:
         elif sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
             self.request_stop(fast=True)
 
-    # ---- coordination writes --------------------------------------------------------------
-
-    def _message_partition(self, key: ClaimKey) -> int:
-        return coordination_partition(
-            key.topic, key.partition, self.log.num_partitions, self.config.partitioner
-        )
-
-    def _send(self, msg: Message, timeout_s: float) -> Appended | None:
-        key = ClaimKey(msg.group_id, msg.topic, msg.partition)
-        try:
-            return self.log.append(
-                self._message_partition(key), record_key(msg), encode(msg), timeout_s
-            )
-        except LogError as exc:
-            self.log_.warning(
-                "coordination write failed",
-                message=type(msg).__name__,
-                topic=msg.topic,
-                partition=msg.partition,
-                error=str(exc),
-            )
-            return None
-
-    def _send_and_fold(self, msg: Message) -> ev.Event | None:
-        """Append and fold up to that record; return the verdict on it (None on failure)."""
-        sent_at = self.clock()
-        appended = self._send(msg, timeout_s=max(2.0, self.hb))
-        if appended is None:
-            return None
-        if isinstance(msg, Heartbeat):
-            self._sent[(appended.partition, appended.offset)] = (
-                ClaimKey(msg.group_id, msg.topic, msg.partition),
-                sent_at,
-            )
-        try:
-            verdict, folded = self.reader.wait_for(appended, timeout_s=max(5.0, 2 * self.hb))
-        except LogError as exc:
-            self.log_.warning("own record not folded", error=str(exc))
-            return None
-        self._fold(folded)
-        self._fold([verdict])
-        return verdict
-
-    def _heartbeat_msg(self, key: ClaimKey, position: int) -> Heartbeat:
-        c = self.config
-        return Heartbeat(
-            int(self.wall()),
-            c.instance_id,
-            c.client_id,
-            key.group,
-            key.topic,
-            key.partition,
-            position,
-        )
-
-    def _heartbeat(self, holding: Holding) -> None:
-        sent_at = self.clock()
-        appended = self._send(
-            self._heartbeat_msg(holding.key, holding.position),
-            timeout_s=max(0.2, min(1.0, self.hb / 4)),
-        )
-        if appended is not None:
-            self._sent[(appended.partition, appended.offset)] = (holding.key, sent_at)
-
     # ---- verdicts -------------------------------------------------------------------------
 
-    def _note_log_time(self) -> None:
-        latest = max((w.log_time for w in self.reader.worlds.values()), default=0)
-        if latest > self._seen_log_time[0]:
-            self._seen_log_time = (latest, self.clock())
+    def _decide(self, msg: Message) -> ev.Event | None:
+        """Write ``msg``, fold to it, act on everything folded; return the verdict on it."""
+        verdict, folded = self.co.send_and_fold(msg)
+        self._on_events(folded)
+        return verdict
 
-    def _now_ms(self) -> int:
-        """An estimate of the log's current time: the newest log time plus time since."""
-        seen, at = self._seen_log_time
-        return seen + int((self.clock() - at) * 1000)
+    def _on_events(self, events: list[ev.Event]) -> None:
+        for e in events:
+            if isinstance(e, ev.ClaimVerdict):
+                self._on_claim_event(e)
 
-    def _view(self) -> dict[ClaimKey, ClaimState]:
-        view: dict[ClaimKey, ClaimState] = {}
-        for world in self.reader.worlds.values():
-            view.update(world.claims)
-        return view
-
-    def _fold(self, events: list[ev.Event]) -> None:
-        for event in events:
-            self._on_event(event)
-        if events:
-            self._note_log_time()
-        horizon = self.clock() - 4 * self.hb
-        for position in [p for p, (_, at) in self._sent.items() if at < horizon]:
-            del self._sent[position]
-
-    def _on_event(self, e: ev.Event) -> None:
-        if not isinstance(e, ev.ClaimVerdict):
-            return
-        sent = self._sent.pop((e.coord_partition, e.coord_offset), None)
+    def _on_claim_event(self, e: ev.ClaimVerdict) -> None:
+        sent_at = self.co.sent_at(e)
         holding = self.holdings.get(e.key)
         if holding is None or holding.phase is Phase.LOST:
             return
@@ -288,23 +213,22 @@ class Supervisor:
         if isinstance(e, ev.HeartbeatAccepted):
             if mine and e.instance_id != self.config.instance_id:
                 self._lose(holding, f"taken over by instance {e.instance_id}")
-            elif sent is not None and e.token == holding.token:
-                holding.lease.extend_to(lease_deadline(sent[1], self.hb, self.margin))
-        elif isinstance(e, ev.HeartbeatRejected) and sent is not None:
+            elif sent_at is not None and e.token == holding.token:
+                holding.lease.extend_to(lease_deadline(sent_at, self.hb, self.margin))
+        elif isinstance(e, ev.HeartbeatRejected) and sent_at is not None:
             self._lose(holding, f"heartbeat refused: {e.reason}")
         elif isinstance(e, ev.ClaimGranted) and e.token != holding.token:
             self._lose(holding, f"claimed by {e.client_id}")
 
     def _lose(self, holding: Holding, reason: str) -> None:
         """The claim is no longer ours: revoke the lease, kill the child, forget the claim."""
-        self.log_.warning(
+        self._log.warning(
             "claim lost", topic=holding.key.topic, partition=holding.key.partition, reason=reason
         )
         holding.phase, holding.lost_reason, holding.release_when_stopped = Phase.LOST, reason, False
         holding.lease.revoke()
-        if holding.child is not None:
-            holding.child.signal_group(signal.SIGKILL)
-            holding.kill_sent = True
+        self.observer.claim_lost(holding.key, reason)
+        self._kill(holding, signal.SIGKILL, reason)
 
     # ---- children -------------------------------------------------------------------------
 
@@ -315,7 +239,7 @@ class Supervisor:
         low, high = self.topics.watermarks(key.topic, key.partition)
         return low if self.config.auto_offset_reset == "earliest" else high
 
-    def _spawn(self, holding: Holding) -> None:
+    def _spawn(self, holding: Holding, *, restart: bool) -> None:
         c = self.config
         spec = ipc.ChildSpec(
             handler=c.handler,
@@ -335,7 +259,8 @@ class Supervisor:
         )
         holding.child = start_child(spec, holding.lease, self.mp)
         holding.term_sent = holding.kill_sent = False
-        self.log_.info(
+        self.observer.child_started(holding.key, holding.child.pid, restart)
+        self._log.info(
             "child started",
             topic=spec.topic,
             partition=spec.partition,
@@ -344,25 +269,33 @@ class Supervisor:
             token=holding.token,
         )
 
+    def _kill(self, holding: Holding, sig: signal.Signals, why: str) -> None:
+        if holding.child is not None:
+            holding.child.signal_group(sig)
+            holding.term_sent = True
+            holding.kill_sent = holding.kill_sent or sig is signal.SIGKILL
+            if sig is signal.SIGKILL:
+                self.observer.fencing_kill(holding.key, holding.child.pid, why)
+
     def _read_child(self, holding: Holding) -> None:
         assert holding.child is not None
         conn = holding.child.conn
-        try:
+        with contextlib.suppress(EOFError, OSError):  # a dead child is reaped by the loop
             while conn.poll():
                 self._on_child_message(holding, conn.recv())
-        except (EOFError, OSError):
-            pass  # the child is gone; _check_children reaps it
 
     def _on_child_message(self, holding: Holding, msg: ipc.ToSupervisor) -> None:
-        if isinstance(msg, ipc.Progress):
+        if isinstance(msg, ipc.Progress | ipc.Stopped) and msg.next_offset is not None:
             holding.position = msg.next_offset
         elif isinstance(msg, ipc.GrantRequest):
-            self._grant(holding, msg)
+            granted, reason = self._grant(holding, msg)
+            _tell(holding, ipc.Grant(msg.request_id, granted, reason))
         elif isinstance(msg, ipc.HandlerFailed):
             same = holding.failed_offset == msg.offset
             holding.failures = holding.failures + 1 if same else 1
             holding.failed_offset = msg.offset
-            self.log_.error(
+            self.observer.handler_failed(holding.key, msg.offset, msg.error)
+            self._log.error(
                 "handler failed",
                 topic=holding.key.topic,
                 partition=holding.key.partition,
@@ -370,67 +303,47 @@ class Supervisor:
                 error=msg.error,
                 failures=holding.failures,
             )
-        elif isinstance(msg, ipc.Stopped) and msg.next_offset is not None:
-            holding.position = msg.next_offset
 
-    def _grant(self, holding: Holding, req: ipc.GrantRequest) -> None:
+    def _grant(self, holding: Holding, req: ipc.GrantRequest) -> tuple[bool, str]:
         """AMO: reserve the batch in the log, check the verdict, commit, and only then grant."""
-        refusal = None
         if holding.phase is not Phase.RUNNING or not holding.lease.valid():
-            refusal = "claim not held"
-        elif req.start < holding.position:
-            refusal = f"batch starts at {req.start}, before the position {holding.position}"
-        if refusal is None:
-            c, key = self.config, holding.key
-            reserve = ClaimingMessages(
-                int(self.wall()),
-                c.instance_id,
-                c.client_id,
-                key.group,
-                key.topic,
-                key.partition,
-                req.end,
-            )
-            verdict = self._send_and_fold(reserve)
-            if not isinstance(verdict, ev.MessagesClaimed) or holding.phase is not Phase.RUNNING:
-                refusal = getattr(verdict, "reason", "reservation not confirmed")
-            else:
-                holding.position = req.end
-                self._heartbeat(holding)  # the committing heartbeat
-        _tell(holding, ipc.Grant(req.request_id, refusal is None, refusal or ""))
+            return False, "claim not held"
+        if req.start < holding.position:
+            return False, f"batch starts at {req.start}, before the position {holding.position}"
+        verdict = self._decide(self.co.reserving(holding.key, req.end))
+        if not isinstance(verdict, ev.MessagesClaimed) or holding.phase is not Phase.RUNNING:
+            return False, getattr(verdict, "reason", "reservation not confirmed")
+        holding.position = req.end
+        self.co.heartbeat(holding.key, holding.position)  # the committing heartbeat
+        return True, ""
 
     def _check_children(self, now: float) -> None:
         for holding in list(self.holdings.values()):
             child = holding.child
             if child is None:
-                if (
-                    holding.phase is Phase.RUNNING
-                    and not holding.is_member
-                    and now >= holding.restart_at
-                ):
-                    self._spawn(holding)
-                elif holding.phase is not Phase.RUNNING:
+                if holding.phase is not Phase.RUNNING:
                     self._finish(holding)
+                elif not holding.is_member and now >= holding.restart_at:
+                    self._spawn(holding, restart=True)
                 continue
             remaining = holding.lease.deadline - now
             if holding.phase is Phase.STOPPING and now >= holding.stop_deadline:
                 remaining = min(remaining, 0.0)
             if remaining <= self.kill_grace and not holding.term_sent:
-                child.signal_group(signal.SIGTERM)
-                holding.term_sent = True
+                self._kill(holding, signal.SIGTERM, "lease ending")
             if remaining <= self.kill_grace / 3 and not holding.kill_sent:
-                child.signal_group(signal.SIGKILL)
-                holding.kill_sent = True
+                self._kill(holding, signal.SIGKILL, "lease ending")
             if child.exitcode is not None:
                 self._read_child(holding)
                 self._on_exit(holding, child.exitcode, now)
 
     def _on_exit(self, holding: Holding, code: int, now: float) -> None:
-        if holding.child is not None:
-            holding.child.close()
+        assert holding.child is not None
+        key, pid = holding.key, holding.child.pid
+        holding.child.close()
         holding.child = None
-        key = holding.key
-        self.log_.info(
+        self.observer.child_exited(key, pid, code)
+        self._log.info(
             "child exited",
             topic=key.topic,
             partition=key.partition,
@@ -439,15 +352,13 @@ class Supervisor:
         )
         if holding.phase is not Phase.RUNNING:
             self._finish(holding)
-            return
-        if not holding.lease.valid():  # heartbeats were not confirmed in time
-            self.log_.warning("lease expired", topic=key.topic, partition=key.partition)
+        elif not holding.lease.valid():  # heartbeats were not confirmed in time
+            self._log.warning("lease expired", topic=key.topic, partition=key.partition)
             self.avoid_until[key] = now + self.hb
-            holding.phase = Phase.STOPPING  # the child is dead: releasing is safe, and the
+            holding.phase = Phase.STOPPING  # the child is dead, so releasing is safe; the
             self._finish(holding)  # log refuses the release if the claim was taken meanwhile
-            return
-        if code == EXIT_HANDLER_FAILED and holding.failures >= self.config.max_handler_failures:
-            self.log_.error(
+        elif code == EXIT_HANDLER_FAILED and holding.failures >= self.config.max_handler_failures:
+            self._log.error(
                 "releasing partition after repeated handler failures",
                 topic=key.topic,
                 partition=key.partition,
@@ -457,35 +368,26 @@ class Supervisor:
             self.avoid_until[key] = now + max(60.0, 10 * self.hb)
             holding.phase = Phase.STOPPING
             self._finish(holding)
-            return
-        backoff = min(30.0, 0.5 * 2 ** max(0, holding.failures - 1)) if code else 0.5
-        holding.restart_at = now + backoff
+        else:
+            backoff = min(30.0, 0.5 * 2 ** max(0, holding.failures - 1)) if code else 0.5
+            holding.restart_at = now + backoff
 
     def _finish(self, holding: Holding) -> None:
         """The child is gone: release the claim if it ended gracefully, then forget it."""
         if holding.phase is Phase.STOPPING and holding.release_when_stopped:
-            self._release(holding)
+            key = holding.key
+            verdict = self._decide(self.co.releasing(key, holding.position))
+            confirmed = isinstance(verdict, ev.Released)
+            if confirmed:
+                self.observer.claim_released(key)
+            self._log.info(
+                "claim released",
+                topic=key.topic,
+                partition=key.partition,
+                position=holding.position,
+                confirmed=confirmed,
+            )
         self.holdings.pop(holding.key, None)
-
-    def _release(self, holding: Holding) -> None:
-        c, key = self.config, holding.key
-        msg = ReleasingPartition(
-            int(self.wall()),
-            c.instance_id,
-            c.client_id,
-            key.group,
-            key.topic,
-            key.partition,
-            holding.position,
-        )
-        verdict = self._send_and_fold(msg)
-        self.log_.info(
-            "claim released",
-            topic=key.topic,
-            partition=key.partition,
-            position=holding.position,
-            confirmed=isinstance(verdict, ev.Released),
-        )
 
     def _stop_child(self, holding: Holding, deadline: float) -> None:
         holding.phase = Phase.STOPPING
@@ -495,50 +397,33 @@ class Supervisor:
     # ---- claiming and rebalancing --------------------------------------------------------
 
     def _claim(self, key: ClaimKey) -> bool:
-        c = self.config
         sent_at = self.clock()
-        msg = ClaimingPartition(
-            int(self.wall()), c.instance_id, c.client_id, key.group, key.topic, key.partition
-        )
-        verdict = self._send_and_fold(msg)
+        verdict = self._decide(self.co.claiming(key))
         if not isinstance(verdict, ev.ClaimGranted):
             return False
-        state = self._view().get(key)
-        position = 0 if is_member_key(key) else self._start_position(key, state)
-        lease = SharedLease(self.mp)
-        lease.extend_to(lease_deadline(sent_at, self.hb, self.margin))
-        holding = Holding(
-            key,
-            verdict.coord_partition,
-            verdict.token,
-            position,
-            lease,
-            is_member=is_member_key(key),
-        )
-        self.holdings[key] = holding
-        self._heartbeat(holding)
-        self.log_.info(
+        position = 0 if is_member_key(key) else self._start_position(key, self.co.view().get(key))
+        holding = self._hold(key, verdict.token, position, sent_at)
+        self.co.heartbeat(key, holding.position)
+        self._log.info(
             "claim won",
             topic=key.topic,
             partition=key.partition,
             token=verdict.token,
             position=position,
         )
-        if not holding.is_member:
-            self._spawn(holding)
         return True
 
     def _discover(self) -> None:
         self._next_discovery = self.clock() + DISCOVERY_INTERVAL_S
-        current = self.log.current_num_partitions(10.0)
-        if current != self.log.num_partitions:
+        current = self.co.log.current_num_partitions(10.0)
+        if current != self.co.log.num_partitions:
             raise CoordinationChangedError(
                 f"{self.config.coordination_topic} now has {current} partitions, not "
-                f"{self.log.num_partitions}: claims would move; refusing to go on"
+                f"{self.co.log.num_partitions}: claims would move; refusing to go on"
             )
         found = self.topics.partitions()
         if len(found) != len(self.partitions):
-            self.log_.info("partitions changed", before=len(self.partitions), now=len(found))
+            self._log.info("partitions changed", before=len(self.partitions), now=len(found))
         self.partitions = found
 
     def _rebalance(self, now: float) -> None:
@@ -552,9 +437,9 @@ class Supervisor:
             client_id=self.config.client_id,
             group=self.config.group,
             partitions=self.partitions,
-            claims=self._view(),
+            claims=self.co.view(),
             mine=mine,
-            now_ms=self._now_ms(),
+            now_ms=self.co.now_ms(),
             hb_ms=self.config.heartbeat_interval_ms,
             avoid=self.avoid_until,
         )
@@ -563,7 +448,7 @@ class Supervisor:
         if step.release is not None and now >= self._next_release:
             self._next_release = now + self.hb
             self.avoid_until[step.release] = now + 2 * self.hb
-            self.log_.info(
+            self._log.info(
                 "over fair share: releasing",
                 topic=step.release.topic,
                 partition=step.release.partition,
@@ -576,27 +461,32 @@ class Supervisor:
 
     def request_stop(self, fast: bool) -> None:
         """TERM: children finish their batch, then release. INT/QUIT (or a second TERM): now."""
-        now = self.clock()
-        self.log_.info("stopping", fast=fast, claims=len(self.holdings))
+        self._log.info("stopping", fast=fast, claims=len(self.holdings))
+        if not self.stopping:
+            self.observer.stopping()
         self.stopping = True
-        self.stop_deadline = now if fast else now + self.config.stop_timeout
+        deadline = self.clock() + (0.0 if fast else self.config.stop_timeout)
         for holding in self.holdings.values():
             if holding.is_member or holding.phase is Phase.LOST:
                 continue
-            self._stop_child(holding, self.stop_deadline)
-            if fast and holding.child is not None:
+            self._stop_child(holding, deadline)
+            if fast:
                 holding.lease.revoke()
-                holding.child.signal_group(signal.SIGKILL)
-                holding.kill_sent = True
+                self._kill(holding, signal.SIGKILL, "fast stop")
 
-    def _advance_stop(self, now: float) -> None:
-        children = [h for h in self.holdings.values() if not h.is_member]
-        if children:
+    def _advance_stop(self) -> None:
+        if any(not h.is_member for h in self.holdings.values()):
             return
         for holding in list(self.holdings.values()):  # the member claim goes last
             holding.phase = Phase.STOPPING
             self._finish(holding)
         self.done = True
+
+    def kill_all(self) -> None:
+        """Revoke every lease and kill every child: nothing outlives the supervisor."""
+        for holding in self.holdings.values():
+            holding.lease.revoke()
+            self._kill(holding, signal.SIGKILL, "supervisor exiting")
 
 
 def _tell(holding: Holding, msg: ipc.ToChild) -> None:
