@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from marshal_workers.claims import is_member_key
-from marshal_workers.kafkalog import KafkaLog
+from marshal_workers.kafkalog import RDKAFKA_LOG, KafkaLog
 from marshal_workers.rationalizer import Mode, RationalizerConfig, claim_label, resume_offset
 from marshal_workers.reader import LogReader
 from marshal_workers.topicadmin import ensure_coordination_topic
@@ -106,7 +106,9 @@ class Fleet:
         ensure_coordination_topic(bootstrap, self.coordination, coordination_partitions)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(self.topic, partitions, -1)])[self.topic].result(30)
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 5, "logger": RDKAFKA_LOG}
+        )
         self._sent = 0
         self._producing = threading.Event()
         self._thread: threading.Thread | None = None
@@ -144,7 +146,9 @@ class Fleet:
 
     def end_offsets(self) -> dict[int, int]:
         """Each data partition's high watermark."""
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "fleet-probe"})
+        c = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": "fleet-probe", "logger": RDKAFKA_LOG}
+        )
         try:
             return {
                 p: c.get_watermark_offsets(TopicPartition(self.topic, p), 10)[1]
