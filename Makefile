@@ -28,6 +28,9 @@ test: lint typecheck ## Lint, type-check, then unit and integration tests (real 
 test-unit: ## Only the tests that need no broker
 	$(BIN)/pytest -q tests/unit
 
+demo: kafka-jars ## The main job on local defaults: a local Kafka, sample data, a fleet of 3, a verdict
+	$(BIN)/marshal-admin demo
+
 bench: ## Benchmarks: print figures, never assert on time
 	$(BIN)/python bench/fold_and_catch_up.py
 

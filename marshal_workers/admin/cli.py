@@ -5,9 +5,11 @@ from __future__ import annotations
 import sys
 
 import click
+from confluent_kafka import KafkaException
 
 from marshal_workers.admin.commands import dump, init, status
-from marshal_workers.errors import MarshalError
+from marshal_workers.admin.demo import demo
+from marshal_workers.errors import EXIT_RUNTIME, MarshalError
 from marshal_workers.localkafka.cli import kafka
 
 
@@ -17,6 +19,7 @@ def cli() -> None:
 
 
 cli.add_command(kafka)
+cli.add_command(demo)
 cli.add_command(init)
 cli.add_command(status)
 cli.add_command(dump)
@@ -37,5 +40,8 @@ def main() -> None:
     except MarshalError as exc:
         click.echo(f"marshal-admin: error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    except KafkaException as exc:
+        click.echo(f"marshal-admin: error: Kafka: {exc.args[0] if exc.args else exc}", err=True)
+        sys.exit(EXIT_RUNTIME)
     # with standalone_mode=False, click returns ctx.exit(n)'s code instead of raising
     sys.exit(result if isinstance(result, int) else 0)
