@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from marshal_workers.claims import is_live, is_member_key
 from marshal_workers.rationalizer import World, claim_label, pause_of
 
 
@@ -78,12 +79,14 @@ class GroupStatus:
     paused_until_ms: int | None
     paused_by: str | None
     malformed: int
+    members: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         """The status as one JSON object."""
         return {
             "group": self.group,
             "as_of": iso_ms(self.as_of_ms),
+            "members": list(self.members),
             "claims": [c.to_json() for c in self.claims],
             "paused_until": iso_ms(self.paused_until_ms),
             "paused_by": self.paused_by,
@@ -93,7 +96,12 @@ class GroupStatus:
 
 def group_topics(worlds: Mapping[int, World], group: str) -> set[str]:
     """The data topics the group has claims on (to ask their high watermarks)."""
-    return {key.topic for world in worlds.values() for key in world.claims if key.group == group}
+    return {
+        key.topic
+        for world in worlds.values()
+        for key in world.claims
+        if key.group == group and not is_member_key(key)
+    }
 
 
 def group_status(
@@ -107,9 +115,14 @@ def group_status(
     claims: list[ClaimStatus] = []
     paused_until: int | None = None
     paused_by: str | None = None
+    members: set[str] = set()
     for world in worlds.values():
         for key, state in world.claims.items():
             if key.group != group:
+                continue
+            if is_member_key(key):  # announcements, not partitions: listed as members
+                if is_live(state, now_ms, heartbeat_interval_ms) and state.holder_client:
+                    members.add(state.holder_client)
                 continue
             held = state.holder_client is not None
             offset = state.committed
@@ -136,7 +149,9 @@ def group_status(
             paused_until, paused_by = pause.until_ms, pause.client_id
     claims.sort(key=lambda c: (c.topic, c.partition))
     malformed = sum(world.malformed for world in worlds.values())
-    return GroupStatus(group, now_ms, tuple(claims), paused_until, paused_by, malformed)
+    return GroupStatus(
+        group, now_ms, tuple(claims), paused_until, paused_by, malformed, tuple(sorted(members))
+    )
 
 
 _COLUMNS = (
@@ -176,6 +191,7 @@ def render_table(status: GroupStatus) -> str:
     ]
     widths = [max(len(row[i]) for row in [list(_COLUMNS), *rows]) for i in range(len(_COLUMNS))]
     lines = [f"group {status.group} as of {iso_ms(status.as_of_ms)}"]
+    lines.append(f"live members: {', '.join(status.members) or '(none)'}")
     if status.paused_until_ms is not None:
         lines.append(f"paused by {status.paused_by} until {iso_ms(status.paused_until_ms)}")
     for row in [list(_COLUMNS), *rows]:

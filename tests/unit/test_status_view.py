@@ -149,7 +149,15 @@ class TestRendering:
     def test_json_is_one_serializable_object(self) -> None:
         """to_json has the documented top-level keys and survives json.dumps."""
         out = status_of(held_and_released(), T0 + 500, {("orders", 0): 10})
-        assert set(out) == {"group", "as_of", "claims", "paused_until", "paused_by", "malformed"}
+        assert set(out) == {
+            "group",
+            "as_of",
+            "members",
+            "claims",
+            "paused_until",
+            "paused_by",
+            "malformed",
+        }
         assert json.loads(json.dumps(out)) == out
 
     def test_iso_ms_is_utc_with_milliseconds(self) -> None:
@@ -162,10 +170,21 @@ class TestRendering:
         status = group_status(GROUP, {0: held_and_released().world}, HB, T0 + 150, {})
         lines = render_table(status).splitlines()
         assert lines[0].startswith(f"group {GROUP} as of ")
-        assert lines[1].split()[:3] == ["TOPIC", "PARTITION", "STATE"]
-        assert lines[2].split()[:5] == ["orders", "0", "fresh", "A", "A-1"]
-        assert lines[3].split()[:4] == ["orders", "1", "released", "-"]
+        assert lines[1] == "live members: (none)"
+        assert lines[2].split()[:3] == ["TOPIC", "PARTITION", "STATE"]
+        assert lines[3].split()[:5] == ["orders", "0", "fresh", "A", "A-1"]
+        assert lines[4].split()[:4] == ["orders", "1", "released", "-"]
         assert lines[-1] == "malformed records in the log: 0"
+
+    def test_member_claims_are_listed_as_members_not_partitions(self) -> None:
+        """A member's announcement claim names a live member and is not a partition row."""
+        log = held_and_released()
+        log.at(T0 + 450, claim("A", 0, topic="__member.A"))
+        log.at(T0 + 460, claim("C", 0, topic="__member.C"))
+        out = status_of(log, T0 + 500)
+        assert out["members"] == ["A", "C"]
+        assert [c["topic"] for c in out["claims"]] == ["orders", "orders"]
+        assert group_topics({0: log.world}, GROUP) == {"orders"}
 
     def test_table_of_empty_group(self) -> None:
         """An empty group renders a placeholder row."""
