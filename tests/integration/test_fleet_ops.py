@@ -1,0 +1,93 @@
+"""End to end: a running fleet meets new partitions, a changed coordination topic, signals."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
+
+from tests.integration.fleet import Fleet
+
+pytestmark = pytest.mark.kafka
+HB = 1.0
+
+
+@pytest.fixture
+def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(kafka_bootstrap, tmp_path, hb=HB, partitions=4)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def grow(bootstrap: str, topic: str, total: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_partitions([NewPartitions(topic, total)])[topic].result(30)
+
+
+def log_entries(member_log: Path) -> list[dict[str, object]]:
+    return [
+        json.loads(line) for line in member_log.read_text().splitlines() if line.startswith("{")
+    ]
+
+
+def released(member_log: Path) -> set[object]:
+    return {
+        e["partition"]
+        for e in log_entries(member_log)
+        if e.get("event") == "claim released"
+        and e.get("confirmed")
+        and not str(e["topic"]).startswith("__member.")
+    }
+
+
+def test_new_partitions_are_claimed_without_a_restart(fleet: Fleet) -> None:
+    """Partitions added to a running fleet's topic are discovered and shared out."""
+    fleet.start("a")
+    fleet.start("b")
+    fleet.wait_for(lambda: sorted(fleet.counts().values()) == [2, 2], 30, "a 2/2 split")
+    grow(fleet.bootstrap, fleet.topic, 8)
+    fleet.partitions = 8
+    fleet.produce(80)
+    fleet.wait_for(
+        lambda: sorted(fleet.counts().values()) == [4, 4], 40, "the 8 partitions shared 4/4"
+    )
+    fleet.wait_for(fleet.handled_everything, 30, "every record handled, new partitions too")
+
+
+def test_a_changed_coordination_partition_count_stops_the_fleet(fleet: Fleet) -> None:
+    """Claims would move to other coordination partitions: the supervisor refuses to go on."""
+    a = fleet.start("a")
+    fleet.wait_for(lambda: fleet.counts() == {"a": 4}, 30, "a holding all 4")
+    grow(fleet.bootstrap, fleet.coordination, 3)
+    assert a.wait(30) == 1
+    assert "refusing to go on" in a.log_path.read_text()
+
+
+@pytest.mark.parametrize(
+    "signals", [[signal.SIGINT], [signal.SIGTERM, signal.SIGTERM]], ids=["INT", "TERM-twice"]
+)
+def test_fast_stop_still_releases_claims(fleet: Fleet, signals: list[signal.Signals]) -> None:
+    """INT, or a second TERM, kills the children at once yet still releases every claim."""
+    fleet.ledger_delay_ms = 50  # slow batches, so a graceful stop would take a while
+    fleet.produce(400)
+    a = fleet.start("a")
+    fleet.wait_for(lambda: fleet.counts() == {"a": 4}, 30, "a holding all 4")
+    fleet.wait_for(lambda: len(fleet.ledger()) > 20, 20, "a handling")
+    for sig in signals[:-1]:  # a graceful TERM first, taken before the next one comes
+        a.signal(sig)
+        time.sleep(0.3)
+    started = time.monotonic()
+    a.signal(signals[-1])
+    assert a.wait(10) == 0
+    print(f"\nfast stop took {time.monotonic() - started:.2f}s")
+    codes = [e["code"] for e in log_entries(a.log_path) if e.get("event") == "child exited"]
+    assert codes == [-signal.SIGKILL] * 4, "children were not killed: the stop waited for them"
+    assert released(a.log_path) == {0, 1, 2, 3}
+    assert fleet.counts() == {}
