@@ -117,11 +117,14 @@ class Coordinator:
     def send_and_fold(self, msg: Message) -> tuple[ev.Event | None, list[ev.Event]]:
         """Append, then fold up to that record: (the verdict on it, every event folded on the
         way, the verdict included). The verdict is None if the write or the fold failed."""
-        appended = self.send(msg, timeout_s=max(2.0, self.hb))
+        # bounded: the loop (and with it the supervisor's lease checks) waits meanwhile
+        appended = self.send(msg, timeout_s=max(1.0, min(5.0, self.hb)))
         if appended is None:
             return None, []
         try:
-            verdict, folded = self.reader.wait_for(appended, timeout_s=max(5.0, 2 * self.hb))
+            verdict, folded = self.reader.wait_for(
+                appended, timeout_s=max(1.0, min(5.0, 2 * self.hb))
+            )
         except LogError as exc:
             self._log.warning("own record not folded", error=str(exc))
             return None, []
