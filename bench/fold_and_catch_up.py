@@ -19,6 +19,8 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from marshal_workers.kafkalog import KafkaLog
+from marshal_workers.localkafka import StartOptions, start_cluster
 from marshal_workers.protocol import (
     ClaimingMessages,
     ClaimingPartition,
@@ -30,6 +32,8 @@ from marshal_workers.protocol import (
     record_key,
 )
 from marshal_workers.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.reader import LogReader
+from marshal_workers.topicadmin import ensure_coordination_topic
 
 HB_MS = 10_000
 FOLD_TARGET = 300_000
@@ -75,8 +79,15 @@ def bench_fold(n: int) -> float:
 
 def produce(bootstrap: str, topic: str, n: int) -> None:
     """Write ``n`` synthetic coordination records to ``topic`` (partition 0), batched."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
-                         "queue.buffering.max.messages": 1_000_000, "compression.type": "lz4"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.messages": 1_000_000,
+            "compression.type": "lz4",
+        }
+    )
     for m in synthetic(n, seed=11):
         while True:
             try:
@@ -91,9 +102,6 @@ def produce(bootstrap: str, topic: str, n: int) -> None:
 
 def bench_catch_up(bootstrap: str, n: int) -> tuple[float, int]:
     """Create a topic with ``n`` records; time a fresh reader's catch-up. (seconds, records)"""
-    from marshal_workers.kafkalog import KafkaLog
-    from marshal_workers.reader import LogReader
-    from marshal_workers.topicadmin import ensure_coordination_topic
 
     topic = f"__marshal_bench_{uuid.uuid4().hex[:8]}"
     ensure_coordination_topic(bootstrap, topic, partitions=1, replication_factor=1)
@@ -117,16 +125,16 @@ def main() -> None:
     args = ap.parse_args()
 
     rate = bench_fold(args.records)
-    print(f"fold (decode + rationalize), {args.records:,} records, one core: {rate:,.0f} records/s"
-          f"  ({rate / FOLD_TARGET:.2f}x the {FOLD_TARGET:,}/s target)")
+    print(
+        f"fold (decode + rationalize), {args.records:,} records, one core: {rate:,.0f} records/s"
+        f"  ({rate / FOLD_TARGET:.2f}x the {FOLD_TARGET:,}/s target)"
+    )
     if args.skip_kafka:
         return
     sizes = [int(s) for s in args.catch_up.split(",") if s]
     if args.bootstrap_servers:
         run_catch_up(args.bootstrap_servers, sizes)
         return
-    from marshal_workers.localkafka import StartOptions, start_cluster
-
     with tempfile.TemporaryDirectory(prefix="marshal-bench-") as tmp:
         t0 = time.perf_counter()
         cluster = start_cluster(StartOptions(directory=Path(tmp), nodes=1))
@@ -140,8 +148,10 @@ def main() -> None:
 def run_catch_up(bootstrap: str, sizes: list[int]) -> None:
     for n in sizes:
         seconds, folded = bench_catch_up(bootstrap, n)
-        print(f"fresh reader catch-up on {folded:,} real records: {seconds:.2f} s "
-              f"({folded / seconds:,.0f} records/s; target for 1M: <= {CATCH_UP_TARGET_S:.0f} s)")
+        print(
+            f"fresh reader catch-up on {folded:,} real records: {seconds:.2f} s "
+            f"({folded / seconds:,.0f} records/s; target for 1M: <= {CATCH_UP_TARGET_S:.0f} s)"
+        )
 
 
 if __name__ == "__main__":
