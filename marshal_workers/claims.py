@@ -64,7 +64,9 @@ def live_members(
     return {
         state.holder_client
         for key, state in claims.items()
-        if key.group == group and is_member_key(key) and state.holder_client is not None
+        if key.group == group
+        and is_member_key(key)
+        and state.holder_client is not None
         and is_live(state, now_ms, hb_ms)
     }
 
