@@ -19,6 +19,8 @@ from typing import Any, TextIO
 
 import structlog
 
+_STDLIB_HANDLER = "marshal-workers"
+
 
 def configure_logging(json: bool, level: str | int = "info", stream: TextIO | None = None) -> None:
     """Send structlog events to ``stream`` (stderr) as JSON lines or as console lines."""
@@ -35,15 +37,39 @@ def configure_logging(json: bool, level: str | int = "info", stream: TextIO | No
         structlog.processors.StackInfoRenderer(),
     ]
     if json:
-        processors.append(structlog.processors.dict_tracebacks)
-    processors.append(renderer)
+        # no local variables in tracebacks: they can hold record contents and secrets
+        processors.append(
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            )
+        )
     min_level = level if isinstance(level, int) else logging.getLevelNamesMapping()[level.upper()]
     structlog.configure(
-        processors=processors,
+        processors=[*processors, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(min_level),
         logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
+    _route_standard_logging(processors, renderer, min_level, out)
+
+
+def _route_standard_logging(processors: list[Any], renderer: Any, level: int, out: TextIO) -> None:
+    """Render what is logged with the standard library (kafkalog's warnings, librdkafka's own
+    lines from WARNING up) like structlog's events, on the same stream, instead of as bare
+    text; replaces the handler an earlier call installed."""
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*processors, structlog.stdlib.add_logger_name],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(formatter)
+    handler.set_name(_STDLIB_HANDLER)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == _STDLIB_HANDLER]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    logging.getLogger("marshal_workers.librdkafka").setLevel(max(level, logging.WARNING))
 
 
 def raw_line(json: bool, event: str, level: str, context: dict[str, Any]) -> bytes:
