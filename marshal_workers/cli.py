@@ -16,6 +16,18 @@ from marshal_workers.run import run
 from marshal_workers.settings import SETTINGS, Setting, help_epilog, resolve
 
 SECTIONS = ("Work", "Identity", "Kafka", "Timing", "Errors", "Output")
+SIGNALS_HELP = """\b
+Signals (to the supervisor; systemd: see systemd/README.md):
+  TERM       graceful stop: children finish their batch, report, and release
+             (children still running after --stop-timeout are killed)
+  INT, QUIT  (or a second TERM) immediate stop: children are killed, then
+             their claims are released at the last reported position
+  HUP        reload the handler code: each child finishes its batch and a fresh
+             one (importing the handler anew) takes the same claim, same token,
+             same position; no release, no new claim; settings are not re-read
+  USR1       log every thread's stack ("stack dump" lines); each child logs its
+             own ("stack_dump"): at once, even when stuck in the handler
+"""
 
 
 def _option(setting: Setting) -> Callable[[Any], Any]:
@@ -42,7 +54,7 @@ def _with_settings(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.command(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-    epilog=help_epilog(),
+    epilog=f"{help_epilog()}\n\n{SIGNALS_HELP}",
 )
 @click.option(
     "--config",
@@ -61,9 +73,9 @@ def marshal_run(config_file: Path | None, **flags: Any) -> int:
     Example:
       marshal-run --handler mypkg:handle --mode amo --topic orders --group shop.billing
 
-    Signals: TERM stops gracefully (children finish their batch, commit, release); a second
-    TERM, INT or QUIT stops at once. Exit codes: 0 stopped, 2 configuration error, 3 handler
-    failed to load, 1 runtime failure.
+    Signals: TERM stops gracefully, INT or QUIT at once, HUP reloads the handler code, USR1
+    dumps stacks (see below). Exit codes: 0 stopped, 2 configuration error, 3 handler failed
+    to load, 1 runtime failure.
     """
     config_path = config_file or (
         Path(os.environ["MARSHAL_CONFIG"]) if os.environ.get("MARSHAL_CONFIG") else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,15 @@ from marshal_workers.rationalizer import Mode
 from marshal_workers.settings import BY_NAME, Resolved
 
 REQUIRED = ("handler", "mode", "topic", "group")
+DEFAULT_ADMIN_CLIENT_IDS = ("marshal-admin",)
+ANY_CLIENT = "*"
+
+
+def admin_ids(ids: Iterable[str]) -> frozenset[str] | None:
+    """The rationalizer's admin list from the ``admin_client_ids`` setting: None (anyone may
+    pause the group) if ``*`` is listed, else exactly the ids given (none: nobody may)."""
+    listed = frozenset(ids)
+    return None if ANY_CLIENT in listed else listed
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +43,16 @@ class RunConfig:
     stop_timeout: float = 20.0
     auto_offset_reset: str = "earliest"
     max_handler_failures: int = 5
+    retries: int = 3
+    retry_backoff: float = 0.5
+    on_failure: str = "stop"
+    dlq_topic: str = "{topic}.dlq"
+    max_poison_rate: int = 60
     log_json: bool = True
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     kafka: Mapping[str, str] = field(default_factory=dict)
+    admin_client_ids: frozenset[str] | None = frozenset(DEFAULT_ADMIN_CLIENT_IDS)
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     @property
@@ -72,6 +89,14 @@ def run_config(resolved: Resolved) -> RunConfig:
         stop_timeout=v["stop_timeout"],
         auto_offset_reset=v["auto_offset_reset"],
         max_handler_failures=v["max_handler_failures"],
+        retries=v["retries"],
+        retry_backoff=v["retry_backoff"],
+        on_failure=v["on_failure"],
+        dlq_topic=v["dlq_topic"],
+        max_poison_rate=v["max_poison_rate"],
         log_json=log_json,
+        metrics_port=v["metrics_port"],
+        metrics_host=v["metrics_host"],
         kafka=dict(resolved.kafka),
+        admin_client_ids=admin_ids(v["admin_client_ids"]),
     )

@@ -14,11 +14,13 @@ from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from marshal_workers.errors import EXIT_HANDLER_LOAD, MarshalError
+from marshal_workers.frozen import fast_init
 from marshal_workers.rationalizer import Mode
 
 ENTRY_POINT_GROUP = "marshal_workers.handlers"
 
 
+@fast_init  # a child builds one per fetched record: the slot-storing __init__ is twice as fast
 @dataclass(frozen=True, slots=True)
 class Record:
     """One record of the data topic, as the handler sees it."""

@@ -15,6 +15,7 @@ class Phase(Enum):
 
     RUNNING = "running"  # a child processes it (or is being restarted after a failure)
     STOPPING = "stopping"  # the child was asked to finish its batch; then release
+    RELOADING = "reloading"  # SIGHUP: the child finishes its batch; a fresh one takes the claim
     LOST = "lost"  # the claim is gone or its lease ran out: kill the child, forget the claim
 
 

@@ -1,15 +1,17 @@
 """What a child and its supervisor say to each other over their pipe, and what a child starts with.
 
 Child to supervisor: `Started`, `Progress` (ALO: handled up to an offset), `GrantRequest`
-(AMO: may I handle this batch?), `HandlerFailed`, `Stopped`. Supervisor to child: `Grant`
-(the answer), `Stop` (finish the batch in hand, then report and exit). Everything is a small
-frozen dataclass, pickled over a `multiprocessing` connection.
+(AMO: may I handle this batch?), `HandlerFailed`, `Stopped`, `Stats` (about once a second, for
+the metrics). Supervisor to child: `Grant` (the answer), `Stop` (finish the batch in hand, then
+report and exit), `DumpStacks` (SIGUSR1). Everything is a small frozen dataclass, pickled over a
+`multiprocessing` connection.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from marshal_workers.failures import CAUSE_POLICY
 from marshal_workers.rationalizer import Mode
 
 
@@ -32,6 +34,12 @@ class ChildSpec:
     batch_timeout_s: float = 0.2
     kafka_config: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     log_json: bool = True
+    # error policies (see marshal_workers.failures)
+    retries: int = 3
+    retry_backoff_s: float = 0.5
+    on_failure: str = "stop"  # dlq, skip or stop
+    dlq_topic: str = "{topic}.dlq"  # {topic} is replaced by the partition's topic
+    max_poison_rate: int = 60  # dead-lettered or skipped per minute before stop; 0: no limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +77,17 @@ class Grant:
 
 @dataclass(frozen=True, slots=True)
 class HandlerFailed:
-    """The handler raised on ``offset``; the child exits without committing that record."""
+    """The handler raised on ``offset``; the child exits without committing that record.
+
+    ``attempts``: calls made on it; ``handled``: records the handler completed in this child
+    before it; ``cause``: why the child stops (a ``CAUSE_*`` code of `failures`)."""
 
     offset: int
     error: str
     traceback: str
+    attempts: int = 1
+    handled: int = 0
+    cause: str = CAUSE_POLICY
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,5 +102,23 @@ class Stopped:
     next_offset: int | None
 
 
-ToSupervisor = Started | Progress | GrantRequest | HandlerFailed | Stopped
-ToChild = Grant | Stop
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Since the last `Stats`: records handled, handler call latencies (counts per bucket of
+    `stats.LATENCY_BUCKETS`, then +Inf, and their sum), handler errors by the policy that dealt
+    with them, and the partition's high watermark as the consumer last saw it (None: unknown)."""
+
+    handled: int
+    latency_counts: tuple[int, ...]
+    latency_sum: float
+    errors: tuple[tuple[str, int], ...] = ()
+    high_watermark: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DumpStacks:
+    """Log a stack dump of every thread (read between batches; SIGUSR1 works even mid-handler)."""
+
+
+ToSupervisor = Started | Progress | GrantRequest | HandlerFailed | Stopped | Stats
+ToChild = Grant | Stop | DumpStacks

@@ -47,7 +47,9 @@ def configure_logging(json: bool, level: str | int = "info", stream: TextIO | No
     structlog.configure(
         processors=[*processors, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(min_level),
-        logger_factory=structlog.PrintLoggerFactory(out),
+        # one write per line (print() writes the newline separately): the supervisor and its
+        # children share stderr, and two lines must not be spliced into each other
+        logger_factory=structlog.WriteLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
     _route_standard_logging(processors, renderer, min_level, out)

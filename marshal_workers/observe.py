@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from marshal_workers.ipc import Stats
 from marshal_workers.protocol import ClaimKey
 
 
@@ -61,6 +62,15 @@ class Observer:
     def stopping(self) -> None:
         """The supervisor began to stop."""
 
+    def reloading(self) -> None:
+        """SIGHUP: children are being replaced by fresh ones, the claims kept."""
+
+    def reloaded(self) -> None:
+        """Every claim's child was replaced after a reload (not called if a stop cut it short)."""
+
+    def child_stats(self, key: ClaimKey, stats: Stats) -> None:
+        """A child reported what it handled since its last report (see `ipc.Stats`)."""
+
 
 class Observers(Observer):
     """Calls every observer it holds, in order."""
@@ -111,3 +121,15 @@ class Observers(Observer):
     def stopping(self) -> None:
         for o in self.observers:
             o.stopping()
+
+    def reloading(self) -> None:
+        for o in self.observers:
+            o.reloading()
+
+    def reloaded(self) -> None:
+        for o in self.observers:
+            o.reloaded()
+
+    def child_stats(self, key: ClaimKey, stats: Stats) -> None:
+        for o in self.observers:
+            o.child_stats(key, stats)

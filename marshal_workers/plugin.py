@@ -9,7 +9,11 @@ a class (instantiated without arguments) or an instance with any of:
 - ``teardown(ctx, reason)``: once at the end, when ``setup`` succeeded, with the reason the
   child ends (``stop``, ``handler_failed``, ``lease_expired``, ``not_granted``, ...).
 
-A failing ``handle_batch`` cannot say which record failed: the child reports the batch's first.
+A raising ``handle`` or ``handle_batch`` goes through the error policy (`failures`): retried,
+then dead-lettered, skipped or stopped. A failing ``handle_batch`` cannot say which record
+failed, so the batch is the unit: it is retried as a whole, counts once against the poison
+rate, every record of it is dead-lettered (or skipped), and a stop reports the batch's first
+record. Raise `marshal_workers.failures.StopProcessing` to stop without retries or policy.
 """
 
 from __future__ import annotations

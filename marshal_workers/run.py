@@ -7,6 +7,7 @@ id is locked on this host (two workers with one id would take each other's claim
 
 from __future__ import annotations
 
+import faulthandler
 import fcntl
 import multiprocessing
 import os
@@ -23,11 +24,14 @@ from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME, ConfigError, MarshalEr
 from marshal_workers.handler import load_handler
 from marshal_workers.kafkalog import KafkaLog
 from marshal_workers.logs import configure_logging
+from marshal_workers.metrics import Metrics, MetricsServer
 from marshal_workers.observe import Observer, Observers
+from marshal_workers.offsets import OffsetCommitter
 from marshal_workers.rationalizer import RationalizerConfig
 from marshal_workers.reader import LogReader
 from marshal_workers.signals import SignalQueue
 from marshal_workers.supervisor import CoordinationChangedError, Supervisor
+from marshal_workers.systemd import SystemdNotify
 from marshal_workers.topicadmin import admin_client, describe_topic, diff_topic_config
 
 
@@ -78,13 +82,31 @@ def check_coordination_topic(config: RunConfig) -> None:
         log.warning("coordination topic setting", difference=str(diff))
 
 
+def operator_observers(config: RunConfig) -> tuple[list[Observer], MetricsServer | None]:
+    """systemd notification (if $NOTIFY_SOCKET is set) and metrics (if --metrics-port is), with
+    the metrics' HTTP server, not started yet."""
+    built: list[Observer] = []
+    notify = SystemdNotify.from_environment()  # also keeps NOTIFY_SOCKET from the children
+    if notify is not None:
+        built.append(notify)
+    server = None
+    if config.metrics_port is not None:
+        metrics = Metrics(config.group, config.client_id, config.heartbeat_interval)
+        server = MetricsServer(metrics, config.metrics_host, config.metrics_port)
+        built.append(metrics)
+    return built, server
+
+
 def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
     """Run a supervisor until it stops; return the process exit code."""
     configure_logging(json=config.log_json)
+    faulthandler.enable(all_threads=True)  # SIGABRT (the systemd watchdog) prints every stack
+    structlog.contextvars.bind_contextvars(pid=os.getpid())  # every supervisor line says its pid
     log = structlog.get_logger().bind(group=config.group, client_id=config.client_id)
     load_handler(config.handler)
     check_coordination_topic(config)
     with client_id_lock(config.client_id):
+        extra, server = operator_observers(config)
         coordination = KafkaLog(
             config.bootstrap_servers,
             config.coordination_topic,
@@ -97,9 +119,13 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
                 config.heartbeat_interval_ms,
                 num_partitions=coordination.num_partitions,
                 partitioner=config.partitioner,
+                admin_client_ids=config.admin_client_ids,
             ),
         )
-        observer = Observers(observers)
+        committer = OffsetCommitter.for_kafka(  # best effort: for kafka-consumer-groups
+            config.bootstrap_servers, config.group, config.heartbeat_interval, config.kafka
+        )
+        observer = Observers([*observers, committer, *extra])
         topics = DataTopics(config.bootstrap_servers, config.group, config.topics, config.kafka)
         signals = SignalQueue()
         supervisor = Supervisor(
@@ -118,6 +144,9 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
             heartbeat_interval=config.heartbeat_interval,
         )
         try:
+            if server is not None:
+                server.start()
+                log.info("metrics serving", host=config.metrics_host, port=server.port)
             supervisor.start()
             while not supervisor.done:
                 supervisor.step(signals.take())
@@ -128,6 +157,9 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
             supervisor.kill_all()  # nothing outlives the supervisor
             signals.close()
             topics.close()
+            committer.close()
             coordination.close()
+            if server is not None:
+                server.close()
         log.info("supervisor stopped")
     return EXIT_OK

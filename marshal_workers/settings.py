@@ -60,6 +60,31 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be a whole number of at least 0")
+    return value
+
+
+def _dlq_topic(value: Any) -> None:
+    name = str(value).replace("{topic}", "t")
+    if not (
+        0 < len(name) <= 249 and all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
+    ):
+        raise ValueError(
+            "must be a Kafka topic name (letters, digits, '.', '_', '-'), "
+            "in which {topic} stands for the source topic"
+        )
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError("must be a TCP port, 1 to 65535 (0: any free port, logged)")
+    return value
+
+
 def _name(what: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         for item in value if isinstance(value, tuple) else (value,):
@@ -74,6 +99,12 @@ def _choice(options: tuple[str, ...]) -> Callable[[Any], None]:
             raise ValueError(f"must be one of {', '.join(options)}")
 
     return check
+
+
+def _admin_ids(value: Any) -> None:
+    for item in value:
+        if item != "*":
+            validate_name("admin client id", item)
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -190,10 +221,67 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "max_handler_failures",
         5,
-        "Failures on one offset before the partition is released (with backoff between restarts).",
+        "With on_failure stop: child restarts (with backoff) on a failing record before the "
+        "partition is released and its child stopped (failures count while nothing in between "
+        "succeeds).",
         "Errors",
         parse=_positive_int,
         metavar="N",
+    ),
+    Setting(
+        "retries",
+        3,
+        "Retries of a failed handler call, in the child, on the same record (a handle_batch "
+        "plugin: the whole batch), before on_failure applies.",
+        "Errors",
+        parse=_non_negative_int,
+        metavar="N",
+    ),
+    Setting(
+        "retry_backoff",
+        0.5,
+        "Wait before the first retry; it doubles with each retry, up to 30 s. The lease is "
+        "checked throughout: a retry never outlives it.",
+        "Errors",
+        parse=_positive_float,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "on_failure",
+        "stop",
+        "After the retries: dlq (write the record to the dead-letter topic and go on), skip "
+        "(log, count and go on) or stop (the child stops; see max_handler_failures).",
+        "Errors",
+        check=_choice(("dlq", "skip", "stop")),
+        choices=("dlq", "skip", "stop"),
+    ),
+    Setting(
+        "dlq_topic",
+        "{topic}.dlq",
+        "The dead-letter topic for on_failure dlq ({topic}: the source topic). It must exist.",
+        "Errors",
+        check=_dlq_topic,
+        metavar="NAME",
+    ),
+    Setting(
+        "max_poison_rate",
+        60,
+        "More records than this dead-lettered or skipped within a minute means something is "
+        "systematically wrong: the child stops instead (0: no limit).",
+        "Errors",
+        parse=_non_negative_int,
+        metavar="N",
+    ),
+    Setting(
+        "admin_client_ids",
+        ("marshal-admin",),
+        "Client ids that may pause the group (ReleaseGroup, used by marshal-admin "
+        "release-group and set-position); '*' lets any client pause it. Every member and "
+        "every marshal-admin command must use the same list, or they disagree on pauses.",
+        "Identity",
+        multiple=True,
+        check=_admin_ids,
+        metavar="ID",
     ),
     Setting(
         "log_format",
@@ -202,6 +290,22 @@ SETTINGS: tuple[Setting, ...] = (
         "Output",
         check=_choice(("auto", "json", "console")),
         choices=("auto", "json", "console"),
+    ),
+    Setting(
+        "metrics_port",
+        None,
+        "Serve Prometheus metrics on /metrics, and /healthz and /readyz, on this TCP port "
+        "(default: no server).",
+        "Output",
+        parse=_port,
+        metavar="PORT",
+    ),
+    Setting(
+        "metrics_host",
+        "127.0.0.1",
+        "The address the metrics server binds (0.0.0.0 or :: for every interface).",
+        "Output",
+        metavar="ADDRESS",
     ),
 )
 BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}

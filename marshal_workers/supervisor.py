@@ -16,15 +16,26 @@ over, someone else won it), or its lease is about to run out, the child's proces
 TERM, then KILL, both before the lease ends; the child's own watchdog ends it at the deadline
 regardless. A graceful release (rebalance, TERM) asks the child to finish its batch, waits for
 it to exit, and only then writes ReleasingPartition at the position the child reported.
+
+SIGHUP (`reload`) replaces every child by a fresh one while the claims stay: the child is asked
+to finish its batch and stop, exactly as for a release, but its claim goes to RELOADING, not
+STOPPING, so when it has exited a new child starts for the same claim (same token, the position
+it reported) instead of a release. Spawned children import the handler anew, so new code runs.
+SIGUSR1 (`dump_stacks`) logs every thread's stack and asks the children for theirs.
+
+While another client (an admin) has paused the group (ReleaseGroup in force in log time), the
+supervisor claims nothing and releases every data claim gracefully, keeping its member claim;
+it claims again once the pause has expired or was lifted (`_react_to_pause`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from multiprocessing import connection
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnContext
@@ -38,11 +49,14 @@ from marshal_workers.claims import is_member_key, member_key, plan
 from marshal_workers.config import RunConfig
 from marshal_workers.coordination import Coordinator
 from marshal_workers.datatopics import DataTopics
+from marshal_workers.errors import MarshalError
+from marshal_workers.failures import CAUSE_POISON_RATE
 from marshal_workers.holding import Holding, Phase
 from marshal_workers.lease import SharedLease, default_margin, lease_deadline
 from marshal_workers.observe import ClaimSnapshot, Observer
 from marshal_workers.protocol import ClaimKey, Message
-from marshal_workers.rationalizer import ClaimState, resume_offset
+from marshal_workers.rationalizer import ClaimState, GroupPause, World, pause_of, resume_offset
+from marshal_workers.stacks import catches_signal, log_stacks
 
 Clock = Callable[[], float]
 DISCOVERY_INTERVAL_S = 10.0
@@ -80,10 +94,15 @@ class Supervisor:
         self.avoid_until: dict[ClaimKey, float] = {}
         self.stopping = False
         self.done = False
+        self.paused_until_ms: int | None = None  # an admin's pause of the group in force
+        self.reload_pending = False
         self._next_heartbeat = self._next_claim = self._next_release = 0.0
         self._next_discovery = 0.0
         self._log = structlog.get_logger().bind(
-            group=config.group, client_id=config.client_id, instance_id=config.instance_id
+            group=config.group,
+            client_id=config.client_id,
+            instance_id=config.instance_id,
+            pid=os.getpid(),
         )
 
     # ---- start and recovery -------------------------------------------------------------
@@ -148,6 +167,8 @@ class Supervisor:
         self._on_events(self.co.poll())
         now = self.clock()
         self._check_children(now)
+        if self.reload_pending:
+            self._check_reload()
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.hb / 2
             for holding in list(self.holdings.values()):
@@ -158,7 +179,8 @@ class Supervisor:
         else:
             if now >= self._next_discovery:
                 self._discover()
-            if now >= self._next_claim:
+            paused = self._react_to_pause()
+            if not paused and now >= self._next_claim:
                 self._rebalance(now)
         self.observer.tick(self.snapshot(), healthy=self._healthy(now))
 
@@ -167,7 +189,7 @@ class Supervisor:
         return all(
             h.is_member or h.lease.deadline - now > self.kill_grace
             for h in self.holdings.values()
-            if h.phase is Phase.RUNNING
+            if h.phase in _HELD
         )
 
     def snapshot(self) -> dict[ClaimKey, ClaimSnapshot]:
@@ -190,6 +212,10 @@ class Supervisor:
             self.request_stop(fast=False)
         elif sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
             self.request_stop(fast=True)
+        elif sig is signal.SIGHUP:
+            self.reload()
+        elif sig is signal.SIGUSR1:
+            self.dump_stacks()
 
     # ---- verdicts -------------------------------------------------------------------------
 
@@ -256,6 +282,11 @@ class Supervisor:
             batch_size=c.batch_size,
             kafka_config=tuple(sorted(c.kafka.items())),
             log_json=c.log_json,
+            retries=c.retries,
+            retry_backoff_s=c.retry_backoff,
+            on_failure=c.on_failure,
+            dlq_topic=c.dlq_topic,
+            max_poison_rate=c.max_poison_rate,
         )
         holding.child = start_child(spec, holding.lease, self.mp)
         holding.term_sent = holding.kill_sent = False
@@ -264,7 +295,7 @@ class Supervisor:
             "child started",
             topic=spec.topic,
             partition=spec.partition,
-            pid=holding.child.pid,
+            child_pid=holding.child.pid,
             position=holding.position,
             token=holding.token,
         )
@@ -290,9 +321,18 @@ class Supervisor:
         elif isinstance(msg, ipc.GrantRequest):
             granted, reason = self._grant(holding, msg)
             _tell(holding, ipc.Grant(msg.request_id, granted, reason))
+        elif isinstance(msg, ipc.Stats):
+            self.observer.child_stats(holding.key, msg)
         elif isinstance(msg, ipc.HandlerFailed):
-            same = holding.failed_offset == msg.offset
-            holding.failures = holding.failures + 1 if same else 1
+            # A failure repeats the last one if nothing succeeded in between: the same offset
+            # (ALO restarts there), a child that handled nothing before failing (AMO restarts
+            # after the lost batch), or the poison-rate limit again (it restarts the count).
+            repeated = holding.failures > 0 and (
+                msg.offset == holding.failed_offset
+                or msg.handled == 0
+                or msg.cause == CAUSE_POISON_RATE
+            )
+            holding.failures = holding.failures + 1 if repeated else 1
             holding.failed_offset = msg.offset
             self.observer.handler_failed(holding.key, msg.offset, msg.error)
             self._log.error(
@@ -301,7 +341,10 @@ class Supervisor:
                 partition=holding.key.partition,
                 offset=msg.offset,
                 error=msg.error,
+                cause=msg.cause,
+                attempts=msg.attempts,
                 failures=holding.failures,
+                max_handler_failures=self.config.max_handler_failures,
             )
 
     def _grant(self, holding: Holding, req: ipc.GrantRequest) -> tuple[bool, str]:
@@ -327,7 +370,7 @@ class Supervisor:
                     self._spawn(holding, restart=True)
                 continue
             remaining = holding.lease.deadline - now
-            if holding.phase is Phase.STOPPING and now >= holding.stop_deadline:
+            if holding.phase in _ASKED_TO_STOP and now >= holding.stop_deadline:
                 remaining = min(remaining, 0.0)
             if remaining <= self.kill_grace and not holding.term_sent:
                 self._kill(holding, signal.SIGTERM, "lease ending")
@@ -347,9 +390,15 @@ class Supervisor:
             "child exited",
             topic=key.topic,
             partition=key.partition,
+            child_pid=pid,
             code=code,
             phase=holding.phase.value,
         )
+        if holding.phase is Phase.RELOADING:
+            holding.phase = Phase.RUNNING
+            if holding.lease.valid():  # same claim, same token, the position it reported
+                self._spawn(holding, restart=False)
+                return
         if holding.phase is not Phase.RUNNING:
             self._finish(holding)
         elif not holding.lease.valid():  # heartbeats were not confirmed in time
@@ -358,19 +407,31 @@ class Supervisor:
             holding.phase = Phase.STOPPING  # the child is dead, so releasing is safe; the
             self._finish(holding)  # log refuses the release if the claim was taken meanwhile
         elif code == EXIT_HANDLER_FAILED and holding.failures >= self.config.max_handler_failures:
+            avoid_s = max(60.0, 10 * self.hb)
             self._log.error(
-                "releasing partition after repeated handler failures",
+                "handler keeps failing: stop policy releases the partition and stops its child",
                 topic=key.topic,
                 partition=key.partition,
                 offset=holding.failed_offset,
                 failures=holding.failures,
+                not_reclaimed_for_s=avoid_s,
             )
-            self.avoid_until[key] = now + max(60.0, 10 * self.hb)
+            self.avoid_until[key] = now + avoid_s
             holding.phase = Phase.STOPPING
             self._finish(holding)
         else:
             backoff = min(30.0, 0.5 * 2 ** max(0, holding.failures - 1)) if code else 0.5
             holding.restart_at = now + backoff
+            if code == EXIT_HANDLER_FAILED:
+                self._log.warning(
+                    "restarting child after handler failure",
+                    topic=key.topic,
+                    partition=key.partition,
+                    offset=holding.failed_offset,
+                    failures=holding.failures,
+                    max_handler_failures=self.config.max_handler_failures,
+                    backoff_s=backoff,
+                )
 
     def _finish(self, holding: Holding) -> None:
         """The child is gone: release the claim if it ended gracefully, then forget it."""
@@ -414,14 +475,22 @@ class Supervisor:
         return True
 
     def _discover(self) -> None:
+        """Check the coordination topic's partition count; pick up new data partitions.
+
+        A failure to ask (broker unreachable, topic gone) is logged and retried next round:
+        the claims held so far stay valid, their heartbeats go on."""
         self._next_discovery = self.clock() + DISCOVERY_INTERVAL_S
-        current = self.co.log.current_num_partitions(10.0)
+        try:
+            current = self.co.log.current_num_partitions(10.0)
+            found = self.topics.partitions()
+        except MarshalError as exc:
+            self._log.warning("partition discovery failed; retrying", error=str(exc))
+            return
         if current != self.co.log.num_partitions:
             raise CoordinationChangedError(
                 f"{self.config.coordination_topic} now has {current} partitions, not "
                 f"{self.co.log.num_partitions}: claims would move; refusing to go on"
             )
-        found = self.topics.partitions()
         if len(found) != len(self.partitions):
             self._log.info("partitions changed", before=len(self.partitions), now=len(found))
         self.partitions = found
@@ -431,7 +500,7 @@ class Supervisor:
         member = member_key(self.config.group, self.config.client_id)
         if member not in self.holdings and not self._claim(member):
             return  # not announced: claiming now would count this member out of the shares
-        mine = [k for k, h in self.holdings.items() if not h.is_member and h.phase is Phase.RUNNING]
+        mine = [k for k, h in self.holdings.items() if not h.is_member and h.phase in _HELD]
         self.avoid_until = {k: t for k, t in self.avoid_until.items() if t > now}
         step = plan(
             client_id=self.config.client_id,
@@ -456,6 +525,97 @@ class Supervisor:
                 members=step.members,
             )
             self._stop_child(self.holdings[step.release], now + self.config.stop_timeout)
+
+    # ---- signals: reload and stack dumps ---------------------------------------------------
+
+    def reload(self) -> None:
+        """SIGHUP: replace every child by a fresh one (the handler imported anew), claims kept.
+
+        Each child finishes its batch and stops (`Stop`, then `Stopped` with its position); once
+        it has exited, a new child starts for the same claim with the same token at that
+        position. No release and no claim is written, and heartbeats go on, so nobody else can
+        take the partition meanwhile. A child still running after --stop-timeout is killed first
+        (ALO: its unreported records are handled again; AMO: a granted batch is lost, as on any
+        kill). A child waiting to be restarted after a failure starts at once."""
+        if self.stopping:
+            self._log.info("reload ignored: stopping")
+            return
+        deadline = self.clock() + self.config.stop_timeout
+        asked = 0
+        for holding in self.holdings.values():
+            if holding.is_member or holding.phase is not Phase.RUNNING:
+                continue
+            if holding.child is None:
+                holding.restart_at = 0.0
+                continue
+            holding.phase = Phase.RELOADING
+            holding.stop_deadline = deadline
+            _tell(holding, ipc.Stop())
+            asked += 1
+        self.reload_pending = True
+        self.observer.reloading()
+        self._log.info("reloading", children=asked)
+
+    def _check_reload(self) -> None:
+        """Report the reload done once no claim waits for its fresh child any more."""
+        if any(h.phase is Phase.RELOADING for h in self.holdings.values()):
+            return
+        self.reload_pending = False
+        if self.stopping:
+            self._log.info("reload cut short: stopping")
+            return
+        self.observer.reloaded()
+        children = sum(1 for h in self.holdings.values() if h.child is not None)
+        self._log.info("reloaded", children=children)
+
+    def dump_stacks(self) -> None:
+        """SIGUSR1: log every thread's stack, and ask every child for its own.
+
+        A child answers `DumpStacks` between batches with a line per thread, and SIGUSR1 at once
+        (even while stuck in its handler) with faulthandler's dump as one line. It is sent
+        SIGUSR1 only once it has registered for it (the default action would end it)."""
+        threads = log_stacks(self._log)
+        asked = 0
+        for holding in self.holdings.values():
+            if holding.child is None:
+                continue
+            pid = holding.child.pid
+            _tell(holding, ipc.DumpStacks())
+            if catches_signal(pid, signal.SIGUSR1):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGUSR1)
+            asked += 1
+        self._log.info("stack dump done", threads=threads, children_asked=asked)
+
+    # ---- group pauses (ReleaseGroup) -----------------------------------------------------
+
+    def _react_to_pause(self) -> bool:
+        """While another client (an admin) has paused the group: claim nothing, and release
+        every data claim gracefully (children finish their batch, then ReleasingPartition at
+        the position they reported); the member claim stays. Claiming resumes once the pause
+        has expired in log time or was lifted. Returns whether the group is paused."""
+        c = self.config
+        pause = pause_by_other(
+            self.co.reader.worlds.values(), c.group, c.client_id, self.co.now_ms()
+        )
+        if pause is None:
+            if self.paused_until_ms is not None:
+                self.paused_until_ms = None
+                self._log.info("group pause over: claiming again")
+            return False
+        if pause.until_ms != self.paused_until_ms:
+            self.paused_until_ms = pause.until_ms
+            self._log.warning(
+                "group paused: releasing every claim",
+                paused_by=pause.client_id,
+                until_ms=pause.until_ms,
+                claims=sum(1 for h in self.holdings.values() if not h.is_member),
+            )
+        deadline = self.clock() + c.stop_timeout
+        for holding in self.holdings.values():
+            if not holding.is_member and holding.phase not in (Phase.STOPPING, Phase.LOST):
+                self._stop_child(holding, deadline)
+        return True
 
     # ---- stopping -------------------------------------------------------------------------
 
@@ -487,6 +647,26 @@ class Supervisor:
         for holding in self.holdings.values():
             holding.lease.revoke()
             self._kill(holding, signal.SIGKILL, "supervisor exiting")
+
+
+_ASKED_TO_STOP = (Phase.STOPPING, Phase.RELOADING)  # killed once their stop deadline passes
+_HELD = (Phase.RUNNING, Phase.RELOADING)  # counted as this member's share
+
+
+def pause_by_other(
+    worlds: Iterable[World], group: str, client_id: str, now_ms: int
+) -> GroupPause | None:
+    """The pause of ``group`` by a client other than ``client_id`` in force at log time
+    ``now_ms`` on any coordination partition (the longest), or None. An admin pauses every
+    coordination partition, and each folds its own ReleaseGroup."""
+    found: GroupPause | None = None
+    for world in worlds:
+        pause = pause_of(world, group, now_ms)
+        if pause is None or pause.client_id == client_id:
+            continue
+        if found is None or pause.until_ms > found.until_ms:
+            found = pause
+    return found
 
 
 def _tell(holding: Holding, msg: ipc.ToChild) -> None:

@@ -9,6 +9,7 @@ from confluent_kafka import KafkaException
 
 from marshal_workers.admin.commands import dump, init, status
 from marshal_workers.admin.demo import demo
+from marshal_workers.admin.group_commands import release_group, set_position
 from marshal_workers.errors import EXIT_RUNTIME, MarshalError
 from marshal_workers.localkafka.cli import kafka
 
@@ -23,6 +24,8 @@ cli.add_command(demo)
 cli.add_command(init)
 cli.add_command(status)
 cli.add_command(dump)
+cli.add_command(release_group)
+cli.add_command(set_position)
 
 
 def main() -> None:

@@ -13,7 +13,10 @@ from typing import Any, TypeVar
 import click
 
 from marshal_workers.admin.operations import Connection, run_dump, run_init, run_status
-from marshal_workers.protocol import Partitioner
+from marshal_workers.config import ANY_CLIENT, DEFAULT_ADMIN_CLIENT_IDS
+from marshal_workers.config import admin_ids as config_admin_ids
+from marshal_workers.errors import ConfigError
+from marshal_workers.protocol import Partitioner, validate_name
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_HEARTBEAT_S = 10.0
@@ -65,14 +68,48 @@ def connection_options(func: F) -> F:
     return func
 
 
+def admin_ids_option(func: F) -> F:
+    """Add --admin-client-id: the admin list the workers fold with (it decides pauses)."""
+    return click.option(
+        "--admin-client-id",
+        "--admin-client-ids",
+        "admin_client_ids",
+        envvar="MARSHAL_ADMIN_CLIENT_IDS",
+        multiple=True,
+        default=DEFAULT_ADMIN_CLIENT_IDS,
+        show_default=True,
+        show_envvar=True,
+        metavar="ID[,ID...]",
+        help="Client ids that may pause a group ('*': any); must be the workers' "
+        "admin_client_ids, or this command and the workers disagree on pauses.",
+    )(func)
+
+
+def admin_ids(values: tuple[str, ...]) -> frozenset[str] | None:
+    """The admin list from repeated and comma-separated values (ConfigError if malformed)."""
+    ids = tuple(i.strip() for v in values for i in v.replace(" ", ",").split(",") if i.strip())
+    try:
+        for item in ids:
+            if item != ANY_CLIENT:
+                validate_name("admin client id", item)
+    except ValueError as exc:
+        raise ConfigError(f"--admin-client-id: {exc}") from None
+    return config_admin_ids(ids)
+
+
 def _connection(
-    bootstrap_servers: str, coordination_topic: str, heartbeat_interval: float, partitioner: str
+    bootstrap_servers: str,
+    coordination_topic: str,
+    heartbeat_interval: float,
+    partitioner: str,
+    admin_client_ids: tuple[str, ...] = DEFAULT_ADMIN_CLIENT_IDS,
 ) -> Connection:
     return Connection(
         bootstrap_servers,
         coordination_topic,
         max(1, round(heartbeat_interval * 1000)),
         Partitioner(partitioner),
+        admin_ids(admin_client_ids),
     )
 
 
@@ -125,6 +162,7 @@ def init(
 
 @click.command()
 @connection_options
+@admin_ids_option
 @click.option("--group", required=True, help="The consumer group.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_timeout_option
@@ -134,17 +172,21 @@ def status(
     coordination_topic: str,
     heartbeat_interval: float,
     partitioner: str,
+    admin_client_ids: tuple[str, ...],
     group: str,
     as_json: bool,
     timeout: float,
 ) -> None:
     """Show who holds each partition of a group, its offset, lag and freshness (now)."""
-    conn = _connection(bootstrap_servers, coordination_topic, heartbeat_interval, partitioner)
+    conn = _connection(
+        bootstrap_servers, coordination_topic, heartbeat_interval, partitioner, admin_client_ids
+    )
     click.echo(run_status(conn, group, as_json, timeout))
 
 
 @click.command()
 @connection_options
+@admin_ids_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @_timeout_option
 def dump(
@@ -153,6 +195,7 @@ def dump(
     coordination_topic: str,
     heartbeat_interval: float,
     partitioner: str,
+    admin_client_ids: tuple[str, ...],
     as_json: bool,
     timeout: float,
 ) -> None:
@@ -162,7 +205,9 @@ def dump(
     --json, one object per line with partition, offset, log_time, log_time_ms, key, message,
     verdict and reason. Records come in offset order per coordination partition.
     """
-    conn = _connection(bootstrap_servers, coordination_topic, heartbeat_interval, partitioner)
+    conn = _connection(
+        bootstrap_servers, coordination_topic, heartbeat_interval, partitioner, admin_client_ids
+    )
     for line in run_dump(conn, as_json, timeout):
         click.echo(line)
 

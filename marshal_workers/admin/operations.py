@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from marshal_workers import events as ev
+from marshal_workers.config import DEFAULT_ADMIN_CLIENT_IDS
 from marshal_workers.coordlog import LogError
 from marshal_workers.errors import MarshalError
 from marshal_workers.kafkalog import KafkaLog
@@ -32,6 +33,16 @@ class Connection:
     coordination_topic: str = "__marshal"
     heartbeat_interval_ms: int = 10_000
     partitioner: Partitioner = Partitioner.SPEC
+    admin_client_ids: frozenset[str] | None = frozenset(DEFAULT_ADMIN_CLIENT_IDS)
+
+    def rationalizer_config(self, num_partitions: int) -> RationalizerConfig:
+        """How to fold the log: what the workers use (their admin list included)."""
+        return RationalizerConfig(
+            self.heartbeat_interval_ms,
+            num_partitions=num_partitions,
+            partitioner=self.partitioner,
+            admin_client_ids=self.admin_client_ids,
+        )
 
 
 def run_init(
@@ -69,10 +80,7 @@ def run_init(
 
 def _open(conn: Connection) -> tuple[KafkaLog, LogReader]:
     log = KafkaLog(conn.bootstrap_servers, conn.coordination_topic, client_id=ADMIN_CLIENT_ID)
-    config = RationalizerConfig(
-        conn.heartbeat_interval_ms, num_partitions=log.num_partitions, partitioner=conn.partitioner
-    )
-    return log, LogReader(log, config)
+    return log, LogReader(log, conn.rationalizer_config(log.num_partitions))
 
 
 def _read_to_end(

@@ -34,6 +34,8 @@ from plugins.ledger import LedgerRow, read_ledger
 
 REPO = Path(__file__).resolve().parents[2]
 MARSHAL_RUN = Path(sys.executable).with_name("marshal-run")
+MARSHAL_ADMIN = Path(sys.executable).with_name("marshal-admin")
+DEFAULT_ADMINS = frozenset({"marshal-admin"})  # what marshal-run and marshal-admin default to
 
 
 def alive(pid: int) -> bool:
@@ -94,6 +96,7 @@ class Fleet:
         partitions: int = 8,
         coordination_partitions: int = 2,
         ledger_delay_ms: int = 1,
+        admin_client_ids: frozenset[str] | None = DEFAULT_ADMINS,
     ) -> None:
         uid = uuid.uuid4().hex[:8]
         self.bootstrap, self.root, self.mode, self.hb = bootstrap, root, mode, hb
@@ -113,7 +116,12 @@ class Fleet:
         self._producing = threading.Event()
         self._thread: threading.Thread | None = None
         log = KafkaLog(bootstrap, self.coordination)
-        self.reader = LogReader(log, RationalizerConfig(int(hb * 1000), log.num_partitions))
+        self.reader = LogReader(
+            log,
+            RationalizerConfig(
+                int(hb * 1000), log.num_partitions, admin_client_ids=admin_client_ids
+            ),
+        )
 
     # ---- data ------------------------------------------------------------------------------
 
@@ -191,6 +199,8 @@ class Fleet:
             "PYTHONPATH": str(REPO),
             "MARSHAL_LEDGER_DIR": str(self.ledger_dir),
             "MARSHAL_LEDGER_DELAY_MS": str(self.ledger_delay_ms),
+            # client-id locks per fleet: concurrent test sessions on one host reuse ids ("a")
+            "XDG_RUNTIME_DIR": str(self.root / "run"),
             **(env or {}),
         }
         with open(log_path, "ab") as out:
@@ -229,6 +239,35 @@ class Fleet:
                 if key.topic == self.topic and not is_member_key(key):
                     out[key.partition] = resume_offset(state, mode)
         return out
+
+    def committed(self) -> dict[int, int]:
+        """The group's offsets committed to Kafka (what kafka-consumer-groups shows)."""
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group})
+        try:
+            found = c.committed(
+                [TopicPartition(self.topic, p) for p in range(self.partitions)], timeout=10
+            )
+        finally:
+            c.close()
+        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+
+    def admin(self, *args: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
+        """Run `marshal-admin ARGS` against this fleet's coordination topic and heartbeat
+        interval (no MARSHAL_* variables inherited)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
+        command = [
+            str(MARSHAL_ADMIN),
+            *args,
+            "--bootstrap-servers",
+            self.bootstrap,
+            "--coordination-topic",
+            self.coordination,
+            "--heartbeat-interval",
+            str(self.hb),
+        ]
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, env=env, check=False
+        )
 
     def ledger(self) -> list[LedgerRow]:
         return [r for r in read_ledger(self.ledger_dir) if r["topic"] == self.topic]

@@ -1,0 +1,195 @@
+"""`marshal-admin release-group` and `set-position`: parse options, then call `admin.pause` and
+`admin.position`.
+
+Both write to the coordination log as an admin client (``--client-id``, default
+``marshal-admin``), which must be in the fleet's ``admin_client_ids``; and both fold the log
+with ``--admin-client-id``, which must be the fleet's list (see docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import click
+
+from marshal_workers.admin.commands import _connection, admin_ids_option, connection_options
+from marshal_workers.admin.operations import ADMIN_CLIENT_ID
+from marshal_workers.admin.pause import run_release_group
+from marshal_workers.admin.position import run_set_position
+from marshal_workers.admin.targets import Kind, TargetSpec, parse_offsets, parse_time
+from marshal_workers.errors import ConfigError
+from marshal_workers.protocol import validate_name
+
+DEFAULT_WAIT_S = 60.0
+
+_client_id_option = click.option(
+    "--client-id",
+    envvar="MARSHAL_ADMIN_CLIENT_ID",
+    default=ADMIN_CLIENT_ID,
+    show_default=True,
+    show_envvar=True,
+    help="The admin client id this command writes as (one of the fleet's admin_client_ids).",
+)
+
+
+def _checked_client_id(client_id: str) -> str:
+    try:
+        return validate_name("--client-id", client_id)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _err(line: str) -> None:
+    click.echo(line, err=True)
+
+
+@click.command("release-group")
+@connection_options
+@admin_ids_option
+@click.option("--group", required=True, help="The consumer group to pause.")
+@click.option(
+    "--until",
+    metavar="TIME",
+    default=None,
+    help="Pause until TIME: ISO 8601 (UTC unless it has an offset) or Unix seconds, judged on "
+    "the broker's clock. A past time lifts the pause.",
+)
+@click.option(
+    "--for",
+    "for_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Pause for SECONDS from now (broker time). 0 lifts the pause.",
+)
+@_client_id_option
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_WAIT_S,
+    show_default=True,
+    help="Seconds allowed to read the coordination log.",
+)
+def release_group(
+    *,
+    bootstrap_servers: str,
+    coordination_topic: str,
+    heartbeat_interval: float,
+    partitioner: str,
+    admin_client_ids: tuple[str, ...],
+    group: str,
+    until: str | None,
+    for_s: float | None,
+    client_id: str,
+    timeout: float,
+) -> None:
+    """Pause a group: its workers release their partitions, and nobody claims until the pause
+    ends (or is lifted with --for 0). Writes ReleaseGroup to every coordination partition and
+    prints the log's verdict. Exit 0 if in force (or lifted), 1 if refused (not an admin)."""
+    if (until is None) == (for_s is None):
+        raise click.UsageError("give exactly one of --until and --for")
+    conn = _connection(
+        bootstrap_servers, coordination_topic, heartbeat_interval, partitioner, admin_client_ids
+    )
+    until_s = parse_time(until, "--until") // 1000 if until is not None else None
+    click.echo(
+        run_release_group(
+            conn,
+            validate_group(group),
+            until_s=until_s,
+            for_s=for_s,
+            client_id=_checked_client_id(client_id),
+            timeout_s=timeout,
+        )
+    )
+
+
+def validate_group(group: str) -> str:
+    """The group name, checked for the wire format."""
+    try:
+        return validate_name("--group", group)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+@click.command("set-position")
+@connection_options
+@admin_ids_option
+@click.option("--group", required=True, help="The consumer group.")
+@click.option("--topic", required=True, help="The data topic whose position to set.")
+@click.option("--to-earliest", is_flag=True, help="Every partition to its first stored offset.")
+@click.option("--to-latest", is_flag=True, help="Every partition to its end (skip everything).")
+@click.option(
+    "--to-offset",
+    metavar="P=O[,P=O...]",
+    default=None,
+    help="The listed partitions to these offsets (next offset to read); others unchanged.",
+)
+@click.option(
+    "--to-datetime",
+    metavar="ISO8601",
+    default=None,
+    help="Every partition to its first record at or after this time (UTC unless it has an "
+    "offset); the end where there is none.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan (current -> target) and stop.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@_client_id_option
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_WAIT_S,
+    show_default=True,
+    help="Seconds to wait for the holders to release (and to read the log). On timeout the "
+    "pause is lifted and nothing moves.",
+)
+def set_position(
+    *,
+    bootstrap_servers: str,
+    coordination_topic: str,
+    heartbeat_interval: float,
+    partitioner: str,
+    admin_client_ids: tuple[str, ...],
+    group: str,
+    topic: str,
+    to_earliest: bool,
+    to_latest: bool,
+    to_offset: str | None,
+    to_datetime: str | None,
+    dry_run: bool,
+    as_json: bool,
+    client_id: str,
+    timeout: float,
+) -> None:
+    """Set a group's position on a topic: pause the group, wait until its workers have
+    released the partitions, claim them as the admin client, write the new offsets, release,
+    and lift the pause. If a step fails, the old offsets are restored and the command exits 1
+    saying so. Progress goes to stderr, the result to stdout."""
+    chosen = [to_earliest, to_latest, to_offset is not None, to_datetime is not None]
+    if sum(chosen) != 1:
+        raise click.UsageError(
+            "give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime"
+        )
+    if to_offset is not None:
+        spec = TargetSpec(Kind.OFFSETS, offsets=parse_offsets(to_offset))
+    elif to_datetime is not None:
+        spec = TargetSpec(Kind.DATETIME, time_ms=parse_time(to_datetime, "--to-datetime"))
+    else:
+        spec = TargetSpec(Kind.EARLIEST if to_earliest else Kind.LATEST)
+    conn = _connection(
+        bootstrap_servers, coordination_topic, heartbeat_interval, partitioner, admin_client_ids
+    )
+    click.echo(
+        run_set_position(
+            conn,
+            validate_group(group),
+            topic,
+            spec,
+            dry_run=dry_run,
+            as_json=as_json,
+            client_id=_checked_client_id(client_id),
+            timeout_s=timeout,
+            progress=_err,
+        )
+    )
+
+
+COMMANDS = (release_group, set_position)

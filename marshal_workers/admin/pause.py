@@ -1,0 +1,146 @@
+"""Pausing a group (ReleaseGroup) and lifting the pause, on every coordination partition.
+
+A group's claims spread over every coordination partition, and the rationalizer folds each
+partition on its own, so a pause is one ReleaseGroup per coordination partition. While it is in
+force (until MsgExpireTime, in log time), the group's holders release their partitions and only
+the pausing client may claim. A ReleaseGroup whose expire time has passed lifts the pause.
+
+Only admin clients may pause a group: when the fleet's ``admin_client_ids`` is set (it is by
+default: ``marshal-admin``), the fold refuses anyone else's ReleaseGroup, and `write_pause`
+reports the refusal. That verdict is only as good as this command's admin list, which must be
+the fleet's (see docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from marshal_workers import events as ev
+from marshal_workers.admin.operations import Connection
+from marshal_workers.admin.session import AdminError, AdminSession
+from marshal_workers.errors import MarshalError
+from marshal_workers.kafkalog import KafkaLog
+from marshal_workers.reader import LogReader
+from marshal_workers.status import iso_ms
+
+LIFT = 0  # a MsgExpireTime long past: lifts the pause
+SKEW_TOLERANCE_MS = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class PauseOutcome:
+    """The verdicts on one ReleaseGroup written to every coordination partition."""
+
+    group: str
+    expire_time_s: int
+    verdicts: tuple[ev.Event, ...]
+
+    @property
+    def accepted(self) -> bool:
+        """Whether every coordination partition took the ReleaseGroup."""
+        return bool(self.verdicts) and all(isinstance(v, ev.GroupPaused) for v in self.verdicts)
+
+    @property
+    def refusal(self) -> str | None:
+        """Why a partition refused it (the first reason), or None."""
+        for v in self.verdicts:
+            if not isinstance(v, ev.GroupPaused):
+                return str(getattr(v, "reason", type(v).__name__))
+        return None
+
+    @property
+    def until_ms(self) -> int:
+        """When the pause ends, in log time (ms)."""
+        return self.expire_time_s * 1000
+
+    @property
+    def log_time(self) -> int:
+        """The log time of the last verdict (when the pause was in place everywhere)."""
+        return max((v.log_time for v in self.verdicts), default=0)
+
+    @property
+    def in_force(self) -> bool:
+        """Whether the pause is accepted and had not expired when written."""
+        return self.accepted and self.until_ms > self.log_time
+
+    def summary(self) -> str:
+        """One line saying what the log decided."""
+        n = len(self.verdicts)
+        where = f"on all {n} coordination partition{'s' if n != 1 else ''}"
+        if not self.accepted:
+            return f"refused: {self.refusal} (pausing group {self.group})"
+        if not self.in_force:
+            return f"pause of group {self.group} lifted {where}"
+        seconds = (self.until_ms - self.log_time) / 1000
+        return (
+            f"group {self.group} paused until {iso_ms(self.until_ms)} (broker time, "
+            f"{seconds:.0f}s from now) {where}"
+        )
+
+
+def write_pause(session: AdminSession, group: str, expire_time_s: int) -> PauseOutcome:
+    """Write ReleaseGroup(``expire_time_s``) to every coordination partition, in order, and
+    return the verdicts. AdminError if a write fails (the partitions before it are paused)."""
+    verdicts: list[ev.Event] = []
+    for partition in range(session.log.num_partitions):
+        try:
+            verdicts.append(session.write(session.release_group(group, expire_time_s), partition))
+        except AdminError as exc:
+            done = [v.coord_partition for v in verdicts if isinstance(v, ev.GroupPaused)]
+            raise AdminError(f"{exc} (the ReleaseGroup landed on partitions {done})") from None
+    return PauseOutcome(group, expire_time_s, tuple(verdicts))
+
+
+def pause_for(session: AdminSession, group: str, seconds: float) -> PauseOutcome:
+    """Pause ``group`` for ``seconds`` of log time from now.
+
+    The expire time is computed on the session's estimate of log time; if the broker's time
+    on the verdict shows that estimate off by more than a little (the admin's clock is skewed,
+    with nothing fresher to go by), the pause is written again on the broker's time."""
+    if seconds <= 0:
+        return lift_pause(session, group)
+    outcome = write_pause(session, group, _expire(session, seconds))
+    if outcome.accepted:
+        first = outcome.verdicts[0]
+        actual_ms = outcome.until_ms - first.log_time
+        if abs(actual_ms - seconds * 1000) > SKEW_TOLERANCE_MS:
+            outcome = write_pause(session, group, _expire(session, seconds))
+    return outcome
+
+
+def _expire(session: AdminSession, seconds: float) -> int:
+    return math.ceil((session.now_ms() + seconds * 1000) / 1000)
+
+
+def lift_pause(session: AdminSession, group: str) -> PauseOutcome:
+    """Lift a pause: a ReleaseGroup that expired long ago, on every coordination partition."""
+    return write_pause(session, group, LIFT)
+
+
+def run_release_group(
+    conn: Connection,
+    group: str,
+    *,
+    until_s: int | None,
+    for_s: float | None,
+    client_id: str,
+    timeout_s: float,
+) -> str:
+    """`marshal-admin release-group`: pause (or lift) and return the log's verdict as a line;
+    MarshalError (exit 1) if the log refused it."""
+    log = KafkaLog(conn.bootstrap_servers, conn.coordination_topic, client_id=client_id)
+    try:
+        session = AdminSession(
+            log, LogReader(log, conn.rationalizer_config(log.num_partitions)), client_id
+        )
+        session.catch_up(timeout_s)
+        if until_s is not None:
+            outcome = write_pause(session, group, until_s)
+        else:
+            outcome = pause_for(session, group, for_s or 0.0)
+    finally:
+        log.close()
+    if not outcome.accepted:
+        raise MarshalError(outcome.summary())
+    return outcome.summary()

@@ -1,0 +1,175 @@
+"""Where `set-position` moves a group: target offsets from the data topic's own offsets.
+
+``--to-earliest`` and ``--to-latest`` are the partitions' low and high watermarks,
+``--to-datetime`` the first offset whose record timestamp is at or after the time (the high
+watermark where there is none), ``--to-offset P=O[,...]`` the offsets given, checked against
+the topic's partitions and their watermarks. Offsets are Kafka's "next offset to read".
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from marshal_workers.errors import ConfigError, MarshalError
+from marshal_workers.kafkalog import RDKAFKA_LOG
+
+
+class OffsetSource(Protocol):
+    """A data topic's partitions and offsets (Kafka, or a fake in tests)."""
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partitions; ConfigError if it does not exist."""
+        ...
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """(low, high): the first offset still stored, the next offset to be written."""
+        ...
+
+    def offsets_for_time(
+        self, topic: str, partitions: Sequence[int], time_ms: int
+    ) -> dict[int, int | None]:
+        """Per partition, the first offset whose timestamp is >= ``time_ms`` (None: none)."""
+        ...
+
+
+class Kind(StrEnum):
+    """Which kind of target."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    OFFSETS = "offsets"
+    DATETIME = "datetime"
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSpec:
+    """What the operator asked for."""
+
+    kind: Kind
+    offsets: Mapping[int, int] = field(default_factory=dict)
+    time_ms: int | None = None
+
+
+def parse_offsets(text: str) -> dict[int, int]:
+    """``P=O[,P=O...]`` as {partition: offset}; ConfigError naming what is wrong."""
+    out: dict[int, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        p_text, sep, o_text = item.partition("=")
+        if not sep or not p_text.strip().isdigit() or not o_text.strip().isdigit():
+            raise ConfigError(
+                f"--to-offset: {item!r} is not PARTITION=OFFSET (two non-negative integers)"
+            )
+        p = int(p_text)
+        if p in out:
+            raise ConfigError(f"--to-offset: partition {p} is given twice")
+        out[p] = int(o_text)
+    if not out:
+        raise ConfigError("--to-offset: no PARTITION=OFFSET given")
+    return out
+
+
+def parse_time(text: str, what: str) -> int:
+    """An ISO 8601 time (UTC unless it carries an offset) or Unix seconds, as Unix ms."""
+    stripped = text.strip()
+    if stripped.isdigit():
+        return int(stripped) * 1000
+    try:
+        stamp = datetime.fromisoformat(stripped)
+    except ValueError:
+        raise ConfigError(
+            f"{what}: {text!r} is neither an ISO 8601 time (e.g. 2025-01-31T12:00:00Z) "
+            "nor Unix seconds"
+        ) from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return int(stamp.timestamp() * 1000)
+
+
+def compute_targets(source: OffsetSource, topic: str, spec: TargetSpec) -> dict[int, int]:
+    """The target offset of each partition to move (ConfigError for an impossible request)."""
+    partitions = source.partitions(topic)
+    if spec.kind is Kind.OFFSETS:
+        unknown = sorted(set(spec.offsets) - set(partitions))
+        if unknown:
+            raise ConfigError(
+                f"--to-offset: {topic} has no partition {', '.join(map(str, unknown))} "
+                f"(it has {len(partitions)}: 0 to {len(partitions) - 1})"
+            )
+        out: dict[int, int] = {}
+        for p, offset in sorted(spec.offsets.items()):
+            low, high = source.watermarks(topic, p)
+            if not low <= offset <= high:
+                raise ConfigError(
+                    f"--to-offset: offset {offset} of {topic}[{p}] is outside {low}..{high} "
+                    "(the records still stored, and the end)"
+                )
+            out[p] = offset
+        return out
+    if spec.kind is Kind.EARLIEST:
+        return {p: source.watermarks(topic, p)[0] for p in partitions}
+    if spec.kind is Kind.LATEST:
+        return {p: source.watermarks(topic, p)[1] for p in partitions}
+    assert spec.time_ms is not None
+    found = source.offsets_for_time(topic, partitions, spec.time_ms)
+    return {
+        p: off if (off := found.get(p)) is not None else source.watermarks(topic, p)[1]
+        for p in partitions
+    }
+
+
+class KafkaOffsetSource:
+    """`OffsetSource` on a real broker: a consumer that never subscribes."""
+
+    def __init__(
+        self, bootstrap_servers: str, extra_config: Mapping[str, str] | None = None
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"marshal-admin-meta-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "logger": RDKAFKA_LOG,
+            **(extra_config or {}),
+        }
+        self._consumer = Consumer(config)
+
+    def partitions(self, topic: str) -> list[int]:
+        try:
+            meta = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
+        except KafkaException as exc:
+            raise MarshalError(f"cannot reach Kafka at {self.bootstrap_servers}: {exc}") from None
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise ConfigError(f"topic {topic!r} does not exist on {self.bootstrap_servers}")
+        return sorted(meta.partitions)
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=10, cached=False
+            )
+        except KafkaException as exc:
+            raise MarshalError(f"cannot read watermarks of {topic}[{partition}]: {exc}") from None
+        return int(low), int(high)
+
+    def offsets_for_time(
+        self, topic: str, partitions: Sequence[int], time_ms: int
+    ) -> dict[int, int | None]:
+        wanted = [TopicPartition(topic, p, time_ms) for p in partitions]
+        try:
+            found = self._consumer.offsets_for_times(wanted, timeout=10)
+        except KafkaException as exc:
+            raise MarshalError(f"cannot look up offsets by time in {topic}: {exc}") from None
+        return {tp.partition: (int(tp.offset) if tp.offset >= 0 else None) for tp in found}
+
+    def close(self) -> None:
+        """Release the consumer."""
+        self._consumer.close()

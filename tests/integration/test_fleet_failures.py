@@ -1,0 +1,141 @@
+"""End to end: error policies in a fleet of real `marshal-run` processes on a real broker.
+
+The ledger handler fails on one offset of every partition (MARSHAL_LEDGER_FAIL_AT_OFFSET).
+With ``--on-failure dlq`` those records land in the dead-letter topic and everything else is
+handled exactly once; with ``stop`` the supervisor gives the partitions up after
+``--max-handler-failures``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from marshal_workers.dlq import PREFIX
+from marshal_workers.rationalizer import Mode
+from plugins.ledger import find_duplicates, find_overlaps
+from tests.integration.fleet import Fleet
+from tests.integration.test_child_failures import read_topic
+
+pytestmark = pytest.mark.kafka
+PARTITIONS = 2
+PER_PARTITION = 20
+POISON = 7
+
+
+@pytest.fixture(params=["alo", "amo"])
+def fleet(kafka_bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
+    """A two-partition fleet (the mode from the parameter) with a dead-letter topic."""
+    f = Fleet(kafka_bootstrap, tmp_path, mode=request.param, hb=1.0, partitions=PARTITIONS)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(f"{f.topic}.dlq", 1, 1)])[f"{f.topic}.dlq"].result(30)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def member_id() -> str:
+    """A client id no other test on this host uses (client ids are locked per host)."""
+    return f"pol-{uuid.uuid4().hex[:8]}"
+
+
+def handled(fleet: Fleet) -> set[tuple[int, int]]:
+    return {(r["partition"], r["offset"]) for r in fleet.ledger()}
+
+
+def stop_all(fleet: Fleet) -> None:
+    for member in fleet.members:
+        member.signal(signal.SIGTERM)
+    for member in fleet.members:
+        assert member.wait(20) == 0, member.log_tail()
+
+
+class TestDeadLetters:
+    def test_poison_records_go_to_the_dlq_and_the_rest_is_handled_exactly_once(
+        self, fleet: Fleet
+    ) -> None:
+        """One poison record per partition: each is dead-lettered once with its headers, every
+        other record is handled exactly once, and the committed positions reach the end."""
+        fleet.produce(PARTITIONS * PER_PARTITION)
+        fleet.start(
+            member_id(),
+            "--handler",
+            "ledger",  # the entry point (the later flag wins over the fleet's module:attr)
+            "--on-failure",
+            "dlq",
+            "--retries",
+            "1",
+            "--retry-backoff",
+            "0.05",
+            env={"MARSHAL_LEDGER_FAIL_AT_OFFSET": str(POISON)},
+        )
+        expected = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION) if o != POISON}
+        fleet.wait_for(lambda: handled(fleet) >= expected, 60, "every good record handled")
+        ends = fleet.end_offsets()
+        fleet.wait_for(
+            lambda: fleet.positions(Mode(fleet.mode)) == ends, 20, "positions at the end"
+        )
+        stop_all(fleet)
+        rows = fleet.ledger()
+        assert handled(fleet) == expected
+        assert not find_duplicates(rows), "a record was handled twice"
+        assert not find_overlaps(rows)
+        letters = read_topic(fleet.bootstrap, f"{fleet.topic}.dlq", PARTITIONS)
+        headers = [
+            {k.removeprefix(PREFIX): (v or b"").decode() for k, v in m.headers() or []}
+            for m in letters
+        ]
+        assert sorted((int(h["source.partition"]), int(h["source.offset"])) for h in headers) == [
+            (p, POISON) for p in range(PARTITIONS)
+        ]
+        for h in headers:
+            assert h["source.topic"] == fleet.topic
+            client = fleet.members[0].client_id
+            assert (h["group"], h["client_id"], h["attempts"]) == (fleet.group, client, "2")
+            assert h["error.type"] == "plugins.ledger.SimulatedError"
+            assert "SimulatedError" in h["error.traceback"]
+            assert int(h["fencing_token"]) >= 0
+
+
+class TestStopPolicy:
+    @pytest.mark.parametrize("fleet", ["alo"], indirect=True)
+    def test_repeated_failures_release_the_partition_and_stop_its_child(self, fleet: Fleet) -> None:
+        """on_failure stop: the child is restarted on the poison record, then after
+        --max-handler-failures the partition is released and no child runs for it."""
+        fleet.produce(PARTITIONS * PER_PARTITION)
+        a = fleet.start(
+            member_id(),
+            "--on-failure",
+            "stop",
+            "--retries",
+            "0",
+            "--max-handler-failures",
+            "2",
+            env={"MARSHAL_LEDGER_FAIL_AT_OFFSET": str(POISON)},
+        )
+        fleet.wait_for(lambda: len(a.children()) == PARTITIONS, 30, "a's children")
+
+        def released() -> bool:
+            text = a.log_path.read_text(errors="replace")
+            return text.count("stop policy releases the partition") == PARTITIONS
+
+        fleet.wait_for(released, 40, "both partitions released")
+        fleet.wait_for(lambda: not fleet.holders(), 10, "no partition held")
+        assert a.children() == []
+        time.sleep(0.5)
+        lines = [json.loads(x) for x in a.log_path.read_text().splitlines() if x.startswith("{")]
+        failed = [x for x in lines if x.get("event") == "handler failed"]
+        assert {x["offset"] for x in failed} == {POISON}
+        assert max(x["failures"] for x in failed) == 2
+        stop_all(fleet)
+        assert handled(fleet) == {(p, o) for p in range(PARTITIONS) for o in range(POISON)}, (
+            "nothing past the poison record was handled"
+        )

@@ -1,0 +1,217 @@
+"""The supervisor under a group pause (ReleaseGroup by an admin), on the in-memory log with
+stand-in children that the test plays over real pipes: holders release at the position their
+child reports, nobody claims while paused, and claiming resumes when the pause ends."""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from marshal_workers import ipc
+from marshal_workers import supervisor as supervisor_module
+from marshal_workers.admin.pause import lift_pause, pause_for
+from marshal_workers.admin.session import AdminSession
+from marshal_workers.claims import is_member_key
+from marshal_workers.config import RunConfig
+from marshal_workers.coordination import Coordinator
+from marshal_workers.lease import SharedLease
+from marshal_workers.memlog import MemoryLog, MemoryTopic
+from marshal_workers.observe import Observer
+from marshal_workers.protocol import ClaimingPartition, ClaimKey, ReleasingPartition, decode
+from marshal_workers.rationalizer import Mode, RationalizerConfig, World, fold
+from marshal_workers.reader import LogReader
+from marshal_workers.supervisor import Supervisor, pause_by_other
+from tests.support import pause, record
+
+MP = multiprocessing.get_context("spawn")
+PIDS = itertools.count(2**22 + 5000)  # above any pid_max: signals to them go nowhere
+ADMINS = frozenset({"marshal-admin"})
+
+
+class FakeChild:
+    """A child the test plays: its pipe end and its spec."""
+
+    def __init__(self, spec: ipc.ChildSpec, lease: SharedLease) -> None:
+        self.spec = spec
+        self.conn, self.peer = MP.Pipe(duplex=True)
+        self.pid = next(PIDS)
+        self.exitcode: int | None = None
+
+    def signal_group(self, sig: int) -> None:
+        if sig == signal.SIGKILL:
+            self.exitcode = -signal.SIGKILL
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def answer_stop(self, next_offset: int) -> bool:
+        """If the supervisor said Stop: report ``next_offset`` and exit; whether it did."""
+        while self.exitcode is None and self.peer.poll(0):
+            if isinstance(self.peer.recv(), ipc.Stop):
+                self.peer.send(ipc.Stopped(next_offset))
+                self.exitcode = 0
+                return True
+        return False
+
+
+class FakeTopics:
+    def __init__(self, partitions: int) -> None:
+        self.keys = [ClaimKey("g", "orders", p) for p in range(partitions)]
+
+    def partitions(self) -> list[ClaimKey]:
+        return list(self.keys)
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        return 0, 0
+
+
+class Fleet:
+    """One supervisor ("w1") on a memory log, its stand-in children, and an admin."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.topic = MemoryTopic(2, lambda: int(time.time() * 1000))
+        config = RunConfig(
+            handler="plugins.ledger:handle",
+            mode=Mode.ALO,
+            topics=("orders",),
+            group="g",
+            client_id="w1",
+            heartbeat_interval=1.0,
+            stop_timeout=5.0,
+            admin_client_ids=ADMINS,
+        )
+        log = MemoryLog(self.topic)
+        reader = LogReader(log, self.config(log))
+        self.children: list[FakeChild] = []
+
+        def start_child(spec: ipc.ChildSpec, lease: SharedLease, mp: object) -> FakeChild:
+            child = FakeChild(spec, lease)
+            self.children.append(child)
+            return child
+
+        monkeypatch.setattr(supervisor_module, "start_child", start_child)
+        co = Coordinator(config, log, reader, Observer())
+        self.sup = Supervisor(config, co, FakeTopics(2), MP)  # type: ignore[arg-type]
+        self.admin = self.admin_session("marshal-admin")
+
+    def admin_session(self, client_id: str) -> AdminSession:
+        log = MemoryLog(self.topic)
+        return AdminSession(log, LogReader(log, self.config(log)), client_id)
+
+    @staticmethod
+    def config(log: MemoryLog) -> RationalizerConfig:
+        return RationalizerConfig(1000, num_partitions=log.num_partitions, admin_client_ids=ADMINS)
+
+    def run_until(self, check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            self.sup.step([], wait_s=0.02)
+
+    def released_by_children(self, offset: int) -> bool:
+        """Play every child told to stop (it reports ``offset``); whether no data claim is left."""
+        for child in self.children:
+            child.answer_stop(offset)
+        return not self.data_claims()
+
+    def data_claims(self) -> set[ClaimKey]:
+        return {k for k in self.sup.holdings if not is_member_key(k)}
+
+    def messages(self) -> list[Any]:
+        topic = self.topic
+        return [decode(r.value) for p in range(topic.num_partitions) for r in topic.read(p, 0)]
+
+
+@pytest.fixture
+def fleet(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
+    f = Fleet(monkeypatch)
+    f.sup.start(catch_up_timeout=5)
+    f.run_until(lambda: len(f.data_claims()) == 2, "both partitions claimed")
+    yield f
+    f.sup.kill_all()
+
+
+class TestPauseReaction:
+    def test_holders_release_at_the_reported_position_and_the_member_claim_stays(
+        self, fleet: Fleet
+    ) -> None:
+        """An admin's pause: each child is told to stop, reports 42, and the claim is released
+        at 42; the member claim is kept."""
+        assert pause_for(fleet.admin, "g", 30).in_force
+        stopped: set[int] = set()
+
+        def children_stopped() -> bool:
+            stopped.update(c.pid for c in fleet.children if c.answer_stop(42))
+            return not fleet.data_claims()
+
+        fleet.run_until(children_stopped, "the data claims to be released")
+        assert len(stopped) == 2
+        released = [m for m in fleet.messages() if isinstance(m, ReleasingPartition)]
+        assert {(m.partition, m.offset) for m in released} == {(0, 42), (1, 42)}
+        assert [k for k in fleet.sup.holdings if is_member_key(k)], "the member claim went too"
+        assert fleet.sup.paused_until_ms is not None
+
+    def test_nobody_claims_while_paused_and_claiming_resumes_when_lifted(
+        self, fleet: Fleet
+    ) -> None:
+        """No ClaimingPartition while the pause is in force; after the lift, both partitions
+        are claimed again, starting at the released position."""
+        pause_for(fleet.admin, "g", 30)
+        fleet.run_until(lambda: fleet.released_by_children(7), "every claim released")
+        written = len(fleet.messages())
+        for _ in range(30):
+            fleet.sup.step([], wait_s=0.02)
+        claims = [m for m in fleet.messages()[written:] if isinstance(m, ClaimingPartition)]
+        assert claims == []
+        assert lift_pause(fleet.admin, "g").accepted
+        fleet.run_until(lambda: len(fleet.data_claims()) == 2, "claims after the lift")
+        assert fleet.sup.paused_until_ms is None
+        assert {c.spec.start_offset for c in fleet.children[-2:]} == {7}
+
+    def test_a_pause_that_expires_ends_by_itself(self, fleet: Fleet) -> None:
+        """A pause of one second: the claims are released, then won back after it."""
+        assert pause_for(fleet.admin, "g", 1).in_force
+        fleet.run_until(lambda: fleet.released_by_children(3), "the claims to be released")
+        fleet.run_until(lambda: len(fleet.data_claims()) == 2, "claims after the pause expired")
+
+    def test_a_refused_pause_changes_nothing(self, fleet: Fleet) -> None:
+        """A ReleaseGroup from a client that is not an admin is refused: the claims stay."""
+        outcome = pause_for(fleet.admin_session("intruder"), "g", 30)
+        assert not outcome.accepted
+        assert outcome.refusal == "intruder is not an admin client"
+        for _ in range(20):
+            fleet.sup.step([], wait_s=0.02)
+        assert len(fleet.data_claims()) == 2
+        assert fleet.sup.paused_until_ms is None
+
+
+class TestPauseByOther:
+    @staticmethod
+    def paused_world(client: str, until_sec: int, partition: int = 0) -> World:
+        world = World(RationalizerConfig(1000), partition)
+        fold(world, record(pause(client, until_sec), 0, 1_000, partition))
+        return world
+
+    def test_own_pause_is_ignored(self) -> None:
+        """A supervisor does not release for a pause it wrote itself."""
+        world = self.paused_world("w1", 100)
+        assert pause_by_other([world], "g", "w1", 2_000) is None
+        assert pause_by_other([world], "g", "w2", 2_000) is not None
+
+    def test_expired_pause_is_not_in_force(self) -> None:
+        """At or after the expire time (log time) the pause is over."""
+        world = self.paused_world("admin", 10)
+        assert pause_by_other([world], "g", "w1", 9_999) is not None
+        assert pause_by_other([world], "g", "w1", 10_000) is None
+
+    def test_longest_pause_over_partitions_wins(self) -> None:
+        """Each coordination partition folds its own ReleaseGroup; the latest end counts."""
+        worlds = [self.paused_world("admin", 10, 0), self.paused_world("admin", 50, 1)]
+        found = pause_by_other(worlds, "g", "w1", 2_000)
+        assert found is not None and found.until_ms == 50_000

@@ -1,0 +1,221 @@
+"""The supervisor's HUP (reload: fresh children, the claims kept) and USR1 (stack dumps), on the
+in-memory log with stand-in children that the test plays over real pipes."""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from marshal_workers import ipc
+from marshal_workers import supervisor as supervisor_module
+from marshal_workers.claims import is_member_key
+from marshal_workers.config import RunConfig
+from marshal_workers.coordination import Coordinator
+from marshal_workers.holding import Phase
+from marshal_workers.lease import SharedLease
+from marshal_workers.memlog import MemoryLog, MemoryTopic
+from marshal_workers.observe import Observer
+from marshal_workers.protocol import ClaimingPartition, ClaimKey, ReleasingPartition, decode
+from marshal_workers.rationalizer import Mode, RationalizerConfig
+from marshal_workers.reader import LogReader
+from marshal_workers.supervisor import Supervisor
+
+MP = multiprocessing.get_context("spawn")
+PIDS = itertools.count(2**22 + 1000)  # above any pid_max: signals to them go nowhere
+
+
+class FakeChild:
+    """A child the test plays: its pipe end, its spec, and what the supervisor did to it."""
+
+    def __init__(self, spec: ipc.ChildSpec, lease: SharedLease) -> None:
+        self.spec = spec
+        self.lease = lease
+        self.conn, self.peer = MP.Pipe(duplex=True)
+        self.pid = next(PIDS)
+        self.exitcode: int | None = None
+        self.signals: list[int] = []
+
+    def signal_group(self, sig: int) -> None:
+        self.signals.append(sig)
+        if sig == signal.SIGKILL:
+            self.exitcode = -signal.SIGKILL
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def inbox(self) -> list[Any]:
+        """What the supervisor sent so far."""
+        out = []
+        while self.peer.poll(0):
+            out.append(self.peer.recv())
+        return out
+
+    def stop(self, next_offset: int) -> None:
+        """Answer Stop: report the position and exit cleanly."""
+        self.peer.send(ipc.Stopped(next_offset))
+        self.exitcode = 0
+
+
+class Recorder(Observer):
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def reloading(self) -> None:
+        self.calls.append("reloading")
+
+    def reloaded(self) -> None:
+        self.calls.append("reloaded")
+
+    def stopping(self) -> None:
+        self.calls.append("stopping")
+
+
+class FakeTopics:
+    def __init__(self, partitions: int) -> None:
+        self.keys = [ClaimKey("g", "orders", p) for p in range(partitions)]
+
+    def partitions(self) -> list[ClaimKey]:
+        return list(self.keys)
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        return 0, 0
+
+
+class World:
+    """A supervisor on a memory log, and every child it started."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, stop_timeout: float = 5.0) -> None:
+        self.topic = MemoryTopic(2, lambda: int(time.time() * 1000))
+        log = MemoryLog(self.topic)
+        config = RunConfig(
+            handler="plugins.ledger:handle",
+            mode=Mode.ALO,
+            topics=("orders",),
+            group="g",
+            client_id="c1",
+            heartbeat_interval=1.0,
+            stop_timeout=stop_timeout,
+        )
+        self.recorder = Recorder()
+        reader = LogReader(log, RationalizerConfig(1000, num_partitions=2))
+        coordinator = Coordinator(config, log, reader, self.recorder)
+        self.children: list[FakeChild] = []
+
+        def start_child(spec: ipc.ChildSpec, lease: SharedLease, mp: object) -> FakeChild:
+            child = FakeChild(spec, lease)
+            self.children.append(child)
+            return child
+
+        monkeypatch.setattr(supervisor_module, "start_child", start_child)
+        self.sup = Supervisor(config, coordinator, FakeTopics(2), MP, self.recorder)  # type: ignore[arg-type]
+
+    def run_until(self, check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            self.sup.step([], wait_s=0.02)
+
+    def running(self) -> dict[ClaimKey, FakeChild]:
+        """The live child of each data claim."""
+        return {
+            k: next(c for c in self.children if c.pid == h.child.pid)
+            for k, h in self.sup.holdings.items()
+            if not is_member_key(k) and h.child is not None
+        }
+
+    def coordination_messages(self) -> list[Any]:
+        return [
+            decode(r.value) for p in range(self.topic.num_partitions) for r in self.topic.read(p, 0)
+        ]
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    w = World(monkeypatch)
+    w.sup.start(catch_up_timeout=5)
+    w.run_until(lambda: len(w.running()) == 2, "both partitions claimed with a child")
+    yield w
+    w.sup.kill_all()
+
+
+class TestReload:
+    def test_hup_replaces_children_keeping_claim_token_and_position(self, world: World) -> None:
+        """Stop, Stopped at 42, exit: a new child for the same claim, same token, from 42,
+        with no release and no new claim in the log."""
+        before = world.running()
+        tokens = {k: world.sup.holdings[k].token for k in before}
+        written = len(world.coordination_messages())
+        world.sup.step([signal.SIGHUP], wait_s=0.0)
+        assert {h.phase for k, h in world.sup.holdings.items() if k in before} == {Phase.RELOADING}
+        for child in before.values():
+            assert child.inbox() == [ipc.Stop()]
+            child.stop(42)
+        world.run_until(lambda: "reloaded" in world.recorder.calls, "the reload to finish")
+        after = world.running()
+        assert set(after) == set(before)
+        for key, child in after.items():
+            assert child.pid != before[key].pid
+            assert child.spec.fencing_token == tokens[key] == world.sup.holdings[key].token
+            assert child.spec.start_offset == 42
+            assert world.sup.holdings[key].phase is Phase.RUNNING
+        since = world.coordination_messages()[written:]
+        assert not [m for m in since if isinstance(m, ClaimingPartition | ReleasingPartition)]
+        assert world.recorder.calls == ["reloading", "reloaded"]
+
+    def test_a_child_that_does_not_stop_in_time_is_killed_then_replaced(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """After --stop-timeout the old child gets TERM and KILL; a new one takes the claim."""
+        w = World(monkeypatch, stop_timeout=0.3)
+        try:
+            w.sup.start(catch_up_timeout=5)
+            w.run_until(lambda: len(w.running()) == 2, "both partitions claimed")
+            before = w.running()
+            w.sup.step([signal.SIGHUP], wait_s=0.0)
+            w.run_until(lambda: "reloaded" in w.recorder.calls, "the reload to finish")
+            for child in before.values():
+                assert child.signals[-2:] == [signal.SIGTERM, signal.SIGKILL]
+            assert {c.pid for c in w.running().values()}.isdisjoint(c.pid for c in before.values())
+        finally:
+            w.sup.kill_all()
+
+    def test_term_during_a_reload_releases_instead(self, world: World) -> None:
+        """A stop wins over a pending reload: the claims are released, no child respawned."""
+        before = world.running()
+        world.sup.step([signal.SIGHUP], wait_s=0.0)
+        world.sup.step([signal.SIGTERM], wait_s=0.0)
+        for child in before.values():
+            child.stop(7)
+        world.run_until(lambda: world.sup.done, "the stop")
+        released = [m for m in world.coordination_messages() if isinstance(m, ReleasingPartition)]
+        assert {(m.partition, m.offset) for m in released if m.topic == "orders"} == {
+            (0, 7),
+            (1, 7),
+        }
+        assert len(world.children) == 2
+        assert "reloaded" not in world.recorder.calls
+
+    def test_hup_while_stopping_is_ignored(self, world: World) -> None:
+        """Once stopping, a reload does nothing."""
+        world.sup.step([signal.SIGTERM], wait_s=0.0)
+        world.sup.step([signal.SIGHUP], wait_s=0.0)
+        assert "reloading" not in world.recorder.calls
+        assert all(h.phase is not Phase.RELOADING for h in world.sup.holdings.values())
+
+
+class TestStackDump:
+    def test_usr1_logs_every_thread_and_asks_each_child(self, world: World) -> None:
+        """'stack dump' lines from the supervisor, and DumpStacks down every child's pipe."""
+        with capture_logs() as logs:
+            world.sup.step([signal.SIGUSR1], wait_s=0.0)
+        dumps = [e for e in logs if e["event"] == "stack dump"]
+        assert dumps and "dump_stacks" in dumps[0]["stack"]
+        for child in world.running().values():
+            assert ipc.DumpStacks() in child.inbox()
