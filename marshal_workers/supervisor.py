@@ -44,12 +44,13 @@ import structlog
 
 from marshal_workers import events as ev
 from marshal_workers import ipc
-from marshal_workers.child import EXIT_HANDLER_FAILED, start_child
+from marshal_workers.child import start_child
 from marshal_workers.claims import is_member_key, member_key, plan
 from marshal_workers.config import RunConfig
 from marshal_workers.coordination import Coordinator
 from marshal_workers.datatopics import DataTopics
 from marshal_workers.errors import MarshalError
+from marshal_workers.exitpolicy import Next, decide
 from marshal_workers.failures import CAUSE_POISON_RATE
 from marshal_workers.holding import Holding, Phase
 from marshal_workers.lease import SharedLease, default_margin, lease_deadline
@@ -322,6 +323,8 @@ class Supervisor:
             granted, reason = self._grant(holding, msg)
             _tell(holding, ipc.Grant(msg.request_id, granted, reason))
         elif isinstance(msg, ipc.Stats):
+            if msg.handled > 0:  # the child gets work done: earlier failures are not a streak
+                holding.failures = 0
             self.observer.child_stats(holding.key, msg)
         elif isinstance(msg, ipc.HandlerFailed):
             # A failure repeats the last one if nothing succeeded in between: the same offset
@@ -394,44 +397,44 @@ class Supervisor:
             code=code,
             phase=holding.phase.value,
         )
-        if holding.phase is Phase.RELOADING:
+        decision = decide(
+            code=code,
+            running=holding.phase is Phase.RUNNING,
+            reloading=holding.phase is Phase.RELOADING,
+            lease_valid=holding.lease.valid(),
+            failures=holding.failures,
+            max_failures=self.config.max_handler_failures,
+            heartbeat_interval_s=self.hb,
+        )
+        holding.failures = max(holding.failures, decision.failures)
+        fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}
+        if decision.next is Next.RESPAWN:
             holding.phase = Phase.RUNNING
-            if holding.lease.valid():  # same claim, same token, the position it reported
-                self._spawn(holding, restart=False)
-                return
-        if holding.phase is not Phase.RUNNING:
-            self._finish(holding)
-        elif not holding.lease.valid():  # heartbeats were not confirmed in time
-            self._log.warning("lease expired", topic=key.topic, partition=key.partition)
-            self.avoid_until[key] = now + self.hb
-            holding.phase = Phase.STOPPING  # the child is dead, so releasing is safe; the
-            self._finish(holding)  # log refuses the release if the claim was taken meanwhile
-        elif code == EXIT_HANDLER_FAILED and holding.failures >= self.config.max_handler_failures:
-            avoid_s = max(60.0, 10 * self.hb)
-            self._log.error(
-                "handler keeps failing: stop policy releases the partition and stops its child",
-                topic=key.topic,
-                partition=key.partition,
+            self._spawn(holding, restart=False)
+        elif decision.next is Next.RESTART_LATER:
+            holding.phase = Phase.RUNNING
+            holding.restart_at = now + decision.delay_s
+            log = self._log.warning if code else self._log.info
+            log(
+                "restarting child",
+                **fields,
                 offset=holding.failed_offset,
                 failures=holding.failures,
-                not_reclaimed_for_s=avoid_s,
+                backoff_s=decision.delay_s,
             )
-            self.avoid_until[key] = now + avoid_s
-            holding.phase = Phase.STOPPING
-            self._finish(holding)
+        elif decision.next is Next.RELEASE:
+            self._log.error(
+                "releasing claim",
+                **fields,
+                offset=holding.failed_offset,
+                failures=holding.failures,
+                not_reclaimed_for_s=decision.avoid_s,
+            )
+            self.avoid_until[key] = now + decision.avoid_s
+            holding.phase = Phase.STOPPING  # the child is dead, so releasing is safe; the
+            self._finish(holding)  # log refuses the release if the claim was taken meanwhile
         else:
-            backoff = min(30.0, 0.5 * 2 ** max(0, holding.failures - 1)) if code else 0.5
-            holding.restart_at = now + backoff
-            if code == EXIT_HANDLER_FAILED:
-                self._log.warning(
-                    "restarting child after handler failure",
-                    topic=key.topic,
-                    partition=key.partition,
-                    offset=holding.failed_offset,
-                    failures=holding.failures,
-                    max_handler_failures=self.config.max_handler_failures,
-                    backoff_s=backoff,
-                )
+            self._finish(holding)
 
     def _finish(self, holding: Holding) -> None:
         """The child is gone: release the claim if it ended gracefully, then forget it."""

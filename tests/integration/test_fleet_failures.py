@@ -124,8 +124,18 @@ class TestStopPolicy:
         fleet.wait_for(lambda: len(a.children()) == PARTITIONS, 30, "a's children")
 
         def released() -> bool:
-            text = a.log_path.read_text(errors="replace")
-            return text.count("stop policy releases the partition") == PARTITIONS
+            entries = [
+                json.loads(x)
+                for x in a.log_path.read_text(errors="replace").splitlines()
+                if x.startswith("{")
+            ]
+            return (
+                sum(
+                    e.get("event") == "releasing claim" and "handler failed" in e.get("reason", "")
+                    for e in entries
+                )
+                == PARTITIONS
+            )
 
         fleet.wait_for(released, 40, "both partitions released")
         fleet.wait_for(lambda: not fleet.holders(), 10, "no partition held")
