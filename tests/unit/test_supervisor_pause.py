@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from marshal_workers import childcare as childcare_module
 from marshal_workers import ipc
-from marshal_workers import supervisor as supervisor_module
 from marshal_workers.admin.pause import lift_pause, pause_for
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.claims import is_member_key
@@ -95,7 +95,7 @@ class Fleet:
             self.children.append(child)
             return child
 
-        monkeypatch.setattr(supervisor_module, "start_child", start_child)
+        monkeypatch.setattr(childcare_module, "start_child", start_child)
         co = Coordinator(config, log, reader, Observer())
         self.sup = Supervisor(config, co, FakeTopics(2), MP)  # type: ignore[arg-type]
         self.admin = self.admin_session("marshal-admin")

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from marshal_workers import childcare as childcare_module
 from marshal_workers import ipc
-from marshal_workers import supervisor as supervisor_module
 from marshal_workers.claims import is_member_key
 from marshal_workers.config import RunConfig
 from marshal_workers.coordination import Coordinator
@@ -113,7 +113,7 @@ class World:
             self.children.append(child)
             return child
 
-        monkeypatch.setattr(supervisor_module, "start_child", start_child)
+        monkeypatch.setattr(childcare_module, "start_child", start_child)
         self.sup = Supervisor(config, coordinator, FakeTopics(2), MP, self.recorder)  # type: ignore[arg-type]
 
     def run_until(self, check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:

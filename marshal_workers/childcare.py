@@ -1,0 +1,256 @@
+"""The supervisor's children: spawning, listening, AMO grants, reaping, and what comes next.
+
+`ChildCare` is the half of `Supervisor` that deals with the one child process per held claim:
+it starts a child at the claim's position with the claim's lease and token, reads what the
+child reports (progress, grant requests, failures, statistics), answers AMO grant requests
+only after the reservation is folded as valid, sends TERM then KILL before a lease ends, reaps
+exited children, and applies the exit policy (`exitpolicy`): respawn on reload, restart with
+backoff, or release. A claim is released only once its child has exited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from multiprocessing.context import SpawnContext
+from typing import Any
+
+from marshal_workers import events as ev
+from marshal_workers import ipc
+from marshal_workers.child import start_child
+from marshal_workers.config import RunConfig
+from marshal_workers.coordination import Coordinator
+from marshal_workers.datatopics import DataTopics
+from marshal_workers.exitpolicy import Next, decide
+from marshal_workers.failures import CAUSE_POISON_RATE
+from marshal_workers.holding import Holding, Phase
+from marshal_workers.observe import Observer
+from marshal_workers.protocol import ClaimKey, Message
+from marshal_workers.rationalizer import ClaimState, resume_offset
+
+_ASKED_TO_STOP = (Phase.STOPPING, Phase.RELOADING)  # killed once their stop deadline passes
+
+
+class ChildCare:
+    """The children of a supervisor's claims (a base of `Supervisor`, which sets these)."""
+
+    config: RunConfig
+    co: Coordinator
+    topics: DataTopics
+    mp: SpawnContext
+    observer: Observer
+    hb: float
+    kill_grace: float
+    holdings: dict[ClaimKey, Holding]
+    avoid_until: dict[ClaimKey, float]
+    _log: Any
+
+    def _decide(self, msg: Message) -> ev.Event | None:
+        """Write ``msg`` and fold to it (the supervisor's)."""
+        raise NotImplementedError
+
+    def _start_position(self, key: ClaimKey, state: ClaimState | None) -> int:
+        known = resume_offset(state, self.config.mode)
+        if known is not None:
+            return known
+        low, high = self.topics.watermarks(key.topic, key.partition)
+        return low if self.config.auto_offset_reset == "earliest" else high
+
+    def _spawn(self, holding: Holding, *, restart: bool) -> None:
+        c = self.config
+        spec = ipc.ChildSpec(
+            handler=c.handler,
+            mode=c.mode,
+            bootstrap_servers=c.bootstrap_servers,
+            group_id=c.group,
+            client_id=c.client_id,
+            instance_id=c.instance_id,
+            topic=holding.key.topic,
+            partition=holding.key.partition,
+            start_offset=holding.position,
+            fencing_token=holding.token,
+            auto_offset_reset=c.auto_offset_reset,
+            batch_size=c.batch_size,
+            kafka_config=tuple(sorted(c.kafka.items())),
+            log_json=c.log_json,
+            retries=c.retries,
+            retry_backoff_s=c.retry_backoff,
+            on_failure=c.on_failure,
+            dlq_topic=c.dlq_topic,
+            max_poison_rate=c.max_poison_rate,
+        )
+        holding.child = start_child(spec, holding.lease, self.mp)
+        holding.term_sent = holding.kill_sent = False
+        self.observer.child_started(holding.key, holding.child.pid, restart)
+        self._log.info(
+            "child started",
+            topic=spec.topic,
+            partition=spec.partition,
+            child_pid=holding.child.pid,
+            position=holding.position,
+            token=holding.token,
+        )
+
+    def _kill(self, holding: Holding, sig: signal.Signals, why: str) -> None:
+        if holding.child is not None:
+            holding.child.signal_group(sig)
+            holding.term_sent = True
+            holding.kill_sent = holding.kill_sent or sig is signal.SIGKILL
+            if sig is signal.SIGKILL:
+                self.observer.fencing_kill(holding.key, holding.child.pid, why)
+
+    def _read_child(self, holding: Holding) -> None:
+        assert holding.child is not None
+        conn = holding.child.conn
+        with contextlib.suppress(EOFError, OSError):  # a dead child is reaped by the loop
+            while conn.poll():
+                self._on_child_message(holding, conn.recv())
+
+    def _on_child_message(self, holding: Holding, msg: ipc.ToSupervisor) -> None:
+        if isinstance(msg, ipc.Progress | ipc.Stopped) and msg.next_offset is not None:
+            holding.position = msg.next_offset
+        elif isinstance(msg, ipc.GrantRequest):
+            granted, reason = self._grant(holding, msg)
+            tell(holding, ipc.Grant(msg.request_id, granted, reason))
+        elif isinstance(msg, ipc.Stats):
+            if msg.handled > 0:  # the child gets work done: earlier failures are not a streak
+                holding.failures = 0
+            self.observer.child_stats(holding.key, msg)
+        elif isinstance(msg, ipc.HandlerFailed):
+            # A failure repeats the last one if nothing succeeded in between: the same offset
+            # (ALO restarts there), a child that handled nothing before failing (AMO restarts
+            # after the lost batch), or the poison-rate limit again (it restarts the count).
+            repeated = holding.failures > 0 and (
+                msg.offset == holding.failed_offset
+                or msg.handled == 0
+                or msg.cause == CAUSE_POISON_RATE
+            )
+            holding.failures = holding.failures + 1 if repeated else 1
+            holding.failed_offset = msg.offset
+            self.observer.handler_failed(holding.key, msg.offset, msg.error)
+            self._log.error(
+                "handler failed",
+                topic=holding.key.topic,
+                partition=holding.key.partition,
+                offset=msg.offset,
+                error=msg.error,
+                cause=msg.cause,
+                attempts=msg.attempts,
+                failures=holding.failures,
+                max_handler_failures=self.config.max_handler_failures,
+            )
+
+    def _grant(self, holding: Holding, req: ipc.GrantRequest) -> tuple[bool, str]:
+        """AMO: reserve the batch in the log, check the verdict, commit, and only then grant."""
+        if holding.phase is not Phase.RUNNING or not holding.lease.valid():
+            return False, "claim not held"
+        if req.start < holding.position:
+            return False, f"batch starts at {req.start}, before the position {holding.position}"
+        verdict = self._decide(self.co.reserving(holding.key, req.end))
+        if not isinstance(verdict, ev.MessagesClaimed) or holding.phase is not Phase.RUNNING:
+            return False, getattr(verdict, "reason", "reservation not confirmed")
+        holding.position = req.end
+        self.co.heartbeat(holding.key, holding.position)  # the committing heartbeat
+        return True, ""
+
+    def _check_children(self, now: float) -> None:
+        for holding in list(self.holdings.values()):
+            child = holding.child
+            if child is None:
+                if holding.phase is not Phase.RUNNING:
+                    self._finish(holding)
+                elif not holding.is_member and now >= holding.restart_at:
+                    self._spawn(holding, restart=True)
+                continue
+            remaining = holding.lease.deadline - now
+            if holding.phase in _ASKED_TO_STOP and now >= holding.stop_deadline:
+                remaining = min(remaining, 0.0)
+            if remaining <= self.kill_grace and not holding.term_sent:
+                self._kill(holding, signal.SIGTERM, "lease ending")
+            if remaining <= self.kill_grace / 3 and not holding.kill_sent:
+                self._kill(holding, signal.SIGKILL, "lease ending")
+            if child.exitcode is not None:
+                self._read_child(holding)
+                self._on_exit(holding, child.exitcode, now)
+
+    def _on_exit(self, holding: Holding, code: int, now: float) -> None:
+        assert holding.child is not None
+        key, pid = holding.key, holding.child.pid
+        holding.child.close()
+        holding.child = None
+        self.observer.child_exited(key, pid, code)
+        self._log.info(
+            "child exited",
+            topic=key.topic,
+            partition=key.partition,
+            child_pid=pid,
+            code=code,
+            phase=holding.phase.value,
+        )
+        decision = decide(
+            code=code,
+            running=holding.phase is Phase.RUNNING,
+            reloading=holding.phase is Phase.RELOADING,
+            lease_valid=holding.lease.valid(),
+            failures=holding.failures,
+            max_failures=self.config.max_handler_failures,
+            heartbeat_interval_s=self.hb,
+        )
+        holding.failures = max(holding.failures, decision.failures)
+        fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}
+        if decision.next is Next.RESPAWN:
+            holding.phase = Phase.RUNNING
+            self._spawn(holding, restart=False)
+        elif decision.next is Next.RESTART_LATER:
+            holding.phase = Phase.RUNNING
+            holding.restart_at = now + decision.delay_s
+            log = self._log.warning if code else self._log.info
+            log(
+                "restarting child",
+                **fields,
+                offset=holding.failed_offset,
+                failures=holding.failures,
+                backoff_s=decision.delay_s,
+            )
+        elif decision.next is Next.RELEASE:
+            self._log.error(
+                "releasing claim",
+                **fields,
+                offset=holding.failed_offset,
+                failures=holding.failures,
+                not_reclaimed_for_s=decision.avoid_s,
+            )
+            self.avoid_until[key] = now + decision.avoid_s
+            holding.phase = Phase.STOPPING  # the child is dead, so releasing is safe; the
+            self._finish(holding)  # log refuses the release if the claim was taken meanwhile
+        else:
+            self._finish(holding)
+
+    def _finish(self, holding: Holding) -> None:
+        """The child is gone: release the claim if it ended gracefully, then forget it."""
+        if holding.phase is Phase.STOPPING and holding.release_when_stopped:
+            key = holding.key
+            verdict = self._decide(self.co.releasing(key, holding.position))
+            confirmed = isinstance(verdict, ev.Released)
+            if confirmed:
+                self.observer.claim_released(key)
+            self._log.info(
+                "claim released",
+                topic=key.topic,
+                partition=key.partition,
+                position=holding.position,
+                confirmed=confirmed,
+            )
+        self.holdings.pop(holding.key, None)
+
+    def _stop_child(self, holding: Holding, deadline: float) -> None:
+        holding.phase = Phase.STOPPING
+        holding.stop_deadline = deadline  # the lease still ends it earlier if heartbeats fail
+        tell(holding, ipc.Stop())
+
+
+def tell(holding: Holding, msg: ipc.ToChild) -> None:
+    """Send to a child; a child that is already gone is reaped by the loop."""
+    if holding.child is not None:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            holding.child.conn.send(msg)
