@@ -63,29 +63,21 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
-from functools import partial
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnContext, SpawnProcess
 from types import FrameType
 from typing import Any, NoReturn
 
 import structlog
-from confluent_kafka import Consumer, KafkaException
 
-from marshal_workers.consume import ConsumerSetupError, FatalKafkaError, fetch, open_consumer
-from marshal_workers.dlq import DeadLetterError, DeadLetters, topic_exists
-from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME
-from marshal_workers.failures import (
-    CAUSE_DLQ_FAILED,
-    Failure,
-    FailurePolicy,
-    OnFailure,
-    PoisonRate,
-    Verdict,
-    attempt,
-    decide,
-    dlq_topic_for,
+from marshal_workers.childloop import (
+    EXIT_HANDLER_FAILED,
+    EXIT_KAFKA,
+    EXIT_LEASE_EXPIRED,
+    EXIT_NOT_GRANTED,
+    EXIT_PARENT_GONE,
+    EXIT_SETUP,
+    ChildLoop,
 )
 from marshal_workers.fencing import (
     REASON_LEASE_EXPIRED,
@@ -96,37 +88,27 @@ from marshal_workers.fencing import (
     set_parent_death_signal,
     write_with_timeout,
 )
-from marshal_workers.handler import Context, LoadError, Record, load_handler
 from marshal_workers.ipc import (
     ChildSpec,
-    DumpStacks,
-    Grant,
-    GrantRequest,
-    HandlerFailed,
-    Progress,
-    Started,
-    Stop,
-    Stopped,
     ToChild,
-    ToSupervisor,
 )
 from marshal_workers.lease import SharedLease
 from marshal_workers.logs import configure_logging, raw_line
-from marshal_workers.plugin import Plugin
-from marshal_workers.rationalizer import Mode
-from marshal_workers.stacks import collect_fault_dumps, log_stacks
-from marshal_workers.stats import StatsTally, cached_high_watermark
+from marshal_workers.stacks import collect_fault_dumps
 
-EXIT_HANDLER_FAILED = 4
-EXIT_LEASE_EXPIRED = 5
-EXIT_PARENT_GONE = 6
-EXIT_NOT_GRANTED = 7
-EXIT_SETUP = 8
-EXIT_KAFKA = 9
+__all__ = [
+    "EXIT_HANDLER_FAILED",
+    "EXIT_KAFKA",
+    "EXIT_LEASE_EXPIRED",
+    "EXIT_NOT_GRANTED",
+    "EXIT_PARENT_GONE",
+    "EXIT_SETUP",
+    "ChildHandle",
+    "child_main",
+    "start_child",
+]
 
 FENCE_EXIT_CODES = {REASON_LEASE_EXPIRED: EXIT_LEASE_EXPIRED, REASON_PARENT_GONE: EXIT_PARENT_GONE}
-GRANT_POLL_S = 0.05
-RETRY_POLL_S = 0.05
 LAST_WORDS_TIMEOUT_S = 0.05
 
 # ---------------------------------------------------------------- supervisor side
@@ -256,407 +238,8 @@ def child_main(spec: ChildSpec, lease: SharedLease, conn: Connection, parent_pid
     signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     Watchdog(lease, parent_pid, on_fence).start()
-    code = _Child(spec, lease, conn, log).run()
+    code = ChildLoop(spec, lease, conn, log).run()
     sys.stdout.flush()
     sys.stderr.flush()
     # not sys.exit: a non-daemon thread the handler left behind must not keep us alive
     os._exit(code)
-
-
-def _failed_once(error: Exception, call: Callable[[], object]) -> Callable[[], object]:
-    """``call``, whose first attempt already raised ``error``: the first call raises it again
-    (without running the handler twice), later calls (the retries) run ``call``."""
-    pending = [error]
-
-    def again() -> object:
-        if pending:
-            raise pending.pop()
-        return call()
-
-    return again
-
-
-class _Exit(Exception):  # noqa: N818 (control flow, not an error)
-    """Unwinds the child's loop to its shutdown, with the exit code and teardown reason."""
-
-    def __init__(self, code: int, reason: str, final: ToSupervisor | None = None) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-        self.final = final
-
-
-class _Child:
-    """The child's main thread: setup, the fetch-handle loop, shutdown."""
-
-    def __init__(self, spec: ChildSpec, lease: SharedLease, conn: Connection, log: Any) -> None:
-        self.spec = spec
-        self.lease = lease
-        self.conn = conn
-        self.log = log
-        self.ctx = Context(
-            client_id=spec.client_id,
-            instance_id=spec.instance_id,
-            group_id=spec.group_id,
-            topic=spec.topic,
-            partition=spec.partition,
-            fencing_token=spec.fencing_token,
-            mode=spec.mode,
-            log=log,
-            pid=os.getpid(),
-            lease_remaining=lease.remaining,
-        )
-        self.plugin: Plugin | None = None  # set once setup() succeeded
-        self.consumer: Consumer | None = None
-        self.next_offset: int | None = None  # ALO: handled below; AMO: granted below
-        self.reported: int | None = None  # the last Progress sent
-        self.request_id = 0
-        self.stats = StatsTally()  # sent as `Stats` about once a second (see stats)
-        self.policy = FailurePolicy()  # the spec's, once setup has checked it
-        self.poison = PoisonRate(spec.max_poison_rate)
-        self.dead_letters: DeadLetters | None = None  # on_failure dlq: created in setup
-        self.handled = 0  # records the handler completed (dead letters and skips not counted)
-        self.dead_lettered = 0
-        self.skipped = 0
-        self.stop_requested = False  # AMO: Stop came during a retry wait; finish the batch
-
-    def run(self) -> int:
-        """Run until something ends the child; its exit code."""
-        try:
-            self._setup()
-            self._loop()
-        except _Exit as end:
-            return self._shutdown(end)
-        except Exception:
-            self.log.exception("child_crashed")
-            return self._shutdown(_Exit(EXIT_RUNTIME, "crash"))
-        raise AssertionError("the loop only ends by _Exit")  # pragma: no cover
-
-    def _setup(self) -> None:
-        try:
-            self.policy = FailurePolicy(
-                retries=self.spec.retries,
-                retry_backoff_s=self.spec.retry_backoff_s,
-                on_failure=OnFailure(self.spec.on_failure),
-                max_poison_rate=self.spec.max_poison_rate,
-            )
-        except ValueError as exc:
-            self.log.error("bad_error_policy", error=str(exc))
-            raise _Exit(EXIT_SETUP, "setup_failed") from None
-        try:
-            plugin = Plugin(load_handler(self.spec.handler))
-            plugin.setup(self.ctx)
-        except LoadError as exc:
-            self.log.error("handler_load_failed", handler=self.spec.handler, error=str(exc))
-            raise _Exit(EXIT_SETUP, "setup_failed") from None
-        except Exception as exc:
-            self.log.exception("handler_setup_failed", handler=self.spec.handler, error=repr(exc))
-            raise _Exit(EXIT_SETUP, "setup_failed") from None
-        self.plugin = plugin
-        self.stats.instrument(plugin)
-        try:
-            self.consumer, position = open_consumer(self.spec)
-        except ConsumerSetupError as exc:
-            self.log.error("consumer_setup_failed", error=str(exc))
-            raise _Exit(EXIT_SETUP, "setup_failed") from None
-        except KafkaException as exc:
-            self.log.error("kafka_failed", error=str(exc))
-            raise _Exit(EXIT_KAFKA, "kafka_failed") from None
-        self.next_offset = self.reported = position
-        if self.policy.on_failure is OnFailure.DLQ:
-            self._open_dead_letters()
-        self._send(Started(os.getpid(), position))
-        self.log.info("child_started", mode=str(self.spec.mode), position=position)
-
-    def _loop(self) -> None:
-        assert self.consumer is not None
-        while True:
-            self._read_stop()
-            self._send_stats()
-            self._require_lease()
-            try:
-                records = fetch(self.consumer, self.spec, self.log)
-            except (FatalKafkaError, KafkaException) as exc:
-                self.log.error("kafka_failed", error=str(exc))
-                raise _Exit(EXIT_KAFKA, "kafka_failed") from None
-            if not records:
-                continue
-            if self.spec.mode == Mode.AMO:
-                self._await_grant(records)
-                self._handle(records)
-            else:
-                self._handle(records)
-                self._report_progress()
-
-    def _handle(self, records: list[Record]) -> None:
-        """Handle a batch in order, each unit through the error policy (see the module doc)."""
-        plugin = self.plugin
-        assert plugin is not None
-        alo = self.spec.mode == Mode.ALO
-        batch = plugin.handle_batch
-        if batch is not None:
-            self._handle_unit(records, partial(batch, records, self.ctx))
-            if alo:
-                self.next_offset = records[-1].offset + 1
-            return
-        # The hot path: one lease check and one call per record; the policy only on a failure.
-        handle, ctx, lease_valid = plugin.handle, self.ctx, self.lease.valid
-        for record in records:
-            if not lease_valid():
-                self._require_lease()  # ends the child (unless extended meanwhile)
-            try:
-                handle(record, ctx)
-            except Exception as exc:  # that was attempt 1: the policy goes on from there
-                self._handle_unit([record], _failed_once(exc, partial(handle, record, ctx)))
-            else:
-                self.handled += 1
-            if alo:
-                self.next_offset = record.offset + 1
-
-    def _handle_unit(self, unit: Sequence[Record], call: Callable[[], object]) -> None:
-        """Handle one record (or a batch) with retries; settle it by the policy if it fails.
-
-        Returns once the unit is handled, dead-lettered or skipped; otherwise ends the child."""
-        failure = attempt(
-            call,
-            self.policy,
-            before_attempt=self._require_lease,
-            wait=partial(self._retry_wait, unit),
-        )
-        if failure is None:
-            self.handled += len(unit)
-            return
-        verdict = decide(self.policy, failure, self.poison, time.monotonic())
-        if verdict.action is OnFailure.DLQ:
-            self._dead_letter(unit, failure)
-        elif verdict.action is OnFailure.SKIP:
-            self.stats.error("skip")
-            self.skipped += len(unit)
-            self.log.warning(
-                "handler_failed_record_skipped",
-                offset=unit[0].offset,
-                last_offset=unit[-1].offset,
-                records=len(unit),
-                attempts=failure.attempts,
-                error=failure.summary,
-                exc_info=failure.error,
-            )
-        else:
-            self._failed(unit[0], failure, verdict)  # the supervisor counts stops
-
-    def _retry_wait(
-        self, unit: Sequence[Record], seconds: float, error: Exception, attempt_no: int
-    ) -> bool:
-        """Wait ``seconds`` before the next attempt, checking the lease and the pipe throughout;
-        False to give up retrying (AMO: `Stop` came). ALO: `Stop` ends the child here."""
-        if self.stop_requested:
-            return False
-        self.stats.error("retry")
-        self.log.warning(
-            "handler_attempt_failed",
-            offset=unit[0].offset,
-            last_offset=unit[-1].offset,
-            attempt=attempt_no,
-            attempts=self.policy.retries + 1,
-            retry_in=round(seconds, 3),
-            error=f"{type(error).__name__}: {error}",
-        )
-        self._report_progress()  # what came before the failing record is safe to commit now
-        until = time.monotonic() + seconds
-        while (left := until - time.monotonic()) > 0:
-            self._require_lease()
-            self._send_stats()
-            msg = self._receive(min(RETRY_POLL_S, left))
-            if isinstance(msg, Stop):
-                if self.spec.mode == Mode.ALO:
-                    self.log.info("stop_during_retry", offset=self.next_offset)
-                    raise _Exit(EXIT_OK, "stop", Stopped(self.next_offset))
-                self.log.info("stop_during_retry_retries_cut_short")
-                self.stop_requested = True
-                return False
-            if isinstance(msg, DumpStacks):
-                log_stacks(self.log, "stack_dump")
-            elif msg is not None:
-                self.log.warning("unexpected_message", message=repr(msg))
-        self._require_lease()
-        return True
-
-    def _open_dead_letters(self) -> None:
-        """on_failure dlq: prepare the producer's home, and warn now if its topic is missing."""
-        topic = dlq_topic_for(self.spec.dlq_topic, self.spec.topic)
-        self.dead_letters = DeadLetters(self.spec, topic)
-        try:
-            exists = self.consumer is None or topic_exists(self.consumer, topic)
-        except KafkaException as exc:
-            self.log.warning("dlq_topic_unchecked", dlq_topic=topic, error=str(exc))
-            return
-        if not exists:
-            self.log.warning(
-                "dlq_topic_missing",
-                dlq_topic=topic,
-                consequence="a failing record will stop the child instead (create the topic)",
-            )
-
-    def _dead_letter(self, unit: Sequence[Record], failure: Failure) -> None:
-        """Write the unit's records to the dead-letter topic and wait for the broker's ack;
-        if that fails, the child stops (the records are not counted as handled)."""
-        assert self.dead_letters is not None
-        try:
-            self.dead_letters.write(unit, failure, check=self._require_lease)
-        except DeadLetterError as exc:
-            self._failed(unit[0], failure, Verdict(OnFailure.STOP, CAUSE_DLQ_FAILED, str(exc)))
-        self.stats.error("dlq")
-        self.dead_lettered += len(unit)
-        self.log.warning(
-            "handler_failed_record_dead_lettered",
-            offset=unit[0].offset,
-            last_offset=unit[-1].offset,
-            records=len(unit),
-            dlq_topic=self.dead_letters.topic,
-            attempts=failure.attempts,
-            error=failure.summary,  # the traceback is in the dead letter's headers
-        )
-
-    def _await_grant(self, records: list[Record]) -> None:
-        """AMO: ask to handle the batch and wait for the answer; return only if granted."""
-        self.request_id += 1
-        request = GrantRequest(self.request_id, records[0].offset, records[-1].offset + 1)
-        self._send(request)
-        grant = self._grant_for(request)
-        if not grant.granted:
-            self.log.warning(
-                "grant_refused", start=request.start, end=request.end, reason=grant.reason
-            )
-            raise _Exit(EXIT_NOT_GRANTED, "not_granted")
-        self.next_offset = request.end
-
-    def _grant_for(self, request: GrantRequest) -> Grant:
-        """The supervisor's answer to ``request``, the lease and `Stop` checked while waiting."""
-        while True:
-            self._require_lease()
-            msg = self._receive(min(GRANT_POLL_S, max(0.0, self.lease.remaining())))
-            if isinstance(msg, Grant) and msg.request_id == request.request_id:
-                return msg
-            if isinstance(msg, Stop):
-                self.log.info("stop_while_awaiting_grant", start=request.start, end=request.end)
-                raise _Exit(EXIT_OK, "stop", Stopped(self.next_offset))
-            if isinstance(msg, DumpStacks):
-                log_stacks(self.log, "stack_dump")
-            elif msg is not None:
-                self.log.warning("unexpected_message", message=repr(msg))
-
-    def _read_stop(self) -> None:
-        """Drain the pipe; on `Stop`, end with `Stopped` (the batch in hand is already done)."""
-        if self.stop_requested:
-            raise _Exit(EXIT_OK, "stop", Stopped(self.next_offset))
-        while (msg := self._receive(0.0)) is not None:
-            if isinstance(msg, Stop):
-                raise _Exit(EXIT_OK, "stop", Stopped(self.next_offset))
-            if isinstance(msg, DumpStacks):
-                log_stacks(self.log, "stack_dump")
-                continue
-            self.log.warning("unexpected_message", message=repr(msg))
-
-    def _require_lease(self) -> None:
-        if not self.lease.valid():
-            self.log.warning("lease_expired", deadline=self.lease.deadline)
-            raise _Exit(EXIT_LEASE_EXPIRED, REASON_LEASE_EXPIRED)
-
-    def _failed(self, record: Record, failure: Failure, verdict: Verdict) -> NoReturn:
-        """Stop: report `HandlerFailed` (ALO: after `Progress` up to the record) and end."""
-        lost = {}
-        if self.spec.mode == Mode.AMO and self.next_offset is not None:
-            lost = {"lost_offsets": f"{record.offset}-{self.next_offset - 1}"}  # granted batch
-        self.log.error(  # the logger is bound with the topic and partition
-            "handler_failed_child_stops",
-            offset=record.offset,
-            attempts=failure.attempts,
-            error=failure.summary,
-            cause=verdict.cause,
-            detail=verdict.detail,
-            next="the supervisor restarts the child with backoff; after max_handler_failures "
-            "it releases the partition and stops its child",
-            **lost,
-            exc_info=failure.error,
-        )
-        self._report_progress()
-        self._send(
-            HandlerFailed(
-                record.offset,
-                failure.summary,
-                failure.traceback,
-                attempts=failure.attempts,
-                handled=self.handled,
-                cause=verdict.cause,
-            )
-        )
-        raise _Exit(EXIT_HANDLER_FAILED, "handler_failed")
-
-    def _report_progress(self) -> None:
-        """ALO: send `Progress` if records were handled since the last one."""
-        if self.spec.mode == Mode.ALO and self.next_offset != self.reported:
-            assert self.next_offset is not None
-            self._send(Progress(self.next_offset))
-            self.reported = self.next_offset
-
-    def _send_stats(self, final: bool = False) -> None:
-        """Send `Stats` when one is due (or ``final``) and there is something to say."""
-        if not (final or self.stats.due()):
-            return
-        high = None
-        if self.consumer is not None:
-            high = cached_high_watermark(self.consumer, self.spec.topic, self.spec.partition)
-        stats = self.stats.report(high)
-        if final and not (stats.handled or any(stats.latency_counts) or stats.errors):
-            return
-        self._send(stats)
-
-    def _receive(self, timeout: float) -> ToChild | None:
-        try:
-            if not self.conn.poll(timeout):
-                return None
-            msg: ToChild = self.conn.recv()
-        except (EOFError, OSError):
-            raise _Exit(EXIT_PARENT_GONE, REASON_PARENT_GONE) from None
-        return msg
-
-    def _send(self, msg: ToSupervisor) -> None:
-        try:
-            self.conn.send(msg)
-        except OSError:
-            raise _Exit(EXIT_PARENT_GONE, REASON_PARENT_GONE) from None
-
-    def _shutdown(self, end: _Exit) -> int:
-        """Report what was done, tear the plugin down, send the final message, close."""
-        if end.reason != REASON_PARENT_GONE:
-            with contextlib.suppress(_Exit):
-                self._report_progress()
-            with contextlib.suppress(_Exit):
-                self._send_stats(final=True)
-        if self.plugin is not None:
-            try:
-                self.plugin.teardown(self.ctx, end.reason)
-            except Exception:
-                self.log.exception("handler_teardown_failed", reason=end.reason)
-        if end.final is not None:
-            with contextlib.suppress(_Exit):
-                self._send(end.final)
-        if self.consumer is not None:
-            try:
-                self.consumer.close()
-            except Exception as exc:
-                self.log.warning("consumer_close_failed", error=repr(exc))
-        if self.dead_letters is not None:
-            try:
-                self.dead_letters.close()
-            except Exception as exc:
-                self.log.warning("dlq_producer_close_failed", error=repr(exc))
-        self.log.info(
-            "child_exit",
-            reason=end.reason,
-            exit_code=end.code,
-            handled=self.handled,
-            dead_lettered=self.dead_lettered,
-            skipped=self.skipped,
-        )
-        return end.code
