@@ -30,6 +30,7 @@ from marshal_workers.ipc import ChildSpec
 EARLIEST = frozenset({"earliest", "smallest", "beginning"})
 LATEST = frozenset({"latest", "largest", "end"})
 WATERMARK_TIMEOUT_S = 10.0
+FETCH_QUEUE_BACKOFF_MS = 10
 
 
 class ConsumerSetupError(Exception):
@@ -54,6 +55,10 @@ def consumer_config(spec: ChildSpec) -> dict[str, Any]:
         }
     )
     config.setdefault("enable.partition.eof", False)
+    # librdkafka pauses fetching for fetch.queue.backoff.ms (default 1 s) whenever its queue
+    # passes queued.min.messages: a handler slower than the fetcher for a moment (an AMO grant
+    # wait is enough) then starves for up to a second. 10 ms keeps the queue topped up.
+    config.setdefault("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
     return config
 
 
