@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 import click
 
 from marshal_workers.config import run_config
-from marshal_workers.errors import EXIT_USAGE, MarshalError
+from marshal_workers.entry import run_command
 from marshal_workers.run import run
 from marshal_workers.settings import SETTINGS, Setting, help_epilog, resolve
 
@@ -84,20 +83,5 @@ def marshal_run(config_file: Path | None, **flags: Any) -> int:
 
 
 def main() -> None:
-    """Entry point: one line and the documented exit code for every failure."""
-    try:
-        code = marshal_run.main(standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.UsageError as exc:
-        click.echo(f"marshal-run: error: {exc.format_message()}", err=True)
-        sys.exit(EXIT_USAGE)
-    except click.ClickException as exc:
-        click.echo(f"marshal-run: error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        sys.exit(130)
-    except MarshalError as exc:
-        click.echo(f"marshal-run: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
+    """Entry point of `marshal-run`."""
+    run_command(marshal_run, "marshal-run")

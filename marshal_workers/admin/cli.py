@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
-from confluent_kafka import KafkaException
 
 from marshal_workers.admin.commands import dump, init, status
 from marshal_workers.admin.demo import demo
 from marshal_workers.admin.group_commands import release_group, set_position
-from marshal_workers.errors import EXIT_RUNTIME, MarshalError
+from marshal_workers.entry import run_command
 from marshal_workers.localkafka.cli import kafka
 
 
@@ -29,22 +26,5 @@ cli.add_command(set_position)
 
 
 def main() -> None:
-    """Entry point: run the click group, turning a MarshalError into one line and its exit code."""
-    try:
-        result = cli.main(standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except MarshalError as exc:
-        click.echo(f"marshal-admin: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except KafkaException as exc:
-        click.echo(f"marshal-admin: error: Kafka: {exc.args[0] if exc.args else exc}", err=True)
-        sys.exit(EXIT_RUNTIME)
-    # with standalone_mode=False, click returns ctx.exit(n)'s code instead of raising
-    sys.exit(result if isinstance(result, int) else 0)
+    """Entry point of `marshal-admin`."""
+    run_command(cli, "marshal-admin")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import click
 
-from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME, MarshalError
+from marshal_workers.entry import run_command
+from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME
 from marshal_workers.localkafka.backend import BACKENDS
 from marshal_workers.localkafka.cluster import (
     ClusterStatus,
@@ -127,17 +128,5 @@ def fetch(cache_dir: Path | None) -> None:
 
 
 def main() -> None:
-    """Entry point of `python -m marshal_workers.localkafka`: errors as one line + exit code."""
-    try:
-        kafka.main(prog_name="python -m marshal_workers.localkafka", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except MarshalError as exc:
-        click.echo(f"kafka: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+    """Entry point of `python -m marshal_workers.localkafka`."""
+    run_command(kafka, "python -m marshal_workers.localkafka")
