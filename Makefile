@@ -31,8 +31,9 @@ test-unit: ## Only the tests that need no broker
 demo: kafka-jars ## The main job on local defaults: a local Kafka, sample data, a fleet of 3, a verdict
 	$(BIN)/marshal-admin demo
 
-bench: ## Benchmarks: print figures, never assert on time
+bench: kafka-jars ## Benchmarks (several minutes; each starts its own local Kafka): figures, never assertions
 	$(BIN)/python bench/fold_and_catch_up.py
+	$(BIN)/python bench/runtime.py
 
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis
