@@ -1,0 +1,62 @@
+"""The pure core (protocol, events, rationalizer, claim engine, exit policy) does no I/O and
+reads no clock: none of it imports anything that could, directly or through the package."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "marshal_workers"
+CORE = ["protocol", "events", "rationalizer", "frozen", "claims", "exitpolicy"]
+ALLOWED_STDLIB = {
+    "__future__",
+    "collections",
+    "copy",
+    "dataclasses",
+    "enum",
+    "functools",
+    "hashlib",
+    "typing",
+    "itertools",
+    "math",
+    "bisect",
+}
+# exitpolicy reads the child's exit codes (constants) from child, which is not pure itself
+ALLOWED_PACKAGE_EDGES = {("exitpolicy", "child")}
+
+
+def imports_of(module: str) -> set[str]:
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module == "marshal_workers":
+            names.update(f"marshal_workers.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):  # from . import x
+            names.update(f"marshal_workers.{alias.name}" for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_module_imports_nothing_that_does_io(module: str) -> None:
+    """Only pure stdlib modules and other core modules (transitively)."""
+    seen, todo = set(), [module]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for name in imports_of(current):
+            if name.startswith("marshal_workers"):
+                inner = name.removeprefix("marshal_workers").lstrip(".") or "__init__"
+                if (current, inner) in ALLOWED_PACKAGE_EDGES:
+                    continue
+                assert inner in CORE, f"{current} imports {name}, which is not pure"
+                todo.append(inner)
+            else:
+                assert name.split(".")[0] in ALLOWED_STDLIB, f"{current} imports {name}"
