@@ -1,0 +1,7 @@
+"""`marshal-audit`: what the fleet did, proven from the coordination log (and the ledgers).
+
+The pipeline runs on Spark (PySpark): it folds every coordination partition with the same pure
+rationalizer the supervisors use, derives the audit tables from the events, checks the
+handlers' ledgers against the claim intervals, and writes Parquet tables and an HTML report.
+See README.md beside this file for the tables and their columns.
+"""

@@ -1,0 +1,361 @@
+"""The ledger against the claim intervals: did the processes obey the log? (pure)
+
+A ledger row says a process (client id, pid) handled one record of a data partition with a
+fencing token, between ``start`` and ``end`` (its host's clock, seconds). The checks, per
+data partition and consumer group:
+
+- **zombie_work**: no interval of the row's client with the row's token covers
+  [start, end]: the work began before the claim was won or ended after the holder's right
+  ended (release, or last valid heartbeat + 2*HB). Log times are whole milliseconds, so an
+  interval covers up to its end + 1 ms. A token that no claim of that client carries is zombie
+  work too, unless the coordination log had gaps (compaction): then the claim may simply be
+  gone from the log, and the row is counted as *unverifiable* instead.
+- **overlap**: rows of two processes of one group whose handling overlapped in time.
+- **amo_duplicate** (AMO groups): an offset handled more than once, unless the pausing admin
+  held the partition in between (``set-position`` rewound it on purpose).
+- **alo_gap** (ALO groups): an offset below a committed position that no row handled. Each
+  interval committed [its first heartbeated position, its last committed position); the
+  pausing admin's intervals (set-position) are left out.
+
+``tolerance_s`` widens every comparison of a ledger time with a log time or with another
+host's time, for ledgers written on hosts whose clocks differ from the broker's.
+The window (``--since``/``--until``) selects the rows checked for zombie work, overlaps and
+duplicates; every row counts as handled for the ALO check.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from marshal_workers.audit.schema import columns
+from marshal_workers.audit.tables import Row, Window
+
+
+class LedgerEntry(NamedTuple):
+    """One ledger row (see plugins/ledger.py)."""
+
+    topic: str
+    partition: int
+    offset: int
+    client_id: str
+    pid: int
+    token: int
+    start: float
+    end: float
+
+
+class Span(NamedTuple):
+    """A claim interval as the checks need it (from a settled ``claims`` row)."""
+
+    group: str
+    topic: str
+    partition: int
+    client_id: str
+    instance_id: str
+    token: int
+    coord_partition: int
+    start_ms: int
+    end_ms: int | None
+    ended: str
+    first_offset: int | None
+    last_offset: int | None
+    by_admin: bool
+
+    def as_json(self) -> dict[str, object]:
+        """The interval as evidence."""
+        return self._asdict()
+
+
+_C = {name: i for i, name in enumerate(columns("claims"))}
+
+
+def span_of(row: Row) -> Span:
+    """The Span of a settled ``claims`` row."""
+    return Span(*(row[_C[name]] for name in Span._fields))
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimIndex:
+    """Claim intervals by data partition and token, group modes, and which log had gaps."""
+
+    spans: Mapping[tuple[str, int], Sequence[Span]]
+    modes: Mapping[str, str]
+    gapped_coord_partitions: frozenset[int]
+
+    @classmethod
+    def build(
+        cls, claims: Iterable[Row], modes: Mapping[str, str], gapped: Iterable[int]
+    ) -> ClaimIndex:
+        """Index settled ``claims`` rows; ``gapped``: coordination partitions with gaps."""
+        spans: dict[tuple[str, int], list[Span]] = defaultdict(list)
+        for row in claims:
+            s = span_of(row)
+            spans[(s.topic, s.partition)].append(s)
+        return cls(dict(spans), dict(modes), frozenset(gapped))
+
+
+@dataclass(slots=True)
+class CheckStats:
+    """What the checks looked at (violations are returned as rows)."""
+
+    ledger_rows: int = 0
+    incomplete_lines: int = 0
+    checked: int = 0
+    unverifiable: int = 0
+    alo_redeliveries: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+    def add(self, other: CheckStats) -> None:
+        """Add another partition's counts to these."""
+        self.ledger_rows += other.ledger_rows
+        self.incomplete_lines += other.incomplete_lines
+        self.checked += other.checked
+        self.unverifiable += other.unverifiable
+        self.alo_redeliveries += other.alo_redeliveries
+        for kind, n in other.by_kind.items():
+            self.by_kind[kind] = self.by_kind.get(kind, 0) + n
+
+
+def _violation(
+    kind: str, group: str | None, row: LedgerEntry, detail: str, evidence: dict[str, object]
+) -> Row:
+    text = json.dumps(evidence, sort_keys=True)
+    return (kind, group, row.topic, row.partition, row.offset, row.client_id, row.pid,
+            row.token, row.start, row.end, detail, text)  # fmt: skip
+
+
+def _who(row: LedgerEntry) -> str:
+    return f"{row.topic}[{row.partition}]@{row.offset} by {row.client_id} pid {row.pid}"
+
+
+class _Partition:
+    """The checks of one data partition."""
+
+    def __init__(
+        self, topic: str, partition: int, index: ClaimIndex, tolerance_s: float, window: Window
+    ) -> None:
+        self.topic, self.partition, self.tol, self.window = topic, partition, tolerance_s, window
+        self.spans = index.spans.get((topic, partition), ())
+        self.by_token: dict[int, list[Span]] = defaultdict(list)
+        for s in self.spans:
+            self.by_token[s.token].append(s)
+        groups = {s.group for s in self.spans}
+        self.only_group = groups.pop() if len(groups) == 1 else None
+        coord = {s.coord_partition for s in self.spans}
+        self.gapped = bool(coord & index.gapped_coord_partitions) or (
+            not coord and bool(index.gapped_coord_partitions)
+        )
+        self.violations: list[Row] = []
+        self.stats = CheckStats()
+
+    def _in_window(self, row: LedgerEntry) -> bool:
+        return self.window.wants_time(int(row.start * 1000))
+
+    def zombie(self, row: LedgerEntry) -> str | None:
+        """Check one row's claim; return the row's group (None if no claim explains it)."""
+        spans = self.by_token.get(row.token, [])
+        mine = [s for s in spans if s.client_id == row.client_id]
+        group = mine[0].group if mine else spans[0].group if spans else self.only_group
+        if not (self._in_window(row) and self.window.wants_group(group)):
+            return group
+        self.stats.checked += 1
+        if not mine:
+            if not spans and self.gapped:
+                self.stats.unverifiable += 1
+                return group
+            owner = f"is {spans[0].client_id}'s claim" if spans else "matches no claim"
+            detail = f"{_who(row)}: token {row.token} {owner} on this partition"
+            self._add("zombie_work", group, row, detail, spans)
+            return group
+        start_ms = min(s.start_ms for s in mine)
+        ends = [s.end_ms for s in mine]
+        end_ms = None if None in ends else max(e for e in ends if e is not None)
+        early = row.start < start_ms / 1000 - self.tol
+        late = end_ms is not None and row.end > (end_ms + 1) / 1000 + self.tol
+        if early or late:
+            until = "still held" if end_ms is None else f"until {end_ms / 1000:.3f}"
+            detail = (
+                f"{_who(row)}: handled {row.start:.3f}-{row.end:.3f} but claim token "
+                f"{row.token} was valid from {start_ms / 1000:.3f} {until}"
+            )
+            self._add("zombie_work", group, row, detail, mine)
+        return group
+
+    def _add(
+        self,
+        kind: str,
+        group: str | None,
+        row: LedgerEntry,
+        detail: str,
+        spans: Sequence[Span],
+        rows: Sequence[LedgerEntry] = (),
+    ) -> None:
+        evidence: dict[str, object] = {
+            "ledger": [r._asdict() for r in (rows or [row])],
+            "claims": [s.as_json() for s in spans],
+        }
+        self.violations.append(_violation(kind, group, row, detail, evidence))
+        self.stats.by_kind[kind] = self.stats.by_kind.get(kind, 0) + 1
+
+    def overlaps(self, group: str | None, rows: Sequence[LedgerEntry]) -> None:
+        """Rows of different processes whose handling overlapped (rows sorted by start)."""
+        active: list[LedgerEntry] = []
+        for row in rows:
+            active = [a for a in active if a.end - self.tol > row.start]
+            if self._in_window(row):
+                for a in active:
+                    if (a.client_id, a.pid) != (row.client_id, row.pid):
+                        overlap = min(a.end, row.end) - row.start
+                        detail = (
+                            f"{_who(row)} overlapped {a.client_id} pid {a.pid} (offset "
+                            f"{a.offset}) by {overlap:.3f}s on one partition"
+                        )
+                        self._add("overlap", group, row, detail, self._spans_of(a, row), (a, row))
+            active.append(row)
+
+    def _spans_of(self, *rows: LedgerEntry) -> list[Span]:
+        tokens = {r.token for r in rows}
+        return [s for s in self.spans if s.token in tokens]
+
+    def duplicates(self, group: str | None, rows: Sequence[LedgerEntry], amo: bool) -> None:
+        """AMO: offsets handled more than once; ALO: count them as redeliveries."""
+        seen: dict[int, list[LedgerEntry]] = defaultdict(list)
+        for row in rows:
+            seen[row.offset].append(row)
+        for offset, found in sorted(seen.items()):
+            if len(found) < 2:
+                continue
+            if not amo:
+                self.stats.alo_redeliveries += len(found) - 1
+                continue
+            again = [b for a, b in itertools.pairwise(found) if not self._rewound(group, a, b)]
+            if not again:
+                continue
+            later = again[0]
+            if not self._in_window(later):
+                continue
+            detail = f"{_who(later)}: offset {offset} handled {len(found)} times in an AMO group"
+            self._add("amo_duplicate", group, later, detail, self._spans_of(*found), found)
+
+    def _rewound(self, group: str | None, first: LedgerEntry, second: LedgerEntry) -> bool:
+        """Whether the pausing admin held the partition between two handlings (set-position)."""
+        return any(
+            s.by_admin and s.group == group and first.start <= s.start_ms / 1000 <= second.start
+            for s in self.spans
+        )
+
+    def gaps(self, group: str, rows: Sequence[LedgerEntry]) -> None:
+        """ALO: offsets below a committed position that no row handled."""
+        committed = [
+            s for s in self.spans
+            if s.group == group and not s.by_admin and s.first_offset is not None
+            and s.last_offset is not None and s.last_offset > s.first_offset
+        ]  # fmt: skip
+        if not committed:
+            return
+        handled = {r.offset for r in rows}
+        for lo, hi, spans in _merge(committed):
+            missing_start = None
+            for offset in range(lo, hi + 1):
+                if offset < hi and offset not in handled:
+                    if missing_start is None:
+                        missing_start = offset
+                elif missing_start is not None:
+                    self._gap(group, missing_start, offset, hi, spans)
+                    missing_start = None
+
+    def _gap(self, group: str, first: int, stop: int, committed: int, spans: list[Span]) -> None:
+        detail = (
+            f"{self.topic}[{self.partition}]: offsets {first}..{stop - 1} ({stop - first}) below "
+            f"the committed position {committed} were never handled (ALO group {group})"
+        )
+        evidence = json.dumps({"ledger": [], "claims": [s.as_json() for s in spans]})
+        self.violations.append(
+            ("alo_gap", group, self.topic, self.partition, first,
+             None, None, None, None, None, detail, evidence)
+        )  # fmt: skip
+        self.stats.by_kind["alo_gap"] = self.stats.by_kind.get("alo_gap", 0) + 1
+
+
+def _merge(spans: Sequence[Span]) -> list[tuple[int, int, list[Span]]]:
+    """Committed ranges [first_offset, last_offset) merged where they touch or overlap."""
+    out: list[tuple[int, int, list[Span]]] = []
+    for s in sorted(spans, key=lambda s: (s.first_offset, s.last_offset)):
+        lo, hi = s.first_offset, s.last_offset
+        assert lo is not None and hi is not None
+        if out and lo <= out[-1][1]:
+            plo, phi, pspans = out[-1]
+            out[-1] = (plo, max(phi, hi), [*pspans, s])
+        else:
+            out.append((lo, hi, [s]))
+    return out
+
+
+def check_partition(
+    topic: str,
+    partition: int,
+    rows: Sequence[LedgerEntry],
+    index: ClaimIndex,
+    tolerance_s: float = 0.0,
+    window: Window | None = None,
+) -> tuple[list[Row], CheckStats]:
+    """Every check on the ledger rows of one data partition (sorted by start)."""
+    p = _Partition(topic, partition, index, tolerance_s, window or Window())
+    p.stats.ledger_rows = len(rows)
+    by_group: dict[str | None, list[LedgerEntry]] = defaultdict(list)
+    for row in rows:
+        group = p.zombie(row)
+        if p.window.wants_group(group):
+            by_group[group].append(row)
+    for group, group_rows in by_group.items():
+        amo = index.modes.get(group or "", "alo") == "amo"
+        p.overlaps(group, group_rows)
+        p.duplicates(group, group_rows, amo)
+        if group is not None and not amo:
+            p.gaps(group, group_rows)
+    for group in {s.group for s in p.spans} - set(by_group):
+        if p.window.wants_group(group) and index.modes.get(group, "alo") == "alo":
+            p.gaps(group, [])
+    return p.violations, p.stats
+
+
+def check_unledgered(
+    index: ClaimIndex, ledgered: Iterable[tuple[str, int]], window: Window | None = None
+) -> tuple[list[Row], CheckStats]:
+    """The ALO check on claimed partitions that have no ledger row at all."""
+    seen = set(ledgered)
+    violations: list[Row] = []
+    stats = CheckStats()
+    for topic, partition in sorted(set(index.spans) - seen):
+        found, part_stats = check_partition(topic, partition, [], index, 0.0, window)
+        violations.extend(found)
+        stats.add(part_stats)
+    return violations, stats
+
+
+def check_ledger(
+    rows: Iterable[LedgerEntry],
+    index: ClaimIndex,
+    tolerance_s: float = 0.0,
+    window: Window | None = None,
+) -> tuple[list[Row], CheckStats]:
+    """Every check on a whole ledger (the single-process path; Spark runs `check_partition`)."""
+    by_partition: dict[tuple[str, int], list[LedgerEntry]] = defaultdict(list)
+    for row in rows:
+        by_partition[(row.topic, row.partition)].append(row)
+    violations: list[Row] = []
+    stats = CheckStats()
+    for (topic, partition), part_rows in sorted(by_partition.items()):
+        part_rows.sort(key=lambda r: (r.start, r.offset))
+        found, part_stats = check_partition(topic, partition, part_rows, index, tolerance_s, window)
+        violations.extend(found)
+        stats.add(part_stats)
+    found, part_stats = check_unledgered(index, by_partition, window)
+    violations.extend(found)
+    stats.add(part_stats)
+    return violations, stats

@@ -1,0 +1,267 @@
+"""`marshal-audit`: parse the options into an `AuditConfig`, then call `pipeline.run`.
+
+Exit codes (see `exitcodes`): 0 no violation, 1 violations found, 2 usage or configuration
+error, 3 the audit could not run. Errors are one line on stderr; progress lines go to stderr
+too, so stdout carries only the result (the ``--json`` summary, or a short text summary).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+from confluent_kafka import KafkaException
+
+from marshal_workers.audit.exitcodes import (
+    EXIT_CLEAN,
+    EXIT_FAILED,
+    EXIT_USAGE,
+    EXIT_VIOLATIONS,
+    AuditFailedError,
+    AuditUsageError,
+)
+from marshal_workers.audit.model import (
+    DEFAULT_ADMIN_CLIENT_IDS,
+    AuditConfig,
+    AuditResult,
+    FileInput,
+    KafkaInput,
+)
+from marshal_workers.audit.session import DEFAULT_MASTER, SessionOptions
+from marshal_workers.audit.summary import summarize, violation_line
+from marshal_workers.audit.tables import Window
+from marshal_workers.entry import run_command
+from marshal_workers.errors import MarshalError
+from marshal_workers.protocol import Partitioner
+
+SHOWN_VIOLATIONS = 20
+
+
+def parse_time(text: str | None, option: str) -> int | None:
+    """``--since``/``--until``: ISO-8601 (UTC unless it says otherwise) or Unix seconds -> ms."""
+    if text is None:
+        return None
+    try:
+        return round(float(text) * 1000)
+    except ValueError:
+        pass
+    try:
+        stamp = datetime.fromisoformat(text)
+    except ValueError:
+        raise AuditUsageError(
+            f"{option} {text!r} is neither ISO-8601 (2024-05-01T12:00:00Z) nor Unix seconds"
+        ) from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return round(stamp.timestamp() * 1000)
+
+
+def parse_modes(items: tuple[str, ...]) -> dict[str, str]:
+    """``--mode amo`` (every group) or ``--mode GROUP=alo`` -> {group or '*': mode}."""
+    modes: dict[str, str] = {}
+    for item in items:
+        group, _, mode = item.rpartition("=")
+        if mode not in ("amo", "alo"):
+            raise AuditUsageError(f"--mode {item!r}: expected amo, alo or GROUP=amo|alo")
+        modes[group or "*"] = mode
+    return modes
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--bootstrap-servers",
+    envvar="MARSHAL_BOOTSTRAP_SERVERS",
+    metavar="HOST:PORT",
+    help="Read the coordination topic from this Kafka cluster.",
+)
+@click.option(
+    "--coordination-topic",
+    envvar="MARSHAL_COORDINATION_TOPIC",
+    default="__marshal",
+    show_default=True,
+    help="The Marshal coordination topic.",
+)
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="Read a `marshal-admin dump --json` file (or its Parquet form) instead.",
+)
+@click.option(
+    "--ledger",
+    "ledgers",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    metavar="PATH",
+    help="A ledger file or directory of *.jsonl (repeatable).",
+)
+@click.option(
+    "--ledger-topic",
+    metavar="TOPIC",
+    help="A Kafka topic whose values are ledger lines (needs --bootstrap-servers).",
+)
+@click.option("--group", help="Report only this consumer group.")
+@click.option("--since", metavar="TIME", help="Report from this log time (ISO-8601 or Unix s).")
+@click.option("--until", metavar="TIME", help="Report up to this log time (ISO-8601 or Unix s).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    required=True,
+    metavar="DIR",
+    help="Where the Parquet tables and report.html go.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.option(
+    "--master",
+    envvar="MARSHAL_AUDIT_MASTER",
+    default=DEFAULT_MASTER,
+    show_default=True,
+    metavar="URL",
+    help="Spark master (local[N], spark://..., yarn).",
+)
+@click.option(
+    "--heartbeat-interval",
+    envvar="MARSHAL_HEARTBEAT_INTERVAL",
+    type=click.FloatRange(min=0.001),
+    default=10.0,
+    show_default=True,
+    metavar="S",
+    help="The workers' heartbeat interval in seconds (it decides every verdict).",
+)
+@click.option(
+    "--partitioner",
+    envvar="MARSHAL_PARTITIONER",
+    type=click.Choice([p.value for p in Partitioner]),
+    default=Partitioner.SPEC.value,
+    show_default=True,
+    help="The workers' partitioner.",
+)
+@click.option(
+    "--admin-client-id",
+    "admin_ids",
+    multiple=True,
+    metavar="ID",
+    help="Client ids that may pause a group (the workers' list; '*' for anyone) "
+    "[default: marshal-admin].",
+)
+@click.option(
+    "--mode",
+    "modes",
+    multiple=True,
+    metavar="[GROUP=]amo|alo",
+    help="A group's delivery mode [default: amo if it ever reserved messages].",
+)
+@click.option(
+    "--clock-tolerance",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    metavar="S",
+    help="Slack for ledgers written on hosts whose clocks differ.",
+)
+def audit(
+    *,
+    bootstrap_servers: str | None,
+    coordination_topic: str,
+    input_path: Path | None,
+    ledgers: tuple[Path, ...],
+    ledger_topic: str | None,
+    group: str | None,
+    since: str | None,
+    until: str | None,
+    out: Path,
+    as_json: bool,
+    master: str,
+    heartbeat_interval: float,
+    partitioner: str,
+    admin_ids: tuple[str, ...],
+    modes: tuple[str, ...],
+    clock_tolerance: float,
+) -> int:
+    """Prove what a fleet did: fold the coordination log on Spark with the workers' own
+    rationalizer, write claim intervals, failovers, heartbeat gaps, reservations, lag and
+    violations as Parquet tables plus report.html, and check handler ledgers against the
+    claims (zombie work, overlaps, AMO duplicates, ALO gaps).
+
+    \b
+    Examples:
+      marshal-audit --bootstrap-servers 127.0.0.1:9092 --ledger ./ledger --out audit/ --json
+      marshal-audit --input dump.jsonl --heartbeat-interval 10 --out audit/
+
+    Exit status: 0 no violation, 1 violations found, 2 usage error, 3 the audit failed.
+    """
+    config = AuditConfig(
+        source=_source(bootstrap_servers, coordination_topic, input_path),
+        out=out,
+        heartbeat_interval_ms=max(1, round(heartbeat_interval * 1000)),
+        partitioner=Partitioner(partitioner),
+        admin_client_ids=_admins(admin_ids),
+        ledgers=ledgers,
+        ledger_topic=ledger_topic,
+        window=Window(group, parse_time(since, "--since"), parse_time(until, "--until")),
+        modes=parse_modes(modes),
+        tolerance_s=clock_tolerance,
+        session=SessionOptions(master=master),
+    )
+    from marshal_workers.audit.pipeline import run  # noqa: PLC0415 (keeps --help fast)
+    from marshal_workers.audit.progress import Progress  # noqa: PLC0415
+
+    try:
+        result = run(config, Progress(lambda line: click.echo(line, err=True)))
+    except MarshalError as exc:  # exit 1 means "violations" here: other failures are 3
+        if exc.exit_code in (EXIT_USAGE, EXIT_FAILED):
+            raise
+        raise AuditFailedError(str(exc)) from None
+    except KafkaException as exc:
+        raise AuditFailedError(f"Kafka: {exc.args[0] if exc.args else exc}") from None
+    return _report(result, as_json)
+
+
+def _source(bootstrap: str | None, topic: str, path: Path | None) -> KafkaInput | FileInput:
+    ctx = click.get_current_context()
+    from_cli = (
+        ctx.get_parameter_source("bootstrap_servers") is click.core.ParameterSource.COMMANDLINE
+    )
+    if path is not None:
+        if bootstrap and from_cli:
+            raise AuditUsageError("give either --bootstrap-servers or --input, not both")
+        return FileInput(path)
+    if not bootstrap:
+        raise AuditUsageError("give --bootstrap-servers (or MARSHAL_BOOTSTRAP_SERVERS) or --input")
+    return KafkaInput(bootstrap, topic)
+
+
+def _admins(ids: tuple[str, ...]) -> frozenset[str] | None:
+    if not ids:
+        return DEFAULT_ADMIN_CLIENT_IDS
+    return None if "*" in ids else frozenset(ids)
+
+
+def _report(result: AuditResult, as_json: bool) -> int:
+    summary = summarize(result)
+    for row in result.violations[:SHOWN_VIOLATIONS]:
+        click.echo(f"marshal-audit: {violation_line(row)}", err=True)
+    if len(result.violations) > SHOWN_VIOLATIONS:
+        more = len(result.violations) - SHOWN_VIOLATIONS
+        click.echo(
+            f"marshal-audit: ... and {more} more in {result.config.out / 'violations'}", err=True
+        )
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        clients = ", ".join(summary["clients"])
+        click.echo(
+            f"{summary['records']} records, {summary['claims']} claims "
+            f"({summary['partitions_claimed']} partitions, clients {clients}), "
+            f"{summary['failovers']} failovers, {summary['handovers']} handovers, "
+            f"{summary['violations']} violations; report: {summary['report']}"
+        )
+    return EXIT_VIOLATIONS if result.violations else EXIT_CLEAN
+
+
+def main() -> None:
+    """Entry point: one line and the documented exit code for every failure."""
+    run_command(audit, "marshal-audit")

@@ -1,0 +1,76 @@
+"""One row of the ``events`` table per folded record: what the rationalizer decided about it.
+
+The row is a tuple in the column order of ``schema.TABLES["events"]``. It is built on the
+audit's hot path (once per coordination record), so it dispatches on the event's exact type
+through a table rather than a chain of isinstance checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from marshal_workers import events as ev
+from marshal_workers.protocol import ClaimingPartition, ReleaseGroup, message_type
+
+Row = tuple[Any, ...]
+
+
+def _token(e: ev.Event) -> int | None:
+    token = getattr(e, "token", None)
+    return token if isinstance(token, int) else None
+
+
+def _reason(e: ev.Event) -> str | None:
+    reason = getattr(e, "reason", None)
+    return reason if isinstance(reason, str) else None
+
+
+def _malformed(e: ev.Event) -> Row:
+    assert isinstance(e, ev.Malformed)
+    return (e.coord_partition, e.coord_offset, e.log_time, "Malformed", e.reason,
+            None, None, None, None, None, None, None, None, None)  # fmt: skip
+
+
+def _verdict(e: ev.Event) -> Row:
+    assert isinstance(e, ev.Verdict)
+    m = e.message
+    if isinstance(m, ReleaseGroup):
+        until = e.until_ms if isinstance(e, ev.GroupPaused) else m.expire_time * 1000
+        return (e.coord_partition, e.coord_offset, e.log_time, type(e).__name__, _reason(e),
+                "ReleaseGroup", m.group_id, None, None, m.client_id, m.instance_id, None, None,
+                until)  # fmt: skip
+    offset = None if isinstance(m, ClaimingPartition) else m.offset
+    return (e.coord_partition, e.coord_offset, e.log_time, type(e).__name__, _reason(e),
+            message_type(m).value, m.group_id, m.topic, m.partition, m.client_id, m.instance_id,
+            offset, _token(e), None)  # fmt: skip
+
+
+def _heartbeat_accepted(e: ev.Event) -> Row:
+    """The most common event, built without the generic lookups."""
+    assert type(e) is ev.HeartbeatAccepted
+    m = e.message
+    return (e.coord_partition, e.coord_offset, e.log_time, "HeartbeatAccepted", None,
+            "Heartbeat", m.group_id, m.topic, m.partition, m.client_id, m.instance_id,
+            m.offset, e.token, None)  # fmt: skip
+
+
+def _messages_claimed(e: ev.Event) -> Row:
+    assert type(e) is ev.MessagesClaimed
+    m = e.message
+    return (e.coord_partition, e.coord_offset, e.log_time, "MessagesClaimed", None,
+            "ClaimingMessages", m.group_id, m.topic, m.partition, m.client_id, m.instance_id,
+            m.offset, e.token, None)  # fmt: skip
+
+
+_ROW_OF: Final[dict[type, Callable[[ev.Event], Row]]] = {
+    ev.Malformed: _malformed,
+    ev.HeartbeatAccepted: _heartbeat_accepted,
+    ev.MessagesClaimed: _messages_claimed,
+}
+
+
+def event_row(event: ev.Event) -> Row:
+    """The ``events`` row of one event."""
+    build = _ROW_OF.get(type(event), _verdict)
+    return build(event)

@@ -1,0 +1,91 @@
+"""What can only be decided once every coordination partition is folded (pure).
+
+- `settle`: an interval still open at the end of its partition is *stale* if its last valid
+  heartbeat is more than 2*HB before the end of the whole log (or ``--until``), else *still
+  held*. The end of the log is the newest log time over all partitions (`log_end_ms`), not
+  the reader's clock, so an audit of the same log always says the same.
+- `merge_groups`: each coordination partition counts its own part of a group; a claim lives on
+  exactly one partition, so the parts add up; a group is AMO if any part saw a reservation.
+- `add_lag`: the data partitions' high watermarks (read once, at audit time) against each
+  heartbeat's committed position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from marshal_workers.audit.schema import columns
+from marshal_workers.audit.tables import Row, Window
+
+_CLAIM = {name: i for i, name in enumerate(columns("claims"))}
+_GROUP = {name: i for i, name in enumerate(columns("groups"))}
+_LAG = {name: i for i, name in enumerate(columns("lag"))}
+_COORD = {name: i for i, name in enumerate(columns("coordination"))}
+
+
+def log_end_ms(coordination: Iterable[Row]) -> int | None:
+    """The newest log time of any coordination partition (None for an empty log)."""
+    ends = [r[_COORD["last_log_time_ms"]] for r in coordination]
+    return max(ends) if ends else None
+
+
+def settle(claim_rows: Iterable[Row], end_ms: int, hb_ms: int, window: Window) -> list[Row]:
+    """Claims or membership rows with every open interval decided (stale or still held)."""
+    ended, end, last_hb, start = (
+        _CLAIM["ended"],
+        _CLAIM["end_ms"],
+        _CLAIM["last_heartbeat_ms"],
+        _CLAIM["start_ms"],
+    )
+    out: list[Row] = []
+    for row in claim_rows:
+        if row[ended] is not None:
+            out.append(row)
+            continue
+        values = list(row)
+        last = values[last_hb]
+        if end_ms - last > 2 * hb_ms:
+            values[ended], values[end] = "stale", last + 2 * hb_ms
+        else:
+            values[ended] = "still_held"
+        if window.wants_span(values[start], values[end]):
+            out.append(tuple(values))
+    return out
+
+
+def merge_groups(parts: Iterable[Row], modes: Mapping[str, str] | None = None) -> list[Row]:
+    """One ``groups`` row per group from the per-partition parts; ``modes`` overrides mode."""
+    merged: dict[str, list[Any]] = {}
+    for part in parts:
+        name = part[_GROUP["group"]]
+        assert isinstance(name, str)
+        have = merged.get(name)
+        if have is None:
+            merged[name] = list(part)
+            continue
+        if part[_GROUP["mode"]] == "amo":
+            have[_GROUP["mode"]] = "amo"
+        for col in ("partitions", "members", "claims", "failovers", "handovers", "pauses"):
+            i = _GROUP[col]
+            have[i] = int(have[i]) + int(part[i])
+    for name, row in merged.items():
+        override = (modes or {}).get(name) or (modes or {}).get("*")
+        if override:
+            row[_GROUP["mode"]] = override
+    return [tuple(merged[name]) for name in sorted(merged)]
+
+
+def add_lag(lag_rows: Iterable[Row], watermarks: Mapping[tuple[str, int], int]) -> list[Row]:
+    """Lag rows with ``high_watermark`` and ``lag`` filled in where the watermark is known."""
+    topic, partition, offset = _LAG["topic"], _LAG["partition"], _LAG["offset"]
+    out: list[Row] = []
+    for row in lag_rows:
+        high = watermarks.get((row[topic], row[partition]))
+        if high is None:
+            out.append(row)
+            continue
+        committed = row[offset]
+        assert isinstance(committed, int)
+        out.append((*row[:-2], high, high - committed))
+    return out

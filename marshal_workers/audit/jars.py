@@ -1,0 +1,159 @@
+"""The Spark Kafka connector jars, resolved from Maven Central once per machine.
+
+As the local broker's jars (`localkafka.jars`), they go into a cache outside the repo:
+``$MARSHAL_SPARK_JARS_CACHE``, else ``$XDG_CACHE_HOME/marshal-workers/spark-VERSION``, else
+``~/.cache/marshal-workers/spark-VERSION``, where VERSION is the installed pyspark's (the
+connector must match it). Maven resolves the packaged pom into a fresh ``work-*`` directory
+that is renamed to ``libs/`` when complete; a ``COMPLETE`` marker holding the digest of the
+pom and the version is written last, so a killed resolve is redone, and a file lock keeps two
+resolves apart. Only the Kafka source needs these jars; file inputs do not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from importlib import resources
+from pathlib import Path
+
+from marshal_workers.audit.exitcodes import AuditFailedError
+from marshal_workers.localkafka.jars import find_java, find_mvn
+from marshal_workers.localkafka.paths import locked
+
+CACHE_ENV = "MARSHAL_SPARK_JARS_CACHE"
+MARKER = "COMPLETE"
+RESOLVE_TIMEOUT_S = 900.0
+CONNECTOR = "spark-sql-kafka-0-10_2.13"
+
+Progress = Callable[[str], None]
+
+
+def _resource(name: str) -> str:
+    return resources.files("marshal_workers.audit").joinpath(name).read_text("utf-8")
+
+
+def spark_version() -> str:
+    """The installed pyspark's version (the connector is resolved for exactly this one)."""
+    try:
+        import pyspark  # noqa: PLC0415 (only the Spark path needs it)
+    except ImportError:
+        raise AuditFailedError(
+            "pyspark is not installed: pip install 'marshal-workers[audit]'"
+        ) from None
+    return str(pyspark.__version__)
+
+
+def default_cache_dir(version: str, env: Mapping[str, str] | None = None) -> Path:
+    """The jar cache for ``version`` chosen by the environment (see the module docstring)."""
+    env = os.environ if env is None else env
+    explicit = env.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = env.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path(env.get("HOME", "~")).expanduser() / ".cache"
+    return base / "marshal-workers" / f"spark-{version}"
+
+
+def digest(version: str) -> str:
+    """What the marker of a complete resolve of ``version`` holds."""
+    text = _resource("pom.xml") + _resource("maven-settings.xml") + version
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def connector_jars(cache_dir: Path, version: str) -> list[Path] | None:
+    """The resolved jars if the cache holds a complete resolve of ``version``, else None."""
+    try:
+        current = (cache_dir / MARKER).read_text("utf-8").strip() == digest(version)
+    except OSError:
+        return None
+    jars = sorted((cache_dir / "libs").glob("*.jar"))
+    if not current or not any(j.name == f"{CONNECTOR}-{version}.jar" for j in jars):
+        return None
+    return jars
+
+
+def resolve(
+    version: str | None = None,
+    cache_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    progress: Progress | None = None,
+) -> list[Path]:
+    """The connector jars for the installed pyspark, running Maven if the cache lacks them."""
+    version = version or spark_version()
+    cache_dir = cache_dir or default_cache_dir(version, env)
+    jars = connector_jars(cache_dir, version)
+    if jars is not None:
+        return jars
+    env = os.environ if env is None else env
+    find_java(env)
+    mvn = find_mvn(env)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with locked(cache_dir / ".lock"):
+        jars = connector_jars(cache_dir, version)
+        if jars is not None:  # another process finished while we waited
+            return jars
+        for leftover in cache_dir.glob("work-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        work = Path(tempfile.mkdtemp(prefix="work-", dir=cache_dir))
+        started = time.monotonic()
+        try:
+            if progress:
+                progress(
+                    f"resolving the Spark {version} Kafka connector with Maven into {cache_dir}"
+                )
+            _run_maven(mvn, work, version, cache_dir, env)
+            _install(work / "libs", cache_dir, version)
+            if progress:
+                progress(f"resolved the Kafka connector in {time.monotonic() - started:.1f}s")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    jars = connector_jars(cache_dir, version)
+    assert jars is not None
+    return jars
+
+
+def _run_maven(mvn: str, work: Path, version: str, cache_dir: Path, env: Mapping[str, str]) -> None:
+    (work / "pom.xml").write_text(_resource("pom.xml"), "utf-8")
+    (work / "settings.xml").write_text(_resource("maven-settings.xml"), "utf-8")
+    argv = [
+        mvn, "-q", "-B", "-Dstyle.color=never", "-gs", str(work / "settings.xml"),
+        "-f", str(work / "pom.xml"), f"-Dspark.version={version}",
+        "dependency:copy-dependencies", f"-DoutputDirectory={work / 'libs'}",
+    ]  # fmt: skip
+    log_path = work / "mvn.log"
+    try:
+        with log_path.open("wb") as log:
+            code = subprocess.run(
+                argv, cwd=work, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=dict(env), timeout=RESOLVE_TIMEOUT_S, check=False,
+            ).returncode  # fmt: skip
+    except subprocess.TimeoutExpired:
+        code = -1
+    if code == 0 and (work / "libs" / f"{CONNECTOR}-{version}.jar").is_file():
+        return
+    kept = cache_dir / "mvn-failed.log"
+    shutil.copyfile(log_path, kept)
+    lines = [ln.strip() for ln in kept.read_text("utf-8", "replace").splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "ERROR" in ln]
+    first = (errors or lines or ["no output"])[0][:300]
+    raise AuditFailedError(
+        f"mvn could not resolve {CONNECTOR}:{version} (exit {code}): {first} (full output: {kept})"
+    )
+
+
+def _install(new_libs: Path, cache_dir: Path, version: str) -> None:
+    """Swap a complete ``libs/`` into the cache, then write the marker (in that order)."""
+    marker = cache_dir / MARKER
+    marker.unlink(missing_ok=True)
+    target = cache_dir / "libs"
+    if target.exists():
+        shutil.rmtree(target)
+    new_libs.rename(target)
+    tmp = cache_dir / f".{MARKER}.tmp"
+    tmp.write_text(digest(version) + "\n", "utf-8")
+    tmp.replace(marker)

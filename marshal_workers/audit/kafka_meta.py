@@ -1,0 +1,56 @@
+"""What the audit asks Kafka besides the records: partition count, timestamps, watermarks.
+
+Through the same admin client as ``marshal-admin`` (confluent-kafka), not through Spark: the
+coordination topic's partition count (so that the fold checks each record's home partition,
+as the supervisors do), whether its timestamps are LogAppendTime (else "log time" is the
+senders' clocks, and the audit says so), and the data partitions' high watermarks for lag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
+from marshal_workers.audit.progress import Progress
+from marshal_workers.errors import MarshalError
+from marshal_workers.topicadmin import admin_client, describe_topic, high_watermarks
+
+if TYPE_CHECKING:
+    from marshal_workers.audit.model import KafkaInput
+
+TIMEOUT_S = 20.0
+
+
+def coordination_partitions(source: KafkaInput, progress: Progress) -> int:
+    """The coordination topic's partition count; a warning if it is not LogAppendTime."""
+    admin = admin_client(source.bootstrap_servers)
+    try:
+        info = describe_topic(admin, source.bootstrap_servers, source.topic, TIMEOUT_S)
+    except MarshalError as exc:
+        raise AuditFailedError(str(exc)) from None
+    if info is None:
+        raise AuditUsageError(
+            f"coordination topic {source.topic} does not exist on {source.bootstrap_servers}"
+        )
+    kind = info.config.get("message.timestamp.type")
+    if kind != "LogAppendTime":
+        progress.step(
+            f"warning: {source.topic} has message.timestamp.type={kind}: log times are the "
+            "senders' clocks, not the broker's (see marshal-admin init)"
+        )
+    return info.partitions
+
+
+def data_watermarks(
+    source: KafkaInput, topics: Sequence[str], progress: Progress
+) -> dict[tuple[str, int], int]:
+    """The high watermark of every partition of ``topics`` now (empty if Kafka will not say)."""
+    if not topics:
+        return {}
+    try:
+        admin = admin_client(source.bootstrap_servers)
+        return high_watermarks(admin, source.bootstrap_servers, topics, TIMEOUT_S)
+    except MarshalError as exc:
+        progress.step(f"warning: no high watermarks, so no lag: {exc}")
+        return {}

@@ -1,0 +1,101 @@
+"""Ledgers: what the handlers say they processed (the format of plugins/ledger.py).
+
+One JSON object per line: ``topic, partition, offset, client_id, pid, token, start, end``
+(``start``/``end``: the handler host's ``time.time()``). A ``--ledger`` path is a file, or a
+directory whose ``*.jsonl`` files are all read; ``--ledger-topic`` reads the same lines as the
+values of a Kafka topic. A line that is not a complete row (a process killed mid-write) is
+counted and skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from marshal_workers.audit.checks import LedgerEntry
+from marshal_workers.audit.exitcodes import AuditUsageError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+LEDGER_DDL: Final = (
+    "`topic` string, `partition` long, `offset` long, `client_id` string, `pid` long, "
+    "`token` long, `start` double, `end` double"
+)
+_REQUIRED: Final = " AND ".join(f"`{f}` IS NOT NULL" for f in LedgerEntry._fields)
+
+
+def ledger_files(paths: Iterable[Path]) -> list[Path]:
+    """The files behind ``--ledger`` paths (directories expanded to their ``*.jsonl``)."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(sorted(path.glob("*.jsonl")))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise AuditUsageError(f"--ledger {path} does not exist")
+    return files
+
+
+def parse_line(line: str) -> LedgerEntry | None:
+    """One ledger line as an entry, or None if it is not a complete row."""
+    try:
+        obj = json.loads(line)
+        return LedgerEntry(
+            str(obj["topic"]), int(obj["partition"]), int(obj["offset"]), str(obj["client_id"]),
+            int(obj["pid"]), int(obj["token"]), float(obj["start"]), float(obj["end"]),
+        )  # fmt: skip
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def read_entries(files: Sequence[Path]) -> tuple[list[LedgerEntry], int]:
+    """Every complete row of the files (single-process path), and how many lines were not."""
+    rows: list[LedgerEntry] = []
+    bad = 0
+    for path in files:
+        for line in path.read_text("utf-8", "replace").splitlines():
+            if not line.strip():
+                continue
+            entry = parse_line(line)
+            if entry is None:
+                bad += 1
+            else:
+                rows.append(entry)
+    return rows, bad
+
+
+def spark_files(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
+    """A DataFrame of every line of the files (incomplete rows have nulls)."""
+    return spark.read.schema(LEDGER_DDL).option("mode", "PERMISSIVE").json([str(f) for f in files])
+
+
+def spark_topic(spark: SparkSession, bootstrap_servers: str, topic: str) -> DataFrame:
+    """A DataFrame of the ledger lines stored as the values of a Kafka topic."""
+    raw = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("failOnDataLoss", "false")
+        .load()
+    )
+    return raw.selectExpr(f"from_json(CAST(`value` AS STRING), '{LEDGER_DDL}') AS `row`").select(
+        "row.*"
+    )
+
+
+def complete(frame: DataFrame) -> DataFrame:
+    """Only the complete rows of a ledger DataFrame."""
+    return frame.where(_REQUIRED)
+
+
+def entries_of(batch: Any) -> Iterator[LedgerEntry]:
+    """The entries of an Arrow batch with the ledger columns."""
+    cols = [batch.column(name).to_pylist() for name in LedgerEntry._fields]
+    for values in zip(*cols, strict=True):
+        yield LedgerEntry(*values)

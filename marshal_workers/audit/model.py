@@ -1,0 +1,152 @@
+"""What an audit is asked to do (`AuditConfig`) and what it found (`AuditResult`).
+
+Also the two steps both pipelines share once the fold is done: `finish_small` settles the
+small tables against the end of the log, and `claim_index` prepares them for the checks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from marshal_workers.audit.checks import CheckStats, ClaimIndex
+from marshal_workers.audit.finalize import log_end_ms, merge_groups, settle
+from marshal_workers.audit.schema import columns
+from marshal_workers.audit.session import SessionOptions
+from marshal_workers.audit.tables import Row, Window
+from marshal_workers.protocol import Partitioner
+from marshal_workers.rationalizer import RationalizerConfig
+
+SMALL = ("claims", "membership", "failovers", "heartbeat_gaps", "groups", "coordination")
+"""Tables with a row per claim or less: collected to the driver, settled, written there."""
+DEFAULT_ADMIN_CLIENT_IDS = frozenset({"marshal-admin"})
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaInput:
+    """The coordination topic on a Kafka cluster."""
+
+    bootstrap_servers: str
+    topic: str = "__marshal"
+
+    def __str__(self) -> str:
+        return f"{self.topic} on {self.bootstrap_servers}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileInput:
+    """A ``marshal-admin dump --json`` file (or the same columns in Parquet)."""
+
+    path: Path
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditConfig:
+    """Everything one audit needs (the CLI only builds this)."""
+
+    source: KafkaInput | FileInput
+    out: Path
+    heartbeat_interval_ms: int = 10_000
+    partitioner: Partitioner = Partitioner.SPEC
+    admin_client_ids: frozenset[str] | None = DEFAULT_ADMIN_CLIENT_IDS
+    ledgers: tuple[Path, ...] = ()
+    ledger_topic: str | None = None
+    window: Window = field(default_factory=Window)
+    modes: Mapping[str, str] = field(default_factory=dict)
+    tolerance_s: float = 0.0
+    session: SessionOptions = field(default_factory=SessionOptions)
+    report: bool = True
+
+    def rationalizer(self, num_partitions: int | None) -> RationalizerConfig:
+        """The fold's configuration: the workers' (heartbeat interval, partitioner, admins)."""
+        return RationalizerConfig(
+            self.heartbeat_interval_ms,
+            num_partitions=num_partitions,
+            partitioner=self.partitioner,
+            admin_client_ids=self.admin_client_ids,
+        )
+
+    @property
+    def has_ledger(self) -> bool:
+        """Whether any ledger is to be checked."""
+        return bool(self.ledgers) or self.ledger_topic is not None
+
+
+LagPoint = tuple[str, int, int, int | None, int]  # topic, partition, log time ms, lag, offset
+
+
+@dataclass(slots=True)
+class AuditResult:
+    """The small tables and the checks of one audit (the big tables are on disk)."""
+
+    config: AuditConfig
+    tables: dict[str, list[Row]]
+    end_ms: int | None
+    index: ClaimIndex
+    lag_points: list[LagPoint] = field(default_factory=list)
+    check: CheckStats | None = None
+    report_path: Path | None = None
+
+    @property
+    def violations(self) -> list[Row]:
+        """Every violation row."""
+        return self.tables.get("violations", [])
+
+    @property
+    def verdicts(self) -> dict[str, int]:
+        """Reported events per verdict, over every coordination partition."""
+        i = columns("coordination").index("verdicts")
+        total: dict[str, int] = {}
+        for row in self.tables["coordination"]:
+            for name, n in json.loads(row[i]).items():
+                total[name] = total.get(name, 0) + n
+        return dict(sorted(total.items()))
+
+
+def finish_small(
+    small: Mapping[str, list[Row]], config: AuditConfig
+) -> tuple[dict[str, list[Row]], int | None, ClaimIndex]:
+    """Settle open intervals against the log's end, merge group parts, keep ``--group``'s.
+
+    Also returns the index the ledger checks need, built from every group's claims: a
+    ledger row of another group must be recognised as such, not taken for zombie work."""
+    end = config.window.until_ms or log_end_ms(small.get("coordination", []))
+    hb, window = config.heartbeat_interval_ms, config.window
+    out = {name: list(small.get(name, [])) for name in SMALL}
+    if end is not None:
+        out["claims"] = settle(out["claims"], end, hb, window)
+        out["membership"] = settle(out["membership"], end, hb, window)
+    out["groups"] = merge_groups(out["groups"], config.modes)
+    index = claim_index(out)
+    if window.group is not None:
+        for name in ("claims", "membership", "failovers", "heartbeat_gaps", "groups"):
+            out[name] = [r for r in out[name] if r[0] == window.group]
+    out["coordination"].sort()
+    for name in ("claims", "membership", "failovers", "heartbeat_gaps"):
+        out[name].sort(key=_order(name))
+    return out, end, index
+
+
+def _order(name: str) -> Callable[[Row], tuple[Any, ...]]:
+    cols = columns(name)
+    keys = [cols.index(c) for c in ("group", "topic", "partition") if c in cols]
+    time_col = cols.index("claimed_ms" if name == "failovers" else "start_ms")
+
+    def key(row: Row) -> tuple[Any, ...]:
+        return (*(row[k] for k in keys), row[time_col], str(row))
+
+    return key
+
+
+def claim_index(tables: Mapping[str, list[Row]]) -> ClaimIndex:
+    """The claim intervals, group modes and gapped partitions the ledger checks need."""
+    gcols, ccols = columns("groups"), columns("coordination")
+    modes = {str(r[0]): str(r[gcols.index("mode")]) for r in tables["groups"]}
+    gapped = [int(r[0]) for r in tables["coordination"] if r[ccols.index("gap_seen")]]
+    return ClaimIndex.build(tables["claims"], modes, gapped)

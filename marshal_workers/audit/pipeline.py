@@ -1,0 +1,187 @@
+"""The audit on Spark, from the inputs to the tables, the checks and the report.
+
+1. Read the coordination records (Kafka source or dump file) as a DataFrame.
+2. Fold them (`spark_jobs.fold_packed`: Spark distributes the coordination partitions, the
+   workers' own fold runs on each) into every table's rows at once, persisted on disk.
+3. Collect the small tables, settle them (`model.finish_small`) and write them from the
+   driver; write the big ones (events, reservations, lag) from Spark.
+4. Check the ledgers against the claim intervals (`spark_jobs.check`).
+5. Write report.html.
+
+`local.run_local` does the same in one process; the tests hold this to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from marshal_workers.audit import ledger as ledger_io
+from marshal_workers.audit import output, sources, spark_jobs
+from marshal_workers.audit.checks import CheckStats, check_unledgered
+from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
+from marshal_workers.audit.fold import FoldSettings
+from marshal_workers.audit.model import (
+    SMALL,
+    AuditConfig,
+    AuditResult,
+    KafkaInput,
+    finish_small,
+)
+from marshal_workers.audit.progress import Progress, silent
+from marshal_workers.audit.session import SessionOptions, start_session
+from marshal_workers.errors import MarshalError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+T = TypeVar("T")
+
+
+def run(
+    config: AuditConfig, progress: Progress | None = None, spark: SparkSession | None = None
+) -> AuditResult:
+    """The audit on Spark (a session is started unless one is given); see the module doc."""
+    progress = progress or Progress(silent)
+    try:
+        config.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AuditUsageError(f"cannot create --out {config.out}: {exc.strerror}") from None
+    files = ledger_io.ledger_files(config.ledgers)
+    if config.ledger_topic is not None and not isinstance(config.source, KafkaInput):
+        raise AuditUsageError("--ledger-topic needs --bootstrap-servers")
+    num_partitions = None
+    if isinstance(config.source, KafkaInput):  # before Spark starts: a bad address fails fast
+        from marshal_workers.audit import kafka_meta  # noqa: PLC0415
+
+        num_partitions = kafka_meta.coordination_partitions(config.source, progress)
+    if spark is None:
+        spark = _start(config, progress)
+    with progress.watch(spark):
+        return _run(config, progress, spark, files, num_partitions)
+
+
+def _start(config: AuditConfig, progress: Progress) -> SparkSession:
+    from marshal_workers.audit import jars  # noqa: PLC0415
+
+    options = config.session
+    if isinstance(config.source, KafkaInput) or config.ledger_topic is not None:
+        found = jars.resolve(progress=progress.step)
+        options = SessionOptions(
+            options.master, options.driver_memory, options.shuffle_partitions,
+            tuple(found), options.extra, options.app_name,
+        )  # fmt: skip
+    progress.step(f"starting Spark ({options.master})")
+    return start_session(options)
+
+
+def _run(
+    config: AuditConfig,
+    progress: Progress,
+    spark: SparkSession,
+    files: list[Path],
+    num_partitions: int | None,
+) -> AuditResult:
+    from marshal_workers.audit import kafka_meta  # noqa: PLC0415
+
+    source, out = config.source, config.out
+    if isinstance(source, KafkaInput):
+        records = sources.kafka_topic(spark, source.bootstrap_servers, source.topic)
+    else:
+        records = sources.dump_file(spark, source.path)
+    settings = FoldSettings(config.rationalizer(num_partitions), config.window)
+    spread = config.session.shuffle_partitions
+    progress.step(f"folding {source} (heartbeat interval {config.heartbeat_interval_ms} ms)")
+    packed = spark_jobs.fold_packed(records, settings, spread)
+    try:
+        raw = _spark(lambda: spark_jobs.collect_tables(packed, SMALL))
+        tables, end_ms, index = finish_small(raw, config)
+        result = AuditResult(config, tables, end_ms, index)
+        folded = sum(int(r[1]) for r in tables["coordination"])
+        progress.step(f"folded {folded} records; writing tables to {out}")
+        _spark(lambda: spark_jobs.write_table(packed, out, "events"))
+        _spark(lambda: spark_jobs.write_table(packed, out, "reservations"))
+        topics = sorted({str(r[1]) for r in tables["claims"]})
+        marks = {}
+        if isinstance(source, KafkaInput):
+            marks = kafka_meta.data_watermarks(source, topics, progress)
+        lag = spark_jobs.lag_transform(marks)
+        _spark(lambda: spark_jobs.write_table(packed, out, "lag", lag))
+    finally:
+        packed.unpersist()
+    tables["violations"] = []
+    if config.has_ledger:
+        _check(spark, config, progress, result, files)
+    for name in (*SMALL, "violations"):
+        output.write_small(out, name, tables[name])
+    if config.report:
+        from marshal_workers.audit import report  # noqa: PLC0415
+
+        lag_frame = spark.read.parquet(str(out / "lag"))
+        result.lag_points = _spark(lambda: report.lag_points_spark(lag_frame))
+        result.report_path = report.write_report(result, out / "report.html")
+        progress.step(f"report: {result.report_path}")
+    return result
+
+
+def _check(
+    spark: SparkSession,
+    config: AuditConfig,
+    progress: Progress,
+    result: AuditResult,
+    files: list[Path],
+) -> None:
+    frames = []
+    if files:
+        frames.append(ledger_io.spark_files(spark, files))
+    if config.ledger_topic is not None:
+        assert isinstance(config.source, KafkaInput)
+        frames.append(
+            ledger_io.spark_topic(spark, config.source.bootstrap_servers, config.ledger_topic)
+        )
+    index = result.index
+    if frames:
+        ledger = frames[0]
+        for other in frames[1:]:
+            ledger = ledger.unionByName(other)
+        claims = result.tables["claims"]
+        progress.step(f"checking the ledger against {len(claims)} claim intervals")
+        spread = config.session.shuffle_partitions
+        found, stats, seen = _spark(
+            lambda: spark_jobs.check(ledger, index, config.tolerance_s, config.window, spread)
+        )
+    else:
+        progress.step("no ledger file found: every committed ALO record counts as missing")
+        found, stats, seen = [], CheckStats(), set()
+    more, more_stats = check_unledgered(index, seen, config.window)
+    stats.add(more_stats)
+    result.tables["violations"] = sorted([*found, *more], key=lambda r: tuple(map(str, r)))
+    result.check = stats
+    progress.step(f"checked {stats.ledger_rows} ledger rows: {len(found) + len(more)} violations")
+
+
+def _spark(action: Callable[[], T]) -> T:
+    """Run a Spark action; a JVM or Python-worker failure becomes one line (exit 3)."""
+    try:
+        return action()
+    except MarshalError:
+        raise
+    except Exception as exc:
+        raise AuditFailedError(f"Spark failed: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The most telling line of a Py4J/Spark error: its root cause, not "calling o100"."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("at ", "...", "JVM stacktrace"))]
+    if any("OutOfMemory" in ln for ln in lines):
+        return (
+            "out of memory: give Spark more, e.g. "
+            "MARSHAL_AUDIT_SPARK_CONF=spark.driver.memory=4g (local mode) or a cluster"
+        )
+    causes = [ln for ln in lines if ln.startswith("Caused by:")]
+    if causes:
+        return causes[-1][:300]
+    errors = [ln for ln in lines[1:] if "Exception: " in ln or "Error: " in ln]
+    return (errors or lines or [type(exc).__name__])[0][:300]

@@ -1,0 +1,164 @@
+"""The audit's output tables: their names, columns, types and meanings, in one place.
+
+Every table is a list of (column, type, description); `marshal_workers/audit/README.md`
+documents the same columns. Types are ``string``, ``long``, ``double`` and ``boolean``; all
+times named ``*_ms`` are log time (the broker's LogAppendTime) in Unix milliseconds, and the
+ledger's ``start``/``end`` are the handler host's ``time.time()`` in seconds.
+
+Inside Spark the fold emits every table at once, as *packed* rows (`PACKED_DDL`): the table's
+name and one Arrow IPC batch of its rows. Spark keeps those few wide rows, and each table is
+unpacked into its own columns only where it is written (`spark_jobs.table`).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+Column = tuple[str, str, str]  # name, type, description
+
+_CLAIM_COLUMNS: Final[tuple[Column, ...]] = (
+    ("group", "string", "consumer group"),
+    ("topic", "string", "data topic (membership: the member pseudo-topic)"),
+    ("partition", "long", "data partition"),
+    ("client_id", "string", "holder's client id"),
+    ("instance_id", "string", "holder's instance id"),
+    ("token", "long", "fencing token: the coordination offset of the winning claim"),
+    ("coord_partition", "long", "coordination partition the claim lives on"),
+    ("start_ms", "long", "log time the claim was won (or the instance took over)"),
+    ("end_ms", "long", "log time the claim ended; null while still held"),
+    ("ended", "string", "released, taken_over, replaced, stale or still_held"),
+    ("successor_client_id", "string", "who took over (taken_over, replaced)"),
+    ("last_heartbeat_ms", "long", "log time of the last valid heartbeat (the win counts)"),
+    ("heartbeats", "long", "valid heartbeats during the interval"),
+    ("first_offset", "long", "first committed position heartbeated in the interval"),
+    ("last_offset", "long", "last committed position (heartbeat or release)"),
+    ("reserved_offset", "long", "last at-most-once reservation end (exclusive)"),
+    ("by_admin", "boolean", "held by the client that paused the group (set-position)"),
+)
+
+TABLES: Final[dict[str, tuple[Column, ...]]] = {
+    "events": (
+        ("coord_partition", "long", "coordination partition of the record"),
+        ("coord_offset", "long", "offset of the record in its coordination partition"),
+        ("log_time_ms", "long", "log time the fold used (LogAppendTime, never decreasing)"),
+        ("verdict", "string", "event name: ClaimGranted, HeartbeatRejected, Malformed, ..."),
+        ("reason", "string", "why a record was rejected or is malformed"),
+        ("message_type", "string", "wire type: Heartbeat, ClaimingPartition, ..."),
+        ("group", "string", "consumer group"),
+        ("topic", "string", "data topic (null for ReleaseGroup)"),
+        ("partition", "long", "data partition (null for ReleaseGroup)"),
+        ("client_id", "string", "sender's client id"),
+        ("instance_id", "string", "sender's instance id"),
+        ("offset", "long", "offset the message carries (heartbeat, release, reservation)"),
+        ("token", "long", "fencing token of the claim the event concerns, when valid"),
+        ("until_ms", "long", "ReleaseGroup: the pause's end in Unix ms"),
+    ),
+    "claims": _CLAIM_COLUMNS,
+    "membership": _CLAIM_COLUMNS,
+    "failovers": (
+        ("group", "string", "consumer group"),
+        ("topic", "string", "data topic"),
+        ("partition", "long", "data partition"),
+        ("kind", "string", "failover (the old holder went stale) or handover (it released)"),
+        ("old_client_id", "string", "previous holder"),
+        ("old_instance_id", "string", "previous holder's instance (null: history compacted)"),
+        ("old_token", "long", "previous claim's token (null: history compacted)"),
+        ("old_last_seen_ms", "long", "previous holder's last valid heartbeat, or its release"),
+        ("new_client_id", "string", "new holder"),
+        ("new_instance_id", "string", "new holder's instance"),
+        ("new_token", "long", "new claim's token"),
+        ("claimed_ms", "long", "log time of the new holder's winning claim"),
+        ("duration_ms", "long", "claimed_ms - old_last_seen_ms"),
+    ),
+    "heartbeat_gaps": (
+        ("group", "string", "consumer group"),
+        ("topic", "string", "data topic"),
+        ("partition", "long", "data partition"),
+        ("client_id", "string", "holder's client id"),
+        ("instance_id", "string", "holder's instance id"),
+        ("token", "long", "fencing token"),
+        ("start_ms", "long", "start of the claim interval"),
+        ("heartbeats", "long", "valid heartbeats in the interval"),
+        ("max_gap_ms", "long", "longest time between valid heartbeats (the win counts)"),
+        ("max_gap_at_ms", "long", "log time of the heartbeat that ended the longest gap"),
+        ("mean_gap_ms", "double", "mean time between valid heartbeats"),
+        ("gaps_over_interval", "long", "gaps >= the heartbeat interval (claim was 'unknown')"),
+    ),
+    "reservations": (
+        ("group", "string", "consumer group"),
+        ("topic", "string", "data topic"),
+        ("partition", "long", "data partition"),
+        ("client_id", "string", "holder's client id"),
+        ("instance_id", "string", "holder's instance id"),
+        ("token", "long", "fencing token"),
+        ("log_time_ms", "long", "log time of the ClaimingMessages record"),
+        ("start_offset", "long", "first reserved offset (null: no position known yet)"),
+        ("end_offset", "long", "first offset not reserved"),
+        ("count", "long", "end_offset - start_offset"),
+    ),
+    "lag": (
+        ("group", "string", "consumer group"),
+        ("topic", "string", "data topic"),
+        ("partition", "long", "data partition"),
+        ("client_id", "string", "holder's client id"),
+        ("token", "long", "fencing token"),
+        ("log_time_ms", "long", "log time of the valid heartbeat"),
+        ("offset", "long", "committed position it carries (next offset to read)"),
+        ("high_watermark", "long", "the data partition's high watermark at audit time, if known"),
+        ("lag", "long", "high_watermark - offset, if the watermark is known"),
+    ),
+    "groups": (
+        ("group", "string", "consumer group"),
+        ("mode", "string", "amo if the group ever reserved messages, else alo (or --mode)"),
+        ("partitions", "long", "data partitions ever claimed"),
+        ("members", "long", "clients that held a member claim"),
+        ("claims", "long", "claim intervals on data partitions"),
+        ("failovers", "long", "claims won from a stale holder"),
+        ("handovers", "long", "claims won after a release"),
+        ("pauses", "long", "accepted ReleaseGroup records"),
+    ),
+    "coordination": (
+        ("coord_partition", "long", "coordination partition"),
+        ("records", "long", "records folded"),
+        ("first_offset", "long", "first offset read"),
+        ("last_offset", "long", "last offset read"),
+        ("first_log_time_ms", "long", "log time of the first record"),
+        ("last_log_time_ms", "long", "log time of the last record"),
+        ("malformed", "long", "malformed or misplaced records (counted, skipped)"),
+        ("unverified", "long", "records on claims whose history was compacted away"),
+        ("gap_seen", "boolean", "offsets had gaps (compaction): some claims are uncertain"),
+        ("verdicts", "string", "JSON object: reported events per verdict"),
+    ),
+    "violations": (
+        ("kind", "string", "zombie_work, overlap, amo_duplicate or alo_gap"),
+        ("group", "string", "consumer group (null if no claim explains the record)"),
+        ("topic", "string", "data topic"),
+        ("partition", "long", "data partition"),
+        ("offset", "long", "the record's offset (alo_gap: first missing offset)"),
+        ("client_id", "string", "ledger: the handling client"),
+        ("pid", "long", "ledger: the handling process"),
+        ("token", "long", "ledger: the fencing token the handler was given"),
+        ("start", "double", "ledger: handling started (Unix seconds, handler host clock)"),
+        ("end", "double", "ledger: handling ended (Unix seconds)"),
+        ("detail", "string", "what is wrong, in one sentence"),
+        ("evidence", "string", "JSON: the ledger rows and claim intervals involved"),
+    ),
+}
+
+STREAMED: Final = ("events", "reservations", "lag")
+"""Tables with a row per record or heartbeat: written by Spark straight from the fold."""
+
+
+def columns(table: str) -> tuple[str, ...]:
+    """The column names of a table, in order."""
+    return tuple(name for name, _, _ in TABLES[table])
+
+
+def ddl(table: str) -> str:
+    """A Spark DDL schema string for a table."""
+    return ", ".join(f"`{name}` {kind}" for name, kind, _ in TABLES[table])
+
+
+PACKED_DDL: Final = "`table` string, `rows` long, `data` binary"
+"""How table rows travel out of the fold inside Spark: one row per batch of one table, the
+batch serialized as Arrow IPC (see `arrow.pack`)."""

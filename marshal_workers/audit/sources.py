@@ -1,0 +1,84 @@
+"""Where the coordination records come from, as one Spark DataFrame in `arrow.RECORD_SCHEMA`.
+
+- **Kafka**: the coordination topic read from its beginning to its end at the start, with
+  Spark's Kafka source (``spark-sql-kafka-0-10``, see `jars`). The log time is the record's
+  Kafka timestamp, which is the broker's LogAppendTime on a topic made by
+  ``marshal-admin init``. ``failOnDataLoss`` is off: records that retention or compaction
+  removed are gaps, which the fold already treats as compacted history.
+- **A dump file**: what ``marshal-admin dump --json`` prints (JSON lines with ``partition``,
+  ``offset``, ``log_time_ms``, ``key``, ``message``), or the same columns in Parquet (a
+  ``.parquet`` file or a directory of them). Key and message are the record's bytes as text;
+  the dump's verdicts are ignored, since the audit folds the records again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+DUMP_DDL: Final = (
+    "`partition` long, `offset` long, `log_time_ms` long, `key` string, `message` string"
+)
+_RECORD_COLUMNS: Final = (
+    "CAST(`partition` AS BIGINT) AS `partition`",
+    "CAST(`offset` AS BIGINT) AS `offset`",
+)
+
+
+def is_parquet(path: Path) -> bool:
+    """Whether an input path is Parquet (a .parquet file or a directory) or JSON lines."""
+    return path.suffix == ".parquet" or path.is_dir()
+
+
+def dump_file(spark: SparkSession, path: Path) -> DataFrame:
+    """The records of a ``marshal-admin dump --json`` file (or its Parquet form)."""
+    if not path.exists():
+        raise AuditUsageError(f"--input {path} does not exist")
+    reader = spark.read
+    if is_parquet(path):
+        frame = reader.parquet(str(path))
+        missing = {"partition", "offset", "log_time_ms", "key", "message"} - set(frame.columns)
+        if missing:
+            raise AuditUsageError(f"--input {path} lacks the dump columns {sorted(missing)}")
+    else:
+        frame = reader.schema(DUMP_DDL).option("mode", "PERMISSIVE").json(str(path))
+    return frame.where("`partition` IS NOT NULL AND `offset` IS NOT NULL").selectExpr(
+        *_RECORD_COLUMNS,
+        "CAST(`log_time_ms` AS BIGINT) AS `timestamp_ms`",
+        "CAST(encode(`key`, 'UTF-8') AS BINARY) AS `key`",
+        "CAST(encode(`message`, 'UTF-8') AS BINARY) AS `value`",
+    )
+
+
+def kafka_topic(spark: SparkSession, bootstrap_servers: str, topic: str) -> DataFrame:
+    """The records of a Kafka topic, from its beginning to its end now (needs the connector)."""
+    try:
+        frame = (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap_servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("endingOffsets", "latest")
+            .option("failOnDataLoss", "false")
+            .load()
+        )
+    except Exception as exc:  # the connector reports through Py4J
+        raise AuditFailedError(
+            f"cannot read {topic} from {bootstrap_servers}: {_first_line(exc)}"
+        ) from None
+    return frame.selectExpr(
+        *_RECORD_COLUMNS,
+        "unix_millis(`timestamp`) AS `timestamp_ms`",
+        "`key`",
+        "`value`",
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -1,0 +1,131 @@
+"""End to end: a real fleet with the ledger handler, then `marshal-audit` over its real topic.
+
+Two supervisors share a data topic while records are produced, then stop gracefully. The
+audit reads the coordination topic with Spark's Kafka source and the fleet's ledger
+directory: zero violations and the claims the fleet made. One forged ledger line (a write
+under a claim that was no longer valid) must then fail the audit and be named.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from marshal_workers.audit import jars
+from marshal_workers.audit.schema import TABLES
+from marshal_workers.errors import MarshalError
+from tests.integration.fleet import Fleet
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+HB = 1.0
+MARSHAL_AUDIT = Path(sys.executable).with_name("marshal-audit")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kafka_connector() -> None:
+    """Resolve the Spark Kafka connector once (Maven, cached outside the repo) up front."""
+    try:
+        jars.resolve()
+    except MarshalError as exc:
+        pytest.fail(f"could not resolve the Spark Kafka connector: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=HB)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def audit(fleet: Fleet, out: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+    """Run marshal-audit on the fleet's topic and ledger: (exit code, summary, stderr)."""
+    argv = [
+        str(MARSHAL_AUDIT), "--bootstrap-servers", fleet.bootstrap,
+        "--coordination-topic", fleet.coordination, "--ledger", str(fleet.ledger_dir),
+        "--heartbeat-interval", str(HB), "--out", str(out), "--json", *extra,
+    ]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    lines = proc.stdout.strip().splitlines()
+    summary = json.loads(lines[-1]) if lines else {}
+    return proc.returncode, summary, proc.stderr
+
+
+def run_fleet(fleet: Fleet) -> None:
+    """a takes all 8 partitions under load, hands 4 over to b, both catch up and stop."""
+    fleet.produce_steadily(200)
+    fleet.start("a")
+    fleet.wait_for(lambda: fleet.counts() == {"a": 8}, 60, "a holding all 8")
+    fleet.start("b")
+    fleet.wait_for(lambda: sorted(fleet.counts().values()) == [4, 4], 60, "a 4/4 split")
+    time.sleep(2)
+    fleet.stop_producing()
+    fleet.wait_for(fleet.handled_everything, 60, "every record handled")
+    for member in fleet.members:
+        member.signal(signal.SIGTERM)
+    for member in fleet.members:
+        assert member.wait(30) == 0, member.log_tail()
+
+
+@pytest.mark.timeout(900)
+def test_real_fleet_audits_clean_then_a_forged_write_fails_it(fleet: Fleet, tmp_path: Path) -> None:
+    """Clean fleet: exit 0, tables and report written, the hand-overs seen; forged: exit 1."""
+    run_fleet(fleet)
+    rows = fleet.ledger()
+    out = tmp_path / "audit"
+    code, summary, err = audit(fleet, out)
+    assert code == 0, err
+    assert summary["violations"] == 0, summary["violation_examples"]
+    assert summary["partitions_claimed"] == fleet.partitions
+    assert summary["clients"] == ["a", "b"]
+    assert set(summary["claims_ended"]) == {"released"}, summary["claims_ended"]
+    assert summary["handovers"] >= 4 and summary["failovers"] == 0
+    assert summary["ledger"]["checked"] == len(rows) and summary["ledger"]["unverifiable"] == 0
+    assert [g["group"] for g in summary["groups"]] == [fleet.group]
+    assert summary["groups"][0]["mode"] == "alo"
+    for name in TABLES:
+        assert pq.read_table(out / name).num_rows >= 0, name
+    claims = pq.read_table(out / "claims").to_pylist()
+    assert {c["partition"] for c in claims} == set(range(fleet.partitions))
+    lag = pq.read_table(out / "lag").to_pylist()
+    assert lag and all(r["high_watermark"] is not None for r in lag)
+    assert (out / "report.html").stat().st_size > 10_000
+
+    # A forged write: a's process writes under its first token after that claim was released.
+    first = min((r for r in rows if r["client_id"] == "a"), key=lambda r: r["start"])
+    released = max(c["end_ms"] for c in claims if c["token"] == first["token"]) / 1000
+    forged = {**first, "offset": first["offset"] + 1_000_000, "start": released + 1.0,
+              "end": released + 1.01}  # fmt: skip
+    with (fleet.ledger_dir / f"ledger-{first['pid']}.jsonl").open("a") as f:
+        f.write(json.dumps(forged) + "\n")
+    ledger_topic = f"ledger_{fleet.coordination}"
+    _produce_lines(fleet.bootstrap, ledger_topic, rows)  # the clean rows again, from a topic
+    code, summary, err = audit(fleet, tmp_path / "audit2", "--ledger-topic", ledger_topic)
+    assert code == 1, err
+    assert summary["violations_by_kind"] == {"zombie_work": 1}
+    assert summary["ledger"]["rows"] == 2 * len(rows) + 1
+    assert summary["ledger"]["alo_redeliveries"] == len(rows)
+    named = f"{forged['topic']}[{forged['partition']}]@{forged['offset']} by a pid {forged['pid']}"
+    assert named in err
+
+
+def _produce_lines(bootstrap: str, topic: str, rows: list[Any]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, -1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for r in rows:
+        producer.produce(topic, json.dumps(r).encode())
+        producer.poll(0)
+    assert producer.flush(30) == 0

@@ -1,0 +1,175 @@
+"""marshal-audit on Spark (local[2]) against the single-process audit, on dump files.
+
+One Spark session serves the whole module (starting one costs seconds); each test writes its
+own inputs and output directory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from marshal_workers.admin.operations import dump_entry
+from marshal_workers.audit.checks import LedgerEntry
+from marshal_workers.audit.cli import main
+from marshal_workers.audit.local import run_local
+from marshal_workers.audit.model import AuditConfig, FileInput
+from marshal_workers.audit.output import read_table
+from marshal_workers.audit.pipeline import run
+from marshal_workers.audit.schema import TABLES
+from marshal_workers.audit.session import SessionOptions, start_session
+from marshal_workers.audit.synthetic import Fleet, Synthetic, generate
+from marshal_workers.protocol import CoordRecord
+from marshal_workers.rationalizer import RationalizerConfig, World, fold
+
+pytestmark = pytest.mark.spark
+HB_MS = 1000
+FLEET = Fleet(partitions=8, clients=3, coord_partitions=3, batch=4, seed=5)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = start_session(SessionOptions())
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def write_dump(records: list[CoordRecord], path: Path) -> Path:
+    """The records as `marshal-admin dump --json` writes them (verdicts of a fresh fold)."""
+    worlds: dict[int, World] = {}
+    lines = []
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        world = worlds.setdefault(r.partition, World(RationalizerConfig(HB_MS), r.partition))
+        lines.append(json.dumps(dump_entry(r, fold(world, r))))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_ledger(rows: list[LedgerEntry], directory: Path) -> Path:
+    """The rows as the ledger plugin writes them (one file per pid)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for pid in sorted({r.pid for r in rows}):
+        text = "".join(json.dumps(r._asdict()) + "\n" for r in rows if r.pid == pid)
+        (directory / f"ledger-{pid}.jsonl").write_text(text)
+    return directory
+
+
+def zombie(syn: Synthetic) -> LedgerEntry:
+    """A write by the first holder of a partition, under its old token, after a later owner."""
+    claims = [r for r in syn.ledger if r.partition == syn.ledger[0].partition]
+    first = claims[0]
+    later = [r for r in claims if r.token != first.token]
+    assert later, "the synthetic fleet should hand partition over at least once"
+    moment = later[-1].start + 0.0005
+    return first._replace(offset=first.offset + 100_000, start=moment, end=moment + 0.0001)
+
+
+@pytest.fixture(scope="module")
+def fleet_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Synthetic, Path, Path]:
+    syn = generate(2500, FLEET, with_ledger=True)
+    root = tmp_path_factory.mktemp("audit-inputs")
+    return (
+        syn,
+        write_dump(syn.records, root / "dump.jsonl"),
+        write_ledger(syn.ledger, root / "ledger"),
+    )
+
+
+def sorted_rows(rows: list[Any]) -> list[Any]:
+    return sorted(rows, key=repr)
+
+
+class TestSparkMatchesLocal:
+    def test_every_table_equals_the_single_process_audit(
+        self, spark: Any, fleet_files: tuple[Synthetic, Path, Path], tmp_path: Path
+    ) -> None:
+        """Fold on Spark, settle, check: every Parquet table has exactly the local rows."""
+        syn, dump, ledger_dir = fleet_files
+        faulty = [*syn.ledger, zombie(syn)]
+        write_ledger([faulty[-1]], ledger_dir.parent / "extra")
+        config = AuditConfig(
+            FileInput(dump), tmp_path / "out", HB_MS,
+            ledgers=(ledger_dir, ledger_dir.parent / "extra"),
+        )  # fmt: skip
+        result = run(config, spark=spark)
+        local, tables = run_local(syn.records, config, faulty)
+        assert [v[0] for v in result.violations] == ["zombie_work"]
+        for name in TABLES:
+            got = read_table(config.out, name)
+            assert sorted_rows(got) == sorted_rows(tables[name]), name
+        assert result.verdicts == local.verdicts
+        assert result.check == local.check
+        assert (config.out / "report.html").read_text().count("data:image/png;base64") >= 3
+
+    def test_parquet_dump_gives_the_same_claims(
+        self, spark: Any, fleet_files: tuple[Synthetic, Path, Path], tmp_path: Path
+    ) -> None:
+        """The dump's columns in Parquet are read like the JSON lines."""
+        syn, dump, _ = fleet_files
+        entries = [json.loads(line) for line in dump.read_text().splitlines()]
+        parquet = tmp_path / "dump.parquet"
+        pq.write_table(pa.Table.from_pylist(entries), parquet)
+        config = AuditConfig(FileInput(parquet), tmp_path / "out", HB_MS, report=False)
+        result = run(config, spark=spark)
+        local, _ = run_local(syn.records, config)
+        assert sorted_rows(result.tables["claims"]) == sorted_rows(local.tables["claims"])
+        assert sorted_rows(result.tables["failovers"]) == sorted_rows(local.tables["failovers"])
+
+
+class TestCommandLine:
+    def test_clean_then_zombie_write(
+        self,
+        spark: Any,
+        fleet_files: tuple[Synthetic, Path, Path],
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """--input DUMP --ledger DIR: exit 0 and violations 0; a zombie line: exit 1, named."""
+        syn, dump, ledger_dir = fleet_files
+        out = tmp_path / "out"
+        argv = ["marshal-audit", "--input", str(dump), "--ledger", str(ledger_dir),
+                "--out", str(out), "--json", "--heartbeat-interval", "1"]  # fmt: skip
+        monkeypatch.setattr("sys.argv", argv)
+        with pytest.raises(SystemExit) as clean:
+            main()
+        captured = capsys.readouterr()
+        summary = json.loads(captured.out)
+        assert clean.value.code == 0, captured.err
+        assert summary["violations"] == 0 and summary["ledger"]["checked"] == len(syn.ledger)
+        assert summary["claims"] > FLEET.partitions and summary["failovers"] > 0
+        assert "folding" in captured.err  # progress lines go to stderr
+
+        bad = zombie(syn)
+        with (ledger_dir.parent / "ledger" / f"ledger-{bad.pid}.jsonl").open("a") as f:
+            f.write(json.dumps(bad._asdict()) + "\n")
+        try:
+            with pytest.raises(SystemExit) as dirty:
+                main()
+        finally:
+            write_ledger(syn.ledger, ledger_dir)  # restore for the other tests
+        captured = capsys.readouterr()
+        assert dirty.value.code == 1
+        summary = json.loads(captured.out)
+        assert summary["violations_by_kind"] == {"zombie_work": 1}
+        named = f"{bad.topic}[{bad.partition}]@{bad.offset} by {bad.client_id} pid {bad.pid}"
+        assert named in captured.err
+        assert summary["violation_examples"][0]["offset"] == bad.offset
+
+    def test_missing_input_file_is_a_usage_error(
+        self, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A dump path that does not exist: exit 2, one line."""
+        argv = ["marshal-audit", "--input", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path)]
+        monkeypatch.setattr("sys.argv", argv)
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+        assert exit_info.value.code == 2
