@@ -12,8 +12,9 @@ $(BIN)/python:
 install: $(BIN)/python ## Python packages into .venv (the package in editable mode, with dev tools)
 	$(BIN)/pip install --quiet -e '.[dev]'
 
-kafka-jars: install ## Resolve the pinned Apache Kafka jars with Maven (cached outside the repo)
+kafka-jars: install ## Resolve the pinned Apache Kafka and Spark connector jars with Maven (cached outside the repo)
 	$(BIN)/python -m marshal_workers.localkafka fetch
+	$(BIN)/python -m marshal_workers.audit.jars
 
 lint: ## ruff on the package, tests and benchmarks
 	$(BIN)/ruff check marshal_workers tests bench plugins

@@ -157,3 +157,13 @@ def _install(new_libs: Path, cache_dir: Path, version: str) -> None:
     tmp = cache_dir / f".{MARKER}.tmp"
     tmp.write_text(digest(version) + "\n", "utf-8")
     tmp.replace(marker)
+
+
+def main() -> None:
+    """`python -m marshal_workers.audit.jars`: resolve the connector jars now (CI installs)."""
+    jars = resolve(progress=lambda line: print(line, flush=True))
+    print(jars[0].parent)
+
+
+if __name__ == "__main__":
+    main()
