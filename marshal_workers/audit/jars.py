@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -24,10 +23,10 @@ from pathlib import Path
 from marshal_workers.audit.exitcodes import AuditFailedError
 from marshal_workers.localkafka.jars import find_java, find_mvn
 from marshal_workers.localkafka.paths import locked
+from marshal_workers.maven import copy_dependencies, install_libs
 
 CACHE_ENV = "MARSHAL_SPARK_JARS_CACHE"
 MARKER = "COMPLETE"
-RESOLVE_TIMEOUT_S = 900.0
 CONNECTOR = "spark-sql-kafka-0-10_2.13"
 
 Progress = Callable[[str], None]
@@ -107,7 +106,7 @@ def resolve(
                     f"resolving the Spark {version} Kafka connector with Maven into {cache_dir}"
                 )
             _run_maven(mvn, work, version, cache_dir, env)
-            _install(work / "libs", cache_dir, version)
+            install_libs(work / "libs", cache_dir, MARKER, digest(version))
             if progress:
                 progress(f"resolved the Kafka connector in {time.monotonic() - started:.1f}s")
         finally:
@@ -120,43 +119,12 @@ def resolve(
 def _run_maven(mvn: str, work: Path, version: str, cache_dir: Path, env: Mapping[str, str]) -> None:
     (work / "pom.xml").write_text(_resource("pom.xml"), "utf-8")
     (work / "settings.xml").write_text(_resource("maven-settings.xml"), "utf-8")
-    argv = [
-        mvn, "-q", "-B", "-Dstyle.color=never", "-gs", str(work / "settings.xml"),
-        "-f", str(work / "pom.xml"), f"-Dspark.version={version}",
-        "dependency:copy-dependencies", f"-DoutputDirectory={work / 'libs'}",
-    ]  # fmt: skip
-    log_path = work / "mvn.log"
-    try:
-        with log_path.open("wb") as log:
-            code = subprocess.run(
-                argv, cwd=work, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=dict(env), timeout=RESOLVE_TIMEOUT_S, check=False,
-            ).returncode  # fmt: skip
-    except subprocess.TimeoutExpired:
-        code = -1
-    if code == 0 and (work / "libs" / f"{CONNECTOR}-{version}.jar").is_file():
-        return
-    kept = cache_dir / "mvn-failed.log"
-    shutil.copyfile(log_path, kept)
-    lines = [ln.strip() for ln in kept.read_text("utf-8", "replace").splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "ERROR" in ln]
-    first = (errors or lines or ["no output"])[0][:300]
-    raise AuditFailedError(
-        f"mvn could not resolve {CONNECTOR}:{version} (exit {code}): {first} (full output: {kept})"
-    )
-
-
-def _install(new_libs: Path, cache_dir: Path, version: str) -> None:
-    """Swap a complete ``libs/`` into the cache, then write the marker (in that order)."""
-    marker = cache_dir / MARKER
-    marker.unlink(missing_ok=True)
-    target = cache_dir / "libs"
-    if target.exists():
-        shutil.rmtree(target)
-    new_libs.rename(target)
-    tmp = cache_dir / f".{MARKER}.tmp"
-    tmp.write_text(digest(version) + "\n", "utf-8")
-    tmp.replace(marker)
+    args = ["-gs", str(work / "settings.xml"), "-f", str(work / "pom.xml"),
+            f"-Dspark.version={version}"]  # fmt: skip
+    expected = f"{CONNECTOR}-{version}.jar"
+    failure = copy_dependencies(mvn, work, args, expected, cache_dir, env)
+    if failure is not None:
+        raise AuditFailedError(f"mvn could not resolve {CONNECTOR}:{version} {failure}")
 
 
 def main() -> None:

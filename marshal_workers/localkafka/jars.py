@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
@@ -21,10 +20,10 @@ from pathlib import Path
 
 from marshal_workers.errors import MarshalError
 from marshal_workers.localkafka.paths import KAFKA_VERSION, Progress, locked, no_progress, pom_text
+from marshal_workers.maven import copy_dependencies, install_libs
 
 MARKER = "COMPLETE"
 BROKER_JAR = f"kafka_2.13-{KAFKA_VERSION}.jar"
-RESOLVE_TIMEOUT_S = 900.0
 
 
 def find_java(env: Mapping[str, str] | None = None) -> str:
@@ -98,7 +97,7 @@ def resolve_jars(
         try:
             progress(f"kafka: resolving the Kafka {KAFKA_VERSION} jars with Maven into {cache_dir}")
             _run_maven(mvn, work, cache_dir, env)
-            _install(work / "libs", cache_dir)
+            install_libs(work / "libs", cache_dir, MARKER, pom_digest())
             elapsed = time.monotonic() - started
             progress(f"kafka: resolved the Kafka {KAFKA_VERSION} jars in {elapsed:.1f}s")
         finally:
@@ -110,50 +109,9 @@ def _run_maven(mvn: str, work: Path, cache_dir: Path, env: Mapping[str, str]) ->
     """Run `mvn dependency:copy-dependencies` into `work/libs`; one-line error on failure."""
     pom = work / "pom.xml"
     pom.write_text(pom_text(), "utf-8")
-    argv = [
-        mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(pom),
-        "dependency:copy-dependencies", f"-DoutputDirectory={work / 'libs'}",
-    ]  # fmt: skip
-    log_path = work / "mvn.log"
-    try:
-        with log_path.open("wb") as log:
-            code = subprocess.run(
-                argv, cwd=work, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=dict(env), timeout=RESOLVE_TIMEOUT_S, check=False,
-            ).returncode  # fmt: skip
-    except subprocess.TimeoutExpired:
-        code = -1
-    if code == 0 and (work / "libs" / BROKER_JAR).is_file():
-        return
-    kept = cache_dir / "mvn-failed.log"
-    shutil.copyfile(log_path, kept)
-    raise MarshalError(
-        f"mvn could not resolve the Kafka {KAFKA_VERSION} jars (exit {code}): "
-        f"{_last_error_line(kept)} (full output: {kept})"
-    )
-
-
-def _install(new_libs: Path, cache_dir: Path) -> None:
-    """Swap a complete `libs/` into the cache, then write the marker (in that order)."""
-    marker = cache_dir / MARKER
-    marker.unlink(missing_ok=True)
-    target = libs_dir(cache_dir)
-    if target.exists():
-        shutil.rmtree(target)
-    new_libs.rename(target)
-    tmp_marker = cache_dir / f".{MARKER}.tmp"
-    tmp_marker.write_text(pom_digest() + "\n", "utf-8")
-    tmp_marker.replace(marker)
-
-
-def _last_error_line(log: Path) -> str:
-    """The most telling line of a Maven log: its first `[ERROR]` line, else its last line."""
-    lines = [line.strip() for line in log.read_text("utf-8", "replace").splitlines()]
-    lines = [line for line in lines if line]
-    errors = [line for line in lines if "ERROR" in line]
-    if errors:
-        return errors[0][:300]
-    return lines[-1][:300] if lines else "no output"
+    failure = copy_dependencies(mvn, work, ["-f", str(pom)], BROKER_JAR, cache_dir, env)
+    if failure is not None:
+        raise MarshalError(f"mvn could not resolve the Kafka {KAFKA_VERSION} jars {failure}")
 
 
 def kafka_home_classpath(kafka_home: Path) -> str:
