@@ -4,71 +4,27 @@ child reports, nobody claims while paused, and claiming resumes when the pause e
 
 from __future__ import annotations
 
-import itertools
-import multiprocessing
-import signal
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from marshal_workers import childcare as childcare_module
-from marshal_workers import ipc
 from marshal_workers.admin.pause import lift_pause, pause_for
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.claims import is_member_key
 from marshal_workers.config import RunConfig
 from marshal_workers.coordination import Coordinator
-from marshal_workers.lease import SharedLease
 from marshal_workers.memlog import MemoryLog, MemoryTopic
 from marshal_workers.observe import Observer
 from marshal_workers.protocol import ClaimingPartition, ClaimKey, ReleasingPartition, decode
 from marshal_workers.rationalizer import Mode, RationalizerConfig, World, fold
 from marshal_workers.reader import LogReader
 from marshal_workers.supervisor import Supervisor, pause_by_other
+from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
 from tests.support import pause, record
 
-MP = multiprocessing.get_context("spawn")
-PIDS = itertools.count(2**22 + 5000)  # above any pid_max: signals to them go nowhere
 ADMINS = frozenset({"marshal-admin"})
-
-
-class FakeChild:
-    """A child the test plays: its pipe end and its spec."""
-
-    def __init__(self, spec: ipc.ChildSpec, lease: SharedLease) -> None:
-        self.spec = spec
-        self.conn, self.peer = MP.Pipe(duplex=True)
-        self.pid = next(PIDS)
-        self.exitcode: int | None = None
-
-    def signal_group(self, sig: int) -> None:
-        if sig == signal.SIGKILL:
-            self.exitcode = -signal.SIGKILL
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def answer_stop(self, next_offset: int) -> bool:
-        """If the supervisor said Stop: report ``next_offset`` and exit; whether it did."""
-        while self.exitcode is None and self.peer.poll(0):
-            if isinstance(self.peer.recv(), ipc.Stop):
-                self.peer.send(ipc.Stopped(next_offset))
-                self.exitcode = 0
-                return True
-        return False
-
-
-class FakeTopics:
-    def __init__(self, partitions: int) -> None:
-        self.keys = [ClaimKey("g", "orders", p) for p in range(partitions)]
-
-    def partitions(self) -> list[ClaimKey]:
-        return list(self.keys)
-
-    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        return 0, 0
 
 
 class Fleet:
@@ -90,12 +46,7 @@ class Fleet:
         reader = LogReader(log, self.config(log))
         self.children: list[FakeChild] = []
 
-        def start_child(spec: ipc.ChildSpec, lease: SharedLease, mp: object) -> FakeChild:
-            child = FakeChild(spec, lease)
-            self.children.append(child)
-            return child
-
-        monkeypatch.setattr(childcare_module, "start_child", start_child)
+        patch_children(monkeypatch, self.children)
         co = Coordinator(config, log, reader, Observer())
         self.sup = Supervisor(config, co, FakeTopics(2), MP)  # type: ignore[arg-type]
         self.admin = self.admin_session("marshal-admin")

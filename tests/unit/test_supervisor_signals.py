@@ -3,8 +3,6 @@ in-memory log with stand-in children that the test plays over real pipes."""
 
 from __future__ import annotations
 
-import itertools
-import multiprocessing
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -13,54 +11,18 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from marshal_workers import childcare as childcare_module
 from marshal_workers import ipc
 from marshal_workers.claims import is_member_key
 from marshal_workers.config import RunConfig
 from marshal_workers.coordination import Coordinator
 from marshal_workers.holding import Phase
-from marshal_workers.lease import SharedLease
 from marshal_workers.memlog import MemoryLog, MemoryTopic
 from marshal_workers.observe import Observer
 from marshal_workers.protocol import ClaimingPartition, ClaimKey, ReleasingPartition, decode
 from marshal_workers.rationalizer import Mode, RationalizerConfig
 from marshal_workers.reader import LogReader
 from marshal_workers.supervisor import Supervisor
-
-MP = multiprocessing.get_context("spawn")
-PIDS = itertools.count(2**22 + 1000)  # above any pid_max: signals to them go nowhere
-
-
-class FakeChild:
-    """A child the test plays: its pipe end, its spec, and what the supervisor did to it."""
-
-    def __init__(self, spec: ipc.ChildSpec, lease: SharedLease) -> None:
-        self.spec = spec
-        self.lease = lease
-        self.conn, self.peer = MP.Pipe(duplex=True)
-        self.pid = next(PIDS)
-        self.exitcode: int | None = None
-        self.signals: list[int] = []
-
-    def signal_group(self, sig: int) -> None:
-        self.signals.append(sig)
-        if sig == signal.SIGKILL:
-            self.exitcode = -signal.SIGKILL
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def inbox(self) -> list[Any]:
-        """What the supervisor sent so far."""
-        out = []
-        while self.peer.poll(0):
-            out.append(self.peer.recv())
-        return out
-
-    def stop(self, next_offset: int) -> None:
-        """Answer Stop: report the position and exit cleanly."""
-        self.peer.send(ipc.Stopped(next_offset))
-        self.exitcode = 0
+from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
 
 
 class Recorder(Observer):
@@ -75,17 +37,6 @@ class Recorder(Observer):
 
     def stopping(self) -> None:
         self.calls.append("stopping")
-
-
-class FakeTopics:
-    def __init__(self, partitions: int) -> None:
-        self.keys = [ClaimKey("g", "orders", p) for p in range(partitions)]
-
-    def partitions(self) -> list[ClaimKey]:
-        return list(self.keys)
-
-    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        return 0, 0
 
 
 class World:
@@ -108,12 +59,7 @@ class World:
         coordinator = Coordinator(config, log, reader, self.recorder)
         self.children: list[FakeChild] = []
 
-        def start_child(spec: ipc.ChildSpec, lease: SharedLease, mp: object) -> FakeChild:
-            child = FakeChild(spec, lease)
-            self.children.append(child)
-            return child
-
-        monkeypatch.setattr(childcare_module, "start_child", start_child)
+        patch_children(monkeypatch, self.children)
         self.sup = Supervisor(config, coordinator, FakeTopics(2), MP, self.recorder)  # type: ignore[arg-type]
 
     def run_until(self, check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:

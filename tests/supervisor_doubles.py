@@ -1,0 +1,87 @@
+"""Stand-ins for a supervisor's children and data topics, for supervisor tests on a memory log.
+
+A `FakeChild` is a child the test plays: the supervisor gets a real pipe end, the test the
+other; signals are recorded and SIGKILL "ends" it. `patch_children` makes the supervisor start
+these instead of processes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import signal
+from typing import Any
+
+import pytest
+
+from marshal_workers import childcare as childcare_module
+from marshal_workers import ipc
+from marshal_workers.lease import SharedLease
+from marshal_workers.protocol import ClaimKey
+
+MP = multiprocessing.get_context("spawn")
+PIDS = itertools.count(2**22 + 1000)  # above any pid_max: signals to them go nowhere
+
+
+class FakeChild:
+    """A child the test plays: its pipe end, its spec, and what the supervisor did to it."""
+
+    def __init__(self, spec: ipc.ChildSpec, lease: SharedLease) -> None:
+        self.spec = spec
+        self.lease = lease
+        self.conn, self.peer = MP.Pipe(duplex=True)
+        self.pid = next(PIDS)
+        self.exitcode: int | None = None
+        self.signals: list[int] = []
+
+    def signal_group(self, sig: int) -> None:
+        self.signals.append(sig)
+        if sig == signal.SIGKILL:
+            self.exitcode = -signal.SIGKILL
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def inbox(self) -> list[Any]:
+        """What the supervisor sent so far."""
+        out = []
+        while self.peer.poll(0):
+            out.append(self.peer.recv())
+        return out
+
+    def stop(self, next_offset: int) -> None:
+        """Answer Stop: report the position and exit cleanly."""
+        self.peer.send(ipc.Stopped(next_offset))
+        self.exitcode = 0
+
+    def answer_stop(self, next_offset: int) -> bool:
+        """If the supervisor said Stop: report ``next_offset`` and exit; whether it did."""
+        while self.exitcode is None and self.peer.poll(0):
+            if isinstance(self.peer.recv(), ipc.Stop):
+                self.stop(next_offset)
+                return True
+        return False
+
+
+class FakeTopics:
+    """A data topic ``orders`` of group ``g`` with some partitions, all empty."""
+
+    def __init__(self, partitions: int) -> None:
+        self.keys = [ClaimKey("g", "orders", p) for p in range(partitions)]
+
+    def partitions(self) -> list[ClaimKey]:
+        return list(self.keys)
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        return 0, 0
+
+
+def patch_children(monkeypatch: pytest.MonkeyPatch, started: list[FakeChild]) -> None:
+    """Make supervisors start `FakeChild`ren, appended to ``started``."""
+
+    def start_child(spec: ipc.ChildSpec, lease: SharedLease, mp: object) -> FakeChild:
+        child = FakeChild(spec, lease)
+        started.append(child)
+        return child
+
+    monkeypatch.setattr(childcare_module, "start_child", start_child)
