@@ -15,7 +15,8 @@ threads do not survive a fork) and, in `child_main`:
    ``handle_batch``, ``teardown``), calls ``setup(ctx)``, opens its consumer ``assign()``ed to
    the partition and sends `Started`;
 5. loops: read `Stop` from the pipe, check the lease, fetch a batch, then
-   - ALO: handle each record (the lease checked before every handler call) and send `Progress`;
+   - ALO: handle each record (the lease checked before every handler call) and send `Progress`
+     (after a short batch at once; while full batches keep coming, at most every 50 ms);
    - AMO: send `GrantRequest` for the batch, wait for the matching `Grant` (checking the lease
      and the pipe), and only if granted handle it; the granted end is the new position.
    On `Stop` the batch in hand is finished, ``teardown(ctx, "stop")`` runs, `Stopped` is sent.

@@ -65,6 +65,10 @@ EXIT_SETUP = 8
 EXIT_KAFKA = 9
 
 GRANT_POLL_S = 0.05
+# ALO, while full batches keep coming: the least time between two `Progress` (the supervisor
+# heartbeats only every HB/2, and each message costs it a loop turn). A short batch (caught up),
+# a failure, a retry or the end always reports at once.
+PROGRESS_INTERVAL_S = 0.05
 RETRY_POLL_S = 0.05
 
 
@@ -115,6 +119,7 @@ class ChildLoop:
         self.consumer: Consumer | None = None
         self.next_offset: int | None = None  # ALO: handled below; AMO: granted below
         self.reported: int | None = None  # the last Progress sent
+        self.progress_due = 0.0  # ALO: full batches report at most once per PROGRESS_INTERVAL_S
         self.request_id = 0
         self.stats = StatsTally()  # sent as `Stats` about once a second (see stats)
         self.policy = FailurePolicy()  # the spec's, once setup has checked it
@@ -158,7 +163,6 @@ class ChildLoop:
             self.log.exception("handler_setup_failed", handler=self.spec.handler, error=repr(exc))
             raise _Exit(EXIT_SETUP, "setup_failed") from None
         self.plugin = plugin
-        self.stats.instrument(plugin)
         try:
             self.consumer, position = open_consumer(self.spec)
         except ConsumerSetupError as exc:
@@ -185,13 +189,15 @@ class ChildLoop:
                 self.log.error("kafka_failed", error=str(exc))
                 raise _Exit(EXIT_KAFKA, "kafka_failed") from None
             if not records:
+                self._report_progress()  # caught up (ALO): what is handled is reported
                 continue
             if self.spec.mode == Mode.AMO:
                 self._await_grant(records)
                 self._handle(records)
             else:
                 self._handle(records)
-                self._report_progress()
+                if len(records) < self.spec.batch_size or time.monotonic() >= self.progress_due:
+                    self._report_progress()
 
     def _handle(self, records: list[Record]) -> None:
         """Handle a batch in order, each unit through the error policy (see the module doc)."""
@@ -200,23 +206,57 @@ class ChildLoop:
         alo = self.spec.mode == Mode.ALO
         batch = plugin.handle_batch
         if batch is not None:
-            self._handle_unit(records, partial(batch, records, self.ctx))
+            self._handle_unit(
+                records, self.stats.timed(partial(batch, records, self.ctx), len(records))
+            )
             if alo:
                 self.next_offset = records[-1].offset + 1
             return
-        # The hot path: one lease check and one call per record; the policy only on a failure.
-        handle, ctx, lease_valid = plugin.handle, self.ctx, self.lease.valid
-        for record in records:
-            if not lease_valid():
-                self._require_lease()  # ends the child (unless extended meanwhile)
+        start = 0
+        while start < len(records):
+            start = self._handle_run(records, start)
+
+    def _handle_run(self, records: list[Record], start: int) -> int:
+        """The per-record hot path: handle ``records[start:]`` until one raises or the lease
+        reads expired; settle that one (the policy, or the lease check that ends the child) and
+        return where to go on. Per record: one clock reading (the lease check, and the previous
+        call's latency), one call; the bookkeeping is done once per run."""
+        plugin = self.plugin
+        assert plugin is not None
+        handle, ctx = plugin.handle, self.ctx
+        clock, lease = time.monotonic, self.lease.cell
+        starts: list[float] = []
+        started = starts.append
+        error: Exception | None = None
+        expired = False
+        for record in records[start:] if start else records:
+            now = clock()
+            if now >= lease.value:
+                expired = True
+                break
+            started(now)
             try:
                 handle(record, ctx)
             except Exception as exc:  # that was attempt 1: the policy goes on from there
-                self._handle_unit([record], _failed_once(exc, partial(handle, record, ctx)))
-            else:
-                self.handled += 1
-            if alo:
+                error = exc
+                break
+        self.stats.observe_calls(starts, clock(), failed=error is not None)
+        calls = len(starts)
+        done = calls - 1 if error is not None else calls  # handled, in order, from start
+        self.handled += done
+        if done and self.spec.mode == Mode.ALO:
+            self.next_offset = records[start + done - 1].offset + 1
+        if expired:
+            self._require_lease()  # ends the child (unless extended meanwhile)
+            return start + calls
+        if error is not None:
+            record = records[start + done]
+            retry = self.stats.timed(partial(handle, record, ctx), 1)
+            self._handle_unit([record], _failed_once(error, retry))
+            if self.spec.mode == Mode.ALO:
                 self.next_offset = record.offset + 1
+            return start + calls
+        return len(records)
 
     def _handle_unit(self, unit: Sequence[Record], call: Callable[[], object]) -> None:
         """Handle one record (or a batch) with retries; settle it by the policy if it fails.
@@ -403,6 +443,7 @@ class ChildLoop:
             assert self.next_offset is not None
             self._send(Progress(self.next_offset))
             self.reported = self.next_offset
+            self.progress_due = time.monotonic() + PROGRESS_INTERVAL_S
 
     def _send_stats(self, final: bool = False) -> None:
         """Send `Stats` when one is due (or ``final``) and there is something to say."""

@@ -15,17 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import (
-    TIMESTAMP_NOT_AVAILABLE,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from marshal_workers.handler import Record
 from marshal_workers.ipc import ChildSpec
+from marshal_workers.record import FetchedRecord, Record
 
 EARLIEST = frozenset({"earliest", "smallest", "beginning"})
 LATEST = frozenset({"latest", "largest", "end"})
@@ -95,44 +88,21 @@ def open_consumer(spec: ChildSpec) -> tuple[Consumer, int]:
     return consumer, position
 
 
-def to_record(msg: Message) -> Record:
-    """The handler's view of a fetched message (one without an error).
-
-    On every record's path: positional arguments, and no generator for the usual no headers.
-    """
-    ts_type, ts = msg.timestamp()
-    raw = msg.headers()
-    return Record(
-        msg.topic(),  # type: ignore[arg-type]  # never None on a message without an error
-        msg.partition(),  # type: ignore[arg-type]
-        msg.offset(),  # type: ignore[arg-type]
-        msg.key(),
-        msg.value(),
-        None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts,
-        _headers(raw) if raw else (),
-    )
-
-
-def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
-    pairs = raw.items() if isinstance(raw, dict) else raw
-    return tuple((k, v.encode() if isinstance(v, str) else v) for k, v in pairs)
-
-
 def fetch(consumer: Consumer, spec: ChildSpec, log: Any) -> list[Record]:
     """Up to ``batch_size`` records (waiting at most ``batch_timeout_s``), in offset order.
 
-    Partition EOF events are skipped; other errors are logged and skipped (librdkafka retries
-    them) unless fatal, which raises `FatalKafkaError`.
+    Each record is a `FetchedRecord` over the consumer's message (one small object: its fields
+    are read only if the handler asks). Partition EOF events are skipped; other errors are
+    logged and skipped (librdkafka retries them) unless fatal, which raises `FatalKafkaError`.
     """
-    records: list[Record] = []
-    for msg in consumer.consume(num_messages=spec.batch_size, timeout=spec.batch_timeout_s):
-        err = msg.error()
-        if err is None:
-            records.append(to_record(msg))
-        elif err.code() == KafkaError._PARTITION_EOF:
-            continue
-        elif err.fatal():
-            raise FatalKafkaError(str(err))
-        else:
+    messages = consumer.consume(num_messages=spec.batch_size, timeout=spec.batch_timeout_s)
+    records: list[Record] = [FetchedRecord(m) for m in messages if m.error() is None]
+    if len(records) != len(messages):  # rare: the errors among them
+        for msg in messages:
+            err = msg.error()
+            if err is None or err.code() == KafkaError._PARTITION_EOF:
+                continue
+            if err.fatal():
+                raise FatalKafkaError(str(err))
             log.warning("kafka_error", error=str(err), code=err.name())
     return records

@@ -49,6 +49,12 @@ class SharedLease:
         self._clock = time.monotonic
 
     @property
+    def cell(self) -> Any:
+        """The shared double itself: ``cell.value`` is the deadline. The child's per-record path
+        reads it directly (``clock() < cell.value`` is `valid` without two method calls)."""
+        return self._deadline
+
+    @property
     def deadline(self) -> float:
         """The monotonic time at which the lease ends (0: no lease)."""
         return float(self._deadline.value)

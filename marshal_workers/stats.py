@@ -1,6 +1,7 @@
 """What a child counts about its handler and reports to its supervisor as `ipc.Stats`.
 
-The child times every handler call and counts the records handled, tallies handler errors by
+The child times every handler call (`observe_calls` for the per-record path, `timed` for
+batches and retries) and counts the records handled, tallies handler errors by
 the policy that dealt with them, and reads its partition's high watermark from its consumer's
 cache (``get_watermark_offsets(cached=True)``: no broker round trip; librdkafka updates it
 with every fetch response). About once a second, and once more at the end, it sends what
@@ -16,14 +17,12 @@ from __future__ import annotations
 import bisect
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from marshal_workers.handler import Context, Record
 from marshal_workers.ipc import Stats
-from marshal_workers.plugin import Plugin
 
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.0005,
@@ -89,34 +88,49 @@ class StatsTally:
         self._next_report = self.clock() + self.interval_s
         return stats
 
-    def instrument(self, plugin: Plugin) -> None:
-        """Time every call of the plugin's ``handle`` or ``handle_batch`` into this tally."""
-        clock = time.perf_counter
-        handle = plugin.handle
+    def observe_calls(self, starts: list[float], ended: float, failed: bool = False) -> None:
+        """Calls of ``handle`` one after another: each started at a time in ``starts`` (clock
+        readings, in order) and ran until the next started; the last ran until ``ended``.
+        Each handled one record, except the last if ``failed`` (it raised).
 
-        def timed_handle(record: Record, ctx: Context) -> object:
+        A call's latency thus includes the loop's own step between two calls (a fraction of a
+        microsecond). A run of calls that fits in the first bucket as a whole is counted there
+        without looking at each call; a slower run is halved until its parts fit a bucket or are
+        single calls. Exact, and cheap when most calls are fast."""
+        calls = len(starts)
+        if not calls:
+            return
+        bounds, counts = LATENCY_BUCKETS, self.latency_counts
+        edges = [*starts, ended]  # call i ran from edges[i] to edges[i + 1]
+        runs = [(0, calls)]  # runs of calls not yet counted: split until each fits a bucket
+        while runs:
+            lo, hi = runs.pop()
+            span = edges[hi] - edges[lo]
+            if span <= bounds[0]:  # so is every call in it: the usual case, the whole run
+                counts[0] += hi - lo
+            elif hi - lo == 1:
+                counts[bisect.bisect_left(bounds, span)] += 1
+            else:  # a slow call is in there: halve (a few slow calls cost a few log2(n) steps)
+                mid = (lo + hi) // 2
+                runs += ((lo, mid), (mid, hi))
+        self.latency_sum += ended - starts[0]
+        self.handled += calls - 1 if failed else calls
+
+    def timed(self, call: Callable[[], object], records: int) -> Callable[[], object]:
+        """``call`` (a handler call over ``records`` records), timed into this tally each time
+        it runs: its records count as handled only if it returned."""
+        clock = time.perf_counter
+
+        def timed_call() -> object:
             started, handled = clock(), 0
             try:
-                result = handle(record, ctx)
-                handled = 1
+                result = call()
+                handled = records
                 return result
             finally:
                 self.observe(clock() - started, handled)
 
-        plugin.handle = timed_handle
-        batch = plugin.handle_batch
-        if batch is not None:
-
-            def timed_batch(records: Sequence[Record], ctx: Context) -> object:
-                started, handled = clock(), 0
-                try:
-                    result = batch(records, ctx)
-                    handled = len(records)
-                    return result
-                finally:
-                    self.observe(clock() - started, handled)
-
-            plugin.handle_batch = timed_batch
+        return timed_call
 
 
 def cached_high_watermark(consumer: Any, topic: str, partition: int) -> int | None:

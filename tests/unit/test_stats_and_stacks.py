@@ -1,4 +1,4 @@
-"""The child's handler statistics (buckets, reports, the timed plugin) and stack dumps (every
+"""The child's handler statistics (buckets, reports, timed calls) and stack dumps (every
 thread, as log lines; which processes catch a signal)."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ import threading
 
 import pytest
 import structlog
+from hypothesis import given
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from marshal_workers.handler import Record
-from marshal_workers.plugin import Plugin
 from marshal_workers.stacks import STACK_DUMP_EVENT, catches_signal, log_stacks, thread_stacks
 from marshal_workers.stats import LATENCY_BUCKETS, StatsTally
 
@@ -56,38 +57,79 @@ class TestStatsTally:
         empty = tally.report(None)
         assert (empty.handled, sum(empty.latency_counts), empty.errors) == (0, 0, ())
 
-    def test_instrument_times_handler_calls_and_counts_successes(self) -> None:
-        """Each call is timed; a record counts as handled only if the call returned."""
-        calls: list[int] = []
+    def test_timed_counts_a_call_and_its_records_only_if_it_returned(self) -> None:
+        """Each run of the timed call is one latency; its records count only if it returned."""
+        outcomes = iter([None, RuntimeError("boom")])
 
-        def handle(record: Record, ctx: object) -> None:
-            calls.append(record.offset)
-            if len(calls) == 2:
-                raise RuntimeError("boom")
+        def call() -> None:
+            outcome = next(outcomes)
+            if outcome is not None:
+                raise outcome
 
-        plugin = Plugin(handle)
         tally = StatsTally()
-        tally.instrument(plugin)
-        plugin.handle(RECORD, None)  # type: ignore[arg-type]
+        timed = tally.timed(call, records=3)  # a batch of three, say
+        timed()
         with pytest.raises(RuntimeError):
-            plugin.handle(RECORD, None)  # type: ignore[arg-type]
+            timed()
         stats = tally.report(None)
-        assert (stats.handled, sum(stats.latency_counts)) == (1, 2)
+        assert (stats.handled, sum(stats.latency_counts)) == (3, 2)
 
-    def test_instrument_counts_a_batch_as_one_call(self) -> None:
-        """handle_batch: one latency per call, every record of it handled."""
-
-        class Batcher:
-            def handle_batch(self, records: list[Record], ctx: object) -> None:
-                pass
-
-        plugin = Plugin(Batcher)
+    def test_a_fast_run_of_calls_counts_in_the_first_bucket(self) -> None:
+        """Calls whose whole run fits in the first bound: each in the first bucket."""
         tally = StatsTally()
-        tally.instrument(plugin)
-        assert plugin.handle_batch is not None
-        plugin.handle_batch([RECORD, RECORD, RECORD], None)  # type: ignore[arg-type]
+        step = LATENCY_BUCKETS[0] / 10
+        tally.observe_calls([1.0, 1.0 + step, 1.0 + 2 * step], ended=1.0 + 3 * step)
         stats = tally.report(None)
-        assert (stats.handled, sum(stats.latency_counts)) == (3, 1)
+        assert stats.latency_counts[0] == 3 and sum(stats.latency_counts) == 3
+        assert stats.handled == 3
+        assert stats.latency_sum == pytest.approx(3 * step)
+
+    def test_a_slow_run_of_calls_is_binned_call_by_call(self) -> None:
+        """Each call lasts until the next one starts (the last until ``ended``); a failed last
+        call is timed but its record is not handled."""
+        tally = StatsTally()
+        fast, slow = LATENCY_BUCKETS[0] / 2, LATENCY_BUCKETS[-1] * 2
+        middling = (LATENCY_BUCKETS[0] + LATENCY_BUCKETS[1]) / 2
+        starts = [0.0, fast, fast + slow]
+        tally.observe_calls(starts, ended=fast + slow + middling, failed=True)
+        stats = tally.report(None)
+        assert stats.latency_counts[0] == 1  # the fast one
+        assert stats.latency_counts[-1] == 1  # beyond the last bound: +Inf
+        assert stats.latency_counts[1] == 1  # between the first and second bounds
+        assert stats.handled == 2
+
+    @given(
+        st.lists(
+            st.sampled_from([0.0, 1e-6, 1e-4, *LATENCY_BUCKETS, 0.003, 0.7, 45.0]),
+            min_size=1,
+            max_size=60,
+        ),
+        st.booleans(),
+    )
+    def test_binning_a_run_equals_binning_each_call(
+        self, durations: list[float], failed: bool
+    ) -> None:
+        """Whatever the mix of fast and slow calls, each lands in the bucket of its own
+        duration (the run's halving is only a shortcut)."""
+        starts = [0.0]
+        for duration in durations[:-1]:
+            starts.append(starts[-1] + duration)
+        ended = starts[-1] + durations[-1]
+        tally, naive = StatsTally(), StatsTally()
+        tally.observe_calls(starts, ended, failed=failed)
+        for i, started in enumerate(starts):
+            until = starts[i + 1] if i + 1 < len(starts) else ended
+            naive.observe(until - started, 0 if failed and i == len(starts) - 1 else 1)
+        got, want = tally.report(None), naive.report(None)
+        assert got.latency_counts == want.latency_counts
+        assert got.handled == want.handled
+        assert got.latency_sum == pytest.approx(want.latency_sum)
+
+    def test_no_calls_count_nothing(self) -> None:
+        tally = StatsTally()
+        tally.observe_calls([], ended=5.0)
+        stats = tally.report(None)
+        assert (stats.handled, sum(stats.latency_counts), stats.latency_sum) == (0, 0, 0.0)
 
 
 def _park(event: threading.Event) -> None:
