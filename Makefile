@@ -34,6 +34,7 @@ demo: kafka-jars ## The main job on local defaults: a local Kafka, sample data, 
 
 bench: kafka-jars ## Benchmarks (several minutes; each starts its own local Kafka): figures, never assertions
 	$(BIN)/python bench/fold_and_catch_up.py
+	$(BIN)/python bench/hot_path.py
 	$(BIN)/python bench/runtime.py
 
 clean:

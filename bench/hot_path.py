@@ -1,0 +1,138 @@
+"""Benchmark: the Python cost per record of a child's hot path, piece by piece, without Kafka.
+
+    .venv/bin/python bench/hot_path.py [--records 500] [--repeat 400]
+
+Builds ``--records`` confluent-kafka ``Message`` objects in memory (no broker: what is measured
+is only the Python work after ``consume()`` returned) and runs the same trivial handler
+(`bench.handlers.count`) over them in steps, each adding one thing a child does to the plain
+loop before it; the last step is the child's own code (`consume`'s wrapping and
+`ChildLoop._handle`, ALO). Each figure is the best of five timings of ``--repeat`` batches,
+in ns per record, with what the step adds to the one before. Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.handlers import count
+from marshal_workers.childloop import ChildLoop
+from marshal_workers.lease import SharedLease
+from marshal_workers.plugin import Plugin
+from marshal_workers.rationalizer import Mode
+from marshal_workers.record import FetchedRecord
+from marshal_workers.stats import StatsTally
+
+
+def messages(n: int) -> list[Any]:
+    return [
+        Message(
+            topic="t",
+            partition=0,
+            offset=i,
+            key=None,
+            value=b"x" * 100,
+            headers=None,
+            timestamp=(TIMESTAMP_LOG_APPEND_TIME, 1_700_000_000_000 + i),
+        )
+        for i in range(n)
+    ]
+
+
+def ns_per_record(step: Callable[[], object], n: int, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(repeat):
+            step()
+        best = min(best, (time.perf_counter() - started) / repeat / n)
+    return best * 1e9
+
+
+def child_loop(lease: SharedLease) -> ChildLoop:
+    """A `ChildLoop` with just what `_handle` uses (ALO, the count handler, a long lease)."""
+
+    class Spec:
+        mode = Mode.ALO
+
+    loop = ChildLoop.__new__(ChildLoop)
+    loop.spec = Spec()  # type: ignore[assignment]
+    loop.plugin = Plugin(count)
+    loop.ctx = None  # type: ignore[assignment]
+    loop.lease = lease
+    loop.stats = StatsTally()
+    loop.handled = 0
+    loop.next_offset = 0
+    return loop
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=500, help="records per batch")
+    parser.add_argument("--repeat", type=int, default=400, help="batches per timing")
+    args = parser.parse_args()
+    msgs = messages(args.records)
+    lease = SharedLease(multiprocessing.get_context("spawn"))
+    lease.extend_to(time.monotonic() + 3600)
+    cell, clock = lease.cell, time.monotonic
+    loop = child_loop(lease)
+
+    def plain() -> None:
+        for m in msgs:
+            if m.error() is None:
+                count(m, None)
+
+    def wrapped() -> None:
+        for r in [FetchedRecord(m) for m in msgs if m.error() is None]:
+            count(r, None)
+
+    def lease_checked() -> None:
+        for r in [FetchedRecord(m) for m in msgs if m.error() is None]:
+            if clock() >= cell.value:
+                raise SystemExit("lease")
+            count(r, None)
+
+    def stamped() -> None:
+        starts: list[float] = []
+        for r in [FetchedRecord(m) for m in msgs if m.error() is None]:
+            now = clock()
+            if now >= cell.value:
+                raise SystemExit("lease")
+            starts.append(now)
+            count(r, None)
+        loop.stats.observe_calls(starts, clock())
+
+    def child() -> None:
+        loop._handle([FetchedRecord(m) for m in msgs if m.error() is None])
+
+    steps = [
+        ("plain loop: error check + handler(Message)", plain),
+        ("+ a FetchedRecord per message (handler reads .value)", wrapped),
+        ("+ the lease check before each call", lease_checked),
+        ("+ a clock reading kept per call, binned per run", stamped),
+        ("the child's own code (ChildLoop._handle, ALO)", child),
+    ]
+    print(f"{args.records} records per batch, best of 5 x {args.repeat} batches, ns/record")
+    before = None
+    first = None
+    for label, step in steps:
+        ns = ns_per_record(step, args.records, args.repeat)
+        first = ns if first is None else first
+        added = "" if before is None else f"  ({ns - before:+.0f})"
+        print(f"  {label:55} {ns:6.0f}{added}")
+        before = ns
+    assert first is not None and before is not None
+    print(f"  child over plain: {before - first:+.0f} ns/record ({before / first:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
