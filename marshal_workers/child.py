@@ -71,15 +71,15 @@ from typing import Any, NoReturn
 
 import structlog
 
-from marshal_workers.childloop import (
+from marshal_workers.childexit import (
     EXIT_HANDLER_FAILED,
     EXIT_KAFKA,
     EXIT_LEASE_EXPIRED,
     EXIT_NOT_GRANTED,
     EXIT_PARENT_GONE,
     EXIT_SETUP,
-    ChildLoop,
 )
+from marshal_workers.childloop import ChildLoop
 from marshal_workers.fencing import (
     REASON_LEASE_EXPIRED,
     REASON_PARENT_GONE,

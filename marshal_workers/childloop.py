@@ -1,10 +1,11 @@
 """A child's main thread: set up the handler and consumer, then fetch, (AMO: ask), handle,
 report, until told to stop or fenced.
 
-`ChildLoop` checks its lease before every batch and every handler call, applies the failure
-policy (retries, then dlq, skip or stop: `failures`), and unwinds to one shutdown path that
-tears the plugin down and tells the supervisor where it stopped. Exit codes (the protocol
-between child and supervisor) are listed in `child`'s docstring and defined here.
+`ChildLoop` checks its lease before every batch and every handler call, hands a failing call
+to the failure policy (retries, then dlq, skip or stop: `childfailures`), and unwinds to one
+shutdown path that tears the plugin down and tells the supervisor where it stopped. Exit codes
+(the protocol between child and supervisor) are listed in `child`'s docstring and defined in
+`childexit`.
 """
 
 from __future__ import annotations
@@ -12,26 +13,28 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
 from functools import partial
 from multiprocessing.connection import Connection
-from typing import Any, NoReturn
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
 
+from marshal_workers.childexit import (
+    EXIT_KAFKA,
+    EXIT_LEASE_EXPIRED,
+    EXIT_NOT_GRANTED,
+    EXIT_PARENT_GONE,
+    EXIT_SETUP,
+    ChildExit,
+)
+from marshal_workers.childfailures import FailureHandling, failed_once
 from marshal_workers.consume import ConsumerSetupError, FatalKafkaError, fetch, open_consumer
-from marshal_workers.dlq import DeadLetterError, DeadLetters, topic_exists
+from marshal_workers.dlq import DeadLetters
 from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME
 from marshal_workers.failures import (
-    CAUSE_DLQ_FAILED,
-    Failure,
     FailurePolicy,
     OnFailure,
     PoisonRate,
-    Verdict,
-    attempt,
-    decide,
-    dlq_topic_for,
 )
 from marshal_workers.fencing import (
     REASON_LEASE_EXPIRED,
@@ -43,7 +46,6 @@ from marshal_workers.ipc import (
     DumpStacks,
     Grant,
     GrantRequest,
-    HandlerFailed,
     Progress,
     Started,
     Stop,
@@ -57,45 +59,14 @@ from marshal_workers.rationalizer import Mode
 from marshal_workers.stacks import log_stacks
 from marshal_workers.stats import StatsTally, cached_high_watermark
 
-EXIT_HANDLER_FAILED = 4
-EXIT_LEASE_EXPIRED = 5
-EXIT_PARENT_GONE = 6
-EXIT_NOT_GRANTED = 7
-EXIT_SETUP = 8
-EXIT_KAFKA = 9
-
 GRANT_POLL_S = 0.05
 # ALO, while full batches keep coming: the least time between two `Progress` (the supervisor
 # heartbeats only every HB/2, and each message costs it a loop turn). A short batch (caught up),
 # a failure, a retry or the end always reports at once.
 PROGRESS_INTERVAL_S = 0.05
-RETRY_POLL_S = 0.05
 
 
-def _failed_once(error: Exception, call: Callable[[], object]) -> Callable[[], object]:
-    """``call``, whose first attempt already raised ``error``: the first call raises it again
-    (without running the handler twice), later calls (the retries) run ``call``."""
-    pending = [error]
-
-    def again() -> object:
-        if pending:
-            raise pending.pop()
-        return call()
-
-    return again
-
-
-class _Exit(Exception):  # noqa: N818 (control flow, not an error)
-    """Unwinds the child's loop to its shutdown, with the exit code and teardown reason."""
-
-    def __init__(self, code: int, reason: str, final: ToSupervisor | None = None) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-        self.final = final
-
-
-class ChildLoop:
+class ChildLoop(FailureHandling):
     """The child's main thread: setup, the fetch-handle loop, shutdown."""
 
     def __init__(self, spec: ChildSpec, lease: SharedLease, conn: Connection, log: Any) -> None:
@@ -135,12 +106,12 @@ class ChildLoop:
         try:
             self._setup()
             self._loop()
-        except _Exit as end:
+        except ChildExit as end:
             return self._shutdown(end)
         except Exception:
             self.log.exception("child_crashed")
-            return self._shutdown(_Exit(EXIT_RUNTIME, "crash"))
-        raise AssertionError("the loop only ends by _Exit")  # pragma: no cover
+            return self._shutdown(ChildExit(EXIT_RUNTIME, "crash"))
+        raise AssertionError("the loop only ends by ChildExit")  # pragma: no cover
 
     def _setup(self) -> None:
         try:
@@ -152,25 +123,25 @@ class ChildLoop:
             )
         except ValueError as exc:
             self.log.error("bad_error_policy", error=str(exc))
-            raise _Exit(EXIT_SETUP, "setup_failed") from None
+            raise ChildExit(EXIT_SETUP, "setup_failed") from None
         try:
             plugin = Plugin(load_handler(self.spec.handler))
             plugin.setup(self.ctx)
         except LoadError as exc:
             self.log.error("handler_load_failed", handler=self.spec.handler, error=str(exc))
-            raise _Exit(EXIT_SETUP, "setup_failed") from None
+            raise ChildExit(EXIT_SETUP, "setup_failed") from None
         except Exception as exc:
             self.log.exception("handler_setup_failed", handler=self.spec.handler, error=repr(exc))
-            raise _Exit(EXIT_SETUP, "setup_failed") from None
+            raise ChildExit(EXIT_SETUP, "setup_failed") from None
         self.plugin = plugin
         try:
             self.consumer, position = open_consumer(self.spec)
         except ConsumerSetupError as exc:
             self.log.error("consumer_setup_failed", error=str(exc))
-            raise _Exit(EXIT_SETUP, "setup_failed") from None
+            raise ChildExit(EXIT_SETUP, "setup_failed") from None
         except KafkaException as exc:
             self.log.error("kafka_failed", error=str(exc))
-            raise _Exit(EXIT_KAFKA, "kafka_failed") from None
+            raise ChildExit(EXIT_KAFKA, "kafka_failed") from None
         self.next_offset = self.reported = position
         if self.policy.on_failure is OnFailure.DLQ:
             self._open_dead_letters()
@@ -187,7 +158,7 @@ class ChildLoop:
                 records = fetch(self.consumer, self.spec, self.log)
             except (FatalKafkaError, KafkaException) as exc:
                 self.log.error("kafka_failed", error=str(exc))
-                raise _Exit(EXIT_KAFKA, "kafka_failed") from None
+                raise ChildExit(EXIT_KAFKA, "kafka_failed") from None
             if not records:
                 self._report_progress()  # caught up (ALO): what is handled is reported
                 continue
@@ -252,115 +223,11 @@ class ChildLoop:
         if error is not None:
             record = records[start + done]
             retry = self.stats.timed(partial(handle, record, ctx), 1)
-            self._handle_unit([record], _failed_once(error, retry))
+            self._handle_unit([record], failed_once(error, retry))
             if self.spec.mode == Mode.ALO:
                 self.next_offset = record.offset + 1
             return start + calls
         return len(records)
-
-    def _handle_unit(self, unit: Sequence[Record], call: Callable[[], object]) -> None:
-        """Handle one record (or a batch) with retries; settle it by the policy if it fails.
-
-        Returns once the unit is handled, dead-lettered or skipped; otherwise ends the child."""
-        failure = attempt(
-            call,
-            self.policy,
-            before_attempt=self._require_lease,
-            wait=partial(self._retry_wait, unit),
-        )
-        if failure is None:
-            self.handled += len(unit)
-            return
-        verdict = decide(self.policy, failure, self.poison, time.monotonic())
-        if verdict.action is OnFailure.DLQ:
-            self._dead_letter(unit, failure)
-        elif verdict.action is OnFailure.SKIP:
-            self.stats.error("skip")
-            self.skipped += len(unit)
-            self.log.warning(
-                "handler_failed_record_skipped",
-                offset=unit[0].offset,
-                last_offset=unit[-1].offset,
-                records=len(unit),
-                attempts=failure.attempts,
-                error=failure.summary,
-                exc_info=failure.error,
-            )
-        else:
-            self._failed(unit[0], failure, verdict)  # the supervisor counts stops
-
-    def _retry_wait(
-        self, unit: Sequence[Record], seconds: float, error: Exception, attempt_no: int
-    ) -> bool:
-        """Wait ``seconds`` before the next attempt, checking the lease and the pipe throughout;
-        False to give up retrying (AMO: `Stop` came). ALO: `Stop` ends the child here."""
-        if self.stop_requested:
-            return False
-        self.stats.error("retry")
-        self.log.warning(
-            "handler_attempt_failed",
-            offset=unit[0].offset,
-            last_offset=unit[-1].offset,
-            attempt=attempt_no,
-            attempts=self.policy.retries + 1,
-            retry_in=round(seconds, 3),
-            error=f"{type(error).__name__}: {error}",
-        )
-        self._report_progress()  # what came before the failing record is safe to commit now
-        until = time.monotonic() + seconds
-        while (left := until - time.monotonic()) > 0:
-            self._require_lease()
-            self._send_stats()
-            msg = self._receive(min(RETRY_POLL_S, left))
-            if isinstance(msg, Stop):
-                if self.spec.mode == Mode.ALO:
-                    self.log.info("stop_during_retry", offset=self.next_offset)
-                    raise _Exit(EXIT_OK, "stop", Stopped(self.next_offset))
-                self.log.info("stop_during_retry_retries_cut_short")
-                self.stop_requested = True
-                return False
-            if isinstance(msg, DumpStacks):
-                log_stacks(self.log, "stack_dump")
-            elif msg is not None:
-                self.log.warning("unexpected_message", message=repr(msg))
-        self._require_lease()
-        return True
-
-    def _open_dead_letters(self) -> None:
-        """on_failure dlq: prepare the producer's home, and warn now if its topic is missing."""
-        topic = dlq_topic_for(self.spec.dlq_topic, self.spec.topic)
-        self.dead_letters = DeadLetters(self.spec, topic)
-        try:
-            exists = self.consumer is None or topic_exists(self.consumer, topic)
-        except KafkaException as exc:
-            self.log.warning("dlq_topic_unchecked", dlq_topic=topic, error=str(exc))
-            return
-        if not exists:
-            self.log.warning(
-                "dlq_topic_missing",
-                dlq_topic=topic,
-                consequence="a failing record will stop the child instead (create the topic)",
-            )
-
-    def _dead_letter(self, unit: Sequence[Record], failure: Failure) -> None:
-        """Write the unit's records to the dead-letter topic and wait for the broker's ack;
-        if that fails, the child stops (the records are not counted as handled)."""
-        assert self.dead_letters is not None
-        try:
-            self.dead_letters.write(unit, failure, check=self._require_lease)
-        except DeadLetterError as exc:
-            self._failed(unit[0], failure, Verdict(OnFailure.STOP, CAUSE_DLQ_FAILED, str(exc)))
-        self.stats.error("dlq")
-        self.dead_lettered += len(unit)
-        self.log.warning(
-            "handler_failed_record_dead_lettered",
-            offset=unit[0].offset,
-            last_offset=unit[-1].offset,
-            records=len(unit),
-            dlq_topic=self.dead_letters.topic,
-            attempts=failure.attempts,
-            error=failure.summary,  # the traceback is in the dead letter's headers
-        )
 
     def _await_grant(self, records: list[Record]) -> None:
         """AMO: ask to handle the batch and wait for the answer; return only if granted."""
@@ -372,7 +239,7 @@ class ChildLoop:
             self.log.warning(
                 "grant_refused", start=request.start, end=request.end, reason=grant.reason
             )
-            raise _Exit(EXIT_NOT_GRANTED, "not_granted")
+            raise ChildExit(EXIT_NOT_GRANTED, "not_granted")
         self.next_offset = request.end
 
     def _grant_for(self, request: GrantRequest) -> Grant:
@@ -384,7 +251,7 @@ class ChildLoop:
                 return msg
             if isinstance(msg, Stop):
                 self.log.info("stop_while_awaiting_grant", start=request.start, end=request.end)
-                raise _Exit(EXIT_OK, "stop", Stopped(self.next_offset))
+                raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
             if isinstance(msg, DumpStacks):
                 log_stacks(self.log, "stack_dump")
             elif msg is not None:
@@ -393,10 +260,10 @@ class ChildLoop:
     def _read_stop(self) -> None:
         """Drain the pipe; on `Stop`, end with `Stopped` (the batch in hand is already done)."""
         if self.stop_requested:
-            raise _Exit(EXIT_OK, "stop", Stopped(self.next_offset))
+            raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
         while (msg := self._receive(0.0)) is not None:
             if isinstance(msg, Stop):
-                raise _Exit(EXIT_OK, "stop", Stopped(self.next_offset))
+                raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
             if isinstance(msg, DumpStacks):
                 log_stacks(self.log, "stack_dump")
                 continue
@@ -405,37 +272,7 @@ class ChildLoop:
     def _require_lease(self) -> None:
         if not self.lease.valid():
             self.log.warning("lease_expired", deadline=self.lease.deadline)
-            raise _Exit(EXIT_LEASE_EXPIRED, REASON_LEASE_EXPIRED)
-
-    def _failed(self, record: Record, failure: Failure, verdict: Verdict) -> NoReturn:
-        """Stop: report `HandlerFailed` (ALO: after `Progress` up to the record) and end."""
-        lost = {}
-        if self.spec.mode == Mode.AMO and self.next_offset is not None:
-            lost = {"lost_offsets": f"{record.offset}-{self.next_offset - 1}"}  # granted batch
-        self.log.error(  # the logger is bound with the topic and partition
-            "handler_failed_child_stops",
-            offset=record.offset,
-            attempts=failure.attempts,
-            error=failure.summary,
-            cause=verdict.cause,
-            detail=verdict.detail,
-            next="the supervisor restarts the child with backoff; after max_handler_failures "
-            "it releases the partition and stops its child",
-            **lost,
-            exc_info=failure.error,
-        )
-        self._report_progress()
-        self._send(
-            HandlerFailed(
-                record.offset,
-                failure.summary,
-                failure.traceback,
-                attempts=failure.attempts,
-                handled=self.handled,
-                cause=verdict.cause,
-            )
-        )
-        raise _Exit(EXIT_HANDLER_FAILED, "handler_failed")
+            raise ChildExit(EXIT_LEASE_EXPIRED, REASON_LEASE_EXPIRED)
 
     def _report_progress(self) -> None:
         """ALO: send `Progress` if records were handled since the last one."""
@@ -463,21 +300,21 @@ class ChildLoop:
                 return None
             msg: ToChild = self.conn.recv()
         except (EOFError, OSError):
-            raise _Exit(EXIT_PARENT_GONE, REASON_PARENT_GONE) from None
+            raise ChildExit(EXIT_PARENT_GONE, REASON_PARENT_GONE) from None
         return msg
 
     def _send(self, msg: ToSupervisor) -> None:
         try:
             self.conn.send(msg)
         except OSError:
-            raise _Exit(EXIT_PARENT_GONE, REASON_PARENT_GONE) from None
+            raise ChildExit(EXIT_PARENT_GONE, REASON_PARENT_GONE) from None
 
-    def _shutdown(self, end: _Exit) -> int:
+    def _shutdown(self, end: ChildExit) -> int:
         """Report what was done, tear the plugin down, send the final message, close."""
         if end.reason != REASON_PARENT_GONE:
-            with contextlib.suppress(_Exit):
+            with contextlib.suppress(ChildExit):
                 self._report_progress()
-            with contextlib.suppress(_Exit):
+            with contextlib.suppress(ChildExit):
                 self._send_stats(final=True)
         if self.plugin is not None:
             try:
@@ -485,7 +322,7 @@ class ChildLoop:
             except Exception:
                 self.log.exception("handler_teardown_failed", reason=end.reason)
         if end.final is not None:
-            with contextlib.suppress(_Exit):
+            with contextlib.suppress(ChildExit):
                 self._send(end.final)
         if self.consumer is not None:
             try:
