@@ -17,10 +17,11 @@ from marshal_workers.config import RunConfig
 from marshal_workers.coordination import Coordinator
 from marshal_workers.memlog import MemoryLog, MemoryTopic
 from marshal_workers.observe import Observer
+from marshal_workers.operator_requests import pause_by_other
 from marshal_workers.protocol import ClaimingPartition, ClaimKey, ReleasingPartition, decode
 from marshal_workers.rationalizer import Mode, RationalizerConfig, World, fold
 from marshal_workers.reader import LogReader
-from marshal_workers.supervisor import Supervisor, pause_by_other
+from marshal_workers.supervisor import Supervisor
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
 from tests.support import pause, record
 
