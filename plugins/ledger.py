@@ -2,12 +2,19 @@
 
 Use it as ``--handler plugins.ledger:handle``. For each record it appends one JSON line
 
-    {"topic", "partition", "offset", "client_id", "pid", "token", "start", "end"}
+    {"topic", "partition", "offset", "client_id", "pid", "token", "start", "end",
+     "group", "instance_id"}
 
 to ``$MARSHAL_LEDGER_DIR/ledger-<pid>.jsonl`` (one file per process, opened with O_APPEND, one
 ``write`` per line, so a line is on disk before the next record starts). ``start`` and ``end``
-are ``time.time()`` around the (optional) simulated work; ``token`` is the claim's fencing token.
+are ``time.time()`` around the (optional) simulated work; ``token`` is the claim's fencing token;
+``group`` and ``instance_id`` are the consumer group and the supervisor instance the claim
+belongs to, so that marshal-audit can tell two instances of one client (restart recovery)
+apart under one token, and attribute a row to its group without guessing from the claims.
 A record whose handling fails or never finishes leaves no line.
+
+Ledgers written before ``group`` and ``instance_id`` existed are still read: `read_ledger`
+gives such rows ``None`` for both, so every `LedgerRow` has every key.
 
 Environment (read once per process):
 
@@ -45,7 +52,11 @@ FAIL_ENV = "MARSHAL_LEDGER_FAIL_AT_OFFSET"
 
 
 class LedgerRow(TypedDict):
-    """One processed record."""
+    """One processed record.
+
+    ``group`` and ``instance_id`` are ``None`` only in rows of older ledger files, which did
+    not write them (`read_ledger` fills them in), so readers never need ``.get``.
+    """
 
     topic: str
     partition: int
@@ -55,6 +66,8 @@ class LedgerRow(TypedDict):
     token: int
     start: float
     end: float
+    group: str | None
+    instance_id: str | None
 
 
 Coordinates = tuple[str, int, int]  # topic, partition, offset
@@ -114,6 +127,8 @@ def handle(record: Record, ctx: Context) -> None:
         "token": ctx.fencing_token,
         "start": start,
         "end": time.time(),
+        "group": ctx.group_id,
+        "instance_id": ctx.instance_id,
     }
     os.write(settings.fd, (json.dumps(row) + "\n").encode())
 
@@ -121,15 +136,24 @@ def handle(record: Record, ctx: Context) -> None:
 def read_ledger(directory: str | os.PathLike[str]) -> list[LedgerRow]:
     """Every row of every ledger file in ``directory``, by (topic, partition, offset, start).
 
-    A last line without its newline (a process killed mid-write) is skipped.
+    A last line without its newline (a process killed mid-write) is skipped. Rows of older
+    ledgers, written without ``group`` and ``instance_id``, get ``None`` for them.
     """
     rows: list[LedgerRow] = []
     for path in sorted(Path(directory).glob("ledger-*.jsonl")):
         text = path.read_text()
         complete = text if text.endswith("\n") else text[: text.rfind("\n") + 1]
-        rows.extend(json.loads(line) for line in complete.splitlines() if line)
+        rows.extend(_row(line) for line in complete.splitlines() if line)
     rows.sort(key=lambda r: (r["topic"], r["partition"], r["offset"], r["start"]))
     return rows
+
+
+def _row(line: str) -> LedgerRow:
+    """One ledger line, with the fields older ledgers lack set to None."""
+    row: LedgerRow = json.loads(line)
+    row.setdefault("group", None)
+    row.setdefault("instance_id", None)
+    return row
 
 
 def find_duplicates(rows: Iterable[LedgerRow]) -> dict[Coordinates, list[LedgerRow]]:

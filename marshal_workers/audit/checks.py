@@ -9,7 +9,11 @@ data partition and consumer group:
   ended (release, or last valid heartbeat + 2*HB). Log times are whole milliseconds, so an
   interval covers up to its end + 1 ms. A token that no claim of that client carries is zombie
   work too, unless the coordination log had gaps (compaction): then the claim may simply be
-  gone from the log, and the row is counted as *unverifiable* instead.
+  gone from the log, and the row is counted as *unverifiable* instead. A row that names its
+  ``instance_id`` is covered only by that instance's intervals: under one token, a restarted
+  client's new instance holds the claim from its takeover heartbeat on, and the old instance
+  only until then (``replaced``), so either working in the other's time is zombie work. Rows
+  of older ledgers, without an instance id, are covered by any instance of their client.
 - **overlap**: rows of two processes of one group whose handling overlapped in time.
 - **amo_duplicate** (AMO groups): an offset handled more than once, unless the pausing admin
   held the partition in between (``set-position`` rewound it on purpose).
@@ -21,6 +25,13 @@ data partition and consumer group:
 host's time, for ledgers written on hosts whose clocks differ from the broker's.
 The window (``--since``/``--until``) selects the rows checked for zombie work, overlaps and
 duplicates; every row counts as handled for the ALO check.
+
+Each row is checked within one group: that of its client's claim with its token when there
+is one (tokens are unique per data partition, since every group's claims on it share one home
+coordination partition), else the group the row names, else that of another client's claim
+with its token, else the partition's only group, if it has one. Older ledgers name no group,
+so their rows that no claim explains, on a partition several groups consume, belong to no
+group (and ``--group`` never reports them).
 """
 
 from __future__ import annotations
@@ -30,14 +41,17 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.tables import Row, Window
 
 
 class LedgerEntry(NamedTuple):
-    """One ledger row (see plugins/ledger.py)."""
+    """One ledger row (see plugins/ledger.py).
+
+    ``group`` and ``instance_id`` are None in rows of older ledgers, which did not write
+    them; every other field is required (a row without one is an incomplete line)."""
 
     topic: str
     partition: int
@@ -47,6 +61,13 @@ class LedgerEntry(NamedTuple):
     token: int
     start: float
     end: float
+    group: str | None = None
+    instance_id: str | None = None
+
+
+OPTIONAL_FIELDS: Final = ("group", "instance_id")
+"""Ledger fields older ledgers lack: their absence does not make a line incomplete."""
+REQUIRED_FIELDS: Final = tuple(f for f in LedgerEntry._fields if f not in OPTIONAL_FIELDS)
 
 
 class Span(NamedTuple):
@@ -133,6 +154,19 @@ def _who(row: LedgerEntry) -> str:
     return f"{row.topic}[{row.partition}]@{row.offset} by {row.client_id} pid {row.pid}"
 
 
+def _owner(row: LedgerEntry, spans: Sequence[Span], clients: Sequence[Span]) -> str:
+    """Whose the row's token is, when no interval of the row's instance carries it."""
+    if clients:
+        held = ", ".join(sorted({s.instance_id for s in clients}))
+        return (
+            f"is {row.client_id}'s claim on this partition, held by instance {held}, "
+            f"never by instance {row.instance_id}"
+        )
+    if spans:
+        return f"is {spans[0].client_id}'s claim on this partition"
+    return "matches no claim on this partition"
+
+
 class _Partition:
     """The checks of one data partition."""
 
@@ -156,20 +190,30 @@ class _Partition:
     def _in_window(self, row: LedgerEntry) -> bool:
         return self.window.wants_time(int(row.start * 1000))
 
+    def _group_of(
+        self, row: LedgerEntry, spans: Sequence[Span], clients: Sequence[Span]
+    ) -> str | None:
+        """The row's group: its client's claim's, else the one it names, else a guess."""
+        if clients:
+            return clients[0].group
+        if row.group is not None:
+            return row.group
+        return spans[0].group if spans else self.only_group
+
     def zombie(self, row: LedgerEntry) -> str | None:
-        """Check one row's claim; return the row's group (None if no claim explains it)."""
+        """Check one row's claim; return the row's group (None if nothing tells it)."""
         spans = self.by_token.get(row.token, [])
-        mine = [s for s in spans if s.client_id == row.client_id]
-        group = mine[0].group if mine else spans[0].group if spans else self.only_group
+        clients = [s for s in spans if s.client_id == row.client_id]
+        group = self._group_of(row, spans, clients)
         if not (self._in_window(row) and self.window.wants_group(group)):
             return group
         self.stats.checked += 1
+        mine = [s for s in clients if row.instance_id in (None, s.instance_id)]
         if not mine:
             if not spans and self.gapped:
                 self.stats.unverifiable += 1
                 return group
-            owner = f"is {spans[0].client_id}'s claim" if spans else "matches no claim"
-            detail = f"{_who(row)}: token {row.token} {owner} on this partition"
+            detail = f"{_who(row)}: token {row.token} {_owner(row, spans, clients)}"
             self._add("zombie_work", group, row, detail, spans)
             return group
         start_ms = min(s.start_ms for s in mine)
@@ -179,9 +223,10 @@ class _Partition:
         late = end_ms is not None and row.end > (end_ms + 1) / 1000 + self.tol
         if early or late:
             until = "still held" if end_ms is None else f"until {end_ms / 1000:.3f}"
+            whose = "" if row.instance_id is None else f" (instance {row.instance_id})"
             detail = (
                 f"{_who(row)}: handled {row.start:.3f}-{row.end:.3f} but claim token "
-                f"{row.token} was valid from {start_ms / 1000:.3f} {until}"
+                f"{row.token}{whose} was valid from {start_ms / 1000:.3f} {until}"
             )
             self._add("zombie_work", group, row, detail, mine)
         return group

@@ -1,10 +1,12 @@
 """Ledgers: what the handlers say they processed (the format of plugins/ledger.py).
 
-One JSON object per line: ``topic, partition, offset, client_id, pid, token, start, end``
-(``start``/``end``: the handler host's ``time.time()``). A ``--ledger`` path is a file, or a
-directory whose ``*.jsonl`` files are all read; ``--ledger-topic`` reads the same lines as the
-values of a Kafka topic. A line that is not a complete row (a process killed mid-write) is
-counted and skipped, never fatal.
+One JSON object per line: ``topic, partition, offset, client_id, pid, token, start, end,
+group, instance_id`` (``start``/``end``: the handler host's ``time.time()``). A ``--ledger``
+path is a file, or a directory whose ``*.jsonl`` files are all read; ``--ledger-topic`` reads
+the same lines as the values of a Kafka topic. A line that is not a complete row (a process
+killed mid-write) is counted and skipped, never fatal. ``group`` and ``instance_id`` are
+optional: ledgers written before they existed lack them, and their rows are read with None
+there (on both paths: the Spark schema names them, so a missing key is a null).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from marshal_workers.audit.checks import LedgerEntry
+from marshal_workers.audit.checks import REQUIRED_FIELDS, LedgerEntry
 from marshal_workers.audit.exitcodes import AuditUsageError
 
 if TYPE_CHECKING:
@@ -22,9 +24,9 @@ if TYPE_CHECKING:
 
 LEDGER_DDL: Final = (
     "`topic` string, `partition` long, `offset` long, `client_id` string, `pid` long, "
-    "`token` long, `start` double, `end` double"
+    "`token` long, `start` double, `end` double, `group` string, `instance_id` string"
 )
-_REQUIRED: Final = " AND ".join(f"`{f}` IS NOT NULL" for f in LedgerEntry._fields)
+_REQUIRED: Final = " AND ".join(f"`{f}` IS NOT NULL" for f in REQUIRED_FIELDS)
 
 
 def ledger_files(paths: Iterable[Path]) -> list[Path]:
@@ -47,9 +49,20 @@ def parse_line(line: str) -> LedgerEntry | None:
         return LedgerEntry(
             str(obj["topic"]), int(obj["partition"]), int(obj["offset"]), str(obj["client_id"]),
             int(obj["pid"]), int(obj["token"]), float(obj["start"]), float(obj["end"]),
+            _optional_str(obj.get("group")), _optional_str(obj.get("instance_id")),
         )  # fmt: skip
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def _optional_str(value: object) -> str | None:
+    """An optional field (absent or null in older ledgers: None)."""
+    return None if value is None else str(value)
+
+
+def is_complete(entry: LedgerEntry) -> bool:
+    """Whether a row read by Spark has every required field (optional ones may be null)."""
+    return all(getattr(entry, name) is not None for name in REQUIRED_FIELDS)
 
 
 def read_entries(files: Sequence[Path]) -> tuple[list[LedgerEntry], int]:
@@ -90,7 +103,8 @@ def spark_topic(spark: SparkSession, bootstrap_servers: str, topic: str) -> Data
 
 
 def complete(frame: DataFrame) -> DataFrame:
-    """Only the complete rows of a ledger DataFrame."""
+    """Only the complete rows of a ledger DataFrame (older rows without the optional fields
+    included)."""
     return frame.where(_REQUIRED)
 
 

@@ -131,7 +131,7 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
     ),
     "violations": (
         ("kind", "string", "zombie_work, overlap, amo_duplicate or alo_gap"),
-        ("group", "string", "consumer group (null if no claim explains the record)"),
+        ("group", "string", "consumer group (null if neither a claim nor the row names it)"),
         ("topic", "string", "data topic"),
         ("partition", "long", "data partition"),
         ("offset", "long", "the record's offset (alo_gap: first missing offset)"),

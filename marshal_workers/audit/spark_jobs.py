@@ -25,7 +25,7 @@ from marshal_workers.audit import arrow
 from marshal_workers.audit.checks import CheckStats, ClaimIndex, LedgerEntry, check_partition
 from marshal_workers.audit.finalize import add_lag
 from marshal_workers.audit.fold import FoldSettings, fold_batches
-from marshal_workers.audit.ledger import entries_of
+from marshal_workers.audit.ledger import entries_of, is_complete
 from marshal_workers.audit.schema import PACKED_DDL, columns, ddl
 from marshal_workers.audit.tables import Row, Window
 
@@ -144,7 +144,7 @@ def _check_batches(
     incomplete = 0
     for batch in batches:
         for entry in entries_of(batch):
-            if None in entry:
+            if not is_complete(entry):  # a torn line; older rows lack only optional fields
                 incomplete += 1
                 continue
             key = (entry.topic, entry.partition)

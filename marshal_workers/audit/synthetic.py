@@ -134,7 +134,7 @@ def _visit(
     s.offset += rng.randint(1, fleet.batch)
     if ledger is not None:
         lo, hi = (t, t + fleet.hb_ms // 4) if fleet.amo else (previous, t)
-        _handled(ledger, s, start, lo, hi)
+        _handled(ledger, s, start, lo, hi, g)
     committed = Heartbeat(0, inst, s.client, g, s.topic, s.partition, s.offset)
     if fleet.amo:
         return [ClaimingMessages(0, inst, s.client, g, s.topic, s.partition, s.offset), committed]
@@ -146,16 +146,19 @@ def _other(client: str, names: list[str], rng: random.Random) -> str:
     return rng.choice(others)
 
 
-def _handled(ledger: list[LedgerEntry], s: _Slot, start: int, lo_ms: int, hi_ms: int) -> None:
-    """Ledger rows for offsets [start, s.offset), spread strictly inside (lo_ms, hi_ms)."""
+def _handled(
+    ledger: list[LedgerEntry], s: _Slot, start: int, lo_ms: int, hi_ms: int, group: str
+) -> None:
+    """Ledger rows for offsets [start, s.offset), spread strictly inside (lo_ms, hi_ms), by
+    the holder's one instance (as the ledger plugin writes them: group and instance named)."""
     count = s.offset - start
     width = (hi_ms - lo_ms) / (count + 1)
-    pid = 1000 + int(s.client.rsplit("-", 1)[1])
+    pid, instance = 1000 + int(s.client.rsplit("-", 1)[1]), f"{s.client}-i"
     for i in range(count):
         begin = (lo_ms + width * (i + 0.5) + 1) / 1000
-        ledger.append(
-            LedgerEntry(s.topic, s.partition, start + i, s.client, pid, -1, begin, begin + 0.0001)
-        )
+        end = begin + 0.0001
+        row = (s.topic, s.partition, start + i, s.client, pid, -1, begin, end, group, instance)
+        ledger.append(LedgerEntry(*row))
 
 
 def generate(n: int, fleet: Fleet | None = None, with_ledger: bool = False) -> Synthetic:

@@ -2,8 +2,9 @@
 
 Two supervisors share a data topic while records are produced, then stop gracefully. The
 audit reads the coordination topic with Spark's Kafka source and the fleet's ledger
-directory: zero violations and the claims the fleet made. One forged ledger line (a write
-under a claim that was no longer valid) must then fail the audit and be named.
+directory: zero violations and the claims the fleet made. Two forged ledger lines (a write
+under a claim that was no longer valid, and one by an instance of the holder's client that
+never held the claim) must then fail the audit and be named.
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ def test_real_fleet_audits_clean_then_a_forged_write_fails_it(fleet: Fleet, tmp_
         assert pq.read_table(out / name).num_rows >= 0, name
     claims = pq.read_table(out / "claims").to_pylist()
     assert {c["partition"] for c in claims} == set(range(fleet.partitions))
+    # The handlers name the claim's group and the instance the log knows (the clean audit
+    # above already checked every row against its own instance's intervals).
+    assert {r["group"] for r in rows} == {fleet.group}
+    assert {r["instance_id"] for r in rows} <= {c["instance_id"] for c in claims}
     lag = pq.read_table(out / "lag").to_pylist()
     assert lag and all(r["high_watermark"] is not None for r in lag)
     assert (out / "report.html").stat().st_size > 10_000
@@ -110,15 +115,23 @@ def test_real_fleet_audits_clean_then_a_forged_write_fails_it(fleet: Fleet, tmp_
               "end": released + 1.01}  # fmt: skip
     with (fleet.ledger_dir / f"ledger-{first['pid']}.jsonl").open("a") as f:
         f.write(json.dumps(forged) + "\n")
+    # Another forged write: under b's token, inside b's claim, but by an instance of b that
+    # never held it (a restarted b's old process, say).
+    theirs = max((r for r in rows if r["client_id"] == "b"), key=lambda r: r["start"])
+    impostor = {**theirs, "offset": theirs["offset"] + 2_000_000, "instance_id": "impostor"}
+    with (fleet.ledger_dir / f"ledger-{theirs['pid']}.jsonl").open("a") as f:
+        f.write(json.dumps(impostor) + "\n")
     ledger_topic = f"ledger_{fleet.coordination}"
     _produce_lines(fleet.bootstrap, ledger_topic, rows)  # the clean rows again, from a topic
     code, summary, err = audit(fleet, tmp_path / "audit2", "--ledger-topic", ledger_topic)
     assert code == 1, err
-    assert summary["violations_by_kind"] == {"zombie_work": 1}
-    assert summary["ledger"]["rows"] == 2 * len(rows) + 1
+    assert summary["violations_by_kind"] == {"zombie_work": 2}
+    assert summary["ledger"]["rows"] == 2 * len(rows) + 2
     assert summary["ledger"]["alo_redeliveries"] == len(rows)
-    named = f"{forged['topic']}[{forged['partition']}]@{forged['offset']} by a pid {forged['pid']}"
-    assert named in err
+    for bad in (forged, impostor):
+        named = f"{bad['topic']}[{bad['partition']}]@{bad['offset']} by {bad['client_id']} pid"
+        assert f"{named} {bad['pid']}" in err
+    assert "never by instance impostor" in err
 
 
 def _produce_lines(bootstrap: str, topic: str, rows: list[Any]) -> None:

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from marshal_workers.admin.operations import dump_entry
-from marshal_workers.audit.checks import LedgerEntry
+from marshal_workers.audit.checks import OPTIONAL_FIELDS, LedgerEntry
 from marshal_workers.audit.cli import main
 from marshal_workers.audit.local import run_local
 from marshal_workers.audit.model import AuditConfig, FileInput
@@ -54,12 +54,17 @@ def write_dump(records: list[CoordRecord], path: Path) -> Path:
 
 
 def write_ledger(rows: list[LedgerEntry], directory: Path) -> Path:
-    """The rows as the ledger plugin writes them (one file per pid)."""
+    """The rows as the ledger plugin writes them (one file per pid); rows without group and
+    instance id as older ledgers wrote them, without those keys."""
     directory.mkdir(parents=True, exist_ok=True)
     for pid in sorted({r.pid for r in rows}):
-        text = "".join(json.dumps(r._asdict()) + "\n" for r in rows if r.pid == pid)
+        text = "".join(json.dumps(_line(r)) + "\n" for r in rows if r.pid == pid)
         (directory / f"ledger-{pid}.jsonl").write_text(text)
     return directory
+
+
+def _line(row: LedgerEntry) -> dict[str, Any]:
+    return {k: v for k, v in row._asdict().items() if v is not None or k not in OPTIONAL_FIELDS}
 
 
 def zombie(syn: Synthetic) -> LedgerEntry:
@@ -70,6 +75,17 @@ def zombie(syn: Synthetic) -> LedgerEntry:
     assert later, "the synthetic fleet should hand partition over at least once"
     moment = later[-1].start + 0.0005
     return first._replace(offset=first.offset + 100_000, start=moment, end=moment + 0.0001)
+
+
+def impostor(syn: Synthetic) -> LedgerEntry:
+    """A write by another instance of a holder's client, under its token, inside its claim
+    (just after one of the holder's rows ended, so that it overlaps none)."""
+    row = syn.ledger[len(syn.ledger) // 2]
+    start = row.end + 0.00002
+    return row._replace(
+        offset=row.offset + 200_000, pid=9999, start=start, end=start + 0.00002,
+        instance_id="impostor-i",
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -91,17 +107,24 @@ class TestSparkMatchesLocal:
     def test_every_table_equals_the_single_process_audit(
         self, spark: Any, fleet_files: tuple[Synthetic, Path, Path], tmp_path: Path
     ) -> None:
-        """Fold on Spark, settle, check: every Parquet table has exactly the local rows."""
+        """Fold on Spark, settle, check: every Parquet table has exactly the local rows.
+
+        The extra ledger holds a late write in an older ledger's format (no group, no
+        instance id: still zombie work by its times) and a write by another instance of the
+        holder's client inside the holder's interval (zombie work by its instance)."""
         syn, dump, ledger_dir = fleet_files
-        faulty = [*syn.ledger, zombie(syn)]
-        write_ledger([faulty[-1]], ledger_dir.parent / "extra")
+        extra = [zombie(syn)._replace(group=None, instance_id=None), impostor(syn)]
+        faulty = [*syn.ledger, *extra]
+        write_ledger(extra, ledger_dir.parent / "extra")
         config = AuditConfig(
             FileInput(dump), tmp_path / "out", HB_MS,
             ledgers=(ledger_dir, ledger_dir.parent / "extra"),
         )  # fmt: skip
         result = run(config, spark=spark)
         local, tables = run_local(syn.records, config, faulty)
-        assert [v[0] for v in result.violations] == ["zombie_work"]
+        assert [v[0] for v in result.violations] == ["zombie_work", "zombie_work"]
+        assert {v[5:8] for v in result.violations} == {r[3:6] for r in extra}
+        assert result.check is not None and result.check.incomplete_lines == 0
         for name in TABLES:
             got = read_table(config.out, name)
             assert sorted_rows(got) == sorted_rows(tables[name]), name

@@ -6,12 +6,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
-from marshal_workers.audit.checks import LedgerEntry
+from marshal_workers.audit.checks import OPTIONAL_FIELDS, LedgerEntry
 from marshal_workers.audit.cli import main, parse_modes, parse_time
 from marshal_workers.audit.exitcodes import AuditUsageError
-from marshal_workers.audit.ledger import ledger_files, parse_line, read_entries
+from marshal_workers.audit.ledger import (
+    entries_of,
+    is_complete,
+    ledger_files,
+    parse_line,
+    read_entries,
+)
 from marshal_workers.audit.local import run_local
 from marshal_workers.audit.model import AuditConfig, FileInput
 from marshal_workers.audit.schema import columns
@@ -31,17 +38,34 @@ def log(*entries: tuple[int, Message]) -> list[CoordRecord]:
 
 
 def row(
-    offset: int, client: str, token: int, start_ms: int, *, pid: int = 0, dur: int = 10
+    offset: int,
+    client: str,
+    token: int,
+    start_ms: int,
+    *,
+    pid: int = 0,
+    dur: int = 10,
+    inst: str | None = None,
+    group: str | None = None,
 ) -> LedgerEntry:
-    """A ledger row of partition 0 handled from T0 + start_ms for ``dur`` ms."""
+    """A ledger row of partition 0 handled from T0 + start_ms for ``dur`` ms.
+
+    Without ``inst`` and ``group`` it is a row of an older ledger, which named neither."""
     pid = pid or {"A": 101, "B": 202}.get(client, 303)
-    return LedgerEntry(
-        TOPIC, 0, offset, client, pid, token, S0 + start_ms / 1000, S0 + (start_ms + dur) / 1000
-    )
+    start, end = S0 + start_ms / 1000, S0 + (start_ms + dur) / 1000
+    return LedgerEntry(TOPIC, 0, offset, client, pid, token, start, end, group, inst)
 
 
 # A holds partition 0 (token 0) from 0 to its release at 2000, committing 0..3;
 # B claims at 2100 (token 4) and commits 3..5; the log ends at 2600 with B still holding.
+LEDGER_SCHEMA = pa.schema(
+    [(f, pa.string()) for f in ("topic", "client_id")]
+    + [(f, pa.int64()) for f in ("partition", "offset", "pid", "token")]
+    + [(f, pa.float64()) for f in ("start", "end")]
+    + [(f, pa.string()) for f in ("group", "instance_id")]
+)
+"""The ledger columns as Spark hands them to the checks (order aside; `ledger.LEDGER_DDL`)."""
+
 ALO_LOG = log(
     (0, claim("A")),
     (500, hb("A", 0)),
@@ -153,6 +177,109 @@ class TestZombieWork:
         assert result.check.unverifiable == 1
 
 
+# Restart recovery under one token: A-1 wins partition 0 (token 0) and commits 2; A restarts
+# and its new instance A-2 takes the claim over by heartbeat at 1000, commits 4, releases.
+RESTART_LOG = log(
+    (0, claim("A")),
+    (500, hb("A", 2)),
+    (1000, hb("A", 2, inst="A-2")),
+    (1500, hb("A", 4, inst="A-2")),
+    (2000, release("A", 4, inst="A-2")),
+)
+RESTART_CLEAN = [
+    row(0, "A", 0, 100, inst="A-1", group="g"), row(1, "A", 0, 200, inst="A-1", group="g"),
+    row(2, "A", 0, 1100, pid=102, inst="A-2", group="g"),
+    row(3, "A", 0, 1200, pid=102, inst="A-2", group="g"),
+]  # fmt: skip
+
+
+class TestInstances:
+    def test_clean_restart_ledger_has_no_violation(self) -> None:
+        """Each instance handled only inside its own interval under the shared token."""
+        assert check(RESTART_LOG, RESTART_CLEAN) == []
+
+    @pytest.mark.parametrize(("inst", "found"), [("A-1", []), ("A-9", ["zombie_work"])])
+    def test_another_instance_under_the_clients_token_is_zombie_work(
+        self, inst: str, found: list[str]
+    ) -> None:
+        """While A-1 holds token 0, a row by instance A-9 of client A under that token is
+        zombie work, the same row by A-1 is not (before instance ids, both passed)."""
+        ledger = [*ALO_CLEAN[:1], row(1, "A", 0, 700, inst=inst), *ALO_CLEAN[2:]]
+        violations = check(ALO_LOG, ledger)
+        assert kinds(violations) == found
+        if found:
+            assert "held by instance A-1, never by instance A-9" in violations[0]["detail"]
+            assert json.loads(violations[0]["evidence"])["ledger"][0]["instance_id"] == "A-9"
+
+    def test_old_instance_after_its_replacement_is_zombie_work(self) -> None:
+        """A-1 still handling after A-2 took the claim over (the old process lived on)."""
+        late = row(4, "A", 0, 1300, inst="A-1", group="g")
+        found = check(RESTART_LOG, [*RESTART_CLEAN, late])
+        assert kinds(found) == ["zombie_work"]
+        assert "(instance A-1) was valid from" in found[0]["detail"]
+        assert [c["ended"] for c in json.loads(found[0]["evidence"])["claims"]] == ["replaced"]
+
+    def test_new_instance_before_its_takeover_is_zombie_work(self) -> None:
+        """A-2 handling before its takeover heartbeat was in the log: not yet its claim."""
+        early = row(2, "A", 0, 800, pid=102, inst="A-2", group="g")
+        assert kinds(check(RESTART_LOG, [*RESTART_CLEAN[:2], early, *RESTART_CLEAN[3:]])) == [
+            "zombie_work"
+        ]
+
+    def test_old_rows_without_instance_keep_the_clients_whole_claim(self) -> None:
+        """Rows of an older ledger (no instance id) are covered by every instance of their
+        client under the token, as before: the same timings raise nothing."""
+        old = [r._replace(instance_id=None, group=None) for r in RESTART_CLEAN]
+        swapped = [old[0], old[1]._replace(start=S0 + 1.3, end=S0 + 1.31), *old[2:]]
+        assert check(RESTART_LOG, swapped) == []
+        assert kinds(check(RESTART_LOG, [*old, row(4, "A", 0, 2100)])) == ["zombie_work"]
+
+    def test_old_ledger_lines_read_with_no_instance_and_pass(self, tmp_path: Path) -> None:
+        """Lines written before group and instance_id existed are complete rows with None."""
+        lines = [
+            json.dumps({k: v for k, v in r._asdict().items() if k not in OPTIONAL_FIELDS})
+            for r in RESTART_CLEAN
+        ]
+        (tmp_path / "ledger-1.jsonl").write_text("\n".join(lines) + "\n")
+        rows, bad = read_entries(ledger_files([tmp_path]))
+        assert bad == 0 and {(r.group, r.instance_id) for r in rows} == {(None, None)}
+        assert check(RESTART_LOG, rows) == []
+
+
+# ALO_LOG (group g), then Z of group "other" claims the same partition 0 (token 7).
+TWO_GROUPS_LOG = [
+    *ALO_LOG,
+    record(ClaimingPartition(0, "Z-1", "Z", "other", TOPIC, 0), len(ALO_LOG), T0 + 2700),
+]
+
+
+class TestGroupAttribution:
+    """Rows no claim explains, on a partition two groups consume (g and other)."""
+
+    def test_a_row_naming_its_group_is_reported_under_it(self) -> None:
+        """With --group g, an unexplained row that names g is reported as g's zombie work."""
+        stray = row(5, "Q", 99, 2800, inst="Q-1", group="g")
+        found = check(TWO_GROUPS_LOG, [*ALO_CLEAN, stray], window=Window(group="g"))
+        assert [(v["kind"], v["group"], v["client_id"]) for v in found] == [
+            ("zombie_work", "g", "Q")
+        ]
+        assert check(TWO_GROUPS_LOG, [*ALO_CLEAN, stray._replace(group="other")],
+                     window=Window(group="g")) == []  # fmt: skip
+
+    def test_an_old_row_without_group_is_still_attributed_to_none(self) -> None:
+        """An older row names no group: unattributed, as before, so --group g skips it."""
+        stray = row(5, "Q", 99, 2800)
+        assert check(TWO_GROUPS_LOG, [*ALO_CLEAN, stray], window=Window(group="g")) == []
+        assert [v["group"] for v in check(TWO_GROUPS_LOG, [*ALO_CLEAN, stray])] == [None]
+
+    def test_the_clients_claim_decides_the_group(self) -> None:
+        """A row covered by its client's claim belongs to that claim's group, whatever the
+        row names (the plugin writes both from one claim, so they never differ)."""
+        named = [r._replace(group="other") for r in ALO_CLEAN]
+        assert check(TWO_GROUPS_LOG, named, window=Window(group="g")) == []
+        assert check(TWO_GROUPS_LOG, named, window=Window(group="other")) == []
+
+
 class TestOverlapsDuplicatesGaps:
     def test_two_processes_at_once_overlap(self) -> None:
         """A second process of the holder handling concurrently is an overlap."""
@@ -219,6 +346,16 @@ class TestLedgerFiles:
         rows, bad = read_entries(ledger_files([tmp_path]))
         assert rows == [ALO_CLEAN[0]] and bad == 1
         assert parse_line("{}") is None
+
+    def test_spark_rows_without_the_optional_fields_are_complete(self) -> None:
+        """Spark reads the ledger with a schema: an older row's missing group and instance
+        are nulls and the row is checked; a row missing a required field is incomplete."""
+        old = ALO_CLEAN[0]._asdict()
+        torn = {**old, "token": None}
+        batch = pa.RecordBatch.from_pylist([old, torn], schema=LEDGER_SCHEMA)
+        entries = list(entries_of(batch))
+        assert entries[0] == ALO_CLEAN[0] and entries[0].instance_id is None
+        assert [is_complete(e) for e in entries] == [True, False]
 
     def test_missing_ledger_path_is_a_usage_error(self, tmp_path: Path) -> None:
         """--ledger pointing nowhere is exit code 2, not a crash."""

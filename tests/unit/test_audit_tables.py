@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from marshal_workers.audit import arrow
+from marshal_workers.audit.checks import LedgerEntry
 from marshal_workers.audit.finalize import add_lag, merge_groups
 from marshal_workers.audit.fold import FoldSettings, fold_batches, fold_records
 from marshal_workers.audit.local import run_local
@@ -238,6 +239,11 @@ class TestArrowStreaming:
 
 
 class TestDocumentation:
+    def test_readme_names_every_ledger_field(self) -> None:
+        """marshal_workers/audit/README.md lists the ledger fields the audit reads, in order."""
+        readme = (Path(__file__).parents[2] / "marshal_workers/audit/README.md").read_text()
+        assert f"`{', '.join(LedgerEntry._fields)}`" in " ".join(readme.split())
+
     def test_readme_documents_every_column_of_every_table(self) -> None:
         """marshal_workers/audit/README.md documents every column of every table as schema.py."""
         readme = (Path(__file__).parents[2] / "marshal_workers/audit/README.md").read_text()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from marshal_workers.audit.checks import LedgerEntry
 from marshal_workers.handler import Context, Record
 from marshal_workers.rationalizer import Mode
 from plugins import ledger
@@ -24,6 +25,8 @@ def row(offset: int, pid: int, start: float, end: float, partition: int = 0) -> 
         "token": pid,
         "start": start,
         "end": end,
+        "group": "g",
+        "instance_id": f"c{pid}-1",
     }
 
 
@@ -67,6 +70,26 @@ class TestWritingAndReading:
             (1, "c", 7),
         ]
         assert all(r["start"] <= r["end"] for r in rows)
+
+    def test_rows_name_the_claims_group_and_instance(self, ledger_dir: Path) -> None:
+        """The row carries the context's group and instance id, as the audit needs them to
+        tell two instances of one client apart under one token."""
+        ledger.handle(record(0), context())
+        line = json.loads(next(ledger_dir.glob("ledger-*.jsonl")).read_text())
+        assert (line["group"], line["instance_id"]) == ("g", "c-1")
+        assert list(line) == list(LedgerRow.__annotations__)
+
+    def test_rows_have_the_fields_the_audit_reads(self) -> None:
+        """The plugin's row and the audit's ledger entry name the same fields, in order."""
+        assert tuple(LedgerRow.__annotations__) == LedgerEntry._fields
+
+    def test_old_ledger_rows_read_with_none_group_and_instance(self, tmp_path: Path) -> None:
+        """Files written before group and instance_id existed read with None for both."""
+        old = {k: v for k, v in row(3, 1, 0.0, 1.0).items() if k not in ("group", "instance_id")}
+        (tmp_path / "ledger-1.jsonl").write_text(json.dumps(old) + "\n")
+        (only,) = read_ledger(tmp_path)
+        assert (only["group"], only["instance_id"]) == (None, None)
+        assert {k: v for k, v in only.items() if k in old} == old
 
     def test_fail_at_offset_raises_and_writes_nothing(
         self, ledger_dir: Path, monkeypatch: pytest.MonkeyPatch
