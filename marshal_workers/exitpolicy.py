@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from marshal_workers.child import EXIT_HANDLER_FAILED
+from marshal_workers.childexit import EXIT_HANDLER_FAILED
 
 MAX_BACKOFF_S = 30.0
 FIRST_BACKOFF_S = 0.5
