@@ -35,7 +35,7 @@ def is_member_key(key: ClaimKey) -> bool:
 
 
 def _silent_for(state: ClaimState, now_ms: int) -> int | None:
-    last = state.last_heartbeat if state.certain else state.last_activity
+    last = state.last_seen
     return None if last is None else now_ms - last
 
 

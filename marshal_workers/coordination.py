@@ -24,6 +24,7 @@ from marshal_workers.protocol import (
     Heartbeat,
     Message,
     ReleasingPartition,
+    claim_key,
     coordination_partition,
     encode,
     record_key,
@@ -89,7 +90,7 @@ class Coordinator:
 
     def send(self, msg: Message, timeout_s: float) -> Appended | None:
         """Append and wait for the acknowledgement; None (logged) if it failed."""
-        key = ClaimKey(msg.group_id, msg.topic, msg.partition)
+        key = claim_key(msg)
         started = self.clock()
         try:
             appended = self.log.append(

@@ -20,6 +20,7 @@ from marshal_workers.protocol import (
     PartitionMessage,
     ReleaseGroup,
     ReleasingPartition,
+    claim_key,
 )
 
 
@@ -69,8 +70,7 @@ class ClaimVerdict(Verdict):
     @property
     def key(self) -> ClaimKey:
         """The claim the message is about."""
-        m = self.message
-        return ClaimKey(m.group_id, m.topic, m.partition)
+        return claim_key(self.message)
 
 
 @fast_init

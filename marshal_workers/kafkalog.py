@@ -72,7 +72,9 @@ _CONSUMER_DEFAULTS: Final[Mapping[str, Any]] = {
 }
 
 
-def _error_text(err: object) -> str:
+def error_text(err: object) -> str:
+    """The readable text of a Kafka error: a KafkaError, a KafkaException wrapping one, or any
+    other object (its ``str``)."""
     if isinstance(err, KafkaError):
         return str(err.str())
     if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
@@ -112,7 +114,7 @@ class KafkaLog:
         try:
             self._consumer = Consumer(consumer_config)
         except (KafkaException, ValueError, TypeError) as exc:
-            raise MarshalError(f"bad Kafka consumer configuration: {_error_text(exc)}") from None
+            raise MarshalError(f"bad Kafka consumer configuration: {error_text(exc)}") from None
         try:
             self._num_partitions = self._partition_count(open_timeout_s)
             self._producer = self._open_producer(common, open_timeout_s)
@@ -127,12 +129,12 @@ class KafkaLog:
         try:
             producer = Producer({**_PRODUCER_DEFAULTS, **common})
         except (KafkaException, ValueError, TypeError) as exc:
-            raise MarshalError(f"bad Kafka producer configuration: {_error_text(exc)}") from None
+            raise MarshalError(f"bad Kafka producer configuration: {error_text(exc)}") from None
         try:
             # Connect now, so that the idempotent producer's id is ready by the first append.
             producer.list_topics(self.topic, timeout=timeout_s)
         except KafkaException as exc:
-            detail = self._last_error or _error_text(exc)
+            detail = self._last_error or error_text(exc)
             raise MarshalError(
                 f"cannot reach Kafka at {self.bootstrap_servers}: {detail}"
             ) from None
@@ -140,18 +142,13 @@ class KafkaLog:
 
     def _on_error(self, err: KafkaError) -> None:
         """librdkafka's error callback: remember the latest error to explain timeouts."""
-        text = _error_text(err)
+        text = error_text(err)
         self._last_error = text
         if err.fatal():
             self._fatal_error = text
             _log.error("kafka fatal error: %s", text)
         else:
             _log.debug("kafka error: %s", text)
-
-    @property
-    def last_error(self) -> str | None:
-        """The latest error librdkafka reported (e.g. a broker connection failure), if any."""
-        return self._last_error
 
     def _hint(self) -> str:
         return f" (last error: {self._last_error})" if self._last_error else ""
@@ -165,7 +162,7 @@ class KafkaLog:
             try:
                 metadata = self._consumer.list_topics(self.topic, timeout=remaining)
             except KafkaException as exc:
-                detail = self._last_error or _error_text(exc)
+                detail = self._last_error or error_text(exc)
                 raise MarshalError(
                     f"cannot reach Kafka at {self.bootstrap_servers} within {timeout_s:.0f}s: "
                     f"{detail}"
@@ -180,7 +177,7 @@ class KafkaLog:
             if error is None and meta.partitions:
                 return len(meta.partitions)
             if time.monotonic() >= deadline or (error is not None and not error.retriable()):
-                detail = _error_text(error) if error is not None else "no partitions"
+                detail = error_text(error) if error is not None else "no partitions"
                 raise MarshalError(
                     f"cannot read metadata of {self.topic} on {self.bootstrap_servers}: {detail}"
                 )
@@ -219,7 +216,7 @@ class KafkaLog:
         except BufferError:
             raise LogError("coordination producer queue is full") from None
         except KafkaException as exc:
-            raise LogError(f"append to {self.topic}: {_error_text(exc)}") from None
+            raise LogError(f"append to {self.topic}: {error_text(exc)}") from None
         deadline = time.monotonic() + timeout_s
         while not reports:
             remaining = deadline - time.monotonic()
@@ -231,7 +228,7 @@ class KafkaLog:
             self._producer.poll(min(remaining, 0.1))
         err, msg = reports[0]
         if err is not None:
-            raise LogError(f"append to {self.topic}[{partition}] failed: {_error_text(err)}")
+            raise LogError(f"append to {self.topic}[{partition}] failed: {error_text(err)}")
         ts_type, ts = msg.timestamp()
         if ts_type != TIMESTAMP_LOG_APPEND_TIME:
             raise LogError(
@@ -256,7 +253,7 @@ class KafkaLog:
                 if messages:
                     messages.extend(consume(num_messages=CONSUME_BATCH - 1, timeout=0))
         except KafkaException as exc:
-            raise LogError(f"reading {self.topic}: {_error_text(exc)}") from None
+            raise LogError(f"reading {self.topic}: {error_text(exc)}") from None
         out: list[CoordRecord] = []
         append = out.append
         for m in messages:
@@ -274,7 +271,7 @@ class KafkaLog:
         err: KafkaError = m.error()
         if err.code() == KafkaError._PARTITION_EOF:
             return
-        text = f"reading {self.topic}[{m.partition()}]: {_error_text(err)}"
+        text = f"reading {self.topic}[{m.partition()}]: {error_text(err)}"
         if err.retriable() and not err.fatal():
             _log.warning("%s (retrying)", text)
             return
@@ -293,7 +290,7 @@ class KafkaLog:
                 )
             except KafkaException as exc:
                 raise LogError(
-                    f"end offset of {self.topic}[{p}]: {_error_text(exc)}{self._hint()}"
+                    f"end offset of {self.topic}[{p}]: {error_text(exc)}{self._hint()}"
                 ) from None
             ends[p] = int(high)
         return ends

@@ -25,7 +25,6 @@ class MemoryTopic:
         self._lock = threading.Condition()
         self._records: list[list[CoordRecord]] = [[] for _ in range(num_partitions)]
         self._next: list[int] = [0] * num_partitions
-        self.fail_appends = False
 
     @property
     def num_partitions(self) -> int:
@@ -35,8 +34,6 @@ class MemoryTopic:
     def append(self, partition: int, key: bytes, value: bytes) -> Appended:
         """Store a record at the next offset with the clock's time (never going backwards)."""
         with self._lock:
-            if self.fail_appends:
-                raise LogError("append refused (simulated broker failure)")
             if not 0 <= partition < self.num_partitions:
                 raise LogError(f"partition {partition} does not exist")
             records = self._records[partition]
@@ -86,7 +83,6 @@ class MemoryLog:
     def __init__(self, topic: MemoryTopic) -> None:
         self._topic = topic
         self._cursor = [0] * topic.num_partitions
-        self.closed = False
 
     @property
     def num_partitions(self) -> int:
@@ -123,5 +119,4 @@ class MemoryLog:
         return {p: self._topic.end_offset(p) for p in range(self.num_partitions)}
 
     def close(self) -> None:
-        """Nothing to release; marks the handle closed."""
-        self.closed = True
+        """Nothing to release."""

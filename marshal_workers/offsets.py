@@ -29,7 +29,7 @@ import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from marshal_workers.claims import is_member_key
-from marshal_workers.kafkalog import RDKAFKA_LOG
+from marshal_workers.kafkalog import RDKAFKA_LOG, error_text
 from marshal_workers.observe import ClaimSnapshot, Observer
 from marshal_workers.protocol import ClaimKey
 
@@ -53,10 +53,6 @@ class OffsetSink(Protocol):
     def close(self) -> None:
         """Release the client."""
         ...
-
-
-def _text(err: object) -> str:
-    return str(err.str()) if isinstance(err, KafkaError) else str(err)
 
 
 class KafkaOffsetSink:
@@ -95,10 +91,10 @@ class KafkaOffsetSink:
             return
         failed = [(tp.topic, tp.partition) for tp in partitions if tp.error is not None]
         if err is not None:
-            self.on_result([(tp.topic, tp.partition) for tp in partitions], _text(err))
+            self.on_result([(tp.topic, tp.partition) for tp in partitions], error_text(err))
         elif failed:
             first = next(tp.error for tp in partitions if tp.error is not None)
-            self.on_result(failed, _text(first))
+            self.on_result(failed, error_text(first))
 
     def commit(self, offsets: Sequence[TopicOffset]) -> None:
         """Commit asynchronously; a failure to even start is reported at once."""
@@ -109,7 +105,7 @@ class KafkaOffsetSink:
         except Exception as exc:  # best effort: a client or config failure must not escape
             if self.on_result is not None:
                 self.on_result(
-                    [(t, p) for t, p, _ in offsets], _text(exc.args[0] if exc.args else exc)
+                    [(t, p) for t, p, _ in offsets], error_text(exc.args[0] if exc.args else exc)
                 )
 
     def commit_now(self, offsets: Sequence[TopicOffset]) -> str | None:
@@ -120,11 +116,11 @@ class KafkaOffsetSink:
                 offsets=[TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False
             )
         except KafkaException as exc:
-            return _text(exc.args[0] if exc.args else exc)
+            return error_text(exc.args[0] if exc.args else exc)
         except Exception as exc:  # best effort, as above
             return str(exc)
         errors = [tp.error for tp in done or [] if tp.error is not None]
-        return _text(errors[0]) if errors else None
+        return error_text(errors[0]) if errors else None
 
     def serve(self) -> None:
         """Deliver commit outcomes (a consumer that never subscribes only serves callbacks)."""

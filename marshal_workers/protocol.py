@@ -148,8 +148,12 @@ def message_type(msg: Message) -> MessageType:
     return _TYPE_OF[type(msg)]
 
 
-def claim_key(msg: PartitionMessage) -> ClaimKey:
-    """The claim a partition message is about."""
+def claim_key(msg: Message) -> ClaimKey:
+    """The claim a partition message is about.
+
+    A ReleaseGroup is about no claim: its key is built from its (unused) topic and partition
+    fields, which is only good for choosing a coordination partition.
+    """
     return ClaimKey(msg.group_id, msg.topic, msg.partition)
 
 

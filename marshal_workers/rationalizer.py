@@ -64,6 +64,7 @@ from marshal_workers.protocol import (
     PartitionMessage,
     ReleaseGroup,
     ReleasingPartition,
+    claim_key,
     coordination_partition,
     decode,
     record_key,
@@ -103,7 +104,6 @@ class ClaimState:
     holder_client: str | None = None
     holder_instance: str | None = None
     token: int | None = None
-    claimed_at: int | None = None
     last_heartbeat: int | None = None
     committed: int | None = None
     reserved: int | None = None
@@ -111,13 +111,18 @@ class ClaimState:
     retired: frozenset[str] = frozenset()
     last_activity: int | None = None
 
+    @property
+    def last_seen(self) -> int | None:
+        """When the holder was last heard from (log time): its last heartbeat if the claim is
+        certain, else its last activity (any record on an uncertain claim counts)."""
+        return self.last_heartbeat if self.certain else self.last_activity
+
 
 @dataclass(frozen=True, slots=True)
 class GroupPause:
     """A group paused by ``client_id`` until ``until_ms`` (log time)."""
 
     client_id: str
-    instance_id: str
     until_ms: int
 
 
@@ -154,7 +159,7 @@ def claim_label(state: ClaimState | None, now_ms: int, heartbeat_interval_ms: in
     """unclaimed, released, or the holder's freshness at ``now_ms`` (activity if uncertain)."""
     if state is None:
         return "unclaimed"
-    last = state.last_heartbeat if state.certain else state.last_activity
+    last = state.last_seen
     if state.certain and state.holder_client is None:
         return "released" if state.released else "unclaimed"
     if last is None:
@@ -185,10 +190,10 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
     """Apply one record (the next in offset order) to ``world``; return what it did."""
     if record.partition != world.partition:
         reason = f"record of partition {record.partition} in the fold of {world.partition}"
-        return _malformed(world, record, reason, advance=False)
+        return _malformed(world, record, reason)
     if record.offset < world.next_offset:
         reason = f"offset {record.offset} is behind {world.next_offset}"
-        return _malformed(world, record, reason, advance=False)
+        return _malformed(world, record, reason)
     if record.offset > world.next_offset:
         world.gap_seen = True
     world.next_offset = record.offset + 1
@@ -204,8 +209,8 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
     assert not isinstance(msg, ReleaseGroup)
     key = world.keys.get(record.key)  # type: ignore[arg-type]
     if key is None or key != (msg.group_id, msg.topic, msg.partition):
-        key = ClaimKey(msg.group_id, msg.topic, msg.partition)
-        if record.key != f"{key.group}/{key.topic}/{key.partition}".encode():
+        key = claim_key(msg)
+        if record.key != record_key(msg):
             return _malformed(world, record, _key_mismatch(record, msg))
         cfg = world.config
         if cfg.num_partitions is not None:
@@ -230,10 +235,8 @@ def _key_mismatch(record: CoordRecord, msg: Message) -> str:
     return f"key {record.key!r} does not match the message (expected {record_key(msg)!r})"
 
 
-def _malformed(world: World, record: CoordRecord, reason: str, *, advance: bool = True) -> ev.Event:
+def _malformed(world: World, record: CoordRecord, reason: str) -> ev.Event:
     world.malformed += 1
-    if advance:
-        world.log_time = max(world.log_time, record.timestamp_ms)
     return ev.Malformed(record.partition, record.offset, world.log_time, reason)
 
 
@@ -242,10 +245,9 @@ def _stale(state: ClaimState, now: int, hb: int) -> bool:
 
 
 def _pause_client(world: World, group: str) -> str | None:
-    pause = world.pauses.get(group) if world.pauses else None
-    if pause is None or world.log_time >= pause.until_ms:
-        return None
-    return pause.client_id
+    """The client whose pause of ``group`` is in force at the world's log time, if any."""
+    pause = pause_of(world, group, world.log_time) if world.pauses else None
+    return None if pause is None else pause.client_id
 
 
 def _holder_refusal(
@@ -296,7 +298,7 @@ def _grant(
     world.claims[key] = state
     state.certain = True
     state.holder_client, state.holder_instance = client_id, instance_id
-    state.token, state.claimed_at, state.last_heartbeat = token, now, now
+    state.token, state.last_heartbeat = token, now
     state.released, state.retired, state.last_activity = False, frozenset(), now
 
 
@@ -394,7 +396,7 @@ def _release_group(world: World, rec: CoordRecord, msg: ReleaseGroup) -> ev.Even
         reason = f"{c} is not an admin client"
         return ev.GroupPauseRejected(rec.partition, rec.offset, now, msg, reason)
     until_ms = msg.expire_time * 1000
-    world.pauses[msg.group_id] = GroupPause(c, msg.instance_id, until_ms)
+    world.pauses[msg.group_id] = GroupPause(c, until_ms)
     return ev.GroupPaused(rec.partition, rec.offset, now, msg, until_ms)
 
 

@@ -137,9 +137,7 @@ def group_status(
                     offset=offset,
                     reserved=state.reserved,
                     fencing_token=state.token,
-                    last_heartbeat_ms=(
-                        state.last_heartbeat if state.certain else state.last_activity
-                    ),
+                    last_heartbeat_ms=state.last_seen,
                     lag=high - offset if high is not None and offset is not None else None,
                     certain=state.certain,
                 )

@@ -26,6 +26,7 @@ from marshal_workers.protocol import (
     Message,
     ReleaseGroup,
     ReleasingPartition,
+    claim_key,
     coordination_partition,
     encode,
     record_key,
@@ -166,7 +167,7 @@ class AdminSession:
         """Append ``msg`` (to ``partition``, else its claim's coordination partition), fold up
         to it, and return the verdict on it. AdminError if either step fails."""
         if partition is None:
-            partition = self.partition_of(ClaimKey(msg.group_id, msg.topic, msg.partition))
+            partition = self.partition_of(claim_key(msg))
         what = f"{type(msg).__name__} on coordination partition {partition}"
         try:
             appended = self.log.append(

@@ -14,47 +14,63 @@ from marshal_workers.protocol import (
     CoordRecord,
     Heartbeat,
     Message,
+    ReleaseGroup,
     ReleasingPartition,
     claim_key,
     encode,
     record_key,
 )
-from marshal_workers.rationalizer import Mode, RationalizerConfig, World, fold, resume_offset
-from tests.support import HB, claim, hb, release, reserve
+from marshal_workers.rationalizer import (
+    Mode,
+    RationalizerConfig,
+    World,
+    fold,
+    pause_of,
+    resume_offset,
+)
+from tests.support import HB, claim, hb, pause, release, reserve
 
 CLIENTS = ("a", "b", "c")
-settings.register_profile(
-    "default", max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-settings.load_profile("default")
+KINDS = ["claim", "claim", "hb", "hb", "hb", "release", "reserve", "reserve", "pause"]
+# Applied to each test here (a profile loaded at import would change the whole session).
+PROPERTY = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
-def messages(draw: st.DrawFn) -> Message:
-    """One message from a random client and instance, about one of two partitions."""
+def bursts(draw: st.DrawFn) -> list[Message]:
+    """One to four messages from one random client instance about one of two partitions (so
+    that a claim is often followed by its holder's own records), each now and then a pause of
+    the group for 0 to 30 s (`logs` makes its expiry time absolute)."""
     client = draw(st.sampled_from(CLIENTS))
     inst = f"{client}-{draw(st.integers(1, 2))}"
     part = draw(st.sampled_from([0, 0, 0, 1]))
-    offset = draw(st.integers(0, 60))
-    kind = draw(
-        st.sampled_from(["claim", "claim", "hb", "hb", "hb", "release", "reserve", "reserve"])
-    )
-    if kind == "claim":
-        return claim(client, part, inst)
-    if kind == "hb":
-        return hb(client, offset, part, inst)
-    if kind == "release":
-        return release(client, offset, part, inst)
-    return reserve(client, offset, part, inst)
+    out: list[Message] = []
+    for kind in draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=4)):
+        offset = draw(st.integers(0, 60))
+        if kind == "pause":
+            out.append(pause(client, draw(st.integers(0, 30))))
+        elif kind == "claim":
+            out.append(claim(client, part, inst))
+        elif kind == "hb":
+            out.append(hb(client, offset, part, inst))
+        elif kind == "release":
+            out.append(release(client, offset, part, inst))
+        else:
+            out.append(reserve(client, offset, part, inst))
+    return out
 
 
 @st.composite
 def logs(draw: st.DrawFn) -> list[CoordRecord]:
-    """A log of random messages at non-decreasing log times (steps up to 3*HB)."""
-    msgs = draw(st.lists(messages(), min_size=1, max_size=80))
+    """A log of random bursts at non-decreasing log times (steps up to 3*HB); each pause
+    expires 0 to 30 s after its own log time (0 s lifts the group's pause at once)."""
+    msgs = [m for burst in draw(st.lists(bursts(), min_size=1, max_size=20)) for m in burst]
     t, out = 0, []
-    for offset, msg in enumerate(msgs):
+    for offset, drawn in enumerate(msgs):
         t += draw(st.sampled_from([0, 1, HB // 2, HB, 2 * HB, 2 * HB + 1, 3 * HB]))
+        msg = drawn
+        if isinstance(drawn, ReleaseGroup):
+            msg = pause(drawn.client_id, t // 1000 + drawn.expire_time)
         out.append(CoordRecord(0, offset, t, record_key(msg), encode(msg)))
     return out
 
@@ -73,14 +89,22 @@ def per_key(events: list[ev.Event]) -> Iterator[tuple[ClaimKey, list[ev.Event]]]
     yield from keys.items()
 
 
-@given(logs())
-def test_two_folds_of_one_log_are_equal(records: list[CoordRecord]) -> None:
-    """Any two readers of the same log reach the same world and the same verdicts."""
-    w1, e1 = fold_all(records)
-    w2, e2 = fold_all(records)
-    assert w1 == w2 and e1 == e2
+@PROPERTY
+@given(logs(), st.integers(0, 80))
+def test_folding_on_from_a_copy_equals_one_fold(records: list[CoordRecord], cut: int) -> None:
+    """A reader that snapshots its world part way and folds the rest into the snapshot reaches
+    the world and the verdicts of a reader that folds the whole log, and the world it
+    snapshotted is left as it was."""
+    head, tail = records[:cut], records[cut:]
+    world, head_events = fold_all(head)
+    snapshot = world.copy()
+    tail_events = [fold(snapshot, r) for r in tail]
+    whole, events = fold_all(records)
+    assert snapshot == whole and head_events + tail_events == events
+    assert world == fold_all(head)[0]
 
 
+@PROPERTY
 @given(logs())
 def test_at_most_one_valid_holder_at_any_log_time(records: list[CoordRecord]) -> None:
     """A claim is granted only when the previous holder released or was stale (> 2*HB silent)."""
@@ -100,29 +124,44 @@ def test_at_most_one_valid_holder_at_any_log_time(records: list[CoordRecord]) ->
                 holder = None
 
 
+@PROPERTY
 @given(logs())
-def test_fencing_tokens_strictly_increase_per_partition(records: list[CoordRecord]) -> None:
-    """Each new winner of a claim gets a larger token than every earlier winner."""
+def test_holder_verdicts_carry_the_token_of_the_latest_grant(records: list[CoordRecord]) -> None:
+    """Every accepted heartbeat, release and reservation carries the fencing token of the
+    latest ClaimGranted on its claim (there is always one before them)."""
     _, events = fold_all(records)
     for _, evs in per_key(events):
-        tokens = [e.token for e in evs if isinstance(e, ev.ClaimGranted)]
-        assert tokens == sorted(set(tokens))
+        latest: int | None = None
+        for e in evs:
+            if isinstance(e, ev.ClaimGranted):
+                latest = e.token
+            elif isinstance(e, ev.HeartbeatAccepted | ev.Released | ev.MessagesClaimed):
+                assert latest is not None and e.token == latest, (latest, e)
 
 
+@PROPERTY
 @given(logs())
 def test_amo_reservations_never_overlap(records: list[CoordRecord]) -> None:
-    """No offset is reserved twice for one partition, across all owners (AMO)."""
-    _, events = fold_all(records)
-    for _, evs in per_key(events):
-        high = None
-        for e in evs:
-            if isinstance(e, ev.MessagesClaimed):
-                assert e.start is None or e.end >= e.start
-                if high is not None:
-                    assert e.start is not None and e.start >= high
-                high = e.end
+    """No offset is reserved twice for one partition, across all owners (AMO), unless the
+    client that paused the group set the position in between (how ``set-position`` rewinds):
+    its heartbeats and releases drop the reservation."""
+    world = World(RationalizerConfig(HB), 0)
+    high: dict[ClaimKey, int] = {}
+    for r in records:
+        e = fold(world, r)
+        if isinstance(e, ev.HeartbeatAccepted | ev.Released):
+            paused = pause_of(world, e.key.group, e.log_time)
+            if paused is not None and paused.client_id == e.client_id:
+                assert world.claims[e.key].reserved is None
+                high.pop(e.key, None)
+        elif isinstance(e, ev.MessagesClaimed):
+            assert e.start is None or e.end >= e.start
+            if e.key in high:
+                assert e.start is not None and e.start >= high[e.key]
+            high[e.key] = e.end
 
 
+@PROPERTY
 @given(logs())
 def test_alo_new_owner_resumes_at_the_last_valid_report(records: list[CoordRecord]) -> None:
     """ALO never skips: a new owner starts exactly at the last offset a valid holder reported."""
@@ -136,6 +175,7 @@ def test_alo_new_owner_resumes_at_the_last_valid_report(records: list[CoordRecor
             assert resume_offset(world.claims[e.key], Mode.ALO) == last_report.get(e.key)
 
 
+@PROPERTY
 @given(logs())
 def test_non_holder_heartbeat_or_release_changes_nothing(records: list[CoordRecord]) -> None:
     """A heartbeat or release from anyone but the holder leaves that claim as it was."""
@@ -149,6 +189,7 @@ def test_non_holder_heartbeat_or_release_changes_nothing(records: list[CoordReco
             assert world.claims.get(key) == before.claims.get(key)
 
 
+@PROPERTY
 @given(
     st.lists(
         st.tuples(st.binary(max_size=60), st.one_of(st.none(), st.binary(max_size=60))), max_size=50
@@ -163,6 +204,7 @@ def test_arbitrary_bytes_never_raise(pairs: list[tuple[bytes, bytes | None]]) ->
     assert world.malformed == len(pairs)
 
 
+@PROPERTY
 @given(st.lists(st.text(alphabet="HeartbClaimingPsRlsGoup/0123456789-x", max_size=60), max_size=50))
 def test_near_miss_text_never_raises(values: list[str]) -> None:
     """Text that looks almost like messages is folded without an exception."""
@@ -172,6 +214,7 @@ def test_near_miss_text_never_raises(values: list[str]) -> None:
     assert world.next_offset == len(values)
 
 
+@PROPERTY
 @given(logs(), st.integers(0, 80), st.integers(0, 80))
 def test_compacted_reader_never_grants_what_the_full_reader_refuses(
     records: list[CoordRecord], cut_at: int, cut_again: int
