@@ -63,7 +63,6 @@ import faulthandler
 import os
 import signal
 import sys
-import time
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnContext, SpawnProcess
 from types import FrameType
@@ -116,21 +115,11 @@ LAST_WORDS_TIMEOUT_S = 0.05
 
 
 class ChildHandle:
-    """The supervisor's handle on one running child (its process, pipe end, spec and lease)."""
+    """The supervisor's handle on one running child (its process and pipe end)."""
 
-    def __init__(
-        self,
-        process: SpawnProcess,
-        conn: Connection,
-        spec: ChildSpec,
-        lease: SharedLease,
-        started_at: float,
-    ) -> None:
+    def __init__(self, process: SpawnProcess, conn: Connection) -> None:
         self.process = process
         self.conn = conn
-        self.spec = spec
-        self.lease = lease
-        self.started_at = started_at
         pid = process.pid
         assert pid is not None, "ChildHandle of a process that was not started"
         self.pid: int = pid
@@ -139,11 +128,6 @@ class ChildHandle:
     def exitcode(self) -> int | None:
         """None while running; else the exit code (negative: the signal). Reaps, never blocks."""
         return self.process.exitcode
-
-    @property
-    def sentinel(self) -> int:
-        """A descriptor that becomes ready when the child ends (for `connection.wait`)."""
-        return self.process.sentinel
 
     def send(self, msg: ToChild) -> bool:
         """Send `Grant` or `Stop`; False if the child is gone (its pipe end closed)."""
@@ -194,7 +178,7 @@ def start_child(spec: ChildSpec, lease: SharedLease, mp_context: SpawnContext) -
     )
     process.start()
     child_conn.close()
-    return ChildHandle(process, parent_conn, spec, lease, time.monotonic())
+    return ChildHandle(process, parent_conn)
 
 
 # ---------------------------------------------------------------- child side

@@ -191,7 +191,7 @@ class ChildCare:
             code=code,
             running=holding.phase is Phase.RUNNING,
             reloading=holding.phase is Phase.RELOADING,
-            lease_valid=holding.lease.valid(),
+            lease_valid=now < holding.lease.deadline,
             failures=holding.failures,
             max_failures=self.config.max_handler_failures,
             heartbeat_interval_s=self.hb,
@@ -228,7 +228,7 @@ class ChildCare:
 
     def _finish(self, holding: Holding) -> None:
         """The child is gone: release the claim if it ended gracefully, then forget it."""
-        if holding.phase is Phase.STOPPING and holding.release_when_stopped:
+        if holding.phase is Phase.STOPPING:
             key = holding.key
             verdict = self._decide(self.co.releasing(key, holding.position))
             confirmed = isinstance(verdict, ev.Released)
@@ -243,8 +243,9 @@ class ChildCare:
             )
         self.holdings.pop(holding.key, None)
 
-    def _stop_child(self, holding: Holding, deadline: float) -> None:
-        holding.phase = Phase.STOPPING
+    def _stop_child(self, holding: Holding, deadline: float, phase: Phase = Phase.STOPPING) -> None:
+        """Ask the child to finish its batch and stop (``phase``: what comes after it exits)."""
+        holding.phase = phase
         holding.stop_deadline = deadline  # the lease still ends it earlier if heartbeats fail
         tell(holding, ipc.Stop())
 
@@ -252,5 +253,4 @@ class ChildCare:
 def tell(holding: Holding, msg: ipc.ToChild) -> None:
     """Send to a child; a child that is already gone is reaped by the loop."""
     if holding.child is not None:
-        with contextlib.suppress(BrokenPipeError, OSError):
-            holding.child.conn.send(msg)
+        holding.child.send(msg)

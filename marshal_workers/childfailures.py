@@ -30,7 +30,6 @@ from marshal_workers.failures import (
 from marshal_workers.handler import Record
 from marshal_workers.ipc import (
     ChildSpec,
-    DumpStacks,
     HandlerFailed,
     Stop,
     Stopped,
@@ -38,7 +37,6 @@ from marshal_workers.ipc import (
     ToSupervisor,
 )
 from marshal_workers.rationalizer import Mode
-from marshal_workers.stacks import log_stacks
 from marshal_workers.stats import StatsTally
 
 RETRY_POLL_S = 0.05
@@ -86,6 +84,9 @@ class FailureHandling:
         raise NotImplementedError
 
     def _send(self, msg: ToSupervisor) -> None:
+        raise NotImplementedError
+
+    def _aside(self, msg: ToChild | None) -> None:
         raise NotImplementedError
 
     def _handle_unit(self, unit: Sequence[Record], call: Callable[[], object]) -> None:
@@ -149,10 +150,7 @@ class FailureHandling:
                 self.log.info("stop_during_retry_retries_cut_short")
                 self.stop_requested = True
                 return False
-            if isinstance(msg, DumpStacks):
-                log_stacks(self.log, "stack_dump")
-            elif msg is not None:
-                self.log.warning("unexpected_message", message=repr(msg))
+            self._aside(msg)
         self._require_lease()
         return True
 

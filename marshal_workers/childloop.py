@@ -119,7 +119,6 @@ class ChildLoop(FailureHandling):
                 retries=self.spec.retries,
                 retry_backoff_s=self.spec.retry_backoff_s,
                 on_failure=OnFailure(self.spec.on_failure),
-                max_poison_rate=self.spec.max_poison_rate,
             )
         except ValueError as exc:
             self.log.error("bad_error_policy", error=str(exc))
@@ -252,10 +251,7 @@ class ChildLoop(FailureHandling):
             if isinstance(msg, Stop):
                 self.log.info("stop_while_awaiting_grant", start=request.start, end=request.end)
                 raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
-            if isinstance(msg, DumpStacks):
-                log_stacks(self.log, "stack_dump")
-            elif msg is not None:
-                self.log.warning("unexpected_message", message=repr(msg))
+            self._aside(msg)
 
     def _read_stop(self) -> None:
         """Drain the pipe; on `Stop`, end with `Stopped` (the batch in hand is already done)."""
@@ -264,9 +260,14 @@ class ChildLoop(FailureHandling):
         while (msg := self._receive(0.0)) is not None:
             if isinstance(msg, Stop):
                 raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
-            if isinstance(msg, DumpStacks):
-                log_stacks(self.log, "stack_dump")
-                continue
+            self._aside(msg)
+
+    def _aside(self, msg: ToChild | None) -> None:
+        """A message read while waiting for another (`Stop` is each waiter's own): answer
+        `DumpStacks`, log anything unexpected; None (nothing came) is ignored."""
+        if isinstance(msg, DumpStacks):
+            log_stacks(self.log, "stack_dump")
+        elif msg is not None:
             self.log.warning("unexpected_message", message=repr(msg))
 
     def _require_lease(self) -> None:

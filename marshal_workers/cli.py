@@ -12,9 +12,8 @@ import click
 from marshal_workers.config import run_config
 from marshal_workers.entry import run_command
 from marshal_workers.run import run
-from marshal_workers.settings import SETTINGS, Setting, help_epilog, resolve
+from marshal_workers.settings import SECTIONS, SETTINGS, Setting, help_epilog, resolve
 
-SECTIONS = ("Work", "Identity", "Kafka", "Timing", "Errors", "Output")
 SIGNALS_HELP = """\b
 Signals (to the supervisor; systemd: see systemd/README.md):
   TERM       graceful stop: children finish their batch, report, and release

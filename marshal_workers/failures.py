@@ -67,7 +67,6 @@ class FailurePolicy:
     retries: int = 3
     retry_backoff_s: float = 0.5
     on_failure: OnFailure = OnFailure.STOP
-    max_poison_rate: int = 60  # units dead-lettered or skipped per minute; 0: no limit
     max_backoff_s: float = MAX_BACKOFF_S
 
     def backoff(self, attempt: int) -> float:

@@ -24,7 +24,6 @@ class Holding:
     """One claim held by this supervisor (the member claim has no child)."""
 
     key: ClaimKey
-    coord_partition: int
     token: int
     position: int
     lease: SharedLease
@@ -37,5 +36,3 @@ class Holding:
     stop_deadline: float = 0.0
     term_sent: bool = False
     kill_sent: bool = False
-    release_when_stopped: bool = True
-    lost_reason: str = ""

@@ -63,7 +63,7 @@ from prometheus_client.registry import Collector
 from marshal_workers.claims import is_member_key
 from marshal_workers.errors import ConfigError
 from marshal_workers.ipc import Stats
-from marshal_workers.lease import default_margin
+from marshal_workers.lease import default_margin, lease_deadline
 from marshal_workers.observe import ClaimSnapshot, Observer
 from marshal_workers.protocol import ClaimKey
 from marshal_workers.stats import LATENCY_BUCKETS
@@ -87,7 +87,8 @@ class Metrics(Observer):
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.base = (group, client_id)
-        self.lease_span = 2 * heartbeat_interval - default_margin(heartbeat_interval)
+        hb = heartbeat_interval
+        self.lease_span = lease_deadline(0.0, hb, default_margin(hb))  # from a heartbeat's sending
         self.clock = clock
         self.registry = registry if registry is not None else CollectorRegistry()
         self.is_ready = False
@@ -238,8 +239,8 @@ class Metrics(Observer):
                 continue
             count += 1
             values = [*self.base, key.topic, str(key.partition)]
-            remaining = snap.lease_remaining - since_tick
-            if remaining > -self.lease_span:  # not revoked
+            if snap.lease_remaining is not None:  # None: revoked (a fast stop)
+                remaining = snap.lease_remaining - since_tick
                 lease.add_metric(values, remaining)
                 age.add_metric(values, self.lease_span - remaining)
             high = self._high.get(key)

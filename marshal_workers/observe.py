@@ -16,12 +16,13 @@ from marshal_workers.protocol import ClaimKey
 
 @dataclass(frozen=True, slots=True)
 class ClaimSnapshot:
-    """One held claim as seen at a loop turn."""
+    """One held claim as seen at a loop turn (``lease_remaining``: seconds until its child must
+    stop; None once the claim is lost or its lease revoked)."""
 
     key: ClaimKey
     token: int
     position: int
-    lease_remaining: float
+    lease_remaining: float | None
     child_pid: int | None
     phase: str
 
@@ -33,7 +34,9 @@ class Observer:
         """The log is caught up and the claim loop runs."""
 
     def tick(self, claims: Mapping[ClaimKey, ClaimSnapshot], healthy: bool) -> None:
-        """A turn of the loop finished; ``healthy`` is False while coordination writes fail."""
+        """A turn of the loop finished; ``healthy`` is False while a data claim it holds (running
+        or reloading) has no more than the kill grace left on its lease: its heartbeats are not
+        confirmed in time (see `Supervisor._healthy`)."""
 
     def claim_won(self, key: ClaimKey, token: int) -> None:
         """A claim was won (or resumed after a restart)."""

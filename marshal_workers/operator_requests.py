@@ -50,9 +50,7 @@ class OperatorRequests(ChildCare):
             if holding.child is None:
                 holding.restart_at = 0.0
                 continue
-            holding.phase = Phase.RELOADING
-            holding.stop_deadline = deadline
-            tell(holding, ipc.Stop())
+            self._stop_child(holding, deadline, Phase.RELOADING)
             asked += 1
         self.reload_pending = True
         self.observer.reloading()
@@ -91,7 +89,7 @@ class OperatorRequests(ChildCare):
 
     # ---- group pauses (ReleaseGroup) -----------------------------------------------------
 
-    def _react_to_pause(self) -> bool:
+    def _react_to_pause(self, now: float) -> bool:
         """While another client (an admin) has paused the group: claim nothing, and release
         every data claim gracefully (children finish their batch, then ReleasingPartition at
         the position they reported); the member claim stays. Claiming resumes once the pause
@@ -113,7 +111,7 @@ class OperatorRequests(ChildCare):
                 until_ms=pause.until_ms,
                 claims=sum(1 for h in self.holdings.values() if not h.is_member),
             )
-        deadline = self.clock() + c.stop_timeout
+        deadline = now + c.stop_timeout
         for holding in self.holdings.values():
             if not holding.is_member and holding.phase not in (Phase.STOPPING, Phase.LOST):
                 self._stop_child(holding, deadline)

@@ -18,12 +18,14 @@ from marshal_workers.errors import ConfigError
 from marshal_workers.protocol import validate_name
 
 Parse = Callable[[str], Any]
+SECTIONS = ("Work", "Identity", "Kafka", "Timing", "Errors", "Output")  # the order of help and docs
 
 
 @dataclass(frozen=True, slots=True)
 class Setting:
     """One setting. ``parse`` turns text (flag, environment) into a value and raises ValueError
-    with the reason; ``check`` validates a value from any source (TOML included)."""
+    with the reason; a value from any source (TOML included) must be one of ``choices`` (if
+    given) and pass ``check``."""
 
     name: str
     default: Any
@@ -93,14 +95,6 @@ def _name(what: str) -> Callable[[Any], None]:
     return check
 
 
-def _choice(options: tuple[str, ...]) -> Callable[[Any], None]:
-    def check(value: Any) -> None:
-        if value not in options:
-            raise ValueError(f"must be one of {', '.join(options)}")
-
-    return check
-
-
 def _admin_ids(value: Any) -> None:
     for item in value:
         if item != "*":
@@ -122,7 +116,6 @@ SETTINGS: tuple[Setting, ...] = (
         "Delivery: amo (claim each batch in the log before handling it: "
         "at most once) or alo (handle, then commit: at least once).",
         "Work",
-        check=_choice(("amo", "alo")),
         choices=("amo", "alo"),
     ),
     Setting(
@@ -181,7 +174,6 @@ SETTINGS: tuple[Setting, ...] = (
         "How claims map to coordination partitions: spec, or "
         "marshal-go to share a topic with the Go implementation.",
         "Kafka",
-        check=_choice(("spec", "marshal-go")),
         choices=("spec", "marshal-go"),
     ),
     Setting(
@@ -215,7 +207,6 @@ SETTINGS: tuple[Setting, ...] = (
         "earliest",
         "Where to start a partition nobody has committed: earliest or latest.",
         "Work",
-        check=_choice(("earliest", "latest")),
         choices=("earliest", "latest"),
     ),
     Setting(
@@ -252,7 +243,6 @@ SETTINGS: tuple[Setting, ...] = (
         "After the retries: dlq (write the record to the dead-letter topic and go on), skip "
         "(log, count and go on) or stop (the child stops; see max_handler_failures).",
         "Errors",
-        check=_choice(("dlq", "skip", "stop")),
         choices=("dlq", "skip", "stop"),
     ),
     Setting(
@@ -288,7 +278,6 @@ SETTINGS: tuple[Setting, ...] = (
         "auto",
         "Log lines as json, console, or auto (console on a terminal).",
         "Output",
-        check=_choice(("auto", "json", "console")),
         choices=("auto", "json", "console"),
     ),
     Setting(
@@ -328,6 +317,10 @@ def _apply(setting: Setting, value: Any, source: str) -> Any:
             parsed: Any = tuple(setting.parse(str(v)) for v in items if str(v))
         else:
             parsed = setting.parse(str(value))
+        if setting.choices:
+            for item in parsed if setting.multiple else (parsed,):
+                if item not in setting.choices:
+                    raise ValueError(f"must be one of {', '.join(setting.choices)}")
         if setting.check is not None:
             setting.check(parsed)
     except (ValueError, TypeError) as exc:

@@ -8,9 +8,7 @@ reference cannot drift from the code.
 
 from __future__ import annotations
 
-from marshal_workers.settings import SETTINGS, Setting
-
-SECTIONS = ("Work", "Identity", "Kafka", "Timing", "Errors", "Output")
+from marshal_workers.settings import SECTIONS, SETTINGS, Setting
 
 
 def _default(setting: Setting) -> str:

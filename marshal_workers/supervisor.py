@@ -135,11 +135,9 @@ class Supervisor(OperatorRequests):
             )
 
     def _hold(self, key: ClaimKey, token: int, position: int, sent_at: float) -> Holding:
-        lease = SharedLease(self.mp)
+        lease = SharedLease(self.mp, self.clock)
         lease.extend_to(lease_deadline(sent_at, self.hb, self.margin))
-        holding = Holding(
-            key, self.co.partition_of(key), token, position, lease, is_member=is_member_key(key)
-        )
+        holding = Holding(key, token, position, lease, is_member=is_member_key(key))
         self.holdings[key] = holding
         self.observer.claim_won(key, token)
         if not holding.is_member:
@@ -176,11 +174,11 @@ class Supervisor(OperatorRequests):
             self._advance_stop()
         else:
             if now >= self._next_discovery:
-                self._discover()
-            paused = self._react_to_pause()
+                self._discover(now)
+            paused = self._react_to_pause(now)
             if not paused and now >= self._next_claim:
                 self._rebalance(now)
-        self.observer.tick(self.snapshot(), healthy=self._healthy(now))
+        self.observer.tick(self.snapshot(now), healthy=self._healthy(now))
 
     def _healthy(self, now: float) -> bool:
         """No claim's lease is closer to its end than one heartbeat round should allow."""
@@ -190,15 +188,15 @@ class Supervisor(OperatorRequests):
             if h.phase in _HELD
         )
 
-    def snapshot(self) -> dict[ClaimKey, ClaimSnapshot]:
-        """The held claims as observers see them."""
-        now = self.clock()
+    def snapshot(self, now: float) -> dict[ClaimKey, ClaimSnapshot]:
+        """The held claims as observers see them at ``now`` (no lease left to show for a lost
+        claim or a revoked lease)."""
         return {
             k: ClaimSnapshot(
                 k,
                 h.token,
                 h.position,
-                h.lease.deadline - now,
+                _lease_remaining(h, now),
                 h.child.pid if h.child else None,
                 h.phase.value,
             )
@@ -249,7 +247,7 @@ class Supervisor(OperatorRequests):
         self._log.warning(
             "claim lost", topic=holding.key.topic, partition=holding.key.partition, reason=reason
         )
-        holding.phase, holding.lost_reason, holding.release_when_stopped = Phase.LOST, reason, False
+        holding.phase = Phase.LOST
         holding.lease.revoke()
         self.observer.claim_lost(holding.key, reason)
         self._kill(holding, signal.SIGKILL, reason)
@@ -273,12 +271,12 @@ class Supervisor(OperatorRequests):
         )
         return True
 
-    def _discover(self) -> None:
+    def _discover(self, now: float) -> None:
         """Check the coordination topic's partition count; pick up new data partitions.
 
         A failure to ask (broker unreachable, topic gone) is logged and retried next round:
         the claims held so far stay valid, their heartbeats go on."""
-        self._next_discovery = self.clock() + DISCOVERY_INTERVAL_S
+        self._next_discovery = now + DISCOVERY_INTERVAL_S
         try:
             current = self.co.log.current_num_partitions(10.0)
             found = self.topics.partitions()
@@ -346,7 +344,8 @@ class Supervisor(OperatorRequests):
         if any(not h.is_member for h in self.holdings.values()):
             return
         for holding in list(self.holdings.values()):  # the member claim goes last
-            holding.phase = Phase.STOPPING
+            if holding.phase is not Phase.LOST:  # a lost claim is not ours to release
+                holding.phase = Phase.STOPPING
             self._finish(holding)
         self.done = True
 
@@ -358,3 +357,11 @@ class Supervisor(OperatorRequests):
 
 
 _HELD = (Phase.RUNNING, Phase.RELOADING)  # counted as this member's share
+
+
+def _lease_remaining(holding: Holding, now: float) -> float | None:
+    """Seconds left on the claim's lease at ``now``; None if it is lost or its lease revoked."""
+    deadline = holding.lease.deadline
+    if holding.phase is Phase.LOST or deadline == 0.0:
+        return None
+    return deadline - now

@@ -83,7 +83,8 @@ def watchdog_interval(environ: Mapping[str, str], pid: int) -> float | None:
 
 
 def claims_status(claims: Mapping[ClaimKey, ClaimSnapshot], stopping: bool = False) -> str:
-    """One line for systemctl status: the data claims held and the shortest lease left."""
+    """One line for systemctl status: the data claims held and the shortest lease left (of
+    those that have one: not lost, not revoked)."""
     held = sorted(
         (s for k, s in claims.items() if not is_member_key(k)),
         key=lambda s: (s.key.topic, s.key.partition),
@@ -94,11 +95,12 @@ def claims_status(claims: Mapping[ClaimKey, ClaimSnapshot], stopping: bool = Fal
     names = [f"{s.key.topic}/{s.key.partition}" for s in held[:STATUS_MAX_LISTED]]
     if len(held) > STATUS_MAX_LISTED:
         names.append(f"+{len(held) - STATUS_MAX_LISTED} more")
-    shortest = min(s.lease_remaining for s in held)
+    leases = [s.lease_remaining for s in held if s.lease_remaining is not None]
+    shortest = f"; lease min {min(leases):.1f}s" if leases else ""
     reloading = sum(1 for s in held if s.phase == "reloading")
     extra = f"; reloading {reloading}" if reloading else ""
     noun = "claim" if len(held) == 1 else "claims"
-    return f"{prefix}{len(held)} {noun}: {','.join(names)}; lease min {shortest:.1f}s{extra}"
+    return f"{prefix}{len(held)} {noun}: {','.join(names)}{shortest}{extra}"
 
 
 class SystemdNotify(Observer):

@@ -34,6 +34,14 @@ class FakeChild:
         self.exitcode: int | None = None
         self.signals: list[int] = []
 
+    def send(self, msg: ipc.ToChild) -> bool:
+        """What the supervisor says to the child; False once its pipe end is closed."""
+        try:
+            self.conn.send(msg)
+        except OSError:
+            return False
+        return True
+
     def signal_group(self, sig: int) -> None:
         self.signals.append(sig)
         if sig == signal.SIGKILL:

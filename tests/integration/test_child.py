@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import base64
 import json
-import multiprocessing
 import os
 import pickle
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
 
 import psutil
 import pytest
@@ -32,8 +29,6 @@ from marshal_workers.child import (
     EXIT_HANDLER_FAILED,
     EXIT_LEASE_EXPIRED,
     EXIT_NOT_GRANTED,
-    ChildHandle,
-    start_child,
 )
 from marshal_workers.ipc import (
     ChildSpec,
@@ -44,21 +39,16 @@ from marshal_workers.ipc import (
     Started,
     Stop,
     Stopped,
-    ToSupervisor,
 )
-from marshal_workers.lease import SharedLease
 from marshal_workers.rationalizer import Mode
 from plugins import ledger
 from tests.integration import child_handlers
+from tests.integration.conftest import WAIT_S, Supervised
 
 pytestmark = pytest.mark.kafka
 
-MP = multiprocessing.get_context("spawn")
 REPO = Path(__file__).resolve().parents[2]
-LEASE_S = 2.5  # the lease a "supervisor" grants on each extension
 PARTITION = 1  # the partition the child under test owns
-WAIT_S = 20.0  # bound on waiting for a child's next message (spawn + connect on a busy host)
-M = TypeVar("M")
 
 
 # ---------------------------------------------------------------- fixtures and helpers
@@ -83,14 +73,6 @@ def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
     assert producer.flush(15) == 0
 
 
-@pytest.fixture
-def ledger_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The ledger directory, in the environment children inherit."""
-    path = tmp_path / "ledger"
-    monkeypatch.setenv(ledger.DIR_ENV, str(path))
-    return path
-
-
 def make_spec(bootstrap: str, topic: str, **changes: object) -> ChildSpec:
     """A ledger child for ``PARTITION`` of ``topic``, ALO from offset 0; ``changes`` override."""
     spec = ChildSpec(
@@ -108,91 +90,6 @@ def make_spec(bootstrap: str, topic: str, **changes: object) -> ChildSpec:
         batch_timeout_s=0.1,
     )
     return replace(spec, **changes)  # type: ignore[arg-type]
-
-
-class LeaseKeeper:
-    """A "supervisor" heartbeat: extends the lease to now + LEASE_S every 0.1 s until frozen."""
-
-    def __init__(self, lease: SharedLease) -> None:
-        self.lease = lease
-        self._frozen = threading.Event()
-        lease.extend_to(time.monotonic() + LEASE_S)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._frozen.wait(0.1):
-            self.lease.extend_to(time.monotonic() + LEASE_S)
-
-    def freeze(self) -> float:
-        """Stop extending (the supervisor hangs); the deadline the lease is left with."""
-        self._frozen.set()
-        self._thread.join()
-        return self.lease.deadline
-
-
-class Supervised:
-    """One child as its supervisor sees it: every message received, in order."""
-
-    def __init__(self, handle: ChildHandle, keeper: LeaseKeeper) -> None:
-        self.handle = handle
-        self.keeper = keeper
-        self.received: list[ToSupervisor] = []
-
-    def expect(self, kind: type[M], timeout: float = WAIT_S) -> M:
-        """The next message of type ``kind`` (earlier ones are kept in ``received``)."""
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            if not self.handle.conn.poll(left):
-                break
-            try:
-                msg = self.handle.conn.recv()
-            except EOFError:
-                pytest.fail(f"child exited ({self.wait_exit(5)}) before {kind.__name__}")
-            self.received.append(msg)
-            if isinstance(msg, kind):
-                return msg
-        pytest.fail(f"no {kind.__name__} within {timeout} s; got {self.received}")
-
-    def drain(self) -> None:
-        """Keep whatever is in the pipe now (non-blocking)."""
-        try:
-            while self.handle.conn.poll(0):
-                self.received.append(self.handle.conn.recv())
-        except EOFError:
-            pass
-
-    def wait_exit(self, timeout: float = WAIT_S) -> int:
-        """The child's exit code, waiting at most ``timeout``."""
-        code = self.handle.join(timeout)
-        assert code is not None, f"child {self.handle.pid} still running after {timeout} s"
-        self.drain()
-        return code
-
-    def of(self, kind: type[M]) -> list[M]:
-        """The received messages of one type."""
-        self.drain()
-        return [m for m in self.received if isinstance(m, kind)]
-
-
-@pytest.fixture
-def spawn() -> Iterator[Callable[[ChildSpec], Supervised]]:
-    """Start children with a kept lease; kill whatever is left at the end."""
-    started: list[Supervised] = []
-
-    def run(spec: ChildSpec) -> Supervised:
-        lease = SharedLease(MP)
-        keeper = LeaseKeeper(lease)
-        child = Supervised(start_child(spec, lease, MP), keeper)
-        started.append(child)
-        return child
-
-    yield run
-    for child in started:
-        child.keeper.freeze()
-        child.handle.signal_group(signal.SIGKILL)
-        child.handle.join(10)
-        child.handle.close()
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:

@@ -7,8 +7,6 @@ back to check the record and its headers; the ledger shows what the handler comp
 
 from __future__ import annotations
 
-import multiprocessing
-import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from marshal_workers.child import EXIT_HANDLER_FAILED, start_child
+from marshal_workers.child import EXIT_HANDLER_FAILED
 from marshal_workers.dlq import PREFIX
 from marshal_workers.failures import CAUSE_DLQ_FAILED, CAUSE_POISON_RATE, CAUSE_POLICY
 from marshal_workers.ipc import (
@@ -31,23 +29,13 @@ from marshal_workers.ipc import (
     Stop,
     Stopped,
 )
-from marshal_workers.lease import SharedLease
 from marshal_workers.rationalizer import Mode
-from plugins import ledger
 from tests.integration import failure_handlers
-from tests.integration.test_child import (
-    PARTITION,
-    WAIT_S,
-    LeaseKeeper,
-    Supervised,
-    make_spec,
-    offsets,
-    produce,
-)
+from tests.integration.conftest import WAIT_S, Supervised
+from tests.integration.test_child import PARTITION, make_spec, offsets, produce
 
 pytestmark = pytest.mark.kafka
 
-MP = multiprocessing.get_context("spawn")
 HANDLER = "tests.integration.failure_handlers:handle"
 COUNT = 8  # records produced to the child's partition
 FAST = {"retries": 2, "retry_backoff_s": 0.05}  # retries that do not slow the tests down
@@ -71,14 +59,6 @@ def topic(kafka_bootstrap: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def ledger_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The ledger directory, in the environment children inherit."""
-    path = tmp_path / "ledger"
-    monkeypatch.setenv(ledger.DIR_ENV, str(path))
-    return path
-
-
-@pytest.fixture
 def poison(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     """Make offsets poison for the children started afterwards (``times``: only at first)."""
 
@@ -88,25 +68,6 @@ def poison(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
             monkeypatch.setenv(failure_handlers.TIMES_ENV, str(times))
 
     return set_poison
-
-
-@pytest.fixture
-def spawn() -> Iterator[Callable[[ChildSpec], Supervised]]:
-    """Start children with a kept lease; kill whatever is left at the end."""
-    started: list[Supervised] = []
-
-    def run(spec: ChildSpec) -> Supervised:
-        lease = SharedLease(MP)
-        child = Supervised(start_child(spec, lease, MP), LeaseKeeper(lease))
-        started.append(child)
-        return child
-
-    yield run
-    for child in started:
-        child.keeper.freeze()
-        child.handle.signal_group(signal.SIGKILL)
-        child.handle.join(10)
-        child.handle.close()
 
 
 def spec_for(bootstrap: str, topic: str, **changes: object) -> ChildSpec:

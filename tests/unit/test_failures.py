@@ -175,7 +175,7 @@ class TestDecide:
     @pytest.mark.parametrize("action", [OnFailure.DLQ, OnFailure.SKIP])
     def test_beyond_the_rate_is_stop(self, action: OnFailure) -> None:
         """One poison record more than max_poison_rate per minute turns into stop."""
-        policy, rate = FailurePolicy(on_failure=action, max_poison_rate=2), PoisonRate(2)
+        policy, rate = FailurePolicy(on_failure=action), PoisonRate(2)
         verdicts = [decide(policy, failed(), rate, float(t)) for t in range(3)]
         assert [v.action for v in verdicts] == [action, action, OnFailure.STOP]
         assert verdicts[-1].cause == CAUSE_POISON_RATE

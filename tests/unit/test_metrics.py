@@ -141,6 +141,14 @@ class TestScrapeTimeState:
         names = {name for name, _ in samples(metrics)}
         assert "marshal_lease_remaining_seconds" not in names
 
+    def test_a_revoked_lease_has_no_lease_gauges(self, metrics: Metrics) -> None:
+        """A claim without a lease (revoked by a fast stop) is held, with no lease or age."""
+        metrics.tick({KEY: ClaimSnapshot(KEY, 7, 100, None, 4242, "stopping")}, healthy=True)
+        assert value(metrics, "marshal_claims_held") == 1
+        names = {name for name, _ in samples(metrics)}
+        assert "marshal_lease_remaining_seconds" not in names
+        assert "marshal_heartbeat_age_seconds" not in names
+
     def test_process_metrics_are_prefixed(self, metrics: Metrics) -> None:
         """Even the process collector's metrics are named marshal_*."""
         names = {name for name, _ in samples(metrics)}

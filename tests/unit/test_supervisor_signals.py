@@ -22,6 +22,7 @@ from marshal_workers.protocol import ClaimingPartition, ClaimKey, ReleasingParti
 from marshal_workers.rationalizer import Mode, RationalizerConfig
 from marshal_workers.reader import LogReader
 from marshal_workers.supervisor import Supervisor
+from marshal_workers.systemd import claims_status
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
 
 
@@ -154,6 +155,29 @@ class TestReload:
         world.sup.step([signal.SIGHUP], wait_s=0.0)
         assert "reloading" not in world.recorder.calls
         assert all(h.phase is not Phase.RELOADING for h in world.sup.holdings.values())
+
+
+class TestLeaseInSnapshot:
+    def test_a_fast_stop_leaves_no_lease_to_show(self, world: World) -> None:
+        """INT revokes the leases (deadline 0): the snapshot shows no lease left for them, so
+        systemd's STATUS names none (not minus the monotonic clock)."""
+        world.sup.request_stop(fast=True)
+        snapshot = world.sup.snapshot(time.monotonic())
+        assert [s.lease_remaining for k, s in snapshot.items() if not is_member_key(k)] == [
+            None,
+            None,
+        ]
+        assert claims_status(snapshot, stopping=True) == "stopping: 2 claims: orders/0,orders/1"
+
+    def test_a_lost_claim_has_no_lease_the_others_do(self, world: World) -> None:
+        """A lost claim shows no lease; the shortest lease is that of the claims still held."""
+        lost, kept = sorted(world.running(), key=lambda k: k.partition)
+        world.sup._lose(world.sup.holdings[lost], "taken in this test")
+        now = time.monotonic()
+        snapshot = world.sup.snapshot(now)
+        left = world.sup.holdings[kept].lease.deadline - now
+        assert (snapshot[lost].lease_remaining, snapshot[kept].lease_remaining) == (None, left)
+        assert claims_status(snapshot) == f"2 claims: orders/0,orders/1; lease min {left:.1f}s"
 
 
 class TestStackDump:

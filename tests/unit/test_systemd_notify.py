@@ -72,7 +72,9 @@ class Clock:
         return self.now
 
 
-def snap(topic: str, partition: int, lease: float = 1.5, phase: str = "running") -> ClaimSnapshot:
+def snap(
+    topic: str, partition: int, lease: float | None = 1.5, phase: str = "running"
+) -> ClaimSnapshot:
     return ClaimSnapshot(ClaimKey("g", topic, partition), 7, 0, lease, 4242, phase)
 
 
@@ -214,6 +216,14 @@ class TestStatusLine:
         assert claims_status(held) == (
             "10 claims: t/0,t/1,t/2,t/3,t/4,t/5,t/6,t/7,+2 more; lease min 1.5s; reloading 2"
         )
+
+    def test_claims_without_a_lease_are_listed_but_not_timed(self) -> None:
+        """A revoked lease (fast stop) or a lost claim has no lease left to show: only the
+        others count for the shortest lease, and with none left the lease is not named."""
+        held = claims(snap("orders", 1, lease=None, phase="lost"), snap("orders", 2, lease=2.5))
+        assert claims_status(held) == "2 claims: orders/1,orders/2; lease min 2.5s"
+        revoked = claims(snap("orders", 1, lease=None), snap("orders", 2, lease=None))
+        assert claims_status(revoked, stopping=True) == "stopping: 2 claims: orders/1,orders/2"
 
     def test_no_claims(self) -> None:
         """Nothing held yet."""
