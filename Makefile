@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install kafka-jars lint typecheck test test-unit test-chaos bench demo clean
+.PHONY: install kafka-jars spark-jars lint typecheck test test-unit bench demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -12,8 +12,10 @@ $(BIN)/python:
 install: $(BIN)/python ## Python packages into .venv (the package in editable mode, with dev tools)
 	$(BIN)/pip install --quiet -e '.[dev]'
 
-kafka-jars: install ## Resolve the pinned Apache Kafka and Spark connector jars with Maven (cached outside the repo)
+kafka-jars: install ## Resolve the pinned Apache Kafka jars with Maven (cached outside the repo)
 	$(BIN)/python -m marshal_workers.localkafka fetch
+
+spark-jars: install ## Resolve the Spark Kafka connector jars for the audit with Maven (cached outside the repo)
 	$(BIN)/python -m marshal_workers.audit.jars
 
 lint: ## ruff on the package, tests and benchmarks
@@ -23,7 +25,7 @@ lint: ## ruff on the package, tests and benchmarks
 typecheck: ## mypy --strict on the package
 	$(BIN)/mypy marshal_workers
 
-test: lint typecheck ## Lint, type-check, then unit and integration tests (real Kafka)
+test: kafka-jars spark-jars lint typecheck ## Install, resolve the jars, lint, type-check, then unit and integration tests (real Kafka, Spark)
 	$(BIN)/pytest -q
 
 test-unit: ## Only the tests that need no broker

@@ -28,14 +28,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from marshal_workers.audit.arrow import RECORD_SCHEMA
+from marshal_workers.audit.arrow import RECORD_SCHEMA, records_of
 from marshal_workers.audit.fold import FoldSettings, fold_batches
 from marshal_workers.audit.model import AuditConfig, FileInput
 from marshal_workers.audit.pipeline import run
 from marshal_workers.audit.progress import Progress
 from marshal_workers.audit.session import SessionOptions, start_session
 from marshal_workers.audit.synthetic import Fleet, messages
-from marshal_workers.protocol import CoordRecord, coordination_partition, encode, record_key
+from marshal_workers.protocol import coordination_partition, encode, record_key
 from marshal_workers.rationalizer import RationalizerConfig, World, fold
 
 HB_MS = 10_000
@@ -91,12 +91,11 @@ def plain_fold(batches: list[object]) -> float:
     config = RationalizerConfig(HB_MS)
     worlds: dict[int, World] = {}
     for batch in batches:
-        cols = [batch.column(name).to_pylist() for name in RECORD_SCHEMA.names]  # type: ignore[attr-defined]
-        for p, o, t, k, v in zip(*cols, strict=True):
-            world = worlds.get(p)
+        for record in records_of(batch):
+            world = worlds.get(record.partition)
             if world is None:
-                world = worlds[p] = World(config, p)
-            fold(world, CoordRecord(p, o, t, k, v))
+                world = worlds[record.partition] = World(config, record.partition)
+            fold(world, record)
     assert sum(w.malformed for w in worlds.values()) == 0
     return time.perf_counter() - started
 

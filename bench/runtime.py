@@ -61,6 +61,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from marshal_workers import events as ev
+from marshal_workers.claims import is_live
 from marshal_workers.kafkalog import RDKAFKA_LOG, KafkaLog
 from marshal_workers.localkafka import StartOptions, start_cluster
 from marshal_workers.protocol import (
@@ -71,7 +72,7 @@ from marshal_workers.protocol import (
     encode,
     record_key,
 )
-from marshal_workers.rationalizer import RationalizerConfig, claim_label
+from marshal_workers.rationalizer import RationalizerConfig
 from marshal_workers.reader import LogReader
 from marshal_workers.topicadmin import ensure_coordination_topic
 
@@ -568,9 +569,9 @@ class Holders:
         out: dict[int, str] = {}
         for world in self.reader.worlds.values():
             for key, state in world.claims.items():
-                live = claim_label(state, now, self.hb_ms) in ("fresh", "unknown")
-                if key.topic == topic and live and state.holder_client is not None:
-                    out[key.partition] = state.holder_client
+                holder = state.holder_client
+                if key.topic == topic and holder is not None and is_live(state, now, self.hb_ms):
+                    out[key.partition] = holder
         return out
 
     def close(self) -> None:

@@ -13,10 +13,9 @@ from typing import Any, TypeVar
 import click
 
 from marshal_workers.admin.operations import Connection, run_dump, run_init, run_status
-from marshal_workers.config import ANY_CLIENT, DEFAULT_ADMIN_CLIENT_IDS
-from marshal_workers.config import admin_ids as config_admin_ids
-from marshal_workers.errors import ConfigError
-from marshal_workers.protocol import Partitioner, validate_name
+from marshal_workers.admin.options import admin_ids, admin_ids_option
+from marshal_workers.config import DEFAULT_ADMIN_CLIENT_IDS
+from marshal_workers.protocol import Partitioner
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_HEARTBEAT_S = 10.0
@@ -66,35 +65,6 @@ def connection_options(func: F) -> F:
     for option in reversed(options):
         func = option(func)
     return func
-
-
-def admin_ids_option(func: F) -> F:
-    """Add --admin-client-id: the admin list the workers fold with (it decides pauses)."""
-    return click.option(
-        "--admin-client-id",
-        "--admin-client-ids",
-        "admin_client_ids",
-        envvar="MARSHAL_ADMIN_CLIENT_IDS",
-        multiple=True,
-        default=DEFAULT_ADMIN_CLIENT_IDS,
-        show_default=True,
-        show_envvar=True,
-        metavar="ID[,ID...]",
-        help="Client ids that may pause a group ('*': any); must be the workers' "
-        "admin_client_ids, or this command and the workers disagree on pauses.",
-    )(func)
-
-
-def admin_ids(values: tuple[str, ...]) -> frozenset[str] | None:
-    """The admin list from repeated and comma-separated values (ConfigError if malformed)."""
-    ids = tuple(i.strip() for v in values for i in v.replace(" ", ",").split(",") if i.strip())
-    try:
-        for item in ids:
-            if item != ANY_CLIENT:
-                validate_name("admin client id", item)
-    except ValueError as exc:
-        raise ConfigError(f"--admin-client-id: {exc}") from None
-    return config_admin_ids(ids)
 
 
 def _connection(
@@ -210,6 +180,3 @@ def dump(
     )
     for line in run_dump(conn, as_json, timeout):
         click.echo(line)
-
-
-COMMANDS = (init, status, dump)

@@ -51,8 +51,9 @@ def demo(
 ) -> int:
     """Run the whole thing locally: a Kafka, sample orders, a fleet, a failover, a verdict.
 
-    Finishes by itself in well under a minute and exits 0 when the ledger shows no order
-    skipped and no two processes on one partition at once.
+    Finishes by itself in well under a minute and exits 0 when the ledger shows no two
+    processes on one partition at once and, with --mode alo, no order skipped (with --mode amo:
+    no order handled twice).
     """
     options = DemoOptions(
         directory=directory,

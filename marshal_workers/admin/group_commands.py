@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import click
 
-from marshal_workers.admin.commands import _connection, admin_ids_option, connection_options
+from marshal_workers.admin.commands import _connection, connection_options
 from marshal_workers.admin.operations import ADMIN_CLIENT_ID
+from marshal_workers.admin.options import admin_ids_option
 from marshal_workers.admin.pause import run_release_group
 from marshal_workers.admin.position import run_set_position
 from marshal_workers.admin.targets import Kind, TargetSpec, parse_offsets, parse_time
@@ -30,9 +31,10 @@ _client_id_option = click.option(
 )
 
 
-def _checked_client_id(client_id: str) -> str:
+def _checked(label: str, value: str) -> str:
+    """``value`` checked for the wire format; ConfigError (exit 2) naming ``label`` if bad."""
     try:
-        return validate_name("--client-id", client_id)
+        return validate_name(label, value)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -93,21 +95,13 @@ def release_group(
     click.echo(
         run_release_group(
             conn,
-            validate_group(group),
+            _checked("--group", group),
             until_s=until_s,
             for_s=for_s,
-            client_id=_checked_client_id(client_id),
+            client_id=_checked("--client-id", client_id),
             timeout_s=timeout,
         )
     )
-
-
-def validate_group(group: str) -> str:
-    """The group name, checked for the wire format."""
-    try:
-        return validate_name("--group", group)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 @click.command("set-position")
@@ -180,16 +174,13 @@ def set_position(
     click.echo(
         run_set_position(
             conn,
-            validate_group(group),
+            _checked("--group", group),
             topic,
             spec,
             dry_run=dry_run,
             as_json=as_json,
-            client_id=_checked_client_id(client_id),
+            client_id=_checked("--client-id", client_id),
             timeout_s=timeout,
             progress=_err,
         )
     )
-
-
-COMMANDS = (release_group, set_position)

@@ -1,7 +1,8 @@
 """What `marshal-admin init`, `status` and `dump` do, with plain arguments (no click here).
 
 `status` and `dump` read the whole coordination log from the beginning and fold it with the
-same rationalizer the supervisors use, so they show what every worker sees.
+same rationalizer the supervisors use, so they show what every worker sees. `open_log` and
+`admin_session` open the log that way for every command (the writing ones included).
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from marshal_workers import events as ev
+from marshal_workers.admin.session import AdminSession
 from marshal_workers.config import DEFAULT_ADMIN_CLIENT_IDS
 from marshal_workers.coordlog import LogError
 from marshal_workers.errors import MarshalError
@@ -78,9 +81,28 @@ def run_init(
         raise MarshalError(f"{fatal[0]}{more}")
 
 
-def _open(conn: Connection) -> tuple[KafkaLog, LogReader]:
-    log = KafkaLog(conn.bootstrap_servers, conn.coordination_topic, client_id=ADMIN_CLIENT_ID)
-    return log, LogReader(log, conn.rationalizer_config(log.num_partitions))
+def open_log(conn: Connection, client_id: str = ADMIN_CLIENT_ID) -> tuple[KafkaLog, LogReader]:
+    """The coordination log as ``client_id``, and a reader folding it as the workers do (the
+    caller closes the log)."""
+    log = KafkaLog(conn.bootstrap_servers, conn.coordination_topic, client_id=client_id)
+    try:
+        return log, LogReader(log, conn.rationalizer_config(log.num_partitions))
+    except BaseException:
+        log.close()
+        raise
+
+
+@contextmanager
+def admin_session(conn: Connection, client_id: str, timeout_s: float) -> Iterator[AdminSession]:
+    """An `AdminSession` writing as ``client_id``, caught up with the whole log (AdminError if
+    that takes longer than ``timeout_s``); the log is closed after the block."""
+    log, reader = open_log(conn, client_id)
+    try:
+        session = AdminSession(log, reader, client_id)
+        session.catch_up(timeout_s)
+        yield session
+    finally:
+        log.close()
 
 
 def _read_to_end(
@@ -107,7 +129,7 @@ def _read_to_end(
 
 def read_records(conn: Connection, timeout_s: float) -> Iterator[tuple[CoordRecord, ev.Event]]:
     """Every record up to the log's end at the start, in order per partition, with its verdict."""
-    log, reader = _open(conn)
+    log, reader = open_log(conn)
     try:
         yield from _read_to_end(conn, log, reader, timeout_s)
     finally:
@@ -118,7 +140,7 @@ def run_status(
     conn: Connection, group: str, as_json: bool, timeout_s: float, now_ms: int | None = None
 ) -> str:
     """The group's status as one JSON object or a table; freshness at ``now_ms`` (wall clock)."""
-    log, reader = _open(conn)
+    log, reader = open_log(conn)
     try:
         reader.catch_up(timeout_s)
     except LogError as exc:

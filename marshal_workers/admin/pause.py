@@ -17,11 +17,9 @@ import math
 from dataclasses import dataclass
 
 from marshal_workers import events as ev
-from marshal_workers.admin.operations import Connection
+from marshal_workers.admin.operations import Connection, admin_session
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.errors import MarshalError
-from marshal_workers.kafkalog import KafkaLog
-from marshal_workers.reader import LogReader
 from marshal_workers.status import iso_ms
 
 LIFT = 0  # a MsgExpireTime long past: lifts the pause
@@ -129,18 +127,11 @@ def run_release_group(
 ) -> str:
     """`marshal-admin release-group`: pause (or lift) and return the log's verdict as a line;
     MarshalError (exit 1) if the log refused it."""
-    log = KafkaLog(conn.bootstrap_servers, conn.coordination_topic, client_id=client_id)
-    try:
-        session = AdminSession(
-            log, LogReader(log, conn.rationalizer_config(log.num_partitions)), client_id
-        )
-        session.catch_up(timeout_s)
+    with admin_session(conn, client_id, timeout_s) as session:
         if until_s is not None:
             outcome = write_pause(session, group, until_s)
         else:
             outcome = pause_for(session, group, for_s or 0.0)
-    finally:
-        log.close()
     if not outcome.accepted:
         raise MarshalError(outcome.summary())
     return outcome.summary()

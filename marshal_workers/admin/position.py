@@ -30,17 +30,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from marshal_workers import events as ev
-from marshal_workers.admin.operations import Connection
+from marshal_workers.admin.operations import Connection, admin_session
 from marshal_workers.admin.pause import PauseOutcome, lift_pause, pause_for
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.admin.targets import KafkaOffsetSource, TargetSpec, compute_targets
 from marshal_workers.claims import is_claimable
 from marshal_workers.errors import MarshalError
-from marshal_workers.kafkalog import KafkaLog
 from marshal_workers.offsets import KafkaOffsetSink
 from marshal_workers.protocol import ClaimKey
 from marshal_workers.rationalizer import claim_label
-from marshal_workers.reader import LogReader
 
 Progress = Callable[[str], None]
 MOVE_BUDGET_S = 30.0  # pause time allowed for the moves, beyond the wait for the holders
@@ -263,7 +261,7 @@ def _wait_released(
 def _acquire(session: AdminSession, key: ClaimKey) -> None:
     """Hold ``key`` as this admin: claim it, retrying for a little while if the log says a
     holder is not stale yet (our estimate of log time may run a little ahead)."""
-    deadline = session.monotonic() + 5.0 + 2 * session.hb_ms / 1000
+    deadline = session.monotonic() + _step_budget_s(session)
     while not session.holds(key):
         verdict = session.write(session.claiming(key))
         if isinstance(verdict, ev.ClaimGranted) or session.holds(key):
@@ -374,11 +372,7 @@ def run_set_position(
         targets = compute_targets(source, topic, spec)
     finally:
         source.close()
-    log = KafkaLog(conn.bootstrap_servers, conn.coordination_topic, client_id=client_id)
-    try:
-        reader = LogReader(log, conn.rationalizer_config(log.num_partitions))
-        session = AdminSession(log, reader, client_id)
-        session.catch_up(timeout_s)
+    with admin_session(conn, client_id, timeout_s) as session:
         plan = make_plan(session, group, topic, targets)
         if dry_run:
             admins = conn.admin_client_ids
@@ -387,8 +381,6 @@ def run_set_position(
             return json.dumps(plan.to_json(dry_run=True)) if as_json else render_plan(plan)
         progress(render_plan(plan))
         summary = set_position(session, plan, timeout_s=timeout_s, progress=progress)
-    finally:
-        log.close()
     _commit_to_kafka(conn, plan, progress)
     if as_json:
         return json.dumps({**plan.to_json(dry_run=False), "done": True, "summary": summary})

@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -19,6 +18,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from marshal_workers.errors import ConfigError, MarshalError
 from marshal_workers.kafkalog import RDKAFKA_LOG
+from marshal_workers.timearg import TimeArgError, parse_time_ms
 
 
 class OffsetSource(Protocol):
@@ -78,20 +78,11 @@ def parse_offsets(text: str) -> dict[int, int]:
 
 
 def parse_time(text: str, what: str) -> int:
-    """An ISO 8601 time (UTC unless it carries an offset) or Unix seconds, as Unix ms."""
-    stripped = text.strip()
-    if stripped.isdigit():
-        return int(stripped) * 1000
+    """An ISO 8601 time or Unix seconds (see `timearg`) as Unix ms; ConfigError naming ``what``."""
     try:
-        stamp = datetime.fromisoformat(stripped)
-    except ValueError:
-        raise ConfigError(
-            f"{what}: {text!r} is neither an ISO 8601 time (e.g. 2025-01-31T12:00:00Z) "
-            "nor Unix seconds"
-        ) from None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return int(stamp.timestamp() * 1000)
+        return parse_time_ms(text)
+    except TimeArgError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
 
 
 def compute_targets(source: OffsetSource, topic: str, spec: TargetSpec) -> dict[int, int]:
@@ -129,16 +120,13 @@ def compute_targets(source: OffsetSource, topic: str, spec: TargetSpec) -> dict[
 class KafkaOffsetSource:
     """`OffsetSource` on a real broker: a consumer that never subscribes."""
 
-    def __init__(
-        self, bootstrap_servers: str, extra_config: Mapping[str, str] | None = None
-    ) -> None:
+    def __init__(self, bootstrap_servers: str) -> None:
         self.bootstrap_servers = bootstrap_servers
         config: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
             "group.id": f"marshal-admin-meta-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "logger": RDKAFKA_LOG,
-            **(extra_config or {}),
         }
         self._consumer = Consumer(config)
 

@@ -8,12 +8,12 @@ too, so stdout carries only the result (the ``--json`` summary, or a short text 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 from confluent_kafka import KafkaException
 
+from marshal_workers.admin.options import admin_ids, admin_ids_option
 from marshal_workers.audit.exitcodes import (
     EXIT_CLEAN,
     EXIT_FAILED,
@@ -23,7 +23,6 @@ from marshal_workers.audit.exitcodes import (
     AuditUsageError,
 )
 from marshal_workers.audit.model import (
-    DEFAULT_ADMIN_CLIENT_IDS,
     AuditConfig,
     AuditResult,
     FileInput,
@@ -35,27 +34,19 @@ from marshal_workers.audit.tables import Window
 from marshal_workers.entry import run_command
 from marshal_workers.errors import MarshalError
 from marshal_workers.protocol import Partitioner
+from marshal_workers.timearg import TimeArgError, parse_time_ms
 
 SHOWN_VIOLATIONS = 20
 
 
 def parse_time(text: str | None, option: str) -> int | None:
-    """``--since``/``--until``: ISO-8601 (UTC unless it says otherwise) or Unix seconds -> ms."""
+    """``--since``/``--until``: ISO 8601 or Unix seconds (see `timearg`) -> ms; exit 2 if bad."""
     if text is None:
         return None
     try:
-        return round(float(text) * 1000)
-    except ValueError:
-        pass
-    try:
-        stamp = datetime.fromisoformat(text)
-    except ValueError:
-        raise AuditUsageError(
-            f"{option} {text!r} is neither ISO-8601 (2024-05-01T12:00:00Z) nor Unix seconds"
-        ) from None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return round(stamp.timestamp() * 1000)
+        return parse_time_ms(text)
+    except TimeArgError as exc:
+        raise AuditUsageError(f"{option}: {exc}") from None
 
 
 def parse_modes(items: tuple[str, ...]) -> dict[str, str]:
@@ -139,14 +130,7 @@ def parse_modes(items: tuple[str, ...]) -> dict[str, str]:
     show_default=True,
     help="The workers' partitioner.",
 )
-@click.option(
-    "--admin-client-id",
-    "admin_ids",
-    multiple=True,
-    metavar="ID",
-    help="Client ids that may pause a group (the workers' list; '*' for anyone) "
-    "[default: marshal-admin].",
-)
+@admin_ids_option
 @click.option(
     "--mode",
     "modes",
@@ -177,7 +161,7 @@ def audit(
     master: str,
     heartbeat_interval: float,
     partitioner: str,
-    admin_ids: tuple[str, ...],
+    admin_client_ids: tuple[str, ...],
     modes: tuple[str, ...],
     clock_tolerance: float,
 ) -> int:
@@ -198,7 +182,7 @@ def audit(
         out=out,
         heartbeat_interval_ms=max(1, round(heartbeat_interval * 1000)),
         partitioner=Partitioner(partitioner),
-        admin_client_ids=_admins(admin_ids),
+        admin_client_ids=admin_ids(admin_client_ids),
         ledgers=ledgers,
         ledger_topic=ledger_topic,
         window=Window(group, parse_time(since, "--since"), parse_time(until, "--until")),
@@ -232,12 +216,6 @@ def _source(bootstrap: str | None, topic: str, path: Path | None) -> KafkaInput 
     if not bootstrap:
         raise AuditUsageError("give --bootstrap-servers (or MARSHAL_BOOTSTRAP_SERVERS) or --input")
     return KafkaInput(bootstrap, topic)
-
-
-def _admins(ids: tuple[str, ...]) -> frozenset[str] | None:
-    if not ids:
-        return DEFAULT_ADMIN_CLIENT_IDS
-    return None if "*" in ids else frozenset(ids)
 
 
 def _report(result: AuditResult, as_json: bool) -> int:

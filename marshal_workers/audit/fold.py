@@ -84,16 +84,15 @@ def fold_batches(batches: Iterable[Any], settings: FoldSettings) -> Iterator[Any
     current = -1
     limit = settings.batch_rows
     for batch in batches:
-        cols = [batch.column(name).to_pylist() for name in arrow.RECORD_SCHEMA.names]
-        for p, o, t, k, v in zip(*cols, strict=True):
-            if p != current:
+        for record in arrow.records_of(batch):
+            if record.partition != current:
                 folder.end()
                 if tables is not None and tables.pending():
                     yield arrow.packed_batch(tables.take())
-                world, tables = folder.start(p)
-                current = p
+                world, tables = folder.start(record.partition)
+                current = record.partition
             assert world is not None and tables is not None
-            tables.add(fold(world, CoordRecord(p, o, t, k, v)))
+            tables.add(fold(world, record))
         if tables is not None and tables.pending() >= limit:
             yield arrow.packed_batch(tables.take())
     folder.end()

@@ -3,30 +3,25 @@
 As the local broker's jars (`localkafka.jars`), they go into a cache outside the repo:
 ``$MARSHAL_SPARK_JARS_CACHE``, else ``$XDG_CACHE_HOME/marshal-workers/spark-VERSION``, else
 ``~/.cache/marshal-workers/spark-VERSION``, where VERSION is the installed pyspark's (the
-connector must match it). Maven resolves the packaged pom into a fresh ``work-*`` directory
-that is renamed to ``libs/`` when complete; a ``COMPLETE`` marker holding the digest of the
-pom and the version is written last, so a killed resolve is redone, and a file lock keeps two
-resolves apart. Only the Kafka source needs these jars; file inputs do not.
+connector must match it). `maven.resolve_cached` has Maven resolve the packaged pom into a
+fresh ``work-*`` directory that is renamed to ``libs/`` when complete; a ``COMPLETE`` marker
+holding the digest of the pom and the version is written last, so a killed resolve is redone,
+and a file lock keeps two resolves apart. Only the Kafka source needs these jars; file inputs
+do not.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
-import time
 from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 
 from marshal_workers.audit.exitcodes import AuditFailedError
-from marshal_workers.localkafka.jars import find_java, find_mvn
-from marshal_workers.localkafka.paths import locked
-from marshal_workers.maven import copy_dependencies, install_libs
+from marshal_workers.maven import MARKER, cache_dir_for, copy_dependencies, resolve_cached
 
 CACHE_ENV = "MARSHAL_SPARK_JARS_CACHE"
-MARKER = "COMPLETE"
 CONNECTOR = "spark-sql-kafka-0-10_2.13"
 
 Progress = Callable[[str], None]
@@ -49,13 +44,7 @@ def spark_version() -> str:
 
 def default_cache_dir(version: str, env: Mapping[str, str] | None = None) -> Path:
     """The jar cache for ``version`` chosen by the environment (see the module docstring)."""
-    env = os.environ if env is None else env
-    explicit = env.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = env.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path(env.get("HOME", "~")).expanduser() / ".cache"
-    return base / "marshal-workers" / f"spark-{version}"
+    return cache_dir_for(f"spark-{version}", CACHE_ENV, env)
 
 
 def digest(version: str) -> str:
@@ -85,32 +74,17 @@ def resolve(
     """The connector jars for the installed pyspark, running Maven if the cache lacks them."""
     version = version or spark_version()
     cache_dir = cache_dir or default_cache_dir(version, env)
-    jars = connector_jars(cache_dir, version)
-    if jars is not None:
-        return jars
-    env = os.environ if env is None else env
-    find_java(env)
-    mvn = find_mvn(env)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with locked(cache_dir / ".lock"):
-        jars = connector_jars(cache_dir, version)
-        if jars is not None:  # another process finished while we waited
-            return jars
-        for leftover in cache_dir.glob("work-*"):
-            shutil.rmtree(leftover, ignore_errors=True)
-        work = Path(tempfile.mkdtemp(prefix="work-", dir=cache_dir))
-        started = time.monotonic()
-        try:
-            if progress:
-                progress(
-                    f"resolving the Spark {version} Kafka connector with Maven into {cache_dir}"
-                )
-            _run_maven(mvn, work, version, cache_dir, env)
-            install_libs(work / "libs", cache_dir, MARKER, digest(version))
-            if progress:
-                progress(f"resolved the Kafka connector in {time.monotonic() - started:.1f}s")
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+    maven_env = os.environ if env is None else env
+    resolve_cached(
+        cache_dir,
+        is_complete=lambda: connector_jars(cache_dir, version) is not None,
+        run_maven=lambda mvn, work: _run_maven(mvn, work, version, cache_dir, maven_env),
+        digest=digest(version),
+        what=f"the Spark {version} Kafka connector",
+        mvn_purpose=f"fetch the Spark {version} Kafka connector jars",
+        env=maven_env,
+        progress=progress,
+    )
     jars = connector_jars(cache_dir, version)
     assert jars is not None
     return jars

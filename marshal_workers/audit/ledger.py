@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from marshal_workers.audit.checks import REQUIRED_FIELDS, LedgerEntry
 from marshal_workers.audit.exitcodes import AuditUsageError
+from marshal_workers.audit.sources import kafka_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -26,7 +27,6 @@ LEDGER_DDL: Final = (
     "`topic` string, `partition` long, `offset` long, `client_id` string, `pid` long, "
     "`token` long, `start` double, `end` double, `group` string, `instance_id` string"
 )
-_REQUIRED: Final = " AND ".join(f"`{f}` IS NOT NULL" for f in REQUIRED_FIELDS)
 
 
 def ledger_files(paths: Iterable[Path]) -> list[Path]:
@@ -88,24 +88,10 @@ def spark_files(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
 
 def spark_topic(spark: SparkSession, bootstrap_servers: str, topic: str) -> DataFrame:
     """A DataFrame of the ledger lines stored as the values of a Kafka topic."""
-    raw = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap_servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("endingOffsets", "latest")
-        .option("failOnDataLoss", "false")
-        .load()
-    )
+    raw = kafka_frame(spark, bootstrap_servers, topic)
     return raw.selectExpr(f"from_json(CAST(`value` AS STRING), '{LEDGER_DDL}') AS `row`").select(
         "row.*"
     )
-
-
-def complete(frame: DataFrame) -> DataFrame:
-    """Only the complete rows of a ledger DataFrame (older rows without the optional fields
-    included)."""
-    return frame.where(_REQUIRED)
 
 
 def entries_of(batch: Any) -> Iterator[LedgerEntry]:

@@ -17,12 +17,12 @@ from marshal_workers.audit.finalize import log_end_ms, merge_groups, settle
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.session import SessionOptions
 from marshal_workers.audit.tables import Row, Window
+from marshal_workers.config import DEFAULT_ADMIN_CLIENT_IDS
 from marshal_workers.protocol import Partitioner
 from marshal_workers.rationalizer import RationalizerConfig
 
 SMALL = ("claims", "membership", "failovers", "heartbeat_gaps", "groups", "coordination")
 """Tables with a row per claim or less: collected to the driver, settled, written there."""
-DEFAULT_ADMIN_CLIENT_IDS = frozenset({"marshal-admin"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class AuditConfig:
     out: Path
     heartbeat_interval_ms: int = 10_000
     partitioner: Partitioner = Partitioner.SPEC
-    admin_client_ids: frozenset[str] | None = DEFAULT_ADMIN_CLIENT_IDS
+    admin_client_ids: frozenset[str] | None = frozenset(DEFAULT_ADMIN_CLIENT_IDS)
     ledgers: tuple[Path, ...] = ()
     ledger_topic: str | None = None
     window: Window = field(default_factory=Window)

@@ -30,7 +30,7 @@ from marshal_workers.audit.model import (
     finish_small,
 )
 from marshal_workers.audit.progress import Progress, silent
-from marshal_workers.audit.session import SessionOptions, start_session
+from marshal_workers.audit.session import SessionOptions, error_line, start_session
 from marshal_workers.errors import MarshalError
 
 if TYPE_CHECKING:
@@ -168,20 +168,4 @@ def _spark(action: Callable[[], T]) -> T:
     except MarshalError:
         raise
     except Exception as exc:
-        raise AuditFailedError(f"Spark failed: {_first_line(exc)}") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    """The most telling line of a Py4J/Spark error: its root cause, not "calling o100"."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith(("at ", "...", "JVM stacktrace"))]
-    if any("OutOfMemory" in ln for ln in lines):
-        return (
-            "out of memory: give Spark more, e.g. "
-            "MARSHAL_AUDIT_SPARK_CONF=spark.driver.memory=4g (local mode) or a cluster"
-        )
-    causes = [ln for ln in lines if ln.startswith("Caused by:")]
-    if causes:
-        return causes[-1][:300]
-    errors = [ln for ln in lines[1:] if "Exception: " in ln or "Error: " in ln]
-    return (errors or lines or [type(exc).__name__])[0][:300]
+        raise AuditFailedError(f"Spark failed: {error_line(exc)}") from None

@@ -90,7 +90,24 @@ def start_session(options: SessionOptions) -> SparkSession:
     try:
         session = builder.getOrCreate()
     except Exception as exc:  # Py4J and JVM start-up errors come in many types
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise AuditFailedError(f"could not start Spark ({options.master}): {first}") from None
+        raise AuditFailedError(
+            f"could not start Spark ({options.master}): {error_line(exc)}"
+        ) from None
     session.sparkContext.setLogLevel(os.environ.get("MARSHAL_AUDIT_LOG_LEVEL", "ERROR"))
     return session
+
+
+def error_line(exc: BaseException) -> str:
+    """The most telling line of a Py4J/Spark error: its root cause, not "calling o100"."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("at ", "...", "JVM stacktrace"))]
+    if any("OutOfMemory" in ln for ln in lines):
+        return (
+            "out of memory: give Spark more, e.g. "
+            "MARSHAL_AUDIT_SPARK_CONF=spark.driver.memory=4g (local mode) or a cluster"
+        )
+    causes = [ln for ln in lines if ln.startswith("Caused by:")]
+    if causes:
+        return causes[-1][:300]
+    errors = [ln for ln in lines[1:] if "Exception: " in ln or "Error: " in ln]
+    return (errors or lines or [type(exc).__name__])[0][:300]

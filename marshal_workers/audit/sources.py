@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
+from marshal_workers.audit.session import error_line
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -55,10 +56,11 @@ def dump_file(spark: SparkSession, path: Path) -> DataFrame:
     )
 
 
-def kafka_topic(spark: SparkSession, bootstrap_servers: str, topic: str) -> DataFrame:
-    """The records of a Kafka topic, from its beginning to its end now (needs the connector)."""
+def kafka_frame(spark: SparkSession, bootstrap_servers: str, topic: str) -> DataFrame:
+    """A Kafka topic as Spark's Kafka source reads it (``key``, ``value``, ``timestamp``, ...),
+    from its beginning to its end now (needs the connector); AuditFailedError if it cannot."""
     try:
-        frame = (
+        return (
             spark.read.format("kafka")
             .option("kafka.bootstrap.servers", bootstrap_servers)
             .option("subscribe", topic)
@@ -69,16 +71,15 @@ def kafka_topic(spark: SparkSession, bootstrap_servers: str, topic: str) -> Data
         )
     except Exception as exc:  # the connector reports through Py4J
         raise AuditFailedError(
-            f"cannot read {topic} from {bootstrap_servers}: {_first_line(exc)}"
+            f"cannot read {topic} from {bootstrap_servers}: {error_line(exc)}"
         ) from None
-    return frame.selectExpr(
+
+
+def kafka_topic(spark: SparkSession, bootstrap_servers: str, topic: str) -> DataFrame:
+    """The records of a Kafka topic, from its beginning to its end now (needs the connector)."""
+    return kafka_frame(spark, bootstrap_servers, topic).selectExpr(
         *_RECORD_COLUMNS,
         "unix_millis(`timestamp`) AS `timestamp_ms`",
         "`key`",
         "`value`",
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -29,7 +29,7 @@ are left out here, so that every caller filters alike.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -345,14 +345,3 @@ _HANDLERS: dict[type, Callable[[Tables, Any], None]] = {
     ev.GroupPaused: Tables._paused,
     ev.Unverified: Tables._unverified_record,
 }
-
-
-def derive(
-    events: Iterable[ev.Event], coord_partition: int, hb_ms: int, window: Window
-) -> dict[str, list[Row]]:
-    """Every table of one coordination partition's events (intervals not yet settled)."""
-    tables = Tables(coord_partition, hb_ms, window)
-    for event in events:
-        tables.add(event)
-    tables.finish()
-    return tables.take()

@@ -44,14 +44,7 @@ from marshal_workers.localkafka.config import (
     render_properties,
     server_properties,
 )
-from marshal_workers.localkafka.jars import find_java
-from marshal_workers.localkafka.paths import (
-    JVM_OPTS_ENV,
-    Progress,
-    default_cache_dir,
-    locked,
-    no_progress,
-)
+from marshal_workers.localkafka.paths import JVM_OPTS_ENV, Progress, default_cache_dir, no_progress
 from marshal_workers.localkafka.state import (
     ClusterState,
     NodeState,
@@ -60,6 +53,7 @@ from marshal_workers.localkafka.state import (
     save_state,
     state_path,
 )
+from marshal_workers.maven import find_java, locked
 
 DEFAULT_START_TIMEOUT_S = 120.0
 DEFAULT_GRACE_S = 15.0
@@ -102,7 +96,7 @@ class ClusterStatus:
 
 
 class LocalKafka:
-    """A handle on a running local cluster (from `start_cluster` or `LocalKafka.attach`)."""
+    """A handle on a running local cluster (from `start_cluster`)."""
 
     def __init__(
         self,
@@ -118,23 +112,10 @@ class LocalKafka:
         self._env = dict(os.environ if env is None else env)
         self._procs: dict[int, subprocess.Popen[bytes]] = dict(procs or {})
 
-    @classmethod
-    def attach(cls, directory: Path) -> LocalKafka:
-        """A handle on the cluster whose state is saved in `directory`."""
-        state = load_state(directory.resolve())
-        if state is None:
-            raise MarshalError(f"no local Kafka state in {directory}: run `kafka start` first")
-        return cls(directory.resolve(), state, already_running=True)
-
     @property
     def bootstrap(self) -> str:
         """The `bootstrap.servers` string naming every node."""
         return self._state.bootstrap
-
-    @property
-    def state(self) -> ClusterState:
-        """The current saved state."""
-        return self._state
 
     @property
     def node_ids(self) -> list[int]:

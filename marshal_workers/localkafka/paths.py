@@ -11,12 +11,12 @@ touching the real environment:
 
 from __future__ import annotations
 
-import fcntl
 import os
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
+
+from marshal_workers.maven import cache_dir_for
 
 KAFKA_VERSION = "4.1.1"
 """The Apache Kafka release the pom pins; the cache directory is named after it."""
@@ -36,13 +36,7 @@ def no_progress(message: str) -> None:
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
     """The jar cache directory chosen by the environment (see the module docstring)."""
-    env = os.environ if env is None else env
-    explicit = env.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = env.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path(env.get("HOME", "~")).expanduser() / ".cache"
-    return base / "marshal-workers" / f"kafka-{KAFKA_VERSION}"
+    return cache_dir_for(f"kafka-{KAFKA_VERSION}", CACHE_ENV, env)
 
 
 def default_cluster_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -55,15 +49,3 @@ def default_cluster_dir(env: Mapping[str, str] | None = None) -> Path:
 def pom_text() -> str:
     """The packaged pom.xml that pins the Kafka broker jars."""
     return resources.files("marshal_workers.localkafka").joinpath("pom.xml").read_text("utf-8")
-
-
-@contextmanager
-def locked(lock_file: Path) -> Iterator[None]:
-    """Hold an exclusive advisory lock on `lock_file` (created if needed) for the block."""
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with lock_file.open("a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

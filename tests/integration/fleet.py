@@ -25,9 +25,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from marshal_workers.claims import is_member_key
+from marshal_workers.claims import is_live, is_member_key
 from marshal_workers.kafkalog import RDKAFKA_LOG, KafkaLog
-from marshal_workers.rationalizer import Mode, RationalizerConfig, claim_label, resume_offset
+from marshal_workers.rationalizer import Mode, RationalizerConfig, resume_offset
 from marshal_workers.reader import LogReader
 from marshal_workers.topicadmin import ensure_coordination_topic
 from plugins.ledger import LedgerRow, read_ledger
@@ -221,9 +221,9 @@ class Fleet:
         out: dict[int, str] = {}
         for world in self.reader.worlds.values():
             for key, state in world.claims.items():
-                live = claim_label(state, now, hb_ms) in ("fresh", "unknown")
-                if key.topic == self.topic and live and state.holder_client is not None:
-                    out[key.partition] = state.holder_client
+                holder = state.holder_client
+                if key.topic == self.topic and holder is not None and is_live(state, now, hb_ms):
+                    out[key.partition] = holder
         return out
 
     def counts(self) -> Counter[str]:

@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from marshal_workers.audit import jars
-from marshal_workers.audit.schema import TABLES
+from marshal_workers.audit.schema import TABLES, columns
 from marshal_workers.errors import MarshalError
 from tests.integration.fleet import Fleet
 
@@ -97,7 +97,7 @@ def test_real_fleet_audits_clean_then_a_forged_write_fails_it(fleet: Fleet, tmp_
     assert [g["group"] for g in summary["groups"]] == [fleet.group]
     assert summary["groups"][0]["mode"] == "alo"
     for name in TABLES:
-        assert pq.read_table(out / name).num_rows >= 0, name
+        assert tuple(pq.read_table(out / name).column_names) == columns(name), name
     claims = pq.read_table(out / "claims").to_pylist()
     assert {c["partition"] for c in claims} == set(range(fleet.partitions))
     # The handlers name the claim's group and the instance the log knows (the clean audit

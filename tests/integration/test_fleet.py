@@ -109,7 +109,9 @@ class TestFailover:
         )
         worst = max(resumed(p) or 0.0 for p in lost)
         print(f"\nfailover after kill -9 (HB={HB}s): {worst:.2f}s to first record on b")
-        assert worst < 2.5 * HB + 8, "failover far slower than 2.5*HB + claim latency"
+        # 2.5*HB to see the claims stale, then four claims (a log round trip each) and four
+        # child starts (about 0.3 s each on a busy 2-core host): measured 2.2-2.75 s in all.
+        assert worst < 2.5 * HB + 3, "failover slower than 2.5*HB + claim and spawn latency"
         fleet.stop_producing()
         if fleet.mode == "alo":
             fleet.wait_for(fleet.handled_everything, 30, "every record handled")

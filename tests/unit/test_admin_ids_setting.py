@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from marshal_workers.admin.commands import admin_ids
 from marshal_workers.admin.operations import ADMIN_CLIENT_ID
+from marshal_workers.admin.options import admin_ids
 from marshal_workers.config import DEFAULT_ADMIN_CLIENT_IDS, RunConfig
 from marshal_workers.config import admin_ids as config_admin_ids
 from marshal_workers.errors import ConfigError

@@ -15,6 +15,7 @@ from marshal_workers.admin.targets import (
     parse_time,
 )
 from marshal_workers.errors import ConfigError
+from marshal_workers.timearg import TimeArgError, parse_time_ms
 
 
 class FakeSource:
@@ -85,3 +86,41 @@ class TestParsing:
         assert parse_time("1704067200", "--x") == 1_704_067_200_000
         with pytest.raises(ConfigError, match="--x: 'soon' is neither"):
             parse_time("soon", "--x")
+        with pytest.raises(ConfigError, match="--x: '-5' is before 1970"):
+            parse_time("-5", "--x")
+
+
+class TestTimeArgument:
+    """`timearg.parse_time_ms`, shared by marshal-admin and marshal-audit."""
+
+    def test_unix_seconds_whole_or_fractional(self) -> None:
+        assert parse_time_ms("1704067200") == 1_704_067_200_000
+        assert parse_time_ms(" 1704067200.5 ") == 1_704_067_200_500
+        assert parse_time_ms("1704067200.0004") == 1_704_067_200_000
+        assert parse_time_ms("1704067200.0006") == 1_704_067_200_001
+        assert parse_time_ms("0") == 0
+
+    def test_iso_8601_utc_unless_it_says_otherwise(self) -> None:
+        assert parse_time_ms("2024-01-01T00:00:00Z") == 1_704_067_200_000
+        assert parse_time_ms("2024-01-01T01:00:00+01:00") == 1_704_067_200_000
+        assert parse_time_ms("2024-01-01T00:00:00") == 1_704_067_200_000
+        assert parse_time_ms("2024-01-01") == 1_704_067_200_000
+        assert parse_time_ms("2024-01-01T00:00:00.250Z") == 1_704_067_200_250
+
+    @pytest.mark.parametrize(
+        ("text", "why"),
+        [
+            ("soon", "is neither an ISO 8601 time"),
+            ("", "is neither an ISO 8601 time"),
+            ("-1", "is before 1970"),
+            ("-0.5", "is before 1970"),
+            ("1969-12-31T23:59:59Z", "is before 1970"),
+            ("nan", "is not a finite number"),
+            ("inf", "is not a finite number"),
+        ],
+    )
+    def test_refused(self, text: str, why: str) -> None:
+        """Not a time, before 1970 (no log time is) or not finite: a ValueError saying why."""
+        with pytest.raises(TimeArgError, match=why):
+            parse_time_ms(text)
+        assert issubclass(TimeArgError, ValueError)

@@ -22,6 +22,7 @@ from marshal_workers.audit.ledger import (
 from marshal_workers.audit.local import run_local
 from marshal_workers.audit.model import AuditConfig, FileInput
 from marshal_workers.audit.schema import columns
+from marshal_workers.audit.session import error_line
 from marshal_workers.audit.summary import summarize
 from marshal_workers.audit.synthetic import Fleet, generate
 from marshal_workers.audit.tables import Window
@@ -322,7 +323,7 @@ class TestOverlapsDuplicatesGaps:
     def test_partition_without_any_ledger_row_has_gaps(self) -> None:
         """A committed ALO partition missing from the ledger entirely is reported."""
         found = check(ALO_LOG, [LedgerEntry("elsewhere", 0, 0, "A", 1, 0, S0, S0)])
-        assert "alo_gap" in kinds(found)
+        assert kinds(found) == ["zombie_work", "alo_gap"]
 
     def test_group_filter_does_not_take_another_groups_work_for_zombie_work(self) -> None:
         """With --group g, rows handled under another group's claim are not reported."""
@@ -398,3 +399,59 @@ class TestCommandLine:
         assert exit_info.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err and "Traceback" not in err[-1]
+
+    @pytest.mark.parametrize(
+        ("argv", "env", "expected"),
+        [
+            ([], None, frozenset({"marshal-admin"})),
+            (["--admin-client-id", "ops-1,ops-2", "--admin-client-id", "ops-3"], None,
+             frozenset({"ops-1", "ops-2", "ops-3"})),
+            ([], "ops-1,ops-2", frozenset({"ops-1", "ops-2"})),
+            (["--admin-client-id", "*"], None, None),
+        ],
+    )  # fmt: skip
+    def test_admin_ids_are_the_admin_commands_option(
+        self,
+        argv: list[str],
+        env: str | None,
+        expected: frozenset[str] | None,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """--admin-client-id as marshal-admin takes it: repeated, comma lists, the env var."""
+        seen: list[AuditConfig] = []
+
+        def fake_run(config: AuditConfig, progress: object) -> None:
+            seen.append(config)
+            raise AuditUsageError("stop here")
+
+        monkeypatch.setattr("marshal_workers.audit.pipeline.run", fake_run)
+        if env is None:
+            monkeypatch.delenv("MARSHAL_ADMIN_CLIENT_IDS", raising=False)
+        else:
+            monkeypatch.setenv("MARSHAL_ADMIN_CLIENT_IDS", env)
+        monkeypatch.setattr(
+            "sys.argv", ["marshal-audit", "--input", "d.jsonl", "--out", "x", *argv]
+        )
+        with pytest.raises(SystemExit):
+            main()
+        assert [c.admin_client_ids for c in seen] == [expected]
+
+
+class TestSparkErrors:
+    def test_the_root_cause_is_the_line_shown(self) -> None:
+        """A Py4J error shows its last "Caused by", else its first exception line."""
+        py4j = (
+            "An error occurred while calling o100.load.\n"
+            ": org.apache.spark.SparkException: Job aborted\n"
+            "\tat org.apache.spark.Foo(Foo.scala:1)\n"
+            "Caused by: java.net.ConnectException: Connection refused\n"
+        )
+        assert (
+            error_line(RuntimeError(py4j))
+            == "Caused by: java.net.ConnectException: Connection refused"
+        )
+        first = "An error occurred while calling o100.load.\n: org.apache.spark.SparkException: x"
+        assert error_line(RuntimeError(first)) == ": org.apache.spark.SparkException: x"
+        assert error_line(RuntimeError("one line")) == "one line"
+        assert error_line(RuntimeError("")) == "RuntimeError"
+        assert "out of memory" in error_line(RuntimeError("x\njava.lang.OutOfMemoryError: heap"))

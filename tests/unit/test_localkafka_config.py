@@ -29,9 +29,7 @@ from marshal_workers.localkafka.config import (
 from marshal_workers.localkafka.docker import start_container
 from marshal_workers.localkafka.jars import (
     BROKER_JAR,
-    MARKER,
-    find_java,
-    find_mvn,
+    MVN_PURPOSE,
     is_resolved,
     kafka_home_classpath,
     pom_digest,
@@ -46,6 +44,7 @@ from marshal_workers.localkafka.state import (
     save_state,
     state_path,
 )
+from marshal_workers.maven import MARKER, find_java, find_mvn, resolve_cached
 
 
 def _props(nodes: int, node_id: int = 1) -> dict[str, str]:
@@ -246,7 +245,7 @@ def test_java_home_is_preferred_over_path(tmp_path: Path) -> None:
 def test_missing_mvn_is_one_line_saying_what_to_install(tmp_path: Path) -> None:
     """No mvn on PATH: a one-line MarshalError naming Maven (and KAFKA_HOME as the other way)."""
     with pytest.raises(MarshalError, match=r"mvn not found.*install Maven.*KAFKA_HOME") as info:
-        find_mvn({"PATH": str(tmp_path)})
+        find_mvn(MVN_PURPOSE, {"PATH": str(tmp_path)})
     assert "\n" not in str(info.value)
 
 
@@ -283,6 +282,49 @@ def test_a_stale_or_partial_cache_is_not_complete(tmp_path: Path) -> None:
     assert not is_resolved(tmp_path / "stale")
     (tmp_path / "partial" / "libs").mkdir(parents=True)
     assert not is_resolved(tmp_path / "partial")
+
+
+def test_resolve_cached_installs_libs_then_the_marker_and_sweeps_leftovers(
+    tmp_path: Path,
+) -> None:
+    """Maven runs once into a fresh work-* dir (old ones swept), its libs/ become the cache's
+    and the marker holds the digest; a complete cache is not resolved again."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("java", "mvn"):
+        (bin_dir / tool).write_text("#!/bin/sh\n")
+        (bin_dir / tool).chmod(0o755)
+    cache = tmp_path / "cache"
+    (cache / "work-killed").mkdir(parents=True)
+    runs: list[Path] = []
+    lines: list[str] = []
+
+    def run_maven(mvn: str, work: Path) -> None:
+        assert mvn == str(bin_dir / "mvn") and work.parent == cache
+        assert not (cache / "work-killed").exists()
+        runs.append(work)
+        (work / "libs").mkdir()
+        (work / "libs" / "a.jar").write_bytes(b"")
+
+    def resolve() -> None:
+        resolve_cached(
+            cache,
+            is_complete=(cache / MARKER).is_file,
+            run_maven=run_maven,
+            digest="d1",
+            what="the test jars",
+            mvn_purpose="test",
+            env={"PATH": str(bin_dir)},
+            progress=lines.append,
+        )
+
+    resolve()
+    resolve()
+    assert len(runs) == 1 and not runs[0].exists()
+    assert (cache / "libs" / "a.jar").is_file()
+    assert (cache / MARKER).read_text() == "d1\n"
+    assert lines[0] == f"resolving the test jars with Maven into {cache}"
+    assert lines[1].startswith("resolved the test jars in ")
 
 
 def test_the_pom_pins_kafka_4_1_1() -> None:
