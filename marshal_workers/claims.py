@@ -15,7 +15,7 @@ without a stop-the-world. Every decision here is only a proposal: the log decide
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from marshal_workers.protocol import ClaimKey
@@ -57,8 +57,16 @@ def is_claimable(state: ClaimState | None, now_ms: int, hb_ms: int) -> bool:
     return not is_live(state, now_ms, hb_ms)
 
 
+LogNow = int | Callable[[ClaimKey], int]
+
+
+def _now_of(now_ms: LogNow, key: ClaimKey) -> int:
+    """The log time at which to judge ``key``: one for all, or its own partition's."""
+    return now_ms if isinstance(now_ms, int) else now_ms(key)
+
+
 def live_members(
-    claims: Mapping[ClaimKey, ClaimState], group: str, now_ms: int, hb_ms: int
+    claims: Mapping[ClaimKey, ClaimState], group: str, now_ms: LogNow, hb_ms: int
 ) -> set[str]:
     """Client ids whose member claim in ``group`` is live."""
     return {
@@ -67,7 +75,7 @@ def live_members(
         if key.group == group
         and is_member_key(key)
         and state.holder_client is not None
-        and is_live(state, now_ms, hb_ms)
+        and is_live(state, _now_of(now_ms, key), hb_ms)
     }
 
 
@@ -85,12 +93,17 @@ def preference(client_id: str, key: ClaimKey) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What to do next: claim one partition, release one, or nothing."""
+    """What to do next: claim some partitions, release one, or nothing."""
 
     share: int
     members: int
-    claim: ClaimKey | None = None
+    claims: tuple[ClaimKey, ...] = ()
     release: ClaimKey | None = None
+
+    @property
+    def claim(self) -> ClaimKey | None:
+        """The first partition to claim, if any."""
+        return self.claims[0] if self.claims else None
 
 
 def plan(
@@ -100,15 +113,18 @@ def plan(
     partitions: Iterable[ClaimKey],
     claims: Mapping[ClaimKey, ClaimState],
     mine: Iterable[ClaimKey],
-    now_ms: int,
+    now_ms: LogNow,
     hb_ms: int,
     avoid: Iterable[ClaimKey] = (),
+    limit: int = 1,
 ) -> Plan:
     """The next step toward this member's fair share.
 
     ``partitions`` are the data partitions of the group's topics, ``mine`` what this member
-    holds now, ``avoid`` partitions it must not claim for a while (cooling down after a
-    release, or poisoned by repeated handler failures).
+    holds now (or is claiming), ``avoid`` partitions it must not claim for a while (cooling
+    down after a release or a refusal, or poisoned by repeated handler failures). ``now_ms`` is
+    the log time now, or a function giving it for a claim (its own coordination partition's
+    clock). At most ``limit`` claims are proposed at once (a whole share in one round).
     """
     wanted = sorted(partitions, key=lambda k: preference(client_id, k))
     held = set(mine)
@@ -119,7 +135,11 @@ def plan(
         return Plan(share, len(members), release=least_preferred)
     if len(held) < share:
         skip = held | set(avoid)
-        for key in wanted:
-            if key not in skip and is_claimable(claims.get(key), now_ms, hb_ms):
-                return Plan(share, len(members), claim=key)
+        room = min(limit, share - len(held))
+        picked = tuple(
+            key
+            for key in wanted
+            if key not in skip and is_claimable(claims.get(key), _now_of(now_ms, key), hb_ms)
+        )[:room]
+        return Plan(share, len(members), claims=picked)
     return Plan(share, len(members))

@@ -34,6 +34,15 @@ class CoordinationLog(Protocol):
         """Append one record and wait for the acknowledgement; raise LogError if it fails."""
         ...
 
+    def submit(self, op: int, partition: int, key: bytes, value: bytes) -> None:
+        """Start appending one record without waiting; its outcome comes from `acks` as
+        ``(op, Appended)`` or ``(op, error text)``."""
+        ...
+
+    def acks(self) -> list[tuple[int, Appended | str]]:
+        """Outcomes of submitted appends that came in since the last call (never waits)."""
+        ...
+
     def poll(self, timeout_s: float) -> list[CoordRecord]:
         """The next records of any partitions (each partition in offset order), waiting up to
         ``timeout_s`` for the first one; empty when none arrived."""

@@ -10,6 +10,7 @@ EXIT_OK = 0
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 EXIT_HANDLER_LOAD = 3
+EXIT_COORDINATION_CHANGED = 5  # the coordination topic's partition count changed: not restartable
 
 
 class MarshalError(Exception):

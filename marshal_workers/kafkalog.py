@@ -98,6 +98,8 @@ class KafkaLog:
         self._last_error: str | None = None
         self._fatal_error: str | None = None
         self._pending_error: LogError | None = None
+        self._acks: list[tuple[int, Appended | str]] = []
+        self._in_flight: set[int] = set()
         common: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
             "client.id": client_id,
@@ -115,6 +117,7 @@ class KafkaLog:
             self._consumer = Consumer(consumer_config)
         except (KafkaException, ValueError, TypeError) as exc:
             raise MarshalError(f"bad Kafka consumer configuration: {error_text(exc)}") from None
+        self._common = common
         try:
             self._num_partitions = self._partition_count(open_timeout_s)
             self._producer = self._open_producer(common, open_timeout_s)
@@ -236,6 +239,55 @@ class KafkaLog:
                 "message.timestamp.type=LogAppendTime on the topic (`marshal-admin init` checks)"
             )
         return Appended(msg.partition(), msg.offset(), ts)
+
+    def submit(self, op: int, partition: int, key: bytes, value: bytes) -> None:
+        """Produce one record to ``partition`` without waiting; `acks` reports the outcome."""
+        if not 0 <= partition < self._num_partitions:
+            self._acks.append((op, f"partition {partition} of {self.topic} does not exist"))
+            return
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            if op not in self._in_flight:
+                return  # given up on when the producer was replaced
+            self._in_flight.discard(op)
+            if err is not None:
+                self._acks.append((op, f"append failed: {error_text(err)}"))
+                return
+            ts_type, ts = msg.timestamp()
+            if ts_type != TIMESTAMP_LOG_APPEND_TIME:
+                self._acks.append((op, f"{self.topic} did not stamp with LogAppendTime"))
+                return
+            self._acks.append((op, Appended(msg.partition(), msg.offset(), ts)))
+
+        self._in_flight.add(op)
+        try:
+            self._producer.produce(
+                self.topic, value=value, key=key, partition=partition, on_delivery=on_delivery
+            )
+        except BufferError:
+            self._in_flight.discard(op)
+            self._acks.append((op, "coordination producer queue is full"))
+        except KafkaException as exc:
+            self._in_flight.discard(op)
+            self._acks.append((op, f"append to {self.topic}: {error_text(exc)}"))
+
+    def acks(self) -> list[tuple[int, Appended | str]]:
+        """Serve the producer's delivery reports; return the outcomes that came in. After a
+        fatal producer error (an idempotent producer's sequence is broken) the producer is
+        replaced by a new one, and every append in flight is reported failed."""
+        self._producer.poll(0)
+        if self._fatal_error is not None:
+            error, self._fatal_error = self._fatal_error, None
+            _log.error("replacing the coordination producer after a fatal error: %s", error)
+            failed = sorted(self._in_flight)
+            self._in_flight.clear()
+            self._acks.extend((op, f"producer failed: {error}") for op in failed)
+            try:
+                self._producer = Producer({**_PRODUCER_DEFAULTS, **self._common})
+            except (KafkaException, ValueError, TypeError) as exc:
+                raise MarshalError(f"cannot replace the producer: {error_text(exc)}") from None
+        out, self._acks = self._acks, []
+        return out
 
     def poll(self, timeout_s: float) -> list[CoordRecord]:
         """Up to one batch of records (each partition in offset order), waiting up to

@@ -20,17 +20,11 @@ from collections.abc import Callable
 from multiprocessing.context import SpawnContext
 from typing import Any
 
+from marshal_workers.core.leases import default_margin, lease_deadline
+
+__all__ = ["SharedLease", "default_margin", "lease_deadline"]
+
 Clock = Callable[[], float]
-
-
-def lease_deadline(sent_at: float, heartbeat_interval_s: float, margin_s: float) -> float:
-    """The monotonic time until which a heartbeat sent at ``sent_at`` keeps the claim safe."""
-    return sent_at + 2 * heartbeat_interval_s - margin_s
-
-
-def default_margin(heartbeat_interval_s: float) -> float:
-    """Safety margin taken off every lease: a tenth of HB, at least 50 ms, at most 2 s."""
-    return min(2.0, max(0.05, heartbeat_interval_s / 10))
 
 
 class SharedLease:

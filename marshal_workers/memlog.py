@@ -83,6 +83,7 @@ class MemoryLog:
     def __init__(self, topic: MemoryTopic) -> None:
         self._topic = topic
         self._cursor = [0] * topic.num_partitions
+        self._acks: list[tuple[int, Appended | str]] = []
 
     @property
     def num_partitions(self) -> int:
@@ -96,6 +97,18 @@ class MemoryLog:
     def append(self, partition: int, key: bytes, value: bytes, timeout_s: float) -> Appended:
         """Append and return where it landed (memory acknowledges at once)."""
         return self._topic.append(partition, key, value)
+
+    def submit(self, op: int, partition: int, key: bytes, value: bytes) -> None:
+        """Append now; the acknowledgement waits for the next `acks` call, as a broker's would."""
+        try:
+            self._acks.append((op, self._topic.append(partition, key, value)))
+        except LogError as exc:
+            self._acks.append((op, str(exc)))
+
+    def acks(self) -> list[tuple[int, Appended | str]]:
+        """Outcomes of the appends submitted since the last call."""
+        out, self._acks = self._acks, []
+        return out
 
     def poll(self, timeout_s: float) -> list[CoordRecord]:
         """Records past this handle's cursors, waiting up to ``timeout_s`` if there are none."""

@@ -17,9 +17,11 @@ age > 2*HB. The rules (an input that breaks a rule changes nothing but the event
    wins; the winning record's offset is the claim's fencing token (it only grows per claim,
    since offsets do). A win counts as the first heartbeat.
 2. Heartbeat is valid only from the holder's client id while the claim is not stale at T. A
-   heartbeat from a new instance of that client takes the claim over (restart recovery) and
-   retires the old instance, whose records are refused from then on. The offset becomes the
-   committed position.
+   heartbeat from a new instance of that client takes the claim over (restart recovery),
+   retires the old instance, whose records are refused from then on, and gives the claim a new
+   fencing token (the takeover record's offset), so a sink can refuse the old instance. The
+   offset becomes the committed position; a takeover never moves it back (the old instance
+   may have committed more between the new one's read of the log and its takeover).
 3. ReleasingPartition from the holder instance releases the claim and records its offset.
 4. ClaimingMessages from the holder instance, not stale, with offset >= max(committed,
    reserved), reserves the messages below that offset (at-most-once). Reservations outlive
@@ -319,6 +321,7 @@ def _heartbeat(
     now, hb = world.log_time, world.config.heartbeat_interval_ms
     i = msg.instance_id
     replaced = None
+    committed = msg.offset
     if not _is_current_holder(state, msg, now, hb):
         refusal = _holder_refusal(state, msg.client_id, i, exact_instance=False)
         if refusal is None and _stale(state, now, hb):
@@ -329,8 +332,11 @@ def _heartbeat(
         if replaced is not None:
             state.retired = state.retired | {replaced}
         state.holder_instance = i
+        state.token = rec.offset  # a new token: a sink can refuse the replaced instance
+        if state.committed is not None:  # a takeover never moves the position back
+            committed = max(committed, state.committed)
     state.last_heartbeat = state.last_activity = now
-    state.committed = msg.offset
+    state.committed = committed
     if world.pauses and _pause_client(world, key.group) == msg.client_id:
         state.reserved = None  # the pausing admin sets the position outright
     assert state.token is not None

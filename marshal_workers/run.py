@@ -18,19 +18,16 @@ from pathlib import Path
 import structlog
 
 from marshal_workers.config import RunConfig
-from marshal_workers.coordination import Coordinator
 from marshal_workers.datatopics import DataTopics
-from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME, ConfigError, MarshalError
+from marshal_workers.errors import EXIT_OK, ConfigError, MarshalError
 from marshal_workers.handler import load_handler
 from marshal_workers.kafkalog import KafkaLog
 from marshal_workers.logs import configure_logging
 from marshal_workers.metrics import Metrics, MetricsServer
 from marshal_workers.observe import Observer, Observers
 from marshal_workers.offsets import OffsetCommitter
-from marshal_workers.rationalizer import RationalizerConfig
-from marshal_workers.reader import LogReader
 from marshal_workers.signals import SignalQueue
-from marshal_workers.supervisor import CoordinationChangedError, Supervisor
+from marshal_workers.supervisor import Supervisor
 from marshal_workers.systemd import SystemdNotify
 from marshal_workers.topicadmin import admin_client, describe_topic, diff_topic_config
 
@@ -113,15 +110,6 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
             client_id=f"marshal-{config.client_id}",
             extra_config=config.kafka,
         )
-        reader = LogReader(
-            coordination,
-            RationalizerConfig(
-                config.heartbeat_interval_ms,
-                num_partitions=coordination.num_partitions,
-                partitioner=config.partitioner,
-                admin_client_ids=config.admin_client_ids,
-            ),
-        )
         committer = OffsetCommitter.for_kafka(  # best effort: for kafka-consumer-groups
             config.bootstrap_servers, config.group, config.heartbeat_interval, config.kafka
         )
@@ -130,14 +118,14 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
         signals = SignalQueue()
         supervisor = Supervisor(
             config,
-            Coordinator(config, coordination, reader, observer),
+            coordination,
             topics,
             multiprocessing.get_context("spawn"),
             observer,
             wake_fd=signals.fileno(),
         )
         log.info(
-            "supervisor starting",
+            "supervisor_starting",
             mode=config.mode.value,
             topics=list(config.topics),
             instance_id=config.instance_id,
@@ -146,13 +134,10 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
         try:
             if server is not None:
                 server.start()
-                log.info("metrics serving", host=config.metrics_host, port=server.port)
+                log.info("metrics_serving", host=config.metrics_host, port=server.port)
             supervisor.start()
             while not supervisor.done:
                 supervisor.step(signals.take())
-        except CoordinationChangedError as exc:
-            log.error("refusing to run", reason=str(exc))
-            return EXIT_RUNTIME
         finally:
             supervisor.kill_all()  # nothing outlives the supervisor
             signals.close()
@@ -161,5 +146,6 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
             coordination.close()
             if server is not None:
                 server.close()
-        log.info("supervisor stopped")
-    return EXIT_OK
+        code = supervisor.exit_code if supervisor.exit_code is not None else EXIT_OK
+        log.info("supervisor_stopped", exit_code=code)
+    return code

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from marshal_workers import childcare as childcare_module
 from marshal_workers import ipc
 from marshal_workers.lease import SharedLease
 from marshal_workers.protocol import ClaimKey
+from marshal_workers.supervisor import runtime as runtime_module
 
 MP = multiprocessing.get_context("spawn")
 PIDS = itertools.count(2**22 + 1000)  # above any pid_max: signals to them go nowhere
@@ -80,7 +80,7 @@ class FakeTopics:
     def partitions(self) -> list[ClaimKey]:
         return list(self.keys)
 
-    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+    def watermarks(self, topic: str, partition: int, timeout_s: float = 10.0) -> tuple[int, int]:
         return 0, 0
 
 
@@ -92,4 +92,4 @@ def patch_children(monkeypatch: pytest.MonkeyPatch, started: list[FakeChild]) ->
         started.append(child)
         return child
 
-    monkeypatch.setattr(childcare_module, "start_child", start_child)
+    monkeypatch.setattr(runtime_module, "start_child", start_child)

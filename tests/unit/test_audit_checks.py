@@ -178,8 +178,9 @@ class TestZombieWork:
         assert result.check.unverifiable == 1
 
 
-# Restart recovery under one token: A-1 wins partition 0 (token 0) and commits 2; A restarts
-# and its new instance A-2 takes the claim over by heartbeat at 1000, commits 4, releases.
+# Restart recovery: A-1 wins partition 0 (token 0) and commits 2; A restarts and its new
+# instance A-2 takes the claim over by heartbeat at 1000 (offset 2: its new token), commits 4,
+# releases.
 RESTART_LOG = log(
     (0, claim("A")),
     (500, hb("A", 2)),
@@ -189,14 +190,14 @@ RESTART_LOG = log(
 )
 RESTART_CLEAN = [
     row(0, "A", 0, 100, inst="A-1", group="g"), row(1, "A", 0, 200, inst="A-1", group="g"),
-    row(2, "A", 0, 1100, pid=102, inst="A-2", group="g"),
-    row(3, "A", 0, 1200, pid=102, inst="A-2", group="g"),
+    row(2, "A", 2, 1100, pid=102, inst="A-2", group="g"),
+    row(3, "A", 2, 1200, pid=102, inst="A-2", group="g"),
 ]  # fmt: skip
 
 
 class TestInstances:
     def test_clean_restart_ledger_has_no_violation(self) -> None:
-        """Each instance handled only inside its own interval under the shared token."""
+        """Each instance handled only inside its own interval, each under its own token."""
         assert check(RESTART_LOG, RESTART_CLEAN) == []
 
     @pytest.mark.parametrize(("inst", "found"), [("A-1", []), ("A-9", ["zombie_work"])])
@@ -229,10 +230,13 @@ class TestInstances:
 
     def test_old_rows_without_instance_keep_the_clients_whole_claim(self) -> None:
         """Rows of an older ledger (no instance id) are covered by every instance of their
-        client under the token, as before: the same timings raise nothing."""
+        client under the row's token: the same timings raise nothing. The takeover ends the old
+        token, so a row under it after the takeover is zombie work."""
         old = [r._replace(instance_id=None, group=None) for r in RESTART_CLEAN]
-        swapped = [old[0], old[1]._replace(start=S0 + 1.3, end=S0 + 1.31), *old[2:]]
+        swapped = [old[0], old[1]._replace(start=S0 + 1.3, end=S0 + 1.31, token=2), *old[2:]]
         assert check(RESTART_LOG, swapped) == []
+        late = [old[0], old[1]._replace(start=S0 + 1.3, end=S0 + 1.31), *old[2:]]
+        assert kinds(check(RESTART_LOG, late)) == ["zombie_work"]
         assert kinds(check(RESTART_LOG, [*old, row(4, "A", 0, 2100)])) == ["zombie_work"]
 
     def test_old_ledger_lines_read_with_no_instance_and_pass(self, tmp_path: Path) -> None:

@@ -83,14 +83,15 @@ class TestClaimIntervals:
         c = audit([*HANDOVER_THEN_FAILOVER, other])["claims"][2]
         assert (c["ended"], c["end_ms"]) == ("stale", T0 + 5500 + 2 * HB)
 
-    def test_new_instance_of_the_holder_replaces_the_interval_under_the_same_token(self) -> None:
-        """Restart recovery: the old instance's interval ends at the takeover heartbeat."""
+    def test_new_instance_of_the_holder_replaces_the_interval_under_a_new_token(self) -> None:
+        """Restart recovery: the old instance's interval ends at the takeover heartbeat, whose
+        offset is the new instance's token."""
         claims = audit(log((0, claim("A")), (400, hb("A", 5)), (800, hb("A", 7, inst="A-2"))))[
             "claims"
         ]
         assert [(c["instance_id"], c["token"], c["ended"]) for c in claims] == [
             ("A-1", 0, "replaced"),
-            ("A-2", 0, "still_held"),
+            ("A-2", 2, "still_held"),
         ]
         assert claims[0]["end_ms"] == claims[1]["start_ms"] == T0 + 800
         assert claims[1]["first_offset"] == 5

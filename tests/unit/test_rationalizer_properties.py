@@ -128,12 +128,17 @@ def test_at_most_one_valid_holder_at_any_log_time(records: list[CoordRecord]) ->
 @given(logs())
 def test_holder_verdicts_carry_the_token_of_the_latest_grant(records: list[CoordRecord]) -> None:
     """Every accepted heartbeat, release and reservation carries the fencing token of the
-    latest ClaimGranted on its claim (there is always one before them)."""
+    latest ClaimGranted or takeover on its claim (there is always one before them); a takeover's
+    token is its own offset, so tokens only grow."""
     _, events = fold_all(records)
     for _, evs in per_key(events):
         latest: int | None = None
         for e in evs:
             if isinstance(e, ev.ClaimGranted):
+                assert latest is None or e.token > latest
+                latest = e.token
+            elif isinstance(e, ev.HeartbeatAccepted) and e.replaced_instance is not None:
+                assert latest is not None and e.token == e.coord_offset > latest, (latest, e)
                 latest = e.token
             elif isinstance(e, ev.HeartbeatAccepted | ev.Released | ev.MessagesClaimed):
                 assert latest is not None and e.token == latest, (latest, e)
@@ -164,12 +169,16 @@ def test_amo_reservations_never_overlap(records: list[CoordRecord]) -> None:
 @PROPERTY
 @given(logs())
 def test_alo_new_owner_resumes_at_the_last_valid_report(records: list[CoordRecord]) -> None:
-    """ALO never skips: a new owner starts exactly at the last offset a valid holder reported."""
+    """ALO never skips: a new owner starts exactly at the last offset a valid holder reported
+    (a takeover's report never moves it back: the replaced instance handled up to there)."""
     world = World(RationalizerConfig(HB), 0)
     last_report: dict[ClaimKey, int] = {}
     for r in records:
         e = fold(world, r)
-        if isinstance(e, ev.HeartbeatAccepted | ev.Released):
+        before = last_report.get(e.key) if isinstance(e, ev.ClaimVerdict) else None
+        if isinstance(e, ev.HeartbeatAccepted) and e.replaced_instance and before is not None:
+            last_report[e.key] = max(before, e.offset)
+        elif isinstance(e, ev.HeartbeatAccepted | ev.Released):
             last_report[e.key] = e.offset
         if isinstance(e, ev.ClaimGranted):
             assert resume_offset(world.claims[e.key], Mode.ALO) == last_report.get(e.key)

@@ -14,10 +14,9 @@ from marshal_workers.admin.pause import lift_pause, pause_for
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.claims import is_member_key
 from marshal_workers.config import RunConfig
-from marshal_workers.coordination import Coordinator
+from marshal_workers.core.pauses import pause_by_other
 from marshal_workers.memlog import MemoryLog, MemoryTopic
 from marshal_workers.observe import Observer
-from marshal_workers.operator_requests import pause_by_other
 from marshal_workers.protocol import ClaimingPartition, ClaimKey, ReleasingPartition, decode
 from marshal_workers.rationalizer import Mode, RationalizerConfig, World, fold
 from marshal_workers.reader import LogReader
@@ -44,12 +43,10 @@ class Fleet:
             admin_client_ids=ADMINS,
         )
         log = MemoryLog(self.topic)
-        reader = LogReader(log, self.config(log))
         self.children: list[FakeChild] = []
 
         patch_children(monkeypatch, self.children)
-        co = Coordinator(config, log, reader, Observer())
-        self.sup = Supervisor(config, co, FakeTopics(2), MP)  # type: ignore[arg-type]
+        self.sup = Supervisor(config, log, FakeTopics(2), MP, Observer())  # type: ignore[arg-type]
         self.admin = self.admin_session("marshal-admin")
 
     def admin_session(self, client_id: str) -> AdminSession:
@@ -73,7 +70,7 @@ class Fleet:
         return not self.data_claims()
 
     def data_claims(self) -> set[ClaimKey]:
-        return {k for k in self.sup.holdings if not is_member_key(k)}
+        return {k for k in self.sup.member.held if not is_member_key(k)}
 
     def messages(self) -> list[Any]:
         topic = self.topic
@@ -106,8 +103,8 @@ class TestPauseReaction:
         assert len(stopped) == 2
         released = [m for m in fleet.messages() if isinstance(m, ReleasingPartition)]
         assert {(m.partition, m.offset) for m in released} == {(0, 42), (1, 42)}
-        assert [k for k in fleet.sup.holdings if is_member_key(k)], "the member claim went too"
-        assert fleet.sup.paused_until_ms is not None
+        assert [k for k in fleet.sup.member.held if is_member_key(k)], "the member claim went too"
+        assert fleet.sup.member.paused_until_ms is not None
 
     def test_nobody_claims_while_paused_and_claiming_resumes_when_lifted(
         self, fleet: Fleet
@@ -123,7 +120,7 @@ class TestPauseReaction:
         assert claims == []
         assert lift_pause(fleet.admin, "g").accepted
         fleet.run_until(lambda: len(fleet.data_claims()) == 2, "claims after the lift")
-        assert fleet.sup.paused_until_ms is None
+        assert fleet.sup.member.paused_until_ms is None
         assert {c.spec.start_offset for c in fleet.children[-2:]} == {7}
 
     def test_a_pause_that_expires_ends_by_itself(self, fleet: Fleet) -> None:
@@ -140,7 +137,7 @@ class TestPauseReaction:
         for _ in range(20):
             fleet.sup.step([], wait_s=0.02)
         assert len(fleet.data_claims()) == 2
-        assert fleet.sup.paused_until_ms is None
+        assert fleet.sup.member.paused_until_ms is None
 
 
 class TestPauseByOther:

@@ -14,13 +14,12 @@ from structlog.testing import capture_logs
 from marshal_workers import ipc
 from marshal_workers.claims import is_member_key
 from marshal_workers.config import RunConfig
-from marshal_workers.coordination import Coordinator
-from marshal_workers.holding import Phase
+from marshal_workers.core.held import Phase
 from marshal_workers.memlog import MemoryLog, MemoryTopic
 from marshal_workers.observe import Observer
 from marshal_workers.protocol import ClaimingPartition, ClaimKey, ReleasingPartition, decode
-from marshal_workers.rationalizer import Mode, RationalizerConfig
-from marshal_workers.reader import LogReader
+from marshal_workers.rationalizer import Mode
+from marshal_workers.stacks import STACK_DUMP_EVENT
 from marshal_workers.supervisor import Supervisor
 from marshal_workers.systemd import claims_status
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
@@ -56,12 +55,10 @@ class World:
             stop_timeout=stop_timeout,
         )
         self.recorder = Recorder()
-        reader = LogReader(log, RationalizerConfig(1000, num_partitions=2))
-        coordinator = Coordinator(config, log, reader, self.recorder)
         self.children: list[FakeChild] = []
 
         patch_children(monkeypatch, self.children)
-        self.sup = Supervisor(config, coordinator, FakeTopics(2), MP, self.recorder)  # type: ignore[arg-type]
+        self.sup = Supervisor(config, log, FakeTopics(2), MP, self.recorder)  # type: ignore[arg-type]
 
     def run_until(self, check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
@@ -72,9 +69,9 @@ class World:
     def running(self) -> dict[ClaimKey, FakeChild]:
         """The live child of each data claim."""
         return {
-            k: next(c for c in self.children if c.pid == h.child.pid)
-            for k, h in self.sup.holdings.items()
-            if not is_member_key(k) and h.child is not None
+            k: next(c for c in self.children if c.pid == h.pid)
+            for k, h in self.sup.children.items()
+            if not is_member_key(k)
         }
 
     def coordination_messages(self) -> list[Any]:
@@ -97,10 +94,11 @@ class TestReload:
         """Stop, Stopped at 42, exit: a new child for the same claim, same token, from 42,
         with no release and no new claim in the log."""
         before = world.running()
-        tokens = {k: world.sup.holdings[k].token for k in before}
+        tokens = {k: world.sup.member.held[k].token for k in before}
         written = len(world.coordination_messages())
         world.sup.step([signal.SIGHUP], wait_s=0.0)
-        assert {h.phase for k, h in world.sup.holdings.items() if k in before} == {Phase.RELOADING}
+        phases = {h.phase for k, h in world.sup.member.held.items() if k in before}
+        assert phases == {Phase.RELOADING}
         for child in before.values():
             assert child.inbox() == [ipc.Stop()]
             child.stop(42)
@@ -109,9 +107,9 @@ class TestReload:
         assert set(after) == set(before)
         for key, child in after.items():
             assert child.pid != before[key].pid
-            assert child.spec.fencing_token == tokens[key] == world.sup.holdings[key].token
+            assert child.spec.fencing_token == tokens[key] == world.sup.member.held[key].token
             assert child.spec.start_offset == 42
-            assert world.sup.holdings[key].phase is Phase.RUNNING
+            assert world.sup.member.held[key].phase is Phase.RUNNING
         since = world.coordination_messages()[written:]
         assert not [m for m in since if isinstance(m, ClaimingPartition | ReleasingPartition)]
         assert world.recorder.calls == ["reloading", "reloaded"]
@@ -128,7 +126,8 @@ class TestReload:
             w.sup.step([signal.SIGHUP], wait_s=0.0)
             w.run_until(lambda: "reloaded" in w.recorder.calls, "the reload to finish")
             for child in before.values():
-                assert child.signals[-2:] == [signal.SIGTERM, signal.SIGKILL]
+                # TERM, KILL before it exits; after, KILL to its group (what its handler started)
+                assert child.signals[:2] == [signal.SIGTERM, signal.SIGKILL]
             assert {c.pid for c in w.running().values()}.isdisjoint(c.pid for c in before.values())
         finally:
             w.sup.kill_all()
@@ -154,7 +153,7 @@ class TestReload:
         world.sup.step([signal.SIGTERM], wait_s=0.0)
         world.sup.step([signal.SIGHUP], wait_s=0.0)
         assert "reloading" not in world.recorder.calls
-        assert all(h.phase is not Phase.RELOADING for h in world.sup.holdings.values())
+        assert all(h.phase is not Phase.RELOADING for h in world.sup.member.held.values())
 
 
 class TestLeaseInSnapshot:
@@ -172,10 +171,13 @@ class TestLeaseInSnapshot:
     def test_a_lost_claim_has_no_lease_the_others_do(self, world: World) -> None:
         """A lost claim shows no lease; the shortest lease is that of the claims still held."""
         lost, kept = sorted(world.running(), key=lambda k: k.partition)
-        world.sup._lose(world.sup.holdings[lost], "taken in this test")
+        member = world.sup.member
+        member._out = []
+        member._lose(member.held[lost], "taken in this test")
+        world.sup._run(member._out)
         now = time.monotonic()
         snapshot = world.sup.snapshot(now)
-        left = world.sup.holdings[kept].lease.deadline - now
+        left = world.sup.member.held[kept].lease - now
         assert (snapshot[lost].lease_remaining, snapshot[kept].lease_remaining) == (None, left)
         assert claims_status(snapshot) == f"2 claims: orders/0,orders/1; lease min {left:.1f}s"
 
@@ -185,7 +187,7 @@ class TestStackDump:
         """'stack dump' lines from the supervisor, and DumpStacks down every child's pipe."""
         with capture_logs() as logs:
             world.sup.step([signal.SIGUSR1], wait_s=0.0)
-        dumps = [e for e in logs if e["event"] == "stack dump"]
+        dumps = [e for e in logs if e["event"] == STACK_DUMP_EVENT]
         assert dumps and "dump_stacks" in dumps[0]["stack"]
         for child in world.running().values():
             assert ipc.DumpStacks() in child.inbox()

@@ -1,0 +1,57 @@
+"""What a member knows about one claim it holds (or is taking): token, position, lease, child.
+
+Pure data, owned by the member's core. The lease deadline is a monotonic time in seconds: the
+runtime mirrors it into the shared memory the child reads (`SetLease`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from marshal_workers.protocol import ClaimKey
+
+
+class Phase(Enum):
+    """Where a held claim stands."""
+
+    STARTING = "starting"  # won or taken over; the child starts once position and wait allow
+    RUNNING = "running"  # a child processes it (or is being restarted after a failure)
+    STOPPING = "stopping"  # the child was asked to finish its batch; then release
+    RELOADING = "reloading"  # SIGHUP: the child finishes its batch; a fresh one takes the claim
+    RELEASING = "releasing"  # the release is written; waiting for its verdict
+    LOST = "lost"  # the claim is gone or its lease ran out: kill the child, forget the claim
+
+
+HELD_PHASES = (Phase.STARTING, Phase.RUNNING, Phase.RELOADING)  # counted as this member's share
+ASKED_TO_STOP = (Phase.STOPPING, Phase.RELOADING)  # killed once their stop deadline passes
+
+
+@dataclass(slots=True)
+class Held:
+    """One claim of this member (the member claim has no child)."""
+
+    key: ClaimKey
+    token: int
+    lease: float  # monotonic deadline; 0: none
+    position: int | None = None
+    is_member: bool = False
+    phase: Phase = Phase.STARTING
+    start_after: float = 0.0  # a takeover waits for the old instance's lease to end
+    child: bool = False  # a child process runs (from Spawn until ChildExited)
+    child_pid: int | None = None
+    next_heartbeat: float = 0.0
+    failures: int = 0
+    failed_offset: int | None = None
+    restart_at: float = 0.0
+    stop_deadline: float = 0.0
+    term_sent: bool = False
+    kill_sent: bool = False
+    lookup_pending: bool = False
+    old_instance_seen: int = 0  # log time of the replaced instance's last accepted heartbeat
+
+    def lease_remaining(self, now: float) -> float | None:
+        """Seconds left on the lease at ``now``; None once the claim is lost or revoked."""
+        if self.phase is Phase.LOST or self.lease == 0.0:
+            return None
+        return self.lease - now

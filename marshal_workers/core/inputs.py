@@ -1,0 +1,129 @@
+"""What goes into a member's core: everything the outside world tells it, with the time.
+
+Each input is a frozen slotted dataclass. ``now`` is the runtime's monotonic clock in seconds
+(CLOCK_MONOTONIC, which every process on the host shares, so leases computed from it mean the
+same to a child). The core never reads a clock: time is what these inputs say.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from marshal_workers import ipc
+from marshal_workers.coordlog import Appended
+from marshal_workers.protocol import ClaimKey, CoordRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed. ``wall`` (Unix seconds) only fills the informational UnixSec of messages.
+    ``positions``: ALO positions the children published in shared memory since the last tick
+    (every record below the offset handled), read by the runtime just before this tick."""
+
+    now: float
+    wall: float
+    positions: Mapping[ClaimKey, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsRead:
+    """Records of the coordination log, each partition in offset order, to fold."""
+
+    now: float
+    records: Sequence[CoordRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendDone:
+    """The log acknowledged append ``op``: where it landed and its log time."""
+
+    now: float
+    op: int
+    appended: Appended
+
+
+@dataclass(frozen=True, slots=True)
+class AppendFailed:
+    """Append ``op`` is not known to have happened (it may still land: the fold will say)."""
+
+    now: float
+    op: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSaid:
+    """A child's message over its pipe."""
+
+    now: float
+    key: ClaimKey
+    message: ipc.ToSupervisor
+
+
+@dataclass(frozen=True, slots=True)
+class ChildExited:
+    """A child ended (negative code: the signal), and the runtime has killed its group."""
+
+    now: float
+    key: ClaimKey
+    code: int
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReceived:
+    """A signal the runtime's handler enqueued."""
+
+    now: float
+    signal: signal.Signals
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsFound:
+    """Discovery's answer: the group's data partitions and the coordination topic's count."""
+
+    now: float
+    partitions: Sequence[ClaimKey]
+    coordination_partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveryFailed:
+    """Discovery could not ask the broker (unreachable, topic gone): retried later."""
+
+    now: float
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartFound:
+    """Where a claim with no position in the log starts (auto_offset_reset's watermark)."""
+
+    now: float
+    key: ClaimKey
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartFailed:
+    """The start position of a claim could not be looked up (e.g. its leader is offline)."""
+
+    now: float
+    key: ClaimKey
+    error: str
+
+
+Input = (
+    Tick
+    | RecordsRead
+    | AppendDone
+    | AppendFailed
+    | ChildSaid
+    | ChildExited
+    | SignalReceived
+    | PartitionsFound
+    | DiscoveryFailed
+    | StartFound
+    | StartFailed
+)

@@ -1,0 +1,101 @@
+"""The coordination writes a member has in flight, and matching verdicts to them.
+
+A write is a pending operation: appended (the log acknowledged it, so its position is known),
+then decided (the fold reached it and said what it did). The acknowledgement and the record
+itself can arrive in either order: the runtime's consumer may fold the record before the
+producer's delivery report comes in. So a verdict on a record sent by this instance, with no
+known operation yet, waits here until its acknowledgement names it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from marshal_workers import events as ev
+from marshal_workers.protocol import ClaimKey
+
+
+class Kind(Enum):
+    """What a write was for."""
+
+    CLAIM = "claim"
+    TAKEOVER = "takeover"  # restart recovery: a heartbeat from a new instance of this client
+    HEARTBEAT = "heartbeat"
+    RESERVE = "reserve"  # AMO: ClaimingMessages for a child's grant request
+    RELEASE = "release"
+
+
+@dataclass(slots=True)
+class Op:
+    """One write in flight."""
+
+    op: int
+    kind: Kind
+    key: ClaimKey
+    sent_at: float
+    request_id: int = 0  # RESERVE: the child's request
+    start: int = 0  # RESERVE: the batch's first offset
+    end: int = 0  # RESERVE: the first offset after the batch; HEARTBEAT: the offset sent
+
+
+class Pending:
+    """Writes in flight, by operation number and, once acknowledged, by log position."""
+
+    def __init__(self) -> None:
+        self._next = 1
+        self.ops: dict[int, Op] = {}
+        self._at: dict[tuple[int, int], int] = {}
+        self._early: dict[tuple[int, int], tuple[ev.Event, float]] = {}
+
+    def add(self, kind: Kind, key: ClaimKey, now: float, **extra: int) -> Op:
+        """A new operation, numbered."""
+        op = Op(self._next, kind, key, now, **extra)
+        self._next += 1
+        self.ops[op.op] = op
+        return op
+
+    def appended(self, op_number: int, partition: int, offset: int) -> ev.Event | None:
+        """The log acknowledged ``op_number`` at ``(partition, offset)``; returns its verdict if
+        the fold got there first."""
+        if op_number not in self.ops:
+            return None
+        early = self._early.pop((partition, offset), None)
+        if early is not None:
+            return early[0]
+        self._at[(partition, offset)] = op_number
+        return None
+
+    def take(self, op_number: int) -> Op | None:
+        """Remove and return an operation (decided, failed or given up)."""
+        op = self.ops.pop(op_number, None)
+        if op is not None:
+            for position, number in list(self._at.items()):
+                if number == op_number:
+                    del self._at[position]
+        return op
+
+    def decided(self, event: ev.Event, mine: bool, now: float) -> Op | None:
+        """The operation that ``event`` is the verdict on, removed; None if it is nobody's or
+        (``mine``: sent by this instance) its acknowledgement has not come yet."""
+        position = (event.coord_partition, event.coord_offset)
+        number = self._at.pop(position, None)
+        if number is not None:
+            return self.ops.pop(number, None)
+        if mine:
+            self._early[position] = (event, now)
+        return None
+
+    def expired(self, now: float, older_than: float) -> list[Op]:
+        """Remove and return operations sent before ``now - older_than`` (no verdict came),
+        and forget early verdicts no acknowledgement claimed."""
+        horizon = now - older_than
+        old = [op for op in self.ops.values() if op.sent_at < horizon]
+        for op in old:
+            self.take(op.op)
+        self._early = {p: e for p, e in self._early.items() if e[1] >= horizon}
+        return old
+
+    def in_flight(self, kind: Kind, key: ClaimKey) -> bool:
+        """Whether an operation of ``kind`` on ``key`` is in flight."""
+        return any(op.kind is kind and op.key == key for op in self.ops.values())

@@ -1,0 +1,52 @@
+"""The settings a member's core decides with (pure: built by the runtime from `RunConfig`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from marshal_workers import ipc
+from marshal_workers.core.leases import default_margin
+from marshal_workers.protocol import Partitioner
+from marshal_workers.rationalizer import Mode, RationalizerConfig
+
+DISCOVERY_INTERVAL_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSettings:
+    """One member's identity and timings (seconds) and the template of its children's spec."""
+
+    group: str
+    client_id: str
+    instance_id: str
+    topics: tuple[str, ...]
+    mode: Mode
+    heartbeat_interval: float
+    coordination_partitions: int
+    partitioner: Partitioner
+    rationalizer: RationalizerConfig
+    child: ipc.ChildSpec  # topic, partition, start offset and token are filled in per claim
+    stop_timeout: float = 20.0
+    max_handler_failures: int = 5
+    discovery_interval: float = DISCOVERY_INTERVAL_S
+    starving_after_hb: float = 4.0  # holding nothing while work is claimable: unhealthy after
+
+    @property
+    def hb_ms(self) -> int:
+        """HB in milliseconds, as the fold uses it."""
+        return self.rationalizer.heartbeat_interval_ms
+
+    @property
+    def margin(self) -> float:
+        """Taken off every lease (HB/10, within 50 ms and 2 s)."""
+        return default_margin(self.heartbeat_interval)
+
+    @property
+    def kill_grace(self) -> float:
+        """TERM this long before a lease ends, KILL at a third of it."""
+        return min(1.0, self.heartbeat_interval / 4)
+
+    @property
+    def op_timeout(self) -> float:
+        """A write with no verdict after this long is given up on (it may still land)."""
+        return max(3 * self.heartbeat_interval, 5.0)

@@ -1,0 +1,352 @@
+"""The supervisor's runtime: a thin shell that feeds the member's core and does what it says.
+
+Theory of operation
+-------------------
+All decisions live in `core.member.Member` (sans I/O). This shell owns the I/O: the
+coordination log's producer and consumer, the children's processes, pipes and shared leases,
+a thread pool for blocking broker calls, and the observers (metrics, systemd, offsets).
+
+Each turn (`step`) it waits briefly on the children's pipes and the signal pipe, then feeds the
+core, in this order: signals, children's messages, records read from the log, the log's
+acknowledgements of appends, answers of background lookups, children that exited (their whole
+process group killed first), and a tick with the time and the ALO positions the children
+published in shared memory. After each input it carries out the commands the core returned.
+Nothing in a turn blocks on the broker: appends are submitted and acknowledged later, lookups
+run on the pool. SIGUSR1 (stack dumps) is pure I/O and handled here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing import connection
+from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnContext
+
+import structlog
+
+from marshal_workers import ipc
+from marshal_workers.child import ChildHandle, start_child
+from marshal_workers.config import RunConfig
+from marshal_workers.coordlog import CoordinationLog, LogError
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.member import Member
+from marshal_workers.core.settings import MemberSettings
+from marshal_workers.datatopics import DataTopics
+from marshal_workers.errors import MarshalError
+from marshal_workers.lease import SharedLease
+from marshal_workers.observe import ClaimSnapshot, Observer
+from marshal_workers.protocol import ClaimKey, encode, record_key
+from marshal_workers.rationalizer import RationalizerConfig
+from marshal_workers.stacks import catches_signal, log_stacks
+from marshal_workers.supervisor.background import Background
+
+Clock = Callable[[], float]
+
+
+def member_settings(config: RunConfig, coordination_partitions: int) -> MemberSettings:
+    """The core's settings from a supervisor's configuration."""
+    c = config
+    child = ipc.ChildSpec(
+        handler=c.handler,
+        mode=c.mode,
+        bootstrap_servers=c.bootstrap_servers,
+        group_id=c.group,
+        client_id=c.client_id,
+        instance_id=c.instance_id,
+        topic="",
+        partition=0,
+        start_offset=None,
+        fencing_token=0,
+        auto_offset_reset=c.auto_offset_reset,
+        batch_size=c.batch_size,
+        kafka_config=tuple(sorted(c.kafka.items())),
+        log_json=c.log_json,
+        retries=c.retries,
+        retry_backoff_s=c.retry_backoff,
+        on_failure=c.on_failure,
+        dlq_topic=c.dlq_topic,
+        max_poison_rate=c.max_poison_rate,
+    )
+    return MemberSettings(
+        group=c.group,
+        client_id=c.client_id,
+        instance_id=c.instance_id,
+        topics=tuple(c.topics),
+        mode=c.mode,
+        heartbeat_interval=c.heartbeat_interval,
+        coordination_partitions=coordination_partitions,
+        partitioner=c.partitioner,
+        rationalizer=RationalizerConfig(
+            c.heartbeat_interval_ms,
+            num_partitions=coordination_partitions,
+            partitioner=c.partitioner,
+            admin_client_ids=c.admin_client_ids,
+        ),
+        child=child,
+        stop_timeout=c.stop_timeout,
+        max_handler_failures=c.max_handler_failures,
+    )
+
+
+class Supervisor:
+    """Runs one member: its core, its children, its I/O."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        log: CoordinationLog,
+        topics: DataTopics,
+        mp_context: SpawnContext,
+        observer: Observer | None = None,
+        clock: Clock = time.monotonic,
+        wake_fd: int | None = None,
+        wall: Clock = time.time,
+    ) -> None:
+        self.config = config
+        self.log = log
+        self.topics = topics
+        self.mp = mp_context
+        self.observer = observer or Observer()
+        self.clock = clock
+        self.wall = wall
+        self.wake_fd = wake_fd
+        self.member = Member(member_settings(config, log.num_partitions))
+        self.leases: dict[ClaimKey, SharedLease] = {}
+        self.children: dict[ClaimKey, ChildHandle] = {}
+        self.background = Background()
+        self.exit_code: int | None = None
+        self._log = structlog.get_logger().bind(
+            group=config.group,
+            client_id=config.client_id,
+            instance_id=config.instance_id,
+            pid=os.getpid(),
+        )
+
+    @property
+    def done(self) -> bool:
+        """The member has finished (stopped, or refused to go on)."""
+        return self.member.done
+
+    # ---- start ------------------------------------------------------------------------------
+
+    def start(self, catch_up_timeout: float = 60.0) -> None:
+        """Catch up on the log, then let the core resume this client's claims and claim."""
+        deadline = self.clock() + catch_up_timeout
+        targets = self.log.end_offsets(catch_up_timeout)
+        folded = 0
+        worlds = self.member.worlds
+        while not all(worlds[p].next_offset >= end for p, end in targets.items()):
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                behind = {p: end - worlds[p].next_offset for p, end in targets.items()}
+                raise LogError(
+                    f"coordination log not caught up within {catch_up_timeout:.0f}s "
+                    f"(records still to read per partition: {behind})"
+                )
+            records = self.log.poll(min(remaining, 0.5))
+            folded += len(records)
+            self._feed(inp.RecordsRead(self.clock(), records))
+        partitions = self.topics.partitions()
+        self._log.info("caught_up", records=folded, partitions=len(partitions))
+        self._run(self.member.begin(self.clock(), self.wall(), partitions))
+        self.observer.ready()
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    def step(self, signals: Sequence[signal.Signals], wait_s: float = 0.05) -> None:
+        """One turn of the loop."""
+        for sig in signals:
+            if sig is signal.SIGUSR1:
+                self.dump_stacks()
+            else:
+                self._feed(inp.SignalReceived(self.clock(), sig))
+        conns: dict[Connection | int, ClaimKey] = {
+            handle.conn: key for key, handle in self.children.items()
+        }
+        waitables: list[Connection | int] = [*conns]
+        if self.wake_fd is not None:
+            waitables.append(self.wake_fd)
+        if waitables:
+            ready = connection.wait(waitables, timeout=wait_s)
+        else:
+            time.sleep(wait_s)
+            ready = []
+        for conn in ready:
+            if conn in conns:
+                self._read_child(conns[conn])
+        try:
+            records = self.log.poll(0)
+        except LogError as exc:
+            self._log.warning("coordination_read_failed", error=str(exc))
+            records = []
+        if records:
+            self._feed(inp.RecordsRead(self.clock(), records))
+        for op, outcome in self.log.acks():
+            now = self.clock()
+            if isinstance(outcome, str):
+                self._feed(inp.AppendFailed(now, op, outcome))
+            else:
+                self._feed(inp.AppendDone(now, op, outcome))
+        for answer in self.background.results():
+            self._feed(answer)
+        for key, handle in list(self.children.items()):
+            code = handle.exitcode
+            if code is not None:
+                self._read_child(key)
+                handle.signal_group(signal.SIGKILL)  # whatever the handler started dies too
+                handle.close()
+                del self.children[key]
+                self.observer.child_exited(key, handle.pid, code)
+                self._log.info(
+                    "child_exited",
+                    topic=key.topic,
+                    partition=key.partition,
+                    child_pid=handle.pid,
+                    code=code,
+                )
+                self._feed(inp.ChildExited(self.clock(), key, code))
+        now = self.clock()
+        self._feed(inp.Tick(now, self.wall()))
+        self.observer.tick(self.snapshot(now), healthy=self.member.healthy(now))
+
+    def _read_child(self, key: ClaimKey) -> None:
+        handle = self.children.get(key)
+        if handle is None:
+            return
+        with contextlib.suppress(EOFError, OSError):  # a dead child is reaped by the loop
+            while handle.conn.poll():
+                message: ipc.ToSupervisor = handle.conn.recv()
+                self._feed(inp.ChildSaid(self.clock(), key, message))
+
+    def _feed(self, event: inp.Input) -> None:
+        self._run(self.member.feed(event))
+
+    # ---- carrying out commands -------------------------------------------------------------
+
+    def _run(self, commands: list[cmd.Command]) -> None:
+        for c in commands:
+            if isinstance(c, cmd.Append):
+                self.log.submit(c.op, c.partition, record_key(c.message), encode(c.message))
+            elif isinstance(c, cmd.SetLease):
+                lease = self._lease(c.key)
+                if c.deadline == 0.0:
+                    lease.revoke()
+                else:
+                    lease.extend_to(c.deadline)
+            elif isinstance(c, cmd.DropLease):
+                dropped = self.leases.pop(c.key, None)
+                if dropped is not None:
+                    dropped.revoke()
+            elif isinstance(c, cmd.Spawn):
+                self._spawn(c)
+            elif isinstance(c, cmd.SignalChild):
+                handle = self.children.get(c.key)
+                if handle is not None:
+                    handle.signal_group(c.signal)
+                    if c.signal is signal.SIGKILL:
+                        self.observer.fencing_kill(c.key, handle.pid, c.reason)
+            elif isinstance(c, cmd.TellChild):
+                handle = self.children.get(c.key)
+                if handle is not None:
+                    handle.send(c.message)
+            elif isinstance(c, cmd.LookupStart):
+                self.background.submit(self._lookup_job(c.key))
+            elif isinstance(c, cmd.Discover):
+                self.background.submit(self._discover_job)
+            elif isinstance(c, cmd.Log):
+                getattr(self._log, c.level)(c.event, **c.fields)
+            elif isinstance(c, cmd.Observe):
+                getattr(self.observer, c.method)(*c.args)
+            elif isinstance(c, cmd.Exit):
+                self.exit_code = c.code
+
+    def _lease(self, key: ClaimKey) -> SharedLease:
+        lease = self.leases.get(key)
+        if lease is None:
+            lease = self.leases[key] = SharedLease(self.mp, self.clock)
+        return lease
+
+    def _spawn(self, c: cmd.Spawn) -> None:
+        handle = start_child(c.spec, self._lease(c.key), self.mp)
+        self.children[c.key] = handle
+        self.observer.child_started(c.key, handle.pid, c.restart)
+        self._log.info(
+            "child_started",
+            topic=c.key.topic,
+            partition=c.key.partition,
+            child_pid=handle.pid,
+            position=c.spec.start_offset,
+            token=c.spec.fencing_token,
+            restart=c.restart,
+        )
+
+    def _lookup_job(self, key: ClaimKey) -> Callable[[], inp.Input]:
+        earliest = self.config.auto_offset_reset == "earliest"
+
+        def job() -> inp.Input:
+            try:
+                low, high = self.topics.watermarks(key.topic, key.partition)
+            except Exception as exc:  # any failure is this claim's alone
+                return inp.StartFailed(self.clock(), key, str(exc))
+            return inp.StartFound(self.clock(), key, low if earliest else high)
+
+        return job
+
+    def _discover_job(self) -> inp.Input:
+        try:
+            count = self.log.current_num_partitions(10.0)
+            found = self.topics.partitions()
+        except (MarshalError, LogError) as exc:
+            return inp.DiscoveryFailed(self.clock(), str(exc))
+        except Exception as exc:  # never take the loop down
+            return inp.DiscoveryFailed(self.clock(), repr(exc))
+        return inp.PartitionsFound(self.clock(), found, count)
+
+    # ---- operator requests and the end ------------------------------------------------------
+
+    def request_stop(self, fast: bool) -> None:
+        """TERM (fast=False) or INT/QUIT (fast=True), as if the signal had come."""
+        self._run(self.member.request_stop(self.clock(), fast))
+
+    def dump_stacks(self) -> None:
+        """SIGUSR1: log every thread's stack, and ask every child for its own.
+
+        A child answers `DumpStacks` between batches with a line per thread, and SIGUSR1 at once
+        (even while stuck in its handler) with faulthandler's dump as one line. It is sent
+        SIGUSR1 only once it has registered for it (the default action would end it)."""
+        threads = log_stacks(self._log)
+        for handle in self.children.values():
+            handle.send(ipc.DumpStacks())
+            if catches_signal(handle.pid, signal.SIGUSR1):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(handle.pid, signal.SIGUSR1)
+        self._log.info("stack_dump_done", threads=threads, children_asked=len(self.children))
+
+    def snapshot(self, now: float) -> dict[ClaimKey, ClaimSnapshot]:
+        """The held claims as observers see them at ``now``."""
+        out = {}
+        for key, held in self.member.held.items():
+            handle = self.children.get(key)
+            out[key] = ClaimSnapshot(
+                key,
+                held.token,
+                held.position if held.position is not None else -1,
+                held.lease_remaining(now),
+                handle.pid if handle is not None else None,
+                held.phase.value,
+            )
+        return out
+
+    def kill_all(self) -> None:
+        """Revoke every lease and kill every child: nothing outlives the supervisor."""
+        for lease in self.leases.values():
+            lease.revoke()
+        for key, handle in self.children.items():
+            handle.signal_group(signal.SIGKILL)
+            self.observer.fencing_kill(key, handle.pid, "supervisor exiting")
+        self.background.close()
