@@ -57,7 +57,7 @@ from collections.abc import Iterable
 
 from marshal_workers import events as ev
 from marshal_workers import ipc
-from marshal_workers.claims import is_live, is_member_key, member_key, plan
+from marshal_workers.claims import MEMBER_PREFIX, is_live, is_member_key, member_key, plan
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.held import ASKED_TO_STOP, HELD_PHASES, Held, Phase
@@ -89,6 +89,8 @@ from marshal_workers.rationalizer import (
     resume_offset,
 )
 
+_MEMBER_MARK = b"/" + MEMBER_PREFIX.encode()  # in the record key of a member claim
+
 
 class Member:
     """One member of a group: its claims, children, and what it writes (sans I/O)."""
@@ -119,6 +121,7 @@ class Member:
         self._idle_since: float | None = None
         self._rng = random.Random(f"{settings.client_id}/{settings.instance_id}")
         self._home: dict[ClaimKey, int] = {}
+        self._member_keys: set[ClaimKey] = set()  # the group's member claims seen in the log
         self._out: list[cmd.Command] = []
 
     # ---- the one entry point ----------------------------------------------------------------
@@ -194,6 +197,10 @@ class Member:
             self._home[key] = home
         return home
 
+    def state_of(self, key: ClaimKey) -> ClaimState | None:
+        """What the fold says about a claim (None: nothing)."""
+        return self.worlds[self.home(key)].claims.get(key)
+
     def is_mine(self, key: ClaimKey) -> bool:
         """A claim of this member's group: its topics' partitions or its group's members."""
         if key.group != self.s.group:
@@ -203,28 +210,35 @@ class Member:
     # ---- the log ----------------------------------------------------------------------------
 
     def _fold(self, records: Iterable[CoordRecord], now: float) -> None:
-        worlds = self.worlds
+        worlds, group, started = self.worlds, self.s.group, self.started
+        newest: dict[int, int] = {}
         for record in records:
             world = worlds[record.partition]
             event = fold(world, record)
-            self.clock.saw(record.partition, world.log_time, now)
-            if isinstance(event, ev.Malformed):
-                self.malformed += 1
+            newest[record.partition] = world.log_time
+            if not isinstance(event, ev.ClaimVerdict):
+                if isinstance(event, ev.Malformed):
+                    self.malformed += 1
                 continue
-            if self.started:
+            if event.message.group_id != group:
+                continue  # another group's claim, whatever its client id
+            if started:
                 self._on_event(event, now)
+            elif record.key and _MEMBER_MARK in record.key:
+                self._member_keys.add(event.key)
+        for partition, log_time in newest.items():
+            self.clock.saw(partition, log_time, now)
 
-    def _on_event(self, event: ev.Event, now: float) -> None:
-        if not isinstance(event, ev.ClaimVerdict):
-            return
+    def _on_event(self, event: ev.ClaimVerdict, now: float) -> None:
+        """A verdict on a claim of this member's group."""
         me = self.s
         mine = event.client_id == me.client_id and event.instance_id == me.instance_id
         op = self.pending.decided(event, mine, now)
         if op is not None:
             self._resolve(op, event, now)
         key = event.key
-        if key.group != me.group:
-            return  # another group's claim, whatever its client id
+        if is_member_key(key):
+            self._member_keys.add(key)
         if (
             isinstance(event, ev.HeartbeatAccepted)
             and event.client_id == me.client_id
@@ -360,7 +374,7 @@ class Member:
     def _claim_decided(self, op: Op, event: ev.Event, now: float) -> None:
         key = op.key
         if not isinstance(event, ev.ClaimGranted):
-            uncertain = not (state := self.claims_view.get(key)) or not state.certain
+            uncertain = not (state := self.state_of(key)) or not state.certain
             hb = self.s.heartbeat_interval
             # An uncertain claim counts every refused attempt as activity: only a retry after
             # more than 2*HB of silence can win there.
@@ -398,7 +412,7 @@ class Member:
         return held
 
     def _resume_position(self, key: ClaimKey) -> int | None:
-        return resume_offset(self.claims_view.get(key), self.s.mode)
+        return resume_offset(self.state_of(key), self.s.mode)
 
     def _set_position(self, held: Held, position: int | None) -> None:
         if position is not None:
@@ -448,7 +462,7 @@ class Member:
             client_id=s.client_id,
             group=s.group,
             partitions=self.partitions,
-            claims=self.claims_view,
+            claims=self._group_view(),
             mine=[*mine, *(k for k in claiming if k != self.member)],
             now_ms=lambda key: self.log_now_ms(key, now),
             hb_ms=s.hb_ms,
@@ -462,7 +476,8 @@ class Member:
             self._idle_since = None
         elif self._idle_since is None:
             self._idle_since = now
-        if step.release is not None and now >= self._next_release:
+        held_release = step.release is not None and step.release in self.held
+        if held_release and step.release is not None and now >= self._next_release:
             self._next_release = now + s.heartbeat_interval
             self.avoid_until[step.release] = now + 2 * s.heartbeat_interval
             self._say(
@@ -475,12 +490,20 @@ class Member:
             )
             self._stop_child(self.held[step.release], now + s.stop_timeout)
 
+    def _group_view(self) -> dict[ClaimKey, ClaimState]:
+        """The claims planning looks at: the group's member claims and data partitions."""
+        state_of = self.state_of
+        return {
+            k: state
+            for k in (*self._member_keys, *self.partitions)
+            if (state := state_of(k)) is not None
+        }
+
     def _work_unclaimed(self, now: float) -> bool:
         """Whether some partition of the group has no live holder (the starving check)."""
         hb_ms = self.s.hb_ms
         return any(
-            not is_live(self.claims_view.get(k), self.log_now_ms(k, now), hb_ms)
-            for k in self.partitions
+            not is_live(self.state_of(k), self.log_now_ms(k, now), hb_ms) for k in self.partitions
         )
 
     def _partitions_found(self, found: inp.PartitionsFound) -> None:

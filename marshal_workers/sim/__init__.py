@@ -1,0 +1,1 @@
+"""`marshal-sim`: a deterministic fleet simulator (real cores, virtual time, faults)."""

@@ -1,0 +1,5 @@
+"""`python -m marshal_workers.sim`."""
+
+from marshal_workers.sim.cli import main
+
+main()

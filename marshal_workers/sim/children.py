@@ -1,0 +1,133 @@
+"""Simulated children: handlers with a speed, leases they obey, and the records they handle.
+
+A `SimChild` stands for one child process: it starts after a delay, handles records of its
+partition at its handler's speed, reads its lease before every record (and its watchdog ends
+it at the deadline, even while its supervisor is frozen), asks for grants in AMO, publishes
+its ALO position in "shared memory", and finishes its batch when told to stop. Every record
+it handles is reported to the checker with the virtual time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from marshal_workers import ipc
+from marshal_workers.childexit import EXIT_LEASE_EXPIRED, EXIT_NOT_GRANTED
+from marshal_workers.protocol import ClaimKey
+from marshal_workers.rationalizer import Mode
+
+Handled = Callable[["SimChild", int, float], None]
+
+
+@dataclass(slots=True)
+class DataPartition:
+    """A data partition: a backlog plus records produced at a steady rate."""
+
+    backlog: int
+    rate: float  # records per second
+    born: float = 0.0
+
+    def high_watermark(self, t: float) -> int:
+        """The offset the next produced record gets, at time ``t``."""
+        return self.backlog + int(max(0.0, t - self.born) * self.rate)
+
+
+@dataclass(slots=True)
+class SimChild:
+    """One child process of a simulated member."""
+
+    cid: str
+    key: ClaimKey
+    spec: ipc.ChildSpec
+    lease: Callable[[], float]  # reads the lease the member's runtime keeps
+    data: DataPartition
+    speed: float  # records per second
+    ready_at: float
+    on_handled: Handled
+    position: int = 0
+    alive: bool = True
+    exit_code: int | None = None
+    exited_at: float = 0.0
+    stopping: bool = False
+    outbox: list[ipc.ToSupervisor] = field(default_factory=list)
+    published: int | None = None  # the ALO position in shared memory
+    batch: tuple[int, int] | None = None  # AMO: the granted batch being handled
+    asked: int | None = None  # AMO: the request waiting for an answer
+    asked_end: int = 0  # AMO: the end of the batch asked for
+    requests: int = 0
+    budget: float = 0.0
+    hung_until: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.position = self.spec.start_offset or 0
+
+    def die(self, code: int, t: float) -> None:
+        """The process ends."""
+        if self.alive:
+            self.alive, self.exit_code, self.exited_at = False, code, t
+
+    def receive(self, message: ipc.ToChild, t: float) -> None:
+        """A message from the supervisor over the pipe."""
+        if not self.alive:
+            return
+        if isinstance(message, ipc.Stop):
+            self.stopping = True
+        elif isinstance(message, ipc.Grant) and message.request_id == self.asked:
+            self.asked = None
+            if message.granted:
+                self.batch = (self.position, self.asked_end)
+            else:
+                self.die(EXIT_NOT_GRANTED, t)
+
+    def step(self, t: float, dt: float) -> None:
+        """Run for ``dt`` seconds of virtual time ending at ``t``."""
+        if not self.alive:
+            return
+        if t >= self.lease():
+            self.die(EXIT_LEASE_EXPIRED, t)  # the watchdog
+            return
+        if t < self.ready_at or t < self.hung_until:
+            return
+        if self.stopping and self.batch is None:
+            self.outbox.append(ipc.Stopped(self.position))
+            self.die(0, t)
+            return
+        self.budget = min(self.budget + self.speed * dt, self.speed * dt + 1)
+        if self.spec.mode is Mode.ALO:
+            self._handle_alo(t)
+        else:
+            self._handle_amo(t)
+
+    def _handle_alo(self, t: float) -> None:
+        high = self.data.high_watermark(t)
+        while self.budget >= 1 and self.position < high:
+            if t >= self.lease():
+                self.die(EXIT_LEASE_EXPIRED, t)
+                return
+            self.on_handled(self, self.position, t)
+            self.position += 1
+            self.budget -= 1
+            if self.stopping:
+                break
+        self.published = self.position
+
+    def _handle_amo(self, t: float) -> None:
+        if self.batch is None:
+            high = self.data.high_watermark(t)
+            if self.asked is None and high > self.position and not self.stopping:
+                end = min(high, self.position + self.spec.batch_size)
+                self.requests += 1
+                self.asked, self.asked_end = self.requests, end
+                self.outbox.append(ipc.GrantRequest(self.requests, self.position, end))
+            return
+        _, end = self.batch
+        while self.budget >= 1 and self.position < end:
+            if t >= self.lease():
+                self.die(EXIT_LEASE_EXPIRED, t)
+                return
+            self.on_handled(self, self.position, t)
+            self.position += 1
+            self.budget -= 1
+        if self.position >= end:
+            self.batch = None

@@ -1,0 +1,134 @@
+"""`marshal-sim`: many seeded runs of a simulated fleet, their violations and their figures."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import click
+
+from marshal_workers.sim.invariants import INVARIANTS
+from marshal_workers.sim.scenario import DEFAULT_FAULTS, FAULTS, RunResult, SimParams, run_seed
+
+
+def _spread(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {
+        "p50": round(statistics.median(ordered), 3),
+        "p95": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 3),
+        "max": round(ordered[-1], 3),
+        "n": len(ordered),
+    }
+
+
+def summarize(results: list[RunResult], params: SimParams, seconds: float) -> dict[str, Any]:
+    """The JSON summary of a batch of runs."""
+    violations = [
+        {"seed": r.seed, **v, "replay": f"marshal-sim --seed {r.seed}", "trace": r.trace}
+        for r in results
+        for v in r.violations
+    ]
+    return {
+        "seeds": len(results),
+        "violations": violations,
+        "invariants": list(INVARIANTS),
+        "convergence_s": {
+            "cold_start": _spread([r.cold_start_s for r in results if r.cold_start_s is not None]),
+            "after_fault": _spread([x for r in results for x in r.recoveries_s]),
+            "bound_after_last_fault": params.settle,
+        },
+        "params": {
+            "members": params.members,
+            "groups": params.groups,
+            "partitions": params.partitions,
+            "duration_s": params.duration,
+            "heartbeat_interval_s": params.heartbeat_interval,
+            "faults": list(params.faults),
+        },
+        "coordination_records": sum(r.records for r in results),
+        "records_handled": sum(r.handled for r in results),
+        "wall_seconds": round(seconds, 2),
+    }
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--seeds", default=20, show_default=True, help="How many seeds to run (0..N-1).")
+@click.option("--seed", type=int, default=None, help="Replay one seed exactly (prints its trace).")
+@click.option("--first-seed", default=0, show_default=True, help="The first of --seeds.")
+@click.option("--members", default=6, show_default=True, help="Members across all groups.")
+@click.option("--groups", default=2, show_default=True, help="Groups on one coordination log.")
+@click.option("--partitions", default=8, show_default=True, help="Data partitions per group.")
+@click.option("--duration", default=30.0, show_default=True, help="Virtual seconds per run.")
+@click.option("--heartbeat-interval", default=1.0, show_default=True, help="HB, seconds.")
+@click.option(
+    "--faults",
+    default=",".join(DEFAULT_FAULTS),
+    show_default=True,
+    help=f"Comma list of: {', '.join(FAULTS)} (or 'none').",
+)
+@click.option("--fault-count", default=3, show_default=True, help="Timed faults per run.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def main(
+    seeds: int,
+    seed: int | None,
+    first_seed: int,
+    members: int,
+    groups: int,
+    partitions: int,
+    duration: float,
+    heartbeat_interval: float,
+    faults: str,
+    fault_count: int,
+    as_json: bool,
+) -> None:
+    """Run a fleet of real member cores in virtual time against an in-memory coordination log,
+    with faults, and check the invariants at every run. Exit 1 if any is violated."""
+    chosen = tuple(f.strip() for f in faults.split(",") if f.strip() and f.strip() != "none")
+    unknown = [f for f in chosen if f not in FAULTS]
+    if unknown:
+        raise click.UsageError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
+    if members < groups or groups < 1 or partitions < 1 or duration <= 0:
+        raise click.UsageError("need members >= groups >= 1, partitions >= 1, duration > 0")
+    base = SimParams(
+        members=members,
+        groups=groups,
+        partitions=partitions,
+        duration=duration,
+        heartbeat_interval=heartbeat_interval,
+        faults=chosen,
+        fault_count=fault_count,
+    )
+    numbers = [seed] if seed is not None else list(range(first_seed, first_seed + seeds))
+    started = time.monotonic()
+    results = []
+    for number in numbers:
+        params = SimParams(**{**_fields(base), "seed": number})
+        result = run_seed(params)
+        results.append(result)
+        if not as_json:
+            status = "ok" if not result.violations else f"{len(result.violations)} VIOLATION(S)"
+            cold = f"{result.cold_start_s:.2f}s" if result.cold_start_s is not None else "never"
+            click.echo(f"seed {number}: {status}; fair share after {cold}", err=True)
+    summary = summarize(results, base, time.monotonic() - started)
+    if as_json:
+        click.echo(json.dumps(summary, indent=None))
+    else:
+        for v in summary["violations"]:
+            click.echo(f"seed {v['seed']}: {v['invariant']}: {v['detail']} ({v['replay']})")
+            if seed is not None:
+                for line in v["trace"]:
+                    click.echo(f"    {line}")
+        click.echo(
+            f"{summary['seeds']} seeds, {len(summary['violations'])} violations, "
+            f"cold start p50 {(summary['convergence_s']['cold_start'] or {}).get('p50')}s"
+        )
+    sys.exit(1 if summary["violations"] else 0)
+
+
+def _fields(params: SimParams) -> dict[str, Any]:
+    return {name: getattr(params, name) for name in params.__dataclass_fields__}

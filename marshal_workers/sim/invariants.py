@@ -1,0 +1,146 @@
+"""What must hold in every simulated run, checked as it runs and at its end.
+
+- ``no_overlap``: no two processes handle one partition at overlapping virtual times (each
+  child's handling, from its first record to its last, is disjoint from every other child's on
+  that partition);
+- ``amo_no_double_grant``: in AMO no offset is handled twice;
+- ``alo_no_skip``: in ALO every offset below the position the log ends with was handled;
+- ``alo_rehandle_bound``: in ALO a change of owner re-handles at most the records of one lease
+  (2*HB of handling) plus a second;
+- ``fold_agreement``: every member's fold agrees with a reader of the whole, uncompacted log
+  on who holds each claim it considers certain, and with which token;
+- ``isolation``: a member writes only about its own group's claims;
+- ``liveness``: after the last fault, every partition is held by a live member's child and
+  shares are fair, within the stated bound.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from marshal_workers.protocol import ClaimKey
+from marshal_workers.rationalizer import Mode, World
+from marshal_workers.sim.children import SimChild
+
+INVARIANTS = (
+    "no_overlap",
+    "amo_no_double_grant",
+    "alo_no_skip",
+    "alo_rehandle_bound",
+    "fold_agreement",
+    "isolation",
+    "liveness",
+)
+
+
+@dataclass(slots=True)
+class Span:
+    """One child's handling of its partition: first and last record's time."""
+
+    cid: str
+    first: float
+    last: float
+
+
+@dataclass
+class Checker:
+    """Collects what the children handled and the violations found."""
+
+    modes: dict[str, Mode]  # by group
+    heartbeat_interval: float
+    speed: float
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    spans: dict[ClaimKey, dict[str, Span]] = field(default_factory=lambda: defaultdict(dict))
+    counts: dict[ClaimKey, dict[int, int]] = field(default_factory=lambda: defaultdict(dict))
+    rehandled: dict[ClaimKey, int] = field(default_factory=lambda: defaultdict(int))
+    handled_total: int = 0
+
+    def violation(self, invariant: str, detail: str, t: float | None = None) -> None:
+        """Record a violation (the first few per invariant are enough)."""
+        if sum(1 for v in self.violations if v["invariant"] == invariant) < 5:
+            self.violations.append({"invariant": invariant, "detail": detail, "t": t})
+
+    def handled(self, child: SimChild, offset: int, t: float) -> None:
+        """A child handled ``offset`` at ``t``."""
+        key = child.key
+        self.handled_total += 1
+        span = self.spans[key].get(child.cid)
+        if span is None:
+            self.spans[key][child.cid] = Span(child.cid, t, t)
+        else:
+            span.last = t
+        counts = self.counts[key]
+        seen = counts.get(offset, 0)
+        counts[offset] = seen + 1
+        if seen:
+            if self.modes[key.group] is Mode.AMO:
+                self.violation(
+                    "amo_no_double_grant",
+                    f"{key.topic}/{key.partition} offset {offset} handled again by {child.cid}",
+                    t,
+                )
+            self.rehandled[key] += 1
+
+    def finish(self, reference: dict[int, World], readers: Iterable[tuple[str, World]]) -> None:
+        """The checks made at the end of a run."""
+        self._overlaps()
+        self._alo(reference)
+        for name, world in readers:
+            self._agree(name, world, reference[world.partition])
+
+    def _overlaps(self) -> None:
+        for key, by_child in self.spans.items():
+            spans = sorted(by_child.values(), key=lambda s: s.first)
+            latest: Span | None = None
+            for span in spans:
+                if latest is not None and span.first <= latest.last:
+                    self.violation(
+                        "no_overlap",
+                        f"{key.topic}/{key.partition}: {span.cid} handled from {span.first:.3f} "
+                        f"while {latest.cid} handled until {latest.last:.3f}",
+                        span.first,
+                    )
+                if latest is None or span.last > latest.last:
+                    latest = span
+
+    def _alo(self, reference: dict[int, World]) -> None:
+        positions = {}
+        for world in reference.values():
+            for key, state in world.claims.items():
+                if state.committed is not None:
+                    positions[key] = state.committed
+        for key, counts in self.counts.items():
+            if self.modes[key.group] is not Mode.ALO:
+                continue
+            committed = positions.get(key, 0)
+            missing = [o for o in range(committed) if o not in counts]
+            if missing:
+                self.violation(
+                    "alo_no_skip",
+                    f"{key.topic}/{key.partition}: {len(missing)} offsets below the position "
+                    f"{committed} never handled (first {missing[0]})",
+                )
+            owners = len(self.spans[key])
+            bound = max(0, owners - 1) * self.speed * (2 * self.heartbeat_interval + 1.0)
+            if self.rehandled[key] > bound:
+                self.violation(
+                    "alo_rehandle_bound",
+                    f"{key.topic}/{key.partition}: {self.rehandled[key]} records handled again "
+                    f"over {owners} owners (bound {bound:.0f})",
+                )
+
+    def _agree(self, name: str, world: World, reference: World) -> None:
+        for key, state in world.claims.items():
+            if not state.certain or state.holder_client is None:
+                continue
+            ref = reference.claims.get(key)
+            mine = (state.holder_client, state.holder_instance, state.token)
+            theirs = None if ref is None else (ref.holder_client, ref.holder_instance, ref.token)
+            if mine != theirs:
+                self.violation(
+                    "fold_agreement",
+                    f"{name} folds {key} as held by {mine}, the whole log by {theirs}",
+                )

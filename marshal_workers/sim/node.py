@@ -1,0 +1,260 @@
+"""A simulated member: the real core (`core.member.Member`) in a runtime of virtual time.
+
+`SimNode` does what `supervisor.runtime.Supervisor` does, against the virtual log and
+simulated children: it feeds the core records, acknowledgements, children's messages and exits,
+and ticks, and carries out its commands. It can be killed (its children die with it), frozen
+(SIGSTOP: its children run on until their leases end) and replaced by a restart.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from marshal_workers.claims import is_member_key
+from marshal_workers.coordlog import Appended
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.member import Member
+from marshal_workers.core.settings import MemberSettings
+from marshal_workers.protocol import ClaimKey, encode, record_key
+from marshal_workers.sim.children import DataPartition, Handled, SimChild
+from marshal_workers.sim.vlog import VirtualLog
+
+TRACE_LINES = 40
+
+
+@dataclass(slots=True)
+class LeaseCell:
+    """One claim's lease in "shared memory": the child keeps the cell it was started with."""
+
+    deadline: float = 0.0
+
+
+@dataclass(slots=True)
+class InFlight:
+    """An append on its way to the broker."""
+
+    lands_at: float
+    op: int
+    partition: int
+    key: bytes
+    value: bytes
+    fails: bool
+    lands_anyway: bool  # a timeout: the client is told it failed, the record still lands
+
+
+class SimNode:
+    """One member process in virtual time."""
+
+    def __init__(
+        self,
+        name: str,
+        settings: MemberSettings,
+        log: VirtualLog,
+        data: Callable[[ClaimKey], DataPartition],
+        partitions: Callable[[], list[ClaimKey]],
+        rng: random.Random,
+        on_handled: Handled,
+        on_violation: Callable[[str], None],
+        speed: float,
+        wall_skew: float = 0.0,
+    ) -> None:
+        self.name = name
+        self.settings = settings
+        self.member = Member(settings)
+        self.log = log
+        self.data = data
+        self.partitions = partitions
+        self.rng = rng
+        self.on_handled = on_handled
+        self.on_violation = on_violation
+        self.speed = speed
+        self.wall_skew = wall_skew
+        self.alive = True
+        self.started = False
+        self.frozen_until = 0.0
+        self.leases: dict[ClaimKey, LeaseCell] = {}
+        self.children: dict[ClaimKey, SimChild] = {}
+        self.dead_children: list[SimChild] = []
+        self.in_flight: list[InFlight] = []
+        self.acks: list[inp.Input] = []
+        self.answers: list[tuple[float, inp.Input]] = []
+        self.cursor = [0] * log.num_partitions
+        self.spawned = 0
+        self.trace: deque[str] = deque(maxlen=TRACE_LINES)
+        self.exit_code: int | None = None
+
+    # ---- life ------------------------------------------------------------------------------
+
+    def start(self, t: float) -> None:
+        """Catch up on the whole log as it is now, then begin."""
+        self._read(t)
+        self.started = True
+        self._run(self.member.begin(t, t + self.wall_skew, self.partitions()), t)
+
+    def kill(self, t: float) -> None:
+        """kill -9: the member and (parent-death signal) its children end now."""
+        self.alive = False
+        for child in self.children.values():
+            child.die(-signal.SIGKILL, t)
+
+    def signal(self, sig: signal.Signals, t: float) -> None:
+        """A signal to the member process (its handler enqueues it; the core acts on it)."""
+        if self.alive and self.started:
+            self._feed(inp.SignalReceived(t, sig), t)
+
+    def catch_up(self, t: float) -> None:
+        """Fold every record the log has now (for the end-of-run comparison)."""
+        self._read(t)
+
+    def freeze(self, t: float, seconds: float) -> None:
+        """SIGSTOP for ``seconds``: the member does nothing; its children run on."""
+        self.frozen_until = max(self.frozen_until, t + seconds)
+
+    def frozen(self, t: float) -> bool:
+        """Whether the member is stopped at ``t``."""
+        return t < self.frozen_until
+
+    # ---- one step --------------------------------------------------------------------------
+
+    def land_appends(self, t: float) -> None:
+        """The broker's side: appends sent before ``t`` land (even while the member is frozen
+        or dead: they were on the wire)."""
+        still: list[InFlight] = []
+        for f in self.in_flight:
+            if f.lands_at > t:
+                still.append(f)
+                continue
+            if f.fails and not f.lands_anyway:
+                self.acks.append(inp.AppendFailed(t, f.op, "simulated append failure"))
+                continue
+            record = self.log.land(f.partition, f.key, f.value, f.lands_at)
+            if f.fails:
+                self.acks.append(inp.AppendFailed(t, f.op, "simulated timeout"))
+            else:
+                appended = Appended(record.partition, record.offset, record.timestamp_ms)
+                self.acks.append(inp.AppendDone(t, f.op, appended))
+        self.in_flight = still
+
+    def step(self, t: float, dt: float) -> None:
+        """The runtime's turn at ``t`` (nothing while dead or frozen)."""
+        if not self.alive or not self.started or self.frozen(t):
+            return
+        for key, child in list(self.children.items()):
+            for message in child.outbox:
+                self._feed(inp.ChildSaid(t, key, message), t)
+            child.outbox.clear()
+        self._read(t)
+        acks, self.acks = self.acks, []
+        self.rng.shuffle(acks)
+        for ack in acks:
+            self._feed(ack, t)
+        due = [a for a in self.answers if a[0] <= t]
+        self.answers = [a for a in self.answers if a[0] > t]
+        for _, answer in due:
+            self._feed(answer, t)
+        for key, child in list(self.children.items()):
+            if not child.alive:
+                del self.children[key]
+                self.dead_children.append(child)
+                assert child.exit_code is not None
+                self._feed(inp.ChildExited(t, key, child.exit_code), t)
+        positions = {k: c.published for k, c in self.children.items() if c.published is not None}
+        self._feed(inp.Tick(t, t + self.wall_skew, positions), t)
+
+    def step_children(self, t: float, dt: float) -> None:
+        """The children's turn (they run even while the member is frozen)."""
+        for child in self.children.values():
+            child.step(t, dt)
+
+    def _read(self, t: float) -> None:
+        records = []
+        for p, part in enumerate(self.log.parts):
+            got = part.read_from(self.cursor[p])
+            if got:
+                self.cursor[p] = got[-1].offset + 1
+                records.extend(got)
+        if records:
+            self._feed(inp.RecordsRead(t, records), t)
+
+    def _feed(self, event: inp.Input, t: float) -> None:
+        self._run(self.member.feed(event), t)
+
+    # ---- commands --------------------------------------------------------------------------
+
+    def _run(self, commands: list[cmd.Command], t: float) -> None:
+        group = self.settings.group
+        for c in commands:
+            if isinstance(c, cmd.Append):
+                if c.message.group_id != group:
+                    self.on_violation(
+                        f"isolation: {self.name} of group {group} wrote {type(c.message).__name__}"
+                        f" for group {c.message.group_id}"
+                    )
+                fails = self.log.fails(c.partition)
+                self.in_flight.append(
+                    InFlight(
+                        t + self.log.latency(c.partition),
+                        c.op,
+                        c.partition,
+                        record_key(c.message),
+                        encode(c.message),
+                        fails,
+                        fails and self.rng.random() < 0.5,
+                    )
+                )
+            elif isinstance(c, cmd.SetLease):
+                self.leases.setdefault(c.key, LeaseCell()).deadline = c.deadline
+            elif isinstance(c, cmd.DropLease):
+                dropped = self.leases.pop(c.key, None)
+                if dropped is not None:
+                    dropped.deadline = 0.0
+            elif isinstance(c, cmd.Spawn):
+                self._spawn(c, t)
+            elif isinstance(c, cmd.SignalChild):
+                child = self.children.get(c.key)
+                if child is not None:
+                    child.die(-c.signal, t)
+            elif isinstance(c, cmd.TellChild):
+                child = self.children.get(c.key)
+                if child is not None:
+                    child.receive(c.message, t)
+            elif isinstance(c, cmd.LookupStart):
+                self.answers.append((t + 0.01, inp.StartFound(t + 0.01, c.key, 0)))
+            elif isinstance(c, cmd.Discover):
+                found = inp.PartitionsFound(t + 0.01, self.partitions(), self.log.num_partitions)
+                self.answers.append((t + 0.01, found))
+            elif isinstance(c, cmd.Log):
+                if c.level in ("warning", "error") or c.event in ("claim_won", "claim_resumed"):
+                    self.trace.append(f"{t:9.3f} {self.name} {c.event} {dict(c.fields)}")
+            elif isinstance(c, cmd.Exit):
+                self.exit_code = c.code
+                self.kill(t)
+
+    def _spawn(self, c: cmd.Spawn, t: float) -> None:
+        self.spawned += 1
+        key = c.key
+        cell = self.leases.setdefault(key, LeaseCell())
+        child = SimChild(
+            cid=f"{self.name}/{key.topic}/{key.partition}#{self.spawned}",
+            key=key,
+            spec=c.spec,
+            lease=lambda: cell.deadline,
+            data=self.data(key),
+            speed=self.speed,
+            ready_at=t + self.rng.uniform(0.1, 0.3),
+            on_handled=self.on_handled,
+        )
+        self.children[key] = child
+        self.trace.append(
+            f"{t:9.3f} {self.name} spawn {key.topic}/{key.partition} "
+            f"at {c.spec.start_offset} token {c.spec.fencing_token}"
+        )
+
+    def held_data(self) -> list[ClaimKey]:
+        """The data claims the core counts as held."""
+        return [k for k in self.member.held if not is_member_key(k)]

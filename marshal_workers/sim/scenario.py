@@ -1,0 +1,385 @@
+"""One seeded run of a simulated fleet: its members, its faults, its checks.
+
+A run builds ``groups`` groups on one coordination log (``members`` spread over them), starts
+them within the first second, injects the enabled faults at random times in the middle of the
+run, then lets the fleet settle and checks the invariants (`sim.invariants`). Everything is
+drawn from one `random.Random(seed)`, so a seed replays exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import random
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from marshal_workers import ipc, rationalizer
+from marshal_workers.core.settings import MemberSettings
+from marshal_workers.protocol import (
+    ClaimKey,
+    Partitioner,
+    ReleaseGroup,
+    encode,
+    record_key,
+)
+from marshal_workers.rationalizer import Mode, RationalizerConfig, World, fold
+from marshal_workers.sim.children import DataPartition
+from marshal_workers.sim.invariants import Checker
+from marshal_workers.sim.node import SimNode
+from marshal_workers.sim.vlog import VirtualLog
+
+FAULTS = (
+    "kill",
+    "freeze",
+    "restart",
+    "twins",
+    "compaction",
+    "latency",
+    "clock",
+    "failures",
+    "pause",
+    "partitions",
+    "shared-ids",
+)
+DEFAULT_FAULTS = ("kill", "freeze", "restart", "twins", "compaction", "latency", "clock", "pause")
+ADMIN = "marshal-admin"
+
+
+@dataclass(frozen=True, slots=True)
+class SimParams:
+    """What one run simulates."""
+
+    seed: int = 0
+    members: int = 6
+    groups: int = 2
+    partitions: int = 8  # per group
+    duration: float = 30.0  # virtual seconds
+    heartbeat_interval: float = 1.0
+    coordination_partitions: int = 4
+    faults: tuple[str, ...] = DEFAULT_FAULTS
+    fault_count: int = 3
+    dt: float = 0.05
+    speed: float = 200.0  # records a child handles per second
+    rate: float = 20.0  # records produced per partition per second
+    backlog: int = 100
+
+    @property
+    def settle(self) -> float:
+        """The liveness bound: after the last fault ends, everything is held and fair by then."""
+        return 10 * self.heartbeat_interval + 3.0
+
+
+@dataclass
+class RunResult:
+    """What a run found and measured."""
+
+    seed: int
+    violations: list[dict[str, Any]]
+    cold_start_s: float | None
+    recoveries_s: list[float]
+    records: int
+    handled: int
+    trace: list[str] = field(default_factory=list)
+
+
+class Fleet:
+    """The simulated world of one run."""
+
+    def __init__(self, p: SimParams) -> None:
+        self.p = p
+        self.rng = random.Random(p.seed)
+        self.log = VirtualLog(p.coordination_partitions, self.rng)
+        self.t = 0.0
+        self.modes = {f"g{g}": (Mode.ALO if g % 2 == 0 else Mode.AMO) for g in range(p.groups)}
+        self.partition_count = {g: p.partitions for g in self.modes}
+        self.data: dict[ClaimKey, DataPartition] = {}
+        self.checker = Checker(dict(self.modes), p.heartbeat_interval, p.speed)
+        self.nodes: list[SimNode] = []
+        self.events: list[tuple[float, str, Callable[[], None]]] = []
+        self.fault_windows: list[tuple[float, float]] = []  # (start, end) of each fault
+        self.instances = 0
+
+    # ---- building ----------------------------------------------------------------------------
+
+    def keys(self, group: str) -> list[ClaimKey]:
+        """The data partitions of ``group`` now."""
+        return [ClaimKey(group, f"t{group}", i) for i in range(self.partition_count[group])]
+
+    def data_of(self, key: ClaimKey) -> DataPartition:
+        found = self.data.get(key)
+        if found is None:
+            found = self.data[key] = DataPartition(self.p.backlog, self.p.rate, self.t)
+        return found
+
+    def settings(self, group: str, client_id: str) -> MemberSettings:
+        p = self.p
+        self.instances += 1
+        hb_ms = int(p.heartbeat_interval * 1000)
+        child = ipc.ChildSpec(
+            handler="sim",
+            mode=self.modes[group],
+            bootstrap_servers="sim",
+            group_id=group,
+            client_id=client_id,
+            instance_id=f"i{self.instances}",
+            topic="",
+            partition=0,
+            start_offset=None,
+            fencing_token=0,
+            batch_size=50,
+        )
+        return MemberSettings(
+            group=group,
+            client_id=client_id,
+            instance_id=f"i{self.instances}",
+            topics=(f"t{group}",),
+            mode=self.modes[group],
+            heartbeat_interval=p.heartbeat_interval,
+            coordination_partitions=p.coordination_partitions,
+            partitioner=Partitioner.SPEC,
+            rationalizer=RationalizerConfig(
+                hb_ms,
+                num_partitions=p.coordination_partitions,
+                admin_client_ids=frozenset({ADMIN}),
+            ),
+            child=child,
+            stop_timeout=2 * p.heartbeat_interval,
+        )
+
+    def add_node(self, group: str, client_id: str, at: float) -> SimNode:
+        node = SimNode(
+            name=f"{group}:{client_id}:i{self.instances + 1}",
+            settings=self.settings(group, client_id),
+            log=self.log,
+            data=self.data_of,
+            partitions=lambda: self.keys(group),
+            rng=self.rng,
+            on_handled=self.checker.handled,
+            on_violation=lambda d: self.checker.violation("isolation", d, self.t),
+            speed=self.p.speed,
+            wall_skew=self.rng.uniform(-5, 5),
+        )
+        self.nodes.append(node)
+        self.at(at, f"start {node.name}", lambda: node.start(self.t))
+        return node
+
+    def at(self, t: float, what: str, action: Callable[[], None]) -> None:
+        self.events.append((t, what, action))
+        self.events.sort(key=lambda e: e[0])
+
+    # ---- faults ----------------------------------------------------------------------------
+
+    def schedule_faults(self) -> None:
+        p = self.p
+        faults = [f for f in p.faults if f in FAULTS]
+        if "clock" in faults:
+            for part in self.log.parts:
+                part.clock_offset_s = self.rng.uniform(-0.4, 0.4) * p.heartbeat_interval
+        if "latency" in faults:
+            slow = self.rng.randrange(p.coordination_partitions)
+            self.log.parts[slow].latency_s = (
+                0.1 * p.heartbeat_interval,
+                0.4 * p.heartbeat_interval,
+            )
+        if "failures" in faults:
+            for part in self.log.parts:
+                part.fail_rate = 0.02
+        timed = [f for f in faults if f not in ("clock", "latency", "failures", "shared-ids")]
+        if not timed:
+            return
+        for _ in range(p.fault_count):
+            fault = self.rng.choice(timed)
+            t = self.rng.uniform(0.3, 0.6) * p.duration
+            self.at(t, fault, self._fault_action(fault))
+
+    def _victim(self) -> SimNode | None:
+        live = [n for n in self.nodes if n.alive and n.started]
+        return self.rng.choice(live) if live else None
+
+    def _fault_action(self, fault: str) -> Callable[[], None]:
+        hb = self.p.heartbeat_interval
+
+        def kill() -> None:
+            node = self._victim()
+            if node is not None:
+                node.kill(self.t)
+                self._window(0.0)
+                back = self.t + self.rng.uniform(0.2, 3 * hb)
+                self.add_node(node.settings.group, node.settings.client_id, back)
+                self._window(back - self.t)
+
+        def freeze() -> None:
+            node = self._victim()
+            if node is not None:
+                seconds = self.rng.uniform(0.5, 4) * hb
+                node.freeze(self.t, seconds)
+                self._window(seconds)
+
+        def restart() -> None:
+            node = self._victim()
+            if node is not None:
+                node.signal(signal.SIGTERM, self.t)
+                back = self.t + self.rng.uniform(1, 3) * hb
+                self.at(back, "restart kill", lambda: node.kill(self.t))
+                self.add_node(node.settings.group, node.settings.client_id, back + 0.01)
+                self._window(back - self.t)
+
+        def twins() -> None:
+            node = self._victim()
+            if node is not None:  # a second live instance of one client id (two hosts)
+                self.add_node(node.settings.group, node.settings.client_id, self.t)
+                self._window(2 * hb)
+
+        def compaction() -> None:
+            clean_before = int((self.t - self.rng.uniform(0, 2) * hb) * 1000)
+            self.log.compact(clean_before)
+            node = self._victim()
+            if node is not None:  # a member restarts and one joins, both reading compacted
+                node.kill(self.t)
+                self.add_node(node.settings.group, node.settings.client_id, self.t + 0.1)
+                self.add_node(node.settings.group, f"new{self.instances}", self.t + 0.1)
+            self._window(0.2)
+
+        def pause() -> None:
+            group = self.rng.choice(list(self.modes))
+            seconds = self.rng.uniform(1, 4) * hb
+            until = int(self.t + seconds) + 1
+            msg = ReleaseGroup(int(self.t), "admin-i", ADMIN, group, "", 0, until)
+            for part in range(self.log.num_partitions):
+                self.log.land(part, record_key(msg), encode(msg), self.t)
+            self._window(until - self.t + 1.0)
+
+        def partitions() -> None:
+            group = self.rng.choice(list(self.modes))
+            self.partition_count[group] += self.rng.randint(1, 4)
+            self._window(10.0 + hb)  # discovery runs every 10 s
+
+        return {
+            "kill": kill,
+            "freeze": freeze,
+            "restart": restart,
+            "twins": twins,
+            "compaction": compaction,
+            "pause": pause,
+            "partitions": partitions,
+        }[fault]
+
+    def _window(self, seconds: float) -> None:
+        self.fault_windows.append((self.t, self.t + seconds))
+
+    # ---- running ---------------------------------------------------------------------------
+
+    def converged(self) -> bool:
+        """Every partition of every group handled by a live child; shares fair."""
+        t = self.t
+        for group in self.modes:
+            live = [
+                n
+                for n in self.nodes
+                if n.alive and n.started and not n.frozen(t) and n.settings.group == group
+            ]
+            if not live:
+                return False
+            covered = {
+                key
+                for n in live
+                for key, child in n.children.items()
+                if child.alive and t >= child.ready_at and child.lease() > t
+            }
+            if not set(self.keys(group)) <= covered:
+                return False
+            members = {n.settings.client_id for n in live}  # twins share one client id
+            share = math.ceil(len(self.keys(group)) / len(members))
+            if any(len(n.held_data()) > share for n in live):
+                return False
+        return True
+
+    def run(self) -> RunResult:
+        p = self.p
+        names = [f"c{i}" for i in range(p.members)]
+        for i in range(p.members):
+            group = f"g{i % p.groups}"
+            client = names[i // p.groups] if "shared-ids" in p.faults else names[i]
+            self.add_node(group, client, self.rng.uniform(0, 1.0))
+        self.schedule_faults()
+        steps = int(p.duration / p.dt)
+        cold: float | None = None
+        recoveries: list[float] = []
+        open_fault: float | None = None
+        for step in range(steps + 1):
+            self.t = t = round(step * p.dt, 6)
+            while self.events and self.events[0][0] <= t:
+                _, _, action = self.events.pop(0)
+                action()
+            for node in self.nodes:
+                node.land_appends(t)
+            for node in self.nodes:
+                node.step(t, p.dt)
+            for node in self.nodes:
+                node.step_children(t, p.dt)
+            if step % 5 == 0:
+                ok = self.converged()
+                if ok and cold is None and t > 1.0:
+                    cold = t - 1.0
+                started = [w[0] for w in self.fault_windows if w[0] <= t]
+                if started and (open_fault is None or started[-1] > open_fault) and not ok:
+                    open_fault = started[-1]
+                if ok and open_fault is not None:
+                    recoveries.append(t - open_fault)
+                    open_fault = None
+        last_fault = max((w[1] for w in self.fault_windows), default=0.0)
+        if self.t >= last_fault + p.settle and not self.converged():
+            self.checker.violation(
+                "liveness",
+                f"not every partition held, handled and fairly shared {self.t - last_fault:.1f}s "
+                f"after the last fault (bound {p.settle:.1f}s)",
+                self.t,
+            )
+        reference = {q: World(self._rcfg(), q) for q in range(self.log.num_partitions)}
+        for q, records in enumerate(self.log.shadow):
+            for record in records:
+                fold(reference[q], record)
+        readers: list[tuple[str, World]] = []
+        for node in self.nodes:
+            if node.alive and node.started:
+                node.catch_up(self.t)
+                readers.extend((node.name, w) for w in node.member.worlds.values())
+        self.checker.finish(reference, readers)
+        trace = sorted(line for n in self.nodes for line in n.trace)[-30:]
+        return RunResult(
+            p.seed,
+            self.checker.violations,
+            cold,
+            recoveries,
+            sum(len(s) for s in self.log.shadow),
+            self.checker.handled_total,
+            trace if self.checker.violations else [],
+        )
+
+    def _rcfg(self) -> RationalizerConfig:
+        return RationalizerConfig(
+            int(self.p.heartbeat_interval * 1000),
+            num_partitions=self.p.coordination_partitions,
+            admin_client_ids=frozenset({ADMIN}),
+        )
+
+
+def run_seed(params: SimParams) -> RunResult:
+    """Run one seed."""
+    use_shared_decode()
+    return Fleet(params).run()
+
+
+def use_shared_decode() -> None:
+    """Let every simulated member share one decoding of each record.
+
+    In a fleet each process decodes each record once; here hundreds of members fold the same
+    bytes in one process, so the rationalizer's ``decode`` is memoized for the simulator (the
+    messages are immutable). The fold's rules are untouched; its cost per member is measured
+    separately (bench/sim_scale.py) with the plain decode."""
+    plain = getattr(rationalizer, "decode")  # noqa: B009 (replaced below: typed access fails)
+    if not hasattr(plain, "cache_info"):
+        setattr(rationalizer, "decode", functools.lru_cache(maxsize=1 << 16)(plain))  # noqa: B010

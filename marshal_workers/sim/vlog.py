@@ -1,0 +1,95 @@
+"""The coordination log in virtual time: per-partition latency, failures, broker clocks, and
+compaction with the semantics of Kafka's log cleaner.
+
+Each partition stands for one broker's log: its records get that broker's clock as their log
+time (``offset_s`` from the true virtual time; a broker clock never runs backwards), an append
+lands after that partition's latency, and may fail (with or without the record landing: a
+timeout after which the record still appears). `compact` keeps, in the cleanable prefix, only
+the newest record per key; offsets keep their gaps.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from dataclasses import dataclass, field
+
+from marshal_workers.protocol import CoordRecord
+
+
+@dataclass(slots=True)
+class PartitionLog:
+    """One coordination partition: its records, in offset order, and its broker's behaviour."""
+
+    index: int
+    clock_offset_s: float = 0.0
+    latency_s: tuple[float, float] = (0.002, 0.01)
+    fail_rate: float = 0.0
+    records: list[CoordRecord] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    next_offset: int = 0
+    last_time_ms: int = 0
+
+    def land(self, key: bytes, value: bytes, true_time: float) -> CoordRecord:
+        """Append at true virtual time ``true_time``, stamped with this broker's clock."""
+        stamp = max(self.last_time_ms, int((true_time + self.clock_offset_s) * 1000))
+        record = CoordRecord(self.index, self.next_offset, stamp, key, value)
+        self.last_time_ms = stamp
+        self.next_offset += 1
+        self.records.append(record)
+        self.offsets.append(record.offset)
+        return record
+
+    def read_from(self, offset: int) -> list[CoordRecord]:
+        """Every record at or after ``offset`` that survives."""
+        return self.records[bisect.bisect_left(self.offsets, offset) :]
+
+    def compact(self, clean_before_ms: int, tail_kept: int) -> int:
+        """Kafka's cleaner: in the records older than ``clean_before_ms``, except the newest
+        ``tail_kept`` (the active segment), keep only the newest per key. Returns how many
+        records were removed."""
+        end = 0
+        limit = max(0, len(self.records) - tail_kept)
+        while end < limit and self.records[end].timestamp_ms < clean_before_ms:
+            end += 1
+        newest = {r.key: r.offset for r in self.records[:end]}  # the cleaner's offset map
+        kept = [r for r in self.records[:end] if newest[r.key] == r.offset] + self.records[end:]
+        removed = len(self.records) - len(kept)
+        self.records = kept
+        self.offsets = [r.offset for r in kept]
+        return removed
+
+
+class VirtualLog:
+    """Every coordination partition, plus a shadow of every record ever landed (uncompacted),
+    for the reference reader."""
+
+    def __init__(self, partitions: int, rng: random.Random) -> None:
+        self.parts = [PartitionLog(p) for p in range(partitions)]
+        self.rng = rng
+        self.shadow: list[list[CoordRecord]] = [[] for _ in range(partitions)]
+
+    @property
+    def num_partitions(self) -> int:
+        """How many coordination partitions there are."""
+        return len(self.parts)
+
+    def latency(self, partition: int) -> float:
+        """How long an append to ``partition`` takes to land (seconds)."""
+        low, high = self.parts[partition].latency_s
+        return self.rng.uniform(low, high)
+
+    def fails(self, partition: int) -> bool:
+        """Whether this append fails."""
+        rate = self.parts[partition].fail_rate
+        return rate > 0 and self.rng.random() < rate
+
+    def land(self, partition: int, key: bytes, value: bytes, true_time: float) -> CoordRecord:
+        """Land a record now."""
+        record = self.parts[partition].land(key, value, true_time)
+        self.shadow[partition].append(record)
+        return record
+
+    def compact(self, clean_before_ms: int, tail_kept: int = 20) -> int:
+        """Run the cleaner on every partition."""
+        return sum(p.compact(clean_before_ms, tail_kept) for p in self.parts)
