@@ -375,14 +375,7 @@ class Member:
         key = op.key
         if not isinstance(event, ev.ClaimGranted):
             uncertain = not (state := self.state_of(key)) or not state.certain
-            hb = self.s.heartbeat_interval
-            # An uncertain claim counts every refused attempt as activity: only a retry after
-            # more than 2*HB of silence can win there.
-            backoff = (
-                2 * hb + self.s.margin + self._jitter(0.1, 0.5)
-                if uncertain
-                else self._jitter(0.1, 0.5)
-            )
+            backoff = self._refusal_backoff(uncertain)
             self.avoid_until[key] = max(self.avoid_until.get(key, 0.0), now + backoff)
             return
         lease = self._lease_from(op.sent_at)
@@ -399,6 +392,14 @@ class Member:
         )
         if self.stopping:
             self._finish(held, now, release=True)
+
+    def _refusal_backoff(self, uncertain: bool) -> float:
+        """How long to leave a claim alone after the log refused this member's claim on it.
+
+        An uncertain claim (its history compacted) counts every refused attempt as activity,
+        so only a retry after more than 2*HB of silence on it can win there."""
+        extra = 2 * self.s.heartbeat_interval + self.s.margin if uncertain else 0.0
+        return self._jitter(0.1, 0.5) + extra
 
     def _hold(self, key: ClaimKey, token: int, lease: float, now: float) -> Held:
         member = is_member_key(key)
