@@ -53,7 +53,7 @@ import dataclasses
 import random
 import signal
 from collections import ChainMap
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from marshal_workers import events as ev
 from marshal_workers import ipc
@@ -122,6 +122,7 @@ class Member:
         self._rng = random.Random(f"{settings.client_id}/{settings.instance_id}")
         self._home: dict[ClaimKey, int] = {}
         self._member_keys: set[ClaimKey] = set()  # the group's member claims seen in the log
+        self._resume_lookup: set[ClaimKey] = set()  # to take over once their start is found
         self._out: list[cmd.Command] = []
 
     # ---- the one entry point ----------------------------------------------------------------
@@ -148,7 +149,7 @@ class Member:
         elif isinstance(event, inp.DiscoveryFailed):
             self._say("warning", "partition_discovery_failed", error=event.error)
         elif isinstance(event, inp.StartFound):
-            self._start_found(event.key, event.offset)
+            self._start_found(event.key, event.offset, event.now)
         elif isinstance(event, inp.StartFailed):
             self._start_failed(event)
         return self._out
@@ -162,7 +163,7 @@ class Member:
         self._next_discovery = now + self.s.discovery_interval
         for key, state in list(self.claims_view.items()):
             if self._mine_to_resume(key, state, now):
-                self._take_over(key, state, now)
+                self._resume(key, state, now)
         self._rebalance(now)
         return self._out
 
@@ -330,15 +331,25 @@ class Member:
         """A fresh, certain claim of this client in this member's group and topics."""
         if not (self.is_mine(key) and state.certain and state.holder_client == self.s.client_id):
             return False
-        if state.last_heartbeat is None or state.committed is None:
+        if state.last_heartbeat is None:
             return False
         label = freshness(state.last_heartbeat, self.log_now_ms(key, now), self.s.hb_ms)
         return label.value != "stale"
 
-    def _take_over(self, key: ClaimKey, state: ClaimState, now: float) -> None:
-        assert state.committed is not None and state.last_heartbeat is not None
+    def _resume(self, key: ClaimKey, state: ClaimState, now: float) -> None:
+        """Take a claim of this client over (restart recovery); a claim with no position yet
+        (its holder died before its first heartbeat) is taken over once its start is found."""
+        assert state.last_heartbeat is not None
         self._old_seen[key] = state.last_heartbeat
-        offset = 0 if is_member_key(key) else state.committed
+        if is_member_key(key):
+            self._take_over(key, 0, now)
+        elif state.committed is not None:
+            self._take_over(key, state.committed, now)
+        else:
+            self._resume_lookup.add(key)
+            self._out.append(cmd.LookupStart(key))
+
+    def _take_over(self, key: ClaimKey, offset: int, now: float) -> None:
         self._append(Kind.TAKEOVER, key, Heartbeat(*self._fields(key), offset), now)
 
     def _takeover_decided(self, op: Op, event: ev.Event, now: float) -> None:
@@ -352,8 +363,7 @@ class Member:
         if not held.is_member:
             # The old instance may still run (another host with this client id): its lease
             # ends at most 2*HB after its last accepted heartbeat, in log time.
-            wait_ms = max(0, old_seen + 2 * self.s.hb_ms - event.log_time)
-            held.start_after = now + wait_ms / 1000 + self.s.margin
+            held.start_after = now + self._takeover_wait(old_seen, event.log_time)
             self._set_position(held, self._resume_position(key))
         self._say(
             "info",
@@ -367,6 +377,12 @@ class Member:
         )
         if self.stopping:
             self._finish(held, now, release=True)
+
+    def _takeover_wait(self, old_seen_ms: int, takeover_ms: int) -> float:
+        """Seconds a resumed claim waits before its child starts: the replaced instance's lease
+        ends at most 2*HB after its last accepted heartbeat (log time), then a margin."""
+        wait_ms = max(0, old_seen_ms + 2 * self.s.hb_ms - takeover_ms)
+        return wait_ms / 1000 + self.s.margin
 
     def _claim(self, key: ClaimKey, now: float) -> None:
         self._append(Kind.CLAIM, key, ClaimingPartition(*self._fields(key)), now)
@@ -422,7 +438,11 @@ class Member:
             held.lookup_pending = True
             self._out.append(cmd.LookupStart(held.key))
 
-    def _start_found(self, key: ClaimKey, offset: int) -> None:
+    def _start_found(self, key: ClaimKey, offset: int, now: float) -> None:
+        if key in self._resume_lookup:
+            self._resume_lookup.discard(key)
+            self._take_over(key, offset, now)
+            return
         held = self.held.get(key)
         if held is not None and held.lookup_pending:
             held.lookup_pending = False
@@ -431,6 +451,7 @@ class Member:
 
     def _start_failed(self, failed: inp.StartFailed) -> None:
         """Starting one claim failed: let it go (it goes stale) and back off; others go on."""
+        self._resume_lookup.discard(failed.key)
         held = self.held.get(failed.key)
         if held is None:
             return
@@ -451,7 +472,7 @@ class Member:
         self.avoid_until = {k: t for k, t in self.avoid_until.items() if t > now}
         claiming = {
             op.key for op in self.pending.ops.values() if op.kind in (Kind.CLAIM, Kind.TAKEOVER)
-        }
+        } | self._resume_lookup
         if (
             self.member not in self.held
             and self.member not in claiming
@@ -528,11 +549,7 @@ class Member:
         self.wall = tick.wall
         for op in self.pending.expired(now, self.s.op_timeout):
             self._gave_up(op, "no verdict in time", now)
-        if self.s.mode is Mode.ALO:
-            for key, position in tick.positions.items():
-                held = self.held.get(key)
-                if held is not None and held.position is not None and position > held.position:
-                    held.position = position
+        self._take_positions(tick.positions)
         for held in list(self.held.values()):
             self._keep(held, now)
         if self.reload_pending:
@@ -547,6 +564,16 @@ class Member:
             self._out.append(cmd.Discover())
         if not self._react_to_pause(now) and now >= self._next_claim:
             self._rebalance(now)
+
+    def _take_positions(self, positions: Mapping[ClaimKey, int]) -> None:
+        """ALO: the positions children published in shared memory go into the next
+        heartbeats, so a heartbeat is at most HB/2 behind the handling, whatever the batch."""
+        if self.s.mode is not Mode.ALO:
+            return
+        for key, position in positions.items():
+            held = self.held.get(key)
+            if held is not None and held.position is not None and position > held.position:
+                held.position = position
 
     def _keep(self, held: Held, now: float) -> None:
         """One claim's timers: heartbeat, start the child, lease ending, restart."""
@@ -621,7 +648,14 @@ class Member:
             self._out.append(cmd.DropLease(key))
 
     def _finish(self, held: Held, now: float, *, release: bool) -> None:
-        """The child is gone: release the claim if asked and possible, else forget it."""
+        """The child is gone: release the claim if asked and possible, else forget it.
+
+        A release tells every member that nobody of ours processes the partition. After a
+        takeover that is true only once the replaced instance's lease has surely ended, so
+        until then the claim stays held (and heartbeated) and the release waits."""
+        if release and now < held.start_after and held.phase is not Phase.LOST:
+            held.phase = Phase.STOPPING  # `_keep` comes back to it
+            return
         if release and held.phase is not Phase.LOST and held.position is not None:
             held.phase = Phase.RELEASING
             message = ReleasingPartition(*self._fields(held.key), held.position)

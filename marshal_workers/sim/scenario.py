@@ -200,72 +200,76 @@ class Fleet:
         return self.rng.choice(live) if live else None
 
     def _fault_action(self, fault: str) -> Callable[[], None]:
-        hb = self.p.heartbeat_interval
-
-        def kill() -> None:
-            node = self._victim()
-            if node is not None:
-                node.kill(self.t)
-                self._window(0.0)
-                back = self.t + self.rng.uniform(0.2, 3 * hb)
-                self.add_node(node.settings.group, node.settings.client_id, back)
-                self._window(back - self.t)
-
-        def freeze() -> None:
-            node = self._victim()
-            if node is not None:
-                seconds = self.rng.uniform(0.5, 4) * hb
-                node.freeze(self.t, seconds)
-                self._window(seconds)
-
-        def restart() -> None:
-            node = self._victim()
-            if node is not None:
-                node.signal(signal.SIGTERM, self.t)
-                back = self.t + self.rng.uniform(1, 3) * hb
-                self.at(back, "restart kill", lambda: node.kill(self.t))
-                self.add_node(node.settings.group, node.settings.client_id, back + 0.01)
-                self._window(back - self.t)
-
-        def twins() -> None:
-            node = self._victim()
-            if node is not None:  # a second live instance of one client id (two hosts)
-                self.add_node(node.settings.group, node.settings.client_id, self.t)
-                self._window(2 * hb)
-
-        def compaction() -> None:
-            clean_before = int((self.t - self.rng.uniform(0, 2) * hb) * 1000)
-            self.log.compact(clean_before)
-            node = self._victim()
-            if node is not None:  # a member restarts and one joins, both reading compacted
-                node.kill(self.t)
-                self.add_node(node.settings.group, node.settings.client_id, self.t + 0.1)
-                self.add_node(node.settings.group, f"new{self.instances}", self.t + 0.1)
-            self._window(0.2)
-
-        def pause() -> None:
-            group = self.rng.choice(list(self.modes))
-            seconds = self.rng.uniform(1, 4) * hb
-            until = int(self.t + seconds) + 1
-            msg = ReleaseGroup(int(self.t), "admin-i", ADMIN, group, "", 0, until)
-            for part in range(self.log.num_partitions):
-                self.log.land(part, record_key(msg), encode(msg), self.t)
-            self._window(until - self.t + 1.0)
-
-        def partitions() -> None:
-            group = self.rng.choice(list(self.modes))
-            self.partition_count[group] += self.rng.randint(1, 4)
-            self._window(10.0 + hb)  # discovery runs every 10 s
-
         return {
-            "kill": kill,
-            "freeze": freeze,
-            "restart": restart,
-            "twins": twins,
-            "compaction": compaction,
-            "pause": pause,
-            "partitions": partitions,
+            "kill": self._fault_kill,
+            "freeze": self._fault_freeze,
+            "restart": self._fault_restart,
+            "twins": self._fault_twins,
+            "compaction": self._fault_compaction,
+            "pause": self._fault_pause,
+            "partitions": self._fault_partitions,
         }[fault]
+
+    def _fault_kill(self) -> None:
+        node = self._victim()
+        if node is not None:
+            node.kill(self.t)
+            self._window(0.0)
+            back = self.t + self.rng.uniform(0.2, 3 * self.p.heartbeat_interval)
+            self.add_node(node.settings.group, node.settings.client_id, back)
+            self._window(back - self.t)
+
+    def _fault_freeze(self) -> None:
+        node = self._victim()
+        if node is not None:
+            seconds = self.rng.uniform(0.5, 4) * self.p.heartbeat_interval
+            node.freeze(self.t, seconds)
+            self._window(seconds)
+
+    def _fault_restart(self) -> None:
+        node = self._victim()
+        if node is not None:
+            node.signal(signal.SIGTERM, self.t)
+            back = self.t + self.rng.uniform(1, 3) * self.p.heartbeat_interval
+            self.at(back, "restart kill", lambda: node.kill(self.t))
+            self.add_node(node.settings.group, node.settings.client_id, back + 0.01)
+            self._window(back - self.t)
+
+    def _fault_twins(self) -> None:
+        node = self._victim()
+        if node is not None:  # a second live instance of one client id (two hosts)
+            twin = self.add_node(node.settings.group, node.settings.client_id, self.t)
+            paused = self.rng.random() < 0.5  # the old host paused as the twin starts
+            seconds = self.rng.uniform(0.5, 2) * self.p.heartbeat_interval if paused else 0.0
+            node.freeze(self.t, seconds)
+            if self.rng.random() < 0.5:  # an operator stops the duplicate soon after
+                stop_at = self.t + self.rng.uniform(0.2, 1.0) * self.p.heartbeat_interval
+                self.at(stop_at, "stop twin", lambda: twin.signal(signal.SIGTERM, self.t))
+            self._window(2 * self.p.heartbeat_interval + seconds)
+
+    def _fault_compaction(self) -> None:
+        clean_before = int((self.t - self.rng.uniform(0, 2) * self.p.heartbeat_interval) * 1000)
+        self.log.compact(clean_before)
+        node = self._victim()
+        if node is not None:  # a member restarts and one joins, both reading compacted
+            node.kill(self.t)
+            self.add_node(node.settings.group, node.settings.client_id, self.t + 0.1)
+            self.add_node(node.settings.group, f"new{self.instances}", self.t + 0.1)
+        self._window(0.2)
+
+    def _fault_pause(self) -> None:
+        group = self.rng.choice(list(self.modes))
+        seconds = self.rng.uniform(1, 4) * self.p.heartbeat_interval
+        until = int(self.t + seconds) + 1
+        msg = ReleaseGroup(int(self.t), "admin-i", ADMIN, group, "", 0, until)
+        for part in range(self.log.num_partitions):
+            self.log.land(part, record_key(msg), encode(msg), self.t)
+        self._window(until - self.t + 1.0)
+
+    def _fault_partitions(self) -> None:
+        group = self.rng.choice(list(self.modes))
+        self.partition_count[group] += self.rng.randint(1, 4)
+        self._window(10.0 + self.p.heartbeat_interval)  # discovery runs every 10 s
 
     def _window(self, seconds: float) -> None:
         self.fault_windows.append((self.t, self.t + seconds))
@@ -291,6 +295,9 @@ class Fleet:
             }
             if not set(self.keys(group)) <= covered:
                 return False
+            announced = {n.member.member for n in live if n.member.member in n.member.held}
+            if any(n.member.member not in announced for n in live):
+                return False  # a member not announced (twins share one announcement)
             members = {n.settings.client_id for n in live}  # twins share one client id
             share = math.ceil(len(self.keys(group)) / len(members))
             if any(len(n.held_data()) > share for n in live):

@@ -190,7 +190,7 @@ class TestRestart:
         self, kafka_bootstrap: str, tmp_path: Path
     ) -> None:
         """kill -9 and restart with the same client id within HB: claims are taken over by
-        heartbeat (same tokens), not won again by ClaimingPartition."""
+        heartbeat (each with a new token, its own offset), not won again by ClaimingPartition."""
         fleet = Fleet(kafka_bootstrap, tmp_path, hb=4.0)
         try:
             fleet.produce_steadily(200)
@@ -230,7 +230,7 @@ class TestRestart:
             ]
             assert {e.key for e in takeovers} == set(tokens)
             assert {e.replaced_instance for e in takeovers} == {first}
-            assert all(e.token == tokens[e.key] for e in takeovers)
+            assert all(e.token == e.coord_offset > tokens[e.key] for e in takeovers)
             assert_ledger_sound(fleet, alo=True)
         finally:
             fleet.close()

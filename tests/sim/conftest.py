@@ -1,0 +1,24 @@
+"""Helpers for the simulator's tests: run seeds, collect violations by invariant."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from marshal_workers.sim.scenario import SimParams, run_seed
+
+
+def first_violation(params: SimParams, invariant: str, seeds: int) -> int | None:
+    """The first seed (0..seeds-1) whose run violates ``invariant``, or None."""
+    for seed in range(seeds):
+        result = run_seed(replace(params, seed=seed))
+        if any(v["invariant"] == invariant for v in result.violations):
+            return seed
+    return None
+
+
+def violations(params: SimParams, seeds: int) -> list[tuple[int, dict[str, object]]]:
+    """Every violation of seeds 0..seeds-1, with its seed."""
+    found = []
+    for seed in range(seeds):
+        found.extend((seed, v) for v in run_seed(replace(params, seed=seed)).violations)
+    return found

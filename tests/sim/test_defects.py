@@ -1,0 +1,117 @@
+"""Each defect found in the fleet, reintroduced into the member's core: the simulator must
+report a violation within the stated number of seeds. (The same seeds without the defect are
+clean: tests/sim/test_sim_runs.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from marshal_workers.core import logclock
+from marshal_workers.core.member import Member
+from marshal_workers.protocol import ClaimKey
+from marshal_workers.rationalizer import ClaimState, resume_offset
+from marshal_workers.sim.scenario import SimParams
+from tests.sim.conftest import first_violation
+
+SEEDS = 20  # each defect below is found within this many seeds (the table in the README)
+
+
+def test_isolation_defect_member_resumes_another_groups_claims(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 9.1: a restarted member resumed every fresh claim of its client id, in any group."""
+    monkeypatch.setattr(Member, "is_mine", lambda self, key: True)
+    params = SimParams(members=4, groups=2, faults=("shared-ids", "kill"), fault_count=3)
+    assert first_violation(params, "isolation", SEEDS) is not None
+
+
+def test_compaction_defect_refused_claims_retried_within_2hb(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 9.2: after compaction a refused claim was retried every HB/10, so the 2*HB of
+    silence it waits for never came and a restarted or new member never joined."""
+    retry = lambda self, uncertain: max(0.05, self.s.heartbeat_interval / 10)  # noqa: E731
+    monkeypatch.setattr(Member, "_refusal_backoff", retry)
+    params = SimParams(members=4, groups=1, faults=("compaction",), fault_count=2)
+    assert first_violation(params, "liveness", SEEDS) is not None
+
+
+def test_clock_defect_one_log_time_for_every_partition(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 9.2 (variant): the newest log time over all partitions judged every claim, so with
+    broker clocks apart a compacted claim on a lagging partition never looked silent."""
+
+    def newest_anywhere(self: logclock.LogClock, partition: int, now: float) -> int | None:
+        seen = self._seen.values()
+        return max((t + int((now - at) * 1000) for t, at in seen), default=None)
+
+    monkeypatch.setattr(logclock.LogClock, "now_ms", newest_anywhere)
+    params = SimParams(members=4, groups=1, faults=("clock", "compaction"), fault_count=2)
+    assert first_violation(params, "liveness", SEEDS) is not None
+
+
+def test_restart_defect_position_from_catch_up_and_no_start_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 9.4: a second live instance resumed at the position it read before its takeover,
+    started at once, and its grants were not checked against the log's position: AMO offsets
+    granted twice."""
+    snapshot: dict[tuple[int, ClaimKey], int | None] = {}
+    resume_claim = Member._resume
+
+    def remembering(self: Member, key: ClaimKey, state: ClaimState, now: float) -> None:
+        snapshot[(id(self), key)] = resume_offset(state, self.s.mode)
+        resume_claim(self, key, state, now)
+
+    resume = Member._resume_position
+
+    def stale(self: Member, key: ClaimKey) -> int | None:
+        return snapshot.pop((id(self), key), None) or resume(self, key)
+
+    monkeypatch.setattr(Member, "_resume", remembering)
+    monkeypatch.setattr(Member, "_resume_position", stale)
+    monkeypatch.setattr(Member, "_takeover_wait", lambda self, old, at: 0.0)
+    reservation = Member._reservation_decided
+
+    def unchecked(self: Member, op, event, now):  # type: ignore[no-untyped-def]
+        if getattr(event, "start", None) is not None:
+            object.__setattr__(event, "start", None)  # the old grant compared nothing
+        reservation(self, op, event, now)
+
+    monkeypatch.setattr(Member, "_reservation_decided", unchecked)
+    params = SimParams(members=2, groups=2, faults=("twins",), fault_count=2)
+    assert first_violation(params, "amo_no_double_grant", SEEDS) is not None
+
+
+def test_takeover_defect_child_starts_before_old_lease_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 9.4: the new instance started handling at once, while the old one (alive on
+    another host with the same client id) handled until its lease ended."""
+    monkeypatch.setattr(Member, "_takeover_wait", lambda self, old, at: 0.0)
+    params = SimParams(members=2, groups=1, faults=("twins",), fault_count=2)
+    assert first_violation(params, "no_overlap", SEEDS) is not None
+
+
+def test_alo_defect_heartbeats_carry_only_batch_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 10.2: heartbeats carried the position of the last finished batch, so a kill -9
+    redelivered far more than one heartbeat interval of records."""
+    monkeypatch.setattr(Member, "_take_positions", lambda self, positions: None)
+    params = SimParams(members=2, groups=1, faults=("kill",), fault_count=2)
+    assert first_violation(params, "alo_rehandle_bound", SEEDS) is not None
+
+
+def test_release_defect_resumed_claim_released_before_old_lease_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by marshal-sim (seed 29): a new instance that had just taken a claim over
+    released it (over its share) while the paused old instance's child still ran on its lease;
+    another member claimed it and both handled the partition."""
+    finish = Member._finish
+
+    def eager(self: Member, held, now: float, *, release: bool) -> None:  # type: ignore[no-untyped-def]
+        held.start_after = 0.0
+        finish(self, held, now, release=release)
+
+    monkeypatch.setattr(Member, "_finish", eager)
+    params = SimParams(members=6, groups=2, faults=("twins",), fault_count=3)
+    assert first_violation(params, "no_overlap", SEEDS) is not None
