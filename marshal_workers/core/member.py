@@ -493,7 +493,7 @@ class Member:
         )
         for key in step.claims:
             self._claim(key, now)
-        busy = bool(mine) or bool(claiming - {self.member})
+        busy = any(self.held[k].position is not None for k in mine)  # working, or about to
         if busy or not self._work_unclaimed(now):
             self._idle_since = None
         elif self._idle_since is None:
@@ -522,11 +522,16 @@ class Member:
         }
 
     def _work_unclaimed(self, now: float) -> bool:
-        """Whether some partition of the group has no live holder (the starving check)."""
-        hb_ms = self.s.hb_ms
-        return any(
-            not is_live(self.state_of(k), self.log_now_ms(k, now), hb_ms) for k in self.partitions
-        )
+        """Whether some partition of the group is not being worked on by another live member
+        (the starving check: this member holds nothing that runs)."""
+        hb_ms, me = self.s.hb_ms, self.s.client_id
+        for k in self.partitions:
+            state = self.state_of(k)
+            if not is_live(state, self.log_now_ms(k, now), hb_ms):
+                return True
+            if state is not None and state.holder_client == me:
+                return True
+        return False
 
     def _partitions_found(self, found: inp.PartitionsFound) -> None:
         if found.coordination_partitions != self.s.coordination_partitions:

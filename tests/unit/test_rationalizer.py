@@ -185,6 +185,29 @@ class TestHeartbeat:
         assert isinstance(log.at(300, release("a", 4, inst="a-1")), ev.ReleaseRejected)
         assert held(log) == ("a", "a-2") and log.world.claims[KEY].committed == 3
 
+    def test_takeover_gives_a_new_token_its_own_offset(self) -> None:
+        """The takeover record's offset becomes the token, so a sink can refuse the replaced
+        instance; later heartbeats and releases carry it."""
+        log = Log()
+        granted = log.at(0, claim("a", inst="a-1"))
+        e = log.at(100, hb("a", 3, inst="a-2"))
+        assert isinstance(granted, ev.ClaimGranted) and isinstance(e, ev.HeartbeatAccepted)
+        assert e.token == e.coord_offset > granted.token
+        later = log.at(200, hb("a", 5, inst="a-2"))
+        assert isinstance(later, ev.HeartbeatAccepted) and later.token == e.token
+        assert log.world.claims[KEY].token == e.token
+
+    def test_takeover_never_moves_the_position_back(self) -> None:
+        """The old instance committed 200 after the new one read 100: the takeover at 100
+        keeps 200 (the old instance handled up to there)."""
+        log = Log()
+        log.at(0, claim("a", inst="a-1"))
+        log.at(100, hb("a", 200, inst="a-1"))
+        log.at(200, hb("a", 100, inst="a-2"))
+        assert log.world.claims[KEY].committed == 200
+        log.at(300, hb("a", 150, inst="a-2"))  # the holder itself may go back (its own report)
+        assert log.world.claims[KEY].committed == 150
+
     def test_takeover_of_stale_claim_is_rejected(self) -> None:
         """Restart recovery works only while the claim is not stale."""
         log = Log()

@@ -1,0 +1,288 @@
+"""The member's sans-I/O core driven by hand: inputs in, commands out, on an in-memory log
+whose clock the test sets (the log's time is the broker's; ``now`` is the member's)."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import replace
+
+from marshal_workers import ipc
+from marshal_workers.claims import member_key
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.held import Phase
+from marshal_workers.core.member import Member
+from marshal_workers.core.settings import MemberSettings
+from marshal_workers.errors import EXIT_COORDINATION_CHANGED
+from marshal_workers.memlog import MemoryTopic
+from marshal_workers.protocol import (
+    ClaimingMessages,
+    ClaimingPartition,
+    ClaimKey,
+    Heartbeat,
+    Message,
+    Partitioner,
+    ReleasingPartition,
+    coordination_partition,
+    encode,
+    record_key,
+)
+from marshal_workers.rationalizer import Mode, RationalizerConfig
+
+HB = 1.0
+
+
+def settings(client: str = "c1", group: str = "g", mode: Mode = Mode.ALO, instance: str = "i1",
+             partitions: int = 2) -> MemberSettings:  # fmt: skip
+    spec = ipc.ChildSpec("h", mode, "b", group, client, instance, "", 0, None, 0)
+    return MemberSettings(
+        group=group,
+        client_id=client,
+        instance_id=instance,
+        topics=("orders",),
+        mode=mode,
+        heartbeat_interval=HB,
+        coordination_partitions=partitions,
+        partitioner=Partitioner.SPEC,
+        rationalizer=RationalizerConfig(1000, num_partitions=partitions),
+        child=spec,
+    )
+
+
+class Harness:
+    """One member on a memory topic; the test moves both clocks."""
+
+    def __init__(self, topic: MemoryTopic, member: Member, log_ms: list[int]) -> None:
+        self.topic, self.member, self.log_ms = topic, member, log_ms
+        self.cursor = [0] * topic.num_partitions
+        self.now = 0.0
+        self.commands: list[cmd.Command] = []
+
+    def run(self, commands: list[cmd.Command]) -> None:
+        """Carry out appends at once (acknowledged, then read), keep every command."""
+        self.commands.extend(commands)
+        for c in commands:
+            if isinstance(c, cmd.Append):
+                done = self.topic.append(c.partition, record_key(c.message), encode(c.message))
+                self.run(self.member.feed(inp.AppendDone(self.now, c.op, done)))
+        self.read()
+
+    def read(self) -> None:
+        records = []
+        for p in range(self.topic.num_partitions):
+            got = self.topic.read(p, self.cursor[p])
+            if got:
+                self.cursor[p] = got[-1].offset + 1
+                records.extend(got)
+        if records:
+            self.run(self.member.feed(inp.RecordsRead(self.now, records)))
+
+    def tick(self, seconds: float = 0.0) -> None:
+        self.now += seconds
+        self.log_ms[0] += int(seconds * 1000)
+        self.run(self.member.feed(inp.Tick(self.now, 1_000.0 + self.now)))
+
+    def appended(self, kind: type) -> list[Message]:
+        return [c.message for c in self.commands if isinstance(c, cmd.Append)
+                and isinstance(c.message, kind)]  # fmt: skip
+
+
+def keys(n: int = 2, group: str = "g") -> list[ClaimKey]:
+    return [ClaimKey(group, "orders", p) for p in range(n)]
+
+
+def start(member: Member, topic: MemoryTopic, log_ms: list[int], n: int = 2) -> Harness:
+    h = Harness(topic, member, log_ms)
+    h.read()
+    h.run(member.begin(h.now, 1_000.0, keys(n, member.s.group)))
+    return h
+
+
+def write(topic: MemoryTopic, msg: Message) -> None:
+    p = coordination_partition(msg.topic, msg.partition, topic.num_partitions, Partitioner.SPEC)
+    topic.append(p, record_key(msg), encode(msg))
+
+
+def fresh_topic(partitions: int = 2) -> tuple[MemoryTopic, list[int]]:
+    log_ms = [10_000]
+    return MemoryTopic(partitions, lambda: log_ms[0]), log_ms
+
+
+class TestClaiming:
+    def test_claims_the_whole_share_and_the_member_claim_in_one_round(self) -> None:
+        """A lone member writes every claim at once, not one per turn."""
+        topic, log_ms = fresh_topic()
+        h = start(Member(settings()), topic, log_ms, n=2)
+        claimed = {(m.topic, m.partition) for m in h.appended(ClaimingPartition)}
+        assert claimed == {("orders", 0), ("orders", 1), ("__member.c1", 0)}
+        assert set(h.member.held) == {*keys(2), member_key("g", "c1")}
+
+    def test_a_claim_starts_its_child_after_its_start_is_found(self) -> None:
+        """No position in the log: LookupStart, then the child at the found offset."""
+        topic, log_ms = fresh_topic()
+        h = start(Member(settings()), topic, log_ms, n=1)
+        assert [c.key for c in h.commands if isinstance(c, cmd.LookupStart)] == keys(1)
+        h.run(h.member.feed(inp.StartFound(h.now, keys(1)[0], 42)))
+        h.tick(0.05)
+        spawned = [c for c in h.commands if isinstance(c, cmd.Spawn)]
+        assert [(c.spec.start_offset, c.spec.partition) for c in spawned] == [(42, 0)]
+
+    def test_a_failed_start_lookup_loses_only_that_claim(self) -> None:
+        """One partition's offline leader: that claim is let go, the other goes on."""
+        topic, log_ms = fresh_topic()
+        h = start(Member(settings()), topic, log_ms, n=2)
+        bad, good = keys(2)
+        h.run(h.member.feed(inp.StartFailed(h.now, bad, "leader not available")))
+        h.run(h.member.feed(inp.StartFound(h.now, good, 0)))
+        h.tick(0.05)
+        assert bad not in h.member.held and h.member.held[good].phase is Phase.RUNNING
+        assert not h.member.done
+
+    def test_a_refused_claim_on_a_compacted_claim_waits_more_than_2hb(self) -> None:
+        """A refusal is activity on an uncertain claim: retrying within 2*HB never wins."""
+        member = Member(settings())
+        assert member._refusal_backoff(uncertain=True) > 2 * HB
+        assert member._refusal_backoff(uncertain=False) < HB
+
+    def test_a_verdict_folded_before_its_acknowledgement_is_matched(self) -> None:
+        """The consumer may deliver the record before the producer's delivery report."""
+        topic, log_ms = fresh_topic(partitions=1)
+        member = Member(settings(partitions=1))
+        h = Harness(topic, member, log_ms)
+        commands = member.begin(0.0, 1_000.0, keys(1))
+        appends = [c for c in commands if isinstance(c, cmd.Append)]
+        landed = [topic.append(c.partition, record_key(c.message), encode(c.message))
+                  for c in appends]  # fmt: skip
+        h.read()  # the records first
+        assert not member.held
+        for c, done in zip(appends, landed, strict=True):
+            member.feed(inp.AppendDone(0.0, c.op, done))
+        assert set(member.held) == {keys(1)[0], member_key("g", "c1")}
+
+
+class TestIsolation:
+    def test_a_restart_resumes_only_its_own_groups_claims(self) -> None:
+        """Client id c1 in groups a and b: the restarted member of b touches nothing of a."""
+        topic, log_ms = fresh_topic()
+        for group in ("a", "b"):
+            start(Member(settings(group=group)), topic, log_ms)
+        restarted = start(Member(settings(group="b", instance="i2")), topic, log_ms)
+        groups = {m.group_id for m in restarted.appended(Heartbeat)}
+        assert groups == {"b"}
+        assert all(k.group == "b" for k in restarted.member.held)
+
+
+class TestLogClock:
+    def test_silence_is_measured_on_the_claims_own_partition(self) -> None:
+        """Two partitions whose brokers' clocks differ: each claim ages by its own."""
+        member = Member(settings())
+        member.clock.saw(0, 50_000, now=10.0)
+        member.clock.saw(1, 20_000, now=10.0)
+        assert member.clock.now_ms(0, 11.0) == 51_000
+        assert member.clock.now_ms(1, 11.0) == 21_000
+
+
+class TestTakeover:
+    def test_a_takeover_gets_a_new_token_and_waits_for_the_old_lease(self) -> None:
+        """The second instance of c1 resumes with the takeover's offset as token, and starts
+        its child only 2*HB after the old instance's last accepted heartbeat."""
+        topic, log_ms = fresh_topic(partitions=1)
+        old = start(Member(settings(partitions=1)), topic, log_ms, n=1)
+        old.run(old.member.feed(inp.StartFound(old.now, keys(1)[0], 7)))
+        old.tick(0.1)
+        old_token = old.member.held[keys(1)[0]].token
+        log_ms[0] += 300
+        new = start(Member(settings(instance="i2", partitions=1)), topic, log_ms, n=1)
+        held = new.member.held[keys(1)[0]]
+        assert held.token > old_token and held.position == 7
+        assert held.start_after >= new.now + 2 * HB - 0.3 - 0.01
+        new.tick(1.0)
+        assert not any(isinstance(c, cmd.Spawn) for c in new.commands)
+        new.tick(1.0)
+        assert any(isinstance(c, cmd.Spawn) for c in new.commands)
+
+    def test_a_resumed_claim_is_not_released_before_the_old_lease_ends(self) -> None:
+        """TERM right after a takeover: the release waits (found by marshal-sim, seed 29)."""
+        topic, log_ms = fresh_topic(partitions=1)
+        old = start(Member(settings(partitions=1)), topic, log_ms, n=1)
+        old.run(old.member.feed(inp.StartFound(old.now, keys(1)[0], 0)))
+        old.tick(0.1)
+        new = start(Member(settings(instance="i2", partitions=1)), topic, log_ms, n=1)
+        new.run(new.member.feed(inp.SignalReceived(new.now, signal.SIGTERM)))
+
+        def released() -> bool:
+            return any(
+                isinstance(c, cmd.Append)
+                and isinstance(c.message, ReleasingPartition)
+                and c.message.topic == "orders"
+                for c in new.commands
+            )
+
+        for _ in range(10):
+            new.tick(0.1)
+        assert not released() and new.member.held[keys(1)[0]].phase is Phase.STOPPING
+        for _ in range(15):
+            new.tick(0.1)
+        assert released()
+
+
+class TestGrants:
+    def grant_setup(self) -> tuple[Harness, ClaimKey]:
+        topic, log_ms = fresh_topic(partitions=1)
+        h = start(Member(settings(mode=Mode.AMO, partitions=1)), topic, log_ms, n=1)
+        key = keys(1)[0]
+        h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
+        h.tick(0.05)
+        return h, key
+
+    def test_a_batch_behind_the_logs_position_is_refused(self) -> None:
+        """Another instance reserved up to 200: a batch from 150 is refused by the verdict."""
+        h, key = self.grant_setup()
+        other = ClaimingMessages(0, "i9", "c1", "g", "orders", 0, 200)
+        h.member.held[key].position = 150  # what a stale instance believes
+        write(h.topic, other)  # refused by the fold (not the holder instance); change nothing
+        h.run(h.member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(1, 50, 300))))
+        grants = [c.message for c in h.commands if isinstance(c, cmd.TellChild)]
+        assert grants == [ipc.Grant(1, False, "batch starts at 50, before the position 150")]
+
+    def test_a_batch_at_the_position_is_reserved_committed_and_granted(self) -> None:
+        """Reservation folded valid, then the committing heartbeat, then the grant."""
+        h, key = self.grant_setup()
+        h.run(h.member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(1, 100, 150))))
+        grants = [c.message for c in h.commands if isinstance(c, cmd.TellChild)]
+        assert grants == [ipc.Grant(1, True, "")]
+        assert h.member.held[key].position == 150
+        assert h.appended(Heartbeat)[-1].offset == 150
+
+
+class TestPositionsAndHealth:
+    def test_alo_heartbeats_carry_the_position_published_in_shared_memory(self) -> None:
+        """A tick's positions go into the next heartbeat, whatever the batch."""
+        topic, log_ms = fresh_topic(partitions=1)
+        h = start(Member(settings(partitions=1)), topic, log_ms, n=1)
+        key = keys(1)[0]
+        h.run(h.member.feed(inp.StartFound(h.now, key, 0)))
+        h.tick(0.05)
+        h.now += HB
+        h.run(h.member.feed(inp.Tick(h.now, 0.0, {key: 321})))
+        assert h.appended(Heartbeat)[-1].offset == 321
+
+    def test_a_changed_coordination_partition_count_exits_not_restartable(self) -> None:
+        """Discovery sees a new count: exit code 5, which systemd does not restart."""
+        topic, log_ms = fresh_topic()
+        h = start(Member(settings()), topic, log_ms)
+        h.run(h.member.feed(inp.PartitionsFound(h.now, keys(2), 3)))
+        assert [c.code for c in h.commands if isinstance(c, cmd.Exit)] == [
+            EXIT_COORDINATION_CHANGED
+        ]
+
+    def test_holding_nothing_while_work_is_unclaimed_is_unhealthy(self) -> None:
+        """A member whose claims keep failing for a few HB reports itself unhealthy."""
+        topic, log_ms = fresh_topic(partitions=1)
+        member = Member(replace(settings(partitions=1), starving_after_hb=2.0))
+        h = start(member, topic, log_ms, n=1)
+        h.run(member.feed(inp.StartFailed(h.now, keys(1)[0], "offline")))
+        for _ in range(40):
+            h.tick(0.1)
+            h.run(member.feed(inp.StartFailed(h.now, keys(1)[0], "offline")))
+        assert not member.healthy(h.now)
