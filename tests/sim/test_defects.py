@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 
 from marshal_workers.core import logclock
-from marshal_workers.core.member import Member
+from marshal_workers.core.children import Children
+from marshal_workers.core.claiming import Claiming
+from marshal_workers.core.context import Context
+from marshal_workers.core.holdings import Holdings
 from marshal_workers.protocol import ClaimKey
 from marshal_workers.rationalizer import ClaimState, resume_offset
 from marshal_workers.sim.scenario import SimParams
@@ -20,7 +23,7 @@ def test_isolation_defect_member_resumes_another_groups_claims(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Issue 9.1: a restarted member resumed every fresh claim of its client id, in any group."""
-    monkeypatch.setattr(Member, "is_mine", lambda self, key: True)
+    monkeypatch.setattr(Context, "is_mine", lambda self, key: True)
     params = SimParams(members=4, groups=2, faults=("shared-ids", "kill"), fault_count=3)
     assert first_violation(params, "isolation", SEEDS) is not None
 
@@ -30,8 +33,8 @@ def test_compaction_defect_refused_claims_retried_within_2hb(
 ) -> None:
     """Issue 9.2: after compaction a refused claim was retried every HB/10, so the 2*HB of
     silence it waits for never came and a restarted or new member never joined."""
-    retry = lambda self, uncertain: max(0.05, self.s.heartbeat_interval / 10)  # noqa: E731
-    monkeypatch.setattr(Member, "_refusal_backoff", retry)
+    retry = lambda self, uncertain: max(0.05, self.ctx.s.heartbeat_interval / 10)  # noqa: E731
+    monkeypatch.setattr(Claiming, "refusal_backoff", retry)
     params = SimParams(members=4, groups=1, faults=("compaction",), fault_count=2)
     assert first_violation(params, "liveness", SEEDS) is not None
 
@@ -56,28 +59,28 @@ def test_restart_defect_position_from_catch_up_and_no_start_check(
     started at once, and its grants were not checked against the log's position: AMO offsets
     granted twice."""
     snapshot: dict[tuple[int, ClaimKey], int | None] = {}
-    resume_claim = Member._resume
+    resume_claim = Claiming.resume
 
-    def remembering(self: Member, key: ClaimKey, state: ClaimState, now: float) -> None:
-        snapshot[(id(self), key)] = resume_offset(state, self.s.mode)
+    def remembering(self: Claiming, key: ClaimKey, state: ClaimState, now: float) -> None:
+        snapshot[(id(self), key)] = resume_offset(state, self.ctx.s.mode)
         resume_claim(self, key, state, now)
 
-    resume = Member._resume_position
+    resume = Claiming.resume_position
 
-    def stale(self: Member, key: ClaimKey) -> int | None:
+    def stale(self: Claiming, key: ClaimKey) -> int | None:
         return snapshot.pop((id(self), key), None) or resume(self, key)
 
-    monkeypatch.setattr(Member, "_resume", remembering)
-    monkeypatch.setattr(Member, "_resume_position", stale)
-    monkeypatch.setattr(Member, "_takeover_wait", lambda self, old, at: 0.0)
-    reservation = Member._reservation_decided
+    monkeypatch.setattr(Claiming, "resume", remembering)
+    monkeypatch.setattr(Claiming, "resume_position", stale)
+    monkeypatch.setattr(Claiming, "takeover_wait", lambda self, old, at: 0.0)
+    reservation = Children.reservation_decided
 
-    def unchecked(self: Member, op, event, now):  # type: ignore[no-untyped-def]
+    def unchecked(self: Children, op, event, now):  # type: ignore[no-untyped-def]
         if getattr(event, "start", None) is not None:
             object.__setattr__(event, "start", None)  # the old grant compared nothing
         reservation(self, op, event, now)
 
-    monkeypatch.setattr(Member, "_reservation_decided", unchecked)
+    monkeypatch.setattr(Children, "reservation_decided", unchecked)
     params = SimParams(members=2, groups=2, faults=("twins",), fault_count=2)
     assert first_violation(params, "amo_no_double_grant", SEEDS) is not None
 
@@ -87,7 +90,7 @@ def test_takeover_defect_child_starts_before_old_lease_ends(
 ) -> None:
     """Issue 9.4: the new instance started handling at once, while the old one (alive on
     another host with the same client id) handled until its lease ended."""
-    monkeypatch.setattr(Member, "_takeover_wait", lambda self, old, at: 0.0)
+    monkeypatch.setattr(Claiming, "takeover_wait", lambda self, old, at: 0.0)
     params = SimParams(members=2, groups=1, faults=("twins",), fault_count=2)
     assert first_violation(params, "no_overlap", SEEDS) is not None
 
@@ -95,7 +98,7 @@ def test_takeover_defect_child_starts_before_old_lease_ends(
 def test_alo_defect_heartbeats_carry_only_batch_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 10.2: heartbeats carried the position of the last finished batch, so a kill -9
     redelivered far more than one heartbeat interval of records."""
-    monkeypatch.setattr(Member, "_take_positions", lambda self, positions: None)
+    monkeypatch.setattr(Holdings, "take_positions", lambda self, positions: None)
     params = SimParams(members=2, groups=1, faults=("kill",), fault_count=2)
     assert first_violation(params, "alo_rehandle_bound", SEEDS) is not None
 
@@ -106,12 +109,12 @@ def test_release_defect_resumed_claim_released_before_old_lease_ends(
     """Found by marshal-sim (seed 29): a new instance that had just taken a claim over
     released it (over its share) while the paused old instance's child still ran on its lease;
     another member claimed it and both handled the partition."""
-    finish = Member._finish
+    finish = Holdings.finish
 
-    def eager(self: Member, held, now: float, *, release: bool) -> None:  # type: ignore[no-untyped-def]
+    def eager(self: Holdings, held, now: float, *, release: bool) -> None:  # type: ignore[no-untyped-def]
         held.start_after = 0.0
         finish(self, held, now, release=release)
 
-    monkeypatch.setattr(Member, "_finish", eager)
+    monkeypatch.setattr(Holdings, "finish", eager)
     params = SimParams(members=6, groups=2, faults=("twins",), fault_count=3)
     assert first_violation(params, "no_overlap", SEEDS) is not None

@@ -141,8 +141,8 @@ class TestClaiming:
     def test_a_refused_claim_on_a_compacted_claim_waits_more_than_2hb(self) -> None:
         """A refusal is activity on an uncertain claim: retrying within 2*HB never wins."""
         member = Member(settings())
-        assert member._refusal_backoff(uncertain=True) > 2 * HB
-        assert member._refusal_backoff(uncertain=False) < HB
+        assert member.claiming.refusal_backoff(uncertain=True) > 2 * HB
+        assert member.claiming.refusal_backoff(uncertain=False) < HB
 
     def test_a_verdict_folded_before_its_acknowledgement_is_matched(self) -> None:
         """The consumer may deliver the record before the producer's delivery report."""
@@ -176,10 +176,10 @@ class TestLogClock:
     def test_silence_is_measured_on_the_claims_own_partition(self) -> None:
         """Two partitions whose brokers' clocks differ: each claim ages by its own."""
         member = Member(settings())
-        member.clock.saw(0, 50_000, now=10.0)
-        member.clock.saw(1, 20_000, now=10.0)
-        assert member.clock.now_ms(0, 11.0) == 51_000
-        assert member.clock.now_ms(1, 11.0) == 21_000
+        member.ctx.clock.saw(0, 50_000, now=10.0)
+        member.ctx.clock.saw(1, 20_000, now=10.0)
+        assert member.ctx.clock.now_ms(0, 11.0) == 51_000
+        assert member.ctx.clock.now_ms(1, 11.0) == 21_000
 
 
 class TestTakeover:

@@ -172,9 +172,9 @@ class TestLeaseInSnapshot:
         """A lost claim shows no lease; the shortest lease is that of the claims still held."""
         lost, kept = sorted(world.running(), key=lambda k: k.partition)
         member = world.sup.member
-        member._out = []
-        member._lose(member.held[lost], "taken in this test")
-        world.sup._run(member._out)
+        member.ctx.out = []
+        member.holdings.lose(member.held[lost], "taken in this test")
+        world.sup._run(member.ctx.out)
         now = time.monotonic()
         snapshot = world.sup.snapshot(now)
         left = world.sup.member.held[kept].lease - now

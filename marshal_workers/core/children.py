@@ -1,0 +1,160 @@
+"""What a member does with what its children say and how they end.
+
+`Children` reads a child's messages (its start, ALO progress, AMO grant requests, failures,
+statistics) and its exit, which goes through the exit policy (`exitpolicy.decide`): respawn on
+reload, restart with back-off, or release after too many failures. An AMO grant is a pending
+reservation: the child is answered once the fold has decided, and only if the batch starts at
+or after the log's position (DESIGN.md: a batch never starts behind it; it may start after it
+where the data topic has a gap).
+"""
+
+from __future__ import annotations
+
+from marshal_workers import events as ev
+from marshal_workers import ipc
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.context import Context
+from marshal_workers.core.held import Held, Phase
+from marshal_workers.core.holdings import Holdings
+from marshal_workers.core.pending import Kind, Op
+from marshal_workers.exitpolicy import Next, decide
+from marshal_workers.failures import CAUSE_POISON_RATE
+from marshal_workers.protocol import ClaimingMessages
+from marshal_workers.rationalizer import Mode
+
+
+class Children:
+    """The children of a member's claims, as the member sees them."""
+
+    def __init__(self, ctx: Context, holdings: Holdings) -> None:
+        self.ctx = ctx
+        self.holdings = holdings
+
+    def said(self, said: inp.ChildSaid) -> None:
+        """A message from a child."""
+        held = self.ctx.held.get(said.key)
+        if held is None:
+            return
+        msg = said.message
+        if isinstance(msg, ipc.Started):
+            held.child_pid = msg.pid
+        elif isinstance(msg, ipc.Progress | ipc.Stopped) and msg.next_offset is not None:
+            if self.ctx.s.mode is Mode.ALO or held.position is None:
+                held.position = msg.next_offset
+        elif isinstance(msg, ipc.GrantRequest):
+            self.grant_request(held, msg, said.now)
+        elif isinstance(msg, ipc.Stats):
+            if msg.handled > 0:  # the child gets work done: earlier failures are not a streak
+                held.failures = 0
+            self.ctx.observe("child_stats", held.key, msg)
+        elif isinstance(msg, ipc.HandlerFailed):
+            self.handler_failed(held, msg)
+
+    def handler_failed(self, held: Held, msg: ipc.HandlerFailed) -> None:
+        """Count a failure: a streak if nothing succeeded since the last one."""
+        # A failure repeats the last one if nothing succeeded in between: the same offset (ALO
+        # restarts there), a child that handled nothing before failing (AMO restarts after the
+        # lost batch), or the poison-rate limit again (it restarts the count).
+        repeated = held.failures > 0 and (
+            msg.offset == held.failed_offset or msg.handled == 0 or msg.cause == CAUSE_POISON_RATE
+        )
+        held.failures = held.failures + 1 if repeated else 1
+        held.failed_offset = msg.offset
+        self.ctx.observe("handler_failed", held.key, msg.offset, msg.error)
+        self.ctx.say(
+            "error",
+            "handler_failed",
+            topic=held.key.topic,
+            partition=held.key.partition,
+            offset=msg.offset,
+            error=msg.error,
+            cause=msg.cause,
+            attempts=msg.attempts,
+            failures=held.failures,
+            max_handler_failures=self.ctx.s.max_handler_failures,
+        )
+
+    def grant_request(self, held: Held, req: ipc.GrantRequest, now: float) -> None:
+        """AMO: reserve the batch in the log; the child is answered once the fold decides."""
+        refusal = None
+        if held.phase is not Phase.RUNNING or now >= held.lease:
+            refusal = "claim not held"
+        elif held.position is None or req.start < held.position:
+            refusal = f"batch starts at {req.start}, before the position {held.position}"
+        if refusal is not None:
+            self.holdings.tell(held.key, ipc.Grant(req.request_id, False, refusal))
+            return
+        message = ClaimingMessages(*self.ctx.fields(held.key), req.end)
+        extra = {"request_id": req.request_id, "start": req.start, "end": req.end}
+        self.ctx.append(Kind.RESERVE, held.key, message, now, **extra)
+
+    def reservation_decided(self, op: Op, event: ev.Event, now: float) -> None:
+        """The reservation's verdict: commit and grant, or refuse."""
+        held = self.ctx.held.get(op.key)
+        refusal = None
+        if not isinstance(event, ev.MessagesClaimed):
+            refusal = getattr(event, "reason", "reservation not confirmed")
+        elif held is None or held.phase is not Phase.RUNNING or event.token != held.token:
+            refusal = "claim not held"
+        elif now >= held.lease:
+            refusal = "lease expired"
+        elif event.start is not None and op.start < event.start:
+            refusal = f"batch starts at {op.start}, before the log's position {event.start}"
+        if refusal is not None or held is None:
+            grant = ipc.Grant(op.request_id, False, refusal or "claim not held")
+            self.holdings.tell(op.key, grant)
+            return
+        held.position = op.end
+        self.holdings.heartbeat(held, now)  # the committing heartbeat
+        self.holdings.tell(op.key, ipc.Grant(op.request_id, True, ""))
+
+    def exited(self, exited: inp.ChildExited) -> None:
+        """A child ended (its process group is gone): respawn, restart later, or release."""
+        ctx, holdings = self.ctx, self.holdings
+        held = ctx.held.get(exited.key)
+        if held is None:
+            return
+        now, code, key = exited.now, exited.code, exited.key
+        held.child = False
+        held.child_pid = None
+        if held.phase is Phase.LOST:
+            holdings.drop(key)
+            return
+        decision = decide(
+            code=code,
+            running=held.phase in (Phase.RUNNING, Phase.STARTING),
+            reloading=held.phase is Phase.RELOADING,
+            lease_valid=now < held.lease,
+            failures=held.failures,
+            max_failures=ctx.s.max_handler_failures,
+            heartbeat_interval_s=ctx.s.heartbeat_interval,
+        )
+        held.failures = max(held.failures, decision.failures)
+        fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}
+        if decision.next is Next.RESPAWN:
+            held.phase = Phase.RUNNING
+            holdings.spawn(held, restart=False)
+        elif decision.next is Next.RESTART_LATER:
+            held.phase = Phase.RUNNING
+            held.restart_at = now + decision.delay_s
+            ctx.say(
+                "warning" if code else "info",
+                "child_restarting",
+                **fields,
+                offset=held.failed_offset,
+                failures=held.failures,
+                backoff_s=decision.delay_s,
+            )
+        elif decision.next is Next.RELEASE:
+            ctx.say(
+                "error",
+                "claim_releasing",
+                **fields,
+                offset=held.failed_offset,
+                failures=held.failures,
+                not_reclaimed_for_s=decision.avoid_s,
+            )
+            ctx.avoid_until[key] = now + decision.avoid_s
+            holdings.finish(held, now, release=True)  # the log refuses it if taken meanwhile
+        else:
+            holdings.finish(held, now, release=held.phase is Phase.STOPPING)

@@ -1,0 +1,286 @@
+"""How a member comes to hold claims: restart recovery, claiming its fair share, discovery.
+
+`Claiming` resumes this client's fresh claims at start (a takeover heartbeat; the child waits
+for the replaced instance's lease), plans every HB/10 toward the fair share and claims all it
+is short of in one round, backs off after refusals (more than 2*HB where the claim's history was
+compacted), finds start positions for claims the log has none for, follows partition changes,
+and tracks whether the member is starving (holding nothing at work while work is unclaimed).
+"""
+
+from __future__ import annotations
+
+from marshal_workers import events as ev
+from marshal_workers.claims import is_live, is_member_key, member_key, plan
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.context import Context
+from marshal_workers.core.held import HELD_PHASES, Held
+from marshal_workers.core.holdings import Holdings
+from marshal_workers.core.pending import Kind, Op
+from marshal_workers.protocol import ClaimingPartition, ClaimKey, Heartbeat
+from marshal_workers.rationalizer import ClaimState, freshness, resume_offset
+
+
+class Claiming:
+    """The member's claims in the making."""
+
+    def __init__(self, ctx: Context, holdings: Holdings) -> None:
+        self.ctx = ctx
+        self.holdings = holdings
+        self.member = member_key(ctx.s.group, ctx.s.client_id)
+        self.partitions: list[ClaimKey] = []
+        self.member_keys: set[ClaimKey] = set()  # the group's member claims seen in the log
+        self.idle_since: float | None = None
+        self._old_seen: dict[ClaimKey, int] = {}  # takeovers: the old instance's last heartbeat
+        self._resume_lookup: set[ClaimKey] = set()  # to take over once their start is found
+        self._next_claim = self._next_release = 0.0
+
+    # ---- restart recovery ------------------------------------------------------------------
+
+    def resume_all(self, now: float) -> None:
+        """At start: take over this client's fresh claims of its own group and topics."""
+        for world in self.ctx.worlds.values():
+            for key, state in list(world.claims.items()):
+                if self.mine_to_resume(key, state, now):
+                    self.resume(key, state, now)
+
+    def mine_to_resume(self, key: ClaimKey, state: ClaimState, now: float) -> bool:
+        """A fresh, certain claim of this client in this member's group and topics."""
+        ctx = self.ctx
+        if not (ctx.is_mine(key) and state.certain and state.holder_client == ctx.s.client_id):
+            return False
+        if state.last_heartbeat is None:
+            return False
+        label = freshness(state.last_heartbeat, ctx.log_now_ms(key, now), ctx.s.hb_ms)
+        return label.value != "stale"
+
+    def resume(self, key: ClaimKey, state: ClaimState, now: float) -> None:
+        """Take a claim of this client over (restart recovery); a claim with no position yet
+        (its holder died before its first heartbeat) is taken over once its start is found."""
+        assert state.last_heartbeat is not None
+        self._old_seen[key] = state.last_heartbeat
+        if is_member_key(key):
+            self.take_over(key, 0, now)
+        elif state.committed is not None:
+            self.take_over(key, state.committed, now)
+        else:
+            self._resume_lookup.add(key)
+            self.ctx.out.append(cmd.LookupStart(key))
+
+    def take_over(self, key: ClaimKey, offset: int, now: float) -> None:
+        """Write the takeover heartbeat."""
+        message = Heartbeat(*self.ctx.fields(key), offset)
+        self.ctx.append(Kind.TAKEOVER, key, message, now)
+
+    def old_instance_heard(self, key: ClaimKey, log_time: int) -> None:
+        """The instance being replaced had a heartbeat accepted (it may still be alive)."""
+        if self.ctx.pending.in_flight(Kind.TAKEOVER, key):
+            self._old_seen[key] = log_time
+
+    def takeover_decided(self, op: Op, event: ev.Event, now: float) -> None:
+        """The takeover's verdict: hold the claim; its child waits for the old lease."""
+        ctx, key = self.ctx, op.key
+        old_seen = self._old_seen.pop(key, 0)
+        if not isinstance(event, ev.HeartbeatAccepted):
+            ctx.say("info", "claim_not_resumed", topic=key.topic, partition=key.partition)
+            return
+        held = self.holdings.hold(key, event.token, ctx.lease_from(op.sent_at), now)
+        if not held.is_member:
+            # The old instance may still run (another host with this client id): its lease
+            # ends at most 2*HB after its last accepted heartbeat, in log time.
+            held.start_after = now + self.takeover_wait(old_seen, event.log_time)
+            self.set_position(held, self.resume_position(key))
+        ctx.say(
+            "info",
+            "claim_resumed",
+            topic=key.topic,
+            partition=key.partition,
+            token=event.token,
+            replaced=event.replaced_instance,
+            position=held.position,
+            starts_in_s=round(max(0.0, held.start_after - now), 3),
+        )
+        if ctx.stopping:
+            self.holdings.finish(held, now, release=True)
+
+    def takeover_wait(self, old_seen_ms: int, takeover_ms: int) -> float:
+        """Seconds a resumed claim waits before its child starts: the replaced instance's lease
+        ends at most 2*HB after its last accepted heartbeat (log time), then a margin."""
+        s = self.ctx.s
+        wait_ms = max(0, old_seen_ms + 2 * s.hb_ms - takeover_ms)
+        return wait_ms / 1000 + s.margin
+
+    # ---- claiming ---------------------------------------------------------------------------
+
+    def claim(self, key: ClaimKey, now: float) -> None:
+        """Write a claim."""
+        self.ctx.append(Kind.CLAIM, key, ClaimingPartition(*self.ctx.fields(key)), now)
+
+    def claim_decided(self, op: Op, event: ev.Event, now: float) -> None:
+        """The claim's verdict: hold it, or back off."""
+        ctx, key = self.ctx, op.key
+        if not isinstance(event, ev.ClaimGranted):
+            uncertain = not (state := ctx.state_of(key)) or not state.certain
+            backoff = self.refusal_backoff(uncertain)
+            ctx.avoid_until[key] = max(ctx.avoid_until.get(key, 0.0), now + backoff)
+            return
+        held = self.holdings.hold(key, event.token, ctx.lease_from(op.sent_at), now)
+        if not held.is_member:
+            self.set_position(held, self.resume_position(key))
+        ctx.say(
+            "info",
+            "claim_won",
+            topic=key.topic,
+            partition=key.partition,
+            token=event.token,
+            position=held.position,
+        )
+        if ctx.stopping:
+            self.holdings.finish(held, now, release=True)
+
+    def refusal_backoff(self, uncertain: bool) -> float:
+        """How long to leave a claim alone after the log refused this member's claim on it.
+
+        An uncertain claim (its history compacted) counts every refused attempt as activity,
+        so only a retry after more than 2*HB of silence on it can win there."""
+        s = self.ctx.s
+        extra = 2 * s.heartbeat_interval + s.margin if uncertain else 0.0
+        return self.ctx.jitter(0.1, 0.5) + extra
+
+    def gave_up(self, op: Op, now: float) -> None:
+        """A claim or takeover whose verdict never came: try again later."""
+        self.ctx.avoid_until[op.key] = now + self.ctx.jitter(0.1, 0.5)
+
+    def in_flight(self) -> set[ClaimKey]:
+        """Claims being written, taken over, or waiting for a start to take over with."""
+        ops = self.ctx.pending.ops.values()
+        claiming = {op.key for op in ops if op.kind in (Kind.CLAIM, Kind.TAKEOVER)}
+        return claiming | self._resume_lookup
+
+    # ---- positions --------------------------------------------------------------------------
+
+    def resume_position(self, key: ClaimKey) -> int | None:
+        """Where the log says a new owner starts (None: nowhere yet)."""
+        return resume_offset(self.ctx.state_of(key), self.ctx.s.mode)
+
+    def set_position(self, held: Held, position: int | None) -> None:
+        """The claim's position, or a lookup of where it starts."""
+        if position is not None:
+            held.position = position
+        elif not held.lookup_pending:
+            held.lookup_pending = True
+            self.ctx.out.append(cmd.LookupStart(held.key))
+
+    def start_found(self, found: inp.StartFound) -> None:
+        """A start position: for a takeover waiting for it, or a claim won."""
+        key = found.key
+        if key in self._resume_lookup:
+            self._resume_lookup.discard(key)
+            self.take_over(key, found.offset, found.now)
+            return
+        held = self.ctx.held.get(key)
+        if held is not None and held.lookup_pending:
+            held.lookup_pending = False
+            if held.position is None:
+                held.position = found.offset
+
+    def start_failed(self, failed: inp.StartFailed) -> None:
+        """Starting one claim failed: let it go (it goes stale) and back off; others go on."""
+        ctx, key = self.ctx, failed.key
+        self._resume_lookup.discard(key)
+        held = ctx.held.get(key)
+        if held is None:
+            return
+        held.lookup_pending = False
+        ctx.say(
+            "warning",
+            "claim_start_failed",
+            topic=key.topic,
+            partition=key.partition,
+            error=failed.error,
+        )
+        self.holdings.lose(held, f"start position unknown: {failed.error}")
+        ctx.avoid_until[key] = failed.now + 2 * ctx.s.heartbeat_interval
+
+    # ---- the fair share ---------------------------------------------------------------------
+
+    def rebalance(self, now: float) -> None:
+        """Claim all this member is short of its fair share; release one claim over it."""
+        ctx, s = self.ctx, self.ctx.s
+        if now < self._next_claim:
+            return
+        self._next_claim = now + max(0.05, s.heartbeat_interval / 10)
+        ctx.avoid_until = {k: t for k, t in ctx.avoid_until.items() if t > now}
+        claiming = self.in_flight()
+        member = self.member
+        if member not in ctx.held and member not in claiming and member not in ctx.avoid_until:
+            self.claim(member, now)
+        mine = [k for k, h in ctx.held.items() if not h.is_member and h.phase in HELD_PHASES]
+        step = plan(
+            client_id=s.client_id,
+            group=s.group,
+            partitions=self.partitions,
+            claims=self._group_view(),
+            mine=[*mine, *(k for k in claiming if k != member)],
+            now_ms=lambda key: ctx.log_now_ms(key, now),
+            hb_ms=s.hb_ms,
+            avoid=ctx.avoid_until,
+            limit=len(self.partitions),
+        )
+        for key in step.claims:
+            self.claim(key, now)
+        busy = any(ctx.held[k].position is not None for k in mine)  # working, or about to
+        if busy or not self._work_unclaimed(now):
+            self.idle_since = None
+        elif self.idle_since is None:
+            self.idle_since = now
+        release = step.release
+        if release is not None and release in ctx.held and now >= self._next_release:
+            self._next_release = now + s.heartbeat_interval
+            ctx.avoid_until[release] = now + 2 * s.heartbeat_interval
+            ctx.say(
+                "info",
+                "over_fair_share_releasing",
+                topic=release.topic,
+                partition=release.partition,
+                share=step.share,
+                members=step.members,
+            )
+            self.holdings.stop_child(ctx.held[release], now + s.stop_timeout)
+
+    def starving(self, now: float) -> bool:
+        """Holding nothing at work for a few HB while the group has work nobody else does."""
+        s = self.ctx.s
+        idle = self.idle_since
+        return idle is not None and now - idle > s.starving_after_hb * s.heartbeat_interval
+
+    def _group_view(self) -> dict[ClaimKey, ClaimState]:
+        """The claims planning looks at: the group's member claims and data partitions."""
+        state_of = self.ctx.state_of
+        return {
+            k: state
+            for k in (*self.member_keys, *self.partitions)
+            if (state := state_of(k)) is not None
+        }
+
+    def _work_unclaimed(self, now: float) -> bool:
+        """Whether some partition of the group is not being worked on by another live member
+        (the starving check: this member holds nothing that runs)."""
+        ctx = self.ctx
+        hb_ms, me = ctx.s.hb_ms, ctx.s.client_id
+        for k in self.partitions:
+            state = ctx.state_of(k)
+            if not is_live(state, ctx.log_now_ms(k, now), hb_ms):
+                return True
+            if state is not None and state.holder_client == me:
+                return True
+        return False
+
+    def partitions_found(self, found: inp.PartitionsFound) -> None:
+        """Discovery's answer about the data partitions (the coordination count is the
+        member's to judge)."""
+        mine = [k for k in found.partitions if self.ctx.is_mine(k)]
+        if len(mine) != len(self.partitions):
+            before = len(self.partitions)
+            self.ctx.say("info", "partitions_changed", before=before, now=len(mine))
+        self.partitions = mine

@@ -1,0 +1,97 @@
+"""What every part of one member shares: its settings, the folded log, the writes in flight,
+the claims it holds, and the commands being gathered in answer to the current input.
+
+The parts (`claiming.Claiming`, `holdings.Holdings`, `children.Children`,
+`operator.Operator`) each own their own state and reach the shared state only through this
+object, so what a part may touch is written down here, not spread over one `self`.
+"""
+
+from __future__ import annotations
+
+import random
+
+from marshal_workers.claims import is_member_key
+from marshal_workers.core import commands as cmd
+from marshal_workers.core.held import Held
+from marshal_workers.core.leases import lease_deadline
+from marshal_workers.core.logclock import LogClock
+from marshal_workers.core.pending import Kind, Op, Pending
+from marshal_workers.core.settings import MemberSettings
+from marshal_workers.protocol import ClaimKey, Message, coordination_partition
+from marshal_workers.rationalizer import ClaimState, World
+
+
+class Context:
+    """The shared state of one member, and the commands answering the current input."""
+
+    def __init__(self, settings: MemberSettings) -> None:
+        self.s = settings
+        n = settings.coordination_partitions
+        self.worlds = {p: World(settings.rationalizer, p) for p in range(n)}
+        self.clock = LogClock()
+        self.pending = Pending()
+        self.held: dict[ClaimKey, Held] = {}
+        self.avoid_until: dict[ClaimKey, float] = {}
+        self.stopping = False
+        self.wall = 0.0
+        self.out: list[cmd.Command] = []
+        self._rng = random.Random(f"{settings.client_id}/{settings.instance_id}")
+        self._home: dict[ClaimKey, int] = {}
+
+    # ---- the folded log --------------------------------------------------------------------
+
+    def home(self, key: ClaimKey) -> int:
+        """The coordination partition of a claim."""
+        home = self._home.get(key)
+        if home is None:
+            s = self.s
+            home = coordination_partition(
+                key.topic, key.partition, s.coordination_partitions, s.partitioner
+            )
+            self._home[key] = home
+        return home
+
+    def state_of(self, key: ClaimKey) -> ClaimState | None:
+        """What the fold says about a claim (None: nothing)."""
+        return self.worlds[self.home(key)].claims.get(key)
+
+    def log_now_ms(self, key: ClaimKey, now: float) -> int:
+        """The log time now on ``key``'s coordination partition (0 before anything was read)."""
+        return self.clock.now_ms(self.home(key), now) or 0
+
+    def is_mine(self, key: ClaimKey) -> bool:
+        """A claim of this member's group: its topics' partitions or its group's members."""
+        if key.group != self.s.group:
+            return False
+        return key.topic in self.s.topics or is_member_key(key)
+
+    # ---- output -----------------------------------------------------------------------------
+
+    def append(self, kind: Kind, key: ClaimKey, message: Message, now: float, **extra: int) -> Op:
+        """Write ``message`` to its coordination partition: a pending operation."""
+        op = self.pending.add(kind, key, now, **extra)
+        self.out.append(cmd.Append(op.op, self.home(key), message))
+        return op
+
+    def fields(self, key: ClaimKey) -> tuple[int, str, str, str, str, int]:
+        """The fields every message of this member about ``key`` starts with."""
+        s = self.s
+        return (int(self.wall), s.instance_id, s.client_id, key.group, key.topic, key.partition)
+
+    def say(self, level: str, event: str, **fields: object) -> None:
+        """A log line."""
+        self.out.append(cmd.Log(level, event, fields))
+
+    def observe(self, method: str, *args: object) -> None:
+        """An observer call (metrics, systemd, offsets)."""
+        self.out.append(cmd.Observe(method, args))
+
+    # ---- arithmetic -------------------------------------------------------------------------
+
+    def lease_from(self, sent_at: float) -> float:
+        """The lease a heartbeat (or claim) sent at ``sent_at`` proves, once folded valid."""
+        return lease_deadline(sent_at, self.s.heartbeat_interval, self.s.margin)
+
+    def jitter(self, low: float, high: float) -> float:
+        """A random fraction of HB in [low, high) (seeded per instance: runs replay)."""
+        return self._rng.uniform(low, high) * self.s.heartbeat_interval

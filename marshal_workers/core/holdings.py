@@ -1,0 +1,198 @@
+"""The claims a member holds: heartbeats, leases, children's lives, losing and releasing.
+
+`Holdings` keeps each held claim (`held.Held`) on its timers: a heartbeat every HB/2 (with the
+newest position), the lease extended by each heartbeat folded valid, the child started once
+its position is known (and a takeover's wait is over), TERM then KILL before a lease ends, and
+a release written only once its child is gone and no replaced instance may still be running.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+from collections.abc import Mapping
+
+from marshal_workers import events as ev
+from marshal_workers import ipc
+from marshal_workers.claims import is_member_key
+from marshal_workers.core import commands as cmd
+from marshal_workers.core.context import Context
+from marshal_workers.core.held import ASKED_TO_STOP, Held, Phase
+from marshal_workers.core.pending import Kind, Op
+from marshal_workers.protocol import ClaimKey, Heartbeat, ReleasingPartition
+from marshal_workers.rationalizer import Mode
+
+
+class Holdings:
+    """Every claim this member holds, on its timers."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def hold(self, key: ClaimKey, token: int, lease: float, now: float) -> Held:
+        """A claim won or taken over: hold it under ``lease``."""
+        ctx = self.ctx
+        member = is_member_key(key)
+        held = Held(key, token, lease, position=0 if member else None, is_member=member)
+        held.phase = Phase.RUNNING if member else Phase.STARTING
+        held.next_heartbeat = now  # the first heartbeat commits the position at once
+        ctx.held[key] = held
+        ctx.avoid_until.pop(key, None)
+        ctx.out.append(cmd.SetLease(key, lease))
+        ctx.observe("claim_won", key, token)
+        return held
+
+    def take_positions(self, positions: Mapping[ClaimKey, int]) -> None:
+        """ALO: the positions children published in shared memory go into the next
+        heartbeats, so a heartbeat is at most HB/2 behind the handling, whatever the batch."""
+        if self.ctx.s.mode is not Mode.ALO:
+            return
+        held_claims = self.ctx.held
+        for key, position in positions.items():
+            held = held_claims.get(key)
+            if held is not None and held.position is not None and position > held.position:
+                held.position = position
+
+    def keep(self, held: Held, now: float) -> None:
+        """One claim's timers: heartbeat, start the child, lease ending, restart."""
+        s = self.ctx.s
+        if held.phase not in (Phase.LOST, Phase.RELEASING):
+            if held.position is not None and now >= held.next_heartbeat:
+                self.heartbeat(held, now)
+            if now >= held.lease and not held.child and not held.is_member:
+                self.lose(held, "lease expired before the child started")
+                return
+            if held.is_member and now >= held.lease:
+                self.lose(held, "member claim's lease expired")
+                return
+        if held.child:
+            remaining = held.lease - now
+            if held.phase in ASKED_TO_STOP and now >= held.stop_deadline:
+                remaining = min(remaining, 0.0)
+            if held.phase is Phase.LOST:
+                remaining = min(remaining, 0.0)
+            if remaining <= s.kill_grace and not held.term_sent:
+                held.term_sent = True
+                self.signal_child(held, signal.SIGTERM, "lease ending")
+            if remaining <= s.kill_grace / 3 and not held.kill_sent:
+                held.kill_sent = held.term_sent = True
+                self.signal_child(held, signal.SIGKILL, "lease ending")
+            return
+        if held.phase is Phase.STOPPING:
+            self.finish(held, now, release=True)  # no child to wait for
+            return
+        if held.phase is Phase.RELOADING:
+            held.phase = Phase.RUNNING  # no child to replace: the next one starts fresh
+        if held.is_member or held.position is None:
+            return
+        if held.phase is Phase.STARTING and now >= held.start_after and now < held.lease:
+            held.phase = Phase.RUNNING
+            self.spawn(held, restart=False)
+        elif held.phase is Phase.RUNNING and now >= held.restart_at and now < held.lease:
+            self.spawn(held, restart=held.failures > 0)
+
+    def heartbeat(self, held: Held, now: float) -> None:
+        """Write a heartbeat with the claim's position (its verdict extends the lease)."""
+        assert held.position is not None
+        ctx = self.ctx
+        held.next_heartbeat = now + ctx.s.heartbeat_interval / 2
+        message = Heartbeat(*ctx.fields(held.key), held.position)
+        ctx.append(Kind.HEARTBEAT, held.key, message, now, end=held.position)
+
+    def heartbeat_decided(self, op: Op, event: ev.Event) -> None:
+        """A heartbeat folded valid extends the lease by what it proves."""
+        held = self.ctx.held.get(op.key)
+        if (
+            held is not None
+            and held.phase is not Phase.LOST
+            and isinstance(event, ev.HeartbeatAccepted)
+            and event.token == held.token
+        ):
+            deadline = self.ctx.lease_from(op.sent_at)
+            if deadline > held.lease:
+                held.lease = deadline
+                self.ctx.out.append(cmd.SetLease(held.key, deadline))
+
+    def lose(self, held: Held, reason: str) -> None:
+        """The claim is no longer this member's: revoke the lease, kill the child, forget."""
+        ctx, key = self.ctx, held.key
+        ctx.say("warning", "claim_lost", topic=key.topic, partition=key.partition, reason=reason)
+        held.phase = Phase.LOST
+        held.lease = 0.0
+        ctx.out.append(cmd.SetLease(key, 0.0))
+        ctx.observe("claim_lost", key, reason)
+        if held.child:
+            held.kill_sent = held.term_sent = True
+            self.signal_child(held, signal.SIGKILL, reason)
+        else:
+            self.drop(key)
+
+    def drop(self, key: ClaimKey) -> None:
+        """Forget a claim (its lease's shared memory may go)."""
+        if self.ctx.held.pop(key, None) is not None:
+            self.ctx.out.append(cmd.DropLease(key))
+
+    def finish(self, held: Held, now: float, *, release: bool) -> None:
+        """The child is gone: release the claim if asked and possible, else forget it.
+
+        A release tells every member that nobody of ours processes the partition. After a
+        takeover that is true only once the replaced instance's lease has surely ended, so
+        until then the claim stays held (and heartbeated) and the release waits."""
+        if release and now < held.start_after and held.phase is not Phase.LOST:
+            held.phase = Phase.STOPPING  # `keep` comes back to it
+            return
+        if release and held.phase is not Phase.LOST and held.position is not None:
+            held.phase = Phase.RELEASING
+            message = ReleasingPartition(*self.ctx.fields(held.key), held.position)
+            self.ctx.append(Kind.RELEASE, held.key, message, now, end=held.position)
+        else:
+            self.drop(held.key)
+
+    def release_decided(self, op: Op, event: ev.Event) -> None:
+        """The release's verdict: the claim is forgotten either way."""
+        confirmed = isinstance(event, ev.Released)
+        if confirmed:
+            self.ctx.observe("claim_released", op.key)
+        key = op.key
+        self.ctx.say(
+            "info",
+            "claim_released",
+            topic=key.topic,
+            partition=key.partition,
+            position=op.end,
+            confirmed=confirmed,
+        )
+        self.drop(key)
+
+    # ---- the child of a claim ---------------------------------------------------------------
+
+    def spawn(self, held: Held, *, restart: bool) -> None:
+        """Start a child at the claim's position with its token."""
+        key = held.key
+        spec = dataclasses.replace(
+            self.ctx.s.child,
+            topic=key.topic,
+            partition=key.partition,
+            start_offset=held.position,
+            fencing_token=held.token,
+        )
+        held.child = True
+        held.term_sent = held.kill_sent = False
+        self.ctx.out.append(cmd.Spawn(key, spec, restart))
+
+    def signal_child(self, held: Held, sig: signal.Signals, reason: str) -> None:
+        """Signal the child's process group."""
+        self.ctx.out.append(cmd.SignalChild(held.key, sig, reason))
+
+    def tell(self, key: ClaimKey, message: ipc.ToChild) -> None:
+        """Say something to a claim's child, if it has one."""
+        held = self.ctx.held.get(key)
+        if held is not None and held.child:
+            self.ctx.out.append(cmd.TellChild(key, message))
+
+    def stop_child(self, held: Held, deadline: float, phase: Phase = Phase.STOPPING) -> None:
+        """Ask the child to finish its batch and stop (``phase``: what comes after it exits)."""
+        held.phase = phase
+        held.stop_deadline = deadline  # the lease still ends it earlier if heartbeats fail
+        if held.child:
+            self.tell(held.key, ipc.Stop())

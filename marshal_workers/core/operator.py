@@ -1,0 +1,168 @@
+"""What operators ask of a member: stop (TERM, fast on INT/QUIT or a second TERM), reload
+(HUP), and an admin's pause of the group (ReleaseGroup in the log, from `marshal-admin`).
+
+`Operator` owns the member's stopping, reloading and pause state. A stop asks every child to
+finish its batch, releases each claim once its child is gone, releases the member claim last
+and then exits 0; a fast stop kills the children first. A reload replaces every child by a
+fresh one while the claims stay. While another client has paused the group, the member claims
+nothing and releases every data claim gracefully; it claims again once the pause is over.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from marshal_workers.core import commands as cmd
+from marshal_workers.core.claiming import Claiming
+from marshal_workers.core.context import Context
+from marshal_workers.core.held import HELD_PHASES, Phase
+from marshal_workers.core.holdings import Holdings
+from marshal_workers.core.pauses import pause_by_other
+from marshal_workers.core.pending import Kind
+from marshal_workers.errors import EXIT_OK
+from marshal_workers.rationalizer import GroupPause
+
+
+class Operator:
+    """Stops, reloads and pauses of one member."""
+
+    def __init__(self, ctx: Context, holdings: Holdings, claiming: Claiming) -> None:
+        self.ctx = ctx
+        self.holdings = holdings
+        self.claiming = claiming
+        self.done = False
+        self.exit_code: int | None = None
+        self.reload_pending = False
+        self.paused_until_ms: int | None = None
+
+    def signal(self, sig: signal.Signals, now: float) -> None:
+        """TERM, INT, QUIT and HUP (SIGUSR1 is the runtime's: it is pure I/O)."""
+        if sig is signal.SIGTERM and not self.ctx.stopping:
+            self.request_stop(now, fast=False)
+        elif sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            self.request_stop(now, fast=True)
+        elif sig is signal.SIGHUP:
+            self.reload(now)
+
+    # ---- stopping ---------------------------------------------------------------------------
+
+    def request_stop(self, now: float, fast: bool) -> None:
+        """TERM: children finish their batch, then release. INT/QUIT (or a second TERM): now."""
+        ctx = self.ctx
+        ctx.say("info", "stopping", fast=fast, claims=len(ctx.held))
+        if not ctx.stopping:
+            ctx.observe("stopping")
+        ctx.stopping = True
+        deadline = now + (0.0 if fast else ctx.s.stop_timeout)
+        for held in list(ctx.held.values()):
+            if held.is_member or held.phase in (Phase.LOST, Phase.RELEASING):
+                continue
+            self.holdings.stop_child(held, deadline)
+            if fast and held.child:
+                held.lease = 0.0
+                ctx.out.append(cmd.SetLease(held.key, 0.0))
+                held.kill_sent = held.term_sent = True
+                self.holdings.signal_child(held, signal.SIGKILL, "fast stop")
+
+    def advance_stop(self, now: float) -> None:
+        """Each turn while stopping: release what is done; the member claim last; then exit."""
+        ctx = self.ctx
+        for held in list(ctx.held.values()):
+            if held.phase is Phase.STARTING:
+                held.phase = Phase.STOPPING
+                self.holdings.finish(held, now, release=True)
+        if any(not h.is_member for h in ctx.held.values()):
+            return
+        ops = ctx.pending.ops.values()
+        if any(op.kind in (Kind.CLAIM, Kind.TAKEOVER) for op in ops):
+            return  # a claim in flight may still win: release it first
+        member = ctx.held.get(self.claiming.member)
+        if member is not None:
+            if member.phase is not Phase.RELEASING:
+                self.holdings.finish(member, now, release=True)
+            return
+        self.exit(EXIT_OK, "stopped")
+
+    def exit(self, code: int, reason: str) -> None:
+        """The member is done."""
+        if self.done:
+            return
+        self.done = True
+        self.exit_code = code
+        self.ctx.out.append(cmd.Exit(code, reason))
+
+    # ---- reloading --------------------------------------------------------------------------
+
+    def reload(self, now: float) -> None:
+        """SIGHUP: replace every child by a fresh one (the handler imported anew), claims kept.
+
+        Each child finishes its batch and stops; once it has exited, a new child starts for the
+        same claim with the same token at the position it reported. No release and no claim
+        is written, and heartbeats go on, so nobody else can take the partition meanwhile."""
+        ctx = self.ctx
+        if ctx.stopping:
+            ctx.say("info", "reload_ignored", reason="stopping")
+            return
+        deadline = now + ctx.s.stop_timeout
+        asked = 0
+        for held in ctx.held.values():
+            if held.is_member or held.phase is not Phase.RUNNING:
+                continue
+            if not held.child:
+                held.restart_at = 0.0
+                continue
+            self.holdings.stop_child(held, deadline, Phase.RELOADING)
+            asked += 1
+        self.reload_pending = True
+        ctx.observe("reloading")
+        ctx.say("info", "reloading", children=asked)
+
+    def check_reload(self) -> None:
+        """Report the reload done once no claim waits for its fresh child."""
+        ctx = self.ctx
+        if not self.reload_pending or any(h.phase is Phase.RELOADING for h in ctx.held.values()):
+            return
+        self.reload_pending = False
+        if ctx.stopping:
+            ctx.say("info", "reload_cut_short", reason="stopping")
+            return
+        ctx.observe("reloaded")
+        ctx.say("info", "reloaded", children=sum(1 for h in ctx.held.values() if h.child))
+
+    # ---- pauses -----------------------------------------------------------------------------
+
+    def pause(self, now: float) -> GroupPause | None:
+        """The pause of this group by another client in force now (each coordination
+        partition judged by its own log time), the longest; or None."""
+        ctx = self.ctx
+        return pause_by_other(
+            ctx.worlds.values(),
+            ctx.s.group,
+            ctx.s.client_id,
+            lambda p: ctx.clock.now_ms(p, now) or 0,
+        )
+
+    def react_to_pause(self, now: float) -> bool:
+        """Release every data claim while paused; whether the group is paused."""
+        ctx = self.ctx
+        pause = self.pause(now)
+        if pause is None:
+            if self.paused_until_ms is not None:
+                self.paused_until_ms = None
+                ctx.say("info", "group_pause_over")
+            return False
+        if pause.until_ms != self.paused_until_ms:
+            self.paused_until_ms = pause.until_ms
+            ctx.say(
+                "warning",
+                "group_paused",
+                paused_by=pause.client_id,
+                until_ms=pause.until_ms,
+                claims=sum(1 for h in ctx.held.values() if not h.is_member),
+            )
+        deadline = now + ctx.s.stop_timeout
+        for held in ctx.held.values():
+            if not held.is_member and held.phase in HELD_PHASES:
+                self.holdings.stop_child(held, deadline)
+        self.claiming.idle_since = None
+        return True
