@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install kafka-jars spark-jars lint typecheck test test-unit bench demo clean
+.PHONY: install kafka-jars spark-jars lint typecheck test test-unit bench demo sim clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,3 +41,8 @@ bench: kafka-jars ## Benchmarks (several minutes; each starts its own local Kafk
 
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, 100 of a bigger one
+	$(BIN)/marshal-sim --seeds 1000
+	$(BIN)/marshal-sim --seeds 100 --members 30 --groups 3 --faults kill,freeze,restart,twins,compaction,latency,clock,pause,failures,partitions
+	$(BIN)/marshal-sim --seeds 100 --members 12 --groups 3 --faults shared-ids,kill,restart,twins,compaction

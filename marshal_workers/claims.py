@@ -5,11 +5,12 @@ pseudo-topic ``__member.<client_id>`` (partition 0) of their group, heartbeated 
 So an idle member is counted, and every reader of the log agrees on who is live: the holders
 of member claims that are not stale.
 
-Each member aims at its fair share, ceil(partitions / live members). Below it, it claims one
-claimable partition at a time, trying partitions in its own rendezvous-hash order so that
-members starting together mostly pick different partitions. Above it, it releases one
-partition at a time (its least preferred), gracefully and with a cooldown, so a fleet settles
-without a stop-the-world. Every decision here is only a proposal: the log decides.
+Each member aims at its fair share, ceil(partitions / live members). Below it, it claims the
+claimable partitions it is short of, in one round, trying partitions in its own
+rendezvous-hash order so that members starting together mostly pick different partitions.
+Above it, it releases its excess (its least preferred partitions) gracefully, each child
+finishing its batch, then waits a cooldown before judging again: only the excess moves, never
+the whole group. Every decision here is only a proposal: the log decides.
 """
 
 from __future__ import annotations
@@ -93,12 +94,17 @@ def preference(client_id: str, key: ClaimKey) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What to do next: claim some partitions, release one, or nothing."""
+    """What to do next: claim some partitions, release some, or nothing."""
 
     share: int
     members: int
     claims: tuple[ClaimKey, ...] = ()
-    release: ClaimKey | None = None
+    releases: tuple[ClaimKey, ...] = ()
+
+    @property
+    def release(self) -> ClaimKey | None:
+        """The first partition to release (the least preferred), if any."""
+        return self.releases[0] if self.releases else None
 
     @property
     def claim(self) -> ClaimKey | None:
@@ -131,8 +137,8 @@ def plan(
     members = live_members(claims, group, now_ms, hb_ms) | {client_id}
     share = fair_share(len(wanted), len(members))
     if len(held) > share:
-        least_preferred = max(held, key=lambda k: preference(client_id, k))
-        return Plan(share, len(members), release=least_preferred)
+        excess = sorted(held, key=lambda k: preference(client_id, k), reverse=True)
+        return Plan(share, len(members), releases=tuple(excess[: len(held) - share]))
     if len(held) < share:
         skip = held | set(avoid)
         room = min(limit, share - len(held))

@@ -234,19 +234,19 @@ class Claiming:
             self.idle_since = None
         elif self.idle_since is None:
             self.idle_since = now
-        release = step.release
-        if release is not None and release in ctx.held and now >= self._next_release:
+        releases = [k for k in step.releases if k in ctx.held]
+        if releases and now >= self._next_release:
             self._next_release = now + s.heartbeat_interval
-            ctx.avoid_until[release] = now + 2 * s.heartbeat_interval
+            for release in releases:
+                ctx.avoid_until[release] = now + 2 * s.heartbeat_interval
+                self.holdings.stop_child(ctx.held[release], now + s.stop_timeout)
             ctx.say(
                 "info",
                 "over_fair_share_releasing",
-                topic=release.topic,
-                partition=release.partition,
+                partitions=[f"{k.topic}/{k.partition}" for k in releases],
                 share=step.share,
                 members=step.members,
             )
-            self.holdings.stop_child(ctx.held[release], now + s.stop_timeout)
 
     def starving(self, now: float) -> bool:
         """Holding nothing at work for a few HB while the group has work nobody else does."""

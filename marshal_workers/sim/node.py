@@ -25,6 +25,7 @@ from marshal_workers.sim.children import DataPartition, Handled, SimChild
 from marshal_workers.sim.vlog import VirtualLog
 
 TRACE_LINES = 40
+WALL_EPOCH = 1_790_000_000.0  # virtual time 0 on the hosts' wall clocks (informational only)
 
 
 @dataclass(slots=True)
@@ -73,7 +74,7 @@ class SimNode:
         self.on_handled = on_handled
         self.on_violation = on_violation
         self.speed = speed
-        self.wall_skew = wall_skew
+        self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
         self.alive = True
         self.started = False
         self.frozen_until = 0.0

@@ -304,29 +304,40 @@ class Fleet:
                 return False
         return True
 
-    def run(self) -> RunResult:
+    def advance(self, step: int) -> float:
+        """Step ``step`` of the run: due events, the brokers, the members, the children."""
+        dt = self.p.dt
+        self.t = t = round(step * dt, 6)
+        while self.events and self.events[0][0] <= t:
+            _, _, action = self.events.pop(0)
+            action()
+        for node in self.nodes:
+            node.land_appends(t)
+        for node in self.nodes:
+            node.step(t, dt)
+        for node in self.nodes:
+            node.step_children(t, dt)
+        return t
+
+    def add_members(self) -> None:
+        """The run's members, spread over its groups, starting within the first second."""
         p = self.p
         names = [f"c{i}" for i in range(p.members)]
         for i in range(p.members):
             group = f"g{i % p.groups}"
             client = names[i // p.groups] if "shared-ids" in p.faults else names[i]
             self.add_node(group, client, self.rng.uniform(0, 1.0))
+
+    def run(self) -> RunResult:
+        p = self.p
+        self.add_members()
         self.schedule_faults()
         steps = int(p.duration / p.dt)
         cold: float | None = None
         recoveries: list[float] = []
         open_fault: float | None = None
         for step in range(steps + 1):
-            self.t = t = round(step * p.dt, 6)
-            while self.events and self.events[0][0] <= t:
-                _, _, action = self.events.pop(0)
-                action()
-            for node in self.nodes:
-                node.land_appends(t)
-            for node in self.nodes:
-                node.step(t, p.dt)
-            for node in self.nodes:
-                node.step_children(t, p.dt)
+            t = self.advance(step)
             if step % 5 == 0:
                 ok = self.converged()
                 if ok and cold is None and t > 1.0:
