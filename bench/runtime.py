@@ -26,7 +26,7 @@
    local broker does not change it). The figure: from the kill to the first record of each of
    the killed member's partitions handled by the survivor.
 3. Memory (RSS and USS) of each child and of the supervisor, with 4 partitions claimed by one
-   supervisor; the time from each "child started" log line to that child's first record, and
+   supervisor; the time from each "child_started" log line to that child's first record, and
    from starting ``marshal-run`` to its first handled record (cold start).
 
 Prints figures; asserts nothing about time (these machines are noisy); exits 0. Without
@@ -790,7 +790,7 @@ def memory_and_start(bootstrap: str, procs: Processes, work: Path) -> dict[str, 
         sup = psutil.Process(proc.pid).memory_full_info()
         firsts = {row["pid"]: row for row in read_json_files(out, "first")}
         started = {
-            row["child_pid"]: wall(row["timestamp"]) for row in log_events(log, "child started")
+            row["child_pid"]: wall(row["timestamp"]) for row in log_events(log, "child_started")
         }
         spawn_to_first = [firsts[pid]["wall"] - at for pid, at in started.items() if pid in firsts]
         cold = min(row["wall"] for row in firsts.values()) - t_start

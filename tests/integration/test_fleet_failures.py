@@ -138,7 +138,7 @@ class TestStopPolicy:
             ]
             return (
                 sum(
-                    e.get("event") == "releasing claim" and "handler failed" in e.get("reason", "")
+                    e.get("event") == "claim_releasing" and "handler failed" in e.get("reason", "")
                     for e in entries
                 )
                 == PARTITIONS
@@ -149,7 +149,7 @@ class TestStopPolicy:
         assert a.children() == []
         time.sleep(0.5)
         lines = [json.loads(x) for x in a.log_path.read_text().splitlines() if x.startswith("{")]
-        failed = [x for x in lines if x.get("event") == "handler failed"]
+        failed = [x for x in lines if x.get("event") == "handler_failed"]
         assert {x["offset"] for x in failed} == {POISON}
         assert max(x["failures"] for x in failed) == 2
         stop_all(fleet)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 
+from marshal_workers.errors import EXIT_COORDINATION_CHANGED
 from tests.integration.fleet import Fleet
 
 pytestmark = pytest.mark.kafka
@@ -41,7 +42,7 @@ def released(member_log: Path) -> set[object]:
     return {
         e["partition"]
         for e in log_entries(member_log)
-        if e.get("event") == "claim released"
+        if e.get("event") == "claim_released"
         and e.get("confirmed")
         and not str(e["topic"]).startswith("__member.")
     }
@@ -62,11 +63,12 @@ def test_new_partitions_are_claimed_without_a_restart(fleet: Fleet) -> None:
 
 
 def test_a_changed_coordination_partition_count_stops_the_fleet(fleet: Fleet) -> None:
-    """Claims would move to other coordination partitions: the supervisor refuses to go on."""
+    """Claims would move to other coordination partitions: the supervisor refuses to go on, with
+    the exit code systemd does not restart (a restart would adopt the new count)."""
     a = fleet.start("a")
     fleet.wait_for(lambda: fleet.counts() == {"a": 4}, 30, "a holding all 4")
     grow(fleet.bootstrap, fleet.coordination, 3)
-    assert a.wait(30) == 1
+    assert a.wait(30) == EXIT_COORDINATION_CHANGED
     assert "refusing to go on" in a.log_path.read_text()
 
 
@@ -87,7 +89,7 @@ def test_fast_stop_still_releases_claims(fleet: Fleet, signals: list[signal.Sign
     a.signal(signals[-1])
     assert a.wait(10) == 0
     print(f"\nfast stop took {time.monotonic() - started:.2f}s")
-    codes = [e["code"] for e in log_entries(a.log_path) if e.get("event") == "child exited"]
+    codes = [e["code"] for e in log_entries(a.log_path) if e.get("event") == "child_exited"]
     assert codes == [-signal.SIGKILL] * 4, "children were not killed: the stop waited for them"
     assert released(a.log_path) == {0, 1, 2, 3}
     assert fleet.counts() == {}

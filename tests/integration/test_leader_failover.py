@@ -55,7 +55,7 @@ def claims_seen_won(fleet: Fleet) -> set[tuple[ClaimKey, int, str]]:
             if not line.startswith("{"):
                 continue
             entry = json.loads(line)
-            if entry.get("event") == "claim won":
+            if entry.get("event") == "claim_won":
                 key = ClaimKey(entry["group"], entry["topic"], entry["partition"])
                 won.add((key, entry["token"], entry["client_id"]))
     return won

@@ -143,8 +143,8 @@ class TestMetricsAndStackDumps:
             "3",
             env={"MARSHAL_LEDGER_HANG_AT_OFFSET": "5"},
         )
-        fleet.wait_for(lambda: bool(logged(member, "metrics serving")), 30, "the metrics server")
-        port = logged(member, "metrics serving")[0]["port"]
+        fleet.wait_for(lambda: bool(logged(member, "metrics_serving")), 30, "the metrics server")
+        port = logged(member, "metrics_serving")[0]["port"]
         fleet.wait_for(lambda: get(port, "/readyz")[0] == 200, 40, "/readyz 200")
         assert get(port, "/healthz")[0] == 200
         fleet.wait_for(lambda: len(fleet.ledger()) == 10, 30, "offsets 0-4 of both partitions")
@@ -182,7 +182,7 @@ class TestMetricsAndStackDumps:
         time.sleep(1.0)  # the children fetch offset 5 and hang in their handler
         children = member.children()
         member.signal(signal.SIGUSR1)
-        fleet.wait_for(lambda: bool(logged(member, "stack dump done")), 10, "the stack dump")
+        fleet.wait_for(lambda: bool(logged(member, "stack_dump_done")), 10, "the stack dump")
         dumps = logged(member, "stack dump")
         assert dumps and all(d["pid"] == member.pid for d in dumps)
         assert any("dump_stacks" in d["stack"] for d in dumps)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from marshal_workers.errors import EXIT_COORDINATION_CHANGED
 from marshal_workers.settings import BY_NAME
 
 UNITS = Path(__file__).resolve().parents[2] / "systemd"
@@ -53,10 +54,12 @@ class TestServiceUnit:
         assert service["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
 
     def test_restarts_on_failure_but_not_on_configuration_errors(self) -> None:
-        """Restart=on-failure; exit codes 2 (configuration) and 3 (handler load) stay down."""
+        """Restart=on-failure; exit codes 2 (configuration), 3 (handler load) and 5 (the
+        coordination topic's partition count changed: a restart would adopt it) stay down."""
         service = parse(SERVICE)["Service"]
         assert service["Restart"] == ["on-failure"]
-        assert set(service["RestartPreventExitStatus"][0].split()) == {"2", "3"}
+        prevented = set(service["RestartPreventExitStatus"][0].split())
+        assert prevented == {"2", "3", str(EXIT_COORDINATION_CHANGED)}
 
     def test_instance_names_the_client_and_its_environment_file(self) -> None:
         """--instance %i (client id HOSTNAME-%i), a common and a per-instance env file."""
