@@ -91,8 +91,9 @@ def simulate(case: Case, seed: int = 1) -> dict[str, Any]:
     records = [r for part in fleet.log.shadow for r in part]
     refused = 0
     if killed_at is not None:
-        rcfg = RationalizerConfig(int(case.hb * 1000), num_partitions=params.coordination_partitions)
-        worlds = {p: World(rcfg, p) for p in range(params.coordination_partitions)}
+        parts = params.coordination_partitions
+        rcfg = RationalizerConfig(int(case.hb * 1000), num_partitions=parts)
+        worlds = {p: World(rcfg, p) for p in range(parts)}
         for part in fleet.log.shadow:
             for r in part:
                 e = fold(worlds[r.partition], r)
@@ -137,7 +138,8 @@ def main() -> None:
             row["wall_s"] = round(time.monotonic() - started, 1)
         else:
             # every claim (data and member) heartbeats every HB/2
-            row["coordination_records_per_s"] = round(2 * (case.partitions + case.members) / case.hb)
+            claims = case.partitions + case.members
+            row["coordination_records_per_s"] = round(2 * claims / case.hb)
         per_s = row["coordination_records_per_s"]
         row["fold_cpu_per_member_s_per_s"] = round(per_s * (cost or 3e-6), 4)
         rows.append(row)

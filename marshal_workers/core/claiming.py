@@ -144,8 +144,10 @@ class Claiming:
         An uncertain claim (its history compacted) counts every refused attempt as activity,
         so only a retry after more than 2*HB of silence on it can win there."""
         s = self.ctx.s
-        extra = 2 * s.heartbeat_interval + s.margin if uncertain else 0.0
-        return self.ctx.jitter(0.1, 0.5) + extra
+        if uncertain:
+            return 2 * s.heartbeat_interval + s.margin + self.ctx.jitter(0.1, 0.5)
+        # planning will not try a claim the fold shows held; this only spreads the retries
+        return self.ctx.jitter(0.02, 0.1)
 
     def gave_up(self, op: Op, now: float) -> None:
         """A claim or takeover whose verdict never came: try again later."""
@@ -236,7 +238,8 @@ class Claiming:
             self.idle_since = now
         releases = [k for k in step.releases if k in ctx.held]
         if releases and now >= self._next_release:
-            self._next_release = now + s.heartbeat_interval
+            # judge again once the others had time to claim what was released
+            self._next_release = now + max(s.heartbeat_interval / 5, min(s.heartbeat_interval, 1.0))
             for release in releases:
                 ctx.avoid_until[release] = now + 2 * s.heartbeat_interval
                 self.holdings.stop_child(ctx.held[release], now + s.stop_timeout)
