@@ -12,7 +12,7 @@
   on who holds each claim it considers certain, and with which token;
 - ``isolation``: a member writes only about its own group's claims;
 - ``liveness``: after the last fault, every partition is held by a live member's child and
-  shares are fair, within the stated bound.
+  moving (records keep being produced), and shares are fair, within the stated bound.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ class Checker:
         default_factory=lambda: defaultdict(dict)
     )
     rehandled: dict[ClaimKey, int] = field(default_factory=lambda: defaultdict(int))
+    last_handled: dict[ClaimKey, float] = field(default_factory=dict)
     handled_total: int = 0
 
     def violation(self, invariant: str, detail: str, t: float | None = None) -> None:
@@ -71,6 +72,7 @@ class Checker:
         """A child handled ``offset`` at ``t``."""
         key = child.key
         self.handled_total += 1
+        self.last_handled[key] = t
         span = self.spans[key].get(child.cid)
         if span is None:
             self.spans[key][child.cid] = Span(child.cid, t, t)

@@ -277,7 +277,8 @@ class Fleet:
     # ---- running ---------------------------------------------------------------------------
 
     def converged(self) -> bool:
-        """Every partition of every group handled by a live child; shares fair."""
+        """Every partition of every group handled by a live child and moving (a record handled
+        in the last 2 s; records keep being produced); every member announced; shares fair."""
         t = self.t
         for group in self.modes:
             live = [
@@ -295,6 +296,9 @@ class Fleet:
             }
             if not set(self.keys(group)) <= covered:
                 return False
+            last = self.checker.last_handled
+            if any(t - last.get(k, -1e9) > 2.0 for k in self.keys(group)):
+                return False  # held but not moving: a wedged partition (records keep coming)
             announced = {n.member.member for n in live if n.member.member in n.member.held}
             if any(n.member.member not in announced for n in live):
                 return False  # a member not announced (twins share one announcement)

@@ -30,6 +30,7 @@ import structlog
 
 from marshal_workers import ipc
 from marshal_workers.child import ChildHandle, start_child
+from marshal_workers.childexit import EXIT_SETUP
 from marshal_workers.config import RunConfig
 from marshal_workers.coordlog import CoordinationLog, LogError
 from marshal_workers.core import commands as cmd
@@ -261,9 +262,17 @@ class Supervisor:
             elif isinstance(c, cmd.Log):
                 getattr(self._log, c.level)(c.event, **c.fields)
             elif isinstance(c, cmd.Observe):
-                getattr(self.observer, c.method)(*c.args)
+                self._observe(c)
             elif isinstance(c, cmd.Exit):
                 self.exit_code = c.code
+
+    def _observe(self, c: cmd.Observe) -> None:
+        """An observer's failure (a metrics bug, a full systemd socket) is logged, never fatal:
+        the claims' heartbeats matter more than their statistics."""
+        try:
+            getattr(self.observer, c.method)(*c.args)
+        except Exception as exc:
+            self._log.error("observer_failed", method=c.method, error=repr(exc))
 
     def _lease(self, key: ClaimKey) -> SharedLease:
         lease = self.leases.get(key)
@@ -272,7 +281,14 @@ class Supervisor:
         return lease
 
     def _spawn(self, c: cmd.Spawn) -> None:
-        handle = start_child(c.spec, self._lease(c.key), self.mp)
+        try:
+            handle = start_child(c.spec, self._lease(c.key), self.mp)
+        except OSError as exc:  # no process could be made (limits, memory): this claim's alone
+            self._log.error(
+                "child_start_failed", topic=c.key.topic, partition=c.key.partition, error=str(exc)
+            )
+            self._feed(inp.ChildExited(self.clock(), c.key, EXIT_SETUP))
+            return
         self.children[c.key] = handle
         self.observer.child_started(c.key, handle.pid, c.restart)
         self._log.info(
