@@ -1,5 +1,6 @@
-"""The pure core (protocol, events, rationalizer, claim engine, exit policy) does no I/O and
-reads no clock: none of it imports anything that could, directly or through the package."""
+"""The pure core (protocol, events, rationalizer, claim engine, exit policy, and the member's
+sans-I/O core in `marshal_workers/core/`) does no I/O and reads no clock: none of it imports
+anything that could, directly or through the package."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "marshal_workers"
-CORE = ["protocol", "events", "rationalizer", "frozen", "claims", "exitpolicy"]
+MEMBER_CORE = sorted(
+    f"core.{p.stem}" for p in (PACKAGE / "core").glob("*.py") if p.stem != "__init__"
+)
+CORE = ["protocol", "events", "rationalizer", "frozen", "claims", "exitpolicy", *MEMBER_CORE]
 ALLOWED_STDLIB = {
     "__future__",
     "collections",
@@ -23,18 +27,22 @@ ALLOWED_STDLIB = {
     "math",
     "bisect",
     "traceback",  # failures formats an exception it is given
+    "random",  # the member core's jitter, seeded per instance (runs replay)
+    "signal",  # the names of signals in the member core's inputs and commands; it sends none
 }
 # Not core, but pure too, so the core may import them: exit codes and their exception, the
-# child-supervisor messages, the failure policy's decisions.
-PURE_SUPPORT = ["childexit", "errors", "ipc", "failures"]
+# child-supervisor messages, the failure policy's decisions, the log's acknowledgement type.
+PURE_SUPPORT = ["childexit", "errors", "ipc", "failures", "coordlog"]
 
 
 def imports_of(module: str) -> set[str]:
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    tree = ast.parse((PACKAGE / f"{module.replace('.', '/')}.py").read_text())
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module == "marshal_workers.core":
+            names.update(f"marshal_workers.core.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module == "marshal_workers":
             names.update(f"marshal_workers.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
