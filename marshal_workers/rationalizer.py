@@ -36,7 +36,11 @@ record we fold while the offsets so far have been gap-free has its whole history
 us: it is *certain*, and the rules above apply. A claim first seen after a gap may have lost
 its ClaimingPartition (a holder that heartbeats for weeks), so its records prove nothing about
 who holds it. Such a claim is *uncertain*: every record on it is only activity (an Unverified
-event), its position is the largest offset seen, and a ClaimingPartition wins only after a
+event), its position is the largest offset seen (holders only move forward), except that the
+heartbeats and releases of the client that paused the group set it outright, as on a certain
+claim: that is a ``set-position`` rewind, and the pause that authorises it survives compaction
+(the newest ReleaseGroup of the group before the rewind is always kept, since the rewind itself
+is). A ClaimingPartition wins only after a
 record was seen on the claim and more than 2*HB of log time passed without any further record.
 Because survivors are a suffix, any record that made the claim fresh for a reader of the whole
 log is also in front of us, so an uncertain reader never grants a claim that a reader of the
@@ -420,7 +424,10 @@ def _uncertain(
     if isinstance(msg, ClaimingMessages):
         state.reserved = max(state.reserved or 0, msg.offset)
     else:
-        state.committed = max(state.committed or 0, msg.offset)
+        if world.pauses and _pause_client(world, key.group) == msg.client_id:
+            state.committed, state.reserved = msg.offset, None  # a rewind: set outright
+        else:
+            state.committed = max(state.committed or 0, msg.offset)
         state.holder_client, state.holder_instance = msg.client_id, msg.instance_id
     state.last_activity = now
     return ev.Unverified(rec.partition, rec.offset, now, msg)
