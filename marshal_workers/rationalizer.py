@@ -28,6 +28,11 @@ age > 2*HB. The rules (an input that breaks a rule changes nothing but the event
    While paused, only the pausing client may claim, and its heartbeats and releases set the
    position outright (also below a reservation): that is how ``set-position`` rewinds.
 
+Records that are not about a claim (`metadata`): the coordination topic's recorded partition
+count (CoordinationTopic, on partition 0) and a group's shared settings (GroupSettings) are
+kept in ``World.topic_record`` and ``World.group_settings`` (the newest wins) and change no
+claim; the runtime and the admin compare them with their own (a mismatch is refused there).
+
 Compacted history
 -----------------
 `__marshal` is compacted by key (one key per claim), and Kafka's cleaner keeps, for each key,
@@ -56,6 +61,13 @@ from enum import StrEnum
 from typing import Any
 
 from marshal_workers import events as ev
+from marshal_workers.metadata import (
+    METADATA_PARTITION,
+    GroupSettings,
+    TopicRecord,
+    decode_metadata,
+    metadata_key,
+)
 from marshal_workers.protocol import (
     ClaimingMessages,
     ClaimingPartition,
@@ -95,7 +107,7 @@ class RationalizerConfig:
     """The parameters every reader of one coordination topic must share."""
 
     heartbeat_interval_ms: int
-    num_partitions: int | None = None
+    num_partitions: int | None = None  # the recorded count (`metadata`): checks home partitions
     partitioner: Partitioner = Partitioner.SPEC
     admin_client_ids: frozenset[str] | None = None
 
@@ -142,6 +154,8 @@ class World:
     gap_seen: bool = False
     malformed: int = 0
     log_time: int = 0
+    topic_record: TopicRecord | None = None  # newest CoordinationTopic record (partition 0)
+    group_settings: dict[str, GroupSettings] = field(default_factory=dict)  # newest per group
     keys: dict[bytes, ClaimKey] = field(default_factory=dict, compare=False, repr=False)
 
     def copy(self) -> World:
@@ -205,7 +219,7 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
     try:
         msg = decode(record.value)
     except DecodeError as exc:
-        return _malformed(world, record, str(exc))
+        return _metadata(world, record, exc)
     if type(msg) is ReleaseGroup:
         if record.key != msg.group_id.encode():
             return _malformed(world, record, _key_mismatch(record, msg))
@@ -233,6 +247,25 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
     if not state.certain:
         return _uncertain(world, record, msg, key, state)
     return _RULES[type(msg)](world, record, msg, key, state)
+
+
+def _metadata(world: World, record: CoordRecord, error: DecodeError) -> ev.Event:
+    """A record that is no protocol message: a metadata record (see `metadata`), or malformed
+    (with the protocol decoder's reason)."""
+    try:
+        meta = decode_metadata(record.value)
+    except DecodeError:
+        return _malformed(world, record, str(error))
+    if record.key != metadata_key(meta):
+        return _malformed(world, record, f"key {record.key!r} does not match the record")
+    if isinstance(meta, TopicRecord):
+        if record.partition != METADATA_PARTITION:
+            reason = f"the topic record belongs on coordination partition {METADATA_PARTITION}"
+            return _malformed(world, record, reason)
+        world.topic_record = meta
+        return ev.TopicRecorded(record.partition, record.offset, world.log_time, meta)
+    world.group_settings[meta.group_id] = meta
+    return ev.GroupSettingsRecorded(record.partition, record.offset, world.log_time, meta)
 
 
 def _key_mismatch(record: CoordRecord, msg: Message) -> str:

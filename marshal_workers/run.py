@@ -19,11 +19,25 @@ import structlog
 
 from marshal_workers.config import RunConfig
 from marshal_workers.coordination import Coordinator
+from marshal_workers.coordlog import LogError
 from marshal_workers.datatopics import DataTopics
-from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME, ConfigError, MarshalError
+from marshal_workers.errors import (
+    EXIT_COORDINATION_CHANGED,
+    EXIT_OK,
+    EXIT_USAGE,
+    ConfigError,
+    MarshalError,
+)
+from marshal_workers.fleetcheck import (
+    SettingsWatch,
+    check_partition_count,
+    ensure_group_settings,
+    own_settings,
+)
 from marshal_workers.handler import load_handler
 from marshal_workers.kafkalog import KafkaLog
 from marshal_workers.logs import configure_logging
+from marshal_workers.metadata import GroupSettings
 from marshal_workers.metrics import Metrics, MetricsServer
 from marshal_workers.observe import Observer, Observers
 from marshal_workers.offsets import OffsetCommitter
@@ -33,6 +47,8 @@ from marshal_workers.signals import SignalQueue
 from marshal_workers.supervisor import CoordinationChangedError, Supervisor
 from marshal_workers.systemd import SystemdNotify
 from marshal_workers.topicadmin import admin_client, describe_topic, diff_topic_config
+
+CATCH_UP_TIMEOUT_S = 60.0
 
 
 def lock_dir() -> Path:
@@ -143,16 +159,26 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
             instance_id=config.instance_id,
             heartbeat_interval=config.heartbeat_interval,
         )
+        exit_code = EXIT_OK
         try:
+            # wp-safety: the pinned partition count and the group's shared settings (fleetcheck)
+            mine = own_settings(config)
+            _preflight(config, coordination, reader, mine)
+            watch = SettingsWatch(mine)
             if server is not None:
                 server.start()
                 log.info("metrics serving", host=config.metrics_host, port=server.port)
             supervisor.start()
             while not supervisor.done:
                 supervisor.step(signals.take())
+                problem = watch.check(reader.worlds)
+                if problem is not None and exit_code == EXIT_OK:
+                    log.error("group_settings_changed", reason=problem)
+                    exit_code = EXIT_USAGE
+                    supervisor.request_stop(fast=False)
         except CoordinationChangedError as exc:
             log.error("refusing to run", reason=str(exc))
-            return EXIT_RUNTIME
+            return EXIT_COORDINATION_CHANGED
         finally:
             supervisor.kill_all()  # nothing outlives the supervisor
             signals.close()
@@ -162,4 +188,16 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
             if server is not None:
                 server.close()
         log.info("supervisor stopped")
-    return EXIT_OK
+    return exit_code
+
+
+def _preflight(
+    config: RunConfig, coordination: KafkaLog, reader: LogReader, mine: GroupSettings
+) -> None:
+    """Before anything is claimed: the recorded partition count, the group's settings."""
+    try:
+        reader.catch_up(CATCH_UP_TIMEOUT_S)
+    except LogError as exc:
+        raise MarshalError(str(exc)) from None
+    check_partition_count(config.coordination_topic, reader.worlds, coordination.num_partitions)
+    ensure_group_settings(coordination, reader, mine, CATCH_UP_TIMEOUT_S)

@@ -72,6 +72,12 @@ def run_init(
         f"{info.partitions} partition(s), replication factor {info.replication_factor}, "
         f"message.timestamp.type={info.config.get('message.timestamp.type')}"
     )
+    if result.recorded_partitions is not None:
+        how = "recorded now" if result.newly_recorded else "as recorded at init"
+        out(
+            f"partition count pinned at {result.recorded_partitions} ({how}): never change it; "
+            "see docs/operations.md to move a fleet to a new coordination topic"
+        )
     for diff in result.differences:
         if not diff.fatal:
             warn(str(diff))
