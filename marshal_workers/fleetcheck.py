@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from marshal_workers import events as ev
 from marshal_workers.config import RunConfig
 from marshal_workers.coordlog import CoordinationLog, LogError
 from marshal_workers.errors import EXIT_COORDINATION_CHANGED, ConfigError, MarshalError
@@ -88,21 +89,21 @@ def ensure_group_settings(
 
 
 class SettingsWatch:
-    """Notices, while a member runs, group settings that no longer match its own."""
+    """Notices, while a member runs, group settings that no longer match its own.
+
+    The supervisor hands it every GroupSettingsRecorded it folds, before it acts on anything
+    else of that turn, so a member never claims after folding settings that are not its own
+    (the record precedes, on each partition, the lift of the pause that came with it)."""
 
     def __init__(self, mine: GroupSettings) -> None:
         self.mine = mine
-        self._seen: dict[int, GroupSettings | None] = {}
+        self.problem: str | None = None  # the first mismatch seen
 
-    def check(self, worlds: Mapping[int, World]) -> str | None:
-        """A problem line if a newly folded settings record differs from this member's."""
-        group = self.mine.group_id
-        for p, world in worlds.items():
-            current = world.group_settings.get(group)
-            if current is self._seen.get(p):
-                continue
-            self._seen[p] = current
-            problem = settings_problem(current, self.mine)
-            if problem is not None:
-                return problem
-        return None
+    def check_event(self, event: ev.GroupSettingsRecorded) -> str | None:
+        """A problem line if ``event`` records settings for this group other than its own."""
+        if event.settings.group_id != self.mine.group_id:
+            return None
+        problem = settings_problem(event.settings, self.mine)
+        if problem is not None and self.problem is None:
+            self.problem = problem
+        return problem

@@ -164,18 +164,15 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
             # wp-safety: the pinned partition count and the group's shared settings (fleetcheck)
             mine = own_settings(config)
             _preflight(config, coordination, reader, mine)
-            watch = SettingsWatch(mine)
+            watch = supervisor.settings_watch = SettingsWatch(mine)
             if server is not None:
                 server.start()
                 log.info("metrics serving", host=config.metrics_host, port=server.port)
             supervisor.start()
             while not supervisor.done:
                 supervisor.step(signals.take())
-                problem = watch.check(reader.worlds)
-                if problem is not None and exit_code == EXIT_OK:
-                    log.error("group_settings_changed", reason=problem)
-                    exit_code = EXIT_USAGE
-                    supervisor.request_stop(fast=False)
+            if watch.problem is not None:
+                exit_code = EXIT_USAGE  # settings changed by an operator: restart with them
         except CoordinationChangedError as exc:
             log.error("refusing to run", reason=str(exc))
             return EXIT_COORDINATION_CHANGED

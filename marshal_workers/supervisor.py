@@ -49,6 +49,7 @@ from marshal_workers.config import RunConfig
 from marshal_workers.coordination import Coordinator
 from marshal_workers.datatopics import DataTopics
 from marshal_workers.errors import MarshalError
+from marshal_workers.fleetcheck import SettingsWatch
 from marshal_workers.holding import Holding, Phase
 from marshal_workers.lease import SharedLease, default_margin, lease_deadline
 from marshal_workers.observe import ClaimSnapshot, Observer
@@ -94,6 +95,7 @@ class Supervisor(OperatorRequests):
         self.done = False
         self.paused_until_ms: int | None = None  # an admin's pause of the group in force
         self.reload_pending = False
+        self.settings_watch: SettingsWatch | None = None  # wp-safety: set by run.py
         self._next_heartbeat = self._next_claim = self._next_release = 0.0
         self._next_discovery = 0.0
         self._log = structlog.get_logger().bind(
@@ -225,6 +227,19 @@ class Supervisor(OperatorRequests):
         for e in events:
             if isinstance(e, ev.ClaimVerdict):
                 self._on_claim_event(e)
+            elif isinstance(e, ev.GroupSettingsRecorded):  # wp-safety: settings changed
+                self._on_group_settings(e)
+
+    def _on_group_settings(self, e: ev.GroupSettingsRecorded) -> None:
+        """Settings of this group other than this member's: stop gracefully, before anything
+        else is claimed (wp-safety, issue 9 item 6; `fleetcheck.SettingsWatch`)."""
+        watch = self.settings_watch
+        if watch is None or self.stopping:
+            return
+        problem = watch.check_event(e)
+        if problem is not None:
+            self._log.error("group_settings_changed", reason=problem)
+            self.request_stop(fast=False)
 
     def _on_claim_event(self, e: ev.ClaimVerdict) -> None:
         sent_at = self.co.sent_at(e)

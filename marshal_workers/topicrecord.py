@@ -53,8 +53,8 @@ def _end_offset(consumer: Consumer, topic: str, deadline: float) -> int:
         remaining = max(deadline - time.monotonic(), 0.1)
         try:
             return int(consumer.get_watermark_offsets(tp, timeout=remaining, cached=False)[1])
-        except KafkaException as exc:
-            if time.monotonic() >= deadline or not exc.args[0].retriable():
+        except KafkaException:
+            if time.monotonic() >= deadline:  # NOT_LEADER is not flagged retriable
                 raise
         time.sleep(0.1)
 
