@@ -43,6 +43,7 @@ class ChildCare:
     kill_grace: float
     holdings: dict[ClaimKey, Holding]
     avoid_until: dict[ClaimKey, float]
+    expired_positions: dict[ClaimKey, int]  # wp-safety: see reclaim.py
     _log: Any
 
     def _decide(self, msg: Message) -> ev.Event | None:
@@ -234,6 +235,8 @@ class ChildCare:
             confirmed = isinstance(verdict, ev.Released)
             if confirmed:
                 self.observer.claim_released(key)
+            else:  # wp-safety (issue 9 item 8): keep the newest position for a re-claim
+                self.expired_positions[key] = holding.position
             self._log.info(
                 "claim released",
                 topic=key.topic,

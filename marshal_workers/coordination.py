@@ -33,6 +33,7 @@ from marshal_workers.rationalizer import ClaimState
 from marshal_workers.reader import LogReader
 
 Clock = Callable[[], float]
+LATE_HEARTBEATS_KEPT = 64  # per claim; beyond that a late heartbeat is simply not credited
 
 
 class Coordinator:
@@ -55,6 +56,11 @@ class Coordinator:
         self.wall = wall
         self.hb = config.heartbeat_interval
         self._sent: dict[tuple[int, int], float] = {}
+        # wp-safety (issue 9 item 8): send times of heartbeats whose append timed out, oldest
+        # first, per claim. The producer still delivers them (in order) when a stall ends; the
+        # n-th of ours folded without a known position is credited with the oldest time left,
+        # never a later one, so a lease is never longer than the heartbeat proves.
+        self._late: dict[ClaimKey, list[float]] = {}
         self._seen_log_time = (0, clock())
         self._log = structlog.get_logger().bind(group=config.group, client_id=config.client_id)
 
@@ -98,6 +104,10 @@ class Coordinator:
             )
         except LogError as exc:
             self.observer.coordination_write(type(msg).__name__, self.clock() - started, False)
+            if isinstance(msg, Heartbeat):
+                late = self._late.setdefault(key, [])
+                if len(late) < LATE_HEARTBEATS_KEPT:
+                    late.append(started)
             self._log.warning(
                 "coordination write failed",
                 message=type(msg).__name__,
@@ -143,8 +153,21 @@ class Coordinator:
         return events
 
     def sent_at(self, event: ev.Event) -> float | None:
-        """When this client sent the heartbeat ``event`` is the verdict on (None: not ours)."""
-        return self._sent.pop((event.coord_partition, event.coord_offset), None)
+        """When this client sent the heartbeat ``event`` is the verdict on (None: not ours).
+
+        An accepted heartbeat of this instance whose append had timed out is credited with the
+        oldest such send time of its claim (see ``_late``)."""
+        found = self._sent.pop((event.coord_partition, event.coord_offset), None)
+        if (
+            found is None
+            and isinstance(event, ev.HeartbeatAccepted)
+            and event.instance_id == self.config.instance_id
+            and event.client_id == self.config.client_id
+        ):
+            late = self._late.get(event.key)
+            if late:
+                found = late.pop(0)
+        return found
 
     # ---- the folded world -------------------------------------------------------------------
 

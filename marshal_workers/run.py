@@ -17,6 +17,7 @@ from pathlib import Path
 
 import structlog
 
+from marshal_workers.brokercheck import cluster_heartbeat_warning
 from marshal_workers.config import RunConfig
 from marshal_workers.coordination import Coordinator
 from marshal_workers.coordlog import LogError
@@ -82,11 +83,8 @@ def client_id_lock(client_id: str) -> Iterator[None]:
 def check_coordination_topic(config: RunConfig) -> None:
     """Refuse a coordination topic whose settings break the safety argument; warn on others."""
     log = structlog.get_logger()
-    info = describe_topic(
-        admin_client(config.bootstrap_servers, config.kafka),
-        config.bootstrap_servers,
-        config.coordination_topic,
-    )
+    admin = admin_client(config.bootstrap_servers, config.kafka)
+    info = describe_topic(admin, config.bootstrap_servers, config.coordination_topic)
     if info is None:
         raise MarshalError(
             f"coordination topic {config.coordination_topic} does not exist on "
@@ -96,6 +94,9 @@ def check_coordination_topic(config: RunConfig) -> None:
         if diff.fatal:
             raise MarshalError(f"{config.coordination_topic}: {diff}")
         log.warning("coordination topic setting", difference=str(diff))
+    too_small = cluster_heartbeat_warning(admin, config.heartbeat_interval)  # wp-safety
+    if too_small is not None:
+        log.warning("heartbeat_interval_too_small", detail=too_small)
 
 
 def operator_observers(config: RunConfig) -> tuple[list[Observer], MetricsServer | None]:

@@ -56,6 +56,7 @@ from marshal_workers.observe import ClaimSnapshot, Observer
 from marshal_workers.operator_requests import OperatorRequests
 from marshal_workers.protocol import ClaimKey, Message
 from marshal_workers.rationalizer import ClaimState
+from marshal_workers.reclaim import reclaimed_position
 
 Clock = Callable[[], float]
 DISCOVERY_INTERVAL_S = 10.0
@@ -91,6 +92,7 @@ class Supervisor(OperatorRequests):
         self.holdings: dict[ClaimKey, Holding] = {}
         self.partitions: list[ClaimKey] = []
         self.avoid_until: dict[ClaimKey, float] = {}
+        self.expired_positions: dict[ClaimKey, int] = {}  # wp-safety: unconfirmed releases
         self.stopping = False
         self.done = False
         self.paused_until_ms: int | None = None  # an admin's pause of the group in force
@@ -275,6 +277,12 @@ class Supervisor(OperatorRequests):
         if not isinstance(verdict, ev.ClaimGranted):
             return False
         position = 0 if is_member_key(key) else self._start_position(key, self.co.view().get(key))
+        position = reclaimed_position(  # wp-safety (issue 9 item 8)
+            position,
+            self.expired_positions.pop(key, None),
+            verdict.previous_client,
+            self.config.client_id,
+        )
         holding = self._hold(key, verdict.token, position, sent_at)
         self.co.heartbeat(key, holding.position)
         self._log.info(

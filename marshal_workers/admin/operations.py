@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from marshal_workers import events as ev
 from marshal_workers.admin.session import AdminSession
+from marshal_workers.brokercheck import cluster_heartbeat_warning
 from marshal_workers.config import DEFAULT_ADMIN_CLIENT_IDS
 from marshal_workers.coordlog import LogError
 from marshal_workers.errors import ConfigError, MarshalError
@@ -83,6 +84,11 @@ def run_init(
     for diff in result.differences:
         if not diff.fatal:
             warn(str(diff))
+    too_small = cluster_heartbeat_warning(
+        admin_client(conn.bootstrap_servers), conn.heartbeat_interval_ms / 1000
+    )
+    if too_small is not None:
+        warn(f"warning: {too_small}")
     fatal = [d for d in result.differences if d.fatal]
     if fatal:
         more = f" (and {len(fatal) - 1} more)" if len(fatal) > 1 else ""

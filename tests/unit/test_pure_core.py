@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "marshal_workers"
-CORE = ["protocol", "events", "rationalizer", "frozen", "claims", "exitpolicy", "metadata"]
+CORE = [
+    "protocol",
+    "events",
+    "rationalizer",
+    "frozen",
+    "claims",
+    "exitpolicy",
+    "metadata",
+    "reclaim",
+]
 ALLOWED_STDLIB = {
     "__future__",
     "collections",
