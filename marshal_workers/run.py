@@ -33,6 +33,7 @@ from marshal_workers.fleetcheck import (
     SettingsWatch,
     check_partition_count,
     ensure_group_settings,
+    group_settings_problem,
     own_settings,
 )
 from marshal_workers.handler import load_handler
@@ -170,6 +171,11 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
                 server.start()
                 log.info("metrics serving", host=config.metrics_host, port=server.port)
             supervisor.start()
+            changed = group_settings_problem(reader.worlds, mine)  # folded during start
+            if changed is not None and watch.problem is None:
+                watch.problem = changed
+                log.error("group_settings_changed", reason=changed)
+                supervisor.request_stop(fast=False)
             while not supervisor.done:
                 supervisor.step(signals.take())
             if watch.problem is not None:
