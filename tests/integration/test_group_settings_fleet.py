@@ -72,7 +72,7 @@ def test_rolling_heartbeat_change(fleet: Fleet) -> None:
     assert "group_settings_changed" in a.log_path.read_text()
     c = fleet.start("c", "--heartbeat-interval", "1")
     fleet.wait_for(lambda: fleet.counts() == {"c": 4}, 40, "c (HB 1 s) holding all 4")
-    fleet.wait_for(lambda: {r["client_id"] for r in fleet.ledger()} >= {"a", "c"}, 30, "c handling")
+    fleet.wait_for(lambda: "c" in {r["client_id"] for r in fleet.ledger()}, 60, "c handling")
     fleet.stop_producing()
     assert find_overlaps(fleet.ledger()) == []
     assert c.proc.poll() is None
