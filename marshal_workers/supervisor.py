@@ -56,7 +56,7 @@ from marshal_workers.observe import ClaimSnapshot, Observer
 from marshal_workers.operator_requests import OperatorRequests
 from marshal_workers.protocol import ClaimKey, Message
 from marshal_workers.rationalizer import ClaimState
-from marshal_workers.reclaim import reclaimed_position
+from marshal_workers.reclaim import reclaimed_position, retry_release
 
 Clock = Callable[[], float]
 DISCOVERY_INTERVAL_S = 10.0
@@ -93,6 +93,7 @@ class Supervisor(OperatorRequests):
         self.partitions: list[ClaimKey] = []
         self.avoid_until: dict[ClaimKey, float] = {}
         self.expired_positions: dict[ClaimKey, int] = {}  # wp-safety: unconfirmed releases
+        self._next_release_retry = 0.0  # wp-safety
         self.stopping = False
         self.done = False
         self.paused_until_ms: int | None = None  # an admin's pause of the group in force
@@ -315,8 +316,26 @@ class Supervisor(OperatorRequests):
             self._log.info("partitions changed", before=len(self.partitions), now=len(found))
         self.partitions = found
 
+    def _retry_releases(self, now: float) -> None:
+        """Write again, every HB/2, the releases that a lease expiry left unconfirmed, while
+        the log still shows this instance holding the claim (wp-safety, issue 9 item 8; see
+        reclaim.py): the next owner then resumes at the newest position."""
+        if not self.expired_positions or now < self._next_release_retry:
+            return
+        self._next_release_retry = now + self.hb / 2
+        view = self.co.view()
+        for key, position in list(self.expired_positions.items()):
+            if key in self.holdings:
+                continue
+            c = self.config
+            if retry_release(view.get(key), c.client_id, c.instance_id) is None:
+                del self.expired_positions[key]
+            else:
+                self.co.send(self.co.releasing(key, position), max(0.2, min(1.0, self.hb / 4)))
+
     def _rebalance(self, now: float) -> None:
         self._next_claim = now + max(0.05, self.hb / 10)
+        self._retry_releases(now)  # wp-safety
         member = member_key(self.config.group, self.config.client_id)
         if member not in self.holdings and not self._claim(member):
             return  # not announced: claiming now would count this member out of the shares

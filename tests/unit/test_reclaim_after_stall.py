@@ -4,7 +4,8 @@
 The child reported 752; the stall (every append fails) outlasts the lease, the child is
 fenced, the release is not acknowledged, and the log still says 0. When the stall ends and the
 member wins the claim back with nobody in between, it starts at 752 (it used to start at the
-log's 0 and handle 752 records again).
+log's 0 and handle 752 records again). If it keeps away instead, it writes its release at
+752 again once the log takes writes, so that whoever claims next resumes there.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from marshal_workers.observe import Observer
 from marshal_workers.protocol import ClaimKey
 from marshal_workers.rationalizer import Mode, RationalizerConfig
 from marshal_workers.reader import LogReader
-from marshal_workers.reclaim import reclaimed_position
+from marshal_workers.reclaim import reclaimed_position, retry_release
 from marshal_workers.supervisor import Supervisor
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
 
@@ -59,6 +60,8 @@ def test_a_claim_won_back_after_a_stall_starts_at_the_childs_position(
     children: list[FakeChild] = []
     patch_children(monkeypatch, children)
     sup = Supervisor(config, Coordinator(config, log, reader, Observer()), FakeTopics(1), MP)  # type: ignore[arg-type]
+    # the claim is won back before the release is written again (the next test covers that)
+    monkeypatch.setattr(sup, "_retry_releases", lambda now: None)
     try:
         sup.start(catch_up_timeout=5)
         run_until(sup, lambda: KEY in sup.holdings, "the partition claimed")
@@ -81,9 +84,54 @@ def test_a_claim_won_back_after_a_stall_starts_at_the_childs_position(
         sup.kill_all()
 
 
+def test_the_unconfirmed_release_is_written_again_so_the_next_owner_resumes_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Lease expired in a stall, release lost; the member keeps away from the partition: once
+    the log takes writes again, its release at 752 is written again and folded (the log used
+    to keep 0, from where any next owner would have started)."""
+    topic = MemoryTopic(1, lambda: int(time.time() * 1000))
+    log = StalledLog(topic)
+    config = RunConfig("h:h", Mode.ALO, ("orders",), "g", "w1", heartbeat_interval=0.5)
+    reader = LogReader(log, RationalizerConfig(config.heartbeat_interval_ms, 1))
+    children: list[FakeChild] = []
+    patch_children(monkeypatch, children)
+    sup = Supervisor(config, Coordinator(config, log, reader, Observer()), FakeTopics(1), MP)  # type: ignore[arg-type]
+    try:
+        sup.start(catch_up_timeout=5)
+        run_until(sup, lambda: KEY in sup.holdings, "the partition claimed")
+        log.stalled = True
+        children[0].peer.send(ipc.Progress(752))
+        run_until(sup, lambda: sup.holdings[KEY].position == 752, "the progress read")
+        run_until(sup, lambda: KEY not in sup.holdings, "the lease to run out")
+        sup.avoid_until[KEY] = time.monotonic() + 3600  # someone else's turn
+        assert sup.co.view()[KEY].committed == 0
+        log.stalled = False
+
+        def released_at_752() -> bool:
+            state = sup.co.view()[KEY]
+            return state.released and state.committed == 752
+
+        run_until(sup, released_at_752, "the release at 752 folded")
+    finally:
+        sup.kill_all()
+
+
 def test_the_logs_position_stands_when_someone_else_held_the_claim() -> None:
     """Another holder in between (or a release): the log's position, whatever was reported."""
     assert reclaimed_position(100, 752, "w2", "w1") == 100
     assert reclaimed_position(100, 752, None, "w1") == 100
     assert reclaimed_position(900, 752, "w1", "w1") == 900
     assert reclaimed_position(100, None, "w1", "w1") == 100
+
+
+def test_a_release_is_retried_only_while_this_instance_holds_the_claim() -> None:
+    """Released, held by another client or by another instance: forget the position."""
+    from marshal_workers.rationalizer import ClaimState  # noqa: PLC0415
+
+    mine = ClaimState(True, "w1", "i1", token=3, committed=0)
+    assert retry_release(mine, "w1", "i1") is True
+    assert retry_release(ClaimState(True, released=True, committed=752), "w1", "i1") is None
+    assert retry_release(ClaimState(True, "w2", "j1"), "w1", "i1") is None
+    assert retry_release(ClaimState(True, "w1", "i2"), "w1", "i1") is None
+    assert retry_release(None, "w1", "i1") is None
