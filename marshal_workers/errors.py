@@ -10,7 +10,9 @@ EXIT_OK = 0
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 EXIT_HANDLER_LOAD = 3
-EXIT_COORDINATION_CHANGED = 5  # the coordination topic's partition count changed: not restartable
+# The coordination topic's partition count is not the one recorded at init: claims would move
+# to other partitions. Not restartable (systemd's RestartPreventExitStatus): an operator must act.
+EXIT_COORDINATION_CHANGED = 4
 
 
 class MarshalError(Exception):

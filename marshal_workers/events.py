@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from marshal_workers.frozen import fast_init
+from marshal_workers.metadata import GroupSettings, TopicRecord
 from marshal_workers.protocol import (
     ClaimingMessages,
     ClaimingPartition,
@@ -198,3 +199,24 @@ class GroupPauseRejected(GroupVerdict):
 @dataclass(frozen=True, slots=True)
 class Unverified(ClaimVerdict):
     """A record about a claim whose earlier history was compacted away: counted as activity only."""
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class TopicRecorded(Event):
+    """The coordination topic's partition count, as `marshal-admin init` recorded it."""
+
+    record: TopicRecord
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class GroupSettingsRecorded(Event):
+    """The settings every member and admin of a group must share (the newest record wins)."""
+
+    settings: GroupSettings
+
+    @property
+    def group(self) -> str:
+        """The group the settings are for."""
+        return self.settings.group_id

@@ -30,6 +30,11 @@ age > 2*HB. The rules (an input that breaks a rule changes nothing but the event
    While paused, only the pausing client may claim, and its heartbeats and releases set the
    position outright (also below a reservation): that is how ``set-position`` rewinds.
 
+Records that are not about a claim (`metadata`): the coordination topic's recorded partition
+count (CoordinationTopic, on partition 0) and a group's shared settings (GroupSettings) are
+kept in ``World.topic_record`` and ``World.group_settings`` (the newest wins) and change no
+claim; the runtime and the admin compare them with their own (a mismatch is refused there).
+
 Compacted history
 -----------------
 `__marshal` is compacted by key (one key per claim), and Kafka's cleaner keeps, for each key,
@@ -38,7 +43,11 @@ record we fold while the offsets so far have been gap-free has its whole history
 us: it is *certain*, and the rules above apply. A claim first seen after a gap may have lost
 its ClaimingPartition (a holder that heartbeats for weeks), so its records prove nothing about
 who holds it. Such a claim is *uncertain*: every record on it is only activity (an Unverified
-event), its position is the largest offset seen, and a ClaimingPartition wins only after a
+event), its position is the largest offset seen (holders only move forward), except that the
+heartbeats and releases of the client that paused the group set it outright, as on a certain
+claim: that is a ``set-position`` rewind, and the pause that authorises it survives compaction
+(the newest ReleaseGroup of the group before the rewind is always kept, since the rewind itself
+is). A ClaimingPartition wins only after a
 record was seen on the claim and more than 2*HB of log time passed without any further record.
 Because survivors are a suffix, any record that made the claim fresh for a reader of the whole
 log is also in front of us, so an uncertain reader never grants a claim that a reader of the
@@ -54,6 +63,13 @@ from enum import StrEnum
 from typing import Any
 
 from marshal_workers import events as ev
+from marshal_workers.metadata import (
+    METADATA_PARTITION,
+    GroupSettings,
+    TopicRecord,
+    decode_metadata,
+    metadata_key,
+)
 from marshal_workers.protocol import (
     ClaimingMessages,
     ClaimingPartition,
@@ -93,7 +109,7 @@ class RationalizerConfig:
     """The parameters every reader of one coordination topic must share."""
 
     heartbeat_interval_ms: int
-    num_partitions: int | None = None
+    num_partitions: int | None = None  # the recorded count (`metadata`): checks home partitions
     partitioner: Partitioner = Partitioner.SPEC
     admin_client_ids: frozenset[str] | None = None
 
@@ -140,6 +156,8 @@ class World:
     gap_seen: bool = False
     malformed: int = 0
     log_time: int = 0
+    topic_record: TopicRecord | None = None  # newest CoordinationTopic record (partition 0)
+    group_settings: dict[str, GroupSettings] = field(default_factory=dict)  # newest per group
     keys: dict[bytes, ClaimKey] = field(default_factory=dict, compare=False, repr=False)
 
     def copy(self) -> World:
@@ -203,7 +221,7 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
     try:
         msg = decode(record.value)
     except DecodeError as exc:
-        return _malformed(world, record, str(exc))
+        return _metadata(world, record, exc)
     if type(msg) is ReleaseGroup:
         if record.key != msg.group_id.encode():
             return _malformed(world, record, _key_mismatch(record, msg))
@@ -231,6 +249,25 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
     if not state.certain:
         return _uncertain(world, record, msg, key, state)
     return _RULES[type(msg)](world, record, msg, key, state)
+
+
+def _metadata(world: World, record: CoordRecord, error: DecodeError) -> ev.Event:
+    """A record that is no protocol message: a metadata record (see `metadata`), or malformed
+    (with the protocol decoder's reason)."""
+    try:
+        meta = decode_metadata(record.value)
+    except DecodeError:
+        return _malformed(world, record, str(error))
+    if record.key != metadata_key(meta):
+        return _malformed(world, record, f"key {record.key!r} does not match the record")
+    if isinstance(meta, TopicRecord):
+        if record.partition != METADATA_PARTITION:
+            reason = f"the topic record belongs on coordination partition {METADATA_PARTITION}"
+            return _malformed(world, record, reason)
+        world.topic_record = meta
+        return ev.TopicRecorded(record.partition, record.offset, world.log_time, meta)
+    world.group_settings[meta.group_id] = meta
+    return ev.GroupSettingsRecorded(record.partition, record.offset, world.log_time, meta)
 
 
 def _key_mismatch(record: CoordRecord, msg: Message) -> str:
@@ -426,7 +463,10 @@ def _uncertain(
     if isinstance(msg, ClaimingMessages):
         state.reserved = max(state.reserved or 0, msg.offset)
     else:
-        state.committed = max(state.committed or 0, msg.offset)
+        if world.pauses and _pause_client(world, key.group) == msg.client_id:
+            state.committed, state.reserved = msg.offset, None  # a rewind: set outright
+        else:
+            state.committed = max(state.committed or 0, msg.offset)
         state.holder_client, state.holder_instance = msg.client_id, msg.instance_id
     state.last_activity = now
     return ev.Unverified(rec.partition, rec.offset, now, msg)

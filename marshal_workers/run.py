@@ -17,6 +17,7 @@ from pathlib import Path
 
 import structlog
 
+from marshal_workers.brokercheck import cluster_heartbeat_warning
 from marshal_workers.config import RunConfig
 from marshal_workers.datatopics import DataTopics
 from marshal_workers.errors import EXIT_OK, ConfigError, MarshalError
@@ -63,11 +64,8 @@ def client_id_lock(client_id: str) -> Iterator[None]:
 def check_coordination_topic(config: RunConfig) -> None:
     """Refuse a coordination topic whose settings break the safety argument; warn on others."""
     log = structlog.get_logger()
-    info = describe_topic(
-        admin_client(config.bootstrap_servers, config.kafka),
-        config.bootstrap_servers,
-        config.coordination_topic,
-    )
+    admin = admin_client(config.bootstrap_servers, config.kafka)
+    info = describe_topic(admin, config.bootstrap_servers, config.coordination_topic)
     if info is None:
         raise MarshalError(
             f"coordination topic {config.coordination_topic} does not exist on "
@@ -76,7 +74,10 @@ def check_coordination_topic(config: RunConfig) -> None:
     for diff in diff_topic_config(info.config, info.replication_factor):
         if diff.fatal:
             raise MarshalError(f"{config.coordination_topic}: {diff}")
-        log.warning("coordination topic setting", difference=str(diff))
+        log.warning("coordination_topic_setting", difference=str(diff))
+    too_small = cluster_heartbeat_warning(admin, config.heartbeat_interval)
+    if too_small is not None:
+        log.warning("heartbeat_interval_too_small", detail=too_small)
 
 
 def operator_observers(config: RunConfig) -> tuple[list[Observer], MetricsServer | None]:
@@ -135,7 +136,7 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
             if server is not None:
                 server.start()
                 log.info("metrics_serving", host=config.metrics_host, port=server.port)
-            supervisor.start()
+            supervisor.start(preflight=True)
             while not supervisor.done:
                 supervisor.step(signals.take())
         finally:

@@ -29,11 +29,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from marshal_workers.errors import MarshalError
 from marshal_workers.kafkalog import RDKAFKA_LOG
+from marshal_workers.topicrecord import read_topic_record, write_topic_record
 
 HISTORY_WINDOW_MS: Final = 7 * 24 * 3600 * 1000
 SEGMENT_MS: Final = 3600 * 1000
 MAX_SEGMENT_MS: Final = 24 * 3600 * 1000
 ADMIN_TIMEOUT_S: Final = 10.0
+INIT_CLIENT_ID: Final = "marshal-admin-init"
 
 
 def coordination_topic_config(
@@ -245,6 +247,8 @@ class InitResult:
     topic: TopicInfo
     created: bool
     differences: list[ConfigDifference]
+    recorded_partitions: int | None = None  # the pinned count (`metadata`), None if unknown
+    newly_recorded: bool = False  # this call wrote the record
 
 
 def ensure_coordination_topic(
@@ -305,7 +309,51 @@ def ensure_coordination_topic(
                 "a broker failure can lose the coordination log",
             )
         )
-    return InitResult(info, created, diffs)
+    recorded, newly = _pin_partition_count(
+        bootstrap_servers, topic, info, created, diffs, timeout_s, extra_config
+    )
+    return InitResult(info, created, diffs, recorded, newly)
+
+
+def _pin_partition_count(
+    bootstrap: str,
+    topic: str,
+    info: TopicInfo,
+    created: bool,
+    diffs: list[ConfigDifference],
+    timeout_s: float,
+    extra_config: Mapping[str, str] | None,
+) -> tuple[int, bool]:
+    """Record the partition count if the topic has no record yet (a topic just created, or
+    once on an older one); report a count that differs from the record as fatal."""
+    record = read_topic_record(bootstrap, topic, timeout_s, extra_config)
+    if record is None:
+        write_topic_record(
+            bootstrap, topic, info.partitions, INIT_CLIENT_ID, timeout_s, extra_config
+        )
+        if not created:
+            diffs.append(
+                ConfigDifference(
+                    "recorded partition count",
+                    "none",
+                    str(info.partitions),
+                    False,
+                    "recorded now; it must be the count the fleet has always used",
+                )
+            )
+        return info.partitions, True
+    if record.partitions != info.partitions:
+        diffs.append(
+            ConfigDifference(
+                "partitions",
+                str(info.partitions),
+                f"{record.partitions} (recorded at init)",
+                True,
+                "claims would move to other coordination partitions; use a new coordination "
+                "topic instead (docs/operations.md)",
+            )
+        )
+    return record.partitions, False
 
 
 def high_watermarks(

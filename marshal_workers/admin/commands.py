@@ -77,7 +77,7 @@ def _connection(
     return Connection(
         bootstrap_servers,
         coordination_topic,
-        max(1, round(heartbeat_interval * 1000)),
+        max(1, int(heartbeat_interval * 1000)),  # as the workers: truncated to ms
         Partitioner(partitioner),
         admin_ids(admin_client_ids),
     )

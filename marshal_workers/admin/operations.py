@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from marshal_workers import events as ev
 from marshal_workers.admin.session import AdminSession
+from marshal_workers.brokercheck import cluster_heartbeat_warning
 from marshal_workers.config import DEFAULT_ADMIN_CLIENT_IDS
 from marshal_workers.coordlog import LogError
-from marshal_workers.errors import MarshalError
+from marshal_workers.errors import ConfigError, MarshalError
+from marshal_workers.fleetcheck import group_settings_problem
 from marshal_workers.kafkalog import KafkaLog
+from marshal_workers.metadata import GroupSettings
 from marshal_workers.protocol import CoordRecord, Partitioner
-from marshal_workers.rationalizer import RationalizerConfig
+from marshal_workers.rationalizer import RationalizerConfig, World
 from marshal_workers.reader import LogReader
 from marshal_workers.status import group_status, group_topics, iso_ms, render_table
 from marshal_workers.topicadmin import admin_client, ensure_coordination_topic, high_watermarks
@@ -72,9 +75,20 @@ def run_init(
         f"{info.partitions} partition(s), replication factor {info.replication_factor}, "
         f"message.timestamp.type={info.config.get('message.timestamp.type')}"
     )
+    if result.recorded_partitions is not None:
+        how = "recorded now" if result.newly_recorded else "as recorded at init"
+        out(
+            f"partition count pinned at {result.recorded_partitions} ({how}): never change it; "
+            "see docs/operations.md to move a fleet to a new coordination topic"
+        )
     for diff in result.differences:
         if not diff.fatal:
             warn(str(diff))
+    too_small = cluster_heartbeat_warning(
+        admin_client(conn.bootstrap_servers), conn.heartbeat_interval_ms / 1000
+    )
+    if too_small is not None:
+        warn(f"warning: {too_small}")
     fatal = [d for d in result.differences if d.fatal]
     if fatal:
         more = f" (and {len(fatal) - 1} more)" if len(fatal) > 1 else ""
@@ -147,6 +161,7 @@ def run_status(
         raise MarshalError(str(exc)) from None
     finally:
         log.close()
+    check_group_settings(conn, reader.worlds, group)
     topics = group_topics(reader.worlds, group)
     admin = admin_client(conn.bootstrap_servers)
     highs = high_watermarks(admin, conn.bootstrap_servers, topics)
@@ -195,3 +210,18 @@ def run_dump(conn: Connection, as_json: bool, timeout_s: float) -> Iterator[str]
             yield json.dumps(dump_entry(record, event))
         else:
             yield dump_line(record, event)
+
+
+def admin_settings(conn: Connection, group: str, client_id: str = "marshal-admin") -> GroupSettings:
+    """The settings this admin command folds with, as a GroupSettings record."""
+    return GroupSettings(
+        0, "admin", client_id, group, conn.heartbeat_interval_ms, conn.partitioner,
+        conn.admin_client_ids,
+    )  # fmt: skip
+
+
+def check_group_settings(conn: Connection, worlds: Mapping[int, World], group: str) -> None:
+    """Refuse (exit 2, one line) an admin command whose settings differ from the group's."""
+    problem = group_settings_problem(worlds, admin_settings(conn, group))
+    if problem is not None:
+        raise ConfigError(f"{problem} (give this command the fleet's settings)")

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from marshal_workers import events as ev
-from marshal_workers.admin.operations import Connection, admin_session
+from marshal_workers.admin.operations import Connection, admin_session, check_group_settings
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.errors import MarshalError
 from marshal_workers.status import iso_ms
@@ -128,6 +128,7 @@ def run_release_group(
     """`marshal-admin release-group`: pause (or lift) and return the log's verdict as a line;
     MarshalError (exit 1) if the log refused it."""
     with admin_session(conn, client_id, timeout_s) as session:
+        check_group_settings(conn, session.worlds, group)
         if until_s is not None:
             outcome = write_pause(session, group, until_s)
         else:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from marshal_workers import events as ev
-from marshal_workers.admin.operations import Connection, admin_session
+from marshal_workers.admin.operations import Connection, admin_session, check_group_settings
 from marshal_workers.admin.pause import PauseOutcome, lift_pause, pause_for
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.admin.targets import KafkaOffsetSource, TargetSpec, compute_targets
@@ -373,6 +373,7 @@ def run_set_position(
     finally:
         source.close()
     with admin_session(conn, client_id, timeout_s) as session:
+        check_group_settings(conn, session.worlds, group)
         plan = make_plan(session, group, topic, targets)
         if dry_run:
             admins = conn.admin_client_ids

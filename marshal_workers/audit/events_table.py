@@ -63,8 +63,24 @@ def _messages_claimed(e: ev.Event) -> Row:
             m.offset, e.token, None)  # fmt: skip
 
 
+def _metadata(e: ev.Event) -> Row:
+    """A metadata record (the topic's partition count, a group's settings): no claim."""
+    if isinstance(e, ev.GroupSettingsRecorded):
+        s = e.settings
+        return (e.coord_partition, e.coord_offset, e.log_time, "GroupSettingsRecorded", None,
+                "GroupSettings", s.group_id, None, None, s.client_id, s.instance_id, None, None,
+                None)  # fmt: skip
+    assert isinstance(e, ev.TopicRecorded)
+    r = e.record
+    return (e.coord_partition, e.coord_offset, e.log_time, "TopicRecorded", None,
+            "CoordinationTopic", None, None, None, r.client_id, r.instance_id, None, None,
+            None)  # fmt: skip
+
+
 _ROW_OF: Final[dict[type, Callable[[ev.Event], Row]]] = {
     ev.Malformed: _malformed,
+    ev.TopicRecorded: _metadata,
+    ev.GroupSettingsRecorded: _metadata,
     ev.HeartbeatAccepted: _heartbeat_accepted,
     ev.MessagesClaimed: _messages_claimed,
 }

@@ -1,9 +1,10 @@
 """What the audit asks Kafka besides the records: partition count, timestamps, watermarks.
 
 Through the same admin client as ``marshal-admin`` (confluent-kafka), not through Spark: the
-coordination topic's partition count (so that the fold checks each record's home partition,
-as the supervisors do), whether its timestamps are LogAppendTime (else "log time" is the
-senders' clocks, and the audit says so), and the data partitions' high watermarks for lag.
+coordination topic's partition count as recorded at init (so that the fold checks each
+record's home partition with the count the supervisors used), whether its timestamps are
+LogAppendTime (else "log time" is the senders' clocks, and the audit says so), and the data
+partitions' high watermarks for lag.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
 from marshal_workers.audit.progress import Progress
 from marshal_workers.errors import MarshalError
 from marshal_workers.topicadmin import admin_client, describe_topic, high_watermarks
+from marshal_workers.topicrecord import read_topic_record
 
 if TYPE_CHECKING:
     from marshal_workers.audit.model import KafkaInput
@@ -39,7 +41,22 @@ def coordination_partitions(source: KafkaInput, progress: Progress) -> int:
             f"warning: {source.topic} has message.timestamp.type={kind}: log times are the "
             "senders' clocks, not the broker's (see marshal-admin init)"
         )
-    return info.partitions
+    try:
+        record = read_topic_record(source.bootstrap_servers, source.topic, TIMEOUT_S)
+    except MarshalError as exc:
+        raise AuditFailedError(str(exc)) from None
+    if record is None:
+        progress.step(
+            f"warning: {source.topic} has no recorded partition count (marshal-admin init "
+            f"records it): folding with its {info.partitions} partitions"
+        )
+        return info.partitions
+    if record.partitions != info.partitions:
+        progress.step(
+            f"warning: {source.topic} has {info.partitions} partitions but {record.partitions} "
+            "were recorded at init: folding with the recorded count, as the fleet did"
+        )
+    return record.partitions
 
 
 def data_watermarks(

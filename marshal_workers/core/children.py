@@ -124,7 +124,9 @@ class Children:
             code=code,
             running=held.phase in (Phase.RUNNING, Phase.STARTING),
             reloading=held.phase is Phase.RELOADING,
-            lease_valid=now < held.lease,
+            # a child killed because its lease was ending ended with it, though the lease may
+            # have a kill grace left: that is a lease expiry, not a crash to restart
+            lease_valid=held.lease - now > ctx.s.kill_grace,
             failures=held.failures,
             max_failures=ctx.s.max_handler_failures,
             heartbeat_interval_s=ctx.s.heartbeat_interval,

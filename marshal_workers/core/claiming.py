@@ -17,8 +17,9 @@ from marshal_workers.core.context import Context
 from marshal_workers.core.held import HELD_PHASES, Held
 from marshal_workers.core.holdings import Holdings
 from marshal_workers.core.pending import Kind, Op
-from marshal_workers.protocol import ClaimingPartition, ClaimKey, Heartbeat
+from marshal_workers.protocol import ClaimingPartition, ClaimKey, Heartbeat, ReleasingPartition
 from marshal_workers.rationalizer import ClaimState, freshness, resume_offset
+from marshal_workers.reclaim import reclaimed_position, retry_release
 
 
 class Claiming:
@@ -33,7 +34,7 @@ class Claiming:
         self.idle_since: float | None = None
         self._old_seen: dict[ClaimKey, int] = {}  # takeovers: the old instance's last heartbeat
         self._resume_lookup: set[ClaimKey] = set()  # to take over once their start is found
-        self._next_claim = self._next_release = 0.0
+        self._next_claim = self._next_release = self._next_release_retry = 0.0
 
     # ---- restart recovery ------------------------------------------------------------------
 
@@ -126,7 +127,11 @@ class Claiming:
             return
         held = self.holdings.hold(key, event.token, ctx.lease_from(op.sent_at), now)
         if not held.is_member:
-            self.set_position(held, self.resume_position(key))
+            position = self.resume_position(key)
+            own = ctx.expired_positions.pop(key, None)
+            if position is not None:  # won back with nobody in between: its own newest
+                position = reclaimed_position(position, own, event.previous_client, ctx.s.client_id)
+            self.set_position(held, position)
         ctx.say(
             "info",
             "claim_won",
@@ -212,6 +217,7 @@ class Claiming:
         if now < self._next_claim:
             return
         self._next_claim = now + max(0.05, s.heartbeat_interval / 10)
+        self.retry_releases(now)
         ctx.avoid_until = {k: t for k, t in ctx.avoid_until.items() if t > now}
         claiming = self.in_flight()
         member = self.member
@@ -250,6 +256,24 @@ class Claiming:
                 share=step.share,
                 members=step.members,
             )
+
+    def retry_releases(self, now: float) -> None:
+        """Write again, every HB/2, a release an expired lease left unconfirmed, while the log
+        still shows this instance holding the claim: the next owner then resumes at the newest
+        position (`reclaim`)."""
+        ctx = self.ctx
+        if not ctx.expired_positions or now < self._next_release_retry:
+            return
+        self._next_release_retry = now + ctx.s.heartbeat_interval / 2
+        s = ctx.s
+        for key, position in list(ctx.expired_positions.items()):
+            if key in ctx.held or ctx.pending.in_flight(Kind.RELEASE, key):
+                continue
+            if retry_release(ctx.state_of(key), s.client_id, s.instance_id) is None:
+                del ctx.expired_positions[key]
+                continue
+            message = ReleasingPartition(*ctx.fields(key), position)
+            ctx.append(Kind.RELEASE, key, message, now, end=position)
 
     def starving(self, now: float) -> bool:
         """Holding nothing at work for a few HB while the group has work nobody else does."""

@@ -32,6 +32,11 @@ class Context:
         self.pending = Pending()
         self.held: dict[ClaimKey, Held] = {}
         self.avoid_until: dict[ClaimKey, float] = {}
+        # Send times of heartbeats given up on (no acknowledgement or verdict in time), oldest
+        # first, per claim: the producer may still deliver them when a stall ends.
+        self.late_heartbeats: dict[ClaimKey, list[float]] = {}
+        # Positions of claims whose release after an expired lease was not confirmed.
+        self.expired_positions: dict[ClaimKey, int] = {}
         self.stopping = False
         self.wall = 0.0
         self.out: list[cmd.Command] = []

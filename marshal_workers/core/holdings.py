@@ -60,7 +60,12 @@ class Holdings:
             if held.position is not None and now >= held.next_heartbeat:
                 self.heartbeat(held, now)
             if now >= held.lease and not held.child and not held.is_member:
-                self.lose(held, "lease expired before the child started")
+                # no child runs: release (the log refuses it if the claim was taken meanwhile)
+                key = held.key
+                ctx = self.ctx
+                ctx.say("warning", "lease_expired", topic=key.topic, partition=key.partition)
+                ctx.avoid_until[key] = now + s.heartbeat_interval
+                self.finish(held, now, release=True)
                 return
             if held.is_member and now >= held.lease:
                 self.lose(held, "member claim's lease expired")
@@ -113,6 +118,23 @@ class Holdings:
                 held.lease = deadline
                 self.ctx.out.append(cmd.SetLease(held.key, deadline))
 
+    def late_heartbeat_landed(self, event: ev.HeartbeatAccepted) -> None:
+        """A heartbeat of this instance with no known operation was accepted: one given up on
+        landed after all (a coordination stall ended). It is credited with the oldest send
+        time given up on for its claim, never a later one (the producer delivers in order),
+        so the lease is never longer than some heartbeat proves."""
+        ctx = self.ctx
+        late = ctx.late_heartbeats.get(event.key)
+        held = ctx.held.get(event.key)
+        if not late:
+            return
+        sent_at = late.pop(0)
+        if held is not None and held.phase is not Phase.LOST and event.token == held.token:
+            deadline = ctx.lease_from(sent_at)
+            if deadline > held.lease:
+                held.lease = deadline
+                ctx.out.append(cmd.SetLease(held.key, deadline))
+
     def lose(self, held: Held, reason: str) -> None:
         """The claim is no longer this member's: revoke the lease, kill the child, forget."""
         ctx, key = self.ctx, held.key
@@ -151,9 +173,12 @@ class Holdings:
     def release_decided(self, op: Op, event: ev.Event) -> None:
         """The release's verdict: the claim is forgotten either way."""
         confirmed = isinstance(event, ev.Released)
-        if confirmed:
-            self.ctx.observe("claim_released", op.key)
         key = op.key
+        if confirmed:
+            self.ctx.observe("claim_released", key)
+            self.ctx.expired_positions.pop(key, None)
+        else:
+            self.release_unconfirmed(key, op.end)
         self.ctx.say(
             "info",
             "claim_released",
@@ -163,6 +188,10 @@ class Holdings:
             confirmed=confirmed,
         )
         self.drop(key)
+
+    def release_unconfirmed(self, key: ClaimKey, position: int) -> None:
+        """A release refused or not written: remember its position (see `core.reclaim`)."""
+        self.ctx.expired_positions[key] = position
 
     # ---- the child of a claim ---------------------------------------------------------------
 

@@ -75,6 +75,7 @@ from marshal_workers.protocol import ClaimKey, CoordRecord
 from marshal_workers.rationalizer import GroupPause, World, fold
 
 _MEMBER_MARK = b"/" + MEMBER_PREFIX.encode()  # in the record key of a member claim
+LATE_HEARTBEATS_KEPT = 64  # per claim; beyond that a late heartbeat is simply not credited
 
 
 class Member:
@@ -194,6 +195,8 @@ class Member:
             if not isinstance(event, ev.ClaimVerdict):
                 if isinstance(event, ev.Malformed):
                     self.malformed += 1
+                elif isinstance(event, ev.GroupSettingsRecorded) and started:
+                    self.operator.settings_recorded(event, now)
                 continue
             if event.message.group_id != group:
                 continue  # another group's claim, whatever its client id
@@ -211,6 +214,8 @@ class Member:
         op = self.ctx.pending.decided(event, mine, now)
         if op is not None:
             self._resolve(op, event, now)
+        elif mine and isinstance(event, ev.HeartbeatAccepted):
+            self.holdings.late_heartbeat_landed(event)
         key = event.key
         if is_member_key(key):
             self.claiming.member_keys.add(key)
@@ -268,10 +273,15 @@ class Member:
         )
         if op.kind in (Kind.CLAIM, Kind.TAKEOVER):
             self.claiming.gave_up(op, now)
+        elif op.kind is Kind.HEARTBEAT:
+            late = ctx.late_heartbeats.setdefault(key, [])
+            if len(late) < LATE_HEARTBEATS_KEPT:
+                late.append(op.sent_at)
         elif op.kind is Kind.RESERVE:
             grant = ipc.Grant(op.request_id, False, f"reservation not written: {error}")
             self.holdings.tell(key, grant)
         elif op.kind is Kind.RELEASE:
+            self.holdings.release_unconfirmed(key, op.end)
             self.holdings.drop(key)
 
     # ---- time -------------------------------------------------------------------------------

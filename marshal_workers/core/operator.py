@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 
+from marshal_workers import events as ev
 from marshal_workers.core import commands as cmd
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.core.context import Context
@@ -19,7 +20,8 @@ from marshal_workers.core.held import HELD_PHASES, Phase
 from marshal_workers.core.holdings import Holdings
 from marshal_workers.core.pauses import pause_by_other
 from marshal_workers.core.pending import Kind
-from marshal_workers.errors import EXIT_OK
+from marshal_workers.errors import EXIT_OK, EXIT_USAGE
+from marshal_workers.metadata import settings_problem
 from marshal_workers.rationalizer import GroupPause
 
 
@@ -34,6 +36,7 @@ class Operator:
         self.exit_code: int | None = None
         self.reload_pending = False
         self.paused_until_ms: int | None = None
+        self.settings_problem: str | None = None  # the group's settings are no longer ours
 
     def signal(self, sig: signal.Signals, now: float) -> None:
         """TERM, INT, QUIT and HUP (SIGUSR1 is the runtime's: it is pure I/O)."""
@@ -81,7 +84,10 @@ class Operator:
             if member.phase is not Phase.RELEASING:
                 self.holdings.finish(member, now, release=True)
             return
-        self.exit(EXIT_OK, "stopped")
+        if self.settings_problem is not None:  # restart with the group's settings
+            self.exit(EXIT_USAGE, self.settings_problem)
+        else:
+            self.exit(EXIT_OK, "stopped")
 
     def exit(self, code: int, reason: str) -> None:
         """The member is done."""
@@ -90,6 +96,21 @@ class Operator:
         self.done = True
         self.exit_code = code
         self.ctx.out.append(cmd.Exit(code, reason))
+
+    def settings_recorded(self, event: ev.GroupSettingsRecorded, now: float) -> None:
+        """Settings recorded for this group other than this member's (an operator's
+        `marshal-admin group-settings --change`): stop gracefully, then exit 2, before anything
+        else folded after them is claimed on."""
+        ctx = self.ctx
+        mine = ctx.s.shared
+        if mine is None or event.settings.group_id != mine.group_id or ctx.stopping:
+            return
+        problem = settings_problem(event.settings, mine)
+        if problem is None:
+            return
+        self.settings_problem = problem
+        ctx.say("error", "group_settings_changed", reason=problem)
+        self.request_stop(now, fast=False)
 
     # ---- reloading --------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from marshal_workers import ipc
 from marshal_workers.core.leases import default_margin
+from marshal_workers.metadata import GroupSettings
 from marshal_workers.protocol import Partitioner
 from marshal_workers.rationalizer import Mode, RationalizerConfig
 
@@ -30,6 +31,7 @@ class MemberSettings:
     max_handler_failures: int = 5
     discovery_interval: float = DISCOVERY_INTERVAL_S
     starving_after_hb: float = 4.0  # holding nothing while work is claimable: unhealthy after
+    shared: GroupSettings | None = None  # what the group must agree on (None: not watched)
 
     @property
     def hb_ms(self) -> int:

@@ -39,6 +39,7 @@ from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.datatopics import DataTopics
 from marshal_workers.errors import MarshalError
+from marshal_workers.fleetcheck import check_partition_count, ensure_group_settings, own_settings
 from marshal_workers.lease import SharedLease
 from marshal_workers.observe import ClaimSnapshot, Observer
 from marshal_workers.protocol import ClaimKey, encode, record_key
@@ -91,6 +92,7 @@ def member_settings(config: RunConfig, coordination_partitions: int) -> MemberSe
         child=child,
         stop_timeout=c.stop_timeout,
         max_handler_failures=c.max_handler_failures,
+        shared=own_settings(c),
     )
 
 
@@ -135,10 +137,22 @@ class Supervisor:
 
     # ---- start ------------------------------------------------------------------------------
 
-    def start(self, catch_up_timeout: float = 60.0) -> None:
-        """Catch up on the log, then let the core resume this client's claims and claim."""
-        deadline = self.clock() + catch_up_timeout
-        targets = self.log.end_offsets(catch_up_timeout)
+    def start(self, catch_up_timeout: float = 60.0, *, preflight: bool = False) -> None:
+        """Catch up on the log, check what the group must agree on (``preflight``: what
+        `marshal-run` does; tests on a bare memory log skip it), then let the core resume this
+        client's claims and claim."""
+        folded = self._catch_up(catch_up_timeout)
+        if preflight:
+            self._preflight(catch_up_timeout)
+        partitions = self.topics.partitions()
+        self._log.info("caught_up", records=folded, partitions=len(partitions))
+        self._run(self.member.begin(self.clock(), self.wall(), partitions))
+        self.observer.ready()
+
+    def _catch_up(self, timeout_s: float) -> int:
+        """Fold the log up to its end as it is now; return how many records that was."""
+        deadline = self.clock() + timeout_s
+        targets = self.log.end_offsets(timeout_s)
         folded = 0
         worlds = self.member.worlds
         while not all(worlds[p].next_offset >= end for p, end in targets.items()):
@@ -146,16 +160,23 @@ class Supervisor:
             if remaining <= 0:
                 behind = {p: end - worlds[p].next_offset for p, end in targets.items()}
                 raise LogError(
-                    f"coordination log not caught up within {catch_up_timeout:.0f}s "
+                    f"coordination log not caught up within {timeout_s:.0f}s "
                     f"(records still to read per partition: {behind})"
                 )
             records = self.log.poll(min(remaining, 0.5))
             folded += len(records)
             self._feed(inp.RecordsRead(self.clock(), records))
-        partitions = self.topics.partitions()
-        self._log.info("caught_up", records=folded, partitions=len(partitions))
-        self._run(self.member.begin(self.clock(), self.wall(), partitions))
-        self.observer.ready()
+        return folded
+
+    def _preflight(self, timeout_s: float) -> None:
+        """Before anything is claimed: the partition count recorded at init (exit 2 without a
+        record, 4 for another count), and the group's shared settings (recorded by its first
+        member; exit 2 when this member's differ)."""
+        c, worlds = self.config, self.member.worlds
+        check_partition_count(c.coordination_topic, worlds, self.log.num_partitions)
+        mine = self.member.s.shared
+        if mine is not None:
+            ensure_group_settings(self.log, worlds, self._catch_up, mine, timeout_s)
 
     # ---- the loop ---------------------------------------------------------------------------
 

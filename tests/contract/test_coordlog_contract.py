@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from confluent_kafka.admin import NewTopic
 
 from marshal_workers import events as ev
 from marshal_workers.coordlog import Appended, CoordinationLog
@@ -29,7 +30,7 @@ from marshal_workers.protocol import (
 )
 from marshal_workers.rationalizer import RationalizerConfig
 from marshal_workers.reader import LogReader
-from marshal_workers.topicadmin import admin_client, delete_topic, ensure_coordination_topic
+from marshal_workers.topicadmin import admin_client, coordination_topic_config, delete_topic
 
 PARTITIONS = 3
 HB_MS = 60_000
@@ -46,7 +47,10 @@ def _memory_opener() -> Iterator[Opener]:
 
 def _kafka_opener(bootstrap: str) -> Iterator[Opener]:
     name = f"__marshal-contract-{uuid.uuid4().hex[:10]}"
-    ensure_coordination_topic(bootstrap, name, PARTITIONS, replication_factor=1)
+    # Created as init does but empty: init also records the partition count on partition 0.
+    topic = NewTopic(name, PARTITIONS, 1, config=coordination_topic_config(1))
+    admin = admin_client(bootstrap)
+    admin.create_topics([topic])[name].result(30)
     yield lambda: KafkaLog(bootstrap, name, client_id="contract-test")
     delete_topic(admin_client(bootstrap), bootstrap, name)
 

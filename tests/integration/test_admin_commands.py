@@ -110,7 +110,7 @@ class TestAcceptance:
         assert (held["client_id"], held["instance_id"]) == ("A", "A-1")
         assert held["offset"] == 5
         assert held["state"] in {"fresh", "unknown"}
-        assert held["fencing_token"] == 0
+        assert held["fencing_token"] == 1  # offset 0 is init's record of the partition count
         assert (released["topic"], released["partition"]) == ("orders", 1)
         assert released["state"] == "released"
         assert released["offset"] == 42
@@ -120,7 +120,9 @@ class TestAcceptance:
         dump = marshal_admin("dump", "--json", *hb, *common)
         assert dump.returncode == 0, dump.stderr
         lines = [json.loads(line) for line in dump.stdout.splitlines()]
-        assert [(d["partition"], d["offset"]) for d in lines] == [(0, i) for i in range(7)]
+        recorded, lines = lines[0], lines[1:]
+        assert (recorded["key"], recorded["verdict"]) == ("/coordination-topic", "TopicRecorded")
+        assert [(d["partition"], d["offset"]) for d in lines] == [(0, i) for i in range(1, 8)]
         assert [d["verdict"] for d in lines] == [
             "ClaimGranted",
             "HeartbeatAccepted",

@@ -14,7 +14,7 @@ from marshal_workers.rationalizer import (
     resume_offset,
 )
 from marshal_workers.reader import LogReader
-from tests.support import GROUP, HB, TOPIC, Log, claim, hb, record, release
+from tests.support import GROUP, HB, TOPIC, Log, claim, hb, pause, record, release
 
 KEY = ClaimKey(GROUP, TOPIC, 0)
 
@@ -121,3 +121,27 @@ class TestCompactedLog:
         assert resume_offset(late.worlds[0].claims[KEY], Mode.ALO) == 200
         write(topic, clock, 103 * HB + 5, hb("b", 201))
         assert [type(e) for e in full.poll(0)] == [type(e) for e in late.poll(0)]
+
+
+class TestRewindAfterCompaction:
+    def test_set_position_rewind_is_kept_by_a_reader_that_starts_after_compaction(self) -> None:
+        """The issue's case: a holder at 500 releases, the admin that paused the group claims,
+        heartbeats and releases at 100; compacted so that the rewind is read on an uncertain
+        claim: both readers resume at 100 (the compacted one used to resume at 500)."""
+        clock = Clock()
+        topic = MemoryTopic(1, clock)
+        write(topic, clock, 0, claim("a"))
+        write(topic, clock, 10, hb("a", 500))
+        write(topic, clock, 20, release("a", 500))
+        write(topic, clock, 30, claim("a", part=1))  # another claim: the cut leaves a gap
+        write(topic, clock, 40, pause("ops", 3600))
+        write(topic, clock, 50, claim("ops"))
+        write(topic, clock, 60, hb("ops", 100))
+        write(topic, clock, 70, release("ops", 100))
+        full = fresh_reader(topic)
+        topic.compact(clean_before_ms=50)  # keeps a's release at 500, drops its claim
+        late = fresh_reader(topic)
+        assert not late.worlds[0].claims[KEY].certain
+        for mode in Mode:
+            assert resume_offset(full.worlds[0].claims[KEY], mode) == 100
+            assert resume_offset(late.worlds[0].claims[KEY], mode) == 100

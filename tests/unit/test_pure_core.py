@@ -13,7 +13,17 @@ PACKAGE = Path(__file__).resolve().parents[2] / "marshal_workers"
 MEMBER_CORE = sorted(
     f"core.{p.stem}" for p in (PACKAGE / "core").glob("*.py") if p.stem != "__init__"
 )
-CORE = ["protocol", "events", "rationalizer", "frozen", "claims", "exitpolicy", *MEMBER_CORE]
+CORE = [
+    "protocol",
+    "events",
+    "rationalizer",
+    "frozen",
+    "claims",
+    "exitpolicy",
+    "metadata",
+    "reclaim",
+    *MEMBER_CORE,
+]
 ALLOWED_STDLIB = {
     "__future__",
     "collections",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from marshal_workers import events as ev
 from marshal_workers.memlog import MemoryTopic
 from marshal_workers.protocol import (
+    ClaimingMessages,
     ClaimKey,
     CoordRecord,
     Heartbeat,
@@ -17,6 +19,7 @@ from marshal_workers.protocol import (
     ReleaseGroup,
     ReleasingPartition,
     claim_key,
+    decode,
     encode,
     record_key,
 )
@@ -246,3 +249,75 @@ def test_compacted_reader_never_grants_what_the_full_reader_refuses(
     for e in late_events:
         if isinstance(e, ev.ClaimGranted | ev.HeartbeatAccepted | ev.Released):
             assert verdict[e.coord_offset] is type(e), e
+
+
+@st.composite
+def behaved_logs(draw: st.DrawFn) -> list[CoordRecord]:
+    """A log written by clients that behave: a holder only reports positions at or after the
+    claim's position (as the runtime does), and the only backward moves are rewinds by the
+    client that paused the group (``set-position``). Every record the full fold refuses is
+    dropped, refused claims included, and a granted claim is followed at once by the winner's
+    heartbeat at its position, a reservation by the committing heartbeat, as the runtime writes
+    them (a ClaimingPartition carries no offset: were it the newest record of its key when the
+    cleaner runs, the position would be lost)."""
+    drawn = draw(logs())
+    world = World(RationalizerConfig(HB), 0)
+    out: list[CoordRecord] = []
+    for r in drawn:
+        msg = decode(r.value)
+        assert r.value is not None
+        if isinstance(msg, Heartbeat | ReleasingPartition | ClaimingMessages):
+            state = world.claims.get(claim_key(msg))
+            paused = pause_of(world, msg.group_id, max(world.log_time, r.timestamp_ms))
+            rewinds = paused is not None and paused.client_id == msg.client_id
+            if not rewinds and state is not None:
+                floor = resume_offset(state, Mode.AMO) or 0
+                msg = replace(msg, offset=floor + msg.offset % 7)
+        rec = CoordRecord(0, len(out), r.timestamp_ms, record_key(msg), encode(msg))
+        trial = world.copy()
+        e = fold(trial, rec)
+        if isinstance(e, ev.ClaimRejected | ev.HeartbeatRejected | ev.ReleaseRejected):
+            continue
+        if isinstance(e, ev.MessagesRejected):
+            continue
+        world = trial
+        out.append(rec)
+        if isinstance(e, ev.ClaimGranted | ev.MessagesClaimed):
+            start = resume_offset(world.claims[e.key], Mode.AMO) or 0
+            m = e.message
+            beat = Heartbeat(0, m.instance_id, m.client_id, m.group_id, m.topic, m.partition, start)
+            rec = CoordRecord(0, len(out), rec.timestamp_ms, record_key(beat), encode(beat))
+            assert isinstance(fold(world, rec), ev.HeartbeatAccepted)
+            out.append(rec)
+    return out
+
+
+def compacted(records: list[CoordRecord], cuts: list[int]) -> list[CoordRecord]:
+    """``records`` after Kafka's cleaner ran once per cut (a log-time index into them)."""
+    clock = iter(r.timestamp_ms for r in records)
+    topic = MemoryTopic(1, lambda: next(clock))
+    for r in records:
+        assert r.key is not None and r.value is not None
+        topic.append(0, r.key, r.value)
+    times = [r.timestamp_ms for r in records]
+    for cut in sorted(cuts):
+        topic.compact(times[min(cut, len(times) - 1)])
+    return topic.read(0, 0)
+
+
+@PROPERTY
+@given(behaved_logs(), st.integers(0, 80), st.integers(0, 80))
+def test_compacted_reader_resumes_where_the_full_reader_does(
+    records: list[CoordRecord], cut_at: int, cut_again: int
+) -> None:
+    """Positions, not only grants: after compaction, every claim resumes (ALO and AMO) where a
+    reader of the whole log resumes it, rewinds by the pausing client (set-position) included."""
+    if not records:
+        return
+    full, _ = fold_all(records)
+    late, _ = fold_all(compacted(records, [cut_at, cut_again]))
+    for key in full.claims.keys() | late.claims.keys():
+        for mode in Mode:
+            want = resume_offset(full.claims.get(key), mode)
+            got = resume_offset(late.claims.get(key), mode)
+            assert got == want, (key, mode, want, got)

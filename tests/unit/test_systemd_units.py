@@ -54,7 +54,7 @@ class TestServiceUnit:
         assert service["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
 
     def test_restarts_on_failure_but_not_on_configuration_errors(self) -> None:
-        """Restart=on-failure; exit codes 2 (configuration), 3 (handler load) and 5 (the
+        """Restart=on-failure; exit codes 2 (configuration), 3 (handler load) and 4 (the
         coordination topic's partition count changed: a restart would adopt it) stay down."""
         service = parse(SERVICE)["Service"]
         assert service["Restart"] == ["on-failure"]

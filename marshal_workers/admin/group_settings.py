@@ -1,0 +1,178 @@
+"""`marshal-admin group-settings`: show or change the settings a group's fleet must share.
+
+The heartbeat interval, the partitioner and the admin ids are recorded per group in the log
+(`metadata.GroupSettings`, written by the group's first member). A member or admin whose own
+differ is refused (`fleetcheck`, `check_group_settings`). Changing them is this command:
+
+1. Pause the group (as ``release-group``): the members release their data partitions.
+2. Wait until every data claim of the group is released or stale, judged with the **old**
+   heartbeat interval (a holder's lease is 2*HB_old from its last heartbeat).
+3. Record the new settings on every coordination partition. Each running member folds the
+   record before the lift of step 5 (same partition, earlier offset), stops gracefully and
+   exits 2; systemd does not restart it: restart it with the new settings.
+4. Wait until every member that ran with the old settings has left: its member claim is
+   released, stale by HB_old, or taken over by a new instance (a restart with new settings).
+5. Lift the pause. Members with the new settings claim the group's partitions.
+
+No data claim is held under one interval while judged under another: claims made with the old
+interval end (step 2) before the new one is recorded, and members with the old interval are
+gone (step 4) before anyone may claim again. If step 2 or 4 times out, the pause is lifted only
+in step 2 (nothing changed yet); after the record, the group stays paused until its pause
+expires, and the command says which members still run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from marshal_workers.admin.operations import Connection, admin_session, admin_settings
+from marshal_workers.admin.pause import lift_pause, pause_for
+from marshal_workers.admin.session import AdminError, AdminSession
+from marshal_workers.claims import is_claimable, is_live, is_member_key
+from marshal_workers.coordlog import LogError
+from marshal_workers.errors import MarshalError
+from marshal_workers.metadata import GroupSettings, encode_metadata, settings_key
+from marshal_workers.protocol import ClaimKey
+
+Progress = Callable[[str], None]
+SETTLE_BUDGET_S = 30.0
+
+
+def recorded(session: AdminSession, group: str) -> GroupSettings | None:
+    """The group's settings as recorded (partition 0's, else any partition's), or None."""
+    found = [w.group_settings[group] for w in session.worlds.values() if group in w.group_settings]
+    return found[0] if found else None
+
+
+def describe(settings: GroupSettings) -> str:
+    """The settings as one line."""
+    ids = settings.admin_client_ids
+    admins = "*" if ids is None else ",".join(sorted(ids)) or "(none)"
+    return (
+        f"heartbeat_interval={settings.heartbeat_interval_ms / 1000:g}s "
+        f"partitioner={settings.partitioner.value} admin_client_ids={admins}"
+    )
+
+
+def _data_busy(session: AdminSession, group: str, hb_ms: int) -> list[ClaimKey]:
+    now = session.now_ms()
+    return sorted(
+        key
+        for world in session.worlds.values()
+        for key, state in world.claims.items()
+        if key.group == group
+        and not is_member_key(key)
+        and not is_claimable(state, now, hb_ms)
+        and not session.holds(key)
+    )
+
+
+def _members(session: AdminSession, group: str, hb_ms: int) -> set[tuple[ClaimKey, str]]:
+    now = session.now_ms()
+    return {
+        (key, state.holder_instance or "?")
+        for world in session.worlds.values()
+        for key, state in world.claims.items()
+        if key.group == group and is_member_key(key) and is_live(state, now, hb_ms)
+    }
+
+
+def _wait(session: AdminSession, busy: Callable[[], list[str]], timeout_s: float, what: str,
+          progress: Progress) -> None:  # fmt: skip
+    deadline = session.monotonic() + timeout_s
+    shown: list[str] | None = None
+    while True:
+        left = busy()
+        if not left:
+            return
+        if left != shown:
+            shown = left
+            progress(f"waiting for {what}: {', '.join(left)}")
+        remaining = deadline - session.monotonic()
+        if remaining <= 0:
+            raise MarshalError(f"gave up after {timeout_s:.0f}s waiting for {what}: {left}")
+        session.poll(min(0.2, remaining))
+
+
+def _record(session: AdminSession, settings: GroupSettings) -> None:
+    """Append ``settings`` to every coordination partition and fold up to each."""
+    key, value = settings_key(settings.group_id), encode_metadata(settings)
+    for p in range(session.log.num_partitions):
+        try:
+            appended = session.log.append(p, key, value, session.write_timeout_s)
+            session.reader.wait_for(appended, session.fold_timeout_s)
+        except LogError as exc:
+            raise AdminError(f"recording the settings on partition {p}: {exc}") from None
+
+
+def change_settings(
+    session: AdminSession, new: GroupSettings, *, timeout_s: float, progress: Progress
+) -> str:
+    """Steps 1 to 5 of the module docstring; one line saying what changed."""
+    group = new.group_id
+    old = recorded(session, group)
+    if old is None:
+        _record(session, new)
+        return f"group {group} settings recorded: {describe(new)}"
+    if old.same_settings(new):
+        return f"group {group} settings unchanged: {describe(old)}"
+    old_hb = old.heartbeat_interval_ms
+    pause = pause_for(session, group, 2 * timeout_s + SETTLE_BUDGET_S + 4 * old_hb / 1000)
+    if not pause.accepted:
+        raise MarshalError(pause.summary())
+    progress(pause.summary())
+    try:
+        _wait(
+            session,
+            lambda: [str(k) for k in _data_busy(session, group, old_hb)],
+            timeout_s,
+            "the holders to release (judged with the old heartbeat interval)",
+            progress,
+        )
+    except MarshalError as exc:
+        lift_pause(session, group)
+        raise MarshalError(f"{exc}; nothing changed; pause lifted") from None
+    before = _members(session, group, old_hb)
+    _record(session, new)
+    progress(f"recorded: {describe(new)}; members with the old settings now stop (exit 2)")
+
+    def still_running() -> list[str]:
+        now_members = _members(session, group, old_hb)
+        return sorted(f"{k.topic.removeprefix('__member.')}" for k, i in before & now_members)
+
+    try:
+        _wait(session, still_running, timeout_s, "members with the old settings to stop", progress)
+    except MarshalError as exc:
+        raise MarshalError(
+            f"{exc}; the new settings are recorded; the group stays paused until its pause "
+            "expires (stop those members, then lift: release-group --for 0)"
+        ) from None
+    lift = lift_pause(session, group)
+    if not lift.accepted:
+        raise MarshalError(f"settings changed, but the pause could not be lifted: {lift.refusal}")
+    return f"group {group} settings changed from {describe(old)} to {describe(new)}; pause lifted"
+
+
+def run_group_settings(
+    conn: Connection,
+    group: str,
+    *,
+    change: bool,
+    client_id: str,
+    timeout_s: float,
+    progress: Progress,
+) -> str:
+    """`marshal-admin group-settings`: show the recorded settings, or change them to this
+    command's (``change``)."""
+    with admin_session(conn, client_id, timeout_s) as session:
+        if not change:
+            current = recorded(session, group)
+            if current is None:
+                return f"group {group} has no recorded settings (its first member records them)"
+            return f"group {group}: {describe(current)}"
+        mine = admin_settings(conn, group, client_id)
+        new = GroupSettings(
+            int(session.wall()), session.instance_id, client_id, group,
+            mine.heartbeat_interval_ms, mine.partitioner, mine.admin_client_ids,
+        )  # fmt: skip
+        return change_settings(session, new, timeout_s=timeout_s, progress=progress)

@@ -1,0 +1,61 @@
+"""`marshal-admin group-settings`: parse options, then call `admin.group_settings`."""
+
+from __future__ import annotations
+
+import click
+
+from marshal_workers.admin.commands import _connection, connection_options
+from marshal_workers.admin.group_commands import _checked, _client_id_option, _err
+from marshal_workers.admin.group_settings import run_group_settings
+from marshal_workers.admin.options import admin_ids_option
+
+DEFAULT_WAIT_S = 120.0
+
+
+@click.command("group-settings")
+@connection_options
+@admin_ids_option
+@click.option("--group", required=True, help="The consumer group.")
+@click.option(
+    "--change",
+    is_flag=True,
+    help="Record this command's --heartbeat-interval, --partitioner and --admin-client-id as "
+    "the group's: pause, wait for the holders, record, wait for the old members to stop, lift.",
+)
+@_client_id_option
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_WAIT_S,
+    show_default=True,
+    help="Seconds allowed for each wait (holders releasing, old members stopping).",
+)
+def group_settings(
+    *,
+    bootstrap_servers: str,
+    coordination_topic: str,
+    heartbeat_interval: float,
+    partitioner: str,
+    admin_client_ids: tuple[str, ...],
+    group: str,
+    change: bool,
+    client_id: str,
+    timeout: float,
+) -> None:
+    """Show the settings a group's members and admins must share, or change them (--change).
+
+    Members whose settings differ from the group's are refused at start (exit 2); running ones
+    stop when the settings change (exit 2): restart them with the new settings."""
+    conn = _connection(
+        bootstrap_servers, coordination_topic, heartbeat_interval, partitioner, admin_client_ids
+    )
+    click.echo(
+        run_group_settings(
+            conn,
+            _checked("--group", group),
+            change=change,
+            client_id=_checked("--client-id", client_id),
+            timeout_s=timeout,
+            progress=_err,
+        )
+    )

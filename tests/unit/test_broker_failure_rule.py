@@ -1,0 +1,116 @@
+"""Riding out one broker failure (issue 9, item 8): the HB rule, and late heartbeats credited."""
+
+from __future__ import annotations
+
+from marshal_workers.brokercheck import (
+    FailureDetection,
+    failure_detection,
+    heartbeat_warning,
+    min_heartbeat_s,
+)
+from marshal_workers.config import RunConfig
+from marshal_workers.coordlog import Appended
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.held import Phase
+from marshal_workers.core.member import Member
+from marshal_workers.lease import default_margin
+from marshal_workers.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol import ClaimKey, Heartbeat, encode, record_key
+from marshal_workers.rationalizer import Mode
+from marshal_workers.supervisor.runtime import member_settings
+
+KEY = ClaimKey("g", "orders", 0)
+
+
+class TestRule:
+    def test_the_least_heartbeat_outlasts_the_stall(self) -> None:
+        """At the rule's HB a lease outlasts the stall; half a second less, it does not."""
+        for session_ms in (3_000, 6_000, 9_000, 18_000):
+            detection = FailureDetection(session_ms)
+            hb = min_heartbeat_s(detection)
+            needed = detection.stall_ms / 1000 + 1.0
+
+            def lasts(h: float, needed: float = needed) -> float:
+                return 1.5 * h - default_margin(h) - min(1.0, h / 4) - needed
+
+            assert lasts(hb) > 0 >= lasts(hb - 0.5)
+
+    def test_detection_is_the_slowest_broker_and_kraft_wins_over_zookeeper(self) -> None:
+        """The largest session timeout of any broker; KRaft's setting when a broker has both."""
+        configs = {
+            1: {"broker.session.timeout.ms": "6000", "zookeeper.session.timeout.ms": "18000"},
+            2: {"broker.session.timeout.ms": "9000", "replica.lag.time.max.ms": "30000"},
+        }
+        detection = failure_detection(configs)
+        assert detection == FailureDetection(9000, 30000, "broker.session.timeout.ms")
+        assert failure_detection({1: {}}) is None
+
+    def test_warning_names_the_least_interval_and_the_setting(self) -> None:
+        """One line, only when HB is below the rule's."""
+        detection = FailureDetection(6000)
+        line = heartbeat_warning(1.0, detection)
+        assert line is not None and "\n" not in line
+        assert "below 8s" in line and "broker.session.timeout.ms=6000" in line
+        assert heartbeat_warning(8.0, detection) is None
+
+
+def member(instance: str = "i1") -> tuple[Member, MemoryTopic, list[cmd.Command]]:
+    """A member (HB 8 s) on a one-partition memory topic; its commands are kept."""
+    topic = MemoryTopic(1, lambda: 0)
+    config = RunConfig("h:h", Mode.ALO, ("orders",), "g", "a", heartbeat_interval=8.0,
+                       instance_id=instance)  # fmt: skip
+    return Member(member_settings(config, 1)), topic, []
+
+
+def land(topic: MemoryTopic, c: cmd.Command) -> Appended:
+    assert isinstance(c, cmd.Append)
+    return topic.append(c.partition, record_key(c.message), encode(c.message))
+
+
+def test_a_heartbeat_whose_append_timed_out_counts_from_when_it_was_sent() -> None:
+    """A heartbeat given up on during a stall, folded valid after it, extends the lease from
+    its send time (it used to be ignored, so every lease ran out in a stall longer than HB/2)."""
+    core, topic, _ = member()
+    log = MemoryLog(topic)
+    core.feed(inp.RecordsRead(100.0, log.poll(0)))
+    out = core.begin(100.0, 0.0, [KEY])
+    for c in out:  # the claims land and are acknowledged
+        if isinstance(c, cmd.Append):
+            core.feed(inp.AppendDone(100.0, c.op, land(topic, c)))
+    core.feed(inp.RecordsRead(100.0, log.poll(0)))
+    core.feed(inp.StartFound(100.0, KEY, 0))
+    stalled = []
+    for now in (104.0, 106.0):  # heartbeats sent in the stall: told they failed, yet they land
+        beats = [c for c in core.feed(inp.Tick(now, 0.0)) if isinstance(c, cmd.Append)]
+        for c in beats:
+            land(topic, c)
+            core.feed(inp.AppendFailed(now, c.op, "not acknowledged within 1.0s"))
+            stalled.append(now)
+    assert stalled
+    lease_before = core.held[KEY].lease
+    out = core.feed(inp.RecordsRead(110.0, log.poll(0)))
+    leases = [c.deadline for c in out if isinstance(c, cmd.SetLease) and c.key == KEY]
+    margin = default_margin(8.0)
+    assert leases and leases[-1] == max(stalled) + 16.0 - margin > lease_before
+
+
+def test_a_late_heartbeat_of_another_instance_is_not_credited() -> None:
+    """Only this instance's own heartbeats are matched with its given-up sends: another
+    instance's takeover is not (it takes the claim over instead)."""
+    core, topic, _ = member()
+    log = MemoryLog(topic)
+    core.feed(inp.RecordsRead(100.0, log.poll(0)))
+    for c in core.begin(100.0, 0.0, [KEY]):
+        if isinstance(c, cmd.Append):
+            core.feed(inp.AppendDone(100.0, c.op, land(topic, c)))
+    core.feed(inp.RecordsRead(100.0, log.poll(0)))
+    core.feed(inp.StartFound(100.0, KEY, 0))
+    for c in core.feed(inp.Tick(104.0, 0.0)):
+        if isinstance(c, cmd.Append):  # given up on, and it never lands
+            core.feed(inp.AppendFailed(104.0, c.op, "not acknowledged within 1.0s"))
+    takeover = Heartbeat(0, "i2", "a", "g", "orders", 0, 30)
+    topic.append(0, record_key(takeover), encode(takeover))
+    out = core.feed(inp.RecordsRead(110.0, log.poll(0)))
+    assert not [c for c in out if isinstance(c, cmd.SetLease) and c.deadline > 0]
+    assert core.held[KEY].phase is Phase.LOST  # taken over by instance i2: its child is killed
