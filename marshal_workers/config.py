@@ -12,7 +12,7 @@ from typing import Any
 from marshal_workers.errors import ConfigError
 from marshal_workers.protocol import Partitioner, validate_name
 from marshal_workers.rationalizer import Mode
-from marshal_workers.settings import BY_NAME, Resolved
+from marshal_workers.settings import BY_NAME, Resolved, heartbeat_ms
 
 REQUIRED = ("handler", "mode", "topic", "group")
 DEFAULT_ADMIN_CLIENT_IDS = ("marshal-admin",)
@@ -58,7 +58,7 @@ class RunConfig:
     @property
     def heartbeat_interval_ms(self) -> int:
         """HB in milliseconds, as the rationalizer wants it."""
-        return int(self.heartbeat_interval * 1000)
+        return heartbeat_ms(self.heartbeat_interval)
 
 
 def default_client_id(instance: str) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from marshal_workers import events as ev
 from marshal_workers.admin.session import AdminSession
@@ -37,6 +37,7 @@ class Connection:
     heartbeat_interval_ms: int = 10_000
     partitioner: Partitioner = Partitioner.SPEC
     admin_client_ids: frozenset[str] | None = frozenset(DEFAULT_ADMIN_CLIENT_IDS)
+    kafka: Mapping[str, str] = field(default_factory=dict)  # the fleet's [kafka] table
 
     def rationalizer_config(self, num_partitions: int) -> RationalizerConfig:
         """How to fold the log: what the workers use (their admin list included)."""
@@ -64,6 +65,7 @@ def run_init(
         partitions,
         replication_factor,
         partitions_requested=partitions_requested,
+        extra_config=conn.kafka,
     )
     info = result.topic
     verb = "created" if result.created else "found"
@@ -84,7 +86,12 @@ def run_init(
 def open_log(conn: Connection, client_id: str = ADMIN_CLIENT_ID) -> tuple[KafkaLog, LogReader]:
     """The coordination log as ``client_id``, and a reader folding it as the workers do (the
     caller closes the log)."""
-    log = KafkaLog(conn.bootstrap_servers, conn.coordination_topic, client_id=client_id)
+    log = KafkaLog(
+        conn.bootstrap_servers,
+        conn.coordination_topic,
+        client_id=client_id,
+        extra_config=conn.kafka,
+    )
     try:
         return log, LogReader(log, conn.rationalizer_config(log.num_partitions))
     except BaseException:
@@ -148,7 +155,7 @@ def run_status(
     finally:
         log.close()
     topics = group_topics(reader.worlds, group)
-    admin = admin_client(conn.bootstrap_servers)
+    admin = admin_client(conn.bootstrap_servers, conn.kafka)
     highs = high_watermarks(admin, conn.bootstrap_servers, topics)
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     status = group_status(group, reader.worlds, conn.heartbeat_interval_ms, now, highs)

@@ -31,6 +31,7 @@ class KafkaInput:
 
     bootstrap_servers: str
     topic: str = "__marshal"
+    kafka: Mapping[str, str] = field(default_factory=dict)  # the fleet's [kafka] (librdkafka)
 
     def __str__(self) -> str:
         return f"{self.topic} on {self.bootstrap_servers}"
