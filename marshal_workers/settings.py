@@ -177,7 +177,8 @@ SETTINGS: tuple[Setting, ...] = (
         "client_id",
         None,
         "This member's stable id (no '/'). Restarting with the same id "
-        "within the heartbeat window resumes its claims. Default: HOSTNAME-INSTANCE.",
+        "within the heartbeat window resumes its claims. Default: FQDN-INSTANCE (the fully "
+        "qualified host name; without one, HOSTNAME-MACHINEID).",
         "Identity",
         check=_name("client id"),
         metavar="ID",
