@@ -107,22 +107,24 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
             observer,
             wake_fd=signals.fileno(),
         )
-        log.info(
-            "supervisor starting",
-            mode=config.mode.value,
-            topics=list(config.topics),
-            instance_id=config.instance_id,
-            heartbeat_interval=config.heartbeat_interval,
-        )
         try:
             if server is not None:
-                server.start()
-                log.info("metrics serving", host=config.metrics_host, port=server.port)
+                server.start()  # /healthz answers during the catch-up already
             supervisor.start()
+            # Logged once started: before a start-up error nothing is printed but its line.
+            log.info(
+                "supervisor_started",
+                mode=config.mode.value,
+                topics=list(config.topics),
+                instance_id=config.instance_id,
+                heartbeat_interval=config.heartbeat_interval,
+            )
+            if server is not None:
+                log.info("metrics_serving", host=config.metrics_host, port=server.port)
             while not supervisor.done:
                 supervisor.step(signals.take())
         except CoordinationChangedError as exc:
-            log.error("refusing to run", reason=str(exc))
+            log.error("refusing_to_run", reason=str(exc))
             return EXIT_RUNTIME
         finally:
             supervisor.kill_all()  # nothing outlives the supervisor
@@ -132,5 +134,5 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
             coordination.close()
             if server is not None:
                 server.close()
-        log.info("supervisor stopped")
+        log.info("supervisor_stopped")
     return EXIT_OK

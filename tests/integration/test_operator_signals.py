@@ -143,8 +143,8 @@ class TestMetricsAndStackDumps:
             "3",
             env={"MARSHAL_LEDGER_HANG_AT_OFFSET": "5"},
         )
-        fleet.wait_for(lambda: bool(logged(member, "metrics serving")), 30, "the metrics server")
-        port = logged(member, "metrics serving")[0]["port"]
+        fleet.wait_for(lambda: bool(logged(member, "metrics_serving")), 30, "the metrics server")
+        port = logged(member, "metrics_serving")[0]["port"]
         fleet.wait_for(lambda: get(port, "/readyz")[0] == 200, 40, "/readyz 200")
         assert get(port, "/healthz")[0] == 200
         fleet.wait_for(lambda: len(fleet.ledger()) == 10, 30, "offsets 0-4 of both partitions")
