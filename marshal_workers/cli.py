@@ -23,8 +23,8 @@ Signals (to the supervisor; systemd: see systemd/README.md):
   HUP        reload the handler code: each child finishes its batch and a fresh
              one (importing the handler anew) takes the same claim, same token,
              same position; no release, no new claim; settings are not re-read
-  USR1       log every thread's stack ("stack dump" lines); each child logs its
-             own ("stack_dump"): at once, even when stuck in the handler
+  USR1       log every thread's stack ("stack_dump" lines); each child logs its
+             own: at once, even when stuck in the handler
 """
 
 

@@ -50,7 +50,7 @@ def check_coordination_topic(config: RunConfig) -> None:
     for diff in diff_topic_config(info.config, info.replication_factor):
         if diff.fatal:
             raise MarshalError(f"{config.coordination_topic}: {diff}")
-        log.warning("coordination topic setting", difference=str(diff))
+        log.warning("coordination_topic_setting", difference=str(diff))
 
 
 def operator_observers(config: RunConfig) -> tuple[list[Observer], MetricsServer | None]:

@@ -183,7 +183,7 @@ class TestMetricsAndStackDumps:
         children = member.children()
         member.signal(signal.SIGUSR1)
         fleet.wait_for(lambda: bool(logged(member, "stack dump done")), 10, "the stack dump")
-        dumps = logged(member, "stack dump")
+        dumps = logged(member, "stack_dump")
         assert dumps and all(d["pid"] == member.pid for d in dumps)
         assert any("dump_stacks" in d["stack"] for d in dumps)
 
