@@ -168,6 +168,15 @@ def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="backslashreplace")
 
 
+def verdict_name(event: ev.Event) -> str:
+    """The verdict as the dump names it: the event's type, but a ReleaseGroup whose expire
+    time has passed at its own log time (``release-group --for 0``) lifted the pause, so it is
+    ``PauseLifted``, not ``GroupPaused``."""
+    if isinstance(event, ev.GroupPaused) and event.until_ms <= event.log_time:
+        return "PauseLifted"
+    return type(event).__name__
+
+
 def dump_entry(record: CoordRecord, event: ev.Event) -> dict[str, object]:
     """One record and its verdict as a JSON object."""
     reason = getattr(event, "reason", None)
@@ -178,7 +187,7 @@ def dump_entry(record: CoordRecord, event: ev.Event) -> dict[str, object]:
         "log_time_ms": record.timestamp_ms,
         "key": _text(record.key),
         "message": _text(record.value),
-        "verdict": type(event).__name__,
+        "verdict": verdict_name(event),
         "reason": reason if isinstance(reason, str) else None,
     }
 
