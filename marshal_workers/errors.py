@@ -10,6 +10,9 @@ EXIT_OK = 0
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 EXIT_HANDLER_LOAD = 3
+# A Marshal Go fleet writes (keyless records) to this group's coordination log: two
+# implementations would claim the same partitions. Not restartable (RestartPreventExitStatus).
+EXIT_GO_FLEET = 5
 
 
 class MarshalError(Exception):

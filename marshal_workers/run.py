@@ -19,6 +19,7 @@ from marshal_workers.config import RunConfig
 from marshal_workers.coordination import Coordinator
 from marshal_workers.datatopics import DataTopics
 from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME, MarshalError
+from marshal_workers.gofleet import GoFleetGuard
 from marshal_workers.handler import load_handler
 from marshal_workers.hostlock import host_lock
 from marshal_workers.kafkalog import KafkaLog
@@ -92,6 +93,7 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
                 partitioner=config.partitioner,
                 admin_client_ids=config.admin_client_ids,
             ),
+            on_malformed=GoFleetGuard(config.group, config.coordination_topic),
         )
         committer = OffsetCommitter.for_kafka(  # best effort: for kafka-consumer-groups
             config.bootstrap_servers, config.group, config.heartbeat_interval, config.kafka
