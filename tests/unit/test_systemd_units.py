@@ -53,10 +53,11 @@ class TestServiceUnit:
         assert service["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
 
     def test_restarts_on_failure_but_not_on_configuration_errors(self) -> None:
-        """Restart=on-failure; exit codes 2 (configuration) and 3 (handler load) stay down."""
+        """Restart=on-failure; exit codes 2 (configuration), 3 (handler load) and 5 (a Marshal
+        Go fleet writes to the group) stay down."""
         service = parse(SERVICE)["Service"]
         assert service["Restart"] == ["on-failure"]
-        assert set(service["RestartPreventExitStatus"][0].split()) == {"2", "3"}
+        assert set(service["RestartPreventExitStatus"][0].split()) == {"2", "3", "5"}
 
     def test_instance_names_the_client_and_its_environment_file(self) -> None:
         """--instance %i (client id HOSTNAME-%i), a common and a per-instance env file."""
