@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import click
 
+from marshal_workers.admin.goread import go_dump, go_status
 from marshal_workers.admin.operations import Connection, run_dump, run_init, run_status
+from marshal_workers.gofold import GO_HEARTBEAT_INTERVAL_S
 from marshal_workers.toolconfig import FleetSettings, fleet_options
 
 DEFAULT_READ_TIMEOUT_S = 60.0
@@ -34,6 +36,24 @@ def group_of(group: str | None, fleet: FleetSettings) -> str:
     if not chosen:
         raise click.UsageError("give --group (or group in the --config file)")
     return chosen
+
+
+go_topic_option = click.option(
+    "--go-topic",
+    metavar="NAME",
+    default=None,
+    help="Read NAME as a Marshal Go fleet's coordination topic instead, read-only: keyless "
+    "records, any cleanup policy, decided as Go decides (senders' clocks). For migrating.",
+)
+go_hb_option = click.option(
+    "--go-heartbeat-interval",
+    "go_hb_s",
+    type=click.IntRange(min=1, max=86_400),
+    default=GO_HEARTBEAT_INTERVAL_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="The Go fleet's HeartbeatInterval (a constant of the Go library), with --go-topic.",
+)
 
 
 _timeout_option = click.option(
@@ -85,26 +105,41 @@ def init(
 @click.option("--group", default=None, help="The consumer group [default: the --config file's].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_timeout_option
+@go_topic_option
+@go_hb_option
 def status(
     *,
     fleet: FleetSettings,
     group: str | None,
     as_json: bool,
     timeout: float,
+    go_topic: str | None,
+    go_hb_s: int,
 ) -> None:
     """Show who holds each partition of a group, its offset, lag and freshness (now)."""
-    click.echo(run_status(connection(fleet), group_of(group, fleet), as_json, timeout))
+    chosen = group_of(group, fleet)
+    if go_topic is not None:
+        out = go_status(
+            fleet.bootstrap_servers, go_topic, chosen, go_hb_s, as_json, timeout, fleet.kafka
+        )
+        click.echo(out)
+        return
+    click.echo(run_status(connection(fleet), chosen, as_json, timeout))
 
 
 @click.command()
 @fleet_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @_timeout_option
+@go_topic_option
+@go_hb_option
 def dump(
     *,
     fleet: FleetSettings,
     as_json: bool,
     timeout: float,
+    go_topic: str | None,
+    go_hb_s: int,
 ) -> None:
     """Print the decoded coordination log with the verdict on every record.
 
@@ -112,5 +147,11 @@ def dump(
     --json, one object per line with partition, offset, log_time, log_time_ms, key, message,
     verdict and reason. Records come in offset order per coordination partition.
     """
+    if go_topic is not None:
+        for line in go_dump(
+            fleet.bootstrap_servers, go_topic, go_hb_s, as_json, timeout, fleet.kafka
+        ):
+            click.echo(line)
+        return
     for line in run_dump(connection(fleet), as_json, timeout):
         click.echo(line)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import click
 
-from marshal_workers.admin.commands import connection, group_of
+from marshal_workers.admin.commands import connection, go_hb_option, group_of
+from marshal_workers.admin.goimport import run_import_go
 from marshal_workers.admin.operations import ADMIN_CLIENT_ID
 from marshal_workers.admin.pause import run_release_group
 from marshal_workers.admin.position import run_set_position
@@ -163,6 +164,59 @@ def set_position(
             _checked("--group", group_of(group, fleet)),
             topic,
             spec,
+            dry_run=dry_run,
+            as_json=as_json,
+            client_id=_checked("--client-id", client_id),
+            timeout_s=timeout,
+            progress=_err,
+        )
+    )
+
+
+@click.command("import-go")
+@fleet_options
+@click.option(
+    "--go-topic",
+    required=True,
+    metavar="NAME",
+    help="The Marshal Go fleet's coordination topic (read-only), on --bootstrap-servers.",
+)
+@go_hb_option
+@click.option(
+    "--group", default=None, help="The consumer group to move [default: the --config file's]."
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan (current -> Go's position) and stop.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per topic.")
+@_client_id_option
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_WAIT_S,
+    show_default=True,
+    help="Seconds allowed to read each log (and to wait for holders, as set-position).",
+)
+def import_go(
+    *,
+    fleet: FleetSettings,
+    go_topic: str,
+    go_hb_s: int,
+    group: str | None,
+    dry_run: bool,
+    as_json: bool,
+    client_id: str,
+    timeout: float,
+) -> None:
+    """Migrate a group from Marshal Go: read the Go fleet's coordination topic (read-only,
+    folded as Go folds it) and set the group's positions in our coordination topic to where the
+    Go fleet stopped, with set-position's machinery. Refuses while the Go fleet still holds a
+    partition of the group. Stop the Go fleet, run this, then start marshal-run: no record is
+    skipped, and none is handled twice beyond what at-least-once allows."""
+    click.echo(
+        run_import_go(
+            connection(fleet),
+            _checked("--go-topic", go_topic),
+            _checked("--group", group_of(group, fleet)),
+            go_hb_s=go_hb_s,
             dry_run=dry_run,
             as_json=as_json,
             client_id=_checked("--client-id", client_id),
