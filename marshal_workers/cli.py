@@ -57,8 +57,9 @@ def marshal_run(config_file: Path | None, **flags: Any) -> int:
       marshal-run --handler mypkg:handle --mode amo --topic orders --group shop.billing
 
     Signals: TERM stops gracefully, INT or QUIT at once, HUP reloads the handler code, USR1
-    dumps stacks (see below). Exit codes: 0 stopped, 2 configuration error, 3 handler failed
-    to load, 1 runtime failure.
+    dumps stacks (see below). Exit codes: 0 stopped, 2 configuration error (a missing --topic
+    too), 3 handler failed to load, 5 a Marshal Go fleet writes to the group, 1 runtime
+    failure.
     """
     return run(run_config(resolve(flags, config_path(config_file))))
 

@@ -212,7 +212,8 @@ SETTINGS: tuple[Setting, ...] = (
         "partitioner",
         "spec",
         "How claims map to coordination partitions: spec, or "
-        "marshal-go to share a topic with the Go implementation.",
+        "marshal-go (md5 of the topic only, the Go implementation's layout; a mixed fleet "
+        "with Go is unsafe all the same: see the README, Migrating from Marshal Go).",
         "Kafka",
         choices=("spec", "marshal-go"),
     ),
