@@ -8,10 +8,15 @@ dump verdicts (fresh, unknown, stale, granted, rejected) depend on them.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import click
 
 from marshal_workers.admin.goread import go_dump, go_status
-from marshal_workers.admin.operations import Connection, run_dump, run_init, run_status
+from marshal_workers.admin.operations import Connection, run_dump, run_init
+from marshal_workers.admin.statusread import run_status
+from marshal_workers.admin.watch import watch_status
 from marshal_workers.gofold import GO_HEARTBEAT_INTERVAL_S
 from marshal_workers.toolconfig import FleetSettings, fleet_options
 
@@ -105,6 +110,23 @@ def init(
 @click.option("--group", default=None, help="The consumer group [default: the --config file's].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_timeout_option
+@click.option(
+    "--watch",
+    "watch_s",
+    type=click.FloatRange(min=0.1),
+    is_flag=False,
+    flag_value=2.0,
+    default=None,
+    metavar="[SECONDS]",
+    help="Refresh every SECONDS (2 if not given), with each partition's lag trend: in place "
+    "on a terminal, appended otherwise. Ctrl-C stops.",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --watch: stop after this many refreshes.",
+)
 @go_topic_option
 @go_hb_option
 def status(
@@ -113,11 +135,29 @@ def status(
     group: str | None,
     as_json: bool,
     timeout: float,
+    watch_s: float | None,
+    count: int | None,
     go_topic: str | None,
     go_hb_s: int,
 ) -> None:
-    """Show who holds each partition of a group, its offset, lag and freshness (now)."""
+    """Show who holds each partition of a group, its offset, lag and freshness (now). What
+    could not be read (a broker down) is listed, and the JSON says "complete": false."""
     chosen = group_of(group, fleet)
+    if watch_s is not None:
+        if go_topic is not None:
+            raise click.UsageError("--watch does not go with --go-topic")
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the watch: exit 0
+            watch_status(
+                connection(fleet),
+                chosen,
+                interval_s=watch_s,
+                count=count,
+                timeout_s=timeout,
+                as_json=as_json,
+                tty=sys.stdout.isatty(),
+                out=click.echo,
+            )
+        return
     if go_topic is not None:
         out = go_status(
             fleet.bootstrap_servers, go_topic, chosen, go_hb_s, as_json, timeout, fleet.kafka

@@ -22,8 +22,8 @@ from marshal_workers.kafkalog import KafkaLog
 from marshal_workers.protocol import CoordRecord, Partitioner
 from marshal_workers.rationalizer import RationalizerConfig
 from marshal_workers.reader import LogReader
-from marshal_workers.status import group_status, group_topics, iso_ms, render_table
-from marshal_workers.topicadmin import admin_client, ensure_coordination_topic, high_watermarks
+from marshal_workers.status import iso_ms
+from marshal_workers.topicadmin import ensure_coordination_topic
 
 ADMIN_CLIENT_ID = "marshal-admin"
 
@@ -141,27 +141,6 @@ def read_records(conn: Connection, timeout_s: float) -> Iterator[tuple[CoordReco
         yield from _read_to_end(conn, log, reader, timeout_s)
     finally:
         log.close()
-
-
-def run_status(
-    conn: Connection, group: str, as_json: bool, timeout_s: float, now_ms: int | None = None
-) -> str:
-    """The group's status as one JSON object or a table; freshness at ``now_ms`` (wall clock)."""
-    log, reader = open_log(conn)
-    try:
-        reader.catch_up(timeout_s)
-    except LogError as exc:
-        raise MarshalError(str(exc)) from None
-    finally:
-        log.close()
-    topics = group_topics(reader.worlds, group)
-    admin = admin_client(conn.bootstrap_servers, conn.kafka)
-    highs = high_watermarks(admin, conn.bootstrap_servers, topics)
-    now = now_ms if now_ms is not None else int(time.time() * 1000)
-    status = group_status(group, reader.worlds, conn.heartbeat_interval_ms, now, highs)
-    if as_json:
-        return json.dumps(status.to_json())
-    return render_table(status)
 
 
 def _text(data: bytes | None) -> str | None:
