@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,8 @@ import click
 from marshal_workers.config import run_config
 from marshal_workers.entry import run_command
 from marshal_workers.run import run
-from marshal_workers.settings import SECTIONS, SETTINGS, Setting, help_epilog, resolve
+from marshal_workers.settings import SECTIONS, SETTINGS, help_epilog, resolve
+from marshal_workers.toolconfig import config_path, setting_option
 
 SIGNALS_HELP = """\b
 Signals (to the supervisor; systemd: see systemd/README.md):
@@ -23,30 +23,15 @@ Signals (to the supervisor; systemd: see systemd/README.md):
   HUP        reload the handler code: each child finishes its batch and a fresh
              one (importing the handler anew) takes the same claim, same token,
              same position; no release, no new claim; settings are not re-read
-  USR1       log every thread's stack ("stack dump" lines); each child logs its
-             own ("stack_dump"): at once, even when stuck in the handler
+  USR1       log every thread's stack ("stack_dump" lines); each child logs its
+             own: at once, even when stuck in the handler
 """
-
-
-def _option(setting: Setting) -> Callable[[Any], Any]:
-    default = ", ".join(setting.default) if setting.multiple else setting.default
-    shown = f" [default: {default}]" if default not in (None, "", ()) else ""
-    kind: Any = click.Choice(setting.choices) if setting.choices else click.STRING
-    return click.option(
-        setting.flag,
-        setting.name,
-        type=kind,
-        multiple=setting.multiple,
-        default=None,
-        metavar="[" + "|".join(setting.choices) + "]" if setting.choices else setting.metavar,
-        help=f"{setting.help}{shown} [env: {setting.env}]",
-    )
 
 
 def _with_settings(command: Callable[..., Any]) -> Callable[..., Any]:
     ordered = sorted(SETTINGS, key=lambda s: SECTIONS.index(s.section))
     for setting in reversed(ordered):
-        command = _option(setting)(command)
+        command = setting_option(setting)(command)
     return command
 
 
@@ -72,13 +57,11 @@ def marshal_run(config_file: Path | None, **flags: Any) -> int:
       marshal-run --handler mypkg:handle --mode amo --topic orders --group shop.billing
 
     Signals: TERM stops gracefully, INT or QUIT at once, HUP reloads the handler code, USR1
-    dumps stacks (see below). Exit codes: 0 stopped, 2 configuration error, 3 handler failed
-    to load, 1 runtime failure.
+    dumps stacks (see below). Exit codes: 0 stopped, 2 configuration error (a missing --topic
+    too), 3 handler failed to load, 5 a Marshal Go fleet writes to the group, 1 runtime
+    failure.
     """
-    config_path = config_file or (
-        Path(os.environ["MARSHAL_CONFIG"]) if os.environ.get("MARSHAL_CONFIG") else None
-    )
-    return run(run_config(resolve(flags, config_path)))
+    return run(run_config(resolve(flags, config_path(config_file))))
 
 
 def main() -> None:

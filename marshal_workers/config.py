@@ -5,14 +5,15 @@ from __future__ import annotations
 import socket
 import sys
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from marshal_workers.errors import ConfigError
 from marshal_workers.protocol import Partitioner, validate_name
 from marshal_workers.rationalizer import Mode
-from marshal_workers.settings import BY_NAME, Resolved
+from marshal_workers.settings import BY_NAME, Resolved, heartbeat_ms
 
 REQUIRED = ("handler", "mode", "topic", "group")
 DEFAULT_ADMIN_CLIENT_IDS = ("marshal-admin",)
@@ -58,13 +59,34 @@ class RunConfig:
     @property
     def heartbeat_interval_ms(self) -> int:
         """HB in milliseconds, as the rationalizer wants it."""
-        return int(self.heartbeat_interval * 1000)
+        return heartbeat_ms(self.heartbeat_interval)
 
 
-def default_client_id(instance: str) -> str:
-    """HOSTNAME-INSTANCE: stable across restarts of one worker on one host."""
-    host = socket.gethostname().split(".")[0] or "localhost"
-    return validate_name("client id", f"{host}-{instance}")
+MACHINE_ID = Path("/etc/machine-id")
+_LOCAL_NAMES = ("localhost", "localhost.localdomain", "localhost6.localdomain6")
+
+
+def host_identity(
+    fqdn: Callable[[], str] = socket.getfqdn, machine_id_file: Path = MACHINE_ID
+) -> str:
+    """This host's name for client ids: the fully qualified host name (``w1.dc1``, never the
+    short ``w1`` that ``w1.dc2`` shares); where the host has no qualified name, its short name
+    and the first 12 digits of its machine id (``/etc/machine-id``), unique per installation."""
+    name = "".join(c for c in fqdn().strip() if c.isprintable() and not c.isspace() and c != "/")
+    if "." in name and name.lower() not in _LOCAL_NAMES and not name.startswith("localhost."):
+        return name
+    short = name.split(".")[0] or "localhost"
+    try:
+        machine = machine_id_file.read_text().strip()
+    except OSError:
+        machine = ""
+    return f"{short}-{machine[:12]}" if machine.isalnum() else short
+
+
+def default_client_id(instance: str, host: str | None = None) -> str:
+    """HOST-INSTANCE (HOST: `host_identity`): stable across restarts of one worker on one host,
+    and different on two hosts that share a short name."""
+    return validate_name("client id", f"{host or host_identity()}-{instance}")
 
 
 def run_config(resolved: Resolved) -> RunConfig:

@@ -13,6 +13,9 @@ EXIT_HANDLER_LOAD = 3
 # The coordination topic's partition count is not the one recorded at init: claims would move
 # to other partitions. Not restartable (systemd's RestartPreventExitStatus): an operator must act.
 EXIT_COORDINATION_CHANGED = 4
+# A Marshal Go fleet writes (keyless records) to this group's coordination log: two
+# implementations would claim the same partitions. Not restartable (RestartPreventExitStatus).
+EXIT_GO_FLEET = 5
 
 
 class MarshalError(Exception):

@@ -38,9 +38,13 @@ class Event:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Malformed(Event):
-    """The record is not a valid message, or not where it belongs: counted and skipped."""
+    """The record is not a valid message, or not where it belongs: counted and skipped.
+
+    ``keyless_group`` is the group a valid Marshal message *without a record key* names: what
+    a Marshal Go writer produces (Go writes no key), else None (see `gofleet`)."""
 
     reason: str
+    keyless_group: str | None
 
 
 @fast_init

@@ -220,12 +220,13 @@ class OffsetCommitter(Observer):
         if not self._warned:
             self._warned = True
             self._log.warning(
-                "committing offsets to Kafka failed (best effort: coordination is unaffected; "
-                "further failures are logged at debug level)",
+                "offset_commit_failed",
                 error=error,
+                note="best effort: coordination is unaffected; further failures are logged at "
+                "debug level",
             )
         else:
-            self._log.debug("offset commit failed", error=error, partitions=len(partitions))
+            self._log.debug("offset_commit_failed", error=error, partitions=len(partitions))
 
     def close(self) -> None:
         """Close the sink."""

@@ -1,7 +1,11 @@
 """The Marshal coordination messages and their version-1 text wire format.
 
-Pure: no I/O, no clock. Shared byte for byte with the Go implementation, so both can use one
-coordination topic::
+Pure: no I/O, no clock. The text is byte for byte the Go implementation's (dropbox/marshal,
+marshal/message.go), but the two can NOT share a coordination topic: Go writes its records
+without a Kafka key (a compacted topic refuses them, and our fold counts them malformed),
+decides on the senders' clocks, and accepts any heartbeat, so a mixed fleet claims partitions
+twice. Go fleets are migrated from (`gofold`, ``marshal-admin import-go``), and a member that
+sees keyless records of its own group refuses to run (`gofleet`)::
 
     Heartbeat/1/UnixSec/InstanceID/ClientID/GroupID/Topic/Partition/Offset
     ClaimingPartition/1/UnixSec/InstanceID/ClientID/GroupID/Topic/Partition
@@ -12,7 +16,7 @@ coordination topic::
 There is no escaping, so no field may contain ``/``; names are refused at configuration time
 (`validate_name`) and on decode. ``UnixSec`` is the sender's clock: it is carried for humans and
 never used for a decision (the rationalizer uses the record's log time). Offsets are Kafka's
-"next offset to read". ``MsgExpireTime`` is in Unix seconds (as in the Go implementation).
+"next offset to read" (Go's too). ``MsgExpireTime`` is in Unix seconds; Go has no ReleaseGroup.
 """
 
 from __future__ import annotations
@@ -293,7 +297,9 @@ def coordination_partition(
 
     ``spec`` hashes topic and partition (so one topic's partitions spread over the coordination
     partitions); ``marshal-go`` hashes the topic only, as the Go implementation does: the first
-    8 bytes of md5(topic), little-endian, modulo the partition count.
+    8 bytes of md5(topic), little-endian, modulo the partition count (a topic's partitions all
+    land on one coordination partition: kept for fleets that know Go's layout, never to share
+    a topic with Go).
     """
     if num_partitions < 1:
         raise ValueError("the coordination topic must have at least one partition")

@@ -224,14 +224,14 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
         return _metadata(world, record, exc)
     if type(msg) is ReleaseGroup:
         if record.key != msg.group_id.encode():
-            return _malformed(world, record, _key_mismatch(record, msg))
+            return _malformed(world, record, _key_mismatch(record, msg), _keyless(record, msg))
         return _release_group(world, record, msg)
     assert not isinstance(msg, ReleaseGroup)
     key = world.keys.get(record.key)  # type: ignore[arg-type]
     if key is None or key != (msg.group_id, msg.topic, msg.partition):
         key = claim_key(msg)
         if record.key != record_key(msg):
-            return _malformed(world, record, _key_mismatch(record, msg))
+            return _malformed(world, record, _key_mismatch(record, msg), _keyless(record, msg))
         cfg = world.config
         if cfg.num_partitions is not None:
             home = coordination_partition(
@@ -274,9 +274,16 @@ def _key_mismatch(record: CoordRecord, msg: Message) -> str:
     return f"key {record.key!r} does not match the message (expected {record_key(msg)!r})"
 
 
-def _malformed(world: World, record: CoordRecord, reason: str) -> ev.Event:
+def _keyless(record: CoordRecord, msg: Message) -> str | None:
+    """The group of a valid message written without a key (a Marshal Go writer), else None."""
+    return msg.group_id if record.key is None else None
+
+
+def _malformed(
+    world: World, record: CoordRecord, reason: str, keyless_group: str | None = None
+) -> ev.Event:
     world.malformed += 1
-    return ev.Malformed(record.partition, record.offset, world.log_time, reason)
+    return ev.Malformed(record.partition, record.offset, world.log_time, reason, keyless_group)
 
 
 def _stale(state: ClaimState, now: int, hb: int) -> bool:

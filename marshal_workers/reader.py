@@ -26,9 +26,11 @@ class LogReader:
         log: CoordinationLog,
         config: RationalizerConfig,
         monotonic: Monotonic = time.monotonic,
+        on_malformed: Callable[[ev.Malformed], object] | None = None,
     ) -> None:
         self.log = log
         self.config = config
+        self.on_malformed = on_malformed  # sees every malformed record (e.g. `GoFleetGuard`)
         self.worlds = {p: World(config, p) for p in range(log.num_partitions)}
         self._monotonic = monotonic
         self._verdicts: dict[tuple[int, int], ev.Event] = {}
@@ -38,8 +40,11 @@ class LogReader:
         """Fold already-read records (each partition in offset order); return their events."""
         out: list[ev.Event] = []
         worlds = self.worlds
+        on_malformed = self.on_malformed
         for record in records:
             event = fold(worlds[record.partition], record)
+            if on_malformed is not None and type(event) is ev.Malformed:
+                on_malformed(event)
             position = (event.coord_partition, event.coord_offset)
             if position in self._awaited:
                 self._verdicts[position] = event

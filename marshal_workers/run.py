@@ -1,27 +1,29 @@
 """`run(config)`: start a supervisor, run its loop until it stops, and return the exit code.
 
 Before anything starts: the handler is imported (exit 3 if it cannot be), the coordination
-topic is opened and its settings checked (a fatal difference refuses to run), and this client
-id is locked on this host (two workers with one id would take each other's claims over).
+topic is opened and its settings checked (a fatal difference refuses to run; a heartbeat
+interval too small for the cluster's failure detection is warned about), and this group's
+client id is locked on this host (`hostlock`: two workers with one id would take each other's
+claims over). The supervisor's start then checks what the group must agree on (the recorded
+partition count, the group's settings) before it claims anything. Nothing is printed before a
+start-up error but its one line.
 """
 
 from __future__ import annotations
 
 import faulthandler
-import fcntl
 import multiprocessing
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Sequence
 
 import structlog
 
 from marshal_workers.brokercheck import cluster_heartbeat_warning
 from marshal_workers.config import RunConfig
 from marshal_workers.datatopics import DataTopics
-from marshal_workers.errors import EXIT_OK, ConfigError, MarshalError
+from marshal_workers.errors import EXIT_OK, MarshalError
 from marshal_workers.handler import load_handler
+from marshal_workers.hostlock import host_lock
 from marshal_workers.kafkalog import KafkaLog
 from marshal_workers.logs import configure_logging
 from marshal_workers.metrics import Metrics, MetricsServer
@@ -31,34 +33,6 @@ from marshal_workers.signals import SignalQueue
 from marshal_workers.supervisor import Supervisor
 from marshal_workers.systemd import SystemdNotify
 from marshal_workers.topicadmin import admin_client, describe_topic, diff_topic_config
-
-
-def lock_dir() -> Path:
-    """Where client-id locks live: $XDG_RUNTIME_DIR, else the user's cache directory."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.expanduser("~/.cache")
-    return Path(base) / "marshal-workers" / "locks"
-
-
-@contextmanager
-def client_id_lock(client_id: str) -> Iterator[None]:
-    """Hold an exclusive lock on this client id on this host; ConfigError if another holds it."""
-    directory = lock_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{client_id}.lock"
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise ConfigError(
-                f"client id {client_id!r} is already running on this host (pid {holder}); "
-                "give each worker its own --client-id or --instance"
-            ) from None
-        handle.truncate(0)
-        handle.write(str(os.getpid()))
-        handle.flush()
-        yield
 
 
 def check_coordination_topic(config: RunConfig) -> None:
@@ -103,7 +77,7 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
     log = structlog.get_logger().bind(group=config.group, client_id=config.client_id)
     load_handler(config.handler)
     check_coordination_topic(config)
-    with client_id_lock(config.client_id):
+    with host_lock(config.group, config.client_id):
         extra, server = operator_observers(config)
         coordination = KafkaLog(
             config.bootstrap_servers,
@@ -125,18 +99,20 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
             observer,
             wake_fd=signals.fileno(),
         )
-        log.info(
-            "supervisor_starting",
-            mode=config.mode.value,
-            topics=list(config.topics),
-            instance_id=config.instance_id,
-            heartbeat_interval=config.heartbeat_interval,
-        )
         try:
             if server is not None:
-                server.start()
-                log.info("metrics_serving", host=config.metrics_host, port=server.port)
+                server.start()  # /healthz answers during the catch-up already
             supervisor.start(preflight=True)
+            # Logged once started: before a start-up error nothing is printed but its line.
+            log.info(
+                "supervisor_started",
+                mode=config.mode.value,
+                topics=list(config.topics),
+                instance_id=config.instance_id,
+                heartbeat_interval=config.heartbeat_interval,
+            )
+            if server is not None:
+                log.info("metrics_serving", host=config.metrics_host, port=server.port)
             while not supervisor.done:
                 supervisor.step(signals.take())
         finally:

@@ -7,7 +7,9 @@ flag. A bad value from any source is refused with one line naming the setting an
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from marshal_workers.errors import ConfigError
+from marshal_workers.kafkaconf import check_kafka_table
 from marshal_workers.protocol import validate_name
 
 Parse = Callable[[str], Any]
@@ -48,25 +51,60 @@ class Setting:
         return "MARSHAL_" + self.name.upper()
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError("must be a positive number")
-    return value
+MAX_SECONDS = 86_400.0  # one day: the largest time any setting takes
+MAX_COUNT = 10_000_000  # the largest count any setting takes
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError("must be a whole number of at least 1")
-    return value
+def heartbeat_ms(seconds: float) -> int:
+    """HB in whole milliseconds, as the rationalizer folds with it: rounded to the nearest ms.
+
+    The one conversion every process uses (workers, admin, audit), so that they never judge a
+    claim with intervals 1 ms apart (``int(1.001 * 1000)`` is 1000, not 1001)."""
+    return max(1, round(seconds * 1000))
 
 
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError("must be a whole number of at least 0")
-    return value
+def _seconds(minimum: float) -> Parse:
+    def parse(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value) or not minimum <= value <= MAX_SECONDS:
+            raise ValueError(f"must be a number of seconds from {minimum:g} to {MAX_SECONDS:g}")
+        return value
+
+    return parse
+
+
+_positive_float = _seconds(0.001)
+
+
+def _count(minimum: int) -> Parse:
+    def parse(text: str) -> int:
+        value = int(text)
+        if not minimum <= value <= MAX_COUNT:
+            raise ValueError(f"must be a whole number from {minimum} to {MAX_COUNT}")
+        return value
+
+    return parse
+
+
+_positive_int = _count(1)
+_non_negative_int = _count(0)
+
+_HOST_PORT = re.compile(
+    r"^(?:[A-Za-z_]+://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9._-]*)(?::(\d{1,5}))?$"
+)
+
+
+def check_bootstrap_servers(value: Any) -> None:
+    """HOST:PORT[,HOST:PORT...] (an optional PROTOCOL:// prefix, [IPv6] hosts); ValueError
+    saying which entry is wrong. A malformed list is a usage error, not an unreachable broker."""
+    text = str(value)
+    entries = [e.strip() for e in text.split(",")]
+    if not text.strip() or not all(entries):
+        raise ValueError("must be HOST:PORT[,HOST:PORT...] with no empty entry")
+    for entry in entries:
+        match = _HOST_PORT.match(entry)
+        if match is None or (match.group(1) is not None and not 0 < int(match.group(1)) < 65536):
+            raise ValueError(f"{entry!r} is not HOST:PORT (expected HOST:PORT[,HOST:PORT...])")
 
 
 def _dlq_topic(value: Any) -> None:
@@ -139,7 +177,8 @@ SETTINGS: tuple[Setting, ...] = (
         "client_id",
         None,
         "This member's stable id (no '/'). Restarting with the same id "
-        "within the heartbeat window resumes its claims. Default: HOSTNAME-INSTANCE.",
+        "within the heartbeat window resumes its claims. Default: FQDN-INSTANCE (the fully "
+        "qualified host name; without one, HOSTNAME-MACHINEID).",
         "Identity",
         check=_name("client id"),
         metavar="ID",
@@ -158,6 +197,7 @@ SETTINGS: tuple[Setting, ...] = (
         "127.0.0.1:9092",
         "Kafka brokers, HOST:PORT[,...].",
         "Kafka",
+        check=check_bootstrap_servers,
         metavar="HOST:PORT",
     ),
     Setting(
@@ -172,7 +212,8 @@ SETTINGS: tuple[Setting, ...] = (
         "partitioner",
         "spec",
         "How claims map to coordination partitions: spec, or "
-        "marshal-go to share a topic with the Go implementation.",
+        "marshal-go (md5 of the topic only, the Go implementation's layout; a mixed fleet "
+        "with Go is unsafe all the same: see the README, Migrating from Marshal Go).",
         "Kafka",
         choices=("spec", "marshal-go"),
     ),
@@ -363,6 +404,7 @@ def resolve(
     kafka: dict[str, str] = {}
     if config_file is not None:
         from_file, kafka = load_toml(config_file)
+        check_kafka_table(kafka, str(config_file))
         for name, value in from_file.items():
             values[name] = _apply(BY_NAME[name], value, f"{config_file}")
             sources[name] = str(config_file)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STACK_DUMP_EVENT = "stack dump"
+STACK_DUMP_EVENT = "stack_dump"
 DUMP_QUIET_S = 0.05  # a dump is complete once the pipe stayed empty this long
 
 

@@ -9,7 +9,11 @@ The JSON form (`GroupStatus.to_json`) is a stable interface::
 
     {"group": G, "as_of": ISO, "claims": [{"topic", "partition", "client_id", "instance_id",
      "state", "offset", "reserved", "fencing_token", "last_heartbeat", "lag", "certain"}],
-     "paused_until": ISO | null, "paused_by": str | null, "malformed": N}
+     "paused_until": ISO | null, "paused_by": str | null, "malformed": N,
+     "complete": bool, "unavailable": [str]}
+
+``complete`` is false when part of the cluster could not be read (a broker down): the rest is
+shown, and ``unavailable`` says what is missing (the table ends with the same list).
 
 ``offset`` is the committed position (the next offset to read, at-least-once view);
 ``reserved`` the at-most-once reservation; ``lag`` = high watermark - offset when both are
@@ -80,10 +84,18 @@ class GroupStatus:
     paused_by: str | None
     malformed: int
     members: tuple[str, ...] = ()
+    unavailable: tuple[str, ...] = ()  # what could not be read (a broker down): never silent
+
+    @property
+    def complete(self) -> bool:
+        """Whether everything could be read."""
+        return not self.unavailable
 
     def to_json(self) -> dict[str, object]:
         """The status as one JSON object."""
         return {
+            "complete": self.complete,
+            "unavailable": list(self.unavailable),
             "group": self.group,
             "as_of": iso_ms(self.as_of_ms),
             "members": list(self.members),
@@ -170,8 +182,38 @@ def _cell(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def render_table(status: GroupStatus) -> str:
-    """The status as plain-text columns, with a header line and a footer."""
+Trends = Mapping[tuple[str, int], str]
+
+
+def lag_trends(
+    previous: Mapping[tuple[str, int], int | None], status: GroupStatus, elapsed_s: float
+) -> dict[tuple[str, int], str]:
+    """Per partition, how its lag moved since ``previous`` (``elapsed_s`` ago): ``+120
+    (+40/s)`` growing, ``-30 (-10/s)`` shrinking, ``=`` steady, ``-`` unknown."""
+    out: dict[tuple[str, int], str] = {}
+    for c in status.claims:
+        before = previous.get((c.topic, c.partition))
+        if before is None or c.lag is None:
+            out[(c.topic, c.partition)] = "-"
+            continue
+        delta = c.lag - before
+        if delta == 0:
+            out[(c.topic, c.partition)] = "="
+            continue
+        rate = f" ({delta / elapsed_s:+.0f}/s)" if elapsed_s > 0 else ""
+        out[(c.topic, c.partition)] = f"{delta:+d}{rate}"
+    return out
+
+
+def lags(status: GroupStatus) -> dict[tuple[str, int], int | None]:
+    """Each partition's lag, to compute the next refresh's trends."""
+    return {(c.topic, c.partition): c.lag for c in status.claims}
+
+
+def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
+    """The status as plain-text columns, with a header line and a footer; with ``trends``
+    (`lag_trends`, for ``--watch``) a LAG TREND column after LAG."""
+    columns = _COLUMNS if trends is None else (*_COLUMNS, "LAG TREND")
     rows = [
         [
             c.topic,
@@ -184,15 +226,16 @@ def render_table(status: GroupStatus) -> str:
             _cell(c.fencing_token),
             _cell(iso_ms(c.last_heartbeat_ms)),
             _cell(c.lag),
+            *([] if trends is None else [trends.get((c.topic, c.partition), "-")]),
         ]
         for c in status.claims
     ]
-    widths = [max(len(row[i]) for row in [list(_COLUMNS), *rows]) for i in range(len(_COLUMNS))]
+    widths = [max(len(row[i]) for row in [list(columns), *rows]) for i in range(len(columns))]
     lines = [f"group {status.group} as of {iso_ms(status.as_of_ms)}"]
     lines.append(f"live members: {', '.join(status.members) or '(none)'}")
     if status.paused_until_ms is not None:
         lines.append(f"paused by {status.paused_by} until {iso_ms(status.paused_until_ms)}")
-    for row in [list(_COLUMNS), *rows]:
+    for row in [list(columns), *rows]:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     if not rows:
         lines.append("(no claims)")
@@ -200,4 +243,7 @@ def render_table(status: GroupStatus) -> str:
     if any(not c.certain for c in status.claims):
         footer += "  (? = history compacted: activity only)"
     lines.append(footer)
+    if status.unavailable:
+        lines.append("INCOMPLETE: could not read:")
+        lines.extend(f"  - {what}" for what in status.unavailable)
     return "\n".join(lines)

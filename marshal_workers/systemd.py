@@ -60,7 +60,7 @@ class Notifier:
         except OSError as exc:
             if not self._warned:
                 self._warned = True
-                structlog.get_logger().warning("sd_notify failed", error=str(exc))
+                structlog.get_logger().warning("sd_notify_failed", error=str(exc))
             return False
         return True
 
@@ -137,7 +137,7 @@ class SystemdNotify(Observer):
         try:
             notifier = Notifier(address)
         except ValueError as exc:
-            structlog.get_logger().warning("systemd notify disabled", reason=str(exc))
+            structlog.get_logger().warning("systemd_notify_disabled", reason=str(exc))
             return None
         return cls(notifier, watchdog_s, clock)
 

@@ -227,10 +227,16 @@ def describe_topic(
 
 
 def _await_topic(admin: AdminClient, bootstrap: str, topic: str, timeout_s: float) -> TopicInfo:
-    """Describe a topic just created, waiting for the metadata to show it."""
+    """Describe a topic just created, waiting for the metadata to show it (and for every broker
+    to know it: on a new multi-node cluster, reading its config can race its creation)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        info = describe_topic(admin, bootstrap, topic, timeout_s)
+        try:
+            info = describe_topic(admin, bootstrap, topic, timeout_s)
+        except MarshalError:  # "Unknown topic or partition" from a broker that lags behind
+            if time.monotonic() > deadline:
+                raise
+            info = None
         if info is not None and info.partitions > 0:
             return info
         if time.monotonic() > deadline:

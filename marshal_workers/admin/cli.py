@@ -6,7 +6,7 @@ import click
 
 from marshal_workers.admin.commands import dump, init, status
 from marshal_workers.admin.demo import demo
-from marshal_workers.admin.group_commands import release_group, set_position
+from marshal_workers.admin.group_commands import import_go, release_group, set_position
 from marshal_workers.admin.settings_cli import group_settings
 from marshal_workers.entry import run_command
 from marshal_workers.localkafka.cli import kafka
@@ -25,6 +25,7 @@ cli.add_command(dump)
 cli.add_command(release_group)
 cli.add_command(set_position)
 cli.add_command(group_settings)
+cli.add_command(import_go)
 
 
 def main() -> None:

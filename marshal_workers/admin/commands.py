@@ -1,86 +1,64 @@
 """`marshal-admin init`, `status` and `dump`: parse options, then call `admin.operations`.
 
-Every command takes the same connection options, each also from a ``MARSHAL_*`` environment
-variable. The heartbeat interval must be the one the workers use: status and dump verdicts
-(fresh, unknown, stale, granted, rejected) depend on it.
+Every command takes ``--config FILE.toml`` (the fleet's file) and the fleet settings it needs
+(`toolconfig`), each also from a ``MARSHAL_*`` environment variable, with marshal-run's
+precedence. The heartbeat interval, partitioner and admin list must be the workers': status and
+dump verdicts (fresh, unknown, stale, granted, rejected) depend on them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+import contextlib
+import sys
 
 import click
 
-from marshal_workers.admin.operations import Connection, run_dump, run_init, run_status
-from marshal_workers.admin.options import admin_ids, admin_ids_option
-from marshal_workers.config import DEFAULT_ADMIN_CLIENT_IDS
-from marshal_workers.protocol import Partitioner
+from marshal_workers.admin.goread import go_dump, go_status
+from marshal_workers.admin.operations import Connection, run_dump, run_init
+from marshal_workers.admin.statusread import run_status
+from marshal_workers.admin.watch import watch_status
+from marshal_workers.gofold import GO_HEARTBEAT_INTERVAL_S
+from marshal_workers.toolconfig import FleetSettings, fleet_options
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-DEFAULT_HEARTBEAT_S = 10.0
 DEFAULT_READ_TIMEOUT_S = 60.0
 
-F = TypeVar("F", bound=Callable[..., Any])
 
-
-def connection_options(func: F) -> F:
-    """Add --bootstrap-servers, --coordination-topic, --heartbeat-interval, --partitioner."""
-    options = [
-        click.option(
-            "--bootstrap-servers",
-            envvar="MARSHAL_BOOTSTRAP_SERVERS",
-            default=DEFAULT_BOOTSTRAP,
-            show_default=True,
-            show_envvar=True,
-            help="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...].",
-        ),
-        click.option(
-            "--coordination-topic",
-            envvar="MARSHAL_COORDINATION_TOPIC",
-            default="__marshal",
-            show_default=True,
-            show_envvar=True,
-            help="The Marshal coordination topic.",
-        ),
-        click.option(
-            "--heartbeat-interval",
-            envvar="MARSHAL_HEARTBEAT_INTERVAL",
-            type=click.FloatRange(min=0.001),
-            default=DEFAULT_HEARTBEAT_S,
-            show_default=True,
-            show_envvar=True,
-            help="Heartbeat interval in seconds; must match the workers' (it decides freshness).",
-        ),
-        click.option(
-            "--partitioner",
-            envvar="MARSHAL_PARTITIONER",
-            type=click.Choice([p.value for p in Partitioner]),
-            default=Partitioner.SPEC.value,
-            show_default=True,
-            show_envvar=True,
-            help="How claims map to coordination partitions; must match the workers'.",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def _connection(
-    bootstrap_servers: str,
-    coordination_topic: str,
-    heartbeat_interval: float,
-    partitioner: str,
-    admin_client_ids: tuple[str, ...] = DEFAULT_ADMIN_CLIENT_IDS,
-) -> Connection:
+def connection(fleet: FleetSettings) -> Connection:
+    """The coordination log's place and fold settings, from the fleet's merged settings."""
     return Connection(
-        bootstrap_servers,
-        coordination_topic,
-        max(1, int(heartbeat_interval * 1000)),  # as the workers: truncated to ms
-        Partitioner(partitioner),
-        admin_ids(admin_client_ids),
+        fleet.bootstrap_servers,
+        fleet.coordination_topic,
+        fleet.heartbeat_interval_ms,
+        fleet.partitioner,
+        fleet.admin_client_ids,
+        fleet.kafka,
     )
+
+
+def group_of(group: str | None, fleet: FleetSettings) -> str:
+    """--group, else the fleet file's (or $MARSHAL_GROUP's) group; a usage error if neither."""
+    chosen = group or fleet.group
+    if not chosen:
+        raise click.UsageError("give --group (or group in the --config file)")
+    return chosen
+
+
+go_topic_option = click.option(
+    "--go-topic",
+    metavar="NAME",
+    default=None,
+    help="Read NAME as a Marshal Go fleet's coordination topic instead, read-only: keyless "
+    "records, any cleanup policy, decided as Go decides (senders' clocks). For migrating.",
+)
+go_hb_option = click.option(
+    "--go-heartbeat-interval",
+    "go_hb_s",
+    type=click.IntRange(min=1, max=86_400),
+    default=GO_HEARTBEAT_INTERVAL_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="The Go fleet's HeartbeatInterval (a constant of the Go library), with --go-topic.",
+)
 
 
 _timeout_option = click.option(
@@ -93,7 +71,7 @@ _timeout_option = click.option(
 
 
 @click.command()
-@connection_options
+@fleet_options
 @click.option(
     "--partitions",
     type=click.IntRange(min=1),
@@ -108,10 +86,7 @@ _timeout_option = click.option(
 )
 def init(
     *,
-    bootstrap_servers: str,
-    coordination_topic: str,
-    heartbeat_interval: float,
-    partitioner: str,
+    fleet: FleetSettings,
     partitions: int | None,
     replication_factor: int | None,
 ) -> None:
@@ -119,7 +94,7 @@ def init(
 
     Exits 0 if the topic is usable (warnings go to stderr), 1 on a fatal difference.
     """
-    conn = _connection(bootstrap_servers, coordination_topic, heartbeat_interval, partitioner)
+    conn = connection(fleet)
     run_init(
         conn,
         partitions=partitions or 4,
@@ -131,43 +106,80 @@ def init(
 
 
 @click.command()
-@connection_options
-@admin_ids_option
-@click.option("--group", required=True, help="The consumer group.")
+@fleet_options
+@click.option("--group", default=None, help="The consumer group [default: the --config file's].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_timeout_option
+@click.option(
+    "--watch",
+    "watch_s",
+    type=click.FloatRange(min=0.1),
+    is_flag=False,
+    flag_value=2.0,
+    default=None,
+    metavar="[SECONDS]",
+    help="Refresh every SECONDS (2 if not given), with each partition's lag trend: in place "
+    "on a terminal, appended otherwise. Ctrl-C stops.",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --watch: stop after this many refreshes.",
+)
+@go_topic_option
+@go_hb_option
 def status(
     *,
-    bootstrap_servers: str,
-    coordination_topic: str,
-    heartbeat_interval: float,
-    partitioner: str,
-    admin_client_ids: tuple[str, ...],
-    group: str,
+    fleet: FleetSettings,
+    group: str | None,
     as_json: bool,
     timeout: float,
+    watch_s: float | None,
+    count: int | None,
+    go_topic: str | None,
+    go_hb_s: int,
 ) -> None:
-    """Show who holds each partition of a group, its offset, lag and freshness (now)."""
-    conn = _connection(
-        bootstrap_servers, coordination_topic, heartbeat_interval, partitioner, admin_client_ids
-    )
-    click.echo(run_status(conn, group, as_json, timeout))
+    """Show who holds each partition of a group, its offset, lag and freshness (now). What
+    could not be read (a broker down) is listed, and the JSON says "complete": false."""
+    chosen = group_of(group, fleet)
+    if watch_s is not None:
+        if go_topic is not None:
+            raise click.UsageError("--watch does not go with --go-topic")
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the watch: exit 0
+            watch_status(
+                connection(fleet),
+                chosen,
+                interval_s=watch_s,
+                count=count,
+                timeout_s=timeout,
+                as_json=as_json,
+                tty=sys.stdout.isatty(),
+                out=click.echo,
+            )
+        return
+    if go_topic is not None:
+        out = go_status(
+            fleet.bootstrap_servers, go_topic, chosen, go_hb_s, as_json, timeout, fleet.kafka
+        )
+        click.echo(out)
+        return
+    click.echo(run_status(connection(fleet), chosen, as_json, timeout))
 
 
 @click.command()
-@connection_options
-@admin_ids_option
+@fleet_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @_timeout_option
+@go_topic_option
+@go_hb_option
 def dump(
     *,
-    bootstrap_servers: str,
-    coordination_topic: str,
-    heartbeat_interval: float,
-    partitioner: str,
-    admin_client_ids: tuple[str, ...],
+    fleet: FleetSettings,
     as_json: bool,
     timeout: float,
+    go_topic: str | None,
+    go_hb_s: int,
 ) -> None:
     """Print the decoded coordination log with the verdict on every record.
 
@@ -175,8 +187,11 @@ def dump(
     --json, one object per line with partition, offset, log_time, log_time_ms, key, message,
     verdict and reason. Records come in offset order per coordination partition.
     """
-    conn = _connection(
-        bootstrap_servers, coordination_topic, heartbeat_interval, partitioner, admin_client_ids
-    )
-    for line in run_dump(conn, as_json, timeout):
+    if go_topic is not None:
+        for line in go_dump(
+            fleet.bootstrap_servers, go_topic, go_hb_s, as_json, timeout, fleet.kafka
+        ):
+            click.echo(line)
+        return
+    for line in run_dump(connection(fleet), as_json, timeout):
         click.echo(line)

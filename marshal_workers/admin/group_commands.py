@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import click
 
-from marshal_workers.admin.commands import _connection, connection_options
+from marshal_workers.admin.commands import connection, go_hb_option, group_of
+from marshal_workers.admin.goimport import run_import_go
 from marshal_workers.admin.operations import ADMIN_CLIENT_ID
-from marshal_workers.admin.options import admin_ids_option
 from marshal_workers.admin.pause import run_release_group
 from marshal_workers.admin.position import run_set_position
 from marshal_workers.admin.targets import Kind, TargetSpec, parse_offsets, parse_time
 from marshal_workers.errors import ConfigError
 from marshal_workers.protocol import validate_name
+from marshal_workers.toolconfig import FleetSettings, fleet_options
 
 DEFAULT_WAIT_S = 60.0
 
@@ -44,9 +45,8 @@ def _err(line: str) -> None:
 
 
 @click.command("release-group")
-@connection_options
-@admin_ids_option
-@click.option("--group", required=True, help="The consumer group to pause.")
+@fleet_options
+@click.option("--group", default=None, help="The group to pause [default: the --config file's].")
 @click.option(
     "--until",
     metavar="TIME",
@@ -72,12 +72,8 @@ def _err(line: str) -> None:
 )
 def release_group(
     *,
-    bootstrap_servers: str,
-    coordination_topic: str,
-    heartbeat_interval: float,
-    partitioner: str,
-    admin_client_ids: tuple[str, ...],
-    group: str,
+    fleet: FleetSettings,
+    group: str | None,
     until: str | None,
     for_s: float | None,
     client_id: str,
@@ -88,14 +84,12 @@ def release_group(
     prints the log's verdict. Exit 0 if in force (or lifted), 1 if refused (not an admin)."""
     if (until is None) == (for_s is None):
         raise click.UsageError("give exactly one of --until and --for")
-    conn = _connection(
-        bootstrap_servers, coordination_topic, heartbeat_interval, partitioner, admin_client_ids
-    )
+    conn = connection(fleet)
     until_s = parse_time(until, "--until") // 1000 if until is not None else None
     click.echo(
         run_release_group(
             conn,
-            _checked("--group", group),
+            _checked("--group", group_of(group, fleet)),
             until_s=until_s,
             for_s=for_s,
             client_id=_checked("--client-id", client_id),
@@ -105,9 +99,8 @@ def release_group(
 
 
 @click.command("set-position")
-@connection_options
-@admin_ids_option
-@click.option("--group", required=True, help="The consumer group.")
+@fleet_options
+@click.option("--group", default=None, help="The consumer group [default: the --config file's].")
 @click.option("--topic", required=True, help="The data topic whose position to set.")
 @click.option("--to-earliest", is_flag=True, help="Every partition to its first stored offset.")
 @click.option("--to-latest", is_flag=True, help="Every partition to its end (skip everything).")
@@ -137,12 +130,8 @@ def release_group(
 )
 def set_position(
     *,
-    bootstrap_servers: str,
-    coordination_topic: str,
-    heartbeat_interval: float,
-    partitioner: str,
-    admin_client_ids: tuple[str, ...],
-    group: str,
+    fleet: FleetSettings,
+    group: str | None,
     topic: str,
     to_earliest: bool,
     to_latest: bool,
@@ -168,15 +157,66 @@ def set_position(
         spec = TargetSpec(Kind.DATETIME, time_ms=parse_time(to_datetime, "--to-datetime"))
     else:
         spec = TargetSpec(Kind.EARLIEST if to_earliest else Kind.LATEST)
-    conn = _connection(
-        bootstrap_servers, coordination_topic, heartbeat_interval, partitioner, admin_client_ids
-    )
+    conn = connection(fleet)
     click.echo(
         run_set_position(
             conn,
-            _checked("--group", group),
+            _checked("--group", group_of(group, fleet)),
             topic,
             spec,
+            dry_run=dry_run,
+            as_json=as_json,
+            client_id=_checked("--client-id", client_id),
+            timeout_s=timeout,
+            progress=_err,
+        )
+    )
+
+
+@click.command("import-go")
+@fleet_options
+@click.option(
+    "--go-topic",
+    required=True,
+    metavar="NAME",
+    help="The Marshal Go fleet's coordination topic (read-only), on --bootstrap-servers.",
+)
+@go_hb_option
+@click.option(
+    "--group", default=None, help="The consumer group to move [default: the --config file's]."
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan (current -> Go's position) and stop.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per topic.")
+@_client_id_option
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_WAIT_S,
+    show_default=True,
+    help="Seconds allowed to read each log (and to wait for holders, as set-position).",
+)
+def import_go(
+    *,
+    fleet: FleetSettings,
+    go_topic: str,
+    go_hb_s: int,
+    group: str | None,
+    dry_run: bool,
+    as_json: bool,
+    client_id: str,
+    timeout: float,
+) -> None:
+    """Migrate a group from Marshal Go: read the Go fleet's coordination topic (read-only,
+    folded as Go folds it) and set the group's positions in our coordination topic to where the
+    Go fleet stopped, with set-position's machinery. Refuses while the Go fleet still holds a
+    partition of the group. Stop the Go fleet, run this, then start marshal-run: no record is
+    skipped, and none is handled twice beyond what at-least-once allows."""
+    click.echo(
+        run_import_go(
+            connection(fleet),
+            _checked("--go-topic", go_topic),
+            _checked("--group", group_of(group, fleet)),
+            go_hb_s=go_hb_s,
             dry_run=dry_run,
             as_json=as_json,
             client_id=_checked("--client-id", client_id),

@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from marshal_workers import events as ev
 from marshal_workers.admin.session import AdminSession
@@ -25,8 +25,8 @@ from marshal_workers.metadata import GroupSettings
 from marshal_workers.protocol import CoordRecord, Partitioner
 from marshal_workers.rationalizer import RationalizerConfig, World
 from marshal_workers.reader import LogReader
-from marshal_workers.status import group_status, group_topics, iso_ms, render_table
-from marshal_workers.topicadmin import admin_client, ensure_coordination_topic, high_watermarks
+from marshal_workers.status import iso_ms
+from marshal_workers.topicadmin import admin_client, ensure_coordination_topic
 
 ADMIN_CLIENT_ID = "marshal-admin"
 
@@ -40,6 +40,7 @@ class Connection:
     heartbeat_interval_ms: int = 10_000
     partitioner: Partitioner = Partitioner.SPEC
     admin_client_ids: frozenset[str] | None = frozenset(DEFAULT_ADMIN_CLIENT_IDS)
+    kafka: Mapping[str, str] = field(default_factory=dict)  # the fleet's [kafka] table
 
     def rationalizer_config(self, num_partitions: int) -> RationalizerConfig:
         """How to fold the log: what the workers use (their admin list included)."""
@@ -67,6 +68,7 @@ def run_init(
         partitions,
         replication_factor,
         partitions_requested=partitions_requested,
+        extra_config=conn.kafka,
     )
     info = result.topic
     verb = "created" if result.created else "found"
@@ -85,7 +87,7 @@ def run_init(
         if not diff.fatal:
             warn(str(diff))
     too_small = cluster_heartbeat_warning(
-        admin_client(conn.bootstrap_servers), conn.heartbeat_interval_ms / 1000
+        admin_client(conn.bootstrap_servers, conn.kafka), conn.heartbeat_interval_ms / 1000
     )
     if too_small is not None:
         warn(f"warning: {too_small}")
@@ -98,7 +100,12 @@ def run_init(
 def open_log(conn: Connection, client_id: str = ADMIN_CLIENT_ID) -> tuple[KafkaLog, LogReader]:
     """The coordination log as ``client_id``, and a reader folding it as the workers do (the
     caller closes the log)."""
-    log = KafkaLog(conn.bootstrap_servers, conn.coordination_topic, client_id=client_id)
+    log = KafkaLog(
+        conn.bootstrap_servers,
+        conn.coordination_topic,
+        client_id=client_id,
+        extra_config=conn.kafka,
+    )
     try:
         return log, LogReader(log, conn.rationalizer_config(log.num_partitions))
     except BaseException:
@@ -150,30 +157,17 @@ def read_records(conn: Connection, timeout_s: float) -> Iterator[tuple[CoordReco
         log.close()
 
 
-def run_status(
-    conn: Connection, group: str, as_json: bool, timeout_s: float, now_ms: int | None = None
-) -> str:
-    """The group's status as one JSON object or a table; freshness at ``now_ms`` (wall clock)."""
-    log, reader = open_log(conn)
-    try:
-        reader.catch_up(timeout_s)
-    except LogError as exc:
-        raise MarshalError(str(exc)) from None
-    finally:
-        log.close()
-    check_group_settings(conn, reader.worlds, group)
-    topics = group_topics(reader.worlds, group)
-    admin = admin_client(conn.bootstrap_servers)
-    highs = high_watermarks(admin, conn.bootstrap_servers, topics)
-    now = now_ms if now_ms is not None else int(time.time() * 1000)
-    status = group_status(group, reader.worlds, conn.heartbeat_interval_ms, now, highs)
-    if as_json:
-        return json.dumps(status.to_json())
-    return render_table(status)
-
-
 def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def verdict_name(event: ev.Event) -> str:
+    """The verdict as the dump names it: the event's type, but a ReleaseGroup whose expire
+    time has passed at its own log time (``release-group --for 0``) lifted the pause, so it is
+    ``PauseLifted``, not ``GroupPaused``."""
+    if isinstance(event, ev.GroupPaused) and event.until_ms <= event.log_time:
+        return "PauseLifted"
+    return type(event).__name__
 
 
 def dump_entry(record: CoordRecord, event: ev.Event) -> dict[str, object]:
@@ -186,7 +180,7 @@ def dump_entry(record: CoordRecord, event: ev.Event) -> dict[str, object]:
         "log_time_ms": record.timestamp_ms,
         "key": _text(record.key),
         "message": _text(record.value),
-        "verdict": type(event).__name__,
+        "verdict": verdict_name(event),
         "reason": reason if isinstance(reason, str) else None,
     }
 

@@ -367,7 +367,7 @@ def run_set_position(
     progress: Progress = _quiet,
 ) -> str:
     """`marshal-admin set-position`: the plan (``dry_run``), or the move; returns the output."""
-    source = KafkaOffsetSource(conn.bootstrap_servers)
+    source = KafkaOffsetSource(conn.bootstrap_servers, conn.kafka)
     try:
         targets = compute_targets(source, topic, spec)
     finally:
@@ -390,7 +390,7 @@ def run_set_position(
 
 def _commit_to_kafka(conn: Connection, plan: PositionPlan, progress: Progress) -> None:
     """Best effort: show the new positions to kafka-consumer-groups at once."""
-    sink = KafkaOffsetSink(conn.bootstrap_servers, plan.group)
+    sink = KafkaOffsetSink(conn.bootstrap_servers, plan.group, conn.kafka)
     try:
         error = sink.commit_now([(plan.topic, m.partition, m.target) for m in plan.moves])
     finally:

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import click
 
-from marshal_workers.admin.commands import _connection, connection_options
+from marshal_workers.admin.commands import connection, group_of
 from marshal_workers.admin.group_commands import _checked, _client_id_option, _err
 from marshal_workers.admin.group_settings import run_group_settings
-from marshal_workers.admin.options import admin_ids_option
+from marshal_workers.toolconfig import FleetSettings, fleet_options
 
 DEFAULT_WAIT_S = 120.0
 
 
 @click.command("group-settings")
-@connection_options
-@admin_ids_option
-@click.option("--group", required=True, help="The consumer group.")
+@fleet_options
+@click.option("--group", default=None, help="The consumer group [default: the --config file's].")
 @click.option(
     "--change",
     is_flag=True,
@@ -32,12 +31,8 @@ DEFAULT_WAIT_S = 120.0
 )
 def group_settings(
     *,
-    bootstrap_servers: str,
-    coordination_topic: str,
-    heartbeat_interval: float,
-    partitioner: str,
-    admin_client_ids: tuple[str, ...],
-    group: str,
+    fleet: FleetSettings,
+    group: str | None,
     change: bool,
     client_id: str,
     timeout: float,
@@ -46,13 +41,10 @@ def group_settings(
 
     Members whose settings differ from the group's are refused at start (exit 2); running ones
     stop when the settings change (exit 2): restart them with the new settings."""
-    conn = _connection(
-        bootstrap_servers, coordination_topic, heartbeat_interval, partitioner, admin_client_ids
-    )
     click.echo(
         run_group_settings(
-            conn,
-            _checked("--group", group),
+            connection(fleet),
+            _checked("--group", group_of(group, fleet)),
             change=change,
             client_id=_checked("--client-id", client_id),
             timeout_s=timeout,

@@ -120,10 +120,13 @@ def compute_targets(source: OffsetSource, topic: str, spec: TargetSpec) -> dict[
 class KafkaOffsetSource:
     """`OffsetSource` on a real broker: a consumer that never subscribes."""
 
-    def __init__(self, bootstrap_servers: str) -> None:
+    def __init__(
+        self, bootstrap_servers: str, extra_config: Mapping[str, str] | None = None
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers
         config: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
+            **(extra_config or {}),
             "group.id": f"marshal-admin-meta-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "logger": RDKAFKA_LOG,

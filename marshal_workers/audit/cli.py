@@ -13,7 +13,6 @@ from pathlib import Path
 import click
 from confluent_kafka import KafkaException
 
-from marshal_workers.admin.options import admin_ids, admin_ids_option
 from marshal_workers.audit.exitcodes import (
     EXIT_CLEAN,
     EXIT_FAILED,
@@ -33,8 +32,8 @@ from marshal_workers.audit.summary import summarize, violation_line
 from marshal_workers.audit.tables import Window
 from marshal_workers.entry import run_command
 from marshal_workers.errors import MarshalError
-from marshal_workers.protocol import Partitioner
 from marshal_workers.timearg import TimeArgError, parse_time_ms
+from marshal_workers.toolconfig import FleetSettings, fleet_options
 
 SHOWN_VIOLATIONS = 20
 
@@ -61,19 +60,7 @@ def parse_modes(items: tuple[str, ...]) -> dict[str, str]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option(
-    "--bootstrap-servers",
-    envvar="MARSHAL_BOOTSTRAP_SERVERS",
-    metavar="HOST:PORT",
-    help="Read the coordination topic from this Kafka cluster.",
-)
-@click.option(
-    "--coordination-topic",
-    envvar="MARSHAL_COORDINATION_TOPIC",
-    default="__marshal",
-    show_default=True,
-    help="The Marshal coordination topic.",
-)
+@fleet_options
 @click.option(
     "--input",
     "input_path",
@@ -114,24 +101,6 @@ def parse_modes(items: tuple[str, ...]) -> dict[str, str]:
     help="Spark master (local[N], spark://..., yarn).",
 )
 @click.option(
-    "--heartbeat-interval",
-    envvar="MARSHAL_HEARTBEAT_INTERVAL",
-    type=click.FloatRange(min=0.001),
-    default=10.0,
-    show_default=True,
-    metavar="S",
-    help="The workers' heartbeat interval in seconds (it decides every verdict).",
-)
-@click.option(
-    "--partitioner",
-    envvar="MARSHAL_PARTITIONER",
-    type=click.Choice([p.value for p in Partitioner]),
-    default=Partitioner.SPEC.value,
-    show_default=True,
-    help="The workers' partitioner.",
-)
-@admin_ids_option
-@click.option(
     "--mode",
     "modes",
     multiple=True,
@@ -148,8 +117,7 @@ def parse_modes(items: tuple[str, ...]) -> dict[str, str]:
 )
 def audit(
     *,
-    bootstrap_servers: str | None,
-    coordination_topic: str,
+    fleet: FleetSettings,
     input_path: Path | None,
     ledgers: tuple[Path, ...],
     ledger_topic: str | None,
@@ -159,9 +127,6 @@ def audit(
     out: Path,
     as_json: bool,
     master: str,
-    heartbeat_interval: float,
-    partitioner: str,
-    admin_client_ids: tuple[str, ...],
     modes: tuple[str, ...],
     clock_tolerance: float,
 ) -> int:
@@ -178,11 +143,11 @@ def audit(
     Exit status: 0 no violation, 1 violations found, 2 usage error, 3 the audit failed.
     """
     config = AuditConfig(
-        source=_source(bootstrap_servers, coordination_topic, input_path),
+        source=_source(fleet, input_path),
         out=out,
-        heartbeat_interval_ms=max(1, round(heartbeat_interval * 1000)),
-        partitioner=Partitioner(partitioner),
-        admin_client_ids=admin_ids(admin_client_ids),
+        heartbeat_interval_ms=fleet.heartbeat_interval_ms,
+        partitioner=fleet.partitioner,
+        admin_client_ids=fleet.admin_client_ids,
         ledgers=ledgers,
         ledger_topic=ledger_topic,
         window=Window(group, parse_time(since, "--since"), parse_time(until, "--until")),
@@ -204,18 +169,20 @@ def audit(
     return _report(result, as_json)
 
 
-def _source(bootstrap: str | None, topic: str, path: Path | None) -> KafkaInput | FileInput:
-    ctx = click.get_current_context()
-    from_cli = (
-        ctx.get_parameter_source("bootstrap_servers") is click.core.ParameterSource.COMMANDLINE
-    )
+def _source(fleet: FleetSettings, path: Path | None) -> KafkaInput | FileInput:
+    """--input, else the coordination topic on the fleet's brokers (which must be given: by
+    flag, environment or the --config file, never the default, so no cluster is read by
+    accident)."""
+    given = fleet.sources.get("bootstrap_servers", "default")
     if path is not None:
-        if bootstrap and from_cli:
+        if given == "--bootstrap-servers":
             raise AuditUsageError("give either --bootstrap-servers or --input, not both")
         return FileInput(path)
-    if not bootstrap:
-        raise AuditUsageError("give --bootstrap-servers (or MARSHAL_BOOTSTRAP_SERVERS) or --input")
-    return KafkaInput(bootstrap, topic)
+    if given == "default":
+        raise AuditUsageError(
+            "give --bootstrap-servers (or MARSHAL_BOOTSTRAP_SERVERS, or --config) or --input"
+        )
+    return KafkaInput(fleet.bootstrap_servers, fleet.coordination_topic, fleet.kafka)
 
 
 def _report(result: AuditResult, as_json: bool) -> int:

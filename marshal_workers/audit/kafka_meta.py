@@ -26,7 +26,7 @@ TIMEOUT_S = 20.0
 
 def coordination_partitions(source: KafkaInput, progress: Progress) -> int:
     """The coordination topic's partition count; a warning if it is not LogAppendTime."""
-    admin = admin_client(source.bootstrap_servers)
+    admin = admin_client(source.bootstrap_servers, source.kafka)
     try:
         info = describe_topic(admin, source.bootstrap_servers, source.topic, TIMEOUT_S)
     except MarshalError as exc:
@@ -66,7 +66,7 @@ def data_watermarks(
     if not topics:
         return {}
     try:
-        admin = admin_client(source.bootstrap_servers)
+        admin = admin_client(source.bootstrap_servers, source.kafka)
         return high_watermarks(admin, source.bootstrap_servers, topics, TIMEOUT_S)
     except MarshalError as exc:
         progress.step(f"warning: no high watermarks, so no lag: {exc}")

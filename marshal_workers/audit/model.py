@@ -6,6 +6,7 @@ small tables against the end of the log, and `claim_index` prepares them for the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ class KafkaInput:
 
     bootstrap_servers: str
     topic: str = "__marshal"
+    kafka: Mapping[str, str] = field(default_factory=dict)  # the fleet's [kafka] (librdkafka)
 
     def __str__(self) -> str:
         return f"{self.topic} on {self.bootstrap_servers}"
@@ -62,6 +64,19 @@ class AuditConfig:
     tolerance_s: float = 0.0
     session: SessionOptions = field(default_factory=SessionOptions)
     report: bool = True
+
+    def absolute(self) -> AuditConfig:
+        """The same audit with every path absolute: the driver JVM runs in a directory of
+        its own (`session.jvm_working_directory`), so relative paths would miss."""
+        source = self.source
+        if isinstance(source, FileInput):
+            source = FileInput(source.path.absolute())
+        return dataclasses.replace(
+            self,
+            source=source,
+            out=self.out.absolute(),
+            ledgers=tuple(p.absolute() for p in self.ledgers),
+        )
 
     def rationalizer(self, num_partitions: int | None) -> RationalizerConfig:
         """The fold's configuration: the workers' (heartbeat interval, partitioner, admins)."""

@@ -44,6 +44,7 @@ def run(
 ) -> AuditResult:
     """The audit on Spark (a session is started unless one is given); see the module doc."""
     progress = progress or Progress(silent)
+    config = config.absolute()
     try:
         config.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

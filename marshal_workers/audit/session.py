@@ -10,9 +10,13 @@ as ``key=value,key=value``.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -88,13 +92,33 @@ def start_session(options: SessionOptions) -> SparkSession:
     for key, value in spark_conf(options).items():
         builder = builder.config(key, value)
     try:
-        session = builder.getOrCreate()
+        with jvm_working_directory():
+            session = builder.getOrCreate()
     except Exception as exc:  # Py4J and JVM start-up errors come in many types
         raise AuditFailedError(
             f"could not start Spark ({options.master}): {error_line(exc)}"
         ) from None
     session.sparkContext.setLogLevel(os.environ.get("MARSHAL_AUDIT_LOG_LEVEL", "ERROR"))
     return session
+
+
+@contextmanager
+def jvm_working_directory() -> Iterator[None]:
+    """Launch the driver JVM in a temporary directory of its own, not the caller's.
+
+    Spark 4.0's ArtifactManager creates ``artifacts/`` in the JVM's working directory and
+    leaves it there, empty, at exit (SPARK-52396, fixed after 4.0.0). The JVM inherits the
+    working directory when PySpark launches it, so this changes it for the launch only and
+    changes back; the directory is removed when the audit's process exits. Every path the
+    audit hands to Spark is absolute (`pipeline.run` makes sure)."""
+    here = os.getcwd()
+    place = tempfile.mkdtemp(prefix="marshal-audit-jvm-")
+    atexit.register(shutil.rmtree, place, ignore_errors=True)
+    os.chdir(place)
+    try:
+        yield
+    finally:
+        os.chdir(here)
 
 
 def error_line(exc: BaseException) -> str:

@@ -70,7 +70,8 @@ from marshal_workers.core.holdings import Holdings
 from marshal_workers.core.operator import Operator
 from marshal_workers.core.pending import Kind, Op
 from marshal_workers.core.settings import MemberSettings
-from marshal_workers.errors import EXIT_COORDINATION_CHANGED
+from marshal_workers.errors import EXIT_COORDINATION_CHANGED, EXIT_GO_FLEET
+from marshal_workers.gofleet import refusal
 from marshal_workers.protocol import ClaimKey, CoordRecord
 from marshal_workers.rationalizer import GroupPause, World, fold
 
@@ -195,6 +196,8 @@ class Member:
             if not isinstance(event, ev.ClaimVerdict):
                 if isinstance(event, ev.Malformed):
                     self.malformed += 1
+                    if event.keyless_group == group:
+                        self._refuse_go_fleet(event)
                 elif isinstance(event, ev.GroupSettingsRecorded) and started:
                     self.operator.settings_recorded(event, now)
                 continue
@@ -305,6 +308,15 @@ class Member:
             ctx.out.append(cmd.Discover())
         if not self.operator.react_to_pause(now):
             self.claiming.rebalance(now)
+
+    def _refuse_go_fleet(self, event: ev.Malformed) -> None:
+        """A keyless Marshal record of this group: a Marshal Go fleet writes to it, and both
+        would claim the same partitions. Refuse to run (exit 5, not restarted)."""
+        if self.operator.done:
+            return
+        reason = str(refusal(event, self.s.coordination_topic))
+        self.ctx.say("error", "refusing_to_run", reason=reason)
+        self.operator.exit(EXIT_GO_FLEET, reason)
 
     def _partitions_found(self, found: inp.PartitionsFound) -> None:
         expected = self.s.coordination_partitions

@@ -34,6 +34,7 @@ class Operator:
         self.claiming = claiming
         self.done = False
         self.exit_code: int | None = None
+        self.exit_reason = ""
         self.reload_pending = False
         self.paused_until_ms: int | None = None
         self.settings_problem: str | None = None  # the group's settings are no longer ours
@@ -95,6 +96,7 @@ class Operator:
             return
         self.done = True
         self.exit_code = code
+        self.exit_reason = reason
         self.ctx.out.append(cmd.Exit(code, reason))
 
     def settings_recorded(self, event: ev.GroupSettingsRecorded, now: float) -> None:

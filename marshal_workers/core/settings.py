@@ -32,6 +32,7 @@ class MemberSettings:
     discovery_interval: float = DISCOVERY_INTERVAL_S
     starving_after_hb: float = 4.0  # holding nothing while work is claimable: unhealthy after
     shared: GroupSettings | None = None  # what the group must agree on (None: not watched)
+    coordination_topic: str = "__marshal"  # for messages only
 
     @property
     def hb_ms(self) -> int:

@@ -56,15 +56,28 @@ def kafka() -> None:
     help="Where Kafka comes from (default: $MARSHAL_KAFKA_BACKEND or auto).",
 )
 @click.option("--timeout", type=float, default=None, help="Seconds to wait for readiness (120).")
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Format a brand-new cluster even if one is recorded in --dir (its data is lost).",
+)
 def start(
-    directory: Path | None, nodes: str | None, backend: str | None, timeout: float | None
+    directory: Path | None,
+    nodes: str | None,
+    backend: str | None,
+    timeout: float | None,
+    fresh: bool,
 ) -> None:
-    """Start a cluster (or find the running one); print bootstrap.servers=... last."""
+    """Start a cluster (or find the running one); print bootstrap.servers=... last.
+
+    A recorded cluster with dead nodes keeps its data: only the dead nodes are started again,
+    from their own data and ports. --fresh formats a new one instead."""
     options = StartOptions(
         directory=directory or default_cluster_dir(),
         nodes=int(nodes) if nodes else None,
         backend=backend,
         timeout=timeout,
+        fresh=fresh,
     )
     cluster = start_cluster(options, progress=_progress)
     click.echo(f"bootstrap.servers={cluster.bootstrap}")

@@ -3,7 +3,9 @@
 `start_cluster` takes the cluster directory's lock, and:
 
 1. if the state file names nodes that are all alive, returns a handle on them (already
-   running); if only some are, stops the rest and starts afresh;
+   running); if some are dead, starts only those again, each from its own data directory
+   with its own ports (the cluster keeps its id, its topics and their records). Only
+   ``fresh`` (``--fresh``) stops a recorded cluster and formats a new one;
 2. picks a backend (`backend`), finds `java`, gets a classpath (resolving jars if needed);
 3. writes each node's directory anew (`node-N/`: server.properties, log4j2.properties,
    data/), formats the storage of every node with one cluster id, and launches the nodes,
@@ -70,6 +72,7 @@ class StartOptions:
     cache_dir: Path | None = None
     timeout: float | None = None
     env: Mapping[str, str] | None = None
+    fresh: bool = False  # format a new cluster even if one is recorded (its data is lost)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,18 +199,22 @@ def start_cluster(options: StartOptions, progress: Progress = no_progress) -> Lo
     env = dict(os.environ if options.env is None else options.env)
     with locked(directory / LOCK_FILE):
         existing = load_state(directory)
-        if existing is not None:
+        if existing is not None and options.fresh:
+            progress(f"kafka: --fresh: stopping the cluster in {directory}; its data is lost")
+            _stop_locked(directory, existing, DEFAULT_GRACE_S, no_progress)
+        elif existing is not None:
+            count = len(existing.nodes)
+            if options.nodes not in (None, count):
+                raise MarshalError(
+                    f"a {count}-node local Kafka is recorded in {directory}; stop it first "
+                    "(or start with --fresh, which loses its data)"
+                )
             status = _status_of(directory, existing)
             if status.running:
-                count = len(existing.nodes)
-                if options.nodes not in (None, count):
-                    raise MarshalError(
-                        f"a {count}-node local Kafka already runs in {directory}; stop it first"
-                    )
                 progress(f"kafka: already running in {directory} ({count} node(s))")
                 return LocalKafka(directory, existing, env, already_running=True)
-            progress(f"kafka: not every node of the cluster in {directory} is alive; restarting")
-            _stop_locked(directory, existing, DEFAULT_GRACE_S, no_progress)
+            timeout = options.timeout or DEFAULT_START_TIMEOUT_S
+            return _restart_dead_locked(directory, status, env, timeout, progress)
         nodes = check_node_count(options.nodes or 1)
         choice = choose_backend(options.backend, env, nodes)
         progress(f"kafka: {choice.reason}")
@@ -221,6 +228,36 @@ def start_cluster(options: StartOptions, progress: Progress = no_progress) -> Lo
             directory, nodes=nodes, choice=choice, java=java, classpath=classpath, env=env,
             timeout=timeout, progress=progress,
         )  # fmt: skip
+
+
+def _restart_dead_locked(
+    directory: Path,
+    status: ClusterStatus,
+    env: dict[str, str],
+    timeout: float,
+    progress: Progress,
+) -> LocalKafka:
+    """Start the dead nodes of a recorded cluster again from their own data (the caller holds
+    the lock); wait until every node answers. The live nodes are left as they are."""
+    state = status.state
+    dead = [node for node in state.nodes if not status.alive.get(node.node_id)]
+    if state.backend == "docker":
+        raise MarshalError(
+            f"the local Kafka container recorded in {directory} is gone and its data with it: "
+            "start with --fresh (or stop it first)"
+        )
+    ids = ", ".join(str(node.node_id) for node in dead)
+    progress(f"kafka: node(s) {ids} of the cluster in {directory} are dead; starting them again")
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    for node in dead:
+        proc = process.launch(list(node.argv), Path(node.node_dir), env)
+        procs[node.node_id] = proc
+        state = state.with_node(replace(node, pid=proc.pid))
+    save_state(directory, state)
+    cluster = LocalKafka(directory, state, env, procs)
+    cluster.wait_ready(cluster.node_ids, timeout)
+    progress(f"kafka: node(s) {ids} back; {len(state.nodes)} node(s) at {state.bootstrap}")
+    return cluster
 
 
 def _start_processes(

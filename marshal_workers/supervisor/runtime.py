@@ -93,6 +93,7 @@ def member_settings(config: RunConfig, coordination_partitions: int) -> MemberSe
         stop_timeout=c.stop_timeout,
         max_handler_failures=c.max_handler_failures,
         shared=own_settings(c),
+        coordination_topic=c.coordination_topic,
     )
 
 
@@ -142,6 +143,9 @@ class Supervisor:
         `marshal-run` does; tests on a bare memory log skip it), then let the core resume this
         client's claims and claim."""
         folded = self._catch_up(catch_up_timeout)
+        if self.member.done:  # refused during the catch-up (a Marshal Go fleet writes here)
+            code = self.member.exit_code
+            raise MarshalError(self.member.operator.exit_reason, code if code is not None else 1)
         if preflight:
             self._preflight(catch_up_timeout)
         partitions = self.topics.partitions()

@@ -7,7 +7,8 @@ import json
 from marshal_workers import events as ev
 from marshal_workers.admin.operations import dump_entry, dump_line
 from marshal_workers.protocol import CoordRecord
-from tests.support import Log, claim
+from marshal_workers.rationalizer import RationalizerConfig
+from tests.support import HB, Log, claim, pause
 
 T0 = 1_700_000_000_000
 
@@ -51,3 +52,16 @@ class TestDumpFormat:
         assert entry["verdict"] == "Malformed"
         assert "UTF-8" in str(entry["reason"])
         assert json.loads(json.dumps(entry)) == entry
+
+
+class TestPauseVerdicts:
+    """`release-group --for 0` lifts a pause and is dumped as such (issue 13 item 14)."""
+
+    def test_lifting_a_pause_is_not_labelled_paused(self) -> None:
+        """A ReleaseGroup whose expire time has passed at its log time is PauseLifted."""
+        log = Log(config=RationalizerConfig(HB, admin_client_ids=None))
+        paused = log.at(T0, pause("ops", T0 // 1000 + 60))
+        lifted = log.at(T0 + 5_000, pause("ops", (T0 + 5_000) // 1000))
+        assert dump_entry(log.records[0], paused)["verdict"] == "GroupPaused"
+        assert dump_entry(log.records[1], lifted)["verdict"] == "PauseLifted"
+        assert "-> PauseLifted" in dump_line(log.records[1], lifted)

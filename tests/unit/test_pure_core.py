@@ -22,6 +22,7 @@ CORE = [
     "exitpolicy",
     "metadata",
     "reclaim",
+    "gofleet",
     *MEMBER_CORE,
 ]
 ALLOWED_STDLIB = {

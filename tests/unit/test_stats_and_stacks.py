@@ -152,7 +152,7 @@ class TestStacks:
         assert "_park" in parked.stack
 
     def test_log_stacks_writes_one_line_per_thread(self) -> None:
-        """One 'stack dump' event per thread, with the stack as a field."""
+        """One 'stack_dump' event per thread, with the stack as a field."""
         with capture_logs() as logs:
             count = log_stacks(structlog.get_logger())
         dumps = [e for e in logs if e["event"] == STACK_DUMP_EVENT]

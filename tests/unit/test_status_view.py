@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from marshal_workers.protocol import ClaimingPartition, CoordRecord
 from marshal_workers.rationalizer import RationalizerConfig, World, fold
-from marshal_workers.status import GroupStatus, group_status, group_topics, iso_ms, render_table
+from marshal_workers.status import (
+    GroupStatus,
+    group_status,
+    group_topics,
+    iso_ms,
+    lag_trends,
+    lags,
+    render_table,
+)
 from tests.support import GROUP, HB, Log, claim, hb, pause, record, release, reserve
 
 T0 = 1_700_000_000_000
@@ -157,6 +166,8 @@ class TestRendering:
             "paused_until",
             "paused_by",
             "malformed",
+            "complete",
+            "unavailable",
         }
         assert json.loads(json.dumps(out)) == out
 
@@ -190,3 +201,37 @@ class TestRendering:
         """An empty group renders a placeholder row."""
         status = group_status(GROUP, {0: Log().world}, HB, T0, {})
         assert "(no claims)" in render_table(status)
+
+
+class TestWatchAndIncomplete:
+    """`status --watch` trends (issue 13 item 15) and an incomplete status (item 8)."""
+
+    def test_lag_trend_per_partition(self) -> None:
+        """Growing, shrinking, steady and unknown lags, with a rate per second."""
+        status = status_obj({("orders", 0): 10})
+        lag = status.claims[0].lag
+        assert lag is not None
+        assert lag_trends({("orders", 0): lag - 30}, status, 2.0)[("orders", 0)] == "+30 (+15/s)"
+        assert lag_trends({("orders", 0): lag + 4}, status, 2.0)[("orders", 0)] == "-4 (-2/s)"
+        assert lag_trends({("orders", 0): lag}, status, 2.0)[("orders", 0)] == "="
+        assert lag_trends({}, status, 2.0)[("orders", 0)] == "-"
+
+    def test_table_with_trends_has_the_column(self) -> None:
+        """With trends the table gains a LAG TREND column; without, it is unchanged."""
+        status = status_obj({("orders", 0): 10})
+        trends = lag_trends(lags(status), status, 1.0)
+        assert "LAG TREND" in render_table(status, trends)
+        assert "LAG TREND" not in render_table(status)
+
+    def test_incomplete_status_says_what_is_missing(self) -> None:
+        """What could not be read is listed in the JSON (complete: false) and the table."""
+        status = replace(status_obj({}), unavailable=("lag of orders[0]: no leader",))
+        assert status.to_json()["complete"] is False
+        assert status.to_json()["unavailable"] == ["lag of orders[0]: no leader"]
+        table = render_table(status)
+        assert "INCOMPLETE: could not read:" in table and "orders[0]: no leader" in table
+
+
+def status_obj(highs: dict[tuple[str, int], int]) -> GroupStatus:
+    """The status of the held-and-released log at T0 + 500."""
+    return group_status(GROUP, {0: held_and_released().world}, HB, T0 + 500, highs)

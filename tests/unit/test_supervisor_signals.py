@@ -184,7 +184,7 @@ class TestLeaseInSnapshot:
 
 class TestStackDump:
     def test_usr1_logs_every_thread_and_asks_each_child(self, world: World) -> None:
-        """'stack dump' lines from the supervisor, and DumpStacks down every child's pipe."""
+        """'stack_dump' lines from the supervisor, and DumpStacks down every child's pipe."""
         with capture_logs() as logs:
             world.sup.step([signal.SIGUSR1], wait_s=0.0)
         dumps = [e for e in logs if e["event"] == STACK_DUMP_EVENT]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers.errors import EXIT_COORDINATION_CHANGED
+from marshal_workers.errors import EXIT_COORDINATION_CHANGED, EXIT_GO_FLEET
 from marshal_workers.settings import BY_NAME
 
 UNITS = Path(__file__).resolve().parents[2] / "systemd"
@@ -54,12 +54,13 @@ class TestServiceUnit:
         assert service["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
 
     def test_restarts_on_failure_but_not_on_configuration_errors(self) -> None:
-        """Restart=on-failure; exit codes 2 (configuration), 3 (handler load) and 4 (the
-        coordination topic's partition count changed: a restart would adopt it) stay down."""
+        """Restart=on-failure; exit codes 2 (configuration), 3 (handler load), 4 (the
+        coordination topic's partition count changed: a restart would adopt it) and 5 (a Marshal
+        Go fleet writes to the group) stay down."""
         service = parse(SERVICE)["Service"]
         assert service["Restart"] == ["on-failure"]
         prevented = set(service["RestartPreventExitStatus"][0].split())
-        assert prevented == {"2", "3", str(EXIT_COORDINATION_CHANGED)}
+        assert prevented == {"2", "3", str(EXIT_COORDINATION_CHANGED), str(EXIT_GO_FLEET)}
 
     def test_instance_names_the_client_and_its_environment_file(self) -> None:
         """--instance %i (client id HOSTNAME-%i), a common and a per-instance env file."""
