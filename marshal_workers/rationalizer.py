@@ -377,8 +377,9 @@ def _heartbeat(
             state.retired = state.retired | {replaced}
         state.holder_instance = i
         state.token = rec.offset  # a new token: a sink can refuse the replaced instance
-        if state.committed is not None:  # a takeover never moves the position back
-            committed = max(committed, state.committed)
+        pausing = bool(world.pauses) and _pause_client(world, key.group) == msg.client_id
+        if state.committed is not None and not pausing:  # a takeover never moves it back,
+            committed = max(committed, state.committed)  # but the pausing admin may
     state.last_heartbeat = state.last_activity = now
     state.committed = committed
     if world.pauses and _pause_client(world, key.group) == msg.client_id:

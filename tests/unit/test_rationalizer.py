@@ -208,6 +208,15 @@ class TestHeartbeat:
         log.at(300, hb("a", 150, inst="a-2"))  # the holder itself may go back (its own report)
         assert log.world.claims[KEY].committed == 150
 
+    def test_takeover_by_the_pausing_client_sets_the_position_outright(self) -> None:
+        """The pausing admin rewinds (set-position), a takeover of its own included."""
+        log = Log()
+        log.at(0, claim("a", inst="a-1"))
+        log.at(100, hb("a", 200, inst="a-1"))
+        log.at(150, pause("a", 10))
+        log.at(200, hb("a", 100, inst="a-2"))
+        assert log.world.claims[KEY].committed == 100
+
     def test_takeover_of_stale_claim_is_rejected(self) -> None:
         """Restart recovery works only while the claim is not stale."""
         log = Log()

@@ -179,8 +179,10 @@ def test_alo_new_owner_resumes_at_the_last_valid_report(records: list[CoordRecor
     for r in records:
         e = fold(world, r)
         before = last_report.get(e.key) if isinstance(e, ev.ClaimVerdict) else None
+        pause = pause_of(world, e.key.group, e.log_time) if isinstance(e, ev.ClaimVerdict) else None
+        pausing = pause is not None and pause.client_id == e.client_id  # sets it outright
         if isinstance(e, ev.HeartbeatAccepted) and e.replaced_instance and before is not None:
-            last_report[e.key] = max(before, e.offset)
+            last_report[e.key] = e.offset if pausing else max(before, e.offset)
         elif isinstance(e, ev.HeartbeatAccepted | ev.Released):
             last_report[e.key] = e.offset
         if isinstance(e, ev.ClaimGranted):
