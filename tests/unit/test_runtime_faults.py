@@ -17,6 +17,10 @@ import pytest
 from marshal_workers.claims import is_live, is_member_key
 from marshal_workers.config import RunConfig
 from marshal_workers.coordlog import Appended
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.held import Phase
+from marshal_workers.core.member import Member
 from marshal_workers.errors import MarshalError
 from marshal_workers.memlog import MemoryLog, MemoryTopic
 from marshal_workers.observe import Observer
@@ -35,6 +39,9 @@ from marshal_workers.protocol import (
 from marshal_workers.rationalizer import ClaimState, Mode, RationalizerConfig, World, fold
 from marshal_workers.supervisor import Supervisor
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
+from tests.unit.test_member_core import fresh_topic, start, write
+from tests.unit.test_member_core import keys as core_keys
+from tests.unit.test_member_core import settings as core_settings
 
 HB = 0.5
 COORDINATION_PARTITIONS = 2
@@ -428,3 +435,38 @@ class TestNoFoldedEventDropped:
         assert signal.SIGKILL in child.signals, "the taken-over claim's child was not killed"
         assert later == [], f"wrote to a claim it had lost (the takeover went unseen): {later}"
         assert not sup.done
+
+
+class TestCoreActsOnEveryFoldedRecord:
+    def test_a_takeover_read_while_heartbeats_wait_is_acted_on_at_once(self) -> None:
+        """The core alone: heartbeats of both claims are written but neither acknowledged nor
+        read when another instance's takeover of orders/0 is read. The same input revokes
+        orders/0's lease and kills its child; the waiting heartbeat of orders/1 still extends
+        its lease once it lands."""
+        topic, log_ms = fresh_topic()
+        h = start(Member(core_settings()), topic, log_ms, n=2)
+        lost, kept = core_keys(2)
+        for key in (lost, kept):
+            h.run(h.member.feed(inp.StartFound(h.now, key, 0)))
+        h.tick(0.05)
+        assert {c.key for c in h.commands if isinstance(c, cmd.Spawn)} == {lost, kept}
+        h.now += 0.6
+        log_ms[0] += 600
+        waiting = [c for c in h.member.feed(inp.Tick(h.now, 0.0)) if isinstance(c, cmd.Append)]
+        assert {(c.message.topic, c.message.partition) for c in waiting} >= {
+            ("orders", 0),
+            ("orders", 1),
+        }
+        write(topic, Heartbeat(0, "i2", "c1", "g", "orders", 0, 0))  # another instance of c1
+        reacted = h.member.feed(inp.RecordsRead(h.now, topic.read(home(0), h.cursor[home(0)])))
+        assert cmd.SetLease(lost, 0.0) in reacted
+        assert any(
+            isinstance(c, cmd.SignalChild) and c.key == lost and c.signal is signal.SIGKILL
+            for c in reacted
+        )
+        before = h.member.held[kept].lease
+        h.cursor[home(0)] = topic.end_offset(home(0))
+        h.now += 0.01
+        h.run(list[cmd.Command](waiting))  # the waiting appends land now, acknowledged, read
+        assert h.member.held[kept].lease > before
+        assert h.member.held[kept].phase is Phase.RUNNING
