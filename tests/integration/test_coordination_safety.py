@@ -108,9 +108,12 @@ def logged(member: Member, event: str) -> list[tuple[float, dict[str, Any]]]:
     return out
 
 
-def release_latencies(member: Member) -> list[float]:
-    """Seconds from each over-share release decision to its claim_released (the child's stop)."""
-    decided = {f["partition"]: t for t, f in logged(member, "over_fair_share_releasing")}
+def release_latencies(member: Member, since: float) -> list[float]:
+    """Seconds from each over-share release decision after ``since`` to its claim_released
+    (the child must stop first)."""
+    decided = {
+        f["partition"]: t for t, f in logged(member, "over_fair_share_releasing") if t >= since
+    }
     return [
         t - decided[f["partition"]]
         for t, f in logged(member, "claim_released")
@@ -293,7 +296,7 @@ class TestJoiningAfterTheCleaner:
         assert all(caught_up), "a new member logged no caught_up"
         ready = max(times[0][0] for times in caught_up)
         announced = [logged(m, "claim_won")[0][0] - ready for m in (restarted, new)]
-        releases = release_latencies(fleet.members[0])
+        releases = release_latencies(fleet.members[0], spawned)
         slowest_release = max(releases, default=0.0)
         print(
             f"\njoin after the broker's cleaner (HB={HB}s, {removed} records removed of "
@@ -302,11 +305,13 @@ class TestJoiningAfterTheCleaner:
             f"{', '.join(f'{x:.2f}s' for x in announced)} after; a's releases took "
             f"{', '.join(f'{x:.2f}s' for x in releases)} (decision to release)"
         )
-        # From when the new members had read the log: at most 2*HB until b's claims are stale
-        # (or a refused first claim's back-off ends), a release or claim round per HB, and the
-        # claim latency: the slowest hand-over by `a` (its child must start before it can
-        # stop: seconds on a busy host), plus 1 s for claim round trips and planning rounds.
-        bound = 3 * HB + slowest_release + 1.0
+        # From when the new members had read the log: 3*HB (b's claims go stale, a refused
+        # first claim's back-off ends, a release round), plus the claim latency: `a` hands
+        # over what it took from b one at a time with a cooldown of HB between releases (by
+        # design), the slowest hand-over (a's child must start before it can stop: seconds on
+        # a busy host), and 1 s for claim round trips and planning rounds.
+        cooldowns = max(0, len(releases) - 1) * 1.1 * HB
+        bound = 3 * HB + cooldowns + slowest_release + 1.0
         assert done - ready <= bound, f"took {done - ready:.2f}s after catching up (> {bound:.2f})"
         fleet.stop_producing()
 
