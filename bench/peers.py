@@ -1,0 +1,335 @@
+"""Benchmark: marshal-run against its peers, side by side in one run (issue 12).
+
+    .venv/bin/python bench/peers.py [--bootstrap-servers HOST:PORT] [--records 240000]
+                                    [--trivial-records N] [--rounds 3] [--work-us 20]
+                                    [--json] [--plot docs/peers.png]
+    make bench-peers
+
+The systems, each launched as a fresh process (tree) per measurement on a fresh consumer group
+(and, for marshal-run, a fresh coordination topic), all with the same handler module
+(`bench/handlers.py`):
+
+- plain: one process, one confluent-kafka consumer ``assign()``-ed to the 8 partitions,
+  ``consume(500)`` batches, the handler on each message (`bench/peer_loops.py`);
+- marshal ALO / AMO: ``marshal-run --mode alo|amo --batch-size 500``, one supervisor claiming
+  all 8 partitions, one child per partition (HB = 5 s);
+- Arroyo: ``sentry-arroyo``'s StreamProcessor with ``RunTaskWithMultiprocessing`` (a pool of 2
+  spawned processes, batches of 500 or 0.5 s) then ``CommitOffsets`` (`bench/peer_loops.py`).
+
+The settings (issue 12's table), each on its own 8-partition topic written once, records spread
+evenly (offsets 0 to N/8 - 1 in every partition):
+
+- cpu: ``bench.handlers:work``: about ``--work-us`` (20) microseconds of pure Python per record
+  (a loop count calibrated once here, the same count in every system), ``--records`` records;
+  every system with its own consumer defaults;
+- trivial: ``bench.handlers:count`` (touch the value, count), ``--trivial-records`` records
+  (default 10 x ``--records``), the plain loop with ``fetch.queue.backoff.ms=10`` (as the
+  children have it by default), so that both sides are CPU-bound rather than throttled.
+
+Throughput: from the first record handled (any partition) to the last partition's last record
+handled, which the handler marks itself (on a partition's offset 0 and last offset, in whichever
+process handles it), over all N records. Also: launch to the first handled record, launch to
+every partition's first record, and the largest RSS of any process of the system when done.
+Every round runs every setting and every system in turn (the systems' order rotating from round
+to round); ratios are to the plain loop of the same round and setting, and the table shows the
+median over rounds. Before the rounds, one plain read of each topic with the trivial handler
+(not counted) so that every measured read finds the data read before.
+
+Prints figures (and writes a PNG of throughput per system and setting); asserts nothing. Without
+``--bootstrap-servers`` it starts a local one-node Kafka in a temporary directory and stops it.
+Every process it starts is killed before it exits, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import psutil
+from handlers import calibrate
+from peers_report import plot, table
+from runtime import (
+    BATCH,
+    REPO,
+    Processes,
+    child_env,
+    coordination_topic,
+    create_topic,
+    marshal_run,
+    produce_bulk,
+    read_json_files,
+    tail,
+    uid,
+    wait_until,
+)
+
+from marshal_workers.localkafka import StartOptions, start_cluster
+
+PARTITIONS = 8
+SYSTEMS = ("plain", "alo", "amo", "arroyo")
+PEER_LOOPS = Path(__file__).resolve().with_name("peer_loops.py")
+HB_S = 5.0
+ARROYO_PROCESSES = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One row of the comparison: the handler, the records, the plain loop's consumer
+    settings."""
+
+    key: str
+    label: str
+    handler: str
+    records: int
+    plain_kafka: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Bench:
+    """What every measurement needs."""
+
+    bootstrap: str
+    procs: Processes
+    work: Path
+    work_iters: int
+    timeout_s: float
+
+
+def settings(args: argparse.Namespace) -> list[Setting]:
+    records = round_up(args.records)
+    trivial = round_up(args.trivial_records or 10 * args.records)
+    every = [
+        Setting("cpu", f"~{args.work_us:g} µs of Python per record, {short(records)}", "work",
+                records),
+        Setting("trivial", f"trivial handler, {short(trivial)}, plain with a 10 ms fetch back-off",
+                "count", trivial, {"fetch.queue.backoff.ms": "10"}),
+    ]  # fmt: skip
+    return [s for s in every if s.key in args.settings]
+
+
+def round_up(n: int) -> int:
+    """``n`` rounded up to a multiple of the partitions (every partition the same count)."""
+    return -(-n // PARTITIONS) * PARTITIONS
+
+
+def short(n: int) -> str:
+    return f"{n / 1e6:g}M records" if n >= 1_000_000 else f"{n / 1e3:g}k records"
+
+
+def launch(bench: Bench, system: str, setting: Setting, topic: str, out: Path) -> Any:
+    """Start ``system`` on ``topic``; its handler writes its marks to ``out``."""
+    env = {
+        "BENCH_OUT": str(out),
+        "BENCH_LAST_OFFSET": str(setting.records // PARTITIONS - 1),
+        "BENCH_WORK_ITERS": str(bench.work_iters),
+        "BENCH_HANDLER": setting.handler,
+    }
+    log = bench.work / f"{out.name}.log"
+    if system in ("alo", "amo"):
+        return marshal_run(
+            bench.procs, log, handler=f"bench.handlers:{setting.handler}", mode=system,
+            topic=topic, group=f"g_{uid()}", client_id=f"bench-{out.name}",
+            bootstrap=bench.bootstrap, coordination=coordination_topic(bench.bootstrap),
+            hb=HB_S, batch_size=BATCH, env=env,
+        )  # fmt: skip
+    command = [sys.executable, str(PEER_LOOPS), system, "--bootstrap-servers", bench.bootstrap,
+               "--topic", topic, "--handler", setting.handler]  # fmt: skip
+    if system == "plain":
+        command += ["--records", str(setting.records), "--partitions", str(PARTITIONS)]
+        command += [x for k, v in setting.plain_kafka.items() for x in ("--kafka", f"{k}={v}")]
+    else:
+        command += ["--processes", str(ARROYO_PROCESSES), "--batch", str(BATCH)]
+    return bench.procs.start(command, log, child_env(**env))
+
+
+def earliest_per_partition(rows: list[dict[str, Any]]) -> dict[int, float]:
+    """Each partition's earliest mark (a redelivered record marks again: the first counts)."""
+    out: dict[int, float] = {}
+    for row in rows:
+        p = row["partition"]
+        out[p] = min(out.get(p, row["monotonic"]), row["monotonic"])
+    return out
+
+
+def tree_rss_mb(pid: int) -> float | None:
+    """The largest resident set of the process and its descendants, in MB."""
+    try:
+        root = psutil.Process(pid)
+        rss = [p.memory_info().rss for p in [root, *root.children(recursive=True)]]
+    except psutil.Error:
+        return None
+    return max(rss) / 1e6
+
+
+def measure(bench: Bench, system: str, setting: Setting, topic: str) -> dict[str, Any]:
+    """One run of ``system`` over the whole topic: its figures, or ``{"error": ...}``."""
+    out = bench.work / f"{setting.key}-{system}-{uid()}"
+    out.mkdir(parents=True)
+    launched = time.monotonic()
+    proc = launch(bench, system, setting, topic, out)
+    try:
+        done = wait_until(
+            lambda: (
+                len(earliest_per_partition(read_json_files(out, "pend"))) == PARTITIONS
+                or (proc.poll() is not None and "exited")
+            ),
+            bench.timeout_s,
+            poll=0.05,
+        )
+        ends = earliest_per_partition(read_json_files(out, "pend"))
+        if len(ends) < PARTITIONS:
+            why = "exited early" if done == "exited" else f"not done in {bench.timeout_s:.0f} s"
+            log = bench.work / f"{out.name}.log"
+            return {"error": f"{why}: {len(ends)}/{PARTITIONS} partitions ended", "log": tail(log)}
+        rss = tree_rss_mb(proc.pid)
+        firsts = earliest_per_partition(read_json_files(out, "pfirst"))
+        start = min([*firsts.values(), *(r["monotonic"] for r in read_json_files(out, "first"))])
+        return {
+            "records_per_s": setting.records / (max(ends.values()) - start),
+            "launch_to_first_s": start - launched,
+            "launch_to_every_partition_s": max(firsts.values()) - launched if firsts else None,
+            "max_rss_mb": rss,
+        }
+    finally:
+        bench.procs.stop(proc, timeout=10)
+
+
+def warm_up(bench: Bench, setting: Setting, topic: str) -> None:
+    """One plain read of the whole topic with the trivial handler, not counted."""
+    res = measure(bench, "plain", Setting("warm", "warm-up", "count", setting.records), topic)
+    note(f"  warm-up read of {topic} (not counted): {show(res)}")
+
+
+def run(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    chosen = settings(args)
+    topics: dict[str, str] = {}
+    for setting in chosen:
+        topics[setting.key] = create_topic(bench.bootstrap, PARTITIONS)
+        seconds = produce_bulk(bench.bootstrap, topics[setting.key], setting.records, PARTITIONS)
+        note(f"produced {setting.records:,} records to {topics[setting.key]} in {seconds:.1f} s")
+        warm_up(bench, setting, topics[setting.key])
+    rounds: dict[str, dict[str, list[dict[str, Any]]]] = {s.key: {} for s in chosen}
+    systems = [s for s in SYSTEMS if s in args.systems]
+    for r in range(args.rounds):
+        order = systems[r % len(systems) :] + systems[: r % len(systems)]
+        for setting in chosen:
+            for system in order:
+                res = measure(bench, system, setting, topics[setting.key])
+                rounds[setting.key].setdefault(system, []).append(res)
+                note(f"round {r + 1}, {setting.key}: {system:6} {show(res)}")
+    return {
+        "work_us": args.work_us,
+        "work_iters": bench.work_iters,
+        "partitions": PARTITIONS,
+        "rounds": args.rounds,
+        "settings": {
+            s.key: {
+                "label": s.label,
+                "records": s.records,
+                "handler": s.handler,
+                "plain_kafka": s.plain_kafka,
+                "topic": topics[s.key],
+            }
+            for s in chosen
+        },
+        "runs": rounds,
+        "summary": summarise(rounds),
+    }
+
+
+def summarise(rounds: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """Per setting and system: medians over the rounds that gave a figure, and the median of
+    the round-by-round ratios to the plain loop."""
+    out: dict[str, Any] = {}
+    for key, by_system in rounds.items():
+        plain = by_system.get("plain", [])
+        out[key] = {}
+        for system, runs in by_system.items():
+            ok = [x for x in runs if "error" not in x]
+            row: dict[str, Any] = {"rounds_ok": len(ok), "rounds": len(runs)}
+            for name in ("records_per_s", "launch_to_first_s", "launch_to_every_partition_s",
+                         "max_rss_mb"):  # fmt: skip
+                values = [x[name] for x in ok if x.get(name) is not None]
+                row[name] = statistics.median(values) if values else None
+            ratios = [
+                x["records_per_s"] / p["records_per_s"]
+                for x, p in zip(runs, plain, strict=False)
+                if "error" not in x and "error" not in p
+            ]
+            row["ratio_to_plain"] = statistics.median(ratios) if ratios else None
+            out[key][system] = row
+    return out
+
+
+def show(res: dict[str, Any]) -> str:
+    if "error" in res:
+        return f"no figure: {res['error']}\n{res.get('log', '')}"
+    every = res["launch_to_every_partition_s"]
+    return (
+        f"{res['records_per_s']:,.0f} records/s; launch to first record "
+        f"{res['launch_to_first_s']:.2f} s, to every partition "
+        + (f"{every:.2f} s" if every is not None else "?")
+        + (f"; max RSS {res['max_rss_mb']:.0f} MB" if res["max_rss_mb"] else "")
+    )
+
+
+def note(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--bootstrap-servers", help="an existing Kafka (default: start a local one)")
+    ap.add_argument("--records", type=int, default=240_000, help="records, CPU-bound setting")
+    ap.add_argument("--trivial-records", type=int, help="records, trivial (10 x --records)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--work-us", type=float, default=20.0, help="CPU-bound handler's work")
+    ap.add_argument("--work-iters", type=int, help="its loop count (default: calibrated here)")
+    ap.add_argument("--systems", type=lambda s: s.split(","), default=list(SYSTEMS),
+                    help="a subset of " + ",".join(SYSTEMS))  # fmt: skip
+    ap.add_argument("--settings", type=lambda s: s.split(","), default=["cpu", "trivial"],
+                    help="a subset of cpu,trivial")  # fmt: skip
+    ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--plot", default=str(REPO / "docs" / "peers.png"), help="the PNG's path")
+    ap.add_argument("--timeout", type=float, help="seconds per run (default from the records)")
+    args = ap.parse_args()
+    if "plain" not in args.systems:
+        ap.error("--systems must include plain (the ratios' base)")
+    iters = args.work_iters or calibrate(args.work_us)
+    note(f"work handler: {iters} loop turns per record (about {args.work_us:g} µs here)")
+    biggest = max(s.records for s in settings(args))
+    timeout = args.timeout or max(120.0, biggest / 1500)
+    procs = Processes()
+    with tempfile.TemporaryDirectory(prefix="marshal-bench-peers-") as tmp:
+        work = Path(tmp)
+        cluster = None
+        try:
+            bootstrap = args.bootstrap_servers
+            if bootstrap is None:
+                cluster = start_cluster(StartOptions(directory=work / "kafka", nodes=1))
+                bootstrap = cluster.bootstrap
+                note(f"local Kafka (1 node) at {bootstrap}")
+            doc = run(Bench(bootstrap, procs, work, iters, timeout), args)
+        finally:
+            procs.kill_all()
+            if cluster is not None:
+                cluster.stop()
+    doc["plot"] = str(plot(doc, Path(args.plot)))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(table(doc))
+        print(f"\nplot: {doc['plot']}")
+
+
+if __name__ == "__main__":
+    main()
