@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,7 @@ def _write(kind: str, record: Any) -> None:
         "monotonic": time.monotonic(),
         "wall": time.time(),
         "cpu": time.process_time(),  # every thread of the process (librdkafka's too)
+        "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,  # peak RSS (Linux: KiB)
     }
     if kind.startswith("p"):  # a partition's mark: the partition first in the name
         path = Path(directory) / f"{kind}-{row['partition']}-{os.getpid()}.json"

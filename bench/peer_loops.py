@@ -128,7 +128,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=BATCH, help="arroyo: max_batch_size")
     ap.add_argument("--batch-time", type=float, default=0.5, help="arroyo: max_batch_time (s)")
     args = ap.parse_args()
-    plain(args) if args.system == "plain" else arroyo(args)
+    if args.system == "plain":
+        plain(args)
+    else:
+        arroyo(args)
 
 
 if __name__ == "__main__":

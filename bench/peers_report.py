@@ -43,7 +43,9 @@ def cell(row: dict[str, Any] | None, system: str) -> str:
 
 def table(doc: dict[str, Any]) -> str:
     """A Markdown table: throughput (ratio to the plain loop) per setting, then per setting the
-    launch to the first record and to every partition, and the largest RSS of a process."""
+    launch to the first record and to every partition, the peak RSS of a process that ran the
+    handler (a marshal child, an Arroyo worker, the plain loop) and the largest RSS of any
+    process of the system (a supervisor, Arroyo's consumer) when it was done."""
     summary: dict[str, dict[str, Any]] = doc["summary"]
     systems = [s for s in NAMES if any(s in by for by in summary.values())]
     rows = [["setting", *(NAMES[s] for s in systems)]]
@@ -53,7 +55,8 @@ def table(doc: dict[str, Any]) -> str:
         for name, label, show in (
             ("launch_to_first_s", "launch to first record", seconds),
             ("launch_to_every_partition_s", "launch to every partition", seconds),
-            ("max_rss_mb", "largest RSS of a process", megabytes),
+            ("handler_rss_mb", "peak RSS of a handler process", megabytes),
+            ("max_rss_mb", "largest RSS of any process", megabytes),
         ):
             values = [show(by_system[s][name]) if s in by_system else "-" for s in systems]
             rows.append([f"{label} ({key})", *values])
@@ -76,6 +79,7 @@ def plot(doc: dict[str, Any], path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
+    from matplotlib.ticker import FuncFormatter  # noqa: PLC0415
 
     summary: dict[str, dict[str, Any]] = doc["summary"]
     fig, axes = plt.subplots(1, max(1, len(summary)), figsize=(6 * max(1, len(summary)), 4.5))
@@ -95,6 +99,7 @@ def plot(doc: dict[str, Any], path: Path) -> Path:
             ax.annotate(label, (bars[i].get_x() + bars[i].get_width() / 2, medians[i]),
                         ha="center", va="bottom", fontsize=8)  # fmt: skip
         ax.set_xticks(range(len(systems)), [NAMES[s] for s in systems], rotation=15, fontsize=8)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: rate(v) if v else "0"))
         ax.set_ylabel("records/s (first record handled to last)")
         ax.set_title(doc["settings"][key]["label"], fontsize=9)
         ax.set_ylim(0, max([*medians, 1.0]) * 1.25)
