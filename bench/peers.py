@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import statistics
 import sys
 import tempfile
@@ -128,8 +129,11 @@ def short(n: int) -> str:
     return f"{n / 1e6:g}M records" if n >= 1_000_000 else f"{n / 1e3:g}k records"
 
 
-def launch(bench: Bench, system: str, setting: Setting, topic: str, out: Path) -> Any:
-    """Start ``system`` on ``topic``; its handler writes its marks to ``out``."""
+def launch(
+    bench: Bench, system: str, setting: Setting, topic: str, out: Path, coordination: str
+) -> Any:
+    """Start ``system`` on ``topic``; its handler writes its marks to ``out``. (marshal-run's
+    ``coordination`` topic is created before, so that the launch time does not count it.)"""
     env = {
         "BENCH_OUT": str(out),
         "BENCH_LAST_OFFSET": str(setting.records // PARTITIONS - 1),
@@ -141,7 +145,7 @@ def launch(bench: Bench, system: str, setting: Setting, topic: str, out: Path) -
         return marshal_run(
             bench.procs, log, handler=f"bench.handlers:{setting.handler}", mode=system,
             topic=topic, group=f"g_{uid()}", client_id=f"bench-{out.name}",
-            bootstrap=bench.bootstrap, coordination=coordination_topic(bench.bootstrap),
+            bootstrap=bench.bootstrap, coordination=coordination,
             hb=HB_S, batch_size=BATCH, env=env,
         )  # fmt: skip
     command = [sys.executable, str(PEER_LOOPS), system, "--bootstrap-servers", bench.bootstrap,
@@ -182,8 +186,9 @@ def measure(bench: Bench, system: str, setting: Setting, topic: str) -> dict[str
     """One run of ``system`` over the whole topic: its figures, or ``{"error": ...}``."""
     out = bench.work / f"{setting.key}-{system}-{uid()}"
     out.mkdir(parents=True)
+    coordination = coordination_topic(bench.bootstrap) if system in ("alo", "amo") else ""
     launched = time.monotonic()
-    proc = launch(bench, system, setting, topic, out)
+    proc = launch(bench, system, setting, topic, out, coordination)
     try:
         done = wait_until(
             lambda: (
@@ -297,7 +302,14 @@ def note(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def exit_on_signal(signum: int, frame: object) -> None:
+    """SIGTERM or SIGHUP: leave through the ``finally`` blocks, which kill what was started."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, exit_on_signal)
+    signal.signal(signal.SIGHUP, exit_on_signal)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--bootstrap-servers", help="an existing Kafka (default: start a local one)")
     ap.add_argument("--records", type=int, default=240_000, help="records, CPU-bound setting")
@@ -331,6 +343,8 @@ def main() -> None:
                 note(f"local Kafka (1 node) at {bootstrap}")
             doc = run(Bench(bootstrap, procs, work, iters, timeout), args)
         finally:
+            for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut this short
             procs.kill_all()
             if cluster is not None:
                 cluster.stop()
