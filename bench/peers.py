@@ -26,12 +26,15 @@ evenly (offsets 0 to N/8 - 1 in every partition):
   (default 10 x ``--records``), the plain loop with ``fetch.queue.backoff.ms=10`` (as the
   children have it by default), so that both sides are CPU-bound rather than throttled.
 
-Throughput: from the first record handled (any partition) to the last partition's last record
-handled, which the handler marks itself (on a partition's offset 0 and last offset, in whichever
-process handles it), over all N records. Also: launch to the first handled record, launch to
-every partition's first record, the peak RSS of the processes that ran the handler (a marshal
-child, an Arroyo worker, the plain loop) and the largest RSS of any of the system's processes
-(a supervisor, Arroyo's consumer) when it was done.
+Throughput: from the first record handled to the last, over all N records, as the handler marks
+them itself: the plain loop its first and N-th record; each marshal child (one partition) its
+first and its partition's last; Arroyo, whose workers share every partition's batches, each
+partition's offset 0 and last offset (marked by its adapter, `bench.handlers.arroyo_task`).
+Also: launch to the first handled record, launch to every partition's first record (marshal,
+Arroyo), the peak RSS of the processes that ran the handler (a marshal child, an Arroyo worker,
+the plain loop) and the largest RSS of any of the system's processes (a supervisor, Arroyo's
+consumer) when it was done.
+
 Every round runs every setting and every system in turn (the systems' order rotating from round
 to round); ratios are to the plain loop of the same round and setting, and the table shows the
 median over rounds. Before the rounds, one plain read of each topic with the trivial handler
@@ -134,9 +137,13 @@ def launch(
 ) -> Any:
     """Start ``system`` on ``topic``; its handler writes its marks to ``out``. (marshal-run's
     ``coordination`` topic is created before, so that the launch time does not count it.)"""
+    share = setting.records // PARTITIONS
     env = {
         "BENCH_OUT": str(out),
-        "BENCH_LAST_OFFSET": str(setting.records // PARTITIONS - 1),
+        # the handler's "last" mark: the plain loop handles every record, a child its partition's
+        "BENCH_TARGET": str({"plain": setting.records, "arroyo": 0}.get(system, share)),
+        # Arroyo's adapter marks each partition's offset 0 and last offset instead
+        "BENCH_LAST_OFFSET": str(share - 1),
         "BENCH_WORK_ITERS": str(bench.work_iters),
         "BENCH_HANDLER": setting.handler,
     }
@@ -189,28 +196,39 @@ def measure(bench: Bench, system: str, setting: Setting, topic: str) -> dict[str
     coordination = coordination_topic(bench.bootstrap) if system in ("alo", "amo") else ""
     launched = time.monotonic()
     proc = launch(bench, system, setting, topic, out, coordination)
+    # The end: the plain loop's N-th record; each child's (= partition's) last; Arroyo's
+    # partitions' last offsets. Every partition's start: each child's first record; Arroyo's
+    # partitions' offset 0 (the plain loop's one process has no per-partition mark).
+    end_kind, expected = {"plain": ("last", 1), "arroyo": ("pend", PARTITIONS)}.get(
+        system, ("last", PARTITIONS)
+    )
     try:
         done = wait_until(
             lambda: (
-                len(earliest_per_partition(read_json_files(out, "pend"))) == PARTITIONS
+                len(earliest_per_partition(read_json_files(out, end_kind))) >= expected
                 or (proc.poll() is not None and "exited")
             ),
             bench.timeout_s,
             poll=0.05,
         )
-        ends = earliest_per_partition(read_json_files(out, "pend"))
-        if len(ends) < PARTITIONS:
+        ends = earliest_per_partition(read_json_files(out, end_kind))
+        if len(ends) < expected:
             why = "exited early" if done == "exited" else f"not done in {bench.timeout_s:.0f} s"
             log = bench.work / f"{out.name}.log"
-            return {"error": f"{why}: {len(ends)}/{PARTITIONS} partitions ended", "log": tail(log)}
-        marks = [*read_json_files(out, "pend"), *read_json_files(out, "first")]
-        handler_rss, any_rss = rss_mb(proc.pid, marks)
-        firsts = earliest_per_partition(read_json_files(out, "pfirst"))
-        start = min([*firsts.values(), *(r["monotonic"] for r in read_json_files(out, "first"))])
+            return {"error": f"{why}: {len(ends)}/{expected} ends marked", "log": tail(log)}
+        firsts = read_json_files(out, "first")
+        handler_rss, any_rss = rss_mb(proc.pid, [*read_json_files(out, end_kind), *firsts])
+        partition_firsts = earliest_per_partition(
+            read_json_files(out, "pfirst") if system == "arroyo" else firsts
+        )
+        start = min(r["monotonic"] for r in [*firsts, *read_json_files(out, "pfirst")])
+        every = None
+        if system != "plain" and len(partition_firsts) == PARTITIONS:
+            every = max(partition_firsts.values()) - launched
         return {
             "records_per_s": setting.records / (max(ends.values()) - start),
             "launch_to_first_s": start - launched,
-            "launch_to_every_partition_s": max(firsts.values()) - launched if firsts else None,
+            "launch_to_every_partition_s": every,
             "handler_rss_mb": handler_rss,
             "max_rss_mb": any_rss,
         }
