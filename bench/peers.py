@@ -310,7 +310,7 @@ def show(res: dict[str, Any]) -> str:
     return (
         f"{res['records_per_s']:,.0f} records/s; launch to first record "
         f"{res['launch_to_first_s']:.2f} s, to every partition "
-        + (f"{every:.2f} s" if every is not None else "?")
+        + (f"{every:.2f} s" if every is not None else "-")
         + (f"; RSS {res['handler_rss_mb']:.0f} MB" if res["handler_rss_mb"] else "")
         + (f" (any process {res['max_rss_mb']:.0f} MB)" if res["max_rss_mb"] else "")
     )
