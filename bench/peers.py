@@ -280,11 +280,11 @@ def run(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def summarise(rounds: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
-    """Per setting and system: medians over the rounds that gave a figure, and the median of
-    the round-by-round ratios to the plain loop."""
+    """Per setting and system: medians over the rounds that gave a figure, and the medians of
+    the round-by-round throughput ratios to each other system (``ratios``; ``ratio_to_plain``
+    the one to the plain loop)."""
     out: dict[str, Any] = {}
     for key, by_system in rounds.items():
-        plain = by_system.get("plain", [])
         out[key] = {}
         for system, runs in by_system.items():
             ok = [x for x in runs if "error" not in x]
@@ -293,14 +293,24 @@ def summarise(rounds: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, A
                          "handler_rss_mb", "max_rss_mb"):  # fmt: skip
                 values = [x[name] for x in ok if x.get(name) is not None]
                 row[name] = statistics.median(values) if values else None
-            ratios = [
-                x["records_per_s"] / p["records_per_s"]
-                for x, p in zip(runs, plain, strict=False)
-                if "error" not in x and "error" not in p
-            ]
-            row["ratio_to_plain"] = statistics.median(ratios) if ratios else None
+            row["ratios"] = {
+                other: round_ratios(runs, other_runs)
+                for other, other_runs in by_system.items()
+                if other != system
+            }
+            row["ratio_to_plain"] = row["ratios"].get("plain", 1.0 if system == "plain" else None)
             out[key][system] = row
     return out
+
+
+def round_ratios(runs: list[dict[str, Any]], others: list[dict[str, Any]]) -> float | None:
+    """The median over rounds of ``runs``' throughput over ``others``' in the same round."""
+    ratios = [
+        x["records_per_s"] / o["records_per_s"]
+        for x, o in zip(runs, others, strict=False)
+        if "error" not in x and "error" not in o
+    ]
+    return statistics.median(ratios) if ratios else None
 
 
 def show(res: dict[str, Any]) -> str:

@@ -49,6 +49,7 @@ def table(doc: dict[str, Any]) -> str:
     summary: dict[str, dict[str, Any]] = doc["summary"]
     systems = [s for s in NAMES if any(s in by for by in summary.values())]
     rows = [["setting", *(NAMES[s] for s in systems)]]
+    notes: list[str] = []
     for key, by_system in summary.items():
         rows.append([doc["settings"][key]["label"], *(cell(by_system.get(s), s) for s in systems)])
     for key, by_system in summary.items():
@@ -64,12 +65,22 @@ def table(doc: dict[str, Any]) -> str:
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
              for r in rows]  # fmt: skip
     lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
+    pairs = [("amo", "alo"), ("alo", "arroyo"), ("amo", "arroyo")]  # issue 12's other goals
+    for key, by_system in summary.items():
+        found = [
+            f"{NAMES[a]} / {NAMES[b]} {by_system[a]['ratios'][b]:.2f}x"
+            for a, b in pairs
+            if a in by_system and by_system[a]["ratios"].get(b) is not None
+        ]
+        if found:
+            notes.append(f"{key}: " + "; ".join(found))
     head = (
         f"{doc['partitions']} partitions, {doc['rounds']} interleaved round(s), medians; "
         f"work handler {doc['work_iters']} loop turns (~{doc['work_us']:g} µs); "
         "ratios to the plain loop of the same round"
     )
-    return head + "\n\n" + "\n".join(lines)
+    tail = "\n\nother ratios (medians of round-by-round ratios):\n" + "\n".join(notes)
+    return head + "\n\n" + "\n".join(lines) + (tail if notes else "")
 
 
 def plot(doc: dict[str, Any], path: Path) -> Path:
