@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install kafka-jars spark-jars lint typecheck test test-unit bench demo sim clean
+.PHONY: install kafka-jars spark-jars lint typecheck test test-unit bench bench-peers demo sim clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,9 @@ bench: kafka-jars ## Benchmarks (several minutes; each starts its own local Kafk
 	$(BIN)/python bench/fold_and_catch_up.py
 	$(BIN)/python bench/hot_path.py
 	$(BIN)/python bench/runtime.py
+
+bench-peers: kafka-jars ## marshal-run against a plain loop and Arroyo, side by side (minutes; its own local Kafka): a table and docs/peers.png
+	$(BIN)/python bench/peers.py
 
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis

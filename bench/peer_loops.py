@@ -1,0 +1,138 @@
+"""The two peers that `bench/peers.py` runs as processes of their own (not marshal-run):
+
+    python bench/peer_loops.py plain  --bootstrap-servers B --topic T --records N --handler H
+                                      [--partitions 8] [--kafka KEY=VALUE ...]
+    python bench/peer_loops.py arroyo --bootstrap-servers B --topic T --handler H
+                                      [--processes 2] [--batch 500] [--batch-time 0.5]
+
+``plain``: one process, one confluent-kafka consumer ``assign()``-ed to every partition at
+offset 0, ``consume(500)`` batches, the handler called on each message in turn; it stops after
+N records. ``arroyo``: Sentry's Arroyo (``sentry-arroyo``), its ``StreamProcessor`` on a fresh
+consumer group (``subscribe()``, earliest) with ``RunTaskWithMultiprocessing`` (a pool of
+``--processes`` spawned workers running `bench.handlers.arroyo_task`) then ``CommitOffsets``; it
+runs until SIGTERM or SIGINT. H is ``count`` or ``work`` from `bench/handlers.py`; the handler
+itself writes the marks that the benchmark reads (``$BENCH_OUT``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # bench.handlers, by that name (Arroyo's workers unpickle it)
+
+from bench.handlers import HANDLERS  # noqa: E402
+
+BATCH = 500
+
+
+def plain(args: argparse.Namespace) -> None:
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
+
+    handler = HANDLERS[args.handler]
+    kafka = dict(item.split("=", 1) for item in args.kafka)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap_servers,
+            "group.id": f"plain_{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            **kafka,
+        }
+    )
+    consumer.assign([TopicPartition(args.topic, p, 0) for p in range(args.partitions)])
+    handled = 0
+    try:
+        while handled < args.records:
+            for msg in consumer.consume(BATCH, 0.2):
+                if msg.error() is None:
+                    handler(msg, None)
+                    handled += 1
+    finally:
+        consumer.close()
+
+
+def arroyo(args: argparse.Namespace) -> None:
+    # Arroyo's API as of sentry-arroyo 2.x (checked against 2.48's source).
+    from arroyo.backends.kafka import (  # noqa: PLC0415
+        KafkaConsumer,
+        KafkaPayload,
+        build_kafka_consumer_configuration,
+    )
+    from arroyo.processing import StreamProcessor  # noqa: PLC0415
+    from arroyo.processing.strategies import (  # noqa: PLC0415
+        CommitOffsets,
+        ProcessingStrategy,
+        ProcessingStrategyFactory,
+        RunTaskWithMultiprocessing,
+    )
+    from arroyo.processing.strategies.run_task_with_multiprocessing import (  # noqa: PLC0415
+        MultiprocessingPool,
+    )
+    from arroyo.types import Commit, Partition, Topic  # noqa: PLC0415
+
+    from bench.handlers import arroyo_task  # noqa: PLC0415
+
+    pool = MultiprocessingPool(num_processes=args.processes)
+
+    class Factory(ProcessingStrategyFactory[KafkaPayload]):
+        def create_with_partitions(
+            self, commit: Commit, partitions: Mapping[Partition, int]
+        ) -> ProcessingStrategy[KafkaPayload]:
+            return RunTaskWithMultiprocessing(
+                function=arroyo_task,
+                next_step=CommitOffsets(commit),
+                max_batch_size=args.batch,
+                max_batch_time=args.batch_time,
+                pool=pool,
+            )
+
+    consumer = KafkaConsumer(
+        build_kafka_consumer_configuration(
+            default_config={},
+            bootstrap_servers=[args.bootstrap_servers],
+            auto_offset_reset="earliest",
+            group_id=f"arroyo_{uuid.uuid4().hex[:8]}",
+        )
+    )
+    processor = StreamProcessor(consumer, Topic(args.topic), Factory())
+
+    def stop(signum: int, frame: Any) -> None:
+        processor.signal_shutdown()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        processor.run()
+    finally:
+        pool.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("system", choices=("plain", "arroyo"))
+    ap.add_argument("--bootstrap-servers", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--handler", choices=sorted(HANDLERS), default="count")
+    ap.add_argument("--records", type=int, default=0, help="plain: stop after this many")
+    ap.add_argument("--partitions", type=int, default=8, help="plain: assign 0..N-1")
+    ap.add_argument("--kafka", action="append", default=[], help="plain: KEY=VALUE")
+    ap.add_argument("--processes", type=int, default=2, help="arroyo: the pool's size")
+    ap.add_argument("--batch", type=int, default=BATCH, help="arroyo: max_batch_size")
+    ap.add_argument("--batch-time", type=float, default=0.5, help="arroyo: max_batch_time (s)")
+    args = ap.parse_args()
+    if args.system == "plain":
+        plain(args)
+    else:
+        arroyo(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,388 @@
+"""Benchmark: marshal-run against its peers, side by side in one run (issue 12).
+
+    .venv/bin/python bench/peers.py [--bootstrap-servers HOST:PORT] [--records 240000]
+                                    [--trivial-records N] [--rounds 3] [--work-us 20]
+                                    [--json] [--plot docs/peers.png]
+    make bench-peers
+
+The systems, each launched as a fresh process (tree) per measurement on a fresh consumer group
+(and, for marshal-run, a fresh coordination topic), all with the same handler module
+(`bench/handlers.py`):
+
+- plain: one process, one confluent-kafka consumer ``assign()``-ed to the 8 partitions,
+  ``consume(500)`` batches, the handler on each message (`bench/peer_loops.py`);
+- marshal ALO / AMO: ``marshal-run --mode alo|amo --batch-size 500``, one supervisor claiming
+  all 8 partitions, one child per partition (HB = 5 s);
+- Arroyo: ``sentry-arroyo``'s StreamProcessor with ``RunTaskWithMultiprocessing`` (a pool of 2
+  spawned processes, batches of 500 or 0.5 s) then ``CommitOffsets`` (`bench/peer_loops.py`).
+
+The settings (issue 12's table), each on its own 8-partition topic written once, records spread
+evenly (offsets 0 to N/8 - 1 in every partition):
+
+- cpu: ``bench.handlers:work``: about ``--work-us`` (20) microseconds of pure Python per record
+  (a loop count calibrated once here, the same count in every system), ``--records`` records;
+  every system with its own consumer defaults;
+- trivial: ``bench.handlers:count`` (touch the value, count), ``--trivial-records`` records
+  (default 10 x ``--records``), the plain loop with ``fetch.queue.backoff.ms=10`` (as the
+  children have it by default), so that both sides are CPU-bound rather than throttled.
+
+Throughput: from the first record handled to the last, over all N records, as the handler marks
+them itself: the plain loop its first and N-th record; each marshal child (one partition) its
+first and its partition's last; Arroyo, whose workers share every partition's batches, each
+partition's offset 0 and last offset (marked by its adapter, `bench.handlers.arroyo_task`).
+Also: launch to the first handled record, launch to every partition's first record (marshal,
+Arroyo), the peak RSS of the processes that ran the handler (a marshal child, an Arroyo worker,
+the plain loop) and the largest RSS of any of the system's processes (a supervisor, Arroyo's
+consumer) when it was done.
+
+Every round runs every setting and every system in turn (the systems' order rotating from round
+to round); ratios are to the plain loop of the same round and setting, and the table shows the
+median over rounds. Before the rounds, one plain read of each topic with the trivial handler
+(not counted) so that every measured read finds the data read before.
+
+Prints figures (and writes a PNG of throughput per system and setting); asserts nothing. Without
+``--bootstrap-servers`` it starts a local one-node Kafka in a temporary directory and stops it.
+Every process it starts is killed before it exits, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import psutil
+from handlers import calibrate
+from peers_report import plot, table
+from runtime import (
+    BATCH,
+    REPO,
+    Processes,
+    child_env,
+    coordination_topic,
+    create_topic,
+    marshal_run,
+    produce_bulk,
+    read_json_files,
+    tail,
+    uid,
+    wait_until,
+)
+
+from marshal_workers.localkafka import StartOptions, start_cluster
+
+PARTITIONS = 8
+SYSTEMS = ("plain", "alo", "amo", "arroyo")
+PEER_LOOPS = Path(__file__).resolve().with_name("peer_loops.py")
+HB_S = 5.0
+ARROYO_PROCESSES = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One row of the comparison: the handler, the records, the plain loop's consumer
+    settings."""
+
+    key: str
+    label: str
+    handler: str
+    records: int
+    plain_kafka: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Bench:
+    """What every measurement needs."""
+
+    bootstrap: str
+    procs: Processes
+    work: Path
+    work_iters: int
+    timeout_s: float
+
+
+def settings(args: argparse.Namespace) -> list[Setting]:
+    records = round_up(args.records)
+    trivial = round_up(args.trivial_records or 10 * args.records)
+    every = [
+        Setting("cpu", f"~{args.work_us:g} µs of Python per record, {short(records)}", "work",
+                records),
+        Setting("trivial", f"trivial handler, {short(trivial)}, plain with a 10 ms fetch back-off",
+                "count", trivial, {"fetch.queue.backoff.ms": "10"}),
+    ]  # fmt: skip
+    return [s for s in every if s.key in args.settings]
+
+
+def round_up(n: int) -> int:
+    """``n`` rounded up to a multiple of the partitions (every partition the same count)."""
+    return -(-n // PARTITIONS) * PARTITIONS
+
+
+def short(n: int) -> str:
+    return f"{n / 1e6:g}M records" if n >= 1_000_000 else f"{n / 1e3:g}k records"
+
+
+def launch(
+    bench: Bench, system: str, setting: Setting, topic: str, out: Path, coordination: str
+) -> Any:
+    """Start ``system`` on ``topic``; its handler writes its marks to ``out``. (marshal-run's
+    ``coordination`` topic is created before, so that the launch time does not count it.)"""
+    share = setting.records // PARTITIONS
+    env = {
+        "BENCH_OUT": str(out),
+        # the handler's "last" mark: the plain loop handles every record, a child its partition's
+        "BENCH_TARGET": str({"plain": setting.records, "arroyo": 0}.get(system, share)),
+        # Arroyo's adapter marks each partition's offset 0 and last offset instead
+        "BENCH_LAST_OFFSET": str(share - 1),
+        "BENCH_WORK_ITERS": str(bench.work_iters),
+        "BENCH_HANDLER": setting.handler,
+    }
+    log = bench.work / f"{out.name}.log"
+    if system in ("alo", "amo"):
+        return marshal_run(
+            bench.procs, log, handler=f"bench.handlers:{setting.handler}", mode=system,
+            topic=topic, group=f"g_{uid()}", client_id=f"bench-{out.name}",
+            bootstrap=bench.bootstrap, coordination=coordination,
+            hb=HB_S, batch_size=BATCH, env=env,
+        )  # fmt: skip
+    command = [sys.executable, str(PEER_LOOPS), system, "--bootstrap-servers", bench.bootstrap,
+               "--topic", topic, "--handler", setting.handler]  # fmt: skip
+    if system == "plain":
+        command += ["--records", str(setting.records), "--partitions", str(PARTITIONS)]
+        command += [x for k, v in setting.plain_kafka.items() for x in ("--kafka", f"{k}={v}")]
+    else:
+        command += ["--processes", str(ARROYO_PROCESSES), "--batch", str(BATCH)]
+    return bench.procs.start(command, log, child_env(**env))
+
+
+def earliest_per_partition(rows: list[dict[str, Any]]) -> dict[int, float]:
+    """Each partition's earliest mark (a redelivered record marks again: the first counts)."""
+    out: dict[int, float] = {}
+    for row in rows:
+        p = row["partition"]
+        out[p] = min(out.get(p, row["monotonic"]), row["monotonic"])
+    return out
+
+
+def rss_mb(pid: int, marks: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """In MB: the peak resident set of the processes that ran the handler (from their marks),
+    and the largest of those and of the tree's live processes now (a supervisor, Arroyo's
+    consumer)."""
+    handler = [row["maxrss_kb"] * 1024 for row in marks if "maxrss_kb" in row]
+    every = list(handler)
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        for p in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    every.append(p.memory_info().rss)
+    return (max(handler) / 1e6 if handler else None, max(every) / 1e6 if every else None)
+
+
+def measure(bench: Bench, system: str, setting: Setting, topic: str) -> dict[str, Any]:
+    """One run of ``system`` over the whole topic: its figures, or ``{"error": ...}``."""
+    out = bench.work / f"{setting.key}-{system}-{uid()}"
+    out.mkdir(parents=True)
+    coordination = coordination_topic(bench.bootstrap) if system in ("alo", "amo") else ""
+    launched = time.monotonic()
+    proc = launch(bench, system, setting, topic, out, coordination)
+    # The end: the plain loop's N-th record; each child's (= partition's) last; Arroyo's
+    # partitions' last offsets. Every partition's start: each child's first record; Arroyo's
+    # partitions' offset 0 (the plain loop's one process has no per-partition mark).
+    end_kind, expected = {"plain": ("last", 1), "arroyo": ("pend", PARTITIONS)}.get(
+        system, ("last", PARTITIONS)
+    )
+    try:
+        done = wait_until(
+            lambda: (
+                len(earliest_per_partition(read_json_files(out, end_kind))) >= expected
+                or (proc.poll() is not None and "exited")
+            ),
+            bench.timeout_s,
+            poll=0.05,
+        )
+        ends = earliest_per_partition(read_json_files(out, end_kind))
+        if len(ends) < expected:
+            why = "exited early" if done == "exited" else f"not done in {bench.timeout_s:.0f} s"
+            log = bench.work / f"{out.name}.log"
+            return {"error": f"{why}: {len(ends)}/{expected} ends marked", "log": tail(log)}
+        firsts = read_json_files(out, "first")
+        handler_rss, any_rss = rss_mb(proc.pid, [*read_json_files(out, end_kind), *firsts])
+        partition_firsts = earliest_per_partition(
+            read_json_files(out, "pfirst") if system == "arroyo" else firsts
+        )
+        start = min(r["monotonic"] for r in [*firsts, *read_json_files(out, "pfirst")])
+        every = None
+        if system != "plain" and len(partition_firsts) == PARTITIONS:
+            every = max(partition_firsts.values()) - launched
+        return {
+            "records_per_s": setting.records / (max(ends.values()) - start),
+            "launch_to_first_s": start - launched,
+            "launch_to_every_partition_s": every,
+            "handler_rss_mb": handler_rss,
+            "max_rss_mb": any_rss,
+        }
+    finally:
+        bench.procs.stop(proc, timeout=10)
+
+
+def warm_up(bench: Bench, setting: Setting, topic: str) -> None:
+    """One plain read of the whole topic with the trivial handler, not counted."""
+    res = measure(bench, "plain", Setting("warm", "warm-up", "count", setting.records), topic)
+    note(f"  warm-up read of {topic} (not counted): {show(res)}")
+
+
+def run(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    chosen = settings(args)
+    topics: dict[str, str] = {}
+    for setting in chosen:
+        topics[setting.key] = create_topic(bench.bootstrap, PARTITIONS)
+        seconds = produce_bulk(bench.bootstrap, topics[setting.key], setting.records, PARTITIONS)
+        note(f"produced {setting.records:,} records to {topics[setting.key]} in {seconds:.1f} s")
+        warm_up(bench, setting, topics[setting.key])
+    rounds: dict[str, dict[str, list[dict[str, Any]]]] = {s.key: {} for s in chosen}
+    systems = [s for s in SYSTEMS if s in args.systems]
+    for r in range(args.rounds):
+        order = systems[r % len(systems) :] + systems[: r % len(systems)]
+        for setting in chosen:
+            for system in order:
+                res = measure(bench, system, setting, topics[setting.key])
+                rounds[setting.key].setdefault(system, []).append(res)
+                note(f"round {r + 1}, {setting.key}: {system:6} {show(res)}")
+    return {
+        "work_us": args.work_us,
+        "work_iters": bench.work_iters,
+        "partitions": PARTITIONS,
+        "rounds": args.rounds,
+        "settings": {
+            s.key: {
+                "label": s.label,
+                "records": s.records,
+                "handler": s.handler,
+                "plain_kafka": s.plain_kafka,
+                "topic": topics[s.key],
+            }
+            for s in chosen
+        },
+        "runs": rounds,
+        "summary": summarise(rounds),
+    }
+
+
+def summarise(rounds: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """Per setting and system: medians over the rounds that gave a figure, and the medians of
+    the round-by-round throughput ratios to each other system (``ratios``; ``ratio_to_plain``
+    the one to the plain loop)."""
+    out: dict[str, Any] = {}
+    for key, by_system in rounds.items():
+        out[key] = {}
+        for system, runs in by_system.items():
+            ok = [x for x in runs if "error" not in x]
+            row: dict[str, Any] = {"rounds_ok": len(ok), "rounds": len(runs)}
+            for name in ("records_per_s", "launch_to_first_s", "launch_to_every_partition_s",
+                         "handler_rss_mb", "max_rss_mb"):  # fmt: skip
+                values = [x[name] for x in ok if x.get(name) is not None]
+                row[name] = statistics.median(values) if values else None
+            row["ratios"] = {
+                other: round_ratios(runs, other_runs)
+                for other, other_runs in by_system.items()
+                if other != system
+            }
+            row["ratio_to_plain"] = row["ratios"].get("plain", 1.0 if system == "plain" else None)
+            out[key][system] = row
+    return out
+
+
+def round_ratios(runs: list[dict[str, Any]], others: list[dict[str, Any]]) -> float | None:
+    """The median over rounds of ``runs``' throughput over ``others``' in the same round."""
+    ratios = [
+        x["records_per_s"] / o["records_per_s"]
+        for x, o in zip(runs, others, strict=False)
+        if "error" not in x and "error" not in o
+    ]
+    return statistics.median(ratios) if ratios else None
+
+
+def show(res: dict[str, Any]) -> str:
+    if "error" in res:
+        return f"no figure: {res['error']}\n{res.get('log', '')}"
+    every = res["launch_to_every_partition_s"]
+    return (
+        f"{res['records_per_s']:,.0f} records/s; launch to first record "
+        f"{res['launch_to_first_s']:.2f} s, to every partition "
+        + (f"{every:.2f} s" if every is not None else "-")
+        + (f"; RSS {res['handler_rss_mb']:.0f} MB" if res["handler_rss_mb"] else "")
+        + (f" (any process {res['max_rss_mb']:.0f} MB)" if res["max_rss_mb"] else "")
+    )
+
+
+def note(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def exit_on_signal(signum: int, frame: object) -> None:
+    """SIGTERM or SIGHUP: leave through the ``finally`` blocks, which kill what was started."""
+    raise SystemExit(128 + signum)
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, exit_on_signal)
+    signal.signal(signal.SIGHUP, exit_on_signal)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--bootstrap-servers", help="an existing Kafka (default: start a local one)")
+    ap.add_argument("--records", type=int, default=240_000, help="records, CPU-bound setting")
+    ap.add_argument("--trivial-records", type=int, help="records, trivial (10 x --records)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--work-us", type=float, default=20.0, help="CPU-bound handler's work")
+    ap.add_argument("--work-iters", type=int, help="its loop count (default: calibrated here)")
+    ap.add_argument("--systems", type=lambda s: s.split(","), default=list(SYSTEMS),
+                    help="a subset of " + ",".join(SYSTEMS))  # fmt: skip
+    ap.add_argument("--settings", type=lambda s: s.split(","), default=["cpu", "trivial"],
+                    help="a subset of cpu,trivial")  # fmt: skip
+    ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--plot", default=str(REPO / "docs" / "peers.png"), help="the PNG's path")
+    ap.add_argument("--timeout", type=float, help="seconds per run (default from the records)")
+    args = ap.parse_args()
+    if "plain" not in args.systems:
+        ap.error("--systems must include plain (the ratios' base)")
+    iters = args.work_iters or calibrate(args.work_us)
+    note(f"work handler: {iters} loop turns per record (about {args.work_us:g} µs here)")
+    biggest = max(s.records for s in settings(args))
+    timeout = args.timeout or max(120.0, biggest / 1500)
+    procs = Processes()
+    with tempfile.TemporaryDirectory(prefix="marshal-bench-peers-") as tmp:
+        work = Path(tmp)
+        cluster = None
+        try:
+            bootstrap = args.bootstrap_servers
+            if bootstrap is None:
+                cluster = start_cluster(StartOptions(directory=work / "kafka", nodes=1))
+                bootstrap = cluster.bootstrap
+                note(f"local Kafka (1 node) at {bootstrap}")
+            doc = run(Bench(bootstrap, procs, work, iters, timeout), args)
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut this short
+            procs.kill_all()
+            if cluster is not None:
+                cluster.stop()
+    doc["plot"] = str(plot(doc, Path(args.plot)))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(table(doc))
+        print(f"\nplot: {doc['plot']}")
+
+
+if __name__ == "__main__":
+    main()
