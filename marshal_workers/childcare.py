@@ -18,15 +18,16 @@ from typing import Any
 from marshal_workers import events as ev
 from marshal_workers import ipc
 from marshal_workers.child import start_child
+from marshal_workers.childexit import EXIT_HANDLER_TIMEOUT
 from marshal_workers.config import RunConfig
 from marshal_workers.coordination import Coordinator
 from marshal_workers.datatopics import DataTopics
-from marshal_workers.exitpolicy import Next, decide
+from marshal_workers.exitpolicy import ChildEnd, Next, count_failure, decide, read_end
 from marshal_workers.failures import CAUSE_POISON_RATE
 from marshal_workers.holding import Holding, Phase
 from marshal_workers.observe import Observer
 from marshal_workers.protocol import ClaimKey, Message
-from marshal_workers.rationalizer import ClaimState, resume_offset
+from marshal_workers.rationalizer import ClaimState, Mode, resume_offset
 
 _ASKED_TO_STOP = (Phase.STOPPING, Phase.RELOADING)  # killed once their stop deadline passes
 
@@ -78,7 +79,10 @@ class ChildCare:
             on_failure=c.on_failure,
             dlq_topic=c.dlq_topic,
             max_poison_rate=c.max_poison_rate,
+            handler_timeout_s=c.handler_timeout or None,  # wp-child: the handler deadline
+            settle=holding.settle,  # wp-child: a record the last child ended in, to settle
         )
+        holding.settle = None
         holding.child = start_child(spec, holding.lease, self.mp)
         holding.term_sent = holding.kill_sent = False
         self.observer.child_started(holding.key, holding.child.pid, restart)
@@ -173,11 +177,30 @@ class ChildCare:
                 self._read_child(holding)
                 self._on_exit(holding, child.exitcode, now)
 
+    def _refresh_position(self, holding: Holding) -> None:
+        """wp-child: ALO, the child's handled position from the shared cells (at heartbeat)."""
+        if self.config.mode is Mode.ALO and not holding.is_member:
+            shared = holding.lease.calls.handled_position()
+            if shared is not None and shared > holding.position:
+                holding.position = shared
+
     def _on_exit(self, holding: Holding, code: int, now: float) -> None:
         assert holding.child is not None
         key, pid = holding.key, holding.child.pid
+        # wp-child: whatever the child started dies with it, before the claim can move on
+        holding.child.signal_group(signal.SIGKILL)
         holding.child.close()
         holding.child = None
+        self._refresh_position(holding)  # wp-child: up to the record it ended in
+        end = read_end(
+            code,
+            holding.lease.calls.take_end_note(),
+            killed_by_supervisor=holding.term_sent,
+            now=now,
+        )
+        if end.failed is not None:
+            self._on_handler_ended(holding, end)
+        code = end.code
         self.observer.child_exited(key, pid, code)
         self._log.info(
             "child exited",
@@ -195,6 +218,7 @@ class ChildCare:
             failures=holding.failures,
             max_failures=self.config.max_handler_failures,
             heartbeat_interval_s=self.hb,
+            on_failure=self.config.on_failure,
         )
         holding.failures = max(holding.failures, decision.failures)
         fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}
@@ -225,6 +249,33 @@ class ChildCare:
             self._finish(holding)  # log refuses the release if the claim was taken meanwhile
         else:
             self._finish(holding)
+
+    def _on_handler_ended(self, holding: Holding, end: ChildEnd) -> None:
+        """wp-child: the child ended inside a handler call (timeout, os._exit, a signal): a
+        failure on that record. dlq/skip: the next child settles it (ALO; in AMO it was granted
+        and is lost with the rest of its batch); stop: it counts as a failure."""
+        failed = end.failed
+        assert failed is not None
+        key = holding.key
+        self.observer.handler_failed(key, failed.offset, failed.error)
+        if self.config.on_failure == "stop":
+            holding.failures = count_failure(holding.failures, holding.failed_offset, failed.offset)
+            holding.failed_offset = failed.offset
+        elif self.config.mode is Mode.ALO:
+            holding.settle = failed
+        self._log.warning(
+            "handler timed out" if end.code == EXIT_HANDLER_TIMEOUT else "handler ended the child",
+            topic=key.topic,
+            partition=key.partition,
+            offset=failed.offset,
+            last_offset=failed.end - 1,
+            spent_s=end.spent_s,
+            handler_timeout_s=self.config.handler_timeout,
+            error=failed.error,
+            on_failure=self.config.on_failure,
+            failures=holding.failures,
+            lost=self.config.mode is Mode.AMO,  # AMO: the granted batch is not handled again
+        )
 
     def _finish(self, holding: Holding) -> None:
         """The child is gone: release the claim if it ended gracefully, then forget it."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
@@ -32,7 +34,9 @@ from marshal_workers.consume import ConsumerSetupError, FatalKafkaError, fetch, 
 from marshal_workers.dlq import DeadLetters
 from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME
 from marshal_workers.failures import (
+    Failure,
     FailurePolicy,
+    HandlerEnded,
     OnFailure,
     PoisonRate,
 )
@@ -47,6 +51,7 @@ from marshal_workers.ipc import (
     Grant,
     GrantRequest,
     Progress,
+    Settle,
     Started,
     Stop,
     Stopped,
@@ -85,7 +90,9 @@ class ChildLoop(FailureHandling):
             log=log,
             pid=os.getpid(),
             lease_remaining=lease.remaining,
+            keepalive=self._keepalive,
         )
+        self.calls = lease.calls  # the shared cells: handled position, call in progress
         self.plugin: Plugin | None = None  # set once setup() succeeded
         self.consumer: Consumer | None = None
         self.next_offset: int | None = None  # ALO: handled below; AMO: granted below
@@ -108,7 +115,7 @@ class ChildLoop(FailureHandling):
             self._loop()
         except ChildExit as end:
             return self._shutdown(end)
-        except Exception:
+        except BaseException:  # (nothing may end the child but its protocol)
             self.log.exception("child_crashed")
             return self._shutdown(ChildExit(EXIT_RUNTIME, "crash"))
         raise AssertionError("the loop only ends by ChildExit")  # pragma: no cover
@@ -142,6 +149,7 @@ class ChildLoop(FailureHandling):
             self.log.error("kafka_failed", error=str(exc))
             raise ChildExit(EXIT_KAFKA, "kafka_failed") from None
         self.next_offset = self.reported = position
+        self.calls.position.value = position
         if self.policy.on_failure is OnFailure.DLQ:
             self._open_dead_letters()
         self._send(Started(os.getpid(), position))
@@ -174,13 +182,25 @@ class ChildLoop(FailureHandling):
         plugin = self.plugin
         assert plugin is not None
         alo = self.spec.mode == Mode.ALO
+        settle = self.spec.settle
+        if settle is not None:
+            records = self._settle_first(records, settle)
+            if not records:
+                return
         batch = plugin.handle_batch
         if batch is not None:
+            self.calls.unit_end.value = records[-1].offset + 1
             self._handle_unit(
-                records, self.stats.timed(partial(batch, records, self.ctx), len(records))
+                records,
+                self._in_call(
+                    records[0].offset,
+                    self.stats.timed(partial(batch, records, self.ctx), len(records)),
+                ),
             )
+            self.calls.unit_end.value = -1
             if alo:
                 self.next_offset = records[-1].offset + 1
+                self.calls.position.value = self.next_offset
             return
         start = 0
         while start < len(records):
@@ -195,9 +215,13 @@ class ChildLoop(FailureHandling):
         assert plugin is not None
         handle, ctx = plugin.handle, self.ctx
         clock, lease = time.monotonic, self.lease.cell
+        # the shared cells (see callcells): per call, the record in progress (ALO: everything
+        # below it is handled; the supervisor heartbeats it) and when its call started (the
+        # watchdog's handler deadline); two 8-byte stores
+        position, call_started = self.calls.position, self.calls.started
         starts: list[float] = []
         started = starts.append
-        error: Exception | None = None
+        error: BaseException | None = None
         expired = False
         for record in records[start:] if start else records:
             now = clock()
@@ -205,28 +229,80 @@ class ChildLoop(FailureHandling):
                 expired = True
                 break
             started(now)
+            position.value = record.offset
+            call_started.value = now
             try:
                 handle(record, ctx)
-            except Exception as exc:  # that was attempt 1: the policy goes on from there
+            except BaseException as exc:  # (any way out is a failure: attempt 1)
                 error = exc
                 break
+        call_started.value = 0.0
         self.stats.observe_calls(starts, clock(), failed=error is not None)
         calls = len(starts)
         done = calls - 1 if error is not None else calls  # handled, in order, from start
         self.handled += done
         if done and self.spec.mode == Mode.ALO:
             self.next_offset = records[start + done - 1].offset + 1
+        if error is None and self.next_offset is not None:
+            position.value = self.next_offset  # AMO: the granted end (nothing reads it there)
         if expired:
             self._require_lease()  # ends the child (unless extended meanwhile)
             return start + calls
         if error is not None:
             record = records[start + done]
-            retry = self.stats.timed(partial(handle, record, ctx), 1)
+            retry = self._in_call(record.offset, self.stats.timed(partial(handle, record, ctx), 1))
             self._handle_unit([record], failed_once(error, retry))
             if self.spec.mode == Mode.ALO:
                 self.next_offset = record.offset + 1
+                position.value = self.next_offset
             return start + calls
         return len(records)
+
+    def _in_call(self, offset: int, call: Callable[[], object]) -> Callable[[], object]:
+        """``call`` (a retry, or a ``handle_batch`` call) with the shared cells saying that a
+        handler call on ``offset`` is in progress while it runs."""
+        position, call_started = self.calls.position, self.calls.started
+
+        def in_call() -> object:
+            position.value = offset
+            call_started.value = time.monotonic()
+            try:
+                return call()
+            finally:
+                call_started.value = 0.0
+
+        return in_call
+
+    def _keepalive(self) -> float:
+        """`Context.keepalive`: the call in progress may go on for one more handler timeout
+        from now, never past the lease; the seconds it has left."""
+        timeout = self.spec.handler_timeout_s
+        started = self.calls.call_started()
+        if timeout is None or not started:
+            return 0.0
+        now = time.monotonic()
+        until = min(now + timeout, self.lease.deadline)
+        deadline = self.calls.call_deadline(timeout)
+        if until > deadline:
+            self.calls.keep_alive(until)
+            deadline = until
+        return max(0.0, deadline - now)
+
+    def _settle_first(self, records: list[Record], settle: Settle) -> list[Record]:
+        """The previous child of this claim ended inside a handler call on ``settle``'s offsets
+        (a timeout, ``os._exit``, a signal): dead-letter or skip them by the policy without
+        calling the handler again, and return the rest of the batch. Only once, and only if
+        the batch starts there (else the claim moved on: nothing to settle)."""
+        self.spec = replace(self.spec, settle=None)
+        if records[0].offset != settle.offset:
+            return records
+        count = sum(1 for r in records if r.offset < settle.end)
+        unit = records[:count]
+        self._settle(unit, Failure(HandlerEnded(settle.error), attempts=1))
+        if self.spec.mode == Mode.ALO:
+            self.next_offset = unit[-1].offset + 1
+            self.calls.position.value = self.next_offset
+        return records[count:]
 
     def _await_grant(self, records: list[Record]) -> None:
         """AMO: ask to handle the batch and wait for the answer; return only if granted."""
@@ -279,6 +355,7 @@ class ChildLoop(FailureHandling):
         """ALO: send `Progress` if records were handled since the last one."""
         if self.spec.mode == Mode.ALO and self.next_offset != self.reported:
             assert self.next_offset is not None
+            self.calls.position.value = self.next_offset
             self._send(Progress(self.next_offset))
             self.reported = self.next_offset
             self.progress_due = time.monotonic() + PROGRESS_INTERVAL_S

@@ -41,6 +41,7 @@ class RunConfig:
     heartbeat_interval: float = 10.0
     batch_size: int = 500
     stop_timeout: float = 20.0
+    handler_timeout: float = 300.0  # 0: no deadline
     auto_offset_reset: str = "earliest"
     max_handler_failures: int = 5
     retries: int = 3
@@ -87,6 +88,7 @@ def run_config(resolved: Resolved) -> RunConfig:
         heartbeat_interval=v["heartbeat_interval"],
         batch_size=v["batch_size"],
         stop_timeout=v["stop_timeout"],
+        handler_timeout=v["handler_timeout"],
         auto_offset_reset=v["auto_offset_reset"],
         max_handler_failures=v["max_handler_failures"],
         retries=v["retries"],

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from marshal_workers.child import ChildHandle
+from marshal_workers.ipc import Settle
 from marshal_workers.lease import SharedLease
 from marshal_workers.protocol import ClaimKey
 
@@ -36,3 +37,4 @@ class Holding:
     stop_deadline: float = 0.0
     term_sent: bool = False
     kill_sent: bool = False
+    settle: Settle | None = None  # wp-child: the next child dead-letters or skips these first

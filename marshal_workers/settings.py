@@ -55,6 +55,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise ValueError("must be a number of at least 0")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -200,6 +207,17 @@ SETTINGS: tuple[Setting, ...] = (
         "How long a graceful stop (TERM) may take before children are killed.",
         "Timing",
         parse=_positive_float,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "handler_timeout",
+        300.0,
+        "Deadline of one handler call (a handle_batch plugin: one batch). A call past it is "
+        "a failure: the child's whole process group is killed and on_failure applies to the "
+        "record. ctx.keepalive() gives the current call one more timeout, never past the "
+        "lease. 0: no deadline.",
+        "Timing",
+        parse=_non_negative_float,
         metavar="SECONDS",
     ),
     Setting(

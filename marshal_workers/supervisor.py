@@ -169,6 +169,7 @@ class Supervisor(OperatorRequests):
             self._next_heartbeat = now + self.hb / 2
             for holding in list(self.holdings.values()):
                 if holding.phase is not Phase.LOST:
+                    self._refresh_position(holding)  # wp-child: ALO, from the shared cells
                     self.co.heartbeat(holding.key, holding.position)
         if self.stopping:
             self._advance_stop()
