@@ -52,6 +52,11 @@ class CallCells:
         """The monotonic start of the handler call in progress, 0 if none."""
         return float(self.started.value)
 
+    def call_age(self, now: float) -> float | None:
+        """Seconds the handler call in progress has run at ``now``; None if there is none."""
+        started = float(self.started.value)
+        return None if started <= 0 else max(0.0, now - started)
+
     def call_deadline(self, timeout_s: float) -> float:
         """When the call in progress must end (0: no call): its start plus the timeout, or
         later if ``ctx.keepalive()`` extended it."""

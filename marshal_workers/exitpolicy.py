@@ -164,3 +164,9 @@ def decide(
         )
     delay = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** max(0, count - 1))
     return ExitDecision(Next.RESTART_LATER, f"{what}: restarting", delay_s=delay, failures=count)
+
+
+def slow_call(call_s: float | None, handler_timeout_s: float | None) -> bool:
+    """Whether a handler call that has run ``call_s`` seconds is past half its timeout (shown in
+    the metrics and /healthz before the watchdog kills it at the whole)."""
+    return call_s is not None and bool(handler_timeout_s) and 2 * call_s > (handler_timeout_s or 0)

@@ -49,6 +49,7 @@ from marshal_workers.config import RunConfig
 from marshal_workers.coordination import Coordinator
 from marshal_workers.datatopics import DataTopics
 from marshal_workers.errors import MarshalError
+from marshal_workers.exitpolicy import slow_call
 from marshal_workers.holding import Holding, Phase
 from marshal_workers.lease import SharedLease, default_margin, lease_deadline
 from marshal_workers.observe import ClaimSnapshot, Observer
@@ -200,9 +201,18 @@ class Supervisor(OperatorRequests):
                 _lease_remaining(h, now),
                 h.child.pid if h.child else None,
                 h.phase.value,
+                *self._call_in_progress(h, now),  # wp-child: a handler call and its age
             )
             for k, h in self.holdings.items()
         }
+
+    def _call_in_progress(self, holding: Holding, now: float) -> tuple[float | None, bool]:
+        """wp-child: the age of the child's handler call in progress (shared cells), and
+        whether it is past half the handler timeout."""
+        if holding.child is None:
+            return None, False
+        age = holding.lease.calls.call_age(now)
+        return age, slow_call(age, self.config.handler_timeout)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if sig is signal.SIGTERM and not self.stopping:

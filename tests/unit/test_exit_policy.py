@@ -19,6 +19,7 @@ from marshal_workers.exitpolicy import (
     count_failure,
     decide,
     read_end,
+    slow_call,
 )
 from marshal_workers.ipc import Settle
 
@@ -169,3 +170,9 @@ def test_a_failure_streak_is_per_offset() -> None:
     assert count_failure(0, None, 7) == 1
     assert count_failure(2, 7, 7) == 3
     assert count_failure(2, 7, 8) == 1
+
+
+def test_a_call_is_slow_past_half_its_timeout() -> None:
+    """Shown as slow past half the timeout; never without a call or without a timeout."""
+    assert slow_call(5.1, 10.0) and not slow_call(4.9, 10.0)
+    assert not slow_call(None, 10.0) and not slow_call(100.0, None) and not slow_call(9.0, 0.0)
