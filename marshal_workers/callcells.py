@@ -7,18 +7,18 @@ torn value; the cells are not read as a consistent set (each is meaningful on it
 
 - ``position`` (int64, -1 unknown): every record below it was handled (ALO). The child stores
   the offset of each record just before it hands it to the handler (while the call runs, the
-  records below it are the handled ones) and the next offset after a run of calls. The
-  supervisor reads it when it heartbeats, so a heartbeat carries a position that is as old as
-  the heartbeat, whatever the batch size (DESIGN.md section 3: the ALO redelivery bound).
-- ``started`` (double, monotonic; 0: no call in progress): when the current handler call (a
-  ``handle_batch`` call: the batch) began. The watchdog ends the child's process group once it
-  is older than the handler timeout; the supervisor shows calls older than half of it.
+  records below it are the handled ones: the one store per handler call on the hot path) and
+  the next offset after a run of calls. The supervisor reads it when it heartbeats, so a
+  heartbeat carries a position as old as the heartbeat, whatever the batch size (DESIGN.md
+  section 3: the ALO redelivery bound).
+- ``in_call`` (int64, 0 or 1): a run of handler calls is in progress (set before a run and
+  cleared after it, once per run). A child that ends while it is 1 ended inside a handler call
+  (on the record at ``position``).
+- ``started`` (double, monotonic; 0: none): when the handler call in progress began, as the
+  child's watchdog publishes it every tick (at most one tick old; the child's own exact copy
+  is `callclock.CallClock`): the supervisor shows calls past half the timeout.
 - ``unit_end`` (int64, -1: one record): a ``handle_batch`` call covers ``position`` to it.
-- ``keep_for`` / ``keep_until`` (doubles): ``ctx.keepalive()`` moved the deadline of the call
-  that started at ``keep_for`` to ``keep_until`` (tied to the start time, so nothing needs
-  resetting per call).
-- ``fence`` (int64, 0: none): the exit code the child meant when it killed its own process
-  group (the group's SIGKILL also ends the child, whose exit status then says only "SIGKILL").
+- ``fence`` (int64, 0: none): the exit code the watchdog meant when it ended the child.
 """
 
 from __future__ import annotations
@@ -37,10 +37,9 @@ class CallCells:
 
     def __init__(self, ctx: SpawnContext) -> None:
         self.position: Any = ctx.RawValue(ctypes.c_int64, NO_POSITION)
+        self.in_call: Any = ctx.RawValue(ctypes.c_int64, 0)
         self.started: Any = ctx.RawValue(ctypes.c_double, 0.0)
         self.unit_end: Any = ctx.RawValue(ctypes.c_int64, NO_POSITION)
-        self.keep_for: Any = ctx.RawValue(ctypes.c_double, 0.0)
-        self.keep_until: Any = ctx.RawValue(ctypes.c_double, 0.0)
         self.fence: Any = ctx.RawValue(ctypes.c_int64, 0)
 
     def handled_position(self) -> int | None:
@@ -48,32 +47,12 @@ class CallCells:
         value = int(self.position.value)
         return None if value == NO_POSITION else value
 
-    def call_started(self) -> float:
-        """The monotonic start of the handler call in progress, 0 if none."""
-        return float(self.started.value)
-
     def call_age(self, now: float) -> float | None:
         """Seconds the handler call in progress has run at ``now``; None if there is none."""
         started = float(self.started.value)
-        return None if started <= 0 else max(0.0, now - started)
-
-    def call_deadline(self, timeout_s: float) -> float:
-        """When the call in progress must end (0: no call): its start plus the timeout, or
-        later if ``ctx.keepalive()`` extended it."""
-        started = float(self.started.value)
-        if started <= 0:
-            return 0.0
-        deadline = started + timeout_s
-        if self.keep_for.value == started:
-            deadline = max(deadline, float(self.keep_until.value))
-        return deadline
-
-    def keep_alive(self, until: float) -> None:
-        """Extend the call in progress to ``until`` (no call in progress: nothing)."""
-        started = float(self.started.value)
-        if started > 0:
-            self.keep_until.value = until
-            self.keep_for.value = started
+        if started <= 0 or not self.in_call.value:
+            return None
+        return max(0.0, now - started)
 
     def take_end_note(self) -> EndNote:
         """Read what the ended child left, and reset the call cells for the next child (the
@@ -83,9 +62,11 @@ class CallCells:
         note = EndNote(
             fence=int(self.fence.value),
             position=position,
+            in_call=bool(self.in_call.value),
             call_started=float(self.started.value),
             unit_end=None if unit_end == NO_POSITION else unit_end,
         )
+        self.in_call.value = 0
         self.started.value = 0.0
         self.unit_end.value = NO_POSITION
         self.fence.value = 0

@@ -240,7 +240,7 @@ def child_main(spec: ChildSpec, lease: SharedLease, conn: Connection, parent_pid
     def on_fence(reason: str) -> NoReturn:
         code = FENCE_EXIT_CODES[reason]
         if reason == REASON_HANDLER_TIMEOUT:
-            started = calls.call_started()
+            started = calls.started.value
             last_words(
                 "handler_timeout",
                 offset=calls.handled_position(),
@@ -261,8 +261,9 @@ def child_main(spec: ChildSpec, lease: SharedLease, conn: Connection, parent_pid
 
     signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    Watchdog(lease, parent_pid, on_fence, call_timeout_s=spec.handler_timeout_s).start()
-    code = ChildLoop(spec, lease, conn, log).run()
+    loop = ChildLoop(spec, lease, conn, log)
+    Watchdog(lease, parent_pid, on_fence, call_clock=loop.call_clock).start()
+    code = loop.run()
     sys.stdout.flush()
     sys.stderr.flush()
     # not sys.exit: a non-daemon thread the handler left behind must not keep us alive

@@ -21,6 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
 
+from marshal_workers.callclock import CallClock
 from marshal_workers.childexit import (
     EXIT_KAFKA,
     EXIT_LEASE_EXPIRED,
@@ -93,6 +94,7 @@ class ChildLoop(FailureHandling):
             keepalive=self._keepalive,
         )
         self.calls = lease.calls  # the shared cells: handled position, call in progress
+        self.call_clock = CallClock(spec.handler_timeout_s)  # read by the watchdog
         self.plugin: Plugin | None = None  # set once setup() succeeded
         self.consumer: Consumer | None = None
         self.next_offset: int | None = None  # ALO: handled below; AMO: granted below
@@ -189,7 +191,7 @@ class ChildLoop(FailureHandling):
                 return
         batch = plugin.handle_batch
         if batch is not None:
-            self.calls.unit_end.value = records[-1].offset + 1
+            self.calls.unit_end.value = records[-1].offset + 1  # the unit: the whole batch
             self._handle_unit(
                 records,
                 self._in_call(
@@ -210,33 +212,40 @@ class ChildLoop(FailureHandling):
         """The per-record hot path: handle ``records[start:]`` until one raises or the lease
         reads expired; settle that one (the policy, or the lease check that ends the child) and
         return where to go on. Per record: one clock reading (the lease check, and the previous
-        call's latency), one call; the bookkeeping is done once per run."""
+        call's latency), one 8-byte store (the shared position), one call; the bookkeeping is
+        done once per run."""
         plugin = self.plugin
         assert plugin is not None
         handle, ctx = plugin.handle, self.ctx
         clock, lease = time.monotonic, self.lease.cell
-        # the shared cells (see callcells): per call, the record in progress (ALO: everything
-        # below it is handled; the supervisor heartbeats it) and when its call started (the
-        # watchdog's handler deadline); two 8-byte stores
-        position, call_started = self.calls.position, self.calls.started
+        # the shared cells (see callcells): per call one store, the record in progress (ALO:
+        # everything below it is handled; the supervisor heartbeats it); per run, in_call
+        position, in_call = self.calls.position, self.calls.in_call
         starts: list[float] = []
         started = starts.append
+        self.call_clock.starts = starts  # the watchdog's view of the call in progress
+        in_call.value = 1
         error: BaseException | None = None
         expired = False
-        for record in records[start:] if start else records:
+        run = records[start:] if start else records
+        first, count = run[0].offset, len(run)
+        # the offsets without a property call per record: a range if the run has no gaps
+        gapless = run[-1].offset - first == count - 1
+        run_offsets = range(first, first + count) if gapless else [r.offset for r in run]
+        for offset, record in zip(run_offsets, run, strict=True):
             now = clock()
             if now >= lease.value:
                 expired = True
                 break
             started(now)
-            position.value = record.offset
-            call_started.value = now
+            position.value = offset
             try:
                 handle(record, ctx)
-            except BaseException as exc:  # (any way out is a failure: attempt 1)
+            except BaseException as exc:  # any way out is a failure: that was attempt 1
                 error = exc
                 break
-        call_started.value = 0.0
+        in_call.value = 0
+        self.call_clock.starts = None
         self.stats.observe_calls(starts, clock(), failed=error is not None)
         calls = len(starts)
         done = calls - 1 if error is not None else calls  # handled, in order, from start
@@ -259,34 +268,26 @@ class ChildLoop(FailureHandling):
         return len(records)
 
     def _in_call(self, offset: int, call: Callable[[], object]) -> Callable[[], object]:
-        """``call`` (a retry, or a ``handle_batch`` call) with the shared cells saying that a
-        handler call on ``offset`` is in progress while it runs."""
-        position, call_started = self.calls.position, self.calls.started
+        """``call`` (a retry, or a ``handle_batch`` call) with the cells and the call clock
+        saying that a handler call on ``offset`` is in progress while it runs."""
+        cells, clock = self.calls, self.call_clock
 
         def in_call() -> object:
-            position.value = offset
-            call_started.value = time.monotonic()
+            cells.position.value = offset
+            clock.starts = [time.monotonic()]
+            cells.in_call.value = 1
             try:
                 return call()
             finally:
-                call_started.value = 0.0
+                cells.in_call.value = 0
+                clock.starts = None
 
         return in_call
 
     def _keepalive(self) -> float:
         """`Context.keepalive`: the call in progress may go on for one more handler timeout
         from now, never past the lease; the seconds it has left."""
-        timeout = self.spec.handler_timeout_s
-        started = self.calls.call_started()
-        if timeout is None or not started:
-            return 0.0
-        now = time.monotonic()
-        until = min(now + timeout, self.lease.deadline)
-        deadline = self.calls.call_deadline(timeout)
-        if until > deadline:
-            self.calls.keep_alive(until)
-            deadline = until
-        return max(0.0, deadline - now)
+        return self.call_clock.keepalive(time.monotonic(), self.lease.deadline)
 
     def _settle_first(self, records: list[Record], settle: Settle) -> list[Record]:
         """The previous child of this claim ended inside a handler call on ``settle``'s offsets

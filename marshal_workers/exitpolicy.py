@@ -62,15 +62,11 @@ class ExitDecision:
 class EndNote:
     """What the cells said once the child had ended (see `callcells.CallCells.take_end_note`)."""
 
-    fence: int  # the exit code the child meant when it killed its own group (0: none)
+    fence: int  # the exit code the watchdog meant when it ended the child (0: none)
     position: int | None  # ALO: everything below it handled; the record in progress, if any
-    call_started: float  # 0: no handler call was in progress
+    in_call: bool  # the child ended inside a handler call (on the record at position)
+    call_started: float  # when that call began, as the watchdog last published it (0: unknown)
     unit_end: int | None  # a handle_batch call in progress covered position to this
-
-    @property
-    def in_call(self) -> bool:
-        """Whether the child ended inside a handler call."""
-        return self.call_started > 0 and self.position is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +85,19 @@ def read_end(status: int, note: EndNote, *, killed_by_supervisor: bool, now: flo
     The watchdog's note wins (whatever else killed the child meanwhile); a child
     the supervisor signalled ended for the supervisor's reason; a child that ended inside a
     handler call any other way was ended by its handler."""
-    spent = round(now - note.call_started, 3) if note.in_call else None
+    in_call = note.in_call and note.position is not None
+    spent = round(now - note.call_started, 3) if in_call and note.call_started > 0 else None
     if note.fence or status == EXIT_HANDLER_TIMEOUT:
         note = replace(note, fence=note.fence or status)
         failed = None
-        if note.fence == EXIT_HANDLER_TIMEOUT and note.in_call:
-            failed = _unit(note, f"the handler call timed out after {spent} s and was killed")
+        if note.fence == EXIT_HANDLER_TIMEOUT and in_call:
+            failed = _unit(
+                note,
+                "the handler call timed out and was killed"
+                + (f" after {spent} s" if spent is not None else ""),
+            )
         return ChildEnd(note.fence, failed, spent)
-    if killed_by_supervisor or not note.in_call:
+    if killed_by_supervisor or not in_call:
         return ChildEnd(status)
     how = f"killed by signal {-status}" if status < 0 else f"exit code {status}"
     return ChildEnd(

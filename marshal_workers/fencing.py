@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from marshal_workers.callcells import CallCells
+from marshal_workers.callclock import CallClock
 from marshal_workers.lease import Clock, SharedLease
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -119,9 +119,10 @@ def write_with_timeout(fd: int, data: bytes, timeout_s: float) -> None:
 
 
 class Watchdog(threading.Thread):
-    """Calls ``on_fence(reason)`` once the lease expires, the parent is gone or a handler call
-    outlives ``call_timeout_s`` (None: no handler deadline); never returns from that call
-    (``on_fence`` ends the process)."""
+    """Calls ``on_fence(reason)`` once the lease expires, the parent is gone or the handler
+    call in progress outlives its deadline (``call_clock``; None: no handler deadline); never
+    returns from that call (``on_fence`` ends the process). Each tick it also publishes the
+    start of the call in progress into the shared cells, for the supervisor."""
 
     def __init__(
         self,
@@ -130,16 +131,16 @@ class Watchdog(threading.Thread):
         on_fence: Callable[[str], NoReturn],
         tick_s: float = WATCHDOG_TICK_S,
         clock: Clock = time.monotonic,
-        call_timeout_s: float | None = None,
+        call_clock: CallClock | None = None,
     ) -> None:
         super().__init__(name="marshal-watchdog", daemon=True)
         self._lease = lease
-        self._calls: CallCells = lease.calls
+        self._started_cell = lease.calls.started
         self._parent_pid = parent_pid
         self._on_fence = on_fence
         self._tick_s = tick_s
         self._clock = clock
-        self._call_timeout_s = call_timeout_s
+        self._call_clock = call_clock
 
     def run(self) -> None:
         """Poll the parent, the lease and the call in progress until one of them says stop."""
@@ -150,8 +151,9 @@ class Watchdog(threading.Thread):
             now = self._clock()
             if now >= deadline:
                 self._on_fence(REASON_LEASE_EXPIRED)
-            if self._call_timeout_s is not None:
-                call_deadline = self._calls.call_deadline(self._call_timeout_s)
+            if self._call_clock is not None:
+                self._started_cell.value = self._call_clock.started()
+                call_deadline = self._call_clock.deadline()
                 if call_deadline:
                     if now >= call_deadline:
                         self._on_fence(REASON_HANDLER_TIMEOUT)

@@ -102,13 +102,15 @@ def test_an_unasked_clean_exit_counts_as_a_failure() -> None:
 
 # ---- how a child ended: the status and the shared cells (issue 10, items 1 and 4)
 
-IDLE = EndNote(fence=0, position=40, call_started=0.0, unit_end=None)
-IN_CALL = EndNote(fence=0, position=40, call_started=100.0, unit_end=None)
+IDLE = EndNote(fence=0, position=40, in_call=False, call_started=0.0, unit_end=None)
+IN_CALL = EndNote(fence=0, position=40, in_call=True, call_started=100.0, unit_end=None)
 
 
 def test_the_watchdogs_note_names_a_timeout_and_its_record() -> None:
     """SIGKILL status, but the watchdog noted 10: a timeout on the record in progress."""
-    note = EndNote(fence=EXIT_HANDLER_TIMEOUT, position=40, call_started=100.0, unit_end=None)
+    note = EndNote(
+        fence=EXIT_HANDLER_TIMEOUT, position=40, in_call=True, call_started=100.0, unit_end=None
+    )
     end = read_end(-signal.SIGKILL, note, killed_by_supervisor=False, now=107.5)
     assert end.code == EXIT_HANDLER_TIMEOUT
     assert end.failed is not None and (end.failed.offset, end.failed.end) == (40, 41)
@@ -117,14 +119,18 @@ def test_the_watchdogs_note_names_a_timeout_and_its_record() -> None:
 
 def test_a_batch_call_settles_its_whole_batch() -> None:
     """A handle_batch call in progress covers position to unit_end."""
-    note = EndNote(fence=EXIT_HANDLER_TIMEOUT, position=40, call_started=1.0, unit_end=90)
+    note = EndNote(
+        fence=EXIT_HANDLER_TIMEOUT, position=40, in_call=True, call_started=1.0, unit_end=90
+    )
     end = read_end(-9, note, killed_by_supervisor=False, now=2.0)
     assert end.failed == Settle(40, 90, end.failed.error if end.failed else "")
 
 
 def test_a_fence_note_outside_a_call_blames_no_record() -> None:
     """The watchdog fenced on the lease: its code counts, no record is at fault."""
-    note = EndNote(fence=EXIT_LEASE_EXPIRED, position=40, call_started=0.0, unit_end=None)
+    note = EndNote(
+        fence=EXIT_LEASE_EXPIRED, position=40, in_call=False, call_started=0.0, unit_end=None
+    )
     assert read_end(-9, note, killed_by_supervisor=False, now=1.0).code == EXIT_LEASE_EXPIRED
     assert read_end(-9, note, killed_by_supervisor=False, now=1.0).failed is None
 
@@ -134,6 +140,15 @@ def test_ending_inside_a_call_is_the_handlers_doing(status: int) -> None:
     """os._exit(n) or a signal nobody in marshal sent, mid-call: the handler ended the child."""
     end = read_end(status, IN_CALL, killed_by_supervisor=False, now=101.0)
     assert end.code == EXIT_HANDLER_ENDED
+    assert end.failed is not None and end.failed.offset == 40
+
+
+def test_a_call_whose_start_was_not_yet_published_is_still_blamed() -> None:
+    """The watchdog publishes the start once a tick: a call that ended the child sooner is
+    still the handler's doing (in_call says so), only its duration is unknown."""
+    note = EndNote(fence=0, position=40, in_call=True, call_started=0.0, unit_end=None)
+    end = read_end(0, note, killed_by_supervisor=False, now=5.0)
+    assert end.code == EXIT_HANDLER_ENDED and end.spent_s is None
     assert end.failed is not None and end.failed.offset == 40
 
 
