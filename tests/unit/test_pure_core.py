@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "marshal_workers"
-CORE = ["protocol", "events", "rationalizer", "frozen", "claims", "exitpolicy"]
+CORE = ["protocol", "events", "rationalizer", "frozen", "claims", "exitpolicy", "poison"]
 ALLOWED_STDLIB = {
     "__future__",
     "collections",
