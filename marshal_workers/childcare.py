@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+from collections.abc import Callable
 from multiprocessing.context import SpawnContext
 from typing import Any
 
@@ -26,10 +27,13 @@ from marshal_workers.exitpolicy import ChildEnd, Next, count_failure, decide, re
 from marshal_workers.failures import CAUSE_POISON_RATE
 from marshal_workers.holding import Holding, Phase
 from marshal_workers.observe import Observer
+from marshal_workers.poison import Step
+from marshal_workers.poisonlog import PoisonLog
 from marshal_workers.protocol import ClaimKey, Message
 from marshal_workers.rationalizer import ClaimState, Mode, resume_offset
 
 _ASKED_TO_STOP = (Phase.STOPPING, Phase.RELOADING)  # killed once their stop deadline passes
+PARKED_RECHECK_S = 1.0  # wp-child: how often a parked claim looks for an operator's decision
 
 
 class ChildCare:
@@ -44,6 +48,8 @@ class ChildCare:
     kill_grace: float
     holdings: dict[ClaimKey, Holding]
     avoid_until: dict[ClaimKey, float]
+    clock: Callable[[], float]
+    poison_log: PoisonLog
     _log: Any
 
     def _decide(self, msg: Message) -> ev.Event | None:
@@ -58,6 +64,8 @@ class ChildCare:
         return low if self.config.auto_offset_reset == "earliest" else high
 
     def _spawn(self, holding: Holding, *, restart: bool) -> None:
+        if not self._poison_allows(holding):  # wp-child: parked on a poison record
+            return
         c = self.config
         spec = ipc.ChildSpec(
             handler=c.handler,
@@ -94,6 +102,26 @@ class ChildCare:
             position=holding.position,
             token=holding.token,
         )
+
+    def _poison_allows(self, holding: Holding) -> bool:
+        """wp-child: whether a child may start for the claim (`poisonlog`): not while it is
+        parked on a poison record (checked again in a second); past a record an operator
+        skipped, the position moves past it first."""
+        step, state = self.poison_log.step(holding.key, holding.position)
+        if step is Step.PARK:
+            holding.restart_at = self.clock() + PARKED_RECHECK_S
+            return False
+        if step is Step.SKIP and state is not None:
+            holding.position = state.offset + 1
+            self.co.heartbeat(holding.key, holding.position)
+            self._log.warning(
+                "poison record skipped by an operator",
+                topic=holding.key.topic,
+                partition=holding.key.partition,
+                offset=state.offset,
+                by=state.client_id,
+            )
+        return True
 
     def _kill(self, holding: Holding, sig: signal.Signals, why: str) -> None:
         if holding.child is not None:
@@ -132,6 +160,7 @@ class ChildCare:
             holding.failures = holding.failures + 1 if repeated else 1
             holding.failed_offset = msg.offset
             self.observer.handler_failed(holding.key, msg.offset, msg.error)
+            self.poison_log.note_failure(holding.key, msg.offset, msg.error)  # wp-child
             self._log.error(
                 "handler failed",
                 topic=holding.key.topic,
@@ -219,6 +248,7 @@ class ChildCare:
             max_failures=self.config.max_handler_failures,
             heartbeat_interval_s=self.hb,
             on_failure=self.config.on_failure,
+            first_backoff_s=self.config.restart_backoff,  # wp-child: a setting now
         )
         holding.failures = max(holding.failures, decision.failures)
         fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}
@@ -261,6 +291,7 @@ class ChildCare:
         if self.config.on_failure == "stop":
             holding.failures = count_failure(holding.failures, holding.failed_offset, failed.offset)
             holding.failed_offset = failed.offset
+            self.poison_log.note_failure(key, failed.offset, failed.error)
         elif self.config.mode is Mode.ALO:
             holding.settle = failed
         self._log.warning(

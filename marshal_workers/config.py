@@ -49,6 +49,9 @@ class RunConfig:
     on_failure: str = "stop"
     dlq_topic: str = "{topic}.dlq"
     max_poison_rate: int = 60
+    restart_backoff: float = 0.5
+    poison_park_after: int = 10  # 0: never
+    poison_park_time: float = 0.0  # 0: until an operator decides
     log_json: bool = True
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
@@ -96,6 +99,9 @@ def run_config(resolved: Resolved) -> RunConfig:
         on_failure=v["on_failure"],
         dlq_topic=v["dlq_topic"],
         max_poison_rate=v["max_poison_rate"],
+        restart_backoff=v["restart_backoff"],
+        poison_park_after=v["poison_park_after"],
+        poison_park_time=v["poison_park_time"],
         log_json=log_json,
         metrics_port=v["metrics_port"],
         metrics_host=v["metrics_host"],

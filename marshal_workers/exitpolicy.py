@@ -127,6 +127,7 @@ def decide(
     max_failures: int,
     heartbeat_interval_s: float,
     on_failure: str = "stop",
+    first_backoff_s: float = FIRST_BACKOFF_S,
 ) -> ExitDecision:
     """Decide after a child exited with ``code``.
 
@@ -163,7 +164,7 @@ def decide(
             avoid_s=avoid,
             failures=count,
         )
-    delay = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** max(0, count - 1))
+    delay = min(MAX_BACKOFF_S, first_backoff_s * 2 ** max(0, count - 1))
     return ExitDecision(Next.RESTART_LATER, f"{what}: restarting", delay_s=delay, failures=count)
 
 

@@ -281,6 +281,35 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="N",
     ),
     Setting(
+        "restart_backoff",
+        0.5,
+        "Wait before restarting a child whose handler failed (or that crashed); it doubles "
+        "with each consecutive failure, up to 30 s.",
+        "Errors",
+        parse=_positive_float,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "poison_park_after",
+        10,
+        "ALO: failures of one record, counted in the coordination log across restarts, "
+        "releases and members, after which it is parked: the partition's holder runs no "
+        "child until marshal-admin skip-record or retry-record (or poison_park_time). "
+        "0: never park.",
+        "Errors",
+        parse=_non_negative_int,
+        metavar="N",
+    ),
+    Setting(
+        "poison_park_time",
+        0.0,
+        "How long a parked record stays parked before the fleet tries it once more on its "
+        "own (log time); 0: until an operator decides.",
+        "Errors",
+        parse=_non_negative_float,
+        metavar="SECONDS",
+    ),
+    Setting(
         "admin_client_ids",
         ("marshal-admin",),
         "Client ids that may pause the group (ReleaseGroup, used by marshal-admin "

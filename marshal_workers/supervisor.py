@@ -54,6 +54,7 @@ from marshal_workers.holding import Holding, Phase
 from marshal_workers.lease import SharedLease, default_margin, lease_deadline
 from marshal_workers.observe import ClaimSnapshot, Observer
 from marshal_workers.operator_requests import OperatorRequests
+from marshal_workers.poisonlog import PoisonLog
 from marshal_workers.protocol import ClaimKey, Message
 from marshal_workers.rationalizer import ClaimState
 
@@ -103,6 +104,7 @@ class Supervisor(OperatorRequests):
             instance_id=config.instance_id,
             pid=os.getpid(),
         )
+        self.poison_log = PoisonLog(config, coordinator, self._log)  # wp-child
 
     # ---- start and recovery -------------------------------------------------------------
 

@@ -179,3 +179,126 @@ def _alive(pid: int) -> bool:
 def with_suppressed(action: Callable[[], object]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         action()
+
+
+class TestPoisonRecords:
+    def test_a_poison_record_is_counted_across_members_parked_then_skipped_by_an_operator(
+        self, kafka_bootstrap: str, tmp_path: Path
+    ) -> None:
+        """A record that always fails: its failures add up in the log across releases and
+        members (2 each before a release, parked at 4 in total), status shows it parked with
+        its offset and error, nobody tries it any more; retry-record starts the count again,
+        skip-record moves the partition past it and the rest is handled."""
+        fleet = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=1.0, partitions=1)
+        poison_at = 3
+        try:
+            fleet.produce(10)
+            args = (
+                "--retries",
+                "0",
+                "--restart-backoff",
+                "0.1",
+                "--max-handler-failures",
+                "2",
+                "--poison-park-after",
+                "4",
+            )
+            env = {"MARSHAL_LEDGER_FAIL_AT_OFFSET": str(poison_at)}
+            for _ in range(2):
+                fleet.start(member_id(), *args, env=env)
+
+            def poison_state() -> dict[str, object] | None:
+                out = fleet.admin("status", "--group", fleet.group, "--json")
+                assert out.returncode == 0, out.stderr
+                for claim in json.loads(out.stdout)["claims"]:
+                    if claim["topic"] == fleet.topic and claim["partition"] == 0:
+                        found = claim.get("poison")
+                        return found if isinstance(found, dict) else None
+                return None
+
+            def parked() -> bool:
+                state = poison_state()
+                return state is not None and state["parked"] is True
+
+            fleet.wait_for(parked, 90, "the poison record to be parked")
+            state = poison_state()
+            assert state is not None
+            assert state["offset"] == poison_at and state["failures"] == 4
+            assert "SimulatedError" in str(state["last_error"])
+            writers = {
+                entry["client_id"]
+                for member in fleet.members
+                for entry in log_events(member.log_path, "record failure counted")
+                + log_events(member.log_path, "record parked")
+            }
+            assert len(writers) == 2, "both members counted failures of the one record"
+            failures_so_far = _failure_lines(fleet)
+            time.sleep(3 * fleet.hb)  # a window in which nothing may try the parked record
+            assert _failure_lines(fleet) == failures_so_far
+            assert [r["offset"] for r in fleet.ledger()] == list(range(poison_at))
+
+            retried = fleet.admin(
+                "retry-record",
+                "--group",
+                fleet.group,
+                "--topic",
+                fleet.topic,
+                "--partition",
+                "0",
+                "--offset",
+                str(poison_at),
+            )
+            assert retried.returncode == 0, retried.stderr
+            fleet.wait_for(lambda: _failure_lines(fleet) > failures_so_far, 60, "a new try")
+
+            fleet.wait_for(parked, 90, "the record to be parked again")
+            skipped = fleet.admin(
+                "skip-record",
+                "--group",
+                fleet.group,
+                "--topic",
+                fleet.topic,
+                "--partition",
+                "0",
+                "--offset",
+                str(poison_at),
+            )
+            assert skipped.returncode == 0, skipped.stderr
+            assert "skipped" in skipped.stdout
+            fleet.wait_for(
+                lambda: {r["offset"] for r in fleet.ledger()} == set(range(10)) - {poison_at},
+                60,
+                "every other record handled",
+            )
+            fleet.wait_for(lambda: poison_state() is None, 30, "status without a poison record")
+        finally:
+            fleet.close()
+
+    def test_an_operator_that_is_not_an_admin_is_refused(
+        self, kafka_bootstrap: str, tmp_path: Path
+    ) -> None:
+        """skip-record as a client outside admin_client_ids: exit 1, nothing changes."""
+        fleet = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=1.0, partitions=1)
+        try:
+            refused = fleet.admin(
+                "skip-record",
+                "--group",
+                fleet.group,
+                "--topic",
+                fleet.topic,
+                "--partition",
+                "0",
+                "--offset",
+                "3",
+                "--client-id",
+                "mallory",
+            )
+            assert refused.returncode == 1
+            assert "refused" in refused.stderr and "not an admin" in refused.stderr
+        finally:
+            fleet.close()
+
+
+def _failure_lines(fleet: Fleet) -> int:
+    """How many handler failures the members have logged so far."""
+    return sum(len(log_events(member.log_path, "handler failed")) for member in fleet.members)
