@@ -11,13 +11,17 @@ torn value; the cells are not read as a consistent set (each is meaningful on it
   the next offset after a run of calls. The supervisor reads it when it heartbeats, so a
   heartbeat carries a position as old as the heartbeat, whatever the batch size (DESIGN.md
   section 3: the ALO redelivery bound).
-- ``in_call`` (int64, 0 or 1): a run of handler calls is in progress (set before a run and
-  cleared after it, once per run). A child that ends while it is 1 ended inside a handler call
-  (on the record at ``position``).
+- ``in_call`` (int64, 0: none): the number of the run of handler calls in progress (a new
+  number per run, set before it and cleared after it, once per run). A child that ends while
+  it is set ended inside a handler call (on the record at ``position``); the supervisor's
+  backstop (`exitpolicy.watch_call`) sees a call that is stuck as the same (run, position) for
+  longer than the handler timeout.
 - ``started`` (double, monotonic; 0: none): when the handler call in progress began, as the
   child's watchdog publishes it every tick (at most one tick old; the child's own exact copy
   is `callclock.CallClock`): the supervisor shows calls past half the timeout.
 - ``unit_end`` (int64, -1: one record): a ``handle_batch`` call covers ``position`` to it.
+- ``keep_until`` (double, monotonic; 0: none): the deadline ``ctx.keepalive()`` last gave,
+  for the supervisor's backstop.
 - ``fence`` (int64, 0: none): the exit code the watchdog meant when it ended the child.
 """
 
@@ -40,6 +44,7 @@ class CallCells:
         self.in_call: Any = ctx.RawValue(ctypes.c_int64, 0)
         self.started: Any = ctx.RawValue(ctypes.c_double, 0.0)
         self.unit_end: Any = ctx.RawValue(ctypes.c_int64, NO_POSITION)
+        self.keep_until: Any = ctx.RawValue(ctypes.c_double, 0.0)
         self.fence: Any = ctx.RawValue(ctypes.c_int64, 0)
 
     def handled_position(self) -> int | None:
@@ -68,6 +73,7 @@ class CallCells:
         )
         self.in_call.value = 0
         self.started.value = 0.0
+        self.keep_until.value = 0.0
         self.unit_end.value = NO_POSITION
         self.fence.value = 0
         return note

@@ -23,7 +23,14 @@ from marshal_workers.childexit import EXIT_HANDLER_TIMEOUT
 from marshal_workers.config import RunConfig
 from marshal_workers.coordination import Coordinator
 from marshal_workers.datatopics import DataTopics
-from marshal_workers.exitpolicy import ChildEnd, Next, count_failure, decide, read_end
+from marshal_workers.exitpolicy import (
+    ChildEnd,
+    Next,
+    count_failure,
+    decide,
+    read_end,
+    watch_call,
+)
 from marshal_workers.failures import CAUSE_POISON_RATE
 from marshal_workers.holding import Holding, Phase
 from marshal_workers.observe import Observer
@@ -202,6 +209,8 @@ class ChildCare:
                 self._kill(holding, signal.SIGTERM, "lease ending")
             if remaining <= self.kill_grace / 3 and not holding.kill_sent:
                 self._kill(holding, signal.SIGKILL, "lease ending")
+            if child.exitcode is None:
+                self._watch_call(holding, now)  # wp-child: the handler deadline's backstop
             if child.exitcode is not None:
                 self._read_child(holding)
                 self._on_exit(holding, child.exitcode, now)
@@ -279,6 +288,31 @@ class ChildCare:
             self._finish(holding)  # log refuses the release if the claim was taken meanwhile
         else:
             self._finish(holding)
+
+    def _watch_call(self, holding: Holding, now: float) -> None:
+        """wp-child: kill a child whose handler call outlived its deadline by the backstop's
+        grace (its watchdog could not: a call holding the GIL in C). The kill is noted as the
+        watchdog's would be, so the exit is read as a handler timeout on that record."""
+        calls = holding.lease.calls
+        holding.call_seen, stuck = watch_call(
+            holding.call_seen,
+            int(calls.in_call.value),
+            calls.handled_position(),
+            float(calls.keep_until.value),
+            now,
+            self.config.handler_timeout or None,
+        )
+        if stuck and holding.child is not None and not holding.kill_sent:
+            self._log.warning(
+                "handler call stuck past its deadline: killing the child",
+                topic=holding.key.topic,
+                partition=holding.key.partition,
+                offset=calls.handled_position(),
+                handler_timeout_s=self.config.handler_timeout,
+            )
+            calls.fence.value = EXIT_HANDLER_TIMEOUT
+            holding.child.signal_group(signal.SIGKILL)
+            holding.call_seen = None
 
     def _on_handler_ended(self, holding: Holding, end: ChildEnd) -> None:
         """wp-child: the child ended inside a handler call (timeout, os._exit, a signal): a

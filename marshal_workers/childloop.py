@@ -95,6 +95,7 @@ class ChildLoop(FailureHandling):
         )
         self.calls = lease.calls  # the shared cells: handled position, call in progress
         self.call_clock = CallClock(spec.handler_timeout_s)  # read by the watchdog
+        self.run_no = 0  # numbers the runs of handler calls (in the shared cells)
         self.plugin: Plugin | None = None  # set once setup() succeeded
         self.consumer: Consumer | None = None
         self.next_offset: int | None = None  # ALO: handled below; AMO: granted below
@@ -224,7 +225,8 @@ class ChildLoop(FailureHandling):
         starts: list[float] = []
         started = starts.append
         self.call_clock.starts = starts  # the watchdog's view of the call in progress
-        in_call.value = 1
+        self.run_no += 1
+        in_call.value = self.run_no
         error: BaseException | None = None
         expired = False
         run = records[start:] if start else records
@@ -275,7 +277,8 @@ class ChildLoop(FailureHandling):
         def in_call() -> object:
             cells.position.value = offset
             clock.starts = [time.monotonic()]
-            cells.in_call.value = 1
+            self.run_no += 1
+            cells.in_call.value = self.run_no
             try:
                 return call()
             finally:
@@ -287,7 +290,9 @@ class ChildLoop(FailureHandling):
     def _keepalive(self) -> float:
         """`Context.keepalive`: the call in progress may go on for one more handler timeout
         from now, never past the lease; the seconds it has left."""
-        return self.call_clock.keepalive(time.monotonic(), self.lease.deadline)
+        left = self.call_clock.keepalive(time.monotonic(), self.lease.deadline)
+        self.calls.keep_until.value = self.call_clock.deadline()  # for the supervisor's backstop
+        return left
 
     def _settle_first(self, records: list[Record], settle: Settle) -> list[Record]:
         """The previous child of this claim ended inside a handler call on ``settle``'s offsets

@@ -111,6 +111,37 @@ def _unit(note: EndNote, error: str) -> Settle:
     return Settle(note.position, max(end, note.position + 1), error)
 
 
+@dataclass(frozen=True, slots=True)
+class CallSample:
+    """A handler call as the supervisor first saw it: run number and record, and when."""
+
+    run: int
+    position: int
+    since: float
+
+
+BACKSTOP_GRACE_S = 1.0  # after the child's own deadline: its watchdog is meant to act first
+
+
+def watch_call(
+    seen: CallSample | None,
+    run: int,
+    position: int | None,
+    keep_until: float,
+    now: float,
+    timeout_s: float | None,
+) -> tuple[CallSample | None, bool]:
+    """The supervisor's backstop for a handler deadline the child's watchdog cannot enforce
+    (a call that holds the GIL in C starves the watchdog thread): the call seen now, and whether
+    it has outlived its timeout (or its keepalive) by `BACKSTOP_GRACE_S` since first seen."""
+    if not run or position is None or not timeout_s:
+        return None, False
+    if seen is None or (seen.run, seen.position) != (run, position):
+        return CallSample(run, position, now), False
+    deadline = max(seen.since + timeout_s, keep_until) + BACKSTOP_GRACE_S
+    return seen, now >= deadline
+
+
 def count_failure(failures: int, failed_offset: int | None, offset: int) -> int:
     """Consecutive failures after one more on ``offset``: a streak goes on on the same offset,
     starts again at 1 on another."""

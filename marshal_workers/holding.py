@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from marshal_workers.child import ChildHandle
+from marshal_workers.exitpolicy import CallSample
 from marshal_workers.ipc import Settle
 from marshal_workers.lease import SharedLease
 from marshal_workers.protocol import ClaimKey
@@ -38,3 +39,4 @@ class Holding:
     term_sent: bool = False
     kill_sent: bool = False
     settle: Settle | None = None  # wp-child: the next child dead-letters or skips these first
+    call_seen: CallSample | None = None  # wp-child: the handler call in progress, first seen

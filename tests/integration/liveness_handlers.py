@@ -55,6 +55,8 @@ HOW = {
     "os_exit_4": lambda ctx: os._exit(4),
     "sigkill": lambda ctx: os.kill(os.getpid(), signal.SIGKILL),
     "sigterm": lambda ctx: os.kill(os.getpid(), signal.SIGTERM),
+    # one C call that never lets go of the GIL: the child's watchdog thread cannot run
+    "gil": lambda ctx: sum(range(10**15)),
 }
 
 

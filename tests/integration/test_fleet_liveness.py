@@ -59,6 +59,7 @@ class TestHandlerEndsUnderAHealthySupervisor:
         ("how", "event"),
         [
             ("hang", "handler timed out"),
+            ("gil", "handler timed out"),  # the supervisor's backstop: the watchdog starves
             ("os_exit_0", "handler ended the child"),
             ("sigkill", "handler ended the child"),
         ],

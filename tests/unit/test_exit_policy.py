@@ -20,6 +20,7 @@ from marshal_workers.exitpolicy import (
     decide,
     read_end,
     slow_call,
+    watch_call,
 )
 from marshal_workers.ipc import Settle
 
@@ -191,3 +192,28 @@ def test_a_call_is_slow_past_half_its_timeout() -> None:
     """Shown as slow past half the timeout; never without a call or without a timeout."""
     assert slow_call(5.1, 10.0) and not slow_call(4.9, 10.0)
     assert not slow_call(None, 10.0) and not slow_call(100.0, None) and not slow_call(9.0, 0.0)
+
+
+def test_the_backstop_times_a_call_from_when_it_was_first_seen() -> None:
+    """Same run and record past timeout + grace since first seen: stuck; not a moment before."""
+    seen, stuck = watch_call(None, 3, 40, 0.0, now=100.0, timeout_s=10.0)
+    assert seen is not None and not stuck
+    assert watch_call(seen, 3, 40, 0.0, now=110.9, timeout_s=10.0) == (seen, False)
+    assert watch_call(seen, 3, 40, 0.0, now=111.0, timeout_s=10.0) == (seen, True)
+
+
+def test_the_backstop_starts_again_for_a_new_call() -> None:
+    """Another record, or the same record in a new run (a retry), is a new call."""
+    seen, _ = watch_call(None, 3, 40, 0.0, now=100.0, timeout_s=10.0)
+    for run, position in ((3, 41), (4, 40)):
+        again, stuck = watch_call(seen, run, position, 0.0, now=200.0, timeout_s=10.0)
+        assert not stuck and again is not None and again.since == 200.0
+
+
+def test_the_backstop_honours_keepalive_and_idleness() -> None:
+    """A keepalive deadline later than the timeout holds; no run, or no timeout: nothing."""
+    seen, _ = watch_call(None, 3, 40, 0.0, now=100.0, timeout_s=10.0)
+    assert not watch_call(seen, 3, 40, 130.0, now=120.0, timeout_s=10.0)[1]
+    assert watch_call(seen, 3, 40, 130.0, now=131.0, timeout_s=10.0)[1]
+    assert watch_call(seen, 0, 40, 0.0, now=500.0, timeout_s=10.0) == (None, False)
+    assert watch_call(seen, 3, 40, 0.0, now=500.0, timeout_s=None) == (None, False)
