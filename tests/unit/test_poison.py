@@ -27,6 +27,7 @@ from marshal_workers.poison import (
 )
 from marshal_workers.protocol import ClaimKey, CoordRecord, DecodeError
 from marshal_workers.rationalizer import RationalizerConfig, fold
+from marshal_workers.status import group_status, render_table
 from tests.support import GROUP, HB, TOPIC, Log, claim, hb
 
 KEY = ClaimKey(GROUP, TOPIC, 0)
@@ -197,3 +198,25 @@ class TestMembers:
         skipped = PoisonState(40, 5, False, "e", "a", 1000, skipped=True)
         assert poison_action(skipped, 40, now_ms=2000, park_time_ms=0) is Step.SKIP
         assert poison_action(None, 40, now_ms=0, park_time_ms=0) is Step.RUN
+
+
+class TestStatus:
+    def test_status_shows_a_parked_record_with_its_offset_and_error(self) -> None:
+        """marshal-admin status: the claim's poison (JSON) and a PARKED line (text); gone once
+        the position is past the record."""
+        log = held_by_a()
+        at(log, 200, failed("a", 40, Outcome.PARKED, "ValueError: bad row"))
+        status = group_status(GROUP, {0: log.world}, HB, 300, {})
+        (claim,) = [c.to_json() for c in status.claims]
+        assert claim["poison"] == {
+            "offset": 40,
+            "failures": 1,
+            "parked": True,
+            "last_error": "ValueError: bad row",
+            "since": "1970-01-01T00:00:00.200Z",
+        }
+        assert "PARKED on poison record: orders/0 offset 40" in render_table(status)
+        log.at(400, hb("a", 41))
+        status = group_status(GROUP, {0: log.world}, HB, 500, {})
+        assert "poison" not in status.claims[0].to_json()
+        assert "PARKED" not in render_table(status)
