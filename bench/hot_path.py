@@ -73,6 +73,7 @@ def child_loop(lease: SharedLease) -> ChildLoop:
     loop.lease = lease
     loop.calls = lease.calls
     loop.call_clock = CallClock(300.0)
+    loop.run_no = 0
     loop.stats = StatsTally()
     loop.handled = 0
     loop.next_offset = 0
