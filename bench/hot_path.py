@@ -25,6 +25,7 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.handlers import count
+from marshal_workers.callclock import CallClock
 from marshal_workers.childloop import ChildLoop
 from marshal_workers.lease import SharedLease
 from marshal_workers.plugin import Plugin
@@ -63,12 +64,16 @@ def child_loop(lease: SharedLease) -> ChildLoop:
 
     class Spec:
         mode = Mode.ALO
+        settle = None
 
     loop = ChildLoop.__new__(ChildLoop)
     loop.spec = Spec()  # type: ignore[assignment]
     loop.plugin = Plugin(count)
     loop.ctx = None  # type: ignore[assignment]
     loop.lease = lease
+    loop.calls = lease.calls
+    loop.call_clock = CallClock(300.0)
+    loop.run_no = 0
     loop.stats = StatsTally()
     loop.handled = 0
     loop.next_offset = 0
@@ -111,6 +116,24 @@ def main() -> None:
             count(r, None)
         loop.stats.observe_calls(starts, clock())
 
+    position, in_call = lease.calls.position, lease.calls.in_call
+
+    def published() -> None:
+        starts: list[float] = []
+        in_call.value = 1
+        run = [FetchedRecord(m) for m in msgs if m.error() is None]
+        first, n = run[0].offset, len(run)
+        offsets = range(first, first + n) if run[-1].offset - first == n - 1 else []
+        for offset, r in zip(offsets, run, strict=True):
+            now = clock()
+            if now >= cell.value:
+                raise SystemExit("lease")
+            starts.append(now)
+            position.value = offset
+            count(r, None)
+        in_call.value = 0
+        loop.stats.observe_calls(starts, clock())
+
     def child() -> None:
         loop._handle([FetchedRecord(m) for m in msgs if m.error() is None])
 
@@ -119,6 +142,7 @@ def main() -> None:
         ("+ a FetchedRecord per message (handler reads .value)", wrapped),
         ("+ the lease check before each call", lease_checked),
         ("+ a clock reading kept per call, binned per run", stamped),
+        ("+ the shared position: one store per call", published),
         ("the child's own code (ChildLoop._handle, ALO)", child),
     ]
     print(f"{args.records} records per batch, best of 5 x {args.repeat} batches, ns/record")

@@ -5,12 +5,16 @@ Theory of operation. The supervisor calls `start_child` for a partition it holds
 already extended to a deadline in the future. The child is spawned (never forked: librdkafka
 threads do not survive a fork) and, in `child_main`:
 
-1. leads its own process group, asks Linux to SIGKILL it when its parent dies, and exits at once
-   if its parent is already gone (the race after ``prctl``) (see `marshal_workers.fencing`);
+1. leads its own process group, forks the group guardian (which SIGKILLs the group once the
+   child has ended, however it ended), asks Linux to SIGKILL it when its parent dies, and exits
+   at once if its parent is already gone (the race after ``prctl``) (see
+   `marshal_workers.fencing`);
 2. configures logging, bound to its claim; SIGTERM is logged and then ends it (default action);
    SIGINT is ignored (the supervisor owns shutdown and says `Stop`);
-3. starts the watchdog thread, which ends the process at the lease deadline even while the main
-   thread is stuck in the handler;
+3. starts the watchdog thread, which ends the child at the lease deadline, when the supervisor
+   is gone, or when a handler call outlives ``handler_timeout`` (exit 10), even while the main
+   thread is stuck in the handler (it also notes the code in the shared cells, `callcells`);
+   the guardian then kills the rest of the group;
 4. loads the handler (a function, or a class or instance with ``setup``, ``handle`` or
    ``handle_batch``, ``teardown``), calls ``setup(ctx)``, opens its consumer ``assign()``ed to
    the partition and sends `Started`;
@@ -38,6 +42,11 @@ for a ``handle_batch`` plugin (retried as a whole; on dlq every record of it is 
 Every other ending also calls ``teardown(ctx, reason)`` (when ``setup`` succeeded) with the
 reason named below, except the watchdog's and the signals', which end the process at once.
 
+A handler that leaves the call in any way (an exception of any class, ``SystemExit`` and
+``KeyboardInterrupt`` included) is a failure under the policy. One that ends the process itself
+(``os._exit``, a signal) leaves its record in the shared cells: the supervisor applies the
+policy to it (`exitpolicy.read_end`).
+
 Exit codes (the protocol with the supervisor; negative `ChildHandle.exitcode`: a signal):
 
 ====  =====================  ===============================================================
@@ -53,7 +62,14 @@ Exit codes (the protocol with the supervisor; negative `ChildHandle.exitcode`: a
 7     EXIT_NOT_GRANTED       AMO: the supervisor refused a batch; nothing of it was handled
 8     EXIT_SETUP             the handler could not be loaded or set up, or the spec is unusable
 9     EXIT_KAFKA             the consumer could not be created or assigned, or a fatal error
+10    EXIT_HANDLER_TIMEOUT   a handler call outlived ``handler_timeout``: the watchdog ended the
+                             child (and the guardian its group); the record in progress is in
+                             the shared cells, where the supervisor reads it
+                             (`exitpolicy.read_end`)
 ====  =====================  ===============================================================
+
+However the child ends, its guardian then SIGKILLs its process group, and the supervisor does
+too once it has reaped the child.
 """
 
 from __future__ import annotations
@@ -63,6 +79,7 @@ import faulthandler
 import os
 import signal
 import sys
+import time
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnContext, SpawnProcess
 from types import FrameType
@@ -72,6 +89,7 @@ import structlog
 
 from marshal_workers.childexit import (
     EXIT_HANDLER_FAILED,
+    EXIT_HANDLER_TIMEOUT,
     EXIT_KAFKA,
     EXIT_LEASE_EXPIRED,
     EXIT_NOT_GRANTED,
@@ -80,12 +98,14 @@ from marshal_workers.childexit import (
 )
 from marshal_workers.childloop import ChildLoop
 from marshal_workers.fencing import (
+    REASON_HANDLER_TIMEOUT,
     REASON_LEASE_EXPIRED,
     REASON_PARENT_GONE,
     Watchdog,
     become_group_leader,
     parent_alive,
     set_parent_death_signal,
+    start_group_guardian,
     write_with_timeout,
 )
 from marshal_workers.ipc import (
@@ -108,7 +128,11 @@ __all__ = [
     "start_child",
 ]
 
-FENCE_EXIT_CODES = {REASON_LEASE_EXPIRED: EXIT_LEASE_EXPIRED, REASON_PARENT_GONE: EXIT_PARENT_GONE}
+FENCE_EXIT_CODES = {
+    REASON_LEASE_EXPIRED: EXIT_LEASE_EXPIRED,
+    REASON_PARENT_GONE: EXIT_PARENT_GONE,
+    REASON_HANDLER_TIMEOUT: EXIT_HANDLER_TIMEOUT,
+}
 LAST_WORDS_TIMEOUT_S = 0.05
 
 # ---------------------------------------------------------------- supervisor side
@@ -187,6 +211,7 @@ def start_child(spec: ChildSpec, lease: SharedLease, mp_context: SpawnContext) -
 def child_main(spec: ChildSpec, lease: SharedLease, conn: Connection, parent_pid: int) -> NoReturn:
     """The child process's entry point (see the module docstring); never returns."""
     become_group_leader()
+    start_group_guardian()  # before any thread exists: a fork copies only the calling thread
     faulthandler.enable(all_threads=True)  # a crash in C code still shows the Python stacks
     with contextlib.suppress(OSError):  # if it fails, the watchdog's parent-pid check remains
         set_parent_death_signal(signal.SIGKILL)
@@ -210,10 +235,24 @@ def child_main(spec: ChildSpec, lease: SharedLease, conn: Connection, parent_pid
         line = raw_line(spec.log_json, event, "warning", {**bound, **fields})
         write_with_timeout(2, line, LAST_WORDS_TIMEOUT_S)
 
+    calls = lease.calls
+
     def on_fence(reason: str) -> NoReturn:
         code = FENCE_EXIT_CODES[reason]
-        last_words("child_fenced", reason=reason, exit_code=code, by="watchdog")
-        os._exit(code)
+        if reason == REASON_HANDLER_TIMEOUT:
+            started = calls.started.value
+            last_words(
+                "handler_timeout",
+                offset=calls.handled_position(),
+                spent_s=round(time.monotonic() - started, 3) if started else None,
+                handler_timeout_s=spec.handler_timeout_s,
+                exit_code=code,
+                by="watchdog",
+            )
+        else:
+            last_words("child_fenced", reason=reason, exit_code=code, by="watchdog")
+        calls.fence.value = code  # the watchdog's reason, whatever the status turns out to be
+        os._exit(code)  # the guardian then kills the rest of the group (the handler's helpers)
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         last_words("child_terminated", signal="SIGTERM")
@@ -222,8 +261,9 @@ def child_main(spec: ChildSpec, lease: SharedLease, conn: Connection, parent_pid
 
     signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    Watchdog(lease, parent_pid, on_fence).start()
-    code = ChildLoop(spec, lease, conn, log).run()
+    loop = ChildLoop(spec, lease, conn, log)
+    Watchdog(lease, parent_pid, on_fence, call_clock=loop.call_clock).start()
+    code = loop.run()
     sys.stdout.flush()
     sys.stderr.flush()
     # not sys.exit: a non-daemon thread the handler left behind must not keep us alive

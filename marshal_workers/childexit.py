@@ -7,7 +7,9 @@ from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME
 from marshal_workers.ipc import ToSupervisor
 
 __all__ = [
+    "EXIT_HANDLER_ENDED",
     "EXIT_HANDLER_FAILED",
+    "EXIT_HANDLER_TIMEOUT",
     "EXIT_KAFKA",
     "EXIT_LEASE_EXPIRED",
     "EXIT_NOT_GRANTED",
@@ -24,6 +26,10 @@ EXIT_PARENT_GONE = 6
 EXIT_NOT_GRANTED = 7
 EXIT_SETUP = 8
 EXIT_KAFKA = 9
+EXIT_HANDLER_TIMEOUT = 10  # the watchdog ended the group: a handler call outlived its deadline
+# Never an exit status: what the supervisor calls a child that ended inside a handler call by
+# any other way than the child's own exit protocol (os._exit, a signal it did not send).
+EXIT_HANDLER_ENDED = 11
 
 
 class ChildExit(Exception):  # noqa: N818 (control flow, not an error)

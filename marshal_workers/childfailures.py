@@ -42,7 +42,7 @@ from marshal_workers.stats import StatsTally
 RETRY_POLL_S = 0.05
 
 
-def failed_once(error: Exception, call: Callable[[], object]) -> Callable[[], object]:
+def failed_once(error: BaseException, call: Callable[[], object]) -> Callable[[], object]:
     """``call``, whose first attempt already raised ``error``: the first call raises it again
     (without running the handler twice), later calls (the retries) run ``call``."""
     pending = [error]
@@ -102,6 +102,10 @@ class FailureHandling:
         if failure is None:
             self.handled += len(unit)
             return
+        self._settle(unit, failure)
+
+    def _settle(self, unit: Sequence[Record], failure: Failure) -> None:
+        """Settle a unit that failed for good by the policy: dead-letter, skip, or stop."""
         verdict = decide(self.policy, failure, self.poison, time.monotonic())
         if verdict.action is OnFailure.DLQ:
             self._dead_letter(unit, failure)
@@ -121,7 +125,7 @@ class FailureHandling:
             self._failed(unit[0], failure, verdict)  # the supervisor counts stops
 
     def _retry_wait(
-        self, unit: Sequence[Record], seconds: float, error: Exception, attempt_no: int
+        self, unit: Sequence[Record], seconds: float, error: BaseException, attempt_no: int
     ) -> bool:
         """Wait ``seconds`` before the next attempt, checking the lease and the pipe throughout;
         False to give up retrying (AMO: `Stop` came). ALO: `Stop` ends the child here."""

@@ -13,12 +13,15 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
 
+from marshal_workers.callclock import CallClock
 from marshal_workers.childexit import (
     EXIT_KAFKA,
     EXIT_LEASE_EXPIRED,
@@ -32,7 +35,9 @@ from marshal_workers.consume import ConsumerSetupError, FatalKafkaError, fetch, 
 from marshal_workers.dlq import DeadLetters
 from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME
 from marshal_workers.failures import (
+    Failure,
     FailurePolicy,
+    HandlerEnded,
     OnFailure,
     PoisonRate,
 )
@@ -47,6 +52,7 @@ from marshal_workers.ipc import (
     Grant,
     GrantRequest,
     Progress,
+    Settle,
     Started,
     Stop,
     Stopped,
@@ -85,7 +91,11 @@ class ChildLoop(FailureHandling):
             log=log,
             pid=os.getpid(),
             lease_remaining=lease.remaining,
+            keepalive=self._keepalive,
         )
+        self.calls = lease.calls  # the shared cells: handled position, call in progress
+        self.call_clock = CallClock(spec.handler_timeout_s)  # read by the watchdog
+        self.run_no = 0  # numbers the runs of handler calls (in the shared cells)
         self.plugin: Plugin | None = None  # set once setup() succeeded
         self.consumer: Consumer | None = None
         self.next_offset: int | None = None  # ALO: handled below; AMO: granted below
@@ -108,7 +118,7 @@ class ChildLoop(FailureHandling):
             self._loop()
         except ChildExit as end:
             return self._shutdown(end)
-        except Exception:
+        except BaseException:  # (nothing may end the child but its protocol)
             self.log.exception("child_crashed")
             return self._shutdown(ChildExit(EXIT_RUNTIME, "crash"))
         raise AssertionError("the loop only ends by ChildExit")  # pragma: no cover
@@ -142,6 +152,7 @@ class ChildLoop(FailureHandling):
             self.log.error("kafka_failed", error=str(exc))
             raise ChildExit(EXIT_KAFKA, "kafka_failed") from None
         self.next_offset = self.reported = position
+        self.calls.position.value = position
         if self.policy.on_failure is OnFailure.DLQ:
             self._open_dead_letters()
         self._send(Started(os.getpid(), position))
@@ -174,13 +185,25 @@ class ChildLoop(FailureHandling):
         plugin = self.plugin
         assert plugin is not None
         alo = self.spec.mode == Mode.ALO
+        settle = self.spec.settle
+        if settle is not None:
+            records = self._settle_first(records, settle)
+            if not records:
+                return
         batch = plugin.handle_batch
         if batch is not None:
+            self.calls.unit_end.value = records[-1].offset + 1  # the unit: the whole batch
             self._handle_unit(
-                records, self.stats.timed(partial(batch, records, self.ctx), len(records))
+                records,
+                self._in_call(
+                    records[0].offset,
+                    self.stats.timed(partial(batch, records, self.ctx), len(records)),
+                ),
             )
+            self.calls.unit_end.value = -1
             if alo:
                 self.next_offset = records[-1].offset + 1
+                self.calls.position.value = self.next_offset
             return
         start = 0
         while start < len(records):
@@ -190,43 +213,102 @@ class ChildLoop(FailureHandling):
         """The per-record hot path: handle ``records[start:]`` until one raises or the lease
         reads expired; settle that one (the policy, or the lease check that ends the child) and
         return where to go on. Per record: one clock reading (the lease check, and the previous
-        call's latency), one call; the bookkeeping is done once per run."""
+        call's latency), one 8-byte store (the shared position), one call; the bookkeeping is
+        done once per run."""
         plugin = self.plugin
         assert plugin is not None
         handle, ctx = plugin.handle, self.ctx
         clock, lease = time.monotonic, self.lease.cell
+        # the shared cells (see callcells): per call one store, the record in progress (ALO:
+        # everything below it is handled; the supervisor heartbeats it); per run, in_call
+        position, in_call = self.calls.position, self.calls.in_call
         starts: list[float] = []
         started = starts.append
-        error: Exception | None = None
+        self.call_clock.starts = starts  # the watchdog's view of the call in progress
+        self.run_no += 1
+        in_call.value = self.run_no
+        error: BaseException | None = None
         expired = False
-        for record in records[start:] if start else records:
+        run = records[start:] if start else records
+        first, count = run[0].offset, len(run)
+        # the offsets without a property call per record: a range if the run has no gaps
+        gapless = run[-1].offset - first == count - 1
+        run_offsets = range(first, first + count) if gapless else [r.offset for r in run]
+        for offset, record in zip(run_offsets, run, strict=True):
             now = clock()
             if now >= lease.value:
                 expired = True
                 break
             started(now)
+            position.value = offset
             try:
                 handle(record, ctx)
-            except Exception as exc:  # that was attempt 1: the policy goes on from there
+            except BaseException as exc:  # any way out is a failure: that was attempt 1
                 error = exc
                 break
+        in_call.value = 0
+        self.call_clock.starts = None
         self.stats.observe_calls(starts, clock(), failed=error is not None)
         calls = len(starts)
         done = calls - 1 if error is not None else calls  # handled, in order, from start
         self.handled += done
         if done and self.spec.mode == Mode.ALO:
             self.next_offset = records[start + done - 1].offset + 1
+        if error is None and self.next_offset is not None:
+            position.value = self.next_offset  # AMO: the granted end (nothing reads it there)
         if expired:
             self._require_lease()  # ends the child (unless extended meanwhile)
             return start + calls
         if error is not None:
             record = records[start + done]
-            retry = self.stats.timed(partial(handle, record, ctx), 1)
+            retry = self._in_call(record.offset, self.stats.timed(partial(handle, record, ctx), 1))
             self._handle_unit([record], failed_once(error, retry))
             if self.spec.mode == Mode.ALO:
                 self.next_offset = record.offset + 1
+                position.value = self.next_offset
             return start + calls
         return len(records)
+
+    def _in_call(self, offset: int, call: Callable[[], object]) -> Callable[[], object]:
+        """``call`` (a retry, or a ``handle_batch`` call) with the cells and the call clock
+        saying that a handler call on ``offset`` is in progress while it runs."""
+        cells, clock = self.calls, self.call_clock
+
+        def in_call() -> object:
+            cells.position.value = offset
+            clock.starts = [time.monotonic()]
+            self.run_no += 1
+            cells.in_call.value = self.run_no
+            try:
+                return call()
+            finally:
+                cells.in_call.value = 0
+                clock.starts = None
+
+        return in_call
+
+    def _keepalive(self) -> float:
+        """`Context.keepalive`: the call in progress may go on for one more handler timeout
+        from now, never past the lease; the seconds it has left."""
+        left = self.call_clock.keepalive(time.monotonic(), self.lease.deadline)
+        self.calls.keep_until.value = self.call_clock.deadline()  # for the supervisor's backstop
+        return left
+
+    def _settle_first(self, records: list[Record], settle: Settle) -> list[Record]:
+        """The previous child of this claim ended inside a handler call on ``settle``'s offsets
+        (a timeout, ``os._exit``, a signal): dead-letter or skip them by the policy without
+        calling the handler again, and return the rest of the batch. Only once, and only if
+        the batch starts there (else the claim moved on: nothing to settle)."""
+        self.spec = replace(self.spec, settle=None)
+        if records[0].offset != settle.offset:
+            return records
+        count = sum(1 for r in records if r.offset < settle.end)
+        unit = records[:count]
+        self._settle(unit, Failure(HandlerEnded(settle.error), attempts=1))
+        if self.spec.mode == Mode.ALO:
+            self.next_offset = unit[-1].offset + 1
+            self.calls.position.value = self.next_offset
+        return records[count:]
 
     def _await_grant(self, records: list[Record]) -> None:
         """AMO: ask to handle the batch and wait for the answer; return only if granted."""
@@ -279,6 +361,7 @@ class ChildLoop(FailureHandling):
         """ALO: send `Progress` if records were handled since the last one."""
         if self.spec.mode == Mode.ALO and self.next_offset != self.reported:
             assert self.next_offset is not None
+            self.calls.position.value = self.next_offset
             self._send(Progress(self.next_offset))
             self.reported = self.next_offset
             self.progress_due = time.monotonic() + PROGRESS_INTERVAL_S

@@ -42,6 +42,7 @@ class RunConfig:
     heartbeat_interval: float = 10.0
     batch_size: int = 500
     stop_timeout: float = 20.0
+    handler_timeout: float = 300.0  # 0: no deadline
     auto_offset_reset: str = "earliest"
     max_handler_failures: int = 5
     retries: int = 3
@@ -49,6 +50,9 @@ class RunConfig:
     on_failure: str = "stop"
     dlq_topic: str = "{topic}.dlq"
     max_poison_rate: int = 60
+    restart_backoff: float = 0.5
+    poison_park_after: int = 10  # 0: never
+    poison_park_time: float = 0.0  # 0: until an operator decides
     log_json: bool = True
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
@@ -109,6 +113,7 @@ def run_config(resolved: Resolved) -> RunConfig:
         heartbeat_interval=v["heartbeat_interval"],
         batch_size=v["batch_size"],
         stop_timeout=v["stop_timeout"],
+        handler_timeout=v["handler_timeout"],
         auto_offset_reset=v["auto_offset_reset"],
         max_handler_failures=v["max_handler_failures"],
         retries=v["retries"],
@@ -116,6 +121,9 @@ def run_config(resolved: Resolved) -> RunConfig:
         on_failure=v["on_failure"],
         dlq_topic=v["dlq_topic"],
         max_poison_rate=v["max_poison_rate"],
+        restart_backoff=v["restart_backoff"],
+        poison_park_after=v["poison_park_after"],
+        poison_park_time=v["poison_park_time"],
         log_json=log_json,
         metrics_port=v["metrics_port"],
         metrics_host=v["metrics_host"],

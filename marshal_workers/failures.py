@@ -22,6 +22,12 @@ fetched batch for a ``handle_batch`` plugin (which cannot say which record faile
    but the supervisor counts every poison-rate stop as a repeated failure, so a partition that
    keeps hitting the limit is released after ``max_handler_failures``.
 
+Any way a handler leaves a call other than by returning is a failure: an exception of any
+class (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit`` included: a handler may not end
+the child on its own). A call that ends the process (``os._exit``, a signal) or outlives
+``handler_timeout`` cannot be retried in the child: the supervisor settles its record
+(`exitpolicy`), and the next child applies dlq or skip to it with a `HandlerEnded` error.
+
 Everything here is pure except what the caller passes in (the clock is a parameter, waiting is
 a callable), so the rules are unit-tested without a broker or a process.
 """
@@ -60,6 +66,11 @@ class StopProcessing(Exception):  # noqa: N818 (a request, not only an error)
     """
 
 
+class HandlerEnded(Exception):  # noqa: N818 (what happened, not a programming error)
+    """The handler call ended the child (it timed out and was killed, called ``os._exit``, or
+    a signal ended it): the error a dead letter or a skip of its record carries."""
+
+
 @dataclass(frozen=True, slots=True)
 class FailurePolicy:
     """How handler failures are retried and then settled."""
@@ -78,7 +89,7 @@ class FailurePolicy:
 class Failure:
     """A unit whose attempts all failed: the last error and how many attempts were made."""
 
-    error: Exception
+    error: BaseException
     attempts: int
 
     @property
@@ -109,10 +120,11 @@ def attempt(
     policy: FailurePolicy,
     *,
     before_attempt: Callable[[], None],
-    wait: Callable[[float, Exception, int], bool],
+    wait: Callable[[float, BaseException, int], bool],
 ) -> Failure | None:
     """Call ``call`` until it returns, at most ``1 + policy.retries`` times.
 
+    Any exception ends an attempt, ``SystemExit`` and ``KeyboardInterrupt`` included.
     ``before_attempt()`` runs before every attempt and may raise to abandon the unit (the lease
     is gone). ``wait(seconds, error, attempt)`` runs between attempts and returns False to cut
     the retries short. Returns None on success, else the last `Failure`.
@@ -123,7 +135,7 @@ def attempt(
         attempts += 1
         try:
             call()
-        except Exception as exc:
+        except BaseException as exc:  # (any way out of a handler is a failure)
             if (
                 isinstance(exc, StopProcessing)
                 or attempts > policy.retries

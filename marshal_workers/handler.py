@@ -25,6 +25,7 @@ class Context:
     """What a handler knows about the claim it runs under."""
 
     __slots__ = (
+        "_keepalive",
         "_lease_remaining",
         "client_id",
         "fencing_token",
@@ -50,6 +51,7 @@ class Context:
         log: Any,
         pid: int,
         lease_remaining: Callable[[], float],
+        keepalive: Callable[[], float] | None = None,
     ) -> None:
         self.client_id = client_id
         self.instance_id = instance_id
@@ -61,10 +63,18 @@ class Context:
         self.log = log
         self.pid = pid
         self._lease_remaining = lease_remaining
+        self._keepalive = keepalive
 
     def lease_remaining(self) -> float:
         """Seconds until this process must stop processing (its claim may then be taken)."""
         return self._lease_remaining()
+
+    def keepalive(self) -> float:
+        """Say that the current handler call is still making progress: its deadline becomes one
+        ``handler_timeout`` from now, but never later than the lease's end (call it again, at
+        least once per lease, to go on). Returns the seconds the call now has left (0 outside a
+        call, or without a handler timeout)."""
+        return self._keepalive() if self._keepalive is not None else 0.0
 
 
 class HandleFunction(Protocol):

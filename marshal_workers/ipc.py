@@ -40,6 +40,20 @@ class ChildSpec:
     on_failure: str = "stop"  # dlq, skip or stop
     dlq_topic: str = "{topic}.dlq"  # {topic} is replaced by the partition's topic
     max_poison_rate: int = 60  # dead-lettered or skipped per minute before stop; 0: no limit
+    handler_timeout_s: float | None = 300.0  # per handler call (batch); None: no deadline
+    # a record the previous child of the claim failed on by ending (timeout, os._exit, signal):
+    # settle it by the policy (dlq or skip) without calling the handler again
+    settle: Settle | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """Offsets ``offset`` to ``end`` (exclusive) were in a handler call when the child ended
+    (``error`` says how): the next child dead-letters or skips them by the policy."""
+
+    offset: int
+    end: int
+    error: str
 
 
 @dataclass(frozen=True, slots=True)

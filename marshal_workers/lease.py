@@ -20,6 +20,7 @@ from collections.abc import Callable
 from multiprocessing.context import SpawnContext
 from typing import Any
 
+from marshal_workers.callcells import CallCells
 from marshal_workers.core.leases import default_margin, lease_deadline
 
 __all__ = ["SharedLease", "default_margin", "lease_deadline"]
@@ -29,18 +30,21 @@ Clock = Callable[[], float]
 
 class SharedLease:
     """One claim's lease deadline in shared memory (created by the supervisor, passed to the
-    child at spawn)."""
+    child at spawn), with the claim's `CallCells` beside it (``calls``: the handled position,
+    the handler call in progress, the child's fence note)."""
 
     def __init__(self, ctx: SpawnContext, clock: Clock = time.monotonic) -> None:
         self._deadline: Any = ctx.RawValue(ctypes.c_double, 0.0)
         self._clock = clock
+        self.calls = CallCells(ctx)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_deadline": self._deadline}
+        return {"_deadline": self._deadline, "calls": self.calls}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._deadline = state["_deadline"]
         self._clock = time.monotonic
+        self.calls = state["calls"]
 
     @property
     def cell(self) -> Any:

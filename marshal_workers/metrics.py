@@ -15,6 +15,10 @@ marshal_heartbeat_age_seconds               gauge      per claim: since the newe
                                                        was folded as valid (it set the lease)
 marshal_lease_remaining_seconds             gauge      per claim: until its child must stop
 marshal_lag_records                         gauge      per claim: high watermark - position
+marshal_handler_call_seconds                gauge      per claim: how long the handler call in
+                                                       progress has run (absent: none)
+marshal_handler_call_slow                   gauge      per claim: 1 while that call is past half
+                                                       of --handler-timeout (killed at the whole)
 marshal_records_handled_total               counter    records the handler completed
 marshal_handler_latency_seconds             histogram  per handler call (a batch for handle_batch)
 marshal_handler_errors_total                counter    by ``policy``: what dealt with the failure
@@ -35,7 +39,9 @@ the supervisor subtracts the claim's position (ALO: handled and reported; AMO: g
 batch in hand counts as done). It is as fresh as the child's last report (about a second).
 
 ``/healthz`` answers 200 while the loop has run a healthy turn within `HEALTH_WINDOW_S` (the
-condition that also feeds the systemd watchdog), and while it is still starting; else 503.
+condition that also feeds the systemd watchdog), and while it is still starting; else 503. Its
+text names every partition whose handler call is past half the handler timeout (still 200: the
+watchdog deals with it at the whole timeout).
 ``/readyz`` answers 200 from `ready` (the log caught up, the claim loop running) until the
 supervisor begins to stop; else 503.
 """
@@ -201,9 +207,15 @@ class Metrics(Observer):
         if not self.is_ready or self._healthy_at is None:
             return True, "starting"
         age = self.clock() - self._healthy_at
+        slow = sorted(
+            f"{k.topic}/{k.partition} ({s.call_s:.1f}s)"
+            for k, s in self._claims.items()
+            if s.call_slow and s.call_s is not None
+        )
+        note = f"; slow handler call: {', '.join(slow)}" if slow else ""
         if age <= HEALTH_WINDOW_S:
-            return True, f"ok: healthy loop turn {age:.1f}s ago"
-        return False, f"no healthy loop turn for {age:.1f}s"
+            return True, f"ok: healthy loop turn {age:.1f}s ago{note}"
+        return False, f"no healthy loop turn for {age:.1f}s{note}"
 
     def readiness(self) -> tuple[bool, str]:
         """/readyz: caught up and claiming, not stopping."""
@@ -231,6 +243,16 @@ class Metrics(Observer):
         lag = GaugeMetricFamily(
             "marshal_lag_records", "High watermark minus position.", labels=per_claim
         )
+        call = GaugeMetricFamily(
+            "marshal_handler_call_seconds",
+            "How long the handler call in progress has run.",
+            labels=per_claim,
+        )
+        slow = GaugeMetricFamily(
+            "marshal_handler_call_slow",
+            "1 while the handler call in progress is past half the handler timeout.",
+            labels=per_claim,
+        )
         claims, tick_at = self._claims, self._tick_at
         since_tick = self.clock() - tick_at if tick_at is not None else 0.0
         count = 0
@@ -246,6 +268,9 @@ class Metrics(Observer):
             high = self._high.get(key)
             if high is not None:
                 lag.add_metric(values, max(0, high - snap.position))
+            if snap.call_s is not None:
+                call.add_metric(values, snap.call_s + since_tick)
+            slow.add_metric(values, 1.0 if snap.call_slow else 0.0)
         held.add_metric(list(self.base), count)
         ready = GaugeMetricFamily("marshal_ready", "1 while /readyz says ready.", labels=labels)
         ready.add_metric(list(self.base), 1.0 if self.readiness()[0] else 0.0)
@@ -264,7 +289,7 @@ class Metrics(Observer):
                 cumulative += n
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
             latency.add_metric([*self.base, topic], buckets, sum_value=total)
-        return [held, age, lease, lag, ready, healthy, latency]
+        return [held, age, lease, lag, call, slow, ready, healthy, latency]
 
 
 class _StateCollector(Collector):

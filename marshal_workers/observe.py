@@ -25,6 +25,10 @@ class ClaimSnapshot:
     lease_remaining: float | None
     child_pid: int | None
     phase: str
+    # the handler call in progress: seconds since it began (None: no call), and whether that
+    # is more than half the handler timeout (it is killed at the whole)
+    call_s: float | None = None
+    call_slow: bool = False
 
 
 class Observer:

@@ -70,6 +70,7 @@ from marshal_workers.metadata import (
     decode_metadata,
     metadata_key,
 )
+from marshal_workers.poison import PoisonState, decode_poison, fold_poison, is_poison, poison_key
 from marshal_workers.protocol import (
     ClaimingMessages,
     ClaimingPartition,
@@ -159,6 +160,7 @@ class World:
     topic_record: TopicRecord | None = None  # newest CoordinationTopic record (partition 0)
     group_settings: dict[str, GroupSettings] = field(default_factory=dict)  # newest per group
     keys: dict[bytes, ClaimKey] = field(default_factory=dict, compare=False, repr=False)
+    poison: dict[ClaimKey, PoisonState] = field(default_factory=dict)  # see poison.py
 
     def copy(self) -> World:
         """A snapshot that later folds do not change."""
@@ -221,6 +223,8 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
     try:
         msg = decode(record.value)
     except DecodeError as exc:
+        if is_poison(record.value):  # failure counts of poison records: see poison.py
+            return _poison(world, record)
         return _metadata(world, record, exc)
     if type(msg) is ReleaseGroup:
         if record.key != msg.group_id.encode():
@@ -438,6 +442,38 @@ _RULES: dict[type, _Rule] = {
     ReleasingPartition: _release,
     ClaimingMessages: _claim_messages,
 }
+
+
+def _poison(world: World, rec: CoordRecord) -> ev.Event:
+    """A poison record (`poison`): checked like any record for its key and home partition,
+    then folded by `poison.fold_poison` against the claim's holder at this log time."""
+    assert rec.value is not None
+    try:
+        msg = decode_poison(rec.value)
+    except DecodeError as exc:
+        return _malformed(world, rec, str(exc))
+    key = ClaimKey(msg.group_id, msg.topic, msg.partition)
+    if rec.key != poison_key(key):
+        reason = f"key {rec.key!r} does not match the message (expected {poison_key(key)!r})"
+        return _malformed(world, rec, reason)
+    cfg = world.config
+    if cfg.num_partitions is not None:
+        home = coordination_partition(msg.topic, msg.partition, cfg.num_partitions, cfg.partitioner)
+        if home != world.partition:
+            return _malformed(world, rec, f"message belongs on coordination partition {home}")
+    state = world.claims.get(key)
+    return fold_poison(
+        world.poison,
+        msg,
+        coord_partition=rec.partition,
+        coord_offset=rec.offset,
+        log_time=world.log_time,
+        holder_client=state.holder_client if state else None,
+        holder_instance=state.holder_instance if state else None,
+        last_seen=state.last_seen if state else None,
+        heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+        admin_client_ids=cfg.admin_client_ids,
+    )
 
 
 def _release_group(world: World, rec: CoordRecord, msg: ReleaseGroup) -> ev.Event:

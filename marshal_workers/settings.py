@@ -74,6 +74,7 @@ def _seconds(minimum: float) -> Parse:
 
 
 _positive_float = _seconds(0.001)
+_non_negative_float = _seconds(0.0)  # seconds where 0 means "off"
 
 
 def _count(minimum: int) -> Parse:
@@ -244,6 +245,17 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="SECONDS",
     ),
     Setting(
+        "handler_timeout",
+        300.0,
+        "Deadline of one handler call (a handle_batch plugin: one batch). A call past it is "
+        "a failure: the child's whole process group is killed and on_failure applies to the "
+        "record. ctx.keepalive() gives the current call one more timeout, never past the "
+        "lease. 0: no deadline.",
+        "Timing",
+        parse=_non_negative_float,
+        metavar="SECONDS",
+    ),
+    Setting(
         "auto_offset_reset",
         "earliest",
         "Where to start a partition nobody has committed: earliest or latest.",
@@ -302,6 +314,35 @@ SETTINGS: tuple[Setting, ...] = (
         "Errors",
         parse=_non_negative_int,
         metavar="N",
+    ),
+    Setting(
+        "restart_backoff",
+        0.5,
+        "Wait before restarting a child whose handler failed (or that crashed); it doubles "
+        "with each consecutive failure, up to 30 s.",
+        "Errors",
+        parse=_positive_float,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "poison_park_after",
+        10,
+        "ALO: failures of one record, counted in the coordination log across restarts, "
+        "releases and members, after which it is parked: the partition's holder runs no "
+        "child until marshal-admin skip-record or retry-record (or poison_park_time). "
+        "0: never park.",
+        "Errors",
+        parse=_non_negative_int,
+        metavar="N",
+    ),
+    Setting(
+        "poison_park_time",
+        0.0,
+        "How long a parked record stays parked before the fleet tries it once more on its "
+        "own (log time); 0: until an operator decides.",
+        "Errors",
+        parse=_non_negative_float,
+        metavar="SECONDS",
     ),
     Setting(
         "admin_client_ids",

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from marshal_workers.claims import is_live, is_member_key
+from marshal_workers.poison import PoisonState, active
 from marshal_workers.rationalizer import World, claim_label, pause_of
 
 
@@ -55,10 +56,11 @@ class ClaimStatus:
     last_heartbeat_ms: int | None
     lag: int | None
     certain: bool
+    poison: PoisonState | None = None  # a record failing (or parked) at the claim's position
 
     def to_json(self) -> dict[str, object]:
         """The claim as a JSON object."""
-        return {
+        out: dict[str, object] = {
             "topic": self.topic,
             "partition": self.partition,
             "client_id": self.client_id,
@@ -71,6 +73,15 @@ class ClaimStatus:
             "lag": self.lag,
             "certain": self.certain,
         }
+        if self.poison is not None:  # only while a record fails at the claim's position
+            out["poison"] = {
+                "offset": self.poison.offset,
+                "failures": self.poison.failures,
+                "parked": self.poison.parked,
+                "last_error": self.poison.error,
+                "since": iso_ms(self.poison.log_time),
+            }
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +163,7 @@ def group_status(
                     last_heartbeat_ms=state.last_seen,
                     lag=high - offset if high is not None and offset is not None else None,
                     certain=state.certain,
+                    poison=active(world.poison.get(key), offset),
                 )
             )
         pause = pause_of(world, group, now_ms)
@@ -239,6 +251,15 @@ def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     if not rows:
         lines.append("(no claims)")
+    for c in status.claims:
+        p = c.poison
+        if p is not None:
+            what = "PARKED on poison record" if p.parked else "failing record"
+            lines.append(
+                f"{what}: {c.topic}/{c.partition} offset {p.offset}, {p.failures} failures, "
+                f"last error: {p.error}"
+                + (" (marshal-admin skip-record or retry-record)" if p.parked else "")
+            )
     footer = f"malformed records in the log: {status.malformed}"
     if any(not c.certain for c in status.claims):
         footer += "  (? = history compacted: activity only)"

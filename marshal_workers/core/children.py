@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from marshal_workers import events as ev
 from marshal_workers import ipc
+from marshal_workers.childexit import EXIT_HANDLER_TIMEOUT
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.context import Context
 from marshal_workers.core.held import Held, Phase
 from marshal_workers.core.holdings import Holdings
 from marshal_workers.core.pending import Kind, Op
-from marshal_workers.exitpolicy import Next, decide
+from marshal_workers.core.poisoning import Poisoning
+from marshal_workers.exitpolicy import ChildEnd, Next, count_failure, decide
 from marshal_workers.failures import CAUSE_POISON_RATE
 from marshal_workers.protocol import ClaimingMessages
 from marshal_workers.rationalizer import Mode
@@ -26,9 +28,10 @@ from marshal_workers.rationalizer import Mode
 class Children:
     """The children of a member's claims, as the member sees them."""
 
-    def __init__(self, ctx: Context, holdings: Holdings) -> None:
+    def __init__(self, ctx: Context, holdings: Holdings, poisoning: Poisoning) -> None:
         self.ctx = ctx
         self.holdings = holdings
+        self.poisoning = poisoning
 
     def said(self, said: inp.ChildSaid) -> None:
         """A message from a child."""
@@ -49,6 +52,7 @@ class Children:
             self.ctx.observe("child_stats", held.key, msg)
         elif isinstance(msg, ipc.HandlerFailed):
             self.handler_failed(held, msg)
+            self.poisoning.note_failure(held.key, msg.offset, msg.error, said.now)
 
     def handler_failed(self, held: Held, msg: ipc.HandlerFailed) -> None:
         """Count a failure: a streak if nothing succeeded since the last one."""
@@ -72,6 +76,34 @@ class Children:
             attempts=msg.attempts,
             failures=held.failures,
             max_handler_failures=self.ctx.s.max_handler_failures,
+        )
+
+    def handler_ended(self, held: Held, end: ChildEnd, now: float) -> None:
+        """The child ended inside a handler call (timed out, os._exit, a signal): a failure on
+        that record. dlq/skip: the next child settles it (ALO; in AMO it was granted and is lost
+        with the rest of its batch); stop: it counts as a failure (and in the log)."""
+        ctx, key, failed = self.ctx, held.key, end.failed
+        assert failed is not None
+        ctx.observe("handler_failed", key, failed.offset, failed.error)
+        if ctx.s.on_failure == "stop":
+            held.failures = count_failure(held.failures, held.failed_offset, failed.offset)
+            held.failed_offset = failed.offset
+            self.poisoning.note_failure(key, failed.offset, failed.error, now)
+        elif ctx.s.mode is Mode.ALO:
+            held.settle = failed
+        ctx.say(
+            "warning",
+            "handler_timed_out" if end.code == EXIT_HANDLER_TIMEOUT else "handler_ended_child",
+            topic=key.topic,
+            partition=key.partition,
+            offset=failed.offset,
+            last_offset=failed.end - 1,
+            spent_s=end.spent_s,
+            handler_timeout_s=ctx.s.handler_timeout,
+            error=failed.error,
+            on_failure=ctx.s.on_failure,
+            failures=held.failures,
+            lost=ctx.s.mode is Mode.AMO,  # AMO: the granted batch is not handled again
         )
 
     def grant_request(self, held: Held, req: ipc.GrantRequest, now: float) -> None:
@@ -120,6 +152,12 @@ class Children:
         if held.phase is Phase.LOST:
             holdings.drop(key)
             return
+        if ctx.s.mode is Mode.ALO and exited.position is not None and held.position is not None:
+            held.position = max(held.position, exited.position)  # up to the record it ended in
+        if exited.end is not None:
+            code = exited.end.code
+            if exited.end.failed is not None:
+                self.handler_ended(held, exited.end, now)
         decision = decide(
             code=code,
             running=held.phase in (Phase.RUNNING, Phase.STARTING),
@@ -130,6 +168,8 @@ class Children:
             failures=held.failures,
             max_failures=ctx.s.max_handler_failures,
             heartbeat_interval_s=ctx.s.heartbeat_interval,
+            on_failure=ctx.s.on_failure,
+            first_backoff_s=ctx.s.restart_backoff,
         )
         held.failures = max(held.failures, decision.failures)
         fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}

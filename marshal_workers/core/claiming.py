@@ -10,7 +10,7 @@ and tracks whether the member is starving (holding nothing at work while work is
 from __future__ import annotations
 
 from marshal_workers import events as ev
-from marshal_workers.claims import is_live, is_member_key, member_key, plan
+from marshal_workers.claims import is_claimable, is_live, is_member_key, member_key, plan
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.context import Context
@@ -221,7 +221,12 @@ class Claiming:
         ctx.avoid_until = {k: t for k, t in ctx.avoid_until.items() if t > now}
         claiming = self.in_flight()
         member = self.member
-        if member not in ctx.held and member not in claiming and member not in ctx.avoid_until:
+        if (
+            member not in ctx.held
+            and member not in claiming
+            and member not in ctx.avoid_until
+            and self.member_claimable(now)
+        ):
             self.claim(member, now)
         mine = [k for k, h in ctx.held.items() if not h.is_member and h.phase in HELD_PHASES]
         step = plan(
@@ -274,6 +279,13 @@ class Claiming:
                 continue
             message = ReleasingPartition(*ctx.fields(key), position)
             ctx.append(Kind.RELEASE, key, message, now, end=position)
+
+    def member_claimable(self, now: float) -> bool:
+        """Whether the member claim could win now. As for data claims, a claim the log would
+        refuse is not written: on a compacted claim a refusal counts as activity and costs a
+        back-off of more than 2*HB."""
+        ctx, key = self.ctx, self.member
+        return is_claimable(ctx.state_of(key), ctx.log_now_ms(key, now), ctx.s.hb_ms)
 
     def starving(self, now: float) -> bool:
         """Holding nothing at work for a few HB while the group has work nobody else does."""

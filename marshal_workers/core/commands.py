@@ -13,17 +13,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marshal_workers import ipc
+from marshal_workers.poison import PoisonMessage
 from marshal_workers.protocol import ClaimKey, Message
 
 
 @dataclass(frozen=True, slots=True)
 class Append:
-    """Append ``message`` (encoded, with its record key) to coordination ``partition``; report
-    `AppendDone` or `AppendFailed` with ``op``."""
+    """Append ``value`` under record key ``key`` (``message`` encoded) to coordination
+    ``partition``; report `AppendDone` or `AppendFailed` with ``op``."""
 
     op: int
     partition: int
-    message: Message
+    message: Message | PoisonMessage
+    key: bytes
+    value: bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,14 @@ from marshal_workers.core.leases import lease_deadline
 from marshal_workers.core.logclock import LogClock
 from marshal_workers.core.pending import Kind, Op, Pending
 from marshal_workers.core.settings import MemberSettings
-from marshal_workers.protocol import ClaimKey, Message, coordination_partition
+from marshal_workers.poison import (
+    PoisonMessage,
+    PoisonResolved,
+    RecordFailed,
+    encode_poison,
+    poison_key,
+)
+from marshal_workers.protocol import ClaimKey, Message, coordination_partition, encode, record_key
 from marshal_workers.rationalizer import ClaimState, World
 
 
@@ -72,10 +79,16 @@ class Context:
 
     # ---- output -----------------------------------------------------------------------------
 
-    def append(self, kind: Kind, key: ClaimKey, message: Message, now: float, **extra: int) -> Op:
+    def append(
+        self, kind: Kind, key: ClaimKey, message: Message | PoisonMessage, now: float, **extra: int
+    ) -> Op:
         """Write ``message`` to its coordination partition: a pending operation."""
         op = self.pending.add(kind, key, now, **extra)
-        self.out.append(cmd.Append(op.op, self.home(key), message))
+        if isinstance(message, RecordFailed | PoisonResolved):
+            record, value = poison_key(key), encode_poison(message)
+        else:
+            record, value = record_key(message), encode(message)
+        self.out.append(cmd.Append(op.op, self.home(key), message, record, value))
         return op
 
     def fields(self, key: ClaimKey) -> tuple[int, str, str, str, str, int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from marshal_workers.ipc import Settle
 from marshal_workers.protocol import ClaimKey
 
 
@@ -48,7 +49,7 @@ class Held:
     term_sent: bool = False
     kill_sent: bool = False
     lookup_pending: bool = False
-    old_instance_seen: int = 0  # log time of the replaced instance's last accepted heartbeat
+    settle: Settle | None = None  # the next child dead-letters or skips these records first
 
     def lease_remaining(self, now: float) -> float | None:
         """Seconds left on the lease at ``now``; None once the claim is lost or revoked."""

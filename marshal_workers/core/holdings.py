@@ -19,6 +19,7 @@ from marshal_workers.core import commands as cmd
 from marshal_workers.core.context import Context
 from marshal_workers.core.held import ASKED_TO_STOP, Held, Phase
 from marshal_workers.core.pending import Kind, Op
+from marshal_workers.core.poisoning import Poisoning
 from marshal_workers.protocol import ClaimKey, Heartbeat, ReleasingPartition
 from marshal_workers.rationalizer import Mode
 
@@ -26,8 +27,9 @@ from marshal_workers.rationalizer import Mode
 class Holdings:
     """Every claim this member holds, on its timers."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, poisoning: Poisoning) -> None:
         self.ctx = ctx
+        self.poisoning = poisoning
 
     def hold(self, key: ClaimKey, token: int, lease: float, now: float) -> Held:
         """A claim won or taken over: hold it under ``lease``."""
@@ -92,8 +94,13 @@ class Holdings:
             return
         if held.phase is Phase.STARTING and now >= held.start_after and now < held.lease:
             held.phase = Phase.RUNNING
-            self.spawn(held, restart=False)
-        elif held.phase is Phase.RUNNING and now >= held.restart_at and now < held.lease:
+            if self.poisoning.allows(held, now):
+                self.spawn(held, restart=False)
+        elif (
+            held.phase is Phase.RUNNING
+            and held.restart_at <= now < held.lease
+            and self.poisoning.allows(held, now)
+        ):
             self.spawn(held, restart=held.failures > 0)
 
     def heartbeat(self, held: Held, now: float) -> None:
@@ -204,7 +211,9 @@ class Holdings:
             partition=key.partition,
             start_offset=held.position,
             fencing_token=held.token,
+            settle=held.settle,
         )
+        held.settle = None
         held.child = True
         held.term_sent = held.kill_sent = False
         self.ctx.out.append(cmd.Spawn(key, spec, restart))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from marshal_workers import ipc
 from marshal_workers.coordlog import Appended
+from marshal_workers.exitpolicy import ChildEnd
 from marshal_workers.protocol import ClaimKey, CoordRecord
 
 
@@ -64,11 +65,15 @@ class ChildSaid:
 
 @dataclass(frozen=True, slots=True)
 class ChildExited:
-    """A child ended (negative code: the signal), and the runtime has killed its group."""
+    """A child ended (negative code: the signal), and the runtime has killed its group.
+    ``end``: what its shared cells say (`exitpolicy.read_end`: a handler call it ended in, the
+    code that counts); ``position``: ALO, every record below it handled (the shared cell)."""
 
     now: float
     key: ClaimKey
     code: int
+    end: ChildEnd | None = None
+    position: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

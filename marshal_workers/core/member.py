@@ -69,9 +69,11 @@ from marshal_workers.core.held import HELD_PHASES, Held, Phase
 from marshal_workers.core.holdings import Holdings
 from marshal_workers.core.operator import Operator
 from marshal_workers.core.pending import Kind, Op
+from marshal_workers.core.poisoning import Poisoning
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.errors import EXIT_COORDINATION_CHANGED, EXIT_GO_FLEET
 from marshal_workers.gofleet import refusal
+from marshal_workers.poison import PoisonVerdict
 from marshal_workers.protocol import ClaimKey, CoordRecord
 from marshal_workers.rationalizer import GroupPause, World, fold
 
@@ -85,9 +87,10 @@ class Member:
     def __init__(self, settings: MemberSettings) -> None:
         self.s = settings
         self.ctx = Context(settings)
-        self.holdings = Holdings(self.ctx)
+        self.poisoning = Poisoning(self.ctx)
+        self.holdings = Holdings(self.ctx, self.poisoning)
         self.claiming = Claiming(self.ctx, self.holdings)
-        self.children = Children(self.ctx, self.holdings)
+        self.children = Children(self.ctx, self.holdings, self.poisoning)
         self.operator = Operator(self.ctx, self.holdings, self.claiming)
         self.member = self.claiming.member
         self.malformed = 0
@@ -200,6 +203,8 @@ class Member:
                         self._refuse_go_fleet(event)
                 elif isinstance(event, ev.GroupSettingsRecorded) and started:
                     self.operator.settings_recorded(event, now)
+                elif isinstance(event, PoisonVerdict) and started:
+                    self._poison_verdict(event, now)
                 continue
             if event.message.group_id != group:
                 continue  # another group's claim, whatever its client id
@@ -229,6 +234,14 @@ class Member:
         if held is not None and held.phase is not Phase.LOST:
             self._watch(held, event, mine)
 
+    def _poison_verdict(self, event: PoisonVerdict, now: float) -> None:
+        """A poison record folded: the verdict on one this member wrote, if it is one."""
+        me, message = self.s, event.message
+        mine = message.client_id == me.client_id and message.instance_id == me.instance_id
+        op = self.ctx.pending.decided(event, mine, now)
+        if op is not None:
+            self._resolve(op, event, now)
+
     def _watch(self, held: Held, event: ev.ClaimVerdict, mine: bool) -> None:
         """What others' records (and refusals of ours) mean for a claim this member holds."""
         me = self.s
@@ -253,6 +266,8 @@ class Member:
             self.children.reservation_decided(op, event, now)
         elif op.kind is Kind.RELEASE:
             self.holdings.release_decided(op, event)
+        elif op.kind is Kind.POISON and isinstance(event, PoisonVerdict):
+            self.poisoning.decided(op, event)
 
     def _appended(self, done: inp.AppendDone) -> None:
         pending = self.ctx.pending

@@ -24,6 +24,7 @@ class Kind(Enum):
     HEARTBEAT = "heartbeat"
     RESERVE = "reserve"  # AMO: ClaimingMessages for a child's grant request
     RELEASE = "release"
+    POISON = "poison"  # a failure of a record counted in the log (poison records)
 
 
 @dataclass(slots=True)

@@ -29,6 +29,11 @@ class MemberSettings:
     child: ipc.ChildSpec  # topic, partition, start offset and token are filled in per claim
     stop_timeout: float = 20.0
     max_handler_failures: int = 5
+    on_failure: str = "stop"  # dlq, skip or stop: what a failed or killed handler call gets
+    restart_backoff: float = 0.5  # the first restart's back-off (doubling)
+    handler_timeout: float | None = None  # per handler call (the backstop's and metrics')
+    poison_park_after: int = 10  # failures of one record before the claim is parked (0: never)
+    poison_park_time: float = 0.0  # a parked record's hold (0: until an operator decides)
     discovery_interval: float = DISCOVERY_INTERVAL_S
     starving_after_hb: float = 4.0  # holding nothing while work is claimable: unhealthy after
     shared: GroupSettings | None = None  # what the group must agree on (None: not watched)

@@ -20,7 +20,7 @@ from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
-from marshal_workers.protocol import ClaimKey, encode, record_key
+from marshal_workers.protocol import ClaimKey
 from marshal_workers.sim.children import DataPartition, Handled, SimChild
 from marshal_workers.sim.vlog import VirtualLog
 
@@ -202,8 +202,8 @@ class SimNode:
                         t + self.log.latency(c.partition),
                         c.op,
                         c.partition,
-                        record_key(c.message),
-                        encode(c.message),
+                        c.key,
+                        c.value,
                         fails,
                         fails and self.rng.random() < 0.5,
                     )

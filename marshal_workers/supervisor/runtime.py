@@ -30,7 +30,7 @@ import structlog
 
 from marshal_workers import ipc
 from marshal_workers.child import ChildHandle, start_child
-from marshal_workers.childexit import EXIT_SETUP
+from marshal_workers.childexit import EXIT_HANDLER_TIMEOUT, EXIT_SETUP
 from marshal_workers.config import RunConfig
 from marshal_workers.coordlog import CoordinationLog, LogError
 from marshal_workers.core import commands as cmd
@@ -39,11 +39,12 @@ from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.datatopics import DataTopics
 from marshal_workers.errors import MarshalError
+from marshal_workers.exitpolicy import CallSample, read_end, slow_call, watch_call
 from marshal_workers.fleetcheck import check_partition_count, ensure_group_settings, own_settings
 from marshal_workers.lease import SharedLease
 from marshal_workers.observe import ClaimSnapshot, Observer
-from marshal_workers.protocol import ClaimKey, encode, record_key
-from marshal_workers.rationalizer import RationalizerConfig
+from marshal_workers.protocol import ClaimKey
+from marshal_workers.rationalizer import Mode, RationalizerConfig
 from marshal_workers.stacks import catches_signal, log_stacks
 from marshal_workers.supervisor.background import Background
 
@@ -73,6 +74,7 @@ def member_settings(config: RunConfig, coordination_partitions: int) -> MemberSe
         on_failure=c.on_failure,
         dlq_topic=c.dlq_topic,
         max_poison_rate=c.max_poison_rate,
+        handler_timeout_s=c.handler_timeout or None,
     )
     return MemberSettings(
         group=c.group,
@@ -94,6 +96,11 @@ def member_settings(config: RunConfig, coordination_partitions: int) -> MemberSe
         max_handler_failures=c.max_handler_failures,
         shared=own_settings(c),
         coordination_topic=c.coordination_topic,
+        on_failure=c.on_failure,
+        restart_backoff=c.restart_backoff,
+        handler_timeout=c.handler_timeout or None,
+        poison_park_after=c.poison_park_after,
+        poison_park_time=c.poison_park_time,
     )
 
 
@@ -123,6 +130,8 @@ class Supervisor:
         self.leases: dict[ClaimKey, SharedLease] = {}
         self.children: dict[ClaimKey, ChildHandle] = {}
         self.background = Background()
+        self._signalled: set[ClaimKey] = set()  # children this supervisor signalled
+        self._call_seen: dict[ClaimKey, CallSample] = {}  # the handler call each child is in
         self.exit_code: int | None = None
         self._log = structlog.get_logger().bind(
             group=config.group,
@@ -222,23 +231,72 @@ class Supervisor:
             self._feed(answer)
         for key, handle in list(self.children.items()):
             code = handle.exitcode
-            if code is not None:
-                self._read_child(key)
-                handle.signal_group(signal.SIGKILL)  # whatever the handler started dies too
-                handle.close()
-                del self.children[key]
-                self.observer.child_exited(key, handle.pid, code)
-                self._log.info(
-                    "child_exited",
-                    topic=key.topic,
-                    partition=key.partition,
-                    child_pid=handle.pid,
-                    code=code,
-                )
-                self._feed(inp.ChildExited(self.clock(), key, code))
+            if code is None:
+                self._watch_call(key, handle)
+                continue
+            self._read_child(key)
+            handle.signal_group(signal.SIGKILL)  # whatever the handler started dies too
+            handle.close()
+            del self.children[key]
+            self._call_seen.pop(key, None)
+            calls = self._lease(key).calls
+            now = self.clock()
+            end = read_end(
+                code, calls.take_end_note(), killed_by_supervisor=key in self._signalled, now=now
+            )
+            self._signalled.discard(key)
+            self.observer.child_exited(key, handle.pid, end.code)
+            self._log.info(
+                "child_exited",
+                topic=key.topic,
+                partition=key.partition,
+                child_pid=handle.pid,
+                code=end.code,
+            )
+            self._feed(inp.ChildExited(now, key, code, end, calls.handled_position()))
         now = self.clock()
-        self._feed(inp.Tick(now, self.wall()))
+        self._feed(inp.Tick(now, self.wall(), self._positions()))
         self.observer.tick(self.snapshot(now), healthy=self.member.healthy(now))
+
+    def _positions(self) -> dict[ClaimKey, int]:
+        """ALO: the children's handled positions, from their shared cells."""
+        if self.config.mode is not Mode.ALO:
+            return {}
+        out = {}
+        for key in self.children:
+            position = self._lease(key).calls.handled_position()
+            if position is not None:
+                out[key] = position
+        return out
+
+    def _watch_call(self, key: ClaimKey, handle: ChildHandle) -> None:
+        """The backstop of the handler deadline: a call that outlived it (its watchdog could
+        not act: a call holding the GIL in C) gets its child killed, noted as the watchdog's
+        kill would be, so its exit is read as a handler timeout on that record."""
+        calls = self._lease(key).calls
+        seen, stuck = watch_call(
+            self._call_seen.get(key),
+            int(calls.in_call.value),
+            calls.handled_position(),
+            float(calls.keep_until.value),
+            self.clock(),
+            self.config.handler_timeout or None,
+        )
+        if seen is None:
+            self._call_seen.pop(key, None)
+        else:
+            self._call_seen[key] = seen
+        if stuck:
+            self._log.warning(
+                "handler_call_stuck",
+                topic=key.topic,
+                partition=key.partition,
+                offset=calls.handled_position(),
+                handler_timeout_s=self.config.handler_timeout,
+            )
+            calls.fence.value = EXIT_HANDLER_TIMEOUT
+            handle.signal_group(signal.SIGKILL)
+            self._call_seen.pop(key, None)
 
     def _read_child(self, key: ClaimKey) -> None:
         handle = self.children.get(key)
@@ -257,7 +315,7 @@ class Supervisor:
     def _run(self, commands: list[cmd.Command]) -> None:
         for c in commands:
             if isinstance(c, cmd.Append):
-                self.log.submit(c.op, c.partition, record_key(c.message), encode(c.message))
+                self.log.submit(c.op, c.partition, c.key, c.value)
             elif isinstance(c, cmd.SetLease):
                 lease = self._lease(c.key)
                 if c.deadline == 0.0:
@@ -273,6 +331,7 @@ class Supervisor:
             elif isinstance(c, cmd.SignalChild):
                 handle = self.children.get(c.key)
                 if handle is not None:
+                    self._signalled.add(c.key)
                     handle.signal_group(c.signal)
                     if c.signal is signal.SIGKILL:
                         self.observer.fencing_kill(c.key, handle.pid, c.reason)
@@ -315,6 +374,7 @@ class Supervisor:
             self._feed(inp.ChildExited(self.clock(), c.key, EXIT_SETUP))
             return
         self.children[c.key] = handle
+        self._signalled.discard(c.key)
         self.observer.child_started(c.key, handle.pid, c.restart)
         self._log.info(
             "child_started",
@@ -373,6 +433,7 @@ class Supervisor:
         out = {}
         for key, held in self.member.held.items():
             handle = self.children.get(key)
+            age = self._lease(key).calls.call_age(now) if handle is not None else None
             out[key] = ClaimSnapshot(
                 key,
                 held.token,
@@ -380,6 +441,8 @@ class Supervisor:
                 held.lease_remaining(now),
                 handle.pid if handle is not None else None,
                 held.phase.value,
+                age,
+                slow_call(age, self.config.handler_timeout),
             )
         return out
 

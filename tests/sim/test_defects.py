@@ -35,6 +35,7 @@ def test_compaction_defect_refused_claims_retried_within_2hb(
     silence it waits for never came and a restarted or new member never joined."""
     retry = lambda self, uncertain: max(0.05, self.ctx.s.heartbeat_interval / 10)  # noqa: E731
     monkeypatch.setattr(Claiming, "refusal_backoff", retry)
+    monkeypatch.setattr(Claiming, "member_claimable", lambda self, now: True)  # it retried
     params = SimParams(members=4, groups=1, faults=("compaction",), fault_count=2)
     assert first_violation(params, "liveness", SEEDS) is not None
 

@@ -74,6 +74,8 @@ def events_in(path: Path, stdlib: set[str] | None = None) -> Iterator[tuple[int,
             receiver = ast.unparse(func.value)
             if receiver in stdlib or receiver in {"logging", "warnings"}:
                 continue
+            if "log" not in receiver.lower():
+                continue  # not a logger (argparse's parser.error, click's ctx.fail, ...)
             first = node.args[0]
         elif isinstance(func, ast.Name | ast.Attribute) and ast.unparse(func).endswith(
             ("raw_line", ".say")
@@ -112,7 +114,8 @@ def test_every_event_name_is_snake_case() -> None:
 
 
 def test_the_collector_reads_multi_line_calls(tmp_path: Path) -> None:
-    """Calls spread over lines, bound loggers and raw_line are all collected; stdlib is not."""
+    """Calls spread over lines, bound loggers and raw_line are all collected; stdlib loggers
+    and what is no logger (argparse's ``parser.error``) are not."""
     sample = tmp_path / "m.py"
     sample.write_text(
         "import logging\n_log = logging.getLogger(__name__)\n"
@@ -121,6 +124,7 @@ def test_the_collector_reads_multi_line_calls(tmp_path: Path) -> None:
         "    ctx.log.warning('child_started')\n"
         "    raw_line(True, 'stack dump', 'warning', {})\n"
         "    _log.warning('%s (retrying)', 1)\n"
+        "    parser.error('--x must be given')\n"
         "DUMP_EVENT = 'stack dump'\n"
         "def g(log, event='thread stack'): pass\n"
     )

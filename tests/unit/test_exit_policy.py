@@ -2,8 +2,27 @@
 
 from __future__ import annotations
 
+import signal
+
+import pytest
+
 from marshal_workers.child import EXIT_HANDLER_FAILED, EXIT_SETUP
-from marshal_workers.exitpolicy import ExitDecision, Next, decide
+from marshal_workers.childexit import (
+    EXIT_HANDLER_ENDED,
+    EXIT_HANDLER_TIMEOUT,
+    EXIT_LEASE_EXPIRED,
+)
+from marshal_workers.exitpolicy import (
+    EndNote,
+    ExitDecision,
+    Next,
+    count_failure,
+    decide,
+    read_end,
+    slow_call,
+    watch_call,
+)
+from marshal_workers.ipc import Settle
 
 HB = 1.0
 
@@ -16,6 +35,7 @@ def exit_with(
     reloading: bool = False,
     lease_valid: bool = True,
     max_failures: int = 5,
+    on_failure: str = "stop",
 ) -> ExitDecision:
     return decide(
         code=code,
@@ -25,6 +45,7 @@ def exit_with(
         failures=failures,
         max_failures=max_failures,
         heartbeat_interval_s=HB,
+        on_failure=on_failure,
     )
 
 
@@ -72,7 +93,127 @@ def test_backoff_is_capped() -> None:
     assert exit_with(EXIT_SETUP, failures=20, max_failures=100).delay_s == 30.0
 
 
-def test_an_unasked_clean_exit_restarts_without_counting() -> None:
-    """Exit 0 while the claim should run: start again, no failure counted."""
+def test_an_unasked_clean_exit_counts_as_a_failure() -> None:
+    """Exit 0 while the claim should run (a handler or plugin ended the child): a failure,
+    counted towards the release, so it cannot restart every 0.5 s forever (issue 10.4)."""
     d = exit_with(0, failures=2)
-    assert d.next is Next.RESTART_LATER and d.failures == 2
+    assert d.next is Next.RESTART_LATER and d.failures == 3
+    assert exit_with(0, failures=4).next is Next.RELEASE
+
+
+# ---- how a child ended: the status and the shared cells (issue 10, items 1 and 4)
+
+IDLE = EndNote(fence=0, position=40, in_call=False, call_started=0.0, unit_end=None)
+IN_CALL = EndNote(fence=0, position=40, in_call=True, call_started=100.0, unit_end=None)
+
+
+def test_the_watchdogs_note_names_a_timeout_and_its_record() -> None:
+    """SIGKILL status, but the watchdog noted 10: a timeout on the record in progress."""
+    note = EndNote(
+        fence=EXIT_HANDLER_TIMEOUT, position=40, in_call=True, call_started=100.0, unit_end=None
+    )
+    end = read_end(-signal.SIGKILL, note, killed_by_supervisor=False, now=107.5)
+    assert end.code == EXIT_HANDLER_TIMEOUT
+    assert end.failed is not None and (end.failed.offset, end.failed.end) == (40, 41)
+    assert end.spent_s == 7.5 and "timed out" in end.failed.error
+
+
+def test_a_batch_call_settles_its_whole_batch() -> None:
+    """A handle_batch call in progress covers position to unit_end."""
+    note = EndNote(
+        fence=EXIT_HANDLER_TIMEOUT, position=40, in_call=True, call_started=1.0, unit_end=90
+    )
+    end = read_end(-9, note, killed_by_supervisor=False, now=2.0)
+    assert end.failed == Settle(40, 90, end.failed.error if end.failed else "")
+
+
+def test_a_fence_note_outside_a_call_blames_no_record() -> None:
+    """The watchdog fenced on the lease: its code counts, no record is at fault."""
+    note = EndNote(
+        fence=EXIT_LEASE_EXPIRED, position=40, in_call=False, call_started=0.0, unit_end=None
+    )
+    assert read_end(-9, note, killed_by_supervisor=False, now=1.0).code == EXIT_LEASE_EXPIRED
+    assert read_end(-9, note, killed_by_supervisor=False, now=1.0).failed is None
+
+
+@pytest.mark.parametrize("status", [0, 1, 4, 77, -signal.SIGKILL, -signal.SIGSEGV])
+def test_ending_inside_a_call_is_the_handlers_doing(status: int) -> None:
+    """os._exit(n) or a signal nobody in marshal sent, mid-call: the handler ended the child."""
+    end = read_end(status, IN_CALL, killed_by_supervisor=False, now=101.0)
+    assert end.code == EXIT_HANDLER_ENDED
+    assert end.failed is not None and end.failed.offset == 40
+
+
+def test_a_call_whose_start_was_not_yet_published_is_still_blamed() -> None:
+    """The watchdog publishes the start once a tick: a call that ended the child sooner is
+    still the handler's doing (in_call says so), only its duration is unknown."""
+    note = EndNote(fence=0, position=40, in_call=True, call_started=0.0, unit_end=None)
+    end = read_end(0, note, killed_by_supervisor=False, now=5.0)
+    assert end.code == EXIT_HANDLER_ENDED and end.spent_s is None
+    assert end.failed is not None and end.failed.offset == 40
+
+
+def test_a_child_the_supervisor_killed_is_not_the_handlers_fault() -> None:
+    """TERM/KILL from the supervisor mid-call: the status stands, no record is blamed."""
+    end = read_end(-signal.SIGKILL, IN_CALL, killed_by_supervisor=True, now=101.0)
+    assert end.code == -signal.SIGKILL and end.failed is None
+
+
+def test_an_exit_outside_a_call_keeps_its_status() -> None:
+    """The child's own protocol (exit 4 after HandlerFailed, ...) is read as it is."""
+    end = read_end(EXIT_HANDLER_FAILED, IDLE, killed_by_supervisor=False, now=1.0)
+    assert end == read_end(EXIT_HANDLER_FAILED, IDLE, killed_by_supervisor=False, now=2.0)
+    assert end.code == EXIT_HANDLER_FAILED and end.failed is None
+
+
+@pytest.mark.parametrize("code", [EXIT_HANDLER_TIMEOUT, EXIT_HANDLER_ENDED])
+@pytest.mark.parametrize("policy", ["dlq", "skip"])
+def test_dlq_or_skip_after_a_kill_respawns_to_settle(code: int, policy: str) -> None:
+    """dlq/skip: a fresh child at once (it settles the record), no failure streak."""
+    d = exit_with(code, failures=3, on_failure=policy)
+    assert d.next is Next.RESPAWN and d.failures == 0
+
+
+@pytest.mark.parametrize("code", [EXIT_HANDLER_TIMEOUT, EXIT_HANDLER_ENDED])
+def test_stop_after_a_kill_follows_the_restart_and_release_rules(code: int) -> None:
+    """stop: counted by the caller like exit 4; at the limit the partition is released."""
+    assert exit_with(code, failures=1).next is Next.RESTART_LATER
+    assert exit_with(code, failures=5).next is Next.RELEASE
+
+
+def test_a_failure_streak_is_per_offset() -> None:
+    """The same offset again extends the streak; another offset starts a new one."""
+    assert count_failure(0, None, 7) == 1
+    assert count_failure(2, 7, 7) == 3
+    assert count_failure(2, 7, 8) == 1
+
+
+def test_a_call_is_slow_past_half_its_timeout() -> None:
+    """Shown as slow past half the timeout; never without a call or without a timeout."""
+    assert slow_call(5.1, 10.0) and not slow_call(4.9, 10.0)
+    assert not slow_call(None, 10.0) and not slow_call(100.0, None) and not slow_call(9.0, 0.0)
+
+
+def test_the_backstop_times_a_call_from_when_it_was_first_seen() -> None:
+    """Same run and record past timeout + grace since first seen: stuck; not a moment before."""
+    seen, stuck = watch_call(None, 3, 40, 0.0, now=100.0, timeout_s=10.0)
+    assert seen is not None and not stuck
+    assert watch_call(seen, 3, 40, 0.0, now=110.9, timeout_s=10.0) == (seen, False)
+    assert watch_call(seen, 3, 40, 0.0, now=111.0, timeout_s=10.0) == (seen, True)
+
+
+def test_the_backstop_starts_again_for_a_new_call() -> None:
+    """Another record, or the same record in a new run (a retry), is a new call."""
+    seen, _ = watch_call(None, 3, 40, 0.0, now=100.0, timeout_s=10.0)
+    for run, position in ((3, 41), (4, 40)):
+        again, stuck = watch_call(seen, run, position, 0.0, now=200.0, timeout_s=10.0)
+        assert not stuck and again is not None and again.since == 200.0
+
+
+def test_the_backstop_honours_keepalive_and_idleness() -> None:
+    """A keepalive deadline later than the timeout holds; no run, or no timeout: nothing."""
+    seen, _ = watch_call(None, 3, 40, 0.0, now=100.0, timeout_s=10.0)
+    assert not watch_call(seen, 3, 40, 130.0, now=120.0, timeout_s=10.0)[1]
+    assert watch_call(seen, 3, 40, 130.0, now=131.0, timeout_s=10.0)[1]
+    assert watch_call(seen, 0, 40, 0.0, now=500.0, timeout_s=10.0) == (None, False)
+    assert watch_call(seen, 3, 40, 0.0, now=500.0, timeout_s=None) == (None, False)

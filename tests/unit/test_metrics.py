@@ -132,6 +132,24 @@ class TestScrapeTimeState:
         assert age == pytest.approx(span - 1.0)
         assert value(metrics, "marshal_lag_records", **labels) == 20
 
+    def test_a_slow_handler_call_is_shown(self, metrics: Metrics, clock: Clock) -> None:
+        """A call past half the handler timeout: its age and the slow flag in the metrics, and
+        the partition named in /healthz (still healthy: the watchdog ends it at the whole)."""
+        metrics.ready()
+        metrics.tick(
+            {KEY: ClaimSnapshot(KEY, 7, 100, 1.5, 4242, "running", 6.0, True)}, healthy=True
+        )
+        clock.now += 0.5
+        labels = {"topic": "orders", "partition": "3"}
+        assert value(metrics, "marshal_handler_call_seconds", **labels) == pytest.approx(6.5)
+        assert value(metrics, "marshal_handler_call_slow", **labels) == 1
+        ok, text = metrics.health()
+        assert ok and "slow handler call: orders/3 (6.0s)" in text
+        metrics.tick({KEY: ClaimSnapshot(KEY, 7, 101, 1.5, 4242, "running")}, healthy=True)
+        assert value(metrics, "marshal_handler_call_slow", **labels) == 0
+        assert value(metrics, "marshal_handler_call_seconds", **labels) is None
+        assert "slow" not in metrics.health()[1]
+
     def test_released_claims_disappear(self, metrics: Metrics) -> None:
         """A claim no longer in the snapshot has no gauges left."""
         metrics.tick({KEY: ClaimSnapshot(KEY, 7, 100, 1.5, 4242, "running")}, healthy=True)

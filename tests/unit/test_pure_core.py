@@ -23,6 +23,7 @@ CORE = [
     "metadata",
     "reclaim",
     "gofleet",
+    "poison",
     *MEMBER_CORE,
 ]
 ALLOWED_STDLIB = {

@@ -117,7 +117,8 @@ class TestReload:
     def test_a_child_that_does_not_stop_in_time_is_killed_then_replaced(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """After --stop-timeout the old child gets TERM and KILL; a new one takes the claim."""
+        """After --stop-timeout the old child gets TERM and KILL; a new one takes the claim.
+        Once reaped, its group gets one more KILL (whatever its handler started)."""
         w = World(monkeypatch, stop_timeout=0.3)
         try:
             w.sup.start(catch_up_timeout=5)

@@ -1,0 +1,133 @@
+"""`marshal-admin skip-record` and `retry-record`: an operator's decision on a poison record.
+
+A record whose handler keeps failing is counted in the coordination log and, after
+``poison_park_after`` failures, parked: the partition's holder runs no child for it (see
+`marshal_workers.poison`; `marshal-admin status` shows it). These commands write a
+PoisonResolved as an admin client (``--client-id``, one of the fleet's ``admin_client_ids``):
+``skip-record`` makes the holder move its position past the record (it is never handled),
+``retry-record`` sets its count to 0 so the fleet tries it again. The command folds the log to
+its own record and prints the verdict: exit 0 if taken, 1 if refused (not an admin, or that
+offset is not the partition's failing record).
+"""
+
+from __future__ import annotations
+
+import click
+
+from marshal_workers import poison
+from marshal_workers.admin.commands import connection, group_of
+from marshal_workers.admin.group_commands import DEFAULT_WAIT_S, _checked, _client_id_option
+from marshal_workers.admin.operations import Connection, admin_session
+from marshal_workers.admin.session import AdminError, AdminSession
+from marshal_workers.coordlog import LogError
+from marshal_workers.errors import MarshalError
+from marshal_workers.protocol import ClaimKey
+from marshal_workers.toolconfig import FleetSettings, fleet_options
+
+
+def resolve(session: AdminSession, key: ClaimKey, offset: int, action: poison.Action) -> str:
+    """Write the operator's ``action`` on ``key``'s record at ``offset``; the verdict as a line
+    (MarshalError with exit code 1 if the log refused it)."""
+    msg = poison.PoisonResolved(
+        int(session.wall()),
+        session.instance_id,
+        session.client_id,
+        key.group,
+        key.topic,
+        key.partition,
+        offset,
+        action,
+    )
+    try:
+        appended = session.log.append(
+            session.partition_of(key),
+            poison.poison_key(key),
+            poison.encode_poison(msg),
+            session.write_timeout_s,
+        )
+        verdict, _ = session.reader.wait_for(appended, session.fold_timeout_s)
+    except LogError as exc:
+        raise AdminError(f"PoisonResolved: {exc}") from None
+    where = f"{key.topic}/{key.partition} offset {offset}"
+    if isinstance(verdict, poison.PoisonCleared):
+        what = "skipped: the holder moves past it" if action is poison.Action.SKIP else "retried"
+        return f"{where}: {what} (after {verdict.state.failures} failures)"
+    reason = getattr(verdict, "reason", type(verdict).__name__)
+    raise MarshalError(f"{where}: refused: {reason}", 1)
+
+
+def run_resolve(
+    conn: Connection,
+    key: ClaimKey,
+    offset: int,
+    action: poison.Action,
+    *,
+    client_id: str,
+    timeout_s: float,
+) -> str:
+    """Catch up with the log as ``client_id``, then `resolve`."""
+    with admin_session(conn, client_id, timeout_s) as session:
+        return resolve(session, key, offset, action)
+
+
+def _command(name: str, action: poison.Action, doc: str) -> click.Command:
+    @click.command(name, help=doc)
+    @fleet_options
+    @click.option(
+        "--group", default=None, help="The consumer group [default: the --config file's]."
+    )
+    @click.option("--topic", required=True, help="The data topic.")
+    @click.option("--partition", type=click.IntRange(min=0), required=True)
+    @click.option(
+        "--offset",
+        type=click.IntRange(min=0),
+        required=True,
+        help="The failing record's offset (as marshal-admin status shows it).",
+    )
+    @_client_id_option
+    @click.option(
+        "--timeout",
+        type=click.FloatRange(min=0.1),
+        default=DEFAULT_WAIT_S,
+        show_default=True,
+        help="Seconds allowed to read the coordination log.",
+    )
+    def command(
+        *,
+        fleet: FleetSettings,
+        group: str | None,
+        topic: str,
+        partition: int,
+        offset: int,
+        client_id: str,
+        timeout: float,
+    ) -> None:
+        key = ClaimKey(
+            _checked("--group", group_of(group, fleet)), _checked("--topic", topic), partition
+        )
+        click.echo(
+            run_resolve(
+                connection(fleet),
+                key,
+                offset,
+                action,
+                client_id=_checked("--client-id", client_id),
+                timeout_s=timeout,
+            )
+        )
+
+    return command
+
+
+skip_record = _command(
+    "skip-record",
+    poison.Action.SKIP,
+    "Skip a poison record: the partition's holder moves its position past it (it is never "
+    "handled) and goes on. Exit 1 if refused.",
+)
+retry_record = _command(
+    "retry-record",
+    poison.Action.RETRY,
+    "Retry a parked poison record: its failure count goes back to 0 and the partition's "
+    "holder starts its child again. Exit 1 if refused.",
+)

@@ -1,0 +1,108 @@
+"""Poison records on the member's side (`poison`): counting a record's failures in the log,
+and what the holder of a claim does about a failing record before it starts a child.
+
+A record that keeps failing under ``on_failure = stop`` is counted in the coordination log
+(RecordFailed, its own key per claim), so the count survives release and reclaim, across
+members. After ``poison_park_after`` failures the claim is parked: its holder keeps it and runs
+no child, until an operator skips or retries the record (`marshal-admin skip-record`,
+`retry-record`) or ``poison_park_time`` passes. ALO only: in AMO a failing record is lost with
+the rest of its granted batch when the child stops (at most once), so no record fails twice.
+"""
+
+from __future__ import annotations
+
+from marshal_workers import poison
+from marshal_workers.core.context import Context
+from marshal_workers.core.held import Held
+from marshal_workers.core.pending import Kind, Op
+from marshal_workers.poison import PoisonVerdict, RecordFailed, Step
+from marshal_workers.protocol import ClaimKey
+from marshal_workers.rationalizer import Mode
+
+PARKED_RECHECK_S = 1.0  # how often a parked claim looks for an operator's decision
+
+
+class Poisoning:
+    """The failing records of this member's claims."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._parked_logged: set[tuple[ClaimKey, int]] = set()
+
+    @property
+    def enabled(self) -> bool:
+        """Only at least once handles a failing record again."""
+        return self.ctx.s.mode is Mode.ALO
+
+    def state(self, key: ClaimKey) -> poison.PoisonState | None:
+        """The fold's poison state of ``key`` (whether or not still in force)."""
+        return self.ctx.worlds[self.ctx.home(key)].poison.get(key)
+
+    def note_failure(self, key: ClaimKey, offset: int, error: str, now: float) -> None:
+        """Write one more failure on ``offset`` (parked at ``poison_park_after``)."""
+        ctx = self.ctx
+        if not self.enabled:
+            return
+        failures, outcome = poison.park_outcome(self.state(key), offset, ctx.s.poison_park_after)
+        s = ctx.s
+        message = RecordFailed(
+            int(ctx.wall),
+            s.instance_id,
+            s.client_id,
+            key.group,
+            key.topic,
+            key.partition,
+            offset,
+            failures,
+            outcome,
+            error,
+        )
+        ctx.append(Kind.POISON, key, message, now, start=offset)
+
+    def decided(self, op: Op, event: PoisonVerdict) -> None:
+        """The fold's verdict on a failure this member wrote."""
+        ctx, key = self.ctx, op.key
+        if not isinstance(event, poison.PoisonNoted):
+            reason = getattr(event, "reason", type(event).__name__)
+            ctx.say("warning", "poison_record_refused", topic=key.topic,
+                    partition=key.partition, offset=op.start, reason=reason)  # fmt: skip
+            return
+        state = event.state
+        ctx.say(
+            "error" if state.parked else "warning",
+            "record_parked" if state.parked else "record_failure_counted",
+            topic=key.topic,
+            partition=key.partition,
+            offset=state.offset,
+            failures=state.failures,
+            poison_park_after=ctx.s.poison_park_after,
+            error=state.error,
+        )
+
+    def allows(self, held: Held, now: float) -> bool:
+        """Whether a child may start for ``held``: not while it is parked on a poison record
+        (looked at again in a second); past a record an operator skipped, the position moves
+        past it first (the next heartbeat tells the log)."""
+        ctx = self.ctx
+        if not self.enabled or held.position is None:
+            return True
+        key = held.key
+        state = self.state(key)
+        park_ms = int(ctx.s.poison_park_time * 1000)
+        step = poison.poison_action(state, held.position, ctx.log_now_ms(key, now), park_ms)
+        if step is Step.PARK and state is not None:
+            held.restart_at = now + PARKED_RECHECK_S
+            if (key, state.offset) not in self._parked_logged:
+                self._parked_logged.add((key, state.offset))
+                ctx.say("error", "partition_parked", topic=key.topic, partition=key.partition,
+                        offset=state.offset, failures=state.failures, error=state.error,
+                        next="marshal-admin skip-record or retry-record")  # fmt: skip
+            return False
+        if state is not None:
+            self._parked_logged.discard((key, state.offset))
+        if step is Step.SKIP and state is not None:
+            held.position = state.offset + 1
+            held.next_heartbeat = now
+            ctx.say("warning", "poison_record_skipped", topic=key.topic,
+                    partition=key.partition, offset=state.offset, by=state.client_id)  # fmt: skip
+        return True

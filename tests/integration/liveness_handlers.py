@@ -1,0 +1,86 @@
+"""Handlers for the liveness tests (loaded by spawned children): a handler that misbehaves on one
+offset in a chosen way, and writes the ledger (plugins/ledger.py) for every other record.
+
+Environment (read per call):
+
+- ``LIVENESS_AT``: the offset to misbehave on (every partition);
+- ``LIVENESS_HOW``: what to do there (see `HOW`);
+- ``LIVENESS_HELPER_PID_FILE``: if set, first start a helper process (``sleep 60``, in the
+  child's process group) and write its pid there;
+- ``LIVENESS_KEEPALIVE_S``: for ``keepalive``, how long the call works (calling
+  ``ctx.keepalive()`` every 0.2 s) before it completes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from marshal_workers.handler import Context, Record
+from plugins import ledger
+
+AT_ENV = "LIVENESS_AT"
+HOW_ENV = "LIVENESS_HOW"
+HELPER_ENV = "LIVENESS_HELPER_PID_FILE"
+KEEPALIVE_ENV = "LIVENESS_KEEPALIVE_S"
+
+
+def _hang() -> None:
+    while True:
+        time.sleep(0.1)
+
+
+def _keepalive(ctx: Context) -> None:
+    until = time.monotonic() + float(os.environ[KEEPALIVE_ENV])
+    while time.monotonic() < until:
+        ctx.keepalive()
+        time.sleep(0.2)
+
+
+def _raise(error: BaseException) -> None:
+    raise error
+
+
+HOW = {
+    "hang": lambda ctx: _hang(),
+    "keepalive": _keepalive,
+    "sys_exit_0": lambda ctx: sys.exit(0),
+    "sys_exit_4": lambda ctx: sys.exit(4),
+    "keyboard_interrupt": lambda ctx: _raise(KeyboardInterrupt()),
+    "generator_exit": lambda ctx: _raise(GeneratorExit()),
+    "os_exit_0": lambda ctx: os._exit(0),
+    "os_exit_4": lambda ctx: os._exit(4),
+    "sigkill": lambda ctx: os.kill(os.getpid(), signal.SIGKILL),
+    "sigterm": lambda ctx: os.kill(os.getpid(), signal.SIGTERM),
+    # one C call that never lets go of the GIL: the child's watchdog thread cannot run
+    "gil": lambda ctx: sum(range(10**15)),
+}
+
+
+def start_helper(path: str) -> None:
+    """Start ``sleep 60`` (it stays in the child's process group) and write its pid."""
+    helper = subprocess.Popen(["sleep", "60"])
+    with open(path + ".tmp", "w") as out:
+        out.write(str(helper.pid))
+    os.replace(path + ".tmp", path)
+
+
+def handle(record: Record, ctx: Context) -> None:
+    """Misbehave on ``LIVENESS_AT`` as ``LIVENESS_HOW`` says, else write the ledger."""
+    if str(record.offset) == os.environ.get(AT_ENV):
+        helper = os.environ.get(HELPER_ENV)
+        if helper:
+            start_helper(helper)
+        HOW[os.environ[HOW_ENV]](ctx)
+    ledger.handle(record, ctx)
+
+
+def helper_then_ledger(record: Record, ctx: Context) -> None:
+    """On the first record, start the helper; write the ledger for every record."""
+    path = os.environ[HELPER_ENV]
+    if not os.path.exists(path):
+        start_helper(path)
+    ledger.handle(record, ctx)

@@ -1,0 +1,305 @@
+"""End to end, real `marshal-run` processes on a real broker (issue 10): a hung or exiting handler
+under a healthy supervisor, the ALO redelivery bound after kill -9, and a fenced child's helper
+process dying before the claim moves."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.integration import liveness_handlers as lh
+from tests.integration.fleet import Fleet
+
+pytestmark = pytest.mark.kafka
+
+HANDLER = "tests.integration.liveness_handlers:handle"
+AT = 5
+
+
+@pytest.fixture
+def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=1.0, partitions=2)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def member_id() -> str:
+    """A client id no other test on this host uses (client ids are locked per host)."""
+    return f"live-{uuid.uuid4().hex[:8]}"
+
+
+def log_events(path: Path, event: str) -> list[dict[str, object]]:
+    """The JSON log lines of one event."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("event") == event:
+            out.append(entry)
+    return out
+
+
+class TestHandlerEndsUnderAHealthySupervisor:
+    @pytest.mark.parametrize(
+        ("how", "event"),
+        [
+            ("hang", "handler timed out"),
+            ("gil", "handler timed out"),  # the supervisor's backstop: the watchdog starves
+            ("os_exit_0", "handler ended the child"),
+            ("sigkill", "handler ended the child"),
+        ],
+    )
+    def test_the_record_is_skipped_and_the_partition_goes_on(
+        self, fleet: Fleet, how: str, event: str
+    ) -> None:
+        """A handler that hangs (killed at --handler-timeout) or ends its process on one
+        offset: with --on-failure skip, that record is skipped and every other one handled,
+        and the supervisor logs one warning naming topic, partition and offset."""
+        fleet.produce(2 * 12)
+        member = fleet.start(
+            member_id(),
+            "--handler",
+            HANDLER,
+            "--handler-timeout",
+            "1.5",
+            "--on-failure",
+            "skip",
+            "--retries",
+            "0",
+            env={lh.AT_ENV: str(AT), lh.HOW_ENV: how},
+        )
+        expected = {(p, o) for p in range(2) for o in range(12) if o != AT}
+        fleet.wait_for(
+            lambda: {(r["partition"], r["offset"]) for r in fleet.ledger()} >= expected,
+            60,
+            "every record but the misbehaving ones handled",
+        )
+        assert not [r for r in fleet.ledger() if r["offset"] == AT]
+        warnings = log_events(member.log_path, event)
+        assert {(w["topic"], w["partition"], w["offset"]) for w in warnings} == {
+            (fleet.topic, p, AT) for p in range(2)
+        }
+        assert member.proc.poll() is None
+
+
+class TestRedeliveryBound:
+    def test_kill_9_inside_a_batch_rehandles_at_most_about_one_heartbeat(
+        self, fleet: Fleet
+    ) -> None:
+        """8 ms a record, batches of 500, HB = 1 s (125 records an HB): kill -9 of the
+        supervisor at a random point well inside its first batches; the next owner handles
+        again at most one HB of records per partition (the heartbeat's position is read from
+        the child's shared cells when it is sent, not taken from the last finished batch)."""
+        fleet.ledger_delay_ms = 8
+        per_partition = 700
+        fleet.produce(2 * per_partition)
+        first = fleet.start(member_id(), "--batch-size", "500")
+
+        def rows_each() -> int:
+            rows = Counter(r["partition"] for r in fleet.ledger())
+            return min(rows[0], rows[1])
+
+        fleet.wait_for(lambda: rows_each() >= 250, 60, "250 records of each partition handled")
+        time.sleep(random.uniform(0.0, 1.0))  # a random point inside the batch (not a wait)
+        first.signal(signal.SIGKILL)  # its children die with it (parent-death signal)
+        first.wait(10)
+        fleet.start(member_id(), "--batch-size", "500")
+        fleet.wait_for(fleet.handled_everything, 120, "every record handled")
+        again = Counter(
+            p
+            for (p, _), n in Counter((r["partition"], r["offset"]) for r in fleet.ledger()).items()
+            if n > 1
+        )
+        print(f"re-handled per partition: {dict(again)} (one HB = 125 records)")
+        assert all(again[p] <= 125 for p in range(2)), again
+
+
+class TestFencedHelper:
+    def test_a_frozen_supervisors_helper_is_dead_before_another_member_handles(
+        self, kafka_bootstrap: str, tmp_path: Path
+    ) -> None:
+        """SIGSTOP of the supervisor whose handler started a helper process: the helper is
+        dead before the next member handles the partition."""
+        fleet = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=1.0, partitions=1)
+        pid_file = tmp_path / "helper.pid"
+        try:
+            fleet.produce(5)
+            frozen = fleet.start(
+                member_id(),
+                "--handler",
+                "tests.integration.liveness_handlers:helper_then_ledger",
+                env={lh.HELPER_ENV: str(pid_file)},
+            )
+            fleet.wait_for(pid_file.exists, 60, "the handler's helper")
+            helper = int(pid_file.read_text())
+            fleet.wait_for(lambda: len(fleet.ledger()) >= 5, 60, "the first records handled")
+            frozen.signal(signal.SIGSTOP)
+            fleet.start(member_id())
+            fleet.produce(5)
+            died_at = None
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if died_at is None and not _alive(helper):
+                    died_at = time.time()
+                later = [r for r in fleet.ledger() if r["client_id"] != frozen.client_id]
+                if later:
+                    assert died_at is not None, "another member handled while the helper lived"
+                    assert died_at <= min(r["start"] for r in later)
+                    break
+                time.sleep(0.02)
+            else:
+                pytest.fail("the partition was not taken over")
+        finally:
+            for member in fleet.members:
+                with_suppressed(lambda m=member: os.kill(m.pid, signal.SIGCONT))
+            fleet.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def with_suppressed(action: Callable[[], object]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        action()
+
+
+class TestPoisonRecords:
+    def test_a_poison_record_is_counted_across_members_parked_then_skipped_by_an_operator(
+        self, kafka_bootstrap: str, tmp_path: Path
+    ) -> None:
+        """A record that always fails: its failures add up in the log across releases and
+        members (2 each before a release, parked at 4 in total), status shows it parked with
+        its offset and error, nobody tries it any more; retry-record starts the count again,
+        skip-record moves the partition past it and the rest is handled."""
+        fleet = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=1.0, partitions=1)
+        poison_at = 3
+        try:
+            fleet.produce(10)
+            args = (
+                "--retries",
+                "0",
+                "--restart-backoff",
+                "0.1",
+                "--max-handler-failures",
+                "2",
+                "--poison-park-after",
+                "4",
+            )
+            env = {"MARSHAL_LEDGER_FAIL_AT_OFFSET": str(poison_at)}
+            for _ in range(2):
+                fleet.start(member_id(), *args, env=env)
+
+            def poison_state() -> dict[str, object] | None:
+                out = fleet.admin("status", "--group", fleet.group, "--json")
+                assert out.returncode == 0, out.stderr
+                for claim in json.loads(out.stdout)["claims"]:
+                    if claim["topic"] == fleet.topic and claim["partition"] == 0:
+                        found = claim.get("poison")
+                        return found if isinstance(found, dict) else None
+                return None
+
+            def parked() -> bool:
+                state = poison_state()
+                return state is not None and state["parked"] is True
+
+            fleet.wait_for(parked, 90, "the poison record to be parked")
+            state = poison_state()
+            assert state is not None
+            assert state["offset"] == poison_at and state["failures"] == 4
+            assert "SimulatedError" in str(state["last_error"])
+            writers = {
+                entry["client_id"]
+                for member in fleet.members
+                for entry in log_events(member.log_path, "record failure counted")
+                + log_events(member.log_path, "record parked")
+            }
+            assert len(writers) == 2, "both members counted failures of the one record"
+            failures_so_far = _failure_lines(fleet)
+            time.sleep(3 * fleet.hb)  # a window in which nothing may try the parked record
+            assert _failure_lines(fleet) == failures_so_far
+            assert [r["offset"] for r in fleet.ledger()] == list(range(poison_at))
+
+            retried = fleet.admin(
+                "retry-record",
+                "--group",
+                fleet.group,
+                "--topic",
+                fleet.topic,
+                "--partition",
+                "0",
+                "--offset",
+                str(poison_at),
+            )
+            assert retried.returncode == 0, retried.stderr
+            fleet.wait_for(lambda: _failure_lines(fleet) > failures_so_far, 60, "a new try")
+
+            fleet.wait_for(parked, 90, "the record to be parked again")
+            skipped = fleet.admin(
+                "skip-record",
+                "--group",
+                fleet.group,
+                "--topic",
+                fleet.topic,
+                "--partition",
+                "0",
+                "--offset",
+                str(poison_at),
+            )
+            assert skipped.returncode == 0, skipped.stderr
+            assert "skipped" in skipped.stdout
+            fleet.wait_for(
+                lambda: {r["offset"] for r in fleet.ledger()} == set(range(10)) - {poison_at},
+                60,
+                "every other record handled",
+            )
+            fleet.wait_for(lambda: poison_state() is None, 30, "status without a poison record")
+        finally:
+            fleet.close()
+
+    def test_an_operator_that_is_not_an_admin_is_refused(
+        self, kafka_bootstrap: str, tmp_path: Path
+    ) -> None:
+        """skip-record as a client outside admin_client_ids: exit 1, nothing changes."""
+        fleet = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=1.0, partitions=1)
+        try:
+            refused = fleet.admin(
+                "skip-record",
+                "--group",
+                fleet.group,
+                "--topic",
+                fleet.topic,
+                "--partition",
+                "0",
+                "--offset",
+                "3",
+                "--client-id",
+                "mallory",
+            )
+            assert refused.returncode == 1
+            assert "refused" in refused.stderr and "not an admin" in refused.stderr
+        finally:
+            fleet.close()
+
+
+def _failure_lines(fleet: Fleet) -> int:
+    """How many handler failures the members have logged so far."""
+    return sum(len(log_events(member.log_path, "handler failed")) for member in fleet.members)
