@@ -26,6 +26,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     ResourceType,
 )
 
@@ -224,23 +225,38 @@ def entry(name: str, value: str | None) -> ConfigEntry:
     return ConfigEntry(name, value, incremental_operation=op)
 
 
+BACKOFF = "log.cleaner.backoff.ms"
+
+
+def broker_override(admin: AdminClient, broker: str) -> str | None:
+    """The broker's own dynamic value of the cleaner back-off, if it has one."""
+    resource = ConfigResource(ResourceType.BROKER, broker)
+    found = admin.describe_configs([resource])[resource].result(30)
+    current = found.get(BACKOFF)
+    if current is None or current.source != ConfigSource.DYNAMIC_BROKER_CONFIG.value:
+        return None
+    return str(current.value)
+
+
 @pytest.fixture
 def eager_cleaner(kafka_bootstrap: str) -> Iterator[AdminClient]:
     """The brokers' log cleaners look for work every 200 ms (a dynamic setting, per broker;
-    the default is 15 s), restored afterwards."""
+    the default is 15 s); each broker's own setting is put back afterwards."""
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     brokers = [str(b) for b in admin.list_topics(timeout=10).brokers]
+    before = {broker: broker_override(admin, broker) for broker in brokers}
 
-    def set_backoff(value: str | None) -> None:
-        for broker in brokers:
-            settings = [entry("log.cleaner.backoff.ms", value)]
-            alter(admin, ConfigResource(ResourceType.BROKER, broker, incremental_configs=settings))
+    def set_backoff(broker: str, value: str | None) -> None:
+        settings = [entry(BACKOFF, value)]
+        alter(admin, ConfigResource(ResourceType.BROKER, broker, incremental_configs=settings))
 
-    set_backoff("200")
+    for broker in brokers:
+        set_backoff(broker, "200")
     try:
         yield admin
     finally:
-        set_backoff(None)
+        for broker, value in before.items():
+            set_backoff(broker, value)
 
 
 def offset_gaps(records: list[CoordRecord]) -> int:
