@@ -189,11 +189,6 @@ class TestGroupsShareAClientId:
         assert settled, f"not settled: A {a.counts()}, B {b.counts()}\n{other.log_tail()}"
         assert not find_overlaps(a.ledger())
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="the host's client-id lock is per client id, not yet per (group, client id): "
-        "another helper is changing it (issue 9 item 1); remove this mark when it lands",
-    )
     def test_two_groups_on_one_host_with_one_client_id_both_run(
         self, fleets: Callable[..., Fleet]
     ) -> None:

@@ -473,12 +473,6 @@ class TestCoreActsOnEveryFoldedRecord:
 
 
 class TestCompactedMemberClaim:
-    @pytest.mark.xfail(
-        strict=True,
-        reason="finding: the member claim is written whatever the fold says, so after compaction "
-        "a restarted member's first member claim is refused and backs off 2.2-2.6 HB; fix "
-        "proposed in the tests9 report (gate it with claims.is_claimable, as data claims are)",
-    )
     def test_a_restarted_member_waits_for_silence_then_wins_its_member_claim_at_once(
         self,
     ) -> None:
