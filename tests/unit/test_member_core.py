@@ -286,3 +286,19 @@ class TestPositionsAndHealth:
             h.tick(0.1)
             h.run(member.feed(inp.StartFailed(h.now, keys(1)[0], "offline")))
         assert not member.healthy(h.now)
+
+
+class TestLogOrder:
+    def test_claim_won_is_logged_before_its_child_starts(self) -> None:
+        """Issue 13.10: the log says what happened in the order it happened."""
+        topic, log_ms = fresh_topic(partitions=1)
+        h = start(Member(settings(partitions=1)), topic, log_ms, n=1)
+        h.run(h.member.feed(inp.StartFound(h.now, keys(1)[0], 0)))
+        h.tick(0.05)
+        order = [
+            "won" if isinstance(c, cmd.Log) and c.event == "claim_won" else "spawn"
+            for c in h.commands
+            if (isinstance(c, cmd.Log) and c.event == "claim_won" and c.fields["topic"] == "orders")
+            or isinstance(c, cmd.Spawn)
+        ]
+        assert order == ["won", "spawn"]
