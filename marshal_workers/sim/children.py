@@ -13,7 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from marshal_workers import ipc
-from marshal_workers.childexit import EXIT_LEASE_EXPIRED, EXIT_NOT_GRANTED
+from marshal_workers.childexit import (
+    EXIT_HANDLER_FAILED,
+    EXIT_HANDLER_TIMEOUT,
+    EXIT_LEASE_EXPIRED,
+    EXIT_NOT_GRANTED,
+)
+from marshal_workers.exitpolicy import ChildEnd
 from marshal_workers.protocol import ClaimKey
 from marshal_workers.rationalizer import Mode
 
@@ -27,6 +33,7 @@ class DataPartition:
     backlog: int
     rate: float  # records per second
     born: float = 0.0
+    poison: dict[int, str] = field(default_factory=dict)  # offset -> "fail" or "hang"
 
     def high_watermark(self, t: float) -> int:
         """The offset the next produced record gets, at time ``t``."""
@@ -45,6 +52,7 @@ class SimChild:
     speed: float  # records per second
     ready_at: float
     on_handled: Handled
+    on_failed: Handled  # a handler call failed (raised, or timed out) on a record
     position: int = 0
     alive: bool = True
     exit_code: int | None = None
@@ -58,6 +66,8 @@ class SimChild:
     requests: int = 0
     budget: float = 0.0
     hung_until: float = 0.0
+    hung_since: float | None = None  # a handler call stuck on a poison record, since
+    end: ChildEnd | None = None  # how it ended, as its shared cells would say
 
     def __post_init__(self) -> None:
         self.position = self.spec.start_offset or 0
@@ -105,12 +115,36 @@ class SimChild:
             if t >= self.lease():
                 self.die(EXIT_LEASE_EXPIRED, t)
                 return
+            if self._poisoned(t):
+                return
             self.on_handled(self, self.position, t)
             self.position += 1
             self.budget -= 1
             if self.stopping:
                 break
         self.published = self.position
+
+    def _poisoned(self, t: float) -> bool:
+        """A poison record at the position: the handler raises (the child reports it and exits
+        4 under the stop policy), or hangs until the child's watchdog ends it at the handler
+        deadline (exit 10, the call noted in the shared cells). Whether the child stopped."""
+        kind = self.data.poison.get(self.position)
+        if kind == "fail":
+            self.on_failed(self, self.position, t)
+            self.outbox.append(ipc.HandlerFailed(self.position, "PoisonError: on purpose", ""))
+            self.die(EXIT_HANDLER_FAILED, t)
+            return True
+        if kind == "hang":
+            if self.hung_since is None:
+                self.hung_since = t
+            timeout = self.spec.handler_timeout_s
+            if timeout and t - self.hung_since >= timeout:
+                failed = ipc.Settle(self.position, self.position + 1, "the handler call timed out")
+                self.end = ChildEnd(EXIT_HANDLER_TIMEOUT, failed, t - self.hung_since)
+                self.on_failed(self, self.position, t)
+                self.die(EXIT_HANDLER_TIMEOUT, t)
+            return True
+        return False
 
     def _handle_amo(self, t: float) -> None:
         if self.batch is None:

@@ -11,6 +11,9 @@
 - ``fold_agreement``: every member's fold agrees with a reader of the whole, uncompacted log
   on who holds each claim it considers certain, and with which token;
 - ``isolation``: a member writes only about its own group's claims;
+- ``poison_bounded``: a record that always fails is attempted at most ``park_after`` times
+  plus one streak in flight, across members and restarts (its count lives in the log);
+- ``handler_deadline``: no handler call outlives its deadline by more than a second;
 - ``liveness``: after the last fault, every partition is held by a live member's child and
   moving (records keep being produced), and shares are fair, within the stated bound.
 """
@@ -34,6 +37,8 @@ INVARIANTS = (
     "fold_agreement",
     "isolation",
     "liveness",
+    "poison_bounded",
+    "handler_deadline",
 )
 
 
@@ -62,11 +67,26 @@ class Checker:
     rehandled: dict[ClaimKey, int] = field(default_factory=lambda: defaultdict(int))
     last_handled: dict[ClaimKey, float] = field(default_factory=dict)
     handled_total: int = 0
+    park_after: int = 4
+    failures: dict[tuple[ClaimKey, int], int] = field(default_factory=dict)
 
     def violation(self, invariant: str, detail: str, t: float | None = None) -> None:
         """Record a violation (the first few per invariant are enough)."""
         if sum(1 for v in self.violations if v["invariant"] == invariant) < 5:
             self.violations.append({"invariant": invariant, "detail": detail, "t": t})
+
+    def failed(self, child: SimChild, offset: int, t: float) -> None:
+        """A handler call failed on ``offset`` (a poison record)."""
+        mark = (child.key, offset)
+        count = self.failures.get(mark, 0) + 1
+        self.failures[mark] = count
+        if count > self.park_after + 2:
+            self.violation(
+                "poison_bounded",
+                f"{child.key.topic}/{child.key.partition} offset {offset} failed {count} times "
+                f"(parked after {self.park_after})",
+                t,
+            )
 
     def handled(self, child: SimChild, offset: int, t: float) -> None:
         """A child handled ``offset`` at ``t``."""

@@ -21,6 +21,7 @@ from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol import ClaimKey
+from marshal_workers.rationalizer import Mode
 from marshal_workers.sim.children import DataPartition, Handled, SimChild
 from marshal_workers.sim.vlog import VirtualLog
 
@@ -60,6 +61,7 @@ class SimNode:
         partitions: Callable[[], list[ClaimKey]],
         rng: random.Random,
         on_handled: Handled,
+        on_failed: Handled,
         on_violation: Callable[[str], None],
         speed: float,
         wall_skew: float = 0.0,
@@ -72,6 +74,7 @@ class SimNode:
         self.partitions = partitions
         self.rng = rng
         self.on_handled = on_handled
+        self.on_failed = on_failed
         self.on_violation = on_violation
         self.speed = speed
         self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
@@ -163,7 +166,8 @@ class SimNode:
                 del self.children[key]
                 self.dead_children.append(child)
                 assert child.exit_code is not None
-                self._feed(inp.ChildExited(t, key, child.exit_code), t)
+                position = child.published if child.spec.mode is Mode.ALO else None
+                self._feed(inp.ChildExited(t, key, child.exit_code, child.end, position), t)
         positions = {k: c.published for k, c in self.children.items() if c.published is not None}
         self._feed(inp.Tick(t, t + self.wall_skew, positions), t)
 
@@ -249,6 +253,7 @@ class SimNode:
             speed=self.speed,
             ready_at=t + self.rng.uniform(0.1, 0.3),
             on_handled=self.on_handled,
+            on_failed=self.on_failed,
         )
         self.children[key] = child
         self.trace.append(

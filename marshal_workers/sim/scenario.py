@@ -43,8 +43,21 @@ FAULTS = (
     "pause",
     "partitions",
     "shared-ids",
+    "poison",
 )
-DEFAULT_FAULTS = ("kill", "freeze", "restart", "twins", "compaction", "latency", "clock", "pause")
+DEFAULT_FAULTS = (
+    "kill",
+    "freeze",
+    "restart",
+    "twins",
+    "compaction",
+    "latency",
+    "clock",
+    "pause",
+    "poison",
+)
+POISON_PARK_AFTER = 4  # failures of one record before its claim is parked (the fleet's setting)
+MAX_HANDLER_FAILURES = 3
 ADMIN = "marshal-admin"
 
 
@@ -96,11 +109,15 @@ class Fleet:
         self.modes = {f"g{g}": (Mode.ALO if g % 2 == 0 else Mode.AMO) for g in range(p.groups)}
         self.partition_count = {g: p.partitions for g in self.modes}
         self.data: dict[ClaimKey, DataPartition] = {}
-        self.checker = Checker(dict(self.modes), p.heartbeat_interval, p.speed)
+        self.checker = Checker(
+            dict(self.modes), p.heartbeat_interval, p.speed, park_after=POISON_PARK_AFTER
+        )
         self.nodes: list[SimNode] = []
         self.events: list[tuple[float, str, Callable[[], None]]] = []
         self.fault_windows: list[tuple[float, float]] = []  # (start, end) of each fault
         self.instances = 0
+        self.handler_timeout = 2 * p.heartbeat_interval
+        self.poisoned: set[ClaimKey] = set()
 
     # ---- building ----------------------------------------------------------------------------
 
@@ -130,6 +147,7 @@ class Fleet:
             start_offset=None,
             fencing_token=0,
             batch_size=50,
+            handler_timeout_s=self.handler_timeout,
         )
         return MemberSettings(
             group=group,
@@ -147,6 +165,10 @@ class Fleet:
             ),
             child=child,
             stop_timeout=2 * p.heartbeat_interval,
+            max_handler_failures=MAX_HANDLER_FAILURES,
+            restart_backoff=0.1,
+            handler_timeout=self.handler_timeout,
+            poison_park_after=POISON_PARK_AFTER,
         )
 
     def add_node(self, group: str, client_id: str, at: float) -> SimNode:
@@ -158,6 +180,7 @@ class Fleet:
             partitions=lambda: self.keys(group),
             rng=self.rng,
             on_handled=self.checker.handled,
+            on_failed=self.checker.failed,
             on_violation=lambda d: self.checker.violation("isolation", d, self.t),
             speed=self.p.speed,
             wall_skew=self.rng.uniform(-5, 5),
@@ -208,7 +231,21 @@ class Fleet:
             "compaction": self._fault_compaction,
             "pause": self._fault_pause,
             "partitions": self._fault_partitions,
+            "poison": self._fault_poison,
         }[fault]
+
+    def _fault_poison(self) -> None:
+        """A record that always fails, or whose handler call hangs, a little ahead of an ALO
+        partition's end: the fleet must count its failures in the log and park it."""
+        alo = [g for g, mode in self.modes.items() if mode is Mode.ALO]
+        if not alo:
+            return
+        key = self.rng.choice(self.keys(self.rng.choice(alo)))
+        data = self.data_of(key)
+        offset = data.high_watermark(self.t) + self.rng.randint(0, 20)
+        data.poison[offset] = self.rng.choice(("fail", "hang"))
+        self.poisoned.add(key)
+        self._window(0.0)
 
     def _fault_kill(self) -> None:
         node = self._victim()
@@ -294,10 +331,11 @@ class Fleet:
                 for key, child in n.children.items()
                 if child.alive and t >= child.ready_at and child.lease() > t
             }
-            if not set(self.keys(group)) <= covered:
-                return False
+            if not set(self.keys(group)) - self.poisoned <= covered:
+                return False  # (a poisoned partition is parked: held, with no child)
             last = self.checker.last_handled
-            if any(t - last.get(k, -1e9) > 2.0 for k in self.keys(group)):
+            moving = [k for k in self.keys(group) if k not in self.poisoned]
+            if any(t - last.get(k, -1e9) > 2.0 for k in moving):
                 return False  # held but not moving: a wedged partition (records keep coming)
             announced = {n.member.member for n in live if n.member.member in n.member.held}
             if any(n.member.member not in announced for n in live):
@@ -307,6 +345,19 @@ class Fleet:
             if any(len(n.held_data()) > share for n in live):
                 return False
         return True
+
+    def _hung_handlers(self, t: float) -> None:
+        """No handler call outlives its deadline (plus a scheduling second) under a member."""
+        for node in self.nodes:
+            for child in node.children.values():
+                since = child.hung_since
+                if child.alive and since is not None and t - since > self.handler_timeout + 1.0:
+                    self.checker.violation(
+                        "handler_deadline",
+                        f"{child.cid} hung in its handler for {t - since:.1f}s (deadline "
+                        f"{self.handler_timeout:.1f}s)",
+                        t,
+                    )
 
     def advance(self, step: int) -> float:
         """Step ``step`` of the run: due events, the brokers, the members, the children."""
@@ -343,6 +394,7 @@ class Fleet:
         for step in range(steps + 1):
             t = self.advance(step)
             if step % 5 == 0:
+                self._hung_handlers(t)
                 ok = self.converged()
                 if ok and cold is None and t > 1.0:
                     cold = t - 1.0

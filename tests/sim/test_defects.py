@@ -4,6 +4,8 @@ clean: tests/sim/test_sim_runs.py.)"""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from marshal_workers.core import logclock
@@ -11,6 +13,7 @@ from marshal_workers.core.children import Children
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.core.context import Context
 from marshal_workers.core.holdings import Holdings
+from marshal_workers.core.poisoning import Poisoning
 from marshal_workers.protocol import ClaimKey
 from marshal_workers.rationalizer import ClaimState, resume_offset
 from marshal_workers.sim.scenario import SimParams
@@ -119,3 +122,29 @@ def test_release_defect_resumed_claim_released_before_old_lease_ends(
     monkeypatch.setattr(Holdings, "finish", eager)
     params = SimParams(members=6, groups=2, faults=("twins",), fault_count=3)
     assert first_violation(params, "no_overlap", SEEDS) is not None
+
+
+def test_deadline_defect_a_hung_handler_holds_its_partition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 10.1: a handler call had no deadline: a hung handler held its partition forever
+    under a healthy supervisor."""
+    spawn = Holdings.spawn
+
+    def no_deadline(self: Holdings, held, *, restart: bool) -> None:  # type: ignore[no-untyped-def]
+        self.ctx.s = replace(self.ctx.s, child=replace(self.ctx.s.child, handler_timeout_s=None))
+        spawn(self, held, restart=restart)
+
+    monkeypatch.setattr(Holdings, "spawn", no_deadline)
+    params = SimParams(members=4, groups=1, faults=("poison",), fault_count=3)
+    assert first_violation(params, "handler_deadline", SEEDS) is not None
+
+
+def test_poison_defect_failure_counts_live_only_in_the_member(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 10.3: a record's failure count lived in the member and started again at 1 after
+    each release and reclaim, so a poison record looped forever across members."""
+    monkeypatch.setattr(Poisoning, "note_failure", lambda self, key, offset, error, now: None)
+    params = SimParams(members=4, groups=1, faults=("poison",), fault_count=3, duration=60)
+    assert first_violation(params, "poison_bounded", SEEDS) is not None

@@ -23,6 +23,8 @@ MIXES = [
     SimParams(members=2, groups=1, faults=("twins",), fault_count=2),
     SimParams(members=2, groups=1, faults=("kill",), fault_count=2),
     SimParams(members=6, groups=2, faults=("twins",), fault_count=3),
+    SimParams(members=4, groups=1, faults=("poison",), fault_count=3),
+    SimParams(members=4, groups=1, faults=("poison",), fault_count=3, duration=60),
 ]
 
 
