@@ -14,7 +14,8 @@ D = detection + ELECTION_SLACK_MS bounds both. Heartbeats go out every HB/2, so 
 confirmed before the stall was sent at most HB/2 before it began, and its lease runs until
 2*HB - margin after that send, that is at least 1.5*HB - margin after the stall began. A
 heartbeat sent during the stall lands when the stall ends (the producer keeps retrying it) and
-counts from when it was sent, although its append timed out (`Coordinator` credits it), so the
+counts from when it was sent, although its append timed out (the member core credits it:
+`core.holdings.Holdings.late_heartbeat_landed`), so the
 lease is extended about one turn of the supervisor's loop (LOOP_TURN_MS) after the stall. The
 supervisor kills a child a kill grace, min(1 s, HB/4), before its lease ends. No lease runs out
 when
