@@ -7,6 +7,7 @@ import click
 from marshal_workers.admin.commands import dump, init, status
 from marshal_workers.admin.demo import demo
 from marshal_workers.admin.group_commands import import_go, release_group, set_position
+from marshal_workers.admin.poison import retry_record, skip_record
 from marshal_workers.admin.settings_cli import group_settings
 from marshal_workers.entry import run_command
 from marshal_workers.localkafka.cli import kafka
@@ -26,6 +27,8 @@ cli.add_command(release_group)
 cli.add_command(set_position)
 cli.add_command(group_settings)
 cli.add_command(import_go)
+cli.add_command(skip_record)
+cli.add_command(retry_record)
 
 
 def main() -> None:

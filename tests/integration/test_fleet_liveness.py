@@ -58,10 +58,10 @@ class TestHandlerEndsUnderAHealthySupervisor:
     @pytest.mark.parametrize(
         ("how", "event"),
         [
-            ("hang", "handler timed out"),
-            ("gil", "handler timed out"),  # the supervisor's backstop: the watchdog starves
-            ("os_exit_0", "handler ended the child"),
-            ("sigkill", "handler ended the child"),
+            ("hang", "handler_timed_out"),
+            ("gil", "handler_timed_out"),  # the supervisor's backstop: the watchdog starves
+            ("os_exit_0", "handler_ended_child"),
+            ("sigkill", "handler_ended_child"),
         ],
     )
     def test_the_record_is_skipped_and_the_partition_goes_on(
@@ -229,8 +229,8 @@ class TestPoisonRecords:
             writers = {
                 entry["client_id"]
                 for member in fleet.members
-                for entry in log_events(member.log_path, "record failure counted")
-                + log_events(member.log_path, "record parked")
+                for entry in log_events(member.log_path, "record_failure_counted")
+                + log_events(member.log_path, "record_parked")
             }
             assert len(writers) == 2, "both members counted failures of the one record"
             failures_so_far = _failure_lines(fleet)
@@ -302,4 +302,4 @@ class TestPoisonRecords:
 
 def _failure_lines(fleet: Fleet) -> int:
     """How many handler failures the members have logged so far."""
-    return sum(len(log_events(member.log_path, "handler failed")) for member in fleet.members)
+    return sum(len(log_events(member.log_path, "handler_failed")) for member in fleet.members)
