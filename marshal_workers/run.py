@@ -125,4 +125,7 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
                 server.close()
         code = supervisor.exit_code if supervisor.exit_code is not None else EXIT_OK
         log.info("supervisor_stopped", exit_code=code)
+    reason = supervisor.member.operator.exit_reason
+    if code != EXIT_OK and reason:  # a refusal to go on: its one line, and its exit code
+        raise MarshalError(reason, code)
     return code

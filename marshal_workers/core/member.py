@@ -330,7 +330,8 @@ class Member:
         if self.operator.done:
             return
         reason = str(refusal(event, self.s.coordination_topic))
-        self.ctx.say("error", "refusing_to_run", reason=reason)
+        if self.started:  # at start the runtime says it: nothing but that one line
+            self.ctx.say("error", "refusing_to_run", reason=reason)
         self.operator.exit(EXIT_GO_FLEET, reason)
 
     def _partitions_found(self, found: inp.PartitionsFound) -> None:

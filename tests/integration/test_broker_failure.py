@@ -25,7 +25,15 @@ from plugins.ledger import find_gaps, find_overlaps
 from tests.integration.fleet import Fleet
 
 pytestmark = pytest.mark.cluster
-TROUBLE = {"claim lost", "releasing claim", "restarting child", "heartbeat_interval_too_small"}
+# the supervisor's log events that mean a lease or a claim was lost (snake_case: the names the
+# member core logs; tests/unit/test_event_names.py keeps every name in that form)
+TROUBLE = {
+    "claim_lost",
+    "claim_releasing",
+    "child_restarting",
+    "lease_expired",
+    "heartbeat_interval_too_small",
+}
 
 
 def rule_heartbeat(bootstrap: str) -> float:

@@ -81,7 +81,7 @@ def test_a_topic_without_a_record_is_refused_until_init_records_it(fleet: Fleet)
     fleet.wait_for(
         lambda: (
             f'"topic": "{fleet.topic}"' in b.log_path.read_text()
-            and "claim won" in b.log_path.read_text()
+            and "claim_won" in b.log_path.read_text()
         ),
         60,
         "the member claiming data partitions once init recorded the count",
