@@ -39,9 +39,7 @@ class Children:
         if held is None:
             return
         msg = said.message
-        if isinstance(msg, ipc.Started):
-            held.child_pid = msg.pid
-        elif isinstance(msg, ipc.Progress | ipc.Stopped) and msg.next_offset is not None:
+        if isinstance(msg, ipc.Progress | ipc.Stopped) and msg.next_offset is not None:
             if self.ctx.s.mode is Mode.ALO or held.position is None:
                 held.position = msg.next_offset
         elif isinstance(msg, ipc.GrantRequest):
@@ -148,7 +146,6 @@ class Children:
             return
         now, code, key = exited.now, exited.code, exited.key
         held.child = False
-        held.child_pid = None
         if held.phase is Phase.LOST:
             holdings.drop(key)
             return

@@ -40,7 +40,6 @@ class Held:
     phase: Phase = Phase.STARTING
     start_after: float = 0.0  # a takeover waits for the old instance's lease to end
     child: bool = False  # a child process runs (from Spawn until ChildExited)
-    child_pid: int | None = None
     next_heartbeat: float = 0.0
     failures: int = 0
     failed_offset: int | None = None
