@@ -49,6 +49,7 @@ from marshal_workers.stacks import catches_signal, log_stacks
 from marshal_workers.supervisor.background import Background
 
 Clock = Callable[[], float]
+PENDING_WAIT_S = 0.001  # the loop's wait while coordination writes are in flight
 
 
 def member_settings(config: RunConfig, coordination_partitions: int) -> MemberSettings:
@@ -206,6 +207,8 @@ class Supervisor:
         waitables: list[Connection | int] = [*conns]
         if self.wake_fd is not None:
             waitables.append(self.wake_fd)
+        if self.member.ctx.pending.ops:  # writes in flight: their verdicts come from the log,
+            wait_s = min(wait_s, PENDING_WAIT_S)  # which wakes nothing here, so look soon
         if waitables:
             ready = connection.wait(waitables, timeout=wait_s)
         else:
