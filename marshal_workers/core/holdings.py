@@ -61,7 +61,8 @@ class Holdings:
         if held.phase not in (Phase.LOST, Phase.RELEASING):
             if held.position is not None and now >= held.next_heartbeat:
                 self.heartbeat(held, now)
-            if now >= held.lease and not held.child and not held.is_member:
+            expired = now >= held.lease and held.phase is not Phase.STOPPING
+            if expired and not held.child and not held.is_member:
                 # no child runs: release (the log refuses it if the claim was taken meanwhile)
                 key = held.key
                 ctx = self.ctx
