@@ -20,6 +20,7 @@ from marshal_workers.protocol import ClaimKey
 from marshal_workers.rationalizer import Mode
 
 PARKED_RECHECK_S = 1.0  # how often a parked claim looks for an operator's decision
+PENDING_RECHECK_S = 0.05  # a failure being counted in the log: retry once it is
 
 
 class Poisoning:
@@ -80,13 +81,17 @@ class Poisoning:
         )
 
     def allows(self, held: Held, now: float) -> bool:
-        """Whether a child may start for ``held``: not while it is parked on a poison record
-        (looked at again in a second); past a record an operator skipped, the position moves
-        past it first (the next heartbeat tells the log)."""
+        """Whether a child may start for ``held``: not while a failure of its is being counted
+        in the log (the count decides whether it is parked), nor while it is parked on a
+        poison record (looked at again in a second); past a record an operator skipped, the
+        position moves past it first (the next heartbeat tells the log)."""
         ctx = self.ctx
         if not self.enabled or held.position is None:
             return True
         key = held.key
+        if ctx.pending.in_flight(Kind.POISON, key):  # the count first, then maybe a retry
+            held.restart_at = now + PENDING_RECHECK_S
+            return False
         state = self.state(key)
         park_ms = int(ctx.s.poison_park_time * 1000)
         step = poison.poison_action(state, held.position, ctx.log_now_ms(key, now), park_ms)

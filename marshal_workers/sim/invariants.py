@@ -12,7 +12,8 @@
   on who holds each claim it considers certain, and with which token;
 - ``isolation``: a member writes only about its own group's claims;
 - ``poison_bounded``: a record that always fails is attempted at most ``park_after`` times
-  plus one streak in flight, across members and restarts (its count lives in the log);
+  plus one, across members and restarts (its count lives in the log; a member that read a
+  compacted log may count one failure late);
 - ``handler_deadline``: no handler call outlives its deadline by more than a second;
 - ``liveness``: after the last fault, every partition is held by a live member's child and
   moving (records keep being produced), and shares are fair, within the stated bound.
@@ -80,7 +81,9 @@ class Checker:
         mark = (child.key, offset)
         count = self.failures.get(mark, 0) + 1
         self.failures[mark] = count
-        if count > self.park_after + 2:
+        # one failure more than the fleet's setting: a member that read a compacted log may
+        # count a failure one late (README, residual risks)
+        if count > self.park_after + 1:
             self.violation(
                 "poison_bounded",
                 f"{child.key.topic}/{child.key.partition} offset {offset} failed {count} times "

@@ -201,9 +201,14 @@ class SimNode:
                         f" for group {c.message.group_id}"
                     )
                 fails = self.log.fails(c.partition)
+                # one producer delivers in order per partition (idempotence): never overtake
+                lands_at = max(
+                    [t + self.log.latency(c.partition)]
+                    + [f.lands_at for f in self.in_flight if f.partition == c.partition]
+                )
                 self.in_flight.append(
                     InFlight(
-                        t + self.log.latency(c.partition),
+                        lands_at,
                         c.op,
                         c.partition,
                         c.key,
