@@ -51,6 +51,13 @@ def _kafka_opener(bootstrap: str) -> Iterator[Opener]:
     topic = NewTopic(name, PARTITIONS, 1, config=coordination_topic_config(1))
     admin = admin_client(bootstrap)
     admin.create_topics([topic])[name].result(30)
+    deadline = time.monotonic() + 30  # created is not yet visible: metadata catches up
+    while True:
+        meta = admin.list_topics(name, timeout=5).topics.get(name)
+        if meta is not None and meta.error is None and len(meta.partitions) == PARTITIONS:
+            break
+        assert time.monotonic() < deadline, f"{name} not visible in metadata within 30 s"
+        time.sleep(0.1)
     yield lambda: KafkaLog(bootstrap, name, client_id="contract-test")
     delete_topic(admin_client(bootstrap), bootstrap, name)
 
