@@ -169,20 +169,20 @@ class Processes:
         for pid in self.orphans:
             with contextlib.suppress(psutil.Error):
                 orphan = psutil.Process(pid)
-                if "spawn_main" in " ".join(orphan.cmdline()):  # not a reused pid
+                if "multiprocessing" in " ".join(orphan.cmdline()):  # not a reused pid
                     orphan.kill()
                     orphan.wait(5)
 
 
 def worker_children(pid: int) -> list[psutil.Process]:
-    """The supervisor's partition workers (spawned: ``spawn_main`` in the command line; not
-    multiprocessing's resource tracker)."""
+    """The supervisor's partition workers: the processes under it (forked by its fork server)
+    that lead their own process group (not the fork server, multiprocessing's resource tracker,
+    or a child's group guardian)."""
     out = []
     with contextlib.suppress(psutil.NoSuchProcess):
-        for child in psutil.Process(pid).children():
-            with contextlib.suppress(psutil.Error):
-                cmd = " ".join(child.cmdline())
-                if "spawn_main" in cmd and "resource_tracker" not in cmd:
+        for child in psutil.Process(pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                if os.getpgid(child.pid) == child.pid:
                     out.append(child)
     return out
 

@@ -28,9 +28,9 @@ torn value; the cells are not read as a consistent set (each is meaningful on it
 from __future__ import annotations
 
 import ctypes
-from multiprocessing.context import SpawnContext
 from typing import Any
 
+from marshal_workers.childcontext import ChildContext
 from marshal_workers.exitpolicy import EndNote
 
 NO_POSITION = -1
@@ -39,7 +39,7 @@ NO_POSITION = -1
 class CallCells:
     """The shared cells of one claim (created by the supervisor, inherited by its children)."""
 
-    def __init__(self, ctx: SpawnContext) -> None:
+    def __init__(self, ctx: ChildContext) -> None:
         self.position: Any = ctx.RawValue(ctypes.c_int64, NO_POSITION)
         self.in_call: Any = ctx.RawValue(ctypes.c_int64, 0)
         self.started: Any = ctx.RawValue(ctypes.c_double, 0.0)

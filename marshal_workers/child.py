@@ -2,13 +2,14 @@
 
 Theory of operation. The supervisor calls `start_child` for a partition it holds, with a
 `ChildSpec` (where to start, which handler, which fencing token) and the claim's `SharedLease`,
-already extended to a deadline in the future. The child is spawned (never forked: librdkafka
-threads do not survive a fork) and, in `child_main`:
+already extended to a deadline in the future. The child is forked by the fork server
+(`childcontext`: a process that imported the child's modules and runs no thread; the supervisor
+itself is never forked, as librdkafka's threads do not survive a fork) and, in `child_main`:
 
 1. leads its own process group, forks the group guardian (which SIGKILLs the group once the
-   child has ended, however it ended), asks Linux to SIGKILL it when its parent dies, and exits
-   at once if its parent is already gone (the race after ``prctl``) (see
-   `marshal_workers.fencing`);
+   child has ended, however it ended), asks Linux to SIGKILL it when its parent (the fork server,
+   which exits with the supervisor) dies, and exits at once if the supervisor or the fork server
+   is already gone (the race after ``prctl``) (see `marshal_workers.fencing`);
 2. configures logging, bound to its claim; SIGTERM is logged and then ends it (default action);
    SIGINT is ignored (the supervisor owns shutdown and says `Stop`);
 3. starts the watchdog thread, which ends the child at the lease deadline, when the supervisor
@@ -80,13 +81,16 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from importlib.machinery import ModuleSpec
 from multiprocessing.connection import Connection
-from multiprocessing.context import SpawnContext, SpawnProcess
+from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Any, NoReturn
 
 import structlog
 
+from marshal_workers.childcontext import ChildContext
 from marshal_workers.childexit import (
     EXIT_HANDLER_FAILED,
     EXIT_HANDLER_TIMEOUT,
@@ -103,7 +107,7 @@ from marshal_workers.fencing import (
     REASON_PARENT_GONE,
     Watchdog,
     become_group_leader,
-    parent_alive,
+    parent_to_watch,
     set_parent_death_signal,
     start_group_guardian,
     write_with_timeout,
@@ -134,6 +138,7 @@ FENCE_EXIT_CODES = {
     REASON_HANDLER_TIMEOUT: EXIT_HANDLER_TIMEOUT,
 }
 LAST_WORDS_TIMEOUT_S = 0.05
+_NO_SPEC = object()
 
 # ---------------------------------------------------------------- supervisor side
 
@@ -141,7 +146,7 @@ LAST_WORDS_TIMEOUT_S = 0.05
 class ChildHandle:
     """The supervisor's handle on one running child (its process and pipe end)."""
 
-    def __init__(self, process: SpawnProcess, conn: Connection) -> None:
+    def __init__(self, process: BaseProcess, conn: Connection) -> None:
         self.process = process
         self.conn = conn
         pid = process.pid
@@ -187,11 +192,12 @@ class ChildHandle:
             self.process.close()
 
 
-def start_child(spec: ChildSpec, lease: SharedLease, mp_context: SpawnContext) -> ChildHandle:
-    """Spawn a child for ``spec`` under ``lease`` (extend the lease first: 0 means stop now).
+def start_child(spec: ChildSpec, lease: SharedLease, mp_context: ChildContext) -> ChildHandle:
+    """Start a child for ``spec`` under ``lease`` (extend the lease first: 0 means stop now),
+    from the fork server (`childcontext.fork_server`) or by spawning (tests).
 
-    Call it from a thread that lives as long as the supervisor: Linux delivers the parent-death
-    signal when the *thread* that started the child ends.
+    A spawned child's parent-death signal comes when the *thread* that started it ends: call
+    this from a thread that lives as long as the supervisor.
     """
     parent_conn, child_conn = mp_context.Pipe(duplex=True)
     process = mp_context.Process(
@@ -200,22 +206,48 @@ def start_child(spec: ChildSpec, lease: SharedLease, mp_context: SpawnContext) -
         name=f"marshal-child:{spec.topic}/{spec.partition}",
         daemon=False,  # a daemonic process may not start processes: handlers may need to
     )
-    process.start()
+    with main_not_rerun():
+        process.start()
     child_conn.close()
     return ChildHandle(process, parent_conn)
+
+
+@contextlib.contextmanager
+def main_not_rerun() -> Iterator[None]:
+    """While a child starts, tell multiprocessing not to re-run the parent's ``__main__`` in it.
+
+    multiprocessing runs the parent's main script (``marshal-run``, hence the whole CLI's
+    imports: 0.1 s of CPU and 6 MB per child) or module again in every spawned or fork-server
+    child, so that functions defined there can be unpickled. A child runs `child_main` only. A
+    main module that reads as a package's ``__main__`` is one it never re-runs; the real spec
+    is put back at once.
+    """
+    main = sys.modules["__main__"]
+    saved = main.__dict__.get("__spec__", _NO_SPEC)
+    main.__spec__ = ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        if saved is _NO_SPEC:
+            del main.__spec__
+        else:
+            main.__spec__ = saved
 
 
 # ---------------------------------------------------------------- child side
 
 
-def child_main(spec: ChildSpec, lease: SharedLease, conn: Connection, parent_pid: int) -> NoReturn:
+def child_main(
+    spec: ChildSpec, lease: SharedLease, conn: Connection, supervisor_pid: int
+) -> NoReturn:
     """The child process's entry point (see the module docstring); never returns."""
     become_group_leader()
     start_group_guardian()  # before any thread exists: a fork copies only the calling thread
     faulthandler.enable(all_threads=True)  # a crash in C code still shows the Python stacks
     with contextlib.suppress(OSError):  # if it fails, the watchdog's parent-pid check remains
         set_parent_death_signal(signal.SIGKILL)
-    if not parent_alive(parent_pid):
+    parent = parent_to_watch(supervisor_pid)
+    if parent is None:
         os._exit(EXIT_PARENT_GONE)
     configure_logging(spec.log_json)
     bound: dict[str, Any] = {
@@ -262,7 +294,7 @@ def child_main(spec: ChildSpec, lease: SharedLease, conn: Connection, parent_pid
     signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     loop = ChildLoop(spec, lease, conn, log)
-    Watchdog(lease, parent_pid, on_fence, call_clock=loop.call_clock).start()
+    Watchdog(lease, parent, on_fence, call_clock=loop.call_clock).start()
     code = loop.run()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -7,9 +7,11 @@ The defences, from the child's side:
 - `become_group_leader`: the child leads its own process group, so the supervisor's
   ``killpg`` also ends whatever the handler started (shell commands, helper processes).
 - `set_parent_death_signal`: on Linux the kernel sends SIGKILL to the child when the thread
-  that started it dies (``PR_SET_PDEATHSIG``). The flag is set after the process exists, so a
-  parent that died before it was set is caught by comparing ``os.getppid()`` with the pid the
-  parent passed in (`parent_alive`). Elsewhere only the pid check (by the watchdog) remains.
+  that started it dies (``PR_SET_PDEATHSIG``): the fork server (`childcontext`), which exits
+  with the supervisor, or the supervisor itself for a spawned child. The flag is set after the
+  process exists, so a parent that died before it was set is caught by checking the chain up
+  to the supervisor's pid (`parent_to_watch`). Elsewhere only the pid check (by the watchdog)
+  remains.
 - `start_group_guardian`: a small process forked at the child's start (before any thread
   exists), in the child's group, that waits for the child to end however it ends (exit,
   SIGKILL by anyone, the parent-death signal when the supervisor dies) and then SIGKILLs the
@@ -39,6 +41,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import NoReturn
+
+import psutil
 
 from marshal_workers.callclock import CallClock
 from marshal_workers.lease import Clock, SharedLease
@@ -100,6 +104,22 @@ def set_parent_death_signal(sig: int) -> bool:
 def parent_alive(parent_pid: int) -> bool:
     """Whether this process still has the parent that started it (not reparented to init)."""
     return os.getppid() == parent_pid
+
+
+def parent_to_watch(supervisor_pid: int) -> int | None:
+    """The parent whose end must end this child: the supervisor itself (a spawned child), or
+    the fork server between them (`childcontext`: a forked child), checked to be the
+    supervisor's own child; None if the chain is already broken (the supervisor or the fork
+    server gone: reparented). Call it after `set_parent_death_signal`, so that a parent that
+    dies after this check still ends the child."""
+    parent = os.getppid()
+    if parent == supervisor_pid:
+        return parent
+    try:
+        grandparent = psutil.Process(parent).ppid()
+    except psutil.Error:
+        return None
+    return parent if grandparent == supervisor_pid and os.getppid() == parent else None
 
 
 def write_with_timeout(fd: int, data: bytes, timeout_s: float) -> None:

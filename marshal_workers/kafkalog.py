@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    OFFSET_END,
     TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
     KafkaError,
@@ -331,20 +332,22 @@ class KafkaLog:
             self._pending_error = LogError(text)
 
     def end_offsets(self, timeout_s: float) -> dict[int, int]:
-        """Each partition's high watermark, asked of the broker now."""
-        deadline = time.monotonic() + timeout_s
+        """Each partition's end offset, asked of the broker now: one request for them all
+        (``ListOffsets`` for the latest offset), where asking for each watermark in turn cost a
+        round trip per partition at every start."""
+        latest = [TopicPartition(self.topic, p, OFFSET_END) for p in range(self._num_partitions)]
+        try:
+            answered = self._consumer.offsets_for_times(latest, timeout=timeout_s)
+        except KafkaException as exc:
+            raise LogError(
+                f"end offsets of {self.topic}: {error_text(exc)}{self._hint()}"
+            ) from None
         ends: dict[int, int] = {}
-        for p in range(self._num_partitions):
-            remaining = max(deadline - time.monotonic(), 0.1)
-            try:
-                _low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, p), timeout=remaining, cached=False
-                )
-            except KafkaException as exc:
-                raise LogError(
-                    f"end offset of {self.topic}[{p}]: {error_text(exc)}{self._hint()}"
-                ) from None
-            ends[p] = int(high)
+        for tp in answered:
+            if tp.error is not None or tp.offset < 0:
+                detail = error_text(tp.error) if tp.error is not None else "no end offset"
+                raise LogError(f"end offset of {self.topic}[{tp.partition}]: {detail}")
+            ends[tp.partition] = int(tp.offset)
         return ends
 
     def close(self) -> None:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable
-from multiprocessing.context import SpawnContext
 from typing import Any
 
 from marshal_workers.callcells import CallCells
+from marshal_workers.childcontext import ChildContext
 from marshal_workers.core.leases import default_margin, lease_deadline
 
 __all__ = ["SharedLease", "default_margin", "lease_deadline"]
@@ -33,7 +33,7 @@ class SharedLease:
     child at spawn), with the claim's `CallCells` beside it (``calls``: the handled position,
     the handler call in progress, the child's fence note)."""
 
-    def __init__(self, ctx: SpawnContext, clock: Clock = time.monotonic) -> None:
+    def __init__(self, ctx: ChildContext, clock: Clock = time.monotonic) -> None:
         self._deadline: Any = ctx.RawValue(ctypes.c_double, 0.0)
         self._clock = clock
         self.calls = CallCells(ctx)

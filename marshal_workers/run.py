@@ -12,13 +12,13 @@ start-up error but its one line.
 from __future__ import annotations
 
 import faulthandler
-import multiprocessing
 import os
 from collections.abc import Sequence
 
 import structlog
 
 from marshal_workers.brokercheck import cluster_heartbeat_warning
+from marshal_workers.childcontext import fork_server
 from marshal_workers.config import RunConfig
 from marshal_workers.datatopics import DataTopics
 from marshal_workers.errors import EXIT_OK, MarshalError
@@ -78,7 +78,8 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
     load_handler(config.handler)
     check_coordination_topic(config)
     with host_lock(config.group, config.client_id):
-        extra, server = operator_observers(config)
+        extra, server = operator_observers(config)  # takes NOTIFY_SOCKET out of the environment
+        children = fork_server()  # its imports overlap ours; it inherits this environment
         coordination = KafkaLog(
             config.bootstrap_servers,
             config.coordination_topic,
@@ -95,7 +96,7 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
             config,
             coordination,
             topics,
-            multiprocessing.get_context("spawn"),
+            children,
             observer,
             wake_fd=signals.fileno(),
         )

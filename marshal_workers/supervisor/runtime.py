@@ -24,12 +24,12 @@ import time
 from collections.abc import Callable, Sequence
 from multiprocessing import connection
 from multiprocessing.connection import Connection
-from multiprocessing.context import SpawnContext
 
 import structlog
 
 from marshal_workers import ipc
 from marshal_workers.child import ChildHandle, start_child
+from marshal_workers.childcontext import ChildContext
 from marshal_workers.childexit import EXIT_HANDLER_TIMEOUT, EXIT_SETUP
 from marshal_workers.config import RunConfig
 from marshal_workers.coordlog import CoordinationLog, LogError
@@ -113,7 +113,7 @@ class Supervisor:
         config: RunConfig,
         log: CoordinationLog,
         topics: DataTopics,
-        mp_context: SpawnContext,
+        mp_context: ChildContext,
         observer: Observer | None = None,
         clock: Clock = time.monotonic,
         wake_fd: int | None = None,

@@ -63,16 +63,10 @@ class Member:
         os.kill(self.proc.pid, sig)
 
     def children(self) -> list[int]:
-        """Pids of the supervisor's partition workers now (not multiprocessing's helpers)."""
-        pids = []
-        try:
-            for child in psutil.Process(self.proc.pid).children():
-                with contextlib.suppress(psutil.Error):
-                    if "spawn_main" in " ".join(child.cmdline()):
-                        pids.append(child.pid)
-        except psutil.NoSuchProcess:
-            pass
-        return pids
+        """Pids of the supervisor's partition workers now: the processes under it (forked by
+        its fork server) that lead their own process group (not the fork server, its resource
+        tracker, or a child's group guardian)."""
+        return partition_workers(self.proc.pid)
 
     def wait(self, timeout: float) -> int:
         """The exit code, waiting up to ``timeout``."""
@@ -313,3 +307,14 @@ def _kill_group(pid: int) -> None:
 def with_suppressed(action: Callable[[], object]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         action()
+
+
+def partition_workers(supervisor_pid: int) -> list[int]:
+    """The partition workers under ``supervisor_pid``: descendants that lead their own group."""
+    pids = []
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for proc in psutil.Process(supervisor_pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                if os.getpgid(proc.pid) == proc.pid and proc.status() != psutil.STATUS_ZOMBIE:
+                    pids.append(proc.pid)
+    return sorted(pids)

@@ -259,15 +259,64 @@ class TestSelfFencing:
         assert time.monotonic() < deadline + 1.0
         assert offsets(ledger_dir) == [0, 1]
 
-    def test_child_dies_with_its_parent(
-        self, kafka_bootstrap: str, topic: str, ledger_dir: Path
+    @pytest.mark.parametrize("context", ["multiprocessing.get_context('spawn')", "fork_server()"])
+    def test_the_parents_main_script_is_not_run_again_in_the_child(
+        self, kafka_bootstrap: str, topic: str, ledger_dir: Path, tmp_path: Path, context: str
     ) -> None:
-        """A child whose parent is killed with SIGKILL is gone within 2 s."""
+        """multiprocessing re-runs the parent's main script in each child unless told not to;
+        `marshal-run`'s script imports the whole CLI, which a child never needs."""
+        runs = tmp_path / "runs"
+        main = tmp_path / "main_script.py"
+        main.write_text(
+            "import base64, multiprocessing, pickle, sys, time\n"
+            f"with open({str(runs)!r}, 'a') as f:\n"
+            "    f.write(__name__ + '\\n')\n"
+            "if __name__ == '__main__':\n"
+            "    from marshal_workers.child import start_child\n"
+            "    from marshal_workers.childcontext import fork_server\n"
+            "    from marshal_workers.lease import SharedLease\n"
+            f"    ctx = {context}\n"
+            "    lease = SharedLease(ctx)\n"
+            "    lease.extend_to(time.monotonic() + 120)\n"
+            "    spec = pickle.loads(base64.b64decode(sys.argv[1]))\n"
+            "    handle = start_child(spec, lease, ctx)\n"
+            "    print(type(handle.conn.recv()).__name__, flush=True)\n"
+            "    print(repr(getattr(sys.modules['__main__'], '__spec__', 'unset')), flush=True)\n"
+            "    lease.revoke()\n"
+            "    handle.join(20)\n"
+        )
+        spec = base64.b64encode(pickle.dumps(make_spec(kafka_bootstrap, topic))).decode()
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        done = subprocess.run(
+            [sys.executable, str(main), spec],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert done.stdout.splitlines() == ["Started", "None"], done.stderr
+        assert runs.read_text().splitlines() == ["__main__"]
+
+    @pytest.mark.parametrize(
+        ("context", "kill"),
+        [
+            ("multiprocessing.get_context('spawn')", "supervisor"),
+            ("fork_server()", "supervisor"),
+            ("fork_server()", "fork server"),
+        ],
+    )
+    def test_child_dies_with_its_parent(
+        self, kafka_bootstrap: str, topic: str, ledger_dir: Path, context: str, kill: str
+    ) -> None:
+        """A child whose supervisor (or the fork server between them) is killed with SIGKILL is
+        gone within 2 s: spawned, or forked by the fork server, as `marshal-run` starts them."""
         script = (
             "import base64, multiprocessing, pickle, sys, time\n"
             "from marshal_workers.child import start_child\n"
+            "from marshal_workers.childcontext import fork_server\n"
             "from marshal_workers.lease import SharedLease\n"
-            "ctx = multiprocessing.get_context('spawn')\n"
+            f"ctx = {context}\n"
             "lease = SharedLease(ctx)\n"
             "lease.extend_to(time.monotonic() + 120)\n"
             "handle = start_child(pickle.loads(base64.b64decode(sys.argv[1])), lease, ctx)\n"
@@ -286,6 +335,12 @@ class TestSelfFencing:
             child_pid = int(parent.stdout.readline())
             assert parent.stdout.readline().strip() == "Started"
             assert not gone(child_pid)
+            between = psutil.Process(child_pid).ppid()
+            assert (between == parent.pid) == (context.startswith("multiprocessing"))
+            if kill == "fork server":
+                os.kill(between, signal.SIGKILL)
+                wait_for(lambda: gone(child_pid), "the child to die with the fork server", 2.0)
+                assert parent.poll() is None  # the supervisor lives on
             parent.kill()
             parent.wait(10)
             wait_for(lambda: gone(child_pid), "the orphaned child to die", timeout=2.0)

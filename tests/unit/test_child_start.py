@@ -1,0 +1,104 @@
+"""How a child is started and configured: its consumer's prefetch bounds, the parent it
+watches, and multiprocessing told not to re-run the parent's main script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from importlib.machinery import ModuleSpec
+
+import pytest
+
+from marshal_workers.child import main_not_rerun
+from marshal_workers.consume import PREFETCH_BATCHES, PREFETCH_KBYTES, consumer_config
+from marshal_workers.fencing import parent_to_watch
+from marshal_workers.ipc import ChildSpec
+from marshal_workers.rationalizer import Mode
+
+
+def spec(**kafka: str) -> ChildSpec:
+    return ChildSpec(
+        handler="plugins.ledger:handle",
+        mode=Mode.ALO,
+        bootstrap_servers="127.0.0.1:9",
+        group_id="g",
+        client_id="c",
+        instance_id="c-1",
+        topic="t",
+        partition=3,
+        start_offset=0,
+        fencing_token=1,
+        batch_size=200,
+        kafka_config=tuple(kafka.items()),
+    )
+
+
+class TestConsumerConfig:
+    def test_prefetch_is_bounded_to_a_few_batches(self) -> None:
+        """librdkafka's defaults would queue 100,000 messages or 64 MB for the one partition."""
+        config = consumer_config(spec())
+        assert config["queued.min.messages"] == PREFETCH_BATCHES * 200
+        assert config["queued.max.messages.kbytes"] == PREFETCH_KBYTES
+        assert config["fetch.max.bytes"] == PREFETCH_KBYTES * 1024
+
+    def test_small_batches_still_prefetch_a_thousand_records(self) -> None:
+        config = consumer_config(replace(spec(), batch_size=1))
+        assert config["queued.min.messages"] == 1000
+
+    def test_the_operators_kafka_settings_win_but_commits_stay_off(self) -> None:
+        config = consumer_config(
+            spec(**{"queued.min.messages": "50000", "enable.auto.commit": "true"})
+        )
+        assert config["queued.min.messages"] == "50000"
+        assert config["enable.auto.commit"] is False
+        assert config["client.id"] == "c-t-3"
+
+
+class TestParentToWatch:
+    def test_a_spawned_child_watches_the_supervisor_itself(self) -> None:
+        assert parent_to_watch(os.getppid()) == os.getppid()
+
+    def test_a_forked_child_watches_the_fork_server_between_it_and_the_supervisor(self) -> None:
+        """Here the test process plays the fork server, and its parent the supervisor."""
+        script = (
+            "import os, sys\n"
+            "from marshal_workers.fencing import parent_to_watch\n"
+            "print(parent_to_watch(int(sys.argv[1])))\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(os.getppid())],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert done.stdout.strip() == str(os.getpid())
+
+    def test_a_child_of_another_process_is_orphaned(self) -> None:
+        """Neither the parent nor the grandparent is the supervisor: the chain is broken."""
+        assert parent_to_watch(os.getpid()) is None
+
+
+class TestMainNotRerun:
+    @pytest.mark.parametrize("had_spec", [True, False])
+    def test_the_main_modules_spec_is_put_back(self, had_spec: bool) -> None:
+        main = sys.modules["__main__"]
+        before = main.__dict__.get("__spec__", "absent")
+        sentinel = ModuleSpec("some_script", None)
+        try:
+            if had_spec:
+                main.__spec__ = sentinel
+            else:
+                main.__dict__.pop("__spec__", None)
+            with main_not_rerun():
+                assert main.__spec__.name == "__main__"
+            if had_spec:
+                assert main.__spec__ is sentinel
+            else:
+                assert "__spec__" not in main.__dict__
+        finally:
+            if before == "absent":
+                main.__dict__.pop("__spec__", None)
+            else:
+                main.__spec__ = before
