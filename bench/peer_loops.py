@@ -7,7 +7,8 @@
 
 ``plain``: one process, one confluent-kafka consumer ``assign()``-ed to every partition at
 offset 0, ``consume(500)`` batches, the handler called on each message in turn; it stops after
-N records. ``arroyo``: Sentry's Arroyo (``sentry-arroyo``), its ``StreamProcessor`` on a fresh
+N records (a batch handler, ``count_batch``: called once per ``consume()`` batch).
+``arroyo``: Sentry's Arroyo (``sentry-arroyo``), its ``StreamProcessor`` on a fresh
 consumer group (``subscribe()``, earliest) with ``RunTaskWithMultiprocessing`` (a pool of
 ``--processes`` spawned workers running `bench.handlers.arroyo_task`) then ``CommitOffsets``; it
 runs until SIGTERM or SIGINT. H is ``count`` or ``work`` from `bench/handlers.py`; the handler
@@ -27,7 +28,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # bench.handlers, by that name (Arroyo's workers unpickle it)
 
-from bench.handlers import HANDLERS  # noqa: E402
+from bench.handlers import BATCH_HANDLERS, HANDLERS  # noqa: E402
 
 BATCH = 500
 
@@ -35,7 +36,8 @@ BATCH = 500
 def plain(args: argparse.Namespace) -> None:
     from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415
 
-    handler = HANDLERS[args.handler]
+    batch = BATCH_HANDLERS.get(args.handler)
+    handler = HANDLERS.get(args.handler)
     kafka = dict(item.split("=", 1) for item in args.kafka)
     consumer = Consumer(
         {
@@ -51,7 +53,15 @@ def plain(args: argparse.Namespace) -> None:
     handled = 0
     try:
         while handled < args.records:
-            for msg in consumer.consume(BATCH, 0.2):
+            messages = consumer.consume(BATCH, 0.2)
+            if batch is not None:  # a batch handler: one call per batch of good messages
+                good = [m for m in messages if m.error() is None]
+                if good:
+                    batch(good, None)
+                    handled += len(good)
+                continue
+            assert handler is not None
+            for msg in messages:
                 if msg.error() is None:
                     handler(msg, None)
                     handled += 1
@@ -120,7 +130,7 @@ def main() -> None:
     ap.add_argument("system", choices=("plain", "arroyo"))
     ap.add_argument("--bootstrap-servers", required=True)
     ap.add_argument("--topic", required=True)
-    ap.add_argument("--handler", choices=sorted(HANDLERS), default="count")
+    ap.add_argument("--handler", choices=sorted({*HANDLERS, *BATCH_HANDLERS}), default="count")
     ap.add_argument("--records", type=int, default=0, help="plain: stop after this many")
     ap.add_argument("--partitions", type=int, default=8, help="plain: assign 0..N-1")
     ap.add_argument("--kafka", action="append", default=[], help="plain: KEY=VALUE")

@@ -24,7 +24,10 @@ evenly (offsets 0 to N/8 - 1 in every partition):
   every system with its own consumer defaults;
 - trivial: ``bench.handlers:count`` (touch the value, count), ``--trivial-records`` records
   (default 10 x ``--records``), the plain loop with ``fetch.queue.backoff.ms=10`` (as the
-  children have it by default), so that both sides are CPU-bound rather than throttled.
+  children have it by default), so that both sides are CPU-bound rather than throttled;
+- batch: the same for a batch plugin: ``bench.handlers:CountBatch`` (``handle_batch``) under
+  marshal-run, ``count_batch`` on each ``consume()`` batch in the plain loop (Arroyo's task is
+  per message: its trivial row stands for it, and it is not run again here).
 
 Throughput: from the first record handled to the last, over all N records, as the handler marks
 them itself: the plain loop its first and N-th record; each marshal child (one partition) its
@@ -95,9 +98,13 @@ class Setting:
 
     key: str
     label: str
-    handler: str
+    handler: str  # in bench/handlers.py (the plain loop's and Arroyo's)
     records: int
     plain_kafka: dict[str, str] = field(default_factory=dict)
+    plugin: str = ""  # marshal-run's --handler in bench/handlers.py, if not ``handler``
+    # Arroyo's RunTaskWithMultiprocessing calls a task per message: the batch row would run
+    # the trivial row's Arroyo again (2 minutes a round), so it is not run there
+    skip: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +126,9 @@ def settings(args: argparse.Namespace) -> list[Setting]:
                 records),
         Setting("trivial", f"trivial handler, {short(trivial)}, plain with a 10 ms fetch back-off",
                 "count", trivial, {"fetch.queue.backoff.ms": "10"}),
+        Setting("batch", f"trivial batch plugin, {short(trivial)}, plain with 10 ms back-off",
+                "count_batch", trivial, {"fetch.queue.backoff.ms": "10"}, plugin="CountBatch",
+                skip=("arroyo",)),
     ]  # fmt: skip
     return [s for s in every if s.key in args.settings]
 
@@ -150,7 +160,8 @@ def launch(
     log = bench.work / f"{out.name}.log"
     if system in ("alo", "amo"):
         return marshal_run(
-            bench.procs, log, handler=f"bench.handlers:{setting.handler}", mode=system,
+            bench.procs, log, handler=f"bench.handlers:{setting.plugin or setting.handler}",
+            mode=system,
             topic=topic, group=f"g_{uid()}", client_id=f"bench-{out.name}",
             bootstrap=bench.bootstrap, coordination=coordination,
             hb=HB_S, batch_size=BATCH, env=env,
@@ -256,6 +267,8 @@ def run(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         order = systems[r % len(systems) :] + systems[: r % len(systems)]
         for setting in chosen:
             for system in order:
+                if system in setting.skip:
+                    continue
                 res = measure(bench, system, setting, topics[setting.key])
                 rounds[setting.key].setdefault(system, []).append(res)
                 note(f"round {r + 1}, {setting.key}: {system:6} {show(res)}")
@@ -347,8 +360,8 @@ def main() -> None:
     ap.add_argument("--work-iters", type=int, help="its loop count (default: calibrated here)")
     ap.add_argument("--systems", type=lambda s: s.split(","), default=list(SYSTEMS),
                     help="a subset of " + ",".join(SYSTEMS))  # fmt: skip
-    ap.add_argument("--settings", type=lambda s: s.split(","), default=["cpu", "trivial"],
-                    help="a subset of cpu,trivial")  # fmt: skip
+    ap.add_argument("--settings", type=lambda s: s.split(","), default=["cpu", "trivial", "batch"],
+                    help="a subset of cpu,trivial,batch")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument("--plot", default=str(REPO / "docs" / "peers.png"), help="the PNG's path")
     ap.add_argument("--timeout", type=float, help="seconds per run (default from the records)")

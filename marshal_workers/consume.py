@@ -25,7 +25,8 @@ LATEST = frozenset({"latest", "largest", "end"})
 WATERMARK_TIMEOUT_S = 10.0
 FETCH_QUEUE_BACKOFF_MS = 10
 PREFETCH_BATCHES = 10  # queued.min.messages: this many batches fetched ahead
-PREFETCH_KBYTES = 8192  # queued.max.messages.kbytes, and the largest fetch (fetch.max.bytes)
+PREFETCH_KBYTES = 2048  # queued.max.messages.kbytes
+FETCH_PARTITION_BYTES = 262_144  # max.partition.fetch.bytes: a fetch's share of the partition
 
 
 class ConsumerSetupError(Exception):
@@ -55,13 +56,16 @@ def consumer_config(spec: ChildSpec) -> dict[str, Any]:
     # wait is enough) then starves for up to a second. 10 ms keeps the queue topped up.
     config.setdefault("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
     # One partition, handled batch by batch: a few batches fetched ahead keep the handler fed.
-    # librdkafka's defaults (100,000 messages or 64 MB queued per partition, fetches of up to
-    # 50 MB) are sized for one consumer of many partitions, and with small records they made
-    # each child hold tens of MB it would not handle for seconds (97 MB per child in the
-    # trivial benchmark, against 40 MB with these; the same throughput).
+    # librdkafka's defaults (100,000 messages or 64 MB queued per partition, 1 MB fetched per
+    # partition per request) are sized for one consumer of many partitions. With small records
+    # they made each child hold tens of MB it would not handle for seconds: 97 MB per child in
+    # the trivial benchmark (bench/peers.py), 37 MB with these at the same throughput. The
+    # fetch size is most of it: a fetched response stays allocated while any of its records
+    # is queued (1 MB fetches: +28 MB over the imports; 256 KB: +11 MB; measured by consuming
+    # 150,000 small records). Larger records still come whole (a fetch returns at least one).
     config.setdefault("queued.min.messages", max(PREFETCH_BATCHES * spec.batch_size, 1000))
     config.setdefault("queued.max.messages.kbytes", PREFETCH_KBYTES)
-    config.setdefault("fetch.max.bytes", PREFETCH_KBYTES * 1024)
+    config.setdefault("max.partition.fetch.bytes", FETCH_PARTITION_BYTES)
     return config
 
 

@@ -12,7 +12,12 @@ from importlib.machinery import ModuleSpec
 import pytest
 
 from marshal_workers.child import main_not_rerun
-from marshal_workers.consume import PREFETCH_BATCHES, PREFETCH_KBYTES, consumer_config
+from marshal_workers.consume import (
+    FETCH_PARTITION_BYTES,
+    PREFETCH_BATCHES,
+    PREFETCH_KBYTES,
+    consumer_config,
+)
 from marshal_workers.fencing import parent_to_watch
 from marshal_workers.ipc import ChildSpec
 from marshal_workers.rationalizer import Mode
@@ -41,7 +46,7 @@ class TestConsumerConfig:
         config = consumer_config(spec())
         assert config["queued.min.messages"] == PREFETCH_BATCHES * 200
         assert config["queued.max.messages.kbytes"] == PREFETCH_KBYTES
-        assert config["fetch.max.bytes"] == PREFETCH_KBYTES * 1024
+        assert config["max.partition.fetch.bytes"] == FETCH_PARTITION_BYTES
 
     def test_small_batches_still_prefetch_a_thousand_records(self) -> None:
         config = consumer_config(replace(spec(), batch_size=1))
