@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from marshal_workers.ipc import ChildSpec
+from marshal_workers.kafkalog import FAST_CONNECT
 from marshal_workers.record import FetchedRecord, Record
 
 EARLIEST = frozenset({"earliest", "smallest", "beginning"})
@@ -66,6 +67,8 @@ def consumer_config(spec: ChildSpec) -> dict[str, Any]:
     config.setdefault("queued.min.messages", max(PREFETCH_BATCHES * spec.batch_size, 1000))
     config.setdefault("queued.max.messages.kbytes", PREFETCH_KBYTES)
     config.setdefault("max.partition.fetch.bytes", FETCH_PARTITION_BYTES)
+    for key, value in FAST_CONNECT.items():  # the first fetch 50-100 ms sooner (see kafkalog)
+        config.setdefault(key, value)
     return config
 
 

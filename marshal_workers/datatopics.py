@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from marshal_workers.errors import ConfigError, MarshalError
-from marshal_workers.kafkalog import RDKAFKA_LOG
+from marshal_workers.kafkalog import FAST_CONNECT, RDKAFKA_LOG
 from marshal_workers.protocol import ClaimKey
 
 
@@ -36,6 +36,7 @@ class DataTopics:
             "group.id": f"marshal-meta-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "logger": RDKAFKA_LOG,
+            **FAST_CONNECT,
             **(extra_config or {}),
         }
         self._consumer = Consumer(config)

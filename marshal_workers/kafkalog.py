@@ -48,6 +48,14 @@ _log = logging.getLogger(__name__)
 RDKAFKA_LOG: Final = logging.getLogger("marshal_workers.librdkafka")
 RDKAFKA_LOG.addHandler(logging.NullHandler())
 
+# librdkafka holds a request for a broker it has not connected to yet for half of
+# reconnect.backoff.ms (default 100 ms) after any other connection attempt: about 50 ms, once
+# for the bootstrap server and again for the partition leader, on every client's first
+# requests. A start-up makes a few such clients in a row (the coordination log's reader, the
+# data topics' metadata, each child's consumer): 10 ms (the back-off still doubles up to
+# reconnect.backoff.max.ms after each failure).
+FAST_CONNECT: Final[Mapping[str, Any]] = {"reconnect.backoff.ms": 10}
+
 _PRODUCER_DEFAULTS: Final[Mapping[str, Any]] = {
     "acks": "all",
     "enable.idempotence": True,
@@ -70,6 +78,7 @@ _CONSUMER_DEFAULTS: Final[Mapping[str, Any]] = {
     "queued.max.messages.kbytes": 262_144,
     "fetch.queue.backoff.ms": 5,
     "fetch.wait.max.ms": 100,
+    **FAST_CONNECT,
 }
 
 
@@ -118,31 +127,58 @@ class KafkaLog:
             self._consumer = Consumer(consumer_config)
         except (KafkaException, ValueError, TypeError) as exc:
             raise MarshalError(f"bad Kafka consumer configuration: {error_text(exc)}") from None
+        # Offsets are asked on a connection of their own: on the reader's, a ListOffsets
+        # request waits behind the fetch the broker holds for fetch.wait.max.ms (100 ms) when
+        # there is nothing new to read, which is most of the time.
+        self._offsets = Consumer(consumer_config)
         self._common = common
+        # The clients connect at once (each costs librdkafka some ms before its first answer);
+        # the producer is waited for after the consumer.
+        self._producer = self._new_producer(common)
         try:
             self._num_partitions = self._partition_count(open_timeout_s)
-            self._producer = self._open_producer(common, open_timeout_s)
+            self._connect_producer(open_timeout_s)
+            self._consumer.assign(self._starts(open_timeout_s))
         except BaseException:
-            self._consumer.close()
+            self._close_consumers()
             raise
-        self._consumer.assign(
-            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self._num_partitions)]
-        )
 
-    def _open_producer(self, common: Mapping[str, Any], timeout_s: float) -> Producer:
+    def _starts(self, timeout_s: float) -> list[TopicPartition]:
+        """Every partition at its first offset, asked of the broker in one request. (Assigned
+        at OFFSET_BEGINNING instead, librdkafka looks each partition's start up on its own, and
+        its first fetch can leave without the partitions still being looked up: the empty ones
+        then hold it at the broker for fetch.wait.max.ms, 100 ms of every start.) Should the
+        log's start move before the first fetch, it is a LogError like any lost position."""
+        earliest = [
+            TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self._num_partitions)
+        ]
         try:
-            producer = Producer({**_PRODUCER_DEFAULTS, **common})
+            answered = self._offsets.offsets_for_times(earliest, timeout=timeout_s)
+        except KafkaException as exc:
+            detail = self._last_error or error_text(exc)
+            raise MarshalError(f"cannot read the start of {self.topic}: {detail}") from None
+        for tp in answered:
+            if tp.error is not None or tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING  # let librdkafka look it up after all
+        return list(answered)
+
+    def _new_producer(self, common: Mapping[str, Any]) -> Producer:
+        try:
+            return Producer({**_PRODUCER_DEFAULTS, **common})
         except (KafkaException, ValueError, TypeError) as exc:
+            self._close_consumers()
             raise MarshalError(f"bad Kafka producer configuration: {error_text(exc)}") from None
+
+    def _connect_producer(self, timeout_s: float) -> None:
+        """Wait until the producer is connected, so that the idempotent producer's id is ready
+        by the first append."""
         try:
-            # Connect now, so that the idempotent producer's id is ready by the first append.
-            producer.list_topics(self.topic, timeout=timeout_s)
+            self._producer.list_topics(self.topic, timeout=timeout_s)
         except KafkaException as exc:
             detail = self._last_error or error_text(exc)
             raise MarshalError(
                 f"cannot reach Kafka at {self.bootstrap_servers}: {detail}"
             ) from None
-        return producer
 
     def _on_error(self, err: KafkaError) -> None:
         """librdkafka's error callback: remember the latest error to explain timeouts."""
@@ -337,7 +373,7 @@ class KafkaLog:
         round trip per partition at every start."""
         latest = [TopicPartition(self.topic, p, OFFSET_END) for p in range(self._num_partitions)]
         try:
-            answered = self._consumer.offsets_for_times(latest, timeout=timeout_s)
+            answered = self._offsets.offsets_for_times(latest, timeout=timeout_s)
         except KafkaException as exc:
             raise LogError(
                 f"end offsets of {self.topic}: {error_text(exc)}{self._hint()}"
@@ -351,8 +387,14 @@ class KafkaLog:
         return ends
 
     def close(self) -> None:
-        """Flush pending appends briefly and close both clients."""
+        """Flush pending appends briefly and close the clients."""
         try:
             self._producer.flush(1.0)
         finally:
+            self._close_consumers()
+
+    def _close_consumers(self) -> None:
+        try:
             self._consumer.close()
+        finally:
+            self._offsets.close()
