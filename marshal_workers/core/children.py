@@ -105,38 +105,81 @@ class Children:
         )
 
     def grant_request(self, held: Held, req: ipc.GrantRequest, now: float) -> None:
-        """AMO: reserve the batch in the log; the child is answered once the fold decides."""
+        """AMO: reserve the batch in the log; the child is answered once the fold decides.
+
+        A child asks for its next batch before the answer on the one before comes (one batch
+        ahead, `childloop`), so a request must start at or after the end of the newest batch
+        this child asked for, granted or still in flight, not only the position. Once one of
+        its batches is refused, every later one is too: the child exits at that refusal and
+        must not be granted anything after it."""
         refusal = None
+        floor = held.position
+        if held.asked_end is not None and floor is not None:
+            floor = max(floor, held.asked_end)
         if held.phase is not Phase.RUNNING or now >= held.lease:
             refusal = "claim not held"
-        elif held.position is None or req.start < held.position:
-            refusal = f"batch starts at {req.start}, before the position {held.position}"
+        elif held.grants_refused:
+            refusal = "an earlier batch was refused"
+        elif floor is None or req.start < floor:
+            refusal = f"batch starts at {req.start}, before the position {floor}"
         if refusal is not None:
+            held.grants_refused = True
             self.holdings.tell(held.key, ipc.Grant(req.request_id, False, refusal))
             return
+        held.asked_end = req.end
         message = ClaimingMessages(*self.ctx.fields(held.key), req.end)
         extra = {"request_id": req.request_id, "start": req.start, "end": req.end}
-        self.ctx.append(Kind.RESERVE, held.key, message, now, **extra)
+        self.ctx.append(Kind.RESERVE, held.key, message, now, child=held.child_no, **extra)
 
     def reservation_decided(self, op: Op, event: ev.Event, now: float) -> None:
-        """The reservation's verdict: commit and grant, or refuse."""
+        """The reservation's verdict: commit and grant, or refuse.
+
+        Verdicts come in request order (one coordination partition, one idempotent producer),
+        so with two reservations in flight the first is decided first. A refusal refuses every
+        later batch of that child (`grant_request`); a verdict for a child that has ended is
+        told to nobody (a new child's request ids start again at 1). A reservation the log
+        accepted but this member refuses still moves the claim's position to its end: the log
+        says those records are reserved, so nobody handles them (lost, as at-most-once allows)
+        and the next child starts after them instead of asking for what the log refuses."""
         held = self.ctx.held.get(op.key)
+        asker = held is not None and op.child == held.child_no
         refusal = None
         if not isinstance(event, ev.MessagesClaimed):
             refusal = getattr(event, "reason", "reservation not confirmed")
         elif held is None or held.phase is not Phase.RUNNING or event.token != held.token:
             refusal = "claim not held"
+        elif not asker:
+            refusal = "the child that asked has ended"
+        elif held.grants_refused:
+            refusal = "an earlier batch was refused"
         elif now >= held.lease:
             refusal = "lease expired"
         elif event.start is not None and op.start < event.start:
             refusal = f"batch starts at {op.start}, before the log's position {event.start}"
         if refusal is not None or held is None:
-            grant = ipc.Grant(op.request_id, False, refusal or "claim not held")
-            self.holdings.tell(op.key, grant)
+            if held is None:
+                return  # the claim is gone: nobody to answer
+            landed = isinstance(event, ev.MessagesClaimed) and event.token == held.token
+            if landed and held.position is not None and op.end > held.position:
+                held.position = op.end  # reserved in the log: never handled now
+            if asker:
+                held.grants_refused = True
+                grant = ipc.Grant(op.request_id, False, refusal or "claim not held")
+                self.holdings.tell(op.key, grant)
             return
         held.position = op.end
         self.holdings.heartbeat(held, now)  # the committing heartbeat
         self.holdings.tell(op.key, ipc.Grant(op.request_id, True, ""))
+
+    def reservation_given_up(self, op: Op, error: str) -> None:
+        """A reservation not written, or with no verdict in time: refuse it (and, as for any
+        refusal, every later batch of its child)."""
+        held = self.ctx.held.get(op.key)
+        if held is None or op.child != held.child_no:
+            return
+        held.grants_refused = True
+        grant = ipc.Grant(op.request_id, False, f"reservation not written: {error}")
+        self.holdings.tell(op.key, grant)
 
     def exited(self, exited: inp.ChildExited) -> None:
         """A child ended (its process group is gone): respawn, restart later, or release."""

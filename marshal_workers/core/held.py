@@ -49,6 +49,9 @@ class Held:
     kill_sent: bool = False
     lookup_pending: bool = False
     settle: Settle | None = None  # the next child dead-letters or skips these records first
+    child_no: int = 0  # numbers this claim's children: a grant answers only the child that asked
+    asked_end: int | None = None  # AMO: the end of the newest batch this child asked for
+    grants_refused: bool = False  # AMO: a batch of this child was refused, so is every later one
 
     def lease_remaining(self, now: float) -> float | None:
         """Seconds left on the lease at ``now``; None once the claim is lost or revoked."""
