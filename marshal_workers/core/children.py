@@ -118,12 +118,12 @@ class Children:
             floor = max(floor, held.asked_end)
         if held.phase is not Phase.RUNNING or now >= held.lease:
             refusal = "claim not held"
-        elif held.grants_refused:
+        elif held.refused_from is not None:
             refusal = "an earlier batch was refused"
         elif floor is None or req.start < floor:
             refusal = f"batch starts at {req.start}, before the position {floor}"
         if refusal is not None:
-            held.grants_refused = True
+            held.refused_from = refused_from(held, req.start)
             self.holdings.tell(held.key, ipc.Grant(req.request_id, False, refusal))
             return
         held.asked_end = req.end
@@ -134,9 +134,11 @@ class Children:
     def reservation_decided(self, op: Op, event: ev.Event, now: float) -> None:
         """The reservation's verdict: commit and grant, or refuse.
 
-        Verdicts come in request order (one coordination partition, one idempotent producer),
-        so with two reservations in flight the first is decided first. A refusal refuses every
-        later batch of that child (`grant_request`); a verdict for a child that has ended is
+        A child's reservations go to one coordination partition through one idempotent
+        producer, so the fold decides them in request order; but a verdict read before its
+        append is acknowledged is acted on at the acknowledgement, so that order is not relied
+        on: the position never moves back, and a refusal refuses the batches from the refused
+        one on (`refused_from`), never an earlier one. A verdict for a child that has ended is
         told to nobody (a new child's request ids start again at 1). A reservation the log
         accepted but this member refuses still moves the claim's position to its end: the log
         says those records are reserved, so nobody handles them (lost, as at-most-once allows)
@@ -150,7 +152,7 @@ class Children:
             refusal = "claim not held"
         elif not asker:
             refusal = "the child that asked has ended"
-        elif held.grants_refused:
+        elif held.refused_from is not None and op.start >= held.refused_from:
             refusal = "an earlier batch was refused"
         elif now >= held.lease:
             refusal = "lease expired"
@@ -163,11 +165,11 @@ class Children:
             if landed and held.position is not None and op.end > held.position:
                 held.position = op.end  # reserved in the log: never handled now
             if asker:
-                held.grants_refused = True
+                held.refused_from = refused_from(held, op.start)
                 grant = ipc.Grant(op.request_id, False, refusal or "claim not held")
                 self.holdings.tell(op.key, grant)
             return
-        held.position = op.end
+        held.position = max(held.position or 0, op.end)  # (never back, whatever the order)
         self.holdings.heartbeat(held, now)  # the committing heartbeat
         self.holdings.tell(op.key, ipc.Grant(op.request_id, True, ""))
 
@@ -177,7 +179,7 @@ class Children:
         held = self.ctx.held.get(op.key)
         if held is None or op.child != held.child_no:
             return
-        held.grants_refused = True
+        held.refused_from = refused_from(held, op.start)
         grant = ipc.Grant(op.request_id, False, f"reservation not written: {error}")
         self.holdings.tell(op.key, grant)
 
@@ -240,3 +242,8 @@ class Children:
             holdings.finish(held, now, release=True)  # the log refuses it if taken meanwhile
         else:
             holdings.finish(held, now, release=held.phase is Phase.STOPPING)
+
+
+def refused_from(held: Held, start: int) -> int:
+    """Where a child's refused batches begin once the batch at ``start`` is refused."""
+    return start if held.refused_from is None else min(held.refused_from, start)

@@ -217,7 +217,7 @@ class Holdings:
         held.settle = None
         held.child = True
         held.child_no += 1  # a new child: its batches are asked for afresh
-        held.asked_end, held.grants_refused = None, False
+        held.asked_end = held.refused_from = None
         held.term_sent = held.kill_sent = False
         self.ctx.out.append(cmd.Spawn(key, spec, restart))
 

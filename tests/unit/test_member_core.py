@@ -329,6 +329,34 @@ class TestGrants:
         assert self.grants(h) == []
         assert h.member.held[key].position == 150  # reserved: the new child asks from there
 
+    def test_verdicts_acted_on_out_of_request_order_never_move_the_position_back(self) -> None:
+        """Both records folded before their acknowledgements, which come second first: both
+        granted, and the position ends at the second's end (it went back to 150 before)."""
+        h, key = self.grant_setup()
+        first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
+        done = [h.topic.append(c.partition, record_key(c.message), encode(c.message))
+                for c in first + second]  # fmt: skip
+        h.read()  # the verdicts wait for their acknowledgements
+        h.run(h.member.feed(inp.AppendDone(h.now, second[0].op, done[1])))
+        h.run(h.member.feed(inp.AppendDone(h.now, first[0].op, done[0])))
+        assert self.grants(h) == [ipc.Grant(2, True, ""), ipc.Grant(1, True, "")]
+        assert h.member.held[key].position == 200
+        assert h.appended(Heartbeat)[-1].offset == 200
+
+    def test_a_refusal_refuses_the_batches_after_it_never_one_before(self) -> None:
+        """The second's append fails before the first is decided: the first is still granted."""
+        h, key = self.grant_setup()
+        first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
+        h.run(h.member.feed(inp.AppendFailed(h.now, second[0].op, "broker down")))
+        self.land(h, first)
+        assert self.grants(h) == [
+            ipc.Grant(2, False, "reservation not written: broker down"),
+            ipc.Grant(1, True, ""),
+        ]
+        assert h.member.held[key].position == 150
+
 
 class TestPositionsAndHealth:
     def test_alo_heartbeats_carry_the_position_published_in_shared_memory(self) -> None:
