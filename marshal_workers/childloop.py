@@ -1,9 +1,9 @@
 """A child's main thread: set up the handler and consumer, then fetch, (AMO: ask), handle,
 report, until told to stop or fenced.
 
-AMO asks one batch ahead: having fetched batch k+1 it sends its `GrantRequest` before it waits
-for batch k's `Grant` and handles batch k, so the coordination log's round trip for one batch
-overlaps the handling of the other. The supervisor answers in request order (DESIGN.md, AMO).
+AMO asks ahead (`childgrants`): having fetched batch k+1 it sends its `GrantRequest` before it
+waits for batch k's `Grant` and handles batch k, so the coordination log's round trip for one
+batch overlaps the handling of the other (README: AMO one batch ahead).
 
 `ChildLoop` checks its lease before every batch and every handler call, hands a failing call
 to the failure policy (retries, then dlq, skip or stop: `childfailures`), and unwinds to one
@@ -35,6 +35,7 @@ from marshal_workers.childexit import (
     ChildExit,
 )
 from marshal_workers.childfailures import FailureHandling, failed_once
+from marshal_workers.childgrants import Asked
 from marshal_workers.consume import ConsumerSetupError, FatalKafkaError, fetch, open_consumer
 from marshal_workers.dlq import DeadLetters
 from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME
@@ -105,9 +106,7 @@ class ChildLoop(FailureHandling):
         self.next_offset: int | None = None  # ALO: handled below; AMO: granted below
         self.reported: int | None = None  # the last Progress sent
         self.progress_due = 0.0  # ALO: full batches report at most once per PROGRESS_INTERVAL_S
-        self.request_id = 0
-        self.ahead: tuple[GrantRequest, list[Record]] | None = None  # AMO: asked, not yet granted
-        self.answered: Grant | None = None  # AMO: the answer on `ahead`, read while waiting
+        self.asked = Asked()  # AMO: the batches asked for, not yet handled
         self.fetch_now = spec  # AMO, with a batch asked for: fetch without waiting (see setup)
         self.stats = StatsTally()  # sent as `Stats` about once a second (see stats)
         self.policy = FailurePolicy()  # the spec's, once setup has checked it
@@ -192,16 +191,19 @@ class ChildLoop(FailureHandling):
             raise ChildExit(EXIT_KAFKA, "kafka_failed") from None
 
     def _amo_turn(self) -> None:
-        """AMO, one batch ahead: fetch the next batch and ask for it, then wait for the answer
-        on the batch asked for last turn and handle that one. With a batch asked for, the fetch
-        does not wait for records (caught up, the batch in hand would wait with it)."""
-        ahead = self.ahead
-        if ahead is not None and self.answered is not None and not self.answered.granted:
-            self._await_grant(ahead[0])  # refused already: end before asking for more
-        records = self._fetch(self.spec if ahead is None else self.fetch_now)
-        self.ahead = (self._ask(records), records) if records else None
-        if ahead is not None:
-            request, batch = ahead
+        """AMO, asking ahead: fetch the next batch and ask for it, then, once as many batches
+        are asked for as may be (or nothing more came), wait for the answer on the oldest and
+        handle it. With a batch asked for, the fetch does not wait for records (caught up, the
+        batch in hand would wait with it)."""
+        asked = self.asked
+        fetched = False
+        if asked.may_ask():
+            records = self._fetch(self.fetch_now if asked.batches else self.spec)
+            if records:
+                self._send(asked.ask(records))
+                fetched = True
+        if asked.batches and (asked.full() or not fetched):
+            request, batch = asked.take()
             self._await_grant(request)
             self._handle(batch)
 
@@ -335,13 +337,6 @@ class ChildLoop(FailureHandling):
             self.calls.position.value = self.next_offset
         return records[count:]
 
-    def _ask(self, records: list[Record]) -> GrantRequest:
-        """AMO: ask to handle a batch (answered later, in request order)."""
-        self.request_id += 1
-        request = GrantRequest(self.request_id, records[0].offset, records[-1].offset + 1)
-        self._send(request)
-        return request
-
     def _await_grant(self, request: GrantRequest) -> None:
         """AMO: wait for the answer on ``request``; return only if granted (the granted end is
         then the position this child reports)."""
@@ -355,9 +350,8 @@ class ChildLoop(FailureHandling):
 
     def _grant_for(self, request: GrantRequest) -> Grant:
         """The supervisor's answer to ``request``, the lease and `Stop` checked while waiting."""
-        answered = self.answered
-        if answered is not None and answered.request_id == request.request_id:
-            self.answered = None
+        answered = self.asked.answer(request)
+        if answered is not None:
             return answered
         while True:
             self._require_lease()
@@ -380,16 +374,12 @@ class ChildLoop(FailureHandling):
 
     def _aside(self, msg: ToChild | None) -> None:
         """A message read while waiting for another (`Stop` is each waiter's own): answer
-        `DumpStacks`, keep the answer on the batch asked for ahead (AMO), log anything
-        unexpected; None (nothing came) is ignored."""
+        `DumpStacks`, keep an answer on a batch asked for (AMO), log anything unexpected; None
+        (nothing came) is ignored."""
         if isinstance(msg, DumpStacks):
             log_stacks(self.log, "stack_dump")
-        elif (
-            isinstance(msg, Grant)
-            and self.ahead is not None
-            and msg.request_id == self.ahead[0].request_id
-        ):
-            self.answered = msg
+        elif isinstance(msg, Grant) and self.asked.keep(msg):
+            return  # taken when its batch comes up
         elif msg is not None:
             self.log.warning("unexpected_message", message=repr(msg))
 

@@ -21,6 +21,7 @@ from marshal_workers.childexit import (
     EXIT_LEASE_EXPIRED,
     EXIT_NOT_GRANTED,
 )
+from marshal_workers.childgrants import AHEAD
 from marshal_workers.exitpolicy import ChildEnd
 from marshal_workers.protocol import ClaimKey
 from marshal_workers.rationalizer import Mode
@@ -152,10 +153,10 @@ class SimChild:
                 self.die(EXIT_NOT_GRANTED, t)
                 return
             self.batch, self.position = (start, end), max(self.position, start)
-        # one batch ahead: ask for the next while the one before is handled or awaited
+        # asking ahead (`childgrants`): the next while the one before is handled or awaited
         high = self.data.high_watermark(t)
         in_hand = (self.batch is not None) + len(self.asks)
-        if in_hand < 2 and high > self.asked_end and not self.stopping:
+        if in_hand <= AHEAD and high > self.asked_end and not self.stopping:
             start, end = self.asked_end, min(high, self.asked_end + self.spec.batch_size)
             self.requests += 1
             self.asks.append((self.requests, start, end))
