@@ -357,6 +357,23 @@ class TestGrants:
         ]
         assert h.member.held[key].position == 150
 
+    def test_a_verdict_for_a_lost_claims_child_is_not_told_to_the_next_holding(self) -> None:
+        """The claim is lost with a reservation in flight and won again: the new child (its
+        request ids start at 1 too) hears nothing of the old verdict, and is not refused."""
+        h, key = self.grant_setup()
+        old = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        held = h.member.held[key]
+        h.member.holdings.lose(held, "test")
+        h.run(h.member.feed(inp.ChildExited(h.now, key, -9)))
+        assert key not in h.member.held
+        h.member.holdings.hold(key, held.token + 1, h.now + 10, h.now)  # won again, new token
+        h.member.held[key].position = 100
+        h.tick(0.05)
+        assert h.member.held[key].child
+        self.land(h, old)  # the old verdict: refused (another token), told to nobody
+        assert self.grants(h) == []
+        assert len(self.ask(h, key, ipc.GrantRequest(1, 150, 200))) == 1  # not refused
+
 
 class TestPositionsAndHealth:
     def test_alo_heartbeats_carry_the_position_published_in_shared_memory(self) -> None:
