@@ -1,6 +1,10 @@
 """A child's main thread: set up the handler and consumer, then fetch, (AMO: ask), handle,
 report, until told to stop or fenced.
 
+AMO asks ahead (`childgrants`): having fetched batch k+1 it sends its `GrantRequest` before it
+waits for batch k's `Grant` and handles batch k, so the coordination log's round trip for one
+batch overlaps the handling of the other (README: AMO one batch ahead).
+
 `ChildLoop` checks its lease before every batch and every handler call, hands a failing call
 to the failure policy (retries, then dlq, skip or stop: `childfailures`), and unwinds to one
 shutdown path that tears the plugin down and tells the supervisor where it stopped. Exit codes
@@ -31,6 +35,7 @@ from marshal_workers.childexit import (
     ChildExit,
 )
 from marshal_workers.childfailures import FailureHandling, failed_once
+from marshal_workers.childgrants import Asked
 from marshal_workers.consume import ConsumerSetupError, FatalKafkaError, fetch, open_consumer
 from marshal_workers.dlq import DeadLetters
 from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME
@@ -101,7 +106,8 @@ class ChildLoop(FailureHandling):
         self.next_offset: int | None = None  # ALO: handled below; AMO: granted below
         self.reported: int | None = None  # the last Progress sent
         self.progress_due = 0.0  # ALO: full batches report at most once per PROGRESS_INTERVAL_S
-        self.request_id = 0
+        self.asked = Asked()  # AMO: the batches asked for, not yet handled
+        self.fetch_now = spec  # AMO, with a batch asked for: fetch without waiting (see setup)
         self.stats = StatsTally()  # sent as `Stats` about once a second (see stats)
         self.policy = FailurePolicy()  # the spec's, once setup has checked it
         self.poison = PoisonRate(spec.max_poison_rate)
@@ -153,6 +159,7 @@ class ChildLoop(FailureHandling):
             raise ChildExit(EXIT_KAFKA, "kafka_failed") from None
         self.next_offset = self.reported = position
         self.calls.position.value = position
+        self.fetch_now = replace(self.spec, batch_timeout_s=0.0)
         if self.policy.on_failure is OnFailure.DLQ:
             self._open_dead_letters()
         self._send(Started(os.getpid(), position))
@@ -164,21 +171,41 @@ class ChildLoop(FailureHandling):
             self._read_stop()
             self._send_stats()
             self._require_lease()
-            try:
-                records = fetch(self.consumer, self.spec, self.log)
-            except (FatalKafkaError, KafkaException) as exc:
-                self.log.error("kafka_failed", error=str(exc))
-                raise ChildExit(EXIT_KAFKA, "kafka_failed") from None
+            if self.spec.mode == Mode.AMO:
+                self._amo_turn()
+                continue
+            records = self._fetch(self.spec)
             if not records:
                 self._report_progress()  # caught up (ALO): what is handled is reported
                 continue
-            if self.spec.mode == Mode.AMO:
-                self._await_grant(records)
-                self._handle(records)
-            else:
-                self._handle(records)
-                if len(records) < self.spec.batch_size or time.monotonic() >= self.progress_due:
-                    self._report_progress()
+            self._handle(records)
+            if len(records) < self.spec.batch_size or time.monotonic() >= self.progress_due:
+                self._report_progress()
+
+    def _fetch(self, spec: ChildSpec) -> list[Record]:
+        assert self.consumer is not None
+        try:
+            return fetch(self.consumer, spec, self.log)
+        except (FatalKafkaError, KafkaException) as exc:
+            self.log.error("kafka_failed", error=str(exc))
+            raise ChildExit(EXIT_KAFKA, "kafka_failed") from None
+
+    def _amo_turn(self) -> None:
+        """AMO, asking ahead: fetch the next batch and ask for it, then, once as many batches
+        are asked for as may be (or nothing more came), wait for the answer on the oldest and
+        handle it. With a batch asked for, the fetch does not wait for records (caught up, the
+        batch in hand would wait with it)."""
+        asked = self.asked
+        fetched = False
+        if asked.may_ask():
+            records = self._fetch(self.fetch_now if asked.batches else self.spec)
+            if records:
+                self._send(asked.ask(records))
+                fetched = True
+        if asked.batches and (asked.full() or not fetched):
+            request, batch = asked.take()
+            self._await_grant(request)
+            self._handle(batch)
 
     def _handle(self, records: list[Record]) -> None:
         """Handle a batch in order, each unit through the error policy (see the module doc)."""
@@ -310,11 +337,9 @@ class ChildLoop(FailureHandling):
             self.calls.position.value = self.next_offset
         return records[count:]
 
-    def _await_grant(self, records: list[Record]) -> None:
-        """AMO: ask to handle the batch and wait for the answer; return only if granted."""
-        self.request_id += 1
-        request = GrantRequest(self.request_id, records[0].offset, records[-1].offset + 1)
-        self._send(request)
+    def _await_grant(self, request: GrantRequest) -> None:
+        """AMO: wait for the answer on ``request``; return only if granted (the granted end is
+        then the position this child reports)."""
         grant = self._grant_for(request)
         if not grant.granted:
             self.log.warning(
@@ -325,6 +350,9 @@ class ChildLoop(FailureHandling):
 
     def _grant_for(self, request: GrantRequest) -> Grant:
         """The supervisor's answer to ``request``, the lease and `Stop` checked while waiting."""
+        answered = self.asked.answer(request)
+        if answered is not None:
+            return answered
         while True:
             self._require_lease()
             msg = self._receive(min(GRANT_POLL_S, max(0.0, self.lease.remaining())))
@@ -346,9 +374,12 @@ class ChildLoop(FailureHandling):
 
     def _aside(self, msg: ToChild | None) -> None:
         """A message read while waiting for another (`Stop` is each waiter's own): answer
-        `DumpStacks`, log anything unexpected; None (nothing came) is ignored."""
+        `DumpStacks`, keep an answer on a batch asked for (AMO), log anything unexpected; None
+        (nothing came) is ignored."""
         if isinstance(msg, DumpStacks):
             log_stacks(self.log, "stack_dump")
+        elif isinstance(msg, Grant) and self.asked.keep(msg):
+            return  # taken when its batch comes up
         elif msg is not None:
             self.log.warning("unexpected_message", message=repr(msg))
 

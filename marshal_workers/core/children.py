@@ -105,38 +105,83 @@ class Children:
         )
 
     def grant_request(self, held: Held, req: ipc.GrantRequest, now: float) -> None:
-        """AMO: reserve the batch in the log; the child is answered once the fold decides."""
+        """AMO: reserve the batch in the log; the child is answered once the fold decides.
+
+        A child asks for its next batch before the answer on the one before comes (one batch
+        ahead, `childloop`), so a request must start at or after the end of the newest batch
+        this child asked for, granted or still in flight, not only the position. Once one of
+        its batches is refused, every later one is too: the child exits at that refusal and
+        must not be granted anything after it."""
         refusal = None
+        floor = held.position
+        if held.asked_end is not None and floor is not None:
+            floor = max(floor, held.asked_end)
         if held.phase is not Phase.RUNNING or now >= held.lease:
             refusal = "claim not held"
-        elif held.position is None or req.start < held.position:
-            refusal = f"batch starts at {req.start}, before the position {held.position}"
+        elif held.refused_from is not None:
+            refusal = "an earlier batch was refused"
+        elif floor is None or req.start < floor:
+            refusal = f"batch starts at {req.start}, before the position {floor}"
         if refusal is not None:
+            held.refused_from = refused_from(held, req.start)
             self.holdings.tell(held.key, ipc.Grant(req.request_id, False, refusal))
             return
+        held.asked_end = req.end
         message = ClaimingMessages(*self.ctx.fields(held.key), req.end)
         extra = {"request_id": req.request_id, "start": req.start, "end": req.end}
-        self.ctx.append(Kind.RESERVE, held.key, message, now, **extra)
+        self.ctx.append(Kind.RESERVE, held.key, message, now, child=held.child_no, **extra)
 
     def reservation_decided(self, op: Op, event: ev.Event, now: float) -> None:
-        """The reservation's verdict: commit and grant, or refuse."""
+        """The reservation's verdict: commit and grant, or refuse.
+
+        A child's reservations go to one coordination partition through one idempotent
+        producer, so the fold decides them in request order; but a verdict read before its
+        append is acknowledged is acted on at the acknowledgement, so that order is not relied
+        on: the position never moves back, and a refusal refuses the batches from the refused
+        one on (`refused_from`), never an earlier one. A verdict for a child that has ended is
+        told to nobody (a new child's request ids start again at 1). A reservation the log
+        accepted but this member refuses still moves the claim's position to its end: the log
+        says those records are reserved, so nobody handles them (lost, as at-most-once allows)
+        and the next child starts after them instead of asking for what the log refuses."""
         held = self.ctx.held.get(op.key)
+        asker = held is not None and op.child == held.child_no
         refusal = None
         if not isinstance(event, ev.MessagesClaimed):
             refusal = getattr(event, "reason", "reservation not confirmed")
         elif held is None or held.phase is not Phase.RUNNING or event.token != held.token:
             refusal = "claim not held"
+        elif not asker:
+            refusal = "the child that asked has ended"
+        elif held.refused_from is not None and op.start >= held.refused_from:
+            refusal = "an earlier batch was refused"
         elif now >= held.lease:
             refusal = "lease expired"
         elif event.start is not None and op.start < event.start:
             refusal = f"batch starts at {op.start}, before the log's position {event.start}"
         if refusal is not None or held is None:
-            grant = ipc.Grant(op.request_id, False, refusal or "claim not held")
-            self.holdings.tell(op.key, grant)
+            if held is None:
+                return  # the claim is gone: nobody to answer
+            landed = isinstance(event, ev.MessagesClaimed) and event.token == held.token
+            if landed and held.position is not None and op.end > held.position:
+                held.position = op.end  # reserved in the log: never handled now
+            if asker:
+                held.refused_from = refused_from(held, op.start)
+                grant = ipc.Grant(op.request_id, False, refusal or "claim not held")
+                self.holdings.tell(op.key, grant)
             return
-        held.position = op.end
+        held.position = max(held.position or 0, op.end)  # (never back, whatever the order)
         self.holdings.heartbeat(held, now)  # the committing heartbeat
         self.holdings.tell(op.key, ipc.Grant(op.request_id, True, ""))
+
+    def reservation_given_up(self, op: Op, error: str) -> None:
+        """A reservation not written, or with no verdict in time: refuse it (and, as for any
+        refusal, every later batch of its child)."""
+        held = self.ctx.held.get(op.key)
+        if held is None or op.child != held.child_no:
+            return
+        held.refused_from = refused_from(held, op.start)
+        grant = ipc.Grant(op.request_id, False, f"reservation not written: {error}")
+        self.holdings.tell(op.key, grant)
 
     def exited(self, exited: inp.ChildExited) -> None:
         """A child ended (its process group is gone): respawn, restart later, or release."""
@@ -197,3 +242,8 @@ class Children:
             holdings.finish(held, now, release=True)  # the log refuses it if taken meanwhile
         else:
             holdings.finish(held, now, release=held.phase is Phase.STOPPING)
+
+
+def refused_from(held: Held, start: int) -> int:
+    """Where a child's refused batches begin once the batch at ``start`` is refused."""
+    return start if held.refused_from is None else min(held.refused_from, start)

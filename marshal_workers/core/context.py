@@ -44,6 +44,7 @@ class Context:
         self.late_heartbeats: dict[ClaimKey, list[float]] = {}
         # Positions of claims whose release after an expired lease was not confirmed.
         self.expired_positions: dict[ClaimKey, int] = {}
+        self.children_started = 0  # numbers children across claims (`Held.child_no`)
         self.stopping = False
         self.wall = 0.0
         self.out: list[cmd.Command] = []

@@ -216,6 +216,11 @@ class Holdings:
         )
         held.settle = None
         held.child = True
+        # a new child, numbered across claims (a claim lost and won again gets a new `Held`):
+        # its batches are asked for afresh, and no verdict for an older child reaches it
+        self.ctx.children_started += 1
+        held.child_no = self.ctx.children_started
+        held.asked_end = held.refused_from = None
         held.term_sent = held.kill_sent = False
         self.ctx.out.append(cmd.Spawn(key, spec, restart))
 

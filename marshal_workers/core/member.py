@@ -58,7 +58,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from marshal_workers import events as ev
-from marshal_workers import ipc
 from marshal_workers.claims import MEMBER_PREFIX, is_member_key
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
@@ -296,8 +295,7 @@ class Member:
             if len(late) < LATE_HEARTBEATS_KEPT:
                 late.append(op.sent_at)
         elif op.kind is Kind.RESERVE:
-            grant = ipc.Grant(op.request_id, False, f"reservation not written: {error}")
-            self.holdings.tell(key, grant)
+            self.children.reservation_given_up(op, error)
         elif op.kind is Kind.RELEASE:
             self.holdings.release_unconfirmed(key, op.end)
             self.holdings.drop(key)

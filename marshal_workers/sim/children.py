@@ -2,8 +2,10 @@
 
 A `SimChild` stands for one child process: it starts after a delay, handles records of its
 partition at its handler's speed, reads its lease before every record (and its watchdog ends
-it at the deadline, even while its supervisor is frozen), asks for grants in AMO, publishes
-its ALO position in "shared memory", and finishes its batch when told to stop. Every record
+it at the deadline, even while its supervisor is frozen), asks for grants in AMO one batch
+ahead as the real child does (the next batch is asked for before the answer on the one before
+comes, so two reservations are in flight), publishes its ALO position in "shared memory", and
+finishes its batch when told to stop. Every record
 it handles is reported to the checker with the virtual time.
 """
 
@@ -19,6 +21,7 @@ from marshal_workers.childexit import (
     EXIT_LEASE_EXPIRED,
     EXIT_NOT_GRANTED,
 )
+from marshal_workers.childgrants import AHEAD
 from marshal_workers.exitpolicy import ChildEnd
 from marshal_workers.protocol import ClaimKey
 from marshal_workers.rationalizer import Mode
@@ -61,8 +64,9 @@ class SimChild:
     outbox: list[ipc.ToSupervisor] = field(default_factory=list)
     published: int | None = None  # the ALO position in shared memory
     batch: tuple[int, int] | None = None  # AMO: the granted batch being handled
-    asked: int | None = None  # AMO: the request waiting for an answer
-    asked_end: int = 0  # AMO: the end of the batch asked for
+    asks: list[tuple[int, int, int]] = field(default_factory=list)  # AMO: unanswered requests
+    answers: dict[int, bool] = field(default_factory=dict)  # AMO: answers on `asks`, by id
+    asked_end: int = 0  # AMO: the end of the newest batch asked for
     requests: int = 0
     budget: float = 0.0
     hung_until: float = 0.0
@@ -70,7 +74,7 @@ class SimChild:
     end: ChildEnd | None = None  # how it ended, as its shared cells would say
 
     def __post_init__(self) -> None:
-        self.position = self.spec.start_offset or 0
+        self.position = self.asked_end = self.spec.start_offset or 0
 
     def die(self, code: int, t: float) -> None:
         """The process ends."""
@@ -83,12 +87,8 @@ class SimChild:
             return
         if isinstance(message, ipc.Stop):
             self.stopping = True
-        elif isinstance(message, ipc.Grant) and message.request_id == self.asked:
-            self.asked = None
-            if message.granted:
-                self.batch = (self.position, self.asked_end)
-            else:
-                self.die(EXIT_NOT_GRANTED, t)
+        elif isinstance(message, ipc.Grant) and any(message.request_id == a[0] for a in self.asks):
+            self.answers[message.request_id] = message.granted  # taken in request order
 
     def step(self, t: float, dt: float) -> None:
         """Run for ``dt`` seconds of virtual time ending at ``t``."""
@@ -147,13 +147,22 @@ class SimChild:
         return False
 
     def _handle_amo(self, t: float) -> None:
+        if self.batch is None and self.asks and self.asks[0][0] in self.answers:
+            request, start, end = self.asks.pop(0)
+            if not self.answers.pop(request):  # the batches before it are handled: end here
+                self.die(EXIT_NOT_GRANTED, t)
+                return
+            self.batch, self.position = (start, end), max(self.position, start)
+        # asking ahead (`childgrants`): the next while the one before is handled or awaited
+        high = self.data.high_watermark(t)
+        in_hand = (self.batch is not None) + len(self.asks)
+        if in_hand <= AHEAD and high > self.asked_end and not self.stopping:
+            start, end = self.asked_end, min(high, self.asked_end + self.spec.batch_size)
+            self.requests += 1
+            self.asks.append((self.requests, start, end))
+            self.asked_end = end
+            self.outbox.append(ipc.GrantRequest(self.requests, start, end))
         if self.batch is None:
-            high = self.data.high_watermark(t)
-            if self.asked is None and high > self.position and not self.stopping:
-                end = min(high, self.position + self.spec.batch_size)
-                self.requests += 1
-                self.asked, self.asked_end = self.requests, end
-                self.outbox.append(ipc.GrantRequest(self.requests, self.position, end))
             return
         _, end = self.batch
         while self.budget >= 1 and self.position < end:

@@ -161,27 +161,64 @@ class TestAtMostOnce:
     def test_handles_only_what_was_granted(
         self, kafka_bootstrap: str, topic: str, ledger_dir: Path, spawn: Callable[..., Supervised]
     ) -> None:
-        """It asks before handling, handles nothing while the grant is withheld, then exactly
-        the granted batch."""
+        """It asks for one batch and the next before any answer, handles nothing while the
+        grants are withheld, then exactly the granted batch."""
         produce(kafka_bootstrap, topic, {PARTITION: 12})
         child = spawn(make_spec(kafka_bootstrap, topic, mode=Mode.AMO, batch_size=5))
         first = child.expect(GrantRequest)
         assert first.start == 0
         assert 0 < first.end <= 5
+        second = child.expect(GrantRequest)  # one batch ahead: asked before the first's answer
+        assert second.start == first.end
         withheld_until = time.monotonic() + 0.5  # a window in which nothing may happen
         while time.monotonic() < withheld_until:
             assert offsets(ledger_dir) == []
             time.sleep(0.05)
         child.drain()
         assert not child.of(Progress)
+        assert child.of(GrantRequest) == [first, second]  # never more than one batch ahead
         assert child.handle.exitcode is None
         child.handle.send(Grant(first.request_id, granted=True))
-        second = child.expect(GrantRequest)  # it fetched the next batch and asks again
-        assert second.start == first.end
+        third = child.expect(GrantRequest)  # it handled the first, fetched and asks again
+        assert third.start == second.end
         assert offsets(ledger_dir) == list(range(first.start, first.end))
-        child.handle.send(Stop())
+        child.handle.send(Stop())  # while it waits for the second's answer
         assert child.expect(Stopped).next_offset == first.end
         assert child.wait_exit() == 0
+        assert offsets(ledger_dir) == list(range(first.start, first.end))
+
+    def test_answers_that_come_together_are_each_used_once(
+        self, kafka_bootstrap: str, topic: str, ledger_dir: Path, spawn: Callable[..., Supervised]
+    ) -> None:
+        """The answer on the batch asked ahead may come while the child handles the batch before
+        it: kept, not dropped; the child handles both granted batches, in order, once."""
+        produce(kafka_bootstrap, topic, {PARTITION: 23})
+        child = spawn(make_spec(kafka_bootstrap, topic, mode=Mode.AMO, batch_size=5))
+        first = child.expect(GrantRequest)
+        second = child.expect(GrantRequest)
+        child.handle.send(Grant(first.request_id, granted=True))
+        child.handle.send(Grant(second.request_id, granted=True))
+        third = child.expect(GrantRequest)
+        fourth = child.expect(GrantRequest)  # asked once the second was handled
+        assert (third.start, fourth.start) == (second.end, third.end)
+        assert offsets(ledger_dir) == list(range(first.start, second.end))
+        child.handle.send(Stop())
+        assert child.expect(Stopped).next_offset == second.end
+        assert child.wait_exit() == 0
+        assert offsets(ledger_dir) == list(range(first.start, second.end))
+
+    def test_a_refused_batch_ahead_ends_the_child_after_the_granted_one(
+        self, kafka_bootstrap: str, topic: str, ledger_dir: Path, spawn: Callable[..., Supervised]
+    ) -> None:
+        """First granted, the one asked ahead refused: the first is handled, then exit 7 with
+        nothing after it handled."""
+        produce(kafka_bootstrap, topic, {PARTITION: 23})
+        child = spawn(make_spec(kafka_bootstrap, topic, mode=Mode.AMO, batch_size=5))
+        first = child.expect(GrantRequest)
+        second = child.expect(GrantRequest)
+        child.handle.send(Grant(first.request_id, granted=True))
+        child.handle.send(Grant(second.request_id, granted=False, reason="an earlier one"))
+        assert child.wait_exit() == EXIT_NOT_GRANTED
         assert offsets(ledger_dir) == list(range(first.start, first.end))
 
     def test_stop_while_a_grant_is_pending_handles_nothing(

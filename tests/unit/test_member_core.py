@@ -254,6 +254,126 @@ class TestGrants:
         assert h.member.held[key].position == 150
         assert h.appended(Heartbeat)[-1].offset == 150
 
+    # ---- one batch ahead: two reservations of a child in flight -----------------------------
+
+    def ask(self, h: Harness, key: ClaimKey, request: ipc.GrantRequest) -> list[cmd.Append]:
+        """The child asks; its reservation is held back (in flight) and returned."""
+        commands = h.member.feed(inp.ChildSaid(h.now, key, request))
+        h.commands.extend(commands)
+        return [c for c in commands if isinstance(c, cmd.Append)]
+
+    def land(self, h: Harness, appends: list[cmd.Append]) -> None:
+        """The held-back reservations are appended, acknowledged and read, in order."""
+        for c in appends:
+            done = h.topic.append(c.partition, record_key(c.message), encode(c.message))
+            h.run(h.member.feed(inp.AppendDone(h.now, c.op, done)))
+        h.read()
+
+    def grants(self, h: Harness) -> list[ipc.ToChild]:
+        return [c.message for c in h.commands if isinstance(c, cmd.TellChild)]
+
+    def test_the_next_batch_asked_while_one_is_in_flight_is_reserved_and_granted_in_order(
+        self,
+    ) -> None:
+        """Two reservations in flight: both written, decided in order, each committed."""
+        h, key = self.grant_setup()
+        first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
+        assert [c.message.offset for c in first + second] == [150, 200]
+        assert self.grants(h) == []
+        self.land(h, first + second)
+        assert self.grants(h) == [ipc.Grant(1, True, ""), ipc.Grant(2, True, "")]
+        assert h.member.held[key].position == 200
+        assert [m.offset for m in h.appended(Heartbeat)][-2:] == [150, 200]
+
+    def test_a_batch_overlapping_the_one_in_flight_is_refused_unwritten(self) -> None:
+        """The floor is the end of the batch asked for before, not only the position."""
+        h, key = self.grant_setup()
+        assert len(self.ask(h, key, ipc.GrantRequest(1, 100, 150))) == 1
+        assert self.ask(h, key, ipc.GrantRequest(2, 120, 200)) == []
+        assert self.grants(h) == [
+            ipc.Grant(2, False, "batch starts at 120, before the position 150")
+        ]
+
+    def test_after_a_refusal_the_batch_asked_ahead_is_refused_too(self) -> None:
+        """Batch 1 refused at once: batch 2, valid on its own, is refused (the child exits at 1)."""
+        h, key = self.grant_setup()
+        h.member.held[key].position = 150
+        assert self.ask(h, key, ipc.GrantRequest(1, 100, 150)) == []
+        assert self.ask(h, key, ipc.GrantRequest(2, 150, 200)) == []
+        assert [g.granted for g in self.grants(h) if isinstance(g, ipc.Grant)] == [False, False]
+        assert h.appended(ClaimingMessages) == []
+
+    def test_a_first_reservation_unwritten_refuses_the_second_that_lands(self) -> None:
+        """1 fails to append, 2 lands: 2 is refused, and the position passes it (never twice)."""
+        h, key = self.grant_setup()
+        first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
+        h.run(h.member.feed(inp.AppendFailed(h.now, first[0].op, "broker down")))
+        self.land(h, second)
+        grants = self.grants(h)
+        assert grants == [
+            ipc.Grant(1, False, "reservation not written: broker down"),
+            ipc.Grant(2, False, "an earlier batch was refused"),
+        ]
+        assert h.member.held[key].position == 200  # the log reserved up to 200: nobody's now
+
+    def test_a_verdict_for_an_ended_child_is_not_told_to_its_successor(self) -> None:
+        """Request ids start again at 1 in a new child: an old grant must not answer it."""
+        h, key = self.grant_setup()
+        first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        h.run(h.member.feed(inp.ChildExited(h.now, key, 1)))  # it crashed; restarted later
+        h.tick(1.0)
+        assert len([c for c in h.commands if isinstance(c, cmd.Spawn)]) == 2
+        self.land(h, first)
+        assert self.grants(h) == []
+        assert h.member.held[key].position == 150  # reserved: the new child asks from there
+
+    def test_verdicts_acted_on_out_of_request_order_never_move_the_position_back(self) -> None:
+        """Both records folded before their acknowledgements, which come second first: both
+        granted, and the position ends at the second's end (it went back to 150 before)."""
+        h, key = self.grant_setup()
+        first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
+        done = [h.topic.append(c.partition, record_key(c.message), encode(c.message))
+                for c in first + second]  # fmt: skip
+        h.read()  # the verdicts wait for their acknowledgements
+        h.run(h.member.feed(inp.AppendDone(h.now, second[0].op, done[1])))
+        h.run(h.member.feed(inp.AppendDone(h.now, first[0].op, done[0])))
+        assert self.grants(h) == [ipc.Grant(2, True, ""), ipc.Grant(1, True, "")]
+        assert h.member.held[key].position == 200
+        assert h.appended(Heartbeat)[-1].offset == 200
+
+    def test_a_refusal_refuses_the_batches_after_it_never_one_before(self) -> None:
+        """The second's append fails before the first is decided: the first is still granted."""
+        h, key = self.grant_setup()
+        first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
+        h.run(h.member.feed(inp.AppendFailed(h.now, second[0].op, "broker down")))
+        self.land(h, first)
+        assert self.grants(h) == [
+            ipc.Grant(2, False, "reservation not written: broker down"),
+            ipc.Grant(1, True, ""),
+        ]
+        assert h.member.held[key].position == 150
+
+    def test_a_verdict_for_a_lost_claims_child_is_not_told_to_the_next_holding(self) -> None:
+        """The claim is lost with a reservation in flight and won again: the new child (its
+        request ids start at 1 too) hears nothing of the old verdict, and is not refused."""
+        h, key = self.grant_setup()
+        old = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        held = h.member.held[key]
+        h.member.holdings.lose(held, "test")
+        h.run(h.member.feed(inp.ChildExited(h.now, key, -9)))
+        assert key not in h.member.held
+        h.member.holdings.hold(key, held.token + 1, h.now + 10, h.now)  # won again, new token
+        h.member.held[key].position = 100
+        h.tick(0.05)
+        assert h.member.held[key].child
+        self.land(h, old)  # the old verdict: refused (another token), told to nobody
+        assert self.grants(h) == []
+        assert len(self.ask(h, key, ipc.GrantRequest(1, 150, 200))) == 1  # not refused
+
 
 class TestPositionsAndHealth:
     def test_alo_heartbeats_carry_the_position_published_in_shared_memory(self) -> None:

@@ -1,0 +1,45 @@
+"""A child's AMO bookkeeping (`childgrants.Asked`): how far ahead it asks, and the answers it
+keeps until their batch comes up."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from marshal_workers.childgrants import Asked
+from marshal_workers.ipc import Grant, GrantRequest
+
+
+def batch(start: int, end: int) -> list[Any]:
+    return [SimpleNamespace(offset=o) for o in range(start, end)]
+
+
+class TestAsked:
+    def test_asks_one_batch_beyond_the_one_awaited_then_waits(self) -> None:
+        """With one batch ahead: two asked, no third until the oldest is taken."""
+        asked = Asked(ahead=1)
+        assert asked.may_ask()
+        assert asked.ask(batch(0, 5)) == GrantRequest(1, 0, 5)
+        assert asked.may_ask() and not asked.full()
+        assert asked.ask(batch(5, 9)) == GrantRequest(2, 5, 9)
+        assert asked.full() and not asked.may_ask()
+        request, records = asked.take()
+        assert request == GrantRequest(1, 0, 5) and len(records) == 5
+        assert asked.may_ask()
+
+    def test_an_early_answer_is_kept_for_its_batch_and_a_stray_one_is_not(self) -> None:
+        """The answer on the batch asked ahead waits for it; one for nothing asked is refused."""
+        asked = Asked(ahead=1)
+        first, second = asked.ask(batch(0, 5)), asked.ask(batch(5, 9))
+        assert asked.keep(Grant(second.request_id, True))
+        assert not asked.keep(Grant(7, True))
+        assert asked.answer(first) is None
+        assert asked.answer(second) == Grant(2, True)
+        assert asked.answer(second) is None  # taken once
+
+    def test_no_more_asking_once_a_refusal_is_read(self) -> None:
+        """The child ends at a refusal: it asks for nothing after reading one."""
+        asked = Asked(ahead=2)
+        first = asked.ask(batch(0, 5))
+        assert asked.keep(Grant(first.request_id, False, "claim lost"))
+        assert not asked.may_ask()
