@@ -11,7 +11,8 @@ Between those two records it does nothing else.
 same count, so each does the same CPU work).
 
 ``count_batch`` (``CountBatch`` as a plugin class): `count` for a whole batch in one call, the
-batch plugins' trivial handler (the plain loop calls it with each ``consume()`` batch).
+batch plugins' trivial handler (the plain loop calls it with each ``consume()`` batch;
+``CountBatch`` sets ``batch_view = "messages"``, so it gets the same ``Message`` objects).
 
 ``arroyo_task``: the adapter that Arroyo's ``RunTaskWithMultiprocessing`` runs in its pool (a
 module-level function, as its spawned workers need): it hands ``$BENCH_HANDLER`` (``count`` or
@@ -141,7 +142,10 @@ def count_batch(records: Sequence[Any], ctx: Any) -> None:
 
 
 class CountBatch:
-    """`count_batch` as the batch plugin ``marshal-run`` loads (``bench.handlers:CountBatch``)."""
+    """`count_batch` as the batch plugin ``marshal-run`` loads (``bench.handlers:CountBatch``),
+    taking the consumer's messages as the plain loop's batch handler does (``batch_view``)."""
+
+    batch_view = "messages"
 
     def handle_batch(self, records: Sequence[Any], ctx: Any) -> None:
         count_batch(records, ctx)

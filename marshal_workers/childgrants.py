@@ -11,6 +11,7 @@ receives and handles.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from marshal_workers.ipc import Grant, GrantRequest
@@ -26,11 +27,11 @@ class Asked:
 
     def __init__(self, ahead: int = AHEAD) -> None:
         self.ahead = ahead
-        self.batches: deque[tuple[GrantRequest, list[Record]]] = deque()
+        self.batches: deque[tuple[GrantRequest, Sequence[Record]]] = deque()
         self.answers: dict[int, Grant] = {}
         self._last_id = 0
 
-    def ask(self, records: list[Record]) -> GrantRequest:
+    def ask(self, records: Sequence[Record]) -> GrantRequest:
         """The request for ``records`` (to send), remembered until its batch is taken."""
         self._last_id += 1
         request = GrantRequest(self._last_id, records[0].offset, records[-1].offset + 1)
@@ -46,7 +47,7 @@ class Asked:
         """Whether as many batches are asked for as may be."""
         return len(self.batches) > self.ahead
 
-    def take(self) -> tuple[GrantRequest, list[Record]]:
+    def take(self) -> tuple[GrantRequest, Sequence[Record]]:
         """The oldest batch asked for (its answer is awaited next)."""
         return self.batches.popleft()
 

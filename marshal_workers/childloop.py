@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from multiprocessing.connection import Connection
@@ -36,7 +36,13 @@ from marshal_workers.childexit import (
 )
 from marshal_workers.childfailures import FailureHandling, failed_once
 from marshal_workers.childgrants import Asked
-from marshal_workers.consume import ConsumerSetupError, FatalKafkaError, fetch, open_consumer
+from marshal_workers.consume import (
+    ConsumerSetupError,
+    FatalKafkaError,
+    fetch,
+    fetch_messages,
+    open_consumer,
+)
 from marshal_workers.dlq import DeadLetters
 from marshal_workers.errors import EXIT_OK, EXIT_RUNTIME
 from marshal_workers.failures import (
@@ -67,6 +73,7 @@ from marshal_workers.ipc import (
 from marshal_workers.lease import SharedLease
 from marshal_workers.plugin import Plugin
 from marshal_workers.rationalizer import Mode
+from marshal_workers.record import MessageRecords
 from marshal_workers.stacks import log_stacks
 from marshal_workers.stats import StatsTally, cached_high_watermark
 
@@ -182,9 +189,13 @@ class ChildLoop(FailureHandling):
             if len(records) < self.spec.batch_size or time.monotonic() >= self.progress_due:
                 self._report_progress()
 
-    def _fetch(self, spec: ChildSpec) -> list[Record]:
-        assert self.consumer is not None
+    def _fetch(self, spec: ChildSpec) -> Sequence[Record]:
+        """A batch: records, or (a batch plugin with ``batch_view = "messages"``) a view over
+        the consumer's messages that makes a record only for an item asked for."""
+        assert self.consumer is not None and self.plugin is not None
         try:
+            if self.plugin.messages:
+                return fetch_messages(self.consumer, spec, self.log)
             return fetch(self.consumer, spec, self.log)
         except (FatalKafkaError, KafkaException) as exc:
             self.log.error("kafka_failed", error=str(exc))
@@ -207,7 +218,7 @@ class ChildLoop(FailureHandling):
             self._await_grant(request)
             self._handle(batch)
 
-    def _handle(self, records: list[Record]) -> None:
+    def _handle(self, records: Sequence[Record]) -> None:
         """Handle a batch in order, each unit through the error policy (see the module doc)."""
         plugin = self.plugin
         assert plugin is not None
@@ -219,24 +230,26 @@ class ChildLoop(FailureHandling):
                 return
         batch = plugin.handle_batch
         if batch is not None:
-            self.calls.unit_end.value = records[-1].offset + 1  # the unit: the whole batch
+            first, end = records[0].offset, records[-1].offset + 1
+            # batch_view "messages": the plugin gets the consumer's messages themselves
+            given = records.messages if isinstance(records, MessageRecords) else records
+            self.calls.unit_end.value = end  # the unit: the whole batch
             self._handle_unit(
                 records,
                 self._in_call(
-                    records[0].offset,
-                    self.stats.timed(partial(batch, records, self.ctx), len(records)),
+                    first, self.stats.timed(partial(batch, given, self.ctx), len(records))
                 ),
             )
             self.calls.unit_end.value = -1
             if alo:
-                self.next_offset = records[-1].offset + 1
-                self.calls.position.value = self.next_offset
+                self.next_offset = end
+                self.calls.position.value = end
             return
         start = 0
         while start < len(records):
             start = self._handle_run(records, start)
 
-    def _handle_run(self, records: list[Record], start: int) -> int:
+    def _handle_run(self, records: Sequence[Record], start: int) -> int:
         """The per-record hot path: handle ``records[start:]`` until one raises or the lease
         reads expired; settle that one (the policy, or the lease check that ends the child) and
         return where to go on. Per record: one clock reading (the lease check, and the previous
@@ -321,7 +334,7 @@ class ChildLoop(FailureHandling):
         self.calls.keep_until.value = self.call_clock.deadline()  # for the supervisor's backstop
         return left
 
-    def _settle_first(self, records: list[Record], settle: Settle) -> list[Record]:
+    def _settle_first(self, records: Sequence[Record], settle: Settle) -> Sequence[Record]:
         """The previous child of this claim ended inside a handler call on ``settle``'s offsets
         (a timeout, ``os._exit``, a signal): dead-letter or skip them by the policy without
         calling the handler again, and return the rest of the batch. Only once, and only if

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from marshal_workers.ipc import ChildSpec
 from marshal_workers.kafkalog import FAST_CONNECT
-from marshal_workers.record import FetchedRecord, Record
+from marshal_workers.record import FetchedRecord, MessageRecords, Record
 
 EARLIEST = frozenset({"earliest", "smallest", "beginning"})
 LATEST = frozenset({"latest", "largest", "end"})
@@ -115,11 +115,26 @@ def fetch(consumer: Consumer, spec: ChildSpec, log: Any) -> list[Record]:
     messages = consumer.consume(num_messages=spec.batch_size, timeout=spec.batch_timeout_s)
     records: list[Record] = [FetchedRecord(m) for m in messages if m.error() is None]
     if len(records) != len(messages):  # rare: the errors among them
-        for msg in messages:
-            err = msg.error()
-            if err is None or err.code() == KafkaError._PARTITION_EOF:
-                continue
-            if err.fatal():
-                raise FatalKafkaError(str(err))
-            log.warning("kafka_error", error=str(err), code=err.name())
+        _errors(messages, log)
     return records
+
+
+def fetch_messages(consumer: Consumer, spec: ChildSpec, log: Any) -> MessageRecords:
+    """`fetch` for a batch plugin that takes the consumer's messages (``batch_view =
+    "messages"``): the same messages, none made into a record unless asked for."""
+    messages = consumer.consume(num_messages=spec.batch_size, timeout=spec.batch_timeout_s)
+    good = [m for m in messages if m.error() is None]
+    if len(good) != len(messages):
+        _errors(messages, log)
+    return MessageRecords(good)
+
+
+def _errors(messages: list[Any], log: Any) -> None:
+    """Log the errors among ``messages``; raise `FatalKafkaError` on a fatal one."""
+    for msg in messages:
+        err = msg.error()
+        if err is None or err.code() == KafkaError._PARTITION_EOF:
+            continue
+        if err.fatal():
+            raise FatalKafkaError(str(err))
+        log.warning("kafka_error", error=str(err), code=err.name())

@@ -6,6 +6,12 @@ a class (instantiated without arguments) or an instance with any of:
 - ``setup(ctx)``: once, before the first record (a failure ends the child: setup failed);
 - ``handle(record, ctx)``: per record, or ``handle_batch(records, ctx)``: once per fetched
   batch (preferred when both exist); the lease is checked before every call;
+- ``batch_view = "messages"`` (a class or instance attribute; default ``"records"``): hand
+  ``handle_batch`` the consumer's own ``confluent_kafka.Message`` objects (a list; read them
+  with ``m.value()``, ``m.key()``, ``m.offset()``, ``m.timestamp()``, ``m.headers()``; none
+  carries an error) instead of `Record` objects. It spares the record object made for every
+  record, the one cost a batch plugin pays per record over a plain consumer loop (see
+  `MessageBatch`); the failure policy, dead letters and logs still see records;
 - ``teardown(ctx, reason)``: once at the end, when ``setup`` succeeded, with the reason the
   child ends (``stop``, ``handler_failed``, ``lease_expired``, ``not_granted``, ...).
 
@@ -24,6 +30,12 @@ from typing import Any
 
 from marshal_workers.handler import Context, Record
 
+RECORDS = "records"
+MESSAGES = "messages"
+BATCH_VIEWS = (RECORDS, MESSAGES)
+# What a ``batch_view = "messages"`` plugin's handle_batch gets: the consumer's messages.
+MessageBatch = list[Any]
+
 
 class Plugin:
     """A loaded handler in one shape: optional setup/teardown, per record or per batch."""
@@ -40,6 +52,14 @@ class Plugin:
         self.handle: Callable[[Record, Context], object] = single if callable(single) else target
         if self.handle_batch is None and not callable(self.handle):
             raise TypeError(f"{type(target).__name__} has neither handle nor handle_batch")
+        view = getattr(target, "batch_view", RECORDS)
+        if view not in BATCH_VIEWS:
+            raise TypeError(
+                f"batch_view must be {' or '.join(map(repr, BATCH_VIEWS))}, not {view!r}"
+            )
+        if view == MESSAGES and self.handle_batch is None:
+            raise TypeError('batch_view = "messages" needs handle_batch')
+        self.messages = view == MESSAGES  # handle_batch gets the consumer's messages
         self._setup = getattr(target, "setup", None)
         self._teardown = getattr(target, "teardown", None)
 

@@ -13,7 +13,8 @@ as those fields (a consumer's message does not pickle).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol, overload
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE
 
@@ -174,3 +175,27 @@ class FetchedRecord(Record):
 
     def __init__(self, message: Any) -> None:  # no super().__init__: the message is the record
         self._message = message
+
+
+class MessageRecords(Sequence[Record]):
+    """A fetched batch as records, over the consumer's messages: a record object is made only
+    for the item asked for (the child's bookkeeping reads the first and the last; a failing
+    batch's dead letters read them all). What a batch plugin that opted in to the messages
+    (``batch_view = "messages"``, `plugin`) is handed is ``messages`` itself."""
+
+    __slots__ = ("messages",)
+
+    def __init__(self, messages: list[Any]) -> None:
+        self.messages = messages  # confluent_kafka.Message, none with an error
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+    @overload
+    def __getitem__(self, index: slice) -> MessageRecords: ...
+    def __getitem__(self, index: int | slice) -> Record | MessageRecords:
+        if isinstance(index, slice):
+            return MessageRecords(self.messages[index])
+        return FetchedRecord(self.messages[index])

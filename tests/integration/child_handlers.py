@@ -7,6 +7,7 @@ import os
 import subprocess
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from marshal_workers.handler import Context, Record
 
@@ -46,3 +47,15 @@ class Recorder:
     def teardown(self, ctx: Context, reason: str) -> None:
         """Note the teardown and its reason."""
         self._event("teardown", reason)
+
+
+class MessageRecorder(Recorder):
+    """`Recorder` taking the consumer's messages (``batch_view = "messages"``): notes each
+    batch's offsets and the class of what it was given."""
+
+    batch_view = "messages"
+
+    def handle_batch(self, messages: Sequence[Any], ctx: Context) -> None:  # type: ignore[override]
+        """Note the batch's offsets and what the items are."""
+        self._event("batch", [m.offset() for m in messages])
+        self._event("types", sorted({type(m).__name__ for m in messages}))

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from marshal_workers.handler import Context, Record
+from marshal_workers.record import FetchedRecord
 from plugins import ledger
 
 POISON_ENV = "FAILURE_TEST_POISON"  # comma-separated offsets that fail
@@ -48,3 +50,19 @@ class BatchLedger:
             raise Poisoned(f"poison at offsets {poison} in a batch of {len(records)}")
         for record in records:
             ledger.handle(record, ctx)
+
+
+class MessageBatchLedger:
+    """`BatchLedger` taking the consumer's messages (``batch_view = "messages"``)."""
+
+    batch_view = "messages"
+
+    def handle_batch(self, messages: Sequence[Any], ctx: Context) -> None:
+        """Fail the whole batch if it holds a poison offset, else ledger every message."""
+        if not all(type(m).__name__ == "Message" for m in messages):
+            raise TypeError(f"not the consumer's messages: {messages!r}")
+        poison = [m.offset() for m in messages if _fails(m.offset())]
+        if poison:
+            raise Poisoned(f"poison at offsets {poison} in a batch of {len(messages)}")
+        for message in messages:
+            ledger.handle(FetchedRecord(message), ctx)

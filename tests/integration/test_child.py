@@ -506,3 +506,31 @@ class TestClassPlugin:
             range(7)
         )
         assert lines[-1] == ["teardown", "stop"]
+
+
+class TestMessagesView:
+    def test_a_batch_plugin_can_take_the_consumers_messages(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        tmp_path: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """``batch_view = "messages"``: handle_batch gets confluent-kafka's own messages, every
+        offset once, in order; progress and the stop report the same offsets as with records."""
+        events = tmp_path / "events.jsonl"
+        monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
+        produce(kafka_bootstrap, topic, {PARTITION: 25})
+        spec = make_spec(
+            kafka_bootstrap, topic, handler="tests.integration.child_handlers:MessageRecorder"
+        )
+        child = spawn(spec)
+        while child.expect(Progress).next_offset < 25:
+            pass
+        child.handle.send(Stop())
+        assert child.expect(Stopped).next_offset == 25
+        assert child.wait_exit() == 0
+        lines = [json.loads(line) for line in events.read_text().splitlines()]
+        assert [o for kind, batch in lines if kind == "batch" for o in batch] == list(range(25))
+        assert {tuple(types) for kind, types in lines if kind == "types"} == {("Message",)}

@@ -296,6 +296,7 @@ class TestAtLeastOnce:
         assert time.monotonic() - asked < 5.0
         assert offsets(ledger_dir) == [0, 1, 2]
 
+    @pytest.mark.parametrize("plugin", ["BatchLedger", "MessageBatchLedger"])
     def test_a_failing_batch_is_dead_lettered_whole(
         self,
         kafka_bootstrap: str,
@@ -303,12 +304,14 @@ class TestAtLeastOnce:
         ledger_dir: Path,
         poison: Callable[..., None],
         spawn: Callable[..., Supervised],
+        plugin: str,
     ) -> None:
         """handle_batch raising on a batch holding 3: every record of that batch is in the DLQ
-        (with its batch range), every other record handled, each offset exactly once."""
+        (with its batch range), every other record handled, each offset exactly once; the same
+        for a plugin that takes the consumer's messages (its dead letters are records)."""
         poison(3)
         produce(kafka_bootstrap, topic, {PARTITION: COUNT})
-        handler = "tests.integration.failure_handlers:BatchLedger"
+        handler = f"tests.integration.failure_handlers:{plugin}"
         child = spawn(spec_for(kafka_bootstrap, topic, on_failure="dlq", handler=handler))
         run_alo_to_end(child)
         handled = offsets(ledger_dir)

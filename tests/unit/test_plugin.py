@@ -75,3 +75,31 @@ class TestShapes:
 
         with pytest.raises(TypeError, match="neither handle nor handle_batch"):
             Plugin(Nothing)
+
+
+class TestBatchView:
+    def test_records_by_default(self) -> None:
+        assert Plugin(Full).messages is False
+
+    def test_a_batch_plugin_may_ask_for_the_consumers_messages(self) -> None:
+        class Raw(Full):
+            batch_view = "messages"
+
+        assert Plugin(Raw).messages is True
+
+    def test_messages_without_handle_batch_are_refused(self) -> None:
+        class PerRecord:
+            batch_view = "messages"
+
+            def handle(self, record: Record, ctx: Context) -> None:
+                pass
+
+        with pytest.raises(TypeError, match="needs handle_batch"):
+            Plugin(PerRecord)
+
+    def test_an_unknown_view_is_refused(self) -> None:
+        class Typo(Full):
+            batch_view = "message"
+
+        with pytest.raises(TypeError, match="batch_view must be 'records' or 'messages'"):
+            Plugin(Typo)

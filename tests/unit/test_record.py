@@ -7,7 +7,7 @@ import pickle
 import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE, Message
 
-from marshal_workers.record import FetchedRecord, Record
+from marshal_workers.record import FetchedRecord, MessageRecords, Record
 
 FIELDS = ("orders", 3, 17, b"k", b"v", 1_700_000_000_000, (("trace", b"abc"), ("n", None)))
 
@@ -80,3 +80,22 @@ class TestRecord:
     def test_pickles_as_its_fields_even_over_a_message(self) -> None:
         back = pickle.loads(pickle.dumps(FetchedRecord(message())))
         assert type(back) is Record and back == Record(*FIELDS)
+
+
+class TestMessageRecords:
+    def test_records_over_messages_made_only_when_asked(self) -> None:
+        messages = [message(offset=o, value=b"v%d" % o) for o in (4, 5, 7)]
+        view = MessageRecords(messages)
+        assert len(view) == 3
+        assert view.messages is messages
+        assert view[0].offset == 4
+        assert view[-1].offset == 7
+        assert [r.value for r in view] == [b"v4", b"v5", b"v7"]
+        assert isinstance(view[0], FetchedRecord)
+
+    def test_a_slice_is_a_view_too(self) -> None:
+        view = MessageRecords([message(offset=o) for o in range(10, 15)])
+        part = view[1:3]
+        assert isinstance(part, MessageRecords)
+        assert [r.offset for r in part] == [11, 12]
+        assert view[2] == Record(*view[2].fields())
