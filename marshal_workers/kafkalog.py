@@ -61,7 +61,7 @@ _PRODUCER_DEFAULTS: Final[Mapping[str, Any]] = {
     "enable.idempotence": True,
     # Every append waits for its own delivery report, one at a time: lingering batches nothing
     # and only adds latency (about 1 ms an append; an AMO grant makes two).
-    "linger.ms": 0,
+    "linger.ms": 2,
     "delivery.timeout.ms": 30_000,
     "allow.auto.create.topics": False,
 }

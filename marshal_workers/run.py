@@ -99,6 +99,7 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
             children,
             observer,
             wake_fd=signals.fileno(),
+            read_thread=True,
         )
         try:
             if server is not None:

@@ -47,6 +47,7 @@ from marshal_workers.protocol import ClaimKey
 from marshal_workers.rationalizer import Mode, RationalizerConfig
 from marshal_workers.stacks import catches_signal, log_stacks
 from marshal_workers.supervisor.background import Background
+from marshal_workers.supervisor.logreader import LogReader
 
 Clock = Callable[[], float]
 PENDING_WAIT_S = 0.001  # the loop's wait while coordination writes are in flight
@@ -118,6 +119,7 @@ class Supervisor:
         clock: Clock = time.monotonic,
         wake_fd: int | None = None,
         wall: Clock = time.time,
+        read_thread: bool = False,
     ) -> None:
         self.config = config
         self.log = log
@@ -127,6 +129,10 @@ class Supervisor:
         self.clock = clock
         self.wall = wall
         self.wake_fd = wake_fd
+        # marshal-run reads the log on a thread that wakes the loop (`logreader`); without it
+        # (tests driving the loop turn by turn) each turn polls the log itself
+        self._read_thread = read_thread
+        self.reader: LogReader | None = None
         self.member = Member(member_settings(config, log.num_partitions))
         self.leases: dict[ClaimKey, SharedLease] = {}
         self.children: dict[ClaimKey, ChildHandle] = {}
@@ -160,6 +166,9 @@ class Supervisor:
             self._preflight(catch_up_timeout)
         partitions = self.topics.partitions()
         self._log.info("caught_up", records=folded, partitions=len(partitions))
+        if self._read_thread:
+            self.reader = LogReader(self.log.poll)
+            self.reader.start()
         self._run(self.member.begin(self.clock(), self.wall(), partitions))
         self.observer.ready()
 
@@ -207,7 +216,10 @@ class Supervisor:
         waitables: list[Connection | int] = [*conns]
         if self.wake_fd is not None:
             waitables.append(self.wake_fd)
-        if self.member.ctx.pending.ops:  # writes in flight: their verdicts come from the log,
+        reader = self.reader
+        if reader is not None:
+            waitables.append(reader.fileno())  # the log's records wake the loop
+        elif self.member.ctx.pending.ops:  # writes in flight: their verdicts come from the log,
             wait_s = min(wait_s, PENDING_WAIT_S)  # which wakes nothing here, so look soon
         if waitables:
             ready = connection.wait(waitables, timeout=wait_s)
@@ -218,7 +230,7 @@ class Supervisor:
             if conn in conns:
                 self._read_child(conns[conn])
         try:
-            records = self.log.poll(0)
+            records = reader.take() if reader is not None else self.log.poll(0)
         except LogError as exc:
             self._log.warning("coordination_read_failed", error=str(exc))
             records = []
@@ -232,6 +244,14 @@ class Supervisor:
                 self._feed(inp.AppendDone(now, op, outcome))
         for answer in self.background.results():
             self._feed(answer)
+        self._reap_children()
+        now = self.clock()
+        self._feed(inp.Tick(now, self.wall(), self._positions()))
+        self.observer.tick(self.snapshot(now), healthy=self.member.healthy(now))
+
+    def _reap_children(self) -> None:
+        """Watch the running children's handler calls; feed the core each ended child's exit
+        (its process group killed first)."""
         for key, handle in list(self.children.items()):
             code = handle.exitcode
             if code is None:
@@ -257,9 +277,6 @@ class Supervisor:
                 code=end.code,
             )
             self._feed(inp.ChildExited(now, key, code, end, calls.handled_position()))
-        now = self.clock()
-        self._feed(inp.Tick(now, self.wall(), self._positions()))
-        self.observer.tick(self.snapshot(now), healthy=self.member.healthy(now))
 
     def _positions(self) -> dict[ClaimKey, int]:
         """ALO: the children's handled positions, from their shared cells."""
@@ -457,3 +474,5 @@ class Supervisor:
             handle.signal_group(signal.SIGKILL)
             self.observer.fencing_kill(key, handle.pid, "supervisor exiting")
         self.background.close()
+        if self.reader is not None:
+            self.reader.close()
