@@ -11,9 +11,11 @@ sharing the imported modules' pages.
 
 What changes for a child, and where it is handled:
 
-- its parent is the fork server, whose parent is the supervisor. The fork server exits as soon
-  as the supervisor ends (it watches a pipe only the supervisor holds), and the child's
-  parent-death signal (``PR_SET_PDEATHSIG``, set against the fork server) then ends the child;
+- its parent is the fork server, whose parent is the supervisor. The fork server is SIGKILLed
+  by the kernel when the supervisor dies (its own parent-death signal, set as it imports this
+  module, `_guard`; without it the fork server would notice on its pipe and exit, but only
+  after its interpreter's half-second shutdown, the children handling all along), and the
+  child's parent-death signal (set against the fork server) then ends the child at once;
   `fencing.parent_to_watch` checks the chain at the child's start, the watchdog watches the
   fork server after that;
 - its environment is the supervisor's when the fork server started: start it (`fork_server`)
@@ -26,14 +28,23 @@ What changes for a child, and where it is handled:
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import multiprocessing.forkserver
+import os
+import signal
+import sys
 from multiprocessing.context import ForkServerContext, SpawnContext
 
 ChildContext = ForkServerContext | SpawnContext  # spawn: the tests' children, and the fallback
 
-# What the fork server imports once: the child's whole import graph (consumer, structlog, ...).
-PRELOAD = ("marshal_workers.child",)
+# What the fork server imports once: this module first (`_guard`), then the child's whole import
+# graph (consumer, structlog, ...).
+PRELOAD = ("marshal_workers.childcontext", "marshal_workers.child")
+# Set (to the supervisor's pid) only while the fork server starts: the process that finds its
+# parent's pid here is the fork server, and nothing else.
+SERVER_OF_ENV = "MARSHAL_FORK_SERVER_OF"
+PR_SET_PDEATHSIG = 1
 
 
 def fork_server() -> ForkServerContext:
@@ -42,5 +53,24 @@ def fork_server() -> ForkServerContext:
     context = multiprocessing.get_context("forkserver")
     assert isinstance(context, ForkServerContext)
     context.set_forkserver_preload(list(PRELOAD))
-    multiprocessing.forkserver.ensure_running()
+    os.environ[SERVER_OF_ENV] = str(os.getpid())
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        del os.environ[SERVER_OF_ENV]
     return context
+
+
+def _guard() -> None:
+    """In the fork server (imported there first): die with the supervisor, at once."""
+    supervisor = os.environ.pop(SERVER_OF_ENV, None)  # gone: the children never see it
+    if supervisor is None or supervisor != str(os.getppid()):
+        return  # not the fork server (or the supervisor is gone already: the pipe ends it)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
+    if str(os.getppid()) != supervisor:  # it died before the signal was set
+        os._exit(0)
+
+
+_guard()

@@ -3,15 +3,19 @@ watches, and multiprocessing told not to re-run the parent's main script."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from importlib.machinery import ModuleSpec
 
+import psutil
 import pytest
 
 from marshal_workers.child import main_not_rerun
+from marshal_workers.childcontext import SERVER_OF_ENV
 from marshal_workers.consume import (
     FETCH_PARTITION_BYTES,
     PREFETCH_BATCHES,
@@ -107,3 +111,61 @@ class TestMainNotRerun:
                 main.__dict__.pop("__spec__", None)
             else:
                 main.__spec__ = before
+
+
+class TestForkServerGuard:
+    def test_the_fork_server_dies_with_the_supervisor_at_once(self) -> None:
+        """The process started with MARSHAL_FORK_SERVER_OF set to its parent's pid (the fork
+        server) is SIGKILLed by the kernel when that parent dies: without it the fork server
+        finds out on its pipe and takes its interpreter's shutdown to exit (half a second under
+        load, measured), its children handling records all the while."""
+        server = (
+            "import time\n"
+            "import marshal_workers.childcontext\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(30)\n"
+        )
+        parent = (
+            "import os, subprocess, sys, time\n"
+            f"os.environ[{SERVER_OF_ENV!r}] = str(os.getpid())\n"
+            "p = subprocess.Popen([sys.executable, '-c', sys.argv[1]], stdout=subprocess.PIPE,"
+            " text=True)\n"
+            "assert p.stdout.readline().strip() == 'ready'\n"
+            "print(p.pid, flush=True)\n"
+            "time.sleep(30)\n"
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-c", parent, server], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert proc.stdout is not None
+            server_pid = int(proc.stdout.readline())
+            proc.kill()
+            proc.wait(10)
+            deadline = time.monotonic() + 5
+            while psutil.pid_exists(server_pid) and time.monotonic() < deadline:
+                with contextlib.suppress(psutil.Error):
+                    if psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE:
+                        break
+                time.sleep(0.01)
+            gone = not psutil.pid_exists(server_pid) or (
+                psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE
+            )
+            assert gone, "the fork server outlived its supervisor"
+        finally:
+            proc.kill()
+            with contextlib.suppress(ProcessLookupError, NameError):
+                os.kill(server_pid, 9)
+
+    def test_no_other_process_takes_the_guard(self) -> None:
+        """Imported anywhere else (the supervisor, a child), the module sets nothing."""
+        script = (
+            "import os\n"
+            "import marshal_workers.childcontext as c\n"
+            "print(os.environ.get(c.SERVER_OF_ENV))\n"
+        )
+        env = {**os.environ, SERVER_OF_ENV: "1"}  # not this process's parent
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+        )
+        assert done.stdout.strip() == "None"  # consumed, but nothing else happened
