@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from marshal_workers.errors import EXIT_HANDLER_LOAD, MarshalError
@@ -111,6 +110,8 @@ def load_handler(spec: str) -> Any:
                     f"handler module {module_name!r} has no attribute {attr!r}"
                 ) from None
     else:
+        from importlib.metadata import entry_points  # noqa: PLC0415 (10 ms, rarely needed)
+
         found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
         if not found:
             raise LoadError(

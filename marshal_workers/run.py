@@ -14,8 +14,14 @@ from __future__ import annotations
 import faulthandler
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.context import ForkServerContext
+from typing import TYPE_CHECKING, Any
 
 import structlog
+
+if TYPE_CHECKING:
+    from marshal_workers.metrics import MetricsServer
 
 from marshal_workers.brokercheck import cluster_heartbeat_warning
 from marshal_workers.childcontext import fork_server
@@ -26,7 +32,6 @@ from marshal_workers.handler import load_handler
 from marshal_workers.hostlock import host_lock
 from marshal_workers.kafkalog import KafkaLog
 from marshal_workers.logs import configure_logging
-from marshal_workers.metrics import Metrics, MetricsServer
 from marshal_workers.observe import Observer, Observers
 from marshal_workers.offsets import OffsetCommitter
 from marshal_workers.signals import SignalQueue
@@ -63,6 +68,8 @@ def operator_observers(config: RunConfig) -> tuple[list[Observer], MetricsServer
         built.append(notify)
     server = None
     if config.metrics_port is not None:
+        from marshal_workers.metrics import Metrics, MetricsServer  # noqa: PLC0415 (prometheus)
+
         metrics = Metrics(config.group, config.client_id, config.heartbeat_interval)
         server = MetricsServer(metrics, config.metrics_host, config.metrics_port)
         built.append(metrics)
@@ -76,57 +83,84 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
     structlog.contextvars.bind_contextvars(pid=os.getpid())  # every supervisor line says its pid
     log = structlog.get_logger().bind(group=config.group, client_id=config.client_id)
     load_handler(config.handler)
-    check_coordination_topic(config)
-    with host_lock(config.group, config.client_id):
-        extra, server = operator_observers(config)  # takes NOTIFY_SOCKET out of the environment
-        children = fork_server()  # its imports overlap ours; it inherits this environment
-        coordination = KafkaLog(
-            config.bootstrap_servers,
-            config.coordination_topic,
-            client_id=f"marshal-{config.client_id}",
-            extra_config=config.kafka,
-        )
-        committer = OffsetCommitter.for_kafka(  # best effort: for kafka-consumer-groups
-            config.bootstrap_servers, config.group, config.heartbeat_interval, config.kafka
-        )
-        observer = Observers([*observers, committer, *extra])
-        topics = DataTopics(config.bootstrap_servers, config.group, config.topics, config.kafka)
-        signals = SignalQueue()
-        supervisor = Supervisor(
-            config,
-            coordination,
-            topics,
-            children,
-            observer,
-            wake_fd=signals.fileno(),
-            read_thread=True,
-        )
+    with ThreadPoolExecutor(1, thread_name_prefix="marshal-check") as pool:
+        # The topic's settings are checked while the log opens (each takes its own round trips
+        # to the broker); a refusal by the check is the one line, whatever else failed.
+        checked = pool.submit(check_coordination_topic, config)
         try:
-            if server is not None:
-                server.start()  # /healthz answers during the catch-up already
-            supervisor.start(preflight=True)
-            # Logged once started: before a start-up error nothing is printed but its line.
-            log.info(
-                "supervisor_started",
-                mode=config.mode.value,
-                topics=list(config.topics),
-                instance_id=config.instance_id,
-                heartbeat_interval=config.heartbeat_interval,
-            )
-            if server is not None:
-                log.info("metrics_serving", host=config.metrics_host, port=server.port)
-            while not supervisor.done:
-                supervisor.step(signals.take())
-        finally:
-            supervisor.kill_all()  # nothing outlives the supervisor
-            signals.close()
-            topics.close()
-            committer.close()
-            coordination.close()
-            if server is not None:
-                server.close()
-        code = supervisor.exit_code if supervisor.exit_code is not None else EXIT_OK
-        log.info("supervisor_stopped", exit_code=code)
+            with host_lock(config.group, config.client_id):
+                extra, server = operator_observers(config)  # takes NOTIFY_SOCKET out of env
+                children = fork_server()  # its imports overlap ours; it inherits this env
+                coordination = KafkaLog(
+                    config.bootstrap_servers,
+                    config.coordination_topic,
+                    client_id=f"marshal-{config.client_id}",
+                    extra_config=config.kafka,
+                )
+                try:
+                    checked.result()
+                except BaseException:
+                    coordination.close()
+                    raise
+                return _supervise(config, observers, log, extra, server, children, coordination)
+        except BaseException:
+            refused = checked.exception()  # (waits for the check)
+            if refused is None:
+                raise
+            raise refused from None
+
+
+def _supervise(
+    config: RunConfig,
+    observers: Sequence[Observer],
+    log: Any,
+    extra: list[Observer],
+    server: MetricsServer | None,
+    children: ForkServerContext,
+    coordination: KafkaLog,
+) -> int:
+    """Run the supervisor on the opened log until it stops; its exit code."""
+    committer = OffsetCommitter.for_kafka(  # best effort: for kafka-consumer-groups
+        config.bootstrap_servers, config.group, config.heartbeat_interval, config.kafka
+    )
+    observer = Observers([*observers, committer, *extra])
+    topics = DataTopics(config.bootstrap_servers, config.group, config.topics, config.kafka)
+    signals = SignalQueue()
+    supervisor = Supervisor(
+        config,
+        coordination,
+        topics,
+        children,
+        observer,
+        wake_fd=signals.fileno(),
+        read_thread=True,
+    )
+    try:
+        if server is not None:
+            server.start()  # /healthz answers during the catch-up already
+        supervisor.start(preflight=True)
+        # Logged once started: before a start-up error nothing is printed but its line.
+        log.info(
+            "supervisor_started",
+            mode=config.mode.value,
+            topics=list(config.topics),
+            instance_id=config.instance_id,
+            heartbeat_interval=config.heartbeat_interval,
+        )
+        if server is not None:
+            log.info("metrics_serving", host=config.metrics_host, port=server.port)
+        while not supervisor.done:
+            supervisor.step(signals.take())
+    finally:
+        supervisor.kill_all()  # nothing outlives the supervisor
+        signals.close()
+        topics.close()
+        committer.close()
+        coordination.close()
+        if server is not None:
+            server.close()
+    code = supervisor.exit_code if supervisor.exit_code is not None else EXIT_OK
+    log.info("supervisor_stopped", exit_code=code)
     reason = supervisor.member.operator.exit_reason
     if code != EXIT_OK and reason:  # a refusal to go on: its one line, and its exit code
         raise MarshalError(reason, code)
