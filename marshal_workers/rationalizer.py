@@ -512,6 +512,7 @@ def _poison(world: World, rec: CoordRecord) -> ev.Event:
         last_seen=state.last_seen if state else None,
         heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         admin_client_ids=cfg.admin_client_ids,
+        certain=state.certain if state else not world.gap_seen,
     )
 
 
