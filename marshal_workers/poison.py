@@ -29,6 +29,15 @@ Rules of the fold (`fold_poison`; an input that breaks one changes nothing but i
    unparks and marks the record skipped: the holder moves its position past it.
 3. A state whose offset is below the claim's position is over (the record was handled, skipped
    or dead-lettered): `active` says so; nothing needs to delete it.
+4. On an *uncertain* claim (its history may be compacted: see the rationalizer) the fold cannot
+   tell who held it at the record, and the newest poison record of a claim survives the
+   records that counted the failures before it and those that made its writer the holder.
+   So a RecordFailed is taken as written: its count and outcome are the writer's, who
+   computed them (`park_outcome`) from its own fold, which had the earlier count; and an
+   admin's PoisonResolved applies to its offset. A count survives compaction (a reader that
+   refused the surviving record would count from 1 again). The price: a record the whole log
+   refuses (a stale or replaced writer's) counts for a compacted reader, whose count can then
+   be ahead of the whole log's (a record parked early, never tried more often).
 
 What members do with it (`park_outcome`, `poison_action`): after a stop-policy failure on
 offset O the holder writes RecordFailed (``parked`` once the total reaches
@@ -266,12 +275,16 @@ def fold_poison(
     last_seen: int | None,
     heartbeat_interval_ms: int,
     admin_client_ids: frozenset[str] | None,
+    certain: bool = True,
 ) -> ev.Event:
     """Apply one poison message to ``poison`` (the claim's holder as the fold knows it at the
-    record's log time); the event says what it did (see the module's rules)."""
+    record's log time; ``certain`` False: the claim's history may be compacted, see rule 4);
+    the event says what it did (see the module's rules)."""
     key = ClaimKey(msg.group_id, msg.topic, msg.partition)
     where = (coord_partition, coord_offset, log_time)
     state = poison.get(key)
+    if not certain:
+        return _fold_uncertain(poison, key, msg, where, state, admin_client_ids)
     if isinstance(msg, RecordFailed):
         refusal = None
         if holder_client != msg.client_id or holder_instance != msg.instance_id:
@@ -305,6 +318,47 @@ def fold_poison(
         state.error,
         msg.client_id,
         log_time,
+        skipped=skip,
+    )
+    poison[key] = new
+    return PoisonCleared(*where, msg, new)
+
+
+def _fold_uncertain(
+    poison: dict[ClaimKey, PoisonState],
+    key: ClaimKey,
+    msg: PoisonMessage,
+    where: tuple[int, int, int],
+    state: PoisonState | None,
+    admin_client_ids: frozenset[str] | None,
+) -> ev.Event:
+    """Rule 4: on a claim whose history may be compacted the writer cannot be checked, and
+    the newest poison record of the claim survives while the failures it counted, and the
+    grant and heartbeats that made its writer the holder, may not: the record is taken as
+    written (a RecordFailed's count and outcome are its writer's, who counted them on its own
+    fold; an admin's PoisonResolved applies to its offset whatever the fold has there)."""
+    if isinstance(msg, RecordFailed):
+        new = PoisonState(
+            msg.offset,
+            max(1, msg.failures),
+            msg.outcome is Outcome.PARKED,
+            msg.error,
+            msg.client_id,
+            where[2],
+        )
+        poison[key] = new
+        return PoisonNoted(*where, msg, new)
+    if admin_client_ids is not None and msg.client_id not in admin_client_ids:
+        return PoisonRejected(*where, msg, f"{msg.client_id} is not an admin client")
+    skip = msg.action is Action.SKIP
+    same = state is not None and state.offset == msg.offset
+    new = PoisonState(
+        msg.offset,
+        state.failures if skip and same and state else 0,
+        False,
+        state.error if same and state else "",
+        msg.client_id,
+        where[2],
         skipped=skip,
     )
     poison[key] = new

@@ -52,6 +52,14 @@ record was seen on the claim and more than 2*HB of log time passed without any f
 Because survivors are a suffix, any record that made the claim fresh for a reader of the whole
 log is also in front of us, so an uncertain reader never grants a claim that a reader of the
 whole log refuses. The winning claim makes the claim certain again.
+
+Survivors are a suffix only within one pass of the cleaner. A reader that folded a claim's
+first records and then fell behind the cleaner (stalled, or still catching up while the cleaner
+runs ahead of it) sees that prefix, a gap, then the survivors: the middle (a release, a rival's
+grant, the heartbeats that kept the claim fresh) is gone, at log times up to the end of the
+gap. So at every gap each claim folded before it becomes uncertain, with its last activity at
+the gap's log time (`_across_gap`): a claim is certain only if it was won (or first seen, with
+no gap before) after the newest gap.
 """
 
 from __future__ import annotations
@@ -161,6 +169,8 @@ class World:
     group_settings: dict[str, GroupSettings] = field(default_factory=dict)  # newest per group
     keys: dict[bytes, ClaimKey] = field(default_factory=dict, compare=False, repr=False)
     poison: dict[ClaimKey, PoisonState] = field(default_factory=dict)  # see poison.py
+    gap_time: int | None = None  # log time at the newest gap: what it hid was no later
+    since_gap: set[ClaimKey] = field(default_factory=set, compare=False, repr=False)
 
     def copy(self) -> World:
         """A snapshot that later folds do not change."""
@@ -216,10 +226,11 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
     if record.offset < world.next_offset:
         reason = f"offset {record.offset} is behind {world.next_offset}"
         return _malformed(world, record, reason)
-    if record.offset > world.next_offset:
-        world.gap_seen = True
+    gap = record.offset > world.next_offset
     world.next_offset = record.offset + 1
     world.log_time = max(world.log_time, record.timestamp_ms)
+    if gap:
+        _across_gap(world)
     try:
         msg = decode(record.value)
     except DecodeError as exc:
@@ -250,9 +261,37 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
         state = ClaimState(certain=not world.gap_seen)
         if not state.certain:  # every record on an uncertain claim is activity
             world.claims[key] = state
+    elif world.gap_time is not None and key not in world.since_gap:
+        _behind_gap(state, world.gap_time)  # last folded before the newest gap
+    world.since_gap.add(key)
     if not state.certain:
         return _uncertain(world, record, msg, key, state)
     return _RULES[type(msg)](world, record, msg, key, state)
+
+
+def _across_gap(world: World) -> None:
+    """An offset gap: the cleaner removed records in front of this one, and of any key. A
+    reader that folded a claim's earlier records and then fell behind the cleaner sees them,
+    the gap, then the claim's survivors: the records it missed (a release, a rival's grant,
+    heartbeats that kept the claim fresh) may have been in the gap, at log times up to now.
+    So every claim folded before the gap is uncertain from now on, active until now: those
+    folded since the previous gap here, the older ones when their next record comes."""
+    world.gap_seen = True
+    world.gap_time = now = world.log_time
+    claims = world.claims
+    for key in world.since_gap:
+        state = claims.get(key)
+        if state is not None:
+            _behind_gap(state, now)
+    world.since_gap = set()
+
+
+def _behind_gap(state: ClaimState, gap_time: int) -> None:
+    """A claim whose records may be in a gap at log time ``gap_time``: uncertain, and active
+    then (the uncertain rules wait for 2*HB of silence after it)."""
+    state.certain = False
+    if state.last_activity is None or state.last_activity < gap_time:
+        state.last_activity = gap_time
 
 
 def _metadata(world: World, record: CoordRecord, error: DecodeError) -> ev.Event:
@@ -473,6 +512,7 @@ def _poison(world: World, rec: CoordRecord) -> ev.Event:
         last_seen=state.last_seen if state else None,
         heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         admin_client_ids=cfg.admin_client_ids,
+        certain=state.certain if state else not world.gap_seen,
     )
 
 

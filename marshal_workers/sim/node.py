@@ -91,6 +91,7 @@ class SimNode:
         self.spawned = 0
         self.trace: deque[str] = deque(maxlen=TRACE_LINES)
         self.exit_code: int | None = None
+        self.faults = 0  # kills, freezes and stops it suffered (each may lose a poison count)
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -102,6 +103,8 @@ class SimNode:
 
     def kill(self, t: float) -> None:
         """kill -9: the member and (parent-death signal) its children end now."""
+        if self.alive:
+            self.faults += 1
         self.alive = False
         for child in self.children.values():
             child.die(-signal.SIGKILL, t)
@@ -117,6 +120,7 @@ class SimNode:
 
     def freeze(self, t: float, seconds: float) -> None:
         """SIGSTOP for ``seconds``: the member does nothing; its children run on."""
+        self.faults += 1
         self.frozen_until = max(self.frozen_until, t + seconds)
 
     def frozen(self, t: float) -> bool:

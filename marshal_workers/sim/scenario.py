@@ -12,12 +12,14 @@ import functools
 import math
 import random
 import signal
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from marshal_workers import ipc, rationalizer
 from marshal_workers.core.settings import MemberSettings
+from marshal_workers.poison import PoisonNoted
 from marshal_workers.protocol import (
     ClaimKey,
     Partitioner,
@@ -413,15 +415,20 @@ class Fleet:
                 self.t,
             )
         reference = {q: World(self._rcfg(), q) for q in range(self.log.num_partitions)}
+        noted: dict[tuple[ClaimKey, int], dict[str, int]] = defaultdict(dict)
         for q, records in enumerate(self.log.shadow):
             for record in records:
-                fold(reference[q], record)
+                event = fold(reference[q], record)
+                if isinstance(event, PoisonNoted):
+                    by = noted[(event.key, event.message.offset)]
+                    by[event.message.instance_id] = by.get(event.message.instance_id, 0) + 1
         readers: list[tuple[str, World]] = []
         for node in self.nodes:
             if node.alive and node.started:
                 node.catch_up(self.t)
                 readers.extend((node.name, w) for w in node.member.worlds.values())
-        self.checker.finish(reference, readers)
+        faults = {n.settings.instance_id: n.faults for n in self.nodes}
+        self.checker.finish(reference, readers, noted, faults)
         trace = sorted(line for n in self.nodes for line in n.trace)[-30:]
         return RunResult(
             p.seed,

@@ -5,9 +5,11 @@ clean: tests/sim/test_sim_runs.py.)"""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
+from marshal_workers import rationalizer
 from marshal_workers.core import logclock
 from marshal_workers.core.children import Children
 from marshal_workers.core.claiming import Claiming
@@ -148,3 +150,29 @@ def test_poison_defect_failure_counts_live_only_in_the_member(
     monkeypatch.setattr(Poisoning, "note_failure", lambda self, key, offset, error, now: None)
     params = SimParams(members=4, groups=1, faults=("poison",), fault_count=3, duration=60)
     assert first_violation(params, "poison_bounded", SEEDS) is not None
+
+
+def test_compaction_defect_claims_stay_certain_across_a_gap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """marshal-sim seed 165: a member that folded a claim, was frozen while the cleaner removed
+    the heartbeats after it, kept the claim certain across the gap and granted itself a claim
+    the whole log refused (two holders)."""
+    monkeypatch.setattr(rationalizer, "_across_gap", lambda world: setattr(world, "gap_seen", True))
+    monkeypatch.setattr(rationalizer, "_behind_gap", lambda state, gap_time: None)
+    params = SimParams(members=6, groups=2, faults=("freeze", "compaction"), fault_count=10)
+    assert first_violation(params, "fold_agreement", SEEDS) is not None
+
+
+def test_poison_defect_a_compacted_reader_refuses_the_surviving_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """marshal-sim seed 12: a member that read a compacted log refused the surviving
+    RecordFailed as not the holder's and counted the record's failures from 1 again."""
+    fold_poison = rationalizer.fold_poison
+
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        return fold_poison(*args, **{**kwargs, "certain": True})
+
+    monkeypatch.setattr(rationalizer, "fold_poison", checked)
+    assert first_violation(SimParams(), "poison_bounded", SEEDS) is not None

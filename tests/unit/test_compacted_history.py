@@ -67,7 +67,10 @@ class TestCertainty:
         e = fold(world, record(hb("a", 5), 3, 10))
         assert isinstance(e, ev.Unverified)
         assert world.gap_seen and not world.claims[KEY].certain
-        assert world.claims[ClaimKey(GROUP, TOPIC, 1)].certain
+        # x's claim was folded before the gap, which may hide x's later records (a reader that
+        # fell behind the cleaner): it is uncertain now too, active until the gap
+        before = world.claims[ClaimKey(GROUP, TOPIC, 1)]
+        assert not before.certain and before.last_activity == 10
 
     def test_uncertain_first_claim_waits_for_silence(self) -> None:
         """A claim that is the first visible record of an uncertain claim is not granted."""
@@ -145,3 +148,52 @@ class TestRewindAfterCompaction:
         for mode in Mode:
             assert resume_offset(full.worlds[0].claims[KEY], mode) == 100
             assert resume_offset(late.worlds[0].claims[KEY], mode) == 100
+
+
+class TestReadingAcrossACleaning:
+    def test_a_reader_behind_the_cleaner_does_not_grant_what_the_full_log_refuses(self) -> None:
+        """A reader that folded a's claim and its first heartbeats, then fell behind while the
+        cleaner removed a's next heartbeats, sees its prefix, a gap, then a's surviving
+        heartbeat more than 2*HB after the last one it saw: the removed heartbeats kept the
+        claim fresh, so b's claim right after must be refused, as the full log refuses it
+        (marshal-sim seed 165: a frozen member granted itself a fresh claim)."""
+        clock = Clock()
+        topic = MemoryTopic(1, clock)
+        full = LogReader(MemoryLog(topic), RationalizerConfig(HB))
+        slow = LogReader(MemoryLog(topic), RationalizerConfig(HB))
+        write(topic, clock, 0, claim("a"))
+        for i in range(1, 5):
+            write(topic, clock, i * HB // 2, hb("a", i))
+        slow.catch_up(1.0)  # up to a's heartbeat at 2*HB, then it stalls
+        for i in range(5, 21):
+            write(topic, clock, i * HB // 2, hb("a", i))
+        assert topic.compact(clean_before_ms=10 * HB) > 0  # keeps a's heartbeat at 9.5*HB
+        write(topic, clock, 10 * HB + 10, claim("b"))
+        seen_full: list[ev.Event] = []
+        seen_slow: list[ev.Event] = []
+        full.catch_up(1.0, seen_full.append)
+        slow.catch_up(1.0, seen_slow.append)
+        assert isinstance(seen_full[-1], ev.ClaimRejected)
+        assert isinstance(seen_slow[-1], ev.ClaimRejected)
+        state = slow.worlds[0].claims[KEY]
+        assert not state.certain, "records of a certain claim may be behind the gap"
+
+    def test_a_certain_claim_read_across_a_cleaning_becomes_uncertain(self) -> None:
+        """Behind a gap a claim may have been released and won by another (its grant removed,
+        its heartbeats kept): a claim folded before the gap is no longer certain after it."""
+        clock = Clock()
+        topic = MemoryTopic(1, clock)
+        slow = LogReader(MemoryLog(topic), RationalizerConfig(HB))
+        write(topic, clock, 0, claim("a"))
+        write(topic, clock, 10, hb("a", 1))
+        slow.catch_up(1.0)
+        write(topic, clock, 20, release("a", 5))
+        write(topic, clock, 30, claim("b"))
+        write(topic, clock, 40, claim("a", part=1))  # another key, so the cut leaves a gap
+        write(topic, clock, 50, hb("b", 7))
+        topic.compact(clean_before_ms=45)  # removes a's release and b's grant
+        seen: list[ev.Event] = []
+        slow.catch_up(1.0, seen.append)
+        state = slow.worlds[0].claims[KEY]
+        assert not state.certain
+        assert isinstance(seen[-1], ev.Unverified)

@@ -3,9 +3,12 @@ of the fold (through the rationalizer, as every reader folds them), and what mem
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from marshal_workers import events as ev
+from marshal_workers.memlog import MemoryLog, MemoryTopic
 from marshal_workers.poison import (
     MAX_ERROR_CHARS,
     Action,
@@ -25,10 +28,11 @@ from marshal_workers.poison import (
     poison_key,
     unescape,
 )
-from marshal_workers.protocol import ClaimKey, CoordRecord, DecodeError
+from marshal_workers.protocol import ClaimKey, CoordRecord, DecodeError, encode, record_key
 from marshal_workers.rationalizer import RationalizerConfig, fold
+from marshal_workers.reader import LogReader
 from marshal_workers.status import group_status, render_table
-from tests.support import GROUP, HB, TOPIC, Log, claim, hb
+from tests.support import GROUP, HB, TOPIC, Log, claim, hb, release
 
 KEY = ClaimKey(GROUP, TOPIC, 0)
 
@@ -177,6 +181,86 @@ class TestPoisonResolved:
         at(log, 200, failed("a", 40, Outcome.PARKED))
         assert isinstance(at(log, 300, resolved("admin", 39, Action.SKIP)), PoisonRejected)
         assert log.world.poison[KEY].parked
+
+
+class CompactedPoisonLog:
+    """A one-partition coordination log at chosen log times, compacted like Kafka's cleaner."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.topic = MemoryTopic(1, lambda: self.now)
+        self.config = RationalizerConfig(HB, admin_client_ids=frozenset({"admin"}))
+
+    def write(self, t: int, msg: object) -> None:
+        self.now = t
+        if isinstance(msg, RecordFailed | PoisonResolved):
+            k = ClaimKey(msg.group_id, msg.topic, msg.partition)
+            self.topic.append(0, poison_key(k), encode_poison(msg))
+        else:
+            self.topic.append(0, record_key(msg), encode(msg))  # type: ignore[arg-type]
+
+    def reader(self) -> LogReader:
+        reader = LogReader(MemoryLog(self.topic), self.config)
+        reader.catch_up(1.0)
+        return reader
+
+    def a_failed_three_times_and_released(self) -> None:
+        """a holds, fails on 40 three times (counted 1, 2, 3), releases; then another claim."""
+        self.write(0, claim("a"))
+        for n in range(1, 4):
+            self.write(n * HB // 2, hb("a", 40))
+            self.write(n * HB // 2 + 1, replace(failed("a", 40), failures=n))
+        self.write(2 * HB, release("a", 40))
+        self.write(2 * HB + 10, claim("a", part=1))  # another key: the cut leaves a gap
+
+
+class TestAfterCompaction:
+    def test_a_failure_count_survives_compaction(self) -> None:
+        """The newest RecordFailed survives its claim's grant and heartbeats: a reader of the
+        compacted log cannot verify its writer, and takes the writer's count, as the whole log
+        has it (it used to refuse it as "not the holder" and count from 1 again: marshal-sim
+        seed 12 of the default faults, a record tried 6 times with poison_park_after 4)."""
+        log = CompactedPoisonLog()
+        log.a_failed_three_times_and_released()
+        full = log.reader()
+        assert full.worlds[0].poison[KEY].failures == 3
+        assert log.topic.compact(clean_before_ms=2 * HB + 20) > 0
+        late = log.reader()
+        assert not late.worlds[0].claims[KEY].certain
+        state = late.worlds[0].poison[KEY]
+        assert (state.offset, state.failures, state.parked) == (40, 3, False)
+        assert park_outcome(state, 40, park_after=4) == (4, Outcome.PARKED)
+
+    def test_a_parked_record_stays_parked_after_compaction(self) -> None:
+        """The writer's outcome parked holds for a reader of the compacted log too."""
+        log = CompactedPoisonLog()
+        log.a_failed_three_times_and_released()
+        log.write(3 * HB, claim("b"))
+        log.write(3 * HB + 1, replace(failed("b", 40, Outcome.PARKED), failures=4))
+        log.write(3 * HB + 2, hb("b", 40))
+        log.write(3 * HB + 3, claim("a", part=2))
+        log.topic.compact(clean_before_ms=3 * HB + 3)
+        state = log.reader().worlds[0].poison[KEY]
+        assert (state.failures, state.parked) == (4, True)
+
+    @pytest.mark.parametrize("action", [Action.SKIP, Action.RETRY])
+    def test_an_operators_decision_survives_compaction(self, action: Action) -> None:
+        """A PoisonResolved whose RecordFailed was compacted away still unparks (it used to be
+        refused with nothing to resolve, and the record was tried again from a count of 1)."""
+        log = CompactedPoisonLog()
+        log.a_failed_three_times_and_released()
+        log.write(3 * HB, resolved("admin", 40, action))
+        log.write(3 * HB + 1, claim("a", part=2))
+        log.topic.compact(clean_before_ms=3 * HB + 1)
+        state = log.reader().worlds[0].poison[KEY]
+        assert state.offset == 40 and not state.parked
+        assert state.skipped is (action is Action.SKIP)
+
+    def test_a_certain_claims_holder_is_still_checked(self) -> None:
+        """With the claim's history in front of the fold, a non-holder's count is refused."""
+        log = held_by_a()
+        e = at(log, 200, replace(failed("b", 40), failures=9))
+        assert isinstance(e, PoisonRejected) and KEY not in log.world.poison
 
 
 class TestMembers:

@@ -253,6 +253,32 @@ def test_compacted_reader_never_grants_what_the_full_reader_refuses(
             assert verdict[e.coord_offset] is type(e), e
 
 
+@PROPERTY
+@given(logs(), st.integers(0, 80), st.integers(0, 80), st.integers(0, 80))
+def test_a_reader_behind_the_cleaner_never_grants_what_the_full_reader_refuses(
+    records: list[CoordRecord], read_first: int, cut_at: int, cut_again: int
+) -> None:
+    """A reader folds the first ``read_first`` records, the cleaner runs (twice), then it folds
+    what survives after them: every claim, heartbeat and release it accepts, a reader of the
+    whole log accepts too (it saw a prefix of each key, a gap, then a suffix: not a suffix)."""
+    _, full_events = fold_all(records)
+    verdict = {e.coord_offset: type(e) for e in full_events}
+    clock = iter(r.timestamp_ms for r in records)
+    topic = MemoryTopic(1, lambda: next(clock))
+    for r in records:
+        assert r.key is not None and r.value is not None
+        topic.append(0, r.key, r.value)
+    world = World(RationalizerConfig(HB), 0)
+    events = [fold(world, r) for r in records[:read_first]]
+    times = [r.timestamp_ms for r in records]
+    for cut in sorted((cut_at, cut_again)):
+        topic.compact(times[min(cut, len(times) - 1)])
+    events += [fold(world, r) for r in topic.read(0, 0) if r.offset >= world.next_offset]
+    for e in events:
+        if isinstance(e, ev.ClaimGranted | ev.HeartbeatAccepted | ev.Released):
+            assert verdict[e.coord_offset] is type(e), e
+
+
 @st.composite
 def behaved_logs(draw: st.DrawFn) -> list[CoordRecord]:
     """A log written by clients that behave: a holder only reports positions at or after the
