@@ -175,15 +175,14 @@ class Processes:
 
 
 def worker_children(pid: int) -> list[psutil.Process]:
-    """The supervisor's partition workers: the processes under it (forked by its fork server)
-    that lead their own process group (not the fork server, multiprocessing's resource tracker,
-    or a child's group guardian)."""
+    """The supervisor's partition workers: its fork server's children (not the fork server,
+    multiprocessing's resource tracker, or the children's group guardians)."""
     out = []
     with contextlib.suppress(psutil.NoSuchProcess):
-        for child in psutil.Process(pid).children(recursive=True):
-            with contextlib.suppress(psutil.Error, ProcessLookupError):
-                if os.getpgid(child.pid) == child.pid:
-                    out.append(child)
+        for child in psutil.Process(pid).children():
+            with contextlib.suppress(psutil.Error):
+                if "multiprocessing.forkserver" in " ".join(child.cmdline()):
+                    out.extend(child.children())
     return out
 
 

@@ -39,6 +39,7 @@ from marshal_workers.protocol import CoordRecord
 
 DEFAULT_TOPIC: Final = "__marshal"
 OPEN_TIMEOUT_S: Final = 10.0
+STARTS_TIMEOUT_S: Final = 1.0  # the start offsets' one request; then librdkafka's own look-up
 CONSUME_BATCH: Final = 10_000
 _UNKNOWN_TOPIC: Final = KafkaError.UNKNOWN_TOPIC_OR_PART
 
@@ -148,15 +149,18 @@ class KafkaLog:
         at OFFSET_BEGINNING instead, librdkafka looks each partition's start up on its own, and
         its first fetch can leave without the partitions still being looked up: the empty ones
         then hold it at the broker for fetch.wait.max.ms, 100 ms of every start.) Should the
-        log's start move before the first fetch, it is a LogError like any lost position."""
+        log's start move before the first fetch, it is a LogError like any lost position. A
+        partition whose leader does not answer in time (a broker down) leaves them all to
+        librdkafka's own look-up, as before: the others are read, that one when it is back."""
         earliest = [
             TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self._num_partitions)
         ]
         try:
-            answered = self._offsets.offsets_for_times(earliest, timeout=timeout_s)
-        except KafkaException as exc:
-            detail = self._last_error or error_text(exc)
-            raise MarshalError(f"cannot read the start of {self.topic}: {detail}") from None
+            answered = self._offsets.offsets_for_times(
+                earliest, timeout=min(timeout_s, STARTS_TIMEOUT_S)
+            )
+        except KafkaException:
+            return earliest
         for tp in answered:
             if tp.error is not None or tp.offset < 0:
                 tp.offset = OFFSET_BEGINNING  # let librdkafka look it up after all

@@ -63,9 +63,7 @@ class Member:
         os.kill(self.proc.pid, sig)
 
     def children(self) -> list[int]:
-        """Pids of the supervisor's partition workers now: the processes under it (forked by
-        its fork server) that lead their own process group (not the fork server, its resource
-        tracker, or a child's group guardian)."""
+        """Pids of the supervisor's partition workers now (its fork server's children)."""
         return partition_workers(self.proc.pid)
 
     def wait(self, timeout: float) -> int:
@@ -310,11 +308,17 @@ def with_suppressed(action: Callable[[], object]) -> None:
 
 
 def partition_workers(supervisor_pid: int) -> list[int]:
-    """The partition workers under ``supervisor_pid``: descendants that lead their own group."""
+    """The partition workers under ``supervisor_pid``: the fork server's children (from the
+    moment they are forked; not the fork server, the resource tracker, or the children's group
+    guardians, which are the workers' own children)."""
     pids = []
     with contextlib.suppress(psutil.NoSuchProcess):
-        for proc in psutil.Process(supervisor_pid).children(recursive=True):
-            with contextlib.suppress(psutil.Error, ProcessLookupError):
-                if os.getpgid(proc.pid) == proc.pid and proc.status() != psutil.STATUS_ZOMBIE:
-                    pids.append(proc.pid)
+        for proc in psutil.Process(supervisor_pid).children():
+            with contextlib.suppress(psutil.Error):
+                if "multiprocessing.forkserver" not in " ".join(proc.cmdline()):
+                    continue
+                for worker in proc.children():
+                    with contextlib.suppress(psutil.Error):
+                        if worker.status() != psutil.STATUS_ZOMBIE:
+                            pids.append(worker.pid)
     return sorted(pids)
