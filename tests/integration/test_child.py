@@ -479,6 +479,9 @@ class TestEndings:
 
 
 class TestClassPlugin:
+    @pytest.mark.parametrize(
+        ("plugin", "given"), [("Recorder", set()), ("MessageRecorder", {("Message",)})]
+    )
     def test_setup_batches_and_teardown_with_the_reason(
         self,
         kafka_bootstrap: str,
@@ -486,44 +489,18 @@ class TestClassPlugin:
         tmp_path: Path,
         spawn: Callable[..., Supervised],
         monkeypatch: pytest.MonkeyPatch,
+        plugin: str,
+        given: set[tuple[str, ...]],
     ) -> None:
-        """A class is instantiated; setup, handle_batch per batch and teardown("stop") run."""
-        events = tmp_path / "events.jsonl"
-        monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
-        produce(kafka_bootstrap, topic, {PARTITION: 7})
-        spec = make_spec(
-            kafka_bootstrap, topic, handler="tests.integration.child_handlers:Recorder"
-        )
-        child = spawn(spec)
-        while child.expect(Progress).next_offset < 7:
-            pass
-        child.handle.send(Stop())
-        assert child.expect(Stopped).next_offset == 7
-        assert child.wait_exit() == 0
-        lines = [json.loads(line) for line in events.read_text().splitlines()]
-        assert lines[0] == ["setup", 42]
-        assert [o for kind, batch in lines[1:-1] if kind == "batch" for o in batch] == list(
-            range(7)
-        )
-        assert lines[-1] == ["teardown", "stop"]
-
-
-class TestMessagesView:
-    def test_a_batch_plugin_can_take_the_consumers_messages(
-        self,
-        kafka_bootstrap: str,
-        topic: str,
-        tmp_path: Path,
-        spawn: Callable[..., Supervised],
-        monkeypatch: pytest.MonkeyPatch,
-    ) -> None:
-        """``batch_view = "messages"``: handle_batch gets confluent-kafka's own messages, every
-        offset once, in order; progress and the stop report the same offsets as with records."""
+        """A class is instantiated; setup, handle_batch per batch (every offset once, in
+        order) and teardown("stop") run. With ``batch_view = "messages"`` (MessageRecorder)
+        handle_batch gets confluent-kafka's own messages, and progress and the stop report the
+        same offsets as with records."""
         events = tmp_path / "events.jsonl"
         monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
         produce(kafka_bootstrap, topic, {PARTITION: 25})
         spec = make_spec(
-            kafka_bootstrap, topic, handler="tests.integration.child_handlers:MessageRecorder"
+            kafka_bootstrap, topic, handler=f"tests.integration.child_handlers:{plugin}"
         )
         child = spawn(spec)
         while child.expect(Progress).next_offset < 25:
@@ -532,5 +509,7 @@ class TestMessagesView:
         assert child.expect(Stopped).next_offset == 25
         assert child.wait_exit() == 0
         lines = [json.loads(line) for line in events.read_text().splitlines()]
+        assert lines[0] == ["setup", 42]
         assert [o for kind, batch in lines if kind == "batch" for o in batch] == list(range(25))
-        assert {tuple(types) for kind, types in lines if kind == "types"} == {("Message",)}
+        assert {tuple(types) for kind, types in lines if kind == "types"} == given
+        assert lines[-1] == ["teardown", "stop"]

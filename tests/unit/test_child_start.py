@@ -157,15 +157,20 @@ class TestForkServerGuard:
             with contextlib.suppress(ProcessLookupError, NameError):
                 os.kill(server_pid, 9)
 
-    def test_no_other_process_takes_the_guard(self) -> None:
-        """Imported anywhere else (the supervisor, a child), the module sets nothing."""
+    def test_only_the_fork_server_takes_the_guard(self) -> None:
+        """The module always consumes the variable; it sets SIGKILL as the parent-death signal
+        only in the process whose parent the variable names (the fork server), nowhere else
+        (the supervisor, a child)."""
         script = (
-            "import os\n"
+            "import ctypes, os\n"
             "import marshal_workers.childcontext as c\n"
-            "print(os.environ.get(c.SERVER_OF_ENV))\n"
+            "sig = ctypes.c_int(-1)\n"
+            "ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG\n"
+            "print(os.environ.get(c.SERVER_OF_ENV), sig.value)\n"
         )
-        env = {**os.environ, SERVER_OF_ENV: "1"}  # not this process's parent
-        done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
-        )
-        assert done.stdout.strip() == "None"  # consumed, but nothing else happened
+        for owner, expected in (("1", "None 0"), (str(os.getpid()), "None 9")):
+            env = {**os.environ, SERVER_OF_ENV: owner}  # 1: not this process's parent
+            done = subprocess.run(
+                [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+            )
+            assert done.stdout.strip() == expected
