@@ -9,8 +9,8 @@ log's ``poll`` (librdkafka waits without the GIL), queues what it read, and writ
 a pipe the loop waits on, so a turn happens when a record, a child's message or a signal
 comes, or the loop's own timeout passes.
 
-Only this thread calls the log's ``poll`` once it runs; the loop takes the batches in the
-order read (a read error comes through in its place and is raised to the loop).
+Only this thread calls the log's ``poll`` once it runs; the loop takes the records in the order
+read, and the read errors met meanwhile.
 """
 
 from __future__ import annotations
@@ -59,28 +59,22 @@ class LogReader:
                 self._read.append(got)
             self._wake()
 
-    def take(self) -> list[CoordRecord]:
-        """Every record read since the last call, in the order read. A read error is raised
-        in its place: the records read before it come out first, those after it at the next
-        call."""
+    def take(self) -> tuple[list[CoordRecord], list[LogError]]:
+        """The records read since the last call, in the order read, and the read errors met
+        meanwhile (the loop logs them: a read error loses nothing, the poll after it goes on)."""
         with contextlib.suppress(BlockingIOError):
             while os.read(self._wake_r, 4096):
                 pass
         with self._lock:
             taken, self._read = self._read, []
         records: list[CoordRecord] = []
-        for i, item in enumerate(taken):
+        errors: list[LogError] = []
+        for item in taken:
             if isinstance(item, LogError):
-                later = taken[i:] if records else taken[i + 1 :]
-                if later:  # back in front, for the next call
-                    with self._lock:
-                        self._read[:0] = later
-                    self._wake()
-                if records:
-                    return records
-                raise item
-            records.extend(item)
-        return records
+                errors.append(item)
+            else:
+                records.extend(item)
+        return records, errors
 
     def _wake(self) -> None:
         with contextlib.suppress(BlockingIOError):  # a full pipe wakes the loop already

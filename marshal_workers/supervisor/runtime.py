@@ -229,11 +229,15 @@ class Supervisor:
         for conn in ready:
             if conn in conns:
                 self._read_child(conns[conn])
-        try:
-            records = reader.take() if reader is not None else self.log.poll(0)
-        except LogError as exc:
-            self._log.warning("coordination_read_failed", error=str(exc))
-            records = []
+        if reader is not None:
+            records, errors = reader.take()
+        else:
+            try:
+                records, errors = self.log.poll(0), []
+            except LogError as exc:
+                records, errors = [], [exc]
+        for error in errors:
+            self._log.warning("coordination_read_failed", error=str(error))
         if records:
             self._feed(inp.RecordsRead(self.clock(), records))
         for op, outcome in self.log.acks():
