@@ -35,8 +35,8 @@ from marshal_workers.audit.pipeline import run
 from marshal_workers.audit.progress import Progress
 from marshal_workers.audit.session import SessionOptions, start_session
 from marshal_workers.audit.synthetic import Fleet, messages
-from marshal_workers.protocol import coordination_partition, encode, record_key
-from marshal_workers.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.wire import coordination_partition, encode, record_key
 
 HB_MS = 10_000
 CHUNK = 500_000

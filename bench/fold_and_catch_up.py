@@ -19,9 +19,12 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from marshal_workers.kafkalog import KafkaLog
 from marshal_workers.localkafka import StartOptions, start_cluster
-from marshal_workers.protocol import (
+from marshal_workers.log.kafkalog import KafkaLog
+from marshal_workers.log.reader import LogReader
+from marshal_workers.log.topicadmin import ensure_coordination_topic
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimingPartition,
     CoordRecord,
@@ -31,9 +34,6 @@ from marshal_workers.protocol import (
     encode,
     record_key,
 )
-from marshal_workers.rationalizer import RationalizerConfig, World, fold
-from marshal_workers.reader import LogReader
-from marshal_workers.topicadmin import ensure_coordination_topic
 
 HB_MS = 10_000
 FOLD_TARGET = 300_000

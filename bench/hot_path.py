@@ -25,13 +25,13 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.handlers import count
-from marshal_workers.callclock import CallClock
-from marshal_workers.childloop import ChildLoop
-from marshal_workers.lease import SharedLease
-from marshal_workers.plugin import Plugin
-from marshal_workers.rationalizer import Mode
-from marshal_workers.record import FetchedRecord
-from marshal_workers.stats import StatsTally
+from marshal_workers.child.callclock import CallClock
+from marshal_workers.child.loop import ChildLoop
+from marshal_workers.child.plugin import Plugin
+from marshal_workers.child.stats import StatsTally
+from marshal_workers.handler.record import FetchedRecord
+from marshal_workers.ipc.sharedlease import SharedLease
+from marshal_workers.protocol.rationalizer import Mode
 
 
 def messages(n: int) -> list[Any]:

@@ -50,7 +50,7 @@ PARTITIONS = 8
 def command(args: dict[str, str]) -> list[str]:
     """`marshal-run` as a module of whichever marshal_workers PYTHONPATH finds first."""
     argv = [x for k, v in args.items() for x in (f"--{k}", v)]
-    code = "from marshal_workers.cli import main; main()"
+    code = "from marshal_workers.supervisor.cli import main; main()"
     return [sys.executable, "-c", code, *argv, "--log-format", "json"]
 
 

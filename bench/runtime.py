@@ -60,11 +60,14 @@ import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from marshal_workers import events as ev
-from marshal_workers.claims import is_live
-from marshal_workers.kafkalog import RDKAFKA_LOG, KafkaLog
 from marshal_workers.localkafka import StartOptions, start_cluster
-from marshal_workers.protocol import (
+from marshal_workers.log.kafkalog import RDKAFKA_LOG, KafkaLog
+from marshal_workers.log.reader import LogReader
+from marshal_workers.log.topicadmin import ensure_coordination_topic
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.members import is_live
+from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimingPartition,
     Heartbeat,
@@ -72,9 +75,6 @@ from marshal_workers.protocol import (
     encode,
     record_key,
 )
-from marshal_workers.rationalizer import RationalizerConfig
-from marshal_workers.reader import LogReader
-from marshal_workers.topicadmin import ensure_coordination_topic
 
 REPO = Path(__file__).resolve().parents[1]
 MARSHAL_RUN = Path(sys.executable).with_name("marshal-run")

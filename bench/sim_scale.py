@@ -19,9 +19,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from marshal_workers import events as ev
-from marshal_workers import protocol, rationalizer
-from marshal_workers.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol import rationalizer
+from marshal_workers.protocol import wire as protocol
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.sim.scenario import Fleet, SimParams, use_shared_decode
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from marshal_workers.errors import MarshalError
+from marshal_workers.common.errors import MarshalError
 from marshal_workers.localkafka import LocalKafka, StartOptions, start_cluster
 
 BOOTSTRAP_ENV = "MARSHAL_TEST_BOOTSTRAP"

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from marshal_workers import ipc
-from marshal_workers.lease import SharedLease
-from marshal_workers.protocol import ClaimKey
+from marshal_workers.ipc import messages as ipc
+from marshal_workers.ipc.sharedlease import SharedLease
+from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor import runtime as runtime_module
 
 MP = multiprocessing.get_context("spawn")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from marshal_workers.protocol import (
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimingPartition,
     CoordRecord,
@@ -15,7 +16,6 @@ from marshal_workers.protocol import (
     encode,
     record_key,
 )
-from marshal_workers.rationalizer import RationalizerConfig, World, fold
 
 HB = 1000  # heartbeat interval in the tests, ms
 GROUP = "g"

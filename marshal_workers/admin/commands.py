@@ -17,8 +17,8 @@ from marshal_workers.admin.goread import go_dump, go_status
 from marshal_workers.admin.operations import Connection, run_dump, run_init
 from marshal_workers.admin.statusread import run_status
 from marshal_workers.admin.watch import watch_status
-from marshal_workers.gofold import GO_HEARTBEAT_INTERVAL_S
-from marshal_workers.toolconfig import FleetSettings, fleet_options
+from marshal_workers.config.toolconfig import FleetSettings, fleet_options
+from marshal_workers.protocol.gofold import GO_HEARTBEAT_INTERVAL_S
 
 DEFAULT_READ_TIMEOUT_S = 60.0
 

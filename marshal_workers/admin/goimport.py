@@ -28,8 +28,8 @@ from marshal_workers.admin.goread import read_go_state
 from marshal_workers.admin.operations import Connection
 from marshal_workers.admin.position import run_set_position
 from marshal_workers.admin.targets import KafkaOffsetSource, Kind, TargetSpec
-from marshal_workers.errors import ConfigError, MarshalError
-from marshal_workers.gofold import GoWorld, live_claims, positions
+from marshal_workers.common.errors import ConfigError, MarshalError
+from marshal_workers.protocol.gofold import GoWorld, live_claims, positions
 
 Progress = Callable[[str], None]
 

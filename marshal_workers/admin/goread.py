@@ -18,12 +18,12 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from marshal_workers.errors import ConfigError, MarshalError
-from marshal_workers.gofold import GoWorld, as_worlds, fold_go
-from marshal_workers.kafkalog import RDKAFKA_LOG, error_text
-from marshal_workers.protocol import CoordRecord
-from marshal_workers.status import group_status, iso_ms, render_table
-from marshal_workers.topicadmin import admin_client, high_watermarks
+from marshal_workers.common.errors import ConfigError, MarshalError
+from marshal_workers.log.kafkalog import RDKAFKA_LOG, error_text
+from marshal_workers.log.topicadmin import admin_client, high_watermarks
+from marshal_workers.protocol.gofold import GoWorld, as_worlds, fold_go
+from marshal_workers.protocol.groupstatus import group_status, iso_ms, render_table
+from marshal_workers.protocol.wire import CoordRecord
 
 
 def read_go_records(

@@ -16,9 +16,9 @@ from marshal_workers.admin.operations import ADMIN_CLIENT_ID
 from marshal_workers.admin.pause import run_release_group
 from marshal_workers.admin.position import run_set_position
 from marshal_workers.admin.targets import Kind, TargetSpec, parse_offsets, parse_time
-from marshal_workers.errors import ConfigError
-from marshal_workers.protocol import validate_name
-from marshal_workers.toolconfig import FleetSettings, fleet_options
+from marshal_workers.common.errors import ConfigError
+from marshal_workers.config.toolconfig import FleetSettings, fleet_options
+from marshal_workers.protocol.wire import validate_name
 
 DEFAULT_WAIT_S = 60.0
 

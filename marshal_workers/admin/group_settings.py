@@ -28,11 +28,11 @@ from collections.abc import Callable
 from marshal_workers.admin.operations import Connection, admin_session, admin_settings
 from marshal_workers.admin.pause import lift_pause, pause_for
 from marshal_workers.admin.session import AdminError, AdminSession
-from marshal_workers.claims import is_claimable, is_live, is_member_key
-from marshal_workers.coordlog import LogError
-from marshal_workers.errors import MarshalError
-from marshal_workers.metadata import GroupSettings, encode_metadata, settings_key
-from marshal_workers.protocol import ClaimKey
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.log.interface import LogError
+from marshal_workers.protocol.members import is_claimable, is_live, is_member_key
+from marshal_workers.protocol.metadata import GroupSettings, encode_metadata, settings_key
+from marshal_workers.protocol.wire import ClaimKey
 
 Progress = Callable[[str], None]
 SETTLE_BUDGET_S = 30.0

@@ -13,20 +13,20 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from marshal_workers import events as ev
 from marshal_workers.admin.session import AdminSession
-from marshal_workers.brokercheck import cluster_heartbeat_warning
-from marshal_workers.config import DEFAULT_ADMIN_CLIENT_IDS
-from marshal_workers.coordlog import LogError
-from marshal_workers.errors import ConfigError, MarshalError
-from marshal_workers.fleetcheck import group_settings_problem
-from marshal_workers.kafkalog import KafkaLog
-from marshal_workers.metadata import GroupSettings
-from marshal_workers.protocol import CoordRecord, Partitioner
-from marshal_workers.rationalizer import RationalizerConfig, World
-from marshal_workers.reader import LogReader
-from marshal_workers.status import iso_ms
-from marshal_workers.topicadmin import admin_client, ensure_coordination_topic
+from marshal_workers.common.errors import ConfigError, MarshalError
+from marshal_workers.config.runconfig import DEFAULT_ADMIN_CLIENT_IDS
+from marshal_workers.log.interface import LogError
+from marshal_workers.log.kafkalog import KafkaLog
+from marshal_workers.log.reader import LogReader
+from marshal_workers.log.topicadmin import admin_client, ensure_coordination_topic
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.groupstatus import iso_ms
+from marshal_workers.protocol.metadata import GroupSettings
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World
+from marshal_workers.protocol.wire import CoordRecord, Partitioner
+from marshal_workers.supervisor.brokercheck import cluster_heartbeat_warning
+from marshal_workers.supervisor.fleetcheck import group_settings_problem
 
 ADMIN_CLIENT_ID = "marshal-admin"
 

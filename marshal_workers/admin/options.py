@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from marshal_workers.config import ANY_CLIENT
-from marshal_workers.config import admin_ids as config_admin_ids
-from marshal_workers.errors import ConfigError
-from marshal_workers.protocol import validate_name
+from marshal_workers.common.errors import ConfigError
+from marshal_workers.config.runconfig import ANY_CLIENT
+from marshal_workers.config.runconfig import admin_ids as config_admin_ids
+from marshal_workers.protocol.wire import validate_name
 
 
 def admin_ids(values: Iterable[str]) -> frozenset[str] | None:

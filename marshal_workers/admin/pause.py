@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from marshal_workers import events as ev
 from marshal_workers.admin.operations import Connection, admin_session, check_group_settings
 from marshal_workers.admin.session import AdminError, AdminSession
-from marshal_workers.errors import MarshalError
-from marshal_workers.status import iso_ms
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.groupstatus import iso_ms
 
 LIFT = 0  # a MsgExpireTime long past: lifts the pause
 SKEW_TOLERANCE_MS = 2_000

@@ -2,7 +2,7 @@
 
 A record whose handler keeps failing is counted in the coordination log and, after
 ``poison_park_after`` failures, parked: the partition's holder runs no child for it (see
-`marshal_workers.poison`; `marshal-admin status` shows it). These commands write a
+`marshal_workers.protocol.recordfailures`; `marshal-admin status` shows it). These commands write a
 PoisonResolved as an admin client (``--client-id``, one of the fleet's ``admin_client_ids``):
 ``skip-record`` makes the holder move its position past the record (it is never handled),
 ``retry-record`` sets its count to 0 so the fleet tries it again. The command folds the log to
@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import click
 
-from marshal_workers import poison
 from marshal_workers.admin.commands import connection, group_of
 from marshal_workers.admin.group_commands import DEFAULT_WAIT_S, _checked, _client_id_option
 from marshal_workers.admin.operations import Connection, admin_session
 from marshal_workers.admin.session import AdminError, AdminSession
-from marshal_workers.coordlog import LogError
-from marshal_workers.errors import MarshalError
-from marshal_workers.protocol import ClaimKey
-from marshal_workers.toolconfig import FleetSettings, fleet_options
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.config.toolconfig import FleetSettings, fleet_options
+from marshal_workers.log.interface import LogError
+from marshal_workers.protocol import recordfailures as poison
+from marshal_workers.protocol.wire import ClaimKey
 
 
 def resolve(session: AdminSession, key: ClaimKey, offset: int, action: poison.Action) -> str:

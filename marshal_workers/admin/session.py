@@ -15,10 +15,12 @@ import time
 import uuid
 from collections.abc import Callable
 
-from marshal_workers import events as ev
-from marshal_workers.coordlog import CoordinationLog, LogError
-from marshal_workers.errors import MarshalError
-from marshal_workers.protocol import (
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.log.interface import CoordinationLog, LogError
+from marshal_workers.log.reader import LogReader
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.rationalizer import ClaimState, World
+from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimingPartition,
     ClaimKey,
@@ -31,8 +33,6 @@ from marshal_workers.protocol import (
     encode,
     record_key,
 )
-from marshal_workers.rationalizer import ClaimState, World
-from marshal_workers.reader import LogReader
 
 Clock = Callable[[], float]
 

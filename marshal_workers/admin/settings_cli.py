@@ -7,7 +7,7 @@ import click
 from marshal_workers.admin.commands import connection, group_of
 from marshal_workers.admin.group_commands import _checked, _client_id_option, _err
 from marshal_workers.admin.group_settings import run_group_settings
-from marshal_workers.toolconfig import FleetSettings, fleet_options
+from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 
 DEFAULT_WAIT_S = 120.0
 

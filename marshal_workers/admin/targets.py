@@ -16,9 +16,9 @@ from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from marshal_workers.errors import ConfigError, MarshalError
-from marshal_workers.kafkalog import RDKAFKA_LOG
-from marshal_workers.timearg import TimeArgError, parse_time_ms
+from marshal_workers.common.errors import ConfigError, MarshalError
+from marshal_workers.config.timearg import TimeArgError, parse_time_ms
+from marshal_workers.log.kafkalog import RDKAFKA_LOG
 
 
 class OffsetSource(Protocol):

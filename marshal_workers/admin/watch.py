@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from marshal_workers.admin.operations import Connection
 from marshal_workers.admin.statusread import StatusReader
-from marshal_workers.status import lag_trends, lags, render_table
+from marshal_workers.protocol.groupstatus import lag_trends, lags, render_table
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 

@@ -15,7 +15,7 @@ import pyarrow.ipc
 
 from marshal_workers.audit.schema import TABLES
 from marshal_workers.audit.tables import Row
-from marshal_workers.protocol import CoordRecord
+from marshal_workers.protocol.wire import CoordRecord
 
 _TYPES: Final[dict[str, Any]] = {
     "string": pa.string(),

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from marshal_workers import events as ev
-from marshal_workers.protocol import ClaimingPartition, ReleaseGroup, message_type
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.wire import ClaimingPartition, ReleaseGroup, message_type
 
 Row = tuple[Any, ...]
 

@@ -11,7 +11,7 @@ So a deployment can be gated on ``marshal-audit ... && deploy``; 1 means "look a
 
 from __future__ import annotations
 
-from marshal_workers.errors import MarshalError
+from marshal_workers.common.errors import MarshalError
 
 EXIT_CLEAN = 0
 EXIT_VIOLATIONS = 1

@@ -19,8 +19,8 @@ from typing import Any
 
 from marshal_workers.audit import arrow
 from marshal_workers.audit.tables import Row, Tables, Window
-from marshal_workers.protocol import CoordRecord
-from marshal_workers.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.wire import CoordRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,12 @@ from importlib import resources
 from pathlib import Path
 
 from marshal_workers.audit.exitcodes import AuditFailedError
-from marshal_workers.maven import MARKER, cache_dir_for, copy_dependencies, resolve_cached
+from marshal_workers.localkafka.maven import (
+    MARKER,
+    cache_dir_for,
+    copy_dependencies,
+    resolve_cached,
+)
 
 CACHE_ENV = "MARSHAL_SPARK_JARS_CACHE"
 CONNECTOR = "spark-sql-kafka-0-10_2.13"

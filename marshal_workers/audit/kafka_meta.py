@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
 from marshal_workers.audit.progress import Progress
-from marshal_workers.errors import MarshalError
-from marshal_workers.topicadmin import admin_client, describe_topic, high_watermarks
-from marshal_workers.topicrecord import read_topic_record
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.log.partitioncount import read_topic_record
+from marshal_workers.log.topicadmin import admin_client, describe_topic, high_watermarks
 
 if TYPE_CHECKING:
     from marshal_workers.audit.model import KafkaInput

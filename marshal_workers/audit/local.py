@@ -15,7 +15,7 @@ from marshal_workers.audit.fold import FoldSettings, fold_records
 from marshal_workers.audit.model import AuditConfig, AuditResult, finish_small
 from marshal_workers.audit.report import lag_points
 from marshal_workers.audit.tables import Row
-from marshal_workers.protocol import CoordRecord
+from marshal_workers.protocol.wire import CoordRecord
 
 BIG = ("events", "reservations", "lag")
 

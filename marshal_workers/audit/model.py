@@ -18,9 +18,9 @@ from marshal_workers.audit.finalize import log_end_ms, merge_groups, settle
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.session import SessionOptions
 from marshal_workers.audit.tables import Row, Window
-from marshal_workers.config import DEFAULT_ADMIN_CLIENT_IDS
-from marshal_workers.protocol import Partitioner
-from marshal_workers.rationalizer import RationalizerConfig
+from marshal_workers.config.runconfig import DEFAULT_ADMIN_CLIENT_IDS
+from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.wire import Partitioner
 
 SMALL = ("claims", "membership", "failovers", "heartbeat_gaps", "groups", "coordination")
 """Tables with a row per claim or less: collected to the driver, settled, written there."""

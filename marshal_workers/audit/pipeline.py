@@ -31,7 +31,7 @@ from marshal_workers.audit.model import (
 )
 from marshal_workers.audit.progress import Progress, silent
 from marshal_workers.audit.session import SessionOptions, error_line, start_session
-from marshal_workers.errors import MarshalError
+from marshal_workers.common.errors import MarshalError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

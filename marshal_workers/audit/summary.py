@@ -25,7 +25,7 @@ from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from marshal_workers.audit.schema import columns
-from marshal_workers.status import iso_ms
+from marshal_workers.protocol.groupstatus import iso_ms
 
 if TYPE_CHECKING:
     from marshal_workers.audit.model import AuditResult

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from marshal_workers.audit.checks import LedgerEntry
-from marshal_workers.claims import member_key
-from marshal_workers.protocol import (
+from marshal_workers.protocol.members import member_key
+from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimingPartition,
     CoordRecord,

@@ -33,10 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from marshal_workers import events as ev
 from marshal_workers.audit.events_table import event_row
-from marshal_workers.claims import is_member_key
-from marshal_workers.protocol import ClaimingMessages, ClaimKey
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.wire import ClaimingMessages, ClaimKey
 
 Row = tuple[Any, ...]
 

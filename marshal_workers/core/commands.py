@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from marshal_workers import ipc
-from marshal_workers.poison import PoisonMessage
-from marshal_workers.protocol import ClaimKey, Message
+from marshal_workers.ipc import messages as ipc
+from marshal_workers.protocol.recordfailures import PoisonMessage
+from marshal_workers.protocol.wire import ClaimKey, Message
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,22 +10,28 @@ from __future__ import annotations
 
 import random
 
-from marshal_workers.claims import is_member_key
 from marshal_workers.core import commands as cmd
 from marshal_workers.core.held import Held
-from marshal_workers.core.leases import lease_deadline
 from marshal_workers.core.logclock import LogClock
 from marshal_workers.core.pending import Kind, Op, Pending
 from marshal_workers.core.settings import MemberSettings
-from marshal_workers.poison import (
+from marshal_workers.protocol.leases import lease_deadline
+from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.rationalizer import ClaimState, World
+from marshal_workers.protocol.recordfailures import (
     PoisonMessage,
     PoisonResolved,
     RecordFailed,
     encode_poison,
     poison_key,
 )
-from marshal_workers.protocol import ClaimKey, Message, coordination_partition, encode, record_key
-from marshal_workers.rationalizer import ClaimState, World
+from marshal_workers.protocol.wire import (
+    ClaimKey,
+    Message,
+    coordination_partition,
+    encode,
+    record_key,
+)
 
 
 class Context:

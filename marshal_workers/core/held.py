@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from marshal_workers.ipc import Settle
-from marshal_workers.protocol import ClaimKey
+from marshal_workers.ipc.messages import Settle
+from marshal_workers.protocol.wire import ClaimKey
 
 
 class Phase(Enum):

@@ -12,16 +12,16 @@ import dataclasses
 import signal
 from collections.abc import Mapping
 
-from marshal_workers import events as ev
-from marshal_workers import ipc
-from marshal_workers.claims import is_member_key
 from marshal_workers.core import commands as cmd
 from marshal_workers.core.context import Context
 from marshal_workers.core.held import ASKED_TO_STOP, Held, Phase
 from marshal_workers.core.pending import Kind, Op
 from marshal_workers.core.poisoning import Poisoning
-from marshal_workers.protocol import ClaimKey, Heartbeat, ReleasingPartition
-from marshal_workers.rationalizer import Mode
+from marshal_workers.ipc import messages as ipc
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.wire import ClaimKey, Heartbeat, ReleasingPartition
 
 
 class Holdings:

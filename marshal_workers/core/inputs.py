@@ -11,10 +11,10 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from marshal_workers import ipc
-from marshal_workers.coordlog import Appended
-from marshal_workers.exitpolicy import ChildEnd
-from marshal_workers.protocol import ClaimKey, CoordRecord
+from marshal_workers.core.childexits import ChildEnd
+from marshal_workers.ipc import messages as ipc
+from marshal_workers.log.interface import Appended
+from marshal_workers.protocol.wire import ClaimKey, CoordRecord
 
 
 @dataclass(frozen=True, slots=True)

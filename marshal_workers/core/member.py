@@ -57,24 +57,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from marshal_workers import events as ev
-from marshal_workers.claims import MEMBER_PREFIX, is_member_key
+from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, EXIT_GO_FLEET
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.children import Children
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.core.context import Context
+from marshal_workers.core.gofleet import refusal
 from marshal_workers.core.held import HELD_PHASES, Held, Phase
 from marshal_workers.core.holdings import Holdings
 from marshal_workers.core.operator import Operator
 from marshal_workers.core.pending import Kind, Op
 from marshal_workers.core.poisoning import Poisoning
 from marshal_workers.core.settings import MemberSettings
-from marshal_workers.errors import EXIT_COORDINATION_CHANGED, EXIT_GO_FLEET
-from marshal_workers.gofleet import refusal
-from marshal_workers.poison import PoisonVerdict
-from marshal_workers.protocol import ClaimKey, CoordRecord
-from marshal_workers.rationalizer import GroupPause, World, fold
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.members import MEMBER_PREFIX, is_member_key
+from marshal_workers.protocol.rationalizer import GroupPause, World, fold
+from marshal_workers.protocol.recordfailures import PoisonVerdict
+from marshal_workers.protocol.wire import ClaimKey, CoordRecord
 
 _MEMBER_MARK = b"/" + MEMBER_PREFIX.encode()  # in the record key of a member claim
 LATE_HEARTBEATS_KEPT = 64  # per claim; beyond that a late heartbeat is simply not credited

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import signal
 
-from marshal_workers import events as ev
+from marshal_workers.common.errors import EXIT_OK, EXIT_USAGE
 from marshal_workers.core import commands as cmd
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.core.context import Context
@@ -20,9 +20,9 @@ from marshal_workers.core.held import HELD_PHASES, Phase
 from marshal_workers.core.holdings import Holdings
 from marshal_workers.core.pauses import pause_by_other
 from marshal_workers.core.pending import Kind
-from marshal_workers.errors import EXIT_OK, EXIT_USAGE
-from marshal_workers.metadata import settings_problem
-from marshal_workers.rationalizer import GroupPause
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.metadata import settings_problem
+from marshal_workers.protocol.rationalizer import GroupPause
 
 
 class Operator:

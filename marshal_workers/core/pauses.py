@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from marshal_workers.rationalizer import GroupPause, World, pause_of
+from marshal_workers.protocol.rationalizer import GroupPause, World, pause_of
 
 
 def pause_by_other(

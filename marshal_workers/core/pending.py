@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from marshal_workers import events as ev
-from marshal_workers.protocol import ClaimKey
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.wire import ClaimKey
 
 
 class Kind(Enum):

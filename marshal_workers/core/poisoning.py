@@ -11,13 +11,13 @@ the rest of its granted batch when the child stops (at most once), so no record 
 
 from __future__ import annotations
 
-from marshal_workers import poison
 from marshal_workers.core.context import Context
 from marshal_workers.core.held import Held
 from marshal_workers.core.pending import Kind, Op
-from marshal_workers.poison import PoisonVerdict, RecordFailed, Step
-from marshal_workers.protocol import ClaimKey
-from marshal_workers.rationalizer import Mode
+from marshal_workers.protocol import recordfailures as poison
+from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.recordfailures import PoisonVerdict, RecordFailed, Step
+from marshal_workers.protocol.wire import ClaimKey
 
 PARKED_RECHECK_S = 1.0  # how often a parked claim looks for an operator's decision
 PENDING_RECHECK_S = 0.05  # a failure being counted in the log: retry once it is

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from marshal_workers import ipc
-from marshal_workers.core.leases import default_margin
-from marshal_workers.metadata import GroupSettings
-from marshal_workers.protocol import Partitioner
-from marshal_workers.rationalizer import Mode, RationalizerConfig
+from marshal_workers.ipc import messages as ipc
+from marshal_workers.protocol.leases import default_margin
+from marshal_workers.protocol.metadata import GroupSettings
+from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig
+from marshal_workers.protocol.wire import Partitioner
 
 DISCOVERY_INTERVAL_S = 10.0
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from marshal_workers.errors import ConfigError
+from marshal_workers.common.errors import ConfigError
 from marshal_workers.localkafka import docker
 from marshal_workers.localkafka.jars import kafka_home_classpath, resolve_jars
 from marshal_workers.localkafka.paths import BACKEND_ENV, Progress, no_progress

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from marshal_workers.errors import MarshalError
+from marshal_workers.common.errors import MarshalError
 from marshal_workers.localkafka import docker, probe, process
 from marshal_workers.localkafka.backend import BackendChoice, choose_backend, classpath_for
 from marshal_workers.localkafka.config import (
@@ -46,6 +46,7 @@ from marshal_workers.localkafka.config import (
     render_properties,
     server_properties,
 )
+from marshal_workers.localkafka.maven import find_java, locked
 from marshal_workers.localkafka.paths import JVM_OPTS_ENV, Progress, default_cache_dir, no_progress
 from marshal_workers.localkafka.state import (
     ClusterState,
@@ -55,7 +56,6 @@ from marshal_workers.localkafka.state import (
     save_state,
     state_path,
 )
-from marshal_workers.maven import find_java, locked
 
 DEFAULT_START_TIMEOUT_S = 120.0
 DEFAULT_GRACE_S = 15.0

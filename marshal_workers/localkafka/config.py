@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from marshal_workers.errors import ConfigError
+from marshal_workers.common.errors import ConfigError
 
 VALID_NODE_COUNTS = (1, 3)
 HOST = "127.0.0.1"

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 
-from marshal_workers.errors import MarshalError
+from marshal_workers.common.errors import MarshalError
 from marshal_workers.localkafka.paths import KAFKA_VERSION
 
 IMAGE = f"apache/kafka:{KAFKA_VERSION}"

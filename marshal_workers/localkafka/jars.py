@@ -15,9 +15,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from marshal_workers.errors import MarshalError
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.localkafka.maven import MARKER, copy_dependencies, resolve_cached
 from marshal_workers.localkafka.paths import KAFKA_VERSION, Progress, no_progress, pom_text
-from marshal_workers.maven import MARKER, copy_dependencies, resolve_cached
 
 BROKER_JAR = f"kafka_2.13-{KAFKA_VERSION}.jar"
 MVN_PURPOSE = (

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 
-from marshal_workers.maven import cache_dir_for
+from marshal_workers.localkafka.maven import cache_dir_for
 
 KAFKA_VERSION = "4.1.1"
 """The Apache Kafka release the pom pins; the cache directory is named after it."""

@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from marshal_workers.errors import MarshalError
+from marshal_workers.common.errors import MarshalError
 
 POLL_INTERVAL_S = 0.2
 

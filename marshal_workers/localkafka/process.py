@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from marshal_workers.errors import MarshalError
+from marshal_workers.common.errors import MarshalError
 from marshal_workers.localkafka.state import NodeState
 
 BROKER_MAIN = "kafka.Kafka"

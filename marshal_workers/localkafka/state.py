@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from marshal_workers.errors import MarshalError
+from marshal_workers.common.errors import MarshalError
 
 STATE_FILE = "state.json"
 STATE_VERSION = 1

@@ -14,17 +14,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from marshal_workers import ipc
-from marshal_workers.childexit import (
+from marshal_workers.child.grants import AHEAD
+from marshal_workers.core.childexits import ChildEnd
+from marshal_workers.ipc import messages as ipc
+from marshal_workers.ipc.exits import (
     EXIT_HANDLER_FAILED,
     EXIT_HANDLER_TIMEOUT,
     EXIT_LEASE_EXPIRED,
     EXIT_NOT_GRANTED,
 )
-from marshal_workers.childgrants import AHEAD
-from marshal_workers.exitpolicy import ChildEnd
-from marshal_workers.protocol import ClaimKey
-from marshal_workers.rationalizer import Mode
+from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.wire import ClaimKey
 
 Handled = Callable[["SimChild", int, float], None]
 

@@ -14,14 +14,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from marshal_workers.claims import is_member_key
-from marshal_workers.coordlog import Appended
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
-from marshal_workers.protocol import ClaimKey
-from marshal_workers.rationalizer import Mode
+from marshal_workers.log.interface import Appended
+from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.sim.children import DataPartition, Handled, SimChild
 from marshal_workers.sim.vlog import VirtualLog
 

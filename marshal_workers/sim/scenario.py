@@ -17,17 +17,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from marshal_workers import ipc, rationalizer
 from marshal_workers.core.settings import MemberSettings
-from marshal_workers.poison import PoisonNoted
-from marshal_workers.protocol import (
+from marshal_workers.ipc import messages as ipc
+from marshal_workers.protocol import rationalizer
+from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig, World, fold
+from marshal_workers.protocol.recordfailures import PoisonNoted
+from marshal_workers.protocol.wire import (
     ClaimKey,
     Partitioner,
     ReleaseGroup,
     encode,
     record_key,
 )
-from marshal_workers.rationalizer import Mode, RationalizerConfig, World, fold
 from marshal_workers.sim.children import DataPartition
 from marshal_workers.sim.invariants import Checker
 from marshal_workers.sim.node import SimNode

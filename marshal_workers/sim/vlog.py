@@ -14,7 +14,7 @@ import bisect
 import random
 from dataclasses import dataclass, field
 
-from marshal_workers.protocol import CoordRecord
+from marshal_workers.protocol.wire import CoordRecord
 
 
 @dataclass(slots=True)

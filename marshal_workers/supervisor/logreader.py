@@ -20,8 +20,8 @@ import os
 import threading
 from collections.abc import Callable
 
-from marshal_workers.coordlog import LogError
-from marshal_workers.protocol import CoordRecord
+from marshal_workers.log.interface import LogError
+from marshal_workers.protocol.wire import CoordRecord
 
 POLL_S = 0.1  # how long one poll waits: the longest a stop waits for the thread
 

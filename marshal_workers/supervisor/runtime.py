@@ -27,27 +27,31 @@ from multiprocessing.connection import Connection
 
 import structlog
 
-from marshal_workers import ipc
-from marshal_workers.child import ChildHandle, start_child
-from marshal_workers.childcontext import ChildContext
-from marshal_workers.childexit import EXIT_HANDLER_TIMEOUT, EXIT_SETUP
-from marshal_workers.config import RunConfig
-from marshal_workers.coordlog import CoordinationLog, LogError
+from marshal_workers.child.main import ChildHandle, start_child
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.common.stacks import catches_signal, log_stacks
+from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
+from marshal_workers.core.childexits import CallSample, read_end, slow_call, watch_call
 from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
-from marshal_workers.datatopics import DataTopics
-from marshal_workers.errors import MarshalError
-from marshal_workers.exitpolicy import CallSample, read_end, slow_call, watch_call
-from marshal_workers.fleetcheck import check_partition_count, ensure_group_settings, own_settings
-from marshal_workers.lease import SharedLease
-from marshal_workers.observe import ClaimSnapshot, Observer
-from marshal_workers.protocol import ClaimKey
-from marshal_workers.rationalizer import Mode, RationalizerConfig
-from marshal_workers.stacks import catches_signal, log_stacks
+from marshal_workers.ipc import messages as ipc
+from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT, EXIT_SETUP
+from marshal_workers.ipc.forkserver import ChildContext
+from marshal_workers.ipc.sharedlease import SharedLease
+from marshal_workers.log.interface import CoordinationLog, LogError
+from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig
+from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.background import Background
+from marshal_workers.supervisor.datatopics import DataTopics
+from marshal_workers.supervisor.fleetcheck import (
+    check_partition_count,
+    ensure_group_settings,
+    own_settings,
+)
 from marshal_workers.supervisor.logreader import LogReader
+from marshal_workers.supervisor.observe import ClaimSnapshot, Observer
 
 Clock = Callable[[], float]
 PENDING_WAIT_S = 0.001  # the loop's wait while coordination writes are in flight

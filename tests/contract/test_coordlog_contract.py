@@ -15,11 +15,14 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from marshal_workers import events as ev
-from marshal_workers.coordlog import Appended, CoordinationLog
-from marshal_workers.kafkalog import KafkaLog
-from marshal_workers.memlog import MemoryLog, MemoryTopic
-from marshal_workers.protocol import (
+from marshal_workers.log.interface import Appended, CoordinationLog
+from marshal_workers.log.kafkalog import KafkaLog
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.log.reader import LogReader
+from marshal_workers.log.topicadmin import admin_client, coordination_topic_config, delete_topic
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.wire import (
     ClaimingPartition,
     CoordRecord,
     Heartbeat,
@@ -28,9 +31,6 @@ from marshal_workers.protocol import (
     encode,
     record_key,
 )
-from marshal_workers.rationalizer import RationalizerConfig
-from marshal_workers.reader import LogReader
-from marshal_workers.topicadmin import admin_client, coordination_topic_config, delete_topic
 
 PARTITIONS = 3
 HB_MS = 60_000

@@ -14,9 +14,9 @@ from typing import TypeVar
 
 import pytest
 
-from marshal_workers.child import ChildHandle, start_child
-from marshal_workers.ipc import ChildSpec, ToSupervisor
-from marshal_workers.lease import SharedLease
+from marshal_workers.child.main import ChildHandle, start_child
+from marshal_workers.ipc.messages import ChildSpec, ToSupervisor
+from marshal_workers.ipc.sharedlease import SharedLease
 from plugins import ledger
 
 MP = multiprocessing.get_context("spawn")

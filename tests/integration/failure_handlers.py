@@ -7,8 +7,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from marshal_workers.handler import Context, Record
-from marshal_workers.record import FetchedRecord
+from marshal_workers.handler.context import Context, Record
+from marshal_workers.handler.record import FetchedRecord
 from plugins import ledger
 
 POISON_ENV = "FAILURE_TEST_POISON"  # comma-separated offsets that fail

@@ -25,11 +25,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from marshal_workers.claims import is_live, is_member_key
-from marshal_workers.kafkalog import RDKAFKA_LOG, KafkaLog
-from marshal_workers.rationalizer import Mode, RationalizerConfig, resume_offset
-from marshal_workers.reader import LogReader
-from marshal_workers.topicadmin import ensure_coordination_topic
+from marshal_workers.log.kafkalog import RDKAFKA_LOG, KafkaLog
+from marshal_workers.log.reader import LogReader
+from marshal_workers.log.topicadmin import ensure_coordination_topic
+from marshal_workers.protocol.members import is_live, is_member_key
+from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig, resume_offset
 from plugins.ledger import LedgerRow, read_ledger
 
 REPO = Path(__file__).resolve().parents[2]

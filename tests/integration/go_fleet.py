@@ -10,9 +10,9 @@ from pathlib import Path
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from marshal_workers.kafkalog import RDKAFKA_LOG
-from marshal_workers.protocol import Partitioner, coordination_partition, decode
-from marshal_workers.topicadmin import coordination_topic_config
+from marshal_workers.log.kafkalog import RDKAFKA_LOG
+from marshal_workers.log.topicadmin import coordination_topic_config
+from marshal_workers.protocol.wire import Partitioner, coordination_partition, decode
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "marshal_go_log.txt"
 

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from marshal_workers.audit import jars
 from marshal_workers.audit.schema import TABLES, columns
-from marshal_workers.errors import MarshalError
+from marshal_workers.common.errors import MarshalError
 from tests.integration.fleet import Fleet
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

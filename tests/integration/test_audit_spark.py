@@ -25,8 +25,8 @@ from marshal_workers.audit.pipeline import run
 from marshal_workers.audit.schema import TABLES
 from marshal_workers.audit.session import SessionOptions, start_session
 from marshal_workers.audit.synthetic import Fleet, Synthetic, generate
-from marshal_workers.protocol import CoordRecord
-from marshal_workers.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.wire import CoordRecord
 
 pytestmark = pytest.mark.spark
 HB_MS = 1000

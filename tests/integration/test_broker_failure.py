@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers.brokercheck import min_heartbeat_s, read_failure_detection
 from marshal_workers.localkafka import LocalKafka
-from marshal_workers.topicadmin import admin_client
+from marshal_workers.log.topicadmin import admin_client
+from marshal_workers.supervisor.brokercheck import min_heartbeat_s, read_failure_detection
 from plugins.ledger import find_gaps, find_overlaps
 from tests.integration.fleet import Fleet
 

@@ -25,12 +25,12 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from marshal_workers.child import (
+from marshal_workers.child.main import (
     EXIT_HANDLER_FAILED,
     EXIT_LEASE_EXPIRED,
     EXIT_NOT_GRANTED,
 )
-from marshal_workers.ipc import (
+from marshal_workers.ipc.messages import (
     ChildSpec,
     Grant,
     GrantRequest,
@@ -40,7 +40,7 @@ from marshal_workers.ipc import (
     Stop,
     Stopped,
 )
-from marshal_workers.rationalizer import Mode
+from marshal_workers.protocol.rationalizer import Mode
 from plugins import ledger
 from tests.integration import child_handlers
 from tests.integration.conftest import WAIT_S, Supervised
@@ -309,9 +309,9 @@ class TestSelfFencing:
             f"with open({str(runs)!r}, 'a') as f:\n"
             "    f.write(__name__ + '\\n')\n"
             "if __name__ == '__main__':\n"
-            "    from marshal_workers.child import start_child\n"
-            "    from marshal_workers.childcontext import fork_server\n"
-            "    from marshal_workers.lease import SharedLease\n"
+            "    from marshal_workers.child.main import start_child\n"
+            "    from marshal_workers.ipc.forkserver import fork_server\n"
+            "    from marshal_workers.ipc.sharedlease import SharedLease\n"
             f"    ctx = {context}\n"
             "    lease = SharedLease(ctx)\n"
             "    lease.extend_to(time.monotonic() + 120)\n"
@@ -350,9 +350,9 @@ class TestSelfFencing:
         gone within 2 s: spawned, or forked by the fork server, as `marshal-run` starts them."""
         script = (
             "import base64, multiprocessing, pickle, sys, time\n"
-            "from marshal_workers.child import start_child\n"
-            "from marshal_workers.childcontext import fork_server\n"
-            "from marshal_workers.lease import SharedLease\n"
+            "from marshal_workers.child.main import start_child\n"
+            "from marshal_workers.ipc.forkserver import fork_server\n"
+            "from marshal_workers.ipc.sharedlease import SharedLease\n"
             f"ctx = {context}\n"
             "lease = SharedLease(ctx)\n"
             "lease.extend_to(time.monotonic() + 120)\n"

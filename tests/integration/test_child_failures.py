@@ -16,10 +16,10 @@ import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from marshal_workers.child import EXIT_HANDLER_FAILED
-from marshal_workers.dlq import PREFIX
-from marshal_workers.failures import CAUSE_DLQ_FAILED, CAUSE_POISON_RATE, CAUSE_POLICY
-from marshal_workers.ipc import (
+from marshal_workers.child.deadletters import PREFIX
+from marshal_workers.child.main import EXIT_HANDLER_FAILED
+from marshal_workers.child.policy import CAUSE_DLQ_FAILED, CAUSE_POISON_RATE, CAUSE_POLICY
+from marshal_workers.ipc.messages import (
     ChildSpec,
     Grant,
     GrantRequest,
@@ -29,7 +29,7 @@ from marshal_workers.ipc import (
     Stop,
     Stopped,
 )
-from marshal_workers.rationalizer import Mode
+from marshal_workers.protocol.rationalizer import Mode
 from tests.integration import failure_handlers
 from tests.integration.conftest import WAIT_S, Supervised
 from tests.integration.test_child import PARTITION, make_spec, offsets, produce

@@ -18,13 +18,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from marshal_workers.childexit import (
+from marshal_workers.core.childexits import ChildEnd, read_end
+from marshal_workers.ipc.exits import (
     EXIT_HANDLER_ENDED,
     EXIT_HANDLER_TIMEOUT,
     EXIT_LEASE_EXPIRED,
 )
-from marshal_workers.exitpolicy import ChildEnd, read_end
-from marshal_workers.ipc import ChildSpec, Progress, Started, Stop, Stopped
+from marshal_workers.ipc.messages import ChildSpec, Progress, Started, Stop, Stopped
 from tests.integration import liveness_handlers as lh
 from tests.integration.conftest import Supervised
 from tests.integration.test_child import (
@@ -178,7 +178,7 @@ class TestHandlerDeadline:
             (letter,) = letters
             headers = headers_of(letter)
             assert headers["source.offset"] == str(AT)
-            assert headers["error.type"] == "marshal_workers.failures.HandlerEnded"
+            assert headers["error.type"] == "marshal_workers.child.policy.HandlerEnded"
             assert "timed out" in (headers["error.message"] or "")
         else:
             assert letters == []
@@ -281,8 +281,8 @@ class TestGroupFencing:
         pid_file = tmp_path / "helper.pid"
         script = (
             "import base64, multiprocessing, pickle, sys, time\n"
-            "from marshal_workers.child import start_child\n"
-            "from marshal_workers.lease import SharedLease\n"
+            "from marshal_workers.child.main import start_child\n"
+            "from marshal_workers.ipc.sharedlease import SharedLease\n"
             "ctx = multiprocessing.get_context('spawn')\n"
             "lease = SharedLease(ctx)\n"
             "lease.extend_to(time.monotonic() + 120)\n"

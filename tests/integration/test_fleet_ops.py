@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 
-from marshal_workers.errors import EXIT_COORDINATION_CHANGED
+from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED
 from tests.integration.fleet import Fleet
 
 pytestmark = pytest.mark.kafka

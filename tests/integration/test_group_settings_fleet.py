@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers.errors import EXIT_USAGE
+from marshal_workers.common.errors import EXIT_USAGE
 from plugins.ledger import find_overlaps
 from tests.integration.fleet import MARSHAL_ADMIN, Fleet
 

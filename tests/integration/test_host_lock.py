@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from marshal_workers.config import default_client_id
-from marshal_workers.kafkalog import RDKAFKA_LOG
-from marshal_workers.topicadmin import ensure_coordination_topic
+from marshal_workers.config.runconfig import default_client_id
+from marshal_workers.log.kafkalog import RDKAFKA_LOG
+from marshal_workers.log.topicadmin import ensure_coordination_topic
 
 pytestmark = pytest.mark.kafka
 MARSHAL_RUN = Path(sys.executable).with_name("marshal-run")

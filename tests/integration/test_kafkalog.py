@@ -15,13 +15,13 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
-from marshal_workers.coordlog import LogError
-from marshal_workers.errors import MarshalError
-from marshal_workers.kafkalog import KafkaLog
-from marshal_workers.protocol import Heartbeat, coordination_partition, encode, record_key
-from marshal_workers.rationalizer import RationalizerConfig
-from marshal_workers.reader import LogReader
-from marshal_workers.topicadmin import admin_client, delete_topic, ensure_coordination_topic
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.log.interface import LogError
+from marshal_workers.log.kafkalog import KafkaLog
+from marshal_workers.log.reader import LogReader
+from marshal_workers.log.topicadmin import admin_client, delete_topic, ensure_coordination_topic
+from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.wire import Heartbeat, coordination_partition, encode, record_key
 
 pytestmark = pytest.mark.kafka
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers import events as ev
-from marshal_workers.kafkalog import KafkaLog
 from marshal_workers.localkafka import LocalKafka
-from marshal_workers.protocol import ClaimKey
-from marshal_workers.rationalizer import RationalizerConfig
-from marshal_workers.reader import LogReader
+from marshal_workers.log.kafkalog import KafkaLog
+from marshal_workers.log.reader import LogReader
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.wire import ClaimKey
 from plugins.ledger import find_gaps, find_overlaps
 from tests.integration.fleet import Fleet
 

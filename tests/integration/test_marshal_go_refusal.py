@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from marshal_workers.errors import EXIT_GO_FLEET
-from marshal_workers.kafkalog import RDKAFKA_LOG
-from marshal_workers.topicrecord import write_topic_record
+from marshal_workers.common.errors import EXIT_GO_FLEET
+from marshal_workers.log.kafkalog import RDKAFKA_LOG
+from marshal_workers.log.partitioncount import write_topic_record
 from tests.integration.go_fleet import create_go_topic, fixture_lines, write_go_records
 
 pytestmark = pytest.mark.kafka

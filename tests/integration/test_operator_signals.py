@@ -20,10 +20,10 @@ from typing import Any
 import psutil
 import pytest
 
-from marshal_workers import events as ev
-from marshal_workers.kafkalog import KafkaLog
-from marshal_workers.rationalizer import RationalizerConfig
-from marshal_workers.reader import LogReader
+from marshal_workers.log.kafkalog import KafkaLog
+from marshal_workers.log.reader import LogReader
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.rationalizer import RationalizerConfig
 from plugins.ledger import find_gaps, find_overlaps
 from tests.integration.fleet import REPO, Fleet, Member
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from marshal_workers.errors import EXIT_COORDINATION_CHANGED, EXIT_USAGE
-from marshal_workers.topicadmin import coordination_topic_config
-from marshal_workers.topicrecord import read_topic_record
+from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, EXIT_USAGE
+from marshal_workers.log.partitioncount import read_topic_record
+from marshal_workers.log.topicadmin import coordination_topic_config
 from tests.integration.fleet import Fleet
 from tests.integration.test_fleet_ops import grow
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers.errors import EXIT_USAGE
-from marshal_workers.kafkalog import KafkaLog
-from marshal_workers.topicadmin import ensure_coordination_topic
+from marshal_workers.common.errors import EXIT_USAGE
+from marshal_workers.log.kafkalog import KafkaLog
+from marshal_workers.log.topicadmin import ensure_coordination_topic
 
 pytestmark = pytest.mark.kafka
 MARSHAL_RUN = Path(sys.executable).with_name("marshal-run")

@@ -11,8 +11,8 @@ from confluent_kafka import Producer
 
 from marshal_workers.admin.operations import Connection
 from marshal_workers.admin.watch import CLEAR, watch_status
-from marshal_workers.kafkalog import RDKAFKA_LOG
-from marshal_workers.protocol import (
+from marshal_workers.log.kafkalog import RDKAFKA_LOG
+from marshal_workers.protocol.wire import (
     ClaimingPartition,
     Heartbeat,
     coordination_partition,

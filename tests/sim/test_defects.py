@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from marshal_workers import rationalizer
 from marshal_workers.core import logclock
 from marshal_workers.core.children import Children
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.core.context import Context
 from marshal_workers.core.holdings import Holdings
 from marshal_workers.core.poisoning import Poisoning
-from marshal_workers.protocol import ClaimKey
-from marshal_workers.rationalizer import ClaimState, resume_offset
+from marshal_workers.protocol import rationalizer
+from marshal_workers.protocol.rationalizer import ClaimState, resume_offset
+from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.sim.scenario import SimParams
 from tests.sim.conftest import first_violation
 

@@ -6,10 +6,10 @@ import pytest
 
 from marshal_workers.admin.operations import ADMIN_CLIENT_ID
 from marshal_workers.admin.options import admin_ids
-from marshal_workers.config import DEFAULT_ADMIN_CLIENT_IDS, RunConfig
-from marshal_workers.config import admin_ids as config_admin_ids
-from marshal_workers.errors import ConfigError
-from marshal_workers.settings import BY_NAME, resolve
+from marshal_workers.common.errors import ConfigError
+from marshal_workers.config.runconfig import DEFAULT_ADMIN_CLIENT_IDS, RunConfig
+from marshal_workers.config.runconfig import admin_ids as config_admin_ids
+from marshal_workers.config.settings import BY_NAME, resolve
 
 
 class TestAdminIds:

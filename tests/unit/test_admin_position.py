@@ -7,14 +7,16 @@ from collections.abc import Callable
 
 import pytest
 
-from marshal_workers import events as ev
 from marshal_workers.admin.pause import lift_pause, pause_for, write_pause
 from marshal_workers.admin.position import make_plan, render_plan, set_position
 from marshal_workers.admin.session import AdminSession
-from marshal_workers.coordlog import Appended, LogError
-from marshal_workers.errors import MarshalError
-from marshal_workers.memlog import MemoryLog, MemoryTopic
-from marshal_workers.protocol import (
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.log.interface import Appended, LogError
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.log.reader import LogReader
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig, pause_of, resume_offset
+from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimingPartition,
     ClaimKey,
@@ -26,8 +28,6 @@ from marshal_workers.protocol import (
     encode,
     record_key,
 )
-from marshal_workers.rationalizer import Mode, RationalizerConfig, pause_of, resume_offset
-from marshal_workers.reader import LogReader
 
 HB_MS = 10_000  # long: the holders written by a test stay fresh for the whole test
 G, T = "g", "orders"

@@ -14,8 +14,8 @@ from marshal_workers.admin.targets import (
     parse_offsets,
     parse_time,
 )
-from marshal_workers.errors import ConfigError
-from marshal_workers.timearg import TimeArgError, parse_time_ms
+from marshal_workers.common.errors import ConfigError
+from marshal_workers.config.timearg import TimeArgError, parse_time_ms
 
 
 class FakeSource:

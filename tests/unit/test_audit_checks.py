@@ -26,7 +26,7 @@ from marshal_workers.audit.session import error_line
 from marshal_workers.audit.summary import summarize
 from marshal_workers.audit.synthetic import Fleet, generate
 from marshal_workers.audit.tables import Window
-from marshal_workers.protocol import ClaimingPartition, CoordRecord, Message
+from marshal_workers.protocol.wire import ClaimingPartition, CoordRecord, Message
 from tests.support import HB, TOPIC, claim, hb, pause, record, release, reserve
 
 T0 = 1_700_000_000_000

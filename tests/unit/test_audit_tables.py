@@ -14,8 +14,9 @@ from marshal_workers.audit.model import AuditConfig, FileInput
 from marshal_workers.audit.schema import TABLES, columns
 from marshal_workers.audit.synthetic import Fleet, generate
 from marshal_workers.audit.tables import Window
-from marshal_workers.claims import member_key
-from marshal_workers.protocol import (
+from marshal_workers.protocol.members import member_key
+from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.wire import (
     ClaimingPartition,
     CoordRecord,
     Heartbeat,
@@ -23,7 +24,6 @@ from marshal_workers.protocol import (
     encode,
     record_key,
 )
-from marshal_workers.rationalizer import RationalizerConfig
 from tests.support import GROUP, HB, TOPIC, claim, hb, pause, record, release, reserve
 
 T0 = 1_700_000_000_000

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from marshal_workers.errors import MarshalError
-from marshal_workers.topicadmin import _await_topic
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.log.topicadmin import _await_topic
 
 
 class RacingAdmin:

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from marshal_workers.brokercheck import (
+from marshal_workers.config.runconfig import RunConfig
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.held import Phase
+from marshal_workers.core.member import Member
+from marshal_workers.ipc.sharedlease import default_margin
+from marshal_workers.log.interface import Appended
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.wire import ClaimKey, Heartbeat, encode, record_key
+from marshal_workers.supervisor.brokercheck import (
     FailureDetection,
     failure_detection,
     heartbeat_warning,
     min_heartbeat_s,
 )
-from marshal_workers.config import RunConfig
-from marshal_workers.coordlog import Appended
-from marshal_workers.core import commands as cmd
-from marshal_workers.core import inputs as inp
-from marshal_workers.core.held import Phase
-from marshal_workers.core.member import Member
-from marshal_workers.lease import default_margin
-from marshal_workers.memlog import MemoryLog, MemoryTopic
-from marshal_workers.protocol import ClaimKey, Heartbeat, encode, record_key
-from marshal_workers.rationalizer import Mode
 from marshal_workers.supervisor.runtime import member_settings
 
 KEY = ClaimKey("g", "orders", 0)

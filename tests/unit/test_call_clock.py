@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from marshal_workers.callclock import CallClock
+from marshal_workers.child.callclock import CallClock
 
 
 def in_call(started: float, timeout: float | None = 10.0) -> CallClock:

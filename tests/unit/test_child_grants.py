@@ -6,8 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from marshal_workers.childgrants import Asked
-from marshal_workers.ipc import Grant, GrantRequest
+from marshal_workers.child.grants import Asked
+from marshal_workers.ipc.messages import Grant, GrantRequest
 
 
 def batch(start: int, end: int) -> list[Any]:

@@ -14,17 +14,17 @@ from importlib.machinery import ModuleSpec
 import psutil
 import pytest
 
-from marshal_workers.child import main_not_rerun
-from marshal_workers.childcontext import SERVER_OF_ENV
-from marshal_workers.consume import (
+from marshal_workers.child.consumer import (
     FETCH_PARTITION_BYTES,
     PREFETCH_BATCHES,
     PREFETCH_KBYTES,
     consumer_config,
 )
-from marshal_workers.fencing import parent_to_watch
-from marshal_workers.ipc import ChildSpec
-from marshal_workers.rationalizer import Mode
+from marshal_workers.child.fencing import parent_to_watch
+from marshal_workers.child.main import main_not_rerun
+from marshal_workers.ipc.forkserver import SERVER_OF_ENV
+from marshal_workers.ipc.messages import ChildSpec
+from marshal_workers.protocol.rationalizer import Mode
 
 
 def spec(**kafka: str) -> ChildSpec:
@@ -73,7 +73,7 @@ class TestParentToWatch:
         """Here the test process plays the fork server, and its parent the supervisor."""
         script = (
             "import os, sys\n"
-            "from marshal_workers.fencing import parent_to_watch\n"
+            "from marshal_workers.child.fencing import parent_to_watch\n"
             "print(parent_to_watch(int(sys.argv[1])))\n"
         )
         done = subprocess.run(
@@ -121,7 +121,7 @@ class TestForkServerGuard:
         load, measured), its children handling records all the while."""
         server = (
             "import time\n"
-            "import marshal_workers.childcontext\n"
+            "import marshal_workers.ipc.forkserver\n"
             "print('ready', flush=True)\n"
             "time.sleep(30)\n"
         )
@@ -163,7 +163,7 @@ class TestForkServerGuard:
         (the supervisor, a child)."""
         script = (
             "import ctypes, os\n"
-            "import marshal_workers.childcontext as c\n"
+            "import marshal_workers.ipc.forkserver as c\n"
             "sig = ctypes.c_int(-1)\n"
             "ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG\n"
             "print(os.environ.get(c.SERVER_OF_ENV), sig.value)\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from marshal_workers.claims import (
+from marshal_workers.protocol.members import (
     fair_share,
     is_claimable,
     is_member_key,
@@ -10,8 +10,8 @@ from marshal_workers.claims import (
     member_key,
     plan,
 )
-from marshal_workers.protocol import ClaimKey
-from marshal_workers.rationalizer import ClaimState
+from marshal_workers.protocol.rationalizer import ClaimState
+from marshal_workers.protocol.wire import ClaimKey
 
 HB = 1000
 G = "g"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from marshal_workers import events as ev
-from marshal_workers.memlog import MemoryLog, MemoryTopic
-from marshal_workers.protocol import ClaimKey, encode, record_key
-from marshal_workers.rationalizer import (
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.log.reader import LogReader
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.rationalizer import (
     Mode,
     RationalizerConfig,
     World,
@@ -13,7 +13,7 @@ from marshal_workers.rationalizer import (
     fold,
     resume_offset,
 )
-from marshal_workers.reader import LogReader
+from marshal_workers.protocol.wire import ClaimKey, encode, record_key
 from tests.support import GROUP, HB, TOPIC, Log, claim, hb, pause, record, release
 
 KEY = ClaimKey(GROUP, TOPIC, 0)

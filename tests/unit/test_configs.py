@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers.config import run_config
-from marshal_workers.errors import ConfigError
-from marshal_workers.settings import BY_NAME, load_toml, resolve
+from marshal_workers.common.errors import ConfigError
+from marshal_workers.config.runconfig import run_config
+from marshal_workers.config.settings import BY_NAME, load_toml, resolve
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))
 COMMENTED_SETTING = re.compile(r"^#\s*([a-z][a-z0-9_-]*)\s*=")

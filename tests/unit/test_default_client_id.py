@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from marshal_workers.config import default_client_id, host_identity
+from marshal_workers.config.runconfig import default_client_id, host_identity
 
 
 def test_hosts_with_one_short_name_get_different_ids(tmp_path: Path) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from marshal_workers import events as ev
 from marshal_workers.admin.operations import dump_entry, dump_line
-from marshal_workers.protocol import CoordRecord
-from marshal_workers.rationalizer import RationalizerConfig
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.wire import CoordRecord
 from tests.support import HB, Log, claim, pause
 
 T0 = 1_700_000_000_000

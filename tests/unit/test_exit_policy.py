@@ -6,13 +6,8 @@ import signal
 
 import pytest
 
-from marshal_workers.child import EXIT_HANDLER_FAILED, EXIT_SETUP
-from marshal_workers.childexit import (
-    EXIT_HANDLER_ENDED,
-    EXIT_HANDLER_TIMEOUT,
-    EXIT_LEASE_EXPIRED,
-)
-from marshal_workers.exitpolicy import (
+from marshal_workers.child.main import EXIT_HANDLER_FAILED, EXIT_SETUP
+from marshal_workers.core.childexits import (
     EndNote,
     ExitDecision,
     Next,
@@ -22,7 +17,12 @@ from marshal_workers.exitpolicy import (
     slow_call,
     watch_call,
 )
-from marshal_workers.ipc import Settle
+from marshal_workers.ipc.exits import (
+    EXIT_HANDLER_ENDED,
+    EXIT_HANDLER_TIMEOUT,
+    EXIT_LEASE_EXPIRED,
+)
+from marshal_workers.ipc.messages import Settle
 
 HB = 1.0
 

@@ -7,9 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from marshal_workers.dlq import PREFIX, dead_letter_headers
-from marshal_workers.errors import ConfigError
-from marshal_workers.failures import (
+from marshal_workers.child.deadletters import PREFIX, dead_letter_headers
+from marshal_workers.child.policy import (
     CAUSE_FATAL,
     CAUSE_POISON_RATE,
     CAUSE_POLICY,
@@ -22,8 +21,9 @@ from marshal_workers.failures import (
     decide,
     dlq_topic_for,
 )
-from marshal_workers.handler import Record
-from marshal_workers.settings import resolve
+from marshal_workers.common.errors import ConfigError
+from marshal_workers.config.settings import resolve
+from marshal_workers.handler.context import Record
 
 
 class Flaky:

@@ -12,16 +12,16 @@ import pytest
 
 from marshal_workers.admin.group_settings import change_settings, recorded
 from marshal_workers.admin.session import AdminSession
-from marshal_workers.config import RunConfig
+from marshal_workers.common.errors import EXIT_USAGE, ConfigError
+from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
-from marshal_workers.errors import EXIT_USAGE, ConfigError
-from marshal_workers.fleetcheck import ensure_group_settings, own_settings
-from marshal_workers.memlog import MemoryLog, MemoryTopic
-from marshal_workers.protocol import ClaimKey, encode, record_key
-from marshal_workers.rationalizer import Mode, RationalizerConfig
-from marshal_workers.reader import LogReader
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.log.reader import LogReader
+from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig
+from marshal_workers.protocol.wire import ClaimKey, encode, record_key
+from marshal_workers.supervisor.fleetcheck import ensure_group_settings, own_settings
 from marshal_workers.supervisor.runtime import member_settings
 from tests.support import GROUP, claim, hb
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers.errors import ConfigError
-from marshal_workers.hostlock import host_lock, lock_path
+from marshal_workers.common.errors import ConfigError
+from marshal_workers.supervisor.hostlock import host_lock, lock_path
 
 
 def test_two_groups_with_one_client_id_both_lock(tmp_path: Path) -> None:
@@ -51,7 +51,7 @@ def test_stale_lock_of_a_killed_process_is_taken_over(tmp_path: Path) -> None:
     """A holder killed with SIGKILL leaves its file; the next process takes it over."""
     code = (
         "import sys, time; from pathlib import Path; "
-        "from marshal_workers.hostlock import host_lock\n"
+        "from marshal_workers.supervisor.hostlock import host_lock\n"
         "with host_lock('g', 'c', Path(sys.argv[1])):\n"
         "    print('locked', flush=True); time.sleep(60)\n"
     )

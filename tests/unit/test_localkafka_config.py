@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from marshal_workers.errors import ConfigError, MarshalError
+from marshal_workers.common.errors import ConfigError, MarshalError
 from marshal_workers.localkafka import cluster_status, stop_cluster
 from marshal_workers.localkafka import process as node_process
 from marshal_workers.localkafka.backend import choose_backend
@@ -35,6 +35,7 @@ from marshal_workers.localkafka.jars import (
     pom_digest,
     resolve_jars,
 )
+from marshal_workers.localkafka.maven import MARKER, find_java, find_mvn, resolve_cached
 from marshal_workers.localkafka.paths import default_cache_dir, default_cluster_dir, pom_text
 from marshal_workers.localkafka.probe import wait_until_ready
 from marshal_workers.localkafka.state import (
@@ -44,7 +45,6 @@ from marshal_workers.localkafka.state import (
     save_state,
     state_path,
 )
-from marshal_workers.maven import MARKER, find_java, find_mvn, resolve_cached
 
 
 def _props(nodes: int, node_id: int = 1) -> dict[str, str]:

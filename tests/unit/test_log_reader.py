@@ -9,8 +9,8 @@ from multiprocessing import connection
 
 import pytest
 
-from marshal_workers.coordlog import LogError
-from marshal_workers.protocol import CoordRecord
+from marshal_workers.log.interface import LogError
+from marshal_workers.protocol.wire import CoordRecord
 from marshal_workers.supervisor.logreader import LogReader
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers import events as ev
-from marshal_workers.errors import EXIT_GO_FLEET
-from marshal_workers.gofleet import GoFleetError, GoFleetGuard, go_writer
-from marshal_workers.gofold import GoClaim, claimed_at, fold_all, live_claims, positions
-from marshal_workers.protocol import ClaimKey, CoordRecord, Heartbeat, decode, encode
-from marshal_workers.rationalizer import RationalizerConfig, World, fold
-from marshal_workers.status import group_status
+from marshal_workers.common.errors import EXIT_GO_FLEET
+from marshal_workers.core.gofleet import GoFleetError, GoFleetGuard, go_writer
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.gofold import GoClaim, claimed_at, fold_all, live_claims, positions
+from marshal_workers.protocol.groupstatus import group_status
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.wire import ClaimKey, CoordRecord, Heartbeat, decode, encode
 from tests.unit import test_pure_core
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "marshal_go_log.txt"
@@ -84,7 +84,7 @@ class TestGoFold:
 
     def test_status_view_of_the_go_log(self) -> None:
         """The Go state renders through our status view: positions and released claims."""
-        from marshal_workers.gofold import as_worlds  # noqa: PLC0415
+        from marshal_workers.protocol.gofold import as_worlds  # noqa: PLC0415
 
         world = fold_all(go_records(go_lines()))
         status = group_status("shop.billing", as_worlds(world), 60_000, 1_800_000_000_000, {})
@@ -126,8 +126,10 @@ class TestRefusal:
         assert "Marshal Go" in str(caught.value) and "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize("module", ["gofold", "gofleet"])
+@pytest.mark.parametrize("module", ["protocol.gofold", "core.gofleet"])
 def test_go_modules_are_pure(module: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The Go fold and the detection import nothing that does I/O (as the core)."""
-    monkeypatch.setattr(test_pure_core, "CORE", [*test_pure_core.CORE, "gofold", "gofleet"])
+    monkeypatch.setattr(
+        test_pure_core, "CORE", [*test_pure_core.CORE, "protocol.gofold", "core.gofleet"]
+    )
     test_pure_core.test_core_module_imports_nothing_that_does_io(module)

@@ -6,16 +6,17 @@ from __future__ import annotations
 import signal
 from dataclasses import replace
 
-from marshal_workers import ipc
-from marshal_workers.claims import member_key
+from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.held import Phase
 from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
-from marshal_workers.errors import EXIT_COORDINATION_CHANGED
-from marshal_workers.memlog import MemoryTopic
-from marshal_workers.protocol import (
+from marshal_workers.ipc import messages as ipc
+from marshal_workers.log.memlog import MemoryTopic
+from marshal_workers.protocol.members import member_key
+from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig
+from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimingPartition,
     ClaimKey,
@@ -27,7 +28,6 @@ from marshal_workers.protocol import (
     encode,
     record_key,
 )
-from marshal_workers.rationalizer import Mode, RationalizerConfig
 
 HB = 1.0
 

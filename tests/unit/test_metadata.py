@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from marshal_workers import events as ev
-from marshal_workers.metadata import (
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.metadata import (
     GroupSettings,
     TopicRecord,
     decode_metadata,
@@ -12,8 +12,8 @@ from marshal_workers.metadata import (
     partition_count_problem,
     settings_problem,
 )
-from marshal_workers.protocol import CoordRecord, Partitioner
-from marshal_workers.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.wire import CoordRecord, Partitioner
 from tests.support import HB, claim, record
 
 SETTINGS = GroupSettings(0, "i-1", "a", "g", 2000, Partitioner.SPEC, frozenset({"ops"}))

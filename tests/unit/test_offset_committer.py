@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from marshal_workers.claims import member_key
-from marshal_workers.observe import ClaimSnapshot
-from marshal_workers.offsets import OffsetCommitter, TopicOffset
-from marshal_workers.protocol import ClaimKey
+from marshal_workers.protocol.members import member_key
+from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.supervisor.observe import ClaimSnapshot
+from marshal_workers.supervisor.offsets import OffsetCommitter, TopicOffset
 
 HB = 1.0
 

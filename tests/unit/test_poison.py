@@ -1,5 +1,6 @@
-"""Poison records in the coordination log (marshal_workers.poison): the wire format, each rule
-of the fold (through the rationalizer, as every reader folds them), and what members do."""
+"""Poison records in the coordination log (marshal_workers.protocol.recordfailures): the wire
+format, each rule of the fold (through the rationalizer, as every reader folds them), and what
+members do."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from marshal_workers import events as ev
-from marshal_workers.memlog import MemoryLog, MemoryTopic
-from marshal_workers.poison import (
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.log.reader import LogReader
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.groupstatus import group_status, render_table
+from marshal_workers.protocol.rationalizer import RationalizerConfig, fold
+from marshal_workers.protocol.recordfailures import (
     MAX_ERROR_CHARS,
     Action,
     Outcome,
@@ -28,10 +32,7 @@ from marshal_workers.poison import (
     poison_key,
     unescape,
 )
-from marshal_workers.protocol import ClaimKey, CoordRecord, DecodeError, encode, record_key
-from marshal_workers.rationalizer import RationalizerConfig, fold
-from marshal_workers.reader import LogReader
-from marshal_workers.status import group_status, render_table
+from marshal_workers.protocol.wire import ClaimKey, CoordRecord, DecodeError, encode, record_key
 from tests.support import GROUP, HB, TOPIC, Log, claim, hb, release
 
 KEY = ClaimKey(GROUP, TOPIC, 0)

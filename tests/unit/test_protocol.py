@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from marshal_workers.protocol import (
+from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimingPartition,
     DecodeError,

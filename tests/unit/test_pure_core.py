@@ -14,16 +14,17 @@ MEMBER_CORE = sorted(
     f"core.{p.stem}" for p in (PACKAGE / "core").glob("*.py") if p.stem != "__init__"
 )
 CORE = [
-    "protocol",
-    "events",
-    "rationalizer",
-    "frozen",
-    "claims",
-    "exitpolicy",
-    "metadata",
-    "reclaim",
-    "gofleet",
-    "poison",
+    "protocol.wire",
+    "protocol.events",
+    "protocol.rationalizer",
+    "protocol.fastinit",
+    "protocol.members",
+    "protocol.leases",
+    "core.childexits",
+    "protocol.metadata",
+    "core.reclaim",
+    "core.gofleet",
+    "protocol.recordfailures",
     *MEMBER_CORE,
 ]
 ALLOWED_STDLIB = {
@@ -44,7 +45,12 @@ ALLOWED_STDLIB = {
 }
 # Not core, but pure too, so the core may import them: exit codes and their exception, the
 # child-supervisor messages, the failure policy's decisions, the log's acknowledgement type.
-PURE_SUPPORT = ["childexit", "errors", "ipc", "failures", "coordlog"]
+PURE_SUPPORT = ["ipc.exits", "common.errors", "ipc.messages", "child.policy", "log.interface"]
+
+
+SUBPACKAGES = {
+    f"marshal_workers.{p.name}" for p in PACKAGE.iterdir() if (p / "__init__.py").exists()
+}
 
 
 def imports_of(module: str) -> set[str]:
@@ -53,8 +59,8 @@ def imports_of(module: str) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module == "marshal_workers.core":
-            names.update(f"marshal_workers.core.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module in SUBPACKAGES:
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module == "marshal_workers":
             names.update(f"marshal_workers.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:

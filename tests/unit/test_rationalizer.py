@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from marshal_workers import events as ev
-from marshal_workers.protocol import ClaimingPartition, ClaimKey, CoordRecord, Partitioner, encode
-from marshal_workers.rationalizer import (
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.rationalizer import (
     Freshness,
     Mode,
     RationalizerConfig,
@@ -16,6 +15,13 @@ from marshal_workers.rationalizer import (
     freshness,
     pause_of,
     resume_offset,
+)
+from marshal_workers.protocol.wire import (
+    ClaimingPartition,
+    ClaimKey,
+    CoordRecord,
+    Partitioner,
+    encode,
 )
 from tests.support import GROUP, HB, TOPIC, Log, claim, hb, pause, record, release, reserve
 

@@ -8,9 +8,17 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from marshal_workers import events as ev
-from marshal_workers.memlog import MemoryTopic
-from marshal_workers.protocol import (
+from marshal_workers.log.memlog import MemoryTopic
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.rationalizer import (
+    Mode,
+    RationalizerConfig,
+    World,
+    fold,
+    pause_of,
+    resume_offset,
+)
+from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimKey,
     CoordRecord,
@@ -22,14 +30,6 @@ from marshal_workers.protocol import (
     decode,
     encode,
     record_key,
-)
-from marshal_workers.rationalizer import (
-    Mode,
-    RationalizerConfig,
-    World,
-    fold,
-    pause_of,
-    resume_offset,
 )
 from tests.support import HB, claim, hb, pause, release, reserve
 

@@ -15,14 +15,14 @@ from collections.abc import Callable
 
 import pytest
 
-from marshal_workers import ipc
-from marshal_workers.config import RunConfig
-from marshal_workers.memlog import MemoryLog, MemoryTopic
-from marshal_workers.observe import Observer
-from marshal_workers.protocol import ClaimKey
-from marshal_workers.rationalizer import Mode
-from marshal_workers.reclaim import reclaimed_position, retry_release
+from marshal_workers.config.runconfig import RunConfig
+from marshal_workers.core.reclaim import reclaimed_position, retry_release
+from marshal_workers.ipc import messages as ipc
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor import Supervisor
+from marshal_workers.supervisor.observe import Observer
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
 
 KEY = ClaimKey("g", "orders", 0)
@@ -123,7 +123,7 @@ def test_the_logs_position_stands_when_someone_else_held_the_claim() -> None:
 
 def test_a_release_is_retried_only_while_this_instance_holds_the_claim() -> None:
     """Released, held by another client or by another instance: forget the position."""
-    from marshal_workers.rationalizer import ClaimState  # noqa: PLC0415
+    from marshal_workers.protocol.rationalizer import ClaimState  # noqa: PLC0415
 
     mine = ClaimState(True, "w1", "i1", token=3, committed=0)
     assert retry_release(mine, "w1", "i1") is True

@@ -7,7 +7,7 @@ import pickle
 import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE, Message
 
-from marshal_workers.record import FetchedRecord, MessageRecords, Record
+from marshal_workers.handler.record import FetchedRecord, MessageRecords, Record
 
 FIELDS = ("orders", 3, 17, b"k", b"v", 1_700_000_000_000, (("trace", b"abc"), ("n", None)))
 

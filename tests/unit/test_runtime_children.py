@@ -8,16 +8,16 @@ from collections.abc import Callable
 
 import pytest
 
-from marshal_workers import ipc
-from marshal_workers.claims import is_member_key
-from marshal_workers.config import RunConfig
-from marshal_workers.lease import SharedLease
-from marshal_workers.memlog import MemoryLog, MemoryTopic
-from marshal_workers.observe import Observer
-from marshal_workers.protocol import ClaimKey
-from marshal_workers.rationalizer import Mode
+from marshal_workers.config.runconfig import RunConfig
+from marshal_workers.ipc import messages as ipc
+from marshal_workers.ipc.sharedlease import SharedLease
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor import Supervisor
 from marshal_workers.supervisor import runtime as runtime_module
+from marshal_workers.supervisor.observe import Observer
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics
 
 

@@ -14,17 +14,17 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from marshal_workers.claims import is_live, is_member_key, member_key
-from marshal_workers.config import RunConfig
-from marshal_workers.coordlog import Appended
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.held import Phase
 from marshal_workers.core.member import Member
-from marshal_workers.errors import MarshalError
-from marshal_workers.memlog import MemoryLog, MemoryTopic
-from marshal_workers.observe import Observer
-from marshal_workers.protocol import (
+from marshal_workers.log.interface import Appended
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol.members import is_live, is_member_key, member_key
+from marshal_workers.protocol.rationalizer import ClaimState, Mode, RationalizerConfig, World, fold
+from marshal_workers.protocol.wire import (
     ClaimingPartition,
     ClaimKey,
     CoordRecord,
@@ -36,8 +36,8 @@ from marshal_workers.protocol import (
     encode,
     record_key,
 )
-from marshal_workers.rationalizer import ClaimState, Mode, RationalizerConfig, World, fold
 from marshal_workers.supervisor import Supervisor
+from marshal_workers.supervisor.observe import Observer
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
 from tests.unit.test_member_core import fresh_topic, start, write
 from tests.unit.test_member_core import keys as core_keys

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers.errors import ConfigError
-from marshal_workers.settings import heartbeat_ms, resolve
+from marshal_workers.common.errors import ConfigError
+from marshal_workers.config.settings import heartbeat_ms, resolve
 
 BIN = Path(sys.executable).parent
 RUN = [str(BIN / "marshal-run"), "--handler", "plugins.echo:handle", "--mode", "alo"]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from marshal_workers.settings import SETTINGS
-from marshal_workers.settingsdoc import markdown
+from marshal_workers.config.settings import SETTINGS
+from marshal_workers.config.settingsdoc import markdown
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
 
 
 def test_committed_reference_matches_the_table() -> None:
-    """docs/settings.md is what `python -m marshal_workers.settingsdoc` prints today."""
+    """docs/settings.md is what `python -m marshal_workers.config.settingsdoc` prints today."""
     assert PAGE.read_text() == markdown(), "regenerate docs/settings.md (see its first line)"
 
 

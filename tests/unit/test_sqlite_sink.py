@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import structlog
 
-from marshal_workers.failures import StopProcessing
-from marshal_workers.handler import Context
-from marshal_workers.plugin import Plugin
-from marshal_workers.rationalizer import Mode
+from marshal_workers.child.plugin import Plugin
+from marshal_workers.child.policy import StopProcessing
+from marshal_workers.handler.context import Context
+from marshal_workers.protocol.rationalizer import Mode
 from plugins.sqlite_sink import FencedWrite, SqliteSink, fence_token, stored_rows
 from tests.unit.sqlite_writer import EXIT_FENCED, PARTITION, TOPIC, record
 

@@ -13,9 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from marshal_workers.handler import Record
-from marshal_workers.stacks import STACK_DUMP_EVENT, catches_signal, log_stacks, thread_stacks
-from marshal_workers.stats import LATENCY_BUCKETS, StatsTally
+from marshal_workers.child.stats import LATENCY_BUCKETS, StatsTally
+from marshal_workers.common.stacks import (
+    STACK_DUMP_EVENT,
+    catches_signal,
+    log_stacks,
+    thread_stacks,
+)
+from marshal_workers.handler.context import Record
 
 RECORD = Record("t", 0, 5, None, b"v", None, ())
 

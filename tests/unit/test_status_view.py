@@ -6,9 +6,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from marshal_workers.protocol import ClaimingPartition, CoordRecord
-from marshal_workers.rationalizer import RationalizerConfig, World, fold
-from marshal_workers.status import (
+from marshal_workers.protocol.groupstatus import (
     GroupStatus,
     group_status,
     group_topics,
@@ -17,6 +15,8 @@ from marshal_workers.status import (
     lags,
     render_table,
 )
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.wire import ClaimingPartition, CoordRecord
 from tests.support import GROUP, HB, Log, claim, hb, pause, record, release, reserve
 
 T0 = 1_700_000_000_000

@@ -12,15 +12,15 @@ import pytest
 
 from marshal_workers.admin.pause import lift_pause, pause_for
 from marshal_workers.admin.session import AdminSession
-from marshal_workers.claims import is_member_key
-from marshal_workers.config import RunConfig
+from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core.pauses import pause_by_other
-from marshal_workers.memlog import MemoryLog, MemoryTopic
-from marshal_workers.observe import Observer
-from marshal_workers.protocol import ClaimingPartition, ClaimKey, ReleasingPartition, decode
-from marshal_workers.rationalizer import Mode, RationalizerConfig, World, fold
-from marshal_workers.reader import LogReader
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.log.reader import LogReader
+from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig, World, fold
+from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, ReleasingPartition, decode
 from marshal_workers.supervisor import Supervisor
+from marshal_workers.supervisor.observe import Observer
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
 from tests.support import pause, record
 

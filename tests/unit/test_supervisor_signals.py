@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from marshal_workers import ipc
-from marshal_workers.claims import is_member_key
-from marshal_workers.config import RunConfig
+from marshal_workers.common.stacks import STACK_DUMP_EVENT
+from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core.held import Phase
-from marshal_workers.memlog import MemoryLog, MemoryTopic
-from marshal_workers.observe import Observer
-from marshal_workers.protocol import ClaimingPartition, ClaimKey, ReleasingPartition, decode
-from marshal_workers.rationalizer import Mode
-from marshal_workers.stacks import STACK_DUMP_EVENT
+from marshal_workers.ipc import messages as ipc
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, ReleasingPartition, decode
 from marshal_workers.supervisor import Supervisor
-from marshal_workers.systemd import claims_status
+from marshal_workers.supervisor.observe import Observer
+from marshal_workers.supervisor.systemd import claims_status
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
 
 

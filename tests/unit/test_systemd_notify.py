@@ -13,10 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers.claims import member_key
-from marshal_workers.observe import ClaimSnapshot
-from marshal_workers.protocol import ClaimKey
-from marshal_workers.systemd import Notifier, SystemdNotify, claims_status, watchdog_interval
+from marshal_workers.protocol.members import member_key
+from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.supervisor.observe import ClaimSnapshot
+from marshal_workers.supervisor.systemd import (
+    Notifier,
+    SystemdNotify,
+    claims_status,
+    watchdog_interval,
+)
 
 
 class Listener:

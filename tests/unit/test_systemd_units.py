@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers.errors import EXIT_COORDINATION_CHANGED, EXIT_GO_FLEET
-from marshal_workers.settings import BY_NAME
+from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, EXIT_GO_FLEET
+from marshal_workers.config.settings import BY_NAME
 
 UNITS = Path(__file__).resolve().parents[2] / "systemd"
 SERVICE = UNITS / "marshal-worker@.service"

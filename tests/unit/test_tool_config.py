@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers.config import run_config
-from marshal_workers.errors import ConfigError
-from marshal_workers.protocol import Partitioner
-from marshal_workers.settings import resolve
-from marshal_workers.toolconfig import fleet_settings
+from marshal_workers.common.errors import ConfigError
+from marshal_workers.config.runconfig import run_config
+from marshal_workers.config.settings import resolve
+from marshal_workers.config.toolconfig import fleet_settings
+from marshal_workers.protocol.wire import Partitioner
 
 BIN = Path(sys.executable).parent
 FLEET_TOML = """\

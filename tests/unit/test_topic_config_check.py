@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from marshal_workers.topicadmin import (
+from marshal_workers.log.topicadmin import (
     HISTORY_WINDOW_MS,
     ConfigDifference,
     coordination_topic_config,

@@ -1,0 +1,140 @@
+"""A child's consumer: one partition, ``assign()``ed at a known offset, never committing.
+
+Ownership of the partition is decided by the coordination log, not by the broker: the consumer
+never calls ``subscribe()`` (no group membership, no rebalances) and never commits (the
+supervisor records offsets in heartbeats). ``group.id`` is set only because librdkafka wants
+one; automatic commits and offset stores are forced off whatever ``kafka_config`` says.
+
+The start position is resolved before ``assign()``: the spec's offset, or the partition's low
+or high watermark for ``auto_offset_reset`` earliest or latest. The consumer is then assigned
+that concrete offset, so the position the child reports in `Started` is the one it fetches from
+(``auto.offset.reset`` still applies if that offset is no longer in the log).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from marshal_workers.handler.record import FetchedRecord, MessageRecords, Record
+from marshal_workers.ipc.messages import ChildSpec
+from marshal_workers.log.kafkalog import FAST_CONNECT
+
+EARLIEST = frozenset({"earliest", "smallest", "beginning"})
+LATEST = frozenset({"latest", "largest", "end"})
+WATERMARK_TIMEOUT_S = 10.0
+FETCH_QUEUE_BACKOFF_MS = 10
+PREFETCH_BATCHES = 10  # queued.min.messages: this many batches fetched ahead
+PREFETCH_KBYTES = 2048  # queued.max.messages.kbytes
+FETCH_PARTITION_BYTES = 262_144  # max.partition.fetch.bytes: a fetch's share of the partition
+
+
+class ConsumerSetupError(Exception):
+    """The spec cannot be consumed as given (a bad offset or reset policy)."""
+
+
+class FatalKafkaError(Exception):
+    """librdkafka reported a fatal error: this consumer cannot go on."""
+
+
+def consumer_config(spec: ChildSpec) -> dict[str, Any]:
+    """The librdkafka configuration of the child's consumer."""
+    config: dict[str, Any] = dict(spec.kafka_config)
+    config.update(
+        {
+            "bootstrap.servers": spec.bootstrap_servers,
+            "group.id": spec.group_id,
+            "client.id": f"{spec.client_id}-{spec.topic}-{spec.partition}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": spec.auto_offset_reset,
+        }
+    )
+    config.setdefault("enable.partition.eof", False)
+    # librdkafka pauses fetching for fetch.queue.backoff.ms (default 1 s) whenever its queue
+    # passes queued.min.messages: a handler slower than the fetcher for a moment (an AMO grant
+    # wait is enough) then starves for up to a second. 10 ms keeps the queue topped up.
+    config.setdefault("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
+    # One partition, handled batch by batch: a few batches fetched ahead keep the handler fed.
+    # librdkafka's defaults (100,000 messages or 64 MB queued per partition, 1 MB fetched per
+    # partition per request) are sized for one consumer of many partitions. With small records
+    # they made each child hold tens of MB it would not handle for seconds: 97 MB per child in
+    # the trivial benchmark (bench/peers.py), 37 MB with these at the same throughput. The
+    # fetch size is most of it: a fetched response stays allocated while any of its records
+    # is queued (1 MB fetches: +28 MB over the imports; 256 KB: +11 MB; measured by consuming
+    # 150,000 small records). Larger records still come whole (a fetch returns at least one).
+    config.setdefault("queued.min.messages", max(PREFETCH_BATCHES * spec.batch_size, 1000))
+    config.setdefault("queued.max.messages.kbytes", PREFETCH_KBYTES)
+    config.setdefault("max.partition.fetch.bytes", FETCH_PARTITION_BYTES)
+    for key, value in FAST_CONNECT.items():  # the first fetch 50-100 ms sooner (see kafkalog)
+        config.setdefault(key, value)
+    return config
+
+
+def resolve_start(consumer: Consumer, spec: ChildSpec) -> int:
+    """The offset to fetch first: the spec's, or a watermark chosen by the reset policy."""
+    if spec.start_offset is not None:
+        if spec.start_offset < 0:
+            raise ConsumerSetupError(f"start offset {spec.start_offset} is negative")
+        return spec.start_offset
+    policy = spec.auto_offset_reset.lower()
+    if policy not in EARLIEST | LATEST:
+        raise ConsumerSetupError(
+            f"no start offset and auto_offset_reset={spec.auto_offset_reset!r}: "
+            "cannot choose where to start"
+        )
+    marks = consumer.get_watermark_offsets(
+        TopicPartition(spec.topic, spec.partition), timeout=WATERMARK_TIMEOUT_S, cached=False
+    )
+    if marks is None:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "watermark offsets timed out"))
+    low, high = marks
+    return int(low) if policy in EARLIEST else int(high)
+
+
+def open_consumer(spec: ChildSpec) -> tuple[Consumer, int]:
+    """A consumer assigned to the spec's partition, and the offset it will fetch first."""
+    consumer = Consumer(consumer_config(spec))
+    try:
+        position = resolve_start(consumer, spec)
+        consumer.assign([TopicPartition(spec.topic, spec.partition, position)])
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer, position
+
+
+def fetch(consumer: Consumer, spec: ChildSpec, log: Any) -> list[Record]:
+    """Up to ``batch_size`` records (waiting at most ``batch_timeout_s``), in offset order.
+
+    Each record is a `FetchedRecord` over the consumer's message (one small object: its fields
+    are read only if the handler asks). Partition EOF events are skipped; other errors are
+    logged and skipped (librdkafka retries them) unless fatal, which raises `FatalKafkaError`.
+    """
+    messages = consumer.consume(num_messages=spec.batch_size, timeout=spec.batch_timeout_s)
+    records: list[Record] = [FetchedRecord(m) for m in messages if m.error() is None]
+    if len(records) != len(messages):  # rare: the errors among them
+        _errors(messages, log)
+    return records
+
+
+def fetch_messages(consumer: Consumer, spec: ChildSpec, log: Any) -> MessageRecords:
+    """`fetch` for a batch plugin that takes the consumer's messages (``batch_view =
+    "messages"``): the same messages, none made into a record unless asked for."""
+    messages = consumer.consume(num_messages=spec.batch_size, timeout=spec.batch_timeout_s)
+    good = [m for m in messages if m.error() is None]
+    if len(good) != len(messages):
+        _errors(messages, log)
+    return MessageRecords(good)
+
+
+def _errors(messages: list[Any], log: Any) -> None:
+    """Log the errors among ``messages``; raise `FatalKafkaError` on a fatal one."""
+    for msg in messages:
+        err = msg.error()
+        if err is None or err.code() == KafkaError._PARTITION_EOF:
+            continue
+        if err.fatal():
+            raise FatalKafkaError(str(err))
+        log.warning("kafka_error", error=str(err), code=err.name())

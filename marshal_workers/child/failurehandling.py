@@ -1,0 +1,225 @@
+"""A child's handler failures: retries, then the policy (dlq, skip or stop; see `failures`).
+
+`FailureHandling` is the half of `ChildLoop` that takes over when a handler call raised: it
+retries with backoff (the lease and the pipe checked throughout), then dead-letters, skips or
+stops as configured. The hot path in `childloop` only calls in here on a failure.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, NoReturn
+
+from confluent_kafka import KafkaException
+
+from marshal_workers.child.deadletters import DeadLetterError, DeadLetters, topic_exists
+from marshal_workers.child.policy import (
+    CAUSE_DLQ_FAILED,
+    Failure,
+    FailurePolicy,
+    OnFailure,
+    PoisonRate,
+    Verdict,
+    attempt,
+    decide,
+    dlq_topic_for,
+)
+from marshal_workers.child.stats import StatsTally
+from marshal_workers.handler.context import Record
+from marshal_workers.ipc.exits import EXIT_HANDLER_FAILED, EXIT_OK, ChildExit
+from marshal_workers.ipc.messages import (
+    ChildSpec,
+    HandlerFailed,
+    Stop,
+    Stopped,
+    ToChild,
+    ToSupervisor,
+)
+from marshal_workers.protocol.rationalizer import Mode
+
+RETRY_POLL_S = 0.05
+
+
+def failed_once(error: BaseException, call: Callable[[], object]) -> Callable[[], object]:
+    """``call``, whose first attempt already raised ``error``: the first call raises it again
+    (without running the handler twice), later calls (the retries) run ``call``."""
+    pending = [error]
+
+    def again() -> object:
+        if pending:
+            raise pending.pop()
+        return call()
+
+    return again
+
+
+class FailureHandling:
+    """Retries and the failure policy (a base of `ChildLoop`, which sets these)."""
+
+    spec: ChildSpec
+    log: Any
+    consumer: Any
+    stats: StatsTally
+    policy: FailurePolicy
+    poison: PoisonRate
+    dead_letters: DeadLetters | None
+    handled: int
+    dead_lettered: int
+    skipped: int
+    next_offset: int | None
+    stop_requested: bool
+
+    def _require_lease(self) -> None:
+        raise NotImplementedError
+
+    def _report_progress(self) -> None:
+        raise NotImplementedError
+
+    def _send_stats(self, final: bool = False) -> None:
+        raise NotImplementedError
+
+    def _receive(self, timeout: float) -> ToChild | None:
+        raise NotImplementedError
+
+    def _send(self, msg: ToSupervisor) -> None:
+        raise NotImplementedError
+
+    def _aside(self, msg: ToChild | None) -> None:
+        raise NotImplementedError
+
+    def _handle_unit(self, unit: Sequence[Record], call: Callable[[], object]) -> None:
+        """Handle one record (or a batch) with retries; settle it by the policy if it fails.
+
+        Returns once the unit is handled, dead-lettered or skipped; otherwise ends the child."""
+        failure = attempt(
+            call,
+            self.policy,
+            before_attempt=self._require_lease,
+            wait=partial(self._retry_wait, unit),
+        )
+        if failure is None:
+            self.handled += len(unit)
+            return
+        self._settle(unit, failure)
+
+    def _settle(self, unit: Sequence[Record], failure: Failure) -> None:
+        """Settle a unit that failed for good by the policy: dead-letter, skip, or stop."""
+        verdict = decide(self.policy, failure, self.poison, time.monotonic())
+        if verdict.action is OnFailure.DLQ:
+            self._dead_letter(unit, failure)
+        elif verdict.action is OnFailure.SKIP:
+            self.stats.error("skip")
+            self.skipped += len(unit)
+            self.log.warning(
+                "handler_failed_record_skipped",
+                offset=unit[0].offset,
+                last_offset=unit[-1].offset,
+                records=len(unit),
+                attempts=failure.attempts,
+                error=failure.summary,
+                exc_info=failure.error,
+            )
+        else:
+            self._failed(unit[0], failure, verdict)  # the supervisor counts stops
+
+    def _retry_wait(
+        self, unit: Sequence[Record], seconds: float, error: BaseException, attempt_no: int
+    ) -> bool:
+        """Wait ``seconds`` before the next attempt, checking the lease and the pipe throughout;
+        False to give up retrying (AMO: `Stop` came). ALO: `Stop` ends the child here."""
+        if self.stop_requested:
+            return False
+        self.stats.error("retry")
+        self.log.warning(
+            "handler_attempt_failed",
+            offset=unit[0].offset,
+            last_offset=unit[-1].offset,
+            attempt=attempt_no,
+            attempts=self.policy.retries + 1,
+            retry_in=round(seconds, 3),
+            error=f"{type(error).__name__}: {error}",
+        )
+        self._report_progress()  # what came before the failing record is safe to commit now
+        until = time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0:
+            self._require_lease()
+            self._send_stats()
+            msg = self._receive(min(RETRY_POLL_S, left))
+            if isinstance(msg, Stop):
+                if self.spec.mode == Mode.ALO:
+                    self.log.info("stop_during_retry", offset=self.next_offset)
+                    raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
+                self.log.info("stop_during_retry_retries_cut_short")
+                self.stop_requested = True
+                return False
+            self._aside(msg)
+        self._require_lease()
+        return True
+
+    def _open_dead_letters(self) -> None:
+        """on_failure dlq: prepare the producer's home, and warn now if its topic is missing."""
+        topic = dlq_topic_for(self.spec.dlq_topic, self.spec.topic)
+        self.dead_letters = DeadLetters(self.spec, topic)
+        try:
+            exists = self.consumer is None or topic_exists(self.consumer, topic)
+        except KafkaException as exc:
+            self.log.warning("dlq_topic_unchecked", dlq_topic=topic, error=str(exc))
+            return
+        if not exists:
+            self.log.warning(
+                "dlq_topic_missing",
+                dlq_topic=topic,
+                consequence="a failing record will stop the child instead (create the topic)",
+            )
+
+    def _dead_letter(self, unit: Sequence[Record], failure: Failure) -> None:
+        """Write the unit's records to the dead-letter topic and wait for the broker's ack;
+        if that fails, the child stops (the records are not counted as handled)."""
+        assert self.dead_letters is not None
+        try:
+            self.dead_letters.write(unit, failure, check=self._require_lease)
+        except DeadLetterError as exc:
+            self._failed(unit[0], failure, Verdict(OnFailure.STOP, CAUSE_DLQ_FAILED, str(exc)))
+        self.stats.error("dlq")
+        self.dead_lettered += len(unit)
+        self.log.warning(
+            "handler_failed_record_dead_lettered",
+            offset=unit[0].offset,
+            last_offset=unit[-1].offset,
+            records=len(unit),
+            dlq_topic=self.dead_letters.topic,
+            attempts=failure.attempts,
+            error=failure.summary,  # the traceback is in the dead letter's headers
+        )
+
+    def _failed(self, record: Record, failure: Failure, verdict: Verdict) -> NoReturn:
+        """Stop: report `HandlerFailed` (ALO: after `Progress` up to the record) and end."""
+        lost = {}
+        if self.spec.mode == Mode.AMO and self.next_offset is not None:
+            lost = {"lost_offsets": f"{record.offset}-{self.next_offset - 1}"}  # granted batch
+        self.log.error(  # the logger is bound with the topic and partition
+            "handler_failed_child_stops",
+            offset=record.offset,
+            attempts=failure.attempts,
+            error=failure.summary,
+            cause=verdict.cause,
+            detail=verdict.detail,
+            next="the supervisor restarts the child with backoff; after max_handler_failures "
+            "it releases the partition and stops its child",
+            **lost,
+            exc_info=failure.error,
+        )
+        self._report_progress()
+        self._send(
+            HandlerFailed(
+                record.offset,
+                failure.summary,
+                failure.traceback,
+                attempts=failure.attempts,
+                handled=self.handled,
+                cause=verdict.cause,
+            )
+        )
+        raise ChildExit(EXIT_HANDLER_FAILED, "handler_failed")

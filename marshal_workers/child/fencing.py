@@ -1,0 +1,181 @@
+"""How a child fences itself: its own process group, death with its parent, the lease watchdog.
+
+DESIGN.md section 3: a child may process only while its lease (a monotonic deadline in shared
+memory, written by the supervisor) lasts, and it must stop even if the supervisor is frozen.
+The defences, from the child's side:
+
+- `become_group_leader`: the child leads its own process group, so the supervisor's
+  ``killpg`` also ends whatever the handler started (shell commands, helper processes).
+- `set_parent_death_signal`: on Linux the kernel sends SIGKILL to the child when the thread
+  that started it dies (``PR_SET_PDEATHSIG``): the fork server (`childcontext`), which exits
+  with the supervisor, or the supervisor itself for a spawned child. The flag is set after the
+  process exists, so a parent that died before it was set is caught by checking the chain up
+  to the supervisor's pid (`parent_to_watch`). Elsewhere only the pid check (by the watchdog)
+  remains.
+- `start_group_guardian`: a small process forked at the child's start (before any thread
+  exists), in the child's group, that waits for the child to end however it ends (exit,
+  SIGKILL by anyone, the parent-death signal when the supervisor dies) and then SIGKILLs the
+  whole group: a helper process the handler started never outlives the child. (A helper that
+  the handler *forked* without exec holds the guardian's pipe open: then the supervisor's own
+  group kill after the child's exit remains.)
+- `Watchdog`: a daemon thread that wakes at least every 50 ms and at the deadline itself,
+  re-reads the lease (the supervisor moves it on every valid heartbeat) and the deadline of
+  the handler call in progress (``handler_timeout``, moved by ``ctx.keepalive()``), and calls
+  ``on_fence`` (which ends the child with ``os._exit``; the guardian then kills the rest of
+  its group) once the lease has expired, the parent changed or the handler call ran past its
+  deadline.
+  It runs while the main thread is stuck in a handler that sleeps, waits on I/O or loops in
+  pure Python. It cannot run while the main thread holds the GIL inside one long C call (a
+  C extension that does not release it): then the supervisor's SIGKILL at lease expiry is
+  the backstop, and the fencing token the handler passes to its sink is the last line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import NoReturn
+
+import psutil
+
+from marshal_workers.child.callclock import CallClock
+from marshal_workers.ipc.sharedlease import Clock, SharedLease
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+WATCHDOG_TICK_S = 0.05
+
+REASON_LEASE_EXPIRED = "lease_expired"
+REASON_PARENT_GONE = "parent_gone"
+REASON_HANDLER_TIMEOUT = "handler_timeout"
+GUARDIAN_MAX_FD = 4096  # the guardian closes every inherited descriptor below this but its own
+
+
+def start_group_guardian() -> int:
+    """Fork the group guardian (call while this process is single-threaded, after it leads its
+    own group); returns the guardian's pid. The guardian holds only the read end of a pipe whose
+    write end stays here; when this process ends, the read sees end-of-file and the guardian
+    SIGKILLs the process group (itself included)."""
+    read_end, write_end = os.pipe()  # not inherited across exec: helpers never hold them
+    pid = os.fork()
+    if pid:
+        os.close(read_end)
+        return pid
+    try:  # the guardian: nothing but a blocking read, then the group's end
+        os.close(write_end)
+        os.closerange(0, read_end)
+        os.closerange(read_end + 1, GUARDIAN_MAX_FD)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_IGN)  # only the child's end (or SIGKILL) ends it
+        while True:
+            try:
+                if not os.read(read_end, 1):
+                    break
+            except InterruptedError:  # pragma: no cover (PEP 475 retries)
+                continue
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+def become_group_leader() -> None:
+    """Make this process the leader of a new process group (its pgid becomes its pid)."""
+    # PermissionError: already a session leader (started with setsid), so a group leader too
+    with contextlib.suppress(PermissionError):
+        os.setpgid(0, 0)
+
+
+def set_parent_death_signal(sig: int) -> bool:
+    """Ask Linux to send ``sig`` to this process when its parent dies; False elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(sig), 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_PDEATHSIG): {os.strerror(err)}")
+    return True
+
+
+def parent_alive(parent_pid: int) -> bool:
+    """Whether this process still has the parent that started it (not reparented to init)."""
+    return os.getppid() == parent_pid
+
+
+def parent_to_watch(supervisor_pid: int) -> int | None:
+    """The parent whose end must end this child: the supervisor itself (a spawned child), or
+    the fork server between them (`childcontext`: a forked child), checked to be the
+    supervisor's own child; None if the chain is already broken (the supervisor or the fork
+    server gone: reparented). Call it after `set_parent_death_signal`, so that a parent that
+    dies after this check still ends the child."""
+    parent = os.getppid()
+    if parent == supervisor_pid:
+        return parent
+    try:
+        grandparent = psutil.Process(parent).ppid()
+    except psutil.Error:
+        return None
+    return parent if grandparent == supervisor_pid and os.getppid() == parent else None
+
+
+def write_with_timeout(fd: int, data: bytes, timeout_s: float) -> None:
+    """Write ``data`` to ``fd`` from a helper thread, giving up after ``timeout_s``.
+
+    Used just before ``os._exit``: a full stderr pipe (a supervisor that stopped reading) must
+    not keep a process from fencing itself.
+    """
+
+    def write() -> None:
+        with contextlib.suppress(OSError):
+            os.write(fd, data)
+
+    writer = threading.Thread(target=write, name="marshal-last-words", daemon=True)
+    writer.start()
+    writer.join(timeout_s)
+
+
+class Watchdog(threading.Thread):
+    """Calls ``on_fence(reason)`` once the lease expires, the parent is gone or the handler
+    call in progress outlives its deadline (``call_clock``; None: no handler deadline); never
+    returns from that call (``on_fence`` ends the process). Each tick it also publishes the
+    start of the call in progress into the shared cells, for the supervisor."""
+
+    def __init__(
+        self,
+        lease: SharedLease,
+        parent_pid: int,
+        on_fence: Callable[[str], NoReturn],
+        tick_s: float = WATCHDOG_TICK_S,
+        clock: Clock = time.monotonic,
+        call_clock: CallClock | None = None,
+    ) -> None:
+        super().__init__(name="marshal-watchdog", daemon=True)
+        self._lease = lease
+        self._started_cell = lease.calls.started
+        self._parent_pid = parent_pid
+        self._on_fence = on_fence
+        self._tick_s = tick_s
+        self._clock = clock
+        self._call_clock = call_clock
+
+    def run(self) -> None:
+        """Poll the parent, the lease and the call in progress until one of them says stop."""
+        while True:
+            if not parent_alive(self._parent_pid):
+                self._on_fence(REASON_PARENT_GONE)
+            deadline = self._lease.deadline  # re-read: the supervisor extends it
+            now = self._clock()
+            if now >= deadline:
+                self._on_fence(REASON_LEASE_EXPIRED)
+            if self._call_clock is not None:
+                self._started_cell.value = self._call_clock.started()
+                call_deadline = self._call_clock.deadline()
+                if call_deadline:
+                    if now >= call_deadline:
+                        self._on_fence(REASON_HANDLER_TIMEOUT)
+                    deadline = min(deadline, call_deadline)
+            time.sleep(min(self._tick_s, deadline - now))

@@ -1,0 +1,303 @@
+"""The child process: one claimed partition, its own consumer, the user's handler, self-fencing.
+
+Theory of operation. The supervisor calls `start_child` for a partition it holds, with a
+`ChildSpec` (where to start, which handler, which fencing token) and the claim's `SharedLease`,
+already extended to a deadline in the future. The child is forked by the fork server
+(`childcontext`: a process that imported the child's modules and runs no thread; the supervisor
+itself is never forked, as librdkafka's threads do not survive a fork) and, in `child_main`:
+
+1. leads its own process group, forks the group guardian (which SIGKILLs the group once the
+   child has ended, however it ended), asks Linux to SIGKILL it when its parent (the fork server,
+   which exits with the supervisor) dies, and exits at once if the supervisor or the fork server
+   is already gone (the race after ``prctl``) (see `marshal_workers.child.fencing`);
+2. configures logging, bound to its claim; SIGTERM is logged and then ends it (default action);
+   SIGINT is ignored (the supervisor owns shutdown and says `Stop`);
+3. starts the watchdog thread, which ends the child at the lease deadline, when the supervisor
+   is gone, or when a handler call outlives ``handler_timeout`` (exit 10), even while the main
+   thread is stuck in the handler (it also notes the code in the shared cells, `callcells`);
+   the guardian then kills the rest of the group;
+4. loads the handler (a function, or a class or instance with ``setup``, ``handle`` or
+   ``handle_batch``, ``teardown``), calls ``setup(ctx)``, opens its consumer ``assign()``ed to
+   the partition and sends `Started`;
+5. loops: read `Stop` from the pipe, check the lease, fetch a batch, then
+   - ALO: handle each record (the lease checked before every handler call) and send `Progress`
+     (after a short batch at once; while full batches keep coming, at most every 50 ms);
+   - AMO: send `GrantRequest` for the batch, wait for the matching `Grant` (checking the lease
+     and the pipe), and only if granted handle it; the granted end is the new position.
+   On `Stop` the batch in hand is finished, ``teardown(ctx, "stop")`` runs, `Stopped` is sent.
+
+A failing handler call goes through the error policy (`marshal_workers.child.policy`): retries
+in the child with backoff, the lease checked before every attempt and throughout every wait;
+then ``dlq`` (`marshal_workers.child.deadletters`), ``skip`` or ``stop``. The unit is a record,
+or the whole batch for a ``handle_batch`` plugin (retried as a whole; on dlq every record of it
+is dead-lettered).
+
+- ALO: a dead-lettered record counts as handled (`Progress` passes it) only once the broker has
+  acknowledged the dead letter; a skipped one once the skip is logged. ``stop`` reports
+  `HandlerFailed` and `Progress` stops before the record, so the next child retries it. A `Stop`
+  during a retry wait ends the child at once, before the record (nothing is lost).
+- AMO: the batch was granted (committed) before it was handled. ``dlq`` and ``skip`` go on with
+  the batch; ``stop`` loses the failing record and the rest of the batch (at most once). A
+  `Stop` during a retry wait cuts the retries short: the policy applies at once and the batch
+  is finished without further retries, so a dead-letter policy still catches the record.
+
+Every other ending also calls ``teardown(ctx, reason)`` (when ``setup`` succeeded) with the
+reason named below, except the watchdog's and the signals', which end the process at once.
+
+A handler that leaves the call in any way (an exception of any class, ``SystemExit`` and
+``KeyboardInterrupt`` included) is a failure under the policy. One that ends the process itself
+(``os._exit``, a signal) leaves its record in the shared cells: the supervisor applies the
+policy to it (`exitpolicy.read_end`).
+
+Exit codes (the protocol with the supervisor; negative `ChildHandle.exitcode`: a signal):
+
+====  =====================  ===============================================================
+0     EXIT_OK                clean stop after `Stop`; `Stopped` was sent (reason ``stop``)
+1     EXIT_RUNTIME           a bug in the child itself, logged with its traceback
+4     EXIT_HANDLER_FAILED    the handler failed and the policy says stop (``on_failure`` stop, the
+                             poison rate exceeded, a dead letter failed, `StopProcessing`):
+                             `HandlerFailed` was sent; ALO: the record was not committed
+                             (`Progress` stops before it); AMO: it and the rest of its batch are
+                             lost
+5     EXIT_LEASE_EXPIRED     the lease ended (expired, or revoked: deadline 0) before the work
+6     EXIT_PARENT_GONE       the supervisor died (reparented) or closed the pipe
+7     EXIT_NOT_GRANTED       AMO: the supervisor refused a batch; nothing of it was handled
+8     EXIT_SETUP             the handler could not be loaded or set up, or the spec is unusable
+9     EXIT_KAFKA             the consumer could not be created or assigned, or a fatal error
+10    EXIT_HANDLER_TIMEOUT   a handler call outlived ``handler_timeout``: the watchdog ended the
+                             child (and the guardian its group); the record in progress is in
+                             the shared cells, where the supervisor reads it
+                             (`exitpolicy.read_end`)
+====  =====================  ===============================================================
+
+However the child ends, its guardian then SIGKILLs its process group, and the supervisor does
+too once it has reaped the child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from importlib.machinery import ModuleSpec
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from types import FrameType
+from typing import Any, NoReturn
+
+import structlog
+
+from marshal_workers.child.fencing import (
+    REASON_HANDLER_TIMEOUT,
+    REASON_LEASE_EXPIRED,
+    REASON_PARENT_GONE,
+    Watchdog,
+    become_group_leader,
+    parent_to_watch,
+    set_parent_death_signal,
+    start_group_guardian,
+    write_with_timeout,
+)
+from marshal_workers.child.loop import ChildLoop
+from marshal_workers.common.logs import configure_logging, raw_line
+from marshal_workers.common.stacks import collect_fault_dumps
+from marshal_workers.ipc.exits import (
+    EXIT_HANDLER_FAILED,
+    EXIT_HANDLER_TIMEOUT,
+    EXIT_KAFKA,
+    EXIT_LEASE_EXPIRED,
+    EXIT_NOT_GRANTED,
+    EXIT_PARENT_GONE,
+    EXIT_SETUP,
+)
+from marshal_workers.ipc.forkserver import ChildContext
+from marshal_workers.ipc.messages import (
+    ChildSpec,
+    ToChild,
+)
+from marshal_workers.ipc.sharedlease import SharedLease
+
+__all__ = [
+    "EXIT_HANDLER_FAILED",
+    "EXIT_KAFKA",
+    "EXIT_LEASE_EXPIRED",
+    "EXIT_NOT_GRANTED",
+    "EXIT_PARENT_GONE",
+    "EXIT_SETUP",
+    "ChildHandle",
+    "child_main",
+    "start_child",
+]
+
+FENCE_EXIT_CODES = {
+    REASON_LEASE_EXPIRED: EXIT_LEASE_EXPIRED,
+    REASON_PARENT_GONE: EXIT_PARENT_GONE,
+    REASON_HANDLER_TIMEOUT: EXIT_HANDLER_TIMEOUT,
+}
+LAST_WORDS_TIMEOUT_S = 0.05
+_NO_SPEC = object()
+
+# ---------------------------------------------------------------- supervisor side
+
+
+class ChildHandle:
+    """The supervisor's handle on one running child (its process and pipe end)."""
+
+    def __init__(self, process: BaseProcess, conn: Connection) -> None:
+        self.process = process
+        self.conn = conn
+        pid = process.pid
+        assert pid is not None, "ChildHandle of a process that was not started"
+        self.pid: int = pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """None while running; else the exit code (negative: the signal). Reaps, never blocks."""
+        return self.process.exitcode
+
+    def send(self, msg: ToChild) -> bool:
+        """Send `Grant` or `Stop`; False if the child is gone (its pipe end closed)."""
+        try:
+            self.conn.send(msg)
+        except OSError:
+            return False
+        return True
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the child's process group: the child and whatever its handler started.
+
+        Until the child has made its own group (its first statement), only the child itself
+        exists to be signalled, so it is signalled directly. Call this soon after the child
+        ends, not much later: once every member is gone the pid may be reused.
+        """
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            if self.exitcode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, sig)
+
+    def join(self, timeout: float | None = None) -> int | None:
+        """Wait up to ``timeout`` seconds for the child to end; its exit code, or None."""
+        self.process.join(timeout)
+        return self.exitcode
+
+    def close(self) -> None:
+        """Close the pipe end, and release the process object once the child has ended."""
+        self.conn.close()
+        if self.exitcode is not None:
+            self.process.close()
+
+
+def start_child(spec: ChildSpec, lease: SharedLease, mp_context: ChildContext) -> ChildHandle:
+    """Start a child for ``spec`` under ``lease`` (extend the lease first: 0 means stop now),
+    from the fork server (`childcontext.fork_server`) or by spawning (tests).
+
+    A spawned child's parent-death signal comes when the *thread* that started it ends: call
+    this from a thread that lives as long as the supervisor.
+    """
+    parent_conn, child_conn = mp_context.Pipe(duplex=True)
+    process = mp_context.Process(
+        target=child_main,
+        args=(spec, lease, child_conn, os.getpid()),
+        name=f"marshal-child:{spec.topic}/{spec.partition}",
+        daemon=False,  # a daemonic process may not start processes: handlers may need to
+    )
+    with main_not_rerun():
+        process.start()
+    child_conn.close()
+    return ChildHandle(process, parent_conn)
+
+
+@contextlib.contextmanager
+def main_not_rerun() -> Iterator[None]:
+    """While a child starts, tell multiprocessing not to re-run the parent's ``__main__`` in it.
+
+    multiprocessing runs the parent's main script (``marshal-run``, hence the whole CLI's
+    imports: 0.1 s of CPU and 6 MB per child) or module again in every spawned or fork-server
+    child, so that functions defined there can be unpickled. A child runs `child_main` only. A
+    main module that reads as a package's ``__main__`` is one it never re-runs; the real spec
+    is put back at once.
+    """
+    main = sys.modules["__main__"]
+    saved = main.__dict__.get("__spec__", _NO_SPEC)
+    main.__spec__ = ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        if saved is _NO_SPEC:
+            del main.__spec__
+        else:
+            main.__spec__ = saved
+
+
+# ---------------------------------------------------------------- child side
+
+
+def child_main(
+    spec: ChildSpec, lease: SharedLease, conn: Connection, supervisor_pid: int
+) -> NoReturn:
+    """The child process's entry point (see the module docstring); never returns."""
+    become_group_leader()
+    start_group_guardian()  # before any thread exists: a fork copies only the calling thread
+    faulthandler.enable(all_threads=True)  # a crash in C code still shows the Python stacks
+    with contextlib.suppress(OSError):  # if it fails, the watchdog's parent-pid check remains
+        set_parent_death_signal(signal.SIGKILL)
+    parent = parent_to_watch(supervisor_pid)
+    if parent is None:
+        os._exit(EXIT_PARENT_GONE)
+    configure_logging(spec.log_json)
+    bound: dict[str, Any] = {
+        "group": spec.group_id,
+        "topic": spec.topic,
+        "partition": spec.partition,
+        "client_id": spec.client_id,
+        "instance_id": spec.instance_id,
+        "pid": os.getpid(),
+        "fencing_token": spec.fencing_token,
+    }
+    log = structlog.get_logger("marshal_workers.child.main").bind(**bound)
+    collect_fault_dumps(log, "stack_dump")  # SIGUSR1: every stack at once, even mid-handler
+
+    def last_words(event: str, **fields: Any) -> None:
+        # no structlog here: its writer lock may be held by the thread we interrupt
+        line = raw_line(spec.log_json, event, "warning", {**bound, **fields})
+        write_with_timeout(2, line, LAST_WORDS_TIMEOUT_S)
+
+    calls = lease.calls
+
+    def on_fence(reason: str) -> NoReturn:
+        code = FENCE_EXIT_CODES[reason]
+        if reason == REASON_HANDLER_TIMEOUT:
+            started = calls.started.value
+            last_words(
+                "handler_timeout",
+                offset=calls.handled_position(),
+                spent_s=round(time.monotonic() - started, 3) if started else None,
+                handler_timeout_s=spec.handler_timeout_s,
+                exit_code=code,
+                by="watchdog",
+            )
+        else:
+            last_words("child_fenced", reason=reason, exit_code=code, by="watchdog")
+        calls.fence.value = code  # the watchdog's reason, whatever the status turns out to be
+        os._exit(code)  # the guardian then kills the rest of the group (the handler's helpers)
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        last_words("child_terminated", signal="SIGTERM")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    loop = ChildLoop(spec, lease, conn, log)
+    Watchdog(lease, parent, on_fence, call_clock=loop.call_clock).start()
+    code = loop.run()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # not sys.exit: a non-daemon thread the handler left behind must not keep us alive
+    os._exit(code)

@@ -1,0 +1,79 @@
+"""What a child's handler is doing, in shared memory next to its lease: read by the supervisor.
+
+The child writes, the supervisor (and the child's own watchdog) read. Every cell is one aligned
+8-byte value (a 64-bit integer or a double), written by a single store, so a reader never sees a
+torn value; the cells are not read as a consistent set (each is meaningful on its own, and
+`EndNote` is taken only after the child has ended, when nothing writes any more).
+
+- ``position`` (int64, -1 unknown): every record below it was handled (ALO). The child stores
+  the offset of each record just before it hands it to the handler (while the call runs, the
+  records below it are the handled ones: the one store per handler call on the hot path) and
+  the next offset after a run of calls. The supervisor reads it when it heartbeats, so a
+  heartbeat carries a position as old as the heartbeat, whatever the batch size (DESIGN.md
+  section 3: the ALO redelivery bound).
+- ``in_call`` (int64, 0: none): the number of the run of handler calls in progress (a new
+  number per run, set before it and cleared after it, once per run). A child that ends while
+  it is set ended inside a handler call (on the record at ``position``); the supervisor's
+  backstop (`exitpolicy.watch_call`) sees a call that is stuck as the same (run, position) for
+  longer than the handler timeout.
+- ``started`` (double, monotonic; 0: none): when the handler call in progress began, as the
+  child's watchdog publishes it every tick (at most one tick old; the child's own exact copy
+  is `callclock.CallClock`): the supervisor shows calls past half the timeout.
+- ``unit_end`` (int64, -1: one record): a ``handle_batch`` call covers ``position`` to it.
+- ``keep_until`` (double, monotonic; 0: none): the deadline ``ctx.keepalive()`` last gave,
+  for the supervisor's backstop.
+- ``fence`` (int64, 0: none): the exit code the watchdog meant when it ended the child.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from marshal_workers.core.childexits import EndNote
+from marshal_workers.ipc.forkserver import ChildContext
+
+NO_POSITION = -1
+
+
+class CallCells:
+    """The shared cells of one claim (created by the supervisor, inherited by its children)."""
+
+    def __init__(self, ctx: ChildContext) -> None:
+        self.position: Any = ctx.RawValue(ctypes.c_int64, NO_POSITION)
+        self.in_call: Any = ctx.RawValue(ctypes.c_int64, 0)
+        self.started: Any = ctx.RawValue(ctypes.c_double, 0.0)
+        self.unit_end: Any = ctx.RawValue(ctypes.c_int64, NO_POSITION)
+        self.keep_until: Any = ctx.RawValue(ctypes.c_double, 0.0)
+        self.fence: Any = ctx.RawValue(ctypes.c_int64, 0)
+
+    def handled_position(self) -> int | None:
+        """Every record below this offset was handled (ALO); None if no child said yet."""
+        value = int(self.position.value)
+        return None if value == NO_POSITION else value
+
+    def call_age(self, now: float) -> float | None:
+        """Seconds the handler call in progress has run at ``now``; None if there is none."""
+        started = float(self.started.value)
+        if started <= 0 or not self.in_call.value:
+            return None
+        return max(0.0, now - started)
+
+    def take_end_note(self) -> EndNote:
+        """Read what the ended child left, and reset the call cells for the next child (the
+        position is kept: it is where the next one starts)."""
+        position = self.handled_position()
+        unit_end = int(self.unit_end.value)
+        note = EndNote(
+            fence=int(self.fence.value),
+            position=position,
+            in_call=bool(self.in_call.value),
+            call_started=float(self.started.value),
+            unit_end=None if unit_end == NO_POSITION else unit_end,
+        )
+        self.in_call.value = 0
+        self.started.value = 0.0
+        self.keep_until.value = 0.0
+        self.unit_end.value = NO_POSITION
+        self.fence.value = 0
+        return note

@@ -1,0 +1,76 @@
+"""Where children come from: a fork server preloaded with the child's modules.
+
+A child cannot be a plain fork of the supervisor (librdkafka's threads do not survive a fork),
+and a *spawned* child is a fresh interpreter that imports the child's modules before it can open
+its consumer: about 0.2 s of CPU per child, paid by all of a member's children at once when it
+claims its share (eight children on two cores: most of a second before the last one handles a
+record, and CPU taken from the children already handling). multiprocessing's ``forkserver``
+start method is the well-kept answer: one process, started early by the supervisor, imports the
+child's modules and never starts a thread; each child is a fork of it, ready in milliseconds,
+sharing the imported modules' pages.
+
+What changes for a child, and where it is handled:
+
+- its parent is the fork server, whose parent is the supervisor. The fork server is SIGKILLed
+  by the kernel when the supervisor dies (its own parent-death signal, set as it imports this
+  module, `_guard`; without it the fork server would notice on its pipe and exit, but only
+  after its interpreter's half-second shutdown, the children handling all along), and the
+  child's parent-death signal (set against the fork server) then ends the child at once;
+  `fencing.parent_to_watch` checks the chain at the child's start, the watchdog watches the
+  fork server after that;
+- its environment is the supervisor's when the fork server started: start it (`fork_server`)
+  after anything the children must not inherit is taken out (``NOTIFY_SOCKET``, `systemd`);
+- the handler module is imported by each child, never by the fork server: a module that starts
+  a thread at import would make every later fork unsafe;
+- whatever the start method, the parent's ``__main__`` script is not re-run in the child
+  (`child.start_child`), so the CLI's imports stay out of it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import signal
+import sys
+from multiprocessing.context import ForkServerContext, SpawnContext
+
+ChildContext = ForkServerContext | SpawnContext  # spawn: the tests' children, and the fallback
+
+# What the fork server imports once: this module first (`_guard`), then the child's whole import
+# graph (consumer, structlog, ...).
+PRELOAD = ("marshal_workers.ipc.forkserver", "marshal_workers.child.main")
+# Set (to the supervisor's pid) only while the fork server starts: the process that finds its
+# parent's pid here is the fork server, and nothing else.
+SERVER_OF_ENV = "MARSHAL_FORK_SERVER_OF"
+PR_SET_PDEATHSIG = 1
+
+
+def fork_server() -> ForkServerContext:
+    """The ``forkserver`` context for children, its server started now (in the background: its
+    imports overlap the supervisor's start-up; the first child waits for them if it must)."""
+    context = multiprocessing.get_context("forkserver")
+    assert isinstance(context, ForkServerContext)
+    context.set_forkserver_preload(list(PRELOAD))
+    os.environ[SERVER_OF_ENV] = str(os.getpid())
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        del os.environ[SERVER_OF_ENV]
+    return context
+
+
+def _guard() -> None:
+    """In the fork server (imported there first): die with the supervisor, at once."""
+    supervisor = os.environ.pop(SERVER_OF_ENV, None)  # gone: the children never see it
+    if supervisor is None or supervisor != str(os.getppid()):
+        return  # not the fork server (or the supervisor is gone already: the pipe ends it)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
+    if str(os.getppid()) != supervisor:  # it died before the signal was set
+        os._exit(0)
+
+
+_guard()

@@ -1,0 +1,138 @@
+"""What a child and its supervisor say to each other over their pipe, and what a child starts with.
+
+Child to supervisor: `Started`, `Progress` (ALO: handled up to an offset), `GrantRequest`
+(AMO: may I handle this batch?), `HandlerFailed`, `Stopped`, `Stats` (about once a second, for
+the metrics). Supervisor to child: `Grant` (the answer), `Stop` (finish the batch in hand, then
+report and exit), `DumpStacks` (SIGUSR1). Everything is a small frozen dataclass, pickled over a
+`multiprocessing` connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from marshal_workers.child.policy import CAUSE_POLICY
+from marshal_workers.protocol.rationalizer import Mode
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpec:
+    """Everything a child needs to process one claimed partition."""
+
+    handler: str
+    mode: Mode
+    bootstrap_servers: str
+    group_id: str
+    client_id: str
+    instance_id: str
+    topic: str
+    partition: int
+    start_offset: int | None
+    fencing_token: int
+    auto_offset_reset: str = "earliest"
+    batch_size: int = 500
+    batch_timeout_s: float = 0.2
+    kafka_config: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    log_json: bool = True
+    # error policies (see marshal_workers.child.policy)
+    retries: int = 3
+    retry_backoff_s: float = 0.5
+    on_failure: str = "stop"  # dlq, skip or stop
+    dlq_topic: str = "{topic}.dlq"  # {topic} is replaced by the partition's topic
+    max_poison_rate: int = 60  # dead-lettered or skipped per minute before stop; 0: no limit
+    handler_timeout_s: float | None = 300.0  # per handler call (batch); None: no deadline
+    # a record the previous child of the claim failed on by ending (timeout, os._exit, signal):
+    # settle it by the policy (dlq or skip) without calling the handler again
+    settle: Settle | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """Offsets ``offset`` to ``end`` (exclusive) were in a handler call when the child ended
+    (``error`` says how): the next child dead-letters or skips them by the policy."""
+
+    offset: int
+    end: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The child consumes from ``position`` (the offset of the first record it will fetch)."""
+
+    pid: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """ALO: every record below ``next_offset`` was handled."""
+
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class GrantRequest:
+    """AMO: the child fetched offsets ``start`` to ``end`` (exclusive) and asks to handle them."""
+
+    request_id: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """The supervisor's answer to a GrantRequest: reserved and committed in the log, or not."""
+
+    request_id: int
+    granted: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerFailed:
+    """The handler raised on ``offset``; the child exits without committing that record.
+
+    ``attempts``: calls made on it; ``handled``: records the handler completed in this child
+    before it; ``cause``: why the child stops (a ``CAUSE_*`` code of `failures`)."""
+
+    offset: int
+    error: str
+    traceback: str
+    attempts: int = 1
+    handled: int = 0
+    cause: str = CAUSE_POLICY
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Finish the batch in hand, report `Stopped`, exit."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The child stopped; every record below ``next_offset`` was handled (ALO) or granted (AMO)."""
+
+    next_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Since the last `Stats`: records handled, handler call latencies (counts per bucket of
+    `stats.LATENCY_BUCKETS`, then +Inf, and their sum), handler errors by the policy that dealt
+    with them, and the partition's high watermark as the consumer last saw it (None: unknown)."""
+
+    handled: int
+    latency_counts: tuple[int, ...]
+    latency_sum: float
+    errors: tuple[tuple[str, int], ...] = ()
+    high_watermark: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DumpStacks:
+    """Log a stack dump of every thread (read between batches; SIGUSR1 works even mid-handler)."""
+
+
+ToSupervisor = Started | Progress | GrantRequest | HandlerFailed | Stopped | Stats
+ToChild = Grant | Stop | DumpStacks

@@ -1,0 +1,65 @@
+"""The coordination log behind one interface: append with a known position, tail every partition.
+
+Two implementations share this contract (and one contract test suite): `memlog.MemoryLog` for
+unit tests and `kafkalog.KafkaLog` on a real broker. An append counts only once the log has
+acknowledged it, and then its partition, offset and log time are known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from marshal_workers.protocol.wire import CoordRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where an acknowledged append landed, and its log time (ms)."""
+
+    partition: int
+    offset: int
+    log_time: int
+
+
+class CoordinationLog(Protocol):
+    """One client's handle on the coordination topic: a producer and a tail of every partition."""
+
+    @property
+    def num_partitions(self) -> int:
+        """How many partitions the coordination topic has."""
+        ...
+
+    def append(self, partition: int, key: bytes, value: bytes, timeout_s: float) -> Appended:
+        """Append one record and wait for the acknowledgement; raise LogError if it fails."""
+        ...
+
+    def submit(self, op: int, partition: int, key: bytes, value: bytes) -> None:
+        """Start appending one record without waiting; its outcome comes from `acks` as
+        ``(op, Appended)`` or ``(op, error text)``."""
+        ...
+
+    def acks(self) -> list[tuple[int, Appended | str]]:
+        """Outcomes of submitted appends that came in since the last call (never waits)."""
+        ...
+
+    def poll(self, timeout_s: float) -> list[CoordRecord]:
+        """The next records of any partitions (each partition in offset order), waiting up to
+        ``timeout_s`` for the first one; empty when none arrived."""
+        ...
+
+    def current_num_partitions(self, timeout_s: float) -> int:
+        """The partition count the log has now (a change is fatal to coordination)."""
+        ...
+
+    def end_offsets(self, timeout_s: float) -> dict[int, int]:
+        """Each partition's high watermark now (the offset the next append will get)."""
+        ...
+
+    def close(self) -> None:
+        """Release the client's resources."""
+        ...
+
+
+class LogError(Exception):
+    """The coordination log failed an operation (not acknowledged, unreachable, timed out)."""

@@ -1,0 +1,404 @@
+"""The coordination log on a real Kafka broker (confluent-kafka), behind `CoordinationLog`.
+
+One `KafkaLog` is one client's handle: an idempotent producer (``acks=all``) whose `append`
+waits for *its own* delivery report, and a consumer that tails every partition of the
+coordination topic from the beginning. The consumer has no broker-side group membership: it
+is `assign()`ed explicitly and never subscribes or commits (librdkafka insists on a
+``group.id``, which is therefore set but never used).
+
+Log time is the broker's LogAppendTime. An append whose delivery report carries any other
+timestamp type is refused, since a sender's clock must never decide a claim.
+
+Catching up is the hot path (a fresh supervisor folds the whole topic before it claims), so
+the consumer fetches big batches and `poll` turns them into `CoordRecord`s with as little
+Python work per record as possible.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.log.interface import Appended, LogError
+from marshal_workers.protocol.wire import CoordRecord
+
+DEFAULT_TOPIC: Final = "__marshal"
+OPEN_TIMEOUT_S: Final = 10.0
+STARTS_TIMEOUT_S: Final = 1.0  # the start offsets' one request; then librdkafka's own look-up
+CONSUME_BATCH: Final = 10_000
+_UNKNOWN_TOPIC: Final = KafkaError.UNKNOWN_TOPIC_OR_PART
+
+_log = logging.getLogger(__name__)
+# librdkafka's own log lines go here (not straight to stderr), so that a command-line error
+# stays one line; an application that configures logging still sees them.
+RDKAFKA_LOG: Final = logging.getLogger("marshal_workers.librdkafka")
+RDKAFKA_LOG.addHandler(logging.NullHandler())
+
+# librdkafka holds a request for a broker it has not connected to yet for half of
+# reconnect.backoff.ms (default 100 ms) after any other connection attempt: about 50 ms, once
+# for the bootstrap server and again for the partition leader, on every client's first
+# requests. A start-up makes a few such clients in a row (the coordination log's reader, the
+# data topics' metadata, each child's consumer): 10 ms (the back-off still doubles up to
+# reconnect.backoff.max.ms after each failure).
+FAST_CONNECT: Final[Mapping[str, Any]] = {"reconnect.backoff.ms": 10}
+
+_PRODUCER_DEFAULTS: Final[Mapping[str, Any]] = {
+    "acks": "all",
+    "enable.idempotence": True,
+    # Every append waits for its own delivery report, one at a time: lingering batches nothing
+    # and only adds latency (about 1 ms an append; an AMO grant makes two).
+    "linger.ms": 2,
+    "delivery.timeout.ms": 30_000,
+    "allow.auto.create.topics": False,
+}
+_CONSUMER_DEFAULTS: Final[Mapping[str, Any]] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": False,
+    "auto.offset.reset": "error",
+    "allow.auto.create.topics": False,
+    # Catch-up speed: big fetches, a deep prefetch queue, and no back-off when it fills.
+    "fetch.max.bytes": 52_428_800,
+    "max.partition.fetch.bytes": 10_485_760,
+    "queued.min.messages": 1_000_000,
+    "queued.max.messages.kbytes": 262_144,
+    "fetch.queue.backoff.ms": 5,
+    "fetch.wait.max.ms": 100,
+    **FAST_CONNECT,
+}
+
+
+def error_text(err: object) -> str:
+    """The readable text of a Kafka error: a KafkaError, a KafkaException wrapping one, or any
+    other object (its ``str``)."""
+    if isinstance(err, KafkaError):
+        return str(err.str())
+    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
+        return str(err.args[0].str())
+    return str(err)
+
+
+class KafkaLog:
+    """A producer and an every-partition tail on one coordination topic of a real broker."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str = DEFAULT_TOPIC,
+        client_id: str = "marshal-workers",
+        extra_config: Mapping[str, str] | None = None,
+        open_timeout_s: float = OPEN_TIMEOUT_S,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self._last_error: str | None = None
+        self._fatal_error: str | None = None
+        self._pending_error: LogError | None = None
+        self._acks: list[tuple[int, Appended | str]] = []
+        self._in_flight: set[int] = set()
+        common: dict[str, Any] = {
+            "bootstrap.servers": bootstrap_servers,
+            "client.id": client_id,
+            "logger": RDKAFKA_LOG,
+            "error_cb": self._on_error,
+            **(extra_config or {}),
+        }
+        consumer_config = {
+            **_CONSUMER_DEFAULTS,
+            # Required by librdkafka; never used to subscribe, join or commit.
+            "group.id": f"marshal-unused-{client_id}-{uuid.uuid4().hex[:8]}",
+            **common,
+        }
+        try:
+            self._consumer = Consumer(consumer_config)
+        except (KafkaException, ValueError, TypeError) as exc:
+            raise MarshalError(f"bad Kafka consumer configuration: {error_text(exc)}") from None
+        # Offsets are asked on a connection of their own: on the reader's, a ListOffsets
+        # request waits behind the fetch the broker holds for fetch.wait.max.ms (100 ms) when
+        # there is nothing new to read, which is most of the time.
+        self._offsets = Consumer(consumer_config)
+        self._common = common
+        # The clients connect at once (each costs librdkafka some ms before its first answer);
+        # the producer is waited for after the consumer.
+        self._producer = self._new_producer(common)
+        try:
+            self._num_partitions = self._partition_count(open_timeout_s)
+            self._connect_producer(open_timeout_s)
+            self._consumer.assign(self._starts(open_timeout_s))
+        except BaseException:
+            self._close_consumers()
+            raise
+
+    def _starts(self, timeout_s: float) -> list[TopicPartition]:
+        """Every partition at its first offset, asked of the broker in one request. (Assigned
+        at OFFSET_BEGINNING instead, librdkafka looks each partition's start up on its own, and
+        its first fetch can leave without the partitions still being looked up: the empty ones
+        then hold it at the broker for fetch.wait.max.ms, 100 ms of every start.) Should the
+        log's start move before the first fetch, it is a LogError like any lost position. A
+        partition whose leader does not answer in time (a broker down) leaves them all to
+        librdkafka's own look-up, as before: the others are read, that one when it is back."""
+        earliest = [
+            TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self._num_partitions)
+        ]
+        try:
+            answered = self._offsets.offsets_for_times(
+                earliest, timeout=min(timeout_s, STARTS_TIMEOUT_S)
+            )
+        except KafkaException:
+            return earliest
+        for tp in answered:
+            if tp.error is not None or tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING  # let librdkafka look it up after all
+        return list(answered)
+
+    def _new_producer(self, common: Mapping[str, Any]) -> Producer:
+        try:
+            return Producer({**_PRODUCER_DEFAULTS, **common})
+        except (KafkaException, ValueError, TypeError) as exc:
+            self._close_consumers()
+            raise MarshalError(f"bad Kafka producer configuration: {error_text(exc)}") from None
+
+    def _connect_producer(self, timeout_s: float) -> None:
+        """Wait until the producer is connected, so that the idempotent producer's id is ready
+        by the first append."""
+        try:
+            self._producer.list_topics(self.topic, timeout=timeout_s)
+        except KafkaException as exc:
+            detail = self._last_error or error_text(exc)
+            raise MarshalError(
+                f"cannot reach Kafka at {self.bootstrap_servers}: {detail}"
+            ) from None
+
+    def _on_error(self, err: KafkaError) -> None:
+        """librdkafka's error callback: remember the latest error to explain timeouts."""
+        text = error_text(err)
+        self._last_error = text
+        if err.fatal():
+            self._fatal_error = text
+            _log.error("kafka fatal error: %s", text)
+        else:
+            _log.debug("kafka error: %s", text)
+
+    def _hint(self) -> str:
+        return f" (last error: {self._last_error})" if self._last_error else ""
+
+    def _partition_count(self, timeout_s: float) -> int:
+        """The topic's partition count from fresh metadata; MarshalError if unreachable or
+        missing. A retriable metadata error (a topic just created) is retried until the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = max(deadline - time.monotonic(), 0.1)
+            try:
+                metadata = self._consumer.list_topics(self.topic, timeout=remaining)
+            except KafkaException as exc:
+                detail = self._last_error or error_text(exc)
+                raise MarshalError(
+                    f"cannot reach Kafka at {self.bootstrap_servers} within {timeout_s:.0f}s: "
+                    f"{detail}"
+                ) from None
+            meta = metadata.topics.get(self.topic)
+            error = meta.error if meta is not None else None
+            if meta is None or (error is not None and error.code() == _UNKNOWN_TOPIC):
+                raise MarshalError(
+                    f"coordination topic {self.topic} does not exist on "
+                    f"{self.bootstrap_servers}: run `marshal-admin init`"
+                )
+            if error is None and meta.partitions:
+                return len(meta.partitions)
+            if time.monotonic() >= deadline or (error is not None and not error.retriable()):
+                detail = error_text(error) if error is not None else "no partitions"
+                raise MarshalError(
+                    f"cannot read metadata of {self.topic} on {self.bootstrap_servers}: {detail}"
+                )
+            time.sleep(0.1)
+
+    @property
+    def num_partitions(self) -> int:
+        """How many partitions the coordination topic had when this handle was opened."""
+        return self._num_partitions
+
+    def current_num_partitions(self, timeout_s: float) -> int:
+        """The partition count the broker reports now (a change is fatal to coordination).
+
+        Raises MarshalError, as at open, if the broker is unreachable or the topic is gone."""
+        return self._partition_count(timeout_s)
+
+    def append(self, partition: int, key: bytes, value: bytes, timeout_s: float) -> Appended:
+        """Produce one record to ``partition`` and wait for its delivery report.
+
+        A LogError means the append is not known to have happened; after a timeout the record
+        may still land later (the fold will show it), but it must not be counted on.
+        """
+        if self._fatal_error is not None:
+            raise LogError(f"producer is unusable after a fatal error: {self._fatal_error}")
+        if not 0 <= partition < self._num_partitions:
+            raise LogError(f"partition {partition} of {self.topic} does not exist")
+        reports: list[tuple[KafkaError | None, Any]] = []
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            reports.append((err, msg))
+
+        try:
+            self._producer.produce(
+                self.topic, value=value, key=key, partition=partition, on_delivery=on_delivery
+            )
+        except BufferError:
+            raise LogError("coordination producer queue is full") from None
+        except KafkaException as exc:
+            raise LogError(f"append to {self.topic}: {error_text(exc)}") from None
+        deadline = time.monotonic() + timeout_s
+        while not reports:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LogError(
+                    f"append to {self.topic}[{partition}] not acknowledged within "
+                    f"{timeout_s:.1f}s{self._hint()}"
+                )
+            self._producer.poll(min(remaining, 0.1))
+        err, msg = reports[0]
+        if err is not None:
+            raise LogError(f"append to {self.topic}[{partition}] failed: {error_text(err)}")
+        ts_type, ts = msg.timestamp()
+        if ts_type != TIMESTAMP_LOG_APPEND_TIME:
+            raise LogError(
+                f"{self.topic} did not stamp the record with LogAppendTime: set "
+                "message.timestamp.type=LogAppendTime on the topic (`marshal-admin init` checks)"
+            )
+        return Appended(msg.partition(), msg.offset(), ts)
+
+    def submit(self, op: int, partition: int, key: bytes, value: bytes) -> None:
+        """Produce one record to ``partition`` without waiting; `acks` reports the outcome."""
+        if not 0 <= partition < self._num_partitions:
+            self._acks.append((op, f"partition {partition} of {self.topic} does not exist"))
+            return
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            if op not in self._in_flight:
+                return  # given up on when the producer was replaced
+            self._in_flight.discard(op)
+            if err is not None:
+                self._acks.append((op, f"append failed: {error_text(err)}"))
+                return
+            ts_type, ts = msg.timestamp()
+            if ts_type != TIMESTAMP_LOG_APPEND_TIME:
+                self._acks.append((op, f"{self.topic} did not stamp with LogAppendTime"))
+                return
+            self._acks.append((op, Appended(msg.partition(), msg.offset(), ts)))
+
+        self._in_flight.add(op)
+        try:
+            self._producer.produce(
+                self.topic, value=value, key=key, partition=partition, on_delivery=on_delivery
+            )
+        except BufferError:
+            self._in_flight.discard(op)
+            self._acks.append((op, "coordination producer queue is full"))
+        except KafkaException as exc:
+            self._in_flight.discard(op)
+            self._acks.append((op, f"append to {self.topic}: {error_text(exc)}"))
+
+    def acks(self) -> list[tuple[int, Appended | str]]:
+        """Serve the producer's delivery reports; return the outcomes that came in. After a
+        fatal producer error (an idempotent producer's sequence is broken) the producer is
+        replaced by a new one, and every append in flight is reported failed."""
+        self._producer.poll(0)
+        if self._fatal_error is not None:
+            error, self._fatal_error = self._fatal_error, None
+            _log.error("replacing the coordination producer after a fatal error: %s", error)
+            failed = sorted(self._in_flight)
+            self._in_flight.clear()
+            self._acks.extend((op, f"producer failed: {error}") for op in failed)
+            try:
+                self._producer = Producer({**_PRODUCER_DEFAULTS, **self._common})
+            except (KafkaException, ValueError, TypeError) as exc:
+                raise MarshalError(f"cannot replace the producer: {error_text(exc)}") from None
+        out, self._acks = self._acks, []
+        return out
+
+    def poll(self, timeout_s: float) -> list[CoordRecord]:
+        """Up to one batch of records (each partition in offset order), waiting up to
+        ``timeout_s`` for the first; a consumer error is raised as LogError (after the records
+        that came before it have been returned)."""
+        if self._pending_error is not None:
+            error, self._pending_error = self._pending_error, None
+            raise error
+        consume = self._consumer.consume
+        try:
+            # consume(n, t) waits for all n messages or t: take what is queued, else wait for one.
+            messages = consume(num_messages=CONSUME_BATCH, timeout=0)
+            if not messages and timeout_s > 0:
+                messages = consume(num_messages=1, timeout=timeout_s)
+                if messages:
+                    messages.extend(consume(num_messages=CONSUME_BATCH - 1, timeout=0))
+        except KafkaException as exc:
+            raise LogError(f"reading {self.topic}: {error_text(exc)}") from None
+        out: list[CoordRecord] = []
+        append = out.append
+        for m in messages:
+            if m.error() is not None:
+                self._consumer_error(m)  # kept for the next call: later records still count
+                continue
+            # A message without an error always has a partition and an offset.
+            append(CoordRecord(m.partition(), m.offset(), m.timestamp()[1], m.key(), m.value()))  # type: ignore[arg-type]
+        if not out and self._pending_error is not None:
+            error, self._pending_error = self._pending_error, None
+            raise error
+        return out
+
+    def _consumer_error(self, m: Any) -> None:
+        err: KafkaError = m.error()
+        if err.code() == KafkaError._PARTITION_EOF:
+            return
+        text = f"reading {self.topic}[{m.partition()}]: {error_text(err)}"
+        if err.retriable() and not err.fatal():
+            _log.warning("%s (retrying)", text)
+            return
+        if self._pending_error is None:
+            self._pending_error = LogError(text)
+
+    def end_offsets(self, timeout_s: float) -> dict[int, int]:
+        """Each partition's end offset, asked of the broker now: one request for them all
+        (``ListOffsets`` for the latest offset), where asking for each watermark in turn cost a
+        round trip per partition at every start."""
+        latest = [TopicPartition(self.topic, p, OFFSET_END) for p in range(self._num_partitions)]
+        try:
+            answered = self._offsets.offsets_for_times(latest, timeout=timeout_s)
+        except KafkaException as exc:
+            raise LogError(
+                f"end offsets of {self.topic}: {error_text(exc)}{self._hint()}"
+            ) from None
+        ends: dict[int, int] = {}
+        for tp in answered:
+            if tp.error is not None or tp.offset < 0:
+                detail = error_text(tp.error) if tp.error is not None else "no end offset"
+                raise LogError(f"end offset of {self.topic}[{tp.partition}]: {detail}")
+            ends[tp.partition] = int(tp.offset)
+        return ends
+
+    def close(self) -> None:
+        """Flush pending appends briefly and close the clients."""
+        try:
+            self._producer.flush(1.0)
+        finally:
+            self._close_consumers()
+
+    def _close_consumers(self) -> None:
+        try:
+            self._consumer.close()
+        finally:
+            self._offsets.close()

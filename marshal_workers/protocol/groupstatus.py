@@ -1,0 +1,270 @@
+"""The status view of a consumer group, built from folded worlds (pure: no I/O, no clock).
+
+Freshness is judged at ``now_ms``, a parameter. `marshal-admin status` passes the reader's
+wall clock: the question it answers is "is the holder alive *now*", and on an idle log the
+newest log time would show a dead holder as fresh forever. This is a view for humans, never a
+decision: decisions are the fold's, on log time only.
+
+The JSON form (`GroupStatus.to_json`) is a stable interface::
+
+    {"group": G, "as_of": ISO, "claims": [{"topic", "partition", "client_id", "instance_id",
+     "state", "offset", "reserved", "fencing_token", "last_heartbeat", "lag", "certain"}],
+     "paused_until": ISO | null, "paused_by": str | null, "malformed": N,
+     "complete": bool, "unavailable": [str]}
+
+``complete`` is false when part of the cluster could not be read (a broker down): the rest is
+shown, and ``unavailable`` says what is missing (the table ends with the same list).
+
+``offset`` is the committed position (the next offset to read, at-least-once view);
+``reserved`` the at-most-once reservation; ``lag`` = high watermark - offset when both are
+known. ``fencing_token`` is the holder's token (for a released claim: the last holder's).
+A released claim has no client or instance. An *uncertain* claim (history compacted)
+shows its last activity as ``last_heartbeat``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from marshal_workers.protocol.members import is_live, is_member_key
+from marshal_workers.protocol.rationalizer import World, claim_label, pause_of
+from marshal_workers.protocol.recordfailures import PoisonState, active
+
+
+def iso_ms(ms: int | None) -> str | None:
+    """Milliseconds since the epoch as ISO-8601 UTC with milliseconds (``...Z``), or None."""
+    if ms is None:
+        return None
+    stamp = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimStatus:
+    """One topic-partition of the group as the log shows it."""
+
+    topic: str
+    partition: int
+    client_id: str | None
+    instance_id: str | None
+    state: str
+    offset: int | None
+    reserved: int | None
+    fencing_token: int | None
+    last_heartbeat_ms: int | None
+    lag: int | None
+    certain: bool
+    poison: PoisonState | None = None  # a record failing (or parked) at the claim's position
+
+    def to_json(self) -> dict[str, object]:
+        """The claim as a JSON object."""
+        out: dict[str, object] = {
+            "topic": self.topic,
+            "partition": self.partition,
+            "client_id": self.client_id,
+            "instance_id": self.instance_id,
+            "state": self.state,
+            "offset": self.offset,
+            "reserved": self.reserved,
+            "fencing_token": self.fencing_token,
+            "last_heartbeat": iso_ms(self.last_heartbeat_ms),
+            "lag": self.lag,
+            "certain": self.certain,
+        }
+        if self.poison is not None:  # only while a record fails at the claim's position
+            out["poison"] = {
+                "offset": self.poison.offset,
+                "failures": self.poison.failures,
+                "parked": self.poison.parked,
+                "last_error": self.poison.error,
+                "since": iso_ms(self.poison.log_time),
+            }
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """Every claim of a group, its pause, and how many malformed records the log holds."""
+
+    group: str
+    as_of_ms: int
+    claims: tuple[ClaimStatus, ...]
+    paused_until_ms: int | None
+    paused_by: str | None
+    malformed: int
+    members: tuple[str, ...] = ()
+    unavailable: tuple[str, ...] = ()  # what could not be read (a broker down): never silent
+
+    @property
+    def complete(self) -> bool:
+        """Whether everything could be read."""
+        return not self.unavailable
+
+    def to_json(self) -> dict[str, object]:
+        """The status as one JSON object."""
+        return {
+            "complete": self.complete,
+            "unavailable": list(self.unavailable),
+            "group": self.group,
+            "as_of": iso_ms(self.as_of_ms),
+            "members": list(self.members),
+            "claims": [c.to_json() for c in self.claims],
+            "paused_until": iso_ms(self.paused_until_ms),
+            "paused_by": self.paused_by,
+            "malformed": self.malformed,
+        }
+
+
+def group_topics(worlds: Mapping[int, World], group: str) -> set[str]:
+    """The data topics the group has claims on (to ask their high watermarks)."""
+    return {
+        key.topic
+        for world in worlds.values()
+        for key in world.claims
+        if key.group == group and not is_member_key(key)
+    }
+
+
+def group_status(
+    group: str,
+    worlds: Mapping[int, World],
+    heartbeat_interval_ms: int,
+    now_ms: int,
+    high_watermarks: Mapping[tuple[str, int], int],
+) -> GroupStatus:
+    """The status of ``group`` at ``now_ms`` (see the module docstring for which clock)."""
+    claims: list[ClaimStatus] = []
+    paused_until: int | None = None
+    paused_by: str | None = None
+    members: set[str] = set()
+    for world in worlds.values():
+        for key, state in world.claims.items():
+            if key.group != group:
+                continue
+            if is_member_key(key):  # announcements, not partitions: listed as members
+                if is_live(state, now_ms, heartbeat_interval_ms) and state.holder_client:
+                    members.add(state.holder_client)
+                continue
+            held = state.holder_client is not None
+            offset = state.committed
+            high = high_watermarks.get((key.topic, key.partition))
+            claims.append(
+                ClaimStatus(
+                    topic=key.topic,
+                    partition=key.partition,
+                    client_id=state.holder_client if held else None,
+                    instance_id=state.holder_instance if held else None,
+                    state=claim_label(state, now_ms, heartbeat_interval_ms),
+                    offset=offset,
+                    reserved=state.reserved,
+                    fencing_token=state.token,
+                    last_heartbeat_ms=state.last_seen,
+                    lag=high - offset if high is not None and offset is not None else None,
+                    certain=state.certain,
+                    poison=active(world.poison.get(key), offset),
+                )
+            )
+        pause = pause_of(world, group, now_ms)
+        if pause is not None and (paused_until is None or pause.until_ms > paused_until):
+            paused_until, paused_by = pause.until_ms, pause.client_id
+    claims.sort(key=lambda c: (c.topic, c.partition))
+    malformed = sum(world.malformed for world in worlds.values())
+    return GroupStatus(
+        group, now_ms, tuple(claims), paused_until, paused_by, malformed, tuple(sorted(members))
+    )
+
+
+_COLUMNS = (
+    "TOPIC",
+    "PARTITION",
+    "STATE",
+    "CLIENT",
+    "INSTANCE",
+    "OFFSET",
+    "RESERVED",
+    "TOKEN",
+    "LAST HEARTBEAT",
+    "LAG",
+)
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+Trends = Mapping[tuple[str, int], str]
+
+
+def lag_trends(
+    previous: Mapping[tuple[str, int], int | None], status: GroupStatus, elapsed_s: float
+) -> dict[tuple[str, int], str]:
+    """Per partition, how its lag moved since ``previous`` (``elapsed_s`` ago): ``+120
+    (+40/s)`` growing, ``-30 (-10/s)`` shrinking, ``=`` steady, ``-`` unknown."""
+    out: dict[tuple[str, int], str] = {}
+    for c in status.claims:
+        before = previous.get((c.topic, c.partition))
+        if before is None or c.lag is None:
+            out[(c.topic, c.partition)] = "-"
+            continue
+        delta = c.lag - before
+        if delta == 0:
+            out[(c.topic, c.partition)] = "="
+            continue
+        rate = f" ({delta / elapsed_s:+.0f}/s)" if elapsed_s > 0 else ""
+        out[(c.topic, c.partition)] = f"{delta:+d}{rate}"
+    return out
+
+
+def lags(status: GroupStatus) -> dict[tuple[str, int], int | None]:
+    """Each partition's lag, to compute the next refresh's trends."""
+    return {(c.topic, c.partition): c.lag for c in status.claims}
+
+
+def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
+    """The status as plain-text columns, with a header line and a footer; with ``trends``
+    (`lag_trends`, for ``--watch``) a LAG TREND column after LAG."""
+    columns = _COLUMNS if trends is None else (*_COLUMNS, "LAG TREND")
+    rows = [
+        [
+            c.topic,
+            str(c.partition),
+            c.state if c.certain else f"{c.state}?",
+            _cell(c.client_id),
+            _cell(c.instance_id),
+            _cell(c.offset),
+            _cell(c.reserved),
+            _cell(c.fencing_token),
+            _cell(iso_ms(c.last_heartbeat_ms)),
+            _cell(c.lag),
+            *([] if trends is None else [trends.get((c.topic, c.partition), "-")]),
+        ]
+        for c in status.claims
+    ]
+    widths = [max(len(row[i]) for row in [list(columns), *rows]) for i in range(len(columns))]
+    lines = [f"group {status.group} as of {iso_ms(status.as_of_ms)}"]
+    lines.append(f"live members: {', '.join(status.members) or '(none)'}")
+    if status.paused_until_ms is not None:
+        lines.append(f"paused by {status.paused_by} until {iso_ms(status.paused_until_ms)}")
+    for row in [list(columns), *rows]:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    if not rows:
+        lines.append("(no claims)")
+    for c in status.claims:
+        p = c.poison
+        if p is not None:
+            what = "PARKED on poison record" if p.parked else "failing record"
+            lines.append(
+                f"{what}: {c.topic}/{c.partition} offset {p.offset}, {p.failures} failures, "
+                f"last error: {p.error}"
+                + (" (marshal-admin skip-record or retry-record)" if p.parked else "")
+            )
+    footer = f"malformed records in the log: {status.malformed}"
+    if any(not c.certain for c in status.claims):
+        footer += "  (? = history compacted: activity only)"
+    lines.append(footer)
+    if status.unavailable:
+        lines.append("INCOMPLETE: could not read:")
+        lines.extend(f"  - {what}" for what in status.unavailable)
+    return "\n".join(lines)

@@ -1,0 +1,199 @@
+"""Records about the coordination topic and its groups (not about claims), and their checks.
+
+Pure: no I/O, no clock. Two records live beside the claims, each under a key of its own that no
+claim and no ReleaseGroup can have (a group or topic never contains ``/``), so that compaction
+keeps the newest of each for ever::
+
+    CoordinationTopic/1/UnixSec/InstanceID/ClientID/Partitions          key "/coordination-topic"
+    GroupSettings/1/UnixSec/InstanceID/ClientID/GroupID/HeartbeatMs/Partitioner/AdminIds
+                                                                        key "GROUP//settings"
+
+*CoordinationTopic* pins the topic's partition count: `marshal-admin init` writes it on
+coordination partition 0 when it creates the topic (or, once, on a topic that has none). Every
+claim's home partition is a hash modulo that count, so a topic whose count differs from the
+recorded one must not be used (`partition_count_problem`).
+
+*GroupSettings* holds the settings every member of a group and every admin acting on it must
+share: the heartbeat interval (it decides freshness, and with it every lease), the partitioner
+(it decides where each claim is coordinated) and the admin ids (they decide which pauses count).
+It is written on every coordination partition, so that each partition's fold sees it before any
+later record of that partition (a change is ordered before, say, the lift of a pause). The
+newest record wins. `settings_differences` names each setting that differs, with both values.
+
+AdminIds: ``*`` for any client, an empty field for none, else the ids joined by ``,``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from marshal_workers.protocol.wire import DecodeError, Partitioner
+
+TOPIC_RECORD_KEY: Final = b"/coordination-topic"
+SETTINGS_SUFFIX: Final = b"//settings"
+METADATA_PARTITION: Final = 0  # where CoordinationTopic lives
+ANY: Final = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    """The coordination topic's partition count, as `marshal-admin init` recorded it."""
+
+    unix_sec: int
+    instance_id: str
+    client_id: str
+    partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """What every member of ``group_id`` and every admin acting on it must agree on."""
+
+    unix_sec: int
+    instance_id: str
+    client_id: str
+    group_id: str
+    heartbeat_interval_ms: int
+    partitioner: Partitioner
+    admin_client_ids: frozenset[str] | None  # None: anyone may pause
+
+    def same_settings(self, other: GroupSettings) -> bool:
+        """Whether the shared settings are equal (who wrote them, and when, aside)."""
+        return not settings_differences(self, other)
+
+
+MetadataRecord = TopicRecord | GroupSettings
+
+
+def settings_key(group: str) -> bytes:
+    """The record key of a group's settings."""
+    return group.encode() + SETTINGS_SUFFIX
+
+
+def metadata_key(record: MetadataRecord) -> bytes:
+    """The record key of a metadata record."""
+    if isinstance(record, TopicRecord):
+        return TOPIC_RECORD_KEY
+    return settings_key(record.group_id)
+
+
+def _admins_text(ids: frozenset[str] | None) -> str:
+    return ANY if ids is None else ",".join(sorted(ids))
+
+
+def encode_metadata(record: MetadataRecord) -> bytes:
+    """The text form of a metadata record."""
+    head = f"{record.unix_sec}/{record.instance_id}/{record.client_id}"
+    if isinstance(record, TopicRecord):
+        return f"CoordinationTopic/1/{head}/{record.partitions}".encode()
+    return (
+        f"GroupSettings/1/{head}/{record.group_id}/{record.heartbeat_interval_ms}/"
+        f"{record.partitioner.value}/{_admins_text(record.admin_client_ids)}"
+    ).encode()
+
+
+def _int(name: str, text: str, minimum: int = 0) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18 or int(text) < minimum:
+        raise DecodeError(f"{name} {text!r} is not an integer >= {minimum}")
+    return int(text)
+
+
+def _name(name: str, text: str) -> str:
+    if not text or not text.isprintable() or any(c.isspace() for c in text):
+        raise DecodeError(f"{name} {text!r} is empty or has whitespace")
+    return text
+
+
+def decode_metadata(value: bytes | None) -> MetadataRecord:
+    """Parse a metadata record; DecodeError saying what is wrong."""
+    if value is None:
+        raise DecodeError("record has no value")
+    try:
+        parts = value.decode("utf-8").split("/")
+    except UnicodeDecodeError:
+        raise DecodeError("value is not UTF-8") from None
+    kind, n = parts[0], len(parts)
+    if kind == "CoordinationTopic" and n == 6 and parts[1] == "1":
+        return TopicRecord(
+            _int("UnixSec", parts[2]),
+            _name("InstanceID", parts[3]),
+            _name("ClientID", parts[4]),
+            _int("Partitions", parts[5], minimum=1),
+        )
+    if kind == "GroupSettings" and n == 9 and parts[1] == "1":
+        try:
+            partitioner = Partitioner(parts[7])
+        except ValueError:
+            raise DecodeError(f"unknown partitioner {parts[7][:20]!r}") from None
+        admins = parts[8]
+        ids = None if admins == ANY else frozenset(i for i in admins.split(",") if i)
+        return GroupSettings(
+            _int("UnixSec", parts[2]),
+            _name("InstanceID", parts[3]),
+            _name("ClientID", parts[4]),
+            _name("GroupID", parts[5]),
+            _int("HeartbeatMs", parts[6], minimum=1),
+            partitioner,
+            ids,
+        )
+    raise DecodeError(f"not a metadata record: {value[:40]!r}")
+
+
+# ---- checks ------------------------------------------------------------------------------
+
+
+def partition_count_problem(topic: str, recorded: int | None, actual: int) -> str | None:
+    """Why a coordination topic with ``actual`` partitions must not be used, or None."""
+    if recorded is None:
+        return (
+            f"coordination topic {topic} has no recorded partition count: run "
+            "`marshal-admin init` on it once (it records the count the fleet must keep)"
+        )
+    if recorded != actual:
+        return (
+            f"coordination topic {topic} has {actual} partitions but {recorded} were recorded "
+            "at init: claims would move to other partitions; refusing (see docs/operations.md, "
+            "'Changing the coordination topic')"
+        )
+    return None
+
+
+def _admins_shown(ids: frozenset[str] | None) -> str:
+    return "any client (*)" if ids is None else f"[{', '.join(sorted(ids))}]"
+
+
+def settings_differences(group: GroupSettings, mine: GroupSettings) -> list[str]:
+    """Each shared setting in which ``mine`` differs from the ``group``'s, with both values."""
+    out = []
+    if group.heartbeat_interval_ms != mine.heartbeat_interval_ms:
+        out.append(
+            f"heartbeat_interval is {mine.heartbeat_interval_ms / 1000:g}s here but "
+            f"{group.heartbeat_interval_ms / 1000:g}s in group {group.group_id}'s settings"
+        )
+    if group.partitioner is not mine.partitioner:
+        out.append(
+            f"partitioner is {mine.partitioner.value} here but {group.partitioner.value} in "
+            f"group {group.group_id}'s settings"
+        )
+    if group.admin_client_ids != mine.admin_client_ids:
+        out.append(
+            f"admin_client_ids is {_admins_shown(mine.admin_client_ids)} here but "
+            f"{_admins_shown(group.admin_client_ids)} in group {group.group_id}'s settings"
+        )
+    return out
+
+
+def settings_problem(group: GroupSettings | None, mine: GroupSettings) -> str | None:
+    """One line saying why ``mine`` may not act on the group, or None (also when the group has
+    no settings recorded yet)."""
+    if group is None:
+        return None
+    diffs = settings_differences(group, mine)
+    if not diffs:
+        return None
+    more = f" (and {len(diffs) - 1} more: {'; '.join(diffs[1:])})" if len(diffs) > 1 else ""
+    return (
+        f"{diffs[0]}{more}: every member and admin of a group must share it; change it "
+        "fleet-wide with `marshal-admin group-settings` (docs/operations.md)"
+    )

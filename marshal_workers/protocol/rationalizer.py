@@ -1,0 +1,562 @@
+"""The rationalizer: folds one coordination partition into the world every reader agrees on.
+
+Theory of operation
+-------------------
+``fold(world, record)`` applies one record of one `__marshal` partition, in offset order, and
+returns one event saying what the record did. It does no I/O and reads no clock: every
+decision uses the record's *log time* (the broker's LogAppendTime, clamped so that it never
+goes backwards), so two readers of the same log reach the same world whatever their clocks.
+For speed the world is updated in place; ``World.copy()`` takes a snapshot.
+
+A claim on ``(group, topic, partition)`` is, at log time T, with HB the heartbeat interval and
+``age = T - last_heartbeat``: *fresh* if age < HB, *unknown* if HB <= age <= 2*HB, *stale* if
+age > 2*HB. The rules (an input that breaks a rule changes nothing but the event it yields):
+
+1. ClaimingPartition wins if the claim is unclaimed, released, or stale at T, and the group is
+   not paused (or the claimer is the client that paused it). The first valid claim in log order
+   wins; the winning record's offset is the claim's fencing token (it only grows per claim,
+   since offsets do). A win counts as the first heartbeat.
+2. Heartbeat is valid only from the holder's client id while the claim is not stale at T. A
+   heartbeat from a new instance of that client takes the claim over (restart recovery),
+   retires the old instance, whose records are refused from then on, and gives the claim a new
+   fencing token (the takeover record's offset), so a sink can refuse the old instance. The
+   offset becomes the committed position; a takeover never moves it back (the old instance
+   may have committed more between the new one's read of the log and its takeover).
+3. ReleasingPartition from the holder instance releases the claim and records its offset.
+4. ClaimingMessages from the holder instance, not stale, with offset >= max(committed,
+   reserved), reserves the messages below that offset (at-most-once). Reservations outlive
+   owners: a new owner resumes at max(committed, reserved) in AMO mode.
+5. ReleaseGroup pauses a group until MsgExpireTime (from an admin, when admins are configured).
+   While paused, only the pausing client may claim, and its heartbeats and releases set the
+   position outright (also below a reservation): that is how ``set-position`` rewinds.
+
+Records that are not about a claim (`metadata`): the coordination topic's recorded partition
+count (CoordinationTopic, on partition 0) and a group's shared settings (GroupSettings) are
+kept in ``World.topic_record`` and ``World.group_settings`` (the newest wins) and change no
+claim; the runtime and the admin compare them with their own (a mismatch is refused there).
+
+Compacted history
+-----------------
+`__marshal` is compacted by key (one key per claim), and Kafka's cleaner keeps, for each key,
+a *suffix* of its records; removed records leave gaps in the offsets. A claim whose first
+record we fold while the offsets so far have been gap-free has its whole history in front of
+us: it is *certain*, and the rules above apply. A claim first seen after a gap may have lost
+its ClaimingPartition (a holder that heartbeats for weeks), so its records prove nothing about
+who holds it. Such a claim is *uncertain*: every record on it is only activity (an Unverified
+event), its position is the largest offset seen (holders only move forward), except that the
+heartbeats and releases of the client that paused the group set it outright, as on a certain
+claim: that is a ``set-position`` rewind, and the pause that authorises it survives compaction
+(the newest ReleaseGroup of the group before the rewind is always kept, since the rewind itself
+is). A ClaimingPartition wins only after a
+record was seen on the claim and more than 2*HB of log time passed without any further record.
+Because survivors are a suffix, any record that made the claim fresh for a reader of the whole
+log is also in front of us, so an uncertain reader never grants a claim that a reader of the
+whole log refuses. The winning claim makes the claim certain again.
+
+Survivors are a suffix only within one pass of the cleaner. A reader that folded a claim's
+first records and then fell behind the cleaner (stalled, or still catching up while the cleaner
+runs ahead of it) sees that prefix, a gap, then the survivors: the middle (a release, a rival's
+grant, the heartbeats that kept the claim fresh) is gone, at log times up to the end of the
+gap. So at every gap each claim folded before it becomes uncertain, with its last activity at
+the gap's log time (`_across_gap`): a claim is certain only if it was won (or first seen, with
+no gap before) after the newest gap.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.metadata import (
+    METADATA_PARTITION,
+    GroupSettings,
+    TopicRecord,
+    decode_metadata,
+    metadata_key,
+)
+from marshal_workers.protocol.recordfailures import (
+    PoisonState,
+    decode_poison,
+    fold_poison,
+    is_poison,
+    poison_key,
+)
+from marshal_workers.protocol.wire import (
+    ClaimingMessages,
+    ClaimingPartition,
+    ClaimKey,
+    CoordRecord,
+    DecodeError,
+    Heartbeat,
+    Message,
+    Partitioner,
+    PartitionMessage,
+    ReleaseGroup,
+    ReleasingPartition,
+    claim_key,
+    coordination_partition,
+    decode,
+    record_key,
+)
+
+
+class Freshness(StrEnum):
+    """How recently a claim's holder was heard from, at some log time."""
+
+    FRESH = "fresh"
+    UNKNOWN = "unknown"
+    STALE = "stale"
+
+
+class Mode(StrEnum):
+    """Delivery mode of a consumer group."""
+
+    AMO = "amo"
+    ALO = "alo"
+
+
+@dataclass(frozen=True, slots=True)
+class RationalizerConfig:
+    """The parameters every reader of one coordination topic must share."""
+
+    heartbeat_interval_ms: int
+    num_partitions: int | None = None  # the recorded count (`metadata`): checks home partitions
+    partitioner: Partitioner = Partitioner.SPEC
+    admin_client_ids: frozenset[str] | None = None
+
+
+@dataclass(slots=True)
+class ClaimState:
+    """What the log says about one claim. ``holder_client`` None means nobody holds it."""
+
+    certain: bool
+    holder_client: str | None = None
+    holder_instance: str | None = None
+    token: int | None = None
+    last_heartbeat: int | None = None
+    committed: int | None = None
+    reserved: int | None = None
+    released: bool = False
+    retired: frozenset[str] = frozenset()
+    last_activity: int | None = None
+
+    @property
+    def last_seen(self) -> int | None:
+        """When the holder was last heard from (log time): its last heartbeat if the claim is
+        certain, else its last activity (any record on an uncertain claim counts)."""
+        return self.last_heartbeat if self.certain else self.last_activity
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPause:
+    """A group paused by ``client_id`` until ``until_ms`` (log time)."""
+
+    client_id: str
+    until_ms: int
+
+
+@dataclass(slots=True)
+class World:
+    """The folded state of one coordination partition."""
+
+    config: RationalizerConfig
+    partition: int
+    claims: dict[ClaimKey, ClaimState] = field(default_factory=dict)
+    pauses: dict[str, GroupPause] = field(default_factory=dict)
+    next_offset: int = 0
+    gap_seen: bool = False
+    malformed: int = 0
+    log_time: int = 0
+    topic_record: TopicRecord | None = None  # newest CoordinationTopic record (partition 0)
+    group_settings: dict[str, GroupSettings] = field(default_factory=dict)  # newest per group
+    keys: dict[bytes, ClaimKey] = field(default_factory=dict, compare=False, repr=False)
+    poison: dict[ClaimKey, PoisonState] = field(default_factory=dict)  # see poison.py
+    gap_time: int | None = None  # log time at the newest gap: what it hid was no later
+    since_gap: set[ClaimKey] = field(default_factory=set, compare=False, repr=False)
+
+    def copy(self) -> World:
+        """A snapshot that later folds do not change."""
+        return copy.deepcopy(self)
+
+
+def freshness(last_heartbeat: int, now_ms: int, heartbeat_interval_ms: int) -> Freshness:
+    """Fresh below HB, unknown up to and including 2*HB, stale beyond."""
+    age = now_ms - last_heartbeat
+    if age < heartbeat_interval_ms:
+        return Freshness.FRESH
+    if age <= 2 * heartbeat_interval_ms:
+        return Freshness.UNKNOWN
+    return Freshness.STALE
+
+
+def claim_label(state: ClaimState | None, now_ms: int, heartbeat_interval_ms: int) -> str:
+    """unclaimed, released, or the holder's freshness at ``now_ms`` (activity if uncertain)."""
+    if state is None:
+        return "unclaimed"
+    last = state.last_seen
+    if state.certain and state.holder_client is None:
+        return "released" if state.released else "unclaimed"
+    if last is None:
+        return "unclaimed"
+    return freshness(last, now_ms, heartbeat_interval_ms).value
+
+
+def resume_offset(state: ClaimState | None, mode: Mode) -> int | None:
+    """Where a new owner starts: committed (ALO), max(committed, reserved) (AMO), or None."""
+    if state is None:
+        return None
+    if mode is Mode.ALO or state.reserved is None:
+        return state.committed
+    if state.committed is None:
+        return state.reserved
+    return max(state.committed, state.reserved)
+
+
+def pause_of(world: World, group: str, now_ms: int) -> GroupPause | None:
+    """The group's pause in force at log time ``now_ms``, if any."""
+    pause = world.pauses.get(group)
+    if pause is None or now_ms >= pause.until_ms:
+        return None
+    return pause
+
+
+def fold(world: World, record: CoordRecord) -> ev.Event:
+    """Apply one record (the next in offset order) to ``world``; return what it did."""
+    if record.partition != world.partition:
+        reason = f"record of partition {record.partition} in the fold of {world.partition}"
+        return _malformed(world, record, reason)
+    if record.offset < world.next_offset:
+        reason = f"offset {record.offset} is behind {world.next_offset}"
+        return _malformed(world, record, reason)
+    gap = record.offset > world.next_offset
+    world.next_offset = record.offset + 1
+    world.log_time = max(world.log_time, record.timestamp_ms)
+    if gap:
+        _across_gap(world)
+    try:
+        msg = decode(record.value)
+    except DecodeError as exc:
+        if is_poison(record.value):  # failure counts of poison records: see poison.py
+            return _poison(world, record)
+        return _metadata(world, record, exc)
+    if type(msg) is ReleaseGroup:
+        if record.key != msg.group_id.encode():
+            return _malformed(world, record, _key_mismatch(record, msg), _keyless(record, msg))
+        return _release_group(world, record, msg)
+    assert not isinstance(msg, ReleaseGroup)
+    key = world.keys.get(record.key)  # type: ignore[arg-type]
+    if key is None or key != (msg.group_id, msg.topic, msg.partition):
+        key = claim_key(msg)
+        if record.key != record_key(msg):
+            return _malformed(world, record, _key_mismatch(record, msg), _keyless(record, msg))
+        cfg = world.config
+        if cfg.num_partitions is not None:
+            home = coordination_partition(
+                msg.topic, msg.partition, cfg.num_partitions, cfg.partitioner
+            )
+            if home != world.partition:
+                reason = f"message belongs on coordination partition {home}"
+                return _malformed(world, record, reason)
+        world.keys[record.key] = key  # a key checked once, home partition included
+    state = world.claims.get(key)
+    if state is None:  # stored only once a record changes it: a refusal leaves no trace
+        state = ClaimState(certain=not world.gap_seen)
+        if not state.certain:  # every record on an uncertain claim is activity
+            world.claims[key] = state
+    elif world.gap_time is not None and key not in world.since_gap:
+        _behind_gap(state, world.gap_time)  # last folded before the newest gap
+    world.since_gap.add(key)
+    if not state.certain:
+        return _uncertain(world, record, msg, key, state)
+    return _RULES[type(msg)](world, record, msg, key, state)
+
+
+def _across_gap(world: World) -> None:
+    """An offset gap: the cleaner removed records in front of this one, and of any key. A
+    reader that folded a claim's earlier records and then fell behind the cleaner sees them,
+    the gap, then the claim's survivors: the records it missed (a release, a rival's grant,
+    heartbeats that kept the claim fresh) may have been in the gap, at log times up to now.
+    So every claim folded before the gap is uncertain from now on, active until now: those
+    folded since the previous gap here, the older ones when their next record comes."""
+    world.gap_seen = True
+    world.gap_time = now = world.log_time
+    claims = world.claims
+    for key in world.since_gap:
+        state = claims.get(key)
+        if state is not None:
+            _behind_gap(state, now)
+    world.since_gap = set()
+
+
+def _behind_gap(state: ClaimState, gap_time: int) -> None:
+    """A claim whose records may be in a gap at log time ``gap_time``: uncertain, and active
+    then (the uncertain rules wait for 2*HB of silence after it)."""
+    state.certain = False
+    if state.last_activity is None or state.last_activity < gap_time:
+        state.last_activity = gap_time
+
+
+def _metadata(world: World, record: CoordRecord, error: DecodeError) -> ev.Event:
+    """A record that is no protocol message: a metadata record (see `metadata`), or malformed
+    (with the protocol decoder's reason)."""
+    try:
+        meta = decode_metadata(record.value)
+    except DecodeError:
+        return _malformed(world, record, str(error))
+    if record.key != metadata_key(meta):
+        return _malformed(world, record, f"key {record.key!r} does not match the record")
+    if isinstance(meta, TopicRecord):
+        if record.partition != METADATA_PARTITION:
+            reason = f"the topic record belongs on coordination partition {METADATA_PARTITION}"
+            return _malformed(world, record, reason)
+        world.topic_record = meta
+        return ev.TopicRecorded(record.partition, record.offset, world.log_time, meta)
+    world.group_settings[meta.group_id] = meta
+    return ev.GroupSettingsRecorded(record.partition, record.offset, world.log_time, meta)
+
+
+def _key_mismatch(record: CoordRecord, msg: Message) -> str:
+    return f"key {record.key!r} does not match the message (expected {record_key(msg)!r})"
+
+
+def _keyless(record: CoordRecord, msg: Message) -> str | None:
+    """The group of a valid message written without a key (a Marshal Go writer), else None."""
+    return msg.group_id if record.key is None else None
+
+
+def _malformed(
+    world: World, record: CoordRecord, reason: str, keyless_group: str | None = None
+) -> ev.Event:
+    world.malformed += 1
+    return ev.Malformed(record.partition, record.offset, world.log_time, reason, keyless_group)
+
+
+def _stale(state: ClaimState, now: int, hb: int) -> bool:
+    return state.last_heartbeat is None or now - state.last_heartbeat > 2 * hb
+
+
+def _pause_client(world: World, group: str) -> str | None:
+    """The client whose pause of ``group`` is in force at the world's log time, if any."""
+    pause = pause_of(world, group, world.log_time) if world.pauses else None
+    return None if pause is None else pause.client_id
+
+
+def _holder_refusal(
+    state: ClaimState, client_id: str, instance_id: str, *, exact_instance: bool
+) -> str | None:
+    if state.holder_client is None:
+        return "released" if state.released else "not claimed"
+    if client_id != state.holder_client:
+        return f"held by {state.holder_client}"
+    if instance_id in state.retired:
+        return f"instance {instance_id} was replaced by {state.holder_instance}"
+    if exact_instance and instance_id != state.holder_instance:
+        return f"instance {instance_id} has not taken over from {state.holder_instance}"
+    return None
+
+
+def _claim(
+    world: World, rec: CoordRecord, msg: ClaimingPartition, key: ClaimKey, state: ClaimState
+) -> ev.Event:
+    now, hb = world.log_time, world.config.heartbeat_interval_ms
+    pauser = _pause_client(world, key.group)
+    if pauser is not None and pauser != msg.client_id:
+        return ev.ClaimRejected(
+            rec.partition, rec.offset, now, msg, "group paused", state.holder_client
+        )
+    previous, previous_hb = state.holder_client, state.last_heartbeat
+    if previous is not None and not _stale(state, now, hb):
+        reason = (
+            "already held by this client" if previous == msg.client_id else f"held by {previous}"
+        )
+        return ev.ClaimRejected(rec.partition, rec.offset, now, msg, reason, previous)
+    _grant(world, key, state, msg, rec.offset)
+    return ev.ClaimGranted(
+        rec.partition,
+        rec.offset,
+        now,
+        msg,
+        rec.offset,
+        previous,
+        previous_hb if previous is not None else None,
+    )
+
+
+def _grant(
+    world: World, key: ClaimKey, state: ClaimState, msg: ClaimingPartition, token: int
+) -> None:
+    now, client_id, instance_id = world.log_time, msg.client_id, msg.instance_id
+    world.claims[key] = state
+    state.certain = True
+    state.holder_client, state.holder_instance = client_id, instance_id
+    state.token, state.last_heartbeat = token, now
+    state.released, state.retired, state.last_activity = False, frozenset(), now
+
+
+def _is_current_holder(state: ClaimState, msg: PartitionMessage, now: int, hb: int) -> bool:
+    """The common case, decided without building a reason: the holder instance, not stale."""
+    last = state.last_heartbeat
+    return (
+        msg.instance_id == state.holder_instance
+        and msg.client_id == state.holder_client
+        and last is not None
+        and now - last <= 2 * hb
+    )
+
+
+def _heartbeat(
+    world: World, rec: CoordRecord, msg: Heartbeat, key: ClaimKey, state: ClaimState
+) -> ev.Event:
+    now, hb = world.log_time, world.config.heartbeat_interval_ms
+    i = msg.instance_id
+    replaced = None
+    committed = msg.offset
+    if not _is_current_holder(state, msg, now, hb):
+        refusal = _holder_refusal(state, msg.client_id, i, exact_instance=False)
+        if refusal is None and _stale(state, now, hb):
+            refusal = "claim is stale"
+        if refusal is not None:
+            return ev.HeartbeatRejected(rec.partition, rec.offset, now, msg, refusal)
+        replaced = state.holder_instance  # a new instance of the holder's client takes over
+        if replaced is not None:
+            state.retired = state.retired | {replaced}
+        state.holder_instance = i
+        state.token = rec.offset  # a new token: a sink can refuse the replaced instance
+        pausing = bool(world.pauses) and _pause_client(world, key.group) == msg.client_id
+        if state.committed is not None and not pausing:  # a takeover never moves it back,
+            committed = max(committed, state.committed)  # but the pausing admin may
+    state.last_heartbeat = state.last_activity = now
+    state.committed = committed
+    if world.pauses and _pause_client(world, key.group) == msg.client_id:
+        state.reserved = None  # the pausing admin sets the position outright
+    assert state.token is not None
+    return ev.HeartbeatAccepted(rec.partition, rec.offset, now, msg, state.token, replaced)
+
+
+def _release(
+    world: World, rec: CoordRecord, msg: ReleasingPartition, key: ClaimKey, state: ClaimState
+) -> ev.Event:
+    now = world.log_time
+    refusal = _holder_refusal(state, msg.client_id, msg.instance_id, exact_instance=True)
+    if refusal is not None:
+        return ev.ReleaseRejected(rec.partition, rec.offset, now, msg, refusal)
+    if world.pauses and _pause_client(world, key.group) == msg.client_id:
+        state.reserved = None  # the pausing admin sets the position outright
+    state.holder_client = state.holder_instance = None
+    state.released, state.retired, state.committed = True, frozenset(), msg.offset
+    state.last_activity = now
+    assert state.token is not None
+    return ev.Released(rec.partition, rec.offset, now, msg, state.token)
+
+
+def _claim_messages(
+    world: World, rec: CoordRecord, msg: ClaimingMessages, key: ClaimKey, state: ClaimState
+) -> ev.Event:
+    now, hb = world.log_time, world.config.heartbeat_interval_ms
+    refusal = None
+    if not _is_current_holder(state, msg, now, hb):
+        refusal = _holder_refusal(state, msg.client_id, msg.instance_id, exact_instance=True)
+        if refusal is None:
+            refusal = "claim is stale"
+    committed, reserved = state.committed, state.reserved
+    start = (
+        committed
+        if reserved is None
+        else reserved
+        if committed is None
+        else max(committed, reserved)
+    )  # resume_offset(state, Mode.AMO), inlined on this hot path
+    if refusal is None and start is not None and msg.offset < start:
+        refusal = f"offset {msg.offset} is behind the position {start}"
+    if refusal is not None:
+        return ev.MessagesRejected(rec.partition, rec.offset, now, msg, refusal)
+    state.reserved = msg.offset
+    state.last_activity = now
+    assert state.token is not None
+    return ev.MessagesClaimed(rec.partition, rec.offset, now, msg, start, state.token)
+
+
+_Rule = Callable[[World, CoordRecord, Any, ClaimKey, ClaimState], ev.Event]
+_RULES: dict[type, _Rule] = {
+    ClaimingPartition: _claim,
+    Heartbeat: _heartbeat,
+    ReleasingPartition: _release,
+    ClaimingMessages: _claim_messages,
+}
+
+
+def _poison(world: World, rec: CoordRecord) -> ev.Event:
+    """A poison record (`poison`): checked like any record for its key and home partition,
+    then folded by `poison.fold_poison` against the claim's holder at this log time."""
+    assert rec.value is not None
+    try:
+        msg = decode_poison(rec.value)
+    except DecodeError as exc:
+        return _malformed(world, rec, str(exc))
+    key = ClaimKey(msg.group_id, msg.topic, msg.partition)
+    if rec.key != poison_key(key):
+        reason = f"key {rec.key!r} does not match the message (expected {poison_key(key)!r})"
+        return _malformed(world, rec, reason)
+    cfg = world.config
+    if cfg.num_partitions is not None:
+        home = coordination_partition(msg.topic, msg.partition, cfg.num_partitions, cfg.partitioner)
+        if home != world.partition:
+            return _malformed(world, rec, f"message belongs on coordination partition {home}")
+    state = world.claims.get(key)
+    return fold_poison(
+        world.poison,
+        msg,
+        coord_partition=rec.partition,
+        coord_offset=rec.offset,
+        log_time=world.log_time,
+        holder_client=state.holder_client if state else None,
+        holder_instance=state.holder_instance if state else None,
+        last_seen=state.last_seen if state else None,
+        heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+        admin_client_ids=cfg.admin_client_ids,
+        certain=state.certain if state else not world.gap_seen,
+    )
+
+
+def _release_group(world: World, rec: CoordRecord, msg: ReleaseGroup) -> ev.Event:
+    now, c = world.log_time, msg.client_id
+    admins = world.config.admin_client_ids
+    if admins is not None and c not in admins:
+        reason = f"{c} is not an admin client"
+        return ev.GroupPauseRejected(rec.partition, rec.offset, now, msg, reason)
+    until_ms = msg.expire_time * 1000
+    world.pauses[msg.group_id] = GroupPause(c, until_ms)
+    return ev.GroupPaused(rec.partition, rec.offset, now, msg, until_ms)
+
+
+def _uncertain(
+    world: World, rec: CoordRecord, msg: PartitionMessage, key: ClaimKey, state: ClaimState
+) -> ev.Event:
+    """A claim whose earlier history may have been compacted: see the module docstring."""
+    now, hb = world.log_time, world.config.heartbeat_interval_ms
+    silent = state.last_activity is not None and now - state.last_activity > 2 * hb
+    if isinstance(msg, ClaimingPartition):
+        pauser = _pause_client(world, key.group)
+        if silent and (pauser is None or pauser == msg.client_id):
+            previous, previous_hb = state.holder_client, state.last_activity
+            _grant(world, key, state, msg, rec.offset)
+            return ev.ClaimGranted(
+                rec.partition, rec.offset, now, msg, rec.offset, previous, previous_hb
+            )
+        state.last_activity = now
+        reason = "group paused" if silent else "history compacted: waiting for 2*HB of silence"
+        return ev.ClaimRejected(rec.partition, rec.offset, now, msg, reason, state.holder_client)
+    if isinstance(msg, ClaimingMessages):
+        state.reserved = max(state.reserved or 0, msg.offset)
+    else:
+        if world.pauses and _pause_client(world, key.group) == msg.client_id:
+            state.committed, state.reserved = msg.offset, None  # a rewind: set outright
+        else:
+            state.committed = max(state.committed or 0, msg.offset)
+        state.holder_client, state.holder_instance = msg.client_id, msg.instance_id
+    state.last_activity = now
+    return ev.Unverified(rec.partition, rec.offset, now, msg)

@@ -1,0 +1,323 @@
+"""The Marshal coordination messages and their version-1 text wire format.
+
+Pure: no I/O, no clock. The text is byte for byte the Go implementation's (dropbox/marshal,
+marshal/message.go), but the two can NOT share a coordination topic: Go writes its records
+without a Kafka key (a compacted topic refuses them, and our fold counts them malformed),
+decides on the senders' clocks, and accepts any heartbeat, so a mixed fleet claims partitions
+twice. Go fleets are migrated from (`gofold`, ``marshal-admin import-go``), and a member that
+sees keyless records of its own group refuses to run (`gofleet`)::
+
+    Heartbeat/1/UnixSec/InstanceID/ClientID/GroupID/Topic/Partition/Offset
+    ClaimingPartition/1/UnixSec/InstanceID/ClientID/GroupID/Topic/Partition
+    ReleasingPartition/1/UnixSec/InstanceID/ClientID/GroupID/Topic/Partition/Offset
+    ClaimingMessages/1/UnixSec/InstanceID/ClientID/GroupID/Topic/Partition/Offset
+    ReleaseGroup/1/UnixSec/InstanceID/ClientID/GroupID/Topic/Partition/MsgExpireTime
+
+There is no escaping, so no field may contain ``/``; names are refused at configuration time
+(`validate_name`) and on decode. ``UnixSec`` is the sender's clock: it is carried for humans and
+never used for a decision (the rationalizer uses the record's log time). Offsets are Kafka's
+"next offset to read" (Go's too). ``MsgExpireTime`` is in Unix seconds; Go has no ReleaseGroup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final, NamedTuple
+
+from marshal_workers.protocol.fastinit import fast_init
+
+VERSION: Final = 1
+_INT64_MAX: Final = 2**63 - 1
+
+
+class DecodeError(ValueError):
+    """A coordination record that is not a valid version-1 Marshal message."""
+
+
+class ClaimKey(NamedTuple):
+    """What a claim is on: a consumer group's topic-partition."""
+
+    group: str
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.group}/{self.topic}/{self.partition}"
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The holder is alive and has consumed up to ``offset`` (next offset to read)."""
+
+    unix_sec: int
+    instance_id: str
+    client_id: str
+    group_id: str
+    topic: str
+    partition: int
+    offset: int
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class ClaimingPartition:
+    """A client wants the partition; the first valid claim in log order wins."""
+
+    unix_sec: int
+    instance_id: str
+    client_id: str
+    group_id: str
+    topic: str
+    partition: int
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class ReleasingPartition:
+    """The holder gives the partition up; ``offset`` is where the next owner starts."""
+
+    unix_sec: int
+    instance_id: str
+    client_id: str
+    group_id: str
+    topic: str
+    partition: int
+    offset: int
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class ClaimingMessages:
+    """At-most-once: the holder reserves the messages below ``offset`` before handling them."""
+
+    unix_sec: int
+    instance_id: str
+    client_id: str
+    group_id: str
+    topic: str
+    partition: int
+    offset: int
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class ReleaseGroup:
+    """An admin pauses the whole group until ``expire_time`` (Unix seconds, log time)."""
+
+    unix_sec: int
+    instance_id: str
+    client_id: str
+    group_id: str
+    topic: str
+    partition: int
+    expire_time: int
+
+
+PartitionMessage = Heartbeat | ClaimingPartition | ReleasingPartition | ClaimingMessages
+Message = PartitionMessage | ReleaseGroup
+
+
+class MessageType(StrEnum):
+    """The type names as they stand first on the wire."""
+
+    HEARTBEAT = "Heartbeat"
+    CLAIMING_PARTITION = "ClaimingPartition"
+    RELEASING_PARTITION = "ReleasingPartition"
+    CLAIMING_MESSAGES = "ClaimingMessages"
+    RELEASE_GROUP = "ReleaseGroup"
+
+
+_TYPE_OF: Final[dict[type, MessageType]] = {
+    Heartbeat: MessageType.HEARTBEAT,
+    ClaimingPartition: MessageType.CLAIMING_PARTITION,
+    ReleasingPartition: MessageType.RELEASING_PARTITION,
+    ClaimingMessages: MessageType.CLAIMING_MESSAGES,
+    ReleaseGroup: MessageType.RELEASE_GROUP,
+}
+_WithLast = Heartbeat | ReleasingPartition | ClaimingMessages | ReleaseGroup
+_CLASS_OF: Final[dict[MessageType, type[_WithLast]]] = {
+    MessageType.HEARTBEAT: Heartbeat,
+    MessageType.RELEASING_PARTITION: ReleasingPartition,
+    MessageType.CLAIMING_MESSAGES: ClaimingMessages,
+    MessageType.RELEASE_GROUP: ReleaseGroup,
+}
+_BASE_FIELDS: Final = 8  # Type/Version/UnixSec/InstanceID/ClientID/GroupID/Topic/Partition
+
+
+def message_type(msg: Message) -> MessageType:
+    """The wire type name of a message."""
+    return _TYPE_OF[type(msg)]
+
+
+def claim_key(msg: Message) -> ClaimKey:
+    """The claim a partition message is about.
+
+    A ReleaseGroup is about no claim: its key is built from its (unused) topic and partition
+    fields, which is only good for choosing a coordination partition.
+    """
+    return ClaimKey(msg.group_id, msg.topic, msg.partition)
+
+
+def record_key(msg: Message) -> bytes:
+    """The Kafka record key: ``group/topic/partition``, or ``group`` for ReleaseGroup.
+
+    Compaction keeps the newest record per key, so it keeps the newest record per claim.
+    """
+    if isinstance(msg, ReleaseGroup):
+        return msg.group_id.encode()
+    return f"{msg.group_id}/{msg.topic}/{msg.partition}".encode()
+
+
+def validate_name(what: str, value: str) -> str:
+    """Check an ID, group or topic for the wire format; return it or raise ValueError."""
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    if "/" in value:
+        raise ValueError(f"{what} {value!r} contains '/', which the wire format cannot carry")
+    if not value.isprintable() or any(c.isspace() for c in value):
+        raise ValueError(f"{what} {value!r} contains whitespace or unprintable characters")
+    return value
+
+
+def encode(msg: Message) -> bytes:
+    """The version-1 text form of a message."""
+    base = (
+        f"{message_type(msg)}/{VERSION}/{msg.unix_sec}/{msg.instance_id}/{msg.client_id}/"
+        f"{msg.group_id}/{msg.topic}/{msg.partition}"
+    )
+    if isinstance(msg, ClaimingPartition):
+        return base.encode()
+    if isinstance(msg, ReleaseGroup):
+        return f"{base}/{msg.expire_time}".encode()
+    return f"{base}/{msg.offset}".encode()
+
+
+def _int(field: str, text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        raise DecodeError(f"{field} {text!r} is not a non-negative integer")
+    value = int(text)
+    if value > _INT64_MAX:
+        raise DecodeError(f"{field} {text!r} is out of range")
+    return value
+
+
+def _name(field: str, text: str, *, may_be_empty: bool = False) -> str:
+    if not text and not may_be_empty:
+        raise DecodeError(f"{field} is empty")
+    if not text.isprintable() or any(c.isspace() for c in text):
+        raise DecodeError(f"{field} {text!r} has whitespace or unprintable characters")
+    return text
+
+
+_VISIBLE_ASCII = bytes(range(0x21, 0x7F))  # printable ASCII but space
+_FAST_CLASS: Final[dict[bytes, type[Message]]] = {t.value.encode(): c for c, t in _TYPE_OF.items()}
+
+
+def decode(value: bytes | None) -> Message:
+    """Parse a version-1 message, strictly. Raises DecodeError saying what is wrong."""
+    if value is None:
+        raise DecodeError("record has no value")
+    # The fast path takes well-formed ASCII records; anything else gets the slow path's checks
+    # (which find the same records valid, and say exactly what is wrong with the others).
+    if not value.translate(None, _VISIBLE_ASCII):
+        parts = value.split(b"/")
+        cls = _FAST_CLASS.get(parts[0])
+        n = len(parts)
+        if cls is not None and n == (8 if cls is ClaimingPartition else 9) and parts[1] == b"1":
+            sec, inst, client, group, topic, part = parts[2:8]
+            last = parts[8] if n == 9 else b"0"
+            if (
+                sec.isdigit()
+                and part.isdigit()
+                and last.isdigit()
+                and inst
+                and client
+                and group
+                and (topic or cls is ReleaseGroup)
+            ):
+                s_, p_, l_ = int(sec), int(part), int(last)
+                if s_ <= _INT64_MAX and p_ <= _INT64_MAX and l_ <= _INT64_MAX:
+                    if n == 8:
+                        return ClaimingPartition(
+                            s_, inst.decode(), client.decode(), group.decode(), topic.decode(), p_
+                        )
+                    return cls(  # type: ignore[call-arg]
+                        s_, inst.decode(), client.decode(), group.decode(), topic.decode(), p_, l_
+                    )
+    return _decode_strictly(value)
+
+
+def _decode_strictly(value: bytes) -> Message:
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"value is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    parts = text.split("/")
+    try:
+        kind = MessageType(parts[0])
+    except ValueError:
+        raise DecodeError(f"unknown message type {parts[0][:40]!r}") from None
+    expected = _BASE_FIELDS if kind is MessageType.CLAIMING_PARTITION else _BASE_FIELDS + 1
+    if len(parts) != expected:
+        raise DecodeError(f"{kind} needs {expected} '/'-separated fields, got {len(parts)}")
+    if parts[1] != str(VERSION):
+        raise DecodeError(f"unsupported version {parts[1][:20]!r} (this reader knows {VERSION})")
+    unix_sec = _int("UnixSec", parts[2])
+    instance_id = _name("InstanceID", parts[3])
+    client_id = _name("ClientID", parts[4])
+    group_id = _name("GroupID", parts[5])
+    is_group = kind is MessageType.RELEASE_GROUP
+    topic = _name("Topic", parts[6], may_be_empty=is_group)
+    partition = _int("Partition", parts[7])
+    if kind is MessageType.CLAIMING_PARTITION:
+        return ClaimingPartition(unix_sec, instance_id, client_id, group_id, topic, partition)
+    last = _int("MsgExpireTime" if is_group else "Offset", parts[8])
+    cls = _CLASS_OF[kind]
+    return cls(unix_sec, instance_id, client_id, group_id, topic, partition, last)
+
+
+class Partitioner(StrEnum):
+    """How a claim's coordination partition is chosen."""
+
+    SPEC = "spec"
+    MARSHAL_GO = "marshal-go"
+
+
+def _md5_u64(text: str) -> int:
+    return int.from_bytes(hashlib.md5(text.encode(), usedforsecurity=False).digest()[:8], "little")
+
+
+def coordination_partition(
+    topic: str, partition: int, num_partitions: int, partitioner: Partitioner = Partitioner.SPEC
+) -> int:
+    """The `__marshal` partition that coordinates a topic-partition.
+
+    ``spec`` hashes topic and partition (so one topic's partitions spread over the coordination
+    partitions); ``marshal-go`` hashes the topic only, as the Go implementation does: the first
+    8 bytes of md5(topic), little-endian, modulo the partition count (a topic's partitions all
+    land on one coordination partition: kept for fleets that know Go's layout, never to share
+    a topic with Go).
+    """
+    if num_partitions < 1:
+        raise ValueError("the coordination topic must have at least one partition")
+    if partitioner is Partitioner.MARSHAL_GO:
+        return _md5_u64(topic) % num_partitions
+    return _md5_u64(f"{topic}/{partition}") % num_partitions
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class CoordRecord:
+    """One record of a coordination partition, as the log hands it to the fold.
+
+    ``timestamp_ms`` is the log time: the broker's LogAppendTime, never the sender's clock.
+    """
+
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None

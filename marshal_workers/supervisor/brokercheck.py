@@ -1,0 +1,142 @@
+"""Whether the heartbeat interval outlasts the cluster's failure detection (issue 9, item 8).
+
+When a broker dies, every ``acks=all`` write to a partition it leads or follows stalls until
+the cluster notices: the controller fences the broker after ``broker.session.timeout.ms``
+(KRaft; ``zookeeper.session.timeout.ms`` on ZooKeeper clusters), elects new leaders and drops
+the broker from the in-sync sets; a leader also drops a silent follower by itself after
+``replica.lag.time.max.ms``. Clients then refresh their metadata and retry. So a coordination
+write can stall for about
+
+    D = min(detection, replica lag) for a dead follower, detection + re-election for a dead
+        leader, where re-election and the clients' retry take about ELECTION_SLACK_MS;
+
+D = detection + ELECTION_SLACK_MS bounds both. Heartbeats go out every HB/2, so the last one
+confirmed before the stall was sent at most HB/2 before it began, and its lease runs until
+2*HB - margin after that send, that is at least 1.5*HB - margin after the stall began. A
+heartbeat sent during the stall lands when the stall ends (the producer keeps retrying it) and
+counts from when it was sent, although its append timed out (the member core credits it:
+`core.holdings.Holdings.late_heartbeat_landed`), so the
+lease is extended about one turn of the supervisor's loop (LOOP_TURN_MS) after the stall. The
+supervisor kills a child a kill grace, min(1 s, HB/4), before its lease ends. No lease runs out
+when
+
+    1.5*HB - margin - kill grace > D + LOOP_TURN_MS
+
+with margin = HB/10 (capped at 2 s). `min_heartbeat_s` gives the least such HB (a multiple of
+0.5 s); `heartbeat_warning` the line `marshal-run` and `marshal-admin init` print when the
+configured HB is below it. Pure but for `read_failure_detection`, which asks the brokers
+(describe_configs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from confluent_kafka import KafkaException
+
+# confluent_kafka.admin re-exports these without an __all__, which mypy --strict refuses.
+from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
+
+from marshal_workers.ipc.sharedlease import default_margin
+
+KRAFT_SESSION: Final = "broker.session.timeout.ms"
+ZK_SESSION: Final = "zookeeper.session.timeout.ms"
+REPLICA_LAG: Final = "replica.lag.time.max.ms"
+ELECTION_SLACK_MS: Final = 3_000  # re-election, metadata propagation, the clients' retries
+LOOP_TURN_MS: Final = 1_000  # from a heartbeat landing to its lease extension
+KAFKA_DEFAULT_SESSION_MS: Final = 9_000  # broker.session.timeout.ms's default (KRaft)
+
+
+@dataclass(frozen=True, slots=True)
+class FailureDetection:
+    """How long the cluster takes to notice a dead broker (the largest value of any broker)."""
+
+    session_timeout_ms: int
+    replica_lag_ms: int | None = None
+    source: str = KRAFT_SESSION
+
+    @property
+    def stall_ms(self) -> int:
+        """How long a coordination write may stall when one broker dies (see the module doc)."""
+        return self.session_timeout_ms + ELECTION_SLACK_MS
+
+
+def min_heartbeat_s(detection: FailureDetection) -> float:
+    """The least heartbeat interval (seconds, a multiple of 0.5) whose leases outlast a stall."""
+    needed = (detection.stall_ms + LOOP_TURN_MS) / 1000
+    hb = 0.5
+    while 1.5 * hb - default_margin(hb) - min(1.0, hb / 4) <= needed:
+        hb += 0.5
+    return hb
+
+
+def heartbeat_warning(heartbeat_interval_s: float, detection: FailureDetection) -> str | None:
+    """One line if ``heartbeat_interval_s`` is too small to ride out one broker failure."""
+    least = min_heartbeat_s(detection)
+    if heartbeat_interval_s >= least:
+        return None
+    return (
+        f"heartbeat interval {heartbeat_interval_s:g}s is below {least:g}s: a broker failure "
+        f"stalls coordination writes for up to about {detection.stall_ms / 1000:g}s "
+        f"({detection.source}={detection.session_timeout_ms} plus re-election), longer than "
+        "the leases last, so every claim would be lost (see README, 'Heartbeat interval and "
+        "broker failures')"
+    )
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def failure_detection(configs: Mapping[int, Mapping[str, str]]) -> FailureDetection | None:
+    """The cluster's failure detection from each broker's config (None if no broker said)."""
+    sessions: list[tuple[int, str]] = []
+    lags: list[int] = []
+    for config in configs.values():
+        kraft, zk = _int(config.get(KRAFT_SESSION)), _int(config.get(ZK_SESSION))
+        if kraft is not None:
+            sessions.append((kraft, KRAFT_SESSION))
+        elif zk is not None:
+            sessions.append((zk, ZK_SESSION))
+        lag = _int(config.get(REPLICA_LAG))
+        if lag is not None:
+            lags.append(lag)
+    if not sessions:
+        return None
+    session, source = max(sessions)
+    return FailureDetection(session, max(lags) if lags else None, source)
+
+
+def read_failure_detection(admin: Any, timeout_s: float) -> FailureDetection | None:
+    """Ask every broker for its failure-detection settings; a broker that does not answer is
+    left out (None if none answers: the principal may lack DescribeConfigs on the cluster, and
+    nothing is refused for that)."""
+    try:
+        brokers = list(admin.list_topics(timeout=timeout_s).brokers)
+    except KafkaException:
+        return None
+    configs: dict[int, dict[str, str]] = {}
+    for broker in brokers:  # librdkafka takes one BROKER resource per call
+        resource = ConfigResource(ResourceType.BROKER, str(broker))
+        try:
+            future = admin.describe_configs([resource], request_timeout=timeout_s)[resource]
+            entries = future.result(timeout=timeout_s)
+        except (KafkaException, TimeoutError, ValueError):
+            continue
+        configs[int(broker)] = {
+            name: entry.value for name, entry in entries.items() if entry.value is not None
+        }
+    return failure_detection(configs)
+
+
+def cluster_heartbeat_warning(
+    admin: Any, heartbeat_interval_s: float, timeout_s: float = 10.0
+) -> str | None:
+    """The warning for this cluster (None if the HB suffices or the brokers will not say)."""
+    detection = read_failure_detection(admin, timeout_s)
+    return None if detection is None else heartbeat_warning(heartbeat_interval_s, detection)

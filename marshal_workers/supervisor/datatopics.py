@@ -1,0 +1,75 @@
+"""Metadata of the data topics a group consumes: their partitions and watermarks.
+
+The supervisor needs the partition list (to claim, and to discover new partitions without a
+restart) and a partition's low or high watermark (where to start when nothing is committed).
+A consumer handle that never subscribes serves both.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from marshal_workers.common.errors import ConfigError, MarshalError
+from marshal_workers.log.kafkalog import FAST_CONNECT, RDKAFKA_LOG
+from marshal_workers.protocol.wire import ClaimKey
+
+
+class DataTopics:
+    """Partitions and watermarks of a group's data topics."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        group: str,
+        topics: Sequence[str],
+        extra_config: Mapping[str, str] | None = None,
+    ) -> None:
+        self.group = group
+        self.topics = tuple(topics)
+        self.bootstrap_servers = bootstrap_servers
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"marshal-meta-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "logger": RDKAFKA_LOG,
+            **FAST_CONNECT,
+            **(extra_config or {}),
+        }
+        self._consumer = Consumer(config)
+
+    def partitions(self, timeout_s: float = 10.0) -> list[ClaimKey]:
+        """Every partition of every topic as a claim key; ConfigError if a topic is missing."""
+        try:
+            meta = self._consumer.list_topics(timeout=timeout_s)
+        except KafkaException as exc:
+            raise MarshalError(
+                f"cannot read topic metadata from {self.bootstrap_servers}: {exc}"
+            ) from None
+        keys: list[ClaimKey] = []
+        for topic in self.topics:
+            tmeta = meta.topics.get(topic)
+            if tmeta is None or tmeta.error is not None or not tmeta.partitions:
+                raise ConfigError(
+                    f"topic {topic!r} does not exist on {self.bootstrap_servers} "
+                    "(create it, or fix --topic)"
+                )
+            keys.extend(ClaimKey(self.group, topic, p) for p in sorted(tmeta.partitions))
+        return keys
+
+    def watermarks(self, topic: str, partition: int, timeout_s: float = 10.0) -> tuple[int, int]:
+        """(low, high): the first offset still stored and the next offset to be written."""
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s
+            )
+        except KafkaException as exc:
+            raise MarshalError(f"cannot read watermarks of {topic}[{partition}]: {exc}") from None
+        return int(low), int(high)
+
+    def close(self) -> None:
+        """Release the consumer."""
+        self._consumer.close()

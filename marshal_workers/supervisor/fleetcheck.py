@@ -1,0 +1,91 @@
+"""What a member checks against the log before it claims, and watches while it runs.
+
+1. The coordination topic's partition count must be the one `marshal-admin init` recorded
+   (`metadata.partition_count_problem`): a topic without a record is refused (exit 2: run
+   init), a different count is refused (exit 4, which systemd does not restart on), at start
+   here and at run time by the supervisor's partition discovery.
+2. The group's shared settings (heartbeat interval, partitioner, admin ids) must be this
+   member's: the first member of a group records its own on every coordination partition; a
+   member whose settings differ is refused at start with one line naming the setting and both
+   values (exit 2). `SettingsWatch` notices a change while running (an operator's
+   `marshal-admin group-settings`): the member then stops gracefully and exits 2.
+
+The checks only read the fold (`LogReader.worlds`); the writes go through the member's own
+coordination log handle, and count once acknowledged and folded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, ConfigError, MarshalError
+from marshal_workers.config.runconfig import RunConfig
+from marshal_workers.log.interface import CoordinationLog, LogError
+from marshal_workers.protocol.metadata import (
+    METADATA_PARTITION,
+    GroupSettings,
+    encode_metadata,
+    partition_count_problem,
+    settings_key,
+    settings_problem,
+)
+from marshal_workers.protocol.rationalizer import World
+
+WRITE_TIMEOUT_S = 10.0
+
+
+def own_settings(config: RunConfig, unix_sec: int | None = None) -> GroupSettings:
+    """This member's shared settings, as a GroupSettings record."""
+    return GroupSettings(
+        int(time.time()) if unix_sec is None else unix_sec,
+        config.instance_id,
+        config.client_id,
+        config.group,
+        config.heartbeat_interval_ms,
+        config.partitioner,
+        config.admin_client_ids,
+    )
+
+
+def check_partition_count(topic: str, worlds: Mapping[int, World], actual: int) -> None:
+    """Refuse a coordination topic whose partition count is not the recorded one."""
+    record = worlds[METADATA_PARTITION].topic_record
+    problem = partition_count_problem(topic, None if record is None else record.partitions, actual)
+    if problem is None:
+        return
+    if record is None:
+        raise ConfigError(problem)
+    raise MarshalError(problem, EXIT_COORDINATION_CHANGED)
+
+
+def group_settings_problem(worlds: Mapping[int, World], mine: GroupSettings) -> str | None:
+    """Why ``mine`` may not act on its group, per the settings recorded on any partition."""
+    for world in worlds.values():
+        problem = settings_problem(world.group_settings.get(mine.group_id), mine)
+        if problem is not None:
+            return problem
+    return None
+
+
+def ensure_group_settings(
+    log: CoordinationLog,
+    worlds: Mapping[int, World],
+    catch_up: Callable[[float], object],
+    mine: GroupSettings,
+    timeout_s: float,
+) -> None:
+    """Record ``mine`` on every coordination partition that has no settings for the group yet,
+    fold to the end (``catch_up`` folds into ``worlds``), and refuse (ConfigError) if the
+    group's settings differ from ``mine``."""
+    missing = [p for p, w in worlds.items() if mine.group_id not in w.group_settings]
+    try:
+        for p in missing:
+            log.append(p, settings_key(mine.group_id), encode_metadata(mine), WRITE_TIMEOUT_S)
+        if missing:
+            catch_up(timeout_s)
+    except LogError as exc:
+        raise MarshalError(f"cannot record group {mine.group_id}'s settings: {exc}") from None
+    problem = group_settings_problem(worlds, mine)
+    if problem is not None:
+        raise ConfigError(problem)

@@ -1,0 +1,368 @@
+"""Prometheus metrics, ``/healthz`` and ``/readyz``: an `Observer` of the supervisor, served over
+HTTP from a daemon thread (``--metrics-port``).
+
+What the supervisor reports as it happens (claims won and lost, children started and exited,
+fencing kills, coordination writes, the children's `ipc.Stats`) goes into counters and
+histograms at once. What is a state (the claims held, each claim's lease and heartbeat age, each
+partition's lag) is taken from the snapshot the loop hands to `tick` and computed when Prometheus
+scrapes, so a busy loop pays nothing for it.
+
+Every metric is named ``marshal_*`` and carries the labels ``group`` and ``client_id``.
+
+==========================================  =========  ============================================
+marshal_claims_held                         gauge      data partitions held now
+marshal_heartbeat_age_seconds               gauge      per claim: since the newest heartbeat that
+                                                       was folded as valid (it set the lease)
+marshal_lease_remaining_seconds             gauge      per claim: until its child must stop
+marshal_lag_records                         gauge      per claim: high watermark - position
+marshal_handler_call_seconds                gauge      per claim: how long the handler call in
+                                                       progress has run (absent: none)
+marshal_handler_call_slow                   gauge      per claim: 1 while that call is past half
+                                                       of --handler-timeout (killed at the whole)
+marshal_records_handled_total               counter    records the handler completed
+marshal_handler_latency_seconds             histogram  per handler call (a batch for handle_batch)
+marshal_handler_errors_total                counter    by ``policy``: what dealt with the failure
+marshal_fencing_kills_total                 counter    children SIGKILLed to fence them
+marshal_child_restarts_total                counter    children restarted after a failure
+marshal_child_exits_total                   counter    by exit ``code`` (see child.py)
+marshal_claims_won_total / _lost_ / _released_  counter
+marshal_reloads_total                       counter    SIGHUP reloads
+marshal_coordination_write_seconds          histogram  by ``kind`` (message type) and ``outcome``
+                                                       (ok, failed); its _count counts the writes
+marshal_ready, marshal_healthy              gauge      as /readyz and /healthz answer
+marshal_process_*                           (process)  CPU, memory, open files of the supervisor
+==========================================  =========  ============================================
+
+Lag is computed from what the children already know: each `Stats` carries the high watermark
+from the child consumer's cache (updated by every fetch, no extra request to the broker), and
+the supervisor subtracts the claim's position (ALO: handled and reported; AMO: granted, so a
+batch in hand counts as done). It is as fresh as the child's last report (about a second).
+
+``/healthz`` answers 200 while the loop has run a healthy turn within `HEALTH_WINDOW_S` (the
+condition that also feeds the systemd watchdog), and while it is still starting; else 503. Its
+text names every partition whose handler call is past half the handler timeout (still 200: the
+watchdog deals with it at the whole timeout).
+``/readyz`` answers 200 from `ready` (the log caught up, the claim loop running) until the
+supervisor begins to stop; else 503.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from marshal_workers.child.stats import LATENCY_BUCKETS
+from marshal_workers.common.errors import ConfigError
+from marshal_workers.ipc.messages import Stats
+from marshal_workers.ipc.sharedlease import default_margin, lease_deadline
+from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.supervisor.observe import ClaimSnapshot, Observer
+
+HEALTH_WINDOW_S = 5.0
+WRITE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+POLICY_STOP = "stop"  # a HandlerFailed: the child stopped on the failure
+
+Clock = Callable[[], float]
+
+
+class Metrics(Observer):
+    """Counts what the supervisor reports and answers scrapes and health checks."""
+
+    def __init__(
+        self,
+        group: str,
+        client_id: str,
+        heartbeat_interval: float,
+        clock: Clock = time.monotonic,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.base = (group, client_id)
+        hb = heartbeat_interval
+        self.lease_span = lease_deadline(0.0, hb, default_margin(hb))  # from a heartbeat's sending
+        self.clock = clock
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.is_ready = False
+        self.is_stopping = False
+        self._claims: Mapping[ClaimKey, ClaimSnapshot] = {}
+        self._tick_at: float | None = None
+        self._healthy_at: float | None = None
+        self._high: dict[ClaimKey, int] = {}
+        self._latency: dict[str, tuple[list[int], float]] = {}  # topic: (bucket counts, sum)
+        self._lock = threading.Lock()
+        base = ["group", "client_id"]
+        claim = [*base, "topic", "partition"]
+        r = self.registry
+        self.handled = Counter("marshal_records_handled", "Records handled.", claim, registry=r)
+        self.errors = Counter(
+            "marshal_handler_errors",
+            "Handler failures, by the policy that dealt with them.",
+            [*base, "topic", "policy"],
+            registry=r,
+        )
+        self.fencing_kills = Counter(
+            "marshal_fencing_kills", "Children killed to fence them.", [*base, "topic"], registry=r
+        )
+        self.restarts = Counter(
+            "marshal_child_restarts",
+            "Children restarted after a failure.",
+            [*base, "topic"],
+            registry=r,
+        )
+        self.exits = Counter(
+            "marshal_child_exits", "Children exited, by exit code.", [*base, "code"], registry=r
+        )
+        self.won = Counter("marshal_claims_won", "Claims won or resumed.", base, registry=r)
+        self.lost = Counter("marshal_claims_lost", "Claims lost.", base, registry=r)
+        self.released = Counter("marshal_claims_released", "Claims released.", base, registry=r)
+        self.reloads = Counter("marshal_reloads", "SIGHUP reloads.", base, registry=r)
+        self.writes = Histogram(
+            "marshal_coordination_write_seconds",
+            "Coordination writes until acknowledged or failed.",
+            [*base, "kind", "outcome"],
+            buckets=WRITE_BUCKETS,
+            registry=r,
+        )
+        ProcessCollector(namespace="marshal", registry=r)
+        r.register(_StateCollector(self))
+
+    # ---- observer hooks (the supervisor's loop thread) --------------------------------------
+
+    def ready(self) -> None:
+        self.is_ready = True
+
+    def stopping(self) -> None:
+        self.is_stopping = True
+
+    def tick(self, claims: Mapping[ClaimKey, ClaimSnapshot], healthy: bool) -> None:
+        now = self.clock()
+        self._claims, self._tick_at = claims, now
+        if healthy:
+            self._healthy_at = now
+
+    def claim_won(self, key: ClaimKey, token: int) -> None:
+        self.won.labels(*self.base).inc()
+
+    def claim_lost(self, key: ClaimKey, reason: str) -> None:
+        self.lost.labels(*self.base).inc()
+        self._high.pop(key, None)
+
+    def claim_released(self, key: ClaimKey) -> None:
+        self.released.labels(*self.base).inc()
+        self._high.pop(key, None)
+
+    def child_started(self, key: ClaimKey, pid: int, restart: bool) -> None:
+        if restart:
+            self.restarts.labels(*self.base, key.topic).inc()
+
+    def child_exited(self, key: ClaimKey, pid: int, code: int) -> None:
+        self.exits.labels(*self.base, str(code)).inc()
+
+    def fencing_kill(self, key: ClaimKey, pid: int, why: str) -> None:
+        self.fencing_kills.labels(*self.base, key.topic).inc()
+
+    def handler_failed(self, key: ClaimKey, offset: int, error: str) -> None:
+        self.errors.labels(*self.base, key.topic, POLICY_STOP).inc()
+
+    def coordination_write(self, kind: str, seconds: float, ok: bool) -> None:
+        self.writes.labels(*self.base, kind, "ok" if ok else "failed").observe(seconds)
+
+    def reloading(self) -> None:
+        self.reloads.labels(*self.base).inc()
+
+    def child_stats(self, key: ClaimKey, stats: Stats) -> None:
+        if stats.handled:
+            self.handled.labels(*self.base, key.topic, str(key.partition)).inc(stats.handled)
+        for policy, count in stats.errors:
+            self.errors.labels(*self.base, key.topic, policy).inc(count)
+        if stats.high_watermark is not None:
+            self._high[key] = stats.high_watermark
+        if any(stats.latency_counts):
+            with self._lock:
+                empty = ([0] * (len(LATENCY_BUCKETS) + 1), 0.0)
+                counts, total = self._latency.get(key.topic, empty)
+                for i, n in enumerate(stats.latency_counts[: len(counts)]):
+                    counts[i] += n
+                self._latency[key.topic] = (counts, total + stats.latency_sum)
+
+    # ---- health (any thread) ----------------------------------------------------------------
+
+    def health(self) -> tuple[bool, str]:
+        """/healthz: whether the loop ran a healthy turn lately (True while still starting)."""
+        if not self.is_ready or self._healthy_at is None:
+            return True, "starting"
+        age = self.clock() - self._healthy_at
+        slow = sorted(
+            f"{k.topic}/{k.partition} ({s.call_s:.1f}s)"
+            for k, s in self._claims.items()
+            if s.call_slow and s.call_s is not None
+        )
+        note = f"; slow handler call: {', '.join(slow)}" if slow else ""
+        if age <= HEALTH_WINDOW_S:
+            return True, f"ok: healthy loop turn {age:.1f}s ago{note}"
+        return False, f"no healthy loop turn for {age:.1f}s{note}"
+
+    def readiness(self) -> tuple[bool, str]:
+        """/readyz: caught up and claiming, not stopping."""
+        if self.is_stopping:
+            return False, "stopping"
+        if not self.is_ready:
+            return False, "catching up on the coordination log"
+        return True, "ready"
+
+    # ---- scrape-time state (the HTTP thread) ------------------------------------------------
+
+    def state_metrics(self) -> list[Metric]:
+        """The gauges and the handler latency histogram, computed now."""
+        labels = ["group", "client_id"]
+        per_claim = [*labels, "topic", "partition"]
+        held = GaugeMetricFamily("marshal_claims_held", "Data partitions held.", labels=labels)
+        age = GaugeMetricFamily(
+            "marshal_heartbeat_age_seconds",
+            "Since the newest heartbeat folded as valid.",
+            labels=per_claim,
+        )
+        lease = GaugeMetricFamily(
+            "marshal_lease_remaining_seconds", "Until the child must stop.", labels=per_claim
+        )
+        lag = GaugeMetricFamily(
+            "marshal_lag_records", "High watermark minus position.", labels=per_claim
+        )
+        call = GaugeMetricFamily(
+            "marshal_handler_call_seconds",
+            "How long the handler call in progress has run.",
+            labels=per_claim,
+        )
+        slow = GaugeMetricFamily(
+            "marshal_handler_call_slow",
+            "1 while the handler call in progress is past half the handler timeout.",
+            labels=per_claim,
+        )
+        claims, tick_at = self._claims, self._tick_at
+        since_tick = self.clock() - tick_at if tick_at is not None else 0.0
+        count = 0
+        for key, snap in claims.items():
+            if is_member_key(key) or snap.phase == "lost":
+                continue
+            count += 1
+            values = [*self.base, key.topic, str(key.partition)]
+            if snap.lease_remaining is not None:  # None: revoked (a fast stop)
+                remaining = snap.lease_remaining - since_tick
+                lease.add_metric(values, remaining)
+                age.add_metric(values, self.lease_span - remaining)
+            high = self._high.get(key)
+            if high is not None:
+                lag.add_metric(values, max(0, high - snap.position))
+            if snap.call_s is not None:
+                call.add_metric(values, snap.call_s + since_tick)
+            slow.add_metric(values, 1.0 if snap.call_slow else 0.0)
+        held.add_metric(list(self.base), count)
+        ready = GaugeMetricFamily("marshal_ready", "1 while /readyz says ready.", labels=labels)
+        ready.add_metric(list(self.base), 1.0 if self.readiness()[0] else 0.0)
+        healthy = GaugeMetricFamily("marshal_healthy", "1 while /healthz says ok.", labels=labels)
+        healthy.add_metric(list(self.base), 1.0 if self.health()[0] else 0.0)
+        latency = HistogramMetricFamily(
+            "marshal_handler_latency_seconds",
+            "Handler call duration (a whole batch for handle_batch plugins).",
+            labels=[*labels, "topic"],
+        )
+        with self._lock:
+            snapshot = {t: (list(c), s) for t, (c, s) in self._latency.items()}
+        for topic, (counts, total) in sorted(snapshot.items()):
+            cumulative, buckets = 0, []
+            for bound, n in zip((*LATENCY_BUCKETS, float("inf")), counts, strict=True):
+                cumulative += n
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+            latency.add_metric([*self.base, topic], buckets, sum_value=total)
+        return [held, age, lease, lag, call, slow, ready, healthy, latency]
+
+
+class _StateCollector(Collector):
+    """Hands the scrape-time metrics of a `Metrics` to the registry."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self.metrics.state_metrics()
+
+
+# ---- the HTTP server ------------------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    metrics: Metrics  # set on the subclass made for each server
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._answer(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
+        elif path in ("/healthz", "/readyz"):
+            check = self.metrics.health if path == "/healthz" else self.metrics.readiness
+            ok, text = check()
+            self._answer(200 if ok else 503, f"{text}\n".encode())
+        else:
+            self._answer(404, b"not found: try /metrics, /healthz or /readyz\n")
+
+    def _answer(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged."""
+
+
+class _Server6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+class MetricsServer:
+    """Serves a `Metrics` on ``host:port`` from a daemon thread (port 0: any free port)."""
+
+    def __init__(self, metrics: Metrics, host: str, port: int) -> None:
+        handler = type("MetricsHandler", (_Handler,), {"metrics": metrics})
+        server_class = _Server6 if ":" in host else ThreadingHTTPServer
+        try:
+            self._server = server_class((host, port), handler)
+        except OSError as exc:
+            raise ConfigError(
+                f"metrics_port = {port}: cannot serve on {host}:{port}: {exc.strerror or exc}"
+            ) from None
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="marshal-metrics", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        """Begin serving."""
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop serving and close the socket."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(5)
+        self._server.server_close()

@@ -1,0 +1,142 @@
+"""What the supervisor reports as it works, for metrics, systemd and anything else watching.
+
+The supervisor calls an `Observer` at each point of interest; `Observers` fans out to several.
+Every method has a no-op default, so an observer implements only what it needs. Observers run
+on the supervisor's loop thread and must return quickly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from marshal_workers.ipc.messages import Stats
+from marshal_workers.protocol.wire import ClaimKey
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSnapshot:
+    """One held claim as seen at a loop turn (``lease_remaining``: seconds until its child must
+    stop; None once the claim is lost or its lease revoked)."""
+
+    key: ClaimKey
+    token: int
+    position: int
+    lease_remaining: float | None
+    child_pid: int | None
+    phase: str
+    # the handler call in progress: seconds since it began (None: no call), and whether that
+    # is more than half the handler timeout (it is killed at the whole)
+    call_s: float | None = None
+    call_slow: bool = False
+
+
+class Observer:
+    """No-op observer; subclass and override what you need."""
+
+    def ready(self) -> None:
+        """The log is caught up and the claim loop runs."""
+
+    def tick(self, claims: Mapping[ClaimKey, ClaimSnapshot], healthy: bool) -> None:
+        """A turn of the loop finished; ``healthy`` is False while a data claim it holds (running
+        or reloading) has no more than the kill grace left on its lease: its heartbeats are not
+        confirmed in time (see `Supervisor._healthy`)."""
+
+    def claim_won(self, key: ClaimKey, token: int) -> None:
+        """A claim was won (or resumed after a restart)."""
+
+    def claim_lost(self, key: ClaimKey, reason: str) -> None:
+        """A claim was lost (taken, refused, lease expired)."""
+
+    def claim_released(self, key: ClaimKey) -> None:
+        """A claim was released gracefully."""
+
+    def child_started(self, key: ClaimKey, pid: int, restart: bool) -> None:
+        """A child started for a claim (``restart`` after a failure)."""
+
+    def child_exited(self, key: ClaimKey, pid: int, code: int) -> None:
+        """A child exited with ``code`` (negative: killed by that signal)."""
+
+    def fencing_kill(self, key: ClaimKey, pid: int, why: str) -> None:
+        """The supervisor killed a child to fence it."""
+
+    def handler_failed(self, key: ClaimKey, offset: int, error: str) -> None:
+        """The handler raised on ``offset``."""
+
+    def coordination_write(self, kind: str, seconds: float, ok: bool) -> None:
+        """A coordination write finished (acknowledged or failed) after ``seconds``."""
+
+    def stopping(self) -> None:
+        """The supervisor began to stop."""
+
+    def reloading(self) -> None:
+        """SIGHUP: children are being replaced by fresh ones, the claims kept."""
+
+    def reloaded(self) -> None:
+        """Every claim's child was replaced after a reload (not called if a stop cut it short)."""
+
+    def child_stats(self, key: ClaimKey, stats: Stats) -> None:
+        """A child reported what it handled since its last report (see `ipc.Stats`)."""
+
+
+class Observers(Observer):
+    """Calls every observer it holds, in order."""
+
+    def __init__(self, observers: Iterable[Observer] = ()) -> None:
+        self.observers = list(observers)
+
+    def ready(self) -> None:
+        for o in self.observers:
+            o.ready()
+
+    def tick(self, claims: Mapping[ClaimKey, ClaimSnapshot], healthy: bool) -> None:
+        for o in self.observers:
+            o.tick(claims, healthy)
+
+    def claim_won(self, key: ClaimKey, token: int) -> None:
+        for o in self.observers:
+            o.claim_won(key, token)
+
+    def claim_lost(self, key: ClaimKey, reason: str) -> None:
+        for o in self.observers:
+            o.claim_lost(key, reason)
+
+    def claim_released(self, key: ClaimKey) -> None:
+        for o in self.observers:
+            o.claim_released(key)
+
+    def child_started(self, key: ClaimKey, pid: int, restart: bool) -> None:
+        for o in self.observers:
+            o.child_started(key, pid, restart)
+
+    def child_exited(self, key: ClaimKey, pid: int, code: int) -> None:
+        for o in self.observers:
+            o.child_exited(key, pid, code)
+
+    def fencing_kill(self, key: ClaimKey, pid: int, why: str) -> None:
+        for o in self.observers:
+            o.fencing_kill(key, pid, why)
+
+    def handler_failed(self, key: ClaimKey, offset: int, error: str) -> None:
+        for o in self.observers:
+            o.handler_failed(key, offset, error)
+
+    def coordination_write(self, kind: str, seconds: float, ok: bool) -> None:
+        for o in self.observers:
+            o.coordination_write(kind, seconds, ok)
+
+    def stopping(self) -> None:
+        for o in self.observers:
+            o.stopping()
+
+    def reloading(self) -> None:
+        for o in self.observers:
+            o.reloading()
+
+    def reloaded(self) -> None:
+        for o in self.observers:
+            o.reloaded()
+
+    def child_stats(self, key: ClaimKey, stats: Stats) -> None:
+        for o in self.observers:
+            o.child_stats(key, stats)
