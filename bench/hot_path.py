@@ -31,7 +31,7 @@ from marshal_workers.child.plugin import Plugin
 from marshal_workers.child.stats import StatsTally
 from marshal_workers.handler.record import FetchedRecord
 from marshal_workers.ipc.sharedlease import SharedLease
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 
 
 def messages(n: int) -> list[Any]:

@@ -6,7 +6,7 @@ are shown as text (undecodable bytes replaced), cut to 200 characters.
 
 from __future__ import annotations
 
-from marshal_workers.handler.context import Context, Record
+from marshal_workers.handler import Context, Record
 
 MAX_CHARS = 200
 

@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from marshal_workers.handler.context import Context, Record
+from marshal_workers.handler import Context, Record
 
 DIR_ENV = "MARSHAL_JSONL_DIR"
 FSYNC_ENV = "MARSHAL_JSONL_FSYNC"

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TypedDict
 
-from marshal_workers.handler.context import Context, Record
+from marshal_workers.handler import Context, Record
 
 DIR_ENV = "MARSHAL_LEDGER_DIR"
 DELAY_ENV = "MARSHAL_LEDGER_DELAY_MS"

@@ -42,8 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from marshal_workers.child.policy import StopProcessing
-from marshal_workers.handler.context import Context, Record
+from marshal_workers.handler import Context, Record, StopProcessing
 
 PATH_ENV = "MARSHAL_SQLITE_PATH"
 BUSY_TIMEOUT_S = 30.0

@@ -34,7 +34,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from marshal_workers.child.policy import Failure
-from marshal_workers.handler.context import Record
+from marshal_workers.handler import Record
 from marshal_workers.ipc.messages import ChildSpec
 from marshal_workers.log.kafkalog import RDKAFKA_LOG
 

@@ -16,7 +16,6 @@ from confluent_kafka import KafkaException
 
 from marshal_workers.child.deadletters import DeadLetterError, DeadLetters, topic_exists
 from marshal_workers.child.policy import (
-    CAUSE_DLQ_FAILED,
     Failure,
     FailurePolicy,
     OnFailure,
@@ -27,9 +26,10 @@ from marshal_workers.child.policy import (
     dlq_topic_for,
 )
 from marshal_workers.child.stats import StatsTally
-from marshal_workers.handler.context import Record
+from marshal_workers.handler import Record
 from marshal_workers.ipc.exits import EXIT_HANDLER_FAILED, EXIT_OK, ChildExit
 from marshal_workers.ipc.messages import (
+    CAUSE_DLQ_FAILED,
     ChildSpec,
     HandlerFailed,
     Stop,
@@ -37,7 +37,7 @@ from marshal_workers.ipc.messages import (
     ToChild,
     ToSupervisor,
 )
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 
 RETRY_POLL_S = 0.05
 

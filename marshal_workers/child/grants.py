@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from marshal_workers.ipc.messages import Grant, GrantRequest
 
 if TYPE_CHECKING:
-    from marshal_workers.handler.context import Record
+    from marshal_workers.handler import Record
 
 AHEAD = 1  # batches asked for beyond the one handled or awaited (DESIGN.md: the loss window)
 

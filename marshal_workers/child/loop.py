@@ -41,17 +41,13 @@ from marshal_workers.child.fencing import (
 )
 from marshal_workers.child.grants import Asked
 from marshal_workers.child.plugin import Plugin
-from marshal_workers.child.policy import (
-    Failure,
-    FailurePolicy,
-    HandlerEnded,
-    OnFailure,
-    PoisonRate,
-)
+from marshal_workers.child.policy import Failure, FailurePolicy, OnFailure, PoisonRate
 from marshal_workers.child.stats import StatsTally, cached_high_watermark
 from marshal_workers.common.errors import EXIT_OK, EXIT_RUNTIME
 from marshal_workers.common.stacks import log_stacks
-from marshal_workers.handler.context import Context, LoadError, Record, load_handler
+from marshal_workers.handler import Context, Record
+from marshal_workers.handler.errors import HandlerEnded
+from marshal_workers.handler.loading import LoadError, load_handler
 from marshal_workers.handler.record import MessageRecords
 from marshal_workers.ipc.exits import (
     EXIT_KAFKA,
@@ -75,7 +71,7 @@ from marshal_workers.ipc.messages import (
     ToSupervisor,
 )
 from marshal_workers.ipc.sharedlease import SharedLease
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 
 GRANT_POLL_S = 0.05
 # ALO, while full batches keep coming: the least time between two `Progress` (the supervisor

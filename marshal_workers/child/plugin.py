@@ -19,7 +19,7 @@ A raising ``handle`` or ``handle_batch`` goes through the error policy (`failure
 then dead-lettered, skipped or stopped. A failing ``handle_batch`` cannot say which record
 failed, so the batch is the unit: it is retried as a whole, counts once against the poison
 rate, every record of it is dead-lettered (or skipped), and a stop reports the batch's first
-record. Raise `marshal_workers.child.policy.StopProcessing` to stop without retries or policy.
+record. Raise `marshal_workers.handler.StopProcessing` to stop without retries or policy.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from marshal_workers.handler.context import Context, Record
+from marshal_workers.handler import Context, Record
 
 RECORDS = "records"
 MESSAGES = "messages"

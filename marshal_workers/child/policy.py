@@ -40,14 +40,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from marshal_workers.handler.errors import StopProcessing
+from marshal_workers.ipc.messages import CAUSE_FATAL, CAUSE_POISON_RATE, CAUSE_POLICY
+
 MAX_BACKOFF_S = 30.0
 POISON_WINDOW_S = 60.0
-
-# why a child stops (`HandlerFailed.cause`)
-CAUSE_POLICY = "on_failure_stop"  # the policy is stop
-CAUSE_FATAL = "stop_processing"  # the handler raised StopProcessing
-CAUSE_POISON_RATE = "poison_rate"  # dlq/skip, but too many poison records within a minute
-CAUSE_DLQ_FAILED = "dlq_failed"  # dlq, but the dead-letter write did not succeed
 
 
 class OnFailure(StrEnum):
@@ -56,19 +53,6 @@ class OnFailure(StrEnum):
     DLQ = "dlq"
     SKIP = "skip"
     STOP = "stop"
-
-
-class StopProcessing(Exception):  # noqa: N818 (a request, not only an error)
-    """Raise from a handler to stop the child at once: no retries, no dead letter, no skip.
-
-    For failures that no retry and no other record can cure, such as a sink refusing a write
-    because a newer owner of the partition exists (see ``plugins/sqlite_sink.py``).
-    """
-
-
-class HandlerEnded(Exception):  # noqa: N818 (what happened, not a programming error)
-    """The handler call ended the child (it timed out and was killed, called ``os._exit``, or
-    a signal ended it): the error a dead letter or a skip of its record carries."""
 
 
 @dataclass(frozen=True, slots=True)

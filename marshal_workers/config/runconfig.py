@@ -12,7 +12,7 @@ from typing import Any
 
 from marshal_workers.common.errors import ConfigError
 from marshal_workers.config.settings import BY_NAME, Resolved, heartbeat_ms
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import Partitioner, validate_name
 
 REQUIRED = ("handler", "mode", "topic", "group")

@@ -29,6 +29,7 @@ from marshal_workers.ipc.exits import (
     EXIT_HANDLER_ENDED,
     EXIT_HANDLER_FAILED,
     EXIT_HANDLER_TIMEOUT,
+    EndNote,
 )
 from marshal_workers.ipc.messages import Settle
 
@@ -56,17 +57,6 @@ class ExitDecision:
     delay_s: float = 0.0
     avoid_s: float = 0.0
     failures: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class EndNote:
-    """What the cells said once the child had ended (see `callcells.CallCells.take_end_note`)."""
-
-    fence: int  # the exit code the watchdog meant when it ended the child (0: none)
-    position: int | None  # ALO: everything below it handled; the record in progress, if any
-    in_call: bool  # the child ended inside a handler call (on the record at position)
-    call_started: float  # when that call began, as the watchdog last published it (0: unknown)
-    unit_end: int | None  # a handle_batch call in progress covered position to this
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,6 @@ where the data topic has a gap).
 
 from __future__ import annotations
 
-from marshal_workers.child.policy import CAUSE_POISON_RATE
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.childexits import ChildEnd, Next, count_failure, decide
 from marshal_workers.core.context import Context
@@ -20,8 +19,9 @@ from marshal_workers.core.pending import Kind, Op
 from marshal_workers.core.poisoning import Poisoning
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT
+from marshal_workers.ipc.messages import CAUSE_POISON_RATE
 from marshal_workers.protocol import events as ev
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimingMessages
 
 

@@ -15,9 +15,10 @@ from marshal_workers.core.context import Context
 from marshal_workers.core.held import HELD_PHASES, Held
 from marshal_workers.core.holdings import Holdings
 from marshal_workers.core.pending import Kind, Op
+from marshal_workers.core.planning import plan
 from marshal_workers.core.reclaim import reclaimed_position, retry_release
 from marshal_workers.protocol import events as ev
-from marshal_workers.protocol.members import is_claimable, is_live, is_member_key, member_key, plan
+from marshal_workers.protocol.members import is_claimable, is_live, is_member_key, member_key
 from marshal_workers.protocol.rationalizer import ClaimState, freshness, resume_offset
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, Heartbeat, ReleasingPartition
 

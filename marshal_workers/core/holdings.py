@@ -20,7 +20,7 @@ from marshal_workers.core.poisoning import Poisoning
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_member_key
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimKey, Heartbeat, ReleasingPartition
 
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 from marshal_workers.core.childexits import ChildEnd
 from marshal_workers.ipc import messages as ipc
-from marshal_workers.log.interface import Appended
-from marshal_workers.protocol.wire import ClaimKey, CoordRecord
+from marshal_workers.protocol.wire import Appended, ClaimKey, CoordRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from marshal_workers.core.context import Context
 from marshal_workers.core.held import Held
 from marshal_workers.core.pending import Kind, Op
 from marshal_workers.protocol import recordfailures as poison
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.recordfailures import PoisonVerdict, RecordFailed, Step
 from marshal_workers.protocol.wire import ClaimKey
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol.leases import default_margin
 from marshal_workers.protocol.metadata import GroupSettings
-from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import Partitioner
 
 DISCOVERY_INTERVAL_S = 10.0

@@ -1,23 +1,12 @@
-"""Handler plugins: what the user writes, how it is found, and what it is given.
-
-A handler is a callable ``handle(record, ctx)`` named as ``module:attr`` or as an entry point in
-the group ``marshal_workers.handlers``. The supervisor loads it once before anything starts (a
-failure exits with code 3 and one line); each child loads it again after spawn.
-"""
+"""What a handler is given besides its records: the claim it runs under (`Context`)."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from marshal_workers.common.errors import EXIT_HANDLER_LOAD, MarshalError
 from marshal_workers.handler.record import Record
-from marshal_workers.protocol.rationalizer import Mode
-
-__all__ = ["Context", "HandleFunction", "LoadError", "Record", "load_handler"]
-
-ENTRY_POINT_GROUP = "marshal_workers.handlers"
+from marshal_workers.protocol.modes import Mode
 
 
 class Context:
@@ -82,51 +71,3 @@ class HandleFunction(Protocol):
     def __call__(self, record: Record, ctx: Context, /) -> object:
         """Process one record."""
         ...
-
-
-class LoadError(MarshalError):
-    """The handler could not be imported or is not callable: exit code 3."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, EXIT_HANDLER_LOAD)
-
-
-def load_handler(spec: str) -> Any:
-    """Import ``module:attr`` (dotted attr allowed) or look up an entry point by name: a
-    function, a plugin class, or a plugin object (see `plugin`)."""
-    if ":" in spec:
-        module_name, _, attr = spec.partition(":")
-        try:
-            target: Any = importlib.import_module(module_name)
-        except Exception as exc:
-            raise LoadError(
-                f"cannot import handler module {module_name!r}: {type(exc).__name__}: {exc}"
-            ) from None
-        for part in attr.split("."):
-            try:
-                target = getattr(target, part)
-            except AttributeError:
-                raise LoadError(
-                    f"handler module {module_name!r} has no attribute {attr!r}"
-                ) from None
-    else:
-        from importlib.metadata import entry_points  # noqa: PLC0415 (10 ms, rarely needed)
-
-        found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
-        if not found:
-            raise LoadError(
-                f"no handler {spec!r}: give MODULE:ATTR or the name of an entry point "
-                f"in the group {ENTRY_POINT_GROUP!r}"
-            )
-        try:
-            target = found[0].load()
-        except Exception as exc:
-            raise LoadError(
-                f"cannot load handler entry point {spec!r}: {type(exc).__name__}: {exc}"
-            ) from None
-    if not (callable(target) or hasattr(target, "handle") or hasattr(target, "handle_batch")):
-        raise LoadError(
-            f"handler {spec!r} is a {type(target).__name__}: give a function handle(record, ctx), "
-            "or a class or object with handle or handle_batch"
-        )
-    return target

@@ -30,7 +30,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from marshal_workers.core.childexits import EndNote
+from marshal_workers.ipc.exits import EndNote
 from marshal_workers.ipc.forkserver import ChildContext
 
 NO_POSITION = -1

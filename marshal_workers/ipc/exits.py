@@ -1,7 +1,10 @@
 """How a child ends: its exit codes (the protocol between child and supervisor, listed in
-`child`'s docstring) and `ChildExit`, which unwinds the child's loop to its one shutdown path."""
+`child`'s docstring), `ChildExit`, which unwinds the child's loop to its one shutdown path, and
+`EndNote`, what the shared cells said once it had ended."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from marshal_workers.common.errors import EXIT_OK, EXIT_RUNTIME
 from marshal_workers.ipc.messages import ToSupervisor
@@ -18,6 +21,7 @@ __all__ = [
     "EXIT_RUNTIME",
     "EXIT_SETUP",
     "ChildExit",
+    "EndNote",
 ]
 
 EXIT_HANDLER_FAILED = 4
@@ -40,3 +44,14 @@ class ChildExit(Exception):  # noqa: N818 (control flow, not an error)
         self.code = code
         self.reason = reason
         self.final = final
+
+
+@dataclass(frozen=True, slots=True)
+class EndNote:
+    """What the cells said once the child had ended (see `callcells.CallCells.take_end_note`)."""
+
+    fence: int  # the exit code the watchdog meant when it ended the child (0: none)
+    position: int | None  # ALO: everything below it handled; the record in progress, if any
+    in_call: bool  # the child ended inside a handler call (on the record at position)
+    call_started: float  # when that call began, as the watchdog last published it (0: unknown)
+    unit_end: int | None  # a handle_batch call in progress covered position to this

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from marshal_workers.child.policy import CAUSE_POLICY
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
+
+# why a child stops (`HandlerFailed.cause`)
+CAUSE_POLICY = "on_failure_stop"  # the policy is stop
+CAUSE_FATAL = "stop_processing"  # the handler raised StopProcessing
+CAUSE_POISON_RATE = "poison_rate"  # dlq/skip, but too many poison records within a minute
+CAUSE_DLQ_FAILED = "dlq_failed"  # dlq, but the dead-letter write did not succeed
 
 
 @dataclass(frozen=True, slots=True)

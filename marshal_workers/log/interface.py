@@ -7,19 +7,9 @@ acknowledged it, and then its partition, offset and log time are known.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
-from marshal_workers.protocol.wire import CoordRecord
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    """Where an acknowledged append landed, and its log time (ms)."""
-
-    partition: int
-    offset: int
-    log_time: int
+from marshal_workers.protocol.wire import Appended, CoordRecord
 
 
 class CoordinationLog(Protocol):

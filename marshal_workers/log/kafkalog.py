@@ -34,8 +34,8 @@ from confluent_kafka import (
 )
 
 from marshal_workers.common.errors import MarshalError
-from marshal_workers.log.interface import Appended, LogError
-from marshal_workers.protocol.wire import CoordRecord
+from marshal_workers.log.interface import LogError
+from marshal_workers.protocol.wire import Appended, CoordRecord
 
 DEFAULT_TOPIC: Final = "__marshal"
 OPEN_TIMEOUT_S: Final = 10.0

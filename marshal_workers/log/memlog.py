@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from marshal_workers.log.interface import Appended, LogError
-from marshal_workers.protocol.wire import CoordRecord
+from marshal_workers.log.interface import LogError
+from marshal_workers.protocol.wire import Appended, CoordRecord
 
 
 class MemoryTopic:

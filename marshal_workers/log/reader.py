@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from marshal_workers.log.interface import Appended, CoordinationLog, LogError
+from marshal_workers.log.interface import CoordinationLog, LogError
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
-from marshal_workers.protocol.wire import CoordRecord
+from marshal_workers.protocol.wire import Appended, CoordRecord
 
 Monotonic = Callable[[], float]
 

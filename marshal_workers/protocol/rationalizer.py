@@ -78,6 +78,7 @@ from marshal_workers.protocol.metadata import (
     decode_metadata,
     metadata_key,
 )
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.recordfailures import (
     PoisonState,
     decode_poison,
@@ -110,13 +111,6 @@ class Freshness(StrEnum):
     FRESH = "fresh"
     UNKNOWN = "unknown"
     STALE = "stale"
-
-
-class Mode(StrEnum):
-    """Delivery mode of a consumer group."""
-
-    AMO = "amo"
-    ALO = "alo"
 
 
 @dataclass(frozen=True, slots=True)

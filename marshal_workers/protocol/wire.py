@@ -321,3 +321,12 @@ class CoordRecord:
     timestamp_ms: int
     key: bytes | None
     value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where an acknowledged append landed, and its log time (ms)."""
+
+    partition: int
+    offset: int
+    log_time: int

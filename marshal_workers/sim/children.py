@@ -23,7 +23,7 @@ from marshal_workers.ipc.exits import (
     EXIT_LEASE_EXPIRED,
     EXIT_NOT_GRANTED,
 )
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimKey
 
 Handled = Callable[["SimChild", int, float], None]

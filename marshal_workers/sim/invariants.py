@@ -29,7 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from marshal_workers.protocol.rationalizer import Mode, World
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import World
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.sim.children import SimChild
 

@@ -18,10 +18,9 @@ from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
-from marshal_workers.log.interface import Appended
 from marshal_workers.protocol.members import is_member_key
-from marshal_workers.protocol.rationalizer import Mode
-from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.wire import Appended, ClaimKey
 from marshal_workers.sim.children import DataPartition, Handled, SimChild
 from marshal_workers.sim.vlog import VirtualLog
 

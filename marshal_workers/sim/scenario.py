@@ -20,7 +20,8 @@ from typing import Any
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import rationalizer
-from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig, World, fold
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.recordfailures import PoisonNoted
 from marshal_workers.protocol.wire import (
     ClaimKey,

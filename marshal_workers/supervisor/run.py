@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 from marshal_workers.common.errors import EXIT_OK, MarshalError
 from marshal_workers.common.logs import configure_logging
 from marshal_workers.config.runconfig import RunConfig
-from marshal_workers.handler.context import load_handler
+from marshal_workers.handler.loading import load_handler
 from marshal_workers.ipc.forkserver import fork_server
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.topicadmin import admin_client, describe_topic, diff_topic_config

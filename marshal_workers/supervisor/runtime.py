@@ -41,7 +41,8 @@ from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT, EXIT_SETUP
 from marshal_workers.ipc.forkserver import ChildContext
 from marshal_workers.ipc.sharedlease import SharedLease
 from marshal_workers.log.interface import CoordinationLog, LogError
-from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.background import Background
 from marshal_workers.supervisor.datatopics import DataTopics

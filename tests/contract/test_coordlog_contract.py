@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from marshal_workers.log.interface import Appended, CoordinationLog
+from marshal_workers.log.interface import CoordinationLog
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.log.reader import LogReader
@@ -23,6 +23,7 @@ from marshal_workers.log.topicadmin import admin_client, coordination_topic_conf
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import (
+    Appended,
     ClaimingPartition,
     CoordRecord,
     Heartbeat,

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from marshal_workers.handler.context import Context, Record
+from marshal_workers.handler import Context, Record
 
 PID_FILE_ENV = "CHILD_TEST_PID_FILE"
 EVENTS_ENV = "CHILD_TEST_EVENTS"

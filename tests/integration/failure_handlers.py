@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from marshal_workers.handler.context import Context, Record
+from marshal_workers.handler import Context, Record
 from marshal_workers.handler.record import FetchedRecord
 from plugins import ledger
 

@@ -29,7 +29,8 @@ from marshal_workers.log.kafkalog import RDKAFKA_LOG, KafkaLog
 from marshal_workers.log.reader import LogReader
 from marshal_workers.log.topicadmin import ensure_coordination_topic
 from marshal_workers.protocol.members import is_live, is_member_key
-from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig, resume_offset
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import RationalizerConfig, resume_offset
 from plugins.ledger import LedgerRow, read_ledger
 
 REPO = Path(__file__).resolve().parents[2]

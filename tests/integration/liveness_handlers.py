@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from marshal_workers.handler.context import Context, Record
+from marshal_workers.handler import Context, Record
 from plugins import ledger
 
 AT_ENV = "LIVENESS_AT"

@@ -40,7 +40,7 @@ from marshal_workers.ipc.messages import (
     Stop,
     Stopped,
 )
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 from plugins import ledger
 from tests.integration import child_handlers
 from tests.integration.conftest import WAIT_S, Supervised

@@ -18,8 +18,10 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from marshal_workers.child.deadletters import PREFIX
 from marshal_workers.child.main import EXIT_HANDLER_FAILED
-from marshal_workers.child.policy import CAUSE_DLQ_FAILED, CAUSE_POISON_RATE, CAUSE_POLICY
 from marshal_workers.ipc.messages import (
+    CAUSE_DLQ_FAILED,
+    CAUSE_POISON_RATE,
+    CAUSE_POLICY,
     ChildSpec,
     Grant,
     GrantRequest,
@@ -29,7 +31,7 @@ from marshal_workers.ipc.messages import (
     Stop,
     Stopped,
 )
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 from tests.integration import failure_handlers
 from tests.integration.conftest import WAIT_S, Supervised
 from tests.integration.test_child import PARTITION, make_spec, offsets, produce

@@ -178,7 +178,7 @@ class TestHandlerDeadline:
             (letter,) = letters
             headers = headers_of(letter)
             assert headers["source.offset"] == str(AT)
-            assert headers["error.type"] == "marshal_workers.child.policy.HandlerEnded"
+            assert headers["error.type"] == "marshal_workers.handler.errors.HandlerEnded"
             assert "timed out" in (headers["error.message"] or "")
         else:
             assert letters == []

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from marshal_workers.child.deadletters import PREFIX
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 from plugins.ledger import find_duplicates, find_overlaps
 from tests.integration.fleet import Fleet
 from tests.integration.test_child_failures import read_topic

@@ -17,7 +17,8 @@ import pytest
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.reader import LogReader
 from marshal_workers.protocol import events as ev
-from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import RationalizerConfig
 from plugins.ledger import find_gaps, find_overlaps
 from tests.integration.fleet import DEFAULT_ADMINS, Fleet
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-from marshal_workers.handler.context import Record
+from marshal_workers.handler import Record
 from plugins.sqlite_sink import FencedWrite, SqliteSink
 
 EXIT_FENCED = 3

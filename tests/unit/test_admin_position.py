@@ -11,12 +11,14 @@ from marshal_workers.admin.pause import lift_pause, pause_for, write_pause
 from marshal_workers.admin.position import make_plan, render_plan, set_position
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.common.errors import MarshalError
-from marshal_workers.log.interface import Appended, LogError
+from marshal_workers.log.interface import LogError
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.log.reader import LogReader
 from marshal_workers.protocol import events as ev
-from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig, pause_of, resume_offset
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import RationalizerConfig, pause_of, resume_offset
 from marshal_workers.protocol.wire import (
+    Appended,
     ClaimingMessages,
     ClaimingPartition,
     ClaimKey,

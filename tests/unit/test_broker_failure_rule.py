@@ -8,10 +8,9 @@ from marshal_workers.core import inputs as inp
 from marshal_workers.core.held import Phase
 from marshal_workers.core.member import Member
 from marshal_workers.ipc.sharedlease import default_margin
-from marshal_workers.log.interface import Appended
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
-from marshal_workers.protocol.rationalizer import Mode
-from marshal_workers.protocol.wire import ClaimKey, Heartbeat, encode, record_key
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.wire import Appended, ClaimKey, Heartbeat, encode, record_key
 from marshal_workers.supervisor.brokercheck import (
     FailureDetection,
     failure_detection,

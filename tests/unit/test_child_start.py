@@ -24,7 +24,7 @@ from marshal_workers.child.fencing import parent_to_watch
 from marshal_workers.child.main import main_not_rerun
 from marshal_workers.ipc.forkserver import SERVER_OF_ENV
 from marshal_workers.ipc.messages import ChildSpec
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 
 
 def spec(**kafka: str) -> ChildSpec:

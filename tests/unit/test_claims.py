@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from marshal_workers.protocol.members import (
-    fair_share,
-    is_claimable,
-    is_member_key,
-    live_members,
-    member_key,
-    plan,
-)
+from marshal_workers.core.planning import fair_share, plan
+from marshal_workers.protocol.members import is_claimable, is_member_key, live_members, member_key
 from marshal_workers.protocol.rationalizer import ClaimState
 from marshal_workers.protocol.wire import ClaimKey
 

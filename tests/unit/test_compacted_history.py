@@ -5,8 +5,8 @@ from __future__ import annotations
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.log.reader import LogReader
 from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import (
-    Mode,
     RationalizerConfig,
     World,
     claim_label,

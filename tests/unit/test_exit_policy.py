@@ -8,7 +8,6 @@ import pytest
 
 from marshal_workers.child.main import EXIT_HANDLER_FAILED, EXIT_SETUP
 from marshal_workers.core.childexits import (
-    EndNote,
     ExitDecision,
     Next,
     count_failure,
@@ -21,6 +20,7 @@ from marshal_workers.ipc.exits import (
     EXIT_HANDLER_ENDED,
     EXIT_HANDLER_TIMEOUT,
     EXIT_LEASE_EXPIRED,
+    EndNote,
 )
 from marshal_workers.ipc.messages import Settle
 

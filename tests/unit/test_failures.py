@@ -9,21 +9,19 @@ import pytest
 
 from marshal_workers.child.deadletters import PREFIX, dead_letter_headers
 from marshal_workers.child.policy import (
-    CAUSE_FATAL,
-    CAUSE_POISON_RATE,
-    CAUSE_POLICY,
     Failure,
     FailurePolicy,
     OnFailure,
     PoisonRate,
-    StopProcessing,
     attempt,
     decide,
     dlq_topic_for,
 )
 from marshal_workers.common.errors import ConfigError
 from marshal_workers.config.settings import resolve
-from marshal_workers.handler.context import Record
+from marshal_workers.handler import Record
+from marshal_workers.handler.errors import StopProcessing
+from marshal_workers.ipc.messages import CAUSE_FATAL, CAUSE_POISON_RATE, CAUSE_POLICY
 
 
 class Flaky:

@@ -19,7 +19,8 @@ from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.log.reader import LogReader
-from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import ClaimKey, encode, record_key
 from marshal_workers.supervisor.fleetcheck import ensure_group_settings, own_settings
 from marshal_workers.supervisor.runtime import member_settings

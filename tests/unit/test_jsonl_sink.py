@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from marshal_workers.child.plugin import Plugin
-from marshal_workers.handler.context import Context, Record
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.handler import Context, Record
+from marshal_workers.protocol.modes import Mode
 from plugins.jsonl_sink import DIR_ENV, JsonlSink, path_for, read_lines
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from marshal_workers.audit.checks import LedgerEntry
-from marshal_workers.handler.context import Context, Record
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.handler import Context, Record
+from marshal_workers.protocol.modes import Mode
 from plugins import ledger
 from plugins.ledger import LedgerRow, find_duplicates, find_gaps, find_overlaps, read_ledger
 

@@ -15,7 +15,8 @@ from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.log.memlog import MemoryTopic
 from marshal_workers.protocol.members import member_key
-from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimingPartition,

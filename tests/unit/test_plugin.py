@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from marshal_workers.child.plugin import Plugin
-from marshal_workers.handler.context import Context, Record
+from marshal_workers.handler import Context, Record
 
 CTX = object()  # the plugin passes ctx through untouched
 REC = object()

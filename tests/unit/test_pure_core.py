@@ -20,6 +20,7 @@ CORE = [
     "protocol.fastinit",
     "protocol.members",
     "protocol.leases",
+    "protocol.modes",
     "core.childexits",
     "protocol.metadata",
     "core.reclaim",
@@ -45,7 +46,7 @@ ALLOWED_STDLIB = {
 }
 # Not core, but pure too, so the core may import them: exit codes and their exception, the
 # child-supervisor messages, the failure policy's decisions, the log's acknowledgement type.
-PURE_SUPPORT = ["ipc.exits", "common.errors", "ipc.messages", "child.policy", "log.interface"]
+PURE_SUPPORT = ["ipc.exits", "common.errors", "ipc.messages", "protocol.modes"]
 
 
 SUBPACKAGES = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import (
     Freshness,
-    Mode,
     RationalizerConfig,
     World,
     claim_label,

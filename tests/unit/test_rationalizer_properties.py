@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from marshal_workers.log.memlog import MemoryTopic
 from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import (
-    Mode,
     RationalizerConfig,
     World,
     fold,

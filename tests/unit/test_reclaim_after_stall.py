@@ -19,7 +19,7 @@ from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core.reclaim import reclaimed_position, retry_release
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor import Supervisor
 from marshal_workers.supervisor.observe import Observer

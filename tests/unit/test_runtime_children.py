@@ -13,7 +13,7 @@ from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.sharedlease import SharedLease
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol.members import is_member_key
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor import Supervisor
 from marshal_workers.supervisor import runtime as runtime_module

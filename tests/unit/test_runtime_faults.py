@@ -20,11 +20,12 @@ from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.held import Phase
 from marshal_workers.core.member import Member
-from marshal_workers.log.interface import Appended
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol.members import is_live, is_member_key, member_key
-from marshal_workers.protocol.rationalizer import ClaimState, Mode, RationalizerConfig, World, fold
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import ClaimState, RationalizerConfig, World, fold
 from marshal_workers.protocol.wire import (
+    Appended,
     ClaimingPartition,
     ClaimKey,
     CoordRecord,

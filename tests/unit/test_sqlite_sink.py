@@ -17,9 +17,8 @@ import pytest
 import structlog
 
 from marshal_workers.child.plugin import Plugin
-from marshal_workers.child.policy import StopProcessing
-from marshal_workers.handler.context import Context
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.handler import Context, StopProcessing
+from marshal_workers.protocol.modes import Mode
 from plugins.sqlite_sink import FencedWrite, SqliteSink, fence_token, stored_rows
 from tests.unit.sqlite_writer import EXIT_FENCED, PARTITION, TOPIC, record
 

@@ -20,7 +20,7 @@ from marshal_workers.common.stacks import (
     log_stacks,
     thread_stacks,
 )
-from marshal_workers.handler.context import Record
+from marshal_workers.handler import Record
 
 RECORD = Record("t", 0, 5, None, b"v", None, ())
 

@@ -17,7 +17,8 @@ from marshal_workers.core.pauses import pause_by_other
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.log.reader import LogReader
 from marshal_workers.protocol.members import is_member_key
-from marshal_workers.protocol.rationalizer import Mode, RationalizerConfig, World, fold
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, ReleasingPartition, decode
 from marshal_workers.supervisor import Supervisor
 from marshal_workers.supervisor.observe import Observer

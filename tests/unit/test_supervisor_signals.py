@@ -17,7 +17,7 @@ from marshal_workers.core.held import Phase
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol.members import is_member_key
-from marshal_workers.protocol.rationalizer import Mode
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, ReleasingPartition, decode
 from marshal_workers.supervisor import Supervisor
 from marshal_workers.supervisor.observe import Observer
