@@ -308,19 +308,27 @@ class TestJoiningAfterTheCleaner:
         caught_up = [logged(m, "caught_up") for m in (restarted, new)]
         assert all(caught_up), "a new member logged no caught_up"
         ready = max(times[0][0] for times in caught_up)
-        # A member announces itself by winning its member claim, or (the restarted `b`, when
-        # its old member claim was won after the cleaner's newest cut, so its reader knows it
-        # for certain) by resuming it.
-        announced = [
-            min(
+
+        def announcement(m: Member) -> float | None:
+            """When ``m`` announced itself: it won its member claim, or (the restarted `b`,
+            when its old member claim was won after the cleaner's newest cut, so its reader
+            knows it for certain) resumed it. The others may count a member whose claim
+            they still see as live before it has announced itself, so the split can come
+            first: the line is waited for, and its time is what the bound below judges."""
+            times = [
                 t
                 for event in ("claim_won", "claim_resumed")
                 for t, f in logged(m, event)
                 if f["topic"] == f"__member.{m.client_id}"
-            )
-            - ready
-            for m in (restarted, new)
-        ]
+            ]
+            return min(times, default=None)
+
+        fleet.wait_for(
+            lambda: all(announcement(m) is not None for m in (restarted, new)),
+            30,
+            "both new members to announce themselves",
+        )
+        announced = [t - ready for m in (restarted, new) if (t := announcement(m)) is not None]
         releases = release_latencies(fleet.members[0], spawned)
         slowest_release = max(releases, default=0.0)
         print(
