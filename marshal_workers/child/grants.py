@@ -19,7 +19,7 @@ from marshal_workers.ipc.messages import Grant, GrantRequest
 if TYPE_CHECKING:
     from marshal_workers.handler import Record
 
-AHEAD = 1  # batches asked for beyond the one handled or awaited (DESIGN.md: the loss window)
+AHEAD = 1  # batches asked for beyond the one handled or awaited (a crash loses at most AHEAD + 1)
 
 
 class Asked:

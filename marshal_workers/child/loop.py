@@ -1,9 +1,11 @@
 """A child's main thread: set up the handler and consumer, then fetch, (AMO: ask), handle,
 report, until told to stop or fenced.
 
-AMO asks ahead (`childgrants`): having fetched batch k+1 it sends its `GrantRequest` before it
+AMO asks ahead (`child.grants`): having fetched batch k+1 it sends its `GrantRequest` before it
 waits for batch k's `Grant` and handles batch k, so the coordination log's round trip for one
-batch overlaps the handling of the other (README: AMO one batch ahead).
+batch overlaps the handling of the other. On `Stop` it asks for nothing more and handles every
+batch it asked for that the supervisor grants before it exits (a graceful stop loses nothing:
+the log reserved those batches for this claim, and nobody else may handle them).
 
 `ChildLoop` checks its lease before every batch and every handler call, hands a failing call
 to the failure policy (retries, then dlq, skip or stop: `childfailures`), and unwinds to one
@@ -118,7 +120,7 @@ class ChildLoop(FailureHandling):
         self.handled = 0  # records the handler completed (dead letters and skips not counted)
         self.dead_lettered = 0
         self.skipped = 0
-        self.stop_requested = False  # AMO: Stop came during a retry wait; finish the batch
+        self.stop_requested = False  # AMO: Stop came; handle the batches granted, then exit
 
     def run(self) -> int:
         """Run until something ends the child; its exit code."""
@@ -204,12 +206,12 @@ class ChildLoop(FailureHandling):
         batch in hand would wait with it)."""
         asked = self.asked
         fetched = False
-        if asked.may_ask():
+        if asked.may_ask() and not self.stop_requested:
             records = self._fetch(self.fetch_now if asked.batches else self.spec)
             if records:
                 self._send(asked.ask(records))
                 fetched = True
-        if asked.batches and (asked.full() or not fetched):
+        if asked.batches and (asked.full() or not fetched or self.stop_requested):
             request, batch = asked.take()
             self._await_grant(request)
             self._handle(batch)
@@ -354,6 +356,8 @@ class ChildLoop(FailureHandling):
             self.log.warning(
                 "grant_refused", start=request.start, end=request.end, reason=grant.reason
             )
+            if self.stop_requested:  # (asked before the stop: nothing of it reserved for us)
+                raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
             raise ChildExit(EXIT_NOT_GRANTED, "not_granted")
         self.next_offset = request.end
 
@@ -367,19 +371,22 @@ class ChildLoop(FailureHandling):
             msg = self._receive(min(GRANT_POLL_S, max(0.0, self.lease.remaining())))
             if isinstance(msg, Grant) and msg.request_id == request.request_id:
                 return msg
-            if isinstance(msg, Stop):
+            if isinstance(msg, Stop):  # the answer comes all the same: a granted batch is ours
                 self.log.info("stop_while_awaiting_grant", start=request.start, end=request.end)
-                raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
+                self.stop_requested = True
+                continue
             self._aside(msg)
 
     def _read_stop(self) -> None:
-        """Drain the pipe; on `Stop`, end with `Stopped` (the batch in hand is already done)."""
-        if self.stop_requested:
-            raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
+        """Drain the pipe; on `Stop`, end with `Stopped` (the batch in hand is already done),
+        once no batch asked for is left (AMO: each is handled if granted, see the module doc)."""
         while (msg := self._receive(0.0)) is not None:
             if isinstance(msg, Stop):
-                raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
-            self._aside(msg)
+                self.stop_requested = True
+            else:
+                self._aside(msg)
+        if self.stop_requested and not self.asked.batches:
+            raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
 
     def _aside(self, msg: ToChild | None) -> None:
         """A message read while waiting for another (`Stop` is each waiter's own): answer

@@ -13,7 +13,7 @@ from __future__ import annotations
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.childexits import ChildEnd, Next, count_failure, decide
 from marshal_workers.core.context import Context
-from marshal_workers.core.held import Held, Phase
+from marshal_workers.core.held import ASKED_TO_STOP, Held, Phase
 from marshal_workers.core.holdings import Holdings
 from marshal_workers.core.pending import Kind, Op
 from marshal_workers.core.poisoning import Poisoning
@@ -23,6 +23,12 @@ from marshal_workers.ipc.messages import CAUSE_POISON_RATE
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimingMessages
+
+# AMO: the phases in which a reservation the log accepted is granted to the child that asked.
+# A child told to stop (TERM, a rebalance, a reload, a pause, a settings change) handles every
+# batch the log reserved for it before it exits, so a graceful stop loses nothing (issue 19);
+# it asks for nothing new, and a request that crossed the `Stop` is refused before it is written.
+GRANTING = (Phase.RUNNING, *ASKED_TO_STOP)
 
 
 class Children:
@@ -116,7 +122,9 @@ class Children:
         floor = held.position
         if held.asked_end is not None and floor is not None:
             floor = max(floor, held.asked_end)
-        if held.phase is not Phase.RUNNING or now >= held.lease:
+        if held.phase in ASKED_TO_STOP:
+            refusal = "the child is stopping"  # nothing written: nothing reserved, none lost
+        elif held.phase is not Phase.RUNNING or now >= held.lease:
             refusal = "claim not held"
         elif held.refused_from is not None:
             refusal = "an earlier batch was refused"
@@ -148,7 +156,7 @@ class Children:
         refusal = None
         if not isinstance(event, ev.MessagesClaimed):
             refusal = getattr(event, "reason", "reservation not confirmed")
-        elif held is None or held.phase is not Phase.RUNNING or event.token != held.token:
+        elif held is None or held.phase not in GRANTING or event.token != held.token:
             refusal = "claim not held"
         elif not asker:
             refusal = "the child that asked has ended"

@@ -5,7 +5,8 @@ partition at its handler's speed, reads its lease before every record (and its w
 it at the deadline, even while its supervisor is frozen), asks for grants in AMO one batch
 ahead as the real child does (the next batch is asked for before the answer on the one before
 comes, so two reservations are in flight), publishes its ALO position in "shared memory", and
-finishes its batch when told to stop. Every record
+when told to stop finishes its batch (AMO: and every batch it asked for that is granted; it asks
+for nothing new). Every record
 it handles is reported to the checker with the virtual time.
 """
 
@@ -27,6 +28,7 @@ from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimKey
 
 Handled = Callable[["SimChild", int, float], None]
+Died = Callable[["SimChild", int, float], None]
 
 
 @dataclass(slots=True)
@@ -56,6 +58,7 @@ class SimChild:
     ready_at: float
     on_handled: Handled
     on_failed: Handled  # a handler call failed (raised, or timed out) on a record
+    on_died: Died  # the process ended (its exit code; negative: the signal)
     position: int = 0
     alive: bool = True
     exit_code: int | None = None
@@ -72,6 +75,8 @@ class SimChild:
     hung_until: float = 0.0
     hung_since: float | None = None  # a handler call stuck on a poison record, since
     end: ChildEnd | None = None  # how it ended, as its shared cells would say
+    refusals: dict[int, str] = field(default_factory=dict)  # AMO: why, by request id
+    refused: str | None = None  # AMO: it ended at a refused grant, for this reason
 
     def __post_init__(self) -> None:
         self.position = self.asked_end = self.spec.start_offset or 0
@@ -80,6 +85,7 @@ class SimChild:
         """The process ends."""
         if self.alive:
             self.alive, self.exit_code, self.exited_at = False, code, t
+            self.on_died(self, code, t)
 
     def receive(self, message: ipc.ToChild, t: float) -> None:
         """A message from the supervisor over the pipe."""
@@ -89,6 +95,8 @@ class SimChild:
             self.stopping = True
         elif isinstance(message, ipc.Grant) and any(message.request_id == a[0] for a in self.asks):
             self.answers[message.request_id] = message.granted  # taken in request order
+            if not message.granted:
+                self.refusals[message.request_id] = message.reason
 
     def step(self, t: float, dt: float) -> None:
         """Run for ``dt`` seconds of virtual time ending at ``t``."""
@@ -99,7 +107,7 @@ class SimChild:
             return
         if t < self.ready_at or t < self.hung_until:
             return
-        if self.stopping and self.batch is None:
+        if self.stopping and self.batch is None and not self.asks:
             self.outbox.append(ipc.Stopped(self.position))
             self.die(0, t)
             return
@@ -150,7 +158,12 @@ class SimChild:
         if self.batch is None and self.asks and self.asks[0][0] in self.answers:
             request, start, end = self.asks.pop(0)
             if not self.answers.pop(request):  # the batches before it are handled: end here
-                self.die(EXIT_NOT_GRANTED, t)
+                self.refused = self.refusals.get(request, "")  # what it asked may be lost
+                if self.stopping:  # asked before the stop and refused: a clean end
+                    self.outbox.append(ipc.Stopped(self.position))
+                    self.die(0, t)
+                else:
+                    self.die(EXIT_NOT_GRANTED, t)
                 return
             self.batch, self.position = (start, end), max(self.position, start)
         # asking ahead (`childgrants`): the next while the one before is handled or awaited

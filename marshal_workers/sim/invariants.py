@@ -4,6 +4,12 @@
   child's handling, from its first record to its last, is disjoint from every other child's on
   that partition);
 - ``amo_no_double_grant``: in AMO no offset is handled twice;
+- ``amo_loss_only_on_crash``: in AMO every offset below the position the log ends with was
+  handled, except those a child had asked for and not handled when it crashed (killed, its lease
+  ran out, its handler failed or hung) or a fault refused a grant it asked for (a reservation
+  whose write timed out may have landed: `FAULT_REFUSALS`); each such window is at most the batches
+  a child may ask for ahead (``(AHEAD + 1) * batch_size``). A child that stopped gracefully (exit
+  0) explains no loss;
 - ``alo_no_skip``: in ALO every offset below the position the log ends with was handled;
 - ``alo_rehandle_bound``: in ALO a record is handled again only if its first handling was in
   the last 2*HB + 0.5 s of its handler's work (a heartbeat carries the position of at most
@@ -29,14 +35,26 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from marshal_workers.child.grants import AHEAD
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import World
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.sim.children import SimChild
 
+# AMO: the refusals a fault causes (a write that timed out may have landed; a lease run out;
+# a batch behind a position a lost write moved; and those after one). A refusal of a batch the
+# log reserved for a claim its member only stops ("claim not held") is a graceful loss.
+FAULT_REFUSALS = (
+    "reservation not written",
+    "lease expired",
+    "batch starts at",
+    "an earlier batch was refused",
+)
+
 INVARIANTS = (
     "no_overlap",
     "amo_no_double_grant",
+    "amo_loss_only_on_crash",
     "alo_no_skip",
     "alo_rehandle_bound",
     "fold_agreement",
@@ -75,6 +93,14 @@ class Checker:
     park_after: int = 4
     failures: dict[tuple[ClaimKey, int], int] = field(default_factory=dict)
     failed_by: dict[str, int] = field(default_factory=dict)  # per member instance
+    # AMO: per claim, the ranges a child had asked for and not handled when it crashed
+    crash_windows: dict[ClaimKey, list[tuple[int, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    graceful_stops: int = 0  # AMO children that ended with exit 0
+    unfinished: dict[ClaimKey, list[tuple[int, int]]] = field(  # children at work at the end
+        default_factory=lambda: defaultdict(list)
+    )
 
     def violation(self, invariant: str, detail: str, t: float | None = None) -> None:
         """Record a violation (the first few per invariant are enough)."""
@@ -113,6 +139,31 @@ class Checker:
                     f"member instance {instance}: {lost} failures never counted in the log, "
                     f"after {faults.get(instance, 0)} faults",
                 )
+
+    def died(self, child: SimChild, code: int, t: float) -> None:
+        """A child ended with ``code``: in AMO, what it asked for and did not handle is
+        explained (a crash) or not (a graceful end: it must have handled all it was granted)."""
+        if self.modes[child.key.group] is not Mode.AMO:
+            return
+        if code == 0 and not (child.refused and child.refused.startswith(FAULT_REFUSALS)):
+            self.graceful_stops += 1
+            return
+        if child.asked_end > child.position:
+            window = (child.position, child.asked_end)
+            self.crash_windows[child.key].append(window)
+            bound = (AHEAD + 1) * child.spec.batch_size
+            if window[1] - window[0] > bound:
+                self.violation(
+                    "amo_loss_only_on_crash",
+                    f"{child.cid} crashed (exit {code}) with {window[1] - window[0]} records "
+                    f"asked for and not handled ({window[0]}..{window[1]}), above {bound}",
+                    t,
+                )
+
+    def in_progress(self, child: SimChild) -> None:
+        """A child still at work when the run ends: what it asked for is not lost (yet)."""
+        if child.asked_end > child.position:
+            self.unfinished[child.key].append((child.position, child.asked_end))
 
     def handled(self, child: SimChild, offset: int, t: float) -> None:
         """A child handled ``offset`` at ``t``."""
@@ -157,6 +208,7 @@ class Checker:
         """The checks made at the end of a run (``noted`` and ``faults``: see `_poison`)."""
         self._overlaps()
         self._alo(reference)
+        self._amo_losses(reference)
         self._poison(noted, faults)
         for name, world in readers:
             self._agree(name, world, reference[world.partition])
@@ -192,6 +244,26 @@ class Checker:
                     "alo_no_skip",
                     f"{key.topic}/{key.partition}: {len(missing)} offsets below the position "
                     f"{committed} never handled (first {missing[0]})",
+                )
+
+    def _amo_losses(self, reference: dict[int, World]) -> None:
+        ends: dict[ClaimKey, int] = {}
+        for world in reference.values():
+            for key, state in world.claims.items():
+                ends[key] = max(state.committed or 0, state.reserved or 0)
+        for key, end in ends.items():
+            if key.group not in self.modes or self.modes[key.group] is not Mode.AMO:
+                continue
+            counts = self.counts.get(key, {})
+            windows = self.crash_windows.get(key, []) + self.unfinished.get(key, [])
+            lost = [
+                o for o in range(end) if o not in counts and not any(a <= o < b for a, b in windows)
+            ]
+            if lost:
+                self.violation(
+                    "amo_loss_only_on_crash",
+                    f"{key.topic}/{key.partition}: {len(lost)} offsets below the position {end} "
+                    f"never handled and lost in no crash (first {lost[0]})",
                 )
 
     def _agree(self, name: str, world: World, reference: World) -> None:

@@ -21,7 +21,7 @@ from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import Appended, ClaimKey
-from marshal_workers.sim.children import DataPartition, Handled, SimChild
+from marshal_workers.sim.children import DataPartition, Died, Handled, SimChild
 from marshal_workers.sim.vlog import VirtualLog
 
 TRACE_LINES = 40
@@ -61,6 +61,7 @@ class SimNode:
         rng: random.Random,
         on_handled: Handled,
         on_failed: Handled,
+        on_died: Died,
         on_violation: Callable[[str], None],
         speed: float,
         wall_skew: float = 0.0,
@@ -74,6 +75,7 @@ class SimNode:
         self.rng = rng
         self.on_handled = on_handled
         self.on_failed = on_failed
+        self.on_died = on_died
         self.on_violation = on_violation
         self.speed = speed
         self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
@@ -262,6 +264,7 @@ class SimNode:
             ready_at=t + self.rng.uniform(0.1, 0.3),
             on_handled=self.on_handled,
             on_failed=self.on_failed,
+            on_died=self.on_died,
         )
         self.children[key] = child
         self.trace.append(

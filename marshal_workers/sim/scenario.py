@@ -185,6 +185,7 @@ class Fleet:
             rng=self.rng,
             on_handled=self.checker.handled,
             on_failed=self.checker.failed,
+            on_died=self.checker.died,
             on_violation=lambda d: self.checker.violation("isolation", d, self.t),
             speed=self.p.speed,
             wall_skew=self.rng.uniform(-5, 5),
@@ -426,6 +427,9 @@ class Fleet:
                     by[event.message.instance_id] = by.get(event.message.instance_id, 0) + 1
         readers: list[tuple[str, World]] = []
         for node in self.nodes:
+            for child in node.children.values():
+                if child.alive:  # the run ends while it works: its batches are not lost
+                    self.checker.in_progress(child)
             if node.alive and node.started:
                 node.catch_up(self.t)
                 readers.extend((node.name, w) for w in node.member.worlds.values())

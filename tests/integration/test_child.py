@@ -182,10 +182,14 @@ class TestAtMostOnce:
         third = child.expect(GrantRequest)  # it handled the first, fetched and asks again
         assert third.start == second.end
         assert offsets(ledger_dir) == list(range(first.start, first.end))
-        child.handle.send(Stop())  # while it waits for the second's answer
-        assert child.expect(Stopped).next_offset == first.end
+        child.handle.send(Stop())  # while it waits for the second's answer: it waits on
+        time.sleep(0.3)
+        assert child.handle.exitcode is None
+        child.handle.send(Grant(second.request_id, granted=True))  # reserved: handled
+        child.handle.send(Grant(third.request_id, granted=False, reason="the child is stopping"))
+        assert child.expect(Stopped).next_offset == second.end
         assert child.wait_exit() == 0
-        assert offsets(ledger_dir) == list(range(first.start, first.end))
+        assert offsets(ledger_dir) == list(range(first.start, second.end))
 
     def test_answers_that_come_together_are_each_used_once(
         self, kafka_bootstrap: str, topic: str, ledger_dir: Path, spawn: Callable[..., Supervised]
@@ -203,6 +207,8 @@ class TestAtMostOnce:
         assert (third.start, fourth.start) == (second.end, third.end)
         assert offsets(ledger_dir) == list(range(first.start, second.end))
         child.handle.send(Stop())
+        # asked before the stop: refused unwritten; the child ends at the first refusal
+        child.handle.send(Grant(third.request_id, granted=False, reason="stopping"))
         assert child.expect(Stopped).next_offset == second.end
         assert child.wait_exit() == 0
         assert offsets(ledger_dir) == list(range(first.start, second.end))
@@ -221,15 +227,33 @@ class TestAtMostOnce:
         assert child.wait_exit() == EXIT_NOT_GRANTED
         assert offsets(ledger_dir) == list(range(first.start, first.end))
 
-    def test_stop_while_a_grant_is_pending_handles_nothing(
+    def test_stop_while_a_grant_is_pending_handles_the_batch_once_granted(
         self, kafka_bootstrap: str, topic: str, ledger_dir: Path, spawn: Callable[..., Supervised]
     ) -> None:
-        """Stop instead of a grant: nothing handled, Stopped at the last granted offset, exit 0."""
+        """Stop before the grant: the child waits for the answer and handles the granted batch
+        (the log reserved it for this claim: dropping it would lose it), then Stopped, exit 0."""
         produce(kafka_bootstrap, topic, {PARTITION: 5})
         child = spawn(make_spec(kafka_bootstrap, topic, mode=Mode.AMO, start_offset=2))
         request = child.expect(GrantRequest)
-        assert request.start == 2
+        assert (request.start, request.end) == (2, 5)
         child.handle.send(Stop())
+        time.sleep(0.3)
+        assert child.handle.exitcode is None and offsets(ledger_dir) == []
+        child.handle.send(Grant(request.request_id, granted=True))
+        assert child.expect(Stopped).next_offset == 5
+        assert child.wait_exit() == 0
+        assert offsets(ledger_dir) == [2, 3, 4]
+
+    def test_stop_then_a_refusal_ends_the_child_cleanly_with_nothing_handled(
+        self, kafka_bootstrap: str, topic: str, ledger_dir: Path, spawn: Callable[..., Supervised]
+    ) -> None:
+        """Stop, then the pending batch refused (unwritten, so not reserved): exit 0, Stopped at
+        the start, nothing handled."""
+        produce(kafka_bootstrap, topic, {PARTITION: 5})
+        child = spawn(make_spec(kafka_bootstrap, topic, mode=Mode.AMO, start_offset=2))
+        request = child.expect(GrantRequest)
+        child.handle.send(Stop())
+        child.handle.send(Grant(request.request_id, granted=False, reason="the child is stopping"))
         assert child.expect(Stopped).next_offset == 2
         assert child.wait_exit() == 0
         assert offsets(ledger_dir) == []

@@ -9,15 +9,17 @@ from typing import Any
 
 import pytest
 
-from marshal_workers.core import logclock
+from marshal_workers.core import children, logclock
 from marshal_workers.core.children import Children
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.core.context import Context
+from marshal_workers.core.held import Phase
 from marshal_workers.core.holdings import Holdings
 from marshal_workers.core.poisoning import Poisoning
 from marshal_workers.protocol import rationalizer
 from marshal_workers.protocol.rationalizer import ClaimState, resume_offset
 from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.sim.children import SimChild
 from marshal_workers.sim.scenario import SimParams
 from tests.sim.conftest import first_violation
 
@@ -176,3 +178,31 @@ def test_poison_defect_a_compacted_reader_refuses_the_surviving_count(
 
     monkeypatch.setattr(rationalizer, "fold_poison", checked)
     assert first_violation(SimParams(), "poison_bounded", SEEDS) is not None
+
+
+def test_amo_defect_a_stopping_child_drops_the_batch_it_asked_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 19.1 (the child): told to stop, a child finished the batch in hand and exited,
+    dropping the batch it had asked for ahead, whose reservation the log then held: records
+    lost on every graceful stop (a rebalance, a deploy, a pause)."""
+    step = SimChild.step
+
+    def dropping(self: SimChild, t: float, dt: float) -> None:
+        if self.stopping and self.batch is None:
+            self.asks.clear()  # what the child asked for ahead is forgotten
+        step(self, t, dt)
+
+    monkeypatch.setattr(SimChild, "step", dropping)
+    params = SimParams(members=4, groups=2, faults=("restart", "pause"), fault_count=3)
+    assert first_violation(params, "amo_loss_only_on_crash", SEEDS) is not None
+
+
+def test_amo_defect_reservations_refused_once_the_child_is_told_to_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 19.1 (the member): a reservation in flight when the child was told to stop was
+    refused at its verdict, though the log had reserved it: the child could not handle it."""
+    monkeypatch.setattr(children, "GRANTING", (Phase.RUNNING,))
+    params = SimParams(members=4, groups=2, faults=("restart", "pause"), fault_count=3)
+    assert first_violation(params, "amo_loss_only_on_crash", SEEDS) is not None

@@ -25,6 +25,7 @@ MIXES = [
     SimParams(members=6, groups=2, faults=("twins",), fault_count=3),
     SimParams(members=4, groups=1, faults=("poison",), fault_count=3),
     SimParams(members=4, groups=1, faults=("poison",), fault_count=3, duration=60),
+    SimParams(members=4, groups=2, faults=("restart", "pause"), fault_count=3),
 ]
 
 

@@ -358,6 +358,40 @@ class TestGrants:
         ]
         assert h.member.held[key].position == 150
 
+    # ---- a graceful stop with batches in flight (AMO loses nothing) -------------------------
+
+    def test_batches_in_flight_when_told_to_stop_are_granted_and_released_after(self) -> None:
+        """SIGTERM with two reservations in flight: both granted (the child handles them before
+        it exits), and the release carries the end of the second. Refusing them would lose the
+        200 records the log reserved (issue 19: graceful operations lose nothing)."""
+        h, key = self.grant_setup()
+        first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
+        h.run(h.member.feed(inp.SignalReceived(h.now, signal.SIGTERM)))
+        assert h.member.held[key].phase is Phase.STOPPING
+        assert any(isinstance(c, cmd.TellChild) and c.message == ipc.Stop() for c in h.commands)
+        self.land(h, first + second)
+        grants = [g for g in self.grants(h) if isinstance(g, ipc.Grant)]
+        assert grants == [ipc.Grant(1, True, ""), ipc.Grant(2, True, "")]
+        h.run(h.member.feed(inp.ChildSaid(h.now, key, ipc.Stopped(200))))
+        h.run(h.member.feed(inp.ChildExited(h.now, key, 0)))
+        h.tick(0.05)
+        assert [m.offset for m in h.appended(ReleasingPartition) if m.topic == "orders"] == [200]
+
+    def test_a_batch_asked_after_the_stop_is_refused_unwritten(self) -> None:
+        """A request that crossed the `Stop` on the pipe is refused before anything is written:
+        nothing is reserved, so nothing is lost, and the release stays at the handled end."""
+        h, key = self.grant_setup()
+        first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        h.run(h.member.feed(inp.SignalReceived(h.now, signal.SIGTERM)))
+        assert self.ask(h, key, ipc.GrantRequest(2, 150, 200)) == []
+        self.land(h, first)
+        grants = [g for g in self.grants(h) if isinstance(g, ipc.Grant)]
+        assert [(g.request_id, g.granted) for g in grants] == [(2, False), (1, True)]
+        h.run(h.member.feed(inp.ChildExited(h.now, key, 0)))
+        h.tick(0.05)
+        assert [m.offset for m in h.appended(ReleasingPartition) if m.topic == "orders"] == [150]
+
     def test_a_verdict_for_a_lost_claims_child_is_not_told_to_the_next_holding(self) -> None:
         """The claim is lost with a reservation in flight and won again: the new child (its
         request ids start at 1 too) hears nothing of the old verdict, and is not refused."""
