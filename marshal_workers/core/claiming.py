@@ -36,6 +36,7 @@ class Claiming:
         self._old_seen: dict[ClaimKey, int] = {}  # takeovers: the old instance's last heartbeat
         self._resume_lookup: set[ClaimKey] = set()  # to take over once their start is found
         self._next_claim = self._next_release = self._next_release_retry = 0.0
+        self._release_tries: dict[ClaimKey, int] = {}  # an unconfirmed release written again
 
     # ---- restart recovery ------------------------------------------------------------------
 
@@ -272,12 +273,19 @@ class Claiming:
             return
         self._next_release_retry = now + ctx.s.heartbeat_interval / 2
         s = ctx.s
-        for key, position in list(ctx.expired_positions.items()):
+        for key, handled in list(ctx.expired_positions.items()):
             if key in ctx.held or ctx.pending.in_flight(Kind.RELEASE, key):
                 continue
-            if retry_release(ctx.state_of(key), s.client_id, s.instance_id) is None:
+            state = ctx.state_of(key)
+            tries = self._release_tries.get(key, 0)
+            if retry_release(state, s.client_id, s.instance_id, tries) is None:
                 del ctx.expired_positions[key]
+                self._release_tries.pop(key, None)
                 continue
+            self._release_tries[key] = tries + 1
+            assert state is not None
+            # never below what the log has committed for this claim (a release lowers nothing)
+            position = max(handled, state.committed or 0)
             message = ReleasingPartition(*ctx.fields(key), position)
             ctx.append(Kind.RELEASE, key, message, now, end=position)
 

@@ -173,8 +173,12 @@ class Holdings:
             return
         if release and held.phase is not Phase.LOST and held.position is not None:
             held.phase = Phase.RELEASING
-            message = ReleasingPartition(*self.ctx.fields(held.key), held.position)
-            self.ctx.append(Kind.RELEASE, held.key, message, now, end=held.position)
+            position = held.position
+            state = self.ctx.state_of(held.key)
+            if state is not None and state.certain and state.token == held.token:
+                position = max(position, state.committed or 0)  # a release lowers nothing
+            message = ReleasingPartition(*self.ctx.fields(held.key), position)
+            self.ctx.append(Kind.RELEASE, held.key, message, now, end=position)
         else:
             self.drop(held.key)
 

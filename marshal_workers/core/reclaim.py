@@ -10,9 +10,11 @@ member alone, under its own claim: it resumes there (the larger of that and the 
 its first heartbeat tells the log. Otherwise the log's position stands: another owner may
 have moved it (a rewind included).
 
-Until then the member writes its release again (`retry_release`) while the log still shows
-this very instance as the holder: a holder's release needs no freshness, its child is dead,
-and the position is what that child handled, so whoever claims next resumes there.
+Until then the member writes its release again (`retry_release`) while a certain fold shows
+this very instance as the holder, at most `RELEASE_RETRIES` times: a holder's release needs no
+freshness, its child is dead, and the position is what that child handled, so whoever claims
+next resumes there. An uncertain fold proves no holder, and a release written again without end
+keeps the claim looking active to every reader, so nobody ever takes it over (issue 18.2).
 """
 
 from __future__ import annotations
@@ -29,9 +31,17 @@ def reclaimed_position(
     return max(log_position, own_position)
 
 
-def retry_release(state: ClaimState | None, client_id: str, instance_id: str) -> bool | None:
+RELEASE_RETRIES = 3  # writes of an unconfirmed release after the first, at most
+
+
+def retry_release(
+    state: ClaimState | None, client_id: str, instance_id: str, tries: int = 0
+) -> bool | None:
     """Whether to write the unconfirmed release again (True), or forget the position (None):
-    the log shows the claim released or held by anyone but this instance."""
-    if state is None or state.holder_client != client_id or state.holder_instance != instance_id:
+    the fold is uncertain, or shows the claim released or held by anyone but this instance, or
+    the release was written again ``tries`` = `RELEASE_RETRIES` times already."""
+    if state is None or not state.certain or tries >= RELEASE_RETRIES:
+        return None
+    if state.holder_client != client_id or state.holder_instance != instance_id:
         return None
     return True

@@ -551,6 +551,9 @@ def _uncertain(
             state.committed, state.reserved = msg.offset, None  # a rewind: set outright
         else:
             state.committed = max(state.committed or 0, msg.offset)
-        state.holder_client, state.holder_instance = msg.client_id, msg.instance_id
+        if isinstance(msg, Heartbeat):
+            # a release proves nothing about holding (its writer's own refused release
+            # included): only a heartbeat names the likely holder of an uncertain claim
+            state.holder_client, state.holder_instance = msg.client_id, msg.instance_id
     state.last_activity = now
     return ev.Unverified(rec.partition, rec.offset, now, msg)

@@ -50,6 +50,7 @@ def summarize(results: list[RunResult], params: SimParams, seconds: float) -> di
             "heartbeat_interval_s": params.heartbeat_interval,
             "faults": list(params.faults),
         },
+        "liveness_checked": sum(1 for r in results if r.liveness_checked),
         "coordination_records": sum(r.records for r in results),
         "records_handled": sum(r.handled for r in results),
         "wall_seconds": round(seconds, 2),

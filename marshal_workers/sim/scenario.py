@@ -89,6 +89,9 @@ class SimParams:
         return 10 * self.heartbeat_interval + 3.0
 
 
+SETTLE_CAP = 4  # a run ends by SETTLE_CAP * duration even if faults keep it from settling
+
+
 @dataclass
 class RunResult:
     """What a run found and measured."""
@@ -100,6 +103,7 @@ class RunResult:
     records: int
     handled: int
     trace: list[str] = field(default_factory=list)
+    liveness_checked: bool = True  # the run ended with a fault-free settle (always, bar a cap)
 
 
 class Fleet:
@@ -392,12 +396,21 @@ class Fleet:
         p = self.p
         self.add_members()
         self.schedule_faults()
-        steps = int(p.duration / p.dt)
         cold: float | None = None
         recoveries: list[float] = []
         open_fault: float | None = None
-        for step in range(steps + 1):
+        # every run ends with a fault-free settle long enough to check liveness: it runs past
+        # ``duration`` until the last fault has ended ``settle`` (+ a second) ago (a fault may
+        # end late: a freeze, a pause), within a cap
+        cap = SETTLE_CAP * p.duration
+        step = 0
+        while True:
             t = self.advance(step)
+            step += 1
+            last_end = max((w[1] for w in self.fault_windows), default=0.0)
+            done = t >= p.duration and t >= last_end + p.settle + 1.0 and not self.events
+            if done or t >= cap:
+                break
             if step % 5 == 0:
                 self._hung_handlers(t)
                 ok = self.converged()
@@ -410,7 +423,8 @@ class Fleet:
                     recoveries.append(t - open_fault)
                     open_fault = None
         last_fault = max((w[1] for w in self.fault_windows), default=0.0)
-        if self.t >= last_fault + p.settle and not self.converged():
+        checked = self.t >= last_fault + p.settle
+        if checked and not self.converged():
             self.checker.violation(
                 "liveness",
                 f"not every partition held, handled and fairly shared {self.t - last_fault:.1f}s "
@@ -444,6 +458,7 @@ class Fleet:
             sum(len(s) for s in self.log.shadow),
             self.checker.handled_total,
             trace if self.checker.violations else [],
+            checked,
         )
 
     def _rcfg(self) -> RationalizerConfig:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from marshal_workers.core import children, logclock
+from marshal_workers.core import claiming as claiming_module
 from marshal_workers.core.children import Children
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.core.context import Context
@@ -18,7 +19,7 @@ from marshal_workers.core.holdings import Holdings
 from marshal_workers.core.poisoning import Poisoning
 from marshal_workers.protocol import rationalizer
 from marshal_workers.protocol.rationalizer import ClaimState, resume_offset
-from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.protocol.wire import ClaimKey, ReleasingPartition
 from marshal_workers.sim.children import SimChild
 from marshal_workers.sim.scenario import SimParams
 from tests.sim.conftest import first_violation
@@ -206,3 +207,28 @@ def test_amo_defect_reservations_refused_once_the_child_is_told_to_stop(
     monkeypatch.setattr(children, "GRANTING", (Phase.RUNNING,))
     params = SimParams(members=4, groups=2, faults=("restart", "pause"), fault_count=3)
     assert first_violation(params, "amo_loss_only_on_crash", SEEDS) is not None
+
+
+def test_release_defect_a_stale_release_retried_forever(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 18.2: a member wrote its unconfirmed release again every HB/2 while its own fold
+    showed it as holder, and an uncertain fold made a release's writer the holder (its own
+    refused release included): the claim never looked silent, nobody took it over."""
+    monkeypatch.setattr(claiming_module, "retry_release", _unbounded_retry)
+    fold_uncertain = rationalizer._uncertain
+
+    def writer_holds(world: Any, rec: Any, msg: Any, key: Any, state: Any) -> Any:
+        event = fold_uncertain(world, rec, msg, key, state)
+        if isinstance(msg, ReleasingPartition):
+            state.holder_client, state.holder_instance = msg.client_id, msg.instance_id
+        return event
+
+    monkeypatch.setattr(rationalizer, "_uncertain", writer_holds)
+    params = SimParams(members=6, groups=2, faults=("freeze", "compaction"), fault_count=10)
+    assert first_violation(params, "liveness", SEEDS) is not None
+
+
+def _unbounded_retry(state: Any, client_id: str, instance_id: str, tries: int = 0) -> bool | None:
+    """The retry rule before issue 18.2: while the fold (certain or not) shows this instance."""
+    if state is None or state.holder_client != client_id or state.holder_instance != instance_id:
+        return None
+    return True

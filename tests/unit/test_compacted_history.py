@@ -99,6 +99,20 @@ class TestCertainty:
         assert claim_label(world.claims[KEY], 2, HB) == "fresh"
 
 
+    def test_an_uncertain_release_never_makes_its_writer_the_holder(self) -> None:
+        """Issue 18.2: on an uncertain claim a release (its writer's own refused one included)
+        is no proof of holding: the holder stays whoever heartbeated, so a member never reads
+        its own stale release back as 'I hold it' and writes it again forever."""
+        world = World(RationalizerConfig(HB), 0)
+        fold(world, record(hb("a", 50), 1, 0))
+        fold(world, record(release("b", 40), 2, 1))
+        state = world.claims[KEY]
+        assert (state.holder_client, state.committed) == ("a", 50)
+        world = World(RationalizerConfig(HB), 0)
+        fold(world, record(release("b", 40), 1, 0))  # the only record that survived the cleaner
+        assert world.claims[KEY].holder_client is None
+
+
 class TestCompactedLog:
     def test_long_held_claim_is_not_lost_to_a_fresh_reader(self) -> None:
         """A holder's ClaimingPartition compacted away: a rival still cannot take the claim."""

@@ -131,3 +131,15 @@ def test_a_release_is_retried_only_while_this_instance_holds_the_claim() -> None
     assert retry_release(ClaimState(True, "w2", "j1"), "w1", "i1") is None
     assert retry_release(ClaimState(True, "w1", "i2"), "w1", "i1") is None
     assert retry_release(None, "w1", "i1") is None
+
+
+def test_a_release_is_retried_only_on_a_certain_fold_and_a_bounded_number_of_times() -> None:
+    """Issue 18.2: an uncertain fold proves nobody holds the claim, and a refused release is
+    not written again forever (it kept the claim looking active: starvation)."""
+    from marshal_workers.core.reclaim import RELEASE_RETRIES  # noqa: PLC0415
+    from marshal_workers.protocol.rationalizer import ClaimState  # noqa: PLC0415
+
+    assert retry_release(ClaimState(False, "w1", "i1", committed=5), "w1", "i1") is None
+    mine = ClaimState(True, "w1", "i1", token=3, committed=0)
+    assert retry_release(mine, "w1", "i1", tries=RELEASE_RETRIES - 1) is True
+    assert retry_release(mine, "w1", "i1", tries=RELEASE_RETRIES) is None
