@@ -29,6 +29,7 @@ from marshal_workers.ipc.exits import (
     EXIT_HANDLER_ENDED,
     EXIT_HANDLER_FAILED,
     EXIT_HANDLER_TIMEOUT,
+    EXIT_NOT_GRANTED,
     EndNote,
 )
 from marshal_workers.ipc.messages import Settle
@@ -161,6 +162,14 @@ def decide(
         return ExitDecision(Next.FINISH, "the child was asked to stop")
     if not lease_valid:
         return ExitDecision(Next.RELEASE, "lease expired", avoid_s=heartbeat_interval_s)
+    if code == EXIT_NOT_GRANTED:
+        # a batch the log did not reserve (a coordination write not made, a claim that moved
+        # on): the handler did nothing wrong, so nothing is counted (issue 18.4); the next
+        # child starts where the log says
+        return ExitDecision(
+            Next.RESTART_LATER, "grant refused: restarting", delay_s=first_backoff_s,
+            failures=failures,
+        )  # fmt: skip
     if code in HANDLER_ENDINGS and on_failure != "stop":
         # the next child dead-letters or skips the record at once: not a streak of failures
         return ExitDecision(Next.RESPAWN, f"handler call ended the child: {on_failure}")

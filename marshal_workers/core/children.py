@@ -15,7 +15,7 @@ from marshal_workers.core.childexits import ChildEnd, Next, count_failure, decid
 from marshal_workers.core.context import Context
 from marshal_workers.core.held import ASKED_TO_STOP, Held, Phase
 from marshal_workers.core.holdings import Holdings
-from marshal_workers.core.pending import Kind, Op
+from marshal_workers.core.pending import WRITE_TRIES, Kind, Op
 from marshal_workers.core.poisoning import Poisoning
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT
@@ -164,7 +164,13 @@ class Children:
             refusal = "an earlier batch was refused"
         elif now >= held.lease:
             refusal = "lease expired"
-        elif event.start is not None and op.start < event.start:
+        elif (
+            event.start is not None
+            and op.start < event.start
+            and not (
+                op.tries and event.start == op.end  # a write again whose first did land after all
+            )
+        ):
             refusal = f"batch starts at {op.start}, before the log's position {event.start}"
         if refusal is not None or held is None:
             if held is None:
@@ -174,20 +180,55 @@ class Children:
                 held.position = op.end  # reserved in the log: never handled now
             if asker:
                 held.refused_from = refused_from(held, op.start)
+                for covered in held.covered:  # (asked before it: the child ends at the first)
+                    self.holdings.tell(op.key, ipc.Grant(covered, False, "not reserved"))
+                held.covered.clear()
                 grant = ipc.Grant(op.request_id, False, refusal or "claim not held")
                 self.holdings.tell(op.key, grant)
             return
         held.position = max(held.position or 0, op.end)  # (never back, whatever the order)
         self.holdings.heartbeat(held, now)  # the committing heartbeat
+        for covered in held.covered:  # reserved by this batch's record too: below its end
+            self.holdings.tell(op.key, ipc.Grant(covered, True, ""))
+        held.covered.clear()
         self.holdings.tell(op.key, ipc.Grant(op.request_id, True, ""))
 
-    def reservation_given_up(self, op: Op, error: str) -> None:
-        """A reservation not written, or with no verdict in time: refuse it (and, as for any
-        refusal, every later batch of its child)."""
+    def reservation_given_up(self, op: Op, error: str, now: float) -> None:
+        """A reservation not written, or with no verdict in time: write it again (a write that
+        was not made is no reason to end the child: issue 18.4) while its child may still be
+        granted it and no later batch of the child is asked for (the same end again is
+        harmless if the first landed after all; an earlier end behind a later one would be
+        refused), at most `WRITE_TRIES` times; else refuse it (and, as for any refusal, every
+        later batch of its child)."""
         held = self.ctx.held.get(op.key)
         if held is None or op.child != held.child_no:
             return
+        again = (
+            op.tries + 1 < WRITE_TRIES
+            and held.phase in GRANTING
+            and now < held.lease
+            and held.refused_from is None
+            and held.asked_end == op.end
+        )
+        if again:
+            message = ClaimingMessages(*self.ctx.fields(held.key), op.end)
+            extra = {"request_id": op.request_id, "start": op.start, "end": op.end}
+            self.ctx.append(
+                Kind.RESERVE, held.key, message, now, child=op.child, tries=op.tries + 1, **extra
+            )
+            return
+        later = held.asked_end is not None and held.asked_end > op.end
+        if later and held.refused_from is None and held.phase in GRANTING:
+            if held.position is not None and held.position >= op.end:
+                # a later batch of this child is granted already: its record covers this one
+                self.holdings.tell(op.key, ipc.Grant(op.request_id, True, ""))
+            else:
+                held.covered.append(op.request_id)  # answered with the later batch's verdict
+            return
         held.refused_from = refused_from(held, op.start)
+        for covered in held.covered:
+            self.holdings.tell(op.key, ipc.Grant(covered, False, "not reserved"))
+        held.covered.clear()
         grant = ipc.Grant(op.request_id, False, f"reservation not written: {error}")
         self.holdings.tell(op.key, grant)
 

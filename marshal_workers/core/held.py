@@ -6,7 +6,7 @@ runtime mirrors it into the shared memory the child reads (`SetLease`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from marshal_workers.ipc.messages import Settle
@@ -54,6 +54,9 @@ class Held:
     asked_end: int | None = None  # AMO: the end of the newest batch this child asked for
     refused_from: int | None = None  # AMO: a batch of this child from here was refused, so is
     # every batch after it
+    covered: list[int] = field(default_factory=list)  # AMO: request ids whose write failed while
+    # a later batch of the child was in flight: answered with that batch (its reservation, by
+    # the same holder, covers everything below its end)
 
     def lease_remaining(self, now: float) -> float | None:
         """Seconds left on the lease at ``now``; None once the claim is lost or revoked."""

@@ -225,6 +225,7 @@ class Holdings:
         self.ctx.children_started += 1
         held.child_no = self.ctx.children_started
         held.asked_end = held.refused_from = None
+        held.covered.clear()
         held.term_sent = held.kill_sent = False
         self.ctx.out.append(cmd.Spawn(key, spec, restart))
 

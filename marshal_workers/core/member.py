@@ -295,7 +295,9 @@ class Member:
             if len(late) < LATE_HEARTBEATS_KEPT:
                 late.append(op.sent_at)
         elif op.kind is Kind.RESERVE:
-            self.children.reservation_given_up(op, error)
+            self.children.reservation_given_up(op, error, now)
+        elif op.kind is Kind.POISON:
+            self.poisoning.gave_up(op, now)
         elif op.kind is Kind.RELEASE:
             self.holdings.release_unconfirmed(key, op.end)
             self.holdings.drop(key)

@@ -15,6 +15,8 @@ from enum import Enum
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.wire import ClaimKey
 
+WRITE_TRIES = 3  # a reservation or a failure count whose write failed is written this often
+
 
 class Kind(Enum):
     """What a write was for."""
@@ -39,6 +41,7 @@ class Op:
     start: int = 0  # RESERVE: the batch's first offset
     end: int = 0  # RESERVE: the first offset after the batch; HEARTBEAT: the offset sent
     child: int = 0  # RESERVE: the child that asked (`Held.child_no`)
+    tries: int = 0  # RESERVE, POISON: writes of the same record before this one (`WRITE_TRIES`)
 
 
 class Pending:

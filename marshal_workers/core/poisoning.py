@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from marshal_workers.core.context import Context
 from marshal_workers.core.held import Held
-from marshal_workers.core.pending import Kind, Op
+from marshal_workers.core.pending import WRITE_TRIES, Kind, Op
 from marshal_workers.protocol import recordfailures as poison
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.recordfailures import PoisonVerdict, RecordFailed, Step
@@ -29,6 +29,7 @@ class Poisoning:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._parked_logged: set[tuple[ClaimKey, int]] = set()
+        self._sent: dict[int, RecordFailed] = {}  # failures in flight, by operation number
 
     @property
     def enabled(self) -> bool:
@@ -58,10 +59,28 @@ class Poisoning:
             outcome,
             error,
         )
-        ctx.append(Kind.POISON, key, message, now, start=offset)
+        op = ctx.append(Kind.POISON, key, message, now, start=offset)
+        self._sent[op.op] = message
+
+    def gave_up(self, op: Op, now: float) -> None:
+        """A failure whose write failed (or got no verdict in time): write the same record
+        again, at most `WRITE_TRIES` times, so the count is not lost (issue 18.4; the same
+        count twice, should the first land after all, only parks the record no later)."""
+        message = self._sent.pop(op.op, None)
+        if message is None:
+            return
+        if op.tries + 1 >= WRITE_TRIES:
+            self.ctx.say("warning", "record_failure_not_counted", topic=op.key.topic,
+                         partition=op.key.partition, offset=op.start)  # fmt: skip
+            return
+        again = self.ctx.append(
+            Kind.POISON, op.key, message, now, start=op.start, tries=op.tries + 1
+        )
+        self._sent[again.op] = message
 
     def decided(self, op: Op, event: PoisonVerdict) -> None:
         """The fold's verdict on a failure this member wrote."""
+        self._sent.pop(op.op, None)
         ctx, key = self.ctx, op.key
         if not isinstance(event, poison.PoisonNoted):
             reason = getattr(event, "reason", type(event).__name__)

@@ -87,6 +87,7 @@ from marshal_workers.protocol.recordfailures import (
     poison_key,
 )
 from marshal_workers.protocol.wire import (
+    CLAIM_KEY_SUFFIX,
     ClaimingMessages,
     ClaimingPartition,
     ClaimKey,
@@ -101,6 +102,8 @@ from marshal_workers.protocol.wire import (
     claim_key,
     coordination_partition,
     decode,
+    legacy_claim_key,
+    pause_key,
     record_key,
 )
 
@@ -137,6 +140,7 @@ class ClaimState:
     released: bool = False
     retired: frozenset[str] = frozenset()
     last_activity: int | None = None
+    position_unknown: bool = False  # uncertain: a claim's position may have been compacted away
 
     @property
     def last_seen(self) -> int | None:
@@ -238,14 +242,19 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
             return _poison(world, record)
         return _metadata(world, record, exc)
     if type(msg) is ReleaseGroup:
-        if record.key != msg.group_id.encode():
+        if record.key != pause_key(msg) and record.key != msg.group_id.encode():
             return _malformed(world, record, _key_mismatch(record, msg), _keyless(record, msg))
         return _release_group(world, record, msg)
     assert not isinstance(msg, ReleaseGroup)
     key = world.keys.get(record.key)  # type: ignore[arg-type]
+    claim_keyed = record.key is not None and record.key.endswith(CLAIM_KEY_SUFFIX)
+    if claim_keyed and type(msg) is not ClaimingPartition:  # only claims go under a claim key
+        return _malformed(world, record, _key_mismatch(record, msg))
     if key is None or key != (msg.group_id, msg.topic, msg.partition):
         key = claim_key(msg)
-        if record.key != record_key(msg):
+        if record.key != record_key(msg) and not (
+            type(msg) is ClaimingPartition and record.key == legacy_claim_key(msg)
+        ):
             return _malformed(world, record, _key_mismatch(record, msg), _keyless(record, msg))
         cfg = world.config
         if cfg.num_partitions is not None:
@@ -535,6 +544,18 @@ def _uncertain(
     silent = state.last_activity is not None and now - state.last_activity > 2 * hb
     if isinstance(msg, ClaimingPartition):
         pauser = _pause_client(world, key.group)
+        no_position = state.committed is None and state.reserved is None
+        if no_position and rec.key is not None and not rec.key.endswith(CLAIM_KEY_SUFFIX):
+            # a claim under the key it shared with positions (a log written before claims
+            # were keyed apart) may have superseded them: what survives cannot tell a new
+            # claim from one whose position the cleaner erased
+            state.position_unknown = True
+        if silent and state.position_unknown and no_position:
+            state.last_activity = now
+            reason = "position unknown after compaction: set it with marshal-admin set-position"
+            return ev.ClaimRejected(
+                rec.partition, rec.offset, now, msg, reason, state.holder_client
+            )
         if silent and (pauser is None or pauser == msg.client_id):
             previous, previous_hb = state.holder_client, state.last_activity
             _grant(world, key, state, msg, rec.offset)

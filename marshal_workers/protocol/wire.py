@@ -161,13 +161,36 @@ def claim_key(msg: Message) -> ClaimKey:
     return ClaimKey(msg.group_id, msg.topic, msg.partition)
 
 
-def record_key(msg: Message) -> bytes:
-    """The Kafka record key: ``group/topic/partition``, or ``group`` for ReleaseGroup.
+CLAIM_KEY_SUFFIX: Final = b"/claim"
 
-    Compaction keeps the newest record per key, so it keeps the newest record per claim.
+
+def record_key(msg: Message) -> bytes:
+    """The Kafka record key: ``group/topic/partition`` for the records that carry a claim's
+    position (heartbeats, releases, reservations), the same plus ``/claim`` for a claim, and
+    ``group/pause/expire_time`` for a ReleaseGroup (`pause_key`).
+
+    Compaction keeps the newest record per key. Claims are keyed apart so that the newest
+    record carrying a position always survives the cleaner, whatever claim (refused, or never
+    followed by a heartbeat) was written after it (docs/design.md, "positions survive the
+    cleaner"). The text value is Go's format byte for byte; only the key is ours. Before the
+    split, claims shared the claim's key (`legacy_claim_key`): the fold still reads them.
     """
     if isinstance(msg, ReleaseGroup):
-        return msg.group_id.encode()
+        return pause_key(msg)
+    key = f"{msg.group_id}/{msg.topic}/{msg.partition}".encode()
+    return key + CLAIM_KEY_SUFFIX if type(msg) is ClaimingPartition else key
+
+
+def pause_key(msg: ReleaseGroup) -> bytes:
+    """A pause's key: the group and its end, so that its lift (a pause ending now, under a key
+    of its own) never supersedes it and every reader sees the pause in force at the log time
+    of each record written under it. Before, pauses were keyed by the group alone: the fold
+    still reads those."""
+    return f"{msg.group_id}/pause/{msg.expire_time}".encode()
+
+
+def legacy_claim_key(msg: ClaimingPartition) -> bytes:
+    """The key a claim had before claims were keyed apart (`record_key`)."""
     return f"{msg.group_id}/{msg.topic}/{msg.partition}".encode()
 
 

@@ -25,7 +25,9 @@
   at most the faults that member suffered;
 - ``handler_deadline``: no handler call outlives its deadline by more than a second;
 - ``liveness``: after the last fault, every partition is held by a live member's child and
-  moving (records keep being produced), and shares are fair, within the stated bound.
+  moving (records keep being produced), and shares are fair, within the stated bound (checked
+  in every run: each ends with a fault-free settle, and the fleet must be converged at one of
+  the checks in the `CHECK_WINDOW_S` after the bound).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from marshal_workers.protocol.rationalizer import (
     fold,
     resume_offset,
 )
-from marshal_workers.protocol.wire import ClaimKey, encode, record_key
-from tests.support import GROUP, HB, TOPIC, Log, claim, hb, pause, record, release
+from marshal_workers.protocol.wire import ClaimKey, CoordRecord, encode, record_key
+from tests.support import GROUP, HB, TOPIC, Log, claim, hb, pause, record, release, reserve
 
 KEY = ClaimKey(GROUP, TOPIC, 0)
 
@@ -113,6 +113,84 @@ class TestCertainty:
         assert world.claims[KEY].holder_client is None
 
 
+class TestPositionsSurviveTheCleaner:
+    """Issue 18.1: a claim's position must survive the cleaner whatever record of the claim
+    was written last (a refused claim during a pause or a fresh hold, a claim never followed by
+    a heartbeat): claims are keyed apart from the records that carry positions."""
+
+    def test_a_refused_claim_written_last_does_not_erase_the_position(self) -> None:
+        """a holds at 310 and crashes; b's refused claim is the claim's newest record; after
+        the cleaner, a fresh reader still resumes at 310, and so does the next winner (the
+        whole log refuses any reservation below 310: before, the reader accepted one from 0)."""
+        clock = Clock()
+        topic = MemoryTopic(1, clock)
+        write(topic, clock, 0, claim("a"))
+        for i in range(1, 11):
+            write(topic, clock, i * HB // 2, hb("a", 300 + i))
+        write(topic, clock, 6 * HB, claim("b"))  # refused: a's claim is fresh
+        assert topic.compact(clean_before_ms=100 * HB) > 0
+        late = fresh_reader(topic)
+        assert resume_offset(late.worlds[0].claims[KEY], Mode.AMO) == 310
+        write(topic, clock, 100 * HB, claim("c"))
+        (granted,) = late.poll(0)
+        assert isinstance(granted, ev.ClaimGranted)
+        assert resume_offset(late.worlds[0].claims[KEY], Mode.AMO) == 310
+        write(topic, clock, 100 * HB + 1, reserve("c", 60))
+        (reservation,) = late.poll(0)
+        assert isinstance(reservation, ev.MessagesRejected)
+
+    def test_claims_and_positions_have_keys_of_their_own(self) -> None:
+        """The claim record's key is the claim's plus `/claim`; positions keep the claim's."""
+        assert record_key(claim("a")) == f"{GROUP}/{TOPIC}/0/claim".encode()
+        assert record_key(hb("a", 5)) == f"{GROUP}/{TOPIC}/0".encode()
+        assert record_key(release("a", 5)) == record_key(reserve("a", 5))
+
+    def test_a_claim_under_the_old_key_is_read_and_its_lost_position_is_not_guessed(
+        self,
+    ) -> None:
+        """A log written before the keys were split: the claim under the claim's own key is
+        still a claim; if after a gap it is all that survives of a claim with history, its
+        position is unknown and nobody is granted it (a start looked up in the data topic
+        would hand out handled records again, or skip some)."""
+        world = World(RationalizerConfig(HB), 0)
+        fold(world, record(claim("x", part=1), 0, 0))
+        legacy = claim("a")
+        old = CoordRecord(0, 5, 10, f"{GROUP}/{TOPIC}/0".encode(), encode(legacy))
+        assert isinstance(fold(world, old), ev.ClaimRejected)  # uncertain: waits for silence
+        again = CoordRecord(0, 6, 10 + 3 * HB, f"{GROUP}/{TOPIC}/0".encode(), encode(claim("b")))
+        event = fold(world, again)
+        assert isinstance(event, ev.ClaimRejected) and "position unknown" in event.reason
+        assert world.malformed == 0
+
+
+class TestPausesSurviveTheCleaner:
+    def test_a_pause_and_its_lift_have_keys_of_their_own(self) -> None:
+        """Issue 18.3: a lift no longer supersedes its pause: after the cleaner, a reader still
+        sees the pause in force at the log time of the records written under it (a claim
+        refused during the pause, a set-position rewind)."""
+        clock = Clock()
+        topic = MemoryTopic(1, clock)
+        write(topic, clock, 0, claim("a"))
+        write(topic, clock, 10, pause("admin", 100))  # paused until 100 s
+        write(topic, clock, 20, claim("b"))  # refused: paused
+        write(topic, clock, 30, pause("admin", 0))  # the lift
+        write(topic, clock, 40, claim("a", part=1))
+        topic.compact(clean_before_ms=35)
+        seen: list[ev.Event] = []
+        reader = LogReader(MemoryLog(topic), RationalizerConfig(HB))
+        reader.catch_up(1.0, seen.append)
+        paused = [e for e in seen if isinstance(e, ev.GroupPaused)]
+        assert [e.until_ms for e in paused] == [100_000, 0]
+        assert record_key(pause("admin", 100)) != record_key(pause("admin", 0))
+
+    def test_a_pause_under_the_groups_old_key_is_still_read(self) -> None:
+        """A log written before pauses were keyed apart: the pause under the group's name."""
+        world = World(RationalizerConfig(HB), 0)
+        msg = pause("admin", 100)
+        event = fold(world, CoordRecord(0, 0, 10, GROUP.encode(), encode(msg)))
+        assert isinstance(event, ev.GroupPaused) and world.malformed == 0
+
+
 class TestCompactedLog:
     def test_long_held_claim_is_not_lost_to_a_fresh_reader(self) -> None:
         """A holder's ClaimingPartition compacted away: a rival still cannot take the claim."""
@@ -203,6 +281,8 @@ class TestReadingAcrossACleaning:
         slow.catch_up(1.0)
         write(topic, clock, 20, release("a", 5))
         write(topic, clock, 30, claim("b"))
+        write(topic, clock, 35, hb("b", 6))  # supersedes a's release (the positions' key)
+        write(topic, clock, 38, claim("c"))  # refused; supersedes b's grant (the claims' key)
         write(topic, clock, 40, claim("a", part=1))  # another key, so the cut leaves a gap
         write(topic, clock, 50, hb("b", 7))
         topic.compact(clean_before_ms=45)  # removes a's release and b's grant

@@ -25,7 +25,7 @@ class TestDumpFormat:
             "offset": 0,
             "log_time": "2023-11-14T22:13:20.000Z",
             "log_time_ms": T0,
-            "key": "g/orders/0",
+            "key": "g/orders/0/claim",
             "message": "ClaimingPartition/1/0/A-1/A/g/orders/0",
             "verdict": "ClaimGranted",
             "reason": None,

@@ -20,6 +20,7 @@ from marshal_workers.ipc.exits import (
     EXIT_HANDLER_ENDED,
     EXIT_HANDLER_TIMEOUT,
     EXIT_LEASE_EXPIRED,
+    EXIT_NOT_GRANTED,
     EndNote,
 )
 from marshal_workers.ipc.messages import Settle
@@ -217,3 +218,12 @@ def test_the_backstop_honours_keepalive_and_idleness() -> None:
     assert watch_call(seen, 3, 40, 130.0, now=131.0, timeout_s=10.0)[1]
     assert watch_call(seen, 0, 40, 0.0, now=500.0, timeout_s=10.0) == (None, False)
     assert watch_call(seen, 3, 40, 0.0, now=500.0, timeout_s=None) == (None, False)
+
+
+def test_a_refused_grant_is_no_failure_and_restarts_at_once() -> None:
+    """Issue 18.4: a grant refused because a coordination write was not made (exit 7) is not a
+    crash of the handler: no failure counted, however often, and a prompt restart (three in a
+    row released the partition and kept it away for 60 s)."""
+    for n in range(10):
+        d = exit_with(EXIT_NOT_GRANTED, failures=n)
+        assert (d.next, d.failures, d.delay_s) == (Next.RESTART_LATER, n, 0.5)

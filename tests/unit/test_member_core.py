@@ -11,6 +11,7 @@ from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.held import Phase
 from marshal_workers.core.member import Member
+from marshal_workers.core.pending import WRITE_TRIES
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.log.memlog import MemoryTopic
@@ -305,19 +306,31 @@ class TestGrants:
         assert [g.granted for g in self.grants(h) if isinstance(g, ipc.Grant)] == [False, False]
         assert h.appended(ClaimingMessages) == []
 
-    def test_a_first_reservation_unwritten_refuses_the_second_that_lands(self) -> None:
-        """1 fails to append, 2 lands: 2 is refused, and the position passes it (never twice)."""
+    def test_a_first_reservation_unwritten_is_covered_by_the_second_that_lands(self) -> None:
+        """1 fails to append while 2 is in flight, 2 lands: 2's record, by the same holder,
+        reserves everything below its end, so 1 is granted with it (before, both were refused
+        and the child ended, counted as a crash, losing 1 and 2: issue 18.4)."""
         h, key = self.grant_setup()
         first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
         second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
         h.run(h.member.feed(inp.AppendFailed(h.now, first[0].op, "broker down")))
+        assert self.grants(h) == []  # answered with the second
         self.land(h, second)
-        grants = self.grants(h)
-        assert grants == [
-            ipc.Grant(1, False, "reservation not written: broker down"),
-            ipc.Grant(2, False, "an earlier batch was refused"),
-        ]
-        assert h.member.held[key].position == 200  # the log reserved up to 200: nobody's now
+        assert self.grants(h) == [ipc.Grant(1, True, ""), ipc.Grant(2, True, "")]
+        assert h.member.held[key].position == 200
+
+    def test_a_covered_reservation_is_refused_with_the_later_one(self) -> None:
+        """1 unwritten, 2 refused at its verdict: both refused, 1 first."""
+        h, key = self.grant_setup()
+        first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
+        h.commands.extend(h.member.feed(inp.AppendFailed(h.now, first[0].op, "broker down")))
+        op = second[0].op
+        for _ in range(WRITE_TRIES):  # the second, written again, fails each time
+            commands = h.member.feed(inp.AppendFailed(h.now, op, "broker down"))
+            h.commands.extend(commands)
+            op = next((c.op for c in commands if isinstance(c, cmd.Append)), op)
+        assert [(g.request_id, g.granted) for g in self.grants(h)] == [(1, False), (2, False)]
 
     def test_a_verdict_for_an_ended_child_is_not_told_to_its_successor(self) -> None:
         """Request ids start again at 1 in a new child: an old grant must not answer it."""
@@ -345,18 +358,43 @@ class TestGrants:
         assert h.member.held[key].position == 200
         assert h.appended(Heartbeat)[-1].offset == 200
 
-    def test_a_refusal_refuses_the_batches_after_it_never_one_before(self) -> None:
-        """The second's append fails before the first is decided: the first is still granted."""
+    def test_an_unwritten_reservation_is_written_again_not_refused(self) -> None:
+        """Issue 18.4: the newest reservation's append fails (a leader election): it is written
+        again and both batches are granted; before, the refusal ended the child with exit 7,
+        counted as a crash (three in a row released the partition for 60 s)."""
         h, key = self.grant_setup()
         first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
         second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
-        h.run(h.member.feed(inp.AppendFailed(h.now, second[0].op, "broker down")))
-        self.land(h, first)
-        assert self.grants(h) == [
-            ipc.Grant(2, False, "reservation not written: broker down"),
-            ipc.Grant(1, True, ""),
-        ]
+        commands = h.member.feed(inp.AppendFailed(h.now, second[0].op, "broker down"))
+        again = [c for c in commands if isinstance(c, cmd.Append)]
+        assert [c.message.offset for c in again] == [200]
+        self.land(h, first + again)
+        assert self.grants(h) == [ipc.Grant(1, True, ""), ipc.Grant(2, True, "")]
+        assert h.member.held[key].position == 200
+
+    def test_a_reservation_written_again_whose_first_write_landed_is_granted(self) -> None:
+        """The first write timed out but landed; the second (same end) finds the position at its
+        own end: granted, not refused as 'behind the log's position' (marshal-sim seed 55)."""
+        h, key = self.grant_setup()
+        (first,) = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        again = [c for c in h.member.feed(inp.AppendFailed(h.now, first.op, "timed out"))
+                 if isinstance(c, cmd.Append)]  # fmt: skip
+        h.topic.append(first.partition, record_key(first.message), encode(first.message))
+        self.land(h, again)
+        assert self.grants(h) == [ipc.Grant(1, True, "")]
         assert h.member.held[key].position == 150
+
+    def test_a_reservation_fails_for_good_after_its_tries(self) -> None:
+        """Written `WRITE_TRIES` times and failed each time: refused (the child ends there)."""
+        h, key = self.grant_setup()
+        (op,) = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        for _ in range(WRITE_TRIES):
+            commands = h.member.feed(inp.AppendFailed(h.now, op.op, "broker down"))
+            h.commands.extend(commands)
+            retried = [c for c in commands if isinstance(c, cmd.Append)]
+            if retried:
+                op = retried[0]
+        assert self.grants(h) == [ipc.Grant(1, False, "reservation not written: broker down")]
 
     # ---- a graceful stop with batches in flight (AMO loses nothing) -------------------------
 
@@ -408,6 +446,26 @@ class TestGrants:
         self.land(h, old)  # the old verdict: refused (another token), told to nobody
         assert self.grants(h) == []
         assert len(self.ask(h, key, ipc.GrantRequest(1, 150, 200))) == 1  # not refused
+
+
+class TestFailureCounts:
+    def test_a_failure_count_whose_write_fails_is_written_again(self) -> None:
+        """Issue 18.4: a RecordFailed whose append failed was dropped, and the failure count
+        with it; it is written again, the same record."""
+        topic, log_ms = fresh_topic(partitions=1)
+        h = start(Member(settings(partitions=1)), topic, log_ms, n=1)
+        key = keys(1)[0]
+        h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
+        h.tick(0.05)
+        failed = ipc.HandlerFailed(120, "ValueError: bad", "")
+        commands = h.member.feed(inp.ChildSaid(h.now, key, failed))
+        (first,) = [
+            c for c in commands if isinstance(c, cmd.Append) and c.value.startswith(b"RecordFailed")
+        ]
+        again = h.member.feed(inp.AppendFailed(h.now, first.op, "broker down"))
+        (second,) = [c for c in again if isinstance(c, cmd.Append)]
+        assert (second.value, second.key) == (first.value, first.key)
+        assert second.op != first.op
 
 
 class TestPositionsAndHealth:
