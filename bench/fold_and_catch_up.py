@@ -20,8 +20,8 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from marshal_workers.localkafka import StartOptions, start_cluster
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.kafkalog import KafkaLog
-from marshal_workers.log.reader import LogReader
 from marshal_workers.log.topicadmin import ensure_coordination_topic
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.wire import (
@@ -108,7 +108,7 @@ def bench_catch_up(bootstrap: str, n: int) -> tuple[float, int]:
     produce(bootstrap, topic, n)
     start = time.perf_counter()
     log = KafkaLog(bootstrap, topic)
-    reader = LogReader(log, RationalizerConfig(HB_MS))
+    reader = FoldedLog(log, RationalizerConfig(HB_MS))
     reader.catch_up(timeout_s=300)
     elapsed = time.perf_counter() - start
     folded = reader.worlds[0].next_offset

@@ -60,9 +60,10 @@ import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from marshal_workers.clients.rdkafka import RDKAFKA_LOG
 from marshal_workers.localkafka import StartOptions, start_cluster
-from marshal_workers.log.kafkalog import RDKAFKA_LOG, KafkaLog
-from marshal_workers.log.reader import LogReader
+from marshal_workers.log.foldedlog import FoldedLog
+from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.topicadmin import ensure_coordination_topic
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_live
@@ -482,7 +483,7 @@ def grant_breakdown(bootstrap: str, batches: int = 300) -> dict[str, float]:
     coordination = coordination_topic(bootstrap)
     log = KafkaLog(bootstrap, coordination, client_id="bench-grant")
     try:
-        reader = LogReader(log, RationalizerConfig(5000, log.num_partitions))
+        reader = FoldedLog(log, RationalizerConfig(5000, log.num_partitions))
         reader.catch_up(10)
         fields = (int(time.time()), "bench-i", "bench-grant", "g", "t", 0)
         part = coordination_partition("t", 0, log.num_partitions)
@@ -557,7 +558,7 @@ class Holders:
 
     def __init__(self, bootstrap: str, coordination: str, hb: float) -> None:
         self.log = KafkaLog(bootstrap, coordination)
-        self.reader = LogReader(
+        self.reader = FoldedLog(
             self.log, RationalizerConfig(int(hb * 1000), self.log.num_partitions)
         )
         self.hb_ms = int(hb * 1000)

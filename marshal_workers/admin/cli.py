@@ -7,9 +7,9 @@ import click
 from marshal_workers.admin.commands import dump, init, status
 from marshal_workers.admin.demo import demo
 from marshal_workers.admin.group_commands import import_go, release_group, set_position
-from marshal_workers.admin.poison import retry_record, skip_record
+from marshal_workers.admin.record_commands import retry_record, skip_record
 from marshal_workers.admin.settings_cli import group_settings
-from marshal_workers.common.entry import run_command
+from marshal_workers.common.consolescripts import run_command
 from marshal_workers.localkafka.cli import kafka
 
 

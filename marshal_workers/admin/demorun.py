@@ -22,16 +22,16 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 import plugins
+from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.localkafka import StartOptions, start_cluster
-from marshal_workers.log.kafkalog import RDKAFKA_LOG, KafkaLog
-from marshal_workers.log.reader import LogReader
+from marshal_workers.log.foldedlog import FoldedLog
+from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.topicadmin import admin_client, ensure_coordination_topic
 from marshal_workers.protocol.members import is_live
 from marshal_workers.protocol.rationalizer import RationalizerConfig
@@ -77,7 +77,7 @@ class Demo:
         self.say(f"Kafka up at {self.bootstrap}{reused} in {time.monotonic() - t0:.1f}s")
         try:
             self._data()
-            reader = LogReader(KafkaLog(self.bootstrap), RationalizerConfig(int(HB_S * 1000)))
+            reader = FoldedLog(KafkaLog(self.bootstrap), RationalizerConfig(int(HB_S * 1000)))
             try:
                 return self._fleet(reader)
             finally:
@@ -93,9 +93,7 @@ class Demo:
         admin = admin_client(self.bootstrap)
         if TOPIC not in admin.list_topics(timeout=10).topics:
             admin.create_topics([NewTopic(TOPIC, self.o.partitions, 1)])[TOPIC].result(30)
-        producer = Producer(
-            {"bootstrap.servers": self.bootstrap, "linger.ms": 5, "logger": RDKAFKA_LOG}
-        )
+        producer = Producer(client_config(self.bootstrap, tuned={"linger.ms": 5}))
         start = self._ends()
         for i in range(self.o.records):
             order = {"order": i, "customer": f"c{i % 97}", "amount": round(5 + (i * 7.3) % 95, 2)}
@@ -109,12 +107,7 @@ class Demo:
         )
 
     def _ends(self) -> dict[int, int]:
-        config: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap,
-            "group.id": "demo-probe",
-            "logger": RDKAFKA_LOG,
-        }
-        c = Consumer(config)
+        c = Consumer(client_config(self.bootstrap, fixed={"group.id": "demo-probe"}))
         deadline = time.monotonic() + 30
         try:
             while True:  # a topic just created may not have its leaders yet
@@ -168,7 +161,7 @@ class Demo:
     def _rows(self) -> list[LedgerRow]:
         return [r for r in read_ledger(self.ledger_dir) if r["topic"] == TOPIC]
 
-    def _holders(self, reader: LogReader) -> Counter[str]:
+    def _holders(self, reader: FoldedLog) -> Counter[str]:
         reader.poll(0.1)
         now = int(time.time() * 1000)
         return Counter(
@@ -181,7 +174,7 @@ class Demo:
             and is_live(s, now, int(HB_S * 1000))
         )
 
-    def _at_end(self, reader: LogReader, ends: dict[int, int]) -> bool:
+    def _at_end(self, reader: FoldedLog, ends: dict[int, int]) -> bool:
         """Whether the log's committed position of every partition is at its end (AMO: the
         records a killed member had reserved are never handled, so `done` stays short)."""
         committed = {
@@ -192,7 +185,7 @@ class Demo:
         }
         return all((committed.get(p) or 0) >= end for p, end in ends.items())
 
-    def _fleet(self, reader: LogReader) -> int:
+    def _fleet(self, reader: FoldedLog) -> int:
         clients = [f"demo-{i + 1}" for i in range(self.o.members)]
         for client in clients:
             self._start(client)

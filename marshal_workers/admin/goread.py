@@ -18,8 +18,9 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
+from marshal_workers.clients.kafkaconfig import client_config
+from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import ConfigError, MarshalError
-from marshal_workers.log.kafkalog import RDKAFKA_LOG, error_text
 from marshal_workers.log.topicadmin import admin_client, high_watermarks
 from marshal_workers.protocol.gofold import GoWorld, as_worlds, fold_go
 from marshal_workers.protocol.groupstatus import group_status, iso_ms, render_table
@@ -33,17 +34,13 @@ def read_go_records(
     extra_config: Mapping[str, str] | None = None,
 ) -> Iterator[CoordRecord]:
     """Every record of ``topic`` up to its end at the start, in offset order per partition."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": f"marshal-admin-go-{uuid.uuid4().hex[:8]}",  # never joined
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-            "allow.auto.create.topics": False,
-            "logger": RDKAFKA_LOG,
-            **(extra_config or {}),
-        }
-    )
+    fixed = {
+        "group.id": f"marshal-admin-go-{uuid.uuid4().hex[:8]}",  # never joined
+        "enable.auto.commit": False,
+        "enable.partition.eof": False,
+        "allow.auto.create.topics": False,
+    }
+    consumer = Consumer(client_config(bootstrap_servers, extra_config, fixed=fixed))
     try:
         deadline = time.monotonic() + timeout_s
         ranges = _ranges(consumer, bootstrap_servers, topic, timeout_s)

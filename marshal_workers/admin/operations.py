@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.common.errors import ConfigError, MarshalError
 from marshal_workers.config.runconfig import DEFAULT_ADMIN_CLIENT_IDS
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import LogError
 from marshal_workers.log.kafkalog import KafkaLog
-from marshal_workers.log.reader import LogReader
 from marshal_workers.log.topicadmin import admin_client, ensure_coordination_topic
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.groupstatus import iso_ms
@@ -97,7 +97,7 @@ def run_init(
         raise MarshalError(f"{fatal[0]}{more}")
 
 
-def open_log(conn: Connection, client_id: str = ADMIN_CLIENT_ID) -> tuple[KafkaLog, LogReader]:
+def open_log(conn: Connection, client_id: str = ADMIN_CLIENT_ID) -> tuple[KafkaLog, FoldedLog]:
     """The coordination log as ``client_id``, and a reader folding it as the workers do (the
     caller closes the log)."""
     log = KafkaLog(
@@ -107,7 +107,7 @@ def open_log(conn: Connection, client_id: str = ADMIN_CLIENT_ID) -> tuple[KafkaL
         extra_config=conn.kafka,
     )
     try:
-        return log, LogReader(log, conn.rationalizer_config(log.num_partitions))
+        return log, FoldedLog(log, conn.rationalizer_config(log.num_partitions))
     except BaseException:
         log.close()
         raise
@@ -127,7 +127,7 @@ def admin_session(conn: Connection, client_id: str, timeout_s: float) -> Iterato
 
 
 def _read_to_end(
-    conn: Connection, log: KafkaLog, reader: LogReader, timeout_s: float
+    conn: Connection, log: KafkaLog, reader: FoldedLog, timeout_s: float
 ) -> Iterator[tuple[CoordRecord, ev.Event]]:
     """Fold up to the log's end at the start; yield each record with its verdict.
 

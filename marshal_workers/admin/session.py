@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Callable
 
 from marshal_workers.common.errors import MarshalError
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import CoordinationLog, LogError
-from marshal_workers.log.reader import LogReader
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.rationalizer import ClaimState, World
 from marshal_workers.protocol.wire import (
@@ -47,7 +47,7 @@ class AdminSession:
     def __init__(
         self,
         log: CoordinationLog,
-        reader: LogReader,
+        reader: FoldedLog,
         client_id: str,
         *,
         instance_id: str | None = None,

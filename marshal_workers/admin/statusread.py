@@ -22,8 +22,8 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from marshal_workers.admin.operations import Connection, check_group_settings, open_log
+from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.log.interface import LogError
-from marshal_workers.log.kafkalog import error_text
 from marshal_workers.log.topicadmin import admin_client
 from marshal_workers.protocol.groupstatus import (
     GroupStatus,

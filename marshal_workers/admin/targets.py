@@ -12,13 +12,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.common.errors import ConfigError, MarshalError
 from marshal_workers.config.timearg import TimeArgError, parse_time_ms
-from marshal_workers.log.kafkalog import RDKAFKA_LOG
 
 
 class OffsetSource(Protocol):
@@ -124,14 +124,11 @@ class KafkaOffsetSource:
         self, bootstrap_servers: str, extra_config: Mapping[str, str] | None = None
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
-        config: dict[str, Any] = {
-            "bootstrap.servers": bootstrap_servers,
-            **(extra_config or {}),
+        fixed = {
             "group.id": f"marshal-admin-meta-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
-            "logger": RDKAFKA_LOG,
         }
-        self._consumer = Consumer(config)
+        self._consumer = Consumer(client_config(bootstrap_servers, extra_config, fixed=fixed))
 
     def partitions(self, topic: str) -> list[int]:
         try:

@@ -30,7 +30,7 @@ from marshal_workers.audit.model import (
 from marshal_workers.audit.session import DEFAULT_MASTER, SessionOptions
 from marshal_workers.audit.summary import summarize, violation_line
 from marshal_workers.audit.tables import Window
-from marshal_workers.common.entry import run_command
+from marshal_workers.common.consolescripts import run_command
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.timearg import TimeArgError, parse_time_ms
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options

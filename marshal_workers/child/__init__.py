@@ -1,0 +1,7 @@
+"""The child (worker) process: one claimed partition, its consumer, the user's handler, the
+failure policy, dead letters, AMO grants, and the fencing that ends it when its lease does.
+
+Runs in the child process only (started from the fork server). Imports `handler`, `ipc`,
+`clients`, `common` and `protocol.modes`; never the fold (`protocol.rationalizer`), the
+coordination log (`log`), the member's core (`core`) or the supervisor.
+"""

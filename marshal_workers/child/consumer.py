@@ -17,9 +17,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.handler.record import FetchedRecord, MessageRecords, Record
 from marshal_workers.ipc.messages import ChildSpec
-from marshal_workers.log.kafkalog import FAST_CONNECT
 
 EARLIEST = frozenset({"earliest", "smallest", "beginning"})
 LATEST = frozenset({"latest", "largest", "end"})
@@ -40,22 +40,9 @@ class FatalKafkaError(Exception):
 
 def consumer_config(spec: ChildSpec) -> dict[str, Any]:
     """The librdkafka configuration of the child's consumer."""
-    config: dict[str, Any] = dict(spec.kafka_config)
-    config.update(
-        {
-            "bootstrap.servers": spec.bootstrap_servers,
-            "group.id": spec.group_id,
-            "client.id": f"{spec.client_id}-{spec.topic}-{spec.partition}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": spec.auto_offset_reset,
-        }
-    )
-    config.setdefault("enable.partition.eof", False)
     # librdkafka pauses fetching for fetch.queue.backoff.ms (default 1 s) whenever its queue
     # passes queued.min.messages: a handler slower than the fetcher for a moment (an AMO grant
     # wait is enough) then starves for up to a second. 10 ms keeps the queue topped up.
-    config.setdefault("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
     # One partition, handled batch by batch: a few batches fetched ahead keep the handler fed.
     # librdkafka's defaults (100,000 messages or 64 MB queued per partition, 1 MB fetched per
     # partition per request) are sized for one consumer of many partitions. With small records
@@ -64,12 +51,21 @@ def consumer_config(spec: ChildSpec) -> dict[str, Any]:
     # fetch size is most of it: a fetched response stays allocated while any of its records
     # is queued (1 MB fetches: +28 MB over the imports; 256 KB: +11 MB; measured by consuming
     # 150,000 small records). Larger records still come whole (a fetch returns at least one).
-    config.setdefault("queued.min.messages", max(PREFETCH_BATCHES * spec.batch_size, 1000))
-    config.setdefault("queued.max.messages.kbytes", PREFETCH_KBYTES)
-    config.setdefault("max.partition.fetch.bytes", FETCH_PARTITION_BYTES)
-    for key, value in FAST_CONNECT.items():  # the first fetch 50-100 ms sooner (see kafkalog)
-        config.setdefault(key, value)
-    return config
+    tuned: dict[str, Any] = {
+        "enable.partition.eof": False,
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+        "queued.min.messages": max(PREFETCH_BATCHES * spec.batch_size, 1000),
+        "queued.max.messages.kbytes": PREFETCH_KBYTES,
+        "max.partition.fetch.bytes": FETCH_PARTITION_BYTES,
+    }
+    fixed: dict[str, Any] = {
+        "group.id": spec.group_id,
+        "client.id": f"{spec.client_id}-{spec.topic}-{spec.partition}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": spec.auto_offset_reset,
+    }
+    return client_config(spec.bootstrap_servers, dict(spec.kafka_config), tuned=tuned, fixed=fixed)
 
 
 def resolve_start(consumer: Consumer, spec: ChildSpec) -> int:

@@ -34,9 +34,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from marshal_workers.child.policy import Failure
+from marshal_workers.clients.kafkaconfig import SAFE_PRODUCER, client_config
 from marshal_workers.handler import Record
 from marshal_workers.ipc.messages import ChildSpec
-from marshal_workers.log.kafkalog import RDKAFKA_LOG
 
 PREFIX = "marshal.dlq."
 MAX_MESSAGE_CHARS = 4_000
@@ -90,20 +90,18 @@ def dead_letter_headers(
 
 def producer_config(spec: ChildSpec) -> dict[str, Any]:
     """The dead-letter producer's librdkafka configuration (the ``[kafka]`` table included)."""
-    config: dict[str, Any] = dict(spec.kafka_config)
-    config.update(
-        {
-            "bootstrap.servers": spec.bootstrap_servers,
+    return client_config(
+        spec.bootstrap_servers,
+        dict(spec.kafka_config),
+        tuned={"linger.ms": 5},
+        fixed={
             "client.id": f"{spec.client_id}-{spec.topic}-{spec.partition}-dlq",
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 5,
+            # the child waits this long for a dead letter's report (flush, DELIVERY_TIMEOUT_S)
             "delivery.timeout.ms": int(DELIVERY_TIMEOUT_S * 1000),
             "allow.auto.create.topics": False,
-            "logger": RDKAFKA_LOG,
-        }
+        },
+        pinned=SAFE_PRODUCER,
     )
-    return config
 
 
 def topic_exists(client: Any, topic: str, timeout: float = METADATA_TIMEOUT_S) -> bool:

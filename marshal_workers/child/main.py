@@ -87,7 +87,7 @@ from importlib.machinery import ModuleSpec
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import structlog
 
@@ -114,12 +114,14 @@ from marshal_workers.ipc.exits import (
     EXIT_PARENT_GONE,
     EXIT_SETUP,
 )
-from marshal_workers.ipc.forkserver import ChildContext
 from marshal_workers.ipc.messages import (
     ChildSpec,
     ToChild,
 )
 from marshal_workers.ipc.sharedlease import SharedLease
+
+if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
+    from marshal_workers.ipc.forkserver import ChildContext
 
 __all__ = [
     "EXIT_HANDLER_FAILED",

@@ -4,7 +4,8 @@ librdkafka refuses an unknown property or a bad value only when a client is buil
 start-up, as a raw ``KafkaError{code=_INVALID_ARG,...}``. `check_kafka_table` builds a
 throwaway producer and consumer (no bootstrap servers: they connect nowhere) with each property
 alone, so that a wrong one is refused at configuration time, as a usage error naming the
-property and the file it came from.
+property and the file it came from. A property safety pins (acks, idempotence, the coordination
+log's isolation level) is refused too, if the table tries to change it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from marshal_workers.clients.kafkaconfig import refuse_unsafe
 from marshal_workers.common.errors import ConfigError
 
 _QUIET = logging.getLogger("marshal_workers.clients.tablecheck")
@@ -51,7 +53,9 @@ def _refusal(name: str, value: str) -> str | None:
 
 
 def check_kafka_table(table: Mapping[str, str], source: str) -> None:
-    """ConfigError (exit 2) naming the first property librdkafka refuses, and ``source``."""
+    """ConfigError (exit 2) naming the first property librdkafka refuses, or the first that
+    would change what safety pins (`kafkaconfig.refuse_unsafe`), and ``source``."""
+    refuse_unsafe(table, source)
     for name, value in table.items():
         reason = _refusal(name, value)
         if reason is not None:

@@ -1,0 +1,5 @@
+"""What every process and tool shares: errors and exit codes (`errors`), logging (`logs`),
+stack dumps (`stacks`), and running a click command as a console script (`consolescripts`).
+
+Imports nothing of the project.
+"""

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.childexits import ChildEnd, Next, count_failure, decide
-from marshal_workers.core.context import Context
-from marshal_workers.core.held import ASKED_TO_STOP, Held, Phase
-from marshal_workers.core.holdings import Holdings
+from marshal_workers.core.heldclaim import ASKED_TO_STOP, HeldClaim, Phase
+from marshal_workers.core.keeping import Keeping
+from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import WRITE_TRIES, Kind, Op
-from marshal_workers.core.poisoning import Poisoning
+from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT
 from marshal_workers.ipc.messages import CAUSE_POISON_RATE
@@ -34,10 +34,10 @@ GRANTING = (Phase.RUNNING, *ASKED_TO_STOP)
 class Children:
     """The children of a member's claims, as the member sees them."""
 
-    def __init__(self, ctx: Context, holdings: Holdings, poisoning: Poisoning) -> None:
+    def __init__(self, ctx: MemberState, keeping: Keeping, parking: RecordParking) -> None:
         self.ctx = ctx
-        self.holdings = holdings
-        self.poisoning = poisoning
+        self.keeping = keeping
+        self.parking = parking
 
     def said(self, said: inp.ChildSaid) -> None:
         """A message from a child."""
@@ -56,9 +56,9 @@ class Children:
             self.ctx.observe("child_stats", held.key, msg)
         elif isinstance(msg, ipc.HandlerFailed):
             self.handler_failed(held, msg)
-            self.poisoning.note_failure(held.key, msg.offset, msg.error, said.now)
+            self.parking.note_failure(held.key, msg.offset, msg.error, said.now)
 
-    def handler_failed(self, held: Held, msg: ipc.HandlerFailed) -> None:
+    def handler_failed(self, held: HeldClaim, msg: ipc.HandlerFailed) -> None:
         """Count a failure: a streak if nothing succeeded since the last one."""
         # A failure repeats the last one if nothing succeeded in between: the same offset (ALO
         # restarts there), a child that handled nothing before failing (AMO restarts after the
@@ -82,7 +82,7 @@ class Children:
             max_handler_failures=self.ctx.s.max_handler_failures,
         )
 
-    def handler_ended(self, held: Held, end: ChildEnd, now: float) -> None:
+    def handler_ended(self, held: HeldClaim, end: ChildEnd, now: float) -> None:
         """The child ended inside a handler call (timed out, os._exit, a signal): a failure on
         that record. dlq/skip: the next child settles it (ALO; in AMO it was granted and is lost
         with the rest of its batch); stop: it counts as a failure (and in the log)."""
@@ -92,7 +92,7 @@ class Children:
         if ctx.s.on_failure == "stop":
             held.failures = count_failure(held.failures, held.failed_offset, failed.offset)
             held.failed_offset = failed.offset
-            self.poisoning.note_failure(key, failed.offset, failed.error, now)
+            self.parking.note_failure(key, failed.offset, failed.error, now)
         elif ctx.s.mode is Mode.ALO:
             held.settle = failed
         ctx.say(
@@ -110,7 +110,7 @@ class Children:
             lost=ctx.s.mode is Mode.AMO,  # AMO: the granted batch is not handled again
         )
 
-    def grant_request(self, held: Held, req: ipc.GrantRequest, now: float) -> None:
+    def grant_request(self, held: HeldClaim, req: ipc.GrantRequest, now: float) -> None:
         """AMO: reserve the batch in the log; the child is answered once the fold decides.
 
         A child asks for its next batch before the answer on the one before comes (one batch
@@ -132,7 +132,7 @@ class Children:
             refusal = f"batch starts at {req.start}, before the position {floor}"
         if refusal is not None:
             held.refused_from = refused_from(held, req.start)
-            self.holdings.tell(held.key, ipc.Grant(req.request_id, False, refusal))
+            self.keeping.tell(held.key, ipc.Grant(req.request_id, False, refusal))
             return
         held.asked_end = req.end
         message = ClaimingMessages(*self.ctx.fields(held.key), req.end)
@@ -181,17 +181,17 @@ class Children:
             if asker:
                 held.refused_from = refused_from(held, op.start)
                 for covered in held.covered:  # (asked before it: the child ends at the first)
-                    self.holdings.tell(op.key, ipc.Grant(covered, False, "not reserved"))
+                    self.keeping.tell(op.key, ipc.Grant(covered, False, "not reserved"))
                 held.covered.clear()
                 grant = ipc.Grant(op.request_id, False, refusal or "claim not held")
-                self.holdings.tell(op.key, grant)
+                self.keeping.tell(op.key, grant)
             return
         held.position = max(held.position or 0, op.end)  # (never back, whatever the order)
-        self.holdings.heartbeat(held, now)  # the committing heartbeat
+        self.keeping.heartbeat(held, now)  # the committing heartbeat
         for covered in held.covered:  # reserved by this batch's record too: below its end
-            self.holdings.tell(op.key, ipc.Grant(covered, True, ""))
+            self.keeping.tell(op.key, ipc.Grant(covered, True, ""))
         held.covered.clear()
-        self.holdings.tell(op.key, ipc.Grant(op.request_id, True, ""))
+        self.keeping.tell(op.key, ipc.Grant(op.request_id, True, ""))
 
     def reservation_given_up(self, op: Op, error: str, now: float) -> None:
         """A reservation not written, or with no verdict in time: write it again (a write that
@@ -221,27 +221,27 @@ class Children:
         if later and held.refused_from is None and held.phase in GRANTING:
             if held.position is not None and held.position >= op.end:
                 # a later batch of this child is granted already: its record covers this one
-                self.holdings.tell(op.key, ipc.Grant(op.request_id, True, ""))
+                self.keeping.tell(op.key, ipc.Grant(op.request_id, True, ""))
             else:
                 held.covered.append(op.request_id)  # answered with the later batch's verdict
             return
         held.refused_from = refused_from(held, op.start)
         for covered in held.covered:
-            self.holdings.tell(op.key, ipc.Grant(covered, False, "not reserved"))
+            self.keeping.tell(op.key, ipc.Grant(covered, False, "not reserved"))
         held.covered.clear()
         grant = ipc.Grant(op.request_id, False, f"reservation not written: {error}")
-        self.holdings.tell(op.key, grant)
+        self.keeping.tell(op.key, grant)
 
     def exited(self, exited: inp.ChildExited) -> None:
         """A child ended (its process group is gone): respawn, restart later, or release."""
-        ctx, holdings = self.ctx, self.holdings
+        ctx, keeping = self.ctx, self.keeping
         held = ctx.held.get(exited.key)
         if held is None:
             return
         now, code, key = exited.now, exited.code, exited.key
         held.child = False
         if held.phase is Phase.LOST:
-            holdings.drop(key)
+            keeping.drop(key)
             return
         if ctx.s.mode is Mode.ALO and exited.position is not None and held.position is not None:
             held.position = max(held.position, exited.position)  # up to the record it ended in
@@ -266,7 +266,7 @@ class Children:
         fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}
         if decision.next is Next.RESPAWN:
             held.phase = Phase.RUNNING
-            holdings.spawn(held, restart=False)
+            keeping.spawn(held, restart=False)
         elif decision.next is Next.RESTART_LATER:
             held.phase = Phase.RUNNING
             held.restart_at = now + decision.delay_s
@@ -288,11 +288,11 @@ class Children:
                 not_reclaimed_for_s=decision.avoid_s,
             )
             ctx.avoid_until[key] = now + decision.avoid_s
-            holdings.finish(held, now, release=True)  # the log refuses it if taken meanwhile
+            keeping.finish(held, now, release=True)  # the log refuses it if taken meanwhile
         else:
-            holdings.finish(held, now, release=held.phase is Phase.STOPPING)
+            keeping.finish(held, now, release=held.phase is Phase.STOPPING)
 
 
-def refused_from(held: Held, start: int) -> int:
+def refused_from(held: HeldClaim, start: int) -> int:
     """Where a child's refused batches begin once the batch at ``start`` is refused."""
     return start if held.refused_from is None else min(held.refused_from, start)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
-from marshal_workers.core.context import Context
-from marshal_workers.core.held import HELD_PHASES, Held
-from marshal_workers.core.holdings import Holdings
+from marshal_workers.core.heldclaim import HELD_PHASES, HeldClaim
+from marshal_workers.core.keeping import Keeping
+from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import Kind, Op
 from marshal_workers.core.planning import plan
 from marshal_workers.core.reclaim import reclaimed_position, retry_release
@@ -26,9 +26,9 @@ from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, Heartbeat
 class Claiming:
     """The member's claims in the making."""
 
-    def __init__(self, ctx: Context, holdings: Holdings) -> None:
+    def __init__(self, ctx: MemberState, keeping: Keeping) -> None:
         self.ctx = ctx
-        self.holdings = holdings
+        self.keeping = keeping
         self.member = member_key(ctx.s.group, ctx.s.client_id)
         self.partitions: list[ClaimKey] = []
         self.member_keys: set[ClaimKey] = set()  # the group's member claims seen in the log
@@ -87,7 +87,7 @@ class Claiming:
         if not isinstance(event, ev.HeartbeatAccepted):
             ctx.say("info", "claim_not_resumed", topic=key.topic, partition=key.partition)
             return
-        held = self.holdings.hold(key, event.token, ctx.lease_from(op.sent_at), now)
+        held = self.keeping.hold(key, event.token, ctx.lease_from(op.sent_at), now)
         if not held.is_member:
             # The old instance may still run (another host with this client id): its lease
             # ends at most 2*HB after its last accepted heartbeat, in log time.
@@ -104,7 +104,7 @@ class Claiming:
             starts_in_s=round(max(0.0, held.start_after - now), 3),
         )
         if ctx.stopping:
-            self.holdings.finish(held, now, release=True)
+            self.keeping.finish(held, now, release=True)
 
     def takeover_wait(self, old_seen_ms: int, takeover_ms: int) -> float:
         """Seconds a resumed claim waits before its child starts: the replaced instance's lease
@@ -127,7 +127,7 @@ class Claiming:
             backoff = self.refusal_backoff(uncertain)
             ctx.avoid_until[key] = max(ctx.avoid_until.get(key, 0.0), now + backoff)
             return
-        held = self.holdings.hold(key, event.token, ctx.lease_from(op.sent_at), now)
+        held = self.keeping.hold(key, event.token, ctx.lease_from(op.sent_at), now)
         if not held.is_member:
             position = self.resume_position(key)
             own = ctx.expired_positions.pop(key, None)
@@ -143,7 +143,7 @@ class Claiming:
             position=held.position,
         )
         if ctx.stopping:
-            self.holdings.finish(held, now, release=True)
+            self.keeping.finish(held, now, release=True)
 
     def refusal_backoff(self, uncertain: bool) -> float:
         """How long to leave a claim alone after the log refused this member's claim on it.
@@ -172,7 +172,7 @@ class Claiming:
         """Where the log says a new owner starts (None: nowhere yet)."""
         return resume_offset(self.ctx.state_of(key), self.ctx.s.mode)
 
-    def set_position(self, held: Held, position: int | None) -> None:
+    def set_position(self, held: HeldClaim, position: int | None) -> None:
         """The claim's position, or a lookup of where it starts."""
         if position is not None:
             held.position = position
@@ -208,7 +208,7 @@ class Claiming:
             partition=key.partition,
             error=failed.error,
         )
-        self.holdings.lose(held, f"start position unknown: {failed.error}")
+        self.keeping.lose(held, f"start position unknown: {failed.error}")
         ctx.avoid_until[key] = failed.now + 2 * ctx.s.heartbeat_interval
 
     # ---- the fair share ---------------------------------------------------------------------
@@ -255,7 +255,7 @@ class Claiming:
             self._next_release = now + max(s.heartbeat_interval / 5, min(s.heartbeat_interval, 1.0))
             for release in releases:
                 ctx.avoid_until[release] = now + 2 * s.heartbeat_interval
-                self.holdings.stop_child(ctx.held[release], now + s.stop_timeout)
+                self.keeping.stop_child(ctx.held[release], now + s.stop_timeout)
             ctx.say(
                 "info",
                 "over_fair_share_releasing",

@@ -47,10 +47,10 @@ Children's exits go through `exitpolicy.decide`; a graceful release waits for th
 exit and then writes ReleasingPartition at the position the child reported.
 
 Where each part lives: `Member` (this file) takes the inputs, folds the log and routes every
-verdict; `claiming.Claiming` resumes, claims and plans; `holdings.Holdings` keeps held claims
+verdict; `claiming.Claiming` resumes, claims and plans; `keeping.Keeping` keeps held claims
 on their timers (heartbeats, leases, children's starts and kills, releases);
 `children.Children` handles what children say and how they end; `operator.Operator` stops,
-reloads and pauses. They share only `context.Context`.
+reloads and pauses. They share only `context.MemberState`.
 """
 
 from __future__ import annotations
@@ -62,13 +62,13 @@ from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.children import Children
 from marshal_workers.core.claiming import Claiming
-from marshal_workers.core.context import Context
 from marshal_workers.core.gofleet import refusal
-from marshal_workers.core.held import HELD_PHASES, Held, Phase
-from marshal_workers.core.holdings import Holdings
+from marshal_workers.core.heldclaim import HELD_PHASES, HeldClaim, Phase
+from marshal_workers.core.keeping import Keeping
+from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.operator import Operator
 from marshal_workers.core.pending import Kind, Op
-from marshal_workers.core.poisoning import Poisoning
+from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import MEMBER_PREFIX, is_member_key
@@ -85,12 +85,12 @@ class Member:
 
     def __init__(self, settings: MemberSettings) -> None:
         self.s = settings
-        self.ctx = Context(settings)
-        self.poisoning = Poisoning(self.ctx)
-        self.holdings = Holdings(self.ctx, self.poisoning)
-        self.claiming = Claiming(self.ctx, self.holdings)
-        self.children = Children(self.ctx, self.holdings, self.poisoning)
-        self.operator = Operator(self.ctx, self.holdings, self.claiming)
+        self.ctx = MemberState(settings)
+        self.parking = RecordParking(self.ctx)
+        self.keeping = Keeping(self.ctx, self.parking)
+        self.claiming = Claiming(self.ctx, self.keeping)
+        self.children = Children(self.ctx, self.keeping, self.parking)
+        self.operator = Operator(self.ctx, self.keeping, self.claiming)
         self.member = self.claiming.member
         self.malformed = 0
         self.started = False
@@ -147,7 +147,7 @@ class Member:
     # ---- queries ----------------------------------------------------------------------------
 
     @property
-    def held(self) -> dict[ClaimKey, Held]:
+    def held(self) -> dict[ClaimKey, HeldClaim]:
         """The claims this member holds (the member claim among them)."""
         return self.ctx.held
 
@@ -222,7 +222,7 @@ class Member:
         if op is not None:
             self._resolve(op, event, now)
         elif mine and isinstance(event, ev.HeartbeatAccepted):
-            self.holdings.late_heartbeat_landed(event)
+            self.keeping.late_heartbeat_landed(event)
         key = event.key
         if is_member_key(key):
             self.claiming.member_keys.add(key)
@@ -241,16 +241,16 @@ class Member:
         if op is not None:
             self._resolve(op, event, now)
 
-    def _watch(self, held: Held, event: ev.ClaimVerdict, mine: bool) -> None:
+    def _watch(self, held: HeldClaim, event: ev.ClaimVerdict, mine: bool) -> None:
         """What others' records (and refusals of ours) mean for a claim this member holds."""
         me = self.s
         if isinstance(event, ev.HeartbeatAccepted):
             if event.client_id == me.client_id and event.instance_id != me.instance_id:
-                self.holdings.lose(held, f"taken over by instance {event.instance_id}")
+                self.keeping.lose(held, f"taken over by instance {event.instance_id}")
         elif isinstance(event, ev.HeartbeatRejected) and mine:
-            self.holdings.lose(held, f"heartbeat refused: {event.reason}")
+            self.keeping.lose(held, f"heartbeat refused: {event.reason}")
         elif isinstance(event, ev.ClaimGranted) and event.token != held.token:
-            self.holdings.lose(held, f"claimed by {event.client_id}")
+            self.keeping.lose(held, f"claimed by {event.client_id}")
 
     def _resolve(self, op: Op, event: ev.Event, now: float) -> None:
         """The fold reached one of this member's writes: act on its verdict."""
@@ -260,13 +260,13 @@ class Member:
         elif op.kind is Kind.TAKEOVER:
             self.claiming.takeover_decided(op, event, now)
         elif op.kind is Kind.HEARTBEAT:
-            self.holdings.heartbeat_decided(op, event)
+            self.keeping.heartbeat_decided(op, event)
         elif op.kind is Kind.RESERVE:
             self.children.reservation_decided(op, event, now)
         elif op.kind is Kind.RELEASE:
-            self.holdings.release_decided(op, event)
+            self.keeping.release_decided(op, event)
         elif op.kind is Kind.POISON and isinstance(event, PoisonVerdict):
-            self.poisoning.decided(op, event)
+            self.parking.decided(op, event)
 
     def _appended(self, done: inp.AppendDone) -> None:
         pending = self.ctx.pending
@@ -297,10 +297,10 @@ class Member:
         elif op.kind is Kind.RESERVE:
             self.children.reservation_given_up(op, error, now)
         elif op.kind is Kind.POISON:
-            self.poisoning.gave_up(op, now)
+            self.parking.gave_up(op, now)
         elif op.kind is Kind.RELEASE:
-            self.holdings.release_unconfirmed(key, op.end)
-            self.holdings.drop(key)
+            self.keeping.release_unconfirmed(key, op.end)
+            self.keeping.drop(key)
 
     # ---- time -------------------------------------------------------------------------------
 
@@ -309,9 +309,9 @@ class Member:
         ctx.wall = tick.wall
         for op in ctx.pending.expired(now, self.s.op_timeout):
             self._gave_up(op, "no verdict in time", now)
-        self.holdings.take_positions(tick.positions)
+        self.keeping.take_positions(tick.positions)
         for held in list(ctx.held.values()):
-            self.holdings.keep(held, now)
+            self.keeping.keep(held, now)
         self.operator.check_reload()
         if not self.started:
             return

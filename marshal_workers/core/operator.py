@@ -15,9 +15,9 @@ import signal
 from marshal_workers.common.errors import EXIT_OK, EXIT_USAGE
 from marshal_workers.core import commands as cmd
 from marshal_workers.core.claiming import Claiming
-from marshal_workers.core.context import Context
-from marshal_workers.core.held import HELD_PHASES, Phase
-from marshal_workers.core.holdings import Holdings
+from marshal_workers.core.heldclaim import HELD_PHASES, Phase
+from marshal_workers.core.keeping import Keeping
+from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pauses import pause_by_other
 from marshal_workers.core.pending import Kind
 from marshal_workers.protocol import events as ev
@@ -28,9 +28,9 @@ from marshal_workers.protocol.rationalizer import GroupPause
 class Operator:
     """Stops, reloads and pauses of one member."""
 
-    def __init__(self, ctx: Context, holdings: Holdings, claiming: Claiming) -> None:
+    def __init__(self, ctx: MemberState, keeping: Keeping, claiming: Claiming) -> None:
         self.ctx = ctx
-        self.holdings = holdings
+        self.keeping = keeping
         self.claiming = claiming
         self.done = False
         self.exit_code: int | None = None
@@ -61,12 +61,12 @@ class Operator:
         for held in list(ctx.held.values()):
             if held.is_member or held.phase in (Phase.LOST, Phase.RELEASING):
                 continue
-            self.holdings.stop_child(held, deadline)
+            self.keeping.stop_child(held, deadline)
             if fast and held.child:
                 held.lease = 0.0
                 ctx.out.append(cmd.SetLease(held.key, 0.0))
                 held.kill_sent = held.term_sent = True
-                self.holdings.signal_child(held, signal.SIGKILL, "fast stop")
+                self.keeping.signal_child(held, signal.SIGKILL, "fast stop")
 
     def advance_stop(self, now: float) -> None:
         """Each turn while stopping: release what is done; the member claim last; then exit."""
@@ -74,7 +74,7 @@ class Operator:
         for held in list(ctx.held.values()):
             if held.phase is Phase.STARTING:
                 held.phase = Phase.STOPPING
-                self.holdings.finish(held, now, release=True)
+                self.keeping.finish(held, now, release=True)
         if any(not h.is_member for h in ctx.held.values()):
             return
         ops = ctx.pending.ops.values()
@@ -83,7 +83,7 @@ class Operator:
         member = ctx.held.get(self.claiming.member)
         if member is not None:
             if member.phase is not Phase.RELEASING:
-                self.holdings.finish(member, now, release=True)
+                self.keeping.finish(member, now, release=True)
             return
         if self.settings_problem is not None:  # restart with the group's settings
             self.exit(EXIT_USAGE, self.settings_problem)
@@ -134,7 +134,7 @@ class Operator:
             if not held.child:
                 held.restart_at = 0.0
                 continue
-            self.holdings.stop_child(held, deadline, Phase.RELOADING)
+            self.keeping.stop_child(held, deadline, Phase.RELOADING)
             asked += 1
         self.reload_pending = True
         ctx.observe("reloading")
@@ -186,6 +186,6 @@ class Operator:
         deadline = now + ctx.s.stop_timeout
         for held in ctx.held.values():
             if not held.is_member and held.phase in HELD_PHASES:
-                self.holdings.stop_child(held, deadline)
+                self.keeping.stop_child(held, deadline)
         self.claiming.idle_since = None
         return True

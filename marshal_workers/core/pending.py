@@ -40,7 +40,7 @@ class Op:
     request_id: int = 0  # RESERVE: the child's request
     start: int = 0  # RESERVE: the batch's first offset
     end: int = 0  # RESERVE: the first offset after the batch; HEARTBEAT: the offset sent
-    child: int = 0  # RESERVE: the child that asked (`Held.child_no`)
+    child: int = 0  # RESERVE: the child that asked (`HeldClaim.child_no`)
     tries: int = 0  # RESERVE, POISON: writes of the same record before this one (`WRITE_TRIES`)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from marshal_workers.ipc import messages as ipc
-from marshal_workers.protocol.leases import default_margin
+from marshal_workers.protocol import leases
 from marshal_workers.protocol.metadata import GroupSettings
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig
@@ -16,14 +16,19 @@ DISCOVERY_INTERVAL_S = 10.0
 
 @dataclass(frozen=True, slots=True)
 class MemberSettings:
-    """One member's identity and timings (seconds) and the template of its children's spec."""
+    """One member's identity and timings (seconds) and the template of its children's spec.
+
+    The heartbeat interval is stored once, in milliseconds, in ``rationalizer``: the fold
+    compares broker log times in integer milliseconds and every reader must agree exactly, so
+    that is the value that decides; the member's timers (monotonic seconds) read it through
+    `heartbeat_interval`, so the core and the fold can never hold two different intervals.
+    """
 
     group: str
     client_id: str
     instance_id: str
     topics: tuple[str, ...]
     mode: Mode
-    heartbeat_interval: float
     coordination_partitions: int
     partitioner: Partitioner
     rationalizer: RationalizerConfig
@@ -41,6 +46,11 @@ class MemberSettings:
     coordination_topic: str = "__marshal"  # for messages only
 
     @property
+    def heartbeat_interval(self) -> float:
+        """HB in seconds, for the member's monotonic timers (from the fold's milliseconds)."""
+        return self.rationalizer.heartbeat_interval_ms / 1000
+
+    @property
     def hb_ms(self) -> int:
         """HB in milliseconds, as the fold uses it."""
         return self.rationalizer.heartbeat_interval_ms
@@ -48,12 +58,12 @@ class MemberSettings:
     @property
     def margin(self) -> float:
         """Taken off every lease (HB/10, within 50 ms and 2 s)."""
-        return default_margin(self.heartbeat_interval)
+        return leases.default_margin(self.heartbeat_interval)
 
     @property
     def kill_grace(self) -> float:
         """TERM this long before a lease ends, KILL at a third of it."""
-        return min(1.0, self.heartbeat_interval / 4)
+        return leases.kill_grace(self.heartbeat_interval)
 
     @property
     def op_timeout(self) -> float:

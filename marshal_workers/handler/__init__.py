@@ -2,7 +2,9 @@
 
 A handler is ``handle(record, ctx)``, or a class with ``setup``, ``handle`` or ``handle_batch``
 and ``teardown``; ``record`` is a `Record`, ``ctx`` a `Context`. Raise `StopProcessing` to stop
-without retries or policy. This package imports nothing of the project but the delivery modes.
+without retries or policy.
+
+Runs in the child process. Imports only `protocol.modes` (the delivery modes) and `common`.
 """
 
 from marshal_workers.handler.context import Context, HandleFunction

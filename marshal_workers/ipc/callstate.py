@@ -28,10 +28,12 @@ torn value; the cells are not read as a consistent set (each is meaningful on it
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marshal_workers.ipc.exits import EndNote
-from marshal_workers.ipc.forkserver import ChildContext
+
+if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
+    from marshal_workers.ipc.forkserver import ChildContext
 
 NO_POSITION = -1
 

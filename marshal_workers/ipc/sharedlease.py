@@ -17,11 +17,13 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marshal_workers.ipc.callstate import CallCells
-from marshal_workers.ipc.forkserver import ChildContext
 from marshal_workers.protocol.leases import default_margin, lease_deadline
+
+if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
+    from marshal_workers.ipc.forkserver import ChildContext
 
 __all__ = ["SharedLease", "default_margin", "lease_deadline"]
 

@@ -4,6 +4,9 @@ Start one with `start_cluster(StartOptions(directory=..., nodes=1|3))`, which re
 `LocalKafka` handle (`.bootstrap`, `.kill_node`, `.restart_node`, `.leader_of`, `.stop`);
 stop one with `stop_cluster(directory)`; look with `cluster_status(directory)`. The
 `kafka` click group (`marshal-admin kafka start|stop|status|fetch`) calls the same code.
+
+A tool (run by `marshal-admin kafka`, the tests and the benchmarks). Imports `clients`
+and `common` only.
 """
 
 from marshal_workers.localkafka.cluster import (

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from marshal_workers.common.entry import run_command
+from marshal_workers.common.consolescripts import run_command
 from marshal_workers.common.errors import EXIT_OK, EXIT_RUNTIME
 from marshal_workers.localkafka.backend import BACKENDS
 from marshal_workers.localkafka.cluster import (

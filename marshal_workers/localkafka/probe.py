@@ -15,6 +15,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.common.errors import MarshalError
 
 POLL_INTERVAL_S = 0.2
@@ -35,14 +36,12 @@ _QUIET.propagate = False
 
 def quiet_admin(bootstrap: str) -> Any:
     """An AdminClient for `bootstrap` that retries connections quickly and logs nowhere."""
-    settings: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        "logger": _QUIET,
+    tuned = {
         "reconnect.backoff.ms": 100,
         "reconnect.backoff.max.ms": 500,
         "socket.connection.setup.timeout.ms": 2000,
     }
-    return AdminClient(settings)
+    return AdminClient(client_config(bootstrap, tuned=tuned, fixed={"logger": _QUIET}))
 
 
 def cluster_view(admin: Any, timeout: float) -> tuple[int, int] | None:

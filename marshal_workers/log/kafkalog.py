@@ -33,6 +33,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from marshal_workers.clients.kafkaconfig import COORDINATION_READER, SAFE_PRODUCER, client_config
+from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.interface import LogError
 from marshal_workers.protocol.wire import Appended, CoordRecord
@@ -44,34 +46,14 @@ CONSUME_BATCH: Final = 10_000
 _UNKNOWN_TOPIC: Final = KafkaError.UNKNOWN_TOPIC_OR_PART
 
 _log = logging.getLogger(__name__)
-# librdkafka's own log lines go here (not straight to stderr), so that a command-line error
-# stays one line; an application that configures logging still sees them.
-RDKAFKA_LOG: Final = logging.getLogger("marshal_workers.librdkafka")
-RDKAFKA_LOG.addHandler(logging.NullHandler())
-
-# librdkafka holds a request for a broker it has not connected to yet for half of
-# reconnect.backoff.ms (default 100 ms) after any other connection attempt: about 50 ms, once
-# for the bootstrap server and again for the partition leader, on every client's first
-# requests. A start-up makes a few such clients in a row (the coordination log's reader, the
-# data topics' metadata, each child's consumer): 10 ms (the back-off still doubles up to
-# reconnect.backoff.max.ms after each failure).
-FAST_CONNECT: Final[Mapping[str, Any]] = {"reconnect.backoff.ms": 10}
-
-_PRODUCER_DEFAULTS: Final[Mapping[str, Any]] = {
-    "acks": "all",
-    "enable.idempotence": True,
+# Per-use tuned values (the user's [kafka] table may override them).
+_PRODUCER_TUNED: Final[Mapping[str, Any]] = {
     # Every append waits for its own delivery report, one at a time: lingering batches nothing
     # and only adds latency (about 1 ms an append; an AMO grant makes two).
     "linger.ms": 2,
     "delivery.timeout.ms": 30_000,
-    "allow.auto.create.topics": False,
 }
-_CONSUMER_DEFAULTS: Final[Mapping[str, Any]] = {
-    "enable.auto.commit": False,
-    "enable.auto.offset.store": False,
-    "enable.partition.eof": False,
-    "auto.offset.reset": "error",
-    "allow.auto.create.topics": False,
+_CONSUMER_TUNED: Final[Mapping[str, Any]] = {
     # Catch-up speed: big fetches, a deep prefetch queue, and no back-off when it fills.
     "fetch.max.bytes": 52_428_800,
     "max.partition.fetch.bytes": 10_485_760,
@@ -79,18 +61,16 @@ _CONSUMER_DEFAULTS: Final[Mapping[str, Any]] = {
     "queued.max.messages.kbytes": 262_144,
     "fetch.queue.backoff.ms": 5,
     "fetch.wait.max.ms": 100,
-    **FAST_CONNECT,
 }
-
-
-def error_text(err: object) -> str:
-    """The readable text of a Kafka error: a KafkaError, a KafkaException wrapping one, or any
-    other object (its ``str``)."""
-    if isinstance(err, KafkaError):
-        return str(err.str())
-    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
-        return str(err.args[0].str())
-    return str(err)
+# What the log's reading needs whatever the table says: it never commits, never skips a
+# record it cannot find, never creates the topic.
+_CONSUMER_FIXED: Final[Mapping[str, Any]] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": False,
+    "auto.offset.reset": "error",
+    "allow.auto.create.topics": False,
+}
 
 
 class KafkaLog:
@@ -111,19 +91,26 @@ class KafkaLog:
         self._pending_error: LogError | None = None
         self._acks: list[tuple[int, Appended | str]] = []
         self._in_flight: set[int] = set()
-        common: dict[str, Any] = {
-            "bootstrap.servers": bootstrap_servers,
-            "client.id": client_id,
-            "logger": RDKAFKA_LOG,
-            "error_cb": self._on_error,
-            **(extra_config or {}),
-        }
-        consumer_config = {
-            **_CONSUMER_DEFAULTS,
-            # Required by librdkafka; never used to subscribe, join or commit.
-            "group.id": f"marshal-unused-{client_id}-{uuid.uuid4().hex[:8]}",
-            **common,
-        }
+        fixed: dict[str, Any] = {"client.id": client_id, "error_cb": self._on_error}
+        consumer_config = client_config(
+            bootstrap_servers,
+            extra_config,
+            tuned=_CONSUMER_TUNED,
+            fixed={
+                **_CONSUMER_FIXED,
+                **fixed,
+                # Required by librdkafka; never used to subscribe, join or commit.
+                "group.id": f"marshal-unused-{client_id}-{uuid.uuid4().hex[:8]}",
+            },
+            pinned=COORDINATION_READER,
+        )
+        producer_config = client_config(
+            bootstrap_servers,
+            extra_config,
+            tuned=_PRODUCER_TUNED,
+            fixed={**fixed, "allow.auto.create.topics": False},
+            pinned=SAFE_PRODUCER,
+        )
         try:
             self._consumer = Consumer(consumer_config)
         except (KafkaException, ValueError, TypeError) as exc:
@@ -132,10 +119,10 @@ class KafkaLog:
         # request waits behind the fetch the broker holds for fetch.wait.max.ms (100 ms) when
         # there is nothing new to read, which is most of the time.
         self._offsets = Consumer(consumer_config)
-        self._common = common
+        self._producer_config = producer_config
         # The clients connect at once (each costs librdkafka some ms before its first answer);
         # the producer is waited for after the consumer.
-        self._producer = self._new_producer(common)
+        self._producer = self._new_producer(producer_config)
         try:
             self._num_partitions = self._partition_count(open_timeout_s)
             self._connect_producer(open_timeout_s)
@@ -166,9 +153,9 @@ class KafkaLog:
                 tp.offset = OFFSET_BEGINNING  # let librdkafka look it up after all
         return list(answered)
 
-    def _new_producer(self, common: Mapping[str, Any]) -> Producer:
+    def _new_producer(self, config: dict[str, Any]) -> Producer:
         try:
-            return Producer({**_PRODUCER_DEFAULTS, **common})
+            return Producer(config)
         except (KafkaException, ValueError, TypeError) as exc:
             self._close_consumers()
             raise MarshalError(f"bad Kafka producer configuration: {error_text(exc)}") from None
@@ -324,7 +311,7 @@ class KafkaLog:
             self._in_flight.clear()
             self._acks.extend((op, f"producer failed: {error}") for op in failed)
             try:
-                self._producer = Producer({**_PRODUCER_DEFAULTS, **self._common})
+                self._producer = Producer(self._producer_config)
             except (KafkaException, ValueError, TypeError) as exc:
                 raise MarshalError(f"cannot replace the producer: {error_text(exc)}") from None
         out, self._acks = self._acks, []

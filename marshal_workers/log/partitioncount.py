@@ -21,8 +21,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from marshal_workers.clients.kafkaconfig import COORDINATION_READER, SAFE_PRODUCER, client_config
+from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import MarshalError
-from marshal_workers.log.kafkalog import RDKAFKA_LOG, error_text
 from marshal_workers.protocol.metadata import (
     METADATA_PARTITION,
     TOPIC_RECORD_KEY,
@@ -31,10 +32,6 @@ from marshal_workers.protocol.metadata import (
     encode_metadata,
 )
 from marshal_workers.protocol.wire import DecodeError
-
-
-def _common(bootstrap: str, extra: Mapping[str, str] | None) -> dict[str, Any]:
-    return {"bootstrap.servers": bootstrap, "logger": RDKAFKA_LOG, **(extra or {})}
 
 
 def _topic_record(value: bytes | None) -> TopicRecord | None:
@@ -64,13 +61,17 @@ def read_topic_record(
 ) -> TopicRecord | None:
     """The newest CoordinationTopic record on partition 0 of ``topic``, or None."""
     consumer = Consumer(
-        {
-            **_common(bootstrap, extra),
-            "group.id": f"marshal-meta-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
+        client_config(
+            bootstrap,
+            extra,
+            fixed={
+                "group.id": f"marshal-meta-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+            },
+            pinned=COORDINATION_READER,
+        )
     )
     deadline = time.monotonic() + timeout_s
     found: TopicRecord | None = None
@@ -109,7 +110,7 @@ def write_topic_record(
 ) -> None:
     """Append the CoordinationTopic record (``partitions``) to partition 0 and wait for the
     acknowledgement (acks=all); MarshalError if it is not acknowledged."""
-    producer = Producer({**_common(bootstrap, extra), "acks": "all", "enable.idempotence": True})
+    producer = Producer(client_config(bootstrap, extra, pinned=SAFE_PRODUCER))
     record = TopicRecord(int(time.time()), f"init-{uuid.uuid4().hex[:12]}", client_id, partitions)
     errors: list[str] = []
     delivered: list[bool] = []

@@ -27,8 +27,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from marshal_workers.clients.kafkaconfig import client_config
+from marshal_workers.clients.rdkafka import RDKAFKA_LOG
 from marshal_workers.common.errors import MarshalError
-from marshal_workers.log.kafkalog import RDKAFKA_LOG
 from marshal_workers.log.partitioncount import read_topic_record, write_topic_record
 
 HISTORY_WINDOW_MS: Final = 7 * 24 * 3600 * 1000
@@ -171,17 +172,17 @@ class TopicInfo:
     config: dict[str, str]
 
 
+def _log_error(err: Any) -> None:
+    RDKAFKA_LOG.debug("kafka error: %s", err.str())
+
+
 def admin_client(
     bootstrap_servers: str, extra_config: Mapping[str, str] | None = None
 ) -> AdminClient:
     """An AdminClient whose librdkafka log goes to Python logging (not stderr)."""
-    config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap_servers,
-        "logger": RDKAFKA_LOG,
-        "error_cb": lambda err: RDKAFKA_LOG.debug("kafka error: %s", err.str()),
-        **(extra_config or {}),
-    }
-    return AdminClient(config)
+    return AdminClient(
+        client_config(bootstrap_servers, extra_config, fixed={"error_cb": _log_error})
+    )
 
 
 def _metadata(admin: AdminClient, bootstrap: str, topic: str | None, timeout_s: float) -> Any:

@@ -172,7 +172,7 @@ class World:
     topic_record: TopicRecord | None = None  # newest CoordinationTopic record (partition 0)
     group_settings: dict[str, GroupSettings] = field(default_factory=dict)  # newest per group
     keys: dict[bytes, ClaimKey] = field(default_factory=dict, compare=False, repr=False)
-    poison: dict[ClaimKey, PoisonState] = field(default_factory=dict)  # see poison.py
+    poison: dict[ClaimKey, PoisonState] = field(default_factory=dict)  # see recordfailures.py
     gap_time: int | None = None  # log time at the newest gap: what it hid was no later
     since_gap: set[ClaimKey] = field(default_factory=set, compare=False, repr=False)
 
@@ -238,7 +238,7 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
     try:
         msg = decode(record.value)
     except DecodeError as exc:
-        if is_poison(record.value):  # failure counts of poison records: see poison.py
+        if is_poison(record.value):  # failure counts of poison records: see recordfailures.py
             return _poison(world, record)
         return _metadata(world, record, exc)
     if type(msg) is ReleaseGroup:

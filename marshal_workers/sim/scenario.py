@@ -167,7 +167,6 @@ class Fleet:
             instance_id=f"i{self.instances}",
             topics=(f"t{group}",),
             mode=self.modes[group],
-            heartbeat_interval=p.heartbeat_interval,
             coordination_partitions=p.coordination_partitions,
             partitioner=Partitioner.SPEC,
             rationalizer=RationalizerConfig(

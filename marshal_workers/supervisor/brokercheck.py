@@ -15,17 +15,17 @@ confirmed before the stall was sent at most HB/2 before it began, and its lease 
 2*HB - margin after that send, that is at least 1.5*HB - margin after the stall began. A
 heartbeat sent during the stall lands when the stall ends (the producer keeps retrying it) and
 counts from when it was sent, although its append timed out (the member core credits it:
-`core.holdings.Holdings.late_heartbeat_landed`), so the
+`core.keeping.Keeping.late_heartbeat_landed`), so the
 lease is extended about one turn of the supervisor's loop (LOOP_TURN_MS) after the stall. The
 supervisor kills a child a kill grace, min(1 s, HB/4), before its lease ends. No lease runs out
 when
 
     1.5*HB - margin - kill grace > D + LOOP_TURN_MS
 
-with margin = HB/10 (capped at 2 s). `min_heartbeat_s` gives the least such HB (a multiple of
-0.5 s); `heartbeat_warning` the line `marshal-run` and `marshal-admin init` print when the
-configured HB is below it. Pure but for `read_failure_detection`, which asks the brokers
-(describe_configs).
+with margin = HB/10 (capped at 2 s): the rule is written once, in `protocol.leases`.
+`min_heartbeat_s` gives the least such HB (a multiple of 0.5 s); `heartbeat_warning` the line
+`marshal-run` and `marshal-admin init` print when the configured HB is below it. Pure but for
+`read_failure_detection`, which asks the brokers (describe_configs).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from confluent_kafka import KafkaException
 # confluent_kafka.admin re-exports these without an __all__, which mypy --strict refuses.
 from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
-from marshal_workers.ipc.sharedlease import default_margin
+from marshal_workers.protocol import leases
 
 KRAFT_SESSION: Final = "broker.session.timeout.ms"
 ZK_SESSION: Final = "zookeeper.session.timeout.ms"
@@ -65,11 +65,7 @@ class FailureDetection:
 
 def min_heartbeat_s(detection: FailureDetection) -> float:
     """The least heartbeat interval (seconds, a multiple of 0.5) whose leases outlast a stall."""
-    needed = (detection.stall_ms + LOOP_TURN_MS) / 1000
-    hb = 0.5
-    while 1.5 * hb - default_margin(hb) - min(1.0, hb / 4) <= needed:
-        hb += 0.5
-    return hb
+    return leases.min_heartbeat_s((detection.stall_ms + LOOP_TURN_MS) / 1000)
 
 
 def heartbeat_warning(heartbeat_interval_s: float, detection: FailureDetection) -> str | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from marshal_workers.common.entry import run_command
+from marshal_workers.common.consolescripts import run_command
 from marshal_workers.config.runconfig import run_config
 from marshal_workers.config.settings import SECTIONS, SETTINGS, help_epilog, resolve
 from marshal_workers.config.toolconfig import config_path, setting_option

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.common.errors import ConfigError, MarshalError
-from marshal_workers.log.kafkalog import FAST_CONNECT, RDKAFKA_LOG
 from marshal_workers.protocol.wire import ClaimKey
 
 
@@ -31,15 +30,8 @@ class DataTopics:
         self.group = group
         self.topics = tuple(topics)
         self.bootstrap_servers = bootstrap_servers
-        config: dict[str, Any] = {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": f"marshal-meta-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "logger": RDKAFKA_LOG,
-            **FAST_CONNECT,
-            **(extra_config or {}),
-        }
-        self._consumer = Consumer(config)
+        fixed = {"group.id": f"marshal-meta-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
+        self._consumer = Consumer(client_config(bootstrap_servers, extra_config, fixed=fixed))
 
     def partitions(self, timeout_s: float = 10.0) -> list[ClaimKey]:
         """Every partition of every topic as a claim key; ConfigError if a topic is missing."""

@@ -10,7 +10,7 @@
    values (exit 2). `SettingsWatch` notices a change while running (an operator's
    `marshal-admin group-settings`): the member then stops gracefully and exits 2.
 
-The checks only read the fold (`LogReader.worlds`); the writes go through the member's own
+The checks only read the fold (`FoldedLog.worlds`); the writes go through the member's own
 coordination log handle, and count once acknowledged and folded.
 """
 

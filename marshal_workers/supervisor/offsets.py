@@ -28,7 +28,8 @@ from typing import Any, Protocol
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from marshal_workers.log.kafkalog import RDKAFKA_LOG, error_text
+from marshal_workers.clients.kafkaconfig import client_config
+from marshal_workers.clients.rdkafka import RDKAFKA_LOG, error_text
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer
@@ -73,17 +74,16 @@ class KafkaOffsetSink:
 
     def _open(self) -> Consumer:
         if self._consumer is None:
-            config: dict[str, Any] = {
-                "bootstrap.servers": self.bootstrap_servers,
+            fixed: dict[str, Any] = {
                 "client.id": f"marshal-offsets-{uuid.uuid4().hex[:8]}",
-                "logger": RDKAFKA_LOG,
-                **self.extra_config,
                 "group.id": self.group,  # the group itself: that is what the commits are for
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "on_commit": self._on_commit,
             }
-            self._consumer = Consumer(config)
+            self._consumer = Consumer(
+                client_config(self.bootstrap_servers, self.extra_config, fixed=fixed)
+            )
         return self._consumer
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:

@@ -30,12 +30,12 @@ from marshal_workers.handler.loading import load_handler
 from marshal_workers.ipc.forkserver import fork_server
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.topicadmin import admin_client, describe_topic, diff_topic_config
-from marshal_workers.supervisor import Supervisor
 from marshal_workers.supervisor.brokercheck import cluster_heartbeat_warning
 from marshal_workers.supervisor.datatopics import DataTopics
 from marshal_workers.supervisor.hostlock import host_lock
 from marshal_workers.supervisor.observe import Observer, Observers
 from marshal_workers.supervisor.offsets import OffsetCommitter
+from marshal_workers.supervisor.runtime import Supervisor
 from marshal_workers.supervisor.signals import SignalQueue
 from marshal_workers.supervisor.systemd import SystemdNotify
 

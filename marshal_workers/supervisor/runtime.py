@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from multiprocessing import connection
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -38,7 +39,6 @@ from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT, EXIT_SETUP
-from marshal_workers.ipc.forkserver import ChildContext
 from marshal_workers.ipc.sharedlease import SharedLease
 from marshal_workers.log.interface import CoordinationLog, LogError
 from marshal_workers.protocol.modes import Mode
@@ -51,8 +51,11 @@ from marshal_workers.supervisor.fleetcheck import (
     ensure_group_settings,
     own_settings,
 )
-from marshal_workers.supervisor.logreader import LogReader
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer
+from marshal_workers.supervisor.pollthread import LogPollThread
+
+if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
+    from marshal_workers.ipc.forkserver import ChildContext
 
 Clock = Callable[[], float]
 PENDING_WAIT_S = 0.001  # the loop's wait while coordination writes are in flight
@@ -89,7 +92,6 @@ def member_settings(config: RunConfig, coordination_partitions: int) -> MemberSe
         instance_id=c.instance_id,
         topics=tuple(c.topics),
         mode=c.mode,
-        heartbeat_interval=c.heartbeat_interval,
         coordination_partitions=coordination_partitions,
         partitioner=c.partitioner,
         rationalizer=RationalizerConfig(
@@ -134,10 +136,10 @@ class Supervisor:
         self.clock = clock
         self.wall = wall
         self.wake_fd = wake_fd
-        # marshal-run reads the log on a thread that wakes the loop (`logreader`); without it
+        # marshal-run reads the log on a thread that wakes the loop (`pollthread`); without it
         # (tests driving the loop turn by turn) each turn polls the log itself
         self._read_thread = read_thread
-        self.reader: LogReader | None = None
+        self.reader: LogPollThread | None = None
         self.member = Member(member_settings(config, log.num_partitions))
         self.leases: dict[ClaimKey, SharedLease] = {}
         self.children: dict[ClaimKey, ChildHandle] = {}
@@ -172,7 +174,7 @@ class Supervisor:
         partitions = self.topics.partitions()
         self._log.info("caught_up", records=folded, partitions=len(partitions))
         if self._read_thread:
-            self.reader = LogReader(self.log.poll)
+            self.reader = LogPollThread(self.log.poll)
             self.reader.start()
         self._run(self.member.begin(self.clock(), self.wall(), partitions))
         self.observer.ready()

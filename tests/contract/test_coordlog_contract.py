@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka.admin import NewTopic
 
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import CoordinationLog
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
-from marshal_workers.log.reader import LogReader
 from marshal_workers.log.topicadmin import admin_client, coordination_topic_config, delete_topic
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.rationalizer import RationalizerConfig
@@ -168,8 +168,8 @@ def _claim(client: str, part: int) -> ClaimingPartition:
 
 
 class TestReader:
-    def _reader(self, log: CoordinationLog) -> LogReader:
-        return LogReader(log, RationalizerConfig(HB_MS, num_partitions=log.num_partitions))
+    def _reader(self, log: CoordinationLog) -> FoldedLog:
+        return FoldedLog(log, RationalizerConfig(HB_MS, num_partitions=log.num_partitions))
 
     def test_wait_for_returns_the_verdict_on_own_record(self, open_log: Opener) -> None:
         """wait_for gives each writer the verdict on its record: first claim wins, rival loses."""

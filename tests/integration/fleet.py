@@ -25,8 +25,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from marshal_workers.log.kafkalog import RDKAFKA_LOG, KafkaLog
-from marshal_workers.log.reader import LogReader
+from marshal_workers.clients.rdkafka import RDKAFKA_LOG
+from marshal_workers.log.foldedlog import FoldedLog
+from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.topicadmin import ensure_coordination_topic
 from marshal_workers.protocol.members import is_live, is_member_key
 from marshal_workers.protocol.modes import Mode
@@ -109,7 +110,7 @@ class Fleet:
         self._producing = threading.Event()
         self._thread: threading.Thread | None = None
         log = KafkaLog(bootstrap, self.coordination)
-        self.reader = LogReader(
+        self.reader = FoldedLog(
             log,
             RationalizerConfig(
                 int(hb * 1000), log.num_partitions, admin_client_ids=admin_client_ids

@@ -10,7 +10,7 @@ from pathlib import Path
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from marshal_workers.log.kafkalog import RDKAFKA_LOG
+from marshal_workers.clients.rdkafka import RDKAFKA_LOG
 from marshal_workers.log.topicadmin import coordination_topic_config
 from marshal_workers.protocol.wire import Partitioner, coordination_partition, decode
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.kafkalog import KafkaLog
-from marshal_workers.log.reader import LogReader
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig
@@ -239,7 +239,7 @@ class TestRestart:
 
 def _fold_all(fleet: Fleet) -> list[ev.Event]:
     log = KafkaLog(fleet.bootstrap, fleet.coordination)
-    reader = LogReader(log, RationalizerConfig(int(fleet.hb * 1000), log.num_partitions))
+    reader = FoldedLog(log, RationalizerConfig(int(fleet.hb * 1000), log.num_partitions))
     events: list[ev.Event] = []
     reader.catch_up(30, on_event=events.append)
     log.close()

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.kafkalog import KafkaLog
-from marshal_workers.log.reader import LogReader
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig
@@ -57,7 +57,7 @@ def admin_verdicts(fleet: Fleet) -> list[ev.Verdict]:
             found.append(e)
 
     try:
-        LogReader(log, config).catch_up(30, on_event=keep)
+        FoldedLog(log, config).catch_up(30, on_event=keep)
     finally:
         log.close()
     return found

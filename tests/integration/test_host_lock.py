@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from marshal_workers.clients.rdkafka import RDKAFKA_LOG
 from marshal_workers.config.runconfig import default_client_id
-from marshal_workers.log.kafkalog import RDKAFKA_LOG
 from marshal_workers.log.topicadmin import ensure_coordination_topic
 
 pytestmark = pytest.mark.kafka

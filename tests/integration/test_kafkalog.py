@@ -16,9 +16,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from marshal_workers.common.errors import MarshalError
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import LogError
 from marshal_workers.log.kafkalog import KafkaLog
-from marshal_workers.log.reader import LogReader
 from marshal_workers.log.topicadmin import admin_client, delete_topic, ensure_coordination_topic
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import Heartbeat, coordination_partition, encode, record_key
@@ -110,7 +110,7 @@ class TestCatchUp:
         log = KafkaLog(kafka_bootstrap, fresh_topic)
         try:
             start = time.monotonic()
-            reader = LogReader(log, RationalizerConfig(10_000, num_partitions=partitions))
+            reader = FoldedLog(log, RationalizerConfig(10_000, num_partitions=partitions))
             folded = reader.catch_up(120.0)
             elapsed = time.monotonic() - start
         finally:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from marshal_workers.localkafka import LocalKafka
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.kafkalog import KafkaLog
-from marshal_workers.log.reader import LogReader
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import ClaimKey
@@ -40,7 +40,7 @@ def fleet(kafka_cluster3: LocalKafka, tmp_path: Path) -> Iterator[Fleet]:
 def granted_claims(fleet: Fleet) -> set[tuple[ClaimKey, int, str]]:
     """(claim, token, client) of every ClaimGranted in a fresh fold of the whole log."""
     log = KafkaLog(fleet.bootstrap, fleet.coordination)
-    reader = LogReader(log, RationalizerConfig(int(fleet.hb * 1000), log.num_partitions))
+    reader = FoldedLog(log, RationalizerConfig(int(fleet.hb * 1000), log.num_partitions))
     events: list[ev.Event] = []
     reader.catch_up(60, on_event=events.append)
     log.close()

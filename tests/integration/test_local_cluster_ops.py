@@ -16,8 +16,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from marshal_workers.clients.rdkafka import RDKAFKA_LOG
 from marshal_workers.localkafka import LocalKafka
-from marshal_workers.log.kafkalog import RDKAFKA_LOG, KafkaLog
+from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol.wire import (
     ClaimingPartition,
     ClaimKey,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from marshal_workers.clients.rdkafka import RDKAFKA_LOG
 from marshal_workers.common.errors import EXIT_GO_FLEET
-from marshal_workers.log.kafkalog import RDKAFKA_LOG
 from marshal_workers.log.partitioncount import write_topic_record
 from tests.integration.go_fleet import create_go_topic, fixture_lines, write_go_records
 

@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 
 from marshal_workers.admin.operations import Connection
 from marshal_workers.admin.watch import CLEAR, watch_status
-from marshal_workers.log.kafkalog import RDKAFKA_LOG
+from marshal_workers.clients.rdkafka import RDKAFKA_LOG
 from marshal_workers.protocol.wire import (
     ClaimingPartition,
     Heartbeat,

@@ -11,9 +11,9 @@ from marshal_workers.admin.pause import lift_pause, pause_for, write_pause
 from marshal_workers.admin.position import make_plan, render_plan, set_position
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.common.errors import MarshalError
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import LogError
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
-from marshal_workers.log.reader import LogReader
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig, pause_of, resume_offset
@@ -97,7 +97,7 @@ class Setup:
         if fails is not None:
             log = FailingLog(log, fails)
         config = RationalizerConfig(HB_MS, log.num_partitions, admin_client_ids=self.admins)
-        session = AdminSession(log, LogReader(log, config), client_id)  # type: ignore[arg-type]
+        session = AdminSession(log, FoldedLog(log, config), client_id)  # type: ignore[arg-type]
         session.catch_up(5)
         return session
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
-from marshal_workers.core.held import Phase
+from marshal_workers.core.heldclaim import Phase
 from marshal_workers.core.member import Member
 from marshal_workers.ipc.sharedlease import default_margin
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic

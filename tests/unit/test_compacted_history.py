@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
-from marshal_workers.log.reader import LogReader
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import (
@@ -35,17 +35,17 @@ def write(topic: MemoryTopic, clock: Clock, t: int, msg: object) -> ev.Event | N
     return None
 
 
-def fresh_reader(topic: MemoryTopic) -> LogReader:
-    reader = LogReader(MemoryLog(topic), RationalizerConfig(HB))
+def fresh_reader(topic: MemoryTopic) -> FoldedLog:
+    reader = FoldedLog(MemoryLog(topic), RationalizerConfig(HB))
     reader.catch_up(1.0)
     return reader
 
 
-def long_held_claim() -> tuple[MemoryTopic, Clock, LogReader]:
+def long_held_claim() -> tuple[MemoryTopic, Clock, FoldedLog]:
     """a claims at 0 and heartbeats every HB/2 until 100*HB; a full reader follows along."""
     clock = Clock()
     topic = MemoryTopic(1, clock)
-    full = LogReader(MemoryLog(topic), RationalizerConfig(HB))
+    full = FoldedLog(MemoryLog(topic), RationalizerConfig(HB))
     write(topic, clock, 0, claim("a"))
     for i in range(1, 201):
         write(topic, clock, i * HB // 2, hb("a", i))
@@ -97,7 +97,6 @@ class TestCertainty:
         fold(world, record(release("a", 40), 3, 2))
         assert resume_offset(world.claims[KEY], Mode.ALO) == 50
         assert claim_label(world.claims[KEY], 2, HB) == "fresh"
-
 
     def test_an_uncertain_release_never_makes_its_writer_the_holder(self) -> None:
         """Issue 18.2: on an uncertain claim a release (its writer's own refused one included)
@@ -177,7 +176,7 @@ class TestPausesSurviveTheCleaner:
         write(topic, clock, 40, claim("a", part=1))
         topic.compact(clean_before_ms=35)
         seen: list[ev.Event] = []
-        reader = LogReader(MemoryLog(topic), RationalizerConfig(HB))
+        reader = FoldedLog(MemoryLog(topic), RationalizerConfig(HB))
         reader.catch_up(1.0, seen.append)
         paused = [e for e in seen if isinstance(e, ev.GroupPaused)]
         assert [e.until_ms for e in paused] == [100_000, 0]
@@ -251,8 +250,8 @@ class TestReadingAcrossACleaning:
         (marshal-sim seed 165: a frozen member granted itself a fresh claim)."""
         clock = Clock()
         topic = MemoryTopic(1, clock)
-        full = LogReader(MemoryLog(topic), RationalizerConfig(HB))
-        slow = LogReader(MemoryLog(topic), RationalizerConfig(HB))
+        full = FoldedLog(MemoryLog(topic), RationalizerConfig(HB))
+        slow = FoldedLog(MemoryLog(topic), RationalizerConfig(HB))
         write(topic, clock, 0, claim("a"))
         for i in range(1, 5):
             write(topic, clock, i * HB // 2, hb("a", i))
@@ -275,7 +274,7 @@ class TestReadingAcrossACleaning:
         its heartbeats kept): a claim folded before the gap is no longer certain after it."""
         clock = Clock()
         topic = MemoryTopic(1, clock)
-        slow = LogReader(MemoryLog(topic), RationalizerConfig(HB))
+        slow = FoldedLog(MemoryLog(topic), RationalizerConfig(HB))
         write(topic, clock, 0, claim("a"))
         write(topic, clock, 10, hb("a", 1))
         slow.catch_up(1.0)

@@ -17,8 +17,8 @@ from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
-from marshal_workers.log.reader import LogReader
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import ClaimKey, encode, record_key
@@ -39,9 +39,9 @@ def member(client: str, hb_s: float) -> RunConfig:
     return RunConfig("h:h", Mode.ALO, ("orders",), GROUP, client, heartbeat_interval=hb_s)
 
 
-def reader_for(topic: MemoryTopic, config: RunConfig) -> tuple[MemoryLog, LogReader]:
+def reader_for(topic: MemoryTopic, config: RunConfig) -> tuple[MemoryLog, FoldedLog]:
     log = MemoryLog(topic)
-    reader = LogReader(
+    reader = FoldedLog(
         log,
         RationalizerConfig(
             config.heartbeat_interval_ms, topic.num_partitions, config.partitioner,

@@ -9,7 +9,7 @@ from dataclasses import replace
 from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
-from marshal_workers.core.held import Phase
+from marshal_workers.core.heldclaim import Phase
 from marshal_workers.core.member import Member
 from marshal_workers.core.pending import WRITE_TRIES
 from marshal_workers.core.settings import MemberSettings
@@ -43,7 +43,6 @@ def settings(client: str = "c1", group: str = "g", mode: Mode = Mode.ALO, instan
         instance_id=instance,
         topics=("orders",),
         mode=mode,
-        heartbeat_interval=HB,
         coordination_partitions=partitions,
         partitioner=Partitioner.SPEC,
         rationalizer=RationalizerConfig(1000, num_partitions=partitions),
@@ -436,10 +435,10 @@ class TestGrants:
         h, key = self.grant_setup()
         old = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
         held = h.member.held[key]
-        h.member.holdings.lose(held, "test")
+        h.member.keeping.lose(held, "test")
         h.run(h.member.feed(inp.ChildExited(h.now, key, -9)))
         assert key not in h.member.held
-        h.member.holdings.hold(key, held.token + 1, h.now + 10, h.now)  # won again, new token
+        h.member.keeping.hold(key, held.token + 1, h.now + 10, h.now)  # won again, new token
         h.member.held[key].position = 100
         h.tick(0.05)
         assert h.member.held[key].child

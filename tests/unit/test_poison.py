@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
-from marshal_workers.log.reader import LogReader
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.groupstatus import group_status, render_table
 from marshal_workers.protocol.rationalizer import RationalizerConfig, fold
@@ -200,8 +200,8 @@ class CompactedPoisonLog:
         else:
             self.topic.append(0, record_key(msg), encode(msg))  # type: ignore[arg-type]
 
-    def reader(self) -> LogReader:
-        reader = LogReader(MemoryLog(self.topic), self.config)
+    def reader(self) -> FoldedLog:
+        reader = FoldedLog(MemoryLog(self.topic), self.config)
         reader.catch_up(1.0)
         return reader
 

@@ -21,8 +21,8 @@ from marshal_workers.ipc import messages as ipc
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimKey
-from marshal_workers.supervisor import Supervisor
 from marshal_workers.supervisor.observe import Observer
+from marshal_workers.supervisor.runtime import Supervisor
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
 
 KEY = ClaimKey("g", "orders", 0)

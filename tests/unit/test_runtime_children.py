@@ -15,9 +15,9 @@ from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimKey
-from marshal_workers.supervisor import Supervisor
 from marshal_workers.supervisor import runtime as runtime_module
 from marshal_workers.supervisor.observe import Observer
+from marshal_workers.supervisor.runtime import Supervisor
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics
 
 

@@ -18,9 +18,10 @@ from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
-from marshal_workers.core.held import Phase
+from marshal_workers.core.heldclaim import Phase
 from marshal_workers.core.member import Member
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol.leases import kill_grace
 from marshal_workers.protocol.members import is_live, is_member_key, member_key
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import ClaimState, RationalizerConfig, World, fold
@@ -37,8 +38,8 @@ from marshal_workers.protocol.wire import (
     encode,
     record_key,
 )
-from marshal_workers.supervisor import Supervisor
 from marshal_workers.supervisor.observe import Observer
+from marshal_workers.supervisor.runtime import Supervisor
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
 from tests.unit.test_member_core import fresh_topic, start, write
 from tests.unit.test_member_core import keys as core_keys
@@ -55,11 +56,6 @@ def wall_ms() -> int:
 def home(partition: int) -> int:
     """The coordination partition of ``orders``/``partition``."""
     return coordination_partition("orders", partition, COORDINATION_PARTITIONS)
-
-
-def kill_grace(hb: float) -> float:
-    """When the supervisor TERMs a child before its lease ends (core.settings)."""
-    return min(1.0, hb / 4)
 
 
 def supervisor(config: RunConfig, log: MemoryLog, topics: FakeTopics) -> Supervisor:

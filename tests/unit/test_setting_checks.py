@@ -143,9 +143,9 @@ def test_malformed_bootstrap_servers_are_usage_errors(value: str) -> None:
 )
 def test_wellformed_bootstrap_servers_pass(value: str) -> None:
     """Host names, IPv4, [IPv6], optional ports and protocol prefixes are accepted."""
-    assert resolve({"bootstrap_servers": value}, None, environ={}).values[
-        "bootstrap_servers"
-    ] == value
+    assert (
+        resolve({"bootstrap_servers": value}, None, environ={}).values["bootstrap_servers"] == value
+    )
 
 
 def test_marshal_run_malformed_bootstrap_exits_2_at_once() -> None:

@@ -14,14 +14,14 @@ from marshal_workers.admin.pause import lift_pause, pause_for
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core.pauses import pause_by_other
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
-from marshal_workers.log.reader import LogReader
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, ReleasingPartition, decode
-from marshal_workers.supervisor import Supervisor
 from marshal_workers.supervisor.observe import Observer
+from marshal_workers.supervisor.runtime import Supervisor
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
 from tests.support import pause, record
 
@@ -52,7 +52,7 @@ class Fleet:
 
     def admin_session(self, client_id: str) -> AdminSession:
         log = MemoryLog(self.topic)
-        return AdminSession(log, LogReader(log, self.config(log)), client_id)
+        return AdminSession(log, FoldedLog(log, self.config(log)), client_id)
 
     @staticmethod
     def config(log: MemoryLog) -> RationalizerConfig:

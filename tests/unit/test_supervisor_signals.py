@@ -13,14 +13,14 @@ from structlog.testing import capture_logs
 
 from marshal_workers.common.stacks import STACK_DUMP_EVENT
 from marshal_workers.config.runconfig import RunConfig
-from marshal_workers.core.held import Phase
+from marshal_workers.core.heldclaim import Phase
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, ReleasingPartition, decode
-from marshal_workers.supervisor import Supervisor
 from marshal_workers.supervisor.observe import Observer
+from marshal_workers.supervisor.runtime import Supervisor
 from marshal_workers.supervisor.systemd import claims_status
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
 
@@ -174,7 +174,7 @@ class TestLeaseInSnapshot:
         lost, kept = sorted(world.running(), key=lambda k: k.partition)
         member = world.sup.member
         member.ctx.out = []
-        member.holdings.lose(member.held[lost], "taken in this test")
+        member.keeping.lose(member.held[lost], "taken in this test")
         world.sup._run(member.ctx.out)
         now = time.monotonic()
         snapshot = world.sup.snapshot(now)

@@ -1,6 +1,6 @@
 """Folding a coordination log: one world per coordination partition, kept up to date.
 
-`LogReader` is what the supervisor, the admin commands and the benchmarks use to tail the log.
+`FoldedLog` is what the supervisor, the admin commands and the benchmarks use to tail the log.
 Its barrier `wait_for(appended)` folds until the reader has passed a record it appended and
 returns the verdict on that record: a coordination write is decided only once it is folded.
 """
@@ -18,7 +18,7 @@ from marshal_workers.protocol.wire import Appended, CoordRecord
 Monotonic = Callable[[], float]
 
 
-class LogReader:
+class FoldedLog:
     """Tails every partition of a coordination log and folds each into its own world."""
 
     def __init__(

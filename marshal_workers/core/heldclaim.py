@@ -29,7 +29,7 @@ ASKED_TO_STOP = (Phase.STOPPING, Phase.RELOADING)  # killed once their stop dead
 
 
 @dataclass(slots=True)
-class Held:
+class HeldClaim:
     """One claim of this member (the member claim has no child)."""
 
     key: ClaimKey

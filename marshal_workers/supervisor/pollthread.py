@@ -26,7 +26,7 @@ from marshal_workers.protocol.wire import CoordRecord
 POLL_S = 0.1  # how long one poll waits: the longest a stop waits for the thread
 
 
-class LogReader:
+class LogPollThread:
     """A thread that polls the coordination log and wakes the loop through a pipe."""
 
     def __init__(self, poll: Callable[[float], list[CoordRecord]]) -> None:

@@ -1,5 +1,6 @@
-"""Poison records on the member's side (`poison`): counting a record's failures in the log,
-and what the holder of a claim does about a failing record before it starts a child.
+"""Poison records on the member's side: counting a record's failures in the log, and what
+the holder of a claim does about a failing record before it starts a child (the records
+themselves are `protocol.recordfailures`; the operator's commands `admin.record_commands`).
 
 A record that keeps failing under ``on_failure = stop`` is counted in the coordination log
 (RecordFailed, its own key per claim), so the count survives release and reclaim, across
@@ -11,8 +12,8 @@ the rest of its granted batch when the child stops (at most once), so no record 
 
 from __future__ import annotations
 
-from marshal_workers.core.context import Context
-from marshal_workers.core.held import Held
+from marshal_workers.core.heldclaim import HeldClaim
+from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import WRITE_TRIES, Kind, Op
 from marshal_workers.protocol import recordfailures as poison
 from marshal_workers.protocol.modes import Mode
@@ -23,10 +24,10 @@ PARKED_RECHECK_S = 1.0  # how often a parked claim looks for an operator's decis
 PENDING_RECHECK_S = 0.05  # a failure being counted in the log: retry once it is
 
 
-class Poisoning:
+class RecordParking:
     """The failing records of this member's claims."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: MemberState) -> None:
         self.ctx = ctx
         self._parked_logged: set[tuple[ClaimKey, int]] = set()
         self._sent: dict[int, RecordFailed] = {}  # failures in flight, by operation number
@@ -99,7 +100,7 @@ class Poisoning:
             error=state.error,
         )
 
-    def allows(self, held: Held, now: float) -> bool:
+    def allows(self, held: HeldClaim, now: float) -> bool:
         """Whether a child may start for ``held``: not while a failure of its is being counted
         in the log (the count decides whether it is parked), nor while it is parked on a
         poison record (looked at again in a second); past a record an operator skipped, the

@@ -1,7 +1,7 @@
 """What every part of one member shares: its settings, the folded log, the writes in flight,
 the claims it holds, and the commands being gathered in answer to the current input.
 
-The parts (`claiming.Claiming`, `holdings.Holdings`, `children.Children`,
+The parts (`claiming.Claiming`, `keeping.Keeping`, `children.Children`,
 `operator.Operator`) each own their own state and reach the shared state only through this
 object, so what a part may touch is written down here, not spread over one `self`.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from marshal_workers.core import commands as cmd
-from marshal_workers.core.held import Held
+from marshal_workers.core.heldclaim import HeldClaim
 from marshal_workers.core.logclock import LogClock
 from marshal_workers.core.pending import Kind, Op, Pending
 from marshal_workers.core.settings import MemberSettings
@@ -34,7 +34,7 @@ from marshal_workers.protocol.wire import (
 )
 
 
-class Context:
+class MemberState:
     """The shared state of one member, and the commands answering the current input."""
 
     def __init__(self, settings: MemberSettings) -> None:
@@ -43,14 +43,14 @@ class Context:
         self.worlds = {p: World(settings.rationalizer, p) for p in range(n)}
         self.clock = LogClock()
         self.pending = Pending()
-        self.held: dict[ClaimKey, Held] = {}
+        self.held: dict[ClaimKey, HeldClaim] = {}
         self.avoid_until: dict[ClaimKey, float] = {}
         # Send times of heartbeats given up on (no acknowledgement or verdict in time), oldest
         # first, per claim: the producer may still deliver them when a stall ends.
         self.late_heartbeats: dict[ClaimKey, list[float]] = {}
         # Positions of claims whose release after an expired lease was not confirmed.
         self.expired_positions: dict[ClaimKey, int] = {}
-        self.children_started = 0  # numbers children across claims (`Held.child_no`)
+        self.children_started = 0  # numbers children across claims (`HeldClaim.child_no`)
         self.stopping = False
         self.wall = 0.0
         self.out: list[cmd.Command] = []

@@ -11,7 +11,7 @@ import pytest
 
 from marshal_workers.log.interface import LogError
 from marshal_workers.protocol.wire import CoordRecord
-from marshal_workers.supervisor.logreader import LogReader
+from marshal_workers.supervisor.pollthread import LogPollThread
 
 
 def rec(offset: int) -> CoordRecord:
@@ -37,19 +37,21 @@ class FakeLog:
 
 
 @pytest.fixture
-def log_and_reader() -> tuple[FakeLog, LogReader]:
+def log_and_reader() -> tuple[FakeLog, LogPollThread]:
     log = FakeLog()
-    reader = LogReader(log.poll)
+    reader = LogPollThread(log.poll)
     reader.start()
     yield log, reader
     reader.close()
 
 
-def wait_woken(reader: LogReader) -> None:
+def wait_woken(reader: LogPollThread) -> None:
     assert connection.wait([reader.fileno()], timeout=5.0), "the loop was not woken"
 
 
-def test_records_wake_the_loop_and_come_in_order(log_and_reader: tuple[FakeLog, LogReader]) -> None:
+def test_records_wake_the_loop_and_come_in_order(
+    log_and_reader: tuple[FakeLog, LogPollThread],
+) -> None:
     log, reader = log_and_reader
     assert not connection.wait([reader.fileno()], timeout=0.15)  # nothing read: no wake-up
     log.items.put([rec(0), rec(1)])
@@ -64,7 +66,7 @@ def test_records_wake_the_loop_and_come_in_order(log_and_reader: tuple[FakeLog, 
 
 
 def test_a_read_error_is_handed_over_and_reading_goes_on(
-    log_and_reader: tuple[FakeLog, LogReader],
+    log_and_reader: tuple[FakeLog, LogPollThread],
 ) -> None:
     log, reader = log_and_reader
     log.items.put([rec(0)])
@@ -82,7 +84,9 @@ def test_a_read_error_is_handed_over_and_reading_goes_on(
     assert [str(e) for e in errors] == ["broker gone"]
 
 
-def test_close_stops_the_thread_within_a_poll(log_and_reader: tuple[FakeLog, LogReader]) -> None:
+def test_close_stops_the_thread_within_a_poll(
+    log_and_reader: tuple[FakeLog, LogPollThread],
+) -> None:
     log, reader = log_and_reader
     reader.close()
     polls = log.polls

@@ -1,6 +1,6 @@
 """The claims a member holds: heartbeats, leases, children's lives, losing and releasing.
 
-`Holdings` keeps each held claim (`held.Held`) on its timers: a heartbeat every HB/2 (with the
+`Keeping` keeps each `heldclaim.HeldClaim` on its timers: a heartbeat every HB/2 (with the
 newest position), the lease extended by each heartbeat folded valid, the child started once
 its position is known (and a takeover's wait is over), TERM then KILL before a lease ends, and
 a release written only once its child is gone and no replaced instance may still be running.
@@ -13,10 +13,10 @@ import signal
 from collections.abc import Mapping
 
 from marshal_workers.core import commands as cmd
-from marshal_workers.core.context import Context
-from marshal_workers.core.held import ASKED_TO_STOP, Held, Phase
+from marshal_workers.core.heldclaim import ASKED_TO_STOP, HeldClaim, Phase
+from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import Kind, Op
-from marshal_workers.core.poisoning import Poisoning
+from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_member_key
@@ -24,18 +24,18 @@ from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimKey, Heartbeat, ReleasingPartition
 
 
-class Holdings:
+class Keeping:
     """Every claim this member holds, on its timers."""
 
-    def __init__(self, ctx: Context, poisoning: Poisoning) -> None:
+    def __init__(self, ctx: MemberState, parking: RecordParking) -> None:
         self.ctx = ctx
-        self.poisoning = poisoning
+        self.parking = parking
 
-    def hold(self, key: ClaimKey, token: int, lease: float, now: float) -> Held:
+    def hold(self, key: ClaimKey, token: int, lease: float, now: float) -> HeldClaim:
         """A claim won or taken over: hold it under ``lease``."""
         ctx = self.ctx
         member = is_member_key(key)
-        held = Held(key, token, lease, position=0 if member else None, is_member=member)
+        held = HeldClaim(key, token, lease, position=0 if member else None, is_member=member)
         held.phase = Phase.RUNNING if member else Phase.STARTING
         held.next_heartbeat = now  # the first heartbeat commits the position at once
         ctx.held[key] = held
@@ -55,7 +55,7 @@ class Holdings:
             if held is not None and held.position is not None and position > held.position:
                 held.position = position
 
-    def keep(self, held: Held, now: float) -> None:
+    def keep(self, held: HeldClaim, now: float) -> None:
         """One claim's timers: heartbeat, start the child, lease ending, restart."""
         s = self.ctx.s
         if held.phase not in (Phase.LOST, Phase.RELEASING):
@@ -95,16 +95,16 @@ class Holdings:
             return
         if held.phase is Phase.STARTING and now >= held.start_after and now < held.lease:
             held.phase = Phase.RUNNING
-            if self.poisoning.allows(held, now):
+            if self.parking.allows(held, now):
                 self.spawn(held, restart=False)
         elif (
             held.phase is Phase.RUNNING
             and held.restart_at <= now < held.lease
-            and self.poisoning.allows(held, now)
+            and self.parking.allows(held, now)
         ):
             self.spawn(held, restart=held.failures > 0)
 
-    def heartbeat(self, held: Held, now: float) -> None:
+    def heartbeat(self, held: HeldClaim, now: float) -> None:
         """Write a heartbeat with the claim's position (its verdict extends the lease)."""
         assert held.position is not None
         ctx = self.ctx
@@ -143,7 +143,7 @@ class Holdings:
                 held.lease = deadline
                 ctx.out.append(cmd.SetLease(held.key, deadline))
 
-    def lose(self, held: Held, reason: str) -> None:
+    def lose(self, held: HeldClaim, reason: str) -> None:
         """The claim is no longer this member's: revoke the lease, kill the child, forget."""
         ctx, key = self.ctx, held.key
         ctx.say("warning", "claim_lost", topic=key.topic, partition=key.partition, reason=reason)
@@ -162,7 +162,7 @@ class Holdings:
         if self.ctx.held.pop(key, None) is not None:
             self.ctx.out.append(cmd.DropLease(key))
 
-    def finish(self, held: Held, now: float, *, release: bool) -> None:
+    def finish(self, held: HeldClaim, now: float, *, release: bool) -> None:
         """The child is gone: release the claim if asked and possible, else forget it.
 
         A release tells every member that nobody of ours processes the partition. After a
@@ -207,7 +207,7 @@ class Holdings:
 
     # ---- the child of a claim ---------------------------------------------------------------
 
-    def spawn(self, held: Held, *, restart: bool) -> None:
+    def spawn(self, held: HeldClaim, *, restart: bool) -> None:
         """Start a child at the claim's position with its token."""
         key = held.key
         spec = dataclasses.replace(
@@ -220,7 +220,7 @@ class Holdings:
         )
         held.settle = None
         held.child = True
-        # a new child, numbered across claims (a claim lost and won again gets a new `Held`):
+        # a new child, numbered across claims (a claim lost and won again gets a new `HeldClaim`):
         # its batches are asked for afresh, and no verdict for an older child reaches it
         self.ctx.children_started += 1
         held.child_no = self.ctx.children_started
@@ -229,7 +229,7 @@ class Holdings:
         held.term_sent = held.kill_sent = False
         self.ctx.out.append(cmd.Spawn(key, spec, restart))
 
-    def signal_child(self, held: Held, sig: signal.Signals, reason: str) -> None:
+    def signal_child(self, held: HeldClaim, sig: signal.Signals, reason: str) -> None:
         """Signal the child's process group."""
         self.ctx.out.append(cmd.SignalChild(held.key, sig, reason))
 
@@ -239,7 +239,7 @@ class Holdings:
         if held is not None and held.child:
             self.ctx.out.append(cmd.TellChild(key, message))
 
-    def stop_child(self, held: Held, deadline: float, phase: Phase = Phase.STOPPING) -> None:
+    def stop_child(self, held: HeldClaim, deadline: float, phase: Phase = Phase.STOPPING) -> None:
         """Ask the child to finish its batch and stop (``phase``: what comes after it exits)."""
         held.phase = phase
         held.stop_deadline = deadline  # the lease still ends it earlier if heartbeats fail

@@ -1,0 +1,146 @@
+"""What safety needs of a Kafka client is pinned, and a ``[kafka]`` table that changes it is
+refused when the configuration is read (issue 17, item 3).
+
+The coordination producer must write with ``acks=all`` and idempotence (else an acknowledged
+claim can be lost on a leader failover, and a retry can reorder or duplicate records), and
+every coordination reader must fold the same records (``isolation.level=read_committed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from marshal_workers.admin import targets
+from marshal_workers.clients.kafkaconfig import SAFE_PRODUCER, client_config
+from marshal_workers.common.errors import ConfigError
+from marshal_workers.config.settings import resolve
+from marshal_workers.log import kafkalog
+from marshal_workers.supervisor import datatopics
+from tests.unit.test_setting_checks import RUN, UNREACHABLE, _one_error_line, _run
+
+UNSAFE = [
+    ("acks", "1"),
+    ("acks", "0"),
+    ("enable.idempotence", "false"),
+    ("isolation.level", "read_uncommitted"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), UNSAFE)
+def test_a_kafka_table_that_changes_safety_is_refused(
+    tmp_path: Path, name: str, value: str
+) -> None:
+    """acks, idempotence or the isolation level changed in [kafka]: ConfigError (exit 2)
+    naming the property and the file."""
+    toml = tmp_path / "fleet.toml"
+    toml.write_text(f'[kafka]\n"{name}" = "{value}"\n')
+    with pytest.raises(ConfigError) as caught:
+        resolve({}, toml, environ={})
+    assert name in str(caught.value) and str(toml) in str(caught.value)
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("acks", "all"), ("acks", "-1"), ("enable.idempotence", "true"),
+     ("isolation.level", "read_committed")],
+)  # fmt: skip
+def test_a_kafka_table_that_repeats_the_safe_value_passes(
+    tmp_path: Path, name: str, value: str
+) -> None:
+    """Writing down the value safety needs anyway is not a change: it passes."""
+    toml = tmp_path / "fleet.toml"
+    toml.write_text(f'[kafka]\n"{name}" = "{value}"\n')
+    assert dict(resolve({}, toml, environ={}).kafka) == {name: value}
+
+
+def test_marshal_run_with_acks_1_exits_2_with_one_line(tmp_path: Path) -> None:
+    """`marshal-run --config` whose [kafka] sets acks = 1: exit 2, one line naming both."""
+    toml = tmp_path / "fleet.toml"
+    toml.write_text(f'bootstrap_servers = "{UNREACHABLE}"\n[kafka]\n"acks" = "1"\n')
+    done = _run([*RUN, "--config", str(toml)])
+    line = _one_error_line(done)
+    assert done.returncode == 2
+    assert "acks" in line and str(toml) in line
+
+
+class BuiltError(Exception):
+    """Raised by the fake clients once they have recorded their configuration."""
+
+
+def test_the_coordination_clients_pin_safety_over_the_users_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Even a table that skipped the check (a caller passing it straight) cannot reach the
+    coordination producer or reader with acks=1, no idempotence or read_uncommitted."""
+    configs: dict[str, Mapping[str, Any]] = {}
+
+    class FakeConsumer:
+        def __init__(self, config: Mapping[str, Any]) -> None:
+            configs.setdefault("consumer", dict(config))
+
+        def close(self) -> None:
+            pass
+
+    class FakeProducer:
+        def __init__(self, config: Mapping[str, Any]) -> None:
+            configs["producer"] = dict(config)
+            raise BuiltError
+
+    monkeypatch.setattr(kafkalog, "Consumer", FakeConsumer)
+    monkeypatch.setattr(kafkalog, "Producer", FakeProducer)
+    unsafe = {"acks": "1", "enable.idempotence": "false", "isolation.level": "read_uncommitted"}
+    with pytest.raises(BuiltError):
+        kafkalog.KafkaLog("127.0.0.1:1", extra_config=unsafe)
+    assert configs["producer"]["acks"] == "all"
+    assert configs["producer"]["enable.idempotence"] is True
+    assert configs["consumer"]["isolation.level"] == "read_committed"
+
+
+def test_the_layers_merge_in_the_documented_order() -> None:
+    """Shared defaults < tuned < the user's table < bootstrap and fixed < pinned."""
+    built = client_config(
+        "k1:9092",
+        {"linger.ms": "7", "group.id": "mine", "acks": "1", "bootstrap.servers": "x:1"},
+        tuned={"linger.ms": 2, "fetch.wait.max.ms": 100},
+        fixed={"group.id": "marshal"},
+        pinned=SAFE_PRODUCER,
+    )
+    assert built["linger.ms"] == "7"  # the user's table over a tuned value
+    assert built["fetch.wait.max.ms"] == 100  # a tuned value the user left alone
+    assert built["group.id"] == "marshal"  # what the use needs over the user's table
+    assert built["bootstrap.servers"] == "k1:9092"
+    assert built["acks"] == "all"  # safety last
+    assert built["reconnect.backoff.ms"] == 10 and built["logger"] is not None  # shared
+
+
+def test_every_data_consumer_keeps_its_own_group_id_over_the_table() -> None:
+    """The supervisor's and the admin's metadata consumers merged [kafka] in opposite orders;
+    both now keep their own group.id and commits off whatever the table says."""
+    table = {"group.id": "theirs", "enable.auto.commit": "true"}
+    seen: list[dict[str, Any]] = []
+
+    class Recording:
+        def __init__(self, config: dict[str, Any]) -> None:
+            seen.append(config)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(datatopics, "Consumer", Recording)
+        mp.setattr(targets, "Consumer", Recording)
+        datatopics.DataTopics("k1:9092", "g", ["t"], extra_config=table)
+        targets.KafkaOffsetSource("k1:9092", extra_config=table)
+    assert len(seen) == 2
+    for config in seen:
+        assert config["group.id"].startswith("marshal-") and config["enable.auto.commit"] is False
+
+
+def test_bootstrap_servers_in_the_table_is_refused(tmp_path: Path) -> None:
+    """[kafka] bootstrap.servers would be overridden by the setting: refused, naming both."""
+    toml = tmp_path / "fleet.toml"
+    toml.write_text('[kafka]\n"bootstrap.servers" = "k1:9092"\n')
+    with pytest.raises(ConfigError, match=r"bootstrap\.servers.*fleet\.toml.*bootstrap_servers"):
+        resolve({}, toml, environ={})

@@ -1,0 +1,155 @@
+"""The packages' import rules, read from the code's own imports with `ast`: each package imports
+only the layers below it, the child never reaches the fold, the log, the core or the supervisor,
+and no tool imports the fork server's module (its guard runs at import)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "marshal_workers"
+PACKAGES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+
+# What each package may import of the project (besides itself). Layers, lowest first: common;
+# protocol; clients, config, ipc, handler; core, log, child; supervisor; the tools.
+BELOW_TOOLS = {
+    "common", "protocol", "clients", "config", "ipc", "handler", "core", "log", "child",
+    "supervisor",
+}  # fmt: skip
+ALLOWED: dict[str, set[str]] = {
+    "common": set(),
+    "protocol": set(),
+    "clients": {"common"},
+    "config": {"common", "protocol", "clients"},
+    "ipc": {"common", "protocol"},
+    "handler": {"common", "protocol"},
+    "core": {"common", "protocol", "ipc"},
+    "log": {"common", "protocol", "clients"},
+    "child": {"common", "protocol", "clients", "ipc", "handler"},
+    "supervisor": BELOW_TOOLS - {"supervisor"},
+    "localkafka": {"common", "clients"},
+    "admin": BELOW_TOOLS | {"localkafka"},
+    "audit": BELOW_TOOLS | {"localkafka"},
+    "sim": BELOW_TOOLS,
+}
+# Modules a package must not reach even through the packages it may import (transitively).
+NEVER_REACHED: dict[str, set[str]] = {
+    "child": {"protocol.rationalizer"},
+    "core": {"ipc.forkserver", "ipc.sharedlease", "ipc.callstate"},  # only the pure ipc parts
+}
+
+
+def module_path(module: str) -> Path:
+    """The file of ``module`` (dotted, without the ``marshal_workers.`` prefix)."""
+    base = PACKAGE / module.replace(".", "/")
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
+@cache
+def project_imports(module: str) -> frozenset[str]:
+    """The project modules ``module`` imports at run time (``if TYPE_CHECKING:`` excluded),
+    each as the deepest module that exists (``from pkg.mod import name`` gives ``pkg.mod``)."""
+    tree = ast.parse(module_path(module).read_text())
+    guards = {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
+    skipped = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in guards
+        for n in ast.walk(node)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            if not name.startswith("marshal_workers."):
+                continue
+            parts = name.removeprefix("marshal_workers.").split(".")
+            while parts and not (module_path(".".join(parts)).exists()):
+                parts.pop()
+            if parts:
+                found.add(".".join(parts))
+    return frozenset(found)
+
+
+def modules_of(package: str) -> list[str]:
+    """Every module of ``package``, its ``__init__`` as the package itself."""
+    out = []
+    for path in sorted((PACKAGE / package).rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        out.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return out
+
+
+def reached(module: str) -> set[str]:
+    """Every project module ``module`` imports, directly or through others (and their
+    packages' ``__init__``, which Python runs first)."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        todo.extend(project_imports(current))
+        parts = current.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+    return seen - {module}
+
+
+def test_the_table_names_every_package() -> None:
+    """A new package gets its row: nothing is allowed by default."""
+    assert sorted(ALLOWED) == PACKAGES
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_package_imports_only_what_its_row_allows(package: str) -> None:
+    """Direct imports between packages follow the table."""
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module in modules_of(package)
+        for target in project_imports(module)
+        if (other := target.split(".")[0]) != package and other not in ALLOWED[package]
+    )
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("package", sorted(NEVER_REACHED))
+def test_a_package_never_reaches_what_it_must_not(package: str) -> None:
+    """The child never reaches the fold; the core only the pure parts of ipc (transitively)."""
+    wrong = sorted(
+        f"{module} reaches {target}"
+        for module in modules_of(package)
+        for target in reached(module) & NEVER_REACHED[package]
+    )
+    assert not wrong, wrong
+
+
+def test_every_package_says_what_it_holds() -> None:
+    """Each package's docstring says what lives there, where it runs, what it may import."""
+    for package in PACKAGES:
+        doc = ast.get_docstring(ast.parse(module_path(package).read_text())) or ""
+        assert len(doc.splitlines()) >= 3 and "import" in doc.lower(), package
+
+
+@pytest.mark.parametrize(
+    "cli", ["marshal_workers.admin.cli", "marshal_workers.audit.cli", "marshal_workers.sim.cli"]
+)
+def test_a_tool_does_not_import_the_fork_server(cli: str) -> None:
+    """Importing a tool's command line leaves ipc.forkserver (whose guard runs at import) out,
+    in a fresh interpreter."""
+    code = f"import sys, {cli}; print('marshal_workers.ipc.forkserver' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "False"
