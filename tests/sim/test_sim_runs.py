@@ -26,10 +26,14 @@ MIXES = [
     SimParams(members=4, groups=1, faults=("poison",), fault_count=3),
     SimParams(members=4, groups=1, faults=("poison",), fault_count=3, duration=60),
     SimParams(members=4, groups=2, faults=("restart", "pause"), fault_count=3),
+    SimParams(faults=("poison", "compaction")),
+    # issue 18: the mixes of the sweep that found positions erased by the cleaner
+    SimParams(members=6, groups=2, faults=("freeze", "compaction"), fault_count=10),
+    SimParams(faults=("twins", "pause", "freeze", "compaction", "kill"), fault_count=8),
 ]
 
 
-@pytest.mark.parametrize("params", MIXES, ids=lambda p: "+".join(p.faults) + f"-m{p.members}")
+@pytest.mark.parametrize("params", MIXES, ids=lambda p: "+".join(p.faults) + f"-m{p.members}-f{p.fault_count}")
 def test_the_defect_tests_fault_mixes_find_nothing_in_the_current_core(params: SimParams) -> None:
     """What the defect tests find is the defect: the same seeds are clean without it."""
     assert violations(params, SEEDS) == []
