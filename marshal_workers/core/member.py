@@ -135,7 +135,8 @@ class Member:
         self.claiming.partitions = list(partitions)
         self._next_discovery = now + self.s.discovery_interval
         self.claiming.resume_all(now)
-        self.claiming.rebalance(now)
+        if not self.operator.react_to_pause(now):  # another client's pause holds from round one
+            self.claiming.rebalance(now)
         return self.ctx.out
 
     def request_stop(self, now: float, fast: bool) -> list[cmd.Command]:

@@ -17,6 +17,8 @@
 - ``fold_agreement``: every member's fold agrees with a reader of the whole, uncompacted log
   on who holds each claim it considers certain, and with which token;
 - ``isolation``: a member writes only about its own group's claims;
+- ``pause_respected``: a member writes no data claim while its own fold shows another client's
+  pause of its group in force (from its first round on: issue 18.1);
 - ``poison_bounded``: a record that always fails is attempted at most ``park_after`` times,
   across members, restarts and compaction, plus one for each failure whose count never reached
   the log because its member was killed, frozen or replaced before it landed. Checked exactly:
@@ -61,6 +63,7 @@ INVARIANTS = (
     "alo_rehandle_bound",
     "fold_agreement",
     "isolation",
+    "pause_respected",
     "liveness",
     "poison_bounded",
     "handler_deadline",

@@ -20,7 +20,7 @@ from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
-from marshal_workers.protocol.wire import Appended, ClaimKey
+from marshal_workers.protocol.wire import Appended, ClaimingPartition, ClaimKey, claim_key
 from marshal_workers.sim.children import DataPartition, Died, Handled, SimChild
 from marshal_workers.sim.vlog import VirtualLog
 
@@ -62,7 +62,7 @@ class SimNode:
         on_handled: Handled,
         on_failed: Handled,
         on_died: Died,
-        on_violation: Callable[[str], None],
+        on_violation: Callable[[str, str], None],
         speed: float,
         wall_skew: float = 0.0,
     ) -> None:
@@ -202,9 +202,11 @@ class SimNode:
             if isinstance(c, cmd.Append):
                 if c.message.group_id != group:
                     self.on_violation(
-                        f"isolation: {self.name} of group {group} wrote {type(c.message).__name__}"
-                        f" for group {c.message.group_id}"
+                        "isolation",
+                        f"{self.name} of group {group} wrote {type(c.message).__name__}"
+                        f" for group {c.message.group_id}",
                     )
+                self._check_pause(c, t)
                 fails = self.log.fails(c.partition)
                 # one producer delivers in order per partition (idempotence): never overtake
                 lands_at = max(
@@ -249,6 +251,20 @@ class SimNode:
             elif isinstance(c, cmd.Exit):
                 self.exit_code = c.code
                 self.kill(t)
+
+    def _check_pause(self, c: cmd.Append, t: float) -> None:
+        """``pause_respected``: no data claim is written while the member's own fold shows
+        another client's pause of its group in force."""
+        message = c.message
+        if not isinstance(message, ClaimingPartition) or is_member_key(claim_key(message)):
+            return
+        pause = self.member.pause(t)
+        if pause is not None:
+            self.on_violation(
+                "pause_respected",
+                f"{self.name} claimed {message.topic}/{message.partition} during the pause by "
+                f"{pause.client_id} until {pause.until_ms}",
+            )
 
     def _spawn(self, c: cmd.Spawn, t: float) -> None:
         self.spawned += 1

@@ -193,7 +193,7 @@ class Fleet:
             on_handled=self.checker.handled,
             on_failed=self.checker.failed,
             on_died=self.checker.died,
-            on_violation=lambda d: self.checker.violation("isolation", d, self.t),
+            on_violation=lambda name, d: self.checker.violation(name, d, self.t),
             speed=self.p.speed,
             wall_skew=self.rng.uniform(-5, 5),
         )

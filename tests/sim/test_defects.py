@@ -4,6 +4,7 @@ clean: tests/sim/test_sim_runs.py.)"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -15,6 +16,7 @@ from marshal_workers.core.children import Children
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.core.heldclaim import Phase
 from marshal_workers.core.keeping import Keeping
+from marshal_workers.core.member import Member
 from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.protocol import rationalizer
@@ -234,3 +236,25 @@ def _unbounded_retry(state: Any, client_id: str, instance_id: str, tries: int = 
     if state is None or state.holder_client != client_id or state.holder_instance != instance_id:
         return None
     return True
+
+
+def test_pause_defect_a_member_started_during_a_pause_claims_in_its_first_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 18.1: `Member.begin` rebalanced without looking at the group's pause, so a member
+    started (or restarted) during another client's pause wrote claims, each refused and
+    positionless: after compaction such a record could be its key's newest."""
+
+    def begin(self: Member, now: float, wall: float, partitions: Iterable[ClaimKey]) -> Any:
+        self.ctx.out = []
+        self.ctx.wall = wall
+        self.started = True
+        self.claiming.partitions = list(partitions)
+        self._next_discovery = now + self.s.discovery_interval
+        self.claiming.resume_all(now)
+        self.claiming.rebalance(now)  # the defect: no react_to_pause first
+        return self.ctx.out
+
+    monkeypatch.setattr(Member, "begin", begin)
+    params = SimParams(members=4, groups=2, faults=("restart", "pause"), fault_count=3)
+    assert first_violation(params, "pause_respected", SEEDS) is not None

@@ -33,7 +33,11 @@ MIXES = [
 ]
 
 
-@pytest.mark.parametrize("params", MIXES, ids=lambda p: "+".join(p.faults) + f"-m{p.members}-f{p.fault_count}")
+def mix_id(p: SimParams) -> str:
+    return "+".join(p.faults) + f"-m{p.members}-f{p.fault_count}"
+
+
+@pytest.mark.parametrize("params", MIXES, ids=mix_id)
 def test_the_defect_tests_fault_mixes_find_nothing_in_the_current_core(params: SimParams) -> None:
     """What the defect tests find is the defect: the same seeds are clean without it."""
     assert violations(params, SEEDS) == []

@@ -19,7 +19,13 @@ from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
-from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, ReleasingPartition, decode
+from marshal_workers.protocol.wire import (
+    ClaimingPartition,
+    ClaimKey,
+    ReleasingPartition,
+    claim_key,
+    decode,
+)
 from marshal_workers.supervisor.observe import Observer
 from marshal_workers.supervisor.runtime import Supervisor
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
@@ -139,6 +145,29 @@ class TestPauseReaction:
             fleet.sup.step([], wait_s=0.02)
         assert len(fleet.data_claims()) == 2
         assert fleet.sup.member.paused_until_ms is None
+
+
+def test_a_member_that_starts_during_a_pause_claims_nothing_from_its_first_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 18.1: a member started while another client's pause is in force wrote claims in
+    its first round (``begin`` rebalanced without looking at the pause); each was refused, and
+    a refused, positionless claim could become its key's newest record after compaction."""
+    f = Fleet(monkeypatch)
+    assert pause_for(f.admin, "g", 30).in_force
+    try:
+        f.sup.start(catch_up_timeout=5)
+        for _ in range(30):
+            f.sup.step([], wait_s=0.02)
+        claims = [
+            m
+            for m in f.messages()
+            if isinstance(m, ClaimingPartition) and not is_member_key(claim_key(m))
+        ]
+        assert claims == []
+        assert f.sup.member.paused_until_ms is not None
+    finally:
+        f.sup.kill_all()
 
 
 class TestPauseByOther:
