@@ -31,6 +31,7 @@ from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.clients.rdkafka import RDKAFKA_LOG
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.partitioncount import read_topic_record, write_topic_record
+from marshal_workers.protocol.leases import min_compaction_lag_ms
 
 HISTORY_WINDOW_MS: Final = 7 * 24 * 3600 * 1000
 SEGMENT_MS: Final = 3600 * 1000
@@ -82,11 +83,14 @@ def diff_topic_config(
     actual: Mapping[str, str],
     replication_factor: int,
     history_window_ms: int = HISTORY_WINDOW_MS,
+    heartbeat_interval_s: float | None = None,
 ) -> list[ConfigDifference]:
-    """Every setting of ``actual`` (a topic's effective config) that breaks DESIGN.md section 1.
+    """Every setting of ``actual`` (a topic's effective config) that breaks docs/design.md.
 
-    Only a timestamp type other than LogAppendTime, and a ``min.insync.replicas`` above the
-    replication factor (no acks=all write could ever succeed), are fatal; the rest warn.
+    Fatal: a timestamp type other than LogAppendTime, a ``min.insync.replicas`` above the
+    replication factor (no acks=all write could ever succeed), and, for a member whose
+    heartbeat interval is ``heartbeat_interval_s``, a ``min.compaction.lag.ms`` below the safe
+    window (`min_compaction_lag_ms`); the rest warn.
     """
     out: list[ConfigDifference] = []
 
@@ -138,7 +142,19 @@ def diff_topic_config(
             )
         )
     lag = _as_int(actual.get("min.compaction.lag.ms"))
-    if lag is None or lag < history_window_ms:
+    safe = None if heartbeat_interval_s is None else min_compaction_lag_ms(heartbeat_interval_s)
+    if safe is not None and (lag is None or lag < safe):
+        out.append(
+            ConfigDifference(
+                "min.compaction.lag.ms",
+                get("min.compaction.lag.ms"),
+                f">= {safe}",
+                True,
+                f"below 4 heartbeat intervals the cleaner can remove records of a lease "
+                f"still running; `marshal-admin init` sets {history_window_ms}",
+            )
+        )
+    elif lag is None or lag < history_window_ms:
         out.append(
             ConfigDifference(
                 "min.compaction.lag.ms",

@@ -40,3 +40,13 @@ def min_heartbeat_s(stall_s: float, step_s: float = 0.5) -> float:
     while stall_tolerance(hb) <= stall_s:
         hb += step_s
     return hb
+
+
+def min_compaction_lag_ms(heartbeat_interval_s: float) -> int:
+    """The least ``min.compaction.lag.ms`` a member accepts on its coordination topic: 4*HB.
+
+    A reader that meets a gap treats what it folded before as uncertain and lets a rival win
+    only after 2*HB of log time with no record of the claim; that holds only while every
+    record of the last lease (2*HB) survives the cleaner. Twice that covers a cleaner whose
+    clock runs ahead of the log time it compares with."""
+    return round(4 * heartbeat_interval_s * 1000)

@@ -50,7 +50,10 @@ def check_coordination_topic(config: RunConfig) -> None:
             f"coordination topic {config.coordination_topic} does not exist on "
             f"{config.bootstrap_servers}: run `marshal-admin init`"
         )
-    for diff in diff_topic_config(info.config, info.replication_factor):
+    diffs = diff_topic_config(
+        info.config, info.replication_factor, heartbeat_interval_s=config.heartbeat_interval
+    )
+    for diff in diffs:
         if diff.fatal:
             raise MarshalError(f"{config.coordination_topic}: {diff}")
         log.warning("coordination_topic_setting", difference=str(diff))

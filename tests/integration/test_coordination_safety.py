@@ -273,9 +273,10 @@ class TestJoiningAfterTheCleaner:
         self, fleets: Callable[..., Fleet], eager_cleaner: AdminClient
     ) -> None:
         """The coordination topic is compacted by the broker (segment.ms 400,
-        min.compaction.lag.ms 0, dirty ratio 0.01). `a` and `b` share 6 partitions; once the
-        cleaner has removed records, `b` is killed (SIGKILL), and a restarted `b` and a new
-        `c` start: the fleet holds 2/2/2 within 3*HB plus claim latency."""
+        min.compaction.lag.ms 4 s, the least a member accepts at HB 1 s, dirty ratio 0.01).
+        `a` and `b` share 6 partitions; once the cleaner has removed records, `b` is killed
+        (SIGKILL), and a restarted `b` and a new `c` start: the fleet holds 2/2/2 within 3*HB
+        plus claim latency."""
         fleet = fleets(partitions=6)
         alter(
             eager_cleaner,
@@ -284,7 +285,7 @@ class TestJoiningAfterTheCleaner:
                 fleet.coordination,
                 incremental_configs=[
                     entry("segment.ms", "400"),
-                    entry("min.compaction.lag.ms", "0"),
+                    entry("min.compaction.lag.ms", "4000"),  # the least a member accepts at HB 1 s
                     entry("min.cleanable.dirty.ratio", "0.01"),
                 ],
             ),

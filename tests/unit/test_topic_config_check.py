@@ -8,6 +8,7 @@ from marshal_workers.log.topicadmin import (
     coordination_topic_config,
     diff_topic_config,
 )
+from marshal_workers.protocol.leases import min_compaction_lag_ms
 
 
 def settings(diffs: list[ConfigDifference]) -> dict[str, bool]:
@@ -78,3 +79,30 @@ class TestDifferences:
             assert "\n" not in text
             assert text.startswith(("fatal: ", "warning: "))
             assert d.setting in text and d.expected in text
+
+
+class TestCompactionLag:
+    """Issue 18.1: a compaction lag below the safe window lets the cleaner remove records that
+    still keep a claim's lease alive; a member refuses such a topic instead of warning."""
+
+    def test_below_the_safe_window_is_fatal_for_a_member(self) -> None:
+        config = {**coordination_topic_config(1), "min.compaction.lag.ms": "0"}
+        diffs = diff_topic_config(config, 1, heartbeat_interval_s=1.0)
+        assert settings(diffs) == {"min.compaction.lag.ms": True}
+        assert "4000" in str(diffs[0])
+
+    def test_the_safe_window_is_four_heartbeat_intervals(self) -> None:
+        assert min_compaction_lag_ms(1.0) == 4000
+        assert min_compaction_lag_ms(2.5) == 10_000
+
+    def test_at_the_safe_window_but_below_the_history_window_only_warns(self) -> None:
+        config = {**coordination_topic_config(1), "min.compaction.lag.ms": "4000"}
+        diffs = diff_topic_config(config, 1, heartbeat_interval_s=1.0)
+        assert settings(diffs) == {"min.compaction.lag.ms": False}
+
+    def test_a_lag_unset_is_fatal_for_a_member(self) -> None:
+        config = dict(coordination_topic_config(1))
+        del config["min.compaction.lag.ms"]
+        assert settings(diff_topic_config(config, 1, heartbeat_interval_s=1.0)) == {
+            "min.compaction.lag.ms": True
+        }
