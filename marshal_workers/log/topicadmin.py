@@ -1,4 +1,4 @@
-"""Creating and checking the coordination topic (DESIGN.md section 1), and data-topic ends.
+"""Creating and checking the coordination topic (docs/design.md, its log), and data-topic ends.
 
 The coordination topic must stamp records with the broker's clock (LogAppendTime: every
 claim is decided on it, so anything else is fatal), must not lose acknowledged records
@@ -83,7 +83,7 @@ def diff_topic_config(
     replication_factor: int,
     history_window_ms: int = HISTORY_WINDOW_MS,
 ) -> list[ConfigDifference]:
-    """Every setting of ``actual`` (a topic's effective config) that breaks DESIGN.md section 1.
+    """Every setting of ``actual`` (a topic's effective config) that breaks docs/design.md's rules.
 
     Only a timestamp type other than LogAppendTime, and a ``min.insync.replicas`` above the
     replication factor (no acks=all write could ever succeed), are fatal; the rest warn.
@@ -357,7 +357,7 @@ def _pin_partition_count(
                 f"{record.partitions} (recorded at init)",
                 True,
                 "claims would move to other coordination partitions; use a new coordination "
-                "topic instead (docs/operations.md)",
+                "topic instead (docs/operating.md)",
             )
         )
     return record.partitions, False
