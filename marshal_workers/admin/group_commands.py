@@ -3,7 +3,7 @@
 
 Both write to the coordination log as an admin client (``--client-id``, default
 ``marshal-admin``), which must be in the fleet's ``admin_client_ids``; and both fold the log
-with ``--admin-client-id``, which must be the fleet's list (see docs/operations.md).
+with ``--admin-client-id``, which must be the fleet's list (see docs/operating.md).
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ def run_init(
         how = "recorded now" if result.newly_recorded else "as recorded at init"
         out(
             f"partition count pinned at {result.recorded_partitions} ({how}): never change it; "
-            "see docs/operations.md to move a fleet to a new coordination topic"
+            "see docs/operating.md to move a fleet to a new coordination topic"
         )
     for diff in result.differences:
         if not diff.fatal:

@@ -8,7 +8,7 @@ the pausing client may claim. A ReleaseGroup whose expire time has passed lifts 
 Only admin clients may pause a group: when the fleet's ``admin_client_ids`` is set (it is by
 default: ``marshal-admin``), the fold refuses anyone else's ReleaseGroup, and `write_pause`
 reports the refusal. That verdict is only as good as this command's admin list, which must be
-the fleet's (see docs/operations.md).
+the fleet's (see docs/operating.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The pipeline runs on Spark (PySpark): it folds every coordination partition with the same pure
 rationalizer the supervisors use, derives the audit tables from the events, checks the
 handlers' ledgers against the claim intervals, and writes Parquet tables and an HTML report.
-See README.md beside this file for the tables and their columns.
+See docs/audit.md for the tables and their columns.
 
 A tool, in its own process (and Spark's). May import every layer below it (`protocol`,
 `log`, `config`, `clients`, `common`) and `localkafka` (the cached jars); never `ipc.forkserver`.

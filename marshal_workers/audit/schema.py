@@ -1,6 +1,6 @@
 """The audit's output tables: their names, columns, types and meanings, in one place.
 
-Every table is a list of (column, type, description); `marshal_workers/audit/README.md`
+Every table is a list of (column, type, description); `docs/audit.md`
 documents the same columns. Types are ``string``, ``long``, ``double`` and ``boolean``; all
 times named ``*_ms`` are log time (the broker's LogAppendTime) in Unix milliseconds, and the
 ledger's ``start``/``end`` are the handler host's ``time.time()`` in seconds.

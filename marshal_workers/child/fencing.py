@@ -1,6 +1,6 @@
 """How a child fences itself: its own process group, death with its parent, the lease watchdog.
 
-DESIGN.md section 3: a child may process only while its lease (a monotonic deadline in shared
+docs/design.md, leases: a child may process only while its lease (a monotonic deadline in shared
 memory, written by the supervisor) lasts, and it must stop even if the supervisor is frozen.
 The defences, from the child's side:
 

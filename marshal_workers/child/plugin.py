@@ -1,6 +1,6 @@
 """The shapes a loaded handler may take, seen through one interface by the child.
 
-DESIGN.md section 5 fixes the plain form, a callable ``handle(record, ctx)``. A richer plugin is
+docs/design.md fixes the plain form, a callable ``handle(record, ctx)``. A richer plugin is
 a class (instantiated without arguments) or an instance with any of:
 
 - ``setup(ctx)``: once, before the first record (a failure ends the child: setup failed);

@@ -3,7 +3,7 @@
 Every console script (`marshal-run`, `marshal-admin`, `marshal-audit`, and
 `python -m marshal_workers.localkafka`) goes through `run_command`, so a wrong option, a
 configuration error, an unreachable broker or a missing topic all end the same way: one line
-``PROG: error: WHAT`` on stderr and the exit code of DESIGN.md section 5, never a traceback.
+``PROG: error: WHAT`` on stderr and the exit code of docs/operating.md, never a traceback.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Exit codes (a documented protocol, DESIGN.md section 5) and the error type that carries one.
+"""Exit codes (a documented protocol, docs/operating.md) and the error type that carries one.
 
 Every command-line entry point turns a `MarshalError` into one clear line on stderr and
 its exit code; nothing else escapes as a traceback.

@@ -214,7 +214,7 @@ SETTINGS: tuple[Setting, ...] = (
         "spec",
         "How claims map to coordination partitions: spec, or "
         "marshal-go (md5 of the topic only, the Go implementation's layout; a mixed fleet "
-        "with Go is unsafe all the same: see the README, Migrating from Marshal Go).",
+        "with Go is unsafe all the same: see docs/migrating.md).",
         "Kafka",
         choices=("spec", "marshal-go"),
     ),

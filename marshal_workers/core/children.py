@@ -4,7 +4,7 @@
 statistics) and its exit, which goes through the exit policy (`exitpolicy.decide`): respawn on
 reload, restart with back-off, or release after too many failures. An AMO grant is a pending
 reservation: the child is answered once the fold has decided, and only if the batch starts at
-or after the log's position (DESIGN.md: a batch never starts behind it; it may start after it
+or after the log's position (docs/design.md: a batch never starts behind it; it may start after it
 where the data topic has a gap).
 """
 

@@ -1,6 +1,6 @@
 """Refusing to run beside a Marshal Go fleet (pure detection; the supervisor acts on it).
 
-A mixed fleet is unsafe (README, "Marshal Go"): Go writes its coordination records without a
+A mixed fleet is unsafe (docs/migrating.md): Go writes its coordination records without a
 Kafka key and decides on the senders' clocks, so our fold counts its records malformed and
 both implementations claim the same partitions. A compacted coordination topic refuses Go's
 keyless records outright; on any other topic they arrive, and the rationalizer marks each one:
@@ -39,7 +39,7 @@ def refusal(event: ev.Malformed, topic: str) -> GoFleetError:
         f"a Marshal Go fleet is writing to group {event.keyless_group!r}: keyless record at "
         f"{topic}[{event.coord_partition}] offset {event.coord_offset}; a mixed fleet would "
         "claim the same partitions twice. Stop the Go fleet and migrate "
-        "(README: Migrating from Marshal Go)"
+        "(docs/migrating.md)"
     )
 
 

@@ -1,14 +1,13 @@
 """A claim lost to its own lease running out: where it starts again, its release (pure).
 
-A coordination stall longer than the lease (a broker failure the heartbeat interval was not
-chosen for, see README) ends every lease: children are fenced, and the releases after expiry
-are not acknowledged, so the log keeps the position of the last heartbeat it accepted, older
-than what the children had done. If this member then wins the claim back while nobody else
-held it in between (the grant's previous holder is this client: no other grant, and no
-release, since), the records up to the position its own child reported were handled by this
-member alone, under its own claim: it resumes there (the larger of that and the log's), and
-its first heartbeat tells the log. Otherwise the log's position stands: another owner may
-have moved it (a rewind included).
+A coordination stall longer than the lease (a broker failure the heartbeat interval was not chosen
+for, see docs/operating.md) ends every lease: children are fenced, and the releases after expiry are
+not acknowledged, so the log keeps the position of the last heartbeat it accepted, older than what
+the children had done. If this member then wins the claim back while nobody else held it in between
+(the grant's previous holder is this client: no other grant, and no release, since), the records up
+to the position its own child reported were handled by this member alone, under its own claim: it
+resumes there (the larger of that and the log's), and its first heartbeat tells the log. Otherwise
+the log's position stands: another owner may have moved it (a rewind included).
 
 Until then the member writes its release again (`retry_release`) while a certain fold shows
 this very instance as the holder, at most `RELEASE_RETRIES` times: a holder's release needs no

@@ -5,7 +5,7 @@ fetched it, or a small stand-in when the record is made from its fields (tests, 
 that build their own). Its attributes are read from that message when asked for, so a child
 hands the handler each fetched record for the price of one small object: no field is copied
 that the handler does not read (building the seven fields eagerly cost a child more CPU per
-record than everything else it adds to a plain consumer loop; see the README's throughput).
+record than everything else it adds to a plain consumer loop; see docs/benchmarks.md).
 
 Records compare equal, hash and print by their seven fields, whatever backs them, and pickle
 as those fields (a consumer's message does not pickle).

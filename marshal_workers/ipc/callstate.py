@@ -9,8 +9,8 @@ torn value; the cells are not read as a consistent set (each is meaningful on it
   the offset of each record just before it hands it to the handler (while the call runs, the
   records below it are the handled ones: the one store per handler call on the hot path) and
   the next offset after a run of calls. The supervisor reads it when it heartbeats, so a
-  heartbeat carries a position as old as the heartbeat, whatever the batch size (DESIGN.md
-  section 3: the ALO redelivery bound).
+  heartbeat carries a position as old as the heartbeat, whatever the batch size (docs/design.md:
+  the ALO redelivery bound).
 - ``in_call`` (int64, 0: none): the number of the run of handler calls in progress (a new
   number per run, set before it and cleared after it, once per run). A child that ends while
   it is set ended inside a handler call (on the record at ``position``); the supervisor's

@@ -3,7 +3,7 @@
 The supervisor writes the deadline (CLOCK_MONOTONIC seconds, which every process on the host
 shares) each time a heartbeat of the claim is folded as valid; the child reads it before every
 batch and every handler call, and a watchdog thread in the child ends the process at the
-deadline even if the supervisor is frozen. DESIGN.md section 3 gives the argument:
+deadline even if the supervisor is frozen. docs/design.md gives the argument:
 
     a rival can claim only at log time > last valid heartbeat + 2*HB, so a holder that sent a
     heartbeat at local monotonic time s (and saw it folded valid) is safe until s + 2*HB - margin.

@@ -1,4 +1,4 @@
-"""Creating and checking the coordination topic (DESIGN.md section 1), and data-topic ends.
+"""Creating and checking the coordination topic (docs/design.md, its log), and data-topic ends.
 
 The coordination topic must stamp records with the broker's clock (LogAppendTime: every
 claim is decided on it, so anything else is fatal), must not lose acknowledged records
@@ -373,7 +373,7 @@ def _pin_partition_count(
                 f"{record.partitions} (recorded at init)",
                 True,
                 "claims would move to other coordination partitions; use a new coordination "
-                "topic instead (docs/operations.md)",
+                "topic instead (docs/operating.md)",
             )
         )
     return record.partitions, False

@@ -153,7 +153,7 @@ def partition_count_problem(topic: str, recorded: int | None, actual: int) -> st
     if recorded != actual:
         return (
             f"coordination topic {topic} has {actual} partitions but {recorded} were recorded "
-            "at init: claims would move to other partitions; refusing (see docs/operations.md, "
+            "at init: claims would move to other partitions; refusing (see docs/operating.md, "
             "'Changing the coordination topic')"
         )
     return None
@@ -195,5 +195,5 @@ def settings_problem(group: GroupSettings | None, mine: GroupSettings) -> str | 
     more = f" (and {len(diffs) - 1} more: {'; '.join(diffs[1:])})" if len(diffs) > 1 else ""
     return (
         f"{diffs[0]}{more}: every member and admin of a group must share it; change it "
-        "fleet-wide with `marshal-admin group-settings` (docs/operations.md)"
+        "fleet-wide with `marshal-admin group-settings` (docs/operating.md)"
     )

@@ -77,8 +77,8 @@ def heartbeat_warning(heartbeat_interval_s: float, detection: FailureDetection) 
         f"heartbeat interval {heartbeat_interval_s:g}s is below {least:g}s: a broker failure "
         f"stalls coordination writes for up to about {detection.stall_ms / 1000:g}s "
         f"({detection.source}={detection.session_timeout_ms} plus re-election), longer than "
-        "the leases last, so every claim would be lost (see README, 'Heartbeat interval and "
-        "broker failures')"
+        "the leases last, so every claim would be lost (see docs/operating.md, 'Heartbeat "
+        "interval and broker failures')"
     )
 
 

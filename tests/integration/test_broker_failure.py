@@ -1,11 +1,11 @@
 """One broker failure that Kafka rides out costs the fleet no lease (issue 9, item 8).
 
 A three-node cluster (RF 3, min.insync.replicas 2), three members, and HB chosen by the
-README's rule from the cluster's own failure detection (`brokercheck.min_heartbeat_s`, read
-from the brokers with describe_configs). kill -9 of the node leading coordination partition 0
-stalls every coordination write for about broker.session.timeout.ms plus re-election; the
-leases must outlast it: no claim lost, no child fenced or restarted, nothing handled twice at
-once, nothing skipped.
+docs/operating.md's rule from the cluster's own failure detection (`brokercheck.min_heartbeat_s`,
+read from the brokers with describe_configs). kill -9 of the node leading coordination partition 0
+stalls every coordination write for about broker.session.timeout.ms plus re-election; the leases
+must outlast it: no claim lost, no child fenced or restarted, nothing handled twice at once, nothing
+skipped.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ TROUBLE = {
 
 
 def rule_heartbeat(bootstrap: str) -> float:
-    """The least HB the README's rule allows on this cluster (asked of its brokers)."""
+    """The least HB docs/operating.md's rule allows on this cluster (asked of its brokers)."""
     deadline = time.monotonic() + 30
     while (detection := read_failure_detection(admin_client(bootstrap), 10.0)) is None:
         assert time.monotonic() < deadline, "the brokers did not describe their configs"

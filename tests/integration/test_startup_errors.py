@@ -21,8 +21,8 @@ MARSHAL_RUN = Path(sys.executable).with_name("marshal-run")
 def test_missing_data_topic_exits_2_with_only_the_error_line(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    """A --topic that does not exist: exit 2 (a configuration error, README), and stderr and
-    stdout hold nothing but the one error line (no `supervisor starting` log line first)."""
+    """A --topic that does not exist: exit 2 (a configuration error, docs/operating.md), and stderr
+    and stdout hold nothing but the one error line (no `supervisor starting` log line first)."""
     coordination = f"__marshal_{uuid.uuid4().hex[:8]}"
     ensure_coordination_topic(kafka_bootstrap, coordination, 1)
     ready = KafkaLog(kafka_bootstrap, coordination)  # its leader is elected: no retry warnings

@@ -26,7 +26,7 @@ from marshal_workers.sim.children import SimChild
 from marshal_workers.sim.scenario import SimParams
 from tests.sim.conftest import first_violation
 
-SEEDS = 20  # each defect below is found within this many seeds (the table in the README)
+SEEDS = 20  # each defect below is found within this many seeds (the table in docs/simulator.md)
 
 
 def test_isolation_defect_member_resumes_another_groups_claims(

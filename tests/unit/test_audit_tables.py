@@ -241,13 +241,13 @@ class TestArrowStreaming:
 
 class TestDocumentation:
     def test_readme_names_every_ledger_field(self) -> None:
-        """marshal_workers/audit/README.md lists the ledger fields the audit reads, in order."""
-        readme = (Path(__file__).parents[2] / "marshal_workers/audit/README.md").read_text()
+        """docs/audit.md lists the ledger fields the audit reads, in order."""
+        readme = (Path(__file__).parents[2] / "docs/audit.md").read_text()
         assert f"`{', '.join(LedgerEntry._fields)}`" in " ".join(readme.split())
 
     def test_readme_documents_every_column_of_every_table(self) -> None:
-        """marshal_workers/audit/README.md documents every column of every table as schema.py."""
-        readme = (Path(__file__).parents[2] / "marshal_workers/audit/README.md").read_text()
+        """docs/audit.md documents every column of every table as schema.py."""
+        readme = (Path(__file__).parents[2] / "docs/audit.md").read_text()
         for name, cols in TABLES.items():
             assert f"`{name}`" in readme, name
             for column, kind, meaning in cols:

@@ -1,4 +1,4 @@
-"""One test per rule of the rationalizer (DESIGN.md section 2), edges included."""
+"""One test per rule of the rationalizer (docs/design.md, the rationalizer), edges included."""
 
 from __future__ import annotations
 

@@ -236,7 +236,7 @@ def test_compacted_reader_never_grants_what_the_full_reader_refuses(
     """Compact a prefix of the log (twice, like Kafka's cleaner) and fold it afresh: every claim,
     heartbeat and release the compacted reader accepts, a reader of the whole log accepts too.
     (Reservations are left out: on a compacted claim the position is a best estimate, a residual
-    risk the README names.)"""
+    risk docs/design.md names.)"""
     _, full_events = fold_all(records)
     verdict = {e.coord_offset: type(e) for e in full_events}
     clock = iter(r.timestamp_ms for r in records)

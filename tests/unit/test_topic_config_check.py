@@ -1,4 +1,4 @@
-"""Checking a coordination topic's config against DESIGN.md section 1 (pure part)."""
+"""Checking a coordination topic's config against docs/design.md (pure part)."""
 
 from __future__ import annotations
 
