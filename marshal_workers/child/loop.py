@@ -241,7 +241,7 @@ class ChildLoop(FailureHandling):
             self.calls.unit_end.value = -1
             if alo:
                 self.next_offset = end
-                self.calls.position.value = end
+            self.calls.position.value = end  # (AMO: what the supervisor counts as handled)
             return
         start = 0
         while start < len(records):

@@ -11,6 +11,7 @@ where the data topic has a gap).
 from __future__ import annotations
 
 from marshal_workers.core import inputs as inp
+from marshal_workers.core import observations as obs
 from marshal_workers.core.childexits import ChildEnd, Next, count_failure, decide
 from marshal_workers.core.heldclaim import ASKED_TO_STOP, HeldClaim, Phase
 from marshal_workers.core.keeping import Keeping
@@ -53,7 +54,7 @@ class Children:
         elif isinstance(msg, ipc.Stats):
             if msg.handled > 0:  # the child gets work done: earlier failures are not a streak
                 held.failures = 0
-            self.ctx.observe("child_stats", held.key, msg)
+            self.ctx.observe(obs.ChildStats(held.key, msg))
         elif isinstance(msg, ipc.HandlerFailed):
             self.handler_failed(held, msg)
             self.parking.note_failure(held.key, msg.offset, msg.error, said.now)
@@ -68,7 +69,7 @@ class Children:
         )
         held.failures = held.failures + 1 if repeated else 1
         held.failed_offset = msg.offset
-        self.ctx.observe("handler_failed", held.key, msg.offset, msg.error)
+        self.ctx.observe(obs.HandlerFailed(held.key, msg.offset, msg.error))
         self.ctx.say(
             "error",
             "handler_failed",
@@ -88,7 +89,7 @@ class Children:
         with the rest of its batch); stop: it counts as a failure (and in the log)."""
         ctx, key, failed = self.ctx, held.key, end.failed
         assert failed is not None
-        ctx.observe("handler_failed", key, failed.offset, failed.error)
+        ctx.observe(obs.HandlerFailed(key, failed.offset, failed.error))
         if ctx.s.on_failure == "stop":
             held.failures = count_failure(held.failures, held.failed_offset, failed.offset)
             held.failed_offset = failed.offset
@@ -177,7 +178,9 @@ class Children:
                 return  # the claim is gone: nobody to answer
             landed = isinstance(event, ev.MessagesClaimed) and event.token == held.token
             if landed and held.position is not None and op.end > held.position:
+                lost_from = max(held.position, op.start)
                 held.position = op.end  # reserved in the log: never handled now
+                self._lost(held, lost_from, op.end, obs.LossCause.REFUSED, str(refusal))
             if asker:
                 held.refused_from = refused_from(held, op.start)
                 for covered in held.covered:  # (asked before it: the child ends at the first)
@@ -264,6 +267,14 @@ class Children:
         )
         held.failures = max(held.failures, decision.failures)
         fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}
+        if ctx.s.mode is Mode.AMO and exited.position is not None and held.position is not None:
+            if exited.end is not None and exited.end.failed is not None:
+                cause = obs.LossCause.HANDLER_FAILED
+            elif held.lease - now <= ctx.s.kill_grace:
+                cause = obs.LossCause.LEASE_EXPIRED
+            else:
+                cause = obs.LossCause.CRASH
+            self._lost(held, exited.position, held.position, cause, decision.reason)
         if decision.next is Next.RESPAWN:
             held.phase = Phase.RUNNING
             keeping.spawn(held, restart=False)
@@ -291,6 +302,24 @@ class Children:
             keeping.finish(held, now, release=True)  # the log refuses it if taken meanwhile
         else:
             keeping.finish(held, now, release=held.phase is Phase.STOPPING)
+
+    def _lost(self, held: HeldClaim, start: int, end: int, cause: obs.LossCause, why: str) -> None:
+        """AMO: ``start``..``end`` is reserved in the log and nobody will handle it: say so."""
+        if end <= start:
+            return
+        key = held.key
+        self.ctx.observe(obs.AmoLost(key, start, end, cause))
+        self.ctx.say(
+            "warning",
+            "amo_records_lost",
+            topic=key.topic,
+            partition=key.partition,
+            start=start,
+            end=end,
+            records=end - start,
+            cause=cause.value,
+            reason=why,
+        )
 
 
 def refused_from(held: HeldClaim, start: int) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from marshal_workers.core.observations import Observation
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol.recordfailures import PoisonMessage
 from marshal_workers.protocol.wire import ClaimKey, Message
@@ -95,10 +96,9 @@ class Log:
 
 @dataclass(frozen=True, slots=True)
 class Observe:
-    """Tell the observers (metrics, systemd, offsets): ``Observer.<method>(*args)``."""
+    """Tell the observers (metrics, systemd, offsets) ``what`` happened."""
 
-    method: str
-    args: tuple[Any, ...] = ()
+    what: Observation
 
 
 @dataclass(frozen=True, slots=True)

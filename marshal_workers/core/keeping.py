@@ -13,6 +13,7 @@ import signal
 from collections.abc import Mapping
 
 from marshal_workers.core import commands as cmd
+from marshal_workers.core import observations as obs
 from marshal_workers.core.heldclaim import ASKED_TO_STOP, HeldClaim, Phase
 from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import Kind, Op
@@ -41,7 +42,7 @@ class Keeping:
         ctx.held[key] = held
         ctx.avoid_until.pop(key, None)
         ctx.out.append(cmd.SetLease(key, lease))
-        ctx.observe("claim_won", key, token)
+        ctx.observe(obs.ClaimWon(key, token))
         return held
 
     def take_positions(self, positions: Mapping[ClaimKey, int]) -> None:
@@ -150,7 +151,7 @@ class Keeping:
         held.phase = Phase.LOST
         held.lease = 0.0
         ctx.out.append(cmd.SetLease(key, 0.0))
-        ctx.observe("claim_lost", key, reason)
+        ctx.observe(obs.ClaimLost(key, reason))
         if held.child:
             held.kill_sent = held.term_sent = True
             self.signal_child(held, signal.SIGKILL, reason)
@@ -187,7 +188,7 @@ class Keeping:
         confirmed = isinstance(event, ev.Released)
         key = op.key
         if confirmed:
-            self.ctx.observe("claim_released", key)
+            self.ctx.observe(obs.ClaimReleased(key))
             self.ctx.expired_positions.pop(key, None)
         else:
             self.release_unconfirmed(key, op.end)

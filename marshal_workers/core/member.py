@@ -60,6 +60,7 @@ from collections.abc import Iterable
 from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, EXIT_GO_FLEET
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
+from marshal_workers.core import observations as obs
 from marshal_workers.core.children import Children
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.core.gofleet import refusal
@@ -255,7 +256,7 @@ class Member:
 
     def _resolve(self, op: Op, event: ev.Event, now: float) -> None:
         """The fold reached one of this member's writes: act on its verdict."""
-        self.ctx.observe("coordination_write", op.kind.value, now - op.sent_at, True)
+        self.ctx.observe(obs.CoordinationWrite(op.kind.value, now - op.sent_at, True))
         if op.kind is Kind.CLAIM:
             self.claiming.claim_decided(op, event, now)
         elif op.kind is Kind.TAKEOVER:
@@ -280,7 +281,7 @@ class Member:
     def _gave_up(self, op: Op, error: str, now: float) -> None:
         """A write failed or its verdict never came: undo what waited for it."""
         ctx, key = self.ctx, op.key
-        ctx.observe("coordination_write", op.kind.value, now - op.sent_at, False)
+        ctx.observe(obs.CoordinationWrite(op.kind.value, now - op.sent_at, False))
         ctx.say(
             "warning",
             "coordination_write_failed",

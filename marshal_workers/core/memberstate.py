@@ -13,6 +13,7 @@ import random
 from marshal_workers.core import commands as cmd
 from marshal_workers.core.heldclaim import HeldClaim
 from marshal_workers.core.logclock import LogClock
+from marshal_workers.core.observations import Observation
 from marshal_workers.core.pending import Kind, Op, Pending
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol.leases import lease_deadline
@@ -107,9 +108,9 @@ class MemberState:
         """A log line."""
         self.out.append(cmd.Log(level, event, fields))
 
-    def observe(self, method: str, *args: object) -> None:
-        """An observer call (metrics, systemd, offsets)."""
-        self.out.append(cmd.Observe(method, args))
+    def observe(self, what: Observation) -> None:
+        """Tell the observers (metrics, systemd, offsets)."""
+        self.out.append(cmd.Observe(what))
 
     # ---- arithmetic -------------------------------------------------------------------------
 

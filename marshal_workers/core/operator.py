@@ -14,6 +14,7 @@ import signal
 
 from marshal_workers.common.errors import EXIT_OK, EXIT_USAGE
 from marshal_workers.core import commands as cmd
+from marshal_workers.core import observations as obs
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.core.heldclaim import HELD_PHASES, Phase
 from marshal_workers.core.keeping import Keeping
@@ -55,7 +56,7 @@ class Operator:
         ctx = self.ctx
         ctx.say("info", "stopping", fast=fast, claims=len(ctx.held))
         if not ctx.stopping:
-            ctx.observe("stopping")
+            ctx.observe(obs.Stopping())
         ctx.stopping = True
         deadline = now + (0.0 if fast else ctx.s.stop_timeout)
         for held in list(ctx.held.values()):
@@ -137,7 +138,7 @@ class Operator:
             self.keeping.stop_child(held, deadline, Phase.RELOADING)
             asked += 1
         self.reload_pending = True
-        ctx.observe("reloading")
+        ctx.observe(obs.Reloading())
         ctx.say("info", "reloading", children=asked)
 
     def check_reload(self) -> None:
@@ -149,7 +150,7 @@ class Operator:
         if ctx.stopping:
             ctx.say("info", "reload_cut_short", reason="stopping")
             return
-        ctx.observe("reloaded")
+        ctx.observe(obs.Reloaded())
         ctx.say("info", "reloaded", children=sum(1 for h in ctx.held.values() if h.child))
 
     # ---- pauses -----------------------------------------------------------------------------

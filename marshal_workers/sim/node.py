@@ -171,7 +171,8 @@ class SimNode:
                 del self.children[key]
                 self.dead_children.append(child)
                 assert child.exit_code is not None
-                position = child.published if child.spec.mode is Mode.ALO else None
+                alo = child.spec.mode is Mode.ALO
+                position = child.published if alo else child.position  # AMO: handled end
                 self._feed(inp.ChildExited(t, key, child.exit_code, child.end, position), t)
         positions = {k: c.published for k, c in self.children.items() if c.published is not None}
         self._feed(inp.Tick(t, t + self.wall_skew, positions), t)

@@ -68,6 +68,7 @@ from prometheus_client.registry import Collector
 
 from marshal_workers.child.stats import LATENCY_BUCKETS
 from marshal_workers.common.errors import ConfigError
+from marshal_workers.core.observations import LossCause
 from marshal_workers.ipc.messages import Stats
 from marshal_workers.ipc.sharedlease import default_margin, lease_deadline
 from marshal_workers.protocol.members import is_member_key
@@ -131,6 +132,12 @@ class Metrics(Observer):
         self.lost = Counter("marshal_claims_lost", "Claims lost.", base, registry=r)
         self.released = Counter("marshal_claims_released", "Claims released.", base, registry=r)
         self.reloads = Counter("marshal_reloads", "SIGHUP reloads.", base, registry=r)
+        self.amo_lost_records = Counter(
+            "marshal_amo_lost_records",
+            "AMO: records reserved in the log and never handled, by cause (0 without a crash).",
+            [*claim, "cause"],
+            registry=r,
+        )
         self.writes = Histogram(
             "marshal_coordination_write_seconds",
             "Coordination writes until acknowledged or failed.",
@@ -184,6 +191,10 @@ class Metrics(Observer):
 
     def reloading(self) -> None:
         self.reloads.labels(*self.base).inc()
+
+    def amo_lost(self, key: ClaimKey, start: int, end: int, cause: LossCause) -> None:
+        labels = (*self.base, key.topic, str(key.partition), cause.value)
+        self.amo_lost_records.labels(*labels).inc(end - start)
 
     def child_stats(self, key: ClaimKey, stats: Stats) -> None:
         if stats.handled:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import assert_never
 
+from marshal_workers.core import observations as obs
+from marshal_workers.core.observations import LossCause, Observation
 from marshal_workers.ipc.messages import Stats
 from marshal_workers.protocol.wire import ClaimKey
 
@@ -78,6 +81,9 @@ class Observer:
     def child_stats(self, key: ClaimKey, stats: Stats) -> None:
         """A child reported what it handled since its last report (see `ipc.Stats`)."""
 
+    def amo_lost(self, key: ClaimKey, start: int, end: int, cause: LossCause) -> None:
+        """AMO: offsets ``start``..``end`` were reserved in the log and will never be handled."""
+
 
 class Observers(Observer):
     """Calls every observer it holds, in order."""
@@ -140,3 +146,34 @@ class Observers(Observer):
     def child_stats(self, key: ClaimKey, stats: Stats) -> None:
         for o in self.observers:
             o.child_stats(key, stats)
+
+    def amo_lost(self, key: ClaimKey, start: int, end: int, cause: LossCause) -> None:
+        for o in self.observers:
+            o.amo_lost(key, start, end, cause)
+
+
+def deliver(observer: Observer, what: Observation) -> None:
+    """Call the method of ``observer`` that ``what`` (a core observation) stands for."""
+    match what:
+        case obs.ClaimWon(key, token):
+            observer.claim_won(key, token)
+        case obs.ClaimLost(key, reason):
+            observer.claim_lost(key, reason)
+        case obs.ClaimReleased(key):
+            observer.claim_released(key)
+        case obs.ChildStats(key, stats):
+            observer.child_stats(key, stats)
+        case obs.HandlerFailed(key, offset, error):
+            observer.handler_failed(key, offset, error)
+        case obs.CoordinationWrite(kind, seconds, ok):
+            observer.coordination_write(kind, seconds, ok)
+        case obs.AmoLost(key, start, end, cause):
+            observer.amo_lost(key, start, end, cause)
+        case obs.Stopping():
+            observer.stopping()
+        case obs.Reloading():
+            observer.reloading()
+        case obs.Reloaded():
+            observer.reloaded()
+        case _:
+            assert_never(what)

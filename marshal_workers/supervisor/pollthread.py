@@ -55,17 +55,17 @@ class LogPollThread:
                 got = exc
             if not got:
                 continue
-            with self._lock:
+            with self._lock:  # (wake and drain under the lock: no wake-up outlives its take)
                 self._read.append(got)
-            self._wake()
+                self._wake()
 
     def take(self) -> tuple[list[CoordRecord], list[LogError]]:
         """The records read since the last call, in the order read, and the read errors met
         meanwhile (the loop logs them: a read error loses nothing, the poll after it goes on)."""
-        with contextlib.suppress(BlockingIOError):
-            while os.read(self._wake_r, 4096):
-                pass
         with self._lock:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._wake_r, 4096):
+                    pass
             taken, self._read = self._read, []
         records: list[CoordRecord] = []
         errors: list[LogError] = []

@@ -51,7 +51,7 @@ from marshal_workers.supervisor.fleetcheck import (
     ensure_group_settings,
     own_settings,
 )
-from marshal_workers.supervisor.observe import ClaimSnapshot, Observer
+from marshal_workers.supervisor.observe import ClaimSnapshot, Observer, deliver
 from marshal_workers.supervisor.pollthread import LogPollThread
 
 if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
@@ -385,9 +385,9 @@ class Supervisor:
         """An observer's failure (a metrics bug, a full systemd socket) is logged, never fatal:
         the claims' heartbeats matter more than their statistics."""
         try:
-            getattr(self.observer, c.method)(*c.args)
+            deliver(self.observer, c.what)
         except Exception as exc:
-            self._log.error("observer_failed", method=c.method, error=repr(exc))
+            self._log.error("observer_failed", observation=type(c.what).__name__, error=repr(exc))
 
     def _lease(self, key: ClaimKey) -> SharedLease:
         lease = self.leases.get(key)

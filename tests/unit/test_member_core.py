@@ -9,6 +9,7 @@ from dataclasses import replace
 from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
+from marshal_workers.core import observations as obs
 from marshal_workers.core.heldclaim import Phase
 from marshal_workers.core.member import Member
 from marshal_workers.core.pending import WRITE_TRIES
@@ -428,6 +429,33 @@ class TestGrants:
         h.run(h.member.feed(inp.ChildExited(h.now, key, 0)))
         h.tick(0.05)
         assert [m.offset for m in h.appended(ReleasingPartition) if m.topic == "orders"] == [150]
+
+    def losses(self, h: Harness) -> list[obs.AmoLost]:
+        return [
+            c.what
+            for c in h.commands
+            if isinstance(c, cmd.Observe) and isinstance(c.what, obs.AmoLost)
+        ]
+
+    def test_a_crash_with_a_batch_granted_ahead_reports_what_it_loses(self) -> None:
+        """Issue 19.3: a child killed after handling 100..130 of two granted batches (to 200)
+        loses 130..200: observed with its cause, for the loss metric."""
+        h, key = self.grant_setup()
+        self.land(h, self.ask(h, key, ipc.GrantRequest(1, 100, 150)))
+        self.land(h, self.ask(h, key, ipc.GrantRequest(2, 150, 200)))
+        h.run(h.member.feed(inp.ChildExited(h.now, key, -9, None, 130)))
+        assert self.losses(h) == [obs.AmoLost(key, 130, 200, obs.LossCause.CRASH)]
+
+    def test_a_graceful_stop_reports_no_loss(self) -> None:
+        """Told to stop, the child handles both granted batches: nothing lost, nothing said."""
+        h, key = self.grant_setup()
+        first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
+        h.run(h.member.feed(inp.SignalReceived(h.now, signal.SIGTERM)))
+        self.land(h, first + second)
+        h.run(h.member.feed(inp.ChildSaid(h.now, key, ipc.Stopped(200))))
+        h.run(h.member.feed(inp.ChildExited(h.now, key, 0, None, 200)))
+        assert self.losses(h) == []
 
     def test_a_verdict_for_a_lost_claims_child_is_not_told_to_the_next_holding(self) -> None:
         """The claim is lost with a reservation in flight and won again: the new child (its

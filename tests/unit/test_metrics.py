@@ -15,11 +15,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from marshal_workers.child.stats import LATENCY_BUCKETS
 from marshal_workers.common.errors import ConfigError
 from marshal_workers.config.settings import resolve
+from marshal_workers.core.observations import AmoLost, LossCause
 from marshal_workers.ipc.messages import Stats
 from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.metrics import HEALTH_WINDOW_S, Metrics, MetricsServer
-from marshal_workers.supervisor.observe import ClaimSnapshot
+from marshal_workers.supervisor.observe import ClaimSnapshot, deliver
 
 HB = 1.0
 KEY = ClaimKey("g", "orders", 3)
@@ -109,6 +110,17 @@ class TestCounting:
         name = "marshal_coordination_write_seconds_count"
         assert value(metrics, name, kind="Heartbeat", outcome="ok") == 2
         assert value(metrics, name, kind="ClaimingPartition", outcome="failed") == 1
+
+    def test_amo_losses_are_counted_by_cause_through_the_cores_observation(
+        self, metrics: Metrics
+    ) -> None:
+        """Issue 19.3: the core's typed observation reaches the counter of lost records."""
+        deliver(metrics, AmoLost(KEY, 130, 200, LossCause.CRASH))
+        deliver(metrics, AmoLost(KEY, 300, 350, LossCause.LEASE_EXPIRED))
+        deliver(metrics, AmoLost(KEY, 400, 410, LossCause.CRASH))
+        name, where = "marshal_amo_lost_records_total", {"topic": "orders", "partition": "3"}
+        assert value(metrics, name, **where, cause="crash") == 80
+        assert value(metrics, name, **where, cause="lease_expired") == 50
 
 
 class TestScrapeTimeState:

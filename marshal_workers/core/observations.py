@@ -1,0 +1,100 @@
+"""What the core tells the observers (metrics, systemd, offsets): one type per observation.
+
+The runtime hands each to `supervisor.observe.deliver`, which calls the observer's method of
+the same name; a new observation is a new type here and a new method there, checked by mypy.
+Pure data: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from marshal_workers.ipc.messages import Stats
+from marshal_workers.protocol.wire import ClaimKey
+
+
+class LossCause(StrEnum):
+    """Why AMO records reserved in the log were not handled (the label of the loss metric)."""
+
+    CRASH = "crash"  # the child died (killed, a fatal error) with a reserved batch in hand
+    LEASE_EXPIRED = "lease_expired"  # the claim's lease ran out (a frozen host, a stalled log)
+    HANDLER_FAILED = "handler_failed"  # a handler failure ended the child under `stop`
+    REFUSED = "refused"  # the log reserved a batch this member then refused to its child
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimWon:
+    key: ClaimKey
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimLost:
+    key: ClaimKey
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimReleased:
+    key: ClaimKey
+
+
+@dataclass(frozen=True, slots=True)
+class ChildStats:
+    key: ClaimKey
+    stats: Stats
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerFailed:
+    key: ClaimKey
+    offset: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinationWrite:
+    kind: str
+    seconds: float
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AmoLost:
+    """AMO: offsets ``start``..``end`` (exclusive) were reserved in the log and not handled
+    (the first may have been in progress when the child ended)."""
+
+    key: ClaimKey
+    start: int
+    end: int
+    cause: LossCause
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Reloading:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Reloaded:
+    pass
+
+
+Observation = (
+    ClaimWon
+    | ClaimLost
+    | ClaimReleased
+    | ChildStats
+    | HandlerFailed
+    | CoordinationWrite
+    | AmoLost
+    | Stopping
+    | Reloading
+    | Reloaded
+)
