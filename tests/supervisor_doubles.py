@@ -16,6 +16,13 @@ import pytest
 
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.sharedlease import SharedLease
+from marshal_workers.log.memlog import MemoryTopic
+from marshal_workers.protocol.metadata import (
+    METADATA_PARTITION,
+    TOPIC_RECORD_KEY,
+    TopicRecord,
+    encode_metadata,
+)
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor import runtime as runtime_module
 
@@ -93,3 +100,11 @@ def patch_children(monkeypatch: pytest.MonkeyPatch, started: list[FakeChild]) ->
         return child
 
     monkeypatch.setattr(runtime_module, "start_child", start_child)
+
+
+def initialised(topic: MemoryTopic, client_id: str = "marshal-admin") -> MemoryTopic:
+    """``topic`` as `marshal-admin init` leaves a coordination topic: its partition count
+    recorded, which a supervisor checks before it claims anything."""
+    record = TopicRecord(0, "init-test", client_id, topic.num_partitions)
+    topic.append(METADATA_PARTITION, TOPIC_RECORD_KEY, encode_metadata(record))
+    return topic

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from marshal_workers.protocol.metadata import decode_metadata
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimingPartition,
     CoordRecord,
+    DecodeError,
     Heartbeat,
     Message,
     ReleaseGroup,
     ReleasingPartition,
+    decode,
     encode,
     record_key,
 )
@@ -77,3 +80,13 @@ class Log:
         event = fold(self.world, rec)
         self.events.append(event)
         return event
+
+
+def message_of(value: bytes | None) -> Message | None:
+    """The protocol message of a coordination record's value, or None for a metadata record
+    (`marshal-admin init`'s partition count, a group's settings); anything else raises."""
+    try:
+        return decode(value)
+    except DecodeError:
+        decode_metadata(value)
+        return None

@@ -169,6 +169,11 @@ class Member:
         return self.operator.exit_code
 
     @property
+    def exit_reason(self) -> str:
+        """Why it finished with a code other than 0 (one line), or ""."""
+        return self.operator.exit_reason
+
+    @property
     def paused_until_ms(self) -> int | None:
         """The end (log time) of the pause of the group in force, if any."""
         return self.operator.paused_until_ms

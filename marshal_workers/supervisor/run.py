@@ -136,12 +136,11 @@ def _supervise(
         children,
         observer,
         wake_fd=signals.fileno(),
-        read_thread=True,
     )
     try:
         if server is not None:
             server.start()  # /healthz answers during the catch-up already
-        supervisor.start(preflight=True)
+        supervisor.start()
         # Logged once started: before a start-up error nothing is printed but its line.
         log.info(
             "supervisor_started",
@@ -164,7 +163,7 @@ def _supervise(
             server.close()
     code = supervisor.exit_code if supervisor.exit_code is not None else EXIT_OK
     log.info("supervisor_stopped", exit_code=code)
-    reason = supervisor.member.operator.exit_reason
+    reason = supervisor.member.exit_reason
     if code != EXIT_OK and reason:  # a refusal to go on: its one line, and its exit code
         raise MarshalError(reason, code)
     return code

@@ -58,7 +58,6 @@ if TYPE_CHECKING:  # the fork server's module guards the server at import: not h
     from marshal_workers.ipc.forkserver import ChildContext
 
 Clock = Callable[[], float]
-PENDING_WAIT_S = 0.001  # the loop's wait while coordination writes are in flight
 
 
 def member_settings(config: RunConfig, coordination_partitions: int) -> MemberSettings:
@@ -126,7 +125,6 @@ class Supervisor:
         clock: Clock = time.monotonic,
         wake_fd: int | None = None,
         wall: Clock = time.time,
-        read_thread: bool = False,
     ) -> None:
         self.config = config
         self.log = log
@@ -136,10 +134,7 @@ class Supervisor:
         self.clock = clock
         self.wall = wall
         self.wake_fd = wake_fd
-        # marshal-run reads the log on a thread that wakes the loop (`pollthread`); without it
-        # (tests driving the loop turn by turn) each turn polls the log itself
-        self._read_thread = read_thread
-        self.reader: LogPollThread | None = None
+        self.reader: LogPollThread | None = None  # reads the log, wakes the loop (from start)
         self.member = Member(member_settings(config, log.num_partitions))
         self.leases: dict[ClaimKey, SharedLease] = {}
         self.children: dict[ClaimKey, ChildHandle] = {}
@@ -161,21 +156,18 @@ class Supervisor:
 
     # ---- start ------------------------------------------------------------------------------
 
-    def start(self, catch_up_timeout: float = 60.0, *, preflight: bool = False) -> None:
-        """Catch up on the log, check what the group must agree on (``preflight``: what
-        `marshal-run` does; tests on a bare memory log skip it), then let the core resume this
-        client's claims and claim."""
+    def start(self, catch_up_timeout: float = 60.0) -> None:
+        """Catch up on the log, check what the group must agree on, then let the core resume
+        this client's claims and claim, the log read from then on by the poll thread."""
         folded = self._catch_up(catch_up_timeout)
         if self.member.done:  # refused during the catch-up (a Marshal Go fleet writes here)
             code = self.member.exit_code
-            raise MarshalError(self.member.operator.exit_reason, code if code is not None else 1)
-        if preflight:
-            self._preflight(catch_up_timeout)
+            raise MarshalError(self.member.exit_reason, code if code is not None else 1)
+        self._preflight(catch_up_timeout)
         partitions = self.topics.partitions()
         self._log.info("caught_up", records=folded, partitions=len(partitions))
-        if self._read_thread:
-            self.reader = LogPollThread(self.log.poll)
-            self.reader.start()
+        self.reader = LogPollThread(self.log.poll)
+        self.reader.start()
         self._run(self.member.begin(self.clock(), self.wall(), partitions))
         self.observer.ready()
 
@@ -224,25 +216,13 @@ class Supervisor:
         if self.wake_fd is not None:
             waitables.append(self.wake_fd)
         reader = self.reader
-        if reader is not None:
-            waitables.append(reader.fileno())  # the log's records wake the loop
-        elif self.member.ctx.pending.ops:  # writes in flight: their verdicts come from the log,
-            wait_s = min(wait_s, PENDING_WAIT_S)  # which wakes nothing here, so look soon
-        if waitables:
-            ready = connection.wait(waitables, timeout=wait_s)
-        else:
-            time.sleep(wait_s)
-            ready = []
+        assert reader is not None, "start() before step()"
+        waitables.append(reader.fileno())  # the log's records wake the loop
+        ready = connection.wait(waitables, timeout=wait_s)
         for conn in ready:
             if conn in conns:
                 self._read_child(conns[conn])
-        if reader is not None:
-            records, errors = reader.take()
-        else:
-            try:
-                records, errors = self.log.poll(0), []
-            except LogError as exc:
-                records, errors = [], [exc]
+        records, errors = reader.take()
         for error in errors:
             self._log.warning("coordination_read_failed", error=str(error))
         if records:

@@ -23,7 +23,7 @@ from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.observe import Observer
 from marshal_workers.supervisor.runtime import Supervisor
-from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
+from tests.supervisor_doubles import MP, FakeChild, FakeTopics, initialised, patch_children
 
 KEY = ClaimKey("g", "orders", 0)
 
@@ -51,7 +51,7 @@ def test_a_claim_won_back_after_a_stall_starts_at_the_childs_position(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Lease expired in a stall, release lost, claim won back: start at 752, not at 0."""
-    topic = MemoryTopic(1, lambda: int(time.time() * 1000))
+    topic = initialised(MemoryTopic(1, lambda: int(time.time() * 1000)))
     log = StalledLog(topic)
     config = RunConfig("h:h", Mode.ALO, ("orders",), "g", "w1", heartbeat_interval=0.5)
     children: list[FakeChild] = []
@@ -87,7 +87,7 @@ def test_the_unconfirmed_release_is_written_again_so_the_next_owner_resumes_ther
     """Lease expired in a stall, release lost; the member keeps away from the partition: once
     the log takes writes again, its release at 752 is written again and folded (the log used
     to keep 0, from where any next owner would have started)."""
-    topic = MemoryTopic(1, lambda: int(time.time() * 1000))
+    topic = initialised(MemoryTopic(1, lambda: int(time.time() * 1000)))
     log = StalledLog(topic)
     config = RunConfig("h:h", Mode.ALO, ("orders",), "g", "w1", heartbeat_interval=0.5)
     children: list[FakeChild] = []

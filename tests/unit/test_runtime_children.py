@@ -18,7 +18,7 @@ from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor import runtime as runtime_module
 from marshal_workers.supervisor.observe import Observer
 from marshal_workers.supervisor.runtime import Supervisor
-from tests.supervisor_doubles import MP, FakeChild, FakeTopics
+from tests.supervisor_doubles import MP, FakeChild, FakeTopics, initialised
 
 
 def config() -> RunConfig:
@@ -60,7 +60,7 @@ def test_a_child_that_cannot_be_started_costs_only_its_claim(
         return child
 
     monkeypatch.setattr(runtime_module, "start_child", start_child)
-    sup = Supervisor(config(), MemoryLog(MemoryTopic(2, lambda: int(time.time() * 1000))),
+    sup = Supervisor(config(), MemoryLog(coordination()),
                      FakeTopics(2), MP, Observer())  # type: ignore[arg-type]  # fmt: skip
     sup.start(catch_up_timeout=5)
     try:
@@ -84,10 +84,14 @@ def test_an_observer_that_raises_is_logged_not_fatal(monkeypatch: pytest.MonkeyP
         "start_child",
         lambda spec, lease, mp: started.append(FakeChild(spec, lease)) or started[-1],
     )
-    sup = Supervisor(config(), MemoryLog(MemoryTopic(2, lambda: int(time.time() * 1000))),
+    sup = Supervisor(config(), MemoryLog(coordination()),
                      FakeTopics(2), MP, Broken())  # type: ignore[arg-type]  # fmt: skip
     sup.start(catch_up_timeout=5)
     try:
         run_until(sup, lambda: len(data_children(sup)) == 2, "both partitions running")
     finally:
         sup.kill_all()
+
+
+def coordination() -> MemoryTopic:
+    return initialised(MemoryTopic(2, lambda: int(time.time() * 1000)))

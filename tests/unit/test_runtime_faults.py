@@ -34,13 +34,13 @@ from marshal_workers.protocol.wire import (
     Message,
     PartitionMessage,
     coordination_partition,
-    decode,
     encode,
     record_key,
 )
 from marshal_workers.supervisor.observe import Observer
 from marshal_workers.supervisor.runtime import Supervisor
-from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
+from tests.supervisor_doubles import MP, FakeChild, FakeTopics, initialised, patch_children
+from tests.support import message_of
 from tests.unit.test_member_core import fresh_topic, start, write
 from tests.unit.test_member_core import keys as core_keys
 from tests.unit.test_member_core import settings as core_settings
@@ -67,7 +67,7 @@ class Rig:
     """Supervisors on one memory topic, their stand-in children, and the log folded anew."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, partitions: int) -> None:
-        self.topic = MemoryTopic(COORDINATION_PARTITIONS, wall_ms)
+        self.topic = initialised(MemoryTopic(COORDINATION_PARTITIONS, wall_ms))
         self.partitions = partitions
         self.children: list[FakeChild] = []
         self.running: list[Supervisor] = []
@@ -327,7 +327,7 @@ class LaggingLog(MemoryLog):
     def _note(self, appended: Appended, value: bytes) -> Appended:
         if not (self.enabled and appended.partition == self.lagging):
             return appended
-        if isinstance(decode(value), ClaimingPartition):
+        if isinstance(message_of(value), ClaimingPartition):
             self._unread.add(appended.offset)
         return appended
 
@@ -421,7 +421,7 @@ class TestNoFoldedEventDropped:
         assert log.injected is not None
         later = []  # own writes on the claim after the takeover, until it claims anew
         for rec in r.records(home(victim)):
-            m = decode(rec.value)
+            m = message_of(rec.value)
             if rec.offset <= log.injected.offset or not isinstance(m, PartitionMessage):
                 continue
             if (m.topic, m.partition, m.instance_id) != ("orders", victim, instance):

@@ -24,12 +24,11 @@ from marshal_workers.protocol.wire import (
     ClaimKey,
     ReleasingPartition,
     claim_key,
-    decode,
 )
 from marshal_workers.supervisor.observe import Observer
 from marshal_workers.supervisor.runtime import Supervisor
-from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
-from tests.support import pause, record
+from tests.supervisor_doubles import MP, FakeChild, FakeTopics, initialised, patch_children
+from tests.support import message_of, pause, record
 
 ADMINS = frozenset({"marshal-admin"})
 
@@ -38,7 +37,7 @@ class Fleet:
     """One supervisor ("w1") on a memory log, its stand-in children, and an admin."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.topic = MemoryTopic(2, lambda: int(time.time() * 1000))
+        self.topic = initialised(MemoryTopic(2, lambda: int(time.time() * 1000)))
         config = RunConfig(
             handler="plugins.ledger:handle",
             mode=Mode.ALO,
@@ -81,7 +80,7 @@ class Fleet:
 
     def messages(self) -> list[Any]:
         topic = self.topic
-        return [decode(r.value) for p in range(topic.num_partitions) for r in topic.read(p, 0)]
+        return [message_of(r.value) for p in range(topic.num_partitions) for r in topic.read(p, 0)]
 
 
 @pytest.fixture

@@ -18,11 +18,12 @@ from marshal_workers.ipc import messages as ipc
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
-from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, ReleasingPartition, decode
+from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, ReleasingPartition
 from marshal_workers.supervisor.observe import Observer
 from marshal_workers.supervisor.runtime import Supervisor
 from marshal_workers.supervisor.systemd import claims_status
-from tests.supervisor_doubles import MP, FakeChild, FakeTopics, patch_children
+from tests.supervisor_doubles import MP, FakeChild, FakeTopics, initialised, patch_children
+from tests.support import message_of
 
 
 class Recorder(Observer):
@@ -43,7 +44,7 @@ class World:
     """A supervisor on a memory log, and every child it started."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, stop_timeout: float = 5.0) -> None:
-        self.topic = MemoryTopic(2, lambda: int(time.time() * 1000))
+        self.topic = initialised(MemoryTopic(2, lambda: int(time.time() * 1000)))
         log = MemoryLog(self.topic)
         config = RunConfig(
             handler="plugins.ledger:handle",
@@ -76,7 +77,9 @@ class World:
 
     def coordination_messages(self) -> list[Any]:
         return [
-            decode(r.value) for p in range(self.topic.num_partitions) for r in self.topic.read(p, 0)
+            message_of(r.value)
+            for p in range(self.topic.num_partitions)
+            for r in self.topic.read(p, 0)
         ]
 
 
