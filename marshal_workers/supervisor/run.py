@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 from marshal_workers.common.errors import EXIT_OK, MarshalError
 from marshal_workers.common.logs import configure_logging
 from marshal_workers.config.runconfig import RunConfig
-from marshal_workers.handler.loading import load_handler
+from marshal_workers.handler.loading import load_handler, working_directory_on_path
 from marshal_workers.ipc.forkserver import fork_server
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.topicadmin import admin_client, describe_topic, diff_topic_config
@@ -82,6 +82,7 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
     faulthandler.enable(all_threads=True)  # SIGABRT (the systemd watchdog) prints every stack
     structlog.contextvars.bind_contextvars(pid=os.getpid())  # every supervisor line says its pid
     log = structlog.get_logger().bind(group=config.group, client_id=config.client_id)
+    working_directory_on_path()  # before the fork server starts: it and the children inherit it
     load_handler(config.handler)
     with ThreadPoolExecutor(1, thread_name_prefix="marshal-check") as pool:
         # The topic's settings are checked while the log opens (each takes its own round trips
