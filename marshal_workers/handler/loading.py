@@ -71,11 +71,13 @@ def load_handler(spec: str) -> Any:
     else:
         from importlib.metadata import entry_points  # noqa: PLC0415 (10 ms, rarely needed)
 
-        found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
+        named = entry_points(group=ENTRY_POINT_GROUP)
+        found = [ep for ep in named if ep.name == spec]
         if not found:
+            there = ", ".join(repr(n) for n in sorted({ep.name for ep in named})) or "none"
             raise LoadError(
                 f"no handler {spec!r}: give MODULE:ATTR or the name of an entry point "
-                f"in the group {ENTRY_POINT_GROUP!r}"
+                f"in the group {ENTRY_POINT_GROUP!r} (installed: {there})"
             )
         try:
             target = found[0].load()

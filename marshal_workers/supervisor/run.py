@@ -39,10 +39,14 @@ from marshal_workers.supervisor.runtime import Supervisor
 from marshal_workers.supervisor.signals import SignalQueue
 from marshal_workers.supervisor.systemd import SystemdNotify
 
+StartupWarning = tuple[str, dict[str, str]]  # an event and its fields, logged once started
 
-def check_coordination_topic(config: RunConfig) -> None:
-    """Refuse a coordination topic whose settings break the safety argument; warn on others."""
-    log = structlog.get_logger()
+
+def check_coordination_topic(config: RunConfig) -> list[StartupWarning]:
+    """Refuse a coordination topic whose settings break the safety argument; the warnings on
+    others (and on a heartbeat interval too small for the cluster), for the caller to log once
+    the supervisor has started: before a start-up error nothing is printed but its line."""
+    warnings: list[StartupWarning] = []
     admin = admin_client(config.bootstrap_servers, config.kafka)
     info = describe_topic(admin, config.bootstrap_servers, config.coordination_topic)
     if info is None:
@@ -53,10 +57,11 @@ def check_coordination_topic(config: RunConfig) -> None:
     for diff in diff_topic_config(info.config, info.replication_factor):
         if diff.fatal:
             raise MarshalError(f"{config.coordination_topic}: {diff}")
-        log.warning("coordination_topic_setting", difference=str(diff))
+        warnings.append(("coordination_topic_setting", {"difference": str(diff)}))
     too_small = cluster_heartbeat_warning(admin, config.heartbeat_interval)
     if too_small is not None:
-        log.warning("heartbeat_interval_too_small", detail=too_small)
+        warnings.append(("heartbeat_interval_too_small", {"detail": too_small}))
+    return warnings
 
 
 def operator_observers(config: RunConfig) -> tuple[list[Observer], MetricsServer | None]:
@@ -99,11 +104,13 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
                     extra_config=config.kafka,
                 )
                 try:
-                    checked.result()
+                    warnings = checked.result()
                 except BaseException:
                     coordination.close()
                     raise
-                return _supervise(config, observers, log, extra, server, children, coordination)
+                return _supervise(
+                    config, observers, log, extra, server, children, coordination, warnings
+                )
         except BaseException:
             refused = checked.exception()  # (waits for the check)
             if refused is None:
@@ -119,8 +126,10 @@ def _supervise(
     server: MetricsServer | None,
     children: ForkServerContext,
     coordination: KafkaLog,
+    warnings: Sequence[StartupWarning] = (),
 ) -> int:
-    """Run the supervisor on the opened log until it stops; its exit code."""
+    """Run the supervisor on the opened log until it stops; its exit code. The start-up
+    checks' ``warnings`` are logged once it has started."""
     committer = OffsetCommitter.for_kafka(  # best effort: for kafka-consumer-groups
         config.bootstrap_servers, config.group, config.heartbeat_interval, config.kafka
     )
@@ -150,6 +159,8 @@ def _supervise(
         )
         if server is not None:
             log.info("metrics_serving", host=config.metrics_host, port=server.port)
+        for event, fields in warnings:
+            log.warning(event, **fields)
         while not supervisor.done:
             supervisor.step(signals.take())
     finally:
