@@ -33,7 +33,9 @@ MIXES = [
 ]
 
 
-@pytest.mark.parametrize("params", MIXES, ids=lambda p: "+".join(p.faults) + f"-m{p.members}-f{p.fault_count}")
+@pytest.mark.parametrize(
+    "params", MIXES, ids=lambda p: "+".join(p.faults) + f"-m{p.members}-f{p.fault_count}"
+)
 def test_the_defect_tests_fault_mixes_find_nothing_in_the_current_core(params: SimParams) -> None:
     """What the defect tests find is the defect: the same seeds are clean without it."""
     assert violations(params, SEEDS) == []
