@@ -23,6 +23,7 @@ import structlog
 if TYPE_CHECKING:
     from marshal_workers.supervisor.metrics import MetricsServer
 
+from marshal_workers.clients.rdkafka import RDKAFKA_GATE, RDKAFKA_LOG
 from marshal_workers.common.errors import EXIT_OK, MarshalError
 from marshal_workers.common.logs import configure_logging
 from marshal_workers.config.runconfig import RunConfig
@@ -87,6 +88,15 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
     faulthandler.enable(all_threads=True)  # SIGABRT (the systemd watchdog) prints every stack
     structlog.contextvars.bind_contextvars(pid=os.getpid())  # every supervisor line says its pid
     log = structlog.get_logger().bind(group=config.group, client_id=config.client_id)
+    RDKAFKA_GATE.hold()  # librdkafka's lines wait until started: a start-up error is one line
+    try:
+        return _run(config, observers, log)
+    finally:
+        RDKAFKA_GATE.release()  # (a failed start: what was held is dropped)
+
+
+def _run(config: RunConfig, observers: Sequence[Observer], log: Any) -> int:
+    """`run` from the handler's import to the supervisor's end."""
     working_directory_on_path()  # before the fork server starts: it and the children inherit it
     load_handler(config.handler)
     with ThreadPoolExecutor(1, thread_name_prefix="marshal-check") as pool:
@@ -159,6 +169,9 @@ def _supervise(
         )
         if server is not None:
             log.info("metrics_serving", host=config.metrics_host, port=server.port)
+        held = RDKAFKA_GATE.release()
+        if held is not None:
+            RDKAFKA_LOG.handle(held)  # how many lines the start-up held, and the last
         for event, fields in warnings:
             log.warning(event, **fields)
         while not supervisor.done:
