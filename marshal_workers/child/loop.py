@@ -115,7 +115,8 @@ class ChildLoop(FailureHandling):
         self.fetch_now = spec  # AMO, with a batch asked for: fetch without waiting (see setup)
         self.stats = StatsTally()  # sent as `Stats` about once a second (see stats)
         self.policy = FailurePolicy()  # the spec's, once setup has checked it
-        self.poison = PoisonRate(spec.max_poison_rate)
+        # the partition's last minute, not this child's alone (`Poisoned`)
+        self.poison = PoisonRate(spec.max_poison_rate, ages=spec.poison_ages, now=time.monotonic())
         self.dead_letters: DeadLetters | None = None  # on_failure dlq: created in setup
         self.handled = 0  # records the handler completed (dead letters and skips not counted)
         self.dead_lettered = 0

@@ -50,6 +50,8 @@ class Children:
                 held.position = msg.next_offset
         elif isinstance(msg, ipc.GrantRequest):
             self.grant_request(held, msg, said.now)
+        elif isinstance(msg, ipc.Poisoned):
+            self.ctx.poisoned(held.key, said.now)
         elif isinstance(msg, ipc.Stats):
             if msg.handled > 0:  # the child gets work done: earlier failures are not a streak
                 held.failures = 0
@@ -266,7 +268,7 @@ class Children:
         fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}
         if decision.next is Next.RESPAWN:
             held.phase = Phase.RUNNING
-            keeping.spawn(held, restart=False)
+            keeping.spawn(held, restart=False, now=now)
         elif decision.next is Next.RESTART_LATER:
             held.phase = Phase.RUNNING
             held.restart_at = now + decision.delay_s
