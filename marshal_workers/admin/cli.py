@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from marshal_workers.admin.commands import dump, init, status
+from marshal_workers.admin.data_commands import produce_command, topic
 from marshal_workers.admin.demo import demo
 from marshal_workers.admin.group_commands import import_go, release_group, set_position
 from marshal_workers.admin.record_commands import retry_record, skip_record
@@ -15,7 +16,8 @@ from marshal_workers.localkafka.cli import kafka
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
-    """Operate marshal-workers: a local Kafka, the coordination topic, group status."""
+    """Operate marshal-workers: a local Kafka, the coordination topic, group status, data
+    topics and records."""
 
 
 cli.add_command(kafka)
@@ -29,6 +31,8 @@ cli.add_command(group_settings)
 cli.add_command(import_go)
 cli.add_command(skip_record)
 cli.add_command(retry_record)
+cli.add_command(topic)
+cli.add_command(produce_command)
 
 
 def main() -> None:

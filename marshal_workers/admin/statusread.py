@@ -23,10 +23,12 @@ from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from marshal_workers.admin.operations import Connection, check_group_settings, open_log
 from marshal_workers.clients.rdkafka import error_text
+from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.interface import LogError
 from marshal_workers.log.topicadmin import admin_client
 from marshal_workers.protocol.groupstatus import (
     GroupStatus,
+    group_known,
     group_status,
     group_topics,
     render_table,
@@ -147,6 +149,13 @@ def run_status(
     reader = StatusReader(conn, group, timeout_s)
     try:
         status = reader.refresh(now_ms)
+        if status.complete and not group_known(reader.reader.worlds, group):
+            # read to the end and never named: a typo or another fleet's topic (not an empty
+            # table and exit 0); a partial read shows what it could, as ever
+            raise MarshalError(
+                f"group {group} is unknown: {conn.coordination_topic} on "
+                f"{conn.bootstrap_servers} has no record of it"
+            )
     finally:
         reader.close()
     if as_json:

@@ -32,6 +32,7 @@ from marshal_workers.ipc.messages import (
     CAUSE_DLQ_FAILED,
     ChildSpec,
     HandlerFailed,
+    Poisoned,
     Stop,
     Stopped,
     ToChild,
@@ -107,6 +108,8 @@ class FailureHandling:
     def _settle(self, unit: Sequence[Record], failure: Failure) -> None:
         """Settle a unit that failed for good by the policy: dead-letter, skip, or stop."""
         verdict = decide(self.policy, failure, self.poison, time.monotonic())
+        if verdict.action is not OnFailure.STOP and self.poison.per_minute > 0:
+            self._send(Poisoned())  # counted: the supervisor passes it on to the next child
         if verdict.action is OnFailure.DLQ:
             self._dead_letter(unit, failure)
         elif verdict.action is OnFailure.SKIP:

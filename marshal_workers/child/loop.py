@@ -49,7 +49,7 @@ from marshal_workers.common.errors import EXIT_OK, EXIT_RUNTIME
 from marshal_workers.common.stacks import log_stacks
 from marshal_workers.handler import Context, Record
 from marshal_workers.handler.errors import HandlerEnded
-from marshal_workers.handler.loading import LoadError, load_handler
+from marshal_workers.handler.loading import LoadError, load_handler, working_directory_on_path
 from marshal_workers.handler.record import MessageRecords
 from marshal_workers.ipc.exits import (
     EXIT_KAFKA,
@@ -115,7 +115,8 @@ class ChildLoop(FailureHandling):
         self.fetch_now = spec  # AMO, with a batch asked for: fetch without waiting (see setup)
         self.stats = StatsTally()  # sent as `Stats` about once a second (see stats)
         self.policy = FailurePolicy()  # the spec's, once setup has checked it
-        self.poison = PoisonRate(spec.max_poison_rate)
+        # the partition's last minute, not this child's alone (`Poisoned`)
+        self.poison = PoisonRate(spec.max_poison_rate, ages=spec.poison_ages, now=time.monotonic())
         self.dead_letters: DeadLetters | None = None  # on_failure dlq: created in setup
         self.handled = 0  # records the handler completed (dead letters and skips not counted)
         self.dead_lettered = 0
@@ -145,6 +146,7 @@ class ChildLoop(FailureHandling):
             self.log.error("bad_error_policy", error=str(exc))
             raise ChildExit(EXIT_SETUP, "setup_failed") from None
         try:
+            working_directory_on_path()  # the supervisor's (inherited); a spawned child's too
             plugin = Plugin(load_handler(self.spec.handler))
             plugin.setup(self.ctx)
         except LoadError as exc:

@@ -18,9 +18,12 @@ fetched batch for a ``handle_batch`` plugin (which cannot say which record faile
    ``dlq`` and ``skip`` are turned into ``stop`` when the unit would be one too many for the
    poison-record rate limit (`PoisonRate`: more than ``max_poison_rate`` units dead-lettered or
    skipped in a minute means something is systematically wrong), and a `StopProcessing` is
-   always ``stop``. The rate is counted per child process: a restarted child starts afresh,
-   but the supervisor counts every poison-rate stop as a repeated failure, so a partition that
-   keeps hitting the limit is released after ``max_handler_failures``.
+   always ``stop``. The rate is the partition's, not the child's: the child tells the
+   supervisor of every unit it admits (`Poisoned`), the supervisor keeps the partition's last
+   minute of them and starts the next child with it (`ChildSpec.poison_ages`), so a restarted
+   child that finds the minute full stops at its first poison unit. The supervisor counts
+   every poison-rate stop as a repeated failure, so a partition that keeps hitting the limit is
+   released after ``max_handler_failures``.
 
 Any way a handler leaves a call other than by returning is a failure: an exception of any
 class (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit`` included: a handler may not end
@@ -36,15 +39,19 @@ from __future__ import annotations
 
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from marshal_workers.handler.errors import StopProcessing
-from marshal_workers.ipc.messages import CAUSE_FATAL, CAUSE_POISON_RATE, CAUSE_POLICY
+from marshal_workers.ipc.messages import (
+    CAUSE_FATAL,
+    CAUSE_POISON_RATE,
+    CAUSE_POLICY,
+    POISON_WINDOW_S,
+)
 
 MAX_BACKOFF_S = 30.0
-POISON_WINDOW_S = 60.0
 
 
 class OnFailure(StrEnum):
@@ -133,13 +140,22 @@ def attempt(
 class PoisonRate:
     """At most ``per_minute`` poison units (dead-lettered or skipped) in any 60 s window.
 
-    ``per_minute`` 0 means no limit. Time is the caller's (monotonic seconds).
+    ``per_minute`` 0 means no limit. Time is the caller's (monotonic seconds). ``ages``: units
+    admitted before this one started (by earlier children of the partition), in seconds
+    before ``now``.
     """
 
-    def __init__(self, per_minute: int, window_s: float = POISON_WINDOW_S) -> None:
+    def __init__(
+        self,
+        per_minute: int,
+        window_s: float = POISON_WINDOW_S,
+        *,
+        ages: Iterable[float] = (),
+        now: float = 0.0,
+    ) -> None:
         self.per_minute = per_minute
         self.window_s = window_s
-        self._times: deque[float] = deque()
+        self._times: deque[float] = deque(sorted(now - age for age in ages if 0 <= age < window_s))
 
     def admit(self, now: float) -> bool:
         """Count one more poison unit at ``now`` if the limit allows it; False (not counted)

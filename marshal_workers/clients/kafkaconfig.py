@@ -4,7 +4,8 @@ package makes, and the settings safety pins.
 `client_config` merges, each layer over the one before:
 
 1. the package's defaults for every client (`SHARED_DEFAULTS`: librdkafka's log lines go to
-   Python logging, the short connect back-off);
+   Python logging, through `rdkafka.RDKAFKA_GATE`, which holds them back while a supervisor
+   starts and rate-limits them after; the short connect back-off);
 2. this use's tuned defaults (``tuned``: a child consumer's fetch sizes, a producer's linger),
    which a user who knows better may override;
 3. the user's ``[kafka]`` table (``user``), passed through as librdkafka takes it;

@@ -90,8 +90,10 @@ def _count(minimum: int) -> Parse:
 _positive_int = _count(1)
 _non_negative_int = _count(0)
 
+# The port is required: the message asks for HOST:PORT, and a host alone would be tried on
+# librdkafka's 9092, a port nobody named.
 _HOST_PORT = re.compile(
-    r"^(?:[A-Za-z_]+://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9._-]*)(?::(\d{1,5}))?$"
+    r"^(?:[A-Za-z_]+://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9._-]*):(\d{1,5})$"
 )
 
 
@@ -104,7 +106,7 @@ def check_bootstrap_servers(value: Any) -> None:
         raise ValueError("must be HOST:PORT[,HOST:PORT...] with no empty entry")
     for entry in entries:
         match = _HOST_PORT.match(entry)
-        if match is None or (match.group(1) is not None and not 0 < int(match.group(1)) < 65536):
+        if match is None or not 0 < int(match.group(1)) < 65536:
             raise ValueError(f"{entry!r} is not HOST:PORT (expected HOST:PORT[,HOST:PORT...])")
 
 

@@ -51,6 +51,8 @@ class Children:
                 held.position = msg.next_offset
         elif isinstance(msg, ipc.GrantRequest):
             self.grant_request(held, msg, said.now)
+        elif isinstance(msg, ipc.Poisoned):
+            self.ctx.poisoned(held.key, said.now)
         elif isinstance(msg, ipc.Stats):
             if msg.handled > 0:  # the child gets work done: earlier failures are not a streak
                 held.failures = 0
@@ -277,7 +279,7 @@ class Children:
             self._lost(held, exited.position, held.position, cause, decision.reason)
         if decision.next is Next.RESPAWN:
             held.phase = Phase.RUNNING
-            keeping.spawn(held, restart=False)
+            keeping.spawn(held, restart=False, now=now)
         elif decision.next is Next.RESTART_LATER:
             held.phase = Phase.RUNNING
             held.restart_at = now + decision.delay_s

@@ -97,13 +97,13 @@ class Keeping:
         if held.phase is Phase.STARTING and now >= held.start_after and now < held.lease:
             held.phase = Phase.RUNNING
             if self.parking.allows(held, now):
-                self.spawn(held, restart=False)
+                self.spawn(held, restart=False, now=now)
         elif (
             held.phase is Phase.RUNNING
             and held.restart_at <= now < held.lease
             and self.parking.allows(held, now)
         ):
-            self.spawn(held, restart=held.failures > 0)
+            self.spawn(held, restart=held.failures > 0, now=now)
 
     def heartbeat(self, held: HeldClaim, now: float) -> None:
         """Write a heartbeat with the claim's position (its verdict extends the lease)."""
@@ -208,8 +208,9 @@ class Keeping:
 
     # ---- the child of a claim ---------------------------------------------------------------
 
-    def spawn(self, held: HeldClaim, *, restart: bool) -> None:
-        """Start a child at the claim's position with its token."""
+    def spawn(self, held: HeldClaim, *, restart: bool, now: float) -> None:
+        """Start a child at the claim's position with its token, and the partition's poison
+        units of the last minute (`poison_ages`)."""
         key = held.key
         spec = dataclasses.replace(
             self.ctx.s.child,
@@ -218,6 +219,7 @@ class Keeping:
             start_offset=held.position,
             fencing_token=held.token,
             settle=held.settle,
+            poison_ages=self.ctx.poison_ages(key, now),
         )
         held.settle = None
         held.child = True

@@ -9,6 +9,7 @@ object, so what a part may touch is written down here, not spread over one `self
 from __future__ import annotations
 
 import random
+from collections import deque
 
 from marshal_workers.core import commands as cmd
 from marshal_workers.core.heldclaim import HeldClaim
@@ -16,6 +17,7 @@ from marshal_workers.core.logclock import LogClock
 from marshal_workers.core.observations import Observation
 from marshal_workers.core.pending import Kind, Op, Pending
 from marshal_workers.core.settings import MemberSettings
+from marshal_workers.ipc.messages import POISON_WINDOW_S
 from marshal_workers.protocol.leases import lease_deadline
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.rationalizer import ClaimState, World
@@ -52,11 +54,36 @@ class MemberState:
         # Positions of claims whose release after an expired lease was not confirmed.
         self.expired_positions: dict[ClaimKey, int] = {}
         self.children_started = 0  # numbers children across claims (`HeldClaim.child_no`)
+        # Per partition, when its children dead-lettered or skipped a unit (`ipc.Poisoned`),
+        # within the last POISON_WINDOW_S: kept across child restarts and across the claim
+        # being released and won again by this member, so max_poison_rate is the partition's.
+        self._poisoned: dict[ClaimKey, deque[float]] = {}
         self.stopping = False
         self.wall = 0.0
         self.out: list[cmd.Command] = []
         self._rng = random.Random(f"{settings.client_id}/{settings.instance_id}")
         self._home: dict[ClaimKey, int] = {}
+
+    # ---- the poison rate of each partition ---------------------------------------------------
+
+    def poisoned(self, key: ClaimKey, now: float) -> None:
+        """A child of ``key`` dead-lettered or skipped one more unit at ``now``."""
+        self._poisoned.setdefault(key, deque()).append(now)
+        self._prune_poisoned(key, now)
+
+    def poison_ages(self, key: ClaimKey, now: float) -> tuple[float, ...]:
+        """The partition's poison units of the last minute, as seconds before ``now``."""
+        self._prune_poisoned(key, now)
+        return tuple(now - t for t in self._poisoned.get(key, ()))
+
+    def _prune_poisoned(self, key: ClaimKey, now: float) -> None:
+        times = self._poisoned.get(key)
+        if times is None:
+            return
+        while times and times[0] <= now - POISON_WINDOW_S:
+            times.popleft()
+        if not times:
+            del self._poisoned[key]
 
     # ---- the folded log --------------------------------------------------------------------
 

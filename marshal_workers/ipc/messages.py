@@ -18,6 +18,7 @@ CAUSE_POLICY = "on_failure_stop"  # the policy is stop
 CAUSE_FATAL = "stop_processing"  # the handler raised StopProcessing
 CAUSE_POISON_RATE = "poison_rate"  # dlq/skip, but too many poison records within a minute
 CAUSE_DLQ_FAILED = "dlq_failed"  # dlq, but the dead-letter write did not succeed
+POISON_WINDOW_S = 60.0  # max_poison_rate counts the units of this window (`Poisoned`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,9 @@ class ChildSpec:
     on_failure: str = "stop"  # dlq, skip or stop
     dlq_topic: str = "{topic}.dlq"  # {topic} is replaced by the partition's topic
     max_poison_rate: int = 60  # dead-lettered or skipped per minute before stop; 0: no limit
+    # the partition's poison units of the last minute before this child, as ages (seconds
+    # before the spawn): the rate is the partition's, not the child's (`Poisoned`)
+    poison_ages: tuple[float, ...] = ()
     handler_timeout_s: float | None = 300.0  # per handler call (batch); None: no deadline
     # a record the previous child of the claim failed on by ending (timeout, os._exit, signal):
     # settle it by the policy (dlq or skip) without calling the handler again
@@ -95,6 +99,13 @@ class Grant:
 
 
 @dataclass(frozen=True, slots=True)
+class Poisoned:
+    """A unit is about to be dead-lettered or skipped: one more against ``max_poison_rate``.
+    The supervisor keeps the partition's last minute of them and gives it to the next child
+    (`ChildSpec.poison_ages`), so a restart does not count from zero. Sent only with a limit."""
+
+
+@dataclass(frozen=True, slots=True)
 class HandlerFailed:
     """The handler raised on ``offset``; the child exits without committing that record.
 
@@ -139,5 +150,5 @@ class DumpStacks:
     """Log a stack dump of every thread (read between batches; SIGUSR1 works even mid-handler)."""
 
 
-ToSupervisor = Started | Progress | GrantRequest | HandlerFailed | Stopped | Stats
+ToSupervisor = Started | Progress | GrantRequest | Poisoned | HandlerFailed | Stopped | Stats
 ToChild = Grant | Stop | DumpStacks

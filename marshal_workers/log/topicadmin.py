@@ -243,7 +243,7 @@ def describe_topic(
     return TopicInfo(topic, len(meta.partitions), replicas, config)
 
 
-def _await_topic(admin: AdminClient, bootstrap: str, topic: str, timeout_s: float) -> TopicInfo:
+def await_topic(admin: AdminClient, bootstrap: str, topic: str, timeout_s: float) -> TopicInfo:
     """Describe a topic just created, waiting for the metadata to show it (and for every broker
     to know it: on a new multi-node cluster, reading its config can race its creation)."""
     deadline = time.monotonic() + timeout_s
@@ -310,7 +310,7 @@ def ensure_coordination_topic(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise MarshalError(f"cannot create {topic}: {exc.args[0].str()}") from None
-        info = _await_topic(admin, bootstrap_servers, topic, timeout_s)
+        info = await_topic(admin, bootstrap_servers, topic, timeout_s)
     diffs = diff_topic_config(info.config, info.replication_factor, history_window_ms)
     if not created and partitions_requested and info.partitions != partitions:
         diffs.append(

@@ -117,6 +117,18 @@ class GroupStatus:
         }
 
 
+def group_known(worlds: Mapping[int, World], group: str) -> bool:
+    """Whether the log names ``group`` at all: a claim or member record, a pause, settings or
+    a failing record of it."""
+    return any(
+        group in world.pauses
+        or group in world.group_settings
+        or any(key.group == group for key in world.claims)
+        or any(key.group == group for key in world.poison)
+        for world in worlds.values()
+    )
+
+
 def group_topics(worlds: Mapping[int, World], group: str) -> set[str]:
     """The data topics the group has claims on (to ask their high watermarks)."""
     return {

@@ -56,6 +56,11 @@ def marshal_run(config_file: Path | None, **flags: Any) -> int:
     Example:
       marshal-run --handler mypkg:handle --mode amo --topic orders --group shop.billing
 
+    The handler is imported with the working directory first on sys.path (as gunicorn and
+    uvicorn do), in the supervisor and in every child: a module in the directory marshal-run
+    starts in needs no PYTHONPATH. A handler that cannot be imported is reported with the
+    sys.path entries searched.
+
     Signals: TERM stops gracefully, INT or QUIT at once, HUP reloads the handler code, USR1
     dumps stacks (see below). Exit codes: 0 stopped, 2 configuration error (a missing --topic
     too), 3 handler failed to load, 5 a Marshal Go fleet writes to the group, 1 runtime

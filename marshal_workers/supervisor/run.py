@@ -23,10 +23,11 @@ import structlog
 if TYPE_CHECKING:
     from marshal_workers.supervisor.metrics import MetricsServer
 
+from marshal_workers.clients.rdkafka import RDKAFKA_GATE, RDKAFKA_LOG
 from marshal_workers.common.errors import EXIT_OK, MarshalError
 from marshal_workers.common.logs import configure_logging
 from marshal_workers.config.runconfig import RunConfig
-from marshal_workers.handler.loading import load_handler
+from marshal_workers.handler.loading import load_handler, working_directory_on_path
 from marshal_workers.ipc.forkserver import fork_server
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.topicadmin import admin_client, describe_topic, diff_topic_config
@@ -39,10 +40,14 @@ from marshal_workers.supervisor.runtime import Supervisor
 from marshal_workers.supervisor.signals import SignalQueue
 from marshal_workers.supervisor.systemd import SystemdNotify
 
+StartupWarning = tuple[str, dict[str, str]]  # an event and its fields, logged once started
 
-def check_coordination_topic(config: RunConfig) -> None:
-    """Refuse a coordination topic whose settings break the safety argument; warn on others."""
-    log = structlog.get_logger()
+
+def check_coordination_topic(config: RunConfig) -> list[StartupWarning]:
+    """Refuse a coordination topic whose settings break the safety argument; the warnings on
+    others (and on a heartbeat interval too small for the cluster), for the caller to log once
+    the supervisor has started: before a start-up error nothing is printed but its line."""
+    warnings: list[StartupWarning] = []
     admin = admin_client(config.bootstrap_servers, config.kafka)
     info = describe_topic(admin, config.bootstrap_servers, config.coordination_topic)
     if info is None:
@@ -56,10 +61,11 @@ def check_coordination_topic(config: RunConfig) -> None:
     for diff in diffs:
         if diff.fatal:
             raise MarshalError(f"{config.coordination_topic}: {diff}")
-        log.warning("coordination_topic_setting", difference=str(diff))
+        warnings.append(("coordination_topic_setting", {"difference": str(diff)}))
     too_small = cluster_heartbeat_warning(admin, config.heartbeat_interval)
     if too_small is not None:
-        log.warning("heartbeat_interval_too_small", detail=too_small)
+        warnings.append(("heartbeat_interval_too_small", {"detail": too_small}))
+    return warnings
 
 
 def operator_observers(config: RunConfig) -> tuple[list[Observer], MetricsServer | None]:
@@ -85,6 +91,16 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
     faulthandler.enable(all_threads=True)  # SIGABRT (the systemd watchdog) prints every stack
     structlog.contextvars.bind_contextvars(pid=os.getpid())  # every supervisor line says its pid
     log = structlog.get_logger().bind(group=config.group, client_id=config.client_id)
+    RDKAFKA_GATE.hold()  # librdkafka's lines wait until started: a start-up error is one line
+    try:
+        return _run(config, observers, log)
+    finally:
+        RDKAFKA_GATE.release()  # (a failed start: what was held is dropped)
+
+
+def _run(config: RunConfig, observers: Sequence[Observer], log: Any) -> int:
+    """`run` from the handler's import to the supervisor's end."""
+    working_directory_on_path()  # before the fork server starts: it and the children inherit it
     load_handler(config.handler)
     with ThreadPoolExecutor(1, thread_name_prefix="marshal-check") as pool:
         # The topic's settings are checked while the log opens (each takes its own round trips
@@ -101,11 +117,13 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
                     extra_config=config.kafka,
                 )
                 try:
-                    checked.result()
+                    warnings = checked.result()
                 except BaseException:
                     coordination.close()
                     raise
-                return _supervise(config, observers, log, extra, server, children, coordination)
+                return _supervise(
+                    config, observers, log, extra, server, children, coordination, warnings
+                )
         except BaseException:
             refused = checked.exception()  # (waits for the check)
             if refused is None:
@@ -121,8 +139,10 @@ def _supervise(
     server: MetricsServer | None,
     children: ForkServerContext,
     coordination: KafkaLog,
+    warnings: Sequence[StartupWarning] = (),
 ) -> int:
-    """Run the supervisor on the opened log until it stops; its exit code."""
+    """Run the supervisor on the opened log until it stops; its exit code. The start-up
+    checks' ``warnings`` are logged once it has started."""
     committer = OffsetCommitter.for_kafka(  # best effort: for kafka-consumer-groups
         config.bootstrap_servers, config.group, config.heartbeat_interval, config.kafka
     )
@@ -151,6 +171,11 @@ def _supervise(
         )
         if server is not None:
             log.info("metrics_serving", host=config.metrics_host, port=server.port)
+        held = RDKAFKA_GATE.release()
+        if held is not None:
+            RDKAFKA_LOG.handle(held)  # how many lines the start-up held, and the last
+        for event, fields in warnings:
+            log.warning(event, **fields)
         while not supervisor.done:
             supervisor.step(signals.take())
     finally:

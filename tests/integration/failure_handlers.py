@@ -66,3 +66,8 @@ class MessageBatchLedger:
             raise Poisoned(f"poison at offsets {poison} in a batch of {len(messages)}")
         for message in messages:
             ledger.handle(FetchedRecord(message), ctx)
+
+
+def always_fails(record: Record, ctx: Context) -> None:
+    """Fail on every record (the poison-rate tests)."""
+    raise Poisoned(f"poison at offset {record.offset}")

@@ -161,13 +161,22 @@ class Fleet:
 
     # ---- members ---------------------------------------------------------------------------
 
-    def start(self, client_id: str, *args: str, env: dict[str, str] | None = None) -> Member:
-        """Start a supervisor with the ledger handler."""
+    def start(
+        self,
+        client_id: str,
+        *args: str,
+        env: dict[str, str] | None = None,
+        handler: str = "plugins.ledger:handle",
+        cwd: Path | None = None,
+        pythonpath: bool = True,
+    ) -> Member:
+        """Start a supervisor with the ledger handler (or ``handler``), in ``cwd`` (or the
+        test's), with the checkout on PYTHONPATH unless ``pythonpath`` is false."""
         log_path = self.root / f"{client_id}-{len(self.members)}.log"
         command = [
             str(MARSHAL_RUN),
             "--handler",
-            "plugins.ledger:handle",
+            handler,
             "--mode",
             self.mode,
             "--topic",
@@ -189,8 +198,8 @@ class Fleet:
             *args,
         ]
         environment = {
-            **os.environ,
-            "PYTHONPATH": str(REPO),
+            **{k: v for k, v in os.environ.items() if pythonpath or k != "PYTHONPATH"},
+            **({"PYTHONPATH": str(REPO)} if pythonpath else {}),
             "MARSHAL_LEDGER_DIR": str(self.ledger_dir),
             "MARSHAL_LEDGER_DELAY_MS": str(self.ledger_delay_ms),
             # client-id locks per fleet: concurrent test sessions on one host reuse ids ("a")
@@ -199,7 +208,12 @@ class Fleet:
         }
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(
-                command, env=environment, stdout=out, stderr=out, start_new_session=True
+                command,
+                env=environment,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+                cwd=cwd,
             )
         member = Member(client_id, proc, log_path)
         self.members.append(member)

@@ -208,6 +208,32 @@ class TestStatus:
 
 
 class TestErrors:
+    def test_unknown_group_is_an_error(self, kafka_bootstrap: str) -> None:
+        """status of a group the coordination log has never named says so, exit 1 (issue 21
+        item 9: it printed an empty table and exited 0)."""
+        coord = f"coord-{uuid.uuid4().hex[:8]}"
+        args = ["--coordination-topic", coord, "--bootstrap-servers", kafka_bootstrap]
+        try:
+            assert marshal_admin("init", "--partitions", "1", *args).returncode == 0
+            key = f"{GROUP}/orders/0".encode()
+            produce(
+                kafka_bootstrap,
+                coord,
+                [(key, f"ClaimingPartition/1/0/A-1/A/{GROUP}/orders/0".encode())],
+            )
+            for extra in ([], ["--json"]):
+                result = marshal_admin("status", "--group", "no.such.group", *extra, *args)
+                assert result.returncode == 1, result.stdout
+                assert result.stdout == ""
+                assert result.stderr.strip() == (
+                    f"marshal-admin: error: group no.such.group is unknown: {coord} on "
+                    f"{kafka_bootstrap} has no record of it"
+                )
+            known = marshal_admin("status", "--group", GROUP, "--json", *args)
+            assert known.returncode == 0, known.stderr
+        finally:
+            delete_topic(kafka_bootstrap, coord)
+
     def test_unreachable_broker_is_one_line(self) -> None:
         """status against an unreachable bootstrap exits non-zero with one line, in ~15 s."""
         start = time.monotonic()

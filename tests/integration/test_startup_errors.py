@@ -18,11 +18,16 @@ pytestmark = pytest.mark.kafka
 MARSHAL_RUN = Path(sys.executable).with_name("marshal-run")
 
 
+@pytest.mark.parametrize("heartbeat", ["10", "1"])
 def test_missing_data_topic_exits_2_with_only_the_error_line(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, heartbeat: str
 ) -> None:
-    """A --topic that does not exist: exit 2 (a configuration error, docs/operating.md), and stderr
-    and stdout hold nothing but the one error line (no `supervisor starting` log line first)."""
+    """A --topic that does not exist: exit 2 (a configuration error, docs/operating.md), and
+    stderr and stdout hold nothing but the one error line (no `supervisor starting` log line
+    first). With
+    a heartbeat interval below the cluster's failure detection (1 s), the warning about it
+    waits until the supervisor has started: it does not come before the error (issue 21
+    item 9)."""
     coordination = f"__marshal_{uuid.uuid4().hex[:8]}"
     ensure_coordination_topic(kafka_bootstrap, coordination, 1)
     ready = KafkaLog(kafka_bootstrap, coordination)  # its leader is elected: no retry warnings
@@ -52,6 +57,8 @@ def test_missing_data_topic_exits_2_with_only_the_error_line(
             coordination,
             "--log-format",
             "json",
+            "--heartbeat-interval",
+            heartbeat,
         ],
         capture_output=True,
         text=True,

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from marshal_workers.common.errors import MarshalError
-from marshal_workers.log.topicadmin import _await_topic
+from marshal_workers.log.topicadmin import await_topic
 
 
 class RacingAdmin:
@@ -41,7 +41,7 @@ class RacingAdmin:
 def test_config_read_that_races_creation_is_retried() -> None:
     """Two "Unknown topic or partition" answers, then the config: init succeeds."""
     admin = RacingAdmin(lag=2)
-    info = _await_topic(admin, "b:9092", "__marshal", timeout_s=5)  # type: ignore[arg-type]
+    info = await_topic(admin, "b:9092", "__marshal", timeout_s=5)  # type: ignore[arg-type]
     assert info.partitions == 2 and info.config["message.timestamp.type"] == "LogAppendTime"
     assert admin.reads == 3
 
@@ -49,4 +49,4 @@ def test_config_read_that_races_creation_is_retried() -> None:
 def test_a_topic_that_never_shows_up_still_fails_in_time() -> None:
     """A broker that never learns the topic: one clear error after the timeout."""
     with pytest.raises(MarshalError, match="cannot read the config"):
-        _await_topic(RacingAdmin(lag=10**9), "b:9092", "__marshal", timeout_s=0.3)  # type: ignore[arg-type]
+        await_topic(RacingAdmin(lag=10**9), "b:9092", "__marshal", timeout_s=0.3)  # type: ignore[arg-type]

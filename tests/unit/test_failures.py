@@ -153,6 +153,15 @@ class TestPoisonRate:
         assert not rate.admit(61.0)
         assert rate.admit(90.0)
 
+    def test_a_rate_started_with_earlier_units_counts_them(self) -> None:
+        """Issue 21 item 3: a restarted child gets the partition's units of the last minute, as
+        ages (seconds before its start), and counts them: room only for what is left."""
+        rate = PoisonRate(3, ages=(50.0, 10.0), now=100.0)
+        assert rate.admit(100.0)
+        assert not rate.admit(100.5)
+        assert rate.admit(110.0)  # the unit 50 s before the start left the window at 110
+        assert not rate.admit(111.0)
+
     def test_zero_means_no_limit(self) -> None:
         """max_poison_rate 0 admits everything."""
         rate = PoisonRate(0)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import signal
 from dataclasses import replace
 
+import pytest
+
 from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
@@ -15,6 +17,7 @@ from marshal_workers.core.member import Member
 from marshal_workers.core.pending import WRITE_TRIES
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
+from marshal_workers.ipc.exits import EXIT_HANDLER_FAILED
 from marshal_workers.log.memlog import MemoryTopic
 from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.modes import Mode
@@ -65,7 +68,7 @@ class Harness:
         self.commands.extend(commands)
         for c in commands:
             if isinstance(c, cmd.Append):
-                done = self.topic.append(c.partition, record_key(c.message), encode(c.message))
+                done = self.topic.append(c.partition, c.key, c.value)
                 self.run(self.member.feed(inp.AppendDone(self.now, c.op, done)))
         self.read()
 
@@ -493,6 +496,51 @@ class TestFailureCounts:
         (second,) = [c for c in again if isinstance(c, cmd.Append)]
         assert (second.value, second.key) == (first.value, first.key)
         assert second.op != first.op
+
+
+class TestPoisonRateAcrossRestarts:
+    """Issue 21 item 3: the poison rate is the partition's, not the child's."""
+
+    def started(self) -> tuple[Harness, ClaimKey]:
+        topic, log_ms = fresh_topic(partitions=1)
+        h = start(Member(settings(partitions=1)), topic, log_ms, n=1)
+        key = keys(1)[0]
+        h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
+        h.tick(0.05)
+        return h, key
+
+    def poison_stop(self, h: Harness, key: ClaimKey, units: int) -> None:
+        """The child dead-letters or skips ``units``, 0.1 s apart, then stops on the rate."""
+        for _ in range(units):
+            h.now += 0.1
+            h.run(h.member.feed(inp.ChildSaid(h.now, key, ipc.Poisoned())))
+        failed = ipc.HandlerFailed(100 + units, "Poisoned", "", cause=ipc.CAUSE_POISON_RATE)
+        h.run(h.member.feed(inp.ChildSaid(h.now, key, failed)))
+        h.run(h.member.feed(inp.ChildExited(h.now, key, EXIT_HANDLER_FAILED)))
+
+    def spawned(self, h: Harness) -> list[ipc.ChildSpec]:
+        return [c.spec for c in h.commands if isinstance(c, cmd.Spawn)]
+
+    def test_a_restarted_child_starts_with_the_partitions_last_minute(self) -> None:
+        h, key = self.started()
+        assert self.spawned(h)[0].poison_ages == ()
+        self.poison_stop(h, key, 5)
+        stopped_at = h.now
+        for _ in range(30):  # past the restart back-off
+            h.tick(0.1)
+        _, again = self.spawned(h)
+        ages = again.poison_ages
+        assert len(ages) == 5
+        youngest = min(ages)  # the last unit, as old as the restart back-off made it
+        assert 0 < youngest <= h.now - stopped_at
+        assert sorted(ages) == pytest.approx([youngest + 0.1 * i for i in range(5)])
+
+    def test_units_older_than_the_window_are_not_passed_on(self) -> None:
+        h, key = self.started()
+        self.poison_stop(h, key, 3)
+        h.tick(61.0)
+        h.tick(0.1)
+        assert self.spawned(h)[-1].poison_ages == ()
 
 
 class TestPositionsAndHealth:

@@ -8,6 +8,7 @@ import pytest
 
 from marshal_workers.child.plugin import Plugin
 from marshal_workers.handler import Context, Record
+from marshal_workers.handler.loading import LoadError, load_handler
 
 CTX = object()  # the plugin passes ctx through untouched
 REC = object()
@@ -103,3 +104,13 @@ class TestBatchView:
 
         with pytest.raises(TypeError, match="batch_view must be 'records' or 'messages'"):
             Plugin(Typo)
+
+
+def test_a_mistyped_handler_name_lists_the_bundled_ones() -> None:
+    """`--handler sqlit` (issue 21 item 9): the one-line error names the entry points there are."""
+    with pytest.raises(LoadError) as caught:
+        load_handler("sqlit")
+    message = str(caught.value)
+    assert "\n" not in message
+    for name in ("echo", "jsonl", "ledger", "sqlite"):
+        assert repr(name) in message, message

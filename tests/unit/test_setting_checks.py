@@ -129,7 +129,8 @@ def test_one_conversion_of_hb_to_ms() -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["foo bar", "", "host:port", "a:1,,b:2", "h:99999", "h:1 ,x y:2", "[::1:9092"]
+    "value",
+    ["foo bar", "", "host:port", "a:1,,b:2", "h:99999", "h:1 ,x y:2", "[::1:9092", "localhost"],
 )
 def test_malformed_bootstrap_servers_are_usage_errors(value: str) -> None:
     """A list that is not HOST:PORT[,HOST:PORT...] is refused at configuration time."""
@@ -139,13 +140,23 @@ def test_malformed_bootstrap_servers_are_usage_errors(value: str) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["127.0.0.1:9092", "k1:9092,k2:9092", "kafka", "SSL://k.example.com:9093", "[::1]:9092"],
+    ["127.0.0.1:9092", "k1:9092,k2:9092", "SSL://k.example.com:9093", "[::1]:9092"],
 )
 def test_wellformed_bootstrap_servers_pass(value: str) -> None:
-    """Host names, IPv4, [IPv6], optional ports and protocol prefixes are accepted."""
+    """Host names, IPv4, [IPv6] and protocol prefixes are accepted, each with its port."""
     assert (
         resolve({"bootstrap_servers": value}, None, environ={}).values["bootstrap_servers"] == value
     )
+
+
+def test_a_host_without_a_port_is_refused_as_the_message_says() -> None:
+    """`--bootstrap-servers localhost` (issue 21 item 9): the message asks for HOST:PORT, so a
+    host alone is refused (exit 2, one line), not tried on a port nobody named."""
+    started = time.monotonic()
+    done = _run([*RUN, "--bootstrap-servers", "localhost"])
+    line = _one_error_line(done)
+    assert done.returncode == 2 and "'localhost' is not HOST:PORT" in line, line
+    assert time.monotonic() - started < 8, "it waited for a broker"
 
 
 def test_marshal_run_malformed_bootstrap_exits_2_at_once() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from marshal_workers.protocol.groupstatus import (
     GroupStatus,
+    group_known,
     group_status,
     group_topics,
     iso_ms,
@@ -235,3 +236,15 @@ class TestWatchAndIncomplete:
 def status_obj(highs: dict[tuple[str, int], int]) -> GroupStatus:
     """The status of the held-and-released log at T0 + 500."""
     return group_status(GROUP, {0: held_and_released().world}, HB, T0 + 500, highs)
+
+
+def test_a_group_the_log_never_named_is_unknown() -> None:
+    """`status --group no.such.group` must say so (issue 21 item 9): the fold tells a group
+    with claims, a pause or settings from one it has never seen."""
+    log = held_and_released()
+    assert group_known({0: log.world}, GROUP)
+    assert not group_known({0: log.world}, "no.such.group")
+    assert not group_known({}, GROUP)
+    paused = Log()
+    paused.at(T0, pause("ops", T0 // 1000 + 60))
+    assert group_known({0: paused.world}, GROUP)

@@ -1,0 +1,142 @@
+"""`marshal-admin topic create` and `marshal-admin produce` (issue 21 item 7): make a topic and
+write records to it on any cluster, from a file or stdin, with --json saying what was done."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from marshal_workers.clients.rdkafka import RDKAFKA_LOG
+
+pytestmark = pytest.mark.kafka
+ADMIN = str(Path(sys.executable).with_name("marshal-admin"))
+
+
+def admin(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
+    return subprocess.run(
+        [ADMIN, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, str | None, str]]:
+    """Every record of ``topic``: (partition, key, value), in partition and offset order."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "probe", "logger": RDKAFKA_LOG}
+    )
+    out: list[tuple[int, str | None, str]] = []
+    try:
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), 10)
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, p, low)])
+            while len([r for r in out if r[0] == p]) < high - low:
+                msg = consumer.poll(10)
+                assert msg is not None and msg.error() is None
+                key = msg.key().decode() if msg.key() is not None else None
+                out.append((p, key, msg.value().decode()))
+    finally:
+        consumer.close()
+    return out
+
+
+@pytest.fixture
+def topic() -> str:
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+def test_topic_create_makes_the_partitions_asked_for(kafka_bootstrap: str, topic: str) -> None:
+    done = admin("topic", "create", topic, "--partitions", "3", "--bootstrap-servers",
+                 kafka_bootstrap, "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said == {"topic": topic, "created": True, "partitions": 3, "replication_factor": 1}
+    meta = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(topic, timeout=10)
+    assert len(meta.topics[topic].partitions) == 3
+
+    again = admin("topic", "create", topic, "--partitions", "3", "--bootstrap-servers",
+                  kafka_bootstrap)  # fmt: skip
+    assert again.returncode == 1
+    assert again.stderr.strip() == (
+        f"marshal-admin: error: topic {topic} already exists on {kafka_bootstrap} "
+        "(3 partitions)"
+    )
+    text = admin("topic", "create", topic, "--partitions", "3", "--if-not-exists",
+                 "--bootstrap-servers", kafka_bootstrap)  # fmt: skip
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.strip() == f"topic {topic} exists: 3 partition(s)"
+
+
+def test_produce_key_tab_value_lines_from_a_file(
+    kafka_bootstrap: str, topic: str, tmp_path: Path
+) -> None:
+    assert admin("topic", "create", topic, "--partitions", "2", "--bootstrap-servers",
+                 kafka_bootstrap).returncode == 0  # fmt: skip
+    lines = tmp_path / "records.txt"
+    lines.write_text("a\tfirst\nb\tsecond\n\nno key here\na\tthird, with\ta tab\n")
+    done = admin("produce", topic, "--file", str(lines), "--bootstrap-servers",
+                 kafka_bootstrap, "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["topic"] == topic and said["records"] == 4
+    assert sum(p["records"] for p in said["partitions"].values()) == 4
+    got = read_all(kafka_bootstrap, topic, 2)
+    assert sorted((k or "", v) for _, k, v in got) == sorted(
+        [("a", "first"), ("b", "second"), ("", "no key here"), ("a", "third, with\ta tab")]
+    )
+    assert [k for _, k, v in got if v == "no key here"] == [None]
+    # one key, one partition, in the order written
+    a_parts = {p for p, k, _ in got if k == "a"}
+    assert len(a_parts) == 1
+    assert [v for _, k, v in got if k == "a"] == ["first", "third, with\ta tab"]
+    for p, counts in said["partitions"].items():
+        assert counts["records"] == len([r for r in got if r[0] == int(p)])
+
+
+def test_produce_json_lines_from_stdin_keyed_by_a_field(kafka_bootstrap: str, topic: str) -> None:
+    assert admin("topic", "create", topic, "--partitions", "1", "--bootstrap-servers",
+                 kafka_bootstrap).returncode == 0  # fmt: skip
+    stdin = '{"id": "o-1", "total": 5}\n{"id": 7, "total": 9}\n'
+    done = admin("produce", topic, "--key-field", "id", "--bootstrap-servers", kafka_bootstrap,
+                 stdin=stdin)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"produced 2 record(s) to {topic} (partition 0: 2)"
+    got = read_all(kafka_bootstrap, topic, 1)
+    assert got == [
+        (0, "o-1", '{"id": "o-1", "total": 5}'),
+        (0, "7", '{"id": 7, "total": 9}'),
+    ]
+
+
+def test_produce_refuses_bad_input_and_missing_topics_writing_nothing(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    missing = admin("produce", topic, "--bootstrap-servers", kafka_bootstrap, stdin="x\n")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == (
+        f"marshal-admin: error: topic {topic} does not exist on {kafka_bootstrap}: "
+        f"create it with `marshal-admin topic create {topic} --partitions N`"
+    )
+    assert admin("topic", "create", topic, "--partitions", "1", "--bootstrap-servers",
+                 kafka_bootstrap).returncode == 0  # fmt: skip
+    bad = admin("produce", topic, "--key-field", "id", "--bootstrap-servers", kafka_bootstrap,
+                stdin='{"id": 1}\n{"no": 2}\n')  # fmt: skip
+    assert bad.returncode == 2
+    assert "line 2" in bad.stderr and "'id'" in bad.stderr
+    assert len(bad.stderr.splitlines()) == 1
+    assert read_all(kafka_bootstrap, topic, 1) == []
