@@ -1,8 +1,9 @@
 """A child's handler failures: retries, then the policy (dlq, skip or stop; see `failures`).
 
-`FailureHandling` is the half of `ChildLoop` that takes over when a handler call raised: it
-retries with backoff (the lease and the pipe checked throughout), then dead-letters, skips or
-stops as configured. The hot path in `childloop` only calls in here on a failure.
+`FailureHandling` is the part a child's loop (`child.loop.ChildLoop`) owns and hands a failing
+handler call to: it retries with backoff (the lease and the pipe checked throughout), then
+dead-letters, skips or stops as configured. The hot path only calls in here on a failure; this
+calls back only through `Loop`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from confluent_kafka import KafkaException
 
@@ -56,66 +57,74 @@ def failed_once(error: BaseException, call: Callable[[], object]) -> Callable[[]
     return again
 
 
-class FailureHandling:
-    """Retries and the failure policy (a base of `ChildLoop`, which sets these)."""
+class Loop(Protocol):
+    """What failure handling needs of the child's loop (`ChildLoop`), and all it may touch."""
 
     spec: ChildSpec
     log: Any
-    consumer: Any
     stats: StatsTally
-    policy: FailurePolicy
-    poison: PoisonRate
-    dead_letters: DeadLetters | None
-    handled: int
-    dead_lettered: int
-    skipped: int
-    next_offset: int | None
-    stop_requested: bool
+    handled: int  # records the handler completed
+    next_offset: int | None  # ALO: handled below; AMO: granted below
+    stop_requested: bool  # AMO: `Stop` came
 
-    def _require_lease(self) -> None:
-        raise NotImplementedError
+    def require_lease(self) -> None: ...
 
-    def _report_progress(self) -> None:
-        raise NotImplementedError
+    def report_progress(self) -> None: ...
 
-    def _send_stats(self, final: bool = False) -> None:
-        raise NotImplementedError
+    def send_stats(self, final: bool = False) -> None: ...
 
-    def _receive(self, timeout: float) -> ToChild | None:
-        raise NotImplementedError
+    def receive(self, timeout: float) -> ToChild | None: ...
 
-    def _send(self, msg: ToSupervisor) -> None:
-        raise NotImplementedError
+    def send(self, msg: ToSupervisor) -> None: ...
 
-    def _aside(self, msg: ToChild | None) -> None:
-        raise NotImplementedError
+    def aside(self, msg: ToChild | None) -> None: ...
 
-    def _handle_unit(self, unit: Sequence[Record], call: Callable[[], object]) -> None:
+
+class FailureHandling:
+    """Retries and the failure policy for one child's loop."""
+
+    def __init__(self, loop: Loop, policy: FailurePolicy, poison: PoisonRate) -> None:
+        self.loop = loop
+        self.policy = policy
+        self.poison = poison
+        self.dead_letters: DeadLetters | None = None  # on_failure dlq: `open_dead_letters`
+        self.dead_lettered = 0
+        self.skipped = 0
+
+    def close(self) -> None:
+        """Close the dead-letter producer, if there is one (a failure is logged, not raised)."""
+        if self.dead_letters is not None:
+            try:
+                self.dead_letters.close()
+            except Exception as exc:
+                self.loop.log.warning("dlq_producer_close_failed", error=repr(exc))
+
+    def handle_unit(self, unit: Sequence[Record], call: Callable[[], object]) -> None:
         """Handle one record (or a batch) with retries; settle it by the policy if it fails.
 
         Returns once the unit is handled, dead-lettered or skipped; otherwise ends the child."""
         failure = attempt(
             call,
             self.policy,
-            before_attempt=self._require_lease,
+            before_attempt=self.loop.require_lease,
             wait=partial(self._retry_wait, unit),
         )
         if failure is None:
-            self.handled += len(unit)
+            self.loop.handled += len(unit)
             return
-        self._settle(unit, failure)
+        self.settle(unit, failure)
 
-    def _settle(self, unit: Sequence[Record], failure: Failure) -> None:
+    def settle(self, unit: Sequence[Record], failure: Failure) -> None:
         """Settle a unit that failed for good by the policy: dead-letter, skip, or stop."""
         verdict = decide(self.policy, failure, self.poison, time.monotonic())
         if verdict.action is not OnFailure.STOP and self.poison.per_minute > 0:
-            self._send(Poisoned())  # counted: the supervisor passes it on to the next child
+            self.loop.send(Poisoned())  # counted: the supervisor passes it on to the next child
         if verdict.action is OnFailure.DLQ:
             self._dead_letter(unit, failure)
         elif verdict.action is OnFailure.SKIP:
-            self.stats.error("skip")
+            self.loop.stats.error("skip")
             self.skipped += len(unit)
-            self.log.warning(
+            self.loop.log.warning(
                 "handler_failed_record_skipped",
                 offset=unit[0].offset,
                 last_offset=unit[-1].offset,
@@ -132,10 +141,10 @@ class FailureHandling:
     ) -> bool:
         """Wait ``seconds`` before the next attempt, checking the lease and the pipe throughout;
         False to give up retrying (AMO: `Stop` came). ALO: `Stop` ends the child here."""
-        if self.stop_requested:
+        if self.loop.stop_requested:
             return False
-        self.stats.error("retry")
-        self.log.warning(
+        self.loop.stats.error("retry")
+        self.loop.log.warning(
             "handler_attempt_failed",
             offset=unit[0].offset,
             last_offset=unit[-1].offset,
@@ -144,34 +153,34 @@ class FailureHandling:
             retry_in=round(seconds, 3),
             error=f"{type(error).__name__}: {error}",
         )
-        self._report_progress()  # what came before the failing record is safe to commit now
+        self.loop.report_progress()  # what came before the failing record is safe to commit now
         until = time.monotonic() + seconds
         while (left := until - time.monotonic()) > 0:
-            self._require_lease()
-            self._send_stats()
-            msg = self._receive(min(RETRY_POLL_S, left))
+            self.loop.require_lease()
+            self.loop.send_stats()
+            msg = self.loop.receive(min(RETRY_POLL_S, left))
             if isinstance(msg, Stop):
-                if self.spec.mode == Mode.ALO:
-                    self.log.info("stop_during_retry", offset=self.next_offset)
-                    raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
-                self.log.info("stop_during_retry_retries_cut_short")
-                self.stop_requested = True
+                if self.loop.spec.mode == Mode.ALO:
+                    self.loop.log.info("stop_during_retry", offset=self.loop.next_offset)
+                    raise ChildExit(EXIT_OK, "stop", Stopped(self.loop.next_offset))
+                self.loop.log.info("stop_during_retry_retries_cut_short")
+                self.loop.stop_requested = True
                 return False
-            self._aside(msg)
-        self._require_lease()
+            self.loop.aside(msg)
+        self.loop.require_lease()
         return True
 
-    def _open_dead_letters(self) -> None:
+    def open_dead_letters(self, consumer: Any) -> None:
         """on_failure dlq: prepare the producer's home, and warn now if its topic is missing."""
-        topic = dlq_topic_for(self.spec.dlq_topic, self.spec.topic)
-        self.dead_letters = DeadLetters(self.spec, topic)
+        topic = dlq_topic_for(self.loop.spec.dlq_topic, self.loop.spec.topic)
+        self.dead_letters = DeadLetters(self.loop.spec, topic)
         try:
-            exists = self.consumer is None or topic_exists(self.consumer, topic)
+            exists = consumer is None or topic_exists(consumer, topic)
         except KafkaException as exc:
-            self.log.warning("dlq_topic_unchecked", dlq_topic=topic, error=str(exc))
+            self.loop.log.warning("dlq_topic_unchecked", dlq_topic=topic, error=str(exc))
             return
         if not exists:
-            self.log.warning(
+            self.loop.log.warning(
                 "dlq_topic_missing",
                 dlq_topic=topic,
                 consequence="a failing record will stop the child instead (create the topic)",
@@ -182,12 +191,12 @@ class FailureHandling:
         if that fails, the child stops (the records are not counted as handled)."""
         assert self.dead_letters is not None
         try:
-            self.dead_letters.write(unit, failure, check=self._require_lease)
+            self.dead_letters.write(unit, failure, check=self.loop.require_lease)
         except DeadLetterError as exc:
             self._failed(unit[0], failure, Verdict(OnFailure.STOP, CAUSE_DLQ_FAILED, str(exc)))
-        self.stats.error("dlq")
+        self.loop.stats.error("dlq")
         self.dead_lettered += len(unit)
-        self.log.warning(
+        self.loop.log.warning(
             "handler_failed_record_dead_lettered",
             offset=unit[0].offset,
             last_offset=unit[-1].offset,
@@ -200,9 +209,9 @@ class FailureHandling:
     def _failed(self, record: Record, failure: Failure, verdict: Verdict) -> NoReturn:
         """Stop: report `HandlerFailed` (ALO: after `Progress` up to the record) and end."""
         lost = {}
-        if self.spec.mode == Mode.AMO and self.next_offset is not None:
-            lost = {"lost_offsets": f"{record.offset}-{self.next_offset - 1}"}  # granted batch
-        self.log.error(  # the logger is bound with the topic and partition
+        if self.loop.spec.mode == Mode.AMO and self.loop.next_offset is not None:
+            lost = {"lost_offsets": f"{record.offset}-{self.loop.next_offset - 1}"}  # granted batch
+        self.loop.log.error(  # the logger is bound with the topic and partition
             "handler_failed_child_stops",
             offset=record.offset,
             attempts=failure.attempts,
@@ -214,14 +223,14 @@ class FailureHandling:
             **lost,
             exc_info=failure.error,
         )
-        self._report_progress()
-        self._send(
+        self.loop.report_progress()
+        self.loop.send(
             HandlerFailed(
                 record.offset,
                 failure.summary,
                 failure.traceback,
                 attempts=failure.attempts,
-                handled=self.handled,
+                handled=self.loop.handled,
                 cause=verdict.cause,
             )
         )

@@ -8,7 +8,7 @@ batch it asked for that the supervisor grants before it exits (a graceful stop l
 the log reserved those batches for this claim, and nobody else may handle them).
 
 `ChildLoop` checks its lease before every batch and every handler call, hands a failing call
-to the failure policy (retries, then dlq, skip or stop: `childfailures`), and unwinds to one
+to its `FailureHandling` (retries, then dlq, skip or stop), and unwinds to one
 shutdown path that tears the plugin down and tells the supervisor where it stopped. Exit codes
 (the protocol between child and supervisor) are listed in `child`'s docstring and defined in
 `childexit`.
@@ -35,7 +35,6 @@ from marshal_workers.child.consumer import (
     fetch_messages,
     open_consumer,
 )
-from marshal_workers.child.deadletters import DeadLetters
 from marshal_workers.child.failurehandling import FailureHandling, failed_once
 from marshal_workers.child.fencing import (
     REASON_LEASE_EXPIRED,
@@ -82,8 +81,10 @@ GRANT_POLL_S = 0.05
 PROGRESS_INTERVAL_S = 0.05
 
 
-class ChildLoop(FailureHandling):
-    """The child's main thread: setup, the fetch-handle loop, shutdown."""
+class ChildLoop:
+    """The child's main thread: setup, the fetch-handle loop, shutdown (a failing call goes to
+    its `FailureHandling`, which calls back only through the methods `failurehandling.Loop`
+    names)."""
 
     def __init__(self, spec: ChildSpec, lease: SharedLease, conn: Connection, log: Any) -> None:
         self.spec = spec
@@ -114,14 +115,12 @@ class ChildLoop(FailureHandling):
         self.asked = Asked()  # AMO: the batches asked for, not yet handled
         self.fetch_now = spec  # AMO, with a batch asked for: fetch without waiting (see setup)
         self.stats = StatsTally()  # sent as `Stats` about once a second (see stats)
-        self.policy = FailurePolicy()  # the spec's, once setup has checked it
-        # the partition's last minute, not this child's alone (`Poisoned`)
-        self.poison = PoisonRate(spec.max_poison_rate, ages=spec.poison_ages, now=time.monotonic())
-        self.dead_letters: DeadLetters | None = None  # on_failure dlq: created in setup
         self.handled = 0  # records the handler completed (dead letters and skips not counted)
-        self.dead_lettered = 0
-        self.skipped = 0
         self.stop_requested = False  # AMO: Stop came; handle the batches granted, then exit
+        # retries, then the policy (the spec's, once setup has checked it); the poison rate
+        # counts the partition's last minute, not this child's alone (`Poisoned`)
+        poison = PoisonRate(spec.max_poison_rate, ages=spec.poison_ages, now=time.monotonic())
+        self.failures = FailureHandling(self, FailurePolicy(), poison)
 
     def run(self) -> int:
         """Run until something ends the child; its exit code."""
@@ -137,7 +136,7 @@ class ChildLoop(FailureHandling):
 
     def _setup(self) -> None:
         try:
-            self.policy = FailurePolicy(
+            self.failures.policy = FailurePolicy(
                 retries=self.spec.retries,
                 retry_backoff_s=self.spec.retry_backoff_s,
                 on_failure=OnFailure(self.spec.on_failure),
@@ -167,27 +166,27 @@ class ChildLoop(FailureHandling):
         self.next_offset = self.reported = position
         self.calls.position.value = position
         self.fetch_now = replace(self.spec, batch_timeout_s=0.0)
-        if self.policy.on_failure is OnFailure.DLQ:
-            self._open_dead_letters()
-        self._send(Started(os.getpid(), position))
+        if self.failures.policy.on_failure is OnFailure.DLQ:
+            self.failures.open_dead_letters(self.consumer)
+        self.send(Started(os.getpid(), position))
         self.log.info("child_started", mode=str(self.spec.mode), position=position)
 
     def _loop(self) -> None:
         assert self.consumer is not None
         while True:
             self._read_stop()
-            self._send_stats()
-            self._require_lease()
+            self.send_stats()
+            self.require_lease()
             if self.spec.mode == Mode.AMO:
                 self._amo_turn()
                 continue
             records = self._fetch(self.spec)
             if not records:
-                self._report_progress()  # caught up (ALO): what is handled is reported
+                self.report_progress()  # caught up (ALO): what is handled is reported
                 continue
             self._handle(records)
             if len(records) < self.spec.batch_size or time.monotonic() >= self.progress_due:
-                self._report_progress()
+                self.report_progress()
 
     def _fetch(self, spec: ChildSpec) -> Sequence[Record]:
         """A batch: records, or (a batch plugin with ``batch_view = "messages"``) a view over
@@ -211,7 +210,7 @@ class ChildLoop(FailureHandling):
         if asked.may_ask() and not self.stop_requested:
             records = self._fetch(self.fetch_now if asked.batches else self.spec)
             if records:
-                self._send(asked.ask(records))
+                self.send(asked.ask(records))
                 fetched = True
         if asked.batches and (asked.full() or not fetched or self.stop_requested):
             request, batch = asked.take()
@@ -234,7 +233,7 @@ class ChildLoop(FailureHandling):
             # batch_view "messages": the plugin gets the consumer's messages themselves
             given = records.messages if isinstance(records, MessageRecords) else records
             self.calls.unit_end.value = end  # the unit: the whole batch
-            self._handle_unit(
+            self.failures.handle_unit(
                 records,
                 self._in_call(
                     first, self.stats.timed(partial(batch, given, self.ctx), len(records))
@@ -297,12 +296,12 @@ class ChildLoop(FailureHandling):
         if error is None and self.next_offset is not None:
             position.value = self.next_offset  # AMO: the granted end (nothing reads it there)
         if expired:
-            self._require_lease()  # ends the child (unless extended meanwhile)
+            self.require_lease()  # ends the child (unless extended meanwhile)
             return start + calls
         if error is not None:
             record = records[start + done]
             retry = self._in_call(record.offset, self.stats.timed(partial(handle, record, ctx), 1))
-            self._handle_unit([record], failed_once(error, retry))
+            self.failures.handle_unit([record], failed_once(error, retry))
             if self.spec.mode == Mode.ALO:
                 self.next_offset = record.offset + 1
                 position.value = self.next_offset
@@ -344,7 +343,7 @@ class ChildLoop(FailureHandling):
             return records
         count = sum(1 for r in records if r.offset < settle.end)
         unit = records[:count]
-        self._settle(unit, Failure(HandlerEnded(settle.error), attempts=1))
+        self.failures.settle(unit, Failure(HandlerEnded(settle.error), attempts=1))
         if self.spec.mode == Mode.ALO:
             self.next_offset = unit[-1].offset + 1
             self.calls.position.value = self.next_offset
@@ -369,28 +368,28 @@ class ChildLoop(FailureHandling):
         if answered is not None:
             return answered
         while True:
-            self._require_lease()
-            msg = self._receive(min(GRANT_POLL_S, max(0.0, self.lease.remaining())))
+            self.require_lease()
+            msg = self.receive(min(GRANT_POLL_S, max(0.0, self.lease.remaining())))
             if isinstance(msg, Grant) and msg.request_id == request.request_id:
                 return msg
             if isinstance(msg, Stop):  # the answer comes all the same: a granted batch is ours
                 self.log.info("stop_while_awaiting_grant", start=request.start, end=request.end)
                 self.stop_requested = True
                 continue
-            self._aside(msg)
+            self.aside(msg)
 
     def _read_stop(self) -> None:
         """Drain the pipe; on `Stop`, end with `Stopped` (the batch in hand is already done),
         once no batch asked for is left (AMO: each is handled if granted, see the module doc)."""
-        while (msg := self._receive(0.0)) is not None:
+        while (msg := self.receive(0.0)) is not None:
             if isinstance(msg, Stop):
                 self.stop_requested = True
             else:
-                self._aside(msg)
+                self.aside(msg)
         if self.stop_requested and not self.asked.batches:
             raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
 
-    def _aside(self, msg: ToChild | None) -> None:
+    def aside(self, msg: ToChild | None) -> None:
         """A message read while waiting for another (`Stop` is each waiter's own): answer
         `DumpStacks`, keep an answer on a batch asked for (AMO), log anything unexpected; None
         (nothing came) is ignored."""
@@ -401,21 +400,21 @@ class ChildLoop(FailureHandling):
         elif msg is not None:
             self.log.warning("unexpected_message", message=repr(msg))
 
-    def _require_lease(self) -> None:
+    def require_lease(self) -> None:
         if not self.lease.valid():
             self.log.warning("lease_expired", deadline=self.lease.deadline)
             raise ChildExit(EXIT_LEASE_EXPIRED, REASON_LEASE_EXPIRED)
 
-    def _report_progress(self) -> None:
+    def report_progress(self) -> None:
         """ALO: send `Progress` if records were handled since the last one."""
         if self.spec.mode == Mode.ALO and self.next_offset != self.reported:
             assert self.next_offset is not None
             self.calls.position.value = self.next_offset
-            self._send(Progress(self.next_offset))
+            self.send(Progress(self.next_offset))
             self.reported = self.next_offset
             self.progress_due = time.monotonic() + PROGRESS_INTERVAL_S
 
-    def _send_stats(self, final: bool = False) -> None:
+    def send_stats(self, final: bool = False) -> None:
         """Send `Stats` when one is due (or ``final``) and there is something to say."""
         if not (final or self.stats.due()):
             return
@@ -425,9 +424,9 @@ class ChildLoop(FailureHandling):
         stats = self.stats.report(high)
         if final and not (stats.handled or any(stats.latency_counts) or stats.errors):
             return
-        self._send(stats)
+        self.send(stats)
 
-    def _receive(self, timeout: float) -> ToChild | None:
+    def receive(self, timeout: float) -> ToChild | None:
         try:
             if not self.conn.poll(timeout):
                 return None
@@ -436,7 +435,7 @@ class ChildLoop(FailureHandling):
             raise ChildExit(EXIT_PARENT_GONE, REASON_PARENT_GONE) from None
         return msg
 
-    def _send(self, msg: ToSupervisor) -> None:
+    def send(self, msg: ToSupervisor) -> None:
         try:
             self.conn.send(msg)
         except OSError:
@@ -446,9 +445,9 @@ class ChildLoop(FailureHandling):
         """Report what was done, tear the plugin down, send the final message, close."""
         if end.reason != REASON_PARENT_GONE:
             with contextlib.suppress(ChildExit):
-                self._report_progress()
+                self.report_progress()
             with contextlib.suppress(ChildExit):
-                self._send_stats(final=True)
+                self.send_stats(final=True)
         if self.plugin is not None:
             try:
                 self.plugin.teardown(self.ctx, end.reason)
@@ -456,23 +455,19 @@ class ChildLoop(FailureHandling):
                 self.log.exception("handler_teardown_failed", reason=end.reason)
         if end.final is not None:
             with contextlib.suppress(ChildExit):
-                self._send(end.final)
+                self.send(end.final)
         if self.consumer is not None:
             try:
                 self.consumer.close()
             except Exception as exc:
                 self.log.warning("consumer_close_failed", error=repr(exc))
-        if self.dead_letters is not None:
-            try:
-                self.dead_letters.close()
-            except Exception as exc:
-                self.log.warning("dlq_producer_close_failed", error=repr(exc))
+        self.failures.close()
         self.log.info(
             "child_exit",
             reason=end.reason,
             exit_code=end.code,
             handled=self.handled,
-            dead_lettered=self.dead_lettered,
-            skipped=self.skipped,
+            dead_lettered=self.failures.dead_lettered,
+            skipped=self.failures.skipped,
         )
         return end.code
