@@ -3,32 +3,36 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install kafka-jars spark-jars lint typecheck test test-unit bench bench-peers demo sim clean
+.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers demo sim clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-install: $(BIN)/python ## Python packages into .venv (the package in editable mode, with dev tools)
-	$(BIN)/pip install --quiet -e '.[dev]'
+install-runtime: $(BIN)/python ## The package alone (editable) into .venv: what the demo needs
+	$(BIN)/pip install --quiet -e .
 	@# An editable install has no bytecode, and with PYTHONDONTWRITEBYTECODE set every process
 	@# (each supervisor, each child) would compile the package again: 0.1 s of CPU at each start.
+	$(BIN)/python -m compileall -q marshal_workers plugins
+
+install: $(BIN)/python ## The package with the dev tools, the audit's PySpark and the bench peers
+	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/python -m compileall -q marshal_workers bench plugins
 
-kafka-jars: install ## Resolve the pinned Apache Kafka jars with Maven (cached outside the repo)
+kafka-jars: install-runtime ## Resolve the pinned Apache Kafka jars with Maven (cached outside the repo)
 	$(BIN)/python -m marshal_workers.localkafka fetch
 
 spark-jars: install ## Resolve the Spark Kafka connector jars for the audit with Maven (cached outside the repo)
 	$(BIN)/python -m marshal_workers.audit.jars
 
-lint: ## ruff on the package, tests and benchmarks
+lint: install ## ruff on the package, tests and benchmarks
 	$(BIN)/ruff check marshal_workers tests bench plugins
 	$(BIN)/ruff format --check marshal_workers
 
-typecheck: ## mypy --strict on the package
+typecheck: install ## mypy --strict on the package
 	$(BIN)/mypy marshal_workers
 
-test: kafka-jars spark-jars lint typecheck ## Install, resolve the jars, lint, type-check, then unit and integration tests (real Kafka, Spark)
+test: install kafka-jars spark-jars lint typecheck ## Install, resolve the jars, lint, type-check, then unit and integration tests (real Kafka, Spark)
 	$(BIN)/pytest -q
 
 test-unit: ## Only the tests that need no broker
@@ -37,12 +41,12 @@ test-unit: ## Only the tests that need no broker
 demo: kafka-jars ## The main job on local defaults: a local Kafka, sample data, a fleet of 3, a verdict
 	$(BIN)/marshal-admin demo
 
-bench: kafka-jars ## Benchmarks (several minutes; each starts its own local Kafka): figures, never assertions
+bench: install kafka-jars ## Benchmarks (several minutes; each starts its own local Kafka): figures, never assertions
 	$(BIN)/python bench/fold_and_catch_up.py
 	$(BIN)/python bench/hot_path.py
 	$(BIN)/python bench/runtime.py
 
-bench-peers: kafka-jars ## marshal-run against a plain loop and Arroyo, side by side (minutes; its own local Kafka): a table and docs/peers.png
+bench-peers: install kafka-jars ## marshal-run against a plain loop and Arroyo, side by side (minutes; its own local Kafka): a table and docs/peers.png
 	$(BIN)/python bench/peers.py
 
 clean:

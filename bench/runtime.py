@@ -20,7 +20,7 @@
    rates, and the AMO grant's log I/O per batch (append ClaimingMessages, fold to it, append
    the committing Heartbeat), replayed in-process as the supervisor does it.
 2. Failover after kill -9: (a) two ``marshal-run`` supervisors (HB = 1 s) sharing 4 partitions
-   with a steady producer (the ledger handler, ``plugins.ledger``); (b) two plain consumers in a
+   with a steady producer (the ledger handler, ``--handler ledger``); (b) two plain consumers in a
    real consumer group (``subscribe()``), with librdkafka's default ``session.timeout.ms``
    (45 s) and with the broker's minimum (``group.min.session.timeout.ms``, 6 s by default; the
    local broker does not change it). The figure: from the kill to the first record of each of
@@ -80,7 +80,7 @@ from marshal_workers.protocol.wire import (
 REPO = Path(__file__).resolve().parents[1]
 MARSHAL_RUN = Path(sys.executable).with_name("marshal-run")
 HANDLER = "bench.handlers:count"
-LEDGER = "plugins.ledger:handle"
+LEDGER = "ledger"
 BATCH = 500
 ALO_TARGET = 0.9
 AMO_TARGET = 0.5

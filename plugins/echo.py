@@ -1,7 +1,8 @@
 """Echo: a reference handler that logs each record (topic, partition, offset, key, value).
 
-Use it as ``--handler plugins.echo:handle`` to watch what a group would process. Keys and values
-are shown as text (undecodable bytes replaced), cut to 200 characters.
+Use it as ``--handler echo`` (``marshal_workers.plugins.echo:handle``) to watch what a group
+would process. Keys and values are shown as text (undecodable bytes replaced), cut to 200
+characters.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """JSON-lines sink: a reference class-based handler that appends each record to a file.
 
-Use it as ``--handler jsonl`` (the entry point) or ``--handler plugins.jsonl_sink:JsonlSink``.
+Use it as ``--handler jsonl`` (the entry point) or
+``--handler marshal_workers.plugins.jsonl_sink:JsonlSink``.
 Each child writes its partition's records to ``$MARSHAL_JSONL_DIR/<topic>-<partition>.jsonl``,
 one JSON object per line:
 

@@ -1,6 +1,7 @@
 """The ledger: a reference handler that writes down every record it processed, for verification.
 
-Use it as ``--handler plugins.ledger:handle``. For each record it appends one JSON line
+Use it as ``--handler ledger`` (the entry point, ``marshal_workers.plugins.ledger:handle``).
+For each record it appends one JSON line
 
     {"topic", "partition", "offset", "client_id", "pid", "token", "start", "end",
      "group", "instance_id"}
@@ -13,8 +14,8 @@ belongs to, so that marshal-audit can tell two instances of one client (restart 
 apart under one token, and attribute a row to its group without guessing from the claims.
 A record whose handling fails or never finishes leaves no line.
 
-Ledgers written before ``group`` and ``instance_id`` existed are still read: `read_ledger`
-gives such rows ``None`` for both, so every `LedgerRow` has every key.
+The file format, `read_ledger` and the checks below live in `marshal_workers.common.ledgerfile`
+(the demo and the audit read ledgers too).
 
 Environment (read once per process):
 
@@ -24,7 +25,7 @@ Environment (read once per process):
   killing of a hung child.
 - ``MARSHAL_LEDGER_FAIL_AT_OFFSET``: raise `SimulatedError` on that offset.
 
-Checks for tests and chaos runs, over the rows of `read_ledger(dir)`:
+Checks for tests and chaos runs (`marshal_workers.common.ledgerfile`), over `read_ledger(dir)`:
 
 - `find_duplicates(rows)`: records processed more than once (normal in ALO after a failure,
   never in AMO);
@@ -38,39 +39,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TypedDict
 
+from marshal_workers.common.ledgerfile import DIR_ENV, LedgerRow
 from marshal_workers.handler import Context, Record
 
-DIR_ENV = "MARSHAL_LEDGER_DIR"
 DELAY_ENV = "MARSHAL_LEDGER_DELAY_MS"
 HANG_ENV = "MARSHAL_LEDGER_HANG_AT_OFFSET"
 FAIL_ENV = "MARSHAL_LEDGER_FAIL_AT_OFFSET"
-
-
-class LedgerRow(TypedDict):
-    """One processed record.
-
-    ``group`` and ``instance_id`` are ``None`` only in rows of older ledger files, which did
-    not write them (`read_ledger` fills them in), so readers never need ``.get``.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    client_id: str
-    pid: int
-    token: int
-    start: float
-    end: float
-    group: str | None
-    instance_id: str | None
-
-
-Coordinates = tuple[str, int, int]  # topic, partition, offset
 
 
 class SimulatedError(Exception):
@@ -131,67 +107,3 @@ def handle(record: Record, ctx: Context) -> None:
         "instance_id": ctx.instance_id,
     }
     os.write(settings.fd, (json.dumps(row) + "\n").encode())
-
-
-def read_ledger(directory: str | os.PathLike[str]) -> list[LedgerRow]:
-    """Every row of every ledger file in ``directory``, by (topic, partition, offset, start).
-
-    A last line without its newline (a process killed mid-write) is skipped. Rows of older
-    ledgers, written without ``group`` and ``instance_id``, get ``None`` for them.
-    """
-    rows: list[LedgerRow] = []
-    for path in sorted(Path(directory).glob("ledger-*.jsonl")):
-        text = path.read_text()
-        complete = text if text.endswith("\n") else text[: text.rfind("\n") + 1]
-        rows.extend(_row(line) for line in complete.splitlines() if line)
-    rows.sort(key=lambda r: (r["topic"], r["partition"], r["offset"], r["start"]))
-    return rows
-
-
-def _row(line: str) -> LedgerRow:
-    """One ledger line, with the fields older ledgers lack set to None."""
-    row: LedgerRow = json.loads(line)
-    row.setdefault("group", None)
-    row.setdefault("instance_id", None)
-    return row
-
-
-def find_duplicates(rows: Iterable[LedgerRow]) -> dict[Coordinates, list[LedgerRow]]:
-    """Records processed more than once, with every row that processed them."""
-    seen: dict[Coordinates, list[LedgerRow]] = defaultdict(list)
-    for row in rows:
-        seen[(row["topic"], row["partition"], row["offset"])].append(row)
-    return {coords: found for coords, found in seen.items() if len(found) > 1}
-
-
-def find_overlaps(rows: Iterable[LedgerRow]) -> list[tuple[LedgerRow, LedgerRow]]:
-    """Pairs of rows of one partition, from different processes, whose work overlapped in time.
-
-    Each pair is (earlier start, later start). Rows of one process never overlap (a child
-    handles one record at a time), so any pair here is two owners at once.
-    """
-    by_partition: dict[tuple[str, int], list[LedgerRow]] = defaultdict(list)
-    for row in rows:
-        by_partition[(row["topic"], row["partition"])].append(row)
-    overlaps: list[tuple[LedgerRow, LedgerRow]] = []
-    for partition_rows in by_partition.values():
-        partition_rows.sort(key=lambda r: r["start"])
-        active: list[LedgerRow] = []  # rows that may still overlap a later start
-        for row in partition_rows:
-            active = [a for a in active if a["end"] > row["start"]]
-            overlaps.extend((a, row) for a in active if a["pid"] != row["pid"])
-            active.append(row)
-    return overlaps
-
-
-def find_gaps(
-    rows: Iterable[LedgerRow], expected: Mapping[tuple[str, int], range]
-) -> list[Coordinates]:
-    """Expected records (``expected[(topic, partition)]`` = the offsets) that no row processed."""
-    done: set[Coordinates] = {(r["topic"], r["partition"], r["offset"]) for r in rows}
-    return [
-        (topic, partition, offset)
-        for (topic, partition), offsets in sorted(expected.items())
-        for offset in offsets
-        if (topic, partition, offset) not in done
-    ]

@@ -1,6 +1,7 @@
 """SQLite sink: the reference plugin that shows why fencing tokens matter.
 
-Use it as ``--handler sqlite`` (the entry point) or ``--handler plugins.sqlite_sink:SqliteSink``,
+Use it as ``--handler sqlite`` (the entry point) or
+``--handler marshal_workers.plugins.sqlite_sink:SqliteSink``,
 with ``MARSHAL_SQLITE_PATH`` naming the database file (created if missing; every child of every
 worker on the host may share it).
 

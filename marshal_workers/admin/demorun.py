@@ -29,13 +29,19 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 import plugins
 from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.common.errors import MarshalError
+from marshal_workers.common.ledgerfile import (
+    LedgerRow,
+    find_duplicates,
+    find_gaps,
+    find_overlaps,
+    read_ledger,
+)
 from marshal_workers.localkafka import StartOptions, start_cluster
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.topicadmin import admin_client, ensure_coordination_topic
 from marshal_workers.protocol.members import is_live
 from marshal_workers.protocol.rationalizer import RationalizerConfig
-from plugins.ledger import LedgerRow, find_duplicates, find_gaps, find_overlaps, read_ledger
 
 TOPIC = "demo.orders"
 HB_S = 1.0
@@ -128,7 +134,7 @@ class Demo:
         command = [
             str(Path(sys.executable).with_name("marshal-run")),
             "--handler",
-            "plugins.ledger:handle",
+            "ledger",
             "--mode",
             self.o.mode,
             "--topic",

@@ -48,7 +48,7 @@ from marshal_workers.audit.tables import Row, Window
 
 
 class LedgerEntry(NamedTuple):
-    """One ledger row (see plugins/ledger.py).
+    """One ledger row (the format: `common.ledgerfile.LedgerRow`).
 
     ``group`` and ``instance_id`` are None in rows of older ledgers, which did not write
     them; every other field is required (a row without one is an incomplete line)."""

@@ -1,4 +1,4 @@
-"""Ledgers: what the handlers say they processed (the format of plugins/ledger.py).
+"""Ledgers: what the handlers say they processed (the format: `common.ledgerfile`).
 
 One JSON object per line: ``topic, partition, offset, client_id, pid, token, start, end,
 group, instance_id`` (``start``/``end``: the handler host's ``time.time()``). A ``--ledger``

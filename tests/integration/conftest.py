@@ -15,9 +15,9 @@ from typing import TypeVar
 import pytest
 
 from marshal_workers.child.main import ChildHandle, start_child
+from marshal_workers.common.ledgerfile import DIR_ENV
 from marshal_workers.ipc.messages import ChildSpec, ToSupervisor
 from marshal_workers.ipc.sharedlease import SharedLease
-from plugins import ledger
 
 MP = multiprocessing.get_context("spawn")
 LEASE_S = 2.5  # the lease a "supervisor" grants on each extension
@@ -94,7 +94,7 @@ class Supervised:
 def ledger_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The ledger directory, in the environment children inherit."""
     path = tmp_path / "ledger"
-    monkeypatch.setenv(ledger.DIR_ENV, str(path))
+    monkeypatch.setenv(DIR_ENV, str(path))
     return path
 
 

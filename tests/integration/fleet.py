@@ -26,13 +26,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from marshal_workers.clients.rdkafka import RDKAFKA_LOG
+from marshal_workers.common.ledgerfile import LedgerRow, read_ledger
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.topicadmin import ensure_coordination_topic
 from marshal_workers.protocol.members import is_live, is_member_key
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig, resume_offset
-from plugins.ledger import LedgerRow, read_ledger
 
 REPO = Path(__file__).resolve().parents[2]
 MARSHAL_RUN = Path(sys.executable).with_name("marshal-run")
@@ -166,7 +166,7 @@ class Fleet:
         client_id: str,
         *args: str,
         env: dict[str, str] | None = None,
-        handler: str = "plugins.ledger:handle",
+        handler: str = "ledger",  # the entry point the wheel installs
         cwd: Path | None = None,
         pythonpath: bool = True,
     ) -> Member:

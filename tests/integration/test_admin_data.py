@@ -73,8 +73,7 @@ def test_topic_create_makes_the_partitions_asked_for(kafka_bootstrap: str, topic
                   kafka_bootstrap)  # fmt: skip
     assert again.returncode == 1
     assert again.stderr.strip() == (
-        f"marshal-admin: error: topic {topic} already exists on {kafka_bootstrap} "
-        "(3 partitions)"
+        f"marshal-admin: error: topic {topic} already exists on {kafka_bootstrap} (3 partitions)"
     )
     text = admin("topic", "create", topic, "--partitions", "3", "--if-not-exists",
                  "--bootstrap-servers", kafka_bootstrap)  # fmt: skip

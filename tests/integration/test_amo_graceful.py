@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from marshal_workers.common.ledgerfile import find_duplicates
 from marshal_workers.protocol.modes import Mode
-from plugins.ledger import find_duplicates
 from tests.integration.fleet import Fleet
 
 pytestmark = pytest.mark.kafka

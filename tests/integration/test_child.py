@@ -30,6 +30,7 @@ from marshal_workers.child.main import (
     EXIT_LEASE_EXPIRED,
     EXIT_NOT_GRANTED,
 )
+from marshal_workers.common.ledgerfile import find_duplicates, read_ledger
 from marshal_workers.ipc.messages import (
     ChildSpec,
     Grant,
@@ -76,7 +77,7 @@ def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
 def make_spec(bootstrap: str, topic: str, **changes: object) -> ChildSpec:
     """A ledger child for ``PARTITION`` of ``topic``, ALO from offset 0; ``changes`` override."""
     spec = ChildSpec(
-        handler="plugins.ledger:handle",
+        handler="marshal_workers.plugins.ledger:handle",
         mode=Mode.ALO,
         bootstrap_servers=bootstrap,
         group_id="child-test",
@@ -103,7 +104,7 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) 
 
 def offsets(directory: Path) -> list[int]:
     """The offsets in the ledger, in order."""
-    return [r["offset"] for r in ledger.read_ledger(directory)] if directory.exists() else []
+    return [r["offset"] for r in read_ledger(directory)] if directory.exists() else []
 
 
 def gone(pid: int) -> bool:
@@ -128,9 +129,9 @@ class TestAtLeastOnce:
         while child.expect(Progress).next_offset < 25:
             pass
         assert offsets(ledger_dir) == list(range(3, 25))
-        rows = ledger.read_ledger(ledger_dir)
+        rows = read_ledger(ledger_dir)
         assert {(r["partition"], r["token"], r["client_id"]) for r in rows} == {(1, 42, "c1")}
-        assert not ledger.find_duplicates(rows)
+        assert not find_duplicates(rows)
 
     @pytest.mark.parametrize(("reset", "position"), [("earliest", 0), ("latest", 4)])
     def test_without_start_offset_the_reset_policy_picks_a_watermark(
@@ -296,7 +297,7 @@ class TestSelfFencing:
         ended = time.monotonic()
         assert code == EXIT_LEASE_EXPIRED
         assert ended < deadline + 1.0
-        starts = [r["start"] for r in ledger.read_ledger(ledger_dir)]
+        starts = [r["start"] for r in read_ledger(ledger_dir)]
         assert 1 <= len(starts) < 60
         # a call's start is stamped inside the handler, just after the child's lease check
         assert max(starts) < deadline_wall + 0.05

@@ -30,10 +30,10 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from marshal_workers.common.ledgerfile import find_overlaps, read_ledger
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol.wire import Appended, CoordRecord, Message, decode, encode, record_key
 from marshal_workers.protocol.wire import Heartbeat as HeartbeatMessage
-from plugins.ledger import find_overlaps, read_ledger
 from tests.integration.fleet import Fleet, Member
 
 pytestmark = pytest.mark.kafka

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from marshal_workers.common.ledgerfile import find_duplicates, find_gaps, find_overlaps
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig
-from plugins.ledger import find_duplicates, find_gaps, find_overlaps
 from tests.integration.fleet import Fleet, alive
 
 pytestmark = pytest.mark.kafka

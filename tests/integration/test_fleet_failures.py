@@ -19,8 +19,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from marshal_workers.child.deadletters import PREFIX
+from marshal_workers.common.ledgerfile import find_duplicates, find_overlaps
 from marshal_workers.protocol.modes import Mode
-from plugins.ledger import find_duplicates, find_overlaps
 from tests.integration.fleet import Fleet
 from tests.integration.test_child_failures import read_topic
 
@@ -68,7 +68,7 @@ class TestDeadLetters:
         fleet.start(
             member_id(),
             "--handler",
-            "ledger",  # the entry point (the later flag wins over the fleet's module:attr)
+            "ledger",  # the entry point (as the fleet does by default)
             "--on-failure",
             "dlq",
             "--retries",
@@ -100,7 +100,7 @@ class TestDeadLetters:
         for h in headers:
             assert h["source.topic"] == fleet.topic
             assert (h["group"], h["client_id"], h["attempts"]) == (fleet.group, client, "2")
-            assert h["error.type"] == "plugins.ledger.SimulatedError"
+            assert h["error.type"] == "marshal_workers.plugins.ledger.SimulatedError"
             assert "SimulatedError" in h["error.traceback"]
             # the token of the holder's claim, as its handler saw it on the partition's other
             # records (a set: a claim lost and won again meanwhile has a new token)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from marshal_workers.common.errors import EXIT_USAGE
-from plugins.ledger import find_overlaps
+from marshal_workers.common.ledgerfile import find_overlaps
 from tests.integration.fleet import MARSHAL_ADMIN, Fleet
 
 pytestmark = pytest.mark.kafka

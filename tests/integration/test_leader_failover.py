@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from marshal_workers.common.ledgerfile import find_gaps, find_overlaps
 from marshal_workers.localkafka import LocalKafka
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import ClaimKey
-from plugins.ledger import find_gaps, find_overlaps
 from tests.integration.fleet import Fleet
 
 pytestmark = pytest.mark.cluster

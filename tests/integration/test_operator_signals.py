@@ -20,11 +20,11 @@ from typing import Any
 import psutil
 import pytest
 
+from marshal_workers.common.ledgerfile import find_gaps, find_overlaps
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.rationalizer import RationalizerConfig
-from plugins.ledger import find_gaps, find_overlaps
 from tests.integration.fleet import REPO, Fleet, Member
 
 pytestmark = pytest.mark.kafka

@@ -8,10 +8,17 @@ from pathlib import Path
 import pytest
 
 from marshal_workers.audit.checks import LedgerEntry
+from marshal_workers.common.ledgerfile import (
+    DIR_ENV,
+    LedgerRow,
+    find_duplicates,
+    find_gaps,
+    find_overlaps,
+    read_ledger,
+)
 from marshal_workers.handler import Context, Record
 from marshal_workers.protocol.modes import Mode
 from plugins import ledger
-from plugins.ledger import LedgerRow, find_duplicates, find_gaps, find_overlaps, read_ledger
 
 
 def row(offset: int, pid: int, start: float, end: float, partition: int = 0) -> LedgerRow:
@@ -54,7 +61,7 @@ def record(offset: int) -> Record:
 @pytest.fixture
 def ledger_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh ledger directory in the environment, and no ledger file open yet."""
-    monkeypatch.setenv(ledger.DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(DIR_ENV, str(tmp_path))
     monkeypatch.setattr(ledger, "_settings", None)
     return tmp_path
 

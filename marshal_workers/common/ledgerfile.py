@@ -1,0 +1,101 @@
+"""The ledger file format: one JSON line per record a handler processed (the `ledger` plugin
+writes it, `marshal-admin demo`, the audit and the tests read it), and the checks on its
+rows: duplicates, overlaps in time between processes, gaps. Pure but for reading the files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TypedDict
+
+DIR_ENV = "MARSHAL_LEDGER_DIR"  # the directory the ledger plugin writes its files in
+
+
+class LedgerRow(TypedDict):
+    """One processed record.
+
+    ``group`` and ``instance_id`` are ``None`` only in rows of older ledger files, which did
+    not write them (`read_ledger` fills them in), so readers never need ``.get``.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    client_id: str
+    pid: int
+    token: int
+    start: float
+    end: float
+    group: str | None
+    instance_id: str | None
+
+
+Coordinates = tuple[str, int, int]  # topic, partition, offset
+
+
+def read_ledger(directory: str | os.PathLike[str]) -> list[LedgerRow]:
+    """Every row of every ledger file in ``directory``, by (topic, partition, offset, start).
+
+    A last line without its newline (a process killed mid-write) is skipped. Rows of older
+    ledgers, written without ``group`` and ``instance_id``, get ``None`` for them.
+    """
+    rows: list[LedgerRow] = []
+    for path in sorted(Path(directory).glob("ledger-*.jsonl")):
+        text = path.read_text()
+        complete = text if text.endswith("\n") else text[: text.rfind("\n") + 1]
+        rows.extend(_row(line) for line in complete.splitlines() if line)
+    rows.sort(key=lambda r: (r["topic"], r["partition"], r["offset"], r["start"]))
+    return rows
+
+
+def _row(line: str) -> LedgerRow:
+    """One ledger line, with the fields older ledgers lack set to None."""
+    row: LedgerRow = json.loads(line)
+    row.setdefault("group", None)
+    row.setdefault("instance_id", None)
+    return row
+
+
+def find_duplicates(rows: Iterable[LedgerRow]) -> dict[Coordinates, list[LedgerRow]]:
+    """Records processed more than once, with every row that processed them."""
+    seen: dict[Coordinates, list[LedgerRow]] = defaultdict(list)
+    for row in rows:
+        seen[(row["topic"], row["partition"], row["offset"])].append(row)
+    return {coords: found for coords, found in seen.items() if len(found) > 1}
+
+
+def find_overlaps(rows: Iterable[LedgerRow]) -> list[tuple[LedgerRow, LedgerRow]]:
+    """Pairs of rows of one partition, from different processes, whose work overlapped in time.
+
+    Each pair is (earlier start, later start). Rows of one process never overlap (a child
+    handles one record at a time), so any pair here is two owners at once.
+    """
+    by_partition: dict[tuple[str, int], list[LedgerRow]] = defaultdict(list)
+    for row in rows:
+        by_partition[(row["topic"], row["partition"])].append(row)
+    overlaps: list[tuple[LedgerRow, LedgerRow]] = []
+    for partition_rows in by_partition.values():
+        partition_rows.sort(key=lambda r: r["start"])
+        active: list[LedgerRow] = []  # rows that may still overlap a later start
+        for row in partition_rows:
+            active = [a for a in active if a["end"] > row["start"]]
+            overlaps.extend((a, row) for a in active if a["pid"] != row["pid"])
+            active.append(row)
+    return overlaps
+
+
+def find_gaps(
+    rows: Iterable[LedgerRow], expected: Mapping[tuple[str, int], range]
+) -> list[Coordinates]:
+    """Expected records (``expected[(topic, partition)]`` = the offsets) that no row processed."""
+    done: set[Coordinates] = {(r["topic"], r["partition"], r["offset"]) for r in rows}
+    return [
+        (topic, partition, offset)
+        for (topic, partition), offsets in sorted(expected.items())
+        for offset in offsets
+        if (topic, partition, offset) not in done
+    ]
