@@ -19,7 +19,14 @@ from marshal_workers.ipc.messages import Grant, GrantRequest
 if TYPE_CHECKING:
     from marshal_workers.handler import Record
 
-AHEAD = 1  # batches asked for beyond the one handled or awaited (a crash loses at most AHEAD + 1)
+AHEAD = 1  # reservations asked for beyond the one handled or awaited
+
+
+def reservation_size(batch_size: int, amo_window: int) -> int:
+    """The most records one reservation covers: the window holds the reservation in hand and
+    the ones asked ahead (``AHEAD + 1``), so a crash loses at most ``amo_window`` records;
+    never less than one batch."""
+    return max(batch_size, amo_window // (AHEAD + 1))
 
 
 class Asked:

@@ -1,9 +1,11 @@
 """A child's main thread: set up the handler and consumer, then fetch, (AMO: ask), handle,
 report, until told to stop or fenced.
 
-AMO asks ahead (`child.grants`): having fetched batch k+1 it sends its `GrantRequest` before it
-waits for batch k's `Grant` and handles batch k, so the coordination log's round trip for one
-batch overlaps the handling of the other. On `Stop` it asks for nothing more and handles every
+AMO asks ahead (`child.grants`): having fetched run k+1 it sends its `GrantRequest` before it
+waits for run k's `Grant` and handles run k, so the coordination log's round trip for one
+overlaps the handling of the other. A run is what is fetched already, up to half the
+`amo_window` (several batches under one reservation record); the window bounds what a crash
+loses. On `Stop` it asks for nothing more and handles every
 batch it asked for that the supervisor grants before it exits (a graceful stop loses nothing:
 the log reserved those batches for this claim, and nobody else may handle them).
 
@@ -40,7 +42,7 @@ from marshal_workers.child.fencing import (
     REASON_LEASE_EXPIRED,
     REASON_PARENT_GONE,
 )
-from marshal_workers.child.grants import Asked
+from marshal_workers.child.grants import Asked, reservation_size
 from marshal_workers.child.plugin import Plugin
 from marshal_workers.child.policy import Failure, FailurePolicy, OnFailure, PoisonRate
 from marshal_workers.child.stats import StatsTally, cached_high_watermark
@@ -113,6 +115,7 @@ class ChildLoop:
         self.reported: int | None = None  # the last Progress sent
         self.progress_due = 0.0  # ALO: full batches report at most once per PROGRESS_INTERVAL_S
         self.asked = Asked()  # AMO: the batches asked for, not yet handled
+        self.reserve_size = reservation_size(spec.batch_size, spec.amo_window)
         self.fetch_now = spec  # AMO, with a batch asked for: fetch without waiting (see setup)
         self.stats = StatsTally()  # sent as `Stats` about once a second (see stats)
         self.handled = 0  # records the handler completed (dead letters and skips not counted)
@@ -210,12 +213,32 @@ class ChildLoop:
         if asked.may_ask() and not self.stop_requested:
             records = self._fetch(self.fetch_now if asked.batches else self.spec)
             if records:
-                self.send(asked.ask(records))
+                self.send(asked.ask(self._fill(records)))
                 fetched = True
         if asked.batches and (asked.full() or not fetched or self.stop_requested):
-            request, batch = asked.take()
+            request, reserved = asked.take()
             self._await_grant(request)
-            self._handle(batch)
+            step = self.spec.batch_size if self.plugin and self.plugin.handle_batch else 0
+            if step and len(reserved) > step:  # a batch plugin gets batches, not the whole run
+                for i in range(0, len(reserved), step):
+                    self._handle(reserved[i : i + step])
+            else:
+                self._handle(reserved)
+
+    def _fill(self, records: Sequence[Record]) -> Sequence[Record]:
+        """AMO: ``records`` and what more is fetched already, up to one reservation
+        (`reservation_size`), so that one record in the log reserves several batches. A batch
+        plugin's view of the consumer's messages is reserved batch by batch."""
+        size = self.reserve_size
+        if isinstance(records, MessageRecords) or len(records) + self.spec.batch_size > size:
+            return records
+        run = list(records)
+        while len(run) + self.spec.batch_size <= size:
+            more = self._fetch(self.fetch_now)
+            if not more:
+                break
+            run.extend(more)
+        return run
 
     def _handle(self, records: Sequence[Record]) -> None:
         """Handle a batch in order, each unit through the error policy (see the module doc)."""

@@ -41,6 +41,7 @@ class RunConfig:
     partitioner: Partitioner = Partitioner.SPEC
     heartbeat_interval: float = 10.0
     batch_size: int = 500
+    amo_window: int = 2000  # AMO: reserved and not handled, at most (the loss on a crash)
     stop_timeout: float = 20.0
     handler_timeout: float = 300.0  # 0: no deadline
     auto_offset_reset: str = "earliest"
@@ -99,6 +100,11 @@ def run_config(resolved: Resolved) -> RunConfig:
     missing = [BY_NAME[name].flag for name in REQUIRED if not v[name]]
     if missing:
         raise ConfigError(f"missing {', '.join(missing)} (see marshal-run --help)")
+    if v["amo_window"] < 2 * v["batch_size"]:
+        raise ConfigError(
+            f"amo_window {v['amo_window']} is below 2 x batch_size ({2 * v['batch_size']}): "
+            "a child reserves a batch while it handles the one before"
+        )
     log_format = v["log_format"]
     log_json = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
     return RunConfig(
@@ -112,6 +118,7 @@ def run_config(resolved: Resolved) -> RunConfig:
         partitioner=Partitioner(v["partitioner"]),
         heartbeat_interval=v["heartbeat_interval"],
         batch_size=v["batch_size"],
+        amo_window=v["amo_window"],
         stop_timeout=v["stop_timeout"],
         handler_timeout=v["handler_timeout"],
         auto_offset_reset=v["auto_offset_reset"],

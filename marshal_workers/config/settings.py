@@ -232,11 +232,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "batch_size",
         500,
-        "Records a child fetches and handles per batch (AMO reserves "
-        "one batch per log round trip).",
+        "Records a child fetches and handles per batch.",
         "Timing",
         parse=_positive_int,
         metavar="N",
+    ),
+    Setting(
+        "amo_window",
+        2000,
+        "AMO: the most records a child may have reserved in the coordination log and not yet "
+        "handled, so the most a crash (kill -9, a lease run out, a handler failure under stop) "
+        "can lose; a graceful stop loses none. A child reserves up to half of it in one record "
+        "(several batches) and asks for the next while it handles one: larger costs the log "
+        "fewer records per handled one. At least 2 x batch_size.",
+        "Timing",
+        parse=_positive_int,
+        metavar="RECORDS",
     ),
     Setting(
         "stop_timeout",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from marshal_workers.child.grants import AHEAD
+from marshal_workers.child.grants import AHEAD, reservation_size
 from marshal_workers.core.childexits import ChildEnd
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import (
@@ -170,7 +170,8 @@ class SimChild:
         high = self.data.high_watermark(t)
         in_hand = (self.batch is not None) + len(self.asks)
         if in_hand <= AHEAD and high > self.asked_end and not self.stopping:
-            start, end = self.asked_end, min(high, self.asked_end + self.spec.batch_size)
+            size = reservation_size(self.spec.batch_size, self.spec.amo_window)
+            start, end = self.asked_end, min(high, self.asked_end + size)
             self.requests += 1
             self.asks.append((self.requests, start, end))
             self.asked_end = end

@@ -7,9 +7,9 @@
 - ``amo_loss_only_on_crash``: in AMO every offset below the position the log ends with was
   handled, except those a child had asked for and not handled when it crashed (killed, its lease
   ran out, its handler failed or hung) or a fault refused a grant it asked for (a reservation
-  whose write timed out may have landed: `FAULT_REFUSALS`); each such window is at most the batches
-  a child may ask for ahead (``(AHEAD + 1) * batch_size``). A child that stopped gracefully (exit
-  0) explains no loss;
+  whose write timed out may have landed: `FAULT_REFUSALS`); each such window is at most what a
+  child may have reserved (``amo_window``: ``AHEAD + 1`` reservations of up to half of it). A
+  child that stopped gracefully (exit 0) explains no loss;
 - ``alo_no_skip``: in ALO every offset below the position the log ends with was handled;
 - ``alo_rehandle_bound``: in ALO a record is handled again only if its first handling was in
   the last 2*HB + 0.5 s of its handler's work (a heartbeat carries the position of at most
@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from marshal_workers.child.grants import AHEAD
+from marshal_workers.child.grants import AHEAD, reservation_size
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import World
 from marshal_workers.protocol.wire import ClaimKey
@@ -156,7 +156,7 @@ class Checker:
         if child.asked_end > child.position:
             window = (child.position, child.asked_end)
             self.crash_windows[child.key].append(window)
-            bound = (AHEAD + 1) * child.spec.batch_size
+            bound = (AHEAD + 1) * reservation_size(child.spec.batch_size, child.spec.amo_window)
             if window[1] - window[0] > bound:
                 self.violation(
                     "amo_loss_only_on_crash",

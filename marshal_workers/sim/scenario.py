@@ -159,6 +159,7 @@ class Fleet:
             start_offset=None,
             fencing_token=0,
             batch_size=50,
+            amo_window=200,  # reservations of up to two batches, as the default's ratio
             handler_timeout_s=self.handler_timeout,
         )
         return MemberSettings(

@@ -76,6 +76,7 @@ def member_settings(config: RunConfig, coordination_partitions: int) -> MemberSe
         fencing_token=0,
         auto_offset_reset=c.auto_offset_reset,
         batch_size=c.batch_size,
+        amo_window=c.amo_window,
         kafka_config=tuple(sorted(c.kafka.items())),
         log_json=c.log_json,
         retries=c.retries,

@@ -138,9 +138,9 @@ def test_deadline_defect_a_hung_handler_holds_its_partition(
     under a healthy supervisor."""
     spawn = Keeping.spawn
 
-    def no_deadline(self: Keeping, held, *, restart: bool) -> None:  # type: ignore[no-untyped-def]
+    def no_deadline(self: Keeping, held, **kwargs) -> None:  # type: ignore[no-untyped-def]
         self.ctx.s = replace(self.ctx.s, child=replace(self.ctx.s.child, handler_timeout_s=None))
-        spawn(self, held, restart=restart)
+        spawn(self, held, **kwargs)
 
     monkeypatch.setattr(Keeping, "spawn", no_deadline)
     params = SimParams(members=4, groups=1, faults=("poison",), fault_count=3)
@@ -172,7 +172,7 @@ def test_compaction_defect_claims_stay_certain_across_a_gap(
 def test_poison_defect_a_compacted_reader_refuses_the_surviving_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """marshal-sim seed 12 (found again at seed 5 of ``--faults poison,compaction`` since
+    """marshal-sim seed 12 (found again in ``--faults poison,compaction --fault-count 6`` since
     claims are keyed apart from heartbeats): a member that read a compacted log refused the
     surviving RecordFailed as not the holder's and counted the record's failures from 1 again."""
     fold_poison = rationalizer.fold_poison
@@ -181,7 +181,7 @@ def test_poison_defect_a_compacted_reader_refuses_the_surviving_count(
         return fold_poison(*args, **{**kwargs, "certain": True})
 
     monkeypatch.setattr(rationalizer, "fold_poison", checked)
-    params = SimParams(faults=("poison", "compaction"))
+    params = SimParams(faults=("poison", "compaction"), fault_count=6)
     assert first_violation(params, "poison_bounded", SEEDS) is not None
 
 

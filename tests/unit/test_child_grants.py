@@ -6,7 +6,12 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from marshal_workers.child.grants import Asked
+import pytest
+
+from marshal_workers.child.grants import AHEAD, Asked, reservation_size
+from marshal_workers.common.errors import ConfigError
+from marshal_workers.config.runconfig import run_config
+from marshal_workers.config.settings import resolve
 from marshal_workers.ipc.messages import Grant, GrantRequest
 
 
@@ -43,3 +48,25 @@ class TestAsked:
         first = asked.ask(batch(0, 5))
         assert asked.keep(Grant(first.request_id, False, "claim lost"))
         assert not asked.may_ask()
+
+
+def test_a_reservation_covers_half_the_window_and_never_less_than_a_batch() -> None:
+    """Issue 19.2: the window holds the reservation in hand and the one asked ahead, so a crash
+    loses at most ``amo_window`` records; one record in the log reserves several batches."""
+    assert reservation_size(500, 2000) == 1000
+    assert reservation_size(500, 1000) == 500
+    assert reservation_size(500, 600) == 500  # (refused at start: below 2 x batch_size)
+    assert (AHEAD + 1) * reservation_size(50, 200) == 200
+
+
+def test_a_window_below_two_batches_is_refused_with_one_line() -> None:
+    base = {
+        "handler": "echo",
+        "mode": "amo",
+        "topic": ("orders",),
+        "group": "g",
+        "bootstrap_servers": "localhost:9092",
+    }
+    with pytest.raises(ConfigError, match=r"amo_window 600 is below 2 x batch_size \(1000\)"):
+        run_config(resolve({**base, "amo_window": "600"}, None, environ={}))
+    assert run_config(resolve({**base, "amo_window": "1000"}, None, environ={})).amo_window == 1000
