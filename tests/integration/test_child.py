@@ -75,7 +75,8 @@ def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
 
 
 def make_spec(bootstrap: str, topic: str, **changes: object) -> ChildSpec:
-    """A ledger child for ``PARTITION`` of ``topic``, ALO from offset 0; ``changes`` override."""
+    """A ledger child for ``PARTITION`` of ``topic``, ALO from offset 0; ``changes`` override.
+    AMO reserves one batch at a time here (``amo_window`` = 2 batches) unless a test says."""
     spec = ChildSpec(
         handler="marshal_workers.plugins.ledger:handle",
         mode=Mode.ALO,
@@ -90,7 +91,10 @@ def make_spec(bootstrap: str, topic: str, **changes: object) -> ChildSpec:
         batch_size=10,
         batch_timeout_s=0.1,
     )
-    return replace(spec, **changes)  # type: ignore[arg-type]
+    spec = replace(spec, **changes)  # type: ignore[arg-type]
+    if "amo_window" not in changes:
+        spec = replace(spec, amo_window=2 * spec.batch_size)
+    return spec
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
@@ -159,6 +163,28 @@ class TestAtLeastOnce:
 
 
 class TestAtMostOnce:
+    def test_one_reservation_covers_the_batches_fetched_already(
+        self, kafka_bootstrap: str, topic: str, ledger_dir: Path, spawn: Callable[..., Supervised]
+    ) -> None:
+        """Issue 19.2: with a window of 40 records and batches of 5, a request covers what was
+        fetched already, up to 20 records (4 batches) under one reservation, and the next is
+        asked ahead; granted, both are handled, each record once."""
+        produce(kafka_bootstrap, topic, {PARTITION: 60})
+        child = spawn(make_spec(kafka_bootstrap, topic, mode=Mode.AMO, batch_size=5, amo_window=40))
+        first = child.expect(GrantRequest)
+        second = child.expect(GrantRequest)
+        assert (first.start, second.start) == (0, first.end)
+        sizes = (first.end - first.start, second.end - second.start)
+        assert max(sizes) > 5 and max(sizes) <= 20  # several batches, at most half the window
+        child.handle.send(Grant(first.request_id, granted=True))
+        child.handle.send(Grant(second.request_id, granted=True))
+        wait_for(lambda: len(offsets(ledger_dir)) >= second.end, "both reservations handled")
+        child.handle.send(Stop())
+        for request in child.of(GrantRequest)[2:]:
+            child.handle.send(Grant(request.request_id, granted=False, reason="stopping"))
+        child.expect(Stopped)
+        assert offsets(ledger_dir)[: second.end] == list(range(second.end))
+
     def test_handles_only_what_was_granted(
         self, kafka_bootstrap: str, topic: str, ledger_dir: Path, spawn: Callable[..., Supervised]
     ) -> None:
