@@ -19,7 +19,9 @@ data partition and consumer group:
   held the partition in between (``set-position`` rewound it on purpose).
 - **alo_gap** (ALO groups): an offset below a committed position that no row handled. Each
   interval committed [its first heartbeated position, its last committed position); the
-  pausing admin's intervals (set-position) are left out.
+  pausing admin's intervals (set-position) are left out, and so are the records an operator
+  skipped (`marshal-admin skip-record` on a poison record: not handled, on purpose; the
+  ``poison`` table shows them).
 
 ``tolerance_s`` widens every comparison of a ledger time with a log time or with another
 host's time, for ledgers written on hosts whose clocks differ from the broker's.
@@ -93,6 +95,7 @@ class Span(NamedTuple):
 
 
 _C = {name: i for i, name in enumerate(columns("claims"))}
+_P = {name: i for i, name in enumerate(columns("poison"))}
 
 
 def span_of(row: Row) -> Span:
@@ -107,17 +110,29 @@ class ClaimIndex:
     spans: Mapping[tuple[str, int], Sequence[Span]]
     modes: Mapping[str, str]
     gapped_coord_partitions: frozenset[int]
+    skipped: Mapping[tuple[str, str, int], frozenset[int]] = field(default_factory=dict)
 
     @classmethod
     def build(
-        cls, claims: Iterable[Row], modes: Mapping[str, str], gapped: Iterable[int]
+        cls,
+        claims: Iterable[Row],
+        modes: Mapping[str, str],
+        gapped: Iterable[int],
+        poison: Iterable[Row] = (),
     ) -> ClaimIndex:
-        """Index settled ``claims`` rows; ``gapped``: coordination partitions with gaps."""
+        """Index settled ``claims`` rows; ``gapped``: coordination partitions with gaps;
+        ``poison`` rows: the records an operator skipped, per (group, topic, partition)."""
         spans: dict[tuple[str, int], list[Span]] = defaultdict(list)
         for row in claims:
             s = span_of(row)
             spans[(s.topic, s.partition)].append(s)
-        return cls(dict(spans), dict(modes), frozenset(gapped))
+        skipped: dict[tuple[str, str, int], set[int]] = defaultdict(set)
+        action, offset = _P["action"], _P["offset"]
+        for row in poison:
+            if row[action] == "skipped":
+                skipped[(str(row[0]), str(row[1]), int(row[2]))].add(int(row[offset]))
+        frozen = {k: frozenset(v) for k, v in skipped.items()}
+        return cls(dict(spans), dict(modes), frozenset(gapped), frozen)
 
 
 @dataclass(slots=True)
@@ -184,6 +199,10 @@ class _Partition:
         self.gapped = bool(coord & index.gapped_coord_partitions) or (
             not coord and bool(index.gapped_coord_partitions)
         )
+        self.skipped = {
+            g: offsets for (g, t, p), offsets in index.skipped.items()
+            if (t, p) == (topic, partition)
+        }  # fmt: skip
         self.violations: list[Row] = []
         self.stats = CheckStats()
 
@@ -303,7 +322,7 @@ class _Partition:
         ]  # fmt: skip
         if not committed:
             return
-        handled = {r.offset for r in rows}
+        handled = {r.offset for r in rows} | self.skipped.get(group, frozenset())
         for lo, hi, spans in _merge(committed):
             missing_start = None
             for offset in range(lo, hi + 1):

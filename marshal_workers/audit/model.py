@@ -22,7 +22,9 @@ from marshal_workers.config.runconfig import DEFAULT_ADMIN_CLIENT_IDS
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import Partitioner
 
-SMALL = ("claims", "membership", "failovers", "heartbeat_gaps", "groups", "coordination")
+SMALL = (
+    "claims", "membership", "failovers", "heartbeat_gaps", "poison", "groups", "coordination",
+)  # fmt: skip
 """Tables with a row per claim or less: collected to the driver, settled, written there."""
 
 
@@ -140,9 +142,10 @@ def finish_small(
     out["groups"] = merge_groups(out["groups"], config.modes)
     index = claim_index(out)
     if window.group is not None:
-        for name in ("claims", "membership", "failovers", "heartbeat_gaps", "groups"):
+        for name in ("claims", "membership", "failovers", "heartbeat_gaps", "poison", "groups"):
             out[name] = [r for r in out[name] if r[0] == window.group]
     out["coordination"].sort()
+    out["poison"].sort(key=lambda r: (r[0], r[1], r[2], r[4], r[5], r[6]))
     for name in ("claims", "membership", "failovers", "heartbeat_gaps"):
         out[name].sort(key=_order(name))
     return out, end, index
@@ -164,4 +167,4 @@ def claim_index(tables: Mapping[str, list[Row]]) -> ClaimIndex:
     gcols, ccols = columns("groups"), columns("coordination")
     modes = {str(r[0]): str(r[gcols.index("mode")]) for r in tables["groups"]}
     gapped = [int(r[0]) for r in tables["coordination"] if r[ccols.index("gap_seen")]]
-    return ClaimIndex.build(tables["claims"], modes, gapped)
+    return ClaimIndex.build(tables["claims"], modes, gapped, tables.get("poison", ()))

@@ -264,6 +264,10 @@ def render(result: AuditResult) -> str:
     parts.append(_table("Violations", "violations", result.violations))
     parts.append(_table("Groups", "groups", result.tables["groups"]))
     parts.append(_table("Failovers and handovers", "failovers", result.tables["failovers"]))
+    parts.append(
+        _table("Poison records: failures, parked, retried, skipped", "poison",
+               result.tables.get("poison", []))
+    )  # fmt: skip
     parts.append(_table("Claims", "claims", result.tables["claims"]))
     body = "\n".join(parts)
     return (

@@ -9,6 +9,7 @@ A stable interface (keys are only ever added)::
      "claims", "claims_ended": {ENDED: N}, "clients", "partitions_claimed", "members",
      "failovers", "handovers", "failover_ms": {"min", "median", "max"} | null,
      "max_heartbeat_gap_ms", "reservations",
+     "poison": {"records", "failures", "parked", "retried", "skipped", "parked_at_end"},
      "ledger": {"rows", "incomplete_lines", "checked", "unverifiable", "alo_redeliveries"}
                | null,
      "violations", "violations_by_kind": {KIND: N},
@@ -40,6 +41,24 @@ def _col(table: str, name: str) -> int:
 def violation_line(row: tuple[Any, ...]) -> str:
     """A violation as one line for stderr."""
     return f"violation {row[_col('violations', 'kind')]}: {row[_col('violations', 'detail')]}"
+
+
+def poison_summary(rows: list[tuple[Any, ...]]) -> dict[str, int]:
+    """Poison records (distinct failing data records) and what became of them: failures
+    counted, records ever parked, retried or skipped by an operator, and still parked at the
+    end of the log (their newest poison row parks them)."""
+    action = _col("poison", "action")
+    record: dict[tuple[Any, ...], list[str]] = {}
+    for r in rows:  # in log order per partition (`model.finish_small`)
+        record.setdefault((r[0], r[1], r[2], r[3]), []).append(str(r[action]))
+    return {
+        "records": len(record),
+        "failures": sum(1 for r in rows if r[action] in ("failed", "parked")),
+        "parked": sum(1 for a in record.values() if "parked" in a),
+        "retried": sum(1 for a in record.values() if "retried" in a),
+        "skipped": sum(1 for a in record.values() if "skipped" in a),
+        "parked_at_end": sum(1 for a in record.values() if a[-1] == "parked"),
+    }
 
 
 def summarize(result: AuditResult) -> dict[str, Any]:
@@ -103,6 +122,7 @@ def summarize(result: AuditResult) -> dict[str, Any]:
         else None,
         "max_heartbeat_gap_ms": max(gaps) if gaps else None,
         "reservations": result.verdicts.get("MessagesClaimed", 0),
+        "poison": poison_summary(t.get("poison", [])),
         "ledger": ledger,
         "violations": len(violations),
         "violations_by_kind": dict(sorted(kinds.items())),

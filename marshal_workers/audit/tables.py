@@ -21,7 +21,9 @@ what the ledger checks compare handling times against. A claim whose earlier his
 compacted away (the fold's Unverified events) proves nothing and opens no interval.
 
 Member claims (`claims.is_member_key`) go to ``membership``; data claims to ``claims``, and
-only they produce failovers, heartbeat gaps, reservations and lag rows. Rows are tuples in the
+only they produce failovers, heartbeat gaps, reservations and lag rows. Accepted poison
+records (`recordfailures`: a handler's counted failures, parkings, an operator's retry or skip)
+are ``poison`` rows. Rows are tuples in the
 column order of `schema.TABLES`; rows outside the ``--group``/``--since``/``--until`` window
 are left out here, so that every caller filters alike.
 """
@@ -35,6 +37,7 @@ from typing import Any
 
 from marshal_workers.audit.events_table import event_row
 from marshal_workers.protocol import events as ev
+from marshal_workers.protocol import recordfailures as rf
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.wire import ClaimingMessages, ClaimKey
 
@@ -112,7 +115,7 @@ class Tables:
             name: []
             for name in (
                 "events", "claims", "membership", "failovers", "heartbeat_gaps",
-                "reservations", "lag", "groups", "coordination",
+                "reservations", "lag", "poison", "groups", "coordination",
             )
         }  # fmt: skip
         self._open: dict[tuple[str, str, int], _Interval] = {}
@@ -152,8 +155,10 @@ class Tables:
 
     def _wanted(self, event: ev.Event) -> bool:
         """Whether ``--group`` reports the event (malformed records belong to no group)."""
-        if isinstance(event, ev.Verdict):
+        if isinstance(event, ev.Verdict | rf.PoisonVerdict):
             return self.window.wants_group(event.message.group_id)
+        if isinstance(event, ev.GroupSettingsRecorded):
+            return self.window.wants_group(event.group)
         return False
 
     def _reported(self, group: str, t: int) -> bool:
@@ -262,6 +267,20 @@ class Tables:
                  e.log_time, e.start, end, count)
             )  # fmt: skip
 
+    def _poison(self, e: rf.PoisonNoted | rf.PoisonCleared) -> None:
+        """A counted failure, a parking, or an operator's retry or skip: a ``poison`` row."""
+        m, state = e.message, e.state
+        if not self._reported(m.group_id, e.log_time):
+            return
+        if isinstance(e, rf.PoisonNoted):
+            action = "parked" if state.parked else "failed"
+        else:
+            action = "skipped" if state.skipped else "retried"
+        self.rows["poison"].append(
+            (m.group_id, m.topic, m.partition, state.offset, e.log_time, e.coord_partition,
+             e.coord_offset, m.client_id, m.instance_id, action, state.failures, state.error)
+        )  # fmt: skip
+
     # ---- rows -------------------------------------------------------------------------------
 
     def _close(self, iv: _Interval, ended: str | None, end_ms: int | None, by: str | None) -> None:
@@ -344,4 +363,6 @@ _HANDLERS: dict[type, Callable[[Tables, Any], None]] = {
     ev.MessagesRejected: Tables._rejected_reservation,
     ev.GroupPaused: Tables._paused,
     ev.Unverified: Tables._unverified_record,
+    rf.PoisonNoted: Tables._poison,
+    rf.PoisonCleared: Tables._poison,
 }

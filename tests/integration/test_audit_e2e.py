@@ -142,3 +142,68 @@ def _produce_lines(bootstrap: str, topic: str, rows: list[Any]) -> None:
         producer.produce(topic, json.dumps(r).encode())
         producer.poll(0)
     assert producer.flush(30) == 0
+
+
+def _poison_state(fleet: Fleet) -> dict[str, Any] | None:
+    out = fleet.admin("status", "--group", fleet.group, "--json")
+    assert out.returncode == 0, out.stderr
+    for claim in json.loads(out.stdout)["claims"]:
+        if claim["topic"] == fleet.topic and claim["partition"] == 0:
+            found = claim.get("poison")
+            return found if isinstance(found, dict) else None
+    return None
+
+
+@pytest.mark.timeout(900)
+def test_a_parked_then_skipped_record_is_reported(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Issue 21.1: a handler that always fails on one record, parked after 2 failures, then
+    skipped by an operator. The unfiltered audit runs (it crashed on RecordFailed), and it and
+    the --group audit report the record's failures, its parking and the skip."""
+    poison_at, total = 3, 10
+    fleet = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=HB, partitions=1)
+    try:
+        fleet.produce(total)
+        env = {"MARSHAL_LEDGER_FAIL_AT_OFFSET": str(poison_at)}
+        fleet.start("a", "--retries", "0", "--restart-backoff", "0.1",
+                    "--max-handler-failures", "2", "--poison-park-after", "2", env=env)  # fmt: skip
+
+        def parked() -> bool:
+            state = _poison_state(fleet)
+            return state is not None and state["parked"] is True
+
+        fleet.wait_for(parked, 90, "the poison record to be parked")
+        skipped = fleet.admin("skip-record", "--group", fleet.group, "--topic", fleet.topic,
+                              "--partition", "0", "--offset", str(poison_at))  # fmt: skip
+        assert skipped.returncode == 0, skipped.stderr
+        fleet.wait_for(
+            lambda: {r["offset"] for r in fleet.ledger()} == set(range(total)) - {poison_at},
+            60,
+            "every other record handled",
+        )
+        for member in fleet.members:
+            member.signal(signal.SIGTERM)
+        for member in fleet.members:
+            assert member.wait(30) == 0, member.log_tail()
+
+        out = tmp_path / "audit"
+        code, summary, err = audit(fleet, out)
+        assert code == 0, err
+        assert summary["poison"] == {"records": 1, "failures": 2, "parked": 1, "retried": 0,
+                                     "skipped": 1, "parked_at_end": 0}, summary  # fmt: skip
+        assert summary["verdicts"]["PoisonNoted"] == 2 and summary["verdicts"]["PoisonCleared"] == 1
+        poison = pq.read_table(out / "poison").to_pylist()
+        assert [(p["offset"], p["action"], p["client_id"]) for p in poison] == [
+            (poison_at, "failed", "a"), (poison_at, "parked", "a"),
+            (poison_at, "skipped", "marshal-admin"),
+        ]  # fmt: skip
+        assert "SimulatedError" in poison[0]["error"]
+        events = pq.read_table(out / "events").to_pylist()
+        assert sum(e["message_type"] == "RecordFailed" for e in events) == 2
+        page = (out / "report.html").read_text()
+        assert "Poison records" in page and "skipped" in page and "parked" in page
+
+        code, summary, err = audit(fleet, tmp_path / "audit-group", "--group", fleet.group)
+        assert code == 0, err
+        assert summary["poison"]["parked"] == 1 and summary["poison"]["skipped"] == 1
+    finally:
+        fleet.close()
