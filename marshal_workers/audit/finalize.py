@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from marshal_workers.audit.schema import columns
@@ -30,8 +30,12 @@ def log_end_ms(coordination: Iterable[Row]) -> int | None:
     return max(ends) if ends else None
 
 
-def settle(claim_rows: Iterable[Row], end_ms: int, hb_ms: int, window: Window) -> list[Row]:
-    """Claims or membership rows with every open interval decided (stale or still held)."""
+def settle(
+    claim_rows: Iterable[Row], end_ms: int, hb_ms: int | Callable[[str], int], window: Window
+) -> list[Row]:
+    """Claims or membership rows with every open interval decided (stale or still held);
+    ``hb_ms``: the heartbeat interval, or each group's (a function of the group)."""
+    hb_of = hb_ms if callable(hb_ms) else (lambda _group, ms=hb_ms: ms)
     ended, end, last_hb, start = (
         _CLAIM["ended"],
         _CLAIM["end_ms"],
@@ -45,8 +49,9 @@ def settle(claim_rows: Iterable[Row], end_ms: int, hb_ms: int, window: Window) -
             continue
         values = list(row)
         last = values[last_hb]
-        if end_ms - last > 2 * hb_ms:
-            values[ended], values[end] = "stale", last + 2 * hb_ms
+        hb = hb_of(values[_CLAIM["group"]])
+        if end_ms - last > 2 * hb:
+            values[ended], values[end] = "stale", last + 2 * hb
         else:
             values[ended] = "still_held"
         if window.wants_span(values[start], values[end]):

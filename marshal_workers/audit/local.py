@@ -28,7 +28,12 @@ def run_local(
     num_partitions: int | None = None,
 ) -> tuple[AuditResult, dict[str, list[Row]]]:
     """The audit's result and every table, the big ones included."""
-    settings = FoldSettings(config.rationalizer(num_partitions), config.window)
+    records = list(records)
+    if config.heartbeats is None:
+        config = config.with_heartbeats(records)
+    settings = FoldSettings(
+        config.rationalizer(num_partitions), config.window, heartbeats=config.heartbeats
+    )
     raw = fold_records(records, settings)
     tables, end_ms, index = finish_small(raw, config)
     big = {name: raw.get(name, []) for name in BIG}

@@ -91,9 +91,12 @@ def _run(
         records = sources.kafka_topic(spark, source.bootstrap_servers, source.topic)
     else:
         records = sources.dump_file(spark, source.path)
-    settings = FoldSettings(config.rationalizer(num_partitions), config.window)
+    config = config.with_heartbeats(_spark(lambda: sources.settings_records(records)))
+    settings = FoldSettings(
+        config.rationalizer(num_partitions), config.window, heartbeats=config.heartbeats
+    )
     spread = config.session.shuffle_partitions
-    progress.step(f"folding {source} (heartbeat interval {config.heartbeat_interval_ms} ms)")
+    progress.step(f"folding {source} ({_intervals_text(config)})")
     packed = spark_jobs.fold_packed(records, settings, spread)
     try:
         raw = _spark(lambda: spark_jobs.collect_tables(packed, SMALL))
@@ -124,6 +127,16 @@ def _run(
         result.report_path = report.write_report(result, out / "report.html")
         progress.step(f"report: {result.report_path}")
     return result
+
+
+def _intervals_text(config: AuditConfig) -> str:
+    """The heartbeat intervals the fold judges with, for the progress line."""
+    recorded = config.heartbeats.newest_ms if config.heartbeats is not None else {}
+    default = f"heartbeat interval {config.heartbeat_interval_ms} ms"
+    if not recorded:
+        return default
+    groups = ", ".join(f"{g} {ms} ms" for g, ms in sorted(recorded.items()))
+    return f"heartbeat intervals recorded in the log: {groups}; otherwise {default}"
 
 
 def _check(

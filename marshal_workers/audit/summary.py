@@ -2,7 +2,8 @@
 
 A stable interface (keys are only ever added)::
 
-    {"input", "out", "report", "heartbeat_interval_ms", "records", "coordination_partitions",
+    {"input", "out", "report", "heartbeat_interval_ms", "heartbeat_intervals_ms": {GROUP: MS},
+     "records", "coordination_partitions",
      "log_start", "log_end", "malformed", "unverified", "verdicts": {VERDICT: N},
      "groups": [{"group", "mode", "partitions", "members", "claims", "failovers",
                  "handovers", "pauses"}],
@@ -98,6 +99,9 @@ def summarize(result: AuditResult) -> dict[str, Any]:
         "out": str(result.config.out),
         "report": None if result.report_path is None else str(result.report_path),
         "heartbeat_interval_ms": result.config.heartbeat_interval_ms,
+        "heartbeat_intervals_ms": {
+            str(r[0]): result.config.group_heartbeat_ms(str(r[0])) for r in t["groups"]
+        },
         "records": sum(int(r[_col("coordination", "records")]) for r in coord),
         "coordination_partitions": len(coord),
         "log_start": iso_ms(

@@ -196,3 +196,35 @@ class TestCommandLine:
         with pytest.raises(SystemExit) as exit_info:
             main()
         assert exit_info.value.code == 2
+
+
+class TestRecordedHeartbeatInterval:
+    def test_the_logs_interval_decides_and_a_disagreeing_flag_is_refused(
+        self, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:  # fmt: skip
+        """Issue 21.2 on Spark: a group recorded at 2 s is judged at 2 s without the flag
+        (B's claim 5 s after A's last heartbeat is a failover); --heartbeat-interval 10 is
+        refused with one line and exit 2."""
+        from tests.unit.test_audit_heartbeat import fleet_log  # noqa: PLC0415
+
+        dump = write_dump(fleet_log("g", 2000), tmp_path / "dump.jsonl")
+        monkeypatch.delenv("MARSHAL_HEARTBEAT_INTERVAL", raising=False)
+        argv = ["marshal-audit", "--input", str(dump), "--out", str(tmp_path / "out"), "--json"]
+        monkeypatch.setattr("sys.argv", argv)
+        with pytest.raises(SystemExit) as judged:
+            main()
+        captured = capsys.readouterr()
+        assert judged.value.code == 0, captured.err
+        summary = json.loads(captured.out)
+        assert summary["failovers"] == 1 and summary["heartbeat_intervals_ms"] == {"g": 2000}
+        assert summary["claims_ended"] == {"still_held": 1, "taken_over": 1}
+
+        monkeypatch.setattr("sys.argv", [*argv, "--heartbeat-interval", "10"])
+        with pytest.raises(SystemExit) as refused:
+            main()
+        captured = capsys.readouterr()
+        assert refused.value.code == 2
+        lines = [ln for ln in captured.err.splitlines() if "heartbeat" in ln and "10s" in ln]
+        assert len(lines) == 1 and "2s" in lines[0], captured.err
+        assert "Traceback" not in captured.err and captured.out == ""
