@@ -4,6 +4,9 @@
   heartbeat is more than 2*HB before the end of the whole log (or ``--until``), else *still
   held*. The end of the log is the newest log time over all partitions (`log_end_ms`), not
   the reader's clock, so an audit of the same log always says the same.
+- `settle_losses`: an AMO range reserved on an interval still open at the end of its partition
+  is lost only if that interval settled stale (its lease expired); while the holder is still
+  entitled to the claim, the range is work in progress.
 - `merge_groups`: each coordination partition counts its own part of a group; a claim lives on
   exactly one partition, so the parts add up; a group is AMO if any part saw a reservation.
 - `add_lag`: the data partitions' high watermarks (read once, at audit time) against each
@@ -16,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from marshal_workers.audit.schema import columns
-from marshal_workers.audit.tables import Row, Window
+from marshal_workers.audit.tables import OPEN_LOSS, OPEN_REFUSED, Row, Window
 
 _CLAIM = {name: i for i, name in enumerate(columns("claims"))}
 _GROUP = {name: i for i, name in enumerate(columns("groups"))}
@@ -56,6 +59,33 @@ def settle(
             values[ended] = "still_held"
         if window.wants_span(values[start], values[end]):
             out.append(tuple(values))
+    return out
+
+
+_LOSS = {name: i for i, name in enumerate(columns("amo_losses"))}
+
+
+def settle_losses(losses: Iterable[Row], settled_claims: Iterable[Row]) -> list[Row]:
+    """`amo_losses` rows with the losses of open intervals decided by how they settled."""
+    stale: dict[tuple[object, ...], int] = {}
+    for c in settled_claims:
+        if c[_CLAIM["ended"]] == "stale":
+            who = tuple(c[_CLAIM[n]] for n in ("group", "topic", "partition", "client_id",
+                                               "instance_id", "token"))  # fmt: skip
+            stale[who] = c[_CLAIM["end_ms"]]
+    out: list[Row] = []
+    cause, lost = _LOSS["cause"], _LOSS["lost_ms"]
+    for row in losses:
+        if row[cause] not in (OPEN_LOSS, OPEN_REFUSED):
+            out.append(row)
+            continue
+        end = stale.get(tuple(row[:6]))
+        if end is None:
+            continue  # still held (or outside the window): work in progress, not a loss
+        values = list(row)
+        values[cause] = "lease_expired" if row[cause] == OPEN_LOSS else "refused"
+        values[lost] = end
+        out.append(tuple(values))
     return out
 
 

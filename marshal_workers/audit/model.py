@@ -15,7 +15,7 @@ from typing import Any
 
 from marshal_workers.audit.checks import CheckStats, ClaimIndex
 from marshal_workers.audit.exitcodes import AuditUsageError
-from marshal_workers.audit.finalize import log_end_ms, merge_groups, settle
+from marshal_workers.audit.finalize import log_end_ms, merge_groups, settle, settle_losses
 from marshal_workers.audit.heartbeats import Heartbeats, from_records, given_problem
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.session import SessionOptions
@@ -25,7 +25,8 @@ from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import CoordRecord, Partitioner
 
 SMALL = (
-    "claims", "membership", "failovers", "heartbeat_gaps", "poison", "groups", "coordination",
+    "claims", "membership", "failovers", "heartbeat_gaps", "poison", "amo_losses", "groups",
+    "coordination",
 )  # fmt: skip
 """Tables with a row per claim or less: collected to the driver, settled, written there."""
 
@@ -162,15 +163,20 @@ def finish_small(
     if end is not None:
         out["claims"] = settle(out["claims"], end, hb, window)
         out["membership"] = settle(out["membership"], end, hb, window)
+    out["amo_losses"] = settle_losses(out["amo_losses"], out["claims"] if end is not None else [])
     out["groups"] = merge_groups(out["groups"], config.modes)
     index = claim_index(out)
     if window.group is not None:
-        for name in ("claims", "membership", "failovers", "heartbeat_gaps", "poison", "groups"):
+        for name in (
+            "claims", "membership", "failovers", "heartbeat_gaps", "poison", "amo_losses",
+            "groups",
+        ):  # fmt: skip
             out[name] = [r for r in out[name] if r[0] == window.group]
     out["coordination"].sort()
     out["poison"].sort(key=lambda r: (r[0], r[1], r[2], r[4], r[5], r[6]))
     for name in ("claims", "membership", "failovers", "heartbeat_gaps"):
         out[name].sort(key=_order(name))
+    out["amo_losses"].sort(key=lambda r: (r[0], r[1], r[2], r[9] or 0, str(r)))
     return out, end, index
 
 

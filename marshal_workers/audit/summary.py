@@ -11,6 +11,7 @@ A stable interface (keys are only ever added)::
      "failovers", "handovers", "failover_ms": {"min", "median", "max"} | null,
      "max_heartbeat_gap_ms", "reservations",
      "poison": {"records", "failures", "parked", "retried", "skipped", "parked_at_end"},
+     "amo_losses": {"ranges", "records", "by_cause": {CAUSE: N}},
      "ledger": {"rows", "incomplete_lines", "checked", "unverifiable", "alo_redeliveries"}
                | null,
      "violations", "violations_by_kind": {KIND: N},
@@ -59,6 +60,17 @@ def poison_summary(rows: list[tuple[Any, ...]]) -> dict[str, int]:
         "retried": sum(1 for a in record.values() if "retried" in a),
         "skipped": sum(1 for a in record.values() if "skipped" in a),
         "parked_at_end": sum(1 for a in record.values() if a[-1] == "parked"),
+    }
+
+
+def loss_summary(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """AMO ranges reserved and never committed: how many, their records (ranges of unknown
+    start count none), and how many per cause."""
+    count, cause = _col("amo_losses", "count"), _col("amo_losses", "cause")
+    return {
+        "ranges": len(rows),
+        "records": sum(int(r[count]) for r in rows if r[count] is not None),
+        "by_cause": dict(sorted(Counter(str(r[cause]) for r in rows).items())),
     }
 
 
@@ -127,6 +139,7 @@ def summarize(result: AuditResult) -> dict[str, Any]:
         "max_heartbeat_gap_ms": max(gaps) if gaps else None,
         "reservations": result.verdicts.get("MessagesClaimed", 0),
         "poison": poison_summary(t.get("poison", [])),
+        "amo_losses": loss_summary(t.get("amo_losses", [])),
         "ledger": ledger,
         "violations": len(violations),
         "violations_by_kind": dict(sorted(kinds.items())),
