@@ -47,6 +47,7 @@ from typing import Final, NamedTuple
 
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.tables import Row, Window
+from marshal_workers.protocol.groupstatus import iso_ms
 
 
 class LedgerEntry(NamedTuple):
@@ -165,6 +166,11 @@ def _violation(
             row.token, row.start, row.end, detail, text)  # fmt: skip
 
 
+def _iso_s(seconds: float) -> str | None:
+    """A ledger time (Unix seconds) as ISO-8601 UTC with milliseconds."""
+    return iso_ms(round(seconds * 1000))
+
+
 def _who(row: LedgerEntry) -> str:
     return f"{row.topic}[{row.partition}]@{row.offset} by {row.client_id} pid {row.pid}"
 
@@ -241,11 +247,11 @@ class _Partition:
         early = row.start < start_ms / 1000 - self.tol
         late = end_ms is not None and row.end > (end_ms + 1) / 1000 + self.tol
         if early or late:
-            until = "still held" if end_ms is None else f"until {end_ms / 1000:.3f}"
+            until = "still held" if end_ms is None else f"until {iso_ms(end_ms)}"
             whose = "" if row.instance_id is None else f" (instance {row.instance_id})"
             detail = (
-                f"{_who(row)}: handled {row.start:.3f}-{row.end:.3f} but claim token "
-                f"{row.token}{whose} was valid from {start_ms / 1000:.3f} {until}"
+                f"{_who(row)}: handled {_iso_s(row.start)} to {_iso_s(row.end)} but claim "
+                f"token {row.token}{whose} was valid from {iso_ms(start_ms)} {until}"
             )
             self._add("zombie_work", group, row, detail, mine)
         return group
