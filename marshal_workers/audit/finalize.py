@@ -89,6 +89,32 @@ def settle_losses(losses: Iterable[Row], settled_claims: Iterable[Row]) -> list[
     return out
 
 
+def apply_ledger(
+    losses: Iterable[Row], handled: Iterable[tuple[str | None, str, int, int]]
+) -> list[Row]:
+    """`amo_losses` rows with ``handled`` filled in from the ledger's (group, topic,
+    partition, offset) rows (a group of None: an older ledger's row, any group's); a range
+    the ledger shows handled to its end lost nothing and is dropped."""
+    seen: dict[tuple[str, int], set[tuple[str | None, int]]] = {}
+    for group, topic, partition, offset in handled:
+        seen.setdefault((topic, partition), set()).add((group, offset))
+    i = _LOSS
+    out: list[Row] = []
+    for row in losses:
+        start, end = row[i["start_offset"]], row[i["end_offset"]]
+        if start is None:
+            out.append(row)
+            continue
+        mine = seen.get((row[i["topic"]], row[i["partition"]]), set())
+        group = row[i["group"]]
+        n = sum(1 for o in range(start, end) if (group, o) in mine or (None, o) in mine)
+        if n < end - start:
+            values = list(row)
+            values[i["handled"]] = n
+            out.append(tuple(values))
+    return out
+
+
 def merge_groups(parts: Iterable[Row], modes: Mapping[str, str] | None = None) -> list[Row]:
     """One ``groups`` row per group from the per-partition parts; ``modes`` overrides mode."""
     merged: dict[str, list[Any]] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from marshal_workers.audit.checks import LedgerEntry, check_ledger
-from marshal_workers.audit.finalize import add_lag
+from marshal_workers.audit.finalize import add_lag, apply_ledger
 from marshal_workers.audit.fold import FoldSettings, fold_records
 from marshal_workers.audit.model import AuditConfig, AuditResult, finish_small
 from marshal_workers.audit.report import lag_points
@@ -41,7 +41,11 @@ def run_local(
     result = AuditResult(config, tables, end_ms, index, lag_points(big["lag"]))
     tables["violations"] = []
     if ledger is not None:
+        ledger = list(ledger)
         found, stats = check_ledger(ledger, index, config.tolerance_s, config.window)
+        tables["amo_losses"] = apply_ledger(
+            tables["amo_losses"], ((r.group, r.topic, r.partition, r.offset) for r in ledger)
+        )
         tables["violations"] = found
         result.check = stats
     return result, {**tables, **big}

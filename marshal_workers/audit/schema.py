@@ -131,6 +131,7 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
         ("start_offset", "long", "first offset lost: its last commit (null: unknown)"),
         ("end_offset", "long", "its last reservation's end (exclusive): next owner resumes here"),
         ("count", "long", "end_offset - start_offset: records reserved and never committed"),
+        ("handled", "long", "of these, records the ledger shows handled (null: no ledger)"),
         ("reserved_ms", "long", "log time of the holder's last reservation"),
         ("lost_ms", "long", "log time the holder's right ended (release, lease end, takeover)"),
         ("cause", "string", "taken_over, lease_expired, refused, replaced, released[_under_pause]"),

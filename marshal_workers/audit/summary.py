@@ -64,12 +64,13 @@ def poison_summary(rows: list[tuple[Any, ...]]) -> dict[str, int]:
 
 
 def loss_summary(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
-    """AMO ranges reserved and never committed: how many, their records (ranges of unknown
-    start count none), and how many per cause."""
+    """AMO ranges reserved and never committed: how many, their records nobody handled (all of
+    them without a ledger; ranges of unknown start count none), and how many per cause."""
     count, cause = _col("amo_losses", "count"), _col("amo_losses", "cause")
+    handled = _col("amo_losses", "handled")
     return {
         "ranges": len(rows),
-        "records": sum(int(r[count]) for r in rows if r[count] is not None),
+        "records": sum(int(r[count]) - int(r[handled] or 0) for r in rows if r[count] is not None),
         "by_cause": dict(sorted(Counter(str(r[cause]) for r in rows).items())),
     }
 

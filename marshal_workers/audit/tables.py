@@ -121,8 +121,8 @@ class _Loss:
         detail = loss_detail(cause, iv.client_id, self.successor, start, end,
                              iv.refused, self.pauser)  # fmt: skip
         return (key.group, key.topic, key.partition, iv.client_id, iv.instance_id, iv.token,
-                start, end, count, iv.reserved_ms, self.lost_ms, self.cause, self.successor,
-                detail)  # fmt: skip
+                start, end, count, None, iv.reserved_ms, self.lost_ms, self.cause,
+                self.successor, detail)  # fmt: skip
 
 
 def _range(start: int | None, end: int) -> str:

@@ -134,3 +134,50 @@ class TestSyntheticFleet:
         assert set(got.values()) <= {"taken_over", "lease_expired"}
         assert len(got) >= len(syn.lost) - self.FLEET.partitions  # a crash at the very end
         assert summary["amo_losses"]["records"] == sum(e - s for _, _, s, e in got)
+
+
+class TestWithTheLedger:
+    """The ledger says which reserved records were handled after all (a holder that handled
+    its batch and stopped before committing it lost nothing)."""
+
+    def _audit(self, handled: list[int]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        from marshal_workers.audit.checks import LedgerEntry  # noqa: PLC0415
+
+        records = log(
+            (0, claim("A")), (100, reserve("A", 10)), (200, hb("A", 10)),
+            (300, reserve("A", 20)),
+            (3000, claim("B")), (3100, reserve("B", 30)), (3200, hb("B", 30)),
+        )  # fmt: skip
+        at = (T0 + 350) / 1000
+        ledger = [LedgerEntry(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1")
+                  for o in (*range(10), *handled)]  # fmt: skip
+        b_at = (T0 + 3150) / 1000
+        ledger += [LedgerEntry(TOPIC, 0, o, "B", 2, 4, b_at, b_at + 0.001, GROUP, "B-1")
+                   for o in range(20, 30)]  # fmt: skip
+        config = AuditConfig(FileInput(Path("-")), Path("-"), HB, modes={"*": "amo"})
+        result, tables = run_local(records, config, ledger)
+        assert result.violations == []
+        rows = [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
+        return summarize(result), rows
+
+    def test_records_the_holder_handled_before_it_stopped_are_not_lost(self) -> None:
+        """A handled 10..14 of [10, 20) before going silent: 5 records lost, not 10."""
+        summary, rows = self._audit(handled=[10, 11, 12, 13, 14])
+        assert [(r["start_offset"], r["end_offset"], r["count"], r["handled"]) for r in rows] == [
+            (10, 20, 10, 5)
+        ]
+        assert summary["amo_losses"] == {"ranges": 1, "records": 5,
+                                         "by_cause": {"taken_over": 1}}  # fmt: skip
+
+    def test_a_range_handled_to_its_end_is_no_loss(self) -> None:
+        """A handled all of [10, 20) and crashed before committing: nothing was lost."""
+        summary, rows = self._audit(handled=list(range(10, 20)))
+        assert rows == [] and summary["amo_losses"]["records"] == 0
+
+    def test_without_a_ledger_the_log_decides(self) -> None:
+        """No ledger: handled is unknown (null) and the whole range counts."""
+        _, rows = audit(log(
+            (0, claim("A")), (100, reserve("A", 10)), (200, hb("A", 10)),
+            (300, reserve("A", 20)), (3000, claim("B")),
+        ))  # fmt: skip
+        assert [(r["count"], r["handled"]) for r in rows] == [(10, None)]
