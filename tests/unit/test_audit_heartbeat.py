@@ -126,3 +126,29 @@ class TestGivenInterval:
         assert summarize(result)["failovers"] == 0
         with pytest.raises(AuditUsageError):
             audit(records, heartbeat_interval_ms=10_000, heartbeat_given=FLAG)
+
+
+class TestStreaming:
+    def test_the_streaming_fold_judges_each_group_as_the_plain_fold(self) -> None:
+        """fold_batches (Spark's path) with two recorded intervals gives fold_records' rows."""
+        from marshal_workers.audit import arrow  # noqa: PLC0415
+        from marshal_workers.audit.fold import FoldSettings, fold_batches, fold_records  # noqa: PLC0415
+        from marshal_workers.audit.heartbeats import from_records  # noqa: PLC0415
+        from marshal_workers.protocol.rationalizer import RationalizerConfig  # noqa: PLC0415
+
+        records = fleet_log("fast", 2000) + fleet_log("slow", 10_000, partition=1)
+        beats = from_records(records, None)
+        assert beats.intervals() == (10_000, 2000)
+        settings = FoldSettings(RationalizerConfig(beats.default_ms), heartbeats=beats)
+        ordered = sorted(records, key=lambda r: (r.partition, r.offset))
+        streamed: dict[str, list[Any]] = {}
+        for packed in fold_batches([arrow.record_batch(ordered[:3]),
+                                    arrow.record_batch(ordered[3:])], settings):  # fmt: skip
+            for name, data in zip(packed.column("table").to_pylist(),
+                                  packed.column("data").to_pylist(), strict=True):  # fmt: skip
+                streamed.setdefault(name, []).extend(arrow.rows_of(arrow.unpack(data), name))
+        plain = fold_records(records, settings)
+        assert {k: sorted(v, key=repr) for k, v in streamed.items()} == {
+            k: sorted(v, key=repr) for k, v in plain.items() if v
+        }
+        assert [r[0] for r in plain["failovers"]] == ["fast"]
