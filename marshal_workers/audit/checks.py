@@ -43,8 +43,9 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
+from marshal_workers.audit.amo import ledger_losses
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.tables import Row, Window
 from marshal_workers.protocol.groupstatus import iso_ms
@@ -112,6 +113,7 @@ class ClaimIndex:
     modes: Mapping[str, str]
     gapped_coord_partitions: frozenset[int]
     skipped: Mapping[tuple[str, str, int], frozenset[int]] = field(default_factory=dict)
+    reserved: Mapping[tuple[str, int], Sequence[Row]] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -120,9 +122,11 @@ class ClaimIndex:
         modes: Mapping[str, str],
         gapped: Iterable[int],
         poison: Iterable[Row] = (),
+        reserved: Iterable[Row] = (),
     ) -> ClaimIndex:
         """Index settled ``claims`` rows; ``gapped``: coordination partitions with gaps;
-        ``poison`` rows: the records an operator skipped, per (group, topic, partition)."""
+        ``poison`` rows: the records an operator skipped, per (group, topic, partition);
+        ``reserved``: the settled ``amo_reserved`` rows."""
         spans: dict[tuple[str, int], list[Span]] = defaultdict(list)
         for row in claims:
             s = span_of(row)
@@ -133,7 +137,10 @@ class ClaimIndex:
             if row[action] == "skipped":
                 skipped[(str(row[0]), str(row[1]), int(row[2]))].add(int(row[offset]))
         frozen = {k: frozenset(v) for k, v in skipped.items()}
-        return cls(dict(spans), dict(modes), frozenset(gapped), frozen)
+        amo: dict[tuple[str, int], list[Row]] = defaultdict(list)
+        for row in reserved:  # `amo_reserved` rows: AMO losses are what no ledger row handled
+            amo[(str(row[1]), int(row[2]))].append(row)
+        return cls(dict(spans), dict(modes), frozenset(gapped), frozen, dict(amo))
 
 
 @dataclass(slots=True)
@@ -146,6 +153,7 @@ class CheckStats:
     unverifiable: int = 0
     alo_redeliveries: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
+    amo_losses: list[list[Any]] = field(default_factory=list, compare=False)  # `amo` rows
 
     def add(self, other: CheckStats) -> None:
         """Add another partition's counts to these."""
@@ -156,6 +164,7 @@ class CheckStats:
         self.alo_redeliveries += other.alo_redeliveries
         for kind, n in other.by_kind.items():
             self.by_kind[kind] = self.by_kind.get(kind, 0) + n
+        self.amo_losses.extend(other.amo_losses)
 
 
 def _violation(
@@ -391,6 +400,12 @@ def check_partition(
     for group in {s.group for s in p.spans} - set(by_group):
         if p.window.wants_group(group) and index.modes.get(group, "alo") == "alo":
             p.gaps(group, [])
+    reserved = index.reserved.get((topic, partition), ())
+    if reserved:
+        handled = {(r.group, r.offset) for r in rows}
+        p.stats.amo_losses = [
+            list(loss) for loss in ledger_losses(reserved, handled) if p.window.wants_group(loss[0])
+        ]
     return p.violations, p.stats
 
 

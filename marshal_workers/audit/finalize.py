@@ -4,9 +4,8 @@
   heartbeat is more than 2*HB before the end of the whole log (or ``--until``), else *still
   held*. The end of the log is the newest log time over all partitions (`log_end_ms`), not
   the reader's clock, so an audit of the same log always says the same.
-- `settle_losses`: an AMO range reserved on an interval still open at the end of its partition
-  is lost only if that interval settled stale (its lease expired); while the holder is still
-  entitled to the claim, the range is work in progress.
+- `settle_reserved`: an AMO interval still open at the end of its partition ended as its claim
+  settled (stale, or still held: its last batch is work in progress, see `amo`).
 - `merge_groups`: each coordination partition counts its own part of a group; a claim lives on
   exactly one partition, so the parts add up; a group is AMO if any part saw a reservation.
 - `add_lag`: the data partitions' high watermarks (read once, at audit time) against each
@@ -19,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from marshal_workers.audit.schema import columns
-from marshal_workers.audit.tables import OPEN_LOSS, OPEN_REFUSED, Row, Window
+from marshal_workers.audit.tables import Row, Window
 
 _CLAIM = {name: i for i, name in enumerate(columns("claims"))}
 _GROUP = {name: i for i, name in enumerate(columns("groups"))}
@@ -62,56 +61,32 @@ def settle(
     return out
 
 
-_LOSS = {name: i for i, name in enumerate(columns("amo_losses"))}
+_RES = {name: i for i, name in enumerate(columns("amo_reserved"))}
 
 
-def settle_losses(losses: Iterable[Row], settled_claims: Iterable[Row]) -> list[Row]:
-    """`amo_losses` rows with the losses of open intervals decided by how they settled."""
-    stale: dict[tuple[object, ...], int] = {}
+def settle_reserved(reserved: Iterable[Row], settled_claims: Iterable[Row]) -> list[Row]:
+    """`amo_reserved` rows whose interval was open at the end of its partition, ended as their
+    claim settled: ``stale`` (``refused`` if the log refused a later commit of the holder's)
+    with the claim's end, or ``still_held``; rows outside the window go with their claim."""
+    settled: dict[tuple[object, ...], tuple[str, int | None]] = {}
+    names = ("group", "topic", "partition", "client_id", "instance_id", "token")
     for c in settled_claims:
-        if c[_CLAIM["ended"]] == "stale":
-            who = tuple(c[_CLAIM[n]] for n in ("group", "topic", "partition", "client_id",
-                                               "instance_id", "token"))  # fmt: skip
-            stale[who] = c[_CLAIM["end_ms"]]
+        if c[_CLAIM["ended"]] in ("stale", "still_held"):
+            who = tuple(c[_CLAIM[n]] for n in names)
+            settled[who] = (c[_CLAIM["ended"]], c[_CLAIM["end_ms"]])
     out: list[Row] = []
-    cause, lost = _LOSS["cause"], _LOSS["lost_ms"]
-    for row in losses:
-        if row[cause] not in (OPEN_LOSS, OPEN_REFUSED):
+    ended, end = _RES["ended"], _RES["end_ms"]
+    for row in reserved:
+        if row[ended] is not None:
             out.append(row)
             continue
-        end = stale.get(tuple(row[:6]))
-        if end is None:
-            continue  # still held (or outside the window): work in progress, not a loss
+        found = settled.get(tuple(row[_RES[n]] for n in names))
+        if found is None:
+            continue  # its claim is outside the window
         values = list(row)
-        values[cause] = "lease_expired" if row[cause] == OPEN_LOSS else "refused"
-        values[lost] = end
+        refused = found[0] == "stale" and row[_RES["refused_offset"]] is not None
+        values[ended], values[end] = "refused" if refused else found[0], found[1]
         out.append(tuple(values))
-    return out
-
-
-def apply_ledger(
-    losses: Iterable[Row], handled: Iterable[tuple[str | None, str, int, int]]
-) -> list[Row]:
-    """`amo_losses` rows with ``handled`` filled in from the ledger's (group, topic,
-    partition, offset) rows (a group of None: an older ledger's row, any group's); a range
-    the ledger shows handled to its end lost nothing and is dropped."""
-    seen: dict[tuple[str, int], set[tuple[str | None, int]]] = {}
-    for group, topic, partition, offset in handled:
-        seen.setdefault((topic, partition), set()).add((group, offset))
-    i = _LOSS
-    out: list[Row] = []
-    for row in losses:
-        start, end = row[i["start_offset"]], row[i["end_offset"]]
-        if start is None:
-            out.append(row)
-            continue
-        mine = seen.get((row[i["topic"]], row[i["partition"]]), set())
-        group = row[i["group"]]
-        n = sum(1 for o in range(start, end) if (group, o) in mine or (None, o) in mine)
-        if n < end - start:
-            values = list(row)
-            values[i["handled"]] = n
-            out.append(tuple(values))
     return out
 
 

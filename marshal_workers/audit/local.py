@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from marshal_workers.audit.amo import loss_order
 from marshal_workers.audit.checks import LedgerEntry, check_ledger
-from marshal_workers.audit.finalize import add_lag, apply_ledger
+from marshal_workers.audit.finalize import add_lag
 from marshal_workers.audit.fold import FoldSettings, fold_records
 from marshal_workers.audit.model import AuditConfig, AuditResult, finish_small
 from marshal_workers.audit.report import lag_points
@@ -43,9 +44,7 @@ def run_local(
     if ledger is not None:
         ledger = list(ledger)
         found, stats = check_ledger(ledger, index, config.tolerance_s, config.window)
-        tables["amo_losses"] = apply_ledger(
-            tables["amo_losses"], ((r.group, r.topic, r.partition, r.offset) for r in ledger)
-        )
+        tables["amo_losses"] = sorted((tuple(r) for r in stats.amo_losses), key=loss_order)
         tables["violations"] = found
         result.check = stats
     return result, {**tables, **big}

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marshal_workers.audit.amo import log_losses, loss_order
 from marshal_workers.audit.checks import CheckStats, ClaimIndex
 from marshal_workers.audit.exitcodes import AuditUsageError
-from marshal_workers.audit.finalize import log_end_ms, merge_groups, settle, settle_losses
+from marshal_workers.audit.finalize import log_end_ms, merge_groups, settle, settle_reserved
 from marshal_workers.audit.heartbeats import Heartbeats, from_records, given_problem
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.session import SessionOptions
@@ -25,9 +26,10 @@ from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import CoordRecord, Partitioner
 
 SMALL = (
-    "claims", "membership", "failovers", "heartbeat_gaps", "poison", "amo_losses", "groups",
+    "claims", "membership", "failovers", "heartbeat_gaps", "poison", "amo_reserved", "groups",
     "coordination",
 )  # fmt: skip
+"""Tables the fold makes with a row per claim or less (``amo_losses`` derives from them)."""
 """Tables with a row per claim or less: collected to the driver, settled, written there."""
 
 
@@ -163,12 +165,12 @@ def finish_small(
     if end is not None:
         out["claims"] = settle(out["claims"], end, hb, window)
         out["membership"] = settle(out["membership"], end, hb, window)
-    out["amo_losses"] = settle_losses(out["amo_losses"], out["claims"] if end is not None else [])
+    out["amo_reserved"] = settle_reserved(out["amo_reserved"], out["claims"])
     out["groups"] = merge_groups(out["groups"], config.modes)
     index = claim_index(out)
     if window.group is not None:
         for name in (
-            "claims", "membership", "failovers", "heartbeat_gaps", "poison", "amo_losses",
+            "claims", "membership", "failovers", "heartbeat_gaps", "poison", "amo_reserved",
             "groups",
         ):  # fmt: skip
             out[name] = [r for r in out[name] if r[0] == window.group]
@@ -176,7 +178,8 @@ def finish_small(
     out["poison"].sort(key=lambda r: (r[0], r[1], r[2], r[4], r[5], r[6]))
     for name in ("claims", "membership", "failovers", "heartbeat_gaps"):
         out[name].sort(key=_order(name))
-    out["amo_losses"].sort(key=lambda r: (r[0], r[1], r[2], r[9] or 0, str(r)))
+    out["amo_reserved"].sort(key=lambda r: (r[0], r[1], r[2], r[10] or 0, str(r)))
+    out["amo_losses"] = sorted(log_losses(out["amo_reserved"]), key=loss_order)
     return out, end, index
 
 
@@ -196,4 +199,6 @@ def claim_index(tables: Mapping[str, list[Row]]) -> ClaimIndex:
     gcols, ccols = columns("groups"), columns("coordination")
     modes = {str(r[0]): str(r[gcols.index("mode")]) for r in tables["groups"]}
     gapped = [int(r[0]) for r in tables["coordination"] if r[ccols.index("gap_seen")]]
-    return ClaimIndex.build(tables["claims"], modes, gapped, tables.get("poison", ()))
+    return ClaimIndex.build(
+        tables["claims"], modes, gapped, tables.get("poison", ()), tables.get("amo_reserved", ())
+    )

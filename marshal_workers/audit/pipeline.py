@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 from marshal_workers.audit import ledger as ledger_io
 from marshal_workers.audit import output, sources, spark_jobs
+from marshal_workers.audit.amo import loss_order
 from marshal_workers.audit.checks import CheckStats, check_unledgered
 from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
-from marshal_workers.audit.finalize import apply_ledger
 from marshal_workers.audit.fold import FoldSettings
 from marshal_workers.audit.model import (
     SMALL,
@@ -31,9 +31,7 @@ from marshal_workers.audit.model import (
     finish_small,
 )
 from marshal_workers.audit.progress import Progress, silent
-from marshal_workers.audit.schema import columns
 from marshal_workers.audit.session import SessionOptions, error_line, start_session
-from marshal_workers.audit.tables import Row
 from marshal_workers.common.errors import MarshalError
 
 if TYPE_CHECKING:
@@ -120,7 +118,7 @@ def _run(
     tables["violations"] = []
     if config.has_ledger:
         _check(spark, config, progress, result, files)
-    for name in (*SMALL, "violations"):
+    for name in (*SMALL, "amo_losses", "violations"):
         output.write_small(out, name, tables[name])
     if config.report:
         from marshal_workers.audit import report  # noqa: PLC0415
@@ -168,24 +166,15 @@ def _check(
         found, stats, seen = _spark(
             lambda: spark_jobs.check(ledger, index, config.tolerance_s, config.window, spread)
         )
-        ranges = _loss_ranges(result.tables["amo_losses"])
-        handled = _spark(lambda: spark_jobs.handled_in(ledger, ranges))
     else:
         progress.step("no ledger file found: every committed ALO record counts as missing")
-        found, stats, seen, handled = [], CheckStats(), set(), []
-    result.tables["amo_losses"] = apply_ledger(result.tables["amo_losses"], handled)
+        found, stats, seen = [], CheckStats(), set()
     more, more_stats = check_unledgered(index, seen, config.window)
     stats.add(more_stats)
     result.tables["violations"] = sorted([*found, *more], key=lambda r: tuple(map(str, r)))
+    result.tables["amo_losses"] = sorted((tuple(r) for r in stats.amo_losses), key=loss_order)
     result.check = stats
     progress.step(f"checked {stats.ledger_rows} ledger rows: {len(found) + len(more)} violations")
-
-
-def _loss_ranges(losses: list[Row]) -> list[tuple[str, int, int, int]]:
-    """(topic, partition, start, end) of the AMO losses whose start is known."""
-    cols = columns("amo_losses")
-    t, p, s, e = (cols.index(c) for c in ("topic", "partition", "start_offset", "end_offset"))
-    return [(str(r[t]), int(r[p]), int(r[s]), int(r[e])) for r in losses if r[s] is not None]
 
 
 def _spark(action: Callable[[], T]) -> T:

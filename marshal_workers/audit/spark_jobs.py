@@ -182,26 +182,3 @@ def _stats_batch(found: list[Row], key: tuple[str, int] | None, stats: CheckStat
         [*batch.columns, pa.array(stats_col, pa.string())],
         names=[*batch.schema.names, "stats"],
     )
-
-
-def handled_in(
-    ledger: DataFrame, ranges: Sequence[tuple[str, int, int, int]]
-) -> list[tuple[str | None, str, int, int]]:
-    """The ledger's (group, topic, partition, offset) rows inside the ``ranges`` (topic,
-    partition, start, end): the few records of the AMO losses (`finalize.apply_ledger`)."""
-    from pyspark.sql import functions as F  # noqa: N812, PLC0415
-
-    if not ranges:
-        return []
-    frame = ledger.sparkSession.createDataFrame(
-        list(ranges), "`r_topic` string, `r_partition` long, `r_start` long, `r_end` long"
-    )
-    inside = ledger.join(
-        F.broadcast(frame),
-        (ledger["topic"] == frame["r_topic"])
-        & (ledger["partition"] == frame["r_partition"])
-        & (ledger["offset"] >= frame["r_start"])
-        & (ledger["offset"] < frame["r_end"]),
-    )
-    rows = inside.select("group", "topic", "partition", "offset").distinct().collect()
-    return [(r["group"], r["topic"], int(r["partition"]), int(r["offset"])) for r in rows]

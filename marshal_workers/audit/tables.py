@@ -44,8 +44,6 @@ from marshal_workers.protocol.wire import ClaimingMessages, ClaimKey
 Row = tuple[Any, ...]
 
 OPEN = None  # `ended` of an interval still open when its coordination partition was folded
-OPEN_LOSS = "open"  # `cause` of a loss on such an interval: lost only if `settle` finds it stale
-OPEN_REFUSED = "open_refused"  # the same, with a refused commit by the holder
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +87,7 @@ class _Interval:
     last_offset: int | None = None
     reserved_offset: int | None = None
     reserve_start: int | None = None  # where the interval's first reservation started
+    last_batch_start: int | None = None  # where its last reservation started
     reserved_ms: int | None = None  # log time of its last reservation
     refused: tuple[int, str] | None = None  # the holder's last refused commit: offset, why
     max_gap_ms: int = 0
@@ -98,63 +97,20 @@ class _Interval:
 
 
 @dataclass(slots=True)
-class _Loss:
-    """An AMO range reserved and not committed when its claim interval ended (`amo_losses`)."""
+class _Reserved:
+    """A claim interval that reserved (AMO), once it ended: an ``amo_reserved`` row."""
 
     iv: _Interval
-    cause: str  # OPEN_LOSS, OPEN_REFUSED: the interval was open at the end of its partition
-    lost_ms: int | None
+    ended: str | None  # None: open at the end of its partition (`finalize.settle_reserved`)
+    end_ms: int | None
     successor: str | None
-    pauser: str | None = None
-
-    @property
-    def start(self) -> int | None:
-        iv = self.iv
-        return iv.last_offset if iv.last_offset is not None else iv.reserve_start
 
     def row(self) -> Row:
-        iv, key, start = self.iv, self.iv.key, self.start
-        end = iv.reserved_offset
-        assert end is not None
-        count = None if start is None else end - start
-        cause = {OPEN_LOSS: "lease_expired", OPEN_REFUSED: "refused"}.get(self.cause, self.cause)
-        detail = loss_detail(cause, iv.client_id, self.successor, start, end,
-                             iv.refused, self.pauser)  # fmt: skip
+        iv, key = self.iv, self.iv.key
+        refused = None if iv.refused is None else iv.refused[0]
         return (key.group, key.topic, key.partition, iv.client_id, iv.instance_id, iv.token,
-                start, end, count, None, iv.reserved_ms, self.lost_ms, self.cause,
-                self.successor, detail)  # fmt: skip
-
-
-def _range(start: int | None, end: int) -> str:
-    return f"[{start}, {end})" if start is not None else f"below {end} (start unknown)"
-
-
-def loss_detail(
-    cause: str,
-    client: str,
-    successor: str | None,
-    start: int | None,
-    end: int,
-    refused: tuple[int, str] | None = None,
-    pauser: str | None = None,
-) -> str:
-    """One sentence on why an AMO range was lost (`amo_losses`)."""
-    lost = f"{client} reserved {_range(start, end)} and never committed it"
-    after = f"the next owner resumes at {end}"
-    if cause == "taken_over":
-        return f"{lost}: its lease expired and {successor} claimed the partition; {after}"
-    if cause == "lease_expired":
-        return f"{lost}: it went silent and its lease expired before the end of the log; {after}"
-    if cause == "replaced":
-        return f"{lost}: a new instance of {client} took the claim over (restart); {after}"
-    if cause == "refused" and refused is not None:
-        return (
-            f"{lost} in time: its commit of {refused[0]} came after its lease ended and the log "
-            f"refused it ({refused[1]}); {after}"
-        )
-    if cause == "released_under_pause":
-        return f"{lost}: it released below it while {pauser} paused the group; {after}"
-    return f"{lost}: it released below it; {after}"
+                iv.reserve_start, iv.last_batch_start, iv.reserved_offset, iv.last_offset,
+                iv.reserved_ms, self.end_ms, self.ended, self.successor, refused)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -180,14 +136,14 @@ class Tables:
             name: []
             for name in (
                 "events", "claims", "membership", "failovers", "heartbeat_gaps",
-                "reservations", "lag", "poison", "amo_losses", "groups", "coordination",
+                "reservations", "lag", "poison", "amo_reserved", "groups", "coordination",
             )
         }  # fmt: skip
         self._open: dict[tuple[str, str, int], _Interval] = {}
         self._released_at: dict[ClaimKey, tuple[_Interval, int]] = {}
         self._groups: dict[str, _GroupPart] = {}
-        self._losses: list[_Loss] = []
-        self._closed_losses: dict[tuple[ClaimKey, str, str], _Loss] = {}
+        self._amo: list[_Reserved] = []
+        self._taken_over: dict[tuple[ClaimKey, str, str], _Reserved] = {}
         self._pauses: dict[str, tuple[str, int]] = {}  # group -> pausing client, until (ms)
         self._records = self._malformed = self._unverified = 0
         self._verdicts: dict[type, int] = {}
@@ -245,21 +201,18 @@ class Tables:
         self._pauses[e.message.group_id] = (e.message.client_id, e.until_ms)
 
     def _refused(self, e: ev.HeartbeatRejected | ev.ReleaseRejected) -> None:
-        """A commit the log refused: if it is the (former) holder's, a loss it explains."""
+        """A commit the log refused: if it is the (former) holder's, its last batch was lost
+        to a refusal rather than a silent crash (`amo`)."""
         m = e.message
         key = (m.group_id, m.topic, m.partition)
         iv = self._open.get(key)
         if iv is not None and (iv.client_id, iv.instance_id) == (m.client_id, m.instance_id):
             iv.refused = (m.offset, e.reason)
             return
-        loss = self._closed_losses.get((e.key, m.client_id, m.instance_id))
-        if (
-            loss is not None
-            and loss.cause == "taken_over"
-            and (loss.start is None or m.offset > loss.start)
-        ):
-            loss.iv.refused = (m.offset, e.reason)
-            loss.cause = "refused"
+        gone = self._taken_over.get((e.key, m.client_id, m.instance_id))
+        if gone is not None and gone.ended == "taken_over":
+            gone.iv.refused = (m.offset, e.reason)
+            gone.ended = "refused"
 
     def _unverified_record(self, e: ev.Unverified) -> None:
         self._unverified += 1
@@ -347,6 +300,7 @@ class Tables:
             self._group(m.group_id).amo = True
         if iv.reserve_start is None:
             iv.reserve_start = e.start
+        iv.last_batch_start = e.start
         iv.reserved_offset, iv.reserved_ms = end, e.log_time
         if not iv.member and self._reported(m.group_id, e.log_time):
             count = None if e.start is None else end - e.start
@@ -394,25 +348,19 @@ class Tables:
         )  # fmt: skip
 
     def _lost(self, iv: _Interval, ended: str | None, end_ms: int | None, by: str | None) -> None:
-        """An AMO range the interval reserved and did not commit by its end (`amo_losses`)."""
-        reserved, committed = iv.reserved_offset, iv.last_offset
-        if iv.by_admin or reserved is None or (committed is not None and committed >= reserved):
+        """An interval that reserved (AMO): an ``amo_reserved`` row, for `amo`'s losses."""
+        if iv.by_admin or iv.reserved_offset is None:
             return
-        cause, pauser = ended, None
         if ended == "released":
             pause = self._pauses.get(iv.key.group)
             if pause is not None and end_ms is not None and end_ms < pause[1]:
-                cause, pauser = "released_under_pause", pause[0]
-        loss = _Loss(iv, cause or OPEN_LOSS, end_ms, by, pauser)
-        if (
-            iv.refused is not None
-            and ended in ("taken_over", None)
-            and (loss.start is None or iv.refused[0] > loss.start)
-        ):
-            loss.cause = "refused" if ended == "taken_over" else OPEN_REFUSED
-        self._losses.append(loss)
+                ended = "released_under_pause"
+        elif ended == "taken_over" and iv.refused is not None:
+            ended = "refused"
+        reserved = _Reserved(iv, ended, end_ms, by)
+        self._amo.append(reserved)
         if ended == "taken_over":
-            self._closed_losses[(iv.key, iv.client_id, iv.instance_id)] = loss
+            self._taken_over[(iv.key, iv.client_id, iv.instance_id)] = reserved
 
     def _failover(self, kind: str, old: _Interval, last_seen: int, e: ev.ClaimGranted) -> None:
         if not self.window.wants_time(e.log_time):
@@ -439,9 +387,9 @@ class Tables:
         for iv in self._open.values():
             self._close(iv, OPEN, None, None)
         self._open.clear()
-        self.rows["amo_losses"].extend(loss.row() for loss in self._losses)
-        self._losses.clear()
-        self._closed_losses.clear()
+        self.rows["amo_reserved"].extend(r.row() for r in self._amo)
+        self._amo.clear()
+        self._taken_over.clear()
         for group, part in sorted(self._groups.items()):
             self.rows["groups"].append(
                 (group, "amo" if part.amo else "alo", len(part.partitions), len(part.members),

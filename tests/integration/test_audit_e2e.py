@@ -10,6 +10,7 @@ never held the claim) must then fail the audit and be named.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -26,7 +27,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from marshal_workers.audit import jars
 from marshal_workers.audit.schema import TABLES, columns
 from marshal_workers.common.errors import MarshalError
-from tests.integration.fleet import Fleet
+from marshal_workers.protocol.modes import Mode
+from tests.integration.fleet import Fleet, with_suppressed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 HB = 1.0
@@ -205,5 +207,70 @@ def test_a_parked_then_skipped_record_is_reported(kafka_bootstrap: str, tmp_path
         code, summary, err = audit(fleet, tmp_path / "audit-group", "--group", fleet.group)
         assert code == 0, err
         assert summary["poison"]["parked"] == 1 and summary["poison"]["skipped"] == 1
+    finally:
+        fleet.close()
+
+
+@pytest.mark.timeout(900)
+def test_a_clean_amo_fleet_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Issue 19.3 on a real fleet: AMO members hand partitions over and stop gracefully; every
+    reserved range is handled and committed, so the audit shows 0 AMO losses."""
+    fleet = Fleet(kafka_bootstrap, tmp_path, mode="amo", hb=HB)
+    try:
+        run_fleet(fleet)
+        out = tmp_path / "audit"
+        code, summary, err = audit(fleet, out)
+        assert code == 0, err
+        assert summary["groups"][0]["mode"] == "amo" and summary["reservations"] > 0
+        assert summary["handovers"] >= 4
+        assert summary["amo_losses"] == {"ranges": 0, "records": 0, "by_cause": {}}, (
+            pq.read_table(out / "amo_losses").to_pylist()
+        )
+        assert "No AMO losses" in (out / "report.html").read_text()
+    finally:
+        fleet.close()
+
+
+@pytest.mark.timeout(900)
+def test_a_killed_amo_holder_s_unhandled_records_are_all_reported_lost(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Issue 19.3: an AMO member is killed (SIGKILL, children too) while it handles slow
+    batches; another takes over. Every record nobody handled lies in a reported loss, caused
+    by the takeover, and every reported unhandled record is absent from the ledger."""
+    fleet = Fleet(kafka_bootstrap, tmp_path, mode="amo", hb=HB, partitions=2,
+                  ledger_delay_ms=20)  # fmt: skip
+    try:
+        fleet.produce_steadily(100)
+        victim = fleet.start("a")
+        fleet.wait_for(lambda: len(fleet.ledger()) >= 40, 60, "a handling records")
+        for pid in victim.children():
+            with_suppressed(lambda p=pid: os.killpg(p, signal.SIGKILL))
+        with_suppressed(lambda: os.killpg(victim.pid, signal.SIGKILL))
+        victim.wait(10)
+        fleet.start("b")
+        fleet.wait_for(lambda: fleet.counts() == {"b": 2}, 60, "b taking both partitions over")
+        time.sleep(2)
+        fleet.stop_producing()
+        ends = fleet.end_offsets()
+        fleet.wait_for(
+            lambda: all(fleet.positions(Mode.AMO).get(p) == end for p, end in ends.items()),
+            60, "b reaching the end",
+        )  # fmt: skip
+        fleet.members[-1].signal(signal.SIGTERM)
+        assert fleet.members[-1].wait(30) == 0, fleet.members[-1].log_tail()
+
+        out = tmp_path / "audit"
+        code, summary, err = audit(fleet, out)
+        assert code == 0, err
+        losses = pq.read_table(out / "amo_losses").to_pylist()
+        handled = {(r["partition"], r["offset"]) for r in fleet.ledger()}
+        never = {(p, o) for p, end in ends.items() for o in range(end)} - handled
+        in_losses = {(r["partition"], o) for r in losses
+                     for o in range(r["start_offset"], r["end_offset"])}  # fmt: skip
+        assert never <= in_losses, (sorted(never - in_losses), losses)
+        assert {r["cause"] for r in losses} <= {"taken_over"}
+        assert all(r["successor_client_id"] == "b" and r["client_id"] == "a" for r in losses)
+        assert summary["amo_losses"]["records"] == len(never)
     finally:
         fleet.close()

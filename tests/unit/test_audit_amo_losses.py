@@ -115,19 +115,36 @@ class TestCauses:
 class TestSyntheticFleet:
     FLEET = Fleet(partitions=8, clients=3, coord_partitions=3, amo=True, batch=5, seed=11)
 
+    def audit_with_ledger(self, fleet: Fleet) -> tuple[Any, list[dict[str, Any]], Any]:
+        syn = generate(6000, fleet, with_ledger=True)
+        config = AuditConfig(FileInput(Path("-")), Path("-"), fleet.hb_ms)
+        result, tables = run_local(syn.records, config, syn.ledger)
+        rows = [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
+        return summarize(result), rows, syn
+
     def test_a_clean_run_reports_no_loss(self) -> None:
-        """Reservations always committed (and hand-overs at the reservation's end): 0."""
-        syn = generate(6000, self.FLEET)
-        summary, rows = audit(syn.records)
+        """Every reserved batch handled (the ledger says so), holders failing between
+        batches: 0. Without a ledger and without crashes: 0 too."""
+        summary, rows, _ = self.audit_with_ledger(self.FLEET)
         assert summary["failovers"] > 0 and summary["reservations"] > 0
         assert rows == [] and summary["amo_losses"]["records"] == 0
+        calm = replace(self.FLEET, failure_rate=0.0)
+        summary, rows = audit(generate(6000, calm).records)
+        assert summary["handovers"] > 0 and rows == []
+
+    def test_without_a_ledger_a_crashed_holders_last_batch_is_at_risk(self) -> None:
+        """The log cannot tell whether a holder that stopped without releasing handled its
+        last batch: the batch is reported, handled unknown (null), its cause the takeover."""
+        summary, rows = audit(generate(6000, self.FLEET).records)
+        assert rows and {r["cause"] for r in rows} <= {"taken_over", "lease_expired"}
+        assert all(r["handled"] is None for r in rows)
+        assert summary["amo_losses"]["ranges"] == len(rows)
 
     def test_every_crash_after_a_reservation_is_reported_with_its_cause(self) -> None:
         """Holders that crash after reserving a batch (the generator lists what they lost):
-        each lost range is reported, per partition, taken over or lost to the lease."""
-        syn = generate(6000, replace(self.FLEET, lose_rate=0.01))
-        assert syn.lost, "the generator should crash some holders after a reservation"
-        summary, rows = audit(syn.records)
+        with the ledger, exactly those ranges are reported, taken over or lost to the lease."""
+        summary, rows, syn = self.audit_with_ledger(replace(self.FLEET, lose_rate=0.01))
+        assert len(syn.lost) > 10, "the generator should crash some holders after a reservation"
         got = {(r["topic"], r["partition"], r["start_offset"], r["end_offset"]): r["cause"]
                for r in rows}  # fmt: skip
         assert set(got) <= set(syn.lost)
@@ -161,10 +178,10 @@ class TestWithTheLedger:
         return summarize(result), rows
 
     def test_records_the_holder_handled_before_it_stopped_are_not_lost(self) -> None:
-        """A handled 10..14 of [10, 20) before going silent: 5 records lost, not 10."""
+        """A handled 10..14 of [10, 20) before going silent: [15, 20) lost, not [10, 20)."""
         summary, rows = self._audit(handled=[10, 11, 12, 13, 14])
         assert [(r["start_offset"], r["end_offset"], r["count"], r["handled"]) for r in rows] == [
-            (10, 20, 10, 5)
+            (15, 20, 5, 0)
         ]
         assert summary["amo_losses"] == {"ranges": 1, "records": 5,
                                          "by_cause": {"taken_over": 1}}  # fmt: skip
@@ -181,3 +198,25 @@ class TestWithTheLedger:
             (300, reserve("A", 20)), (3000, claim("B")),
         ))  # fmt: skip
         assert [(r["count"], r["handled"]) for r in rows] == [(10, None)]
+
+    def test_a_batch_skipped_while_the_holder_went_on_was_refused(self) -> None:
+        """A reserved [10, 20) and went on reserving and committing up to 30 and released; the
+        ledger shows 10..19 never handled: its member refused that batch (the child that asked
+        had ended): refused, not a crash."""
+        from marshal_workers.audit.checks import LedgerEntry  # noqa: PLC0415
+
+        records = log(
+            (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
+            (200, reserve("A", 20)), (250, hb("A", 20)), (300, reserve("A", 30)),
+            (350, hb("A", 30)), (400, release("A", 30)),
+        )  # fmt: skip
+        at = (T0 + 120) / 1000
+        ledger = [LedgerEntry(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1")
+                  for o in (*range(10), *range(20, 30))]  # fmt: skip
+        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
+        _, tables = run_local(records, config, ledger)
+        rows = [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
+        assert lost(rows) == [("A", 10, 20, 10, "refused")]
+        assert "refused the batch" in rows[0]["detail"]
+        _, no_ledger = audit(records)
+        assert no_ledger == []  # released at its reservation's end: the log sees no risk

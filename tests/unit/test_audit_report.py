@@ -95,6 +95,6 @@ class TestTables:
         page = report.render(audited)
         losses = audited.tables["amo_losses"]
         assert f"AMO losses ({len(losses)})" in page
-        assert "taken_over" in page and "never committed it" in page
+        assert "taken_over" in page and "nobody handled it" in page
         clean = replace(audited, tables={**audited.tables, "amo_losses": []})
         assert "No AMO losses" in report.render(clean)
