@@ -398,6 +398,18 @@ def _summary_table(summary: Mapping[str, Any], clock: Clock) -> str:
     return f"<table class='summary'>{lines}</table>"
 
 
+def _no_losses(result: AuditResult) -> str:
+    if result.check is None:
+        return (
+            "No AMO records at risk: no holder stopped without releasing after a reservation, "
+            "and no release left reserved records behind (give the ledger to know for sure)."
+        )
+    return (
+        "No AMO losses: the ledger shows every reserved record handled (a holder still at "
+        "work on its last batch has lost nothing yet)."
+    )
+
+
 def _no_violations(result: AuditResult) -> str:
     check = result.check
     if check is None:
@@ -451,9 +463,8 @@ def render(result: AuditResult) -> str:
     t = result.tables
     parts += [
         _table("Violations", "violations", result.violations, clock, _no_violations(result)),
-        _table("AMO losses", "amo_losses", t.get("amo_losses", []), clock,
-               "No AMO losses: every reserved range was committed by its holder "
-               "(or its holder still holds the claim)."),
+        _table("AMO losses" if result.check is not None else "AMO records at risk (no ledger)",
+               "amo_losses", t.get("amo_losses", []), clock, _no_losses(result)),
         _table("Poison records: failures, parked, retried, skipped", "poison",
                t.get("poison", []), clock,
                "No poison records: no handler failure was counted in the log."),
