@@ -19,7 +19,9 @@ data partition and consumer group:
   held the partition in between (``set-position`` rewound it on purpose).
 - **alo_gap** (ALO groups): an offset below a committed position that no row handled. Each
   interval committed [its first heartbeated position, its last committed position); the
-  pausing admin's intervals (set-position) are left out.
+  pausing admin's intervals (set-position) are left out, and so are the records an operator
+  skipped (`marshal-admin skip-record` on a poison record: not handled, on purpose; the
+  ``poison`` table shows them).
 
 ``tolerance_s`` widens every comparison of a ledger time with a log time or with another
 host's time, for ledgers written on hosts whose clocks differ from the broker's.
@@ -41,10 +43,12 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
+from marshal_workers.audit.amo import ledger_losses
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.tables import Row, Window
+from marshal_workers.protocol.groupstatus import iso_ms
 
 
 class LedgerEntry(NamedTuple):
@@ -93,6 +97,7 @@ class Span(NamedTuple):
 
 
 _C = {name: i for i, name in enumerate(columns("claims"))}
+_P = {name: i for i, name in enumerate(columns("poison"))}
 
 
 def span_of(row: Row) -> Span:
@@ -107,17 +112,35 @@ class ClaimIndex:
     spans: Mapping[tuple[str, int], Sequence[Span]]
     modes: Mapping[str, str]
     gapped_coord_partitions: frozenset[int]
+    skipped: Mapping[tuple[str, str, int], frozenset[int]] = field(default_factory=dict)
+    reserved: Mapping[tuple[str, int], Sequence[Row]] = field(default_factory=dict)
 
     @classmethod
     def build(
-        cls, claims: Iterable[Row], modes: Mapping[str, str], gapped: Iterable[int]
+        cls,
+        claims: Iterable[Row],
+        modes: Mapping[str, str],
+        gapped: Iterable[int],
+        poison: Iterable[Row] = (),
+        reserved: Iterable[Row] = (),
     ) -> ClaimIndex:
-        """Index settled ``claims`` rows; ``gapped``: coordination partitions with gaps."""
+        """Index settled ``claims`` rows; ``gapped``: coordination partitions with gaps;
+        ``poison`` rows: the records an operator skipped, per (group, topic, partition);
+        ``reserved``: the settled ``amo_reserved`` rows."""
         spans: dict[tuple[str, int], list[Span]] = defaultdict(list)
         for row in claims:
             s = span_of(row)
             spans[(s.topic, s.partition)].append(s)
-        return cls(dict(spans), dict(modes), frozenset(gapped))
+        skipped: dict[tuple[str, str, int], set[int]] = defaultdict(set)
+        action, offset = _P["action"], _P["offset"]
+        for row in poison:
+            if row[action] == "skipped":
+                skipped[(str(row[0]), str(row[1]), int(row[2]))].add(int(row[offset]))
+        frozen = {k: frozenset(v) for k, v in skipped.items()}
+        amo: dict[tuple[str, int], list[Row]] = defaultdict(list)
+        for row in reserved:  # `amo_reserved` rows: AMO losses are what no ledger row handled
+            amo[(str(row[1]), int(row[2]))].append(row)
+        return cls(dict(spans), dict(modes), frozenset(gapped), frozen, dict(amo))
 
 
 @dataclass(slots=True)
@@ -130,6 +153,7 @@ class CheckStats:
     unverifiable: int = 0
     alo_redeliveries: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
+    amo_losses: list[list[Any]] = field(default_factory=list, compare=False)  # `amo` rows
 
     def add(self, other: CheckStats) -> None:
         """Add another partition's counts to these."""
@@ -140,6 +164,7 @@ class CheckStats:
         self.alo_redeliveries += other.alo_redeliveries
         for kind, n in other.by_kind.items():
             self.by_kind[kind] = self.by_kind.get(kind, 0) + n
+        self.amo_losses.extend(other.amo_losses)
 
 
 def _violation(
@@ -148,6 +173,11 @@ def _violation(
     text = json.dumps(evidence, sort_keys=True)
     return (kind, group, row.topic, row.partition, row.offset, row.client_id, row.pid,
             row.token, row.start, row.end, detail, text)  # fmt: skip
+
+
+def _iso_s(seconds: float) -> str | None:
+    """A ledger time (Unix seconds) as ISO-8601 UTC with milliseconds."""
+    return iso_ms(round(seconds * 1000))
 
 
 def _who(row: LedgerEntry) -> str:
@@ -184,6 +214,10 @@ class _Partition:
         self.gapped = bool(coord & index.gapped_coord_partitions) or (
             not coord and bool(index.gapped_coord_partitions)
         )
+        self.skipped = {
+            g: offsets for (g, t, p), offsets in index.skipped.items()
+            if (t, p) == (topic, partition)
+        }  # fmt: skip
         self.violations: list[Row] = []
         self.stats = CheckStats()
 
@@ -222,11 +256,11 @@ class _Partition:
         early = row.start < start_ms / 1000 - self.tol
         late = end_ms is not None and row.end > (end_ms + 1) / 1000 + self.tol
         if early or late:
-            until = "still held" if end_ms is None else f"until {end_ms / 1000:.3f}"
+            until = "still held" if end_ms is None else f"until {iso_ms(end_ms)}"
             whose = "" if row.instance_id is None else f" (instance {row.instance_id})"
             detail = (
-                f"{_who(row)}: handled {row.start:.3f}-{row.end:.3f} but claim token "
-                f"{row.token}{whose} was valid from {start_ms / 1000:.3f} {until}"
+                f"{_who(row)}: handled {_iso_s(row.start)} to {_iso_s(row.end)} but claim "
+                f"token {row.token}{whose} was valid from {iso_ms(start_ms)} {until}"
             )
             self._add("zombie_work", group, row, detail, mine)
         return group
@@ -303,7 +337,7 @@ class _Partition:
         ]  # fmt: skip
         if not committed:
             return
-        handled = {r.offset for r in rows}
+        handled = {r.offset for r in rows} | self.skipped.get(group, frozenset())
         for lo, hi, spans in _merge(committed):
             missing_start = None
             for offset in range(lo, hi + 1):
@@ -366,6 +400,12 @@ def check_partition(
     for group in {s.group for s in p.spans} - set(by_group):
         if p.window.wants_group(group) and index.modes.get(group, "alo") == "alo":
             p.gaps(group, [])
+    reserved = index.reserved.get((topic, partition), ())
+    if reserved:
+        handled = {(r.group, r.offset) for r in rows}
+        p.stats.amo_losses = [
+            list(loss) for loss in ledger_losses(reserved, handled) if p.window.wants_group(loss[0])
+        ]
     return p.violations, p.stats
 
 

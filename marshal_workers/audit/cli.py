@@ -138,7 +138,10 @@ def audit(
     \b
     Examples:
       marshal-audit --bootstrap-servers 127.0.0.1:9092 --ledger ./ledger --out audit/ --json
-      marshal-audit --input dump.jsonl --heartbeat-interval 10 --out audit/
+      marshal-audit --input dump.jsonl --out audit/
+
+    Each group is judged with the heartbeat interval its settings record in the log;
+    --heartbeat-interval is for groups that recorded none (one that disagrees: exit 2).
 
     Exit status: 0 no violation, 1 violations found, 2 usage error, 3 the audit failed.
     """
@@ -146,6 +149,7 @@ def audit(
         source=_source(fleet, input_path),
         out=out,
         heartbeat_interval_ms=fleet.heartbeat_interval_ms,
+        heartbeat_given=_given(fleet, "heartbeat_interval"),
         partitioner=fleet.partitioner,
         admin_client_ids=fleet.admin_client_ids,
         ledgers=ledgers,
@@ -167,6 +171,13 @@ def audit(
     except KafkaException as exc:
         raise AuditFailedError(f"Kafka: {exc.args[0] if exc.args else exc}") from None
     return _report(result, as_json)
+
+
+def _given(fleet: FleetSettings, setting: str) -> str | None:
+    """Where a setting was given (a flag, ``$MARSHAL_...`` or the --config file), None if
+    it is the default."""
+    source = fleet.sources.get(setting, "default")
+    return None if source == "default" else source
 
 
 def _source(fleet: FleetSettings, path: Path | None) -> KafkaInput | FileInput:

@@ -4,6 +4,8 @@
   heartbeat is more than 2*HB before the end of the whole log (or ``--until``), else *still
   held*. The end of the log is the newest log time over all partitions (`log_end_ms`), not
   the reader's clock, so an audit of the same log always says the same.
+- `settle_reserved`: an AMO interval still open at the end of its partition ended as its claim
+  settled (stale, or still held: its last batch is work in progress, see `amo`).
 - `merge_groups`: each coordination partition counts its own part of a group; a claim lives on
   exactly one partition, so the parts add up; a group is AMO if any part saw a reservation.
 - `add_lag`: the data partitions' high watermarks (read once, at audit time) against each
@@ -12,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from marshal_workers.audit.schema import columns
@@ -30,8 +32,12 @@ def log_end_ms(coordination: Iterable[Row]) -> int | None:
     return max(ends) if ends else None
 
 
-def settle(claim_rows: Iterable[Row], end_ms: int, hb_ms: int, window: Window) -> list[Row]:
-    """Claims or membership rows with every open interval decided (stale or still held)."""
+def settle(
+    claim_rows: Iterable[Row], end_ms: int, hb_ms: int | Callable[[str], int], window: Window
+) -> list[Row]:
+    """Claims or membership rows with every open interval decided (stale or still held);
+    ``hb_ms``: the heartbeat interval, or each group's (a function of the group)."""
+    hb_of = hb_ms if callable(hb_ms) else (lambda _group, ms=hb_ms: ms)
     ended, end, last_hb, start = (
         _CLAIM["ended"],
         _CLAIM["end_ms"],
@@ -45,12 +51,42 @@ def settle(claim_rows: Iterable[Row], end_ms: int, hb_ms: int, window: Window) -
             continue
         values = list(row)
         last = values[last_hb]
-        if end_ms - last > 2 * hb_ms:
-            values[ended], values[end] = "stale", last + 2 * hb_ms
+        hb = hb_of(values[_CLAIM["group"]])
+        if end_ms - last > 2 * hb:
+            values[ended], values[end] = "stale", last + 2 * hb
         else:
             values[ended] = "still_held"
         if window.wants_span(values[start], values[end]):
             out.append(tuple(values))
+    return out
+
+
+_RES = {name: i for i, name in enumerate(columns("amo_reserved"))}
+
+
+def settle_reserved(reserved: Iterable[Row], settled_claims: Iterable[Row]) -> list[Row]:
+    """`amo_reserved` rows whose interval was open at the end of its partition, ended as their
+    claim settled: ``stale`` (``refused`` if the log refused a later commit of the holder's)
+    with the claim's end, or ``still_held``; rows outside the window go with their claim."""
+    settled: dict[tuple[object, ...], tuple[str, int | None]] = {}
+    names = ("group", "topic", "partition", "client_id", "instance_id", "token")
+    for c in settled_claims:
+        if c[_CLAIM["ended"]] in ("stale", "still_held"):
+            who = tuple(c[_CLAIM[n]] for n in names)
+            settled[who] = (c[_CLAIM["ended"]], c[_CLAIM["end_ms"]])
+    out: list[Row] = []
+    ended, end = _RES["ended"], _RES["end_ms"]
+    for row in reserved:
+        if row[ended] is not None:
+            out.append(row)
+            continue
+        found = settled.get(tuple(row[_RES[n]] for n in names))
+        if found is None:
+            continue  # its claim is outside the window
+        values = list(row)
+        refused = found[0] == "stale" and row[_RES["refused_offset"]] is not None
+        values[ended], values[end] = "refused" if refused else found[0], found[1]
+        out.append(tuple(values))
     return out
 
 

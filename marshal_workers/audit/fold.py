@@ -8,17 +8,26 @@ the supervisors run, one `World` per coordination partition, and feeds each even
 contiguous and in order, so the function streams: it holds one world at a time and hands
 rows on in batches, never a whole partition's events.
 
+Each group is judged with its own heartbeat interval (`heartbeats`): when the log's groups
+record several, each coordination partition is folded once per interval, in step, and each
+record takes the verdict of the world folded with its group's interval at that record. A log
+whose groups share one interval (the usual case) is folded once.
+
 `fold_records` is the same thing without Spark, for tests and the single-process baseline.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from marshal_workers.audit import arrow
+from marshal_workers.audit.heartbeats import Heartbeats
 from marshal_workers.audit.tables import Row, Tables, Window
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol import recordfailures as rf
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.wire import CoordRecord
 
@@ -30,10 +39,49 @@ class FoldSettings:
     config: RationalizerConfig
     window: Window = field(default_factory=Window)
     batch_rows: int = 16_384
+    heartbeats: Heartbeats | None = None  # each group's interval; None: config's for all
 
 
 class OrderError(RuntimeError):
     """The records did not come sorted by (coordination partition, offset)."""
+
+
+def _group_of(event: ev.Event) -> str | None:
+    """The group a record's event is about (None: malformed or the topic record)."""
+    if isinstance(event, ev.Verdict | rf.PoisonVerdict):
+        return event.message.group_id
+    if isinstance(event, ev.GroupSettingsRecorded):
+        return event.group
+    return None
+
+
+class _Worlds:
+    """One coordination partition folded with every heartbeat interval a group there uses."""
+
+    def __init__(self, settings: FoldSettings, partition: int) -> None:
+        config, self.heartbeats = settings.config, settings.heartbeats
+        intervals: tuple[int, ...] = (config.heartbeat_interval_ms,)
+        if self.heartbeats is not None:
+            intervals = self.heartbeats.intervals()
+        self.worlds = {
+            ms: World(dataclasses.replace(config, heartbeat_interval_ms=ms), partition)
+            for ms in intervals
+        }
+        self.first = next(iter(self.worlds.values()))
+        self.partition = partition
+        self.single = len(self.worlds) == 1
+
+    def fold(self, record: CoordRecord, tables: Tables) -> None:
+        """Fold the next record into every world; ``tables`` takes the verdict its group's."""
+        if self.single:
+            tables.add(fold(self.first, record))
+            return
+        events = {ms: fold(world, record) for ms, world in self.worlds.items()}
+        assert self.heartbeats is not None
+        hb = self.heartbeats.at(_group_of(events[self.first.config.heartbeat_interval_ms]),
+                                self.first.group_settings)  # fmt: skip
+        tables.hb = hb
+        tables.add(events[hb])
 
 
 class _Folder:
@@ -41,22 +89,22 @@ class _Folder:
 
     def __init__(self, settings: FoldSettings) -> None:
         self.settings = settings
-        self.world: World | None = None
+        self.worlds: _Worlds | None = None
         self.tables: Tables | None = None
         self.done: set[int] = set()
 
-    def start(self, partition: int) -> tuple[World, Tables]:
+    def start(self, partition: int) -> tuple[_Worlds, Tables]:
         if partition in self.done:
             raise OrderError(f"coordination partition {partition} came back after it ended")
         s = self.settings
-        self.world = World(s.config, partition)
+        self.worlds = _Worlds(s, partition)
         self.tables = Tables(partition, s.config.heartbeat_interval_ms, s.window)
-        return self.world, self.tables
+        return self.worlds, self.tables
 
     def end(self) -> None:
-        if self.world is not None and self.tables is not None:
+        if self.worlds is not None and self.tables is not None:
             self.tables.finish()
-            self.done.add(self.world.partition)
+            self.done.add(self.worlds.partition)
 
 
 def fold_records(records: Iterable[CoordRecord], settings: FoldSettings) -> dict[str, list[Row]]:
@@ -69,7 +117,7 @@ def fold_records(records: Iterable[CoordRecord], settings: FoldSettings) -> dict
         folder = _Folder(settings)
         world, tables = folder.start(partition)
         for record in sorted(by_partition[partition], key=lambda r: r.offset):
-            tables.add(fold(world, record))
+            world.fold(record, tables)
         folder.end()
         for name, rows in tables.take().items():
             out.setdefault(name, []).extend(rows)
@@ -79,7 +127,7 @@ def fold_records(records: Iterable[CoordRecord], settings: FoldSettings) -> dict
 def fold_batches(batches: Iterable[Any], settings: FoldSettings) -> Iterator[Any]:
     """Arrow batches of records sorted by (partition, offset) -> packed table batches."""
     folder = _Folder(settings)
-    world: World | None = None
+    world: _Worlds | None = None
     tables: Tables | None = None
     current = -1
     limit = settings.batch_rows
@@ -92,7 +140,7 @@ def fold_batches(batches: Iterable[Any], settings: FoldSettings) -> Iterator[Any
                 world, tables = folder.start(record.partition)
                 current = record.partition
             assert world is not None and tables is not None
-            tables.add(fold(world, record))
+            world.fold(record, tables)
         if tables is not None and tables.pending() >= limit:
             yield arrow.packed_batch(tables.take())
     folder.end()

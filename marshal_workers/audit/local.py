@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from marshal_workers.audit.amo import loss_order
 from marshal_workers.audit.checks import LedgerEntry, check_ledger
 from marshal_workers.audit.finalize import add_lag
 from marshal_workers.audit.fold import FoldSettings, fold_records
@@ -28,7 +29,12 @@ def run_local(
     num_partitions: int | None = None,
 ) -> tuple[AuditResult, dict[str, list[Row]]]:
     """The audit's result and every table, the big ones included."""
-    settings = FoldSettings(config.rationalizer(num_partitions), config.window)
+    records = list(records)
+    if config.heartbeats is None:
+        config = config.with_heartbeats(records)
+    settings = FoldSettings(
+        config.rationalizer(num_partitions), config.window, heartbeats=config.heartbeats
+    )
     raw = fold_records(records, settings)
     tables, end_ms, index = finish_small(raw, config)
     big = {name: raw.get(name, []) for name in BIG}
@@ -36,7 +42,9 @@ def run_local(
     result = AuditResult(config, tables, end_ms, index, lag_points(big["lag"]))
     tables["violations"] = []
     if ledger is not None:
+        ledger = list(ledger)
         found, stats = check_ledger(ledger, index, config.tolerance_s, config.window)
+        tables["amo_losses"] = sorted((tuple(r) for r in stats.amo_losses), key=loss_order)
         tables["violations"] = found
         result.check = stats
     return result, {**tables, **big}

@@ -8,21 +8,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marshal_workers.audit.amo import log_losses, loss_order
 from marshal_workers.audit.checks import CheckStats, ClaimIndex
-from marshal_workers.audit.finalize import log_end_ms, merge_groups, settle
+from marshal_workers.audit.exitcodes import AuditUsageError
+from marshal_workers.audit.finalize import log_end_ms, merge_groups, settle, settle_reserved
+from marshal_workers.audit.heartbeats import Heartbeats, from_records, given_problem
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.session import SessionOptions
 from marshal_workers.audit.tables import Row, Window
 from marshal_workers.config.runconfig import DEFAULT_ADMIN_CLIENT_IDS
 from marshal_workers.protocol.rationalizer import RationalizerConfig
-from marshal_workers.protocol.wire import Partitioner
+from marshal_workers.protocol.wire import CoordRecord, Partitioner
 
-SMALL = ("claims", "membership", "failovers", "heartbeat_gaps", "groups", "coordination")
+SMALL = (
+    "claims", "membership", "failovers", "heartbeat_gaps", "poison", "amo_reserved", "groups",
+    "coordination",
+)  # fmt: skip
+"""Tables the fold makes with a row per claim or less (``amo_losses`` derives from them)."""
 """Tables with a row per claim or less: collected to the driver, settled, written there."""
 
 
@@ -54,7 +61,7 @@ class AuditConfig:
 
     source: KafkaInput | FileInput
     out: Path
-    heartbeat_interval_ms: int = 10_000
+    heartbeat_interval_ms: int = 10_000  # groups without recorded settings (`heartbeats`)
     partitioner: Partitioner = Partitioner.SPEC
     admin_client_ids: frozenset[str] | None = frozenset(DEFAULT_ADMIN_CLIENT_IDS)
     ledgers: tuple[Path, ...] = ()
@@ -64,6 +71,27 @@ class AuditConfig:
     tolerance_s: float = 0.0
     session: SessionOptions = field(default_factory=SessionOptions)
     report: bool = True
+    heartbeat_given: str | None = None  # where the interval was given (a flag...), None: not
+    heartbeats: Heartbeats | None = None  # each group's, read from the log (`with_heartbeats`)
+
+    def with_heartbeats(self, settings: Iterable[CoordRecord]) -> AuditConfig:
+        """The audit with each group's heartbeat interval read from its settings records
+        (`heartbeats`); AuditUsageError if a given interval disagrees with the log's."""
+        given = self.heartbeat_interval_ms if self.heartbeat_given is not None else None
+        found = from_records(settings, given, self.heartbeat_interval_ms)
+        if self.heartbeat_given is not None:
+            problem = given_problem(
+                found, self.heartbeat_interval_ms, self.heartbeat_given, self.window.group
+            )
+            if problem is not None:
+                raise AuditUsageError(problem)
+        return dataclasses.replace(self, heartbeat_interval_ms=found.default_ms, heartbeats=found)
+
+    def group_heartbeat_ms(self, group: str) -> int:
+        """The heartbeat interval a group's claims are settled with (its newest recorded)."""
+        if self.heartbeats is None:
+            return self.heartbeat_interval_ms
+        return self.heartbeats.of_group(group)
 
     def absolute(self) -> AuditConfig:
         """The same audit with every path absolute: the driver JVM runs in a directory of
@@ -132,19 +160,26 @@ def finish_small(
     Also returns the index the ledger checks need, built from every group's claims: a
     ledger row of another group must be recognised as such, not taken for zombie work."""
     end = config.window.until_ms or log_end_ms(small.get("coordination", []))
-    hb, window = config.heartbeat_interval_ms, config.window
+    hb, window = config.group_heartbeat_ms, config.window
     out = {name: list(small.get(name, [])) for name in SMALL}
     if end is not None:
         out["claims"] = settle(out["claims"], end, hb, window)
         out["membership"] = settle(out["membership"], end, hb, window)
+    out["amo_reserved"] = settle_reserved(out["amo_reserved"], out["claims"])
     out["groups"] = merge_groups(out["groups"], config.modes)
     index = claim_index(out)
     if window.group is not None:
-        for name in ("claims", "membership", "failovers", "heartbeat_gaps", "groups"):
+        for name in (
+            "claims", "membership", "failovers", "heartbeat_gaps", "poison", "amo_reserved",
+            "groups",
+        ):  # fmt: skip
             out[name] = [r for r in out[name] if r[0] == window.group]
     out["coordination"].sort()
+    out["poison"].sort(key=lambda r: (r[0], r[1], r[2], r[4], r[5], r[6]))
     for name in ("claims", "membership", "failovers", "heartbeat_gaps"):
         out[name].sort(key=_order(name))
+    out["amo_reserved"].sort(key=lambda r: (r[0], r[1], r[2], r[10] or 0, str(r)))
+    out["amo_losses"] = sorted(log_losses(out["amo_reserved"]), key=loss_order)
     return out, end, index
 
 
@@ -164,4 +199,6 @@ def claim_index(tables: Mapping[str, list[Row]]) -> ClaimIndex:
     gcols, ccols = columns("groups"), columns("coordination")
     modes = {str(r[0]): str(r[gcols.index("mode")]) for r in tables["groups"]}
     gapped = [int(r[0]) for r in tables["coordination"] if r[ccols.index("gap_seen")]]
-    return ClaimIndex.build(tables["claims"], modes, gapped)
+    return ClaimIndex.build(
+        tables["claims"], modes, gapped, tables.get("poison", ()), tables.get("amo_reserved", ())
+    )

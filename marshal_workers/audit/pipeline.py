@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from marshal_workers.audit import ledger as ledger_io
 from marshal_workers.audit import output, sources, spark_jobs
+from marshal_workers.audit.amo import loss_order
 from marshal_workers.audit.checks import CheckStats, check_unledgered
 from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
 from marshal_workers.audit.fold import FoldSettings
@@ -91,9 +92,12 @@ def _run(
         records = sources.kafka_topic(spark, source.bootstrap_servers, source.topic)
     else:
         records = sources.dump_file(spark, source.path)
-    settings = FoldSettings(config.rationalizer(num_partitions), config.window)
+    config = config.with_heartbeats(_spark(lambda: sources.settings_records(records)))
+    settings = FoldSettings(
+        config.rationalizer(num_partitions), config.window, heartbeats=config.heartbeats
+    )
     spread = config.session.shuffle_partitions
-    progress.step(f"folding {source} (heartbeat interval {config.heartbeat_interval_ms} ms)")
+    progress.step(f"folding {source} ({_intervals_text(config)})")
     packed = spark_jobs.fold_packed(records, settings, spread)
     try:
         raw = _spark(lambda: spark_jobs.collect_tables(packed, SMALL))
@@ -114,7 +118,7 @@ def _run(
     tables["violations"] = []
     if config.has_ledger:
         _check(spark, config, progress, result, files)
-    for name in (*SMALL, "violations"):
+    for name in (*SMALL, "amo_losses", "violations"):
         output.write_small(out, name, tables[name])
     if config.report:
         from marshal_workers.audit import report  # noqa: PLC0415
@@ -124,6 +128,16 @@ def _run(
         result.report_path = report.write_report(result, out / "report.html")
         progress.step(f"report: {result.report_path}")
     return result
+
+
+def _intervals_text(config: AuditConfig) -> str:
+    """The heartbeat intervals the fold judges with, for the progress line."""
+    recorded = config.heartbeats.newest_ms if config.heartbeats is not None else {}
+    default = f"heartbeat interval {config.heartbeat_interval_ms} ms"
+    if not recorded:
+        return default
+    groups = ", ".join(f"{g} {ms} ms" for g, ms in sorted(recorded.items()))
+    return f"heartbeat intervals recorded in the log: {groups}; otherwise {default}"
 
 
 def _check(
@@ -158,6 +172,7 @@ def _check(
     more, more_stats = check_unledgered(index, seen, config.window)
     stats.add(more_stats)
     result.tables["violations"] = sorted([*found, *more], key=lambda r: tuple(map(str, r)))
+    result.tables["amo_losses"] = sorted((tuple(r) for r in stats.amo_losses), key=loss_order)
     result.check = stats
     progress.step(f"checked {stats.ledger_rows} ledger rows: {len(found) + len(more)} violations")
 

@@ -1,11 +1,16 @@
 """report.html: one self-contained page of plots and tables (PNG images inlined as base64).
 
-- a timeline of claims per data partition, coloured by owner, with failovers and violations
-  marked on it;
+- a timeline of claims per data partition, coloured by owner, with failovers, AMO losses and
+  violations marked on it;
 - a histogram of failover and handover durations;
 - the longest heartbeat gap of each claim against HB and 2*HB;
 - lag (or, without high watermarks, the committed position) over time per partition;
-- the summary, the groups, the violations with their evidence, the failovers.
+- the summary (a table), the violations with their evidence, the AMO losses, the poison
+  records, the groups, the failovers and the claims; an empty one is a sentence.
+
+Times are for a person: UTC clock times with the seconds since the log's start (``22:13:23.520
+(+3.52 s)``), never Unix milliseconds; durations in seconds. Both time charts have one axis,
+seconds since the log's start, over the same range, so they line up.
 
 matplotlib runs with the Agg backend (no display needed). Sizes are capped so that a fleet
 with thousands of partitions still gives a page a browser opens.
@@ -18,7 +23,8 @@ import html
 import io
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +32,7 @@ from marshal_workers.audit.model import LagPoint
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.summary import summarize
 from marshal_workers.audit.tables import Row
+from marshal_workers.protocol.groupstatus import iso_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -85,21 +92,55 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _day(ms: float) -> float:
-    """Unix ms as a matplotlib date number (days since 1970-01-01, its default epoch)."""
-    return ms / 86_400_000
+class Clock:
+    """Log times for a person: UTC clock times and seconds since the log's start."""
+
+    def __init__(self, start_ms: int, end_ms: int) -> None:
+        self.start_ms, self.end_ms = start_ms, max(end_ms, start_ms)
+        day = datetime.fromtimestamp(start_ms / 1000, tz=UTC).date()
+        self.one_day = datetime.fromtimestamp(self.end_ms / 1000, tz=UTC).date() == day
+
+    @classmethod
+    def of(cls, result: AuditResult) -> Clock:
+        """The clock of an audit: from the log's first record to its end (or ``--until``)."""
+        firsts = [int(r[columns("coordination").index("first_log_time_ms")])
+                  for r in result.tables["coordination"]]  # fmt: skip
+        start = min(firsts, default=result.end_ms or 0)
+        return cls(start, result.end_ms if result.end_ms is not None else start)
+
+    def seconds(self, ms: float) -> float:
+        """Seconds since the log's start."""
+        return (ms - self.start_ms) / 1000
+
+    def span_s(self) -> float:
+        """The log's length in seconds (at least 1, so that an axis has a width)."""
+        return max(self.seconds(self.end_ms), 1.0)
+
+    def clock(self, ms: float) -> str:
+        """``HH:MM:SS.mmm`` (with the date if the log spans days), UTC."""
+        stamp = datetime.fromtimestamp(ms / 1000, tz=UTC)
+        text = stamp.strftime("%H:%M:%S.") + f"{int(ms) % 1000:03d}"
+        return text if self.one_day else f"{stamp:%Y-%m-%d} {text}"
+
+    def at(self, ms: float) -> str:
+        """A log time as ``22:13:23.520 (+3.52 s)``."""
+        return f"{self.clock(ms)} (+{self.seconds(ms):.2f} s)"
+
+    def axis_label(self) -> str:
+        """The label of every time axis."""
+        start = iso_ms(self.start_ms) or ""
+        return f"seconds since the log's start, {start.replace('T', ' ').rstrip('Z')} UTC"
 
 
-def _date_axis(ax: Any) -> None:
-    import matplotlib.dates as mdates  # noqa: PLC0415
-
-    locator = mdates.AutoDateLocator()  # type: ignore[no-untyped-call]
-    ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
-    ax.set_xlabel("log time (UTC)")
+def _time_axis(ax: Any, clock: Clock) -> None:
+    """One time axis: seconds since the log's start, over the whole log (no offset text)."""
+    ax.set_xlim(0, clock.span_s())
+    ax.ticklabel_format(axis="x", style="plain", useOffset=False)
+    ax.set_xlabel(clock.axis_label())
 
 
-def _timeline(result: AuditResult, plt: Any) -> str | None:
+def timeline_figure(result: AuditResult, plt: Any) -> Any:
+    """Claims per partition over the log's time (None: no claim)."""
     claims = result.tables["claims"]
     if not claims:
         return None
@@ -111,6 +152,7 @@ def _timeline(result: AuditResult, plt: Any) -> str | None:
     clients = sorted({str(r[cols["client_id"]]) for r in claims})
     cmap = plt.get_cmap("tab20" if len(clients) > 10 else "tab10")
     colour = {c: cmap(i % cmap.N) for i, c in enumerate(clients)}
+    clock = Clock.of(result)
     end = result.end_ms or max(int(r[cols["start_ms"]]) for r in claims)
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.32 * len(names)))
     for y, lane in enumerate(names):
@@ -118,35 +160,53 @@ def _timeline(result: AuditResult, plt: Any) -> str | None:
             start = int(r[cols["start_ms"]])
             stop = r[cols["end_ms"]]
             stop_ms = end if stop is None else int(stop)
-            ax.barh(y, _day(max(stop_ms - start, 1)), left=_day(start), height=0.7,
+            ax.barh(y, max(stop_ms - start, 1) / 1000, left=clock.seconds(start), height=0.7,
                     color=colour[str(r[cols["client_id"]])], edgecolor="none")  # fmt: skip
-    _mark_failovers(result, ax, names)
-    _mark_violations(result, ax, names)
+    _mark_failovers(result, ax, names, clock)
+    _mark_losses(result, ax, names, clock)
+    _mark_violations(result, ax, names, clock)
     ax.set_yticks(range(len(names)), [f"{g}/{t}/{p}" for g, t, p in names], fontsize=7)
     ax.invert_yaxis()
-    _date_axis(ax)
-    ax.set_title("Claims per partition, coloured by owner (x: failover, red +: violation)")
+    _time_axis(ax, clock)
+    ax.set_title(
+        "Claims per partition, coloured by owner "
+        "(x: failover, orange v: AMO loss, red +: violation)"
+    )
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour[c]) for c in clients[:20]]
     ax.legend(handles, clients[:20], loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    return _png(fig)
+    return fig
 
 
-def _mark_failovers(result: AuditResult, ax: Any, names: Sequence[tuple[str, str, int]]) -> None:
+Lanes = Sequence[tuple[str, str, int]]
+
+
+def _mark_failovers(result: AuditResult, ax: Any, names: Lanes, clock: Clock) -> None:
     cols = {c: i for i, c in enumerate(columns("failovers"))}
     lane = {name: y for y, name in enumerate(names)}
     for r in result.tables["failovers"]:
         y = lane.get((str(r[cols["group"]]), str(r[cols["topic"]]), int(r[cols["partition"]])))
         if y is not None and r[cols["kind"]] == "failover":
-            ax.plot(_day(r[cols["claimed_ms"]]), y, "kx", markersize=6)
+            ax.plot(clock.seconds(r[cols["claimed_ms"]]), y, "kx", markersize=6)
 
 
-def _mark_violations(result: AuditResult, ax: Any, names: Sequence[tuple[str, str, int]]) -> None:
+def _mark_losses(result: AuditResult, ax: Any, names: Lanes, clock: Clock) -> None:
+    cols = {c: i for i, c in enumerate(columns("amo_losses"))}
+    lane = {name: y for y, name in enumerate(names)}
+    for r in result.tables.get("amo_losses", []):
+        y = lane.get((str(r[cols["group"]]), str(r[cols["topic"]]), int(r[cols["partition"]])))
+        if y is not None and r[cols["lost_ms"]] is not None:
+            ax.plot(clock.seconds(r[cols["lost_ms"]]), y - 0.3, "v", color="darkorange",
+                    markersize=6)  # fmt: skip
+
+
+def _mark_violations(result: AuditResult, ax: Any, names: Lanes, clock: Clock) -> None:
     cols = {c: i for i, c in enumerate(columns("violations"))}
     for r in result.violations[:MAX_TABLE_ROWS]:
         for y, (group, topic, partition) in enumerate(names):
             same = r[cols["topic"]] == topic and r[cols["partition"]] == partition
             if same and r[cols["group"]] in (group, None) and r[cols["start"]] is not None:
-                ax.plot(_day(r[cols["start"]] * 1000), y, "r+", markersize=10, markeredgewidth=2)
+                x = clock.seconds(r[cols["start"]] * 1000)
+                ax.plot(x, y, "r+", markersize=10, markeredgewidth=2)
 
 
 def _bins(top: float, at_least: float, n: int = 40) -> list[float]:
@@ -193,7 +253,8 @@ def _gap_histogram(result: AuditResult, plt: Any) -> str | None:
     return _png(fig)
 
 
-def _lag_plot(result: AuditResult, plt: Any) -> str | None:
+def lag_figure(result: AuditResult, plt: Any) -> Any:
+    """Lag (or the committed position) per partition over the log's time (None: no point)."""
     points = result.lag_points
     if not points:
         return None
@@ -201,25 +262,72 @@ def _lag_plot(result: AuditResult, plt: Any) -> str | None:
     lines: dict[tuple[str, int], list[LagPoint]] = defaultdict(list)
     for p in points:
         lines[(p[0], p[1])].append(p)
+    clock = Clock.of(result)
     fig, ax = plt.subplots(figsize=(12, 4))
     for (topic, partition), pts in sorted(lines.items())[:MAX_LAG_LINES]:
         pts.sort(key=lambda p: p[2])
         ys = [p[3] if has_lag else p[4] for p in pts]
-        ax.plot([_day(p[2]) for p in pts], ys, label=f"{topic}/{partition}", linewidth=1)
-    _date_axis(ax)
+        xs = [clock.seconds(p[2]) for p in pts]
+        ax.plot(xs, ys, label=f"{topic}/{partition}", linewidth=1)
+    _time_axis(ax, clock)
     ax.set_ylabel("lag (records)" if has_lag else "committed offset")
     title = "Lag against the high watermark at audit time" if has_lag else "Committed position"
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    return _png(fig)
+    return fig
 
 
-def _table(title: str, name: str, rows: Sequence[Row]) -> str:
+_DURATIONS = frozenset({"duration_ms", "max_gap_ms", "mean_gap_ms"})
+_UNIX_SECONDS = frozenset({"start", "end"})  # the ledger's times (violations)
+
+
+def _cell(column: str, value: Any, clock: Clock) -> str:
+    """A value as a person reads it: log times as clock times, durations in seconds."""
+    if value is None:
+        return ""
+    if column in _DURATIONS:
+        return f"{float(value) / 1000:.3f} s"
+    if column.endswith("_ms"):
+        return clock.at(float(value))
+    if column in _UNIX_SECONDS and isinstance(value, int | float):
+        return clock.at(float(value) * 1000)
+    if column == "evidence":
+        return _evidence(str(value), clock)
+    return str(value)
+
+
+def _evidence(text: str, clock: Clock) -> str:
+    """A violation's evidence (JSON) with its times as clock times."""
+
+    def readable(item: Any, key: str = "") -> Any:
+        if isinstance(item, dict):
+            return {k: readable(v, k) for k, v in item.items()}
+        if isinstance(item, list):
+            return [readable(v, key) for v in item]
+        if isinstance(item, int | float) and not isinstance(item, bool):
+            if key.endswith("_ms"):
+                return clock.at(float(item))
+            if key in _UNIX_SECONDS:
+                return clock.at(float(item) * 1000)
+        return item
+
+    try:
+        return json.dumps(readable(json.loads(text)), sort_keys=True)
+    except ValueError:
+        return text
+
+
+def _table(title: str, name: str, rows: Sequence[Row], clock: Clock, empty: str) -> str:
+    """A table with a heading, or ``empty`` (a sentence) if it has no row."""
+    if not rows:
+        return f"<h2>{html.escape(title)}</h2><p>{html.escape(empty)}</p>"
     cols = columns(name)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = "".join(
         "<tr>"
-        + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in r)
+        + "".join(
+            f"<td>{html.escape(_cell(c, v, clock))}</td>" for c, v in zip(cols, r, strict=True)
+        )
         + "</tr>"
         for r in rows[:MAX_TABLE_ROWS]
     )
@@ -231,12 +339,96 @@ def _table(title: str, name: str, rows: Sequence[Row]) -> str:
     return f"<h2>{html.escape(title)} ({len(rows)})</h2><table><tr>{head}</tr>{body}</table>{more}"
 
 
+def _counts(counts: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"
+
+
+def _summary_rows(summary: Mapping[str, Any], clock: Clock) -> list[tuple[str, str]]:
+    """The summary as (label, value) lines a person reads."""
+    s = summary
+    intervals = s.get("heartbeat_intervals_ms") or {}
+    beats = ", ".join(f"{g} {ms / 1000:g} s" for g, ms in intervals.items())
+    fo = s["failover_ms"]
+    failovers = str(s["failovers"])
+    if fo is not None:
+        failovers += (
+            f" (old holder's last heartbeat to new claim: min {fo['min'] / 1000:.3f} s, "
+            f"median {fo['median'] / 1000:.3f} s, max {fo['max'] / 1000:.3f} s)"
+        )
+    gap = s["max_heartbeat_gap_ms"]
+    losses, poison, ledger = s["amo_losses"], s["poison"], s["ledger"]
+    rows = [
+        ("Input", str(s["input"])),
+        ("Log", f"{clock.clock(clock.start_ms)} to {clock.clock(clock.end_ms)} UTC "
+                f"({clock.seconds(clock.end_ms):.1f} s), from {s['log_start']}"),
+        ("Records", str(s["records"])),
+        ("Coordination partitions", str(s["coordination_partitions"])),
+        ("Malformed / unverified records", f"{s['malformed']} / {s['unverified']}"),
+        ("Heartbeat interval", beats or f"{s['heartbeat_interval_ms'] / 1000:g} s"),
+        ("Groups", ", ".join(f"{g['group']} ({g['mode']})" for g in s["groups"]) or "none"),
+        ("Claims", f"{s['claims']} ({_counts(s['claims_ended'])})"),
+        ("Clients", ", ".join(s["clients"]) or "none"),
+        ("Partitions claimed", str(s["partitions_claimed"])),
+        ("Members", str(s["members"])),
+        ("Failovers", failovers),
+        ("Handovers", str(s["handovers"])),
+        ("Longest heartbeat gap", "none" if gap is None else f"{gap / 1000:.3f} s"),
+        ("AMO reservations", str(s["reservations"])),
+        ("AMO losses", f"{losses['records']} records in {losses['ranges']} ranges"
+                       + (f" ({_counts(losses['by_cause'])})" if losses["ranges"] else "")),
+        ("Poison records", f"{poison['records']} (failures {poison['failures']}, parked "
+                           f"{poison['parked']}, retried {poison['retried']}, skipped "
+                           f"{poison['skipped']}, still parked {poison['parked_at_end']})"),
+        ("Ledger", "none given" if ledger is None else
+         f"{ledger['rows']} rows, {ledger['checked']} checked, {ledger['unverifiable']} "
+         f"unverifiable, {ledger['incomplete_lines']} incomplete lines, "
+         f"{ledger['alo_redeliveries']} ALO redeliveries"),
+        ("Violations", f"{s['violations']}"
+                       + (f" ({_counts(s['violations_by_kind'])})" if s["violations"] else "")),
+        ("Verdicts", _counts(s["verdicts"])),
+    ]  # fmt: skip
+    return rows
+
+
+def _summary_table(summary: Mapping[str, Any], clock: Clock) -> str:
+    lines = "".join(
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+        for k, v in _summary_rows(summary, clock)
+    )
+    return f"<table class='summary'>{lines}</table>"
+
+
+def _no_losses(result: AuditResult) -> str:
+    if result.check is None:
+        return (
+            "No AMO records at risk: no holder stopped without releasing after a reservation, "
+            "and no release left reserved records behind (give the ledger to know for sure)."
+        )
+    return (
+        "No AMO losses: the ledger shows every reserved record handled (a holder still at "
+        "work on its last batch has lost nothing yet)."
+    )
+
+
+def _no_violations(result: AuditResult) -> str:
+    check = result.check
+    if check is None:
+        return (
+            "No violations: no ledger was given, and the log alone cannot show one "
+            "(the fold refuses every invalid record)."
+        )
+    return (
+        f"No violations: the {check.checked} ledger rows checked show no zombie work, no "
+        "overlap, no AMO record handled twice and no ALO record left unhandled."
+    )
+
+
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; font-size: 12px; margin-bottom: 1em; }
 td, th { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; } img { max-width: 100%; } .bad { color: #b00; } .ok { color: #070; }
-pre { background: #f6f6f6; padding: 1em; }
+table.summary th { text-align: right; }
 """
 
 
@@ -248,23 +440,39 @@ def render(result: AuditResult) -> str:
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     summary = summarize(result)
+    clock = Clock.of(result)
     verdict = (
         f"<p class='bad'><b>{summary['violations']} violation(s) found.</b></p>"
         if summary["violations"]
         else "<p class='ok'><b>No violations.</b></p>"
     )
-    parts = [f"<h1>marshal-audit: {html.escape(str(result.config.source))}</h1>", verdict]
+    when = (
+        f"<p>Times are UTC clock times, with the seconds since the log's start "
+        f"({html.escape(str(summary['log_start']))}) in brackets.</p>"
+    )
+    parts = [f"<h1>marshal-audit: {html.escape(str(result.config.source))}</h1>", verdict, when]
+    figures = [timeline_figure(result, plt), lag_figure(result, plt)]
     plots = [
-        _timeline(result, plt), _failover_histogram(result, plt),
-        _gap_histogram(result, plt), _lag_plot(result, plt),
+        _png(figures[0]) if figures[0] is not None else None,
+        _failover_histogram(result, plt), _gap_histogram(result, plt),
+        _png(figures[1]) if figures[1] is not None else None,
     ]  # fmt: skip
     plt.close("all")
     parts += [f"<p><img src='data:image/png;base64,{p}'></p>" for p in plots if p]
-    parts.append(f"<h2>Summary</h2><pre>{html.escape(json.dumps(summary, indent=2))}</pre>")
-    parts.append(_table("Violations", "violations", result.violations))
-    parts.append(_table("Groups", "groups", result.tables["groups"]))
-    parts.append(_table("Failovers and handovers", "failovers", result.tables["failovers"]))
-    parts.append(_table("Claims", "claims", result.tables["claims"]))
+    parts.append(f"<h2>Summary</h2>{_summary_table(summary, clock)}")
+    t = result.tables
+    parts += [
+        _table("Violations", "violations", result.violations, clock, _no_violations(result)),
+        _table("AMO losses" if result.check is not None else "AMO records at risk (no ledger)",
+               "amo_losses", t.get("amo_losses", []), clock, _no_losses(result)),
+        _table("Poison records: failures, parked, retried, skipped", "poison",
+               t.get("poison", []), clock,
+               "No poison records: no handler failure was counted in the log."),
+        _table("Groups", "groups", t["groups"], clock, "No group in the log."),
+        _table("Failovers and handovers", "failovers", t["failovers"], clock,
+               "No failovers or handovers: no partition changed hands."),
+        _table("Claims", "claims", t["claims"], clock, "No claim in the log."),
+    ]  # fmt: skip
     body = "\n".join(parts)
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>marshal-audit</title>"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final
 
 from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
 from marshal_workers.audit.session import error_line
+from marshal_workers.protocol.wire import CoordRecord
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -83,3 +84,19 @@ def kafka_topic(spark: SparkSession, bootstrap_servers: str, topic: str) -> Data
         "`key`",
         "`value`",
     )
+
+
+def settings_records(records: DataFrame) -> list[CoordRecord]:
+    """The records that may be group settings (`heartbeats` decodes and checks them): read
+    before the fold, since each group's recorded heartbeat interval decides its verdicts."""
+    found = records.where("CAST(`value` AS STRING) LIKE 'GroupSettings/%'").collect()
+    return [
+        CoordRecord(
+            int(r["partition"]),
+            int(r["offset"]),
+            int(r["timestamp_ms"]),
+            None if r["key"] is None else bytes(r["key"]),
+            bytes(r["value"]),
+        )
+        for r in found
+    ]

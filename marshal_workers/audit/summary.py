@@ -2,13 +2,16 @@
 
 A stable interface (keys are only ever added)::
 
-    {"input", "out", "report", "heartbeat_interval_ms", "records", "coordination_partitions",
+    {"input", "out", "report", "heartbeat_interval_ms", "heartbeat_intervals_ms": {GROUP: MS},
+     "records", "coordination_partitions",
      "log_start", "log_end", "malformed", "unverified", "verdicts": {VERDICT: N},
      "groups": [{"group", "mode", "partitions", "members", "claims", "failovers",
                  "handovers", "pauses"}],
      "claims", "claims_ended": {ENDED: N}, "clients", "partitions_claimed", "members",
      "failovers", "handovers", "failover_ms": {"min", "median", "max"} | null,
      "max_heartbeat_gap_ms", "reservations",
+     "poison": {"records", "failures", "parked", "retried", "skipped", "parked_at_end"},
+     "amo_losses": {"ranges", "records", "by_cause": {CAUSE: N}},
      "ledger": {"rows", "incomplete_lines", "checked", "unverifiable", "alo_redeliveries"}
                | null,
      "violations", "violations_by_kind": {KIND: N},
@@ -40,6 +43,36 @@ def _col(table: str, name: str) -> int:
 def violation_line(row: tuple[Any, ...]) -> str:
     """A violation as one line for stderr."""
     return f"violation {row[_col('violations', 'kind')]}: {row[_col('violations', 'detail')]}"
+
+
+def poison_summary(rows: list[tuple[Any, ...]]) -> dict[str, int]:
+    """Poison records (distinct failing data records) and what became of them: failures
+    counted, records ever parked, retried or skipped by an operator, and still parked at the
+    end of the log (their newest poison row parks them)."""
+    action = _col("poison", "action")
+    record: dict[tuple[Any, ...], list[str]] = {}
+    for r in rows:  # in log order per partition (`model.finish_small`)
+        record.setdefault((r[0], r[1], r[2], r[3]), []).append(str(r[action]))
+    return {
+        "records": len(record),
+        "failures": sum(1 for r in rows if r[action] in ("failed", "parked")),
+        "parked": sum(1 for a in record.values() if "parked" in a),
+        "retried": sum(1 for a in record.values() if "retried" in a),
+        "skipped": sum(1 for a in record.values() if "skipped" in a),
+        "parked_at_end": sum(1 for a in record.values() if a[-1] == "parked"),
+    }
+
+
+def loss_summary(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """AMO ranges reserved and never committed: how many, their records nobody handled (all of
+    them without a ledger; ranges of unknown start count none), and how many per cause."""
+    count, cause = _col("amo_losses", "count"), _col("amo_losses", "cause")
+    handled = _col("amo_losses", "handled")
+    return {
+        "ranges": len(rows),
+        "records": sum(int(r[count]) - int(r[handled] or 0) for r in rows if r[count] is not None),
+        "by_cause": dict(sorted(Counter(str(r[cause]) for r in rows).items())),
+    }
 
 
 def summarize(result: AuditResult) -> dict[str, Any]:
@@ -79,6 +112,9 @@ def summarize(result: AuditResult) -> dict[str, Any]:
         "out": str(result.config.out),
         "report": None if result.report_path is None else str(result.report_path),
         "heartbeat_interval_ms": result.config.heartbeat_interval_ms,
+        "heartbeat_intervals_ms": {
+            str(r[0]): result.config.group_heartbeat_ms(str(r[0])) for r in t["groups"]
+        },
         "records": sum(int(r[_col("coordination", "records")]) for r in coord),
         "coordination_partitions": len(coord),
         "log_start": iso_ms(
@@ -103,6 +139,8 @@ def summarize(result: AuditResult) -> dict[str, Any]:
         else None,
         "max_heartbeat_gap_ms": max(gaps) if gaps else None,
         "reservations": result.verdicts.get("MessagesClaimed", 0),
+        "poison": poison_summary(t.get("poison", [])),
+        "amo_losses": loss_summary(t.get("amo_losses", [])),
         "ledger": ledger,
         "violations": len(violations),
         "violations_by_kind": dict(sorted(kinds.items())),

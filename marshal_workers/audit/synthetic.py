@@ -5,7 +5,9 @@ round robin, each about every HB/2 of log time, so healthy holders never go stal
 visit the holder heartbeats (ALO) or reserves the next batch (AMO); now and then it hands
 the partition over (ReleasingPartition, then another client's claim on the next visit) or
 fails (it goes silent for more than 2*HB, then another client claims). Each claim is placed on
-its home coordination partition (`coordination_partition`, spec partitioner).
+its home coordination partition (`coordination_partition`, spec partitioner). With
+``lose_rate`` (AMO), a holder now and then reserves its next batch and crashes before handling
+it: the batch is lost (at most once), and `Synthetic.lost` lists it.
 
 The ledger is what obedient handlers would write: the records below each committed position
 handled before the heartbeat that committed them (ALO), or the reserved batch handled right
@@ -48,6 +50,7 @@ class Fleet:
     batch: int = 20
     handover_rate: float = 0.004
     failure_rate: float = 0.002
+    lose_rate: float = 0.0  # AMO: crash right after reserving a batch (the batch is lost)
     seed: int = 7
     start_ms: int = T0
     group: str = "shop"
@@ -72,6 +75,7 @@ class Synthetic:
 
     records: list[CoordRecord] = field(default_factory=list)
     ledger: list[LedgerEntry] = field(default_factory=list)
+    lost: list[tuple[str, int, int, int]] = field(default_factory=list)  # topic, part, [s, e)
 
 
 def _client(i: int) -> str:
@@ -79,9 +83,13 @@ def _client(i: int) -> str:
 
 
 def messages(
-    n: int, fleet: Fleet, ledger: list[LedgerEntry] | None = None
+    n: int,
+    fleet: Fleet,
+    ledger: list[LedgerEntry] | None = None,
+    lost: list[tuple[str, int, int, int]] | None = None,
 ) -> Iterator[tuple[int, Message]]:
-    """``n`` messages with their log times (ms); the ledger rows are appended to ``ledger``."""
+    """``n`` messages with their log times (ms); the ledger rows are appended to ``ledger``,
+    the batches lost in crashes after their reservation to ``lost``."""
     rng = random.Random(fleet.seed)
     g, names = fleet.group, [_client(i) for i in range(fleet.clients)]
     slots = [
@@ -100,7 +108,7 @@ def messages(
     while sent < n:
         for s in slots:
             t += step
-            for msg in _visit(s, t, fleet, rng, names, ledger):
+            for msg in _visit(s, t, fleet, rng, names, ledger, lost):
                 if sent >= n:
                     return
                 yield t, msg
@@ -109,7 +117,7 @@ def messages(
 
 def _visit(
     s: _Slot, t: int, fleet: Fleet, rng: random.Random, names: list[str],
-    ledger: list[LedgerEntry] | None,
+    ledger: list[LedgerEntry] | None, lost: list[tuple[str, int, int, int]] | None = None,
 ) -> list[Message]:  # fmt: skip
     """What the slot's holder writes on this visit (AMO: reserve, then commit)."""
     g, inst = fleet.group, f"{s.client}-i"
@@ -127,6 +135,13 @@ def _visit(
     if roll < fleet.failure_rate + fleet.handover_rate:
         s.claim_next = _other(s.client, names, rng)
         return [ReleasingPartition(0, inst, s.client, g, s.topic, s.partition, s.offset)]
+    if fleet.amo and roll < fleet.failure_rate + fleet.handover_rate + fleet.lose_rate:
+        start = s.offset  # reserve the next batch, then crash before handling any of it
+        s.offset += rng.randint(1, fleet.batch)
+        s.silent_until = t + 2 * fleet.hb_ms + fleet.hb_ms // 2
+        if lost is not None:
+            lost.append((s.topic, s.partition, start, s.offset))
+        return [ClaimingMessages(0, inst, s.client, g, s.topic, s.partition, s.offset)]
     start, previous = s.offset, s.last_visit
     s.last_visit = t
     if s.member:
@@ -171,7 +186,7 @@ def generate(n: int, fleet: Fleet | None = None, with_ledger: bool = False) -> S
     out = Synthetic()
     next_offset = [0] * fleet.coord_partitions
     token: dict[tuple[str, int], int] = {}
-    for t, msg in messages(n, fleet, ledger):
+    for t, msg in messages(n, fleet, ledger, out.lost):
         part = coordination_partition(msg.topic, msg.partition, fleet.coord_partitions)
         offset = next_offset[part]
         next_offset[part] += 1

@@ -21,7 +21,9 @@ what the ledger checks compare handling times against. A claim whose earlier his
 compacted away (the fold's Unverified events) proves nothing and opens no interval.
 
 Member claims (`claims.is_member_key`) go to ``membership``; data claims to ``claims``, and
-only they produce failovers, heartbeat gaps, reservations and lag rows. Rows are tuples in the
+only they produce failovers, heartbeat gaps, reservations and lag rows. Accepted poison
+records (`recordfailures`: a handler's counted failures, parkings, an operator's retry or skip)
+are ``poison`` rows. Rows are tuples in the
 column order of `schema.TABLES`; rows outside the ``--group``/``--since``/``--until`` window
 are left out here, so that every caller filters alike.
 """
@@ -35,6 +37,7 @@ from typing import Any
 
 from marshal_workers.audit.events_table import event_row
 from marshal_workers.protocol import events as ev
+from marshal_workers.protocol import recordfailures as rf
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.wire import ClaimingMessages, ClaimKey
 
@@ -83,10 +86,31 @@ class _Interval:
     first_offset: int | None = None
     last_offset: int | None = None
     reserved_offset: int | None = None
+    reserve_start: int | None = None  # where the interval's first reservation started
+    last_batch_start: int | None = None  # where its last reservation started
+    reserved_ms: int | None = None  # log time of its last reservation
+    refused: tuple[int, str] | None = None  # the holder's last refused commit: offset, why
     max_gap_ms: int = 0
     max_gap_at_ms: int | None = None
     gap_sum_ms: int = 0
     gaps_over: int = 0
+
+
+@dataclass(slots=True)
+class _Reserved:
+    """A claim interval that reserved (AMO), once it ended: an ``amo_reserved`` row."""
+
+    iv: _Interval
+    ended: str | None  # None: open at the end of its partition (`finalize.settle_reserved`)
+    end_ms: int | None
+    successor: str | None
+
+    def row(self) -> Row:
+        iv, key = self.iv, self.iv.key
+        refused = None if iv.refused is None else iv.refused[0]
+        return (key.group, key.topic, key.partition, iv.client_id, iv.instance_id, iv.token,
+                iv.reserve_start, iv.last_batch_start, iv.reserved_offset, iv.last_offset,
+                iv.reserved_ms, self.end_ms, self.ended, self.successor, refused)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -112,12 +136,15 @@ class Tables:
             name: []
             for name in (
                 "events", "claims", "membership", "failovers", "heartbeat_gaps",
-                "reservations", "lag", "groups", "coordination",
+                "reservations", "lag", "poison", "amo_reserved", "groups", "coordination",
             )
         }  # fmt: skip
         self._open: dict[tuple[str, str, int], _Interval] = {}
         self._released_at: dict[ClaimKey, tuple[_Interval, int]] = {}
         self._groups: dict[str, _GroupPart] = {}
+        self._amo: list[_Reserved] = []
+        self._taken_over: dict[tuple[ClaimKey, str, str], _Reserved] = {}
+        self._pauses: dict[str, tuple[str, int]] = {}  # group -> pausing client, until (ms)
         self._records = self._malformed = self._unverified = 0
         self._verdicts: dict[type, int] = {}
         self._first: ev.Event | None = None
@@ -152,8 +179,10 @@ class Tables:
 
     def _wanted(self, event: ev.Event) -> bool:
         """Whether ``--group`` reports the event (malformed records belong to no group)."""
-        if isinstance(event, ev.Verdict):
+        if isinstance(event, ev.Verdict | rf.PoisonVerdict):
             return self.window.wants_group(event.message.group_id)
+        if isinstance(event, ev.GroupSettingsRecorded):
+            return self.window.wants_group(event.group)
         return False
 
     def _reported(self, group: str, t: int) -> bool:
@@ -169,6 +198,21 @@ class Tables:
         part = self._group(e.message.group_id)
         part.pauses += 1
         part.pausers.add(e.message.client_id)
+        self._pauses[e.message.group_id] = (e.message.client_id, e.until_ms)
+
+    def _refused(self, e: ev.HeartbeatRejected | ev.ReleaseRejected) -> None:
+        """A commit the log refused: if it is the (former) holder's, its last batch was lost
+        to a refusal rather than a silent crash (`amo`)."""
+        m = e.message
+        key = (m.group_id, m.topic, m.partition)
+        iv = self._open.get(key)
+        if iv is not None and (iv.client_id, iv.instance_id) == (m.client_id, m.instance_id):
+            iv.refused = (m.offset, e.reason)
+            return
+        gone = self._taken_over.get((e.key, m.client_id, m.instance_id))
+        if gone is not None and gone.ended == "taken_over":
+            gone.iv.refused = (m.offset, e.reason)
+            gone.ended = "refused"
 
     def _unverified_record(self, e: ev.Unverified) -> None:
         self._unverified += 1
@@ -254,13 +298,30 @@ class Tables:
             return
         if iv.reserved_offset is None:
             self._group(m.group_id).amo = True
-        iv.reserved_offset = end
+        if iv.reserve_start is None:
+            iv.reserve_start = e.start
+        iv.last_batch_start = e.start
+        iv.reserved_offset, iv.reserved_ms = end, e.log_time
         if not iv.member and self._reported(m.group_id, e.log_time):
             count = None if e.start is None else end - e.start
             self.rows["reservations"].append(
                 (m.group_id, m.topic, m.partition, m.client_id, m.instance_id, e.token,
                  e.log_time, e.start, end, count)
             )  # fmt: skip
+
+    def _poison(self, e: rf.PoisonNoted | rf.PoisonCleared) -> None:
+        """A counted failure, a parking, or an operator's retry or skip: a ``poison`` row."""
+        m, state = e.message, e.state
+        if not self._reported(m.group_id, e.log_time):
+            return
+        if isinstance(e, rf.PoisonNoted):
+            action = "parked" if state.parked else "failed"
+        else:
+            action = "skipped" if state.skipped else "retried"
+        self.rows["poison"].append(
+            (m.group_id, m.topic, m.partition, state.offset, e.log_time, e.coord_partition,
+             e.coord_offset, m.client_id, m.instance_id, action, state.failures, state.error)
+        )  # fmt: skip
 
     # ---- rows -------------------------------------------------------------------------------
 
@@ -276,6 +337,7 @@ class Tables:
         if is_member_key(key):
             self.rows["membership"].append(row)
             return
+        self._lost(iv, ended, end_ms, by)
         self._group(key.group).claims += 1
         self.rows["claims"].append(row)
         mean = iv.gap_sum_ms / iv.heartbeats if iv.heartbeats else None
@@ -284,6 +346,21 @@ class Tables:
              iv.start_ms, iv.heartbeats, iv.max_gap_ms if iv.heartbeats else None,
              iv.max_gap_at_ms, mean, iv.gaps_over)
         )  # fmt: skip
+
+    def _lost(self, iv: _Interval, ended: str | None, end_ms: int | None, by: str | None) -> None:
+        """An interval that reserved (AMO): an ``amo_reserved`` row, for `amo`'s losses."""
+        if iv.by_admin or iv.reserved_offset is None:
+            return
+        if ended == "released":
+            pause = self._pauses.get(iv.key.group)
+            if pause is not None and end_ms is not None and end_ms < pause[1]:
+                ended = "released_under_pause"
+        elif ended == "taken_over" and iv.refused is not None:
+            ended = "refused"
+        reserved = _Reserved(iv, ended, end_ms, by)
+        self._amo.append(reserved)
+        if ended == "taken_over":
+            self._taken_over[(iv.key, iv.client_id, iv.instance_id)] = reserved
 
     def _failover(self, kind: str, old: _Interval, last_seen: int, e: ev.ClaimGranted) -> None:
         if not self.window.wants_time(e.log_time):
@@ -310,6 +387,9 @@ class Tables:
         for iv in self._open.values():
             self._close(iv, OPEN, None, None)
         self._open.clear()
+        self.rows["amo_reserved"].extend(r.row() for r in self._amo)
+        self._amo.clear()
+        self._taken_over.clear()
         for group, part in sorted(self._groups.items()):
             self.rows["groups"].append(
                 (group, "amo" if part.amo else "alo", len(part.partitions), len(part.members),
@@ -344,4 +424,8 @@ _HANDLERS: dict[type, Callable[[Tables, Any], None]] = {
     ev.MessagesRejected: Tables._rejected_reservation,
     ev.GroupPaused: Tables._paused,
     ev.Unverified: Tables._unverified_record,
+    ev.HeartbeatRejected: Tables._refused,
+    ev.ReleaseRejected: Tables._refused,
+    rf.PoisonNoted: Tables._poison,
+    rf.PoisonCleared: Tables._poison,
 }

@@ -10,6 +10,7 @@ never held the claim) must then fail the audit and be named.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -26,7 +27,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from marshal_workers.audit import jars
 from marshal_workers.audit.schema import TABLES, columns
 from marshal_workers.common.errors import MarshalError
-from tests.integration.fleet import Fleet
+from marshal_workers.protocol.modes import Mode
+from tests.integration.fleet import Fleet, with_suppressed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 HB = 1.0
@@ -142,3 +144,133 @@ def _produce_lines(bootstrap: str, topic: str, rows: list[Any]) -> None:
         producer.produce(topic, json.dumps(r).encode())
         producer.poll(0)
     assert producer.flush(30) == 0
+
+
+def _poison_state(fleet: Fleet) -> dict[str, Any] | None:
+    out = fleet.admin("status", "--group", fleet.group, "--json")
+    assert out.returncode == 0, out.stderr
+    for claim in json.loads(out.stdout)["claims"]:
+        if claim["topic"] == fleet.topic and claim["partition"] == 0:
+            found = claim.get("poison")
+            return found if isinstance(found, dict) else None
+    return None
+
+
+@pytest.mark.timeout(900)
+def test_a_parked_then_skipped_record_is_reported(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Issue 21.1: a handler that always fails on one record, parked after 2 failures, then
+    skipped by an operator. The unfiltered audit runs (it crashed on RecordFailed), and it and
+    the --group audit report the record's failures, its parking and the skip."""
+    poison_at, total = 3, 10
+    fleet = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=HB, partitions=1)
+    try:
+        fleet.produce(total)
+        env = {"MARSHAL_LEDGER_FAIL_AT_OFFSET": str(poison_at)}
+        fleet.start("a", "--retries", "0", "--restart-backoff", "0.1",
+                    "--max-handler-failures", "2", "--poison-park-after", "2", env=env)  # fmt: skip
+
+        def parked() -> bool:
+            state = _poison_state(fleet)
+            return state is not None and state["parked"] is True
+
+        fleet.wait_for(parked, 90, "the poison record to be parked")
+        skipped = fleet.admin("skip-record", "--group", fleet.group, "--topic", fleet.topic,
+                              "--partition", "0", "--offset", str(poison_at))  # fmt: skip
+        assert skipped.returncode == 0, skipped.stderr
+        fleet.wait_for(
+            lambda: {r["offset"] for r in fleet.ledger()} == set(range(total)) - {poison_at},
+            60,
+            "every other record handled",
+        )
+        for member in fleet.members:
+            member.signal(signal.SIGTERM)
+        for member in fleet.members:
+            assert member.wait(30) == 0, member.log_tail()
+
+        out = tmp_path / "audit"
+        code, summary, err = audit(fleet, out)
+        assert code == 0, err
+        assert summary["poison"] == {"records": 1, "failures": 2, "parked": 1, "retried": 0,
+                                     "skipped": 1, "parked_at_end": 0}, summary  # fmt: skip
+        assert summary["verdicts"]["PoisonNoted"] == 2 and summary["verdicts"]["PoisonCleared"] == 1
+        poison = pq.read_table(out / "poison").to_pylist()
+        assert [(p["offset"], p["action"], p["client_id"]) for p in poison] == [
+            (poison_at, "failed", "a"), (poison_at, "parked", "a"),
+            (poison_at, "skipped", "marshal-admin"),
+        ]  # fmt: skip
+        assert "SimulatedError" in poison[0]["error"]
+        events = pq.read_table(out / "events").to_pylist()
+        assert sum(e["message_type"] == "RecordFailed" for e in events) == 2
+        page = (out / "report.html").read_text()
+        assert "Poison records" in page and "skipped" in page and "parked" in page
+
+        code, summary, err = audit(fleet, tmp_path / "audit-group", "--group", fleet.group)
+        assert code == 0, err
+        assert summary["poison"]["parked"] == 1 and summary["poison"]["skipped"] == 1
+    finally:
+        fleet.close()
+
+
+@pytest.mark.timeout(900)
+def test_a_clean_amo_fleet_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Issue 19.3 on a real fleet: AMO members hand partitions over and stop gracefully; every
+    reserved range is handled and committed, so the audit shows 0 AMO losses."""
+    fleet = Fleet(kafka_bootstrap, tmp_path, mode="amo", hb=HB)
+    try:
+        run_fleet(fleet)
+        out = tmp_path / "audit"
+        code, summary, err = audit(fleet, out)
+        assert code == 0, err
+        assert summary["groups"][0]["mode"] == "amo" and summary["reservations"] > 0
+        assert summary["handovers"] >= 4
+        assert summary["amo_losses"] == {"ranges": 0, "records": 0, "by_cause": {}}, (
+            pq.read_table(out / "amo_losses").to_pylist()
+        )
+        assert "No AMO losses" in (out / "report.html").read_text()
+    finally:
+        fleet.close()
+
+
+@pytest.mark.timeout(900)
+def test_a_killed_amo_holder_s_unhandled_records_are_all_reported_lost(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Issue 19.3: an AMO member is killed (SIGKILL, children too) while it handles slow
+    batches; another takes over. Every record nobody handled lies in a reported loss, caused
+    by the takeover, and every reported unhandled record is absent from the ledger."""
+    fleet = Fleet(kafka_bootstrap, tmp_path, mode="amo", hb=HB, partitions=2,
+                  ledger_delay_ms=20)  # fmt: skip
+    try:
+        fleet.produce_steadily(100)
+        victim = fleet.start("a")
+        fleet.wait_for(lambda: len(fleet.ledger()) >= 40, 60, "a handling records")
+        for pid in victim.children():
+            with_suppressed(lambda p=pid: os.killpg(p, signal.SIGKILL))
+        with_suppressed(lambda: os.killpg(victim.pid, signal.SIGKILL))
+        victim.wait(10)
+        fleet.start("b")
+        fleet.wait_for(lambda: fleet.counts() == {"b": 2}, 60, "b taking both partitions over")
+        time.sleep(2)
+        fleet.stop_producing()
+        ends = fleet.end_offsets()
+        fleet.wait_for(
+            lambda: all(fleet.positions(Mode.AMO).get(p) == end for p, end in ends.items()),
+            60, "b reaching the end",
+        )  # fmt: skip
+        fleet.members[-1].signal(signal.SIGTERM)
+        assert fleet.members[-1].wait(30) == 0, fleet.members[-1].log_tail()
+
+        out = tmp_path / "audit"
+        code, summary, err = audit(fleet, out)
+        assert code == 0, err
+        losses = pq.read_table(out / "amo_losses").to_pylist()
+        handled = {(r["partition"], r["offset"]) for r in fleet.ledger()}
+        never = {(p, o) for p, end in ends.items() for o in range(end)} - handled
+        in_losses = {(r["partition"], o) for r in losses
+                     for o in range(r["start_offset"], r["end_offset"])}  # fmt: skip
+        assert never <= in_losses, (sorted(never - in_losses), losses)
+        assert {r["cause"] for r in losses} <= {"taken_over"}
+        assert all(r["successor_client_id"] == "b" and r["client_id"] == "a" for r in losses)
+        assert summary["amo_losses"]["records"] == len(never)
+    finally:
+        fleet.close()

@@ -1,0 +1,138 @@
+"""At-most-once losses: reserved records nobody handled, and why (pure; issue 19.3).
+
+At most once, a member reserves each batch in the log (ClaimingMessages) before its child
+handles it, and heartbeats the reservation's end as its position right away (`core/children`).
+Whoever holds the partition next resumes at the end of the last reservation, so a reserved
+record that was not handled is never handled: it is lost, as at-most-once allows, but only
+for a reason. The log does not say which reserved records were handled; the ledger does.
+
+`amo_reserved` (built by `tables.Tables`, settled by `finalize.settle_reserved`) has one row per
+claim interval that reserved: the span it reserved [first_offset, end_offset), its last batch
+[last_batch_offset, end_offset), its last commit, and how its holder's right ended. From it:
+
+- with a ledger (`ledger_losses`, per data partition in `checks.check_partition`): every run
+  of reserved offsets that no ledger row of the group handled is a loss. In the interval's
+  last batch, the cause is how the interval ended: ``taken_over`` (the holder's lease expired,
+  it crashed or stalled, and another member claimed), ``lease_expired`` (the same, nobody
+  claimed before the end of the log), ``refused`` (the holder's commit came after its lease
+  ended and the log refused it), ``replaced`` (a new instance of the holder took over: a
+  restart), ``released_under_pause`` or ``released``; a holder that still holds its claim is
+  still at work on its last batch (no loss yet). Before the last batch, the holder lived on
+  past the batch: its member refused a batch the log had reserved (the child that asked had
+  ended, its lease ran out, an earlier batch was refused): ``refused``.
+- without a ledger (`log_losses`): what the log shows at risk: the last batch of an interval
+  whose holder stopped without releasing (its child may not have finished it), and the
+  reserved records above a release's offset. ``handled`` is null: nobody can tell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from marshal_workers.audit.schema import columns
+
+Row = tuple[Any, ...]
+
+_R: Final = {name: i for i, name in enumerate(columns("amo_reserved"))}
+CRASHES: Final = frozenset({"taken_over", "stale", "refused", "replaced"})
+RELEASES: Final = frozenset({"released", "released_under_pause"})
+_CAUSE: Final = {"stale": "lease_expired"}  # how an interval ended -> the cause of its loss
+
+
+def _cause(ended: object) -> str:
+    return _CAUSE.get(str(ended), str(ended))
+
+
+def _range(start: int | None, end: int) -> str:
+    return f"[{start}, {end})" if start is not None else f"below {end} (start unknown)"
+
+
+def detail(cause: str, row: Row, start: int | None, end: int) -> str:
+    """One sentence on why the reserved records [start, end) of ``row`` were lost."""
+    client, successor = row[_R["client_id"]], row[_R["successor_client_id"]]
+    lost = f"{client} reserved {_range(start, end)} and nobody handled it"
+    after = f"the next owner resumed at {row[_R['end_offset']]}"
+    if cause == "taken_over":
+        return f"{lost}: {client}'s lease expired and {successor} claimed the partition; {after}"
+    if cause == "lease_expired":
+        return f"{lost}: {client} went silent and its lease expired before the end of the log"
+    if cause == "replaced":
+        return f"{lost}: a new instance of {client} took the claim over (restart); {after}"
+    if cause == "refused" and start is not None and start >= (row[_R["last_batch_offset"]] or 0):
+        refused = row[_R["refused_offset"]]
+        return (
+            f"{lost}: {client}'s commit of {refused} came after its lease ended and the log "
+            f"refused it; {after}"
+        )
+    if cause == "refused":
+        return (
+            f"{lost}: {client} went on reserving after it, so its member refused the batch "
+            "the log had reserved (its child had ended or its lease ran out)"
+        )
+    if cause == "released_under_pause":
+        return f"{lost}: {client} released the partition while the group was paused; {after}"
+    return f"{lost}: {client} released the partition without handling it; {after}"
+
+
+def _loss(row: Row, start: int | None, end: int, cause: str, handled: int | None) -> Row:
+    r = row
+    count = None if start is None else end - start
+    return (
+        r[_R["group"]], r[_R["topic"]], r[_R["partition"]], r[_R["client_id"]],
+        r[_R["instance_id"]], r[_R["token"]], start, end, count, handled, r[_R["reserved_ms"]],
+        r[_R["end_ms"]], cause, r[_R["successor_client_id"]], detail(cause, r, start, end),
+    )  # fmt: skip
+
+
+def log_losses(reserved: Iterable[Row]) -> list[Row]:
+    """Without a ledger: the reserved records the log shows at risk (module doc)."""
+    out: list[Row] = []
+    for r in reserved:
+        ended, end = r[_R["ended"]], r[_R["end_offset"]]
+        if ended in CRASHES:
+            out.append(_loss(r, r[_R["last_batch_offset"]], end, _cause(ended), None))
+        elif ended in RELEASES:
+            committed = r[_R["committed_offset"]]
+            if committed is not None and committed < end:
+                out.append(_loss(r, committed, end, _cause(ended), None))
+    return out
+
+
+def ledger_losses(
+    reserved: Sequence[Row], handled: Mapping[str | None, set[int]] | set[tuple[str | None, int]]
+) -> list[Row]:
+    """With a ledger: the runs of reserved offsets of one data partition that no ledger row
+    of the interval's group (or an older ledger's row, without a group) handled."""
+    done: dict[str | None, set[int]] = {}
+    if isinstance(handled, set):
+        for group, offset in handled:
+            done.setdefault(group, set()).add(offset)
+    else:
+        done = {g: set(v) for g, v in handled.items()}
+    out: list[Row] = []
+    for r in reserved:
+        ended, end = r[_R["ended"]], r[_R["end_offset"]]
+        first, last = r[_R["first_offset"]], r[_R["last_batch_offset"]]
+        start = first if first is not None else last
+        if start is None:
+            continue  # nothing known of where it started
+        if ended == "still_held":
+            end = last if last is not None else start  # its last batch is still at work
+        mine = done.get(r[_R["group"]], set()) | done.get(None, set())
+        run: int | None = None
+        for offset in range(start, end + 1):
+            if offset < end and offset not in mine:
+                if run is None:
+                    run = offset
+            elif run is not None:
+                in_last = last is not None and run >= last
+                cause = _cause(ended) if in_last else "refused"
+                out.append(_loss(r, run, offset, cause, 0))
+                run = None
+    return out
+
+
+def loss_order(row: Row) -> tuple[Any, ...]:
+    """``amo_losses`` rows by group, topic, partition and first offset lost."""
+    return (row[0], row[1], row[2], row[6] if row[6] is not None else -1, str(row))
