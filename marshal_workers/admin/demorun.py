@@ -26,7 +26,6 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
-import plugins
 from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.common.ledgerfile import (
@@ -156,7 +155,6 @@ class Demo:
             **os.environ,
             "MARSHAL_LEDGER_DIR": str(self.ledger_dir),
             "MARSHAL_LEDGER_DELAY_MS": str(self.o.delay_ms),
-            "PYTHONPATH": str(Path(plugins.__file__).resolve().parents[1]),
         }
         with open(self.logs / f"{client}.log", "ab") as out:
             self.procs[client] = subprocess.Popen(
