@@ -12,7 +12,9 @@ The systems, each launched as a fresh process (tree) per measurement on a fresh 
 - plain: one process, one confluent-kafka consumer ``assign()``-ed to the 8 partitions,
   ``consume(500)`` batches, the handler on each message (`bench/peer_loops.py`);
 - marshal ALO / AMO: ``marshal-run --mode alo|amo --batch-size 500``, one supervisor claiming
-  all 8 partitions, one child per partition (HB = 5 s);
+  all 8 partitions, one child per partition (HB = 5 s); AMO with the default ``amo_window``
+  (2000: reservations of up to 1000 records), and ``amo-batch`` with ``--amo-window 1000``
+  (one batch per reservation, AMO before issue 19.2);
 - Arroyo: ``sentry-arroyo``'s StreamProcessor with ``RunTaskWithMultiprocessing`` (a pool of 2
   spawned processes, batches of 500 or 0.5 s) then ``CommitOffsets`` (`bench/peer_loops.py`).
 
@@ -85,7 +87,8 @@ from runtime import (
 from marshal_workers.localkafka import StartOptions, start_cluster
 
 PARTITIONS = 8
-SYSTEMS = ("plain", "alo", "amo", "arroyo")
+SYSTEMS = ("plain", "alo", "amo", "amo-batch", "arroyo")
+# amo-batch: AMO reserving one batch at a time (amo_window = 2 batches), as before issue 19.2
 PEER_LOOPS = Path(__file__).resolve().with_name("peer_loops.py")
 HB_S = 5.0
 ARROYO_PROCESSES = 2
@@ -158,10 +161,11 @@ def launch(
         "BENCH_HANDLER": setting.handler,
     }
     log = bench.work / f"{out.name}.log"
-    if system in ("alo", "amo"):
+    if system in ("alo", "amo", "amo-batch"):
         return marshal_run(
             bench.procs, log, handler=f"bench.handlers:{setting.plugin or setting.handler}",
-            mode=system,
+            mode=system.split("-", maxsplit=1)[0],
+            extra=["--amo-window", str(2 * BATCH)] if system == "amo-batch" else None,
             topic=topic, group=f"g_{uid()}", client_id=f"bench-{out.name}",
             bootstrap=bench.bootstrap, coordination=coordination,
             hb=HB_S, batch_size=BATCH, env=env,
@@ -204,7 +208,9 @@ def measure(bench: Bench, system: str, setting: Setting, topic: str) -> dict[str
     """One run of ``system`` over the whole topic: its figures, or ``{"error": ...}``."""
     out = bench.work / f"{setting.key}-{system}-{uid()}"
     out.mkdir(parents=True)
-    coordination = coordination_topic(bench.bootstrap) if system in ("alo", "amo") else ""
+    coordination = (
+        coordination_topic(bench.bootstrap) if system in ("alo", "amo", "amo-batch") else ""
+    )
     launched = time.monotonic()
     proc = launch(bench, system, setting, topic, out, coordination)
     # The end: the plain loop's N-th record; each child's (= partition's) last; Arroyo's

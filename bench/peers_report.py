@@ -10,6 +10,7 @@ NAMES = {
     "plain": "plain one-process loop",
     "alo": "marshal ALO",
     "amo": "marshal AMO",
+    "amo-batch": "AMO, a batch per reservation",
     "arroyo": "Arroyo (2 procs)",
 }
 
@@ -65,7 +66,7 @@ def table(doc: dict[str, Any]) -> str:
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
              for r in rows]  # fmt: skip
     lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
-    pairs = [("amo", "alo"), ("alo", "arroyo"), ("amo", "arroyo")]  # issue 12's other goals
+    pairs = [("amo", "alo"), ("amo-batch", "alo"), ("alo", "arroyo"), ("amo", "arroyo")]
     for key, by_system in summary.items():
         found = [
             f"{NAMES[a]} / {NAMES[b]} {by_system[a]['ratios'][b]:.2f}x"

@@ -8,6 +8,9 @@ with ``--admin-client-id``, which must be the fleet's list (see docs/operating.m
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import click
 
 from marshal_workers.admin.commands import connection, go_hb_option, group_of
@@ -21,6 +24,20 @@ from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.protocol.wire import validate_name
 
 DEFAULT_WAIT_S = 60.0
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def wait_option(help: str, default: float = DEFAULT_WAIT_S) -> Callable[[F], F]:
+    """The ``--timeout`` of the commands that read the log and wait on the fleet."""
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=0.1),
+        default=default,
+        show_default=True,
+        help=help,
+    )
+
 
 _client_id_option = click.option(
     "--client-id",
@@ -63,13 +80,7 @@ def _err(line: str) -> None:
     help="Pause for SECONDS from now (broker time). 0 lifts the pause.",
 )
 @_client_id_option
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=DEFAULT_WAIT_S,
-    show_default=True,
-    help="Seconds allowed to read the coordination log.",
-)
+@wait_option("Seconds allowed to read the coordination log.")
 def release_group(
     *,
     fleet: FleetSettings,
@@ -120,13 +131,9 @@ def release_group(
 @click.option("--dry-run", is_flag=True, help="Print the plan (current -> target) and stop.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_client_id_option
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=DEFAULT_WAIT_S,
-    show_default=True,
-    help="Seconds to wait for the holders to release (and to read the log). On timeout the "
-    "pause is lifted and nothing moves.",
+@wait_option(
+    "Seconds to wait for the holders to release (and to read the log). On timeout the "
+    "pause is lifted and nothing moves."
 )
 def set_position(
     *,
@@ -188,13 +195,7 @@ def set_position(
 @click.option("--dry-run", is_flag=True, help="Print the plan (current -> Go's position) and stop.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per topic.")
 @_client_id_option
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=DEFAULT_WAIT_S,
-    show_default=True,
-    help="Seconds allowed to read each log (and to wait for holders, as set-position).",
-)
+@wait_option("Seconds allowed to read each log (and to wait for holders, as set-position).")
 def import_go(
     *,
     fleet: FleetSettings,

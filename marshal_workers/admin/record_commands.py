@@ -15,7 +15,7 @@ from __future__ import annotations
 import click
 
 from marshal_workers.admin.commands import connection, group_of
-from marshal_workers.admin.group_commands import DEFAULT_WAIT_S, _checked, _client_id_option
+from marshal_workers.admin.group_commands import _checked, _client_id_option, wait_option
 from marshal_workers.admin.operations import Connection, admin_session
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.common.errors import MarshalError
@@ -85,13 +85,7 @@ def _command(name: str, action: poison.Action, doc: str) -> click.Command:
         help="The failing record's offset (as marshal-admin status shows it).",
     )
     @_client_id_option
-    @click.option(
-        "--timeout",
-        type=click.FloatRange(min=0.1),
-        default=DEFAULT_WAIT_S,
-        show_default=True,
-        help="Seconds allowed to read the coordination log.",
-    )
+    @wait_option("Seconds allowed to read the coordination log.")
     def command(
         *,
         fleet: FleetSettings,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from marshal_workers.admin.commands import connection, group_of
-from marshal_workers.admin.group_commands import _checked, _client_id_option, _err
+from marshal_workers.admin.group_commands import _checked, _client_id_option, _err, wait_option
 from marshal_workers.admin.group_settings import run_group_settings
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 
@@ -22,12 +22,9 @@ DEFAULT_WAIT_S = 120.0
     "the group's: pause, wait for the holders, record, wait for the old members to stop, lift.",
 )
 @_client_id_option
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
+@wait_option(
+    "Seconds allowed for each wait (holders releasing, old members stopping).",
     default=DEFAULT_WAIT_S,
-    show_default=True,
-    help="Seconds allowed for each wait (holders releasing, old members stopping).",
 )
 def group_settings(
     *,

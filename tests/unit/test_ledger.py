@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
 
@@ -163,3 +164,9 @@ class TestGaps:
         rows = [row(1, 1, 0, 1)]
         expected = {("t", 1): range(1), ("t", 0): range(3)}
         assert find_gaps(rows, expected) == [("t", 0, 0), ("t", 0, 2), ("t", 1, 0)]
+
+
+def test_the_audits_ledger_entry_names_the_fields_of_the_ledger_row() -> None:
+    """The ledger's row is written once (`common.ledgerfile.LedgerRow`, the JSON line); the
+    audit's `LedgerEntry` is the same row as a NamedTuple for Spark: same fields, same types."""
+    assert get_type_hints(LedgerEntry) == get_type_hints(LedgerRow)
