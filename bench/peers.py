@@ -14,7 +14,8 @@ The systems, each launched as a fresh process (tree) per measurement on a fresh 
 - marshal ALO / AMO: ``marshal-run --mode alo|amo --batch-size 500``, one supervisor claiming
   all 8 partitions, one child per partition (HB = 5 s); AMO with the default ``amo_window``
   (2000: reservations of up to 1000 records), and ``amo-batch`` with ``--amo-window 1000``
-  (one batch per reservation, AMO before issue 19.2);
+  (one batch per reservation, AMO before issue 19.2), and ``amo-wide`` with ``--amo-window
+  8000``;
 - Arroyo: ``sentry-arroyo``'s StreamProcessor with ``RunTaskWithMultiprocessing`` (a pool of 2
   spawned processes, batches of 500 or 0.5 s) then ``CommitOffsets`` (`bench/peer_loops.py`).
 
@@ -87,8 +88,10 @@ from runtime import (
 from marshal_workers.localkafka import StartOptions, start_cluster
 
 PARTITIONS = 8
-SYSTEMS = ("plain", "alo", "amo", "amo-batch", "arroyo")
-# amo-batch: AMO reserving one batch at a time (amo_window = 2 batches), as before issue 19.2
+SYSTEMS = ("plain", "alo", "amo", "amo-batch", "amo-wide", "arroyo")
+# amo-batch: AMO reserving one batch at a time (amo_window = 2 batches), as before issue 19.2;
+# amo-wide: amo_window 8000 (reservations of 4000 records), what a larger loss window buys
+AMO_WINDOWS = {"amo-batch": 1000, "amo-wide": 8000}
 PEER_LOOPS = Path(__file__).resolve().with_name("peer_loops.py")
 HB_S = 5.0
 ARROYO_PROCESSES = 2
@@ -161,11 +164,11 @@ def launch(
         "BENCH_HANDLER": setting.handler,
     }
     log = bench.work / f"{out.name}.log"
-    if system in ("alo", "amo", "amo-batch"):
+    if system in ("alo", "amo", *AMO_WINDOWS):
         return marshal_run(
             bench.procs, log, handler=f"bench.handlers:{setting.plugin or setting.handler}",
             mode=system.split("-", maxsplit=1)[0],
-            extra=["--amo-window", str(2 * BATCH)] if system == "amo-batch" else None,
+            extra=["--amo-window", str(AMO_WINDOWS[system])] if system in AMO_WINDOWS else None,
             topic=topic, group=f"g_{uid()}", client_id=f"bench-{out.name}",
             bootstrap=bench.bootstrap, coordination=coordination,
             hb=HB_S, batch_size=BATCH, env=env,
@@ -209,7 +212,7 @@ def measure(bench: Bench, system: str, setting: Setting, topic: str) -> dict[str
     out = bench.work / f"{setting.key}-{system}-{uid()}"
     out.mkdir(parents=True)
     coordination = (
-        coordination_topic(bench.bootstrap) if system in ("alo", "amo", "amo-batch") else ""
+        coordination_topic(bench.bootstrap) if system in ("alo", "amo", *AMO_WINDOWS) else ""
     )
     launched = time.monotonic()
     proc = launch(bench, system, setting, topic, out, coordination)

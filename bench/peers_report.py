@@ -11,6 +11,7 @@ NAMES = {
     "alo": "marshal ALO",
     "amo": "marshal AMO",
     "amo-batch": "AMO, a batch per reservation",
+    "amo-wide": "AMO, window 8000",
     "arroyo": "Arroyo (2 procs)",
 }
 
@@ -66,7 +67,8 @@ def table(doc: dict[str, Any]) -> str:
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
              for r in rows]  # fmt: skip
     lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
-    pairs = [("amo", "alo"), ("amo-batch", "alo"), ("alo", "arroyo"), ("amo", "arroyo")]
+    pairs = [("amo", "alo"), ("amo-batch", "alo"), ("amo-wide", "alo"), ("alo", "arroyo"),
+             ("amo", "arroyo")]  # fmt: skip
     for key, by_system in summary.items():
         found = [
             f"{NAMES[a]} / {NAMES[b]} {by_system[a]['ratios'][b]:.2f}x"

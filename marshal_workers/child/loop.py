@@ -227,18 +227,21 @@ class ChildLoop:
 
     def _fill(self, records: Sequence[Record]) -> Sequence[Record]:
         """AMO: ``records`` and what more is fetched already, up to one reservation
-        (`reservation_size`), so that one record in the log reserves several batches. A batch
-        plugin's view of the consumer's messages is reserved batch by batch."""
+        (`reservation_size`), so that one record in the log reserves several batches (a batch
+        plugin's view of the consumer's messages stays one: its batches are its slices)."""
         size = self.reserve_size
-        if isinstance(records, MessageRecords) or len(records) + self.spec.batch_size > size:
+        if len(records) + self.spec.batch_size > size:
             return records
-        run = list(records)
+        views = isinstance(records, MessageRecords)
+        run: list[Any] = (
+            list(records.messages) if isinstance(records, MessageRecords) else list(records)
+        )
         while len(run) + self.spec.batch_size <= size:
             more = self._fetch(self.fetch_now)
             if not more:
                 break
-            run.extend(more)
-        return run
+            run.extend(more.messages if isinstance(more, MessageRecords) else more)
+        return MessageRecords(run) if views else run
 
     def _handle(self, records: Sequence[Record]) -> None:
         """Handle a batch in order, each unit through the error policy (see the module doc)."""

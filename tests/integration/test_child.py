@@ -564,3 +564,48 @@ class TestClassPlugin:
         assert [o for kind, batch in lines if kind == "batch" for o in batch] == list(range(25))
         assert {tuple(types) for kind, types in lines if kind == "types"} == given
         assert lines[-1] == ["teardown", "stop"]
+
+    @pytest.mark.parametrize(
+        ("plugin", "given"), [("Recorder", set()), ("MessageRecorder", {("Message",)})]
+    )
+    def test_amo_reserves_several_batches_and_hands_the_plugin_batches(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        tmp_path: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+        plugin: str,
+        given: set[tuple[str, ...]],
+    ) -> None:
+        """Issue 19.2 for batch plugins: one reservation covers several fetched batches (a
+        window of 40, batches of 5), and handle_batch still gets batches of at most 5, every
+        offset once, in order, as records or as the consumer's messages."""
+        events = tmp_path / "events.jsonl"
+        monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
+        produce(kafka_bootstrap, topic, {PARTITION: 30})
+        spec = make_spec(
+            kafka_bootstrap,
+            topic,
+            handler=f"tests.integration.child_handlers:{plugin}",
+            mode=Mode.AMO,
+            batch_size=5,
+            amo_window=40,
+        )
+        child = spawn(spec)
+        asked: list[GrantRequest] = []
+        while not asked or asked[-1].end < 30:
+            request = child.expect(GrantRequest)
+            asked.append(request)
+            child.handle.send(Grant(request.request_id, granted=True))
+        assert max(r.end - r.start for r in asked) > 5
+        wait_for(lambda: events.exists() and '"batch"' in events.read_text(), "batches")
+        child.handle.send(Stop())
+        for request in child.of(GrantRequest):
+            child.handle.send(Grant(request.request_id, granted=False, reason="stopping"))
+        assert child.expect(Stopped).next_offset == 30
+        lines = [json.loads(line) for line in events.read_text().splitlines()]
+        batches = [batch for kind, batch in lines if kind == "batch"]
+        assert [o for batch in batches for o in batch] == list(range(30))
+        assert max(len(batch) for batch in batches) <= 5
+        assert {tuple(types) for kind, types in lines if kind == "types"} == given
