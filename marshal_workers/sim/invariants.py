@@ -15,7 +15,9 @@
   the last 2*HB + 0.5 s of its handler's work (a heartbeat carries the position of at most
   HB/2 ago; a frozen supervisor's children work on for its 2*HB lease);
 - ``fold_agreement``: every member's fold agrees with a reader of the whole, uncompacted log
-  on who holds each claim it considers certain, and with which token;
+  read up to the same offsets on who holds each claim it considers certain, with which token,
+  and where a new holder would resume it: at the end of the run, and at every fault's start
+  for every live member (so a member the fault kills is judged by its last fold);
 - ``isolation``: a member writes only about its own group's claims;
 - ``pause_respected``: a member writes no data claim while its own fold shows another client's
   pause of its group in force (from its first round on: issue 18.1);
@@ -41,7 +43,7 @@ from typing import Any
 
 from marshal_workers.child.grants import AHEAD, reservation_size
 from marshal_workers.protocol.modes import Mode
-from marshal_workers.protocol.rationalizer import World
+from marshal_workers.protocol.rationalizer import World, resume_offset
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.sim.children import SimChild
 
@@ -103,6 +105,9 @@ class Checker:
         default_factory=lambda: defaultdict(list)
     )
     graceful_stops: int = 0  # AMO children that ended with exit 0
+    # the cleaner ran below the safe window (`eager-compaction`): an unconfirmed reservation
+    # ("reservation not confirmed", a fold the cleaner made uncertain) is a fault's refusal
+    eager_compaction: bool = False
     unfinished: dict[ClaimKey, list[tuple[int, int]]] = field(  # children at work at the end
         default_factory=lambda: defaultdict(list)
     )
@@ -150,7 +155,8 @@ class Checker:
         explained (a crash) or not (a graceful end: it must have handled all it was granted)."""
         if self.modes[child.key.group] is not Mode.AMO:
             return
-        if code == 0 and not (child.refused and child.refused.startswith(FAULT_REFUSALS)):
+        faults = FAULT_REFUSALS + (("reservation not confirmed",) if self.eager_compaction else ())
+        if code == 0 and not (child.refused and child.refused.startswith(faults)):
             self.graceful_stops += 1
             return
         if child.asked_end > child.position:
@@ -216,7 +222,7 @@ class Checker:
         self._amo_losses(reference)
         self._poison(noted, faults)
         for name, world in readers:
-            self._agree(name, world, reference[world.partition])
+            self.agree(name, world, reference[world.partition])
 
     def _overlaps(self) -> None:
         for key, by_child in self.spans.items():
@@ -271,7 +277,11 @@ class Checker:
                     f"never handled and lost in no crash (first {lost[0]})",
                 )
 
-    def _agree(self, name: str, world: World, reference: World) -> None:
+    def agree(self, name: str, world: World, reference: World) -> None:
+        """``world`` (a member's fold) against ``reference`` (the whole log folded up to the
+        same offset): every claim it considers certain has the same holder, instance, token,
+        and resume position (where a new holder would start: the committed position, in AMO
+        the reservation's end if later; the fields themselves may differ after compaction)."""
         for key, state in world.claims.items():
             if not state.certain or state.holder_client is None:
                 continue
@@ -282,4 +292,16 @@ class Checker:
                 self.violation(
                     "fold_agreement",
                     f"{name} folds {key} as held by {mine}, the whole log by {theirs}",
+                )
+                continue
+            mode = self.modes.get(key.group)
+            if mode is None or ref is None:
+                continue
+            mine_at, theirs_at = resume_offset(state, mode), resume_offset(ref, mode)
+            if mine_at != theirs_at:
+                self.violation(
+                    "fold_agreement",
+                    f"{name} would resume {key} at {mine_at} (position {state.committed}, "
+                    f"reserved to {state.reserved}), the whole log at {theirs_at} "
+                    f"({ref.committed}, {ref.reserved})",
                 )

@@ -20,6 +20,7 @@ from typing import Any
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import rationalizer
+from marshal_workers.protocol.leases import min_compaction_lag_ms
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.recordfailures import PoisonNoted
@@ -41,6 +42,7 @@ FAULTS = (
     "restart",
     "twins",
     "compaction",
+    "eager-compaction",
     "latency",
     "clock",
     "failures",
@@ -126,6 +128,7 @@ class Fleet:
         )
         self.nodes: list[SimNode] = []
         self.events: list[tuple[float, str, Callable[[], None]]] = []
+        self.snapshots: list[tuple[str, World]] = []  # members' folds at fault boundaries
         self.fault_windows: list[tuple[float, float]] = []  # (start, end) of each fault
         self.instances = 0
         self.handler_timeout = 2 * p.heartbeat_interval
@@ -229,7 +232,21 @@ class Fleet:
         for _ in range(p.fault_count):
             fault = self.rng.choice(timed)
             t = self.rng.uniform(0.3, 0.6) * p.duration
-            self.at(t, fault, self._fault_action(fault))
+            self.at(t, fault, self._at_boundary(fault, self._fault_action(fault)))
+
+    def _at_boundary(self, fault: str, action: Callable[[], None]) -> Callable[[], None]:
+        """``action``, after a snapshot of every live member's fold (`fold_agreement` compares
+        each with a reader of the whole log up to the same offsets; a member killed by the
+        fault is compared by its last fold)."""
+
+        def act() -> None:
+            for node in self.nodes:
+                if node.alive and node.started:
+                    label = f"{node.name} at {fault} t={self.t:.2f}"
+                    self.snapshots.extend((label, w.copy()) for w in node.member.worlds.values())
+            action()
+
+        return act
 
     def _victim(self) -> SimNode | None:
         live = [n for n in self.nodes if n.alive and n.started]
@@ -242,6 +259,7 @@ class Fleet:
             "restart": self._fault_restart,
             "twins": self._fault_twins,
             "compaction": self._fault_compaction,
+            "eager-compaction": self._fault_eager_compaction,
             "pause": self._fault_pause,
             "partitions": self._fault_partitions,
             "poison": self._fault_poison,
@@ -298,7 +316,20 @@ class Fleet:
             self._window(2 * self.p.heartbeat_interval + seconds)
 
     def _fault_compaction(self) -> None:
-        clean_before = int((self.t - self.rng.uniform(0, 2) * self.p.heartbeat_interval) * 1000)
+        # the least compaction lag a member accepts (4*HB, `min_compaction_lag_ms`) up to 6*HB:
+        # the cleaner of a topic a member would refuse is not what a fleet runs on
+        lag_ms = min_compaction_lag_ms(self.p.heartbeat_interval) * self.rng.uniform(1.0, 1.5)
+        self._compact(int(self.t * 1000 - lag_ms))
+
+    def _fault_eager_compaction(self) -> None:
+        """The cleaner with a lag below the safe window (0 to 2*HB): a topic altered after the
+        fleet started, which a member checks only at its start. Outside the guarantees on AMO
+        loss (a member whose fold the cleaner made uncertain cannot confirm its own
+        reservations); every other invariant still holds."""
+        self.checker.eager_compaction = True
+        self._compact(int((self.t - self.rng.uniform(0, 2) * self.p.heartbeat_interval) * 1000))
+
+    def _compact(self, clean_before: int) -> None:
         self.log.compact(clean_before)
         node = self._victim()
         if node is not None:  # a member restarts and one joins, both reading compacted
@@ -438,14 +469,7 @@ class Fleet:
                 f"after the last fault (bound {p.settle:.1f}s)",
                 self.t,
             )
-        reference = {q: World(self._rcfg(), q) for q in range(self.log.num_partitions)}
-        noted: dict[tuple[ClaimKey, int], dict[str, int]] = defaultdict(dict)
-        for q, records in enumerate(self.log.shadow):
-            for record in records:
-                event = fold(reference[q], record)
-                if isinstance(event, PoisonNoted):
-                    by = noted[(event.key, event.message.offset)]
-                    by[event.message.instance_id] = by.get(event.message.instance_id, 0) + 1
+        reference, noted = self._fold_whole_log()
         readers: list[tuple[str, World]] = []
         for node in self.nodes:
             for child in node.children.values():
@@ -467,6 +491,31 @@ class Fleet:
             trace if self.checker.violations else [],
             checked,
         )
+
+    def _fold_whole_log(
+        self,
+    ) -> tuple[dict[int, World], dict[tuple[ClaimKey, int], dict[str, int]]]:
+        """The whole, uncompacted log folded (the reference), each member's snapshot judged
+        against it at the snapshot's offset on the way, and the poison failures it counted
+        per record and writer instance."""
+        reference = {q: World(self._rcfg(), q) for q in range(self.log.num_partitions)}
+        noted: dict[tuple[ClaimKey, int], dict[str, int]] = defaultdict(dict)
+        for q, records in enumerate(self.log.shadow):
+            due = sorted(
+                ((w.next_offset, label, w) for label, w in self.snapshots if w.partition == q),
+                key=lambda s: s[0],
+            )
+            for record in records:
+                while due and due[0][0] <= record.offset:  # the reference at the snapshot's offset
+                    _, label, world = due.pop(0)
+                    self.checker.agree(label, world, reference[q])
+                event = fold(reference[q], record)
+                if isinstance(event, PoisonNoted):
+                    by = noted[(event.key, event.message.offset)]
+                    by[event.message.instance_id] = by.get(event.message.instance_id, 0) + 1
+            for _, label, world in due:  # read to the end
+                self.checker.agree(label, world, reference[q])
+        return reference, noted
 
     def _rcfg(self) -> RationalizerConfig:
         return RationalizerConfig(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from marshal_workers.core import children, logclock
+from marshal_workers.core import children, logclock, memberstate
 from marshal_workers.core import claiming as claiming_module
 from marshal_workers.core.children import Children
 from marshal_workers.core.claiming import Claiming
@@ -21,7 +21,12 @@ from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.protocol import rationalizer
 from marshal_workers.protocol.rationalizer import ClaimState, resume_offset
-from marshal_workers.protocol.wire import ClaimKey, ReleasingPartition
+from marshal_workers.protocol.wire import (
+    ClaimingPartition,
+    ClaimKey,
+    ReleasingPartition,
+    legacy_claim_key,
+)
 from marshal_workers.sim.children import SimChild
 from marshal_workers.sim.scenario import SimParams
 from tests.sim.conftest import first_violation
@@ -227,7 +232,7 @@ def test_release_defect_a_stale_release_retried_forever(monkeypatch: pytest.Monk
         return event
 
     monkeypatch.setattr(rationalizer, "_uncertain", writer_holds)
-    params = SimParams(members=6, groups=2, faults=("freeze", "compaction"), fault_count=10)
+    params = SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10)
     assert first_violation(params, "liveness", SEEDS) is not None
 
 
@@ -258,3 +263,26 @@ def test_pause_defect_a_member_started_during_a_pause_claims_in_its_first_round(
     monkeypatch.setattr(Member, "begin", begin)
     params = SimParams(members=4, groups=2, faults=("restart", "pause"), fault_count=3)
     assert first_violation(params, "pause_respected", SEEDS) is not None
+
+
+def test_position_defect_a_claim_record_erases_the_position_it_follows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 18.1: claims shared the key of the records carrying a claim's position, so a claim
+    written after them (refused, or never heartbeat) was the key's newest record and the cleaner
+    erased the position; a later reader folded the claim as certain with no position and
+    started it from a lookup (marshal-sim seed 14: ALO handled again far behind the holder's
+    work). Reintroduced: claims under the shared key, and no refusal of a position unknown."""
+    legacy = memberstate.record_key
+
+    def shared_key(msg: Any) -> bytes:
+        return legacy_claim_key(msg) if type(msg) is ClaimingPartition else legacy(msg)
+
+    class PositionNeverUnknown(ClaimState):
+        __slots__ = ()
+        position_unknown = property(lambda self: False, lambda self, value: None)  # type: ignore[assignment]
+
+    monkeypatch.setattr(memberstate, "record_key", shared_key)
+    monkeypatch.setattr(rationalizer, "ClaimState", PositionNeverUnknown)
+    params = SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10)
+    assert first_violation(params, "alo_rehandle_bound", SEEDS) is not None

@@ -30,6 +30,8 @@ MIXES = [
     # issue 18: the mixes of the sweep that found positions erased by the cleaner
     SimParams(members=6, groups=2, faults=("freeze", "compaction"), fault_count=10),
     SimParams(faults=("twins", "pause", "freeze", "compaction", "kill"), fault_count=8),
+    # a cleaner below the safe window (a topic altered while the fleet runs)
+    SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10),
 ]
 
 
