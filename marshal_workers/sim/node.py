@@ -65,6 +65,7 @@ class SimNode:
         on_violation: Callable[[str, str], None],
         speed: float,
         wall_skew: float = 0.0,
+        on_start: Callable[[ClaimKey, int], None] = lambda key, offset: None,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -77,6 +78,7 @@ class SimNode:
         self.on_failed = on_failed
         self.on_died = on_died
         self.on_violation = on_violation
+        self.on_start = on_start
         self.speed = speed
         self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
         self.alive = True
@@ -241,8 +243,12 @@ class SimNode:
                 child = self.children.get(c.key)
                 if child is not None:
                     child.receive(c.message, t)
-            elif isinstance(c, cmd.LookupStart):
-                self.answers.append((t + 0.01, inp.StartFound(t + 0.01, c.key, 0)))
+            elif isinstance(c, cmd.LookupStart):  # the retained range's end the reset names
+                data = self.data(c.key)
+                latest = self.settings.child.auto_offset_reset == "latest"
+                offset = data.high_watermark(t) if latest else 0  # (nothing expires here)
+                self.on_start(c.key, offset)
+                self.answers.append((t + 0.01, inp.StartFound(t + 0.01, c.key, offset)))
             elif isinstance(c, cmd.Discover):
                 found = inp.PartitionsFound(t + 0.01, self.partitions(), self.log.num_partitions)
                 self.answers.append((t + 0.01, found))

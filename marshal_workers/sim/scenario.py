@@ -121,6 +121,10 @@ class Fleet:
         self.log = VirtualLog(p.coordination_partitions, self.rng)
         self.t = 0.0
         self.modes = {f"g{g}": (Mode.ALO if g % 2 == 0 else Mode.AMO) for g in range(p.groups)}
+        # where a claim with no position starts: g0 earliest, g1 latest, g2 latest, g3 earliest..
+        self.resets = {
+            f"g{g}": "latest" if (g // 2 + g) % 2 else "earliest" for g in range(p.groups)
+        }
         self.partition_count = {g: p.partitions for g in self.modes}
         self.data: dict[ClaimKey, DataPartition] = {}
         self.checker = Checker(
@@ -161,6 +165,7 @@ class Fleet:
             partition=0,
             start_offset=None,
             fencing_token=0,
+            auto_offset_reset=self.resets[group],
             batch_size=50,
             amo_window=200,  # reservations of up to two batches, as the default's ratio
             handler_timeout_s=self.handler_timeout,
@@ -198,6 +203,7 @@ class Fleet:
             on_failed=self.checker.failed,
             on_died=self.checker.died,
             on_violation=lambda name, d: self.checker.violation(name, d, self.t),
+            on_start=self.checker.started,
             speed=self.p.speed,
             wall_skew=self.rng.uniform(-5, 5),
         )

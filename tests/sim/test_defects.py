@@ -265,14 +265,9 @@ def test_pause_defect_a_member_started_during_a_pause_claims_in_its_first_round(
     assert first_violation(params, "pause_respected", SEEDS) is not None
 
 
-def test_position_defect_a_claim_record_erases_the_position_it_follows(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Issue 18.1: claims shared the key of the records carrying a claim's position, so a claim
-    written after them (refused, or never heartbeat) was the key's newest record and the cleaner
-    erased the position; a later reader folded the claim as certain with no position and
-    started it from a lookup (marshal-sim seed 14: ALO handled again far behind the holder's
-    work). Reintroduced: claims under the shared key, and no refusal of a position unknown."""
+def _erase_positions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 18.1 reintroduced: claims under the key of the records that carry a claim's
+    position, and no refusal of a position the cleaner may have erased."""
     legacy = memberstate.record_key
 
     def shared_key(msg: Any) -> bytes:
@@ -284,5 +279,27 @@ def test_position_defect_a_claim_record_erases_the_position_it_follows(
 
     monkeypatch.setattr(memberstate, "record_key", shared_key)
     monkeypatch.setattr(rationalizer, "ClaimState", PositionNeverUnknown)
+
+
+def test_position_defect_a_claim_record_erases_the_position_it_follows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 18.1: a claim written after the records carrying a claim's position (refused, or
+    never heartbeat) was its key's newest record, and the cleaner erased the position; a later
+    reader folded the claim as certain with no position and started it from a lookup
+    (marshal-sim seed 14: ALO handled again far behind the holder's work)."""
+    _erase_positions(monkeypatch)
     params = SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10)
     assert first_violation(params, "alo_rehandle_bound", SEEDS) is not None
+
+
+def test_position_defect_with_latest_resets_skips_alo_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same in a fleet whose groups g1 and g2 start new claims at the latest offset: the
+    erased position sends a later holder to the high watermark, ALO never handles what lay
+    between (the issue: 137 offsets never handled in seed 14), and AMO hands offsets out
+    twice."""
+    _erase_positions(monkeypatch)
+    params = SimParams(members=8, groups=4, faults=("freeze", "eager-compaction"), fault_count=10)
+    assert first_violation(params, "alo_no_skip", SEEDS) is not None

@@ -32,6 +32,7 @@ MIXES = [
     SimParams(faults=("twins", "pause", "freeze", "compaction", "kill"), fault_count=8),
     # a cleaner below the safe window (a topic altered while the fleet runs)
     SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10),
+    SimParams(members=8, groups=4, faults=("freeze", "eager-compaction"), fault_count=10),
 ]
 
 
