@@ -306,22 +306,26 @@ class Children:
             keeping.finish(held, now, release=held.phase is Phase.STOPPING)
 
     def _lost(self, held: HeldClaim, start: int, end: int, cause: obs.LossCause, why: str) -> None:
-        """AMO: ``start``..``end`` is reserved in the log and nobody will handle it: say so."""
-        if end <= start:
-            return
+        """AMO: ``start``..``end`` is reserved in the log and nobody will handle it: say so,
+        for each part not said before (a refused reservation, then the child's end)."""
+        pieces = [(start, end)] if start < end else []
+        for a, b in held.lost:  # take out what was reported already
+            pieces = [p for s, e in pieces for p in ((s, min(e, a)), (max(s, b), e)) if p[0] < p[1]]
         key = held.key
-        self.ctx.observe(obs.AmoLost(key, start, end, cause))
-        self.ctx.say(
-            "warning",
-            "amo_records_lost",
-            topic=key.topic,
-            partition=key.partition,
-            start=start,
-            end=end,
-            records=end - start,
-            cause=cause.value,
-            reason=why,
-        )
+        for s, e in pieces:
+            held.lost.append((s, e))
+            self.ctx.observe(obs.AmoLost(key, s, e, cause))
+            self.ctx.say(
+                "warning",
+                "amo_records_lost",
+                topic=key.topic,
+                partition=key.partition,
+                start=s,
+                end=e,
+                records=e - s,
+                cause=cause.value,
+                reason=why,
+            )
 
 
 def refused_from(held: HeldClaim, start: int) -> int:

@@ -54,6 +54,7 @@ class HeldClaim:
     asked_end: int | None = None  # AMO: the end of the newest batch this child asked for
     refused_from: int | None = None  # AMO: a batch of this child from here was refused, so is
     # every batch after it
+    lost: list[tuple[int, int]] = field(default_factory=list)  # AMO: ranges reported lost
     covered: list[int] = field(default_factory=list)  # AMO: request ids whose write failed while
     # a later batch of the child was in flight: answered with that batch (its reservation, by
     # the same holder, covers everything below its end)

@@ -449,6 +449,19 @@ class TestGrants:
         h.run(h.member.feed(inp.ChildExited(h.now, key, -9, None, 130)))
         assert self.losses(h) == [obs.AmoLost(key, 130, 200, obs.LossCause.CRASH)]
 
+    def test_a_refused_reservation_and_the_crash_after_it_are_reported_once(self) -> None:
+        """Batch 1 (100..150) granted, batch 2 (150..200) reserved in the log but refused by
+        the member (its lease ran out); the child ends having handled to 120: 120..200 is lost
+        and each record is reported once (150..200 refused, 120..150 with the crash)."""
+        h, key = self.grant_setup()
+        self.land(h, self.ask(h, key, ipc.GrantRequest(1, 100, 150)))
+        second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
+        h.member.held[key].lease = h.now - 0.01  # the verdict comes after the lease ran out
+        self.land(h, second)
+        h.run(h.member.feed(inp.ChildExited(h.now, key, -9, None, 120)))
+        ranges = sorted((lost.start, lost.end) for lost in self.losses(h))
+        assert ranges == [(120, 150), (150, 200)]
+
     def test_a_graceful_stop_reports_no_loss(self) -> None:
         """Told to stop, the child handles both granted batches: nothing lost, nothing said."""
         h, key = self.grant_setup()
