@@ -18,9 +18,10 @@
   HB/2 ago; a frozen supervisor's children work on for its 2*HB lease);
 - ``fold_agreement``: every member's fold agrees with a reader of the whole, uncompacted log
   read up to the same offsets on who holds each claim it considers certain, with which token,
-  and where a new holder would resume it (in AMO, a reader may resume between the committed
-  position and the end of a reservation never committed): at the end of the run, and at every
-  fault's start for every live member (so a member the fault kills is judged by its last fold);
+  and where a new holder would resume it never on the wrong side of the whole log's committed
+  position (AMO: not below it, a double; ALO: not above it, a skip): at the end of the run, and
+  at every fault's start for every live member (a member the fault kills is judged by its last
+  fold);
 - ``isolation``: a member writes only about its own group's claims;
 - ``pause_respected``: a member writes no data claim while its own fold shows another client's
   pause of its group in force (from its first round on: issue 18.1);
@@ -309,18 +310,17 @@ class Checker:
             if mode is None or ref is None:
                 continue
             mine_at, theirs_at = resume_offset(state, mode), resume_offset(ref, mode)
-            # AMO: a reservation never committed (its holder wrote a heartbeat after it and
-            # died before the committing one) may be compacted away under that heartbeat; a
-            # reader then resumes at the committed position, below the whole log's: the
-            # records between were never granted, so that is no double (amo_no_double_grant
-            # judges what was handled)
-            uncommitted = (
-                mode is Mode.AMO
-                and mine_at is not None
-                and theirs_at is not None
-                and (ref.committed or 0) <= mine_at <= theirs_at
+            # the direction that breaks a guarantee: AMO resuming below the whole log's
+            # committed position (those records may have been granted: twice); ALO resuming
+            # above it (never handled: skipped). The other direction is the position estimate
+            # of a compacted reader (a reservation never committed, compacted under a later
+            # heartbeat; a replaced instance's refused reservation read as activity on an
+            # uncertain claim): at most a loss in AMO, a bounded re-handling in ALO
+            committed = ref.committed or 0
+            unsafe = mine_at is not None and (
+                mine_at < committed if mode is Mode.AMO else mine_at > committed
             )
-            if mine_at != theirs_at and not uncommitted:
+            if unsafe:
                 self.violation(
                     "fold_agreement",
                     f"{name} would resume {key} at {mine_at} (position {state.committed}, "
