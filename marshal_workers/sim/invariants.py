@@ -291,9 +291,8 @@ class Checker:
 
     def agree(self, name: str, world: World, reference: World) -> None:
         """``world`` (a member's fold) against ``reference`` (the whole log folded up to the
-        same offset): every claim it considers certain has the same holder, instance, token,
-        and resume position (where a new holder would start: the committed position, in AMO
-        the reservation's end if later; the fields themselves may differ after compaction)."""
+        same offset): every claim it considers certain has the same holder, instance and token,
+        and would resume on the safe side of the whole log's committed position (see below)."""
         for key, state in world.claims.items():
             if not state.certain or state.holder_client is None:
                 continue
