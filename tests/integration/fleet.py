@@ -9,6 +9,7 @@ and the test reads the coordination log itself to see who holds what.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -276,6 +277,20 @@ class Fleet:
         return subprocess.run(
             command, capture_output=True, text=True, timeout=timeout, env=env, check=False
         )
+
+    def poison_of(self, partition: int) -> dict[str, object] | None:
+        """The poison record `marshal-admin status --json` shows for ``partition`` of this
+        fleet's topic, or None: also while the group is unknown, before any member of it has
+        written its first record (status then exits 1 saying so)."""
+        out = self.admin("status", "--group", self.group, "--json")
+        if out.returncode == 1 and f"group {self.group} is unknown" in out.stderr:
+            return None
+        assert out.returncode == 0, out.stderr
+        for claim in json.loads(out.stdout)["claims"]:
+            if claim["topic"] == self.topic and claim["partition"] == partition:
+                found = claim.get("poison")
+                return found if isinstance(found, dict) else None
+        return None
 
     def ledger(self) -> list[LedgerRow]:
         return [r for r in read_ledger(self.ledger_dir) if r["topic"] == self.topic]

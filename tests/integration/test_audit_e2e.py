@@ -146,18 +146,6 @@ def _produce_lines(bootstrap: str, topic: str, rows: list[Any]) -> None:
     assert producer.flush(30) == 0
 
 
-def _poison_state(fleet: Fleet) -> dict[str, Any] | None:
-    out = fleet.admin("status", "--group", fleet.group, "--json")
-    if out.returncode == 1 and "is unknown" in out.stderr:
-        return None  # the member has not written its first record yet
-    assert out.returncode == 0, out.stderr
-    for claim in json.loads(out.stdout)["claims"]:
-        if claim["topic"] == fleet.topic and claim["partition"] == 0:
-            found = claim.get("poison")
-            return found if isinstance(found, dict) else None
-    return None
-
-
 @pytest.mark.timeout(900)
 def test_a_parked_then_skipped_record_is_reported(kafka_bootstrap: str, tmp_path: Path) -> None:
     """Issue 21.1: a handler that always fails on one record, parked after 2 failures, then
@@ -172,7 +160,7 @@ def test_a_parked_then_skipped_record_is_reported(kafka_bootstrap: str, tmp_path
                     "--max-handler-failures", "2", "--poison-park-after", "2", env=env)  # fmt: skip
 
         def parked() -> bool:
-            state = _poison_state(fleet)
+            state = fleet.poison_of(0)
             return state is not None and state["parked"] is True
 
         fleet.wait_for(parked, 90, "the poison record to be parked")

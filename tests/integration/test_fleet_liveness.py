@@ -209,13 +209,7 @@ class TestPoisonRecords:
                 fleet.start(member_id(), *args, env=env)
 
             def poison_state() -> dict[str, object] | None:
-                out = fleet.admin("status", "--group", fleet.group, "--json")
-                assert out.returncode == 0, out.stderr
-                for claim in json.loads(out.stdout)["claims"]:
-                    if claim["topic"] == fleet.topic and claim["partition"] == 0:
-                        found = claim.get("poison")
-                        return found if isinstance(found, dict) else None
-                return None
+                return fleet.poison_of(0)
 
             def parked() -> bool:
                 state = poison_state()
