@@ -4,14 +4,16 @@ Use it as ``--handler ledger`` (the entry point, ``marshal_workers.plugins.ledge
 For each record it appends one JSON line
 
     {"topic", "partition", "offset", "client_id", "pid", "token", "start", "end",
-     "group", "instance_id"}
+     "group", "instance_id", "slice"}
 
 to ``$MARSHAL_LEDGER_DIR/ledger-<pid>.jsonl`` (one file per process, opened with O_APPEND, one
 ``write`` per line, so a line is on disk before the next record starts). ``start`` and ``end``
 are ``time.time()`` around the (optional) simulated work; ``token`` is the claim's fencing token;
 ``group`` and ``instance_id`` are the consumer group and the supervisor instance the claim
 belongs to, so that marshal-audit can tell two instances of one client (restart recovery)
-apart under one token, and attribute a row to its group without guessing from the claims.
+apart under one token, and attribute a row to its group without guessing from the claims;
+``slice`` names the slice of the partition the claim covers (``key.3of8``; null for a whole
+partition: `marshal_workers.protocol.slicing`).
 A record whose handling fails or never finishes leaves no line.
 
 The file format, `read_ledger` and the checks below live in `marshal_workers.common.ledgerfile`
@@ -105,5 +107,6 @@ def handle(record: Record, ctx: Context) -> None:
         "end": time.time(),
         "group": ctx.group_id,
         "instance_id": ctx.instance_id,
+        "slice": ctx.slice,
     }
     os.write(settings.fd, (json.dumps(row) + "\n").encode())

@@ -31,7 +31,13 @@ from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.interface import LogError
 from marshal_workers.protocol.members import is_claimable, is_live, is_member_key
-from marshal_workers.protocol.metadata import GroupSettings, encode_metadata, settings_key
+from marshal_workers.protocol.metadata import (
+    GroupSettings,
+    describe_slicing,
+    encode_metadata,
+    settings_key,
+)
+from marshal_workers.protocol.slicing import Slicing
 from marshal_workers.protocol.wire import ClaimKey
 
 Progress = Callable[[str], None]
@@ -51,6 +57,7 @@ def describe(settings: GroupSettings) -> str:
     return (
         f"heartbeat_interval={settings.heartbeat_interval_ms / 1000:g}s "
         f"partitioner={settings.partitioner.value} admin_client_ids={admins}"
+        f"{'' if settings.slicing is None else ' ordering=' + describe_slicing(settings.slicing)}"
     )
 
 
@@ -171,8 +178,11 @@ def run_group_settings(
                 return f"group {group} has no recorded settings (its first member records them)"
             return f"group {group}: {describe(current)}"
         mine = admin_settings(conn, group, client_id)
+        current = recorded(session, group)
         new = GroupSettings(
             int(session.wall()), session.instance_id, client_id, group,
             mine.heartbeat_interval_ms, mine.partitioner, mine.admin_client_ids,
+            # the ordering is the group's for good: this command never changes it
+            Slicing() if current is None or current.slicing is None else current.slicing,
         )  # fmt: skip
         return change_settings(session, new, timeout_s=timeout_s, progress=progress)

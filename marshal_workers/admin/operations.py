@@ -210,7 +210,7 @@ def admin_settings(conn: Connection, group: str, client_id: str = "marshal-admin
     """The settings this admin command folds with, as a GroupSettings record."""
     return GroupSettings(
         0, "admin", client_id, group, conn.heartbeat_interval_ms, conn.partitioner,
-        conn.admin_client_ids,
+        conn.admin_client_ids, None,  # (an admin acts on a group whatever its ordering)
     )  # fmt: skip
 
 

@@ -67,9 +67,10 @@ class LedgerEntry(NamedTuple):
     end: float
     group: str | None = None
     instance_id: str | None = None
+    slice: str | None = None  # the claim's slice of the partition (`protocol.slicing`)
 
 
-OPTIONAL_FIELDS: Final = ("group", "instance_id")
+OPTIONAL_FIELDS: Final = ("group", "instance_id", "slice")
 """Ledger fields older ledgers lack: their absence does not make a line incomplete."""
 REQUIRED_FIELDS: Final = tuple(f for f in LedgerEntry._fields if f not in OPTIONAL_FIELDS)
 

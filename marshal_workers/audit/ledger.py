@@ -1,7 +1,7 @@
 """Ledgers: what the handlers say they processed (the format: `common.ledgerfile`).
 
 One JSON object per line: ``topic, partition, offset, client_id, pid, token, start, end,
-group, instance_id`` (``start``/``end``: the handler host's ``time.time()``). A ``--ledger``
+group, instance_id, slice`` (``start``/``end``: the handler host's ``time.time()``). A ``--ledger``
 path is a file, or a directory whose ``*.jsonl`` files are all read; ``--ledger-topic`` reads
 the same lines as the values of a Kafka topic. A line that is not a complete row (a process
 killed mid-write) is counted and skipped, never fatal. ``group`` and ``instance_id`` are
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 LEDGER_DDL: Final = (
     "`topic` string, `partition` long, `offset` long, `client_id` string, `pid` long, "
-    "`token` long, `start` double, `end` double, `group` string, `instance_id` string"
+    "`token` long, `start` double, `end` double, `group` string, `instance_id` string, "
+    "`slice` string"
 )
 
 
@@ -50,6 +51,7 @@ def parse_line(line: str) -> LedgerEntry | None:
             str(obj["topic"]), int(obj["partition"]), int(obj["offset"]), str(obj["client_id"]),
             int(obj["pid"]), int(obj["token"]), float(obj["start"]), float(obj["end"]),
             _optional_str(obj.get("group")), _optional_str(obj.get("instance_id")),
+            _optional_str(obj.get("slice")),
         )  # fmt: skip
     except (ValueError, KeyError, TypeError):
         return None

@@ -101,28 +101,54 @@ def open_consumer(spec: ChildSpec) -> tuple[Consumer, int]:
     return consumer, position
 
 
-def fetch(consumer: Consumer, spec: ChildSpec, log: Any) -> list[Record]:
-    """Up to ``batch_size`` records (waiting at most ``batch_timeout_s``), in offset order.
+class Reach:
+    """How far a sliced child's consumer has read: the offset after the last message fetched.
+
+    A child of a slice (`ChildSpec.slice`) keeps only its slice's records; the others below
+    ``end`` are not its to handle, so once it has handled every kept record it may report its
+    position at ``end`` (ALO) instead of after its own last record."""
+
+    __slots__ = ("end",)
+
+    def __init__(self) -> None:
+        self.end: int | None = None
+
+
+def _kept(messages: list[Any], spec: ChildSpec, reach: Reach | None, log: Any) -> list[Any]:
+    """The good messages of a fetch that are this child's (its slice's, if it has one)."""
+    good = [m for m in messages if m.error() is None]
+    if len(good) != len(messages):  # rare: the errors among them
+        _errors(messages, log)
+    part = spec.slice
+    if part is None or not good:
+        return good
+    if reach is not None:
+        reach.end = good[-1].offset() + 1
+    takes = part.takes
+    return [m for m in good if takes(m.offset(), m.key())]
+
+
+def fetch(
+    consumer: Consumer, spec: ChildSpec, log: Any, reach: Reach | None = None
+) -> list[Record]:
+    """Up to ``batch_size`` records (waiting at most ``batch_timeout_s``), in offset order;
+    with a slice, only the slice's records of those fetched (``reach`` says how far it read).
 
     Each record is a `FetchedRecord` over the consumer's message (one small object: its fields
     are read only if the handler asks). Partition EOF events are skipped; other errors are
     logged and skipped (librdkafka retries them) unless fatal, which raises `FatalKafkaError`.
     """
     messages = consumer.consume(num_messages=spec.batch_size, timeout=spec.batch_timeout_s)
-    records: list[Record] = [FetchedRecord(m) for m in messages if m.error() is None]
-    if len(records) != len(messages):  # rare: the errors among them
-        _errors(messages, log)
-    return records
+    return [FetchedRecord(m) for m in _kept(messages, spec, reach, log)]
 
 
-def fetch_messages(consumer: Consumer, spec: ChildSpec, log: Any) -> MessageRecords:
+def fetch_messages(
+    consumer: Consumer, spec: ChildSpec, log: Any, reach: Reach | None = None
+) -> MessageRecords:
     """`fetch` for a batch plugin that takes the consumer's messages (``batch_view =
     "messages"``): the same messages, none made into a record unless asked for."""
     messages = consumer.consume(num_messages=spec.batch_size, timeout=spec.batch_timeout_s)
-    good = [m for m in messages if m.error() is None]
-    if len(good) != len(messages):
-        _errors(messages, log)
-    return MessageRecords(good)
+    return MessageRecords(_kept(messages, spec, reach, log))
 
 
 def _errors(messages: list[Any], log: Any) -> None:

@@ -33,6 +33,7 @@ from marshal_workers.child.callclock import CallClock
 from marshal_workers.child.consumer import (
     ConsumerSetupError,
     FatalKafkaError,
+    Reach,
     fetch,
     fetch_messages,
     open_consumer,
@@ -105,6 +106,7 @@ class ChildLoop:
             pid=os.getpid(),
             lease_remaining=lease.remaining,
             keepalive=self._keepalive,
+            slice=None if spec.slice is None else spec.slice.name,
         )
         self.calls = lease.calls  # the shared cells: handled position, call in progress
         self.call_clock = CallClock(spec.handler_timeout_s)  # read by the watchdog
@@ -120,6 +122,7 @@ class ChildLoop:
         self.stats = StatsTally()  # sent as `Stats` about once a second (see stats)
         self.handled = 0  # records the handler completed (dead letters and skips not counted)
         self.stop_requested = False  # AMO: Stop came; handle the batches granted, then exit
+        self.reach = Reach()  # a slice's child: how far it read (other slices' records skipped)
         # retries, then the policy (the spec's, once setup has checked it); the poison rate
         # counts the partition's last minute, not this child's alone (`Poisoned`)
         poison = PoisonRate(spec.max_poison_rate, ages=spec.poison_ages, now=time.monotonic())
@@ -185,11 +188,22 @@ class ChildLoop:
                 continue
             records = self._fetch(self.spec)
             if not records:
+                self._past_other_slices()
                 self.report_progress()  # caught up (ALO): what is handled is reported
                 continue
             self._handle(records)
+            self._past_other_slices()
             if len(records) < self.spec.batch_size or time.monotonic() >= self.progress_due:
                 self.report_progress()
+
+    def _past_other_slices(self) -> None:
+        """ALO, a slice's child, every record it kept handled: what it read beyond its last
+        one belongs to other slices, so its position moves to the end of the read (else a
+        slice with few records would report, and restart from, far behind its reading)."""
+        end = self.reach.end
+        if end is not None and self.next_offset is not None and end > self.next_offset:
+            self.next_offset = end
+            self.calls.position.value = end
 
     def _fetch(self, spec: ChildSpec) -> Sequence[Record]:
         """A batch: records, or (a batch plugin with ``batch_view = "messages"``) a view over
@@ -197,8 +211,8 @@ class ChildLoop:
         assert self.consumer is not None and self.plugin is not None
         try:
             if self.plugin.messages:
-                return fetch_messages(self.consumer, spec, self.log)
-            return fetch(self.consumer, spec, self.log)
+                return fetch_messages(self.consumer, spec, self.log, self.reach)
+            return fetch(self.consumer, spec, self.log, self.reach)
         except (FatalKafkaError, KafkaException) as exc:
             self.log.error("kafka_failed", error=str(exc))
             raise ChildExit(EXIT_KAFKA, "kafka_failed") from None

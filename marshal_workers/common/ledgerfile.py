@@ -32,6 +32,7 @@ class LedgerRow(TypedDict):
     end: float
     group: str | None
     instance_id: str | None
+    slice: str | None  # the claim's slice of the partition (`protocol.slicing`), None: all of it
 
 
 Coordinates = tuple[str, int, int]  # topic, partition, offset
@@ -41,7 +42,7 @@ def read_ledger(directory: str | os.PathLike[str]) -> list[LedgerRow]:
     """Every row of every ledger file in ``directory``, by (topic, partition, offset, start).
 
     A last line without its newline (a process killed mid-write) is skipped. Rows of older
-    ledgers, written without ``group`` and ``instance_id``, get ``None`` for them.
+    ledgers, written without ``group``, ``instance_id`` or ``slice``, get ``None`` for them.
     """
     rows: list[LedgerRow] = []
     for path in sorted(Path(directory).glob("ledger-*.jsonl")):
@@ -57,6 +58,7 @@ def _row(line: str) -> LedgerRow:
     row: LedgerRow = json.loads(line)
     row.setdefault("group", None)
     row.setdefault("instance_id", None)
+    row.setdefault("slice", None)
     return row
 
 
@@ -69,14 +71,16 @@ def find_duplicates(rows: Iterable[LedgerRow]) -> dict[Coordinates, list[LedgerR
 
 
 def find_overlaps(rows: Iterable[LedgerRow]) -> list[tuple[LedgerRow, LedgerRow]]:
-    """Pairs of rows of one partition, from different processes, whose work overlapped in time.
+    """Pairs of rows of one claim (a partition, or one slice of it), from different processes,
+    whose work overlapped in time.
 
     Each pair is (earlier start, later start). Rows of one process never overlap (a child
-    handles one record at a time), so any pair here is two owners at once.
+    handles one record at a time), so any pair here is two owners at once. Slices of one
+    partition are separate claims: their workers run side by side by design.
     """
-    by_partition: dict[tuple[str, int], list[LedgerRow]] = defaultdict(list)
+    by_partition: dict[tuple[str, int, str | None], list[LedgerRow]] = defaultdict(list)
     for row in rows:
-        by_partition[(row["topic"], row["partition"])].append(row)
+        by_partition[(row["topic"], row["partition"], row["slice"])].append(row)
     overlaps: list[tuple[LedgerRow, LedgerRow]] = []
     for partition_rows in by_partition.values():
         partition_rows.sort(key=lambda r: r["start"])

@@ -13,6 +13,7 @@ from typing import Any
 from marshal_workers.common.errors import ConfigError
 from marshal_workers.config.settings import BY_NAME, Resolved, heartbeat_ms
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.slicing import WHOLE, Ordering, Slicing
 from marshal_workers.protocol.wire import Partitioner, validate_name
 
 REQUIRED = ("handler", "mode", "topic", "group")
@@ -39,6 +40,7 @@ class RunConfig:
     bootstrap_servers: str = "127.0.0.1:9092"
     coordination_topic: str = "__marshal"
     partitioner: Partitioner = Partitioner.SPEC
+    slicing: Slicing = WHOLE  # the ordering and workers per partition
     heartbeat_interval: float = 10.0
     batch_size: int = 500
     amo_window: int = 2000  # AMO: reserved and not handled, at most (the loss on a crash)
@@ -105,6 +107,10 @@ def run_config(resolved: Resolved) -> RunConfig:
             f"amo_window {v['amo_window']} is below 2 x batch_size ({2 * v['batch_size']}): "
             "a child reserves a batch while it handles the one before"
         )
+    try:
+        slicing = Slicing(Ordering(v["ordering"]), v["workers_per_partition"])
+    except ValueError as exc:
+        raise ConfigError(f"{exc} (--ordering, --workers-per-partition)") from None
     log_format = v["log_format"]
     log_json = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
     return RunConfig(
@@ -116,6 +122,7 @@ def run_config(resolved: Resolved) -> RunConfig:
         bootstrap_servers=v["bootstrap_servers"],
         coordination_topic=v["coordination_topic"],
         partitioner=Partitioner(v["partitioner"]),
+        slicing=slicing,
         heartbeat_interval=v["heartbeat_interval"],
         batch_size=v["batch_size"],
         amo_window=v["amo_window"],

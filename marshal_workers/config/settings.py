@@ -160,6 +160,28 @@ SETTINGS: tuple[Setting, ...] = (
         choices=("amo", "alo"),
     ),
     Setting(
+        "ordering",
+        "partition",
+        "What one worker (child process) holds: partition (a whole partition, records in "
+        "offset order: the default, Marshal Go's); key (one of N key slices of a partition: "
+        "records of one key in offset order, never two at once, across the fleet); unordered "
+        "(one of N offset stripes: no order, no worker idle while another holds a backlog). "
+        "Each slice is claimed, leased and fenced as a partition is, and reads the whole "
+        "partition. Fixed for a group by its first member (docs/ordering.md).",
+        "Work",
+        choices=("partition", "key", "unordered"),
+    ),
+    Setting(
+        "workers_per_partition",
+        1,
+        "N, with ordering key or unordered: the slices each partition is cut into, so the most "
+        "workers one partition has across the fleet (one member may run them all; fair share "
+        "counts slices). Must be 1 with ordering partition. Same value on every member.",
+        "Work",
+        parse=_count(1),
+        metavar="N",
+    ),
+    Setting(
         "topic",
         (),
         "A topic to consume (repeat for several).",

@@ -22,6 +22,7 @@ from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.slicing import split_topic
 from marshal_workers.protocol.wire import ClaimKey, Heartbeat, ReleasingPartition
 
 
@@ -212,9 +213,11 @@ class Keeping:
         """Start a child at the claim's position with its token, and the partition's poison
         units of the last minute (`poison_ages`)."""
         key = held.key
+        topic, part = split_topic(key.topic)
         spec = dataclasses.replace(
             self.ctx.s.child,
-            topic=key.topic,
+            topic=topic,
+            slice=part,
             partition=key.partition,
             start_offset=held.position,
             fencing_token=held.token,

@@ -23,6 +23,7 @@ class Context:
         "mode",
         "partition",
         "pid",
+        "slice",
         "topic",
     )
 
@@ -40,6 +41,7 @@ class Context:
         pid: int,
         lease_remaining: Callable[[], float],
         keepalive: Callable[[], float] | None = None,
+        slice: str | None = None,
     ) -> None:
         self.client_id = client_id
         self.instance_id = instance_id
@@ -50,6 +52,9 @@ class Context:
         self.mode = mode
         self.log = log
         self.pid = pid
+        # ordering key or unordered: which slice of the partition this claim covers, as its
+        # claim names it ("key.3of8"); None for a whole partition
+        self.slice = slice
         self._lease_remaining = lease_remaining
         self._keepalive = keepalive
 

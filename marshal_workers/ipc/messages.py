@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.slicing import Slice
 
 # why a child stops (`HandlerFailed.cause`)
 CAUSE_POLICY = "on_failure_stop"  # the policy is stop
@@ -31,7 +32,7 @@ class ChildSpec:
     group_id: str
     client_id: str
     instance_id: str
-    topic: str
+    topic: str  # the data topic (a slice's claim names it in its own topic field)
     partition: int
     start_offset: int | None
     fencing_token: int
@@ -54,6 +55,8 @@ class ChildSpec:
     # a record the previous child of the claim failed on by ending (timeout, os._exit, signal):
     # settle it by the policy (dlq or skip) without calling the handler again
     settle: Settle | None = None
+    # ordering key or unordered: the part of the partition this child takes (`slicing`)
+    slice: Slice | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ keeps the newest of each for ever::
 
     CoordinationTopic/1/UnixSec/InstanceID/ClientID/Partitions          key "/coordination-topic"
     GroupSettings/1/UnixSec/InstanceID/ClientID/GroupID/HeartbeatMs/Partitioner/AdminIds
-                                                                        key "GROUP//settings"
+                 [/Ordering/WorkersPerPartition]                         key "GROUP//settings"
 
 *CoordinationTopic* pins the topic's partition count: `marshal-admin init` writes it on
 coordination partition 0 when it creates the topic (or, once, on a topic that has none). Every
@@ -15,7 +15,10 @@ recorded one must not be used (`partition_count_problem`).
 
 *GroupSettings* holds the settings every member of a group and every admin acting on it must
 share: the heartbeat interval (it decides freshness, and with it every lease), the partitioner
-(it decides where each claim is coordinated) and the admin ids (they decide which pauses count).
+(it decides where each claim is coordinated), the admin ids (they decide which pauses count)
+and the ordering with its workers per partition (they decide which records each claim covers:
+`slicing`; a record without the two fields is a ``partition`` group, as every group was before
+them).
 It is written on every coordination partition, so that each partition's fold sees it before any
 later record of that partition (a change is ordered before, say, the lift of a pause). The
 newest record wins. `settings_differences` names each setting that differs, with both values.
@@ -28,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from marshal_workers.protocol.slicing import WHOLE, Ordering, Slicing
 from marshal_workers.protocol.wire import DecodeError, Partitioner
 
 TOPIC_RECORD_KEY: Final = b"/coordination-topic"
@@ -57,6 +61,8 @@ class GroupSettings:
     heartbeat_interval_ms: int
     partitioner: Partitioner
     admin_client_ids: frozenset[str] | None  # None: anyone may pause
+    # how claims cut partitions; None in an admin's own settings: it acts on any cut
+    slicing: Slicing | None = WHOLE
 
     def same_settings(self, other: GroupSettings) -> bool:
         """Whether the shared settings are equal (who wrote them, and when, aside)."""
@@ -87,10 +93,14 @@ def encode_metadata(record: MetadataRecord) -> bytes:
     head = f"{record.unix_sec}/{record.instance_id}/{record.client_id}"
     if isinstance(record, TopicRecord):
         return f"CoordinationTopic/1/{head}/{record.partitions}".encode()
-    return (
+    text = (
         f"GroupSettings/1/{head}/{record.group_id}/{record.heartbeat_interval_ms}/"
         f"{record.partitioner.value}/{_admins_text(record.admin_client_ids)}"
-    ).encode()
+    )
+    cut = record.slicing
+    if cut is not None and cut.sliced:
+        text += f"/{cut.ordering.value}/{cut.count}"
+    return text.encode()
 
 
 def _int(name: str, text: str, minimum: int = 0) -> int:
@@ -121,7 +131,7 @@ def decode_metadata(value: bytes | None) -> MetadataRecord:
             _name("ClientID", parts[4]),
             _int("Partitions", parts[5], minimum=1),
         )
-    if kind == "GroupSettings" and n == 9 and parts[1] == "1":
+    if kind == "GroupSettings" and n in (9, 11) and parts[1] == "1":
         try:
             partitioner = Partitioner(parts[7])
         except ValueError:
@@ -136,8 +146,18 @@ def decode_metadata(value: bytes | None) -> MetadataRecord:
             _int("HeartbeatMs", parts[6], minimum=1),
             partitioner,
             ids,
+            _slicing(parts[9:]),
         )
     raise DecodeError(f"not a metadata record: {value[:40]!r}")
+
+
+def _slicing(fields: list[str]) -> Slicing:
+    if not fields:
+        return Slicing()
+    try:
+        return Slicing(Ordering(fields[0]), _int("WorkersPerPartition", fields[1], minimum=1))
+    except ValueError as exc:
+        raise DecodeError(f"bad ordering: {exc}") from None
 
 
 # ---- checks ------------------------------------------------------------------------------
@@ -181,7 +201,21 @@ def settings_differences(group: GroupSettings, mine: GroupSettings) -> list[str]
             f"admin_client_ids is {_admins_shown(mine.admin_client_ids)} here but "
             f"{_admins_shown(group.admin_client_ids)} in group {group.group_id}'s settings"
         )
+    if mine.slicing is not None and group.slicing is not None and mine.slicing != group.slicing:
+        out.append(
+            f"ordering is {describe_slicing(mine.slicing)} here but "
+            f"{describe_slicing(group.slicing)} in group {group.group_id}'s settings (a group's "
+            "ordering is fixed by its first member: another cut would let two workers take one "
+            "record)"
+        )
     return out
+
+
+def describe_slicing(cut: Slicing) -> str:
+    """The ordering and workers per partition, as words."""
+    if not cut.sliced:
+        return cut.ordering.value
+    return f"{cut.ordering.value} with {cut.count} workers per partition"
 
 
 def settings_problem(group: GroupSettings | None, mine: GroupSettings) -> str | None:

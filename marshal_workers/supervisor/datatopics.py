@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.common.errors import ConfigError, MarshalError
+from marshal_workers.protocol.slicing import WHOLE, Slicing
 from marshal_workers.protocol.wire import ClaimKey
 
 
@@ -26,15 +27,18 @@ class DataTopics:
         group: str,
         topics: Sequence[str],
         extra_config: Mapping[str, str] | None = None,
+        slicing: Slicing = WHOLE,
     ) -> None:
         self.group = group
+        self.slicing = slicing
         self.topics = tuple(topics)
         self.bootstrap_servers = bootstrap_servers
         fixed = {"group.id": f"marshal-meta-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
         self._consumer = Consumer(client_config(bootstrap_servers, extra_config, fixed=fixed))
 
     def partitions(self, timeout_s: float = 10.0) -> list[ClaimKey]:
-        """Every partition of every topic as a claim key; ConfigError if a topic is missing."""
+        """Every claim of the group: each partition of every topic (with a sliced ordering, each
+        slice of each partition) as a claim key; ConfigError if a topic is missing."""
         try:
             meta = self._consumer.list_topics(timeout=timeout_s)
         except KafkaException as exc:
@@ -49,7 +53,11 @@ class DataTopics:
                     f"topic {topic!r} does not exist on {self.bootstrap_servers} "
                     "(create it, or fix --topic)"
                 )
-            keys.extend(ClaimKey(self.group, topic, p) for p in sorted(tmeta.partitions))
+            keys.extend(
+                ClaimKey(self.group, name, p)
+                for p in sorted(tmeta.partitions)
+                for name in self.slicing.claim_topics(topic)
+            )
         return keys
 
     def watermarks(self, topic: str, partition: int, timeout_s: float = 10.0) -> tuple[int, int]:

@@ -45,6 +45,7 @@ def own_settings(config: RunConfig, unix_sec: int | None = None) -> GroupSetting
         config.heartbeat_interval_ms,
         config.partitioner,
         config.admin_client_ids,
+        config.slicing,
     )
 
 

@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.clients.rdkafka import RDKAFKA_LOG, error_text
 from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.slicing import split_topic
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer
 
@@ -186,6 +187,8 @@ class OffsetCommitter(Observer):
         for key, snap in claims.items():
             if is_member_key(key) or snap.phase == "lost":
                 continue  # a lost claim's position may be older than its new owner's
+            if split_topic(key.topic)[1] is not None:
+                continue  # a slice's position is not the partition's: Kafka has no place for it
             last = self._last.get((key.topic, key.partition))
             if last is not None:
                 waited = now - last.at

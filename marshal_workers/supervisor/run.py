@@ -147,7 +147,9 @@ def _supervise(
         config.bootstrap_servers, config.group, config.heartbeat_interval, config.kafka
     )
     observer = Observers([*observers, committer, *extra])
-    topics = DataTopics(config.bootstrap_servers, config.group, config.topics, config.kafka)
+    topics = DataTopics(
+        config.bootstrap_servers, config.group, config.topics, config.kafka, config.slicing
+    )
     signals = SignalQueue()
     supervisor = Supervisor(
         config,

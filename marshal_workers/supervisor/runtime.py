@@ -43,6 +43,7 @@ from marshal_workers.ipc.sharedlease import SharedLease
 from marshal_workers.log.interface import CoordinationLog, LogError
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.slicing import data_topic
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.background import Background
 from marshal_workers.supervisor.datatopics import DataTopics
@@ -403,7 +404,7 @@ class Supervisor:
 
         def job() -> inp.Input:
             try:
-                low, high = self.topics.watermarks(key.topic, key.partition)
+                low, high = self.topics.watermarks(data_topic(key.topic), key.partition)
             except Exception as exc:  # any failure is this claim's alone
                 return inp.StartFailed(self.clock(), key, str(exc))
             return inp.StartFound(self.clock(), key, low if earliest else high)

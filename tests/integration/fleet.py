@@ -120,11 +120,15 @@ class Fleet:
 
     # ---- data ------------------------------------------------------------------------------
 
-    def produce(self, n: int) -> None:
-        """Write ``n`` records, round robin over the partitions, and wait for them."""
+    def produce(self, n: int, key: Callable[[int], bytes] | None = None) -> None:
+        """Write ``n`` records, round robin over the partitions, and wait for them; record i
+        (counted over the fleet's life) gets ``key(i)`` as its key if given."""
         for _ in range(n):
             self._producer.produce(
-                self.topic, f"r{self._sent}".encode(), partition=self._sent % self.partitions
+                self.topic,
+                f"r{self._sent}".encode(),
+                key=None if key is None else key(self._sent),
+                partition=self._sent % self.partitions,
             )
             self._sent += 1
             self._producer.poll(0)
@@ -235,6 +239,20 @@ class Fleet:
                     out[key.partition] = holder
         return out
 
+    def slice_holders(self) -> dict[str, str]:
+        """Claim topic (a slice's, ``data+key.0of4``) -> client holding it with a live claim."""
+        self.reader.poll(0.2)
+        now = int(time.time() * 1000)
+        hb_ms = int(self.hb * 1000)
+        return {
+            key.topic: state.holder_client
+            for world in self.reader.worlds.values()
+            for key, state in world.claims.items()
+            if key.topic.startswith(self.topic + "+")
+            and state.holder_client is not None
+            and is_live(state, now, hb_ms)
+        }
+
     def counts(self) -> Counter[str]:
         """How many data partitions each client holds."""
         return Counter(self.holders().values())
@@ -248,6 +266,16 @@ class Fleet:
                 if key.topic == self.topic and not is_member_key(key):
                     out[key.partition] = resume_offset(state, mode)
         return out
+
+    def slice_positions(self) -> dict[str, int | None]:
+        """Each slice's resume position per the log (claim topic -> offset)."""
+        self.reader.poll(0.2)
+        return {
+            key.topic: resume_offset(state, Mode(self.mode))
+            for world in self.reader.worlds.values()
+            for key, state in world.claims.items()
+            if key.topic.startswith(self.topic + "+")
+        }
 
     def committed(self) -> dict[int, int]:
         """The group's offsets committed to Kafka (what kafka-consumer-groups shows)."""

@@ -35,6 +35,7 @@ def row(offset: int, pid: int, start: float, end: float, partition: int = 0) -> 
         "end": end,
         "group": "g",
         "instance_id": f"c{pid}-1",
+        "slice": None,
     }
 
 

@@ -33,6 +33,7 @@ ALLOWED_STDLIB = {
     "random",  # the member core's jitter, seeded per instance (runs replay)
     "signal",  # the names of signals in the member core's inputs and commands; it sends none
     "datetime",  # formats a log time it is given (the status view); never asks the clock (below)
+    "zlib",  # crc32 of a record key (its slice, `protocol.slicing`); nothing is compressed
 }
 CLOCK_CALLS = {"now", "today", "utcnow", "time", "monotonic", "perf_counter"}
 # Not core, but pure too, so the core may import them: exit codes and their exception, the
