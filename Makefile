@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers demo sim clean
+.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers demo demo-hot sim clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ test: install kafka-jars spark-jars lint typecheck ## Install, resolve the jars,
 
 test-unit: ## Only the tests that need no broker
 	$(BIN)/pytest -q tests/unit
+
+demo-hot: kafka-jars ## The demo on one hot partition shared by 4 workers (ordering key, per-customer order checked)
+	$(BIN)/marshal-admin demo --hot 4
 
 demo: kafka-jars ## The main job on local defaults: a local Kafka, sample data, a fleet of 3, a verdict
 	$(BIN)/marshal-admin demo
