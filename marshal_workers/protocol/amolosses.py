@@ -38,7 +38,7 @@ from typing import Any, Final
 
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_member_key
-from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.protocol.wire import ClaimingMessages, ClaimKey
 
 AT_RISK_RESERVATIONS: Final = 2  # the run a child handles and the one it asked for ahead
 CRASH_CAUSES: Final = frozenset({"taken_over", "lease_expired", "refused", "replaced"})
@@ -128,6 +128,7 @@ class AmoLosses:
         self._partitions: dict[ClaimKey, _Partition] = {}
         self._pausers: dict[tuple[int, str], set[str]] = {}  # (coord partition, group)
         self._pause_until: dict[tuple[int, str], int] = {}
+        self._amo_groups: set[str] = set()  # groups that ever reserved: at-most-once
 
     def add_all(self, events: Iterable[ev.Event]) -> None:
         """Take events in fold order."""
@@ -165,6 +166,10 @@ class AmoLosses:
             if settled is not None:
                 ranges, records = ranges + 1, records + (settled.records or 0)
         return ranges, records
+
+    def is_amo(self, group: str) -> bool:
+        """Whether ``group`` ever reserved records (it runs at most once)."""
+        return group in self._amo_groups
 
     def keys(self, group: str) -> list[ClaimKey]:
         """The data partitions of ``group`` that ever reserved or were claimed."""
@@ -226,6 +231,7 @@ class AmoLosses:
         part.lost(iv.loss(e.key, cause, e.log_time, None))
 
     def _reserved(self, e: ev.MessagesClaimed) -> None:
+        self._amo_groups.add(e.key.group)
         part = self._partitions.get(e.key)
         if part is None or part.open is None:
             return
@@ -247,6 +253,11 @@ class AmoLosses:
         if last is not None and last.cause == "taken_over" and last.holder == who:
             part.last = replace(last, cause="refused")
 
+    def _reservation(self, e: ev.MessagesRejected | ev.Unverified) -> None:
+        """A refused or unverifiable record about a claim: a reservation makes an AMO group."""
+        if isinstance(e.message, ClaimingMessages):
+            self._amo_groups.add(e.message.group_id)
+
     def _paused(self, e: ev.GroupPaused) -> None:
         where = (e.coord_partition, e.group)
         self._pausers.setdefault(where, set()).add(e.client_id)
@@ -261,4 +272,6 @@ _HANDLERS: dict[type, Callable[[AmoLosses, Any], None]] = {
     ev.HeartbeatRejected: AmoLosses._refused,
     ev.ReleaseRejected: AmoLosses._refused,
     ev.GroupPaused: AmoLosses._paused,
+    ev.MessagesRejected: AmoLosses._reservation,
+    ev.Unverified: AmoLosses._reservation,
 }
