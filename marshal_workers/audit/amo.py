@@ -95,6 +95,8 @@ def log_losses(reserved: Iterable[Row]) -> list[Row]:
     out: list[Row] = []
     for r in reserved:
         ended, end = r[_R["ended"]], r[_R["end_offset"]]
+        if r[_R["reserved_ms"]] is None:
+            continue  # a new instance that reserved nothing: its predecessor's row has it
         if ended in CRASHES:
             out.append(_loss(r, r[_R["at_risk_offset"]], end, _cause(ended), None))
         elif ended in RELEASES:
@@ -118,6 +120,8 @@ def ledger_losses(
     out: list[Row] = []
     for r in reserved:
         ended, end = r[_R["ended"]], r[_R["end_offset"]]
+        if r[_R["reserved_ms"]] is None:
+            continue  # a new instance that reserved nothing: its predecessor's row has it
         first, risk = r[_R["first_offset"]], r[_R["at_risk_offset"]]
         start = first if first is not None else risk
         if start is None:

@@ -213,10 +213,10 @@ class AmoLosses:
         iv = part.open
         if e.replaced_instance is not None:
             part.lost(iv.loss(e.key, "replaced", e.log_time, e.client_id))
+            # what the old instance reserved is its loss; the new one loses only its own
             iv = part.open = _Interval(
-                e.client_id, e.instance_id, e.token, e.log_time, iv.by_admin,
-                committed=iv.committed, reserved=iv.reserved,
-            )  # fmt: skip
+                e.client_id, e.instance_id, e.token, e.log_time, iv.by_admin, iv.committed
+            )
         iv.last_heartbeat_ms = e.log_time
         iv.committed = e.message.offset
 

@@ -3,7 +3,8 @@
 Three `marshal-run --mode amo` members on 8 partitions, HB 1 s, an `amo_window` of 200 records
 (reservations of 100), a ledger handler of 3 ms a record, records produced all along: a member
 joins, one gets SIGTERM and comes back (a deploy), one is killed with SIGKILL while its
-children are busy, one is frozen with SIGSTOP past its lease and thawed. Then the fleet stops
+children are busy and restarted at once (restart recovery), then killed for good, one is
+frozen with SIGSTOP past its lease and thawed. Then the fleet stops
 gracefully and the ledger and the coordination log are read back:
 
 - no offset was handled twice;
@@ -98,10 +99,14 @@ def chaos_round(fleet: Fleet, a: Member, b: Member) -> tuple[Member, Member, set
     b = start(fleet, "b")
     split(fleet, [2, 3, 3])
 
-    busy(fleet, c)
-    c.signal(signal.SIGKILL)  # a crash: c and its children die mid-run
-    assert c.wait(10) == -signal.SIGKILL
-    split(fleet, [4, 4])
+    for again in (True, False):
+        busy(fleet, c)
+        c.signal(signal.SIGKILL)  # a crash: c and its children die mid-run
+        assert c.wait(10) == -signal.SIGKILL
+        if again:  # restarted at once: restart recovery takes c's fresh claims over
+            c = start(fleet, "c")
+            split(fleet, [2, 3, 3])
+    split(fleet, [4, 4])  # killed for good: a and b take its partitions over
 
     busy(fleet, a)
     a.signal(signal.SIGSTOP)  # a freeze past the lease: b takes a's partitions over

@@ -65,6 +65,14 @@ HANDOVER = (
 )  # fmt: skip
 
 
+# A-1 reserves two runs, A-2 (a restart) takes over and is killed before it reserves.
+REPLACED_THEN_KILLED = (
+    (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
+    (200, reserve("A", 20)), (900, hb("A", 10, inst="A-2")), (950, hb("A", 20, inst="A-2")),
+    (5000, claim("B")),
+)  # fmt: skip
+
+
 class TestNoLoss:
     def test_a_graceful_handover_loses_nothing(self) -> None:
         """Released at the end of what was reserved, then claimed by another: no loss, 0."""
@@ -142,6 +150,13 @@ class TestCauses:
         loss = losses.last_loss(KEY, T0 + 1000)
         assert seen(loss) == ("A", 0, 10, "replaced")
         assert loss is not None and loss.instance_id == "A-1" and loss.lost_ms == T0 + 900
+
+    def test_a_restarted_instance_that_reserved_nothing_lost_nothing_of_its_own(self) -> None:
+        """A-2 takes over (the old instance's runs are lost, replaced) and is killed before
+        it reserves: its crash adds no loss; the last loss is still A-1's."""
+        losses = losses_of(log(*REPLACED_THEN_KILLED))
+        assert seen(losses.last_loss(KEY, T0 + 6000)) == ("A", 0, 20, "replaced")
+        assert losses.totals(GROUP, T0 + 6000) == (1, 20)
 
     def test_a_release_below_the_reservation_under_a_pause(self) -> None:
         """Paused; A releases at 10 with [10, 20) reserved: released under the pause."""
@@ -247,6 +262,7 @@ class TestAgreesWithTheAudit:
             (900, hb("A", 10, inst="A-2")), (950, reserve("A", 20, inst="A-2")),
             (960, hb("A", 20, inst="A-2")), (970, release("A", 20, inst="A-2")),
         ),
+        "replaced, then killed": REPLACED_THEN_KILLED,
         "released under pause": (
             (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
             (200, reserve("A", 20)), (400, pause("marshal-admin", (T0 + 60_000) // 1000)),

@@ -123,6 +123,18 @@ class TestCauses:
         assert rows[0]["instance_id"] == "A-1"
 
 
+    def test_a_restarted_instance_that_reserved_nothing_adds_no_loss(self) -> None:
+        """A-2 takes over from A-1 (whose runs are lost, replaced) and dies before reserving:
+        the range A-1 reserved is reported once, not again as A-2's, start unknown."""
+        summary, rows = audit(log(
+            (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
+            (200, reserve("A", 20)), (900, hb("A", 10, inst="A-2")),
+            (950, hb("A", 20, inst="A-2")), (5000, claim("B")),
+        ))  # fmt: skip
+        assert lost(rows) == [("A", 0, 20, 20, "replaced")]
+        assert summary["amo_losses"]["ranges"] == 1
+
+
 class TestSyntheticFleet:
     FLEET = Fleet(partitions=8, clients=3, coord_partitions=3, amo=True, batch=5, seed=11)
 
