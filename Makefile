@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers demo demo-hot sim clean
+.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers demo demo-hot sim chaos clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,9 @@ bench: install kafka-jars ## Benchmarks (several minutes; each starts its own lo
 
 bench-peers: install kafka-jars ## marshal-run against a plain loop and Arroyo, side by side (minutes; its own local Kafka): a table and docs/peers.png
 	$(BIN)/python bench/peers.py
+
+chaos: install kafka-jars ## The AMO chaos soak (minutes): real members, join, deploy, kill -9 and SIGSTOP, round after round (MARSHAL_CHAOS_ROUNDS, default 5)
+	$(BIN)/pytest -q -s -m chaos tests/integration/test_amo_chaos.py
 
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis
