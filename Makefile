@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers demo sim clean
+.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers bench-hot demo sim clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,9 @@ bench: install kafka-jars ## Benchmarks (several minutes; each starts its own lo
 
 bench-peers: install kafka-jars ## marshal-run against a plain loop and Arroyo, side by side (minutes; its own local Kafka): a table and docs/peers.png
 	$(BIN)/python bench/peers.py
+
+bench-hot: install kafka-jars ## Many workers on one hot partition: marshal-run against Kafka share groups and a plain loop (an hour at the defaults; its own local Kafka): a table and docs/hot.png
+	$(BIN)/python bench/hot.py
 
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis

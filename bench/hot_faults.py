@@ -4,7 +4,7 @@
   latest record, with every process under it at once: a host that crashes. Reported: the pids,
   and the longest pause after the kill between two records handled for the first time (a
   marshal group waits for the dead claim to go stale; a share group's other consumers go on,
-  and the dead one's locked records wait for their locks to end).
+  and the dead one's locked records wait for their locks to end); the same pause for a stop.
 - ``stop``: SIGSTOP the worker process that handled the latest record (a marshal child, a share
   consumer) for `stop_seconds` (longer than its lease or record lock), then SIGCONT it.
   Reported: the lines it wrote after the SIGCONT, and how many of them after its lease or lock
@@ -95,11 +95,10 @@ class Fault:
         if self.struck_at is None:
             return {"kind": self.kind, "struck": False}
         out: dict[str, Any] = {"kind": self.kind, "struck": True, "pids": self.pids}
-        if self.kind == "kill":
-            ends = sorted(r["end"] for r in ledger.first.values() if r["end"] > self.struck_wall)
-            gaps = [b - a for a, b in zip([self.struck_wall, *ends], ends, strict=False)]
-            out["longest_pause_s"] = max(gaps) if gaps else None
-        else:
+        ends = sorted(r["end"] for r in ledger.first.values() if r["end"] > self.struck_wall)
+        gaps = [b - a for a, b in zip([self.struck_wall, *ends], ends, strict=False)]
+        out["longest_pause_s"] = max(gaps) if gaps else None
+        if self.kind == "stop":
             out["stopped_s"] = self.stop_s
             out["after_cont"] = after(ledger, self.pids[0], self.cont_wall)
         return out

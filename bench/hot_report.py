@@ -78,9 +78,12 @@ def _fault_rows(faults: dict[str, dict[str, Any]]) -> list[list[str]]:
             )
         else:
             cont = fault["after_cont"]
+            pause = fault.get("longest_pause_s")
             what = (
-                f"stopped {fault['stopped_s']:.0f} s; after SIGCONT it finished "
-                f"{cont['lines']} records, {cont['late']} after its lock/lease ended"
+                f"stopped {fault['stopped_s']:.0f} s; longest pause "
+                + (f"{pause:.1f} s" if pause is not None else "-")
+                + f"; after SIGCONT it finished {cont['lines']} records, {cont['late']} after"
+                " its lock/lease ended"
             )
         if "error" in res:
             what += f" [{res['error']}]"
