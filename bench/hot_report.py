@@ -112,8 +112,10 @@ def plot(doc: dict[str, Any], path: Path) -> Path:
             if not points:
                 continue
             if len(points) == 1 and system in ("partition", "plain"):
-                ax.axhline(points[0][1], linestyle="--", linewidth=1, label=f"{label} (1 worker)",
-                           color="#555555" if system == "plain" else "#2b5d8c")  # fmt: skip
+                plain = system == "plain"
+                ax.axhline(points[0][1], linestyle="--" if plain else ":", linewidth=1.5,
+                           label=f"{label} (1 worker)",
+                           color="#555555" if plain else "#c0392b")  # fmt: skip
                 continue
             ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=label)
         ax.set_xscale("log", base=2)
