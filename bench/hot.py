@@ -3,7 +3,8 @@
     .venv/bin/python bench/hot.py [--bootstrap-servers HOST:PORT] [--records 100000]
                                   [--workers 1,4,16,64] [--handlers io,cpu] [--rounds 1]
                                   [--systems partition,share-default,share-tuned,plain,...]
-                                  [--faults kill,stop] [--fault-workers 4] [--json]
+                                  [--faults kill,stop] [--fault-workers 4] [--produce-batch 100]
+                                  [--tuned-lock-ms 15000] [--tuned-poll-records 10] [--json]
                                   [--plot docs/hot.png]
     make bench-hot
 
@@ -70,6 +71,8 @@ from hot_setup import (
     ONCE,
     ORDERED,
     SYSTEMS,
+    TUNED_LOCK_MS,
+    TUNED_POLL_RECORDS,
     has_ordering,
     launch,
     produce_keyed,
@@ -94,6 +97,7 @@ class Bench:
     cpu_iters: int
     io_ms: float
     timeout_s: float
+    tuned: tuple[int, int]  # share-tuned's lock (ms) and max.poll.records
 
 
 def measure(bench: Bench, system: str, n: int, handler: str, fault: str = "") -> dict[str, Any]:
@@ -106,7 +110,7 @@ def measure(bench: Bench, system: str, n: int, handler: str, fault: str = "") ->
     env = {"HOT_LEDGER": str(directory), "HOT_CPU_ITERS": str(bench.cpu_iters),
            "HOT_IO_MS": str(bench.io_ms)}  # fmt: skip
     members, lock_s = launch(bench.procs, bench.bootstrap, topic, system, n, handler,
-                             env, bench.work / f"{directory.name}.log")  # fmt: skip
+                             env, bench.work / f"{directory.name}.log", bench.tuned)  # fmt: skip
     injected = Fault(fault, members, stop_seconds(lock_s)) if fault else None
     started = time.monotonic()
     last_note = last_change = started
@@ -180,6 +184,8 @@ def run(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         "cpu_iters": bench.cpu_iters,
         "heartbeat_s": HB_S,
         "default_lock_s": DEFAULT_LOCK_S,
+        "tuned_lock_ms": bench.tuned[0],
+        "tuned_poll_records": bench.tuned[1],
         "rounds": args.rounds,
         "ordering_available": ordering,
         "runs": runs,
@@ -245,6 +251,18 @@ def main() -> None:
                     help="kill,stop or none")  # fmt: skip
     ap.add_argument("--fault-workers", type=int, default=4)
     ap.add_argument("--produce-batch", type=int, default=100, help="records per producer batch")
+    ap.add_argument(
+        "--tuned-lock-ms",
+        type=int,
+        default=TUNED_LOCK_MS,
+        help="share-tuned's share.record.lock.duration.ms",
+    )
+    ap.add_argument(
+        "--tuned-poll-records",
+        type=int,
+        default=TUNED_POLL_RECORDS,
+        help="share-tuned's max.poll.records",
+    )
     ap.add_argument("--io-ms", type=float, default=5.0)
     ap.add_argument("--cpu-us", type=float, default=200.0)
     ap.add_argument("--timeout", type=float, help="seconds per run (default from the records)")
@@ -265,8 +283,9 @@ def main() -> None:
                 cluster = start_cluster(StartOptions(directory=work / "kafka", nodes=1))
                 bootstrap = cluster.bootstrap
                 note(f"local Kafka (1 node) at {bootstrap}")
+            tuned = (args.tuned_lock_ms, args.tuned_poll_records)
             bench = Bench(bootstrap, procs, work, args.produce_batch, args.records, iters,
-                          args.io_ms, timeout)  # fmt: skip
+                          args.io_ms, timeout, tuned)  # fmt: skip
             doc = run(bench, args)
         finally:
             for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):

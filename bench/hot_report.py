@@ -54,7 +54,8 @@ def table(doc: dict[str, Any]) -> str:
         f"{doc['records']:,} keyed records on one partition (producer batches of "
         f"{doc['produce_batch']}), {doc['rounds']} round(s), medians; io = {doc['io_ms']:g} ms "
         f"sleep, cpu = {doc['cpu_iters']} loop turns (~{doc['cpu_us']:g} µs); marshal HB "
-        f"{doc['heartbeat_s']:g} s"
+        f"{doc['heartbeat_s']:g} s; share-tuned: lock {doc.get('tuned_lock_ms', 15000)} ms, "
+        f"max.poll.records {doc.get('tuned_poll_records', 10)}"
     )
     out = [head, "", *_markdown(rows)]
     if doc["faults"]:

@@ -94,8 +94,10 @@ def launch(
     handler: str,
     env: dict[str, str],
     log: Path,
+    tuned: tuple[int, int] = (TUNED_LOCK_MS, TUNED_POLL_RECORDS),
 ) -> tuple[list[subprocess.Popen[bytes]], float | None]:
-    """Start ``system``'s members; return them and the record lock (share groups) in seconds."""
+    """Start ``system``'s members; return them and the record lock (share groups) in seconds.
+    ``tuned``: share-tuned's lock duration (ms) and ``max.poll.records``."""
     group = f"hot_{uid()}"
     if system in MARSHAL:
         coordination = coordination_topic(bootstrap)
@@ -114,11 +116,11 @@ def launch(
     common = ["--bootstrap-servers", bootstrap, "--topic", topic, "--handler", handler]
     if system == "plain":
         return [procs.start([*base, "plain", *common], log, child_env(**env))], None
-    tuned = system == "share-tuned"
-    lock_ms = TUNED_LOCK_MS if tuned else None
+    is_tuned = system == "share-tuned"
+    lock_ms = tuned[0] if is_tuned else None
     configure_share_group(bootstrap, group, lock_ms)
     lock_s = lock_ms / 1000 if lock_ms is not None else DEFAULT_LOCK_S
-    kafka = ["--kafka", f"max.poll.records={TUNED_POLL_RECORDS}"] if tuned else []
+    kafka = ["--kafka", f"max.poll.records={tuned[1]}"] if is_tuned else []
     members = [
         procs.start([*base, "member", *common, "--group", group, "--consumers", str(k),
                      "--lock-s", str(lock_s), *kafka], log, child_env(**env))
