@@ -49,7 +49,7 @@ bench: install kafka-jars ## Benchmarks (several minutes; each starts its own lo
 bench-peers: install kafka-jars ## marshal-run against a plain loop and Arroyo, side by side (minutes; its own local Kafka): a table and docs/peers.png
 	$(BIN)/python bench/peers.py
 
-bench-hot: install kafka-jars ## Many workers on one hot partition: marshal-run against Kafka share groups and a plain loop (an hour at the defaults; its own local Kafka): a table and docs/hot.png
+bench-hot: install kafka-jars ## Many workers on one hot partition: marshal-run against Kafka share groups and a plain loop (about 1.5 h at the defaults; its own local Kafka): a table and docs/hot.png
 	$(BIN)/python bench/hot.py
 
 clean:
