@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers demo demo-hot sim chaos clean
+.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers bench-hot demo demo-hot sim chaos clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,9 @@ bench-peers: install kafka-jars ## marshal-run against a plain loop and Arroyo, 
 
 chaos: install kafka-jars ## The AMO chaos soak (minutes): real members, join, deploy, kill -9 and SIGSTOP, round after round (MARSHAL_CHAOS_ROUNDS, default 5)
 	$(BIN)/pytest -q -s -m chaos tests/integration/test_amo_chaos.py
+
+bench-hot: install kafka-jars ## Many workers on one hot partition: marshal-run against Kafka share groups and a plain loop (about 1.5 h at the defaults; its own local Kafka): a table and docs/hot.png
+	$(BIN)/python bench/hot.py
 
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis

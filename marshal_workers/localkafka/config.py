@@ -7,6 +7,13 @@ static controller quorum (`controller.quorum.voters`) listing every node, so the
 its own data directory. Settings favour tests: small replication factors for 1 node,
 RF 3 / min ISR 2 for 3 nodes, no auto-created topics, no initial rebalance delay, quick
 detection of a dead broker, few threads and a small log-cleaner buffer to fit a small heap.
+
+Share groups (KIP-932, production-ready from Kafka 4.2) are on: the storage is formatted with
+the `share.version` feature at level 1 (`process.SHARE_FEATURE`; no broker property turns them
+on in 4.2, `group.share.enable` is an internal switch of the preview). The share coordinator's
+state topic gets few partitions, as the transaction log does, and a share group may ask for
+record locks as short as one second (`share.record.lock.duration.ms`; the broker's floor is
+15 s by default), so that benchmarks and tests of lock expiry need not wait long.
 """
 
 from __future__ import annotations
@@ -108,6 +115,8 @@ def server_properties(spec: NodeSpec, specs: list[NodeSpec], data_dir: Path) -> 
         "transaction.state.log.num.partitions": "5",
         "share.coordinator.state.topic.replication.factor": replication,
         "share.coordinator.state.topic.min.isr": min_isr,
+        "share.coordinator.state.topic.num.partitions": "5",
+        "group.share.min.record.lock.duration.ms": "1000",
         "broker.heartbeat.interval.ms": "1000",
         "broker.session.timeout.ms": "6000",
         "num.network.threads": "2",

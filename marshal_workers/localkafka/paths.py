@@ -18,7 +18,7 @@ from pathlib import Path
 
 from marshal_workers.localkafka.maven import cache_dir_for
 
-KAFKA_VERSION = "4.1.1"
+KAFKA_VERSION = "4.2.2"
 """The Apache Kafka release the pom pins; the cache directory is named after it."""
 
 CACHE_ENV = "MARSHAL_KAFKA_CACHE"

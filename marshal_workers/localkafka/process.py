@@ -31,6 +31,9 @@ LOG4J2 = "log4j2.properties"
 KILL_WAIT_S = 10.0
 WAIT_POLL_S = 0.02
 TOOL_FLAGS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto")
+SHARE_FEATURE = "share.version=1"
+"""The feature level that turns share groups (KIP-932) on, given to `format` explicitly: Kafka
+4.2 formats it by default, but a cluster without it refuses every share consumer."""
 
 
 def node_argv(java: str, classpath: str, flags: Iterable[str], node_dir: Path) -> list[str]:
@@ -62,6 +65,7 @@ def format_storage(
                 java, *TOOL_FLAGS, f"-Dlog4j2.configurationFile={node_dir / LOG4J2}",
                 "-cp", classpath, STORAGE_TOOL_MAIN,
                 "format", "-t", cluster_id, "-c", str(node_dir / PROPERTIES),
+                "--feature", SHARE_FEATURE,
             ]  # fmt: skip
             with (node_dir / "format.log").open("wb") as log:
                 running[node_id] = subprocess.Popen(

@@ -19,7 +19,12 @@ from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import LogError
 from marshal_workers.log.kafkalog import KafkaLog
-from marshal_workers.log.topicadmin import admin_client, delete_topic, ensure_coordination_topic
+from marshal_workers.log.topicadmin import (
+    admin_client,
+    await_topic,
+    delete_topic,
+    ensure_coordination_topic,
+)
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import Heartbeat, coordination_partition, encode, record_key
 
@@ -70,6 +75,8 @@ class TestLogTime:
         """An append to a topic that keeps the sender's timestamps raises LogError."""
         admin = admin_client(kafka_bootstrap)
         admin.create_topics([NewTopic(fresh_topic, 1, 1)])[fresh_topic].result(10)
+        # as init does: a topic just created may not be in the metadata yet (seen on Kafka 4.2)
+        await_topic(admin, kafka_bootstrap, fresh_topic, 30.0)
         log = KafkaLog(kafka_bootstrap, fresh_topic)
         try:
             with pytest.raises(LogError, match="LogAppendTime"):

@@ -1,4 +1,4 @@
-"""Integration tests of marshal_workers.localkafka against real Kafka 4.1.1 JVMs."""
+"""Integration tests of marshal_workers.localkafka against real Kafka 4.2 JVMs."""
 
 from __future__ import annotations
 
@@ -14,8 +14,14 @@ from typing import Any
 
 import psutil
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import Consumer, KafkaError, Producer, ShareConsumer
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from marshal_workers.localkafka import LocalKafka
 from marshal_workers.localkafka.probe import quiet_admin
@@ -108,6 +114,47 @@ def test_produce_then_consume_round_trip(kafka_bootstrap: str) -> None:
     sent = [f"record-{i}".encode() for i in range(20)]
     _produce(kafka_bootstrap, topic, sent)
     assert _consume(kafka_bootstrap, topic, len(sent)) == sent
+
+
+@pytest.mark.kafka
+def test_a_share_consumer_reads_every_record(kafka_bootstrap: str) -> None:
+    """Share groups are on: a ShareConsumer with explicit acknowledgement gets every record."""
+    topic = f"share-{uuid.uuid4().hex[:8]}"
+    group = f"share-{uuid.uuid4().hex[:8]}"
+    _create_topic(kafka_bootstrap, topic, partitions=1, replication=1)
+    sent = [f"record-{i}".encode() for i in range(20)]
+    _produce(kafka_bootstrap, topic, sent)
+    earliest = ConfigEntry(
+        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
+    admin = quiet_admin(kafka_bootstrap)  # kept alive until its future is done
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+    consumer = ShareConsumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": group,
+            "share.acknowledgement.mode": "explicit",
+            "logger": _QUIET,
+        }
+    )
+    got: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+
+        def read_some() -> bool:
+            for message in consumer.poll(0.5):
+                assert message.error() is None, message.error()
+                got.append(message.value())
+                consumer.acknowledge(message)
+            consumer.commit_sync(30)
+            return len(got) >= len(sent)
+
+        _eventually("every record through the share group", read_some)
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(sent)
 
 
 @pytest.mark.kafka

@@ -94,6 +94,14 @@ def test_properties_suit_tests() -> None:
     assert props["group.initial.rebalance.delay.ms"] == "0"
 
 
+def test_share_groups_are_formatted_on_and_may_lock_briefly() -> None:
+    """Storage is formatted with share.version=1, and a share group may ask for 1 s locks."""
+    assert node_process.SHARE_FEATURE == "share.version=1"
+    props = _props(1)
+    assert props["group.share.min.record.lock.duration.ms"] == "1000"
+    assert props["share.coordinator.state.topic.num.partitions"] == "5"
+
+
 def test_listeners_are_loopback_only() -> None:
     """Every listener and advertised listener binds 127.0.0.1."""
     props = _props(3, node_id=3)
@@ -327,11 +335,11 @@ def test_resolve_cached_installs_libs_then_the_marker_and_sweeps_leftovers(
     assert lines[1].startswith("resolved the test jars in ")
 
 
-def test_the_pom_pins_kafka_4_1_1() -> None:
-    """The packaged pom asks for kafka_2.13 4.1.1 and a log4j2 slf4j binding."""
+def test_the_pom_pins_kafka_4_2_2() -> None:
+    """The packaged pom asks for kafka_2.13 4.2.2 and a log4j2 slf4j binding."""
     pom = pom_text()
     assert "<artifactId>kafka_2.13</artifactId>" in pom
-    assert "<kafka.version>4.1.1</kafka.version>" in pom
+    assert "<kafka.version>4.2.2</kafka.version>" in pom
     assert "log4j-slf4j-impl" in pom
 
 
@@ -340,7 +348,7 @@ def test_kafka_home_without_jars_is_refused(tmp_path: Path) -> None:
     with pytest.raises(MarshalError, match="has no libs/kafka_"):
         kafka_home_classpath(tmp_path)
     (tmp_path / "libs").mkdir()
-    (tmp_path / "libs" / "kafka_2.13-4.1.1.jar").write_bytes(b"")
+    (tmp_path / "libs" / "kafka_2.13-4.2.2.jar").write_bytes(b"")
     assert kafka_home_classpath(tmp_path) == f"{tmp_path / 'libs'}/*"
 
 
@@ -348,9 +356,9 @@ def test_cache_and_cluster_dirs_follow_the_environment() -> None:
     """Env vars choose the jar cache and cluster dir before the XDG/home defaults."""
     assert default_cache_dir({"MARSHAL_KAFKA_CACHE": "/c", "XDG_CACHE_HOME": "/x"}) == Path("/c")
     xdg = default_cache_dir({"XDG_CACHE_HOME": "/x"})
-    assert xdg == Path("/x/marshal-workers/kafka-4.1.1")
+    assert xdg == Path("/x/marshal-workers/kafka-4.2.2")
     home = default_cache_dir({"HOME": "/h"})
-    assert home == Path("/h/.cache/marshal-workers/kafka-4.1.1")
+    assert home == Path("/h/.cache/marshal-workers/kafka-4.2.2")
     assert default_cluster_dir({"MARSHAL_KAFKA_DIR": "/k"}) == Path("/k")
     assert default_cluster_dir({}) == Path(".marshal/kafka")
 

@@ -1,0 +1,302 @@
+"""Benchmark: many workers on one hot partition, marshal-run against Kafka share groups (issue 20).
+
+    .venv/bin/python bench/hot.py [--bootstrap-servers HOST:PORT] [--records 100000]
+                                  [--workers 1,4,16,64] [--handlers io,cpu] [--rounds 1]
+                                  [--systems partition,share-default,share-tuned,plain,...]
+                                  [--faults kill,stop] [--fault-workers 4] [--produce-batch 100]
+                                  [--tuned-lock-ms 15000] [--tuned-poll-records 10] [--json]
+                                  [--plot docs/hot.png]
+    make bench-hot
+
+Every run has its own topic with ONE partition, where ``--records`` records with keys (1,000
+distinct, round robin) are written just before the run starts, in producer batches of
+``--produce-batch`` (100) records; the run reads all of it on a fresh group, so its figures
+are those of draining a backlog (the latency from append includes the wait in it). The
+handlers (`bench/hot_handlers.py`): ``io`` waits 5 ms per record, ``cpu`` burns about 200 µs of
+Python (a loop count calibrated here); each writes a ledger line per handled record.
+
+The systems, N workers over 2 members (two hosts' worth: N/2 processes each):
+
+- ``partition``: today's ``marshal-run --mode alo``, 2 supervisors; one claims the partition and
+  runs the one child that handles it (whatever N: it is run once, at the first N);
+- ``unordered`` / ``key``: ``marshal-run --mode alo --ordering unordered|key
+  --workers-per-partition N/2`` on each of 2 supervisors; skipped, with a note, while
+  ``marshal-run --help`` has no ``--ordering``;
+- ``share-default``: N confluent-kafka ``ShareConsumer`` processes (KIP-932) in one share group,
+  explicit acknowledgement, the group's ``share.auto.offset.reset=earliest`` and every other
+  setting at its default (30 s record locks, librdkafka's ``max.poll.records`` 500);
+- ``share-tuned``: the same with what Kafka's documentation advises for spreading records over
+  many consumers: few records per fetch (``max.poll.records=10``: the broker acquires up to
+  that, rounded up to whole producer batches, since librdkafka has no ``record_limit`` acquire
+  mode), and a lock (``share.record.lock.duration.ms``, 15 s: the broker's default floor) well
+  above the time a fetch takes to handle, so that a stopped consumer's records come back sooner;
+- ``plain``: one confluent-kafka consumer loop (``assign()``), run once (one worker).
+
+Per system, handler and N: records/s (first record handled to last), the latency from the
+record's CreateTime to the end of its handling (p50, p99: mostly time in the backlog), records
+handled more than once, and how many processes handled any. Then, at ``--fault-workers`` (4)
+with the ``io`` handler, a ``kill`` run (kill -9 one member, all its processes, once a fifth of
+the records are handled: records handled twice, missing, seconds until the other member handles
+a record again) and a ``stop`` run (SIGSTOP the worker that handled the latest record for longer
+than the share lock or the marshal lease, then SIGCONT: what it handles after that, and how much
+of it after its lock or lease had ended, which the ledger shows).
+
+Prints progress to stderr and a table (or ``--json``) to stdout, writes a PNG; asserts nothing.
+Without ``--bootstrap-servers`` it starts a local one-node Kafka in a temporary directory and
+stops it. Every process it starts is killed before it exits, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from handlers import calibrate
+from hot_faults import Fault, stop_seconds
+from hot_ledger import Ledger, figures
+from hot_report import plot, table
+from hot_setup import (
+    DEFAULT_LOCK_S,
+    HB_S,
+    ONCE,
+    ORDERED,
+    SYSTEMS,
+    TUNED_LOCK_MS,
+    TUNED_POLL_RECORDS,
+    has_ordering,
+    launch,
+    produce_keyed,
+)
+from runtime import REPO, Processes, create_topic, uid
+
+from marshal_workers.localkafka import StartOptions, start_cluster
+
+PROGRESS_S = 10.0
+FAULT_AT = 0.2  # of the records handled when the fault strikes
+
+
+@dataclass(frozen=True, slots=True)
+class Bench:
+    """What every run needs."""
+
+    bootstrap: str
+    procs: Processes
+    work: Path
+    produce_batch: int
+    records: int
+    cpu_iters: int
+    io_ms: float
+    timeout_s: float
+    tuned: tuple[int, int]  # share-tuned's lock (ms) and max.poll.records
+
+
+def measure(bench: Bench, system: str, n: int, handler: str, fault: str = "") -> dict[str, Any]:
+    """One run of ``system`` with ``n`` workers over the whole topic (``fault``: kill, stop)."""
+    directory = bench.work / f"{system}-{handler}-{n}-{fault or 'run'}-{uid()}"
+    directory.mkdir(parents=True)
+    ledger = Ledger(directory)
+    topic = create_topic(bench.bootstrap, 1)
+    produce_keyed(bench.bootstrap, topic, bench.records, bench.produce_batch)
+    env = {"HOT_LEDGER": str(directory), "HOT_CPU_ITERS": str(bench.cpu_iters),
+           "HOT_IO_MS": str(bench.io_ms)}  # fmt: skip
+    members, lock_s = launch(bench.procs, bench.bootstrap, topic, system, n, handler,
+                             env, bench.work / f"{directory.name}.log", bench.tuned)  # fmt: skip
+    injected = Fault(fault, members, stop_seconds(lock_s)) if fault else None
+    started = time.monotonic()
+    last_note = last_change = started
+    count = 0
+    error = ""
+    try:
+        while True:
+            now = time.monotonic()
+            new = ledger.refresh()
+            if new != count:
+                count, last_change = new, now
+            if injected is not None:
+                injected.step(ledger, count >= FAULT_AT * bench.records, now)
+            if count >= bench.records and (injected is None or injected.settled(now)):
+                break
+            stall = 120.0 + (injected.stop_s if injected else 0.0)
+            if now - started > bench.timeout_s or now - last_change > stall:
+                error = f"{count}/{bench.records} handled after {now - started:.0f} s"
+                break
+            if now - last_note >= PROGRESS_S:
+                last_note = now
+                note(f"    ... {count:,}/{bench.records:,} handled, {now - started:.0f} s")
+            time.sleep(0.2)
+    finally:
+        if injected is not None:
+            injected.release()
+        for member in members:
+            bench.procs.stop(member, timeout=10)
+    ledger.refresh()
+    res = figures(ledger, bench.records)
+    res["lock_s"] = lock_s
+    if injected is not None:
+        res["fault"] = injected.report(ledger)
+    if error:
+        res["error"] = error
+    return res
+
+
+def run(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    ordering = has_ordering()
+    systems = [s for s in SYSTEMS if s in args.systems]
+    if not ordering and any(s in ORDERED for s in systems):
+        note("marshal-run has no --ordering here: the unordered and key systems are skipped")
+        systems = [s for s in systems if s not in ORDERED]
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for r in range(args.rounds):
+        for handler in args.handlers:
+            for i, n in enumerate(args.workers):
+                turn = (r + i) % len(systems)
+                for system in systems[turn:] + systems[:turn]:
+                    if system in ONCE and n != args.workers[0]:
+                        continue
+                    workers = 1 if system in ONCE else n
+                    res = measure(bench, system, workers, handler)
+                    runs.setdefault(key(handler, system, workers), []).append(res)
+                    note(f"round {r + 1}, {handler}, N={workers}: {system:13} {show(res)}")
+    faults: dict[str, dict[str, Any]] = {}
+    for system in systems:
+        for fault in args.faults:
+            if system == "plain":
+                continue
+            n = 1 if system in ONCE else args.fault_workers
+            res = measure(bench, system, n, "io", fault)
+            faults[f"{system}/{n}/{fault}"] = res
+            note(f"{fault} run, io, N={n}: {system:13} {show(res)} {res.get('fault')}")
+    return {
+        "records": bench.records,
+        "produce_batch": args.produce_batch,
+        "io_ms": bench.io_ms,
+        "cpu_us": args.cpu_us,
+        "cpu_iters": bench.cpu_iters,
+        "heartbeat_s": HB_S,
+        "default_lock_s": DEFAULT_LOCK_S,
+        "tuned_lock_ms": bench.tuned[0],
+        "tuned_poll_records": bench.tuned[1],
+        "rounds": args.rounds,
+        "ordering_available": ordering,
+        "runs": runs,
+        "summary": summarise(runs),
+        "faults": faults,
+    }
+
+
+def key(handler: str, system: str, n: int) -> str:
+    return f"{handler}/{system}/{n}"
+
+
+def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per handler, system and N: the medians over the rounds that gave a figure."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, results in runs.items():
+        ok = [x for x in results if "error" not in x]
+        row: dict[str, Any] = {"rounds_ok": len(ok), "rounds": len(results)}
+        for field in ("records_per_s", "p50_s", "p99_s", "handled_twice", "late_lines",
+                      "workers_used"):  # fmt: skip
+            values = [x[field] for x in ok if x.get(field) is not None]
+            row[field] = statistics.median(values) if values else None
+        out[name] = row
+    return out
+
+
+def show(res: dict[str, Any]) -> str:
+    if "records_per_s" not in res:
+        return f"no figure: {res.get('error')}"
+    text = (
+        f"{res['records_per_s']:,.0f} records/s, p50 {res['p50_s']:.1f} s, p99 "
+        f"{res['p99_s']:.1f} s, {res['handled_twice']} handled twice, "
+        f"{res['workers_used']} processes handled"
+    )
+    return text + (f" [{res['error']}]" if "error" in res else "")
+
+
+def note(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def exit_on_signal(signum: int, frame: object) -> None:
+    """SIGTERM or SIGHUP: leave through the ``finally`` blocks, which kill what was started."""
+    raise SystemExit(128 + signum)
+
+
+def csv(kind: type) -> Any:
+    return lambda text: [kind(x) for x in text.split(",") if x]
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, exit_on_signal)
+    signal.signal(signal.SIGHUP, exit_on_signal)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--bootstrap-servers", help="an existing Kafka 4.2+ (default: a local one)")
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--workers", type=csv(int), default=[1, 4, 16, 64], help="the Ns")
+    ap.add_argument("--handlers", type=csv(str), default=["io", "cpu"], help="io,cpu")
+    ap.add_argument("--systems", type=csv(str), default=list(SYSTEMS),
+                    help="a subset of " + ",".join(SYSTEMS))  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--faults", type=csv(str), default=["kill", "stop"],
+                    help="kill,stop or none")  # fmt: skip
+    ap.add_argument("--fault-workers", type=int, default=4)
+    ap.add_argument("--produce-batch", type=int, default=100, help="records per producer batch")
+    ap.add_argument(
+        "--tuned-lock-ms",
+        type=int,
+        default=TUNED_LOCK_MS,
+        help="share-tuned's share.record.lock.duration.ms",
+    )
+    ap.add_argument(
+        "--tuned-poll-records",
+        type=int,
+        default=TUNED_POLL_RECORDS,
+        help="share-tuned's max.poll.records",
+    )
+    ap.add_argument("--io-ms", type=float, default=5.0)
+    ap.add_argument("--cpu-us", type=float, default=200.0)
+    ap.add_argument("--timeout", type=float, help="seconds per run (default from the records)")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--plot", default=str(REPO / "docs" / "hot.png"), help="the PNG's path")
+    args = ap.parse_args()
+    args.faults = [f for f in args.faults if f != "none"]
+    iters = calibrate(args.cpu_us)
+    note(f"cpu handler: {iters} loop turns per record (about {args.cpu_us:g} µs here)")
+    timeout = args.timeout or 120.0 + 1.5 * args.records * args.io_ms / 1000
+    procs = Processes()
+    with tempfile.TemporaryDirectory(prefix="marshal-bench-hot-") as tmp:
+        work = Path(tmp)
+        cluster = None
+        try:
+            bootstrap = args.bootstrap_servers
+            if bootstrap is None:
+                cluster = start_cluster(StartOptions(directory=work / "kafka", nodes=1))
+                bootstrap = cluster.bootstrap
+                note(f"local Kafka (1 node) at {bootstrap}")
+            tuned = (args.tuned_lock_ms, args.tuned_poll_records)
+            bench = Bench(bootstrap, procs, work, args.produce_batch, args.records, iters,
+                          args.io_ms, timeout, tuned)  # fmt: skip
+            doc = run(bench, args)
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut this short
+            procs.kill_all()
+            if cluster is not None:
+                cluster.stop()
+    doc["command"] = " ".join(["bench/hot.py", *sys.argv[1:]])
+    doc["plot"] = str(plot(doc, Path(args.plot)))
+    print(json.dumps(doc, indent=2) if args.json else table(doc) + f"\n\nplot: {doc['plot']}")
+
+
+if __name__ == "__main__":
+    main()
