@@ -20,8 +20,9 @@ The systems, N workers over 2 members (two hosts' worth: N/2 processes each):
 - ``partition``: today's ``marshal-run --mode alo``, 2 supervisors; one claims the partition and
   runs the one child that handles it (whatever N: it is run once, at the first N);
 - ``unordered`` / ``key``: ``marshal-run --mode alo --ordering unordered|key
-  --workers-per-partition N/2`` on each of 2 supervisors; skipped, with a note, while
-  ``marshal-run --help`` has no ``--ordering``;
+  --workers-per-partition N`` on each of 2 supervisors (N slices of the partition, N/2 held by
+  each member by fair share); skipped, with a note, while ``marshal-run --help`` has no
+  ``--ordering``;
 - ``share-default``: N confluent-kafka ``ShareConsumer`` processes (KIP-932) in one share group,
   explicit acknowledgement, the group's ``share.auto.offset.reset=earliest`` and every other
   setting at its default (30 s record locks, librdkafka's ``max.poll.records`` 500);

@@ -103,7 +103,8 @@ def launch(
         coordination = coordination_topic(bootstrap)
         extra = []
         if system in ORDERED:
-            extra = ["--ordering", system, "--workers-per-partition", str(max(1, n // MEMBERS))]
+            # N slices of the partition for the fleet: fair share gives each member N/2
+            extra = ["--ordering", system, "--workers-per-partition", str(n)]
         members = [
             marshal_run(procs, log, handler=f"bench.hot_handlers:{handler}", mode="alo",
                         topic=topic, group=group, client_id=f"hot-{i}-{uid()}",
