@@ -32,14 +32,17 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from marshal_workers.audit.schema import columns
 from marshal_workers.protocol.slicing import Ordering, Slice, split_topic
 
 if TYPE_CHECKING:
     from marshal_workers.audit.checks import LedgerEntry, Span
 
 Range = tuple[int, int, list["Span"]]  # [lo, hi) and the claim intervals that committed it
+Row = tuple[Any, ...]
+_C: Final = {name: i for i, name in enumerate(columns("claims"))}
 
 
 def claim_topic(row: LedgerEntry) -> str:
@@ -204,3 +207,35 @@ def _stripe(part: Slice) -> Callable[[int], bool]:
         return offset % part.count == part.index
 
     return owed
+
+
+SLICE_COLUMNS: Final = (
+    "group", "topic", "partition", "slice", "claims", "holders", "last_holder", "position",
+    "ended",
+)  # fmt: skip
+"""`slice_summary`'s columns: per slice, its claim intervals, every client that held it, the
+latest holder, its last committed position and how its latest interval ended."""
+
+
+def slice_summary(claims: Iterable[Row]) -> list[Row]:
+    """One row per slice of a partition that was claimed (settled ``claims`` rows; whole
+    partitions are left out), a partition's slices together, by index."""
+    by_slice: dict[tuple[str, str, int, Slice], list[Row]] = defaultdict(list)
+    for row in claims:
+        data, part = split_topic(str(row[_C["topic"]]))
+        if part is not None:
+            by_slice[(str(row[_C["group"]]), data, int(row[_C["partition"]]), part)].append(row)
+    out: list[Row] = []
+    order = sorted(
+        by_slice, key=lambda k: (k[0], k[1], k[2], k[3].ordering, k[3].count, k[3].index)
+    )
+    for group, topic, partition, part in order:
+        rows = sorted(by_slice[(group, topic, partition, part)], key=lambda r: r[_C["start_ms"]])
+        last = rows[-1]
+        positions = [r[_C["last_offset"]] for r in rows if r[_C["last_offset"]] is not None]
+        holders = ", ".join(sorted({str(r[_C["client_id"]]) for r in rows}))
+        out.append((
+            group, topic, partition, part.name, len(rows), holders, last[_C["client_id"]],
+            positions[-1] if positions else None, last[_C["ended"]],
+        ))  # fmt: skip
+    return out

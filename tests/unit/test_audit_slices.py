@@ -8,10 +8,12 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from marshal_workers.audit import report
 from marshal_workers.audit.checks import LedgerEntry
 from marshal_workers.audit.local import run_local
 from marshal_workers.audit.model import AuditConfig, FileInput
 from marshal_workers.audit.schema import columns
+from marshal_workers.audit.slices import slice_summary
 from marshal_workers.protocol.wire import CoordRecord, Message
 from tests.support import HB, TOPIC, claim, hb, record, release, reserve
 
@@ -198,3 +200,39 @@ class TestAmoStripes:
         assert result.violations == []
         lost = [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
         assert [(r["topic"], r["start_offset"], r["end_offset"]) for r in lost] == [(U0, 2, 3)]
+
+
+class TestReportAndLag:
+    def test_a_slices_lag_is_measured_against_its_data_partition(self) -> None:
+        """A slice's claim topic names no Kafka topic: its lag is against the data
+        partition's high watermark (an upper bound: the slice owes only some records)."""
+        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
+        _, tables = run_local(two_slices(U0, U1), config, None, watermarks={(TOPIC, 0): 10})
+        cols = columns("lag")
+        lags = {(r[cols.index("topic")], r[cols.index("offset")], r[cols.index("lag")])
+                for r in tables["lag"]}  # fmt: skip
+        assert (U0, 6, 4) in lags and (U1, 6, 4) in lags
+
+    def test_the_report_shows_each_partitions_slices(self) -> None:
+        """The report's slices table lists both slices of partition 0 with their holders,
+        and the timeline names each slice's lane under its partition."""
+        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
+        result, _ = run_local(two_slices(U0, U1), config, stripes())
+        assert slice_summary(result.tables["claims"]) == [
+            ("g", TOPIC, 0, "unordered.0of2", 1, "A", "A", 6, "still_held"),
+            ("g", TOPIC, 0, "unordered.1of2", 1, "B", "B", 6, "still_held"),
+        ]
+        lanes = sorted([("g", f"{TOPIC}+key.10of11", 0), ("g", f"{TOPIC}+key.2of11", 0),
+                        ("g", TOPIC, 1)], key=report.lane_order)  # fmt: skip
+        assert [report.lane_label(n) for n in lanes] == [
+            "g/orders/0 key.2of11", "g/orders/0 key.10of11", "g/orders/1"
+        ]
+        assert "Slices of partitions (2)" in report.render(result)
+
+    def test_a_violation_is_marked_on_its_slices_lane(self) -> None:
+        """A slice's violation is marked on that slice's lane; a key cut's gap on them all."""
+        names = [("g", U0, 0), ("g", U1, 0), ("g", K0, 0), ("g", K1, 0)]
+        found = check(two_slices(U0, U1), [*stripes(), row(3, "A", 900, "unordered.0of2")])
+        assert report.violation_lanes(tuple(found[0].values()), names) == [0]
+        gap = check(two_slices(K0, K1), [r for r in key_ledger() if r.offset != 3])
+        assert report.violation_lanes(tuple(gap[0].values()), names) == [2, 3]
