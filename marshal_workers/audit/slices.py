@@ -128,7 +128,7 @@ def key_order(
                 out.append((row, rival, "two processes at once"))
             holder = (row.client_id, row.pid, row.token)
             before = last.get(holder)
-            if before is not None and before.offset >= row.offset:
+            if before is not None and before.offset > row.offset:
                 out.append((row, before, "after a later offset of the key, by one process"))
             last[holder] = row
             active.append(row)

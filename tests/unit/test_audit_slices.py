@@ -153,6 +153,10 @@ class TestKeySlices:
         assert kinds(found) == ["key_order"]
         assert found[0]["offset"] == 2 and found[0]["slice"] == "key.0of2"
 
+    def test_one_process_handling_an_offset_again_is_not_out_of_order(self) -> None:
+        """The same record handled twice in a row by its holder is a redelivery (ALO)."""
+        assert check(two_slices(K0, K1), [*key_ledger(), keyed(4, KEY0, 1000)]) == []
+
     def test_a_redelivery_by_the_next_holder_is_not_out_of_order(self) -> None:
         """After a failover the next holder handles a key again from its position: ALO
         redelivery, not a break of per-key order."""
