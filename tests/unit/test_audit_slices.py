@@ -229,7 +229,9 @@ class TestReportAndLag:
         lanes = sorted([("g", f"{TOPIC}+key.10of11", 0), ("g", f"{TOPIC}+key.2of11", 0),
                         ("g", TOPIC, 1)], key=report.lane_order)  # fmt: skip
         assert [report.lane_label(n) for n in lanes] == [
-            "g/orders/0 key.2of11", "g/orders/0 key.10of11", "g/orders/1"
+            "g/orders/0 key.2of11",
+            "g/orders/0 key.10of11",
+            "g/orders/1",
         ]
         assert "Slices of partitions (2)" in report.render(result)
 
