@@ -61,6 +61,7 @@ class TestClaims:
             "last_heartbeat": iso_ms(T0 + 100),
             "lag": None,
             "certain": True,
+            "slice": None,
         }
 
     def test_released_claim_has_no_holder(self) -> None:
