@@ -14,7 +14,7 @@ from marshal_workers.audit.local import run_local
 from marshal_workers.audit.model import AuditConfig, FileInput
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.slices import slice_summary
-from marshal_workers.protocol.wire import CoordRecord, Message
+from marshal_workers.protocol.wire import CoordRecord, Message, coordination_partition
 from tests.support import HB, TOPIC, claim, hb, record, release, reserve
 
 T0 = 1_700_000_000_000
@@ -242,3 +242,25 @@ class TestReportAndLag:
         assert report.violation_lanes(tuple(found[0].values()), names) == [0]
         gap = check(two_slices(K0, K1), [r for r in key_ledger() if r.offset != 3])
         assert report.violation_lanes(tuple(gap[0].values()), names) == [2, 3]
+
+
+class TestTokensPerClaim:
+    def test_a_token_of_another_slices_claim_does_not_cover_a_row(self) -> None:
+        """Slices of one partition live on different coordination partitions, so their
+        tokens (coordination offsets) may be equal: A's claim on slice 0 and B's on slice 1
+        both have token 0. B working under slice 0 with its token is zombie work, not covered
+        by its claim on slice 1."""
+        s0, s1 = f"{TOPIC}+key.0of4", f"{TOPIC}+key.1of4"
+        homes = {coordination_partition(t, 0, 2) for t in (s0, s1)}
+        assert homes == {0, 1}, "the two slices should live on different coordination partitions"
+        records = [
+            record(claim("A", topic=s0), 0, T0, partition=coordination_partition(s0, 0, 2)),
+            record(claim("B", topic=s1), 0, T0 + 10, partition=coordination_partition(s1, 0, 2)),
+        ]
+        mine = LedgerEntry(TOPIC, 0, 0, "A", 101, 0, S0 + 0.1, S0 + 0.11, "g", "A-1", "key.0of4", 4)
+        theirs = mine._replace(offset=1, client_id="B", pid=202, instance_id="B-1", key_hash=8,
+                               start=S0 + 0.2, end=S0 + 0.21)  # fmt: skip
+        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
+        result, _ = run_local(records, config, [mine, theirs], num_partitions=2)
+        found = [dict(zip(columns("violations"), v, strict=True)) for v in result.violations]
+        assert [(v["kind"], v["client_id"]) for v in found] == [("zombie_work", "B")]
