@@ -389,12 +389,12 @@ class _Partition:
         handled = {r.offset for r in rows} | self.skipped.get(group, frozenset())
         for lane in slices.lanes(committed):
             for lo, hi, spans in lane.ranges:
-                run: list[int] = []  # the missing offsets of the lane in a row
+                run: list[int] = []  # the lane's missing offsets in a row: first, last, count
                 for offset in range(lo, hi):
                     if not lane.owed(offset):
                         continue
                     if offset not in handled:
-                        run.append(offset)
+                        run = [run[0], offset, run[2] + 1] if run else [offset, offset, 1]
                     elif run:
                         self._gap(group, lane, run, hi, spans)
                         run = []
@@ -404,14 +404,14 @@ class _Partition:
     def _gap(
         self, group: str, lane: slices.Lane, run: list[int], committed: int, spans: list[Span]
     ) -> None:
-        first, last = run[0], run[-1]
+        first, last, count = run
         below = f"the committed position {committed}"
         if lane.name is not None and lane.name.startswith("key."):  # a whole key cut
             below = f"every key slice's committed position ({lane.name}: all at {committed}+)"
         elif lane.name is not None:
             below = f"{below} of slice {lane.name}"
         detail = (
-            f"{self.topic}[{self.partition}]: offsets {first}..{last} ({len(run)}) below "
+            f"{self.topic}[{self.partition}]: offsets {first}..{last} ({count}) below "
             f"{below} were never handled (ALO group {group})"
         )
         evidence = json.dumps({"ledger": [], "claims": [s.as_json() for s in spans]})

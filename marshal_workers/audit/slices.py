@@ -141,7 +141,6 @@ class Lane(NamedTuple):
     name: str | None  # the slice's name, ``key.*ofN`` for a key cut, None: whole partition
     ranges: list[Range]
     owed: Callable[[int], bool]  # whether the lane owes the offset (its slice takes it)
-    stride: int  # distance between two offsets the lane owes in a row
 
 
 def merge(spans: Sequence[Span]) -> list[Range]:
@@ -187,18 +186,18 @@ def lanes(committed: Sequence[Span]) -> list[Lane]:
     for topic, spans in sorted(by_topic.items()):
         part = split_topic(topic)[1]
         if part is None:
-            out.append(Lane(None, merge(spans), _every, 1))
+            out.append(Lane(None, merge(spans), _every))
         elif part.ordering is Ordering.KEY:
             key_cuts[part.count][part.index] = merge(spans)
         else:
-            out.append(Lane(part.name, merge(spans), _stripe(part), part.count))
+            out.append(Lane(part.name, merge(spans), _stripe(part)))
     for count, by_index in sorted(key_cuts.items()):
         if len(by_index) < count:
             continue  # a slice never committed: no offset is known to be owed
         ranges = by_index[0]
         for index in range(1, count):
             ranges = _intersect(ranges, by_index[index])
-        out.append(Lane(f"key.*of{count}", ranges, _every, 1))
+        out.append(Lane(f"key.*of{count}", ranges, _every))
     return out
 
 
