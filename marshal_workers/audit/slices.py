@@ -8,9 +8,10 @@ claim topic is the two joined (`claim_topic`). What the audit can tell per slice
 
 - **which records a slice takes** (`takes`): ``unordered``, offset mod N, from the offset
   alone; ``key``, crc32(key) mod N, from the row's ``key_hash`` (the ledger plugin writes it;
-  null for a record without a key, which goes by offset mod N, as in the child). A row of a
-  slice that does not take its record is **wrong_slice**: the one invariant that keeps two
-  slices' workers off one record.
+  null for a record without a key, which the child cuts by offset mod N, but also in a ledger
+  that does not write it, so such a row is not judged). A row of a slice that does not take
+  its record is **wrong_slice**: the one invariant that keeps two slices' workers off one
+  record.
 - **offset_overlap** (`offset_overlaps`): one offset handled by two processes of different
   claims whose work overlapped in time: two holders of one record at once, across slices.
   (Two processes of one claim at once are an ``overlap``, as on a whole partition.)
@@ -66,11 +67,15 @@ def takes(part: Slice, row: LedgerEntry) -> bool:
 
 
 def wrong_slice(rows: Iterable[LedgerEntry]) -> list[tuple[LedgerEntry, Slice]]:
-    """Rows of a slice that does not take their record."""
+    """Rows of a slice that does not take their record. A ``key`` slice's row without a
+    ``key_hash`` is not judged: its record may have no key, or its ledger not write the hash
+    (the field is optional), and guessing by offset would accuse every keyed record."""
     out: list[tuple[LedgerEntry, Slice]] = []
     for row in rows:
         part = slice_of(row)
-        if part is not None and not takes(part, row):
+        if part is None or (part.ordering is Ordering.KEY and row.key_hash is None):
+            continue
+        if not takes(part, row):
             out.append((row, part))
     return out
 

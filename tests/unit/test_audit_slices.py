@@ -264,3 +264,12 @@ class TestTokensPerClaim:
         result, _ = run_local(records, config, [mine, theirs], num_partitions=2)
         found = [dict(zip(columns("violations"), v, strict=True)) for v in result.violations]
         assert [(v["kind"], v["client_id"]) for v in found] == [("zombie_work", "B")]
+
+
+class TestOlderLedgers:
+    def test_a_key_row_without_a_key_hash_is_not_judged_by_its_offset(self) -> None:
+        """key_hash is optional: a key slice's rows that lack it (a record without a key, or a
+        ledger that does not write the field) are not taken for another slice's records."""
+        keys_against_offsets = [keyed(o, (KEY1, KEY0)[o % 2], 600 + 50 * o) for o in range(6)]
+        ledger = [r._replace(key_hash=None) for r in keys_against_offsets]
+        assert check(two_slices(K0, K1), ledger) == []
