@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers demo sim clean
+.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers demo demo-hot sim chaos clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,9 @@ test: install kafka-jars spark-jars lint typecheck ## Install, resolve the jars,
 test-unit: ## Only the tests that need no broker
 	$(BIN)/pytest -q tests/unit
 
+demo-hot: kafka-jars ## The demo on one hot partition shared by 4 workers (ordering key, per-customer order checked)
+	$(BIN)/marshal-admin demo --hot 4
+
 demo: kafka-jars ## The main job on local defaults: a local Kafka, sample data, a fleet of 3, a verdict
 	$(BIN)/marshal-admin demo
 
@@ -48,6 +51,9 @@ bench: install kafka-jars ## Benchmarks (several minutes; each starts its own lo
 
 bench-peers: install kafka-jars ## marshal-run against a plain loop and Arroyo, side by side (minutes; its own local Kafka): a table and docs/peers.png
 	$(BIN)/python bench/peers.py
+
+chaos: install kafka-jars ## The AMO chaos soak (minutes): real members, join, deploy, kill -9 and SIGSTOP, round after round (MARSHAL_CHAOS_ROUNDS, default 5)
+	$(BIN)/pytest -q -s -m chaos tests/integration/test_amo_chaos.py
 
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis

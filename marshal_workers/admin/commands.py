@@ -141,7 +141,13 @@ def status(
     go_hb_s: int,
 ) -> None:
     """Show who holds each partition of a group, its offset, lag and freshness (now). What
-    could not be read (a broker down) is listed, and the JSON says "complete": false."""
+    could not be read (a broker down) is listed, and the JSON says "complete": false.
+
+    In an at-most-once group, AMO LOST shows each partition's last loss: "up to N records
+    (range A-B, cause, at log time, holder)", records reserved in the log that may never have
+    been handled (taken_over, lease_expired, refused, replaced, released, released_under_pause).
+    The log cannot tell how far a crashed child got into its range, so N is an upper bound
+    (marshal-audit with the ledger gives the exact count). A clean graceful run shows 0."""
     chosen = group_of(group, fleet)
     if watch_s is not None:
         if go_topic is not None:

@@ -45,9 +45,24 @@ from marshal_workers.admin.demorun import DemoOptions, run_demo
     show_default=True,
     help="Kill one member with SIGKILL halfway, then bring it back.",
 )
+@click.option(
+    "--hot",
+    type=click.IntRange(2, 64),
+    default=None,
+    metavar="N",
+    help="One hot partition (topic demo.hot) shared by N workers across the fleet, with "
+    "--ordering key (orders keyed by customer): the verdict also checks that each customer's "
+    "orders were handled in order and never two at once.",
+)
 @click.option("--keep-kafka", is_flag=True, help="Leave the local Kafka running afterwards.")
 def demo(
-    directory: Path, members: int, records: int, mode: str, chaos: bool, keep_kafka: bool
+    directory: Path,
+    members: int,
+    records: int,
+    mode: str,
+    chaos: bool,
+    hot: int | None,
+    keep_kafka: bool,
 ) -> int:
     """Run the whole thing locally: a Kafka, sample orders, a fleet, a failover, a verdict.
 
@@ -62,5 +77,6 @@ def demo(
         mode=mode,
         chaos=chaos,
         keep_kafka=keep_kafka,
+        hot=hot,
     )
     return run_demo(options, click.echo)

@@ -12,6 +12,7 @@ the fleet is done when the log's positions reach the end rather than when every 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -20,7 +21,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -41,9 +42,12 @@ from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.topicadmin import admin_client, ensure_coordination_topic
 from marshal_workers.protocol.members import is_live
 from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.slicing import Slice, data_topic, split_topic
 
 TOPIC = "demo.orders"
+HOT_TOPIC = "demo.hot"  # one partition, shared by --hot N workers (ordering key)
 HB_S = 1.0
+CUSTOMERS = 97
 Say = Callable[[str], None]
 
 
@@ -59,6 +63,17 @@ class DemoOptions:
     chaos: bool = True
     keep_kafka: bool = False
     delay_ms: int = 10
+    hot: int | None = None  # one partition cut into this many key slices
+
+    @property
+    def topic(self) -> str:
+        """The data topic: the hot one (one partition) or the usual one."""
+        return HOT_TOPIC if self.hot else TOPIC
+
+    @property
+    def claims(self) -> int:
+        """How many claims the fleet holds when it holds everything."""
+        return self.hot or self.partitions
 
 
 class Demo:
@@ -67,6 +82,9 @@ class Demo:
     def __init__(self, options: DemoOptions, say: Say) -> None:
         self.o = options
         self.say = say
+        if options.hot:
+            options = replace(options, partitions=1)
+            self.o = options
         self.group = f"demo.billing.{int(time.time())}"
         self.ledger_dir = options.directory / "ledger" / self.group
         self.logs = options.directory / "logs"
@@ -96,20 +114,32 @@ class Demo:
     def _data(self) -> None:
         ensure_coordination_topic(self.bootstrap, "__marshal", 2)
         admin = admin_client(self.bootstrap)
-        if TOPIC not in admin.list_topics(timeout=10).topics:
-            admin.create_topics([NewTopic(TOPIC, self.o.partitions, 1)])[TOPIC].result(30)
+        topic = self.o.topic
+        if topic not in admin.list_topics(timeout=10).topics:
+            admin.create_topics([NewTopic(topic, self.o.partitions, 1)])[topic].result(30)
         producer = Producer(client_config(self.bootstrap, tuned={"linger.ms": 5}))
         start = self._ends()
         for i in range(self.o.records):
-            order = {"order": i, "customer": f"c{i % 97}", "amount": round(5 + (i * 7.3) % 95, 2)}
-            producer.produce(TOPIC, json.dumps(order).encode(), partition=i % self.o.partitions)
+            customer = f"c{i % CUSTOMERS}"
+            order = {"order": i, "customer": customer, "amount": round(5 + (i * 7.3) % 95, 2)}
+            producer.produce(
+                topic,
+                json.dumps(order).encode(),
+                key=customer.encode(),
+                partition=i % self.o.partitions,
+            )
             producer.poll(0)
         producer.flush(30)
         self.first = start
         self.say(
-            f"wrote {self.o.records} sample orders to {TOPIC} "
+            f"wrote {self.o.records} sample orders to {topic} "
             f"({self.o.partitions} partitions); group {self.group}"
         )
+        if self.o.hot:
+            self.say(
+                f"ordering key: the partition is cut into {self.o.hot} slices by customer, each "
+                "claimed, leased and fenced like a partition"
+            )
 
     def _ends(self) -> dict[int, int]:
         c = Consumer(client_config(self.bootstrap, fixed={"group.id": "demo-probe"}))
@@ -118,7 +148,7 @@ class Demo:
             while True:  # a topic just created may not have its leaders yet
                 try:
                     return {
-                        p: c.get_watermark_offsets(TopicPartition(TOPIC, p), 10)[1]
+                        p: c.get_watermark_offsets(TopicPartition(self.o.topic, p), 10)[1]
                         for p in range(self.o.partitions)
                     }
                 except KafkaException:
@@ -137,7 +167,7 @@ class Demo:
             "--mode",
             self.o.mode,
             "--topic",
-            TOPIC,
+            self.o.topic,
             "--group",
             self.group,
             "--client-id",
@@ -151,6 +181,8 @@ class Demo:
             "--log-format",
             "json",
         ]
+        if self.o.hot:
+            command += ["--ordering", "key", "--workers-per-partition", str(self.o.hot)]
         env = {
             **os.environ,
             "MARSHAL_LEDGER_DIR": str(self.ledger_dir),
@@ -163,7 +195,12 @@ class Demo:
         self.say(f"started member {client} (pid {self.procs[client].pid})")
 
     def _rows(self) -> list[LedgerRow]:
-        return [r for r in read_ledger(self.ledger_dir) if r["topic"] == TOPIC]
+        first = self.first  # this run's orders (the topic may hold an earlier run's too)
+        return [
+            r
+            for r in read_ledger(self.ledger_dir)
+            if r["topic"] == self.o.topic and r["offset"] >= first.get(r["partition"], 0)
+        ]
 
     def _holders(self, reader: FoldedLog) -> Counter[str]:
         reader.poll(0.1)
@@ -173,7 +210,7 @@ class Demo:
             for w in reader.worlds.values()
             for k, s in w.claims.items()
             if k.group == self.group
-            and k.topic == TOPIC
+            and data_topic(k.topic) == self.o.topic
             and s.holder_client is not None
             and is_live(s, now, int(HB_S * 1000))
         )
@@ -181,13 +218,30 @@ class Demo:
     def _at_end(self, reader: FoldedLog, ends: dict[int, int]) -> bool:
         """Whether the log's committed position of every partition is at its end (AMO: the
         records a killed member had reserved are never handled, so `done` stays short)."""
-        committed = {
-            k.partition: s.committed
+        committed = [
+            (k.partition, split_topic(k.topic)[1], s.committed)
             for w in reader.worlds.values()
             for k, s in w.claims.items()
-            if k.group == self.group and k.topic == TOPIC
-        }
-        return all((committed.get(p) or 0) >= end for p, end in ends.items())
+            if k.group == self.group and data_topic(k.topic) == self.o.topic
+        ]
+        if len(committed) < self.o.claims:
+            return False
+        return all((c or 0) >= self._end_of(p, part, ends[p]) for p, part, c in committed)
+
+    def _end_of(self, partition: int, part: Slice | None, end: int) -> int:
+        """Where a claim's position stands once it handled all of ``partition`` below ``end``:
+        a slice's, after its own last record (AMO reserves no further)."""
+        if part is None:
+            return end
+        first = self.first[partition]
+        for offset in range(end - 1, first - 1, -1):
+            if part.takes(offset, self._customer(offset).encode()):
+                return offset + 1
+        return 0
+
+    def _customer(self, offset: int) -> str:
+        """The key of the hot topic's record at ``offset`` (one partition: order i at first+i)."""
+        return f"c{(offset - self.first[0]) % CUSTOMERS}"
 
     def _fleet(self, reader: FoldedLog) -> int:
         clients = [f"demo-{i + 1}" for i in range(self.o.members)]
@@ -218,7 +272,7 @@ class Demo:
             elif (
                 self.o.chaos
                 and phase == "failover"
-                and sum(held.values()) == self.o.partitions
+                and sum(held.values()) == self.o.claims
                 and (victim not in held)
             ):
                 self.say(
@@ -251,7 +305,7 @@ class Demo:
                 proc.send_signal(signal.SIGTERM)
         codes = {c: p.wait(60) for c, p in self.procs.items()}
         rows = self._rows()
-        expected = {(TOPIC, p): range(self.first[p], ends[p]) for p in ends}
+        expected = {(self.o.topic, p): range(self.first[p], ends[p]) for p in ends}
         gaps = find_gaps(rows, expected)
         overlaps = find_overlaps(rows)
         redone = len(find_duplicates(rows))
@@ -272,6 +326,10 @@ class Demo:
             self.say(f"  two processes on a partition at once:  {len(overlaps)}")
             self.say(f"  orders handled twice (ALO allows it after a kill -9): {redone}")
             sound = not gaps and not overlaps
+        if self.o.hot:
+            disorder = out_of_key_order(rows, self._customer)
+            self.say(f"  customers whose orders were out of order or two at once: {disorder}")
+            sound = sound and not disorder
         self.say(f"verdict: {'OK' if sound else 'FAILED'}  (ledger in {self.ledger_dir})")
         return 0 if sound else 1
 
@@ -280,6 +338,25 @@ class Demo:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
+
+
+def out_of_key_order(rows: list[LedgerRow], key_of: Callable[[int], str]) -> int:
+    """How many keys were handled out of order: two of its records at once, or a record
+    handled for the first time before an earlier one of its key (a redelivery after a crash
+    repeats records in order, and is not out of order)."""
+    by_key: dict[str, list[LedgerRow]] = {}
+    for row in rows:
+        by_key.setdefault(key_of(row["offset"]), []).append(row)
+    bad = 0
+    for handled in by_key.values():
+        handled.sort(key=lambda r: r["start"])
+        at_once = any(a["end"] > b["start"] for a, b in itertools.pairwise(handled))
+        firsts: list[int] = []
+        for row in handled:
+            if row["offset"] not in firsts:
+                firsts.append(row["offset"])
+        bad += at_once or firsts != sorted(firsts)
+    return bad
 
 
 def run_demo(options: DemoOptions, say: Say) -> int:

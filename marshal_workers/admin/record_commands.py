@@ -22,7 +22,27 @@ from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.log.interface import LogError
 from marshal_workers.protocol import recordfailures as poison
+from marshal_workers.protocol.slicing import split_topic
 from marshal_workers.protocol.wire import ClaimKey
+
+
+def claim_of_record(session: AdminSession, key: ClaimKey, offset: int) -> ClaimKey:
+    """The claim a failing record belongs to: ``key`` itself, or, for a group whose ordering
+    cuts partitions into slices (`slicing`), the slice of ``key``'s partition whose failing
+    record is at ``offset`` (the operator names the data topic, as a ledger or a dead letter
+    does; giving the slice's claim name, ``orders+key.2of4``, works too)."""
+    if split_topic(key.topic)[1] is not None:
+        return key
+    for world in session.worlds.values():
+        settings = world.group_settings.get(key.group)
+        if settings is None or settings.slicing is None or not settings.slicing.sliced:
+            continue
+        for name in settings.slicing.claim_topics(key.topic):
+            part = ClaimKey(key.group, name, key.partition)
+            found = session.worlds[session.partition_of(part)].poison.get(part)
+            if found is not None and found.offset == offset:
+                return part
+    return key
 
 
 def resolve(session: AdminSession, key: ClaimKey, offset: int, action: poison.Action) -> str:
@@ -67,7 +87,7 @@ def run_resolve(
 ) -> str:
     """Catch up with the log as ``client_id``, then `resolve`."""
     with admin_session(conn, client_id, timeout_s) as session:
-        return resolve(session, key, offset, action)
+        return resolve(session, claim_of_record(session, key, offset), offset, action)
 
 
 def _command(name: str, action: poison.Action, doc: str) -> click.Command:
@@ -76,7 +96,12 @@ def _command(name: str, action: poison.Action, doc: str) -> click.Command:
     @click.option(
         "--group", default=None, help="The consumer group [default: the --config file's]."
     )
-    @click.option("--topic", required=True, help="The data topic.")
+    @click.option(
+        "--topic",
+        required=True,
+        help="The data topic (with --ordering key or unordered, the command finds the slice "
+        "whose failing record is at --offset).",
+    )
     @click.option("--partition", type=click.IntRange(min=0), required=True)
     @click.option(
         "--offset",

@@ -5,8 +5,9 @@ could read and says what it could not. `StatusReader` keeps one coordination log
 it as far as it can within the timeout (a coordination partition that cannot be read to its
 end is named, with how many records it is behind), asks every data partition's end one by one
 (a partition without a leader, or whose end cannot be read, is named and shows no lag), and
-returns the `GroupStatus` with the list of what was unavailable. Refreshing folds only what
-arrived since, so `--watch` costs one round of requests per refresh.
+returns the `GroupStatus` with the list of what was unavailable. Every event folded also goes
+to an `AmoLosses`, which keeps each partition's last at-most-once loss. Refreshing folds only
+what arrived since, so `--watch` costs one round of requests per refresh.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.interface import LogError
 from marshal_workers.log.topicadmin import admin_client
+from marshal_workers.protocol.amolosses import AmoLosses
 from marshal_workers.protocol.groupstatus import (
     GroupStatus,
     group_known,
@@ -43,6 +45,7 @@ class StatusReader:
         self.group = group
         self.timeout_s = timeout_s
         self.log, self.reader = open_log(conn)
+        self.losses = AmoLosses(conn.heartbeat_interval_ms)
         self.admin = admin_client(conn.bootstrap_servers, conn.kafka)
 
     def close(self) -> None:
@@ -59,7 +62,7 @@ class StatusReader:
         highs = self._ends(topics, problems)
         now = now_ms if now_ms is not None else int(time.time() * 1000)
         hb = self.conn.heartbeat_interval_ms
-        status = group_status(self.group, self.reader.worlds, hb, now, highs)
+        status = group_status(self.group, self.reader.worlds, hb, now, highs, self.losses)
         return replace(status, unavailable=tuple(problems))
 
     def _catch_up(self, problems: list[str]) -> None:
@@ -74,8 +77,8 @@ class StatusReader:
                 failure = exc
                 if time.monotonic() >= deadline:
                     break
-                with contextlib.suppress(LogError):
-                    self.reader.poll(0.5)  # fold what the other partitions deliver meanwhile
+                with contextlib.suppress(LogError):  # fold what the others deliver meanwhile
+                    self.losses.add_all(self.reader.poll(0.5))
         if targets is None:
             problems.append(f"the end of {topic} (folded what arrived): {failure}")
             deadline = time.monotonic() + 1.0
@@ -88,6 +91,7 @@ class StatusReader:
             except LogError as exc:
                 problems.append(f"reading {topic}: {exc}")
                 return
+            self.losses.add_all(events)
             if targets is None and not events:
                 return  # no end known: folded until the log went quiet
         if targets is not None and not self.reader.caught_up_to(targets):

@@ -1,26 +1,30 @@
 """At-most-once losses: reserved records nobody handled, and why (pure; issue 19.3).
 
-At most once, a member reserves each batch in the log (ClaimingMessages) before its child
-handles it, and heartbeats the reservation's end as its position right away (`core/children`).
-Whoever holds the partition next resumes at the end of the last reservation, so a reserved
-record that was not handled is never handled: it is lost, as at-most-once allows, but only
-for a reason. The log does not say which reserved records were handled; the ledger does.
+At most once, a member reserves each run of records in the log (ClaimingMessages) before its
+child handles it, and heartbeats the reservation's end as its position right away
+(`core/children`). Whoever holds the partition next resumes at the end of the last
+reservation, so a reserved record that was not handled is never handled: it is lost, as
+at-most-once allows, but only for a reason. The log does not say which reserved records were
+handled; the ledger does. A child asks for its next run while it handles one (`child/grants`),
+so when its holder stops without releasing, its last *two* reservations may be unhandled: the
+*at-risk* span [at_risk_offset, end_offset) (`protocol.amolosses`, which `marshal-admin
+status` uses on the same rule).
 
 `amo_reserved` (built by `tables.Tables`, settled by `finalize.settle_reserved`) has one row per
-claim interval that reserved: the span it reserved [first_offset, end_offset), its last batch
-[last_batch_offset, end_offset), its last commit, and how its holder's right ended. From it:
+claim interval that reserved: the span it reserved [first_offset, end_offset), its at-risk
+span, its last commit, and how its holder's right ended. From it:
 
 - with a ledger (`ledger_losses`, per data partition in `checks.check_partition`): every run
   of reserved offsets that no ledger row of the group handled is a loss. In the interval's
-  last batch, the cause is how the interval ended: ``taken_over`` (the holder's lease expired,
-  it crashed or stalled, and another member claimed), ``lease_expired`` (the same, nobody
-  claimed before the end of the log), ``refused`` (the holder's commit came after its lease
-  ended and the log refused it), ``replaced`` (a new instance of the holder took over: a
+  at-risk span, the cause is how the interval ended: ``taken_over`` (the holder's lease
+  expired, it crashed or stalled, and another member claimed), ``lease_expired`` (the same,
+  nobody claimed before the end of the log), ``refused`` (the holder's commit came after its
+  lease ended and the log refused it), ``replaced`` (a new instance of the holder took over: a
   restart), ``released_under_pause`` or ``released``; a holder that still holds its claim is
-  still at work on its last batch (no loss yet). Before the last batch, the holder lived on
-  past the batch: its member refused a batch the log had reserved (the child that asked had
-  ended, its lease ran out, an earlier batch was refused): ``refused``.
-- without a ledger (`log_losses`): what the log shows at risk: the last batch of an interval
+  still at work on its at-risk span (no loss yet). Before it, the holder lived on past the
+  run: its member refused a run the log had reserved (the child that asked had ended, its
+  lease ran out, an earlier run was refused): ``refused``.
+- without a ledger (`log_losses`): what the log shows at risk: the at-risk span of an interval
   whose holder stopped without releasing (its child may not have finished it), and the
   reserved records above a release's offset. ``handled`` is null: nobody can tell.
 """
@@ -61,7 +65,8 @@ def detail(cause: str, row: Row, start: int | None, end: int) -> str:
         return f"{lost}: {client} went silent and its lease expired before the end of the log"
     if cause == "replaced":
         return f"{lost}: a new instance of {client} took the claim over (restart); {after}"
-    if cause == "refused" and start is not None and start >= (row[_R["last_batch_offset"]] or 0):
+    risk = row[_R["at_risk_offset"]]
+    if cause == "refused" and row[_R["ended"]] == "refused" and (start or 0) >= (risk or 0):
         refused = row[_R["refused_offset"]]
         return (
             f"{lost}: {client}'s commit of {refused} came after its lease ended and the log "
@@ -92,8 +97,10 @@ def log_losses(reserved: Iterable[Row]) -> list[Row]:
     out: list[Row] = []
     for r in reserved:
         ended, end = r[_R["ended"]], r[_R["end_offset"]]
+        if r[_R["reserved_ms"]] is None:
+            continue  # a new instance that reserved nothing: its predecessor's row has it
         if ended in CRASHES:
-            out.append(_loss(r, r[_R["last_batch_offset"]], end, _cause(ended), None))
+            out.append(_loss(r, r[_R["at_risk_offset"]], end, _cause(ended), None))
         elif ended in RELEASES:
             committed = r[_R["committed_offset"]]
             if committed is not None and committed < end:
@@ -115,12 +122,16 @@ def ledger_losses(
     out: list[Row] = []
     for r in reserved:
         ended, end = r[_R["ended"]], r[_R["end_offset"]]
-        first, last = r[_R["first_offset"]], r[_R["last_batch_offset"]]
-        start = first if first is not None else last
+        if r[_R["reserved_ms"]] is None:
+            continue  # a new instance that reserved nothing: its predecessor's row has it
+        first, risk = r[_R["first_offset"]], r[_R["at_risk_offset"]]
+        start = first if first is not None else risk
         if start is None:
             continue  # nothing known of where it started
-        if ended == "still_held":
-            end = last if last is not None else start  # its last batch is still at work
+        if ended in RELEASES:  # a release carries the end of what was handled
+            risk = r[_R["committed_offset"]]
+        elif ended == "still_held":
+            end = risk if risk is not None else start  # its at-risk span is still at work
         mine = done.get(r[_R["group"]], set()) | done.get(None, set())
         run: int | None = None
         for offset in range(start, end + 1):
@@ -128,8 +139,8 @@ def ledger_losses(
                 if run is None:
                     run = offset
             elif run is not None:
-                in_last = last is not None and run >= last
-                cause = _cause(ended) if in_last else "refused"
+                at_risk = risk is None or run >= risk  # an unknown start: all of it may be
+                cause = _cause(ended) if at_risk else "refused"
                 out.append(_loss(r, run, offset, cause, 0))
                 run = None
     return out

@@ -137,6 +137,7 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
         ("ended", "string", "as claims.ended, or refused or released_under_pause (see amo_losses)"),
         ("successor_client_id", "string", "who took over (taken_over, refused, replaced)"),
         ("refused_offset", "long", "refused: the holder's commit that came after its lease"),
+        ("at_risk_offset", "long", "first offset of its last two reservations (null: unknown)"),
     ),
     "amo_losses": (
         ("group", "string", "consumer group"),

@@ -38,6 +38,7 @@ from typing import Any
 from marshal_workers.audit.events_table import event_row
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol import recordfailures as rf
+from marshal_workers.protocol.amolosses import AT_RISK_RESERVATIONS
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.wire import ClaimingMessages, ClaimKey
 
@@ -88,6 +89,7 @@ class _Interval:
     reserved_offset: int | None = None
     reserve_start: int | None = None  # where the interval's first reservation started
     last_batch_start: int | None = None  # where its last reservation started
+    at_risk: tuple[int | None, ...] = ()  # where its newest reservations started (`amolosses`)
     reserved_ms: int | None = None  # log time of its last reservation
     refused: tuple[int, str] | None = None  # the holder's last refused commit: offset, why
     max_gap_ms: int = 0
@@ -110,7 +112,8 @@ class _Reserved:
         refused = None if iv.refused is None else iv.refused[0]
         return (key.group, key.topic, key.partition, iv.client_id, iv.instance_id, iv.token,
                 iv.reserve_start, iv.last_batch_start, iv.reserved_offset, iv.last_offset,
-                iv.reserved_ms, self.end_ms, self.ended, self.successor, refused)  # fmt: skip
+                iv.reserved_ms, self.end_ms, self.ended, self.successor, refused,
+                iv.at_risk[0] if iv.at_risk else None)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -301,6 +304,7 @@ class Tables:
         if iv.reserve_start is None:
             iv.reserve_start = e.start
         iv.last_batch_start = e.start
+        iv.at_risk = (*iv.at_risk, e.start)[-AT_RISK_RESERVATIONS:]
         iv.reserved_offset, iv.reserved_ms = end, e.log_time
         if not iv.member and self._reported(m.group_id, e.log_time):
             count = None if e.start is None else end - e.start

@@ -9,7 +9,10 @@ The JSON form (`GroupStatus.to_json`) is a stable interface::
 
     {"group": G, "as_of": ISO, "claims": [{"topic", "partition", "client_id", "instance_id",
      "state", "offset", "reserved", "fencing_token", "last_heartbeat", "lag", "certain",
-     "slice"}],
+     "slice": {"name", "ordering", "index", "count"} | null,
+     "amo_last_loss": {"start", "end", "records", "cause", "lost_at", "reserved_at",
+     "client_id", "instance_id", "fencing_token", "successor_client_id"} | null}],
+     "amo_losses": {"ranges", "records"} | null,
      "paused_until": ISO | null, "paused_by": str | null, "malformed": N,
      "complete": bool, "unavailable": [str]}
 
@@ -29,6 +32,12 @@ partition), and a partition's slices are listed together, by index. A slice's ``
 its position (every record of the slice below it handled or reserved) and its ``lag`` the
 partition's high watermark minus that position: an upper bound, since the slice takes only
 some of the records above it.
+
+At most once (`amolosses`): ``amo_last_loss`` is the partition's newest range of reserved
+records that may never have been handled, *up to* ``records`` of them (the log does not say
+how far a crashed child got; the audit's ledger does), with its cause and when the holder's
+right ended (``lost_at``, log time); ``amo_losses`` counts the group's ranges and records over
+the log read (null: the group never reserved, it runs at least once). A clean run shows 0.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from marshal_workers.protocol.amolosses import AmoLoss, AmoLosses
 from marshal_workers.protocol.members import is_live, is_member_key
 from marshal_workers.protocol.rationalizer import World, claim_label, pause_of
 from marshal_workers.protocol.recordfailures import PoisonState, active
@@ -68,6 +78,7 @@ class ClaimStatus:
     certain: bool
     poison: PoisonState | None = None  # a record failing (or parked) at the claim's position
     slice: Slice | None = None  # the slice of the partition the claim covers (None: all of it)
+    amo_last_loss: AmoLoss | None = None  # AMO: the newest range that may not have been handled
 
     @property
     def claim_topic(self) -> str:
@@ -109,6 +120,7 @@ class ClaimStatus:
             "lag": self.lag,
             "certain": self.certain,
             "slice": self.slice_json(),
+            "amo_last_loss": loss_json(self.amo_last_loss),
         }
         if self.poison is not None:  # only while a record fails at the claim's position
             out["poison"] = {
@@ -133,6 +145,7 @@ class GroupStatus:
     malformed: int
     members: tuple[str, ...] = ()
     unavailable: tuple[str, ...] = ()  # what could not be read (a broker down): never silent
+    amo_losses: tuple[int, int] | None = None  # AMO: ranges lost and at most how many records
 
     @property
     def complete(self) -> bool:
@@ -151,7 +164,40 @@ class GroupStatus:
             "paused_until": iso_ms(self.paused_until_ms),
             "paused_by": self.paused_by,
             "malformed": self.malformed,
+            "amo_losses": None
+            if self.amo_losses is None
+            else {"ranges": self.amo_losses[0], "records": self.amo_losses[1]},
         }
+
+
+def loss_json(loss: AmoLoss | None) -> dict[str, object] | None:
+    """An AMO loss as a JSON object (None stays None)."""
+    if loss is None:
+        return None
+    return {
+        "start": loss.start,
+        "end": loss.end,
+        "records": loss.records,
+        "cause": loss.cause,
+        "lost_at": iso_ms(loss.lost_ms),
+        "reserved_at": iso_ms(loss.reserved_ms),
+        "client_id": loss.client_id,
+        "instance_id": loss.instance_id,
+        "fencing_token": loss.token,
+        "successor_client_id": loss.successor,
+    }
+
+
+def describe_loss(loss: AmoLoss) -> str:
+    """One line: ``up to N records (range a-b, cause, at T, holder C/I token K; next owner S)``."""
+    count = "an unknown number of" if loss.records is None else str(loss.records)
+    start = "?" if loss.start is None else str(loss.start)
+    after = f"; next owner {loss.successor}" if loss.successor else ""
+    return (
+        f"up to {count} records (range {start}-{loss.end}, {loss.cause}, at "
+        f"{iso_ms(loss.lost_ms)}, holder {loss.client_id}/{loss.instance_id} token "
+        f"{loss.token}{after})"
+    )
 
 
 def group_known(worlds: Mapping[int, World], group: str) -> bool:
@@ -183,8 +229,10 @@ def group_status(
     heartbeat_interval_ms: int,
     now_ms: int,
     high_watermarks: Mapping[tuple[str, int], int],
+    losses: AmoLosses | None = None,
 ) -> GroupStatus:
-    """The status of ``group`` at ``now_ms`` (see the module docstring for which clock)."""
+    """The status of ``group`` at ``now_ms`` (see the module docstring for which clock); with
+    ``losses`` (fed every event of the same log) each partition's last AMO loss."""
     claims: list[ClaimStatus] = []
     paused_until: int | None = None
     paused_by: str | None = None
@@ -216,6 +264,7 @@ def group_status(
                     certain=state.certain,
                     poison=active(world.poison.get(key), offset),
                     slice=part,
+                    amo_last_loss=None if losses is None else losses.last_loss(key, now_ms),
                 )
             )
         pause = pause_of(world, group, now_ms)
@@ -223,8 +272,16 @@ def group_status(
             paused_until, paused_by = pause.until_ms, pause.client_id
     claims.sort(key=lambda c: c.order)
     malformed = sum(world.malformed for world in worlds.values())
+    amo = losses.totals(group, now_ms) if losses is not None and losses.is_amo(group) else None
     return GroupStatus(
-        group, now_ms, tuple(claims), paused_until, paused_by, malformed, tuple(sorted(members))
+        group,
+        now_ms,
+        tuple(claims),
+        paused_until,
+        paused_by,
+        malformed,
+        tuple(sorted(members)),
+        amo_losses=amo,
     )
 
 
@@ -244,6 +301,13 @@ _COLUMNS = (
 
 def _cell(value: object) -> str:
     return "-" if value is None else str(value)
+
+
+def _lost_cell(loss: AmoLoss | None) -> str:
+    """The AMO LOST column: 0, or up to how many records the partition's last loss was."""
+    if loss is None:
+        return "0"
+    return f"<={'?' if loss.records is None else loss.records}"
 
 
 Trends = Mapping[tuple[str, int], str]
@@ -283,7 +347,9 @@ def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
     """The status as plain-text columns, with a header line and a footer; with ``trends``
     (`lag_trends`, for ``--watch``) a LAG TREND column after LAG."""
     sliced = any(c.slice is not None for c in status.claims)
-    columns = _COLUMNS if not sliced else (*_COLUMNS[:2], "SLICE", *_COLUMNS[2:])
+    amo = status.amo_losses is not None
+    columns = (*_COLUMNS[:7], *(["AMO LOST"] if amo else []), *_COLUMNS[7:])
+    columns = columns if not sliced else (*columns[:2], "SLICE", *columns[2:])
     columns = columns if trends is None else (*columns, "LAG TREND")
     rows = [
         [
@@ -295,6 +361,7 @@ def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
             _cell(c.instance_id),
             _cell(c.offset),
             _cell(c.reserved),
+            *([_lost_cell(c.amo_last_loss)] if amo else []),
             _cell(c.fencing_token),
             _cell(iso_ms(c.last_heartbeat_ms)),
             _cell(c.lag),
@@ -321,6 +388,16 @@ def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
                 f"last error: {p.error}"
                 + (" (marshal-admin skip-record or retry-record)" if p.parked else "")
             )
+    for c in status.claims:
+        if c.amo_last_loss is not None:
+            loss = describe_loss(c.amo_last_loss)
+            lines.append(f"AMO last loss {c.topic}/{c.partition}{_of_slice(c)}: {loss}")
+    if status.amo_losses is not None:
+        ranges, records = status.amo_losses
+        lines.append(
+            f"AMO losses in the log: {ranges} ranges, up to {records} records"
+            + (" (at risk: the log does not say how far a crashed child got)" if ranges else "")
+        )
     footer = f"malformed records in the log: {status.malformed}"
     if any(not c.certain for c in status.claims):
         footer += "  (? = history compacted: activity only)"

@@ -44,19 +44,30 @@ def lost(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 class TestCauses:
     def test_a_holder_whose_lease_expired_and_was_taken_over_lost_its_reserved_batch(self) -> None:
-        """A reserves [10, 20), commits nothing more and goes silent; B claims after 2*HB and
-        resumes at 20: [10, 20) is lost, taken over by B."""
+        """A reserves [0, 10), then [10, 20) (asked ahead while it handles the first), commits
+        nothing more and goes silent; B claims after 2*HB and resumes at 20: both runs are at
+        risk, [0, 20), taken over by B."""
         summary, rows = audit(log(
-            (0, claim("A")), (100, reserve("A", 10)), (200, hb("A", 10)),
+            (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (200, hb("A", 10)),
             (300, reserve("A", 20)),
             (3000, claim("B")), (3100, reserve("B", 30)), (3200, hb("B", 30)),
         ))  # fmt: skip
-        assert lost(rows) == [("A", 10, 20, 10, "taken_over")]
+        assert lost(rows) == [("A", 0, 20, 20, "taken_over")]
         assert rows[0]["lost_ms"] == T0 + 200 + 2 * HB and rows[0]["successor_client_id"] == "B"
         assert (rows[0]["group"], rows[0]["topic"], rows[0]["partition"]) == (GROUP, TOPIC, 0)
         assert "B" in rows[0]["detail"]
-        assert summary["amo_losses"] == {"ranges": 1, "records": 10,
+        assert summary["amo_losses"] == {"ranges": 1, "records": 20,
                                          "by_cause": {"taken_over": 1}}  # fmt: skip
+
+    def test_only_the_last_two_reservations_of_a_crashed_holder_are_at_risk(self) -> None:
+        """A child asks for one run ahead of the one it handles, so asking for a third shows
+        it handled the first: of [0, 10), [10, 20), [20, 30) only [10, 30) is at risk."""
+        _, rows = audit(log(
+            (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
+            (200, reserve("A", 20)), (250, hb("A", 20)), (300, reserve("A", 30)),
+            (3000, claim("B")),
+        ))  # fmt: skip
+        assert lost(rows) == [("A", 10, 30, 20, "taken_over")]
 
     def test_a_holder_silent_at_the_end_of_the_log_lost_its_batch_to_its_lease(self) -> None:
         """Nobody claimed after the crash, but the lease expired before the log's end."""
@@ -74,11 +85,11 @@ class TestCauses:
     def test_a_commit_refused_after_the_lease_ended_is_a_refusal(self) -> None:
         """A handled its batch but its heartbeat came after B took over and was refused."""
         _, rows = audit(log(
-            (0, claim("A")), (100, reserve("A", 10)), (200, hb("A", 10)),
+            (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (200, hb("A", 10)),
             (300, reserve("A", 20)),
             (3000, claim("B")), (3100, hb("A", 20)),
         ))  # fmt: skip
-        assert lost(rows) == [("A", 10, 20, 10, "refused")]
+        assert lost(rows) == [("A", 0, 20, 20, "refused")]
         assert "refused" in rows[0]["detail"]
 
     def test_a_release_below_the_reservation_while_the_group_is_paused(self) -> None:
@@ -105,11 +116,23 @@ class TestCauses:
         """A new instance of A takes over by heartbeat (restart recovery) at the reservation's
         end: the old instance's unhandled range is lost, replaced."""
         _, rows = audit(log(
-            (0, claim("A")), (100, reserve("A", 10)), (200, hb("A", 10)),
+            (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (200, hb("A", 10)),
             (300, reserve("A", 20)), (900, hb("A", 20, inst="A-2")),
         ))  # fmt: skip
-        assert lost(rows) == [("A", 10, 20, 10, "replaced")]
+        assert lost(rows) == [("A", 0, 20, 20, "replaced")]
         assert rows[0]["instance_id"] == "A-1"
+
+
+    def test_a_restarted_instance_that_reserved_nothing_adds_no_loss(self) -> None:
+        """A-2 takes over from A-1 (whose runs are lost, replaced) and dies before reserving:
+        the range A-1 reserved is reported once, not again as A-2's, start unknown."""
+        summary, rows = audit(log(
+            (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
+            (200, reserve("A", 20)), (900, hb("A", 10, inst="A-2")),
+            (950, hb("A", 20, inst="A-2")), (5000, claim("B")),
+        ))  # fmt: skip
+        assert lost(rows) == [("A", 0, 20, 20, "replaced")]
+        assert summary["amo_losses"]["ranges"] == 1
 
 
 class TestSyntheticFleet:
@@ -192,12 +215,12 @@ class TestWithTheLedger:
         assert rows == [] and summary["amo_losses"]["records"] == 0
 
     def test_without_a_ledger_the_log_decides(self) -> None:
-        """No ledger: handled is unknown (null) and the whole range counts."""
+        """No ledger: handled is unknown (null) and the whole at-risk span counts."""
         _, rows = audit(log(
-            (0, claim("A")), (100, reserve("A", 10)), (200, hb("A", 10)),
+            (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (200, hb("A", 10)),
             (300, reserve("A", 20)), (3000, claim("B")),
         ))  # fmt: skip
-        assert [(r["count"], r["handled"]) for r in rows] == [(10, None)]
+        assert [(r["count"], r["handled"]) for r in rows] == [(20, None)]
 
     def test_a_batch_skipped_while_the_holder_went_on_was_refused(self) -> None:
         """A reserved [10, 20) and went on reserving and committing up to 30 and released; the

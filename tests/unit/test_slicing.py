@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from marshal_workers.admin.record_commands import claim_of_record
 from marshal_workers.child.consumer import Reach, _kept
 from marshal_workers.ipc.messages import ChildSpec
 from marshal_workers.protocol.metadata import (
@@ -19,6 +20,8 @@ from marshal_workers.protocol.metadata import (
     settings_problem,
 )
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World
+from marshal_workers.protocol.recordfailures import PoisonState
 from marshal_workers.protocol.slicing import (
     WHOLE,
     Ordering,
@@ -28,7 +31,7 @@ from marshal_workers.protocol.slicing import (
     slice_topic,
     split_topic,
 )
-from marshal_workers.protocol.wire import Partitioner
+from marshal_workers.protocol.wire import ClaimKey, Partitioner
 
 ORDERINGS = st.sampled_from([Ordering.KEY, Ordering.UNORDERED])
 
@@ -171,3 +174,38 @@ class TestChildKeepsItsSlice:
         reach = Reach()
         assert _kept(messages, spec(None), reach, log=None) == messages
         assert reach.end is None
+
+
+class Session:
+    """What `claim_of_record` reads of an admin session: the folded worlds and the home of a
+    claim (one coordination partition here)."""
+
+    def __init__(self, world: World) -> None:
+        self.worlds = {0: world}
+
+    def partition_of(self, key: ClaimKey) -> int:
+        return 0
+
+
+class TestOperatorOnASlicesRecord:
+    def world(self, cut: Slicing) -> World:
+        world = World(RationalizerConfig(1000), 0)
+        world.group_settings["g"] = settings(cut)
+        return world
+
+    def test_skip_record_finds_the_slice_whose_record_fails(self) -> None:
+        """skip-record/retry-record name the data topic; on a sliced group the resolution goes
+        to the slice whose failing record is at that offset (else the log would refuse it as
+        'not the partition's failing record')."""
+        world = self.world(Slicing(Ordering.KEY, 4))
+        failing = ClaimKey("g", "orders+key.2of4", 3)
+        world.poison[failing] = PoisonState(40, 4, True, "boom", "c", 1)
+        found = claim_of_record(Session(world), ClaimKey("g", "orders", 3), 40)  # type: ignore[arg-type]
+        assert found == failing
+
+    def test_a_whole_partition_group_or_a_slice_name_is_taken_as_given(self) -> None:
+        world = self.world(WHOLE)
+        key = ClaimKey("g", "orders", 3)
+        assert claim_of_record(Session(world), key, 40) == key  # type: ignore[arg-type]
+        named = ClaimKey("g", "orders+key.1of4", 3)
+        assert claim_of_record(Session(self.world(Slicing(Ordering.KEY, 4))), named, 7) == named  # type: ignore[arg-type]

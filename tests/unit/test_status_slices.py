@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from marshal_workers.protocol.amolosses import AmoLosses
 from marshal_workers.protocol.groupstatus import (
     group_status,
     group_topics,
@@ -12,7 +13,7 @@ from marshal_workers.protocol.groupstatus import (
     lags,
     render_table,
 )
-from tests.support import GROUP, HB, TOPIC, Log, claim, hb
+from tests.support import GROUP, HB, TOPIC, Log, claim, hb, reserve
 
 T0 = 1_700_000_000_000
 K = [f"{TOPIC}+key.{i}of3" for i in range(3)]
@@ -94,3 +95,19 @@ class TestSlicesInStatus:
         assert len(before) == 4
         later = group_status(GROUP, {0: sliced().world}, HB, T0 + 200, {(TOPIC, 0): 12})
         assert sorted(lag_trends(before, later, 1.0).values()) == ["+2 (+2/s)"] * 3 + ["-"]
+
+    def test_an_amo_slices_last_loss_names_the_slice(self) -> None:
+        """At most once, a slice's last loss is its own line, naming the slice, and the
+        table has both the SLICE and the AMO LOST columns."""
+        log = Log()
+        log.at(T0, claim("A", 0, topic=K[0]))
+        log.at(T0 + 50, hb("A", 0, 0, topic=K[0]))
+        log.at(T0 + 100, reserve("A", 10, 0, topic=K[0]))
+        log.at(T0 + 5000, claim("B", 0, topic=K[0]))
+        losses = AmoLosses(HB)
+        losses.add_all(log.events)  # type: ignore[arg-type]
+        status = group_status(GROUP, {0: log.world}, HB, T0 + 5100, {}, losses)
+        lines = render_table(status).splitlines()
+        header = next(line for line in lines if line.startswith("TOPIC")).split()
+        assert header[:3] == ["TOPIC", "PARTITION", "SLICE"] and "LOST" in header
+        assert any(line.startswith(f"AMO last loss {TOPIC}/0 slice key.0of3: ") for line in lines)

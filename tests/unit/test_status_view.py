@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from marshal_workers.protocol.amolosses import AmoLosses
 from marshal_workers.protocol.groupstatus import (
     GroupStatus,
     group_known,
@@ -62,6 +63,7 @@ class TestClaims:
             "lag": None,
             "certain": True,
             "slice": None,
+            "amo_last_loss": None,
         }
 
     def test_released_claim_has_no_holder(self) -> None:
@@ -93,13 +95,14 @@ class TestClaims:
         assert status_of(log, T0, {("orders", 3): 9})["claims"][0]["lag"] is None
 
     def test_reservation_is_shown(self) -> None:
-        """An at-most-once reservation appears as reserved next to the committed offset."""
+        """An at-most-once reservation appears as reserved, and as the committed offset (a
+        reserved record counts as consumed)."""
         log = Log()
         log.at(T0, claim("A", 0))
         log.at(T0 + 10, hb("A", 3))
         log.at(T0 + 20, reserve("A", 8))
         c = status_of(log, T0 + 30)["claims"][0]
-        assert (c["offset"], c["reserved"]) == (3, 8)
+        assert (c["offset"], c["reserved"]) == (8, 8)
 
     def test_uncertain_claim_shows_activity(self) -> None:
         """A claim first seen after a compaction gap is uncertain, timed by its last activity."""
@@ -170,6 +173,7 @@ class TestRendering:
             "malformed",
             "complete",
             "unavailable",
+            "amo_losses",
         }
         assert json.loads(json.dumps(out)) == out
 
@@ -249,3 +253,78 @@ def test_a_group_the_log_never_named_is_unknown() -> None:
     paused = Log()
     paused.at(T0, pause("ops", T0 // 1000 + 60))
     assert group_known({0: paused.world}, GROUP)
+
+
+def amo_run(crash: bool) -> tuple[Log, AmoLosses]:
+    """A holds orders/0 at most once and reserves two runs; then it releases at their end
+    (graceful) or goes silent and B claims (a crash). The losses see every event."""
+    log = Log()
+    log.at(T0, claim("A", 0))
+    log.at(T0 + 50, hb("A", 0))
+    log.at(T0 + 100, reserve("A", 10))
+    log.at(T0 + 150, hb("A", 10))
+    log.at(T0 + 200, reserve("A", 20))
+    log.at(T0 + 250, hb("A", 20))
+    if crash:
+        log.at(T0 + 5000, claim("B", 0))
+    else:
+        log.at(T0 + 300, release("A", 20))
+        log.at(T0 + 400, claim("B", 0))
+    log.at(T0 + 5100, hb("B", 20))
+    losses = AmoLosses(HB)
+    losses.add_all(log.events)  # type: ignore[arg-type]
+    return log, losses
+
+
+class TestAmoLosses:
+    def status(self, crash: bool) -> GroupStatus:
+        log, losses = amo_run(crash)
+        return group_status(GROUP, {0: log.world}, HB, T0 + 5200, {}, losses)
+
+    def test_a_crash_shows_its_last_loss_per_partition(self) -> None:
+        """JSON: the range at risk, up to how many records, the cause, who and when."""
+        out = as_json(self.status(crash=True))
+        assert out["claims"][0]["amo_last_loss"] == {
+            "start": 0,
+            "end": 20,
+            "records": 20,
+            "cause": "taken_over",
+            "lost_at": iso_ms(T0 + 250 + 2 * HB),
+            "reserved_at": iso_ms(T0 + 200),
+            "client_id": "A",
+            "instance_id": "A-1",
+            "fencing_token": 0,
+            "successor_client_id": "B",
+        }
+        assert out["amo_losses"] == {"ranges": 1, "records": 20}
+
+    def test_the_table_shows_up_to_how_many_records_and_why(self) -> None:
+        """Table: an AMO LOST column, and a line per partition with a loss."""
+        lines = render_table(self.status(crash=True)).splitlines()
+        header = lines[2].split()
+        assert header[7:9] == ["AMO", "LOST"]
+        assert lines[3].split()[7] == "<=20"
+        assert (
+            "AMO last loss orders/0: up to 20 records (range 0-20, taken_over, at "
+            f"{iso_ms(T0 + 250 + 2 * HB)}, holder A/A-1 token 0; next owner B)"
+        ) in lines
+        assert any(line.startswith("AMO losses in the log: 1 ranges, up to 20") for line in lines)
+
+    def test_a_graceful_handover_shows_zero(self) -> None:
+        """A clean run: no last loss, 0 in the column, 0 ranges and records."""
+        status = self.status(crash=False)
+        out = as_json(status)
+        assert out["claims"][0]["amo_last_loss"] is None
+        assert out["amo_losses"] == {"ranges": 0, "records": 0}
+        lines = render_table(status).splitlines()
+        assert lines[3].split()[7] == "0"
+        assert "AMO losses in the log: 0 ranges, up to 0 records" in lines
+
+    def test_an_alo_group_shows_no_amo_column(self) -> None:
+        """A group that never reserved runs at least once: no AMO column, null totals."""
+        log = held_and_released()
+        losses = AmoLosses(HB)
+        losses.add_all(log.events)  # type: ignore[arg-type]
+        status = group_status(GROUP, {0: log.world}, HB, T0 + 500, {}, losses)
+        assert as_json(status)["amo_losses"] is None
+        assert "AMO" not in render_table(status)
