@@ -4,7 +4,7 @@ Use it as ``--handler ledger`` (the entry point, ``marshal_workers.plugins.ledge
 For each record it appends one JSON line
 
     {"topic", "partition", "offset", "client_id", "pid", "token", "start", "end",
-     "group", "instance_id", "slice"}
+     "group", "instance_id", "slice", "key_hash"}
 
 to ``$MARSHAL_LEDGER_DIR/ledger-<pid>.jsonl`` (one file per process, opened with O_APPEND, one
 ``write`` per line, so a line is on disk before the next record starts). ``start`` and ``end``
@@ -13,7 +13,9 @@ are ``time.time()`` around the (optional) simulated work; ``token`` is the claim
 belongs to, so that marshal-audit can tell two instances of one client (restart recovery)
 apart under one token, and attribute a row to its group without guessing from the claims;
 ``slice`` names the slice of the partition the claim covers (``key.3of8``; null for a whole
-partition: `marshal_workers.protocol.slicing`).
+partition: `marshal_workers.protocol.slicing`); ``key_hash`` is the record key's crc32, the hash
+a ``key`` cut slices by (null for a record without a key), so that marshal-audit can check that
+each record was its slice's and that each key was handled in order.
 A record whose handling fails or never finishes leaves no line.
 
 The file format, `read_ledger` and the checks below live in `marshal_workers.common.ledgerfile`
@@ -45,6 +47,7 @@ from pathlib import Path
 
 from marshal_workers.common.ledgerfile import DIR_ENV, LedgerRow
 from marshal_workers.handler import Context, Record
+from marshal_workers.protocol.slicing import key_hash
 
 DELAY_ENV = "MARSHAL_LEDGER_DELAY_MS"
 HANG_ENV = "MARSHAL_LEDGER_HANG_AT_OFFSET"
@@ -108,5 +111,6 @@ def handle(record: Record, ctx: Context) -> None:
         "group": ctx.group_id,
         "instance_id": ctx.instance_id,
         "slice": ctx.slice,
+        "key_hash": None if record.key is None else key_hash(record.key),
     }
     os.write(settings.fd, (json.dumps(row) + "\n").encode())

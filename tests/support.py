@@ -30,19 +30,25 @@ def claim(client: str, part: int = 0, inst: str | None = None, topic: str = TOPI
     return ClaimingPartition(0, inst or f"{client}-1", client, GROUP, topic, part)
 
 
-def hb(client: str, offset: int, part: int = 0, inst: str | None = None) -> Message:
+def hb(
+    client: str, offset: int, part: int = 0, inst: str | None = None, topic: str = TOPIC
+) -> Message:
     """A Heartbeat by ``client`` with ``offset``."""
-    return Heartbeat(0, inst or f"{client}-1", client, GROUP, TOPIC, part, offset)
+    return Heartbeat(0, inst or f"{client}-1", client, GROUP, topic, part, offset)
 
 
-def release(client: str, offset: int, part: int = 0, inst: str | None = None) -> Message:
+def release(
+    client: str, offset: int, part: int = 0, inst: str | None = None, topic: str = TOPIC
+) -> Message:
     """A ReleasingPartition by ``client`` at ``offset``."""
-    return ReleasingPartition(0, inst or f"{client}-1", client, GROUP, TOPIC, part, offset)
+    return ReleasingPartition(0, inst or f"{client}-1", client, GROUP, topic, part, offset)
 
 
-def reserve(client: str, offset: int, part: int = 0, inst: str | None = None) -> Message:
+def reserve(
+    client: str, offset: int, part: int = 0, inst: str | None = None, topic: str = TOPIC
+) -> Message:
     """A ClaimingMessages by ``client`` up to ``offset``."""
-    return ClaimingMessages(0, inst or f"{client}-1", client, GROUP, TOPIC, part, offset)
+    return ClaimingMessages(0, inst or f"{client}-1", client, GROUP, topic, part, offset)
 
 
 def pause(client: str, until_sec: int) -> Message:

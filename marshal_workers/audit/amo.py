@@ -31,10 +31,12 @@ span, its last commit, and how its holder's right ended. From it:
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from marshal_workers.audit.schema import columns
+from marshal_workers.protocol.slicing import Ordering, Slice, split_topic
 
 Row = tuple[Any, ...]
 
@@ -141,6 +143,39 @@ def ledger_losses(
                 cause = _cause(ended) if at_risk else "refused"
                 out.append(_loss(r, run, offset, cause, 0))
                 run = None
+    return out
+
+
+def sliced_ledger_losses(
+    reserved: Sequence[Row], handled: set[tuple[str | None, int]]
+) -> list[Row]:
+    """`ledger_losses` of one data partition's claims, whole or sliced: an ``unordered``
+    stripe owes only its own offsets; a ``key`` slice's unhandled offsets may be any slice's
+    (the log names no keys), so none of them is called lost."""
+    by_claim: dict[str, list[Row]] = defaultdict(list)
+    for r in reserved:
+        by_claim[str(r[_R["topic"]])].append(r)
+    out: list[Row] = []
+    for claim, rows in by_claim.items():
+        part = split_topic(claim)[1]
+        if part is None:
+            out.extend(ledger_losses(rows, handled))
+        elif part.ordering is Ordering.UNORDERED:
+            out.extend(ledger_losses(rows, handled | _not_owed(rows, part)))
+    return out
+
+
+def _not_owed(reserved: Sequence[Row], part: Slice) -> set[tuple[str | None, int]]:
+    """The reserved offsets of a stripe that are other stripes' records, as (group, offset)."""
+    out: set[tuple[str | None, int]] = set()
+    for r in reserved:
+        first = r[_R["first_offset"]]
+        if first is None:
+            first = r[_R["last_batch_offset"]]
+        if first is None:
+            continue
+        group, end = r[_R["group"]], r[_R["end_offset"]]
+        out.update((group, o) for o in range(first, end) if not part.takes(o, None))
     return out
 
 

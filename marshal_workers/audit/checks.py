@@ -45,10 +45,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-from marshal_workers.audit.amo import ledger_losses
+from marshal_workers.audit import slices
+from marshal_workers.audit.amo import sliced_ledger_losses
 from marshal_workers.audit.schema import columns
+from marshal_workers.audit.slices import claim_topic
 from marshal_workers.audit.tables import Row, Window
 from marshal_workers.protocol.groupstatus import iso_ms
+from marshal_workers.protocol.slicing import Ordering, data_topic
 
 
 class LedgerEntry(NamedTuple):
@@ -68,9 +71,10 @@ class LedgerEntry(NamedTuple):
     group: str | None = None
     instance_id: str | None = None
     slice: str | None = None  # the claim's slice of the partition (`protocol.slicing`)
+    key_hash: int | None = None  # `slicing.key_hash` of the record's key; None: no key
 
 
-OPTIONAL_FIELDS: Final = ("group", "instance_id", "slice")
+OPTIONAL_FIELDS: Final = ("group", "instance_id", "slice", "key_hash")
 """Ledger fields older ledgers lack: their absence does not make a line incomplete."""
 REQUIRED_FIELDS: Final = tuple(f for f in LedgerEntry._fields if f not in OPTIONAL_FIELDS)
 
@@ -108,12 +112,16 @@ def span_of(row: Row) -> Span:
 
 @dataclass(frozen=True, slots=True)
 class ClaimIndex:
-    """Claim intervals by data partition and token, group modes, and which log had gaps."""
+    """Claim intervals by data partition, group modes, and which log had gaps.
+
+    Every slice of a data partition is under the data topic's key: a span's own ``topic`` is
+    its claim's topic field, which names the slice (`audit.slices`)."""
 
     spans: Mapping[tuple[str, int], Sequence[Span]]
     modes: Mapping[str, str]
     gapped_coord_partitions: frozenset[int]
     skipped: Mapping[tuple[str, str, int], frozenset[int]] = field(default_factory=dict)
+    poisoned: Mapping[tuple[str, int], frozenset[int]] = field(default_factory=dict)
     reserved: Mapping[tuple[str, int], Sequence[Row]] = field(default_factory=dict)
 
     @classmethod
@@ -131,17 +139,21 @@ class ClaimIndex:
         spans: dict[tuple[str, int], list[Span]] = defaultdict(list)
         for row in claims:
             s = span_of(row)
-            spans[(s.topic, s.partition)].append(s)
+            spans[(data_topic(s.topic), s.partition)].append(s)
         skipped: dict[tuple[str, str, int], set[int]] = defaultdict(set)
+        poisoned: dict[tuple[str, int], set[int]] = defaultdict(set)
         action, offset = _P["action"], _P["offset"]
         for row in poison:
+            topic = data_topic(str(row[1]))
+            poisoned[(topic, int(row[2]))].add(int(row[offset]))
             if row[action] == "skipped":
-                skipped[(str(row[0]), str(row[1]), int(row[2]))].add(int(row[offset]))
+                skipped[(str(row[0]), topic, int(row[2]))].add(int(row[offset]))
         frozen = {k: frozenset(v) for k, v in skipped.items()}
         amo: dict[tuple[str, int], list[Row]] = defaultdict(list)
         for row in reserved:  # `amo_reserved` rows: AMO losses are what no ledger row handled
-            amo[(str(row[1]), int(row[2]))].append(row)
-        return cls(dict(spans), dict(modes), frozenset(gapped), frozen, dict(amo))
+            amo[(data_topic(str(row[1])), int(row[2]))].append(row)
+        bad = {k: frozenset(v) for k, v in poisoned.items()}
+        return cls(dict(spans), dict(modes), frozenset(gapped), frozen, bad, dict(amo))
 
 
 @dataclass(slots=True)
@@ -173,7 +185,7 @@ def _violation(
 ) -> Row:
     text = json.dumps(evidence, sort_keys=True)
     return (kind, group, row.topic, row.partition, row.offset, row.client_id, row.pid,
-            row.token, row.start, row.end, detail, text)  # fmt: skip
+            row.token, row.start, row.end, detail, text, row.slice)  # fmt: skip
 
 
 def _iso_s(seconds: float) -> str | None:
@@ -182,7 +194,8 @@ def _iso_s(seconds: float) -> str | None:
 
 
 def _who(row: LedgerEntry) -> str:
-    return f"{row.topic}[{row.partition}]@{row.offset} by {row.client_id} pid {row.pid}"
+    where = "" if row.slice is None else f" (slice {row.slice})"
+    return f"{row.topic}[{row.partition}]@{row.offset}{where} by {row.client_id} pid {row.pid}"
 
 
 def _owner(row: LedgerEntry, spans: Sequence[Span], clients: Sequence[Span]) -> str:
@@ -206,21 +219,28 @@ class _Partition:
     ) -> None:
         self.topic, self.partition, self.tol, self.window = topic, partition, tolerance_s, window
         self.spans = index.spans.get((topic, partition), ())
-        self.by_token: dict[int, list[Span]] = defaultdict(list)
+        # tokens are unique per claim key: slices of a partition may share one
+        self.by_token: dict[tuple[str, int], list[Span]] = defaultdict(list)
+        coords: dict[str, set[int]] = defaultdict(set)
         for s in self.spans:
-            self.by_token[s.token].append(s)
+            self.by_token[(s.topic, s.token)].append(s)
+            coords[s.topic].add(s.coord_partition)
         groups = {s.group for s in self.spans}
         self.only_group = groups.pop() if len(groups) == 1 else None
-        coord = {s.coord_partition for s in self.spans}
-        self.gapped = bool(coord & index.gapped_coord_partitions) or (
-            not coord and bool(index.gapped_coord_partitions)
-        )
+        self.gapped_coords = index.gapped_coord_partitions
+        self.coords = dict(coords)
         self.skipped = {
             g: offsets for (g, t, p), offsets in index.skipped.items()
             if (t, p) == (topic, partition)
         }  # fmt: skip
+        self.poisoned = index.poisoned.get((topic, partition), frozenset())
         self.violations: list[Row] = []
         self.stats = CheckStats()
+
+    def _gapped(self, claim: str) -> bool:
+        """Whether the coordination log of ``claim`` (a topic field) had gaps."""
+        coord = self.coords.get(claim, set())
+        return bool(coord & self.gapped_coords) or (not coord and bool(self.gapped_coords))
 
     def _in_window(self, row: LedgerEntry) -> bool:
         return self.window.wants_time(int(row.start * 1000))
@@ -237,7 +257,7 @@ class _Partition:
 
     def zombie(self, row: LedgerEntry) -> str | None:
         """Check one row's claim; return the row's group (None if nothing tells it)."""
-        spans = self.by_token.get(row.token, [])
+        spans = self.by_token.get((claim_topic(row), row.token), [])
         clients = [s for s in spans if s.client_id == row.client_id]
         group = self._group_of(row, spans, clients)
         if not (self._in_window(row) and self.window.wants_group(group)):
@@ -245,7 +265,7 @@ class _Partition:
         self.stats.checked += 1
         mine = [s for s in clients if row.instance_id in (None, s.instance_id)]
         if not mine:
-            if not spans and self.gapped:
+            if not spans and self._gapped(claim_topic(row)):
                 self.stats.unverifiable += 1
                 return group
             detail = f"{_who(row)}: token {row.token} {_owner(row, spans, clients)}"
@@ -283,7 +303,8 @@ class _Partition:
         self.stats.by_kind[kind] = self.stats.by_kind.get(kind, 0) + 1
 
     def overlaps(self, group: str | None, rows: Sequence[LedgerEntry]) -> None:
-        """Rows of different processes whose handling overlapped (rows sorted by start)."""
+        """Rows of one claim (a partition or one slice of it) from different processes whose
+        handling overlapped (rows sorted by start)."""
         active: list[LedgerEntry] = []
         for row in rows:
             active = [a for a in active if a.end - self.tol > row.start]
@@ -291,16 +312,42 @@ class _Partition:
                 for a in active:
                     if (a.client_id, a.pid) != (row.client_id, row.pid):
                         overlap = min(a.end, row.end) - row.start
+                        where = "partition" if row.slice is None else "slice"
                         detail = (
                             f"{_who(row)} overlapped {a.client_id} pid {a.pid} (offset "
-                            f"{a.offset}) by {overlap:.3f}s on one partition"
+                            f"{a.offset}) by {overlap:.3f}s on one {where}"
                         )
                         self._add("overlap", group, row, detail, self._spans_of(a, row), (a, row))
             active.append(row)
 
     def _spans_of(self, *rows: LedgerEntry) -> list[Span]:
-        tokens = {r.token for r in rows}
-        return [s for s in self.spans if s.token in tokens]
+        claims = {(claim_topic(r), r.token) for r in rows}
+        return [s for s in self.spans if (s.topic, s.token) in claims]
+
+    def sliced(self, group: str | None, rows: Sequence[LedgerEntry], key: bool) -> None:
+        """The checks of slices (`audit.slices`): wrong_slice, offset_overlap, key_order."""
+        for row, part in slices.wrong_slice(rows):
+            if self._in_window(row):
+                detail = f"{_who(row)}: slice {part.name} does not take this record ({_why(row)})"
+                self._add("wrong_slice", group, row, detail, self._spans_of(row))
+        for a, b in slices.offset_overlaps(rows, self.tol):
+            if self._in_window(b):
+                overlap = min(a.end, b.end) - b.start
+                detail = (
+                    f"{_who(b)} overlapped {a.client_id} pid {a.pid} (slice {a.slice}) on the "
+                    f"same offset by {overlap:.3f}s: two holders of one record at once"
+                )
+                self._add("offset_overlap", group, b, detail, self._spans_of(a, b), (a, b))
+        if not key:
+            return
+        for row, before, why in slices.key_order(rows, self.tol, self.poisoned):
+            if self._in_window(row):
+                detail = (
+                    f"{_who(row)}: key (crc32 {row.key_hash}) handled {why}: offset "
+                    f"{before.offset} by {before.client_id} pid {before.pid}"
+                )
+                self._add("key_order", group, row, detail, self._spans_of(before, row),
+                          (before, row))  # fmt: skip
 
     def duplicates(self, group: str | None, rows: Sequence[LedgerEntry], amo: bool) -> None:
         """AMO: offsets handled more than once; ALO: count them as redeliveries."""
@@ -330,7 +377,8 @@ class _Partition:
         )
 
     def gaps(self, group: str, rows: Sequence[LedgerEntry]) -> None:
-        """ALO: offsets below a committed position that no row handled."""
+        """ALO: offsets below a committed position that no row handled (per slice: the
+        offsets its claims committed that it takes, `slices.lanes`)."""
         committed = [
             s for s in self.spans
             if s.group == group and not s.by_admin and s.first_offset is not None
@@ -339,41 +387,48 @@ class _Partition:
         if not committed:
             return
         handled = {r.offset for r in rows} | self.skipped.get(group, frozenset())
-        for lo, hi, spans in _merge(committed):
-            missing_start = None
-            for offset in range(lo, hi + 1):
-                if offset < hi and offset not in handled:
-                    if missing_start is None:
-                        missing_start = offset
-                elif missing_start is not None:
-                    self._gap(group, missing_start, offset, hi, spans)
-                    missing_start = None
+        for lane in slices.lanes(committed):
+            for lo, hi, spans in lane.ranges:
+                run: list[int] = []  # the lane's missing offsets in a row: first, last, count
+                for offset in range(lo, hi):
+                    if not lane.owed(offset):
+                        continue
+                    if offset not in handled:
+                        run = [run[0], offset, run[2] + 1] if run else [offset, offset, 1]
+                    elif run:
+                        self._gap(group, lane, run, hi, spans)
+                        run = []
+                if run:
+                    self._gap(group, lane, run, hi, spans)
 
-    def _gap(self, group: str, first: int, stop: int, committed: int, spans: list[Span]) -> None:
+    def _gap(
+        self, group: str, lane: slices.Lane, run: list[int], committed: int, spans: list[Span]
+    ) -> None:
+        first, last, count = run
+        below = f"the committed position {committed}"
+        if lane.name is not None and lane.name.startswith("key."):  # a whole key cut
+            below = f"every key slice's committed position ({lane.name}: all at {committed}+)"
+        elif lane.name is not None:
+            below = f"{below} of slice {lane.name}"
         detail = (
-            f"{self.topic}[{self.partition}]: offsets {first}..{stop - 1} ({stop - first}) below "
-            f"the committed position {committed} were never handled (ALO group {group})"
+            f"{self.topic}[{self.partition}]: offsets {first}..{last} ({count}) below "
+            f"{below} were never handled (ALO group {group})"
         )
         evidence = json.dumps({"ledger": [], "claims": [s.as_json() for s in spans]})
         self.violations.append(
             ("alo_gap", group, self.topic, self.partition, first,
-             None, None, None, None, None, detail, evidence)
+             None, None, None, None, None, detail, evidence, lane.name)
         )  # fmt: skip
         self.stats.by_kind["alo_gap"] = self.stats.by_kind.get("alo_gap", 0) + 1
 
 
-def _merge(spans: Sequence[Span]) -> list[tuple[int, int, list[Span]]]:
-    """Committed ranges [first_offset, last_offset) merged where they touch or overlap."""
-    out: list[tuple[int, int, list[Span]]] = []
-    for s in sorted(spans, key=lambda s: (s.first_offset, s.last_offset)):
-        lo, hi = s.first_offset, s.last_offset
-        assert lo is not None and hi is not None
-        if out and lo <= out[-1][1]:
-            plo, phi, pspans = out[-1]
-            out[-1] = (plo, max(phi, hi), [*pspans, s])
-        else:
-            out.append((lo, hi, [s]))
-    return out
+def _why(row: LedgerEntry) -> str:
+    """What decided a row's slice: its key's hash, or its offset."""
+    part = slices.slice_of(row)
+    if part is not None and part.ordering is Ordering.KEY and row.key_hash is not None:
+        return f"key crc32 {row.key_hash} mod {part.count} = {row.key_hash % part.count}"
+    count = part.count if part is not None else 1
+    return f"offset {row.offset} mod {count} = {row.offset % count}"
 
 
 def check_partition(
@@ -394,7 +449,14 @@ def check_partition(
             by_group[group].append(row)
     for group, group_rows in by_group.items():
         amo = index.modes.get(group or "", "alo") == "amo"
-        p.overlaps(group, group_rows)
+        by_claim: dict[str, list[LedgerEntry]] = defaultdict(list)
+        for row in group_rows:
+            by_claim[claim_topic(row)].append(row)
+        for claim_rows in by_claim.values():
+            p.overlaps(group, claim_rows)
+        cut = {slices.slice_of(r) for r in group_rows} - {None}
+        if cut:
+            p.sliced(group, group_rows, any(c.ordering is Ordering.KEY for c in cut if c))
         p.duplicates(group, group_rows, amo)
         if group is not None and not amo:
             p.gaps(group, group_rows)
@@ -405,7 +467,9 @@ def check_partition(
     if reserved:
         handled = {(r.group, r.offset) for r in rows}
         p.stats.amo_losses = [
-            list(loss) for loss in ledger_losses(reserved, handled) if p.window.wants_group(loss[0])
+            list(loss)
+            for loss in sliced_ledger_losses(reserved, handled)
+            if p.window.wants_group(loss[0])
         ]
     return p.violations, p.stats
 

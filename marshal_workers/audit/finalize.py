@@ -19,6 +19,7 @@ from typing import Any
 
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.tables import Row, Window
+from marshal_workers.protocol.slicing import data_topic
 
 _CLAIM = {name: i for i, name in enumerate(columns("claims"))}
 _GROUP = {name: i for i, name in enumerate(columns("groups"))}
@@ -113,11 +114,14 @@ def merge_groups(parts: Iterable[Row], modes: Mapping[str, str] | None = None) -
 
 
 def add_lag(lag_rows: Iterable[Row], watermarks: Mapping[tuple[str, int], int]) -> list[Row]:
-    """Lag rows with ``high_watermark`` and ``lag`` filled in where the watermark is known."""
+    """Lag rows with ``high_watermark`` and ``lag`` filled in where the watermark is known.
+
+    A slice's row (topic ``orders+key.3of8``) is measured against its data partition's
+    watermark: an upper bound, since the slice owes only some of the records above it."""
     topic, partition, offset = _LAG["topic"], _LAG["partition"], _LAG["offset"]
     out: list[Row] = []
     for row in lag_rows:
-        high = watermarks.get((row[topic], row[partition]))
+        high = watermarks.get((data_topic(row[topic]), row[partition]))
         if high is None:
             out.append(row)
             continue

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 LEDGER_DDL: Final = (
     "`topic` string, `partition` long, `offset` long, `client_id` string, `pid` long, "
     "`token` long, `start` double, `end` double, `group` string, `instance_id` string, "
-    "`slice` string"
+    "`slice` string, `key_hash` long"
 )
 
 
@@ -51,7 +51,7 @@ def parse_line(line: str) -> LedgerEntry | None:
             str(obj["topic"]), int(obj["partition"]), int(obj["offset"]), str(obj["client_id"]),
             int(obj["pid"]), int(obj["token"]), float(obj["start"]), float(obj["end"]),
             _optional_str(obj.get("group")), _optional_str(obj.get("instance_id")),
-            _optional_str(obj.get("slice")),
+            _optional_str(obj.get("slice")), _optional_int(obj.get("key_hash")),
         )  # fmt: skip
     except (ValueError, KeyError, TypeError):
         return None
@@ -60,6 +60,11 @@ def parse_line(line: str) -> LedgerEntry | None:
 def _optional_str(value: object) -> str | None:
     """An optional field (absent or null in older ledgers: None)."""
     return None if value is None else str(value)
+
+
+def _optional_int(value: object) -> int | None:
+    """An optional integer field (absent or null: None)."""
+    return None if value is None else int(str(value))
 
 
 def is_complete(entry: LedgerEntry) -> bool:

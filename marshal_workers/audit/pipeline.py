@@ -33,6 +33,7 @@ from marshal_workers.audit.model import (
 from marshal_workers.audit.progress import Progress, silent
 from marshal_workers.audit.session import SessionOptions, error_line, start_session
 from marshal_workers.common.errors import MarshalError
+from marshal_workers.protocol.slicing import data_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -107,7 +108,7 @@ def _run(
         progress.step(f"folded {folded} records; writing tables to {out}")
         _spark(lambda: spark_jobs.write_table(packed, out, "events"))
         _spark(lambda: spark_jobs.write_table(packed, out, "reservations"))
-        topics = sorted({str(r[1]) for r in tables["claims"]})
+        topics = sorted({data_topic(str(r[1])) for r in tables["claims"]})
         marks = {}
         if isinstance(source, KafkaInput):
             marks = kafka_meta.data_watermarks(source, topics, progress)

@@ -30,9 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from marshal_workers.audit.model import LagPoint
 from marshal_workers.audit.schema import columns
+from marshal_workers.audit.slices import SLICE_COLUMNS, slice_summary
 from marshal_workers.audit.summary import summarize
 from marshal_workers.audit.tables import Row
 from marshal_workers.protocol.groupstatus import iso_ms
+from marshal_workers.protocol.slicing import split_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -148,7 +150,7 @@ def timeline_figure(result: AuditResult, plt: Any) -> Any:
     lanes: dict[tuple[str, str, int], list[Row]] = defaultdict(list)
     for r in claims:
         lanes[(str(r[cols["group"]]), str(r[cols["topic"]]), int(r[cols["partition"]]))].append(r)
-    names = sorted(lanes)[:MAX_TIMELINE_ROWS]
+    names = sorted(lanes, key=lane_order)[:MAX_TIMELINE_ROWS]
     clients = sorted({str(r[cols["client_id"]]) for r in claims})
     cmap = plt.get_cmap("tab20" if len(clients) > 10 else "tab10")
     colour = {c: cmap(i % cmap.N) for i, c in enumerate(clients)}
@@ -165,7 +167,7 @@ def timeline_figure(result: AuditResult, plt: Any) -> Any:
     _mark_failovers(result, ax, names, clock)
     _mark_losses(result, ax, names, clock)
     _mark_violations(result, ax, names, clock)
-    ax.set_yticks(range(len(names)), [f"{g}/{t}/{p}" for g, t, p in names], fontsize=7)
+    ax.set_yticks(range(len(names)), [lane_label(name) for name in names], fontsize=7)
     ax.invert_yaxis()
     _time_axis(ax, clock)
     ax.set_title(
@@ -202,11 +204,42 @@ def _mark_losses(result: AuditResult, ax: Any, names: Lanes, clock: Clock) -> No
 def _mark_violations(result: AuditResult, ax: Any, names: Lanes, clock: Clock) -> None:
     cols = {c: i for i, c in enumerate(columns("violations"))}
     for r in result.violations[:MAX_TABLE_ROWS]:
-        for y, (group, topic, partition) in enumerate(names):
-            same = r[cols["topic"]] == topic and r[cols["partition"]] == partition
-            if same and r[cols["group"]] in (group, None) and r[cols["start"]] is not None:
-                x = clock.seconds(r[cols["start"]] * 1000)
-                ax.plot(x, y, "r+", markersize=10, markeredgewidth=2)
+        if r[cols["start"]] is None:
+            continue
+        x = clock.seconds(r[cols["start"]] * 1000)
+        for y in violation_lanes(r, names):
+            ax.plot(x, y, "r+", markersize=10, markeredgewidth=2)
+
+
+def lane_order(lane: tuple[str, str, int]) -> tuple[str, str, int, int, str]:
+    """Timeline lanes (group, claim topic, partition): a partition's slices under it, by index."""
+    group, topic, partition = lane
+    data, part = split_topic(topic)
+    return group, data, partition, -1 if part is None else part.index, topic
+
+
+def lane_label(lane: tuple[str, str, int]) -> str:
+    """``group/topic/partition``, and the slice for a slice's lane: ``g/orders/0 key.3of8``."""
+    group, topic, partition = lane
+    data, part = split_topic(topic)
+    return f"{group}/{data}/{partition}" + ("" if part is None else f" {part.name}")
+
+
+def violation_lanes(row: Row, names: Lanes) -> list[int]:
+    """The lanes a violation is marked on: its claim's (its slice's; an ALO gap of a whole key
+    cut, every slice of the partition)."""
+    cols = {c: i for i, c in enumerate(columns("violations"))}
+    group, topic, partition, name = (row[cols[c]] for c in ("group", "topic", "partition", "slice"))
+    claim = topic if name is None else f"{topic}+{name}"
+    out = []
+    for y, (g, t, p) in enumerate(names):
+        if p != partition or group not in (g, None):
+            continue
+        data, part = split_topic(t)
+        of_cut = part is not None and name == f"{part.ordering.value}.*of{part.count}"
+        if t == claim or (of_cut and data == topic):
+            out.append(y)
+    return out
 
 
 def _bins(top: float, at_least: float, n: int = 40) -> list[float]:
@@ -337,6 +370,25 @@ def _table(title: str, name: str, rows: Sequence[Row], clock: Clock, empty: str)
         else ""
     )
     return f"<h2>{html.escape(title)} ({len(rows)})</h2><table><tr>{head}</tr>{body}</table>{more}"
+
+
+def _slices_table(result: AuditResult) -> str:
+    """A partition's slices with their holders (only for groups with ordering key or
+    unordered; the claims table has every interval)."""
+    rows = slice_summary(result.tables["claims"])
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in SLICE_COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in r)
+        + "</tr>"
+        for r in rows[:MAX_TABLE_ROWS]
+    )  # fmt: skip
+    return (
+        f"<h2>Slices of partitions ({len(rows)})</h2><p>Ordering key or unordered: each slice "
+        "of a partition is claimed on its own (the claims table names it in its topic: "
+        f"orders+key.3of8).</p><table><tr>{head}</tr>{body}</table>"
+    )
 
 
 def _counts(counts: Mapping[str, Any]) -> str:
@@ -471,6 +523,7 @@ def render(result: AuditResult) -> str:
         _table("Groups", "groups", t["groups"], clock, "No group in the log."),
         _table("Failovers and handovers", "failovers", t["failovers"], clock,
                "No failovers or handovers: no partition changed hands."),
+        _slices_table(result),
         _table("Claims", "claims", t["claims"], clock, "No claim in the log."),
     ]  # fmt: skip
     body = "\n".join(parts)

@@ -179,7 +179,12 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
         ("verdicts", "string", "JSON object: reported events per verdict"),
     ),
     "violations": (
-        ("kind", "string", "zombie_work, overlap, amo_duplicate or alo_gap"),
+        (
+            "kind",
+            "string",
+            "zombie_work, overlap, amo_duplicate, alo_gap, wrong_slice, "
+            "offset_overlap or key_order",
+        ),
         ("group", "string", "consumer group (null if neither a claim nor the row names it)"),
         ("topic", "string", "data topic"),
         ("partition", "long", "data partition"),
@@ -191,6 +196,12 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
         ("end", "double", "ledger: handling ended (Unix seconds)"),
         ("detail", "string", "what is wrong, in one sentence"),
         ("evidence", "string", "JSON: the ledger rows and claim intervals involved"),
+        (
+            "slice",
+            "string",
+            "the slice of the partition (key.3of8; alo_gap of a key cut: "
+            "key.*of8); null: a whole partition",
+        ),
     ),
 }
 

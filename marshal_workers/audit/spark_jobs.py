@@ -175,7 +175,7 @@ def _stats_batch(found: list[Row], key: tuple[str, int] | None, stats: CheckStat
     import pyarrow as pa  # noqa: PLC0415
 
     topic, partition = key if key is not None else (None, None)
-    stats_row = ("", None, topic, partition, None, None, None, None, None, None, None, None)
+    stats_row = ("", None, topic, partition, None, None, None, None, None, None, None, None, None)
     batch = arrow.table_batch("violations", [*found, stats_row])
     stats_col = [None] * len(found) + [json.dumps(asdict(stats))]
     return pa.RecordBatch.from_arrays(

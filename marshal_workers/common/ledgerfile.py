@@ -33,6 +33,7 @@ class LedgerRow(TypedDict):
     group: str | None
     instance_id: str | None
     slice: str | None  # the claim's slice of the partition (`protocol.slicing`), None: all of it
+    key_hash: int | None  # `slicing.key_hash` of the record's key, None: no key
 
 
 Coordinates = tuple[str, int, int]  # topic, partition, offset
@@ -42,7 +43,7 @@ def read_ledger(directory: str | os.PathLike[str]) -> list[LedgerRow]:
     """Every row of every ledger file in ``directory``, by (topic, partition, offset, start).
 
     A last line without its newline (a process killed mid-write) is skipped. Rows of older
-    ledgers, written without ``group``, ``instance_id`` or ``slice``, get ``None`` for them.
+    ledgers, written without ``group``, ``instance_id``, ``slice`` or ``key_hash``, get ``None``.
     """
     rows: list[LedgerRow] = []
     for path in sorted(Path(directory).glob("ledger-*.jsonl")):
@@ -59,6 +60,7 @@ def _row(line: str) -> LedgerRow:
     row.setdefault("group", None)
     row.setdefault("instance_id", None)
     row.setdefault("slice", None)
+    row.setdefault("key_hash", None)
     return row
 
 

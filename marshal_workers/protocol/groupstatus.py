@@ -9,6 +9,7 @@ The JSON form (`GroupStatus.to_json`) is a stable interface::
 
     {"group": G, "as_of": ISO, "claims": [{"topic", "partition", "client_id", "instance_id",
      "state", "offset", "reserved", "fencing_token", "last_heartbeat", "lag", "certain",
+     "slice": {"name", "ordering", "index", "count"} | null,
      "amo_last_loss": {"start", "end", "records", "cause", "lost_at", "reserved_at",
      "client_id", "instance_id", "fencing_token", "successor_client_id"} | null}],
      "amo_losses": {"ranges", "records"} | null,
@@ -23,6 +24,14 @@ shown, and ``unavailable`` says what is missing (the table ends with the same li
 known. ``fencing_token`` is the holder's token (for a released claim: the last holder's).
 A released claim has no client or instance. An *uncertain* claim (history compacted)
 shows its last activity as ``last_heartbeat``.
+
+Under ordering ``key`` or ``unordered`` a data partition is cut into slices, each claimed on
+its own (`slicing`): a slice's claim has ``topic`` the data topic and ``slice``
+``{"name": "key.3of8", "ordering": "key", "index": 3, "count": 8}`` (null for a whole
+partition), and a partition's slices are listed together, by index. A slice's ``offset`` is
+its position (every record of the slice below it handled or reserved) and its ``lag`` the
+partition's high watermark minus that position: an upper bound, since the slice takes only
+some of the records above it.
 
 At most once (`amolosses`): ``amo_last_loss`` is the partition's newest range of reserved
 records that may never have been handled, *up to* ``records`` of them (the log does not say
@@ -41,6 +50,7 @@ from marshal_workers.protocol.amolosses import AmoLoss, AmoLosses
 from marshal_workers.protocol.members import is_live, is_member_key
 from marshal_workers.protocol.rationalizer import World, claim_label, pause_of
 from marshal_workers.protocol.recordfailures import PoisonState, active
+from marshal_workers.protocol.slicing import Slice, slice_topic, split_topic
 
 
 def iso_ms(ms: int | None) -> str | None:
@@ -67,7 +77,33 @@ class ClaimStatus:
     lag: int | None
     certain: bool
     poison: PoisonState | None = None  # a record failing (or parked) at the claim's position
+    slice: Slice | None = None  # the slice of the partition the claim covers (None: all of it)
     amo_last_loss: AmoLoss | None = None  # AMO: the newest range that may not have been handled
+
+    @property
+    def claim_topic(self) -> str:
+        """The claim's own topic field (``orders+key.3of8`` for a slice): one per claim."""
+        return self.topic if self.slice is None else slice_topic(self.topic, self.slice)
+
+    @property
+    def order(self) -> tuple[str, int, str, int, int]:
+        """Topic and partition, then a partition's slices by index after the whole claim."""
+        part = self.slice
+        if part is None:
+            return self.topic, self.partition, "", 0, -1
+        return self.topic, self.partition, part.ordering.value, part.count, part.index
+
+    def slice_json(self) -> dict[str, object] | None:
+        """The slice as a JSON object (None: a whole partition)."""
+        part = self.slice
+        if part is None:
+            return None
+        return {
+            "name": part.name,
+            "ordering": part.ordering.value,
+            "index": part.index,
+            "count": part.count,
+        }
 
     def to_json(self) -> dict[str, object]:
         """The claim as a JSON object."""
@@ -83,6 +119,7 @@ class ClaimStatus:
             "last_heartbeat": iso_ms(self.last_heartbeat_ms),
             "lag": self.lag,
             "certain": self.certain,
+            "slice": self.slice_json(),
             "amo_last_loss": loss_json(self.amo_last_loss),
         }
         if self.poison is not None:  # only while a record fails at the claim's position
@@ -176,9 +213,10 @@ def group_known(worlds: Mapping[int, World], group: str) -> bool:
 
 
 def group_topics(worlds: Mapping[int, World], group: str) -> set[str]:
-    """The data topics the group has claims on (to ask their high watermarks)."""
+    """The data topics the group has claims on (to ask their high watermarks); a slice's
+    claim is on its data topic."""
     return {
-        key.topic
+        split_topic(key.topic)[0]
         for world in worlds.values()
         for key in world.claims
         if key.group == group and not is_member_key(key)
@@ -209,10 +247,11 @@ def group_status(
                 continue
             held = state.holder_client is not None
             offset = state.committed
-            high = high_watermarks.get((key.topic, key.partition))
+            topic, part = split_topic(key.topic)
+            high = high_watermarks.get((topic, key.partition))
             claims.append(
                 ClaimStatus(
-                    topic=key.topic,
+                    topic=topic,
                     partition=key.partition,
                     client_id=state.holder_client if held else None,
                     instance_id=state.holder_instance if held else None,
@@ -224,13 +263,14 @@ def group_status(
                     lag=high - offset if high is not None and offset is not None else None,
                     certain=state.certain,
                     poison=active(world.poison.get(key), offset),
+                    slice=part,
                     amo_last_loss=None if losses is None else losses.last_loss(key, now_ms),
                 )
             )
         pause = pause_of(world, group, now_ms)
         if pause is not None and (paused_until is None or pause.until_ms > paused_until):
             paused_until, paused_by = pause.until_ms, pause.client_id
-    claims.sort(key=lambda c: (c.topic, c.partition))
+    claims.sort(key=lambda c: c.order)
     malformed = sum(world.malformed for world in worlds.values())
     amo = losses.totals(group, now_ms) if losses is not None and losses.is_amo(group) else None
     return GroupStatus(
@@ -280,34 +320,42 @@ def lag_trends(
     (+40/s)`` growing, ``-30 (-10/s)`` shrinking, ``=`` steady, ``-`` unknown."""
     out: dict[tuple[str, int], str] = {}
     for c in status.claims:
-        before = previous.get((c.topic, c.partition))
+        key = (c.claim_topic, c.partition)
+        before = previous.get(key)
         if before is None or c.lag is None:
-            out[(c.topic, c.partition)] = "-"
+            out[key] = "-"
             continue
         delta = c.lag - before
         if delta == 0:
-            out[(c.topic, c.partition)] = "="
+            out[key] = "="
             continue
         rate = f" ({delta / elapsed_s:+.0f}/s)" if elapsed_s > 0 else ""
-        out[(c.topic, c.partition)] = f"{delta:+d}{rate}"
+        out[key] = f"{delta:+d}{rate}"
     return out
 
 
 def lags(status: GroupStatus) -> dict[tuple[str, int], int | None]:
-    """Each partition's lag, to compute the next refresh's trends."""
-    return {(c.topic, c.partition): c.lag for c in status.claims}
+    """Each claim's lag (a partition's, or a slice's), to compute the next refresh's trends."""
+    return {(c.claim_topic, c.partition): c.lag for c in status.claims}
+
+
+def _of_slice(c: ClaimStatus) -> str:
+    return "" if c.slice is None else f" slice {c.slice.name}"
 
 
 def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
     """The status as plain-text columns, with a header line and a footer; with ``trends``
     (`lag_trends`, for ``--watch``) a LAG TREND column after LAG."""
+    sliced = any(c.slice is not None for c in status.claims)
     amo = status.amo_losses is not None
     columns = (*_COLUMNS[:7], *(["AMO LOST"] if amo else []), *_COLUMNS[7:])
+    columns = columns if not sliced else (*columns[:2], "SLICE", *columns[2:])
     columns = columns if trends is None else (*columns, "LAG TREND")
     rows = [
         [
             c.topic,
             str(c.partition),
+            *([] if not sliced else [_cell(c.slice and c.slice.name)]),
             c.state if c.certain else f"{c.state}?",
             _cell(c.client_id),
             _cell(c.instance_id),
@@ -317,7 +365,7 @@ def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
             _cell(c.fencing_token),
             _cell(iso_ms(c.last_heartbeat_ms)),
             _cell(c.lag),
-            *([] if trends is None else [trends.get((c.topic, c.partition), "-")]),
+            *([] if trends is None else [trends.get((c.claim_topic, c.partition), "-")]),
         ]
         for c in status.claims
     ]
@@ -335,13 +383,15 @@ def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
         if p is not None:
             what = "PARKED on poison record" if p.parked else "failing record"
             lines.append(
-                f"{what}: {c.topic}/{c.partition} offset {p.offset}, {p.failures} failures, "
+                f"{what}: {c.topic}/{c.partition}{_of_slice(c)} offset {p.offset}, "
+                f"{p.failures} failures, "
                 f"last error: {p.error}"
                 + (" (marshal-admin skip-record or retry-record)" if p.parked else "")
             )
     for c in status.claims:
         if c.amo_last_loss is not None:
-            lines.append(f"AMO last loss {c.topic}/{c.partition}: {describe_loss(c.amo_last_loss)}")
+            loss = describe_loss(c.amo_last_loss)
+            lines.append(f"AMO last loss {c.topic}/{c.partition}{_of_slice(c)}: {loss}")
     if status.amo_losses is not None:
         ranges, records = status.amo_losses
         lines.append(
@@ -352,6 +402,11 @@ def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
     if any(not c.certain for c in status.claims):
         footer += "  (? = history compacted: activity only)"
     lines.append(footer)
+    if sliced:
+        lines.append(
+            "SLICE: ordering.INDEXofCOUNT, each slice claimed on its own; a slice's LAG is the "
+            "partition's high watermark - its OFFSET, an upper bound (it takes only some records)"
+        )
     if status.unavailable:
         lines.append("INCOMPLETE: could not read:")
         lines.extend(f"  - {what}" for what in status.unavailable)

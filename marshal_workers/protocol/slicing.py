@@ -95,6 +95,18 @@ class Slice:
             return zlib.crc32(key) % self.count == self.index
         return offset % self.count == self.index
 
+    def takes_hashed(self, offset: int, hashed: int | None) -> bool:
+        """`takes` from the key's `key_hash` (None: a record without a key), as a ledger
+        row gives it to the audit."""
+        if self.ordering is Ordering.KEY and hashed is not None:
+            return hashed % self.count == self.index
+        return offset % self.count == self.index
+
+
+def key_hash(key: bytes) -> int:
+    """The hash a ``key`` cut slices by (crc32, unsigned 32 bits)."""
+    return zlib.crc32(key)
+
 
 def slice_topic(topic: str, part: Slice) -> str:
     """The topic field of a claim on ``part`` of a partition of ``topic``."""

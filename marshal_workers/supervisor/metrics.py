@@ -7,14 +7,20 @@ histograms at once. What is a state (the claims held, each claim's lease and hea
 partition's lag) is taken from the snapshot the loop hands to `tick` and computed when Prometheus
 scrapes, so a busy loop pays nothing for it.
 
-Every metric is named ``marshal_*`` and carries the labels ``group`` and ``client_id``.
+Every metric is named ``marshal_*`` and carries the labels ``group`` and ``client_id``. A
+metric *per claim* also carries ``topic`` (the data topic), ``partition`` and ``slice``: under
+``--ordering key`` or ``unordered`` a claim is one slice of a partition, one worker, and
+``slice`` names it (``key.3of8``; empty for a whole partition), so each worker has its own
+series, as each partition does without slices. Metrics *per topic* (errors, kills, restarts,
+latency) count a slice's under its data topic, and add no series per slice.
 
 ==========================================  =========  ============================================
-marshal_claims_held                         gauge      data partitions held now
+marshal_claims_held                         gauge      claims held now (a partition, or a slice)
 marshal_heartbeat_age_seconds               gauge      per claim: since the newest heartbeat that
                                                        was folded as valid (it set the lease)
 marshal_lease_remaining_seconds             gauge      per claim: until its child must stop
-marshal_lag_records                         gauge      per claim: high watermark - position
+marshal_lag_records                         gauge      per claim: high watermark - position (a
+                                                       slice's: an upper bound, it takes only some)
 marshal_handler_call_seconds                gauge      per claim: how long the handler call in
                                                        progress has run (absent: none)
 marshal_handler_call_slow                   gauge      per claim: 1 while that call is past half
@@ -72,6 +78,7 @@ from marshal_workers.core.observations import LossCause
 from marshal_workers.ipc.messages import Stats
 from marshal_workers.ipc.sharedlease import default_margin, lease_deadline
 from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.slicing import data_topic, split_topic
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer
 
@@ -107,7 +114,7 @@ class Metrics(Observer):
         self._latency: dict[str, tuple[list[int], float]] = {}  # topic: (bucket counts, sum)
         self._lock = threading.Lock()
         base = ["group", "client_id"]
-        claim = [*base, "topic", "partition"]
+        claim = [*base, "topic", "partition", "slice"]
         r = self.registry
         self.handled = Counter("marshal_records_handled", "Records handled.", claim, registry=r)
         self.errors = Counter(
@@ -175,16 +182,16 @@ class Metrics(Observer):
 
     def child_started(self, key: ClaimKey, pid: int, restart: bool) -> None:
         if restart:
-            self.restarts.labels(*self.base, key.topic).inc()
+            self.restarts.labels(*self.base, data_topic(key.topic)).inc()
 
     def child_exited(self, key: ClaimKey, pid: int, code: int) -> None:
         self.exits.labels(*self.base, str(code)).inc()
 
     def fencing_kill(self, key: ClaimKey, pid: int, why: str) -> None:
-        self.fencing_kills.labels(*self.base, key.topic).inc()
+        self.fencing_kills.labels(*self.base, data_topic(key.topic)).inc()
 
     def handler_failed(self, key: ClaimKey, offset: int, error: str) -> None:
-        self.errors.labels(*self.base, key.topic, POLICY_STOP).inc()
+        self.errors.labels(*self.base, data_topic(key.topic), POLICY_STOP).inc()
 
     def coordination_write(self, kind: str, seconds: float, ok: bool) -> None:
         self.writes.labels(*self.base, kind, "ok" if ok else "failed").observe(seconds)
@@ -193,23 +200,24 @@ class Metrics(Observer):
         self.reloads.labels(*self.base).inc()
 
     def amo_lost(self, key: ClaimKey, start: int, end: int, cause: LossCause) -> None:
-        labels = (*self.base, key.topic, str(key.partition), cause.value)
+        labels = (*self.base, *claim_labels(key), cause.value)
         self.amo_lost_records.labels(*labels).inc(end - start)
 
     def child_stats(self, key: ClaimKey, stats: Stats) -> None:
+        topic = data_topic(key.topic)
         if stats.handled:
-            self.handled.labels(*self.base, key.topic, str(key.partition)).inc(stats.handled)
+            self.handled.labels(*self.base, *claim_labels(key)).inc(stats.handled)
         for policy, count in stats.errors:
-            self.errors.labels(*self.base, key.topic, policy).inc(count)
+            self.errors.labels(*self.base, topic, policy).inc(count)
         if stats.high_watermark is not None:
             self._high[key] = stats.high_watermark
         if any(stats.latency_counts):
             with self._lock:
                 empty = ([0] * (len(LATENCY_BUCKETS) + 1), 0.0)
-                counts, total = self._latency.get(key.topic, empty)
+                counts, total = self._latency.get(topic, empty)
                 for i, n in enumerate(stats.latency_counts[: len(counts)]):
                     counts[i] += n
-                self._latency[key.topic] = (counts, total + stats.latency_sum)
+                self._latency[topic] = (counts, total + stats.latency_sum)
 
     # ---- health (any thread) ----------------------------------------------------------------
 
@@ -241,8 +249,10 @@ class Metrics(Observer):
     def state_metrics(self) -> list[Metric]:
         """The gauges and the handler latency histogram, computed now."""
         labels = ["group", "client_id"]
-        per_claim = [*labels, "topic", "partition"]
-        held = GaugeMetricFamily("marshal_claims_held", "Data partitions held.", labels=labels)
+        per_claim = [*labels, "topic", "partition", "slice"]
+        held = GaugeMetricFamily(
+            "marshal_claims_held", "Claims held (a partition, or a slice).", labels=labels
+        )
         age = GaugeMetricFamily(
             "marshal_heartbeat_age_seconds",
             "Since the newest heartbeat folded as valid.",
@@ -271,7 +281,7 @@ class Metrics(Observer):
             if is_member_key(key) or snap.phase == "lost":
                 continue
             count += 1
-            values = [*self.base, key.topic, str(key.partition)]
+            values = [*self.base, *claim_labels(key)]
             if snap.lease_remaining is not None:  # None: revoked (a fast stop)
                 remaining = snap.lease_remaining - since_tick
                 lease.add_metric(values, remaining)
@@ -301,6 +311,12 @@ class Metrics(Observer):
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
             latency.add_metric([*self.base, topic], buckets, sum_value=total)
         return [held, age, lease, lag, call, slow, ready, healthy, latency]
+
+
+def claim_labels(key: ClaimKey) -> tuple[str, str, str]:
+    """A claim's ``topic`` (the data topic), ``partition`` and ``slice`` (empty: all of it)."""
+    topic, part = split_topic(key.topic)
+    return topic, str(key.partition), "" if part is None else part.name
 
 
 class _StateCollector(Collector):

@@ -154,7 +154,7 @@ class TestMetricsAndStackDumps:
 
         def lag_of(partition: int) -> str:
             labels = f'client_id="a",group="{fleet.group}",partition="{partition}"'
-            return f'marshal_lag_records{{{labels},topic="{fleet.topic}"}} 0.0'
+            return f'marshal_lag_records{{{labels},slice="",topic="{fleet.topic}"}} 0.0'
 
         fleet.wait_for(
             lambda: all(lag_of(p) in scrape() for p in (0, 1)), 10, "both children's stats"

@@ -6,19 +6,27 @@ several fenced workers, each holding a slice of it in the log.
 - ``unordered`` under AMO with a kill -9: no offset handled twice, the survivor takes the dead
   member's stripes over, and what is lost lies in the dead member's stripes within the loss
   window of each;
-- a member whose cut differs from the group's is refused with one line.
+- a member whose cut differs from the group's is refused with one line;
+- marshal-audit's checks (the single-process path over the real log and ledger) find both
+  fleets clean, judging each row by its own slice's claim, and name a row of another slice.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import signal
 import time
 from collections import defaultdict
 from pathlib import Path
 
+from marshal_workers.admin.operations import Connection, read_records
+from marshal_workers.audit.ledger import ledger_files, read_entries
+from marshal_workers.audit.local import run_local
+from marshal_workers.audit.model import AuditConfig, AuditResult, FileInput
+from marshal_workers.audit.schema import columns
 from marshal_workers.common.ledgerfile import LedgerRow, find_duplicates, find_overlaps
 from marshal_workers.protocol.slicing import Ordering, Slice
 from tests.integration.fleet import Fleet
@@ -69,6 +77,15 @@ def test_key_slices_share_a_partition_in_key_order(kafka_bootstrap: str, tmp_pat
             for before, after in itertools.pairwise(handled):
                 assert before["end"] <= after["start"], f"key {key!r} handled twice at once"
         assert len(fleet.slice_holders()) == 4
+        assert audit(fleet).violations == []  # each row matched to its own slice's claim
+        first = rows[0]
+        assert first["key_hash"] is not None
+        forged = {**first, "key_hash": first["key_hash"] + 1}  # a record of another slice
+        (fleet.ledger_dir / "ledger-forged.jsonl").write_text(json.dumps(forged) + "\n")
+        found = audit(fleet).violations
+        assert [(v[0], v[4], v[-1]) for v in found] == [
+            ("wrong_slice", first["offset"], first["slice"])
+        ]
     finally:
         fleet.close()
 
@@ -124,6 +141,16 @@ def test_unordered_stripes_survive_a_kill_at_most_once(
         assert set(lost_by_stripe) <= dead_stripes, (lost_by_stripe, dead_stripes)
         assert all(n <= window for n in lost_by_stripe.values()), lost_by_stripe
         assert any(r["client_id"] == "b" and r["slice"] in dead_stripes for r in rows)
+        result = audit(fleet)
+        assert result.violations == []
+        cols = columns("amo_losses")
+        t, s, e = (cols.index(c) for c in ("topic", "start_offset", "end_offset"))
+        reported = {
+            (str(r[t]).rsplit("+", 1)[1], o)
+            for r in result.tables["amo_losses"]
+            for o in range(r[s], r[e])
+        }
+        assert {(Slice(Ordering.UNORDERED, 4, o % 4).name, o) for o in lost} <= reported
     finally:
         fleet.close()
 
@@ -144,6 +171,19 @@ def test_a_member_with_another_cut_is_refused(kafka_bootstrap: str, tmp_path: Pa
         assert whole.wait(60) == 2
     finally:
         fleet.close()
+
+
+def audit(fleet: Fleet) -> AuditResult:
+    """marshal-audit's checks over the fleet's coordination log and ledger, in one process."""
+    hb_ms = int(HB * 1000)
+    records = [
+        r for r, _ in read_records(Connection(fleet.bootstrap, fleet.coordination, hb_ms), 30)
+    ]
+    ledger, incomplete = read_entries(ledger_files([fleet.ledger_dir]))
+    assert incomplete == 0
+    config = AuditConfig(FileInput(Path("-")), Path("-"), hb_ms)
+    result, _ = run_local(records, config, ledger, num_partitions=2)
+    return result
 
 
 def _caught_up(fleet: Fleet, records: int) -> bool:

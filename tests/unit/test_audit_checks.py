@@ -64,6 +64,7 @@ LEDGER_SCHEMA = pa.schema(
     + [(f, pa.int64()) for f in ("partition", "offset", "pid", "token")]
     + [(f, pa.float64()) for f in ("start", "end")]
     + [(f, pa.string()) for f in ("group", "instance_id", "slice")]
+    + [("key_hash", pa.int64())]
 )
 """The ledger columns as Spark hands them to the checks (order aside; `ledger.LEDGER_DDL`)."""
 

@@ -36,6 +36,7 @@ def row(offset: int, pid: int, start: float, end: float, partition: int = 0) -> 
         "group": "g",
         "instance_id": f"c{pid}-1",
         "slice": None,
+        "key_hash": None,
     }
 
 

@@ -73,7 +73,8 @@ class TestCounting:
         """Records handled, latency buckets and errors by policy accumulate over reports."""
         metrics.child_stats(KEY, Stats(3, latencies(0.002, 0.002, 0.2), 0.204, (("skip", 1),)))
         metrics.child_stats(KEY, Stats(2, latencies(0.002, 40.0), 40.002, (("dlq", 2),)))
-        assert value(metrics, "marshal_records_handled_total", topic="orders", partition="3") == 5
+        where = {"topic": "orders", "partition": "3", "slice": ""}
+        assert value(metrics, "marshal_records_handled_total", **where) == 5
         assert value(metrics, "marshal_handler_errors_total", topic="orders", policy="skip") == 1
         assert value(metrics, "marshal_handler_errors_total", topic="orders", policy="dlq") == 2
         bucket = "marshal_handler_latency_seconds_bucket"
@@ -118,7 +119,8 @@ class TestCounting:
         deliver(metrics, AmoLost(KEY, 130, 200, LossCause.CRASH))
         deliver(metrics, AmoLost(KEY, 300, 350, LossCause.LEASE_EXPIRED))
         deliver(metrics, AmoLost(KEY, 400, 410, LossCause.CRASH))
-        name, where = "marshal_amo_lost_records_total", {"topic": "orders", "partition": "3"}
+        name = "marshal_amo_lost_records_total"
+        where = {"topic": "orders", "partition": "3", "slice": ""}
         assert value(metrics, name, **where, cause="crash") == 80
         assert value(metrics, name, **where, cause="lease_expired") == 50
 
@@ -136,7 +138,7 @@ class TestScrapeTimeState:
             healthy=True,
         )
         clock.now += 0.5
-        labels = {"topic": "orders", "partition": "3"}
+        labels = {"topic": "orders", "partition": "3", "slice": ""}
         assert value(metrics, "marshal_claims_held") == 1
         assert value(metrics, "marshal_lease_remaining_seconds", **labels) == pytest.approx(1.0)
         span = 2 * HB - 0.1  # 2*HB minus the default margin
@@ -152,7 +154,7 @@ class TestScrapeTimeState:
             {KEY: ClaimSnapshot(KEY, 7, 100, 1.5, 4242, "running", 6.0, True)}, healthy=True
         )
         clock.now += 0.5
-        labels = {"topic": "orders", "partition": "3"}
+        labels = {"topic": "orders", "partition": "3", "slice": ""}
         assert value(metrics, "marshal_handler_call_seconds", **labels) == pytest.approx(6.5)
         assert value(metrics, "marshal_handler_call_slow", **labels) == 1
         ok, text = metrics.health()
@@ -269,3 +271,35 @@ class TestSettings:
             resolve({"metrics_port": "70000"}, None, {})
         with pytest.raises(ConfigError, match="MARSHAL_METRICS_PORT"):
             resolve({}, None, {"MARSHAL_METRICS_PORT": "http"})
+
+
+SLICE = ClaimKey("g", "orders+key.1of4", 3)  # slice 1 of 4 of orders/3 (ordering key)
+
+
+class TestSlices:
+    def test_a_slices_metrics_name_the_data_topic_and_the_slice(
+        self, metrics: Metrics, clock: Clock
+    ) -> None:
+        """Per-claim series carry topic = the data topic and slice = the slice's name (empty
+        for a whole partition); per-topic series count a slice under its data topic, so the
+        slices of a partition add no series there."""
+        where = {"topic": "orders", "partition": "3", "slice": "key.1of4"}
+        metrics.child_stats(SLICE, Stats(3, latencies(0.002), 0.002, (("skip", 1),), 50))
+        metrics.child_stats(KEY, Stats(2, latencies(0.002), 0.002, (), 60))
+        deliver(metrics, AmoLost(SLICE, 10, 15, LossCause.CRASH))
+        metrics.fencing_kill(SLICE, 99, "lease ending")
+        snaps = {SLICE: ClaimSnapshot(SLICE, 7, 40, 1.5, 4242, "running"),
+                 KEY: ClaimSnapshot(KEY, 8, 45, 1.5, 4243, "running")}  # fmt: skip
+        metrics.tick(snaps, healthy=True)
+        assert value(metrics, "marshal_records_handled_total", **where) == 3
+        whole = {**where, "slice": ""}
+        assert value(metrics, "marshal_records_handled_total", **whole) == 2
+        assert value(metrics, "marshal_amo_lost_records_total", **where, cause="crash") == 5
+        assert value(metrics, "marshal_lag_records", **where) == 10
+        assert value(metrics, "marshal_lag_records", **whole) == 15
+        assert value(metrics, "marshal_lease_remaining_seconds", **where) == pytest.approx(1.5)
+        assert value(metrics, "marshal_handler_errors_total", topic="orders", policy="skip") == 1
+        assert value(metrics, "marshal_fencing_kills_total", topic="orders") == 1
+        assert value(metrics, "marshal_handler_latency_seconds_count", topic="orders") == 2
+        assert value(metrics, "marshal_claims_held") == 2
+        assert not any("+" in dict(labels).get("topic", "") for _, labels in samples(metrics))

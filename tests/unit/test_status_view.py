@@ -62,6 +62,7 @@ class TestClaims:
             "last_heartbeat": iso_ms(T0 + 100),
             "lag": None,
             "certain": True,
+            "slice": None,
             "amo_last_loss": None,
         }
 
