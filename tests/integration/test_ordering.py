@@ -28,10 +28,12 @@ from marshal_workers.audit.local import run_local
 from marshal_workers.audit.model import AuditConfig, AuditResult, FileInput
 from marshal_workers.audit.schema import columns
 from marshal_workers.common.ledgerfile import LedgerRow, find_duplicates, find_overlaps
+from marshal_workers.core.settings import DISCOVERY_INTERVAL_S
 from marshal_workers.protocol.slicing import Ordering, Slice
 from tests.integration.fleet import Fleet
 
 HB = 1.0
+DISCOVERY_S = DISCOVERY_INTERVAL_S  # a member looks for new partitions this often
 
 
 def key_of(i: int) -> bytes:
@@ -57,16 +59,23 @@ def test_key_slices_share_a_partition_in_key_order(kafka_bootstrap: str, tmp_pat
     records = 600
     try:
         fleet.produce(records, key=key_of)
+        started = time.monotonic()
         cut = ("--ordering", "key", "--workers-per-partition", "4")
         fleet.start("a", *cut)
         fleet.start("b", *cut)
         fleet.wait_for(lambda: len(set(fleet.slice_holders().values())) == 2, 60, "both members")
         fleet.wait_for(fleet.handled_everything, 120, "every record handled")
+        # past the first periodic discovery of the data topics (10 s after start), which once
+        # dropped every slice claim as not the member's own: the fleet stopped for good
+        time.sleep(max(0.0, DISCOVERY_S + 6 - (time.monotonic() - started)))
+        fleet.produce(100, key=key_of)
+        fleet.wait_for(fleet.handled_everything, 60, "records written after a discovery")
         rows = fleet.ledger()
         assert not find_duplicates(rows)
         assert not find_overlaps(rows)  # one holder per slice at a time
         assert all(row["slice"] == expected_slice(row, Ordering.KEY, 4, True) for row in rows)
         assert len({row["client_id"] for row in rows}) == 2
+        assert len({row["offset"] for row in rows}) == records + 100
         by_key: dict[bytes, list[LedgerRow]] = defaultdict(list)
         for row in rows:
             by_key[key_of(row["offset"])].append(row)
