@@ -28,6 +28,7 @@ from marshal_workers.protocol.recordfailures import (
     encode_poison,
     poison_key,
 )
+from marshal_workers.protocol.slicing import data_topic
 from marshal_workers.protocol.wire import (
     ClaimKey,
     Message,
@@ -107,10 +108,12 @@ class MemberState:
         return self.clock.now_ms(self.home(key), now) or 0
 
     def is_mine(self, key: ClaimKey) -> bool:
-        """A claim of this member's group: its topics' partitions or its group's members."""
+        """A claim of this member's group: its topics' partitions (or slices of them: the
+        topic field of a slice's claim names its data topic, `slicing.split_topic`) or its
+        group's members."""
         if key.group != self.s.group:
             return False
-        return key.topic in self.s.topics or is_member_key(key)
+        return data_topic(key.topic) in self.s.topics or is_member_key(key)
 
     # ---- output -----------------------------------------------------------------------------
 
