@@ -42,17 +42,22 @@ judges a slice's ALO and AMO positions by the offsets the reference cut gives th
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from marshal_workers.protocol.modes import Mode
-from marshal_workers.protocol.slicing import WHOLE, Ordering, Slice, Slicing, split_topic
+from marshal_workers.protocol.slicing import WHOLE, Ordering, Slice, Slicing
+from marshal_workers.protocol.slicing import split_topic as _split_topic
 from marshal_workers.protocol.wire import ClaimKey
 
 KEYS = 5  # distinct record keys per data partition
 KEYLESS_EVERY = 7  # every 7th record has no key (a key slice takes it by offset)
+
+# a claim's topic field parsed once per run's few names, not once per record handled
+split_topic = functools.lru_cache(maxsize=1024)(_split_topic)
 
 SLICE_INVARIANTS = ("slice_respected", "offset_one_holder", "key_order")
 
