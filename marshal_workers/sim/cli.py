@@ -31,8 +31,14 @@ def _spread(values: list[float]) -> dict[str, float] | None:
 def summarize(results: list[RunResult], params: SimParams, seconds: float) -> dict[str, Any]:
     """The JSON summary of a batch of runs."""
     sliced = params.ordering != Ordering.PARTITION.value
+    cut = f" --ordering {params.ordering} --workers-per-partition {params.workers_per_partition}"
     violations = [
-        {"seed": r.seed, **v, "replay": f"marshal-sim --seed {r.seed}", "trace": r.trace}
+        {
+            "seed": r.seed,
+            **v,
+            "replay": f"marshal-sim --seed {r.seed}{cut if sliced else ''}",
+            "trace": r.trace,
+        }
         for r in results
         for v in r.violations
     ]
