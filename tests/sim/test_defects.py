@@ -325,8 +325,9 @@ def test_slice_defect_the_member_forgets_its_slices_at_discovery(
     monkeypatch.setattr(
         MemberState,
         "is_mine",
-        lambda self, key: key.group == self.s.group
-        and (key.topic in self.s.topics or is_member_key(key)),
+        lambda self, key: (
+            key.group == self.s.group and (key.topic in self.s.topics or is_member_key(key))
+        ),
     )
     params = SimParams(members=2, groups=1, faults=("kill",), fault_count=1, **KEY_CUT)
     assert first_violation(params, "liveness", 2) is not None
