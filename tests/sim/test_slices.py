@@ -12,7 +12,7 @@ from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.slicing import Ordering, Slicing
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.sim.cli import main
-from marshal_workers.sim.scenario import FAULTS, SimParams, run_seed
+from marshal_workers.sim.scenario import FAULTS, SimParams
 from marshal_workers.sim.slices import SimCut, SliceChecker, record_key
 from tests.sim.conftest import violations
 
@@ -128,25 +128,3 @@ def test_an_offset_handled_by_another_slices_child_and_twice_in_amo() -> None:
         "offset_one_holder",
         "key_order",
     }
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="member defect, reported: a failure's count whose write fails is retried after the "
-    "claim's release (3rd handler failure) and refused as not the holder's",
-)
-def test_a_failure_count_written_as_the_claim_is_released_is_not_lost() -> None:
-    """Found by the issue 20.4 sweep (`--ordering unordered --workers-per-partition 4`, every
-    fault, seed 9; nothing slicing-specific): the third handler timeout on a poison record
-    makes the member write its RecordFailed and release the claim at once; the RecordFailed
-    append fails (the `failures` fault), the release lands, the retried RecordFailed lands
-    after another member's claim and is refused, so the record is tried once more than
-    `poison_park_after` with no fault to the member that lost the count."""
-    params = SimParams(
-        seed=9,
-        faults=EVERY_FAULT,
-        fault_count=6,
-        ordering="unordered",
-        workers_per_partition=4,
-    )
-    assert [v["invariant"] for v in run_seed(params).violations] == []
