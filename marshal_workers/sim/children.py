@@ -12,6 +12,7 @@ it handles is reported to the checker with the virtual time.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -77,6 +78,8 @@ class SimChild:
     end: ChildEnd | None = None  # how it ended, as its shared cells would say
     refusals: dict[int, str] = field(default_factory=dict)  # AMO: why, by request id
     refused: str | None = None  # AMO: it ended at a refused grant, for this reason
+    # a slice's child (`sim.slices`): the offsets its slice takes; None: the whole partition
+    takes: Callable[[int], bool] | None = None
 
     def __post_init__(self) -> None:
         self.position = self.asked_end = self.spec.start_offset or 0
@@ -119,7 +122,11 @@ class SimChild:
 
     def _handle_alo(self, t: float) -> None:
         high = self.data.high_watermark(t)
+        takes = self.takes
         while self.budget >= 1 and self.position < high:
+            if takes is not None and not takes(self.position):
+                self.position += 1  # another slice's: read past (`ChildLoop._past_other_slices`)
+                continue
             if t >= self.lease():
                 self.die(EXIT_LEASE_EXPIRED, t)
                 return
@@ -171,15 +178,23 @@ class SimChild:
         in_hand = (self.batch is not None) + len(self.asks)
         if in_hand <= AHEAD and high > self.asked_end and not self.stopping:
             size = reservation_size(self.spec.batch_size, self.spec.amo_window)
-            start, end = self.asked_end, min(high, self.asked_end + size)
-            self.requests += 1
-            self.asks.append((self.requests, start, end))
+            if self.takes is None:
+                start, end = self.asked_end, min(high, self.asked_end + size)
+            else:
+                start, end = self._slice_run(high, size)
+            if start < end:
+                self.requests += 1
+                self.asks.append((self.requests, start, end))
+                self.outbox.append(ipc.GrantRequest(self.requests, start, end))
             self.asked_end = end
-            self.outbox.append(ipc.GrantRequest(self.requests, start, end))
         if self.batch is None:
             return
         _, end = self.batch
+        takes = self.takes
         while self.budget >= 1 and self.position < end:
+            if takes is not None and not takes(self.position):
+                self.position += 1  # another slice's record inside the reserved range
+                continue
             if t >= self.lease():
                 self.die(EXIT_LEASE_EXPIRED, t)
                 return
@@ -188,3 +203,11 @@ class SimChild:
             self.budget -= 1
         if self.position >= end:
             self.batch = None
+
+    def _slice_run(self, high: int, size: int) -> tuple[int, int]:
+        """AMO, a slice's child: the range to ask for, as the real child asks (`Asked.ask`):
+        from its first record after what it asked for to its ``size``-th record's end, or
+        ``(high, high)`` when nothing below ``high`` is its slice's (nothing to ask)."""
+        assert self.takes is not None
+        mine = list(itertools.islice(filter(self.takes, range(self.asked_end, high)), size))
+        return (mine[0], mine[-1] + 1) if mine else (high, high)

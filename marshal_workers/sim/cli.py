@@ -10,8 +10,10 @@ from typing import Any
 
 import click
 
+from marshal_workers.protocol.slicing import Ordering, Slicing
 from marshal_workers.sim.invariants import INVARIANTS
 from marshal_workers.sim.scenario import DEFAULT_FAULTS, FAULTS, RunResult, SimParams, run_seed
+from marshal_workers.sim.slices import SLICE_INVARIANTS
 
 
 def _spread(values: list[float]) -> dict[str, float] | None:
@@ -28,15 +30,22 @@ def _spread(values: list[float]) -> dict[str, float] | None:
 
 def summarize(results: list[RunResult], params: SimParams, seconds: float) -> dict[str, Any]:
     """The JSON summary of a batch of runs."""
+    sliced = params.ordering != Ordering.PARTITION.value
+    cut = f" --ordering {params.ordering} --workers-per-partition {params.workers_per_partition}"
     violations = [
-        {"seed": r.seed, **v, "replay": f"marshal-sim --seed {r.seed}", "trace": r.trace}
+        {
+            "seed": r.seed,
+            **v,
+            "replay": f"marshal-sim --seed {r.seed}{cut if sliced else ''}",
+            "trace": r.trace,
+        }
         for r in results
         for v in r.violations
     ]
     return {
         "seeds": len(results),
         "violations": violations,
-        "invariants": list(INVARIANTS),
+        "invariants": list(INVARIANTS) + (list(SLICE_INVARIANTS) if sliced else []),
         "convergence_s": {
             "cold_start": _spread([r.cold_start_s for r in results if r.cold_start_s is not None]),
             "after_fault": _spread([x for r in results for x in r.recoveries_s]),
@@ -49,6 +58,11 @@ def summarize(results: list[RunResult], params: SimParams, seconds: float) -> di
             "duration_s": params.duration,
             "heartbeat_interval_s": params.heartbeat_interval,
             "faults": list(params.faults),
+            **(
+                {"ordering": params.ordering, "workers_per_partition": params.workers_per_partition}
+                if sliced
+                else {}
+            ),
         },
         "liveness_checked": sum(1 for r in results if r.liveness_checked),
         "coordination_records": sum(r.records for r in results),
@@ -73,6 +87,19 @@ def summarize(results: list[RunResult], params: SimParams, seconds: float) -> di
     help=f"Comma list of: {', '.join(FAULTS)} (or 'none').",
 )
 @click.option("--fault-count", default=3, show_default=True, help="Timed faults per run.")
+@click.option(
+    "--ordering",
+    type=click.Choice([o.value for o in Ordering]),
+    default=Ordering.PARTITION.value,
+    show_default=True,
+    help="What a claim covers: a whole partition, or a key or offset slice of one.",
+)
+@click.option(
+    "--workers-per-partition",
+    default=1,
+    show_default=True,
+    help="Slices per data partition (ordering key or unordered), each claimed like one.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def main(
     seeds: int,
@@ -85,6 +112,8 @@ def main(
     heartbeat_interval: float,
     faults: str,
     fault_count: int,
+    ordering: str,
+    workers_per_partition: int,
     as_json: bool,
 ) -> None:
     """Run a fleet of real member cores in virtual time against an in-memory coordination log,
@@ -95,6 +124,10 @@ def main(
         raise click.UsageError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
     if members < groups or groups < 1 or partitions < 1 or duration <= 0:
         raise click.UsageError("need members >= groups >= 1, partitions >= 1, duration > 0")
+    try:
+        Slicing(Ordering(ordering), workers_per_partition)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     base = SimParams(
         members=members,
         groups=groups,
@@ -103,6 +136,8 @@ def main(
         heartbeat_interval=heartbeat_interval,
         faults=chosen,
         fault_count=fault_count,
+        ordering=ordering,
+        workers_per_partition=workers_per_partition,
     )
     numbers = [seed] if seed is not None else list(range(first_seed, first_seed + seeds))
     started = time.monotonic()

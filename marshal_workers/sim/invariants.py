@@ -41,7 +41,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +74,11 @@ INVARIANTS = (
     "poison_bounded",
     "handler_deadline",
 )
+
+
+def range_of(key: ClaimKey, start: int, end: int) -> Sequence[int]:
+    """Every offset of ``start``..``end``: what a claim on a whole partition covers."""
+    return range(start, end)
 
 
 @dataclass(slots=True)
@@ -116,6 +121,8 @@ class Checker:
     unfinished: dict[ClaimKey, list[tuple[int, int]]] = field(  # children at work at the end
         default_factory=lambda: defaultdict(list)
     )
+    # the offsets of start..end a claim covers: all of them, bar a slice's (`sim.slices`)
+    owed: Callable[[ClaimKey, int, int], Sequence[int]] = range_of
 
     def started(self, key: ClaimKey, offset: int) -> None:
         """A claim with no position in the log started at ``offset`` (its reset's watermark):
@@ -173,10 +180,11 @@ class Checker:
             window = (child.position, child.asked_end)
             self.crash_windows[child.key].append(window)
             bound = (AHEAD + 1) * reservation_size(child.spec.batch_size, child.spec.amo_window)
-            if window[1] - window[0] > bound:
+            lost = len(self.owed(child.key, *window))
+            if lost > bound:
                 self.violation(
                     "amo_loss_only_on_crash",
-                    f"{child.cid} crashed (exit {code}) with {window[1] - window[0]} records "
+                    f"{child.cid} crashed (exit {code}) with {lost} records "
                     f"asked for and not handled ({window[0]}..{window[1]}), above {bound}",
                     t,
                 )
@@ -259,7 +267,8 @@ class Checker:
             if self.modes[key.group] is not Mode.ALO:
                 continue
             committed = positions.get(key, 0)
-            missing = [o for o in range(self.starts.get(key, 0), committed) if o not in counts]
+            owed = self.owed(key, self.starts.get(key, 0), committed)
+            missing = [o for o in owed if o not in counts]
             if missing:
                 self.violation(
                     "alo_no_skip",
@@ -279,7 +288,7 @@ class Checker:
             windows = self.crash_windows.get(key, []) + self.unfinished.get(key, [])
             lost = [
                 o
-                for o in range(self.starts.get(key, 0), end)
+                for o in self.owed(key, self.starts.get(key, 0), end)
                 if o not in counts and not any(a <= o < b for a, b in windows)
             ]
             if lost:

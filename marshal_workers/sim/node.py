@@ -22,6 +22,7 @@ from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import Appended, ClaimingPartition, ClaimKey, claim_key
 from marshal_workers.sim.children import DataPartition, Died, Handled, SimChild
+from marshal_workers.sim.slices import child_filter
 from marshal_workers.sim.vlog import VirtualLog
 
 TRACE_LINES = 40
@@ -288,6 +289,7 @@ class SimNode:
             on_handled=self.on_handled,
             on_failed=self.on_failed,
             on_died=self.on_died,
+            takes=child_filter(c.spec.slice),  # what the core told it to take
         )
         self.children[key] = child
         self.trace.append(

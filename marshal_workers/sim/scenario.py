@@ -24,6 +24,7 @@ from marshal_workers.protocol.leases import min_compaction_lag_ms
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.recordfailures import PoisonNoted
+from marshal_workers.protocol.slicing import Ordering, Slicing
 from marshal_workers.protocol.wire import (
     ClaimKey,
     Partitioner,
@@ -31,9 +32,10 @@ from marshal_workers.protocol.wire import (
     encode,
     record_key,
 )
-from marshal_workers.sim.children import DataPartition
+from marshal_workers.sim.children import DataPartition, SimChild
 from marshal_workers.sim.invariants import Checker
 from marshal_workers.sim.node import SimNode
+from marshal_workers.sim.slices import SimCut, SliceChecker
 from marshal_workers.sim.vlog import VirtualLog
 
 FAULTS = (
@@ -84,6 +86,9 @@ class SimParams:
     speed: float = 200.0  # records a child handles per second
     rate: float = 20.0  # records produced per partition per second
     backlog: int = 100
+    # issue 20: what a claim covers (`protocol.slicing`), and slices per data partition
+    ordering: str = "partition"
+    workers_per_partition: int = 1
 
     @property
     def settle(self) -> float:
@@ -127,9 +132,16 @@ class Fleet:
         }
         self.partition_count = {g: p.partitions for g in self.modes}
         self.data: dict[ClaimKey, DataPartition] = {}
+        self.cut = SimCut(Slicing(Ordering(p.ordering), p.workers_per_partition))
         self.checker = Checker(
-            dict(self.modes), p.heartbeat_interval, p.speed, park_after=POISON_PARK_AFTER
+            dict(self.modes),
+            p.heartbeat_interval,
+            p.speed,
+            park_after=POISON_PARK_AFTER,
+            owed=self.cut.owed,
         )
+        # sliced: the checks per data offset, across the slices of a partition
+        self.slices = SliceChecker(self.cut, dict(self.modes), self.checker.violation)
         self.nodes: list[SimNode] = []
         self.events: list[tuple[float, str, Callable[[], None]]] = []
         self.snapshots: list[tuple[str, World]] = []  # members' folds at fault boundaries
@@ -141,10 +153,13 @@ class Fleet:
     # ---- building ----------------------------------------------------------------------------
 
     def keys(self, group: str) -> list[ClaimKey]:
-        """The data partitions of ``group`` now."""
-        return [ClaimKey(group, f"t{group}", i) for i in range(self.partition_count[group])]
+        """The claims on the data partitions of ``group`` now (sliced: each partition's
+        slices)."""
+        return self.cut.claim_keys(group, f"t{group}", self.partition_count[group])
 
     def data_of(self, key: ClaimKey) -> DataPartition:
+        """The data partition a claim is on (one for all the slices of a partition)."""
+        key = self.cut.data_key(key)
         found = self.data.get(key)
         if found is None:
             found = self.data[key] = DataPartition(self.p.backlog, self.p.rate, self.t)
@@ -199,7 +214,7 @@ class Fleet:
             data=self.data_of,
             partitions=lambda: self.keys(group),
             rng=self.rng,
-            on_handled=self.checker.handled,
+            on_handled=self._handled if self.cut.sliced else self.checker.handled,
             on_failed=self.checker.failed,
             on_died=self.checker.died,
             on_violation=lambda name, d: self.checker.violation(name, d, self.t),
@@ -210,6 +225,11 @@ class Fleet:
         self.nodes.append(node)
         self.at(at, f"start {node.name}", lambda: node.start(self.t))
         return node
+
+    def _handled(self, child: SimChild, offset: int, t: float) -> None:
+        """A sliced run: a child handled ``offset``, per claim and per data offset."""
+        self.checker.handled(child, offset, t)
+        self.slices.handled(child.cid, child.key, offset, t)
 
     def at(self, t: float, what: str, action: Callable[[], None]) -> None:
         self.events.append((t, what, action))
@@ -281,7 +301,7 @@ class Fleet:
         data = self.data_of(key)
         offset = data.high_watermark(self.t) + self.rng.randint(0, 20)
         data.poison[offset] = self.rng.choice(("fail", "hang"))
-        self.poisoned.add(key)
+        self.poisoned.add(self.cut.owner(self.cut.data_key(key), offset))  # (sliced: its slice)
         self._window(0.0)
 
     def _fault_kill(self) -> None:
@@ -486,6 +506,7 @@ class Fleet:
                 readers.extend((node.name, w) for w in node.member.worlds.values())
         faults = {n.settings.instance_id: n.faults for n in self.nodes}
         self.checker.finish(reference, readers, noted, faults)
+        self.slices.finish()
         trace = sorted(line for n in self.nodes for line in n.trace)[-30:]
         return RunResult(
             p.seed,

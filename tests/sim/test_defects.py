@@ -4,14 +4,17 @@ clean: tests/sim/test_sim_runs.py.)"""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 
 from marshal_workers.core import children, logclock, memberstate
 from marshal_workers.core import claiming as claiming_module
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import keeping as keeping_module
 from marshal_workers.core.children import Children
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.core.heldclaim import Phase
@@ -20,7 +23,9 @@ from marshal_workers.core.member import Member
 from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.protocol import rationalizer
+from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.rationalizer import ClaimState, resume_offset
+from marshal_workers.protocol.slicing import Ordering, Slice, data_topic
 from marshal_workers.protocol.wire import (
     ClaimingPartition,
     ClaimKey,
@@ -303,3 +308,65 @@ def test_position_defect_with_latest_resets_skips_alo_records(
     _erase_positions(monkeypatch)
     params = SimParams(members=8, groups=4, faults=("freeze", "eager-compaction"), fault_count=10)
     assert first_violation(params, "alo_no_skip", SEEDS) is not None
+
+
+# ---- issue 20: ordering key and unordered (slices of a partition) ------------------------------
+
+KEY_CUT = {"ordering": "key", "workers_per_partition": 3}
+STRIPES = {"ordering": "unordered", "workers_per_partition": 4}
+
+
+def test_slice_defect_the_member_forgets_its_slices_at_discovery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by marshal-sim (issue 20.4, every seed of ``--ordering key``): `is_mine` compared
+    a slice's claim name ('t+key.0of3') with the member's topics, so the first discovery (10 s)
+    dropped every slice and the fleet stopped."""
+    monkeypatch.setattr(
+        MemberState,
+        "is_mine",
+        lambda self, key: (
+            key.group == self.s.group and (key.topic in self.s.topics or is_member_key(key))
+        ),
+    )
+    params = SimParams(members=2, groups=1, faults=("kill",), fault_count=1, **KEY_CUT)
+    assert first_violation(params, "liveness", 2) is not None
+
+
+def test_slice_defect_a_slices_child_handles_the_whole_partition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A core that starts a slice's child without its slice (`ChildSpec.slice` None): each
+    child handles every record of the partition, N holders of each offset at once."""
+    monkeypatch.setattr(keeping_module, "split_topic", lambda name: (data_topic(name), None))
+    params = SimParams(members=2, groups=2, faults=("kill",), fault_count=1, **STRIPES)
+    assert first_violation(params, "offset_one_holder", 2) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _OtherHash(Slice):
+    """A member whose key hash is not the fleet's (a hash salted per process, say)."""
+
+    def takes(self, offset: int, key: bytes | None) -> bool:
+        if self.ordering is Ordering.KEY and key is not None:
+            return zlib.adler32(key) % self.count == self.index
+        return offset % self.count == self.index
+
+
+def test_slice_defect_members_hash_keys_differently(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Members that cut keys by different hashes: one key's records are in two members' slices,
+    handled by two holders at once and out of order."""
+    spawn = Keeping.spawn
+
+    def other_hash(self: Keeping, held: Any, **kwargs: Any) -> None:
+        spawn(self, held, **kwargs)
+        command = self.ctx.out[-1]
+        assert isinstance(command, cmd.Spawn)
+        part = command.spec.slice
+        if part is not None and self.ctx.s.client_id.endswith(("1", "3", "5")):
+            cut = _OtherHash(part.ordering, part.count, part.index)
+            self.ctx.out[-1] = replace(command, spec=replace(command.spec, slice=cut))
+
+    monkeypatch.setattr(Keeping, "spawn", other_hash)
+    params = SimParams(members=4, groups=1, faults=("kill",), fault_count=1, **KEY_CUT)
+    assert first_violation(params, "key_order", 2) is not None
