@@ -27,10 +27,12 @@
   pause of its group in force (from its first round on: issue 18.1);
 - ``poison_bounded``: a record that always fails is attempted at most ``park_after`` times,
   across members, restarts and compaction, plus one for each failure whose count never reached
-  the log because its member was killed, frozen or replaced before it landed. Checked exactly:
-  the whole log's fold counts at most ``park_after`` failures of a record (nobody tries a
-  record the log has parked), and each member's failures that the whole log did not count are
-  at most the faults that member suffered;
+  the log because its member was killed, frozen or replaced before it landed, or because every
+  write of it failed (``WRITE_TRIES``). Checked exactly: the whole log's fold counts at most
+  ``park_after`` distinct failures of a record (nobody tries a record the log has parked; the
+  same record written again after a write that timed out and landed is one failure), and each
+  member's failures that the whole log did not count are at most the faults that member
+  suffered;
 - ``handler_deadline``: no handler call outlives its deadline by more than a second;
 - ``liveness``: after the last fault, every partition is held by a live member's child and
   moving (records keep being produced), and shares are fair, within the stated bound (checked
@@ -157,7 +159,7 @@ class Checker:
                 self.violation(
                     "poison_bounded",
                     f"member instance {instance}: {lost} failures never counted in the log, "
-                    f"after {faults.get(instance, 0)} faults",
+                    f"after {faults.get(instance, 0)} faults (or counts the log failed to take)",
                 )
 
     def died(self, child: SimChild, code: int, t: float) -> None:

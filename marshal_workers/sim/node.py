@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
+from marshal_workers.core.pending import WRITE_TRIES
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
@@ -95,6 +96,9 @@ class SimNode:
         self.trace: deque[str] = deque(maxlen=TRACE_LINES)
         self.exit_code: int | None = None
         self.faults = 0  # kills, freezes and stops it suffered (each may lose a poison count)
+        # failure counts (RecordFailed) the log failed to take, by record: written `WRITE_TRIES`
+        # times and failed each time, a count is given up (`RecordParking.gave_up`)
+        self.count_write_failures: dict[bytes, int] = {}
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -126,6 +130,11 @@ class SimNode:
         self.faults += 1
         self.frozen_until = max(self.frozen_until, t + seconds)
 
+    def counts_lost_to_the_log(self) -> int:
+        """Failure counts the log lost: every write of the record failed without landing
+        (`WRITE_TRIES` of them; a write that timed out but landed is counted by the log)."""
+        return sum(1 for n in self.count_write_failures.values() if n >= WRITE_TRIES)
+
     def frozen(self, t: float) -> bool:
         """Whether the member is stopped at ``t``."""
         return t < self.frozen_until
@@ -140,6 +149,9 @@ class SimNode:
             if f.lands_at > t:
                 still.append(f)
                 continue
+            if f.fails and f.value.startswith(b"RecordFailed/"):
+                failed = self.count_write_failures
+                failed[f.value] = failed.get(f.value, 0) + (not f.lands_anyway)
             if f.fails and not f.lands_anyway:
                 self.acks.append(inp.AppendFailed(t, f.op, "simulated append failure"))
                 continue
