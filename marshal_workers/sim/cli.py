@@ -73,6 +73,12 @@ def summarize(results: list[RunResult], params: SimParams, seconds: float) -> di
     help=f"Comma list of: {', '.join(FAULTS)} (or 'none').",
 )
 @click.option("--fault-count", default=3, show_default=True, help="Timed faults per run.")
+@click.option(
+    "--fail-rate",
+    default=0.02,
+    show_default=True,
+    help="With `failures`: the share of coordination appends that fail (half land anyway).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def main(
     seeds: int,
@@ -85,6 +91,7 @@ def main(
     heartbeat_interval: float,
     faults: str,
     fault_count: int,
+    fail_rate: float,
     as_json: bool,
 ) -> None:
     """Run a fleet of real member cores in virtual time against an in-memory coordination log,
@@ -95,6 +102,8 @@ def main(
         raise click.UsageError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
     if members < groups or groups < 1 or partitions < 1 or duration <= 0:
         raise click.UsageError("need members >= groups >= 1, partitions >= 1, duration > 0")
+    if not 0 <= fail_rate < 1:
+        raise click.UsageError("need 0 <= --fail-rate < 1")
     base = SimParams(
         members=members,
         groups=groups,
@@ -103,6 +112,7 @@ def main(
         heartbeat_interval=heartbeat_interval,
         faults=chosen,
         fault_count=fault_count,
+        fail_rate=fail_rate,
     )
     numbers = [seed] if seed is not None else list(range(first_seed, first_seed + seeds))
     started = time.monotonic()

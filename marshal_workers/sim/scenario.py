@@ -84,6 +84,7 @@ class SimParams:
     speed: float = 200.0  # records a child handles per second
     rate: float = 20.0  # records produced per partition per second
     backlog: int = 100
+    fail_rate: float = 0.02  # `failures`: the share of appends that fail (half land anyway)
 
     @property
     def settle(self) -> float:
@@ -231,7 +232,7 @@ class Fleet:
             )
         if "failures" in faults:
             for part in self.log.parts:
-                part.fail_rate = 0.02
+                part.fail_rate = p.fail_rate
         timed = [f for f in faults if f not in ("clock", "latency", "failures", "shared-ids")]
         if not timed:
             return
