@@ -59,6 +59,7 @@ class SimChild:
     on_handled: Handled
     on_failed: Handled  # a handler call failed (raised, or timed out) on a record
     on_died: Died  # the process ended (its exit code; negative: the signal)
+    on_granted: Handled = lambda child, end, t: None  # AMO: a batch up to ``end`` was granted
     position: int = 0
     alive: bool = True
     exit_code: int | None = None
@@ -97,6 +98,9 @@ class SimChild:
             self.answers[message.request_id] = message.granted  # taken in request order
             if not message.granted:
                 self.refusals[message.request_id] = message.reason
+            else:
+                end = next(a[2] for a in self.asks if a[0] == message.request_id)
+                self.on_granted(self, end, t)
 
     def step(self, t: float, dt: float) -> None:
         """Run for ``dt`` seconds of virtual time ending at ``t``."""

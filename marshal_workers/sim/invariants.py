@@ -18,10 +18,12 @@
   HB/2 ago; a frozen supervisor's children work on for its 2*HB lease);
 - ``fold_agreement``: every member's fold agrees with a reader of the whole, uncompacted log
   read up to the same offsets on who holds each claim it considers certain, with which token,
-  and where a new holder would resume it never on the wrong side of the whole log's committed
-  position (AMO: not below it, a double; ALO: not above it, a skip): at the end of the run, and
-  at every fault's start for every live member (a member the fault kills is judged by its last
-  fold);
+  and where a new holder would resume it never on the side that breaks a guarantee, judged by
+  what the children had done by the fold's moment (AMO: not below the end of a batch already
+  granted, a double; ALO: not above an offset nobody had handled, a skip; a compacted reader's
+  position is an estimate and may differ from the whole log's otherwise): at the end of the
+  run, and at every fault's start for every live member (a member the fault kills is judged
+  by its last fold);
 - ``isolation``: a member writes only about its own group's claims;
 - ``pause_respected``: a member writes no data claim while its own fold shows another client's
   pause of its group in force (from its first round on: issue 18.1);
@@ -118,6 +120,27 @@ class Checker:
     unfinished: dict[ClaimKey, list[tuple[int, int]]] = field(  # children at work at the end
         default_factory=lambda: defaultdict(list)
     )
+    # AMO: per claim, (time, end) of every batch granted to a child, in time order
+    grants: dict[ClaimKey, list[tuple[float, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+
+    def granted(self, child: SimChild, end: int, t: float) -> None:
+        """AMO: a child was granted a batch ending at ``end``."""
+        self.grants[child.key].append((t, end))
+
+    def granted_end(self, key: ClaimKey, at: float) -> int:
+        """AMO: the end of everything granted on ``key`` before ``at`` (0: nothing)."""
+        return max((end for t, end in self.grants.get(key, ()) if t <= at), default=0)
+
+    def handled_prefix(self, key: ClaimKey, at: float) -> int:
+        """ALO: the first offset owed on ``key`` (from its first start) that nobody had
+        handled before ``at``: everything below it had been handled."""
+        first = self.first.get(key, {})
+        offset = self.starts.get(key, 0)
+        while offset in first and first[offset][0] <= at:
+            offset += 1
+        return offset
 
     def started(self, key: ClaimKey, offset: int) -> None:
         """A claim with no position in the log started at ``offset`` (its reset's watermark):
@@ -224,7 +247,7 @@ class Checker:
     def finish(
         self,
         reference: dict[int, World],
-        readers: Iterable[tuple[str, World]],
+        readers: Iterable[tuple[str, float, World]],
         noted: dict[tuple[ClaimKey, int], dict[str, int]],
         faults: dict[str, int],
     ) -> None:
@@ -233,8 +256,8 @@ class Checker:
         self._alo(reference)
         self._amo_losses(reference)
         self._poison(noted, faults)
-        for name, world in readers:
-            self.agree(name, world, reference[world.partition])
+        for name, at, world in readers:
+            self.agree(name, world, reference[world.partition], at)
 
     def _overlaps(self) -> None:
         for key, by_child in self.spans.items():
@@ -291,10 +314,11 @@ class Checker:
                     f"never handled and lost in no crash (first {lost[0]})",
                 )
 
-    def agree(self, name: str, world: World, reference: World) -> None:
-        """``world`` (a member's fold) against ``reference`` (the whole log folded up to the
-        same offset): every claim it considers certain has the same holder, instance and token,
-        and would resume on the safe side of the whole log's committed position (see below)."""
+    def agree(self, name: str, world: World, reference: World, at: float) -> None:
+        """``world`` (a member's fold at virtual time ``at``) against ``reference`` (the whole
+        log folded up to the same offset): every claim it considers certain has the same
+        holder, instance and token, and would resume where a new holder breaks no guarantee
+        (see below)."""
         for key, state in world.claims.items():
             if not state.certain or state.holder_client is None:
                 continue
@@ -311,20 +335,31 @@ class Checker:
             if mode is None or ref is None:
                 continue
             mine_at, theirs_at = resume_offset(state, mode), resume_offset(ref, mode)
-            # the direction that breaks a guarantee: AMO resuming below the whole log's
-            # committed position (those records may have been granted: twice); ALO resuming
-            # above it (never handled: skipped). The other direction is the position estimate
-            # of a compacted reader (a reservation never committed, compacted under a later
-            # heartbeat; a replaced instance's refused reservation read as activity on an
-            # uncertain claim): at most a loss in AMO, a bounded re-handling in ALO
+            if mine_at is None:
+                continue
+            # The position of a compacted reader is an estimate (the largest offset it saw:
+            # a replaced or frozen holder's refused report counts), so it may differ from the
+            # whole log's. What a new holder must never do is judged by what was done: AMO
+            # resuming below the end of a batch already granted to a child (granted twice);
+            # ALO resuming above an offset nobody had handled yet (skipped). The whole log's
+            # committed position filters (it is on the safe side of both), the children's
+            # record decides: a refused release of a frozen ALO holder reports what its child
+            # handled after the rival's start (seeds 70, 177 of freeze + eager-compaction),
+            # and a new AMO holder's first heartbeat commits a reservation nobody was granted
+            # (seed 178).
             committed = ref.committed or 0
-            unsafe = mine_at is not None and (
-                mine_at < committed if mode is Mode.AMO else mine_at > committed
-            )
+            if mode is Mode.AMO and mine_at < committed:
+                bound = self.granted_end(key, at)
+                unsafe, what = mine_at < bound, f"granted up to {bound}"
+            elif mode is Mode.ALO and mine_at > committed:
+                bound = self.handled_prefix(key, at)
+                unsafe, what = mine_at > bound, f"handled up to {bound}"
+            else:
+                continue
             if unsafe:
                 self.violation(
                     "fold_agreement",
                     f"{name} would resume {key} at {mine_at} (position {state.committed}, "
                     f"reserved to {state.reserved}), the whole log at {theirs_at} "
-                    f"({ref.committed}, {ref.reserved})",
+                    f"({ref.committed}, {ref.reserved}); {what} at t={at:.2f}",
                 )

@@ -67,6 +67,7 @@ class SimNode:
         speed: float,
         wall_skew: float = 0.0,
         on_start: Callable[[ClaimKey, int], None] = lambda key, offset: None,
+        on_granted: Handled = lambda child, end, t: None,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -80,6 +81,7 @@ class SimNode:
         self.on_died = on_died
         self.on_violation = on_violation
         self.on_start = on_start
+        self.on_granted = on_granted
         self.speed = speed
         self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
         self.alive = True
@@ -300,6 +302,7 @@ class SimNode:
             on_handled=self.on_handled,
             on_failed=self.on_failed,
             on_died=self.on_died,
+            on_granted=self.on_granted,
         )
         self.children[key] = child
         self.trace.append(

@@ -133,7 +133,8 @@ class Fleet:
         )
         self.nodes: list[SimNode] = []
         self.events: list[tuple[float, str, Callable[[], None]]] = []
-        self.snapshots: list[tuple[str, World]] = []  # members' folds at fault boundaries
+        # members' folds at fault boundaries: (label, virtual time, world)
+        self.snapshots: list[tuple[str, float, World]] = []
         self.fault_windows: list[tuple[float, float]] = []  # (start, end) of each fault
         self.instances = 0
         self.handler_timeout = 2 * p.heartbeat_interval
@@ -205,6 +206,7 @@ class Fleet:
             on_died=self.checker.died,
             on_violation=lambda name, d: self.checker.violation(name, d, self.t),
             on_start=self.checker.started,
+            on_granted=self.checker.granted,
             speed=self.p.speed,
             wall_skew=self.rng.uniform(-5, 5),
         )
@@ -250,7 +252,10 @@ class Fleet:
             for node in self.nodes:
                 if node.alive and node.started:
                     label = f"{node.name} at {fault} t={self.t:.2f}"
-                    self.snapshots.extend((label, w.copy()) for w in node.member.worlds.values())
+                    # taken before this step's children run: judged by what was done before it
+                    at = self.t - self.p.dt / 2
+                    worlds = node.member.worlds.values()
+                    self.snapshots.extend((label, at, w.copy()) for w in worlds)
             action()
 
         return act
@@ -332,7 +337,10 @@ class Fleet:
         """The cleaner with a lag below the safe window (0 to 2*HB): a topic altered after the
         fleet started, which a member checks only at its start. Outside the guarantees on AMO
         loss (a member whose fold the cleaner made uncertain cannot confirm its own
-        reservations); every other invariant still holds."""
+        reservations: "reservation not confirmed" is a fault's refusal); every other invariant
+        still holds, `fold_agreement`'s positions included: a compacted reader's estimate (a
+        frozen holder's refused release can be its key's newest record within seconds here)
+        may differ from the whole log's, never so that a new holder skips or grants twice."""
         self.checker.eager_compaction = True
         self._compact(int((self.t - self.rng.uniform(0, 2) * self.p.heartbeat_interval) * 1000))
 
@@ -477,14 +485,14 @@ class Fleet:
                 self.t,
             )
         reference, noted = self._fold_whole_log()
-        readers: list[tuple[str, World]] = []
+        readers: list[tuple[str, float, World]] = []
         for node in self.nodes:
             for child in node.children.values():
                 if child.alive:  # the run ends while it works: its batches are not lost
                     self.checker.in_progress(child)
             if node.alive and node.started:
                 node.catch_up(self.t)
-                readers.extend((node.name, w) for w in node.member.worlds.values())
+                readers.extend((node.name, self.t, w) for w in node.member.worlds.values())
         # what may lose a poison count: a kill, freeze or stop, or every write of it failing
         faults = {n.settings.instance_id: n.faults + n.counts_lost_to_the_log() for n in self.nodes}
         self.checker.finish(reference, readers, noted, faults)
@@ -518,14 +526,12 @@ class Fleet:
         noted: dict[tuple[ClaimKey, int], dict[str, int]] = defaultdict(dict)
         counted: set[tuple[str, bytes | None]] = set()  # (writer instance, record value)
         for q, records in enumerate(self.log.shadow):
-            due = sorted(
-                ((w.next_offset, label, w) for label, w in self.snapshots if w.partition == q),
-                key=lambda s: s[0],
-            )
+            mine = [(w.next_offset, label, at, w) for label, at, w in self.snapshots]
+            due = sorted((s for s in mine if s[3].partition == q), key=lambda s: s[0])
             for record in records:
                 while due and due[0][0] <= record.offset:  # the reference at the snapshot's offset
-                    _, label, world = due.pop(0)
-                    self.checker.agree(label, world, reference[q])
+                    _, label, at, world = due.pop(0)
+                    self.checker.agree(label, world, reference[q], at)
                 event = fold(reference[q], record)
                 if isinstance(event, PoisonNoted):
                     failure = (event.message.instance_id, record.value)
@@ -534,8 +540,8 @@ class Fleet:
                     counted.add(failure)
                     by = noted[(event.key, event.message.offset)]
                     by[event.message.instance_id] = by.get(event.message.instance_id, 0) + 1
-            for _, label, world in due:  # read to the end
-                self.checker.agree(label, world, reference[q])
+            for _, label, at, world in due:  # read to the end
+                self.checker.agree(label, world, reference[q], at)
         return reference, noted
 
     def _rcfg(self) -> RationalizerConfig:
