@@ -125,6 +125,13 @@ class Checker:
         default_factory=lambda: defaultdict(list)
     )
 
+    # the invariants this run evaluated on some of its data (`checked` of the JSON summary)
+    ran: set[str] = field(default_factory=set)
+
+    def mark(self, invariant: str) -> None:
+        """``invariant`` was evaluated in this run."""
+        self.ran.add(invariant)
+
     def granted(self, child: SimChild, end: int, t: float) -> None:
         """AMO: a child was granted a batch ending at ``end``."""
         self.grants[child.key].append((t, end))
@@ -164,6 +171,7 @@ class Checker:
     ) -> None:
         """``noted``: the failures the whole log's fold counted, per record and writer
         instance; ``faults``: the faults each member instance suffered."""
+        self.mark("poison_bounded")
         counted_by: dict[str, int] = defaultdict(int)
         for (key, offset), by in noted.items():
             for instance, n in by.items():
@@ -221,6 +229,8 @@ class Checker:
             self.spans[key][child.cid] = Span(child.cid, t, t)
         else:
             span.last = t
+        amo = self.modes[key.group] is Mode.AMO
+        self.ran.add("amo_no_double_grant" if amo else "alo_rehandle_bound")
         counts = self.counts[key]
         seen = counts.get(offset, 0)
         counts[offset] = seen + 1
@@ -229,7 +239,7 @@ class Checker:
             return
         self.rehandled[key] += 1
         where = f"{key.topic}/{key.partition} offset {offset}"
-        if self.modes[key.group] is Mode.AMO:
+        if amo:
             self.violation("amo_no_double_grant", f"{where} handled again by {child.cid}", t)
             return
         first_t, first_cid = self.first[key][offset]
@@ -260,6 +270,7 @@ class Checker:
             self.agree(name, world, reference[world.partition], at)
 
     def _overlaps(self) -> None:
+        self.mark("no_overlap")
         for key, by_child in self.spans.items():
             spans = sorted(by_child.values(), key=lambda s: s.first)
             latest: Span | None = None
@@ -283,6 +294,7 @@ class Checker:
         for key, counts in self.counts.items():
             if self.modes[key.group] is not Mode.ALO:
                 continue
+            self.mark("alo_no_skip")
             committed = positions.get(key, 0)
             missing = [o for o in range(self.starts.get(key, 0), committed) if o not in counts]
             if missing:
@@ -300,6 +312,7 @@ class Checker:
         for key, end in ends.items():
             if key.group not in self.modes or self.modes[key.group] is not Mode.AMO:
                 continue
+            self.mark("amo_loss_only_on_crash")
             counts = self.counts.get(key, {})
             windows = self.crash_windows.get(key, []) + self.unfinished.get(key, [])
             lost = [
@@ -319,6 +332,7 @@ class Checker:
         log folded up to the same offset): every claim it considers certain has the same
         holder, instance and token, and would resume where a new holder breaks no guarantee
         (see below)."""
+        self.mark("fold_agreement")
         for key, state in world.claims.items():
             if not state.certain or state.holder_client is None:
                 continue

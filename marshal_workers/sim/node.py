@@ -68,6 +68,7 @@ class SimNode:
         wall_skew: float = 0.0,
         on_start: Callable[[ClaimKey, int], None] = lambda key, offset: None,
         on_granted: Handled = lambda child, end, t: None,
+        on_checked: Callable[[str], None] = lambda invariant: None,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -82,6 +83,7 @@ class SimNode:
         self.on_violation = on_violation
         self.on_start = on_start
         self.on_granted = on_granted
+        self.on_checked = on_checked
         self.speed = speed
         self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
         self.alive = True
@@ -217,6 +219,7 @@ class SimNode:
         group = self.settings.group
         for c in commands:
             if isinstance(c, cmd.Append):
+                self.on_checked("isolation")
                 if c.message.group_id != group:
                     self.on_violation(
                         "isolation",
@@ -279,6 +282,7 @@ class SimNode:
         message = c.message
         if not isinstance(message, ClaimingPartition) or is_member_key(claim_key(message)):
             return
+        self.on_checked("pause_respected")
         pause = self.member.pause(t)
         if pause is not None:
             self.on_violation(

@@ -111,6 +111,7 @@ class RunResult:
     handled: int
     trace: list[str] = field(default_factory=list)
     liveness_checked: bool = True  # the run ended with a fault-free settle (always, bar a cap)
+    checked: frozenset[str] = frozenset()  # the invariants the run evaluated on its data
 
 
 class Fleet:
@@ -207,6 +208,7 @@ class Fleet:
             on_violation=lambda name, d: self.checker.violation(name, d, self.t),
             on_start=self.checker.started,
             on_granted=self.checker.granted,
+            on_checked=self.checker.mark,
             speed=self.p.speed,
             wall_skew=self.rng.uniform(-5, 5),
         )
@@ -407,6 +409,7 @@ class Fleet:
 
     def _hung_handlers(self, t: float) -> None:
         """No handler call outlives its deadline (plus a scheduling second) under a member."""
+        self.checker.mark("handler_deadline")
         for node in self.nodes:
             for child in node.children.values():
                 since = child.hung_since
@@ -477,6 +480,8 @@ class Fleet:
                     open_fault = None
         last_fault = max((w[1] for w in self.fault_windows), default=0.0)
         checked = self.t >= last_fault + p.settle
+        if checked:
+            self.checker.mark("liveness")
         if checked and not (settled or self.converged()):
             self.checker.violation(
                 "liveness",
@@ -506,6 +511,7 @@ class Fleet:
             self.checker.handled_total,
             trace if self.checker.violations else [],
             checked,
+            frozenset(self.checker.ran),
         )
 
     def _fold_whole_log(

@@ -70,6 +70,9 @@ def test_json_summary_names_seeds_violations_invariants_and_convergence() -> Non
     assert summary["seeds"] == 2 and summary["violations"] == []
     assert summary["invariants"] == list(INVARIANTS)
     assert summary["convergence_s"]["cold_start"]["n"] == 2
+    # each invariant evaluated in every run (liveness too: every run ends with a settle)
+    assert summary["checked"] == {name: 2 for name in INVARIANTS}
+    assert summary["liveness_checked"] == 2
 
 
 def test_an_unknown_fault_is_a_usage_error() -> None:
