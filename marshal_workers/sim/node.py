@@ -69,6 +69,7 @@ class SimNode:
         on_start: Callable[[ClaimKey, int], None] = lambda key, offset: None,
         on_granted: Handled = lambda child, end, t: None,
         on_checked: Callable[[str], None] = lambda invariant: None,
+        read_lag_s: float = 0.0,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -96,6 +97,8 @@ class SimNode:
         self.acks: list[inp.Input] = []
         self.answers: list[tuple[float, inp.Input]] = []
         self.cursor = [0] * log.num_partitions
+        self.read_lag_s = read_lag_s  # `read-latency`: its view of the log lags up to this
+        self.read_until = 0.0  # the true time its view has reached (it never goes back)
         self.spawned = 0
         self.trace: deque[str] = deque(maxlen=TRACE_LINES)
         self.exit_code: int | None = None
@@ -108,7 +111,7 @@ class SimNode:
 
     def start(self, t: float) -> None:
         """Catch up on the whole log as it is now, then begin."""
-        self._read(t)
+        self._read(t, lag=False)
         self.started = True
         self._run(self.member.begin(t, t + self.wall_skew, self.partitions()), t)
 
@@ -127,7 +130,7 @@ class SimNode:
 
     def catch_up(self, t: float) -> None:
         """Fold every record the log has now (for the end-of-run comparison)."""
-        self._read(t)
+        self._read(t, lag=False)
 
     def freeze(self, t: float, seconds: float) -> None:
         """SIGSTOP for ``seconds``: the member does nothing; its children run on."""
@@ -200,10 +203,18 @@ class SimNode:
         for child in self.children.values():
             child.step(t, dt)
 
-    def _read(self, t: float) -> None:
+    def _read(self, t: float, *, lag: bool = True) -> None:
+        """Fold what the log has: all of it, or with a read lag what had landed a random
+        delay ago (a consumer's fetch behind the log's end; in offset order, never back)."""
+        until = None
+        if lag and self.read_lag_s > 0:
+            self.read_until = max(self.read_until, t - self.rng.uniform(0, self.read_lag_s))
+            until = self.read_until
+        elif not lag:
+            self.read_until = max(self.read_until, t)
         records = []
         for p, part in enumerate(self.log.parts):
-            got = part.read_from(self.cursor[p])
+            got = part.read_from(self.cursor[p], until)
             if got:
                 self.cursor[p] = got[-1].offset + 1
                 records.extend(got)

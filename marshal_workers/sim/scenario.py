@@ -20,7 +20,7 @@ from typing import Any
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import rationalizer
-from marshal_workers.protocol.leases import min_compaction_lag_ms
+from marshal_workers.protocol.leases import default_margin, min_compaction_lag_ms
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.recordfailures import PoisonNoted
@@ -50,6 +50,8 @@ FAULTS = (
     "partitions",
     "shared-ids",
     "poison",
+    "read-latency",
+    "clock-jumps",
 )
 DEFAULT_FAULTS = (
     "kill",
@@ -211,10 +213,18 @@ class Fleet:
             on_checked=self.checker.mark,
             speed=self.p.speed,
             wall_skew=self.rng.uniform(-5, 5),
+            read_lag_s=self._read_lag(),
         )
         self.nodes.append(node)
         self.at(at, f"start {node.name}", lambda: node.start(self.t))
         return node
+
+    def _read_lag(self) -> float:
+        """`read-latency`: how far a member's view of the log may lag (up to 0.3*HB, drawn per
+        member, then a random share of it per read); 0 without the fault."""
+        if "read-latency" not in self.p.faults:
+            return 0.0
+        return self.rng.uniform(0.05, 0.3) * self.p.heartbeat_interval
 
     def at(self, t: float, what: str, action: Callable[[], None]) -> None:
         self.events.append((t, what, action))
@@ -237,7 +247,8 @@ class Fleet:
         if "failures" in faults:
             for part in self.log.parts:
                 part.fail_rate = p.fail_rate
-        timed = [f for f in faults if f not in ("clock", "latency", "failures", "shared-ids")]
+        lasting = ("clock", "latency", "failures", "shared-ids", "read-latency")
+        timed = [f for f in faults if f not in lasting]
         if not timed:
             return
         for _ in range(p.fault_count):
@@ -277,7 +288,20 @@ class Fleet:
             "pause": self._fault_pause,
             "partitions": self._fault_partitions,
             "poison": self._fault_poison,
+            "clock-jumps": self._fault_clock_jump,
         }[fault]
+
+    def _fault_clock_jump(self) -> None:
+        """One broker's clock jumps: back by up to HB (its stamps go back; the fold clamps log
+        time, so claims there look fresh for longer: liveness waits), or forward by up to the
+        lease margin, the most the safety argument covers (a holder's lease ends a margin
+        before 2*HB of log time after its heartbeat's send; a bigger forward jump lets a rival
+        win while the holder's child may still run: a named residual risk, not simulated)."""
+        hb = self.p.heartbeat_interval
+        part = self.rng.choice(self.log.parts)
+        seconds = self.rng.uniform(-hb, default_margin(hb))
+        part.jump_clock(seconds, self.t)
+        self._window(max(0.0, -seconds) + 2 * hb)
 
     def _fault_poison(self) -> None:
         """A record that always fails, or whose handler call hangs, a little ahead of an ALO
