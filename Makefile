@@ -52,7 +52,7 @@ bench-peers: install kafka-jars ## marshal-run against a plain loop and Arroyo, 
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, hundreds of each fault mix that found a defect, 100 of a bigger fleet
+sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, hundreds of each fault mix that found a defect, 100 of bigger fleets
 	$(BIN)/marshal-sim --seeds 1000
 	$(BIN)/marshal-sim --seeds 200 --members 6 --groups 2 --faults freeze,compaction --fault-count 10
 	$(BIN)/marshal-sim --seeds 200 --faults twins,pause,freeze,compaction,kill --fault-count 8
@@ -61,3 +61,6 @@ sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, h
 	$(BIN)/marshal-sim --seeds 200 --faults poison,compaction --fault-count 6
 	$(BIN)/marshal-sim --seeds 100 --members 30 --groups 3 --faults kill,freeze,restart,twins,compaction,latency,clock,pause,failures,partitions
 	$(BIN)/marshal-sim --seeds 100 --members 12 --groups 3 --faults shared-ids,kill,restart,twins,compaction
+	$(BIN)/marshal-sim --seeds 200 --faults freeze,eager-compaction --fault-count 10
+	$(BIN)/marshal-sim --seeds 200 --faults read-latency,clock-jumps,kill,freeze,restart,twins,compaction,pause,poison --fault-count 6
+	$(BIN)/marshal-sim --seeds 200 --members 4 --groups 1 --faults poison,failures --fail-rate 0.2 --fault-count 6

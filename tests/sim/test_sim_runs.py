@@ -34,6 +34,13 @@ MIXES = [
     # a cleaner below the safe window (a topic altered while the fleet runs)
     SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10),
     SimParams(members=8, groups=4, faults=("freeze", "eager-compaction"), fault_count=10),
+    # issue 18.5: views of the log that lag, broker clocks that jump (within the margin)
+    SimParams(
+        members=4,
+        groups=2,
+        faults=("read-latency", "clock-jumps", "freeze", "twins"),
+        fault_count=4,
+    ),
 ]
 
 
