@@ -169,8 +169,11 @@ class Keeping:
 
         A release tells every member that nobody of ours processes the partition. After a
         takeover that is true only once the replaced instance's lease has surely ended, so
-        until then the claim stays held (and heartbeated) and the release waits."""
-        if release and now < held.start_after and held.phase is not Phase.LOST:
+        until then the claim stays held (and heartbeated) and the release waits. It waits too
+        while a failure count of the claim is being written (again, after a failed write): the
+        log counts a failure only from the holder, so a release landing first loses the count
+        and the record is tried once more than ``poison_park_after`` (marshal-sim)."""
+        if release and self.release_waits(held, now) and held.phase is not Phase.LOST:
             held.phase = Phase.STOPPING  # `keep` comes back to it
             return
         if release and held.phase is not Phase.LOST and held.position is not None:
@@ -183,6 +186,10 @@ class Keeping:
             self.ctx.append(Kind.RELEASE, held.key, message, now, end=position)
         else:
             self.drop(held.key)
+
+    def release_waits(self, held: HeldClaim, now: float) -> bool:
+        """Whether a release of ``held`` must wait (see `finish`)."""
+        return now < held.start_after or self.ctx.pending.in_flight(Kind.POISON, held.key)
 
     def release_decided(self, op: Op, event: ev.Event) -> None:
         """The release's verdict: the claim is forgotten either way."""

@@ -28,6 +28,9 @@ from marshal_workers.ipc.exits import (
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimKey
 
+STATS_INTERVAL_S = 1.0  # `child.stats.REPORT_INTERVAL_S`
+LATENCY_SLOTS = 15  # `child.stats.LATENCY_BUCKETS` after the first, then +Inf
+
 Handled = Callable[["SimChild", int, float], None]
 Died = Callable[["SimChild", int, float], None]
 
@@ -60,6 +63,7 @@ class SimChild:
     on_handled: Handled
     on_failed: Handled  # a handler call failed (raised, or timed out) on a record
     on_died: Died  # the process ended (its exit code; negative: the signal)
+    on_granted: Handled = lambda child, end, t: None  # AMO: a batch up to ``end`` was granted
     position: int = 0
     alive: bool = True
     exit_code: int | None = None
@@ -80,9 +84,31 @@ class SimChild:
     refused: str | None = None  # AMO: it ended at a refused grant, for this reason
     # a slice's child (`sim.slices`): the offsets its slice takes; None: the whole partition
     takes: Callable[[int], bool] | None = None
+    tally: int = 0  # records handled since the last `Stats`
+    calls: int = 0  # handler calls since the last `Stats` (failed ones included)
+    stats_due: float = 0.0
 
     def __post_init__(self) -> None:
         self.position = self.asked_end = self.spec.start_offset or 0
+        self.stats_due = self.ready_at + STATS_INTERVAL_S
+
+    def _stats(self, t: float, *, final: bool = False) -> None:
+        """`ipc.Stats` about once a second, and once more as the child ends (not when killed
+        or ended by its watchdog), as `child.loop` sends it: at the end after a
+        `HandlerFailed`, so its count covers the records handled before the failure."""
+        if not (final or t >= self.stats_due):
+            return
+        self.stats_due = t + STATS_INTERVAL_S
+        if final and not (self.tally or self.calls):
+            return
+        latencies = (self.calls,) + (0,) * LATENCY_SLOTS  # (every call in the fastest bucket)
+        self.outbox.append(ipc.Stats(self.tally, latencies, 0.0, (), self.data.high_watermark(t)))
+        self.tally = self.calls = 0
+
+    def _end(self, code: int, t: float) -> None:
+        """The child ends by itself (its loop's `ChildExit`): final `Stats`, then the exit."""
+        self._stats(t, final=True)
+        self.die(code, t)
 
     def die(self, code: int, t: float) -> None:
         """The process ends."""
@@ -100,6 +126,9 @@ class SimChild:
             self.answers[message.request_id] = message.granted  # taken in request order
             if not message.granted:
                 self.refusals[message.request_id] = message.reason
+            else:
+                end = next(a[2] for a in self.asks if a[0] == message.request_id)
+                self.on_granted(self, end, t)
 
     def step(self, t: float, dt: float) -> None:
         """Run for ``dt`` seconds of virtual time ending at ``t``."""
@@ -111,6 +140,7 @@ class SimChild:
         if t < self.ready_at or t < self.hung_until:
             return
         if self.stopping and self.batch is None and not self.asks:
+            self._stats(t, final=True)
             self.outbox.append(ipc.Stopped(self.position))
             self.die(0, t)
             return
@@ -119,6 +149,8 @@ class SimChild:
             self._handle_alo(t)
         else:
             self._handle_amo(t)
+        if self.alive:
+            self._stats(t)
 
     def _handle_alo(self, t: float) -> None:
         high = self.data.high_watermark(t)
@@ -128,11 +160,13 @@ class SimChild:
                 self.position += 1  # another slice's: read past (`ChildLoop._past_other_slices`)
                 continue
             if t >= self.lease():
-                self.die(EXIT_LEASE_EXPIRED, t)
+                self._end(EXIT_LEASE_EXPIRED, t)  # the loop's check before a call
                 return
             if self._poisoned(t):
                 return
             self.on_handled(self, self.position, t)
+            self.tally += 1
+            self.calls += 1
             self.position += 1
             self.budget -= 1
             if self.stopping:
@@ -146,8 +180,9 @@ class SimChild:
         kind = self.data.poison.get(self.position)
         if kind == "fail":
             self.on_failed(self, self.position, t)
+            self.calls += 1
             self.outbox.append(ipc.HandlerFailed(self.position, "PoisonError: on purpose", ""))
-            self.die(EXIT_HANDLER_FAILED, t)
+            self._end(EXIT_HANDLER_FAILED, t)
             return True
         if kind == "hang":
             if self.hung_since is None:
@@ -167,10 +202,11 @@ class SimChild:
             if not self.answers.pop(request):  # the batches before it are handled: end here
                 self.refused = self.refusals.get(request, "")  # what it asked may be lost
                 if self.stopping:  # asked before the stop and refused: a clean end
+                    self._stats(t, final=True)
                     self.outbox.append(ipc.Stopped(self.position))
                     self.die(0, t)
                 else:
-                    self.die(EXIT_NOT_GRANTED, t)
+                    self._end(EXIT_NOT_GRANTED, t)
                 return
             self.batch, self.position = (start, end), max(self.position, start)
         # asking ahead (`childgrants`): the next while the one before is handled or awaited
@@ -196,9 +232,11 @@ class SimChild:
                 self.position += 1  # another slice's record inside the reserved range
                 continue
             if t >= self.lease():
-                self.die(EXIT_LEASE_EXPIRED, t)
+                self._end(EXIT_LEASE_EXPIRED, t)  # the loop's check before a call
                 return
             self.on_handled(self, self.position, t)
+            self.tally += 1
+            self.calls += 1
             self.position += 1
             self.budget -= 1
         if self.position >= end:

@@ -18,19 +18,23 @@
   HB/2 ago; a frozen supervisor's children work on for its 2*HB lease);
 - ``fold_agreement``: every member's fold agrees with a reader of the whole, uncompacted log
   read up to the same offsets on who holds each claim it considers certain, with which token,
-  and where a new holder would resume it never on the wrong side of the whole log's committed
-  position (AMO: not below it, a double; ALO: not above it, a skip): at the end of the run, and
-  at every fault's start for every live member (a member the fault kills is judged by its last
-  fold);
+  and where a new holder would resume it never on the side that breaks a guarantee, judged by
+  what the children had done by the fold's moment (AMO: not below the end of a batch already
+  granted, a double; ALO: not above an offset nobody had handled, a skip; a compacted reader's
+  position is an estimate and may differ from the whole log's otherwise): at the end of the
+  run, and at every fault's start for every live member (a member the fault kills is judged
+  by its last fold);
 - ``isolation``: a member writes only about its own group's claims;
 - ``pause_respected``: a member writes no data claim while its own fold shows another client's
   pause of its group in force (from its first round on: issue 18.1);
 - ``poison_bounded``: a record that always fails is attempted at most ``park_after`` times,
   across members, restarts and compaction, plus one for each failure whose count never reached
-  the log because its member was killed, frozen or replaced before it landed. Checked exactly:
-  the whole log's fold counts at most ``park_after`` failures of a record (nobody tries a
-  record the log has parked), and each member's failures that the whole log did not count are
-  at most the faults that member suffered;
+  the log because its member was killed, frozen or replaced before it landed, or because every
+  write of it failed (``WRITE_TRIES``). Checked exactly: the whole log's fold counts at most
+  ``park_after`` distinct failures of a record (nobody tries a record the log has parked; the
+  same record written again after a write that timed out and landed is one failure), and each
+  member's failures that the whole log did not count are at most the faults that member
+  suffered;
 - ``handler_deadline``: no handler call outlives its deadline by more than a second;
 - ``liveness``: after the last fault, every partition is held by a live member's child and
   moving (records keep being produced), and shares are fair, within the stated bound (checked
@@ -123,6 +127,36 @@ class Checker:
     )
     # the offsets of start..end a claim covers: all of them, bar a slice's (`sim.slices`)
     owed: Callable[[ClaimKey, int, int], Sequence[int]] = range_of
+    # AMO: per claim, (time, end) of every batch granted to a child, in time order
+    grants: dict[ClaimKey, list[tuple[float, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+
+    # the invariants this run evaluated on some of its data (`checked` of the JSON summary)
+    ran: set[str] = field(default_factory=set)
+
+    def mark(self, invariant: str) -> None:
+        """``invariant`` was evaluated in this run."""
+        self.ran.add(invariant)
+
+    def granted(self, child: SimChild, end: int, t: float) -> None:
+        """AMO: a child was granted a batch ending at ``end``."""
+        self.grants[child.key].append((t, end))
+
+    def granted_end(self, key: ClaimKey, at: float) -> int:
+        """AMO: the end of everything granted on ``key`` before ``at`` (0: nothing)."""
+        return max((end for t, end in self.grants.get(key, ()) if t <= at), default=0)
+
+    def handled_prefix(self, key: ClaimKey, at: float) -> int:
+        """ALO: the first offset owed on ``key`` (from its first start) that nobody had
+        handled before ``at``: everything below it had been handled."""
+        first = self.first.get(key, {})
+        offset = self.starts.get(key, 0)
+        while (offset in first and first[offset][0] <= at) or not self.owed(
+            key, offset, offset + 1
+        ):
+            offset += 1  # handled, or another slice's (a slice is owed only its own offsets)
+        return offset
 
     def started(self, key: ClaimKey, offset: int) -> None:
         """A claim with no position in the log started at ``offset`` (its reset's watermark):
@@ -146,6 +180,7 @@ class Checker:
     ) -> None:
         """``noted``: the failures the whole log's fold counted, per record and writer
         instance; ``faults``: the faults each member instance suffered."""
+        self.mark("poison_bounded")
         counted_by: dict[str, int] = defaultdict(int)
         for (key, offset), by in noted.items():
             for instance, n in by.items():
@@ -164,7 +199,7 @@ class Checker:
                 self.violation(
                     "poison_bounded",
                     f"member instance {instance}: {lost} failures never counted in the log, "
-                    f"after {faults.get(instance, 0)} faults",
+                    f"after {faults.get(instance, 0)} faults (or counts the log failed to take)",
                 )
 
     def died(self, child: SimChild, code: int, t: float) -> None:
@@ -204,6 +239,8 @@ class Checker:
             self.spans[key][child.cid] = Span(child.cid, t, t)
         else:
             span.last = t
+        amo = self.modes[key.group] is Mode.AMO
+        self.ran.add("amo_no_double_grant" if amo else "alo_rehandle_bound")
         counts = self.counts[key]
         seen = counts.get(offset, 0)
         counts[offset] = seen + 1
@@ -212,7 +249,7 @@ class Checker:
             return
         self.rehandled[key] += 1
         where = f"{key.topic}/{key.partition} offset {offset}"
-        if self.modes[key.group] is Mode.AMO:
+        if amo:
             self.violation("amo_no_double_grant", f"{where} handled again by {child.cid}", t)
             return
         first_t, first_cid = self.first[key][offset]
@@ -230,7 +267,7 @@ class Checker:
     def finish(
         self,
         reference: dict[int, World],
-        readers: Iterable[tuple[str, World]],
+        readers: Iterable[tuple[str, float, World]],
         noted: dict[tuple[ClaimKey, int], dict[str, int]],
         faults: dict[str, int],
     ) -> None:
@@ -239,10 +276,11 @@ class Checker:
         self._alo(reference)
         self._amo_losses(reference)
         self._poison(noted, faults)
-        for name, world in readers:
-            self.agree(name, world, reference[world.partition])
+        for name, at, world in readers:
+            self.agree(name, world, reference[world.partition], at)
 
     def _overlaps(self) -> None:
+        self.mark("no_overlap")
         for key, by_child in self.spans.items():
             spans = sorted(by_child.values(), key=lambda s: s.first)
             latest: Span | None = None
@@ -266,6 +304,7 @@ class Checker:
         for key, counts in self.counts.items():
             if self.modes[key.group] is not Mode.ALO:
                 continue
+            self.mark("alo_no_skip")
             committed = positions.get(key, 0)
             owed = self.owed(key, self.starts.get(key, 0), committed)
             missing = [o for o in owed if o not in counts]
@@ -284,6 +323,7 @@ class Checker:
         for key, end in ends.items():
             if key.group not in self.modes or self.modes[key.group] is not Mode.AMO:
                 continue
+            self.mark("amo_loss_only_on_crash")
             counts = self.counts.get(key, {})
             windows = self.crash_windows.get(key, []) + self.unfinished.get(key, [])
             lost = [
@@ -298,10 +338,12 @@ class Checker:
                     f"never handled and lost in no crash (first {lost[0]})",
                 )
 
-    def agree(self, name: str, world: World, reference: World) -> None:
-        """``world`` (a member's fold) against ``reference`` (the whole log folded up to the
-        same offset): every claim it considers certain has the same holder, instance and token,
-        and would resume on the safe side of the whole log's committed position (see below)."""
+    def agree(self, name: str, world: World, reference: World, at: float) -> None:
+        """``world`` (a member's fold at virtual time ``at``) against ``reference`` (the whole
+        log folded up to the same offset): every claim it considers certain has the same
+        holder, instance and token, and would resume where a new holder breaks no guarantee
+        (see below)."""
+        self.mark("fold_agreement")
         for key, state in world.claims.items():
             if not state.certain or state.holder_client is None:
                 continue
@@ -318,20 +360,31 @@ class Checker:
             if mode is None or ref is None:
                 continue
             mine_at, theirs_at = resume_offset(state, mode), resume_offset(ref, mode)
-            # the direction that breaks a guarantee: AMO resuming below the whole log's
-            # committed position (those records may have been granted: twice); ALO resuming
-            # above it (never handled: skipped). The other direction is the position estimate
-            # of a compacted reader (a reservation never committed, compacted under a later
-            # heartbeat; a replaced instance's refused reservation read as activity on an
-            # uncertain claim): at most a loss in AMO, a bounded re-handling in ALO
+            if mine_at is None:
+                continue
+            # The position of a compacted reader is an estimate (the largest offset it saw:
+            # a replaced or frozen holder's refused report counts), so it may differ from the
+            # whole log's. What a new holder must never do is judged by what was done: AMO
+            # resuming below the end of a batch already granted to a child (granted twice);
+            # ALO resuming above an offset nobody had handled yet (skipped). The whole log's
+            # committed position filters (it is on the safe side of both), the children's
+            # record decides: a refused release of a frozen ALO holder reports what its child
+            # handled after the rival's start (seeds 70, 177 of freeze + eager-compaction),
+            # and a new AMO holder's first heartbeat commits a reservation nobody was granted
+            # (seed 178).
             committed = ref.committed or 0
-            unsafe = mine_at is not None and (
-                mine_at < committed if mode is Mode.AMO else mine_at > committed
-            )
+            if mode is Mode.AMO and mine_at < committed:
+                bound = self.granted_end(key, at)
+                unsafe, what = mine_at < bound, f"granted up to {bound}"
+            elif mode is Mode.ALO and mine_at > committed:
+                bound = self.handled_prefix(key, at)
+                unsafe, what = mine_at > bound, f"handled up to {bound}"
+            else:
+                continue
             if unsafe:
                 self.violation(
                     "fold_agreement",
                     f"{name} would resume {key} at {mine_at} (position {state.committed}, "
                     f"reserved to {state.reserved}), the whole log at {theirs_at} "
-                    f"({ref.committed}, {ref.reserved})",
+                    f"({ref.committed}, {ref.reserved}); {what} at t={at:.2f}",
                 )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
+from marshal_workers.core.pending import WRITE_TRIES
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
@@ -67,6 +68,9 @@ class SimNode:
         speed: float,
         wall_skew: float = 0.0,
         on_start: Callable[[ClaimKey, int], None] = lambda key, offset: None,
+        on_granted: Handled = lambda child, end, t: None,
+        on_checked: Callable[[str], None] = lambda invariant: None,
+        read_lag_s: float = 0.0,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -80,6 +84,8 @@ class SimNode:
         self.on_died = on_died
         self.on_violation = on_violation
         self.on_start = on_start
+        self.on_granted = on_granted
+        self.on_checked = on_checked
         self.speed = speed
         self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
         self.alive = True
@@ -92,16 +98,21 @@ class SimNode:
         self.acks: list[inp.Input] = []
         self.answers: list[tuple[float, inp.Input]] = []
         self.cursor = [0] * log.num_partitions
+        self.read_lag_s = read_lag_s  # `read-latency`: its view of the log lags up to this
+        self.read_until = 0.0  # the true time its view has reached (it never goes back)
         self.spawned = 0
         self.trace: deque[str] = deque(maxlen=TRACE_LINES)
         self.exit_code: int | None = None
         self.faults = 0  # kills, freezes and stops it suffered (each may lose a poison count)
+        # failure counts (RecordFailed) the log failed to take, by record: written `WRITE_TRIES`
+        # times and failed each time, a count is given up (`RecordParking.gave_up`)
+        self.count_write_failures: dict[bytes, int] = {}
 
     # ---- life ------------------------------------------------------------------------------
 
     def start(self, t: float) -> None:
         """Catch up on the whole log as it is now, then begin."""
-        self._read(t)
+        self._read(t, lag=False)
         self.started = True
         self._run(self.member.begin(t, t + self.wall_skew, self.partitions()), t)
 
@@ -120,12 +131,17 @@ class SimNode:
 
     def catch_up(self, t: float) -> None:
         """Fold every record the log has now (for the end-of-run comparison)."""
-        self._read(t)
+        self._read(t, lag=False)
 
     def freeze(self, t: float, seconds: float) -> None:
         """SIGSTOP for ``seconds``: the member does nothing; its children run on."""
         self.faults += 1
         self.frozen_until = max(self.frozen_until, t + seconds)
+
+    def counts_lost_to_the_log(self) -> int:
+        """Failure counts the log lost: every write of the record failed without landing
+        (`WRITE_TRIES` of them; a write that timed out but landed is counted by the log)."""
+        return sum(1 for n in self.count_write_failures.values() if n >= WRITE_TRIES)
 
     def frozen(self, t: float) -> bool:
         """Whether the member is stopped at ``t``."""
@@ -141,6 +157,9 @@ class SimNode:
             if f.lands_at > t:
                 still.append(f)
                 continue
+            if f.fails and f.value.startswith(b"RecordFailed/"):
+                failed = self.count_write_failures
+                failed[f.value] = failed.get(f.value, 0) + (not f.lands_anyway)
             if f.fails and not f.lands_anyway:
                 self.acks.append(inp.AppendFailed(t, f.op, "simulated append failure"))
                 continue
@@ -185,10 +204,18 @@ class SimNode:
         for child in self.children.values():
             child.step(t, dt)
 
-    def _read(self, t: float) -> None:
+    def _read(self, t: float, *, lag: bool = True) -> None:
+        """Fold what the log has: all of it, or with a read lag what had landed a random
+        delay ago (a consumer's fetch behind the log's end; in offset order, never back)."""
+        until = None
+        if lag and self.read_lag_s > 0:
+            self.read_until = max(self.read_until, t - self.rng.uniform(0, self.read_lag_s))
+            until = self.read_until
+        elif not lag:
+            self.read_until = max(self.read_until, t)
         records = []
         for p, part in enumerate(self.log.parts):
-            got = part.read_from(self.cursor[p])
+            got = part.read_from(self.cursor[p], until)
             if got:
                 self.cursor[p] = got[-1].offset + 1
                 records.extend(got)
@@ -204,6 +231,7 @@ class SimNode:
         group = self.settings.group
         for c in commands:
             if isinstance(c, cmd.Append):
+                self.on_checked("isolation")
                 if c.message.group_id != group:
                     self.on_violation(
                         "isolation",
@@ -266,6 +294,7 @@ class SimNode:
         message = c.message
         if not isinstance(message, ClaimingPartition) or is_member_key(claim_key(message)):
             return
+        self.on_checked("pause_respected")
         pause = self.member.pause(t)
         if pause is not None:
             self.on_violation(
@@ -290,6 +319,7 @@ class SimNode:
             on_failed=self.on_failed,
             on_died=self.on_died,
             takes=child_filter(c.spec.slice),  # what the core told it to take
+            on_granted=self.on_granted,
         )
         self.children[key] = child
         self.trace.append(

@@ -20,7 +20,7 @@ from typing import Any
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import rationalizer
-from marshal_workers.protocol.leases import min_compaction_lag_ms
+from marshal_workers.protocol.leases import default_margin, min_compaction_lag_ms
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.recordfailures import PoisonNoted
@@ -52,6 +52,8 @@ FAULTS = (
     "partitions",
     "shared-ids",
     "poison",
+    "read-latency",
+    "clock-jumps",
 )
 DEFAULT_FAULTS = (
     "kill",
@@ -89,6 +91,7 @@ class SimParams:
     # issue 20: what a claim covers (`protocol.slicing`), and slices per data partition
     ordering: str = "partition"
     workers_per_partition: int = 1
+    fail_rate: float = 0.02  # `failures`: the share of appends that fail (half land anyway)
 
     @property
     def settle(self) -> float:
@@ -115,6 +118,7 @@ class RunResult:
     handled: int
     trace: list[str] = field(default_factory=list)
     liveness_checked: bool = True  # the run ended with a fault-free settle (always, bar a cap)
+    checked: frozenset[str] = frozenset()  # the invariants the run evaluated on its data
 
 
 class Fleet:
@@ -144,7 +148,8 @@ class Fleet:
         self.slices = SliceChecker(self.cut, dict(self.modes), self.checker.violation)
         self.nodes: list[SimNode] = []
         self.events: list[tuple[float, str, Callable[[], None]]] = []
-        self.snapshots: list[tuple[str, World]] = []  # members' folds at fault boundaries
+        # members' folds at fault boundaries: (label, virtual time, world)
+        self.snapshots: list[tuple[str, float, World]] = []
         self.fault_windows: list[tuple[float, float]] = []  # (start, end) of each fault
         self.instances = 0
         self.handler_timeout = 2 * p.heartbeat_interval
@@ -219,8 +224,11 @@ class Fleet:
             on_died=self.checker.died,
             on_violation=lambda name, d: self.checker.violation(name, d, self.t),
             on_start=self.checker.started,
+            on_granted=self.checker.granted,
+            on_checked=self.checker.mark,
             speed=self.p.speed,
             wall_skew=self.rng.uniform(-5, 5),
+            read_lag_s=self._read_lag(),
         )
         self.nodes.append(node)
         self.at(at, f"start {node.name}", lambda: node.start(self.t))
@@ -230,6 +238,13 @@ class Fleet:
         """A sliced run: a child handled ``offset``, per claim and per data offset."""
         self.checker.handled(child, offset, t)
         self.slices.handled(child.cid, child.key, offset, t)
+
+    def _read_lag(self) -> float:
+        """`read-latency`: how far a member's view of the log may lag (up to 0.3*HB, drawn per
+        member, then a random share of it per read); 0 without the fault."""
+        if "read-latency" not in self.p.faults:
+            return 0.0
+        return self.rng.uniform(0.05, 0.3) * self.p.heartbeat_interval
 
     def at(self, t: float, what: str, action: Callable[[], None]) -> None:
         self.events.append((t, what, action))
@@ -251,8 +266,9 @@ class Fleet:
             )
         if "failures" in faults:
             for part in self.log.parts:
-                part.fail_rate = 0.02
-        timed = [f for f in faults if f not in ("clock", "latency", "failures", "shared-ids")]
+                part.fail_rate = p.fail_rate
+        lasting = ("clock", "latency", "failures", "shared-ids", "read-latency")
+        timed = [f for f in faults if f not in lasting]
         if not timed:
             return
         for _ in range(p.fault_count):
@@ -269,7 +285,10 @@ class Fleet:
             for node in self.nodes:
                 if node.alive and node.started:
                     label = f"{node.name} at {fault} t={self.t:.2f}"
-                    self.snapshots.extend((label, w.copy()) for w in node.member.worlds.values())
+                    # taken before this step's children run: judged by what was done before it
+                    at = self.t - self.p.dt / 2
+                    worlds = node.member.worlds.values()
+                    self.snapshots.extend((label, at, w.copy()) for w in worlds)
             action()
 
         return act
@@ -289,7 +308,20 @@ class Fleet:
             "pause": self._fault_pause,
             "partitions": self._fault_partitions,
             "poison": self._fault_poison,
+            "clock-jumps": self._fault_clock_jump,
         }[fault]
+
+    def _fault_clock_jump(self) -> None:
+        """One broker's clock jumps: back by up to HB (its stamps go back; the fold clamps log
+        time, so claims there look fresh for longer: liveness waits), or forward by up to the
+        lease margin, the most the safety argument covers (a holder's lease ends a margin
+        before 2*HB of log time after its heartbeat's send; a bigger forward jump lets a rival
+        win while the holder's child may still run: a named residual risk, not simulated)."""
+        hb = self.p.heartbeat_interval
+        part = self.rng.choice(self.log.parts)
+        seconds = self.rng.uniform(-hb, default_margin(hb))
+        part.jump_clock(seconds, self.t)
+        self._window(max(0.0, -seconds) + 2 * hb)
 
     def _fault_poison(self) -> None:
         """A record that always fails, or whose handler call hangs, a little ahead of an ALO
@@ -351,7 +383,10 @@ class Fleet:
         """The cleaner with a lag below the safe window (0 to 2*HB): a topic altered after the
         fleet started, which a member checks only at its start. Outside the guarantees on AMO
         loss (a member whose fold the cleaner made uncertain cannot confirm its own
-        reservations); every other invariant still holds."""
+        reservations: "reservation not confirmed" is a fault's refusal); every other invariant
+        still holds, `fold_agreement`'s positions included: a compacted reader's estimate (a
+        frozen holder's refused release can be its key's newest record within seconds here)
+        may differ from the whole log's, never so that a new holder skips or grants twice."""
         self.checker.eager_compaction = True
         self._compact(int((self.t - self.rng.uniform(0, 2) * self.p.heartbeat_interval) * 1000))
 
@@ -418,6 +453,7 @@ class Fleet:
 
     def _hung_handlers(self, t: float) -> None:
         """No handler call outlives its deadline (plus a scheduling second) under a member."""
+        self.checker.mark("handler_deadline")
         for node in self.nodes:
             for child in node.children.values():
                 since = child.hung_since
@@ -488,6 +524,8 @@ class Fleet:
                     open_fault = None
         last_fault = max((w[1] for w in self.fault_windows), default=0.0)
         checked = self.t >= last_fault + p.settle
+        if checked:
+            self.checker.mark("liveness")
         if checked and not (settled or self.converged()):
             self.checker.violation(
                 "liveness",
@@ -496,15 +534,16 @@ class Fleet:
                 self.t,
             )
         reference, noted = self._fold_whole_log()
-        readers: list[tuple[str, World]] = []
+        readers: list[tuple[str, float, World]] = []
         for node in self.nodes:
             for child in node.children.values():
                 if child.alive:  # the run ends while it works: its batches are not lost
                     self.checker.in_progress(child)
             if node.alive and node.started:
                 node.catch_up(self.t)
-                readers.extend((node.name, w) for w in node.member.worlds.values())
-        faults = {n.settings.instance_id: n.faults for n in self.nodes}
+                readers.extend((node.name, self.t, w) for w in node.member.worlds.values())
+        # what may lose a poison count: a kill, freeze or stop, or every write of it failing
+        faults = {n.settings.instance_id: n.faults + n.counts_lost_to_the_log() for n in self.nodes}
         self.checker.finish(reference, readers, noted, faults)
         self.slices.finish()
         trace = sorted(line for n in self.nodes for line in n.trace)[-30:]
@@ -517,6 +556,7 @@ class Fleet:
             self.checker.handled_total,
             trace if self.checker.violations else [],
             checked,
+            frozenset(self.checker.ran),
         )
 
     def _fold_whole_log(
@@ -524,24 +564,35 @@ class Fleet:
     ) -> tuple[dict[int, World], dict[tuple[ClaimKey, int], dict[str, int]]]:
         """The whole, uncompacted log folded (the reference), each member's snapshot judged
         against it at the snapshot's offset on the way, and the poison failures it counted
-        per record and writer instance."""
+        per record and writer instance.
+
+        A failure is counted once however often the log counted it: a member writes the same
+        RecordFailed again when told its write failed (`RecordParking.gave_up`), and a write
+        that timed out may have landed too, so the fold counts that one attempt twice (the
+        record is parked no later). `poison_bounded` bounds attempts, so two landings of the
+        same bytes from one instance are one failure: counting both would let a duplicate
+        hide a lost count from the per-member check, and flag a record tried only
+        ``park_after`` times (seeds 143, 146 of the all-faults mix)."""
         reference = {q: World(self._rcfg(), q) for q in range(self.log.num_partitions)}
         noted: dict[tuple[ClaimKey, int], dict[str, int]] = defaultdict(dict)
+        counted: set[tuple[str, bytes | None]] = set()  # (writer instance, record value)
         for q, records in enumerate(self.log.shadow):
-            due = sorted(
-                ((w.next_offset, label, w) for label, w in self.snapshots if w.partition == q),
-                key=lambda s: s[0],
-            )
+            mine = [(w.next_offset, label, at, w) for label, at, w in self.snapshots]
+            due = sorted((s for s in mine if s[3].partition == q), key=lambda s: s[0])
             for record in records:
                 while due and due[0][0] <= record.offset:  # the reference at the snapshot's offset
-                    _, label, world = due.pop(0)
-                    self.checker.agree(label, world, reference[q])
+                    _, label, at, world = due.pop(0)
+                    self.checker.agree(label, world, reference[q], at)
                 event = fold(reference[q], record)
                 if isinstance(event, PoisonNoted):
+                    failure = (event.message.instance_id, record.value)
+                    if failure in counted:
+                        continue  # the same failure written again: one attempt
+                    counted.add(failure)
                     by = noted[(event.key, event.message.offset)]
                     by[event.message.instance_id] = by.get(event.message.instance_id, 0) + 1
-            for _, label, world in due:  # read to the end
-                self.checker.agree(label, world, reference[q])
+            for _, label, at, world in due:  # read to the end
+                self.checker.agree(label, world, reference[q], at)
         return reference, noted
 
     def _rcfg(self) -> RationalizerConfig:

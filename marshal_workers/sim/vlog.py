@@ -2,9 +2,10 @@
 compaction with the semantics of Kafka's log cleaner.
 
 Each partition stands for one broker's log: its records get that broker's clock as their log
-time (``offset_s`` from the true virtual time; a broker clock never runs backwards), an append
-lands after that partition's latency, and may fail (with or without the record landing: a
-timeout after which the record still appears). `compact` keeps, in the cleanable prefix, only
+time (``offset_s`` from the true virtual time; steady, unless `jump_clock` makes it jump), an
+append lands after that partition's latency, and may fail (with or without the record landing:
+a timeout after which the record still appears); a reader may see only what had landed some
+time ago (``read_from``'s ``until``). `compact` keeps, in the cleanable prefix, only
 the newest record per key; offsets keep their gaps.
 """
 
@@ -27,6 +28,7 @@ class PartitionLog:
     fail_rate: float = 0.0
     records: list[CoordRecord] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
+    landed: list[float] = field(default_factory=list)  # each record's true landing time
     next_offset: int = 0
     last_time_ms: int = 0
 
@@ -38,11 +40,27 @@ class PartitionLog:
         self.next_offset += 1
         self.records.append(record)
         self.offsets.append(record.offset)
+        self.landed.append(max(true_time, self.landed[-1] if self.landed else 0.0))
         return record
 
-    def read_from(self, offset: int) -> list[CoordRecord]:
-        """Every record at or after ``offset`` that survives."""
-        return self.records[bisect.bisect_left(self.offsets, offset) :]
+    def jump_clock(self, seconds: float, true_time: float) -> None:
+        """The broker's clock jumps by ``seconds`` at ``true_time``. Back: its stamps go back
+        too (LogAppendTime is the broker's clock as it is; the fold clamps log time, decision
+        5); forward: they go forward from now."""
+        self.clock_offset_s += seconds
+        if seconds < 0:
+            self.last_time_ms = min(
+                self.last_time_ms, int((true_time + self.clock_offset_s) * 1000)
+            )
+
+    def read_from(self, offset: int, until: float | None = None) -> list[CoordRecord]:
+        """Every record at or after ``offset`` that survives (``until``: only the prefix of
+        them that had landed by that true time: a reader's view that lags)."""
+        start = bisect.bisect_left(self.offsets, offset)
+        if until is None:
+            return self.records[start:]
+        end = bisect.bisect_right(self.landed, until, lo=start)
+        return self.records[start:end]
 
     def compact(self, clean_before_ms: int, tail_kept: int) -> int:
         """Kafka's cleaner: in the records older than ``clean_before_ms``, except the newest
@@ -53,10 +71,12 @@ class PartitionLog:
         while end < limit and self.records[end].timestamp_ms < clean_before_ms:
             end += 1
         newest = {r.key: r.offset for r in self.records[:end]}  # the cleaner's offset map
-        kept = [r for r in self.records[:end] if newest[r.key] == r.offset] + self.records[end:]
-        removed = len(self.records) - len(kept)
-        self.records = kept
-        self.offsets = [r.offset for r in kept]
+        keep = [i for i, r in enumerate(self.records[:end]) if newest[r.key] == r.offset]
+        keep += range(end, len(self.records))
+        removed = len(self.records) - len(keep)
+        self.records = [self.records[i] for i in keep]
+        self.landed = [self.landed[i] for i in keep]
+        self.offsets = [r.offset for r in self.records]
         return removed
 
 

@@ -241,6 +241,20 @@ def test_release_defect_a_stale_release_retried_forever(monkeypatch: pytest.Monk
     assert first_violation(params, "liveness", SEEDS) is not None
 
 
+def test_poison_defect_a_release_overtakes_the_failure_count_written_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """marshal-sim seeds 58, 81, 119 of the all-faults mix: a member released a claim in the
+    turn it wrote the record's failure count; the count's write failed and was written again
+    behind the release, which the log refused (not the holder): one attempt more than
+    ``poison_park_after`` from a member that suffered no fault. (Appends fail often here.)"""
+    monkeypatch.setattr(Keeping, "release_waits", lambda self, held, now: now < held.start_after)
+    params = SimParams(
+        members=4, groups=1, faults=("poison", "failures"), fault_count=6, fail_rate=0.2
+    )
+    assert first_violation(params, "poison_bounded", SEEDS) is not None
+
+
 def _unbounded_retry(state: Any, client_id: str, instance_id: str, tries: int = 0) -> bool | None:
     """The retry rule before issue 18.2: while the fold (certain or not) shows this instance."""
     if state is None or state.holder_client != client_id or state.holder_instance != instance_id:

@@ -27,12 +27,20 @@ MIXES = [
     SimParams(members=4, groups=1, faults=("poison",), fault_count=3, duration=60),
     SimParams(members=4, groups=2, faults=("restart", "pause"), fault_count=3),
     SimParams(faults=("poison", "compaction"), fault_count=6),
+    SimParams(members=4, groups=1, faults=("poison", "failures"), fault_count=6, fail_rate=0.2),
     # issue 18: the mixes of the sweep that found positions erased by the cleaner
     SimParams(members=6, groups=2, faults=("freeze", "compaction"), fault_count=10),
     SimParams(faults=("twins", "pause", "freeze", "compaction", "kill"), fault_count=8),
     # a cleaner below the safe window (a topic altered while the fleet runs)
     SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10),
     SimParams(members=8, groups=4, faults=("freeze", "eager-compaction"), fault_count=10),
+    # issue 18.5: views of the log that lag, broker clocks that jump (within the margin)
+    SimParams(
+        members=4,
+        groups=2,
+        faults=("read-latency", "clock-jumps", "freeze", "twins"),
+        fault_count=4,
+    ),
 ]
 
 
@@ -69,6 +77,9 @@ def test_json_summary_names_seeds_violations_invariants_and_convergence() -> Non
     assert summary["seeds"] == 2 and summary["violations"] == []
     assert summary["invariants"] == list(INVARIANTS)
     assert summary["convergence_s"]["cold_start"]["n"] == 2
+    # each invariant evaluated in every run (liveness too: every run ends with a settle)
+    assert summary["checked"] == {name: 2 for name in INVARIANTS}
+    assert summary["liveness_checked"] == 2
 
 
 def test_an_unknown_fault_is_a_usage_error() -> None:

@@ -520,6 +520,35 @@ class TestFailureCounts:
         assert (second.value, second.key) == (first.value, first.key)
         assert second.op != first.op
 
+    def test_a_release_waits_for_the_failure_count_written_again(self) -> None:
+        """marshal-sim (mix with `failures`, seeds 58, 81, 119): the child failed for the last
+        time, the member wrote the count and released the claim; the count's write failed, was
+        written again behind the release, and the log refused it (not the holder): the record
+        was tried once more than `poison_park_after`, with no fault of the member's. The release
+        waits until the count is decided or given up."""
+        topic, log_ms = fresh_topic(partitions=1)
+        member = Member(replace(settings(partitions=1), max_handler_failures=1))
+        h = start(member, topic, log_ms, n=1)
+        key = keys(1)[0]
+        h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
+        h.tick(0.05)
+        failed = member.feed(inp.ChildSaid(h.now, key, ipc.HandlerFailed(120, "ValueError", "")))
+        (count,) = [c for c in failed if isinstance(c, cmd.Append)]
+        ended = member.feed(inp.ChildExited(h.now, key, EXIT_HANDLER_FAILED))
+        h.run([c for c in ended if not isinstance(c, cmd.Append)])
+        written = [c for c in ended if isinstance(c, cmd.Append)]
+        again = member.feed(inp.AppendFailed(h.now, count.op, "broker down"))  # written again
+        h.run(written)  # sent before the count was written again: it lands first
+        h.run(again)
+        for _ in range(5):
+            h.tick(0.1)
+        values = [r.value for r in topic.read(0, 0)]
+        kinds = [v.split(b"/")[0] for v in values if v.startswith((b"RecordFailed", b"Releasing"))]
+        assert kinds == [b"RecordFailed", b"ReleasingPartition"]
+        state = member.worlds[0].poison.get(key)
+        assert state is not None and state.failures == 1  # counted: the holder wrote it
+        assert key not in member.held  # released once the count landed
+
 
 class TestPoisonRateAcrossRestarts:
     """Issue 21 item 3: the poison rate is the partition's, not the child's."""

@@ -1,12 +1,11 @@
 """A member defect found by the issue 20.4 sweep (marshal-sim, sliced fleets, every fault),
-written as the test that fails until the member is fixed: a failure's count in flight when the
-claim is released is lost."""
+written as the test that failed until the member was fixed (`Keeping.release_waits`, found
+independently by the issue 18 sweep): a failure's count in flight when the claim is released
+was lost."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-
-import pytest
 
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
@@ -19,10 +18,6 @@ from marshal_workers.protocol.wire import ClaimKey
 from tests.unit.test_member_core import Harness, fresh_topic, settings
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="member defect, reported to the lead: the release does not wait for the count",
-)
 def test_a_failure_count_written_as_the_claim_is_released_is_counted() -> None:
     """Found by marshal-sim (issue 20.4 sweep, seed 9 of ``--ordering unordered
     --workers-per-partition 4`` with every fault; not slicing-specific): the handler failure

@@ -1,0 +1,92 @@
+"""The simulator's checker on hand-made histories: `fold_agreement` judges a compacted
+reader's resume position by what children did (issue 18: seeds 70, 177, 178 of
+freeze + eager-compaction), never by the whole log's position alone."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import ClaimState, RationalizerConfig, World
+from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.sim.invariants import Checker
+
+ALO, AMO = ClaimKey("g0", "t", 0), ClaimKey("g1", "t", 0)
+
+
+def checker() -> Checker:
+    return Checker({"g0": Mode.ALO, "g1": Mode.AMO}, heartbeat_interval=1.0, speed=100.0)
+
+
+def world(key: ClaimKey, committed: int, reserved: int | None = None) -> World:
+    w = World(RationalizerConfig(1000), 0)
+    w.claims[key] = ClaimState(True, "c2", "i3", 40, 0, committed, reserved)
+    return w
+
+
+def child(key: ClaimKey, cid: str) -> Any:
+    return SimpleNamespace(key=key, cid=cid, spec=SimpleNamespace(instance_id=cid))
+
+
+def handle(c: Checker, key: ClaimKey, cid: str, offsets: range, t: float) -> None:
+    for offset in offsets:
+        c.handled(child(key, cid), offset, t)
+
+
+def test_alo_a_position_above_the_whole_logs_that_was_handled_is_no_skip() -> None:
+    """Seed 70: a frozen holder's child handled 10..295, its refused release said 295; a
+    compacted reader resumes at 295 while the whole log (the rival restarted at 267) says
+    267. Everything below 295 was handled: nothing is skipped."""
+    c = checker()
+    c.started(ALO, 10)
+    handle(c, ALO, "frozen", range(10, 295), 5.0)
+    c.agree("reader", world(ALO, 295), world(ALO, 267), at=14.4)
+    assert c.violations == []
+
+
+def test_alo_a_position_above_what_was_handled_is_a_skip() -> None:
+    """The same reader, had nobody handled 290..294: a new holder would skip them."""
+    c = checker()
+    c.started(ALO, 10)
+    handle(c, ALO, "frozen", range(10, 290), 5.0)
+    handle(c, ALO, "late", range(290, 295), 20.0)  # handled after the reader's moment
+    c.agree("reader", world(ALO, 295), world(ALO, 267), at=14.4)
+    assert [v["invariant"] for v in c.violations] == ["fold_agreement"]
+    assert "handled up to 290" in c.violations[0]["detail"]
+
+
+def test_amo_a_position_below_the_whole_logs_that_nobody_was_granted_is_no_double() -> None:
+    """Seed 178: the frozen holder reserved 309..310 and was never granted it; the rival's
+    first heartbeat committed 310; a compacted reader saw only the frozen holder's refused
+    release (309). Resuming at 309 grants nothing twice."""
+    c = checker()
+    c.granted(child(AMO, "frozen"), 309, 11.3)
+    c.agree("reader", world(AMO, 309), world(AMO, 310, 310), at=17.5)
+    assert c.violations == []
+
+
+def test_amo_a_position_below_a_granted_batch_is_a_double() -> None:
+    """Had the frozen holder's child been granted 309..310, resuming at 309 grants it again."""
+    c = checker()
+    c.granted(child(AMO, "frozen"), 310, 11.3)
+    c.agree("reader", world(AMO, 309), world(AMO, 310, 310), at=17.5)
+    assert [v["invariant"] for v in c.violations] == ["fold_agreement"]
+    assert "granted up to 310" in c.violations[0]["detail"]
+
+
+def test_a_grant_after_the_readers_moment_does_not_count() -> None:
+    """What the reader is judged by is what was done before its fold was taken."""
+    c = checker()
+    c.granted(child(AMO, "later"), 310, 18.0)
+    c.agree("reader", world(AMO, 309), world(AMO, 310, 310), at=17.5)
+    assert c.violations == []
+
+
+def test_holders_and_tokens_still_agree_exactly() -> None:
+    """A certain claim held by another instance than the whole log's is a violation."""
+    c = checker()
+    mine, theirs = world(ALO, 10), world(ALO, 10)
+    theirs.claims[ALO].holder_instance = "i9"
+    c.agree("reader", mine, theirs, at=1.0)
+    assert [v["invariant"] for v in c.violations] == ["fold_agreement"]
