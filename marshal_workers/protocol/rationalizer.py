@@ -106,6 +106,7 @@ from marshal_workers.protocol.wire import (
     coordination_partition,
     decode,
     legacy_claim_key,
+    legacy_pause_keys,
     pause_key,
     record_key,
 )
@@ -245,7 +246,7 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
             return _poison(world, record)
         return _metadata(world, record, exc)
     if type(msg) is ReleaseGroup:
-        if record.key != pause_key(msg) and record.key != msg.group_id.encode():
+        if record.key != pause_key(msg) and record.key not in legacy_pause_keys(msg):
             return _malformed(world, record, _key_mismatch(record, msg), _keyless(record, msg))
         return _release_group(world, record, msg)
     assert not isinstance(msg, ReleaseGroup)

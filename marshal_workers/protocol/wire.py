@@ -167,7 +167,7 @@ CLAIM_KEY_SUFFIX: Final = b"/claim"
 def record_key(msg: Message) -> bytes:
     """The Kafka record key: ``group/topic/partition`` for the records that carry a claim's
     position (heartbeats, releases, reservations), the same plus ``/claim`` for a claim, and
-    ``group/pause/expire_time`` for a ReleaseGroup (`pause_key`).
+    ``group/pause/expire_time/instance/unix_sec`` for a ReleaseGroup (`pause_key`).
 
     Compaction keeps the newest record per key. Claims are keyed apart so that the newest
     record carrying a position always survives the cleaner, whatever claim (refused, or never
@@ -182,11 +182,17 @@ def record_key(msg: Message) -> bytes:
 
 
 def pause_key(msg: ReleaseGroup) -> bytes:
-    """A pause's key: the group and its end, so that its lift (a pause ending now, under a key
-    of its own) never supersedes it and every reader sees the pause in force at the log time
-    of each record written under it. Before, pauses were keyed by the group alone: the fold
-    still reads those."""
-    return f"{msg.group_id}/pause/{msg.expire_time}".encode()
+    """A pause's key: the group, its end and its writer (instance and wall second), so that
+    neither its lift (a pause ending now) nor another pause with the same end (a second
+    `release-group` run with one `--until`) supersedes it, and every reader sees the pause in
+    force at the log time of each record written under it. Before, pauses were keyed by the
+    group alone, then by group and end (`legacy_pause_keys`): the fold still reads those."""
+    return f"{msg.group_id}/pause/{msg.expire_time}/{msg.instance_id}/{msg.unix_sec}".encode()
+
+
+def legacy_pause_keys(msg: ReleaseGroup) -> tuple[bytes, bytes]:
+    """The keys a pause had before `pause_key` named its writer: the group, and group/end."""
+    return msg.group_id.encode(), f"{msg.group_id}/pause/{msg.expire_time}".encode()
 
 
 def legacy_claim_key(msg: ClaimingPartition) -> bytes:

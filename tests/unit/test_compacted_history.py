@@ -13,7 +13,7 @@ from marshal_workers.protocol.rationalizer import (
     fold,
     resume_offset,
 )
-from marshal_workers.protocol.wire import ClaimKey, CoordRecord, encode, record_key
+from marshal_workers.protocol.wire import ClaimKey, CoordRecord, ReleaseGroup, encode, record_key
 from tests.support import GROUP, HB, TOPIC, Log, claim, hb, pause, record, release, reserve
 
 KEY = ClaimKey(GROUP, TOPIC, 0)
@@ -182,12 +182,36 @@ class TestPausesSurviveTheCleaner:
         assert [e.until_ms for e in paused] == [100_000, 0]
         assert record_key(pause("admin", 100)) != record_key(pause("admin", 0))
 
+    def test_two_pauses_with_one_end_are_both_kept(self) -> None:
+        """Found by hypothesis (the issue 18 sweep): two pauses of one group with one end (two
+        `release-group --until` runs) shared one key; the cleaner kept only the later one, and a
+        reader of what survived granted b's claim written between them, which the whole log
+        refused (paused). A pause's key now names its writer, so both survive."""
+        clock = Clock()
+        topic = MemoryTopic(1, clock)
+        first = ReleaseGroup(0, "admin-1", "admin", GROUP, "", 0, 25)
+        again = ReleaseGroup(10, "admin-2", "admin", GROUP, "", 0, 25)
+        write(topic, clock, 0, first)
+        write(topic, clock, 3_000, claim("b"))  # refused: paused until 25 s
+        write(topic, clock, 10_000, again)
+        write(topic, clock, 11_000, hb("x", 1, part=1))
+        whole: list[ev.Event] = []
+        FoldedLog(MemoryLog(topic), RationalizerConfig(HB)).catch_up(1.0, whole.append)
+        topic.compact(clean_before_ms=10_500)
+        seen: list[ev.Event] = []
+        FoldedLog(MemoryLog(topic), RationalizerConfig(HB)).catch_up(1.0, seen.append)
+        assert [type(e) for e in whole if e.coord_offset == 1] == [ev.ClaimRejected]
+        assert [type(e) for e in seen if e.coord_offset == 1] == [ev.ClaimRejected]
+        assert record_key(first) != record_key(again)
+
     def test_a_pause_under_the_groups_old_key_is_still_read(self) -> None:
         """A log written before pauses were keyed apart: the pause under the group's name."""
         world = World(RationalizerConfig(HB), 0)
         msg = pause("admin", 100)
         event = fold(world, CoordRecord(0, 0, 10, GROUP.encode(), encode(msg)))
         assert isinstance(event, ev.GroupPaused) and world.malformed == 0
+        keyed = fold(world, CoordRecord(0, 1, 20, f"{GROUP}/pause/100".encode(), encode(msg)))
+        assert isinstance(keyed, ev.GroupPaused) and world.malformed == 0  # group/end: read too
 
 
 class TestCompactedLog:

@@ -73,7 +73,14 @@ def logs(draw: st.DrawFn) -> list[CoordRecord]:
         t += draw(st.sampled_from([0, 1, HB // 2, HB, 2 * HB, 2 * HB + 1, 3 * HB]))
         msg = drawn
         if isinstance(drawn, ReleaseGroup):
-            msg = pause(drawn.client_id, t // 1000 + drawn.expire_time)
+            # stamped as a writer does (its wall second); each pause is its own write (an
+            # idempotent producer never writes one record twice), and its key names the writer
+            # (`pause_key`): two pauses of one client with one end are two keys
+            msg = replace(
+                pause(drawn.client_id, t // 1000 + drawn.expire_time),
+                instance_id=f"{drawn.client_id}-p{offset}",
+                unix_sec=t // 1000,
+            )
         out.append(CoordRecord(0, offset, t, record_key(msg), encode(msg)))
     return out
 
