@@ -33,7 +33,7 @@ typecheck: install ## mypy --strict on the package
 	$(BIN)/mypy marshal_workers
 
 test: install kafka-jars spark-jars lint typecheck ## Install, resolve the jars, lint, type-check, then unit and integration tests (real Kafka, Spark)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=30
 
 test-unit: ## Only the tests that need no broker
 	$(BIN)/pytest -q tests/unit
