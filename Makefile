@@ -33,7 +33,10 @@ typecheck: install ## mypy --strict on the package
 	$(BIN)/mypy marshal_workers
 
 test: install kafka-jars spark-jars lint typecheck ## Install, resolve the jars, lint, type-check, then unit and integration tests (real Kafka, Spark)
-	$(BIN)/pytest -q --durations=30
+	@# the pure tests (no broker) on both cores; then those with real Kafka and processes, one
+	@# at a time (their timing is real), the slowest listed
+	$(BIN)/pytest -q -n 2 tests/unit tests/sim
+	$(BIN)/pytest -q --durations=30 tests/contract tests/integration
 
 test-unit: ## Only the tests that need no broker
 	$(BIN)/pytest -q tests/unit

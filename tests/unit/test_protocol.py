@@ -177,11 +177,14 @@ class TestKeysAndNames:
         """Compaction keeps the newest record per claim: the key names the claim."""
         assert record_key(SAMPLES[0][0]) == b"g/orders/3"
 
-    def test_release_group_key_is_the_group_and_its_end(self) -> None:
-        """A ReleaseGroup is keyed by its group and its end (a lift never supersedes it)."""
+    def test_release_group_key_is_the_group_its_end_and_its_writer(self) -> None:
+        """A ReleaseGroup is keyed by its group, its end and its writer (instance, wall
+        second): neither a lift nor another pause with the same end supersedes it."""
         msg = SAMPLES[4][0]
         assert isinstance(msg, ReleaseGroup)
-        assert record_key(msg) == f"g/pause/{msg.expire_time}".encode()
+        assert record_key(msg) == (
+            f"g/pause/{msg.expire_time}/{msg.instance_id}/{msg.unix_sec}".encode()
+        )
 
     @pytest.mark.parametrize("bad", ["", "a/b", "with space", "tab\there"])
     def test_names_the_wire_cannot_carry_are_refused(self, bad: str) -> None:
