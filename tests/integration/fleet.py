@@ -267,6 +267,17 @@ class Fleet:
                     out[key.partition] = resume_offset(state, mode)
         return out
 
+    def positions_reach(self, ends: dict[int, int], mode: Mode) -> bool:
+        """Whether every data partition's resume position is at ``ends`` (AMO: everything
+        reserved)."""
+        positions = self.positions(mode)
+        return all((positions.get(p) or 0) >= end for p, end in ends.items())
+
+    def wait_split(self, shares: list[int], timeout: float = 60) -> None:
+        """Wait until the members hold partitions in these numbers (sorted)."""
+        split = f"a {shares} split"
+        self.wait_for(lambda: sorted(self.counts().values()) == shares, timeout, split)
+
     def slice_positions(self) -> dict[str, int | None]:
         """Each slice's resume position per the log (claim topic -> offset)."""
         self.reader.poll(0.2)

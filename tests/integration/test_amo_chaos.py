@@ -64,10 +64,6 @@ def start(fleet: Fleet, client: str) -> Member:
     return fleet.start(client, "--amo-window", str(WINDOW))
 
 
-def split(fleet: Fleet, shares: list[int], timeout: float = 60) -> None:
-    fleet.wait_for(lambda: sorted(fleet.counts().values()) == shares, timeout, f"a {shares} split")
-
-
 def held_by(fleet: Fleet, client: str) -> set[int]:
     return {p for p, holder in fleet.holders().items() if holder == client}
 
@@ -92,12 +88,12 @@ def chaos_round(fleet: Fleet, a: Member, b: Member) -> tuple[Member, Member, set
     whose crashes may have lost records."""
     busy(fleet, a)
     c = start(fleet, "c")  # a member joins: a and b release over their share
-    split(fleet, [2, 3, 3])
+    fleet.wait_split([2, 3, 3])
     busy(fleet, b)
     b.signal(signal.SIGTERM)  # a deploy: b stops gracefully and comes back
     assert b.wait(30) == 0, b.log_tail()
     b = start(fleet, "b")
-    split(fleet, [2, 3, 3])
+    fleet.wait_split([2, 3, 3])
 
     for again in (True, False):
         busy(fleet, c)
@@ -105,8 +101,8 @@ def chaos_round(fleet: Fleet, a: Member, b: Member) -> tuple[Member, Member, set
         assert c.wait(10) == -signal.SIGKILL
         if again:  # restarted at once: restart recovery takes c's fresh claims over
             c = start(fleet, "c")
-            split(fleet, [2, 3, 3])
-    split(fleet, [4, 4])  # killed for good: a and b take its partitions over
+            fleet.wait_split([2, 3, 3])
+    fleet.wait_split([4, 4])  # killed for good: a and b take its partitions over
 
     busy(fleet, a)
     a.signal(signal.SIGSTOP)  # a freeze past the lease: b takes a's partitions over
@@ -114,7 +110,7 @@ def chaos_round(fleet: Fleet, a: Member, b: Member) -> tuple[Member, Member, set
         fleet.wait_for(lambda: fleet.counts() == {"b": 8}, 60, "b holding all 8")
     finally:
         a.signal(signal.SIGCONT)
-    split(fleet, [4, 4])
+    fleet.wait_split([4, 4])
     return a, b, {"a", "c"}
 
 
@@ -164,7 +160,7 @@ def run_chaos(fleet: Fleet, rounds: int) -> None:
     fleet.produce(8 * 300)  # a backlog, so that every operation meets runs in flight
     fleet.produce_steadily(300)
     a, b = start(fleet, "a"), start(fleet, "b")
-    split(fleet, [4, 4])
+    fleet.wait_split([4, 4])
     crashed: set[str] = set()
     for _ in range(rounds):
         a, b, lost_by = chaos_round(fleet, a, b)
@@ -172,11 +168,7 @@ def run_chaos(fleet: Fleet, rounds: int) -> None:
     fleet.stop_producing()
     ends = fleet.end_offsets()
 
-    def reserved_to_the_end() -> bool:
-        positions = fleet.positions(Mode.AMO)
-        return all((positions.get(p) or 0) >= end for p, end in ends.items())
-
-    fleet.wait_for(reserved_to_the_end, 90, "every record reserved")
+    fleet.wait_for(lambda: fleet.positions_reach(ends, Mode.AMO), 90, "every record reserved")
     for member in (a, b):  # a graceful stop handles everything reserved for it
         member.signal(signal.SIGTERM)
     for member in (a, b):

@@ -33,33 +33,25 @@ def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
         f.close()
 
 
-def split(fleet: Fleet, shares: list[int]) -> None:
-    fleet.wait_for(lambda: sorted(fleet.counts().values()) == shares, 60, f"a {shares} split")
-
-
 def test_a_join_a_deploy_and_a_sigterm_lose_nothing_and_repeat_nothing(fleet: Fleet) -> None:
     fleet.produce(8 * 500)  # a backlog, so that every operation meets batches in flight
     fleet.produce_steadily(400)
     fleet.start("a")
     b = fleet.start("b")
-    split(fleet, [4, 4])
+    fleet.wait_split([4, 4])
     c = fleet.start("c")  # a member joins: a and b release over their share
-    split(fleet, [2, 3, 3])
+    fleet.wait_split([2, 3, 3])
     b.signal(signal.SIGTERM)  # a deploy: b stops and comes back
     assert b.wait(30) == 0, b.log_tail()
     fleet.start("b")
-    split(fleet, [2, 3, 3])
+    fleet.wait_split([2, 3, 3])
     c.signal(signal.SIGTERM)  # c leaves for good
     assert c.wait(30) == 0, c.log_tail()
-    split(fleet, [4, 4])
+    fleet.wait_split([4, 4])
     fleet.stop_producing()
     ends = fleet.end_offsets()
 
-    def reserved_to_the_end() -> bool:
-        positions = fleet.positions(Mode.AMO)
-        return all((positions.get(p) or 0) >= end for p, end in ends.items())
-
-    fleet.wait_for(reserved_to_the_end, 90, "every record reserved")
+    fleet.wait_for(lambda: fleet.positions_reach(ends, Mode.AMO), 90, "every record reserved")
     deadline = time.monotonic() + 30  # the last batches reserved are handled soon after
     while not fleet.handled_everything() and time.monotonic() < deadline:
         time.sleep(0.2)
