@@ -105,3 +105,37 @@ def find_gaps(
         for offset in offsets
         if (topic, partition, offset) not in done
     ]
+
+
+def find_stale_claims(
+    rows: Iterable[LedgerRow], client_id: str, since: float
+) -> list[tuple[str, int, str | None, int]]:
+    """Claims (topic, partition, slice, token) under which ``client_id`` handled a record that
+    started after ``since`` although the claim is no newer than one already in use on that
+    partition (or slice) before ``since``.
+
+    A fencing token is an offset of its claim's coordination partition, so the claims of two
+    data partitions can carry the same number; a claim is its partition, slice and token. A
+    claim won after ``since`` is written after every claim in use before it, on the same
+    coordination partition, so its token is larger: a row under a smaller or equal token is a
+    claim the client held before (or somebody else's).
+    """
+
+    def claim(r: LedgerRow) -> tuple[str, int, str | None]:
+        return (r["topic"], r["partition"], r["slice"])
+
+    rows = list(rows)
+    newest_before: dict[tuple[str, int, str | None], int] = {}
+    for r in rows:
+        if r["start"] <= since:
+            newest_before[claim(r)] = max(newest_before.get(claim(r), -1), r["token"])
+    return sorted(
+        {
+            (*claim(r), r["token"])
+            for r in rows
+            if r["client_id"] == client_id
+            and r["start"] > since
+            and r["token"] <= newest_before.get(claim(r), -1)
+        },
+        key=lambda c: (c[0], c[1], c[2] or "", c[3]),
+    )

@@ -15,6 +15,7 @@ from marshal_workers.common.ledgerfile import (
     find_duplicates,
     find_gaps,
     find_overlaps,
+    find_stale_claims,
     read_ledger,
 )
 from marshal_workers.handler import Context, Record
@@ -154,6 +155,43 @@ class TestOverlaps:
         """Rows of one process, or of different partitions, are never an overlap."""
         rows = [row(0, 1, 0.0, 5.0), row(1, 1, 2.0, 3.0), row(0, 2, 1.0, 2.0, partition=1)]
         assert find_overlaps(rows) == []
+
+
+def claimed(partition: int, token: int, client: str, start: float) -> LedgerRow:
+    """A row of ``client`` on ``partition`` under ``token``, started at ``start``."""
+    return {
+        **row(0, hash(client) % 1000, start, start + 0.1, partition),
+        "client_id": client,
+        "token": token,
+    }
+
+
+class TestStaleClaims:
+    def test_equal_tokens_of_two_partitions_are_two_claims(self) -> None:
+        """Seen in a real run: partitions 7 and 5 were both granted at token 2 (their claims
+        live on two coordination partitions). A claim won after SIGCONT with a token equal to
+        an old one of another partition is a new claim, not a stale one."""
+        rows = [claimed(7, 2, "a", 1.0), claimed(5, 40, "b", 2.0), claimed(5, 2 + 60, "a", 9.0)]
+        rows.append(claimed(7, 2, "c", 3.0))
+        rows.append(claimed(3, 2, "a", 9.5))  # partition 3 was never handled before: new
+        assert find_stale_claims(rows, "a", since=5.0) == []
+
+    def test_a_claim_held_before_used_again_is_stale(self) -> None:
+        """The client handling again under its old claim after another took the partition."""
+        rows = [claimed(5, 2, "a", 1.0), claimed(5, 40, "b", 2.0), claimed(5, 2, "a", 9.0)]
+        assert find_stale_claims(rows, "a", since=5.0) == [("t", 5, None, 2)]
+
+    def test_a_token_older_than_the_takeover_is_stale(self) -> None:
+        """Any token no newer than the partition's newest claim before ``since`` is stale,
+        even one the ledger never showed the client using."""
+        rows = [claimed(5, 40, "b", 2.0), claimed(5, 39, "a", 9.0), claimed(5, 41, "a", 9.1)]
+        assert find_stale_claims(rows, "a", since=5.0) == [("t", 5, None, 39)]
+
+    def test_slices_are_claims_of_their_own(self) -> None:
+        """Two slices of one partition are two claims, with tokens that need not be ordered."""
+        old = {**claimed(5, 40, "b", 2.0), "slice": "key.0of2"}
+        new = {**claimed(5, 7, "a", 9.0), "slice": "key.1of2"}
+        assert find_stale_claims([old, new], "a", since=5.0) == []
 
 
 class TestGaps:
