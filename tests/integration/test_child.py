@@ -42,7 +42,7 @@ from marshal_workers.ipc.messages import (
     Stopped,
 )
 from marshal_workers.protocol.modes import Mode
-from plugins import ledger
+from marshal_workers.plugins import ledger
 from tests.integration import child_handlers
 from tests.integration.conftest import WAIT_S, Supervised
 

@@ -19,7 +19,7 @@ from marshal_workers.common.ledgerfile import (
 )
 from marshal_workers.handler import Context, Record
 from marshal_workers.protocol.modes import Mode
-from plugins import ledger
+from marshal_workers.plugins import ledger
 
 
 def row(offset: int, pid: int, start: float, end: float, partition: int = 0) -> LedgerRow:

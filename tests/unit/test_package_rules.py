@@ -11,6 +11,7 @@ import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+from re import compile as re_compile
 
 import pytest
 
@@ -195,3 +196,33 @@ def test_a_tool_does_not_import_the_fork_server(cli: str) -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
     )
     assert done.stdout.strip() == "False"
+
+
+def test_the_bundled_plugins_are_named_as_installed() -> None:
+    """Tests, benchmarks and the package import a bundled plugin, and name it as a handler,
+    by the name the wheel installs (``marshal_workers.plugins.ledger``, or its entry point
+    ``ledger``), never by the checkout's top-level ``plugins.ledger``: that name exists only
+    with the repository's root on sys.path, so a test driving it drives a path no install has,
+    and loads a second copy of the module beside the installed one."""
+    checkout_name = re_compile(r"(?<![\w.])plugins\.(?:" + "|".join(
+        p.stem for p in BUNDLED_PLUGINS.glob("*.py") if p.stem != "__init__"
+    ) + r")\b")  # fmt: skip
+    wrong = []
+    for folder in ("tests", "bench", "marshal_workers", "plugins", "configs", "systemd", "docs"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix not in {".py", ".toml", ".md", ".service", ".env"}:
+                continue
+            if path == Path(__file__):
+                continue
+            tree_imports = []
+            if path.suffix == ".py":
+                for node in ast.walk(ast.parse(path.read_text())):
+                    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                        tree_imports.append(node.module)
+                    elif isinstance(node, ast.Import):
+                        tree_imports += [a.name for a in node.names]
+            bad = [m for m in tree_imports if m == "plugins" or m.startswith("plugins.")]
+            bad += checkout_name.findall(path.read_text(encoding="utf-8"))
+            if bad:
+                wrong.append(f"{path.relative_to(ROOT)}: {sorted(set(bad))}")
+    assert not wrong, wrong
