@@ -18,8 +18,8 @@ from marshal_workers.common.ledgerfile import (
     read_ledger,
 )
 from marshal_workers.handler import Context, Record
-from marshal_workers.protocol.modes import Mode
 from marshal_workers.plugins import ledger
+from marshal_workers.protocol.modes import Mode
 
 
 def row(offset: int, pid: int, start: float, end: float, partition: int = 0) -> LedgerRow:
