@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -21,6 +23,7 @@ from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.protocol.gofold import GO_HEARTBEAT_INTERVAL_S
 
 DEFAULT_READ_TIMEOUT_S = 60.0
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def connection(fleet: FleetSettings) -> Connection:
@@ -41,6 +44,11 @@ def group_of(group: str | None, fleet: FleetSettings) -> str:
     if not chosen:
         raise click.UsageError("give --group (or group in the --config file)")
     return chosen
+
+
+def group_option(what: str = "The consumer group") -> Callable[[F], F]:
+    """The ``--group`` of a command that acts on one group (`group_of` resolves it)."""
+    return click.option("--group", default=None, help=f"{what} [default: the --config file's].")
 
 
 go_topic_option = click.option(
@@ -107,7 +115,7 @@ def init(
 
 @click.command()
 @fleet_options
-@click.option("--group", default=None, help="The consumer group [default: the --config file's].")
+@group_option()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @_timeout_option
 @click.option(

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from marshal_workers.admin.commands import connection, go_hb_option, group_of
+from marshal_workers.admin.commands import connection, go_hb_option, group_of, group_option
 from marshal_workers.admin.goimport import run_import_go
 from marshal_workers.admin.operations import ADMIN_CLIENT_ID
 from marshal_workers.admin.pause import run_release_group
@@ -63,7 +63,7 @@ def _err(line: str) -> None:
 
 @click.command("release-group")
 @fleet_options
-@click.option("--group", default=None, help="The group to pause [default: the --config file's].")
+@group_option("The group to pause")
 @click.option(
     "--until",
     metavar="TIME",
@@ -111,7 +111,7 @@ def release_group(
 
 @click.command("set-position")
 @fleet_options
-@click.option("--group", default=None, help="The consumer group [default: the --config file's].")
+@group_option()
 @click.option("--topic", required=True, help="The data topic whose position to set.")
 @click.option("--to-earliest", is_flag=True, help="Every partition to its first stored offset.")
 @click.option("--to-latest", is_flag=True, help="Every partition to its end (skip everything).")
@@ -189,9 +189,7 @@ def set_position(
     help="The Marshal Go fleet's coordination topic (read-only), on --bootstrap-servers.",
 )
 @go_hb_option
-@click.option(
-    "--group", default=None, help="The consumer group to move [default: the --config file's]."
-)
+@group_option("The consumer group to move")
 @click.option("--dry-run", is_flag=True, help="Print the plan (current -> Go's position) and stop.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per topic.")
 @_client_id_option

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import click
 
-from marshal_workers.admin.commands import connection, group_of
+from marshal_workers.admin.commands import connection, group_of, group_option
 from marshal_workers.admin.group_commands import _checked, _client_id_option, wait_option
 from marshal_workers.admin.operations import Connection, admin_session
 from marshal_workers.admin.session import AdminError, AdminSession
@@ -93,9 +93,7 @@ def run_resolve(
 def _command(name: str, action: poison.Action, doc: str) -> click.Command:
     @click.command(name, help=doc)
     @fleet_options
-    @click.option(
-        "--group", default=None, help="The consumer group [default: the --config file's]."
-    )
+    @group_option()
     @click.option(
         "--topic",
         required=True,

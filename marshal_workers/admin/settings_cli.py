@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from marshal_workers.admin.commands import connection, group_of
+from marshal_workers.admin.commands import connection, group_of, group_option
 from marshal_workers.admin.group_commands import _checked, _client_id_option, _err, wait_option
 from marshal_workers.admin.group_settings import run_group_settings
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
@@ -14,7 +14,7 @@ DEFAULT_WAIT_S = 120.0
 
 @click.command("group-settings")
 @fleet_options
-@click.option("--group", default=None, help="The consumer group [default: the --config file's].")
+@group_option()
 @click.option(
     "--change",
     is_flag=True,

@@ -1,33 +1,46 @@
 """Ledgers: what the handlers say they processed (the format: `common.ledgerfile`).
 
-One JSON object per line: ``topic, partition, offset, client_id, pid, token, start, end,
-group, instance_id, slice`` (``start``/``end``: the handler host's ``time.time()``). A ``--ledger``
-path is a file, or a directory whose ``*.jsonl`` files are all read; ``--ledger-topic`` reads
-the same lines as the values of a Kafka topic. A line that is not a complete row (a process
-killed mid-write) is counted and skipped, never fatal. ``group`` and ``instance_id`` are
-optional: ledgers written before they existed lack them, and their rows are read with None
-there (on both paths: the Spark schema names them, so a missing key is a null).
+One JSON object per line, with the fields of `common.ledgerfile.LedgerRow` (``start``/``end``:
+the handler host's ``time.time()``). The audit's `LedgerEntry`, the Spark schema (`LEDGER_DDL`)
+and the line parser (`parse_line`) are all read off that one row, never listed again here. A
+``--ledger`` path is a file, or a directory whose ``*.jsonl`` files are all read;
+``--ledger-topic`` reads the same lines as the values of a Kafka topic. A line that is not a
+complete row (a process killed mid-write) is counted and skipped, never fatal. The optional
+fields (``group``, ``instance_id``, ``slice``, ``key_hash``) may be missing: ledgers written
+before they existed lack them, and their rows are read with None there (on both paths: the
+Spark schema names them, so a missing key is a null).
 """
 
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Union, get_args, get_origin, get_type_hints
 
-from marshal_workers.audit.checks import REQUIRED_FIELDS, LedgerEntry
+from marshal_workers.audit.checks import OPTIONAL_FIELDS, REQUIRED_FIELDS, LedgerEntry
 from marshal_workers.audit.exitcodes import AuditUsageError
 from marshal_workers.audit.sources import kafka_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-LEDGER_DDL: Final = (
-    "`topic` string, `partition` long, `offset` long, `client_id` string, `pid` long, "
-    "`token` long, `start` double, `end` double, `group` string, `instance_id` string, "
-    "`slice` string, `key_hash` long"
-)
+
+def _field_types() -> tuple[tuple[str, type], ...]:
+    """Each field of the ledger row and its value type (``str | None`` gives ``str``)."""
+    out = []
+    for name, hint in get_type_hints(LedgerEntry).items():
+        kinds = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
+        (kind,) = (k for k in kinds if k is not type(None))
+        out.append((name, kind))
+    return tuple(out)
+
+
+FIELD_TYPES: Final = _field_types()
+_SPARK_TYPES: Final = {str: "string", int: "long", float: "double"}
+LEDGER_DDL: Final = ", ".join(f"`{name}` {_SPARK_TYPES[kind]}" for name, kind in FIELD_TYPES)
+"""The ledger row as Spark reads it (every field nullable: a missing one is a null)."""
 
 
 def ledger_files(paths: Iterable[Path]) -> list[Path]:
@@ -47,24 +60,20 @@ def parse_line(line: str) -> LedgerEntry | None:
     """One ledger line as an entry, or None if it is not a complete row."""
     try:
         obj = json.loads(line)
-        return LedgerEntry(
-            str(obj["topic"]), int(obj["partition"]), int(obj["offset"]), str(obj["client_id"]),
-            int(obj["pid"]), int(obj["token"]), float(obj["start"]), float(obj["end"]),
-            _optional_str(obj.get("group")), _optional_str(obj.get("instance_id")),
-            _optional_str(obj.get("slice")), _optional_int(obj.get("key_hash")),
-        )  # fmt: skip
+        return LedgerEntry._make(
+            _optional(obj.get(name), kind) if name in OPTIONAL_FIELDS else kind(obj[name])
+            for name, kind in FIELD_TYPES
+        )
     except (ValueError, KeyError, TypeError):
         return None
 
 
-def _optional_str(value: object) -> str | None:
-    """An optional field (absent or null in older ledgers: None)."""
-    return None if value is None else str(value)
-
-
-def _optional_int(value: object) -> int | None:
-    """An optional integer field (absent or null: None)."""
-    return None if value is None else int(str(value))
+def _optional(value: object, kind: type) -> object:
+    """An optional field (absent or null in older ledgers: None); an integer must be written
+    as one (``"3"`` or ``3``, never ``3.5``)."""
+    if value is None:
+        return None
+    return int(str(value)) if kind is int else kind(value)
 
 
 def is_complete(entry: LedgerEntry) -> bool:

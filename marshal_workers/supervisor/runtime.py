@@ -137,7 +137,9 @@ class Supervisor:
         self.wall = wall
         self.wake_fd = wake_fd
         self.reader: LogPollThread | None = None  # reads the log, wakes the loop (from start)
-        self.member = Member(member_settings(config, log.num_partitions))
+        # the core's settings, kept here so the runtime reads what it gave, not the core's state
+        self.settings = member_settings(config, log.num_partitions)
+        self.member = Member(self.settings)
         self.leases: dict[ClaimKey, SharedLease] = {}
         self.children: dict[ClaimKey, ChildHandle] = {}
         self.background = Background()
@@ -198,7 +200,7 @@ class Supervisor:
         member; exit 2 when this member's differ)."""
         c, worlds = self.config, self.member.worlds
         check_partition_count(c.coordination_topic, worlds, self.log.num_partitions)
-        mine = self.member.s.shared
+        mine = self.settings.shared
         if mine is not None:
             ensure_group_settings(self.log, worlds, self._catch_up, mine, timeout_s)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from marshal_workers.handler import Context, Record
 from marshal_workers.handler.record import FetchedRecord
-from plugins import ledger
+from marshal_workers.plugins import ledger
 
 POISON_ENV = "FAILURE_TEST_POISON"  # comma-separated offsets that fail
 TIMES_ENV = "FAILURE_TEST_TIMES"  # fail only the first N attempts on each (default: always)

@@ -20,7 +20,7 @@ import sys
 import time
 
 from marshal_workers.handler import Context, Record
-from plugins import ledger
+from marshal_workers.plugins import ledger
 
 AT_ENV = "LIVENESS_AT"
 HOW_ENV = "LIVENESS_HOW"

@@ -41,8 +41,8 @@ from marshal_workers.ipc.messages import (
     Stop,
     Stopped,
 )
+from marshal_workers.plugins import ledger
 from marshal_workers.protocol.modes import Mode
-from plugins import ledger
 from tests.integration import child_handlers
 from tests.integration.conftest import WAIT_S, Supervised
 

@@ -18,7 +18,7 @@ from tests.integration.fleet import Fleet
 MARSHAL_RUN = Path(sys.executable).with_name("marshal-run")
 HANDLER_MODULE = '''\
 """A handler that lives only in the working directory: the ledger's, under another name."""
-from plugins.ledger import handle as _ledger
+from marshal_workers.plugins.ledger import handle as _ledger
 
 
 def handle(record, ctx):

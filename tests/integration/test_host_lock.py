@@ -38,7 +38,7 @@ def test_default_ids_of_two_groups_on_one_host_both_run(
 
     def command(group: str) -> list[str]:
         return [
-            str(MARSHAL_RUN), "--handler", "plugins.echo:handle", "--mode", "alo",
+            str(MARSHAL_RUN), "--handler", "marshal_workers.plugins.echo:handle", "--mode", "alo",
             "--topic", topic, "--group", group, "--bootstrap-servers", kafka_bootstrap,
             "--coordination-topic", coordination, "--heartbeat-interval", "1",
             "--log-format", "json",

@@ -26,7 +26,7 @@ MARSHAL_RUN = Path(sys.executable).with_name("marshal-run")
 def _command(bootstrap: str, coordination: str, group: str, topic: str) -> list[str]:
     return [
         str(MARSHAL_RUN),
-        "--handler", "plugins.echo:handle", "--mode", "alo", "--topic", topic,
+        "--handler", "marshal_workers.plugins.echo:handle", "--mode", "alo", "--topic", topic,
         "--group", group, "--client-id", "ours-1", "--bootstrap-servers", bootstrap,
         "--coordination-topic", coordination, "--heartbeat-interval", "1",
         "--log-format", "json",

@@ -214,7 +214,7 @@ RELOADABLE = '''"""A handler whose version is written down by each process that 
 import os
 from pathlib import Path
 
-from plugins.ledger import handle as ledger_handle
+from marshal_workers.plugins.ledger import handle as ledger_handle
 
 VERSION = {version!r}
 

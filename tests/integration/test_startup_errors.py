@@ -42,7 +42,7 @@ def test_missing_data_topic_exits_2_with_only_the_error_line(
         [
             str(MARSHAL_RUN),
             "--handler",
-            "plugins.echo:handle",
+            "marshal_workers.plugins.echo:handle",
             "--mode",
             "alo",
             "--topic",

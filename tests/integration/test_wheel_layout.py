@@ -10,7 +10,9 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLED = ("echo", "ledger", "jsonl_sink", "sqlite_sink")
+# Every module of the repository's plugins/ folder: one added there without its line in
+# pyproject.toml's force-include would be missing from the wheel.
+BUNDLED = tuple(p.stem for p in sorted((ROOT / "plugins").glob("*.py")) if p.stem != "__init__")
 
 
 def test_the_wheel_holds_only_the_projects_package_with_the_plugins_inside(tmp_path: Path) -> None:
@@ -41,6 +43,8 @@ def test_the_wheel_holds_only_the_projects_package_with_the_plugins_inside(tmp_p
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "ledger = marshal_workers.plugins.ledger:handle" in text
+    for module in BUNDLED:  # each bundled plugin is a handler an install can name
+        assert f"= marshal_workers.plugins.{module}:" in text, module
     assert "= plugins." not in text
 
     site = tmp_path / "site"

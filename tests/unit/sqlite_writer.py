@@ -11,7 +11,7 @@ import sys
 import time
 
 from marshal_workers.handler import Record
-from plugins.sqlite_sink import FencedWrite, SqliteSink
+from marshal_workers.plugins.sqlite_sink import FencedWrite, SqliteSink
 
 EXIT_FENCED = 3
 TOPIC = "orders"

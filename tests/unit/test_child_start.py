@@ -29,7 +29,7 @@ from marshal_workers.protocol.modes import Mode
 
 def spec(**kafka: str) -> ChildSpec:
     return ChildSpec(
-        handler="plugins.ledger:handle",
+        handler="marshal_workers.plugins.ledger:handle",
         mode=Mode.ALO,
         bootstrap_servers="127.0.0.1:9",
         group_id="g",

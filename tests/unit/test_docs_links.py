@@ -112,3 +112,76 @@ def test_readme_is_a_landing_page() -> None:
     """README.md stays short: the rest lives in docs/."""
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines"
+
+
+# Where the package and its files point a reader: --help texts, error messages, docstrings.
+CODE = sorted({*(ROOT / "marshal_workers").rglob("*.py"), *(ROOT / "plugins").glob("*.py")})
+NAMED_PAGE = re.compile(r"(?<![\w/.-])((?:docs|systemd)/[\w.-]+\.(?:md|png))(?:#([\w-]+))?")
+NAMED_SECTION = re.compile(r"(?<![\w/.-])(docs/[\w.-]+\.md),\s+(['\"])(.+?)\2")
+BARE_README = re.compile(r"\bREADME\b(?!\.md)")
+
+
+def _code_strings(path: Path) -> list[str]:
+    """Every string literal of a module, each implicitly concatenated one whole (a message
+    split over lines is one string here), f-strings by their literal parts."""
+    import ast  # noqa: PLC0415
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.append(node.value)
+        elif isinstance(node, ast.JoinedStr):
+            found.append("".join(
+                v.value for v in node.values
+                if isinstance(v, ast.Constant) and isinstance(v.value, str)
+            ))  # fmt: skip
+    return found
+
+
+def _named_in_code() -> list[tuple[str, str]]:
+    return [
+        (str(path.relative_to(ROOT)), text)
+        for path in CODE
+        for text in _code_strings(path)
+        if any(word in text for word in ("docs/", "README", "systemd/", "DESIGN", "../"))
+    ]
+
+
+def test_the_code_names_pages() -> None:
+    """The scan below finds the pages the code names at all (a broken pattern passes all)."""
+    assert sum(bool(NAMED_PAGE.search(t)) for _, t in _named_in_code()) > 10
+    assert any(NAMED_SECTION.search(t) for _, t in _named_in_code())
+
+
+def test_every_page_and_section_the_code_names_exists() -> None:
+    """A --help text, an error message or a docstring that sends a reader to a page names a
+    file of the repository (``docs/X.md``, ``systemd/README.md``, never a bare "README": its
+    sections moved to docs/; never a file outside it, like ``../shared/DESIGN.md``), and a
+    section it quotes (``docs/X.md, 'Heading'``) is a heading of that page."""
+    wrong = []
+    for where, text in _named_in_code():
+        for page, anchor in NAMED_PAGE.findall(text):
+            if not (ROOT / page).exists():
+                wrong.append(f"{where}: {page}: no such file")
+            elif anchor and anchor not in anchors(ROOT / page):
+                wrong.append(f"{where}: {page}#{anchor}: no such heading")
+        for page, _, section in NAMED_SECTION.findall(text):
+            headings = (
+                {h.lower() for h in _headings(ROOT / page)} if (ROOT / page).exists() else set()
+            )
+            if section.lower() not in headings:
+                wrong.append(f"{where}: {page}, {section!r}: no such heading")
+        if BARE_README.search(text.replace("systemd/README.md", "")):
+            wrong.append(f"{where}: names a README without its path: {text[:80]!r}")
+        if "DESIGN.md" in text or PARENT_PATH.search(text):
+            wrong.append(f"{where}: names a file outside the repository: {text[:80]!r}")
+    assert not wrong, wrong
+
+
+def _headings(page: Path) -> list[str]:
+    """The text of every heading of a page, markup dropped."""
+    return [
+        m.group(2).replace("`", "")
+        for line in _prose_lines(page.read_text(encoding="utf-8"))
+        if (m := HEADING.match(line))
+    ]

@@ -9,8 +9,8 @@ import pytest
 
 from marshal_workers.child.plugin import Plugin
 from marshal_workers.handler import Context, Record
+from marshal_workers.plugins.jsonl_sink import DIR_ENV, JsonlSink, path_for, read_lines
 from marshal_workers.protocol.modes import Mode
-from plugins.jsonl_sink import DIR_ENV, JsonlSink, path_for, read_lines
 
 
 def context(partition: int = 1) -> Context:

@@ -144,3 +144,119 @@ def test_bootstrap_servers_in_the_table_is_refused(tmp_path: Path) -> None:
     toml.write_text('[kafka]\n"bootstrap.servers" = "k1:9092"\n')
     with pytest.raises(ConfigError, match=r"bootstrap\.servers.*fleet\.toml.*bootstrap_servers"):
         resolve({}, toml, environ={})
+
+
+# Read from the code with `ast`: every client the package builds takes the one builder's config.
+CLIENTS = {"Consumer", "Producer", "AdminClient"}
+PACKAGE = Path(__file__).resolve().parents[2] / "marshal_workers"
+# Builds a throwaway client from one [kafka] property alone, connecting nowhere, only to ask
+# librdkafka whether it takes the property: the check of the table, not a client.
+NOT_CLIENTS = {"clients/tablecheck.py"}
+
+
+def _unbuilt_clients(source: str) -> list[str]:
+    """The client constructions of ``source`` whose configuration is not the builder's: the
+    argument must be a `client_config(...)` call, or a name, ``self.`` attribute or module
+    function whose every assignment, return or caller's argument is one, checked the same way."""
+    import ast  # noqa: PLC0415
+
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    functions = {
+        n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+
+    def name_of(expr: ast.expr) -> str:
+        return expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", "")
+
+    def enclosing(node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        while node in parents:
+            node = parents[node]
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                return node
+        return None
+
+    def built(expr: ast.expr | None, seen: frozenset[str] = frozenset()) -> bool:
+        if expr is None:
+            return False
+        key = ast.dump(expr)
+        if key in seen:
+            return False
+        seen |= {key}
+        if isinstance(expr, ast.Call):
+            called = name_of(expr.func)
+            if called == "client_config":
+                return True
+            returns = [
+                r.value for r in ast.walk(functions[called]) if isinstance(r, ast.Return)
+            ] if called in functions else []  # fmt: skip
+            return bool(returns) and all(built(r, seen) for r in returns)
+        if not isinstance(expr, ast.Name | ast.Attribute):
+            return False
+        target = ast.unparse(expr)
+        assigned = [
+            n.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Assign | ast.AnnAssign)
+            and any(ast.unparse(t) == target for t in (n.targets if isinstance(n, ast.Assign)
+                                                      else [n.target]))
+        ]  # fmt: skip
+        if assigned:
+            return all(built(v, seen) for v in assigned)
+        function = enclosing(expr)  # a parameter: what every caller in the module passes
+        if function is None or not isinstance(expr, ast.Name):
+            return False
+        params = [a.arg for a in function.args.args]
+        if expr.id not in params:
+            return False
+        index = params.index(expr.id) - (1 if params and params[0] == "self" else 0)
+        calls = [
+            c for c in ast.walk(tree)
+            if isinstance(c, ast.Call) and name_of(c.func) == function.name
+        ]  # fmt: skip
+        return bool(calls) and all(
+            index < len(c.args) and built(c.args[index], seen) for c in calls
+        )
+
+    return [
+        ast.unparse(call)[:90]
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call) and name_of(call.func) in CLIENTS
+        if not built(call.args[0] if call.args else None)
+    ]
+
+
+def test_every_client_the_package_builds_takes_the_one_builders_config() -> None:
+    """Every Consumer, Producer and AdminClient of the package is built from `client_config`
+    (shared defaults, the user's table, what the use needs, then what safety pins, in one
+    order), never from a dict of its own (issue 17.3: thirteen places merged [kafka] in their
+    own order)."""
+    wrong = [
+        f"{path.relative_to(PACKAGE)}: {call}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if str(path.relative_to(PACKAGE)) not in NOT_CLIENTS
+        for call in _unbuilt_clients(path.read_text())
+    ]
+    assert not wrong, wrong
+
+
+def test_the_client_scan_tells_a_built_config_from_a_hand_made_one() -> None:
+    """The scan above on small cases: a literal dict, or a merge of the table by hand, is
+    refused; the builder called directly, through a name, a helper or a parameter passes."""
+    assert _unbuilt_clients("Consumer({'bootstrap.servers': b, **table})")
+    assert _unbuilt_clients("c = {**table, 'acks': 'all'}\nProducer(c)")
+    assert _unbuilt_clients("def f(config):\n    return Producer(config)\nf({'a': 1})")
+    assert not _unbuilt_clients("Consumer(client_config(b, table, fixed=f))")
+    assert not _unbuilt_clients("c = client_config(b)\nProducer(c)")
+    assert not _unbuilt_clients("def cfg(s):\n    return client_config(s.b)\nConsumer(cfg(s))")
+    assert not _unbuilt_clients(
+        "class K:\n"
+        "    def __init__(self):\n"
+        "        pc = client_config(b)\n"
+        "        self._pc = pc\n"
+        "        self._p = self._new(pc)\n"
+        "    def _new(self, config):\n"
+        "        return Producer(config)\n"
+        "    def again(self):\n"
+        "        return Producer(self._pc)\n"
+    )

@@ -19,8 +19,8 @@ from marshal_workers.common.ledgerfile import (
     read_ledger,
 )
 from marshal_workers.handler import Context, Record
+from marshal_workers.plugins import ledger
 from marshal_workers.protocol.modes import Mode
-from plugins import ledger
 
 
 def row(offset: int, pid: int, start: float, end: float, partition: int = 0) -> LedgerRow:
@@ -210,3 +210,23 @@ def test_the_audits_ledger_entry_names_the_fields_of_the_ledger_row() -> None:
     """The ledger's row is written once (`common.ledgerfile.LedgerRow`, the JSON line); the
     audit's `LedgerEntry` is the same row as a NamedTuple for Spark: same fields, same types."""
     assert get_type_hints(LedgerEntry) == get_type_hints(LedgerRow)
+
+
+def test_the_audits_spark_schema_and_parser_are_read_off_the_row() -> None:
+    """The Spark schema names every field of the row, in order, with its type; the line
+    parser reads a row the plugin writes back as the same values (none listed twice)."""
+    from marshal_workers.audit.ledger import LEDGER_DDL, parse_line  # noqa: PLC0415
+
+    spark = {str: "string", int: "long", float: "double"}
+    expected = []
+    for name, hint in get_type_hints(LedgerRow).items():
+        kind = next(a for a in getattr(hint, "__args__", (hint,)) if a is not type(None))
+        expected.append(f"`{name}` {spark[kind]}")
+    assert ", ".join(expected) == LEDGER_DDL
+    written = {**row(5, 7, 1.0, 2.5), "slice": "k2/4", "key_hash": 12345}
+    entry = parse_line(json.dumps(written))
+    assert entry is not None and entry._asdict() == written
+    old = {k: v for k, v in written.items() if k not in ("group", "instance_id", "slice")}
+    assert parse_line(json.dumps(old)) == LedgerEntry(**{**written, "group": None,
+        "instance_id": None, "slice": None})  # fmt: skip
+    assert parse_line(json.dumps({**written, "token": None})) is None

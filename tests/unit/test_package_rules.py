@@ -1,6 +1,8 @@
 """The packages' import rules, read from the code's own imports with `ast`: each package imports
 only the layers below it, the child never reaches the fold, the log, the core or the supervisor,
-and no tool imports the fork server's module (its guard runs at import)."""
+and no tool imports the fork server's module (its guard runs at import). The bundled plugins
+(the repository's `plugins/` folder, installed as `marshal_workers.plugins`) run in the child and
+are held to the same rules."""
 
 from __future__ import annotations
 
@@ -9,10 +11,13 @@ import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+from re import compile as re_compile
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "marshal_workers"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "marshal_workers"
+BUNDLED_PLUGINS = ROOT / "plugins"  # installed as marshal_workers.plugins (pyproject.toml)
 PACKAGES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
 
 # What each package may import of the project (besides itself). Layers, lowest first: common;
@@ -36,26 +41,45 @@ ALLOWED: dict[str, set[str]] = {
     "admin": BELOW_TOOLS | {"localkafka"},
     "audit": BELOW_TOOLS | {"localkafka"},
     "sim": BELOW_TOOLS,
-    "plugins": set(),  # its __init__ only: the modules are the top-level plugins/ folder
+    # The bundled handlers: the public handler API, and what the child may import of the rest
+    # (the ledger's file format, a record key's slice); never the clients or the ipc.
+    "plugins": {"common", "protocol", "handler"},
 }
 # Modules a package must not reach even through the packages it may import (transitively).
 NEVER_REACHED: dict[str, set[str]] = {
     "child": {"protocol.rationalizer"},
+    "plugins": {"protocol.rationalizer"},  # they run in the child
     "core": {"ipc.forkserver", "ipc.sharedlease", "ipc.callstate"},  # only the pure ipc parts
 }
+# All the child process loads of the protocol (directly or through ipc and handler): the
+# delivery modes, the lease rule its shared lease applies, a slice's type. Never the fold, its
+# views, the wire format or the record failures the supervisor folds.
+CHILD_PROTOCOL = {"protocol", "protocol.modes", "protocol.leases", "protocol.slicing"}
 
 
 def module_path(module: str) -> Path:
-    """The file of ``module`` (dotted, without the ``marshal_workers.`` prefix)."""
+    """The file of ``module`` (dotted, without the ``marshal_workers.`` prefix); a bundled
+    plugin's is in the repository's `plugins/` folder, as `marshal_workers.plugins` finds it
+    in a checkout."""
     base = PACKAGE / module.replace(".", "/")
+    if module.startswith("plugins.") and not base.with_suffix(".py").exists():
+        base = BUNDLED_PLUGINS / module.removeprefix("plugins.").replace(".", "/")
     return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
 
 
 @cache
 def project_imports(module: str) -> frozenset[str]:
-    """The project modules ``module`` imports at run time (``if TYPE_CHECKING:`` excluded),
-    each as the deepest module that exists (``from pkg.mod import name`` gives ``pkg.mod``)."""
-    tree = ast.parse(module_path(module).read_text())
+    """The project modules ``module`` imports at run time (see `imports_in`)."""
+    path = module_path(module)
+    return imports_in(path.read_text(), module, is_package=path.name == "__init__.py")
+
+
+def imports_in(source: str, module: str, *, is_package: bool = False) -> frozenset[str]:
+    """The project modules ``source`` (the code of ``module``) imports at run time (``if
+    TYPE_CHECKING:`` excluded), each as the deepest module that exists (``from pkg.mod import
+    name`` gives ``pkg.mod``). A relative import counts as the absolute one it stands for."""
+    tree = ast.parse(source)
+    own_package = module.split(".") if is_package else module.split(".")[:-1]
     guards = {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
     skipped = {
         id(n)
@@ -72,6 +96,10 @@ def project_imports(module: str) -> frozenset[str]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:  # from ..log import kafkalog
+            base = own_package[: len(own_package) - (node.level - 1)]
+            base += node.module.split(".") if node.module else []
+            names = [".".join(["marshal_workers", *base, a.name]) for a in node.names]
         for name in names:
             if not name.startswith("marshal_workers."):
                 continue
@@ -84,11 +112,14 @@ def project_imports(module: str) -> frozenset[str]:
 
 
 def modules_of(package: str) -> list[str]:
-    """Every module of ``package``, its ``__init__`` as the package itself."""
+    """Every module of ``package``, its ``__init__`` as the package itself (and for
+    ``plugins``, the bundled plugins it installs)."""
     out = []
     for path in sorted((PACKAGE / package).rglob("*.py")):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
         out.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    if package == "plugins":
+        out += [f"plugins.{p.stem}" for p in sorted(BUNDLED_PLUGINS.glob("*.py"))]
     return out
 
 
@@ -136,6 +167,34 @@ def test_a_package_never_reaches_what_it_must_not(package: str) -> None:
     assert not wrong, wrong
 
 
+@pytest.mark.parametrize("package", ["child", "plugins"])
+def test_the_child_loads_only_its_part_of_the_protocol(package: str) -> None:
+    """What runs in the child reaches only `CHILD_PROTOCOL` of the protocol (transitively):
+    a new protocol module is out of the child until someone says it belongs in."""
+    wrong = sorted(
+        f"{module} reaches {target}"
+        for module in modules_of(package)
+        for target in reached(module)
+        if target.split(".")[0] == "protocol" and target not in CHILD_PROTOCOL
+    )
+    assert not wrong, wrong
+
+
+def test_a_relative_import_counts_as_the_absolute_one() -> None:
+    """``from ..log import kafkalog`` in the child is the child importing the log: a relative
+    import must not slip past the table."""
+    assert imports_in("from ..log import kafkalog", "child.loop") == {"log.kafkalog"}
+    assert imports_in("from .grants import Asked", "child.loop") == {"child.grants"}
+    assert imports_in("from . import loop", "child", is_package=True) == {"child.loop"}
+    assert imports_in("from ..protocol.wire import ClaimKey", "core.member") == {"protocol.wire"}
+
+
+def test_the_bundled_plugins_are_held_to_the_rules() -> None:
+    """The plugins/ folder's handlers count as the package that installs them."""
+    assert "plugins.ledger" in modules_of("plugins")
+    assert "handler" in {t.split(".")[0] for t in project_imports("plugins.ledger")}
+
+
 def test_every_package_says_what_it_holds() -> None:
     """Each package's docstring says what lives there, where it runs, what it may import."""
     for package in PACKAGES:
@@ -154,3 +213,33 @@ def test_a_tool_does_not_import_the_fork_server(cli: str) -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
     )
     assert done.stdout.strip() == "False"
+
+
+def test_the_bundled_plugins_are_named_as_installed() -> None:
+    """Tests, benchmarks and the package import a bundled plugin, and name it as a handler,
+    by the name the wheel installs (``marshal_workers.plugins.ledger``, or its entry point
+    ``ledger``), never by the checkout's top-level ``plugins.ledger``: that name exists only
+    with the repository's root on sys.path, so a test driving it drives a path no install has,
+    and loads a second copy of the module beside the installed one."""
+    checkout_name = re_compile(r"(?<![\w.])plugins\.(?:" + "|".join(
+        p.stem for p in BUNDLED_PLUGINS.glob("*.py") if p.stem != "__init__"
+    ) + r")\b")  # fmt: skip
+    wrong = []
+    for folder in ("tests", "bench", "marshal_workers", "plugins", "configs", "systemd", "docs"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix not in {".py", ".toml", ".md", ".service", ".env"}:
+                continue
+            if path == Path(__file__):
+                continue
+            tree_imports = []
+            if path.suffix == ".py":
+                for node in ast.walk(ast.parse(path.read_text())):
+                    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                        tree_imports.append(node.module)
+                    elif isinstance(node, ast.Import):
+                        tree_imports += [a.name for a in node.names]
+            bad = [m for m in tree_imports if m == "plugins" or m.startswith("plugins.")]
+            bad += checkout_name.findall(path.read_text(encoding="utf-8"))
+            if bad:
+                wrong.append(f"{path.relative_to(ROOT)}: {sorted(set(bad))}")
+    assert not wrong, wrong

@@ -80,7 +80,7 @@ def test_an_unreachable_broker_is_one_line_not_a_flood(tmp_path: Path) -> None:
         [
             str(MARSHAL_RUN),
             "--handler",
-            "plugins.echo:handle",
+            "marshal_workers.plugins.echo:handle",
             "--mode",
             "alo",
             "--topic",

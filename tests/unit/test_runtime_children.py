@@ -23,7 +23,7 @@ from tests.supervisor_doubles import MP, FakeChild, FakeTopics, initialised
 
 def config() -> RunConfig:
     return RunConfig(
-        handler="plugins.ledger:handle",
+        handler="marshal_workers.plugins.ledger:handle",
         mode=Mode.ALO,
         topics=("orders",),
         group="g",

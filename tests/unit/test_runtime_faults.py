@@ -81,7 +81,7 @@ class Rig:
         topics: FakeTopics | None = None,
     ) -> Supervisor:
         config = RunConfig(
-            handler="plugins.ledger:handle",
+            handler="marshal_workers.plugins.ledger:handle",
             mode=Mode.ALO,
             topics=("orders",),
             group="g",

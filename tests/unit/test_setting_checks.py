@@ -17,7 +17,8 @@ from marshal_workers.common.errors import ConfigError
 from marshal_workers.config.settings import heartbeat_ms, resolve
 
 BIN = Path(sys.executable).parent
-RUN = [str(BIN / "marshal-run"), "--handler", "plugins.echo:handle", "--mode", "alo"]
+RUN = [str(BIN / "marshal-run"), "--handler", "marshal_workers.plugins.echo:handle"]
+RUN += ["--mode", "alo"]
 RUN += ["--topic", "t", "--group", "g", "--client-id", "c"]
 UNREACHABLE = "127.0.0.1:1"
 

@@ -18,8 +18,8 @@ import structlog
 
 from marshal_workers.child.plugin import Plugin
 from marshal_workers.handler import Context, StopProcessing
+from marshal_workers.plugins.sqlite_sink import FencedWrite, SqliteSink, fence_token, stored_rows
 from marshal_workers.protocol.modes import Mode
-from plugins.sqlite_sink import FencedWrite, SqliteSink, fence_token, stored_rows
 from tests.unit.sqlite_writer import EXIT_FENCED, PARTITION, TOPIC, record
 
 REPO = Path(__file__).resolve().parents[2]

@@ -39,7 +39,7 @@ class Fleet:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.topic = initialised(MemoryTopic(2, lambda: int(time.time() * 1000)))
         config = RunConfig(
-            handler="plugins.ledger:handle",
+            handler="marshal_workers.plugins.ledger:handle",
             mode=Mode.ALO,
             topics=("orders",),
             group="g",

@@ -47,7 +47,7 @@ class World:
         self.topic = initialised(MemoryTopic(2, lambda: int(time.time() * 1000)))
         log = MemoryLog(self.topic)
         config = RunConfig(
-            handler="plugins.ledger:handle",
+            handler="marshal_workers.plugins.ledger:handle",
             mode=Mode.ALO,
             topics=("orders",),
             group="g",

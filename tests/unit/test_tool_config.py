@@ -17,7 +17,7 @@ from marshal_workers.protocol.wire import Partitioner
 
 BIN = Path(sys.executable).parent
 FLEET_TOML = """\
-handler = "plugins.echo:handle"
+handler = "marshal_workers.plugins.echo:handle"
 mode = "alo"
 topic = ["orders"]
 group = "shop.billing"
