@@ -3,7 +3,8 @@
 Every command takes ``--config FILE.toml`` (the fleet's file) and the fleet settings it needs
 (`toolconfig`), each also from a ``MARSHAL_*`` environment variable, with marshal-run's
 precedence. The heartbeat interval, partitioner and admin list must be the workers': status and
-dump verdicts (fresh, unknown, stale, granted, rejected) depend on them.
+dump verdicts (fresh, unknown, stale, granted, rejected) depend on them. A command on one group
+takes those not given from the group's settings recorded in the log (`operations.for_group`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import click
 
 from marshal_workers.admin.goread import go_dump, go_status
-from marshal_workers.admin.operations import Connection, run_dump, run_init
+from marshal_workers.admin.operations import FOLD_SETTINGS, Connection, run_dump, run_init
 from marshal_workers.admin.statusread import run_status
 from marshal_workers.admin.watch import watch_status
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
@@ -24,7 +25,9 @@ DEFAULT_READ_TIMEOUT_S = 60.0
 
 
 def connection(fleet: FleetSettings) -> Connection:
-    """The coordination log's place and fold settings, from the fleet's merged settings."""
+    """The coordination log's place and fold settings, from the fleet's merged settings; the
+    fold settings not given (flag, environment, file) follow the group's record in the log."""
+    given = frozenset(s for s in FOLD_SETTINGS if fleet.sources.get(s, "default") != "default")
     return Connection(
         fleet.bootstrap_servers,
         fleet.coordination_topic,
@@ -32,6 +35,7 @@ def connection(fleet: FleetSettings) -> Connection:
         fleet.partitioner,
         fleet.admin_client_ids,
         fleet.kafka,
+        given,
     )
 
 
