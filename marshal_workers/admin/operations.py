@@ -224,7 +224,7 @@ def check_group_settings(conn: Connection, worlds: Mapping[int, World], group: s
     problem = group_settings_problem(worlds, admin_settings(conn, group))
     if problem is not None:
         raise ConfigError(
-            f"{problem} (leave the setting out: marshal-admin reads the group's from the log)"
+            f"{problem}; or leave the setting out: marshal-admin reads the group's from the log"
         )
 
 

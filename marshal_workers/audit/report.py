@@ -487,9 +487,14 @@ def _summary_table(summary: Mapping[str, Any], clock: Clock) -> str:
     return f"<table class='summary'>{lines}</table>"
 
 
-def _no_losses(result: AuditResult) -> str:
+def _has_amo(result: AuditResult) -> bool:
+    """Whether a group of the audit runs at most once (or none is known)."""
     modes = {str(r[columns("groups").index("mode")]) for r in result.tables["groups"]}
-    if result.tables["groups"] and "amo" not in modes:
+    return not result.tables["groups"] or "amo" in modes
+
+
+def _no_losses(result: AuditResult) -> str:
+    if not _has_amo(result):
         return "No AMO losses: no group in this audit runs at most once (AMO)."
     if result.check is None:
         return (
@@ -557,7 +562,8 @@ def render(result: AuditResult) -> str:
     t = result.tables
     parts += [
         _table("Violations", "violations", result.violations, clock, _no_violations(result)),
-        _table("AMO losses" if result.check is not None else "AMO records at risk (no ledger)",
+        _table("AMO losses" if result.check is not None or not _has_amo(result)
+               else "AMO records at risk (no ledger)",
                "amo_losses", t.get("amo_losses", []), clock, _no_losses(result)),
         _table("Poison records: failures, parked, retried, skipped", "poison",
                t.get("poison", []), clock,

@@ -133,3 +133,5 @@ class TestAReader:
         alo = [(*r[:m], "alo", *r[m + 1 :]) for r in audited.tables["groups"]]
         clean = replace(audited, tables={**audited.tables, "groups": alo, "amo_losses": []})
         assert "no group in this audit runs at most once" in report.render(clean)
+        unchecked = text_of(report.render(replace(clean, check=None)))  # no ledger given
+        assert "<h2>AMO losses</h2>" in unchecked and "at risk" not in unchecked
