@@ -3,7 +3,8 @@
 Every command takes ``--config FILE.toml`` (the fleet's file) and the fleet settings it needs
 (`toolconfig`), each also from a ``MARSHAL_*`` environment variable, with marshal-run's
 precedence. The heartbeat interval, partitioner and admin list must be the workers': status and
-dump verdicts (fresh, unknown, stale, granted, rejected) depend on them.
+dump verdicts (fresh, unknown, stale, granted, rejected) depend on them. A command on one group
+takes those not given from the group's settings recorded in the log (`operations.for_group`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from marshal_workers.admin.goread import go_dump, go_status
-from marshal_workers.admin.operations import Connection, run_dump, run_init
+from marshal_workers.admin.operations import FOLD_SETTINGS, Connection, run_dump, run_init
 from marshal_workers.admin.statusread import run_status
 from marshal_workers.admin.watch import watch_status
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
@@ -27,7 +28,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def connection(fleet: FleetSettings) -> Connection:
-    """The coordination log's place and fold settings, from the fleet's merged settings."""
+    """The coordination log's place and fold settings, from the fleet's merged settings; the
+    fold settings not given (flag, environment, file) follow the group's record in the log."""
+    given = frozenset(s for s in FOLD_SETTINGS if fleet.sources.get(s, "default") != "default")
     return Connection(
         fleet.bootstrap_servers,
         fleet.coordination_topic,
@@ -35,6 +38,7 @@ def connection(fleet: FleetSettings) -> Connection:
         fleet.partitioner,
         fleet.admin_client_ids,
         fleet.kafka,
+        given,
     )
 
 

@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.common.errors import ConfigError, MarshalError
@@ -29,6 +29,8 @@ from marshal_workers.supervisor.brokercheck import cluster_heartbeat_warning
 from marshal_workers.supervisor.fleetcheck import group_settings_problem
 
 ADMIN_CLIENT_ID = "marshal-admin"
+# The settings a fold depends on, which every member and admin of a group must share.
+FOLD_SETTINGS = frozenset({"heartbeat_interval", "partitioner", "admin_client_ids"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,9 @@ class Connection:
     partitioner: Partitioner = Partitioner.SPEC
     admin_client_ids: frozenset[str] | None = frozenset(DEFAULT_ADMIN_CLIENT_IDS)
     kafka: Mapping[str, str] = field(default_factory=dict)  # the fleet's [kafka] table
+    # Which of FOLD_SETTINGS were given (flag, MARSHAL_* or --config file); the others follow
+    # the group's settings recorded in the log (`for_group`). Built in code: all given.
+    given: frozenset[str] = FOLD_SETTINGS
 
     def rationalizer_config(self, num_partitions: int) -> RationalizerConfig:
         """How to fold the log: what the workers use (their admin list included)."""
@@ -218,4 +223,62 @@ def check_group_settings(conn: Connection, worlds: Mapping[int, World], group: s
     """Refuse (exit 2, one line) an admin command whose settings differ from the group's."""
     problem = group_settings_problem(worlds, admin_settings(conn, group))
     if problem is not None:
-        raise ConfigError(f"{problem} (give this command the fleet's settings)")
+        raise ConfigError(
+            f"{problem}; or leave the setting out: marshal-admin reads the group's from the log"
+        )
+
+
+def recorded_settings(worlds: Mapping[int, World], group: str) -> GroupSettings | None:
+    """The group's settings as the log records them (partition 0's, else any), or None."""
+    for _, world in sorted(worlds.items()):
+        if group in world.group_settings:
+            return world.group_settings[group]
+    return None
+
+
+def for_group(conn: Connection, worlds: Mapping[int, World], group: str) -> Connection:
+    """The connection to fold ``group``'s records with: each fold setting not given (flag,
+    environment, --config file) is the one the group's settings record in the log, so an
+    admin command judges the group as its members do without being told their settings; a
+    given one that differs from the record is refused (ConfigError, exit 2, one line)."""
+    found = recorded_settings(worlds, group)
+    adopted = conn
+    if found is not None:
+        given = conn.given
+        adopted = replace(
+            conn,
+            heartbeat_interval_ms=conn.heartbeat_interval_ms
+            if "heartbeat_interval" in given
+            else found.heartbeat_interval_ms,
+            partitioner=conn.partitioner if "partitioner" in given else found.partitioner,
+            admin_client_ids=conn.admin_client_ids
+            if "admin_client_ids" in given
+            else found.admin_client_ids,
+        )
+    check_group_settings(adopted, worlds, group)
+    return adopted
+
+
+def fold_settings_differ(a: Connection, b: Connection) -> bool:
+    """Whether a log folded with ``a`` must be folded again for ``b``."""
+    return (a.heartbeat_interval_ms, a.partitioner, a.admin_client_ids) != (
+        b.heartbeat_interval_ms,
+        b.partitioner,
+        b.admin_client_ids,
+    )
+
+
+@contextmanager
+def group_session(
+    conn: Connection, group: str, client_id: str, timeout_s: float
+) -> Iterator[tuple[AdminSession, Connection]]:
+    """An `admin_session` folded with ``group``'s settings (`for_group`), and the connection
+    with them. The log is read with ``conn`` first; only if the group's recorded settings
+    differ from it is it read again with theirs."""
+    with admin_session(conn, client_id, timeout_s) as session:
+        adopted = for_group(conn, session.worlds, group)
+        if not fold_settings_differ(conn, adopted):
+            yield session, adopted
+            return
+    with admin_session(adopted, client_id, timeout_s) as session:
+        yield session, for_group(adopted, session.worlds, group)

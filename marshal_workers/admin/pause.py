@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from marshal_workers.admin.operations import Connection, admin_session, check_group_settings
+from marshal_workers.admin.operations import Connection, group_session
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.protocol import events as ev
@@ -127,8 +127,7 @@ def run_release_group(
 ) -> str:
     """`marshal-admin release-group`: pause (or lift) and return the log's verdict as a line;
     MarshalError (exit 1) if the log refused it."""
-    with admin_session(conn, client_id, timeout_s) as session:
-        check_group_settings(conn, session.worlds, group)
+    with group_session(conn, group, client_id, timeout_s) as (session, _):
         if until_s is not None:
             outcome = write_pause(session, group, until_s)
         else:

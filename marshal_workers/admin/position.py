@@ -29,7 +29,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from marshal_workers.admin.operations import Connection, admin_session, check_group_settings
+from marshal_workers.admin.operations import Connection, group_session
 from marshal_workers.admin.pause import PauseOutcome, lift_pause, pause_for
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.admin.targets import KafkaOffsetSource, TargetSpec, compute_targets
@@ -372,11 +372,10 @@ def run_set_position(
         targets = compute_targets(source, topic, spec)
     finally:
         source.close()
-    with admin_session(conn, client_id, timeout_s) as session:
-        check_group_settings(conn, session.worlds, group)
+    with group_session(conn, group, client_id, timeout_s) as (session, adopted):
         plan = make_plan(session, group, topic, targets)
         if dry_run:
-            admins = conn.admin_client_ids
+            admins = adopted.admin_client_ids
             if admins is not None and client_id not in admins:
                 progress(f"warning: {client_id} is not an admin client: the pause would be refused")
             return json.dumps(plan.to_json(dry_run=True)) if as_json else render_plan(plan)

@@ -16,7 +16,7 @@ import click
 
 from marshal_workers.admin.commands import connection, group_of, group_option
 from marshal_workers.admin.group_commands import _checked, _client_id_option, wait_option
-from marshal_workers.admin.operations import Connection, admin_session
+from marshal_workers.admin.operations import Connection, group_session
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
@@ -86,7 +86,7 @@ def run_resolve(
     timeout_s: float,
 ) -> str:
     """Catch up with the log as ``client_id``, then `resolve`."""
-    with admin_session(conn, client_id, timeout_s) as session:
+    with group_session(conn, key.group, client_id, timeout_s) as (session, _):
         return resolve(session, claim_of_record(session, key, offset), offset, action)
 
 

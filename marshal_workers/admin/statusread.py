@@ -22,7 +22,12 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
-from marshal_workers.admin.operations import Connection, check_group_settings, open_log
+from marshal_workers.admin.operations import (
+    Connection,
+    fold_settings_differ,
+    for_group,
+    open_log,
+)
 from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.interface import LogError
@@ -57,7 +62,15 @@ class StatusReader:
         (default: the wall clock); what could not be read is listed in ``unavailable``."""
         problems: list[str] = []
         self._catch_up(problems)
-        check_group_settings(self.conn, self.reader.worlds, self.group)
+        adopted = for_group(self.conn, self.reader.worlds, self.group)
+        if fold_settings_differ(self.conn, adopted):  # the group's recorded settings: fold again
+            self.close()
+            self.conn = adopted
+            self.log, self.reader = open_log(adopted)
+            self.losses = AmoLosses(adopted.heartbeat_interval_ms)
+            problems = []
+            self._catch_up(problems)
+            self.conn = for_group(adopted, self.reader.worlds, self.group)
         topics = group_topics(self.reader.worlds, self.group)
         highs = self._ends(topics, problems)
         now = now_ms if now_ms is not None else int(time.time() * 1000)

@@ -8,9 +8,10 @@
 - the summary (a table), the violations with their evidence, the AMO losses, the poison
   records, the groups, the failovers and the claims; an empty one is a sentence.
 
-Times are for a person: UTC clock times with the seconds since the log's start (``22:13:23.520
-(+3.52 s)``), never Unix milliseconds; durations in seconds. Both time charts have one axis,
-seconds since the log's start, over the same range, so they line up.
+Times are for a person: UTC clock times with the seconds since the first claim shown
+(``22:13:23.520 (+3.52 s)``), never Unix milliseconds; durations in seconds; a column whose
+cells are so shown is headed without its ``_ms``. Both time charts have one axis, seconds since
+the first claim shown, over the same range, so they line up.
 
 matplotlib runs with the Agg backend (no display needed). Sizes are capped so that a fleet
 with thousands of partitions still gives a page a browser opens.
@@ -95,27 +96,36 @@ def _png(fig: Any) -> str:
 
 
 class Clock:
-    """Log times for a person: UTC clock times and seconds since the log's start."""
+    """Log times for a person: UTC clock times and seconds since the first claim shown.
 
-    def __init__(self, start_ms: int, end_ms: int) -> None:
+    The origin is the earliest claim the report shows, not the log's first record: a
+    coordination topic that other groups (or weeks of compacted history) used before would
+    otherwise leave every chart empty up to that claim."""
+
+    def __init__(self, start_ms: int, end_ms: int, log_start_ms: int | None = None) -> None:
         self.start_ms, self.end_ms = start_ms, max(end_ms, start_ms)
-        day = datetime.fromtimestamp(start_ms / 1000, tz=UTC).date()
+        self.log_start_ms = start_ms if log_start_ms is None else log_start_ms
+        day = datetime.fromtimestamp(min(start_ms, self.log_start_ms) / 1000, tz=UTC).date()
         self.one_day = datetime.fromtimestamp(self.end_ms / 1000, tz=UTC).date() == day
 
     @classmethod
     def of(cls, result: AuditResult) -> Clock:
-        """The clock of an audit: from the log's first record to its end (or ``--until``)."""
+        """The clock of an audit: from the first claim shown (else the log's first record) to
+        the log's end (or ``--until``)."""
         firsts = [int(r[columns("coordination").index("first_log_time_ms")])
                   for r in result.tables["coordination"]]  # fmt: skip
-        start = min(firsts, default=result.end_ms or 0)
-        return cls(start, result.end_ms if result.end_ms is not None else start)
+        log_start = min(firsts, default=result.end_ms or 0)
+        i = columns("claims").index("start_ms")
+        starts = [int(r[i]) for r in result.tables["claims"] if r[i] is not None]
+        start = min(starts, default=log_start)
+        return cls(start, result.end_ms if result.end_ms is not None else start, log_start)
 
     def seconds(self, ms: float) -> float:
-        """Seconds since the log's start."""
+        """Seconds since the first claim shown."""
         return (ms - self.start_ms) / 1000
 
     def span_s(self) -> float:
-        """The log's length in seconds (at least 1, so that an axis has a width)."""
+        """The time shown in seconds (at least 1, so that an axis has a width)."""
         return max(self.seconds(self.end_ms), 1.0)
 
     def clock(self, ms: float) -> str:
@@ -128,14 +138,18 @@ class Clock:
         """A log time as ``22:13:23.520 (+3.52 s)``."""
         return f"{self.clock(ms)} (+{self.seconds(ms):.2f} s)"
 
+    def origin(self) -> str:
+        """The origin as ``2026-11-27 02:44:37.495 UTC``."""
+        return f"{(iso_ms(self.start_ms) or '').replace('T', ' ').rstrip('Z')} UTC"
+
     def axis_label(self) -> str:
         """The label of every time axis."""
-        start = iso_ms(self.start_ms) or ""
-        return f"seconds since the log's start, {start.replace('T', ' ').rstrip('Z')} UTC"
+        return f"seconds since the first claim shown, {self.origin()}"
 
 
 def _time_axis(ax: Any, clock: Clock) -> None:
-    """One time axis: seconds since the log's start, over the whole log (no offset text)."""
+    """One time axis: seconds since the first claim shown, to the log's end (no offset
+    text)."""
     ax.set_xlim(0, clock.span_s())
     ax.ticklabel_format(axis="x", style="plain", useOffset=False)
     ax.set_xlabel(clock.axis_label())
@@ -248,6 +262,23 @@ def _bins(top: float, at_least: float, n: int = 40) -> list[float]:
     return [right * i / n for i in range(n + 1)]
 
 
+def _hb_s(result: AuditResult) -> float:
+    """The heartbeat interval the histograms mark: the reported group's (--group), else the
+    default (the one interval the recorded groups share, when they share one)."""
+    group = result.config.window.group
+    if group is not None:
+        return result.config.group_heartbeat_ms(group) / 1000
+    return result.config.heartbeat_interval_ms / 1000
+
+
+def _count_axis(ax: Any) -> None:
+    """Counts of claims: whole numbers on the y axis (no "0.25 claims")."""
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("claims")
+
+
 def _failover_histogram(result: AuditResult, plt: Any) -> str | None:
     cols = {c: i for i, c in enumerate(columns("failovers"))}
     by_kind: dict[str, list[float]] = defaultdict(list)
@@ -257,12 +288,12 @@ def _failover_histogram(result: AuditResult, plt: Any) -> str | None:
         return None
     fig, ax = plt.subplots(figsize=(8, 3.5))
     kinds = sorted(by_kind)
-    hb = result.config.heartbeat_interval_ms / 1000
+    hb = _hb_s(result)
     top = max(max(v) for v in by_kind.values())
     ax.hist([by_kind[k] for k in kinds], bins=_bins(top, 3 * hb), label=kinds, stacked=True)
     ax.axvline(2 * hb, color="grey", linestyle="--", label="2*HB")
     ax.set_xlabel("seconds from the old owner's last heartbeat (or release) to the new claim")
-    ax.set_ylabel("claims")
+    _count_axis(ax)
     ax.set_title("Failovers and handovers")
     ax.legend()
     return _png(fig)
@@ -275,12 +306,12 @@ def _gap_histogram(result: AuditResult, plt: Any) -> str | None:
     if not gaps:
         return None
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    hb = result.config.heartbeat_interval_ms / 1000
+    hb = _hb_s(result)
     ax.hist(gaps, bins=_bins(max(gaps), 2.5 * hb))
     ax.axvline(hb, color="orange", linestyle="--", label="HB (unknown from here)")
     ax.axvline(2 * hb, color="red", linestyle="--", label="2*HB (stale)")
     ax.set_xlabel("longest gap between valid heartbeats of a claim (s)")
-    ax.set_ylabel("claims")
+    _count_axis(ax)
     ax.set_title("Heartbeat gaps")
     ax.legend()
     return _png(fig)
@@ -312,6 +343,12 @@ def lag_figure(result: AuditResult, plt: Any) -> Any:
 
 _DURATIONS = frozenset({"duration_ms", "max_gap_ms", "mean_gap_ms"})
 _UNIX_SECONDS = frozenset({"start", "end"})  # the ledger's times (violations)
+
+
+def _header(column: str) -> str:
+    """A column's name as a heading: without ``_ms`` where its cells are clock times or
+    seconds (a heading "start_ms" over "02:44:37.495 (+0.00 s)" reads as a mistake)."""
+    return column.removesuffix("_ms")
 
 
 def _cell(column: str, value: Any, clock: Clock) -> str:
@@ -355,7 +392,7 @@ def _table(title: str, name: str, rows: Sequence[Row], clock: Clock, empty: str)
     if not rows:
         return f"<h2>{html.escape(title)}</h2><p>{html.escape(empty)}</p>"
     cols = columns(name)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    head = "".join(f"<th>{html.escape(_header(c))}</th>" for c in cols)
     body = "".join(
         "<tr>"
         + "".join(
@@ -411,8 +448,8 @@ def _summary_rows(summary: Mapping[str, Any], clock: Clock) -> list[tuple[str, s
     losses, poison, ledger = s["amo_losses"], s["poison"], s["ledger"]
     rows = [
         ("Input", str(s["input"])),
-        ("Log", f"{clock.clock(clock.start_ms)} to {clock.clock(clock.end_ms)} UTC "
-                f"({clock.seconds(clock.end_ms):.1f} s), from {s['log_start']}"),
+        ("Log", f"{clock.clock(clock.log_start_ms)} to {clock.clock(clock.end_ms)} UTC "
+                f"({(clock.end_ms - clock.log_start_ms) / 1000:.1f} s), from {s['log_start']}"),
         ("Records", str(s["records"])),
         ("Coordination partitions", str(s["coordination_partitions"])),
         ("Malformed / unverified records", f"{s['malformed']} / {s['unverified']}"),
@@ -450,7 +487,15 @@ def _summary_table(summary: Mapping[str, Any], clock: Clock) -> str:
     return f"<table class='summary'>{lines}</table>"
 
 
+def _has_amo(result: AuditResult) -> bool:
+    """Whether a group of the audit runs at most once (or none is known)."""
+    modes = {str(r[columns("groups").index("mode")]) for r in result.tables["groups"]}
+    return not result.tables["groups"] or "amo" in modes
+
+
 def _no_losses(result: AuditResult) -> str:
+    if not _has_amo(result):
+        return "No AMO losses: no group in this audit runs at most once (AMO)."
     if result.check is None:
         return (
             "No AMO records at risk: no holder stopped without releasing after a reservation, "
@@ -499,10 +544,12 @@ def render(result: AuditResult) -> str:
         else "<p class='ok'><b>No violations.</b></p>"
     )
     when = (
-        f"<p>Times are UTC clock times, with the seconds since the log's start "
-        f"({html.escape(str(summary['log_start']))}) in brackets.</p>"
+        f"<p>Times are UTC clock times, with the seconds since the first claim shown "
+        f"({html.escape(clock.origin())}) in brackets.</p>"
     )
-    parts = [f"<h1>marshal-audit: {html.escape(str(result.config.source))}</h1>", verdict, when]
+    group = result.config.window.group
+    title = f"{result.config.source}{'' if group is None else f', group {group}'}"
+    parts = [f"<h1>marshal-audit: {html.escape(title)}</h1>", verdict, when]
     figures = [timeline_figure(result, plt), lag_figure(result, plt)]
     plots = [
         _png(figures[0]) if figures[0] is not None else None,
@@ -515,7 +562,8 @@ def render(result: AuditResult) -> str:
     t = result.tables
     parts += [
         _table("Violations", "violations", result.violations, clock, _no_violations(result)),
-        _table("AMO losses" if result.check is not None else "AMO records at risk (no ledger)",
+        _table("AMO losses" if result.check is not None or not _has_amo(result)
+               else "AMO records at risk (no ledger)",
                "amo_losses", t.get("amo_losses", []), clock, _no_losses(result)),
         _table("Poison records: failures, parked, retried, skipped", "poison",
                t.get("poison", []), clock,

@@ -189,6 +189,9 @@ class OffsetCommitter(Observer):
                 continue  # a lost claim's position may be older than its new owner's
             if split_topic(key.topic)[1] is not None:
                 continue  # a slice's position is not the partition's: Kafka has no place for it
+            if snap.position < 0:
+                continue  # no position yet (a claim just won): nothing to commit, and Kafka
+                # answers -1 with "Local: No offset stored", a warning on every first start
             last = self._last.get((key.topic, key.partition))
             if last is not None:
                 waited = now - last.at

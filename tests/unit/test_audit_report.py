@@ -98,3 +98,40 @@ class TestTables:
         assert "taken_over" in page and "nobody handled it" in page
         clean = replace(audited, tables={**audited.tables, "amo_losses": []})
         assert "No AMO losses" in report.render(clean)
+
+
+class TestAReader:
+    """What a person found confusing on a real fleet's report (a --group audit of a topic
+    another group used first, an ALO group, the tables' headings)."""
+
+    def test_time_columns_are_headed_without_ms(self, audited: AuditResult) -> None:
+        """A heading "start_ms" over "22:13:23.520 (+3.52 s)" reads as a mistake."""
+        page = text_of(report.render(audited))
+        headings = re.findall(r"<th>([^<]*)</th>", page)
+        assert "start" in headings and "claimed" in headings and "duration" in headings
+        assert not [h for h in headings if h.endswith("_ms")], headings
+
+    def test_times_count_from_the_first_claim_shown_not_the_logs_first_record(
+        self, audited: AuditResult
+    ) -> None:
+        """An hour of another group's records before the first claim shown: the charts do
+        not start with an hour of nothing, and the Log row still gives the whole log."""
+        i = report.columns("coordination").index("first_log_time_ms")
+        earlier = [
+            (*r[:i], int(r[i]) - 3_600_000, *r[i + 1 :]) for r in audited.tables["coordination"]
+        ]
+        shifted = replace(audited, tables={**audited.tables, "coordination": earlier})
+        clock = report.Clock.of(shifted)
+        assert clock.start_ms == report.Clock.of(audited).start_ms
+        assert clock.span_s() < 3600
+        page = text_of(report.render(shifted))
+        assert "seconds since the first claim shown" in page
+        assert "21:13:20.000 to" in page  # the Log row: from the log's first record
+
+    def test_an_alo_audit_says_it_has_no_amo_group(self, audited: AuditResult) -> None:
+        m = report.columns("groups").index("mode")
+        alo = [(*r[:m], "alo", *r[m + 1 :]) for r in audited.tables["groups"]]
+        clean = replace(audited, tables={**audited.tables, "groups": alo, "amo_losses": []})
+        assert "no group in this audit runs at most once" in report.render(clean)
+        unchecked = text_of(report.render(replace(clean, check=None)))  # no ledger given
+        assert "<h2>AMO losses</h2>" in unchecked and "at risk" not in unchecked

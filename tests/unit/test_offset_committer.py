@@ -57,6 +57,13 @@ class TestCommitter:
         assert sink.commits == [[("orders", 0, 5)]]
         assert sink.served == 1
 
+    def test_a_claim_without_a_position_yet_is_not_committed(self) -> None:
+        """A claim just won has no position (-1): committing it made Kafka answer "Local: No
+        offset stored", an offset_commit_failed warning on a new user's first start."""
+        committer, sink, _ = make()
+        committer.tick(dict([snap(0, -1), snap(1, 4)]), healthy=True)
+        assert sink.commits == [[("orders", 1, 4)]]
+
     def test_at_most_once_per_half_heartbeat_and_only_when_moved(self) -> None:
         """A moved position waits for HB/2; an unchanged one waits for the refresh."""
         committer, sink, clock = make()
