@@ -110,6 +110,7 @@ def measure(bench: Bench, system: str, n: int, handler: str, fault: str = "") ->
     produce_keyed(bench.bootstrap, topic, bench.records, bench.produce_batch)
     env = {"HOT_LEDGER": str(directory), "HOT_CPU_ITERS": str(bench.cpu_iters),
            "HOT_IO_MS": str(bench.io_ms)}  # fmt: skip
+    launched = time.time()
     members, lock_s = launch(bench.procs, bench.bootstrap, topic, system, n, handler,
                              env, bench.work / f"{directory.name}.log", bench.tuned)  # fmt: skip
     injected = Fault(fault, members, stop_seconds(lock_s)) if fault else None
@@ -141,7 +142,7 @@ def measure(bench: Bench, system: str, n: int, handler: str, fault: str = "") ->
         for member in members:
             bench.procs.stop(member, timeout=10)
     ledger.refresh()
-    res = figures(ledger, bench.records)
+    res = figures(ledger, bench.records, launched)
     res["lock_s"] = lock_s
     if injected is not None:
         res["fault"] = injected.report(ledger)
@@ -206,7 +207,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
         ok = [x for x in results if "error" not in x]
         row: dict[str, Any] = {"rounds_ok": len(ok), "rounds": len(results)}
         for field in ("records_per_s", "p50_s", "p99_s", "handled_twice", "late_lines",
-                      "workers_used"):  # fmt: skip
+                      "workers_used", "to_all_working_s", "processes_per_slice"):  # fmt: skip
             values = [x[field] for x in ok if x.get(field) is not None]
             row[field] = statistics.median(values) if values else None
         out[name] = row
@@ -221,6 +222,10 @@ def show(res: dict[str, Any]) -> str:
         f"{res['p99_s']:.1f} s, {res['handled_twice']} handled twice, "
         f"{res['workers_used']} processes handled"
     )
+    if "to_all_working_s" in res:
+        text += f", all working {res['to_all_working_s']:.2f} s after launch"
+    if "processes_per_slice" in res:
+        text += f", {res['processes_per_slice']:.2f} processes per slice"
     return text + (f" [{res['error']}]" if "error" in res else "")
 
 

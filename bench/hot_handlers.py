@@ -85,7 +85,8 @@ def _marshal(kind: str, record: Any, ctx: Any) -> None:
     def lease() -> dict[str, Any]:
         return {"lease_end": time.time() + ctx.lease_remaining()}
 
-    handle_and_record(kind, record.offset, record.timestamp, lease, token=ctx.fencing_token)
+    handle_and_record(kind, record.offset, record.timestamp, lease, token=ctx.fencing_token,
+                      slice=ctx.slice)  # fmt: skip
 
 
 def io(record: Any, ctx: Any) -> None:

@@ -53,8 +53,10 @@ def late(row: dict[str, Any]) -> bool:
     return False
 
 
-def figures(ledger: Ledger, records: int) -> dict[str, Any]:
-    """Throughput, latency from append to handled, records handled twice, missing, late."""
+def figures(ledger: Ledger, records: int, launched: float | None = None) -> dict[str, Any]:
+    """Throughput, latency from append to handled, records handled twice, missing, late;
+    with ``launched`` (``time.time()`` as the members were started), the seconds from it to
+    the first record of the last worker or slice to start, and processes per slice."""
     firsts = list(ledger.first.values())
     out: dict[str, Any] = {
         "handled": len(firsts),
@@ -76,6 +78,26 @@ def figures(ledger: Ledger, records: int) -> dict[str, Any]:
         first_start=start,
         last_end=end,
     )
+    if launched is not None:
+        out.update(starts(ledger, launched))
+    return out
+
+
+def starts(ledger: Ledger, launched: float) -> dict[str, Any]:
+    """How the run started: seconds from launch until the last of its slices (marshal-run
+    with ``--ordering``: the ``slice`` of each line) handled its first record, and processes
+    that handled records per slice (1.0: no slice changed hands); without slices, until the
+    last process to handle anything handled its first record."""
+    first: dict[Any, float] = {}
+    by_slice = any(r.get("slice") for r in ledger.rows)
+    for r in ledger.rows:
+        unit = r.get("slice") if by_slice else r["pid"]
+        first[unit] = min(first.get(unit, r["start"]), r["start"])
+    out: dict[str, Any] = {"to_all_working_s": max(first.values()) - launched}
+    if by_slice:
+        pids = {r["pid"] for r in ledger.rows}
+        out["slices"] = len(first)
+        out["processes_per_slice"] = len(pids) / len(first)
     return out
 
 
