@@ -299,8 +299,11 @@ class Fleet:
             c.close()
         return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
 
-    def admin(self, *args: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
-        """Run `marshal-admin ARGS` against this fleet's coordination topic and heartbeat
+    def admin(
+        self, *args: str, timeout: float = 90.0, heartbeat: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `marshal-admin ARGS` against this fleet's coordination topic and, unless
+        ``heartbeat`` is False (the command then reads the group's from the log), its heartbeat
         interval (no MARSHAL_* variables inherited)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
         command = [
@@ -310,9 +313,9 @@ class Fleet:
             self.bootstrap,
             "--coordination-topic",
             self.coordination,
-            "--heartbeat-interval",
-            str(self.hb),
         ]
+        if heartbeat:
+            command += ["--heartbeat-interval", str(self.hb)]
         return subprocess.run(
             command, capture_output=True, text=True, timeout=timeout, env=env, check=False
         )

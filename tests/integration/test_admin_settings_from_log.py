@@ -9,7 +9,6 @@ refused with one line, exit 2.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from marshal_workers.common.errors import EXIT_USAGE
-from tests.integration.fleet import MARSHAL_ADMIN, Fleet
+from tests.integration.fleet import Fleet
 
 pytestmark = pytest.mark.kafka
 HB = 2.0
@@ -33,14 +32,8 @@ def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
 
 
 def admin(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
-    """`marshal-admin ARGS` on the fleet's log with no heartbeat interval unless ARGS give one
-    (no MARSHAL_* variables inherited)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
-    command = [
-        str(MARSHAL_ADMIN), *args,
-        "--bootstrap-servers", fleet.bootstrap, "--coordination-topic", fleet.coordination,
-    ]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=90, env=env, check=False)
+    """`marshal-admin ARGS` with no heartbeat interval unless ARGS give one."""
+    return fleet.admin(*args, heartbeat=False)
 
 
 def test_admin_commands_fold_with_the_groups_recorded_interval(fleet: Fleet) -> None:
