@@ -161,6 +161,18 @@ class LocalKafka:
         """The node id leading `topic`/`partition` now, or None if there is no leader."""
         return probe.leader_of(self.bootstrap, topic, partition, timeout)
 
+    def quorum_leader(self, timeout: float = 10.0) -> int | None:
+        """The live node leading the controller quorum (from the nodes' logs), or None if no
+        live node has said so within ``timeout`` (a container's log is not read)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            alive = {n for n, up in self.alive().items() if up}
+            dirs = [Path(node.node_dir) for node in self._state.nodes if not node.container_id]
+            leader = process.quorum_leader(dirs)
+            if leader in alive or time.monotonic() >= deadline:
+                return leader if leader in alive else None
+            time.sleep(0.2)
+
     def wait_ready(self, node_ids: Iterable[int], timeout: float) -> None:
         """Wait until the given nodes answer with every broker listed; raise with a log tail."""
         wanted = [self._state.node(node_id) for node_id in node_ids]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -176,6 +177,27 @@ def _reap(pid: int) -> None:
     """Collect the exit status of `pid` if it is our child (so it stops being a zombie)."""
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
+
+
+_LEADER_LINE = re.compile(r"Completed transition to Leader\(.*?ReplicaKey\(id=(\d+),.*?epoch=(\d+)")
+
+
+def quorum_leader(node_dirs: Iterable[Path]) -> int | None:
+    """The node id that leads the KRaft controller quorum, read from the nodes' server logs:
+    the newest epoch any node became leader in (None if no log says). A node logs each of its
+    own transitions to leader; epochs only grow, so the largest names the current leader
+    unless it died after (the caller knows which nodes are alive)."""
+    best: tuple[int, int] | None = None
+    for node_dir in node_dirs:
+        try:
+            text = (node_dir / SERVER_LOG).read_text("utf-8", "replace")
+        except OSError:
+            continue
+        for match in _LEADER_LINE.finditer(text):
+            epoch, node_id = int(match.group(2)), int(match.group(1))
+            if best is None or epoch > best[0]:
+                best = (epoch, node_id)
+    return None if best is None else best[1]
 
 
 def log_tail(node_dir: Path, lines: int = 20) -> str:

@@ -10,7 +10,10 @@ write can stall for about
     D = min(detection, replica lag) for a dead follower, detection + re-election for a dead
         leader, where re-election and the clients' retry take about ELECTION_SLACK_MS;
 
-D = detection + ELECTION_SLACK_MS bounds both. Heartbeats go out every HB/2, so the last one
+D = detection + ELECTION_SLACK_MS bounds both. On a cluster of combined nodes
+(``process.roles=broker,controller``) the dead node may also be the quorum's leader: the
+detection then starts only once the other voters have elected a new one (QUORUM_FAILOVER's
+timeouts), and D grows by that failover. Heartbeats go out every HB/2, so the last one
 confirmed before the stall was sent at most HB/2 before it began, and its lease runs until
 2*HB - margin after that send, that is at least 1.5*HB - margin after the stall began. A
 heartbeat sent during the stall lands when the stall ends (the producer keeps retrying it) and
@@ -44,6 +47,15 @@ from marshal_workers.protocol import leases
 KRAFT_SESSION: Final = "broker.session.timeout.ms"
 ZK_SESSION: Final = "zookeeper.session.timeout.ms"
 REPLICA_LAG: Final = "replica.lag.time.max.ms"
+ROLES: Final = "process.roles"
+# A combined node (broker and controller) may lead the KRaft quorum: the voters left notice
+# its silence after the fetch timeout, elect within the election timeout, and may need one
+# back-off after a split vote (two voters left). Kafka's defaults where a node does not say.
+QUORUM_FAILOVER: Final[Mapping[str, int]] = {
+    "controller.quorum.fetch.timeout.ms": 2_000,
+    "controller.quorum.election.timeout.ms": 1_000,
+    "controller.quorum.election.backoff.max.ms": 1_000,
+}
 ELECTION_SLACK_MS: Final = 3_000  # re-election, metadata propagation, the clients' retries
 LOOP_TURN_MS: Final = 1_000  # from a heartbeat landing to its lease extension
 KAFKA_DEFAULT_SESSION_MS: Final = 9_000  # broker.session.timeout.ms's default (KRaft)
@@ -56,11 +68,12 @@ class FailureDetection:
     session_timeout_ms: int
     replica_lag_ms: int | None = None
     source: str = KRAFT_SESSION
+    controller_failover_ms: int = 0  # a combined node may lead the quorum (0: none is)
 
     @property
     def stall_ms(self) -> int:
         """How long a coordination write may stall when one broker dies (see the module doc)."""
-        return self.session_timeout_ms + ELECTION_SLACK_MS
+        return self.session_timeout_ms + self.controller_failover_ms + ELECTION_SLACK_MS
 
 
 def min_heartbeat_s(detection: FailureDetection) -> float:
@@ -76,7 +89,9 @@ def heartbeat_warning(heartbeat_interval_s: float, detection: FailureDetection) 
     return (
         f"heartbeat interval {heartbeat_interval_s:g}s is below {least:g}s: a broker failure "
         f"stalls coordination writes for up to about {detection.stall_ms / 1000:g}s "
-        f"({detection.source}={detection.session_timeout_ms} plus re-election), longer than "
+        f"({detection.source}={detection.session_timeout_ms}"
+        f"{' plus a controller failover' if detection.controller_failover_ms else ''} "
+        "plus re-election), longer than "
         "the leases last, so every claim would be lost (see docs/operating.md, 'Heartbeat "
         "interval and broker failures')"
     )
@@ -93,7 +108,12 @@ def failure_detection(configs: Mapping[int, Mapping[str, str]]) -> FailureDetect
     """The cluster's failure detection from each broker's config (None if no broker said)."""
     sessions: list[tuple[int, str]] = []
     lags: list[int] = []
+    failovers = [0]
     for config in configs.values():
+        if "controller" in (config.get(ROLES) or "").split(","):
+            failovers.append(
+                sum(_int(config.get(name)) or default for name, default in QUORUM_FAILOVER.items())
+            )
         kraft, zk = _int(config.get(KRAFT_SESSION)), _int(config.get(ZK_SESSION))
         if kraft is not None:
             sessions.append((kraft, KRAFT_SESSION))
@@ -105,7 +125,7 @@ def failure_detection(configs: Mapping[int, Mapping[str, str]]) -> FailureDetect
     if not sessions:
         return None
     session, source = max(sessions)
-    return FailureDetection(session, max(lags) if lags else None, source)
+    return FailureDetection(session, max(lags) if lags else None, source, max(failovers))
 
 
 def read_failure_detection(admin: Any, timeout_s: float) -> FailureDetection | None:
