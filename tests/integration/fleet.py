@@ -20,6 +20,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -38,6 +39,7 @@ from marshal_workers.protocol.rationalizer import RationalizerConfig, resume_off
 REPO = Path(__file__).resolve().parents[2]
 MARSHAL_RUN = Path(sys.executable).with_name("marshal-run")
 MARSHAL_ADMIN = Path(sys.executable).with_name("marshal-admin")
+MARSHAL_AUDIT = Path(sys.executable).with_name("marshal-audit")
 DEFAULT_ADMINS = frozenset({"marshal-admin"})  # what marshal-run and marshal-admin default to
 
 
@@ -319,6 +321,19 @@ class Fleet:
         return subprocess.run(
             command, capture_output=True, text=True, timeout=timeout, env=env, check=False
         )
+
+    def audit(self, out: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+        """Run `marshal-audit --json` (Spark, local) on this fleet's coordination topic and
+        ledger, writing to ``out``: (exit code, the JSON summary, stderr)."""
+        argv = [
+            str(MARSHAL_AUDIT), "--bootstrap-servers", self.bootstrap,
+            "--coordination-topic", self.coordination, "--ledger", str(self.ledger_dir),
+            "--heartbeat-interval", str(self.hb), "--out", str(out), "--json", *extra,
+        ]  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+        lines = proc.stdout.strip().splitlines()
+        summary = json.loads(lines[-1]) if lines else {}
+        return proc.returncode, summary, proc.stderr
 
     def poison_of(self, partition: int) -> dict[str, object] | None:
         """The poison record `marshal-admin status --json` shows for ``partition`` of this

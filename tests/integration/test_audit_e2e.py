@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +30,6 @@ from tests.integration.fleet import Fleet, with_suppressed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 HB = 1.0
-MARSHAL_AUDIT = Path(sys.executable).with_name("marshal-audit")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -51,19 +48,6 @@ def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
         yield f
     finally:
         f.close()
-
-
-def audit(fleet: Fleet, out: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
-    """Run marshal-audit on the fleet's topic and ledger: (exit code, summary, stderr)."""
-    argv = [
-        str(MARSHAL_AUDIT), "--bootstrap-servers", fleet.bootstrap,
-        "--coordination-topic", fleet.coordination, "--ledger", str(fleet.ledger_dir),
-        "--heartbeat-interval", str(HB), "--out", str(out), "--json", *extra,
-    ]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-    lines = proc.stdout.strip().splitlines()
-    summary = json.loads(lines[-1]) if lines else {}
-    return proc.returncode, summary, proc.stderr
 
 
 def run_fleet(fleet: Fleet) -> None:
@@ -88,7 +72,7 @@ def test_real_fleet_audits_clean_then_a_forged_write_fails_it(fleet: Fleet, tmp_
     run_fleet(fleet)
     rows = fleet.ledger()
     out = tmp_path / "audit"
-    code, summary, err = audit(fleet, out)
+    code, summary, err = fleet.audit(out)
     assert code == 0, err
     assert summary["violations"] == 0, summary["violation_examples"]
     assert summary["partitions_claimed"] == fleet.partitions
@@ -125,7 +109,7 @@ def test_real_fleet_audits_clean_then_a_forged_write_fails_it(fleet: Fleet, tmp_
         f.write(json.dumps(impostor) + "\n")
     ledger_topic = f"ledger_{fleet.coordination}"
     _produce_lines(fleet.bootstrap, ledger_topic, rows)  # the clean rows again, from a topic
-    code, summary, err = audit(fleet, tmp_path / "audit2", "--ledger-topic", ledger_topic)
+    code, summary, err = fleet.audit(tmp_path / "audit2", "--ledger-topic", ledger_topic)
     assert code == 1, err
     assert summary["violations_by_kind"] == {"zombie_work": 2}
     assert summary["ledger"]["rows"] == 2 * len(rows) + 2
@@ -147,61 +131,6 @@ def _produce_lines(bootstrap: str, topic: str, rows: list[Any]) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_a_parked_then_skipped_record_is_reported(kafka_bootstrap: str, tmp_path: Path) -> None:
-    """Issue 21.1: a handler that always fails on one record, parked after 2 failures, then
-    skipped by an operator. The unfiltered audit runs (it crashed on RecordFailed), and it and
-    the --group audit report the record's failures, its parking and the skip."""
-    poison_at, total = 3, 10
-    fleet = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=HB, partitions=1)
-    try:
-        fleet.produce(total)
-        env = {"MARSHAL_LEDGER_FAIL_AT_OFFSET": str(poison_at)}
-        fleet.start("a", "--retries", "0", "--restart-backoff", "0.1",
-                    "--max-handler-failures", "2", "--poison-park-after", "2", env=env)  # fmt: skip
-
-        def parked() -> bool:
-            state = fleet.poison_of(0)
-            return state is not None and state["parked"] is True
-
-        fleet.wait_for(parked, 90, "the poison record to be parked")
-        skipped = fleet.admin("skip-record", "--group", fleet.group, "--topic", fleet.topic,
-                              "--partition", "0", "--offset", str(poison_at))  # fmt: skip
-        assert skipped.returncode == 0, skipped.stderr
-        fleet.wait_for(
-            lambda: {r["offset"] for r in fleet.ledger()} == set(range(total)) - {poison_at},
-            60,
-            "every other record handled",
-        )
-        for member in fleet.members:
-            member.signal(signal.SIGTERM)
-        for member in fleet.members:
-            assert member.wait(30) == 0, member.log_tail()
-
-        out = tmp_path / "audit"
-        code, summary, err = audit(fleet, out)
-        assert code == 0, err
-        assert summary["poison"] == {"records": 1, "failures": 2, "parked": 1, "retried": 0,
-                                     "skipped": 1, "parked_at_end": 0}, summary  # fmt: skip
-        assert summary["verdicts"]["PoisonNoted"] == 2 and summary["verdicts"]["PoisonCleared"] == 1
-        poison = pq.read_table(out / "poison").to_pylist()
-        assert [(p["offset"], p["action"], p["client_id"]) for p in poison] == [
-            (poison_at, "failed", "a"), (poison_at, "parked", "a"),
-            (poison_at, "skipped", "marshal-admin"),
-        ]  # fmt: skip
-        assert "SimulatedError" in poison[0]["error"]
-        events = pq.read_table(out / "events").to_pylist()
-        assert sum(e["message_type"] == "RecordFailed" for e in events) == 2
-        page = (out / "report.html").read_text()
-        assert "Poison records" in page and "skipped" in page and "parked" in page
-
-        code, summary, err = audit(fleet, tmp_path / "audit-group", "--group", fleet.group)
-        assert code == 0, err
-        assert summary["poison"]["parked"] == 1 and summary["poison"]["skipped"] == 1
-    finally:
-        fleet.close()
-
-
-@pytest.mark.timeout(900)
 def test_a_clean_amo_fleet_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
     """Issue 19.3 on a real fleet: AMO members hand partitions over and stop gracefully; every
     reserved range is handled and committed, so the audit shows 0 AMO losses."""
@@ -209,13 +138,13 @@ def test_a_clean_amo_fleet_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -
     try:
         run_fleet(fleet)
         out = tmp_path / "audit"
-        code, summary, err = audit(fleet, out)
+        code, summary, err = fleet.audit(out)
         assert code == 0, err
         assert summary["groups"][0]["mode"] == "amo" and summary["reservations"] > 0
         assert summary["handovers"] >= 4
-        assert summary["amo_losses"] == {"ranges": 0, "records": 0, "by_cause": {}}, (
-            pq.read_table(out / "amo_losses").to_pylist()
-        )
+        assert summary["amo_losses"] == {"ranges": 0, "records": 0, "by_cause": {}}, pq.read_table(
+            out / "amo_losses"
+        ).to_pylist()
         assert "No AMO losses" in (out / "report.html").read_text()
     finally:
         fleet.close()
@@ -251,7 +180,7 @@ def test_a_killed_amo_holder_s_unhandled_records_are_all_reported_lost(
         assert fleet.members[-1].wait(30) == 0, fleet.members[-1].log_tail()
 
         out = tmp_path / "audit"
-        code, summary, err = audit(fleet, out)
+        code, summary, err = fleet.audit(out)
         assert code == 0, err
         losses = pq.read_table(out / "amo_losses").to_pylist()
         handled = {(r["partition"], r["offset"]) for r in fleet.ledger()}

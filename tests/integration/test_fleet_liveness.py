@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
+import pyarrow.parquet as pq
 import pytest
 
 from tests.integration import liveness_handlers as lh
@@ -182,14 +183,46 @@ def with_suppressed(action: Callable[[], object]) -> None:
         action()
 
 
+def audit_poison_story(fleet: Fleet, tmp_path: Path, poison_at: int) -> None:
+    """Issue 21.1 on the same log: the unfiltered audit runs (it once crashed on RecordFailed)
+    and, like the --group audit, reports the record's failures, both parkings, the retry and
+    the skip, in log order."""
+    out = tmp_path / "audit"
+    code, summary, err = fleet.audit(out)
+    assert code == 0, err
+    assert summary["poison"] == {"records": 1, "failures": 8, "parked": 1, "retried": 1,
+                                 "skipped": 1, "parked_at_end": 0}, summary  # fmt: skip
+    poison = pq.read_table(out / "poison").to_pylist()
+    assert {p["offset"] for p in poison} == {poison_at}
+    run = ["failed"] * 3 + ["parked"]
+    assert [p["action"] for p in poison] == [*run, "retried", *run, "skipped"]
+    assert {p["client_id"] for p in poison if p["action"] == "failed"} == {
+        m.client_id for m in fleet.members
+    }
+    assert {p["client_id"] for p in poison if p["action"] in ("retried", "skipped")} == {
+        "marshal-admin"
+    }
+    assert "SimulatedError" in poison[0]["error"]
+    events = pq.read_table(out / "events").to_pylist()
+    assert sum(e["message_type"] == "RecordFailed" for e in events) == 8
+    page = (out / "report.html").read_text()
+    assert "Poison records" in page and "skipped" in page and "parked" in page
+    code, summary, err = fleet.audit(tmp_path / "audit-group", "--group", fleet.group)
+    assert code == 0, err
+    assert summary["poison"]["parked"] == 1 and summary["poison"]["skipped"] == 1
+
+
 class TestPoisonRecords:
+    @pytest.mark.spark
+    @pytest.mark.timeout(900)
     def test_a_poison_record_is_counted_across_members_parked_then_skipped_by_an_operator(
         self, kafka_bootstrap: str, tmp_path: Path
     ) -> None:
         """A record that always fails: its failures add up in the log across releases and
         members (2 each before a release, parked at 4 in total), status shows it parked with
         its offset and error, nobody tries it any more; retry-record starts the count again,
-        skip-record moves the partition past it and the rest is handled."""
+        skip-record moves the partition past it and the rest is handled; then the audit of
+        the log tells that whole story."""
         fleet = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=1.0, partitions=1)
         poison_at = 3
         try:
@@ -266,6 +299,11 @@ class TestPoisonRecords:
                 "every other record handled",
             )
             fleet.wait_for(lambda: poison_state() is None, 30, "status without a poison record")
+            for member in fleet.members:
+                member.signal(signal.SIGTERM)
+            for member in fleet.members:
+                assert member.wait(30) == 0, member.log_tail()
+            audit_poison_story(fleet, tmp_path, poison_at)
         finally:
             fleet.close()
 
