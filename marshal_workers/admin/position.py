@@ -3,7 +3,11 @@
 Theory of operation ("Setting Consumer Group Position" in the Marshal protocol)
 --------------------------------------------------------------------------------
 1. Plan: the target offsets (`admin.targets`) next to the current positions in the fold.
-   ``--dry-run`` stops here and writes nothing.
+   ``--dry-run`` stops here and writes nothing. A group whose ordering cuts partitions into
+   slices (``--ordering key`` or ``unordered``: `protocol.slicing`) has one claim per slice of
+   a partition, each with its own position: every slice of a partition is moved to the
+   partition's target (a slice reads the whole partition and takes its own records, so the
+   same offset is the same point in the partition for each).
 2. Pause the group: ReleaseGroup on every coordination partition, expiring after the wait
    timeout plus a margin, so that a crashed admin does not pause the group for ever (it is
    renewed if the moves outlast it).
@@ -37,6 +41,7 @@ from marshal_workers.common.errors import MarshalError
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_claimable
 from marshal_workers.protocol.rationalizer import claim_label
+from marshal_workers.protocol.slicing import split_topic
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.offsets import KafkaOffsetSink
 
@@ -65,16 +70,32 @@ class PartitionMove:
     holder: str | None
     state: str
     target: int
+    claim_topic: str | None = None  # the slice's claim (``orders+key.2of4``); None: whole
 
     @property
     def old(self) -> int | None:
         """The position to restore: the committed offset (the reservation, if only that)."""
         return self.committed if self.committed is not None else self.reserved
 
+    @property
+    def slice_name(self) -> str | None:
+        """The slice's name (``key.2of4``), None for a whole partition."""
+        if self.claim_topic is None:
+            return None
+        part = split_topic(self.claim_topic)[1]
+        return part.name if part is not None else self.claim_topic
+
+    @property
+    def where(self) -> str:
+        """The partition, and its slice if it is one: ``3`` or ``3 key.2of4``."""
+        name = self.slice_name
+        return str(self.partition) if name is None else f"{self.partition} {name}"
+
     def to_json(self) -> dict[str, object]:
         """The move as a JSON object."""
         return {
             "partition": self.partition,
+            "slice": self.slice_name,
             "current": self.committed,
             "reserved": self.reserved,
             "holder": self.holder,
@@ -91,9 +112,9 @@ class PositionPlan:
     topic: str
     moves: tuple[PartitionMove, ...]
 
-    def key(self, partition: int) -> ClaimKey:
-        """The claim on one of the topic's partitions."""
-        return ClaimKey(self.group, self.topic, partition)
+    def key(self, move: PartitionMove) -> ClaimKey:
+        """The claim a move sets: the partition's, or its slice's."""
+        return ClaimKey(self.group, move.claim_topic or self.topic, move.partition)
 
     def to_json(self, *, dry_run: bool) -> dict[str, object]:
         """The plan as a JSON object."""
@@ -108,22 +129,36 @@ class PositionPlan:
 def make_plan(
     session: AdminSession, group: str, topic: str, targets: Mapping[int, int]
 ) -> PositionPlan:
-    """The plan from the fold as it is now (freshness judged at the session's `now_ms`)."""
+    """The plan from the fold as it is now (freshness judged at the session's `now_ms`): one
+    move per claim, that is per partition, or per slice of each partition of a sliced group."""
     now = session.now_ms()
+    claim_topics: list[str | None] = [*slice_topics(session, group, topic)] or [None]
     moves = []
     for p, target in sorted(targets.items()):
-        state = session.state(ClaimKey(group, topic, p))
-        moves.append(
-            PartitionMove(
-                p,
-                state.committed if state else None,
-                state.reserved if state else None,
-                state.holder_client if state else None,
-                claim_label(state, now, session.hb_ms),
-                target,
+        for claim_topic in claim_topics:
+            state = session.state(ClaimKey(group, claim_topic or topic, p))
+            moves.append(
+                PartitionMove(
+                    p,
+                    state.committed if state else None,
+                    state.reserved if state else None,
+                    state.holder_client if state else None,
+                    claim_label(state, now, session.hb_ms),
+                    target,
+                    claim_topic,
+                )
             )
-        )
     return PositionPlan(group, topic, tuple(moves))
+
+
+def slice_topics(session: AdminSession, group: str, topic: str) -> list[str]:
+    """The claim topics of ``topic``'s slices if ``group``'s recorded ordering cuts its
+    partitions into slices, else [] (the group claims whole partitions)."""
+    for world in session.worlds.values():
+        settings = world.group_settings.get(group)
+        if settings is not None and settings.slicing is not None and settings.slicing.sliced:
+            return settings.slicing.claim_topics(topic)
+    return []
 
 
 def render_plan(plan: PositionPlan) -> str:
@@ -131,7 +166,7 @@ def render_plan(plan: PositionPlan) -> str:
     head = ("PARTITION", "CURRENT", "RESERVED", "TARGET", "STATE", "HOLDER")
     rows = [
         [
-            str(m.partition),
+            m.where,
             _cell(m.committed),
             _cell(m.reserved),
             str(m.target),
@@ -204,18 +239,18 @@ def set_position(
     try:
         for current in plan.moves:
             pause.keep(_step_budget_s(session))
-            key = plan.key(current.partition)
+            key = plan.key(current)
             _acquire(session, key)
             touched.append(current)  # from its first heartbeat on, the position may change
             _set(session, key, current.target)
-            progress(f"partition {current.partition}: {_cell(current.old)} -> {current.target}")
+            progress(f"partition {current.where}: {_cell(current.old)} -> {current.target}")
     except MarshalError as exc:
-        where = f" at partition {current.partition}" if current is not None else ""
+        where = f" at partition {current.where}" if current is not None else ""
         problems = _restore(session, plan, touched, pause, progress)
         if problems:
             detail = f"restore incomplete: {'; '.join(problems)}"
         elif touched:
-            parts = ", ".join(str(m.partition) for m in touched)
+            parts = ", ".join(m.where for m in touched)
             detail = f"old offsets restored on partition(s) {parts}; pause lifted"
         else:
             detail = "nothing had moved; pause lifted"
@@ -223,7 +258,7 @@ def set_position(
     problem = _lift(session, group)
     if problem is not None:
         raise MarshalError(f"the new positions are set, but {problem}")
-    moved = ", ".join(f"{m.partition}: {_cell(m.old)} -> {m.target}" for m in plan.moves)
+    moved = ", ".join(f"{m.where}: {_cell(m.old)} -> {m.target}" for m in plan.moves)
     return f"group {group} topic {plan.topic} moved ({moved}); pause lifted"
 
 
@@ -236,15 +271,15 @@ def _wait_released(
 ) -> None:
     """Fold until no live holder is left on the partitions to move; MoveError on timeout."""
     deadline = session.monotonic() + timeout_s
-    shown: dict[int, str] | None = None
+    shown: dict[str, str] | None = None
     while True:
         now = session.now_ms()
-        busy: dict[int, str] = {}
+        busy: dict[str, str] = {}
         for move in plan.moves:
-            key = plan.key(move.partition)
+            key = plan.key(move)
             state = session.state(key)
             if not is_claimable(state, now, session.hb_ms) and not session.holds(key):
-                busy[move.partition] = (state.holder_client if state else None) or "?"
+                busy[move.where] = (state.holder_client if state else None) or "?"
         if not busy:
             return
         if busy != shown:
@@ -301,7 +336,7 @@ def _restore(
     problems: list[str] = []
     held: list[tuple[ClaimKey, int]] = []
     for move in plan.moves:
-        key = plan.key(move.partition)
+        key = plan.key(move)
         state = session.state(key)
         if move not in touched and session.holds(key) and state and state.committed is not None:
             held.append((key, state.committed))
@@ -310,14 +345,14 @@ def _restore(
     except MarshalError as exc:
         problems.append(str(exc))
     for move in touched:
-        key = plan.key(move.partition)
+        key = plan.key(move)
         old = move.old
         try:
             if old is None:  # nothing to go back to; do not leave the claim held
                 if session.holds(key):
                     held.append((key, move.target))
                 problems.append(
-                    f"partition {move.partition} had no position before (left at {move.target})"
+                    f"partition {move.where} had no position before (left at {move.target})"
                 )
                 continue
             _acquire(session, key)
@@ -327,17 +362,22 @@ def _restore(
                 reserve = session.write(session.reserving(key, move.reserved))
                 _expect(reserve, ev.MessagesClaimed, "reservation")
         except MarshalError as exc:
-            problems.append(f"partition {move.partition}: {exc}")
+            problems.append(f"partition {move.where}: {exc}")
     problem = _lift(session, plan.group)
     if problem is not None:
         problems.append(problem)
     for key, offset in held:  # after the lift, so that a restored reservation is kept
         try:
             _expect(session.write(session.releasing(key, offset)), ev.Released, "release")
-            progress(f"partition {key.partition}: restored to {offset}")
+            progress(f"partition {_where(key)}: restored to {offset}")
         except MarshalError as exc:
-            problems.append(f"partition {key.partition}: {exc}")
+            problems.append(f"partition {_where(key)}: {exc}")
     return problems
+
+
+def _where(key: ClaimKey) -> str:
+    part = split_topic(key.topic)[1]
+    return str(key.partition) if part is None else f"{key.partition} {part.name}"
 
 
 def _lift(session: AdminSession, group: str) -> str | None:
@@ -391,7 +431,8 @@ def _commit_to_kafka(conn: Connection, plan: PositionPlan, progress: Progress) -
     """Best effort: show the new positions to kafka-consumer-groups at once."""
     sink = KafkaOffsetSink(conn.bootstrap_servers, plan.group, conn.kafka)
     try:
-        error = sink.commit_now([(plan.topic, m.partition, m.target) for m in plan.moves])
+        targets = {m.partition: m.target for m in plan.moves}  # every slice of one has one
+        error = sink.commit_now([(plan.topic, p, target) for p, target in sorted(targets.items())])
     finally:
         sink.close()
     if error is not None:

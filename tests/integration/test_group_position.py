@@ -157,6 +157,7 @@ def test_set_position_moves_a_running_fleet(fleet: Fleet) -> None:
     assert plan["partitions"] == [
         {
             "partition": 1,
+            "slice": None,
             "current": before[1],
             "reserved": None,
             "holder": None,
@@ -180,3 +181,35 @@ def test_set_position_moves_a_running_fleet(fleet: Fleet) -> None:
     fleet.wait_for(lambda: fleet.committed() == ends, 10, "the positions committed to Kafka")
     stop_all(fleet)
     assert not find_overlaps(fleet.ledger())
+
+
+def test_set_position_rewinds_every_slice_of_a_key_ordered_fleet(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """--ordering key cuts each partition into slices, each a claim with its own position:
+    a rewind of partition 0 moves all of its slices, so partition 0 is handled again from 5 by
+    the slices together (each record by the slice of its key), and partition 1 is untouched."""
+    fleet = Fleet(kafka_bootstrap, tmp_path, hb=HB, partitions=2)
+    try:
+        fleet.produce(40, key=lambda i: f"customer-{i % 7}".encode())
+        fleet.start("a", "--ordering", "key", "--workers-per-partition", "3")
+        fleet.wait_for(fleet.handled_everything, 30, "every record handled once")
+        moved_at = time.time()
+        common = ["--group", fleet.group, "--topic", fleet.topic]
+        dry = fleet.admin("set-position", *common, "--to-offset", "0=5", "--dry-run", "--json")
+        assert dry.returncode == 0, dry.stderr
+        slices = [
+            (p["partition"], p["slice"], p["target"]) for p in json.loads(dry.stdout)["partitions"]
+        ]
+        assert slices == [(0, f"key.{i}of3", 5) for i in range(3)]
+        rewind = fleet.admin("set-position", *common, "--to-offset", "0=5", "--timeout", "30")
+        assert rewind.returncode == 0, rewind.stderr
+        assert "0 key.2of3: 20 -> 5" in rewind.stdout, rewind.stdout
+        fleet.wait_for(
+            lambda: handled_after(fleet, moved_at)[0] == set(range(5, 20)), 30, "0:5..19 again"
+        )
+        assert handled_after(fleet, moved_at)[1] == set()
+        stop_all(fleet)
+        assert not find_overlaps(fleet.ledger())
+    finally:
+        fleet.close()

@@ -15,8 +15,15 @@ from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import LogError
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.metadata import (
+    GroupSettings,
+    Partitioner,
+    encode_metadata,
+    metadata_key,
+)
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig, pause_of, resume_offset
+from marshal_workers.protocol.slicing import Ordering, Slicing
 from marshal_workers.protocol.wire import (
     Appended,
     ClaimingMessages,
@@ -123,6 +130,34 @@ def key(p: int) -> ClaimKey:
     return ClaimKey(G, T, p)
 
 
+class SlicedSetup(Setup):
+    """A key-ordered group of 3 slices per partition (its settings in the log): worker "w1"
+    holds the slices of orders/0 at positions 4, 9 and 6 (one with an AMO reservation)."""
+
+    SLICES = Slicing(Ordering.KEY, 3)
+    POSITIONS = (4, 9, 6)
+
+    def __init__(self) -> None:
+        self.topic = MemoryTopic(2, lambda: int(time.time() * 1000))
+        self.admins = ADMINS
+        settings = GroupSettings(0, "w1-1", "w1", G, HB_MS, Partitioner.SPEC, ADMINS, self.SLICES)
+        for home in range(self.topic.num_partitions):
+            self.topic.append(home, metadata_key(settings), encode_metadata(settings))
+        for name, offset in zip(self.SLICES.claim_topics(T), self.POSITIONS, strict=True):
+            self.slice_worker(ClaimingPartition, name)
+            self.slice_worker(Heartbeat, name, offset)
+        self.slice_worker(ClaimingMessages, self.SLICES.claim_topics(T)[0], 7)
+
+    def slice_worker(self, cls: type[Message], name: str, *last: int) -> None:
+        msg = cls(0, "w1-1", "w1", G, name, 0, *last)  # type: ignore[call-arg]
+        home = coordination_partition(name, 0, self.topic.num_partitions)
+        self.topic.append(home, record_key(msg), encode(msg))
+
+    def release_all(self) -> None:
+        for name, offset in zip(self.SLICES.claim_topics(T), (7, 9, 6), strict=True):
+            self.slice_worker(ReleasingPartition, name, offset)
+
+
 class TestSetPosition:
     def test_moves_every_partition_and_lifts_the_pause(self) -> None:
         """Pause, wait for the holder to release, claim/heartbeat/release each partition as the
@@ -141,6 +176,27 @@ class TestSetPosition:
             assert resume_offset(state, Mode.AMO) == target, "an AMO reservation survived"
         now = world.now_ms()
         assert all(pause_of(w, G, now) is None for w in world.worlds.values())
+
+    def test_a_sliced_group_moves_every_slice_of_the_partition(self) -> None:
+        """Key or unordered ordering: each slice of a partition is a claim with its own
+        position, so the partition's move is one move per slice, each waited for, claimed and
+        set; the partition-wide claim (which such a group never uses) is left alone."""
+        s = SlicedSetup()
+        admin = s.session()
+        plan = make_plan(admin, G, T, {0: 2})
+        names = s.SLICES.claim_topics(T)
+        assert [(m.claim_topic, m.committed, m.reserved) for m in plan.moves] == [
+            (names[0], 4, 7), (names[1], 9, None), (names[2], 6, None),
+        ]  # fmt: skip
+        assert "0 key.1of3" in render_plan(plan)
+        summary = set_position(admin, plan, timeout_s=5, progress=s.releasing_on_first_wait())
+        assert summary.endswith("pause lifted") and "0 key.2of3: 6 -> 2" in summary
+        world = s.observer()
+        for name in names:
+            state = world.state(ClaimKey(G, name, 0))
+            assert state is not None and state.holder_client is None and state.released
+            assert state.committed == 2 and resume_offset(state, Mode.AMO) == 2, name
+        assert world.state(key(0)) is None
 
     def test_nothing_moves_when_the_holders_do_not_release(self) -> None:
         """A holder that stays fresh: give up after the timeout, lift the pause, move nothing."""
