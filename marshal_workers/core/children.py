@@ -191,8 +191,9 @@ class Children:
                 grant = ipc.Grant(op.request_id, False, refusal or "claim not held")
                 self.keeping.tell(op.key, grant)
             return
-        held.position = max(held.position or 0, op.end)  # (never back, whatever the order)
-        self.keeping.heartbeat(held, now)  # the committing heartbeat
+        # (never back, whatever the order); the reservation commits itself (rule 4): no
+        # heartbeat per batch, the periodic ones renew the lease
+        held.position = max(held.position or 0, op.end)
         for covered in held.covered:  # reserved by this batch's record too: below its end
             self.keeping.tell(op.key, ipc.Grant(covered, True, ""))
         held.covered.clear()

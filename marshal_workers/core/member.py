@@ -37,7 +37,8 @@ ended (2*HB after its last accepted heartbeat), since it may still be alive on a
 
 AMO grants. A child's request for a batch is refused unless the batch starts at or after the
 position (the log's, at the reservation's verdict, and this member's). The reservation is
-written; once folded as valid the committing heartbeat is written and the child granted.
+written; once folded as valid the child is granted (an accepted reservation commits its
+records: no heartbeat per batch, rationalizer rule 4).
 
 Isolation. The member reads, resumes, heartbeats, releases and counts only claims of its own
 group (and its own topics, and its group's member claims): a client id is unique within a
