@@ -55,6 +55,8 @@ class HeldClaim:
     refused_from: int | None = None  # AMO: a batch of this child from here was refused, so is
     # every batch after it
     lost: list[tuple[int, int]] = field(default_factory=list)  # AMO: ranges reported lost
+    beat_behind: bool = False  # AMO: a heartbeat was written while a reservation was in flight
+    # (it carries the position before it): write one again after the verdict
     covered: list[int] = field(default_factory=list)  # AMO: request ids whose write failed while
     # a later batch of the child was in flight: answered with that batch (its reservation, by
     # the same holder, covers everything below its end)

@@ -62,7 +62,8 @@ class Keeping:
         s = self.ctx.s
         if held.phase not in (Phase.LOST, Phase.RELEASING):
             if held.position is not None and now >= held.next_heartbeat:
-                self.heartbeat(held, now)
+                if not self.waits_for_reservation(held, now):
+                    self.heartbeat(held, now)
             expired = now >= held.lease and held.phase is not Phase.STOPPING
             if expired and not held.child and not held.is_member:
                 # no child runs: release (the log refuses it if the claim was taken meanwhile)
@@ -106,10 +107,40 @@ class Keeping:
         ):
             self.spawn(held, restart=held.failures > 0, now=now)
 
+    def waits_for_reservation(self, held: HeldClaim, now: float) -> bool:
+        """AMO: a heartbeat due while a reservation of the claim is in flight waits for its
+        verdict, at most HB/4 (then `after_reservation` writes it with the new position).
+
+        An accepted reservation commits what it reserves (rationalizer rule 4), and a heartbeat
+        sets the committed position outright. One written now would carry the position before
+        the reservation and land after it: the log's newest record on the claim's position key
+        would then be behind the reservation, and once the cleaner removed the reservation, a
+        reader of the compacted log would resume the claim there and hand its records out a
+        second time (decision 18)."""
+        pending = self.ctx.pending
+        if not pending.in_flight(Kind.RESERVE, held.key):
+            return False
+        if now < held.next_heartbeat + self.ctx.s.heartbeat_interval / 4:
+            return True
+        held.beat_behind = True  # written anyway (the lease first): repaired after the verdict
+        return False
+
+    def after_reservation(self, held: HeldClaim, now: float) -> None:
+        """A reservation's verdict came: the heartbeat that waited for it, or the one that
+        had to go before it and carried an older position, is written now that no reservation
+        of the claim is in flight, so the key's newest record is never behind one."""
+        if held.phase in (Phase.LOST, Phase.RELEASING) or held.position is None:
+            return
+        if self.ctx.pending.in_flight(Kind.RESERVE, held.key):
+            return
+        if held.beat_behind or now >= held.next_heartbeat:
+            self.heartbeat(held, now)
+
     def heartbeat(self, held: HeldClaim, now: float) -> None:
         """Write a heartbeat with the claim's position (its verdict extends the lease)."""
         assert held.position is not None
         ctx = self.ctx
+        held.beat_behind = False
         held.next_heartbeat = now + ctx.s.heartbeat_interval / 2
         message = Heartbeat(*ctx.fields(held.key), held.position)
         ctx.append(Kind.HEARTBEAT, held.key, message, now, end=held.position)
