@@ -117,13 +117,11 @@ class Keeping:
         would then be behind the reservation, and once the cleaner removed the reservation, a
         reader of the compacted log would resume the claim there and hand its records out a
         second time (decision 18)."""
-        pending = self.ctx.pending
-        if not pending.in_flight(Kind.RESERVE, held.key):
+        # past HB/4 it is written anyway (the lease first), and again after the verdict
+        waited = now - held.next_heartbeat
+        if waited >= self.ctx.s.heartbeat_interval / 4:
             return False
-        if now < held.next_heartbeat + self.ctx.s.heartbeat_interval / 4:
-            return True
-        held.beat_behind = True  # written anyway (the lease first): repaired after the verdict
-        return False
+        return self.ctx.pending.in_flight(Kind.RESERVE, held.key)
 
     def after_reservation(self, held: HeldClaim, now: float) -> None:
         """A reservation's verdict came: the heartbeat that waited for it, or the one that
@@ -140,7 +138,9 @@ class Keeping:
         """Write a heartbeat with the claim's position (its verdict extends the lease)."""
         assert held.position is not None
         ctx = self.ctx
-        held.beat_behind = False
+        # one written while a reservation is in flight may land behind it: write another
+        # after the verdict (`after_reservation`)
+        held.beat_behind = ctx.pending.in_flight(Kind.RESERVE, held.key)
         held.next_heartbeat = now + ctx.s.heartbeat_interval / 2
         message = Heartbeat(*ctx.fields(held.key), held.position)
         ctx.append(Kind.HEARTBEAT, held.key, message, now, end=held.position)

@@ -287,6 +287,42 @@ class TestGrants:
     def grants(self, h: Harness) -> list[ipc.ToChild]:
         return [c.message for c in h.commands if isinstance(c, cmd.TellChild)]
 
+    def beats(self, h: Harness) -> list[int]:
+        """The offsets of the heartbeats written for the data claim (not the member's own)."""
+        return [m.offset for m in h.appended(Heartbeat) if m.topic == "orders"]
+
+    def test_a_heartbeat_due_while_a_reservation_is_in_flight_waits_for_its_verdict(
+        self,
+    ) -> None:
+        """Decision 18: a heartbeat sets the committed position, so one written while a
+        reservation is in flight would carry the position before it and land after it (the
+        key's newest record behind the reservation: a compacted reader would resume there).
+        It waits for the verdict, then goes at once with the reservation's end."""
+        h, key = self.grant_setup()
+        h.tick(0.5)  # a periodic heartbeat now; the next is due in HB/2
+        before = len(self.beats(h))
+        asked = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        h.tick(0.55)  # due, and the reservation still in flight: no heartbeat yet
+        assert len(self.beats(h)) == before
+        self.land(h, asked)
+        assert self.grants(h) == [ipc.Grant(1, True, "")]
+        assert self.beats(h)[before:] == [150]
+
+    def test_a_heartbeat_that_cannot_wait_longer_is_written_again_after_the_verdict(
+        self,
+    ) -> None:
+        """The lease comes first: past HB/4 of waiting the heartbeat goes with the position it
+        has, and once the reservation is decided another carries the reservation's end, so the
+        key's newest record is not left behind it."""
+        h, key = self.grant_setup()
+        h.tick(0.5)
+        before = len(self.beats(h))
+        asked = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        h.tick(0.8)  # due 0.3 s ago: more than HB/4
+        assert self.beats(h)[before:] == [100]
+        self.land(h, asked)
+        assert self.beats(h)[before:] == [100, 150]
+
     def test_the_next_batch_asked_while_one_is_in_flight_is_reserved_and_granted_in_order(
         self,
     ) -> None:
