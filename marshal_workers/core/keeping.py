@@ -61,9 +61,9 @@ class Keeping:
         """One claim's timers: heartbeat, start the child, lease ending, restart."""
         s = self.ctx.s
         if held.phase not in (Phase.LOST, Phase.RELEASING):
-            if held.position is not None and now >= held.next_heartbeat:
-                if not self.waits_for_reservation(held, now):
-                    self.heartbeat(held, now)
+            due = held.position is not None and now >= held.next_heartbeat
+            if due and not self.waits_for_reservation(held, now):
+                self.heartbeat(held, now)
             expired = now >= held.lease and held.phase is not Phase.STOPPING
             if expired and not held.child and not held.is_member:
                 # no child runs: release (the log refuses it if the claim was taken meanwhile)

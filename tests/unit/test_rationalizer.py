@@ -290,6 +290,17 @@ class TestClaimingMessages:
             assert resume_offset(whole.world.claims[KEY], mode) == 510
             assert resume_offset(survivor.world.claims[KEY], mode) == 510
 
+    def test_a_reservation_first_seen_after_a_gap_commits_too(self) -> None:
+        """Rule 4 on an uncertain claim (first seen after a gap: the cleaner took what came
+        before): the surviving reservation is activity only, and its offset is the position in
+        either mode, as it is for a reader of the whole log (decision 18)."""
+        log = Log()
+        e = log.raw(record(reserve("a", 510), 7, 100))
+        assert isinstance(e, ev.Unverified)
+        state = log.world.claims[KEY]
+        assert (state.committed, state.reserved) == (510, 510)
+        assert resume_offset(state, Mode.ALO) == 510 and resume_offset(state, Mode.AMO) == 510
+
     def test_reservation_behind_the_position_is_rejected(self) -> None:
         """A proposed offset below max(committed, reserved) would hand offsets out twice."""
         log = Log()
