@@ -140,7 +140,11 @@ class Children:
         held.asked_end = req.end
         message = ClaimingMessages(*self.ctx.fields(held.key), req.end)
         extra = {"request_id": req.request_id, "start": req.start, "end": req.end}
-        self.ctx.append(Kind.RESERVE, held.key, message, now, child=held.child_no, **extra)
+        extra["child"] = held.child_no
+        if self.keeping.holds_back(held, now):  # a heartbeat is owed first (decision 18)
+            held.held_back.append((message, extra))
+            return
+        self.ctx.append(Kind.RESERVE, held.key, message, now, **extra)
 
     def reservation_decided(self, op: Op, event: ev.Event, now: float) -> None:
         """The reservation's verdict: commit and grant, or refuse.

@@ -61,8 +61,7 @@ class Keeping:
         """One claim's timers: heartbeat, start the child, lease ending, restart."""
         s = self.ctx.s
         if held.phase not in (Phase.LOST, Phase.RELEASING):
-            due = held.position is not None and now >= held.next_heartbeat
-            if due and not self.waits_for_reservation(held, now):
+            if self.heartbeat_owed(held, now) and not self.waits_for_reservation(held, now):
                 self.heartbeat(held, now)
             expired = now >= held.lease and held.phase is not Phase.STOPPING
             if expired and not held.child and not held.is_member:
@@ -107,9 +106,18 @@ class Keeping:
         ):
             self.spawn(held, restart=held.failures > 0, now=now)
 
+    def heartbeat_owed(self, held: HeldClaim, now: float) -> bool:
+        """Whether the claim's next heartbeat is due, or one must follow a heartbeat that went
+        while a reservation was in flight (`beat_behind`)."""
+        if held.position is None:
+            return False
+        return held.beat_behind or now >= held.next_heartbeat
+
     def waits_for_reservation(self, held: HeldClaim, now: float) -> bool:
-        """AMO: a heartbeat due while a reservation of the claim is in flight waits for its
-        verdict, at most HB/4 (then `after_reservation` writes it with the new position).
+        """AMO: a heartbeat owed while a reservation of the claim is in flight waits for its
+        verdict (`after_reservation` then writes it, with the new position), at most HB/4
+        past its time; meanwhile new reservations are held back (`holds_back`), so the
+        reservations in flight drain.
 
         An accepted reservation commits what it reserves (rationalizer rule 4), and a heartbeat
         sets the committed position outright. One written now would carry the position before
@@ -117,21 +125,32 @@ class Keeping:
         would then be behind the reservation, and once the cleaner removed the reservation, a
         reader of the compacted log would resume the claim there and hand its records out a
         second time (decision 18)."""
-        # past HB/4 it is written anyway (the lease first), and again after the verdict
-        waited = now - held.next_heartbeat
-        if waited >= self.ctx.s.heartbeat_interval / 4:
-            return False
+        if now - held.next_heartbeat >= self.ctx.s.heartbeat_interval / 4:
+            return False  # the lease first: written anyway, and again after the verdicts
         return self.ctx.pending.in_flight(Kind.RESERVE, held.key)
 
+    def holds_back(self, held: HeldClaim, now: float) -> bool:
+        """AMO, a child asks for a batch: whether its reservation waits for the heartbeat the
+        claim owes. With no reservation in flight the heartbeat is written now, before it;
+        with one in flight the reservation waits (`held_back`) until the heartbeat goes after
+        the verdicts, else a heartbeat would never find the claim without one in flight (a
+        child asks for its next batch as soon as it may)."""
+        if not self.heartbeat_owed(held, now):
+            return False
+        if self.ctx.pending.in_flight(Kind.RESERVE, held.key):
+            return True
+        self.heartbeat(held, now)
+        return False
+
     def after_reservation(self, held: HeldClaim, now: float) -> None:
-        """A reservation's verdict came: the heartbeat that waited for it, or the one that
-        had to go before it and carried an older position, is written now that no reservation
-        of the claim is in flight, so the key's newest record is never behind one."""
-        if held.phase in (Phase.LOST, Phase.RELEASING) or held.position is None:
+        """A reservation's verdict came: once none of the claim's is in flight, the heartbeat
+        that waited for them (or must follow one that could not wait) is written, with the
+        position they moved, and then the reservations held back meanwhile."""
+        if held.phase in (Phase.LOST, Phase.RELEASING):
             return
         if self.ctx.pending.in_flight(Kind.RESERVE, held.key):
             return
-        if held.beat_behind or now >= held.next_heartbeat:
+        if self.heartbeat_owed(held, now):
             self.heartbeat(held, now)
 
     def heartbeat(self, held: HeldClaim, now: float) -> None:
@@ -144,6 +163,30 @@ class Keeping:
         held.next_heartbeat = now + ctx.s.heartbeat_interval / 2
         message = Heartbeat(*ctx.fields(held.key), held.position)
         ctx.append(Kind.HEARTBEAT, held.key, message, now, end=held.position)
+        if held.held_back and not held.beat_behind:
+            self.write_held_back(held, now)
+
+    def write_held_back(self, held: HeldClaim, now: float) -> None:
+        """AMO: the reservations held back for a heartbeat, written after it in the order
+        asked (as they would have been), unless their child has ended or the claim is gone; one
+        after a refused batch of its child, or once the lease is over, is refused unwritten."""
+        waiting, held.held_back = held.held_back, []
+        for message, extra in waiting:
+            if extra["child"] != held.child_no or held.phase in (Phase.LOST, Phase.RELEASING):
+                continue  # nobody to answer: the child has ended or is being killed
+            refusal = None
+            if held.refused_from is not None and extra["start"] >= held.refused_from:
+                refusal = "an earlier batch was refused"
+            elif now >= held.lease:
+                refusal = "claim not held"
+            if refusal is not None:
+                start = extra["start"]
+                held.refused_from = (
+                    start if held.refused_from is None else min(held.refused_from, start)
+                )
+                self.tell(held.key, ipc.Grant(extra["request_id"], False, refusal))
+                continue
+            self.ctx.append(Kind.RESERVE, held.key, message, now, **extra)
 
     def heartbeat_decided(self, op: Op, event: ev.Event) -> None:
         """A heartbeat folded valid extends the lease by what it proves."""
@@ -270,6 +313,7 @@ class Keeping:
         held.child_no = self.ctx.children_started
         held.asked_end = held.refused_from = None
         held.covered.clear()
+        held.held_back.clear()
         held.term_sent = held.kill_sent = False
         self.ctx.out.append(cmd.Spawn(key, spec, restart))
 

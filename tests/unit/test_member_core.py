@@ -323,6 +323,31 @@ class TestGrants:
         self.land(h, asked)
         assert self.beats(h)[before:] == [100, 150]
 
+    def test_a_batch_asked_while_a_heartbeat_waits_is_held_back_until_after_it(self) -> None:
+        """A child asks for its next batch as soon as it may, so a heartbeat waiting for no
+        reservation in flight would wait for ever: while one is owed, a new reservation is
+        held back, and written right after the heartbeat (which carries the end of the one
+        decided), never before it."""
+        h, key = self.grant_setup()
+        h.tick(0.5)
+        before = len(self.beats(h))
+        first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        h.tick(0.55)  # the heartbeat is owed, and waits for the first reservation
+        assert self.ask(h, key, ipc.GrantRequest(2, 150, 200)) == []  # held back
+        self.land(h, first)
+        order = [
+            (type(c.message).__name__, c.message.offset)
+            for c in h.commands
+            if isinstance(c, cmd.Append)
+            and isinstance(c.message, Heartbeat | ClaimingMessages)
+            and c.message.topic == "orders"
+        ]
+        assert order[-2:] == [("Heartbeat", 150), ("ClaimingMessages", 200)]
+        assert self.beats(h)[before:] == [150]
+        h.read()
+        assert self.grants(h) == [ipc.Grant(1, True, ""), ipc.Grant(2, True, "")]
+        assert h.member.held[key].position == 200
+
     def test_the_next_batch_asked_while_one_is_in_flight_is_reserved_and_granted_in_order(
         self,
     ) -> None:
