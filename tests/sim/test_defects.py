@@ -184,14 +184,32 @@ def test_poison_defect_a_compacted_reader_refuses_the_surviving_count(
 ) -> None:
     """marshal-sim seed 12 (found again in ``--faults poison,compaction --fault-count 6`` since
     claims are keyed apart from heartbeats): a member that read a compacted log refused the
-    surviving RecordFailed as not the holder's and counted the record's failures from 1 again."""
+    surviving RecordFailed as not the holder's and counted the record's failures from 1 again.
+
+    Rebuilt for issue 19.2: the row ran 6 members in 2 groups (one ALO, one AMO) and found the
+    defect in 2 of seeds 0-19; once an AMO reservation committed itself (one record per
+    reservation, not two) it found it in none of seeds 0-46. The defect is as reachable as
+    before (poison records and their counts live only in ALO groups, which that change does
+    not touch), but the whole run draws from one random stream, each append drawing its
+    latency: an AMO group writing fewer records re-rolls every seed, and a row that finds its
+    defect in one seed of ten goes blind by chance. So it now runs an ALO fleet alone (4
+    members, 1 group, 4 partitions: the compacted reader takes the poisoned partition more
+    often), 10 faults over 60 s: found in seeds 4, 5, 13 and 24 of 0-29, and no change to
+    AMO can re-roll it."""
     fold_poison = rationalizer.fold_poison
 
     def checked(*args: Any, **kwargs: Any) -> Any:
         return fold_poison(*args, **{**kwargs, "certain": True})
 
     monkeypatch.setattr(rationalizer, "fold_poison", checked)
-    params = SimParams(faults=("poison", "compaction"), fault_count=6)
+    params = SimParams(
+        members=4,
+        groups=1,
+        partitions=4,
+        faults=("poison", "compaction"),
+        fault_count=10,
+        duration=60,
+    )
     assert first_violation(params, "poison_bounded", SEEDS) is not None
 
 

@@ -27,6 +27,10 @@ MIXES = [
     SimParams(members=4, groups=1, faults=("poison",), fault_count=3, duration=60),
     SimParams(members=4, groups=2, faults=("restart", "pause"), fault_count=3),
     SimParams(faults=("poison", "compaction"), fault_count=6),
+    SimParams(
+        members=4, groups=1, partitions=4, faults=("poison", "compaction"), fault_count=10,
+        duration=60,
+    ),
     SimParams(members=4, groups=1, faults=("poison", "failures"), fault_count=6, fail_rate=0.2),
     # issue 18: the mixes of the sweep that found positions erased by the cleaner
     SimParams(members=6, groups=2, faults=("freeze", "compaction"), fault_count=10),
