@@ -39,8 +39,9 @@ AMO grants. A child's request for a batch is refused unless the batch starts at 
 position (the log's, at the reservation's verdict, and this member's). The reservation is
 written; once folded as valid the child is granted (an accepted reservation commits its
 records: no heartbeat per batch, rationalizer rule 4). A heartbeat due while a reservation of
-the claim is in flight waits for its verdict (at most HB/4), so the newest record on the
-claim's position key never carries a position behind an accepted reservation.
+the claim is in flight waits for its verdict (at most HB/4), and a reservation asked for
+while a heartbeat is owed waits for the heartbeat, so the newest record on the claim's
+position key never carries a position behind an accepted reservation (decision 18).
 
 Isolation. The member reads, resumes, heartbeats, releases and counts only claims of its own
 group (and its own topics, and its group's member claims): a client id is unique within a
