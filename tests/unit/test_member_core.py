@@ -323,6 +323,21 @@ class TestGrants:
         self.land(h, asked)
         assert self.beats(h)[before:] == [100, 150]
 
+    def test_a_heartbeat_does_not_wait_on_a_lease_with_less_than_hb_left(self) -> None:
+        """The lease first: when the heartbeat before was not confirmed (lost, late), the
+        lease has less than HB left when the next is due, and it goes at once, reservation in
+        flight or not (then again after the verdict)."""
+        h, key = self.grant_setup()
+        h.tick(0.5)
+        before = len(self.beats(h))
+        asked = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        held = h.member.held[key]
+        held.lease = h.now + 0.9  # what an unconfirmed heartbeat leaves
+        h.tick(0.55)  # due: it goes now, though the reservation is in flight
+        assert self.beats(h)[before:] == [100]
+        self.land(h, asked)
+        assert self.beats(h)[before:] == [100, 150]
+
     def test_a_batch_asked_while_a_heartbeat_waits_is_held_back_until_after_it(self) -> None:
         """A child asks for its next batch as soon as it may, so a heartbeat waiting for no
         reservation in flight would wait for ever: while one is owed, a new reservation is
