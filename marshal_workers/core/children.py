@@ -140,7 +140,11 @@ class Children:
         held.asked_end = req.end
         message = ClaimingMessages(*self.ctx.fields(held.key), req.end)
         extra = {"request_id": req.request_id, "start": req.start, "end": req.end}
-        self.ctx.append(Kind.RESERVE, held.key, message, now, child=held.child_no, **extra)
+        extra["child"] = held.child_no
+        if self.keeping.holds_back(held, now):  # a heartbeat is owed first (decision 18)
+            held.held_back.append((message, extra))
+            return
+        self.ctx.append(Kind.RESERVE, held.key, message, now, **extra)
 
     def reservation_decided(self, op: Op, event: ev.Event, now: float) -> None:
         """The reservation's verdict: commit and grant, or refuse.
@@ -191,8 +195,9 @@ class Children:
                 grant = ipc.Grant(op.request_id, False, refusal or "claim not held")
                 self.keeping.tell(op.key, grant)
             return
-        held.position = max(held.position or 0, op.end)  # (never back, whatever the order)
-        self.keeping.heartbeat(held, now)  # the committing heartbeat
+        # (never back, whatever the order); the reservation commits itself (rule 4): no
+        # heartbeat per batch, the periodic ones renew the lease
+        held.position = max(held.position or 0, op.end)
         for covered in held.covered:  # reserved by this batch's record too: below its end
             self.keeping.tell(op.key, ipc.Grant(covered, True, ""))
         held.covered.clear()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from marshal_workers.ipc.messages import Settle
-from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.protocol.wire import ClaimingMessages, ClaimKey
 
 
 class Phase(Enum):
@@ -55,6 +55,10 @@ class HeldClaim:
     refused_from: int | None = None  # AMO: a batch of this child from here was refused, so is
     # every batch after it
     lost: list[tuple[int, int]] = field(default_factory=list)  # AMO: ranges reported lost
+    beat_behind: bool = False  # AMO: a heartbeat was written while a reservation was in flight
+    # (it carries the position before it): write one again after the verdict
+    held_back: list[tuple[ClaimingMessages, dict[str, int]]] = field(default_factory=list)
+    # AMO: reservations asked for while a heartbeat is owed, written right after it (decision 18)
     covered: list[int] = field(default_factory=list)  # AMO: request ids whose write failed while
     # a later batch of the child was in flight: answered with that batch (its reservation, by
     # the same holder, covers everything below its end)

@@ -37,7 +37,11 @@ ended (2*HB after its last accepted heartbeat), since it may still be alive on a
 
 AMO grants. A child's request for a batch is refused unless the batch starts at or after the
 position (the log's, at the reservation's verdict, and this member's). The reservation is
-written; once folded as valid the committing heartbeat is written and the child granted.
+written; once folded as valid the child is granted (an accepted reservation commits its
+records: no heartbeat per batch, rationalizer rule 4). A heartbeat due while a reservation of
+the claim is in flight waits for its verdict (at most HB/4), and a reservation asked for
+while a heartbeat is owed waits for the heartbeat, so the newest record on the claim's
+position key never carries a position behind an accepted reservation (decision 18).
 
 Isolation. The member reads, resumes, heartbeats, releases and counts only claims of its own
 group (and its own topics, and its group's member claims): a client id is unique within a
@@ -270,6 +274,9 @@ class Member:
             self.keeping.heartbeat_decided(op, event)
         elif op.kind is Kind.RESERVE:
             self.children.reservation_decided(op, event, now)
+            held = self.ctx.held.get(op.key)
+            if held is not None:  # a heartbeat that waited for this verdict goes now
+                self.keeping.after_reservation(held, now)
         elif op.kind is Kind.RELEASE:
             self.keeping.release_decided(op, event)
         elif op.kind is Kind.POISON and isinstance(event, PoisonVerdict):

@@ -24,8 +24,11 @@ age > 2*HB. The rules (an input that breaks a rule changes nothing but the event
    may have committed more between the new one's read of the log and its takeover).
 3. ReleasingPartition from the holder instance releases the claim and records its offset.
 4. ClaimingMessages from the holder instance, not stale, with offset >= max(committed,
-   reserved), reserves the messages below that offset (at-most-once). Reservations outlive
-   owners: a new owner resumes at max(committed, reserved) in AMO mode.
+   reserved), reserves the messages below that offset (at-most-once) and commits them: under
+   at-most-once a reserved message counts as consumed, so the record is its own committing
+   heartbeat (one record per reservation, not two) and every reader, compacted or not, sees
+   committed and reserved move together. Reservations outlive owners: a new owner resumes at
+   max(committed, reserved) in AMO mode.
 5. ReleaseGroup pauses a group until MsgExpireTime (from an admin, when admins are configured).
    While paused, only the pausing client may claim, and its heartbeats and releases set the
    position outright (also below a reservation): that is how ``set-position`` rewinds.
@@ -478,7 +481,7 @@ def _claim_messages(
         refusal = f"offset {msg.offset} is behind the position {start}"
     if refusal is not None:
         return ev.MessagesRejected(rec.partition, rec.offset, now, msg, refusal)
-    state.reserved = msg.offset
+    state.reserved = state.committed = msg.offset  # (>= start: never back)
     state.last_activity = now
     assert state.token is not None
     return ev.MessagesClaimed(rec.partition, rec.offset, now, msg, start, state.token)
@@ -568,6 +571,7 @@ def _uncertain(
         return ev.ClaimRejected(rec.partition, rec.offset, now, msg, reason, state.holder_client)
     if isinstance(msg, ClaimingMessages):
         state.reserved = max(state.reserved or 0, msg.offset)
+        state.committed = max(state.committed or 0, msg.offset)  # reserved is consumed (rule 4)
     else:
         if world.pauses and _pause_client(world, key.group) == msg.client_id:
             state.committed, state.reserved = msg.offset, None  # a rewind: set outright

@@ -12,7 +12,9 @@
   child that stopped gracefully (exit 0) explains no loss;
 - ``alo_no_skip``: in ALO every offset below the position the log ends with was handled, from
   where the partition's first claim started (its reset's watermark: groups alternate between
-  ``earliest`` and ``latest``, and a start lookup answers the retained range's end);
+  ``earliest`` and ``latest``, and a start lookup answers the retained range's end; a claim
+  starts where a member adopts a lookup's answer, not where it asks: a member stopped or
+  killed with its lookup on the way started nothing);
 - ``alo_rehandle_bound``: in ALO a record is handled again only if its first handling was in
   the last 2*HB + 0.5 s of its handler's work (a heartbeat carries the position of at most
   HB/2 ago; a frozen supervisor's children work on for its 2*HB lease);

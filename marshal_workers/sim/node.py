@@ -21,7 +21,13 @@ from marshal_workers.core.pending import WRITE_TRIES
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
-from marshal_workers.protocol.wire import Appended, ClaimingPartition, ClaimKey, claim_key
+from marshal_workers.protocol.wire import (
+    Appended,
+    ClaimingPartition,
+    ClaimKey,
+    Heartbeat,
+    claim_key,
+)
 from marshal_workers.sim.children import DataPartition, Died, Handled, SimChild
 from marshal_workers.sim.slices import child_filter
 from marshal_workers.sim.vlog import VirtualLog
@@ -187,7 +193,10 @@ class SimNode:
         due = [a for a in self.answers if a[0] <= t]
         self.answers = [a for a in self.answers if a[0] > t]
         for _, answer in due:
-            self._feed(answer, t)
+            if isinstance(answer, inp.StartFound):
+                self._start_found(answer, t)
+            else:
+                self._feed(answer, t)
         for key, child in list(self.children.items()):
             if not child.alive:
                 del self.children[key]
@@ -224,6 +233,29 @@ class SimNode:
 
     def _feed(self, event: inp.Input, t: float) -> None:
         self._run(self.member.feed(event), t)
+
+    def _start_found(self, found: inp.StartFound, t: float) -> None:
+        """A lookup's answer is where the claim starts (`Checker.started`) once the core adopts
+        it: as a won claim's position, or in the heartbeat taking its client's claim over. An
+        answer nobody adopted started nothing: its member stopped or died while it was on the
+        way and released the claim with no position (issue 19.2, `marshal-sim` seed 28 of the
+        key cut: counting the lookup itself owed the records up to the next holder's start)."""
+        key, offset = found.key, found.offset
+        before = self.member.held.get(key)
+        unset = before is not None and before.position is None
+        commands = self.member.feed(found)
+        after = self.member.held.get(key)
+        adopted = unset and after is before and after is not None and after.position == offset
+        took_over = any(
+            isinstance(c, cmd.Append)
+            and isinstance(c.message, Heartbeat)
+            and claim_key(c.message) == key
+            and c.message.offset == offset
+            for c in commands
+        )
+        if adopted or took_over:
+            self.on_start(key, offset)
+        self._run(commands, t)
 
     # ---- commands --------------------------------------------------------------------------
 
@@ -276,7 +308,6 @@ class SimNode:
                 data = self.data(c.key)
                 latest = self.settings.child.auto_offset_reset == "latest"
                 offset = data.high_watermark(t) if latest else 0  # (nothing expires here)
-                self.on_start(c.key, offset)
                 self.answers.append((t + 0.01, inp.StartFound(t + 0.01, c.key, offset)))
             elif isinstance(c, cmd.Discover):
                 found = inp.PartitionsFound(t + 0.01, self.partitions(), self.log.num_partitions)

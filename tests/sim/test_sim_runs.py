@@ -27,6 +27,14 @@ MIXES = [
     SimParams(members=4, groups=1, faults=("poison",), fault_count=3, duration=60),
     SimParams(members=4, groups=2, faults=("restart", "pause"), fault_count=3),
     SimParams(faults=("poison", "compaction"), fault_count=6),
+    SimParams(
+        members=4,
+        groups=1,
+        partitions=4,
+        faults=("poison", "compaction"),
+        fault_count=10,
+        duration=60,
+    ),
     SimParams(members=4, groups=1, faults=("poison", "failures"), fault_count=6, fail_rate=0.2),
     # issue 18: the mixes of the sweep that found positions erased by the cleaner
     SimParams(members=6, groups=2, faults=("freeze", "compaction"), fault_count=10),
@@ -34,6 +42,9 @@ MIXES = [
     # a cleaner below the safe window (a topic altered while the fleet runs)
     SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10),
     SimParams(members=8, groups=4, faults=("freeze", "eager-compaction"), fault_count=10),
+    SimParams(
+        members=9, groups=3, faults=("freeze", "eager-compaction"), fault_count=16, duration=45
+    ),
     # issue 18.5: views of the log that lag, broker clocks that jump (within the margin)
     SimParams(
         members=4,

@@ -227,12 +227,12 @@ class TestSetPosition:
         plan = make_plan(s.session(), G, T, {0: 2, 1: 25})
         assert (s.topic.end_offset(0), s.topic.end_offset(1)) == ends
         assert [(m.partition, m.committed, m.reserved, m.target, m.holder) for m in plan.moves] == [
-            (0, 5, 8, 2, "w1"),
+            (0, 8, 8, 2, "w1"),  # (w1's reservation to 8 committed it: rationalizer rule 4)
             (1, 20, None, 25, "w1"),
         ]
         table = render_plan(plan).splitlines()
         assert table[1].split() == ["PARTITION", "CURRENT", "RESERVED", "TARGET", "STATE", "HOLDER"]
-        assert table[2].split() == ["0", "5", "8", "2", "fresh", "w1"]
+        assert table[2].split() == ["0", "8", "8", "2", "fresh", "w1"]
 
 
 class TestRestore:
@@ -259,13 +259,14 @@ class TestRestore:
         assert "\n" not in message
         world = s.observer()
         p0, p1, p2 = (world.state(key(p)) for p in range(3))
-        assert p0 is not None and (p0.committed, p0.reserved, p0.holder_client) == (5, 8, None)
-        assert resume_offset(p0, Mode.AMO) == 8 and resume_offset(p0, Mode.ALO) == 5
+        # the old position was 8 (w1's reservation committed it): restored by a heartbeat
+        assert p0 is not None and (p0.committed, p0.reserved, p0.holder_client) == (8, None, None)
+        assert resume_offset(p0, Mode.AMO) == 8 and resume_offset(p0, Mode.ALO) == 8
         assert p1 is not None and (p1.committed, p1.holder_client) == (20, None)
         assert p2 is not None and (p2.committed, p2.holder_client) == (30, None)
         assert all(pause_of(w, G, world.now_ms()) is None for w in world.worlds.values())
         assert [line for line in s.lines if "restored to" in line] == [
-            "partition 0: restored to 5",
+            "partition 0: restored to 8",
             "partition 1: restored to 20",
             "partition 2: restored to 30",
         ]
@@ -283,7 +284,7 @@ class TestRestore:
         assert message.endswith("old offsets restored on partition(s) 0; pause lifted")
         world = s.observer()
         p0, p1 = world.state(key(0)), world.state(key(1))
-        assert p0 is not None and (p0.committed, p0.reserved) == (5, 8)
+        assert p0 is not None and (p0.committed, p0.reserved) == (8, None)
         assert p1 is not None and (p1.committed, p1.holder_client) == (20, None)
 
 

@@ -250,13 +250,23 @@ class TestGrants:
         grants = [c.message for c in h.commands if isinstance(c, cmd.TellChild)]
         assert grants == [ipc.Grant(1, False, "batch starts at 50, before the position 150")]
 
+    def committed(self, h: Harness, key: ClaimKey) -> int | None:
+        """The claim's committed position in the member's fold of the log."""
+        state = next(w.claims[key] for w in h.member.worlds.values() if key in w.claims)
+        return state.committed
+
     def test_a_batch_at_the_position_is_reserved_committed_and_granted(self) -> None:
-        """Reservation folded valid, then the committing heartbeat, then the grant."""
+        """Reservation folded valid, then the grant; the reservation commits its records
+        itself (rule 4): no heartbeat per batch (one coordination record per batch, not two)."""
         h, key = self.grant_setup()
+        heartbeats = len(h.appended(Heartbeat))
         h.run(h.member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(1, 100, 150))))
         grants = [c.message for c in h.commands if isinstance(c, cmd.TellChild)]
         assert grants == [ipc.Grant(1, True, "")]
         assert h.member.held[key].position == 150
+        assert len(h.appended(Heartbeat)) == heartbeats
+        assert self.committed(h, key) == 150
+        h.tick(0.6)  # the next periodic heartbeat carries the granted end
         assert h.appended(Heartbeat)[-1].offset == 150
 
     # ---- one batch ahead: two reservations of a child in flight -----------------------------
@@ -277,6 +287,82 @@ class TestGrants:
     def grants(self, h: Harness) -> list[ipc.ToChild]:
         return [c.message for c in h.commands if isinstance(c, cmd.TellChild)]
 
+    def beats(self, h: Harness) -> list[int]:
+        """The offsets of the heartbeats written for the data claim (not the member's own)."""
+        return [m.offset for m in h.appended(Heartbeat) if m.topic == "orders"]
+
+    def test_a_heartbeat_due_while_a_reservation_is_in_flight_waits_for_its_verdict(
+        self,
+    ) -> None:
+        """Decision 18: a heartbeat sets the committed position, so one written while a
+        reservation is in flight would carry the position before it and land after it (the
+        key's newest record behind the reservation: a compacted reader would resume there).
+        It waits for the verdict, then goes at once with the reservation's end."""
+        h, key = self.grant_setup()
+        h.tick(0.5)  # a periodic heartbeat now; the next is due in HB/2
+        before = len(self.beats(h))
+        asked = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        h.tick(0.55)  # due, and the reservation still in flight: no heartbeat yet
+        assert len(self.beats(h)) == before
+        self.land(h, asked)
+        assert self.grants(h) == [ipc.Grant(1, True, "")]
+        assert self.beats(h)[before:] == [150]
+
+    def test_a_heartbeat_that_cannot_wait_longer_is_written_again_after_the_verdict(
+        self,
+    ) -> None:
+        """The lease comes first: past HB/4 of waiting the heartbeat goes with the position it
+        has, and once the reservation is decided another carries the reservation's end, so the
+        key's newest record is not left behind it."""
+        h, key = self.grant_setup()
+        h.tick(0.5)
+        before = len(self.beats(h))
+        asked = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        h.tick(0.8)  # due 0.3 s ago: more than HB/4
+        assert self.beats(h)[before:] == [100]
+        self.land(h, asked)
+        assert self.beats(h)[before:] == [100, 150]
+
+    def test_a_heartbeat_does_not_wait_on_a_lease_with_less_than_hb_left(self) -> None:
+        """The lease first: when the heartbeat before was not confirmed (lost, late), the
+        lease has less than HB left when the next is due, and it goes at once, reservation in
+        flight or not (then again after the verdict)."""
+        h, key = self.grant_setup()
+        h.tick(0.5)
+        before = len(self.beats(h))
+        asked = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        held = h.member.held[key]
+        held.lease = h.now + 0.9  # what an unconfirmed heartbeat leaves
+        h.tick(0.55)  # due: it goes now, though the reservation is in flight
+        assert self.beats(h)[before:] == [100]
+        self.land(h, asked)
+        assert self.beats(h)[before:] == [100, 150]
+
+    def test_a_batch_asked_while_a_heartbeat_waits_is_held_back_until_after_it(self) -> None:
+        """A child asks for its next batch as soon as it may, so a heartbeat waiting for no
+        reservation in flight would wait for ever: while one is owed, a new reservation is
+        held back, and written right after the heartbeat (which carries the end of the one
+        decided), never before it."""
+        h, key = self.grant_setup()
+        h.tick(0.5)
+        before = len(self.beats(h))
+        first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        h.tick(0.55)  # the heartbeat is owed, and waits for the first reservation
+        assert self.ask(h, key, ipc.GrantRequest(2, 150, 200)) == []  # held back
+        self.land(h, first)
+        order = [
+            (type(c.message).__name__, c.message.offset)
+            for c in h.commands
+            if isinstance(c, cmd.Append)
+            and isinstance(c.message, Heartbeat | ClaimingMessages)
+            and c.message.topic == "orders"
+        ]
+        assert order[-2:] == [("Heartbeat", 150), ("ClaimingMessages", 200)]
+        assert self.beats(h)[before:] == [150]
+        h.read()
+        assert self.grants(h) == [ipc.Grant(1, True, ""), ipc.Grant(2, True, "")]
+        assert h.member.held[key].position == 200
+
     def test_the_next_batch_asked_while_one_is_in_flight_is_reserved_and_granted_in_order(
         self,
     ) -> None:
@@ -289,7 +375,7 @@ class TestGrants:
         self.land(h, first + second)
         assert self.grants(h) == [ipc.Grant(1, True, ""), ipc.Grant(2, True, "")]
         assert h.member.held[key].position == 200
-        assert [m.offset for m in h.appended(Heartbeat)][-2:] == [150, 200]
+        assert self.committed(h, key) == 200
 
     def test_a_batch_overlapping_the_one_in_flight_is_refused_unwritten(self) -> None:
         """The floor is the end of the batch asked for before, not only the position."""
@@ -359,7 +445,7 @@ class TestGrants:
         h.run(h.member.feed(inp.AppendDone(h.now, first[0].op, done[0])))
         assert self.grants(h) == [ipc.Grant(2, True, ""), ipc.Grant(1, True, "")]
         assert h.member.held[key].position == 200
-        assert h.appended(Heartbeat)[-1].offset == 200
+        assert self.committed(h, key) == 200
 
     def test_an_unwritten_reservation_is_written_again_not_refused(self) -> None:
         """Issue 18.4: the newest reservation's append fails (a leader election): it is written

@@ -261,14 +261,45 @@ class TestReleasingPartition:
 
 class TestClaimingMessages:
     def test_holder_reserves_a_batch_from_its_position(self) -> None:
-        """An AMO reservation spans from the current position to the proposed offset."""
+        """An AMO reservation spans from the current position to the proposed offset, and
+        commits it: a reserved record counts as consumed, so the reservation is its own
+        committing heartbeat and the position is the same in either mode."""
         log = Log()
         log.at(0, claim("a"))
         log.at(1, hb("a", 10))
         e = log.at(2, reserve("a", 510))
         assert isinstance(e, ev.MessagesClaimed) and (e.start, e.end) == (10, 510)
         state = log.world.claims[KEY]
-        assert resume_offset(state, Mode.AMO) == 510 and resume_offset(state, Mode.ALO) == 10
+        assert (state.committed, state.reserved) == (510, 510)
+        assert resume_offset(state, Mode.AMO) == 510 and resume_offset(state, Mode.ALO) == 510
+
+    def test_a_compacted_reader_sees_the_reservations_commit(self) -> None:
+        """The newest record of a claim's position key may be a reservation (the cleaner took
+        the heartbeats before it): a reader of what survives finds the same committed position
+        as a reader of the whole log, since the reservation carries it (before, it carried only
+        the reservation, and the committed position depended on a heartbeat the cleaner may
+        take)."""
+        whole = Log()
+        whole.at(0, claim("a"))
+        whole.at(1, hb("a", 10))
+        whole.at(2, reserve("a", 510))
+        survivor = Log()
+        survivor.at(0, claim("a"))
+        survivor.at(2, reserve("a", 510))
+        for mode in Mode:
+            assert resume_offset(whole.world.claims[KEY], mode) == 510
+            assert resume_offset(survivor.world.claims[KEY], mode) == 510
+
+    def test_a_reservation_first_seen_after_a_gap_commits_too(self) -> None:
+        """Rule 4 on an uncertain claim (first seen after a gap: the cleaner took what came
+        before): the surviving reservation is activity only, and its offset is the position in
+        either mode, as it is for a reader of the whole log (decision 18)."""
+        log = Log()
+        e = log.raw(record(reserve("a", 510), 7, 100))
+        assert isinstance(e, ev.Unverified)
+        state = log.world.claims[KEY]
+        assert (state.committed, state.reserved) == (510, 510)
+        assert resume_offset(state, Mode.ALO) == 510 and resume_offset(state, Mode.AMO) == 510
 
     def test_reservation_behind_the_position_is_rejected(self) -> None:
         """A proposed offset below max(committed, reserved) would hand offsets out twice."""
@@ -293,7 +324,7 @@ class TestClaimingMessages:
         assert isinstance(log.at(2 * HB + 1, reserve("a", 5)), ev.MessagesRejected)
 
     def test_reservation_outlives_its_owner(self) -> None:
-        """A new owner resumes at the old owner's reservation in AMO, not at its heartbeat."""
+        """A new owner resumes at the old owner's reservation, not at its heartbeat."""
         log = Log()
         log.at(0, claim("a"))
         log.at(1, hb("a", 100))
@@ -301,7 +332,7 @@ class TestClaimingMessages:
         log.at(3 + 2 * HB, claim("b"))
         state = log.world.claims[KEY]
         assert resume_offset(state, Mode.AMO) == 600
-        assert resume_offset(state, Mode.ALO) == 100
+        assert resume_offset(state, Mode.ALO) == 600  # reserved is consumed (rule 4)
         assert isinstance(log.at(4 + 2 * HB, reserve("b", 599)), ev.MessagesRejected)
 
 

@@ -95,13 +95,14 @@ class TestClaims:
         assert status_of(log, T0, {("orders", 3): 9})["claims"][0]["lag"] is None
 
     def test_reservation_is_shown(self) -> None:
-        """An at-most-once reservation appears as reserved next to the committed offset."""
+        """An at-most-once reservation appears as reserved, and as the committed offset (a
+        reserved record counts as consumed)."""
         log = Log()
         log.at(T0, claim("A", 0))
         log.at(T0 + 10, hb("A", 3))
         log.at(T0 + 20, reserve("A", 8))
         c = status_of(log, T0 + 30)["claims"][0]
-        assert (c["offset"], c["reserved"]) == (3, 8)
+        assert (c["offset"], c["reserved"]) == (8, 8)
 
     def test_uncertain_claim_shows_activity(self) -> None:
         """A claim first seen after a compaction gap is uncertain, timed by its last activity."""
