@@ -132,7 +132,7 @@ def key(p: int) -> ClaimKey:
 
 class SlicedSetup(Setup):
     """A key-ordered group of 3 slices per partition (its settings in the log): worker "w1"
-    holds the slices of orders/0 at positions 4, 9 and 6 (one with an AMO reservation)."""
+    holds the slices of orders/0 at positions 4 (then reserved to 7), 9 and 6."""
 
     SLICES = Slicing(Ordering.KEY, 3)
     POSITIONS = (4, 9, 6)
@@ -185,8 +185,9 @@ class TestSetPosition:
         admin = s.session()
         plan = make_plan(admin, G, T, {0: 2})
         names = s.SLICES.claim_topics(T)
+        # slice 0's reservation at 7 is its position too (rule 4: a reservation commits)
         assert [(m.claim_topic, m.committed, m.reserved) for m in plan.moves] == [
-            (names[0], 4, 7), (names[1], 9, None), (names[2], 6, None),
+            (names[0], 7, 7), (names[1], 9, None), (names[2], 6, None),
         ]  # fmt: skip
         assert "0 key.1of3" in render_plan(plan)
         summary = set_position(admin, plan, timeout_s=5, progress=s.releasing_on_first_wait())
