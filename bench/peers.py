@@ -56,8 +56,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -88,7 +90,8 @@ from runtime import (
 from marshal_workers.localkafka import StartOptions, start_cluster
 
 PARTITIONS = 8
-SYSTEMS = ("plain", "alo", "amo", "amo-batch", "amo-wide", "arroyo")
+SYSTEMS = ("plain", "alo", "amo", "amo-batch", "amo-wide", "arroyo", "alo-base", "amo-base")
+BASELINE = ("alo-base", "amo-base")  # marshal-run of another build (--baseline), same rounds
 # amo-batch: AMO reserving one batch at a time (amo_window = 2 batches), as before issue 19.2;
 # amo-wide: amo_window 8000 (reservations of 4000 records), what a larger loss window buys
 AMO_WINDOWS = {"amo-batch": 1000, "amo-wide": 8000}
@@ -122,6 +125,7 @@ class Bench:
     work: Path
     work_iters: int
     timeout_s: float
+    baseline: Path | None = None  # another build's venv bin (--baseline)
 
 
 def settings(args: argparse.Namespace) -> list[Setting]:
@@ -164,9 +168,14 @@ def launch(
         "BENCH_HANDLER": setting.handler,
     }
     log = bench.work / f"{out.name}.log"
-    if system in ("alo", "amo", *AMO_WINDOWS):
+    if system in ("alo", "amo", *AMO_WINDOWS, *BASELINE):
+        binary = None
+        if system in BASELINE and bench.baseline is not None:
+            binary = bench.baseline / "marshal-run"
+            env["PYTHONPATH"] = str(baseline_root(bench.baseline))  # its package, not ours
         return marshal_run(
             bench.procs, log, handler=f"bench.handlers:{setting.plugin or setting.handler}",
+            binary=binary,
             mode=system.split("-", maxsplit=1)[0],
             extra=["--amo-window", str(AMO_WINDOWS[system])] if system in AMO_WINDOWS else None,
             topic=topic, group=f"g_{uid()}", client_id=f"bench-{out.name}",
@@ -181,6 +190,22 @@ def launch(
     else:
         command += ["--processes", str(ARROYO_PROCESSES), "--batch", str(BATCH)]
     return bench.procs.start(command, log, child_env(**env))
+
+
+def baseline_root(bin_dir: Path) -> Path:
+    """The checkout a baseline venv's bin directory belongs to (``ROOT/.venv/bin``)."""
+    return bin_dir.resolve().parents[1]
+
+
+def imported_from(bin_dir: Path) -> Path:
+    """Where the baseline's Python imports marshal_workers from, with the PYTHONPATH its
+    marshal-run gets (the root of the checkout holding the package)."""
+    env = {**os.environ, "PYTHONPATH": str(baseline_root(bin_dir))}
+    code = "import marshal_workers, pathlib; print(pathlib.Path(marshal_workers.__file__).parent)"
+    # from / : no checkout on sys.path[0], as for a console script
+    out = subprocess.run([str(bin_dir / "python"), "-c", code], env=env, capture_output=True,
+                         text=True, check=True, cwd="/")  # fmt: skip
+    return Path(out.stdout.strip()).resolve().parent
 
 
 def earliest_per_partition(rows: list[dict[str, Any]]) -> dict[int, float]:
@@ -374,7 +399,22 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument("--plot", default=str(REPO / "docs" / "peers.png"), help="the PNG's path")
     ap.add_argument("--timeout", type=float, help="seconds per run (default from the records)")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="another build's venv bin directory (a "
+        "worktree of main, say): alo-base and amo-base run its marshal-run in the "
+        "same interleaved rounds: a change measured beside what it changes",
+    )
     args = ap.parse_args()
+    if args.baseline is None:
+        args.systems = [s for s in args.systems if s not in BASELINE]
+    elif not (args.baseline / "marshal-run").exists():
+        ap.error(f"--baseline {args.baseline}: no marshal-run there")
+    elif (found := imported_from(args.baseline)) != baseline_root(args.baseline):
+        ap.error(f"--baseline {args.baseline} imports marshal_workers from {found}, not its own")
+    elif not set(BASELINE) & set(args.systems):
+        args.systems += [s for s in BASELINE if s.split("-")[0] in args.systems]
     if "plain" not in args.systems:
         ap.error("--systems must include plain (the ratios' base)")
     iters = args.work_iters or calibrate(args.work_us)
@@ -391,7 +431,7 @@ def main() -> None:
                 cluster = start_cluster(StartOptions(directory=work / "kafka", nodes=1))
                 bootstrap = cluster.bootstrap
                 note(f"local Kafka (1 node) at {bootstrap}")
-            doc = run(Bench(bootstrap, procs, work, iters, timeout), args)
+            doc = run(Bench(bootstrap, procs, work, iters, timeout, args.baseline), args)
         finally:
             for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut this short

@@ -13,6 +13,8 @@ NAMES = {
     "amo-batch": "AMO, a batch per reservation",
     "amo-wide": "AMO, window 8000",
     "arroyo": "Arroyo (2 procs)",
+    "alo-base": "ALO, baseline build",
+    "amo-base": "AMO, baseline build",
 }
 
 
@@ -68,7 +70,8 @@ def table(doc: dict[str, Any]) -> str:
              for r in rows]  # fmt: skip
     lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
     pairs = [("amo", "alo"), ("amo-batch", "alo"), ("amo-wide", "alo"), ("alo", "arroyo"),
-             ("amo", "arroyo")]  # fmt: skip
+             ("amo", "arroyo"), ("amo-base", "alo-base"), ("amo", "amo-base"),
+             ("alo", "alo-base")]  # fmt: skip
     for key, by_system in summary.items():
         found = [
             f"{NAMES[a]} / {NAMES[b]} {by_system[a]['ratios'][b]:.2f}x"

@@ -288,9 +288,11 @@ def marshal_run(
     batch_size: int,
     env: dict[str, str],
     extra: list[str] | None = None,
+    binary: Path | None = None,
 ) -> subprocess.Popen[bytes]:
+    """Start ``marshal-run`` (this venv's, or ``binary``) with the bench's settings."""
     command = [
-        str(MARSHAL_RUN),
+        str(binary or MARSHAL_RUN),
         "--handler",
         handler,
         "--mode",
