@@ -92,6 +92,7 @@ from marshal_workers.localkafka import StartOptions, start_cluster
 PARTITIONS = 8
 SYSTEMS = ("plain", "alo", "amo", "amo-batch", "amo-wide", "arroyo", "alo-base", "amo-base")
 BASELINE = ("alo-base", "amo-base")  # marshal-run of another build (--baseline), same rounds
+MARSHAL_SYSTEMS = ("alo", "amo", "amo-batch", "amo-wide", *BASELINE)  # a coordination topic each
 # amo-batch: AMO reserving one batch at a time (amo_window = 2 batches), as before issue 19.2;
 # amo-wide: amo_window 8000 (reservations of 4000 records), what a larger loss window buys
 AMO_WINDOWS = {"amo-batch": 1000, "amo-wide": 8000}
@@ -168,7 +169,7 @@ def launch(
         "BENCH_HANDLER": setting.handler,
     }
     log = bench.work / f"{out.name}.log"
-    if system in ("alo", "amo", *AMO_WINDOWS, *BASELINE):
+    if system in MARSHAL_SYSTEMS:
         binary = None
         if system in BASELINE and bench.baseline is not None:
             binary = bench.baseline / "marshal-run"
@@ -236,9 +237,7 @@ def measure(bench: Bench, system: str, setting: Setting, topic: str) -> dict[str
     """One run of ``system`` over the whole topic: its figures, or ``{"error": ...}``."""
     out = bench.work / f"{setting.key}-{system}-{uid()}"
     out.mkdir(parents=True)
-    coordination = (
-        coordination_topic(bench.bootstrap) if system in ("alo", "amo", *AMO_WINDOWS) else ""
-    )
+    coordination = coordination_topic(bench.bootstrap) if system in MARSHAL_SYSTEMS else ""
     launched = time.monotonic()
     proc = launch(bench, system, setting, topic, out, coordination)
     # The end: the plain loop's N-th record; each child's (= partition's) last; Arroyo's
