@@ -5,6 +5,14 @@ for the replaced instance's lease), plans every HB/10 toward the fair share and 
 is short of in one round, backs off after refusals (more than 2*HB where the claim's history was
 compacted), finds start positions for claims the log has none for, follows partition changes,
 and tracks whether the member is starving (holding nothing at work while work is unclaimed).
+
+A starting member claims one data claim at once and the rest of its share only once it has
+seen the others that start with it (`claims_open_at`): when the fold has reached its own
+announcement and a settle of HB/10 (50 ms to 1 s) has passed, and at most HB/2 after its start
+whatever happens to the announcement. Members started together then each claim their fair share
+of all of them, instead of the first one claiming everything and releasing most of it again
+(each handover a child killed and another started). A lone member starts its first child as
+before and the others a settle later.
 """
 
 from __future__ import annotations
@@ -22,6 +30,17 @@ from marshal_workers.protocol.members import is_claimable, is_live, is_member_ke
 from marshal_workers.protocol.rationalizer import ClaimState, freshness, resume_offset
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, Heartbeat, ReleasingPartition
 
+START_SETTLE_HB = 0.1  # after its announcement is folded, a starting member waits HB/10 ...
+START_SETTLE_S = (0.05, 1.0)  # ... within these bounds (seconds)
+START_WAIT_HB = 0.5  # and claims its share at most HB/2 after its start, announced or not
+START_CLAIMS = 1  # what a starting member holds or claims before that (no member's share is less)
+
+
+def start_settle(heartbeat_interval: float) -> float:
+    """The settle after a starting member's own announcement is folded (seconds)."""
+    low, high = START_SETTLE_S
+    return min(high, max(low, START_SETTLE_HB * heartbeat_interval))
+
 
 class Claiming:
     """The member's claims in the making."""
@@ -37,6 +56,8 @@ class Claiming:
         self._resume_lookup: set[ClaimKey] = set()  # to take over once their start is found
         self._next_claim = self._next_release = self._next_release_retry = 0.0
         self._release_tries: dict[ClaimKey, int] = {}  # an unconfirmed release written again
+        self.begun_at: float | None = None  # when the member began (after its catch-up)
+        self.announced_at: float | None = None  # when the fold first showed its member claim
 
     # ---- restart recovery ------------------------------------------------------------------
 
@@ -88,6 +109,7 @@ class Claiming:
             ctx.say("info", "claim_not_resumed", topic=key.topic, partition=key.partition)
             return
         held = self.keeping.hold(key, event.token, ctx.lease_from(op.sent_at), now)
+        self._announced(key, now)
         if not held.is_member:
             # The old instance may still run (another host with this client id): its lease
             # ends at most 2*HB after its last accepted heartbeat, in log time.
@@ -128,6 +150,7 @@ class Claiming:
             ctx.avoid_until[key] = max(ctx.avoid_until.get(key, 0.0), now + backoff)
             return
         held = self.keeping.hold(key, event.token, ctx.lease_from(op.sent_at), now)
+        self._announced(key, now)
         if not held.is_member:
             position = self.resume_position(key)
             own = ctx.expired_positions.pop(key, None)
@@ -211,6 +234,31 @@ class Claiming:
         self.keeping.lose(held, f"start position unknown: {failed.error}")
         ctx.avoid_until[key] = failed.now + 2 * ctx.s.heartbeat_interval
 
+    # ---- the start: see the others first -----------------------------------------------------
+
+    def begin(self, now: float) -> None:
+        """The member begins (it has caught up with the log)."""
+        self.begun_at = now
+
+    def _announced(self, key: ClaimKey, now: float) -> None:
+        """The fold reached this member's announcement (its member claim won or taken over):
+        every member that announced before it is in the fold by now, and so is one that
+        announces within the settle that follows."""
+        if key == self.member and self.announced_at is None:
+            self.announced_at = now
+
+    def claims_open_at(self) -> float:
+        """When this member may claim beyond its first claim: a settle after the fold showed its
+        own announcement, and at most HB/2 after its start (an announcement that is slow to
+        land, or that must wait for silence on a compacted member claim, delays nothing
+        further). Restart recovery (taking this client's own claims over) never waits."""
+        hb = self.ctx.s.heartbeat_interval
+        begun = self.begun_at if self.begun_at is not None else 0.0
+        bound = begun + START_WAIT_HB * hb
+        if self.announced_at is None:
+            return bound
+        return min(bound, self.announced_at + start_settle(hb))
+
     # ---- the fair share ---------------------------------------------------------------------
 
     def rebalance(self, now: float) -> None:
@@ -231,16 +279,22 @@ class Claiming:
         ):
             self.claim(member, now)
         mine = [k for k, h in ctx.held.items() if not h.is_member and h.phase in HELD_PHASES]
+        claiming_data = [k for k in claiming if k != member]
+        limit = len(self.partitions)
+        opens = self.claims_open_at()
+        if now < opens:  # starting: the others that start with it may not be in the fold yet
+            self._next_claim = min(self._next_claim, opens)
+            limit = max(0, START_CLAIMS - len(mine) - len(claiming_data))
         step = plan(
             client_id=s.client_id,
             group=s.group,
             partitions=self.partitions,
             claims=self._group_view(),
-            mine=[*mine, *(k for k in claiming if k != member)],
+            mine=[*mine, *claiming_data],
             now_ms=lambda key: ctx.log_now_ms(key, now),
             hb_ms=s.hb_ms,
             avoid=ctx.avoid_until,
-            limit=len(self.partitions),
+            limit=limit,
         )
         for key in step.claims:
             self.claim(key, now)

@@ -135,6 +135,7 @@ class Member:
         self.started = True
         self.claiming.partitions = list(partitions)
         self._next_discovery = now + self.s.discovery_interval
+        self.claiming.begin(now)
         self.claiming.resume_all(now)
         if not self.operator.react_to_pause(now):  # another client's pause holds from round one
             self.claiming.rebalance(now)
