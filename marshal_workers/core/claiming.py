@@ -8,11 +8,11 @@ and tracks whether the member is starving (holding nothing at work while work is
 
 A starting member claims one data claim at once and the rest of its share only once it has
 seen the others that start with it (`claims_open_at`): when the fold has reached its own
-announcement and a settle of HB/10 (50 ms to 1 s) has passed, and at most HB/2 after its start
-whatever happens to the announcement. Members started together then each claim their fair share
-of all of them, instead of the first one claiming everything and releasing most of it again
-(each handover a child killed and another started). A lone member starts its first child as
-before and the others a settle later.
+announcement and a settle of HB/10 (50 ms to 1 s) has passed with no other member announcing
+itself, and at most HB/2 after its start whatever happens. Members started together then each
+claim their fair share of all of them, instead of the first one claiming everything and
+releasing most of it again (each handover a child killed and another started). A lone member
+starts its first child as before and the others a settle later.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class Claiming:
         self._release_tries: dict[ClaimKey, int] = {}  # an unconfirmed release written again
         self.begun_at: float | None = None  # when the member began (after its catch-up)
         self.announced_at: float | None = None  # when the fold first showed its member claim
+        self.joined_at: float | None = None  # when the fold last showed another member announce
 
     # ---- restart recovery ------------------------------------------------------------------
 
@@ -247,17 +248,24 @@ class Claiming:
         if key == self.member and self.announced_at is None:
             self.announced_at = now
 
+    def member_joined(self, now: float) -> None:
+        """Another member announced itself: one starting with this one, perhaps, and more may
+        follow (a deploy starts hosts a little apart), so the settle starts again."""
+        self.joined_at = now
+
     def claims_open_at(self) -> float:
         """When this member may claim beyond its first claim: a settle after the fold showed its
-        own announcement, and at most HB/2 after its start (an announcement that is slow to
-        land, or that must wait for silence on a compacted member claim, delays nothing
-        further). Restart recovery (taking this client's own claims over) never waits."""
+        own announcement, or another member's if later, and at most HB/2 after its start (an
+        announcement that is slow to land, or that must wait for silence on a compacted member
+        claim, or members that keep joining, delay nothing further). Restart recovery (taking
+        this client's own claims over) never waits."""
         hb = self.ctx.s.heartbeat_interval
         begun = self.begun_at if self.begun_at is not None else 0.0
         bound = begun + START_WAIT_HB * hb
         if self.announced_at is None:
             return bound
-        return min(bound, self.announced_at + start_settle(hb))
+        last = max(self.announced_at, self.joined_at or 0.0)
+        return min(bound, last + start_settle(hb))
 
     # ---- the fair share ---------------------------------------------------------------------
 

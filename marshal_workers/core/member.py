@@ -234,6 +234,8 @@ class Member:
         key = event.key
         if is_member_key(key):
             self.claiming.member_keys.add(key)
+            if isinstance(event, ev.ClaimGranted) and key != self.member:
+                self.claiming.member_joined(now)  # a starting member's settle starts again
         other_instance = event.client_id == me.client_id and event.instance_id != me.instance_id
         if isinstance(event, ev.HeartbeatAccepted) and other_instance:
             self.claiming.old_instance_heard(key, event.log_time)
