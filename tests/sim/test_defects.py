@@ -192,7 +192,9 @@ def test_poison_defect_a_compacted_reader_refuses_the_surviving_count(
 
     monkeypatch.setattr(rationalizer, "fold_poison", checked)
     params = SimParams(faults=("poison", "compaction"), fault_count=6)
-    assert first_violation(params, "poison_bounded", SEEDS) is not None
+    # a rare run: seed 9 found it first; since members started together settle before they
+    # claim (issue 20) the runs differ, and seed 56 is the first of 0-56 that finds it
+    assert first_violation(params, "poison_bounded", SEEDS, first=40) is not None
 
 
 def test_amo_defect_a_stopping_child_drops_the_batch_it_asked_ahead(
@@ -321,7 +323,8 @@ def test_position_defect_with_latest_resets_skips_alo_records(
     twice."""
     _erase_positions(monkeypatch)
     params = SimParams(members=8, groups=4, faults=("freeze", "eager-compaction"), fault_count=10)
-    assert first_violation(params, "alo_no_skip", SEEDS) is not None
+    # a rare run: seed 6 found it first; since the start's settle (issue 20), seed 29 of 0-29
+    assert first_violation(params, "alo_no_skip", SEEDS, first=20) is not None
 
 
 # ---- issue 20: ordering key and unordered (slices of a partition) ------------------------------
