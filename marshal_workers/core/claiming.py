@@ -24,11 +24,11 @@ from marshal_workers.core.keeping import Keeping
 from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import Kind, Op
 from marshal_workers.core.planning import plan
-from marshal_workers.core.reclaim import reclaimed_position, retry_release
+from marshal_workers.core.reclaim import reclaimed_position
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_claimable, is_live, is_member_key, member_key
 from marshal_workers.protocol.rationalizer import ClaimState, freshness, resume_offset
-from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, Heartbeat, ReleasingPartition
+from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, Heartbeat
 
 START_SETTLE_HB = 0.1  # after its announcement is folded, a starting member waits HB/10 ...
 START_SETTLE_S = (0.05, 1.0)  # ... within these bounds (seconds)
@@ -54,8 +54,7 @@ class Claiming:
         self.idle_since: float | None = None
         self._old_seen: dict[ClaimKey, int] = {}  # takeovers: the old instance's last heartbeat
         self._resume_lookup: set[ClaimKey] = set()  # to take over once their start is found
-        self._next_claim = self._next_release = self._next_release_retry = 0.0
-        self._release_tries: dict[ClaimKey, int] = {}  # an unconfirmed release written again
+        self._next_claim = self._next_release = 0.0
         self.begun_at: float | None = None  # when the member began (after its catch-up)
         self.announced_at: float | None = None  # when the fold first showed its member claim
         self.joined_at: float | None = None  # when the fold last showed another member announce
@@ -275,7 +274,6 @@ class Claiming:
         if now < self._next_claim:
             return
         self._next_claim = now + max(0.05, s.heartbeat_interval / 10)
-        self.retry_releases(now)
         ctx.avoid_until = {k: t for k, t in ctx.avoid_until.items() if t > now}
         claiming = self.in_flight()
         member = self.member
@@ -325,31 +323,6 @@ class Claiming:
                 share=step.share,
                 members=step.members,
             )
-
-    def retry_releases(self, now: float) -> None:
-        """Write again, every HB/2, a release an expired lease left unconfirmed, while the log
-        still shows this instance holding the claim: the next owner then resumes at the newest
-        position (`reclaim`)."""
-        ctx = self.ctx
-        if not ctx.expired_positions or now < self._next_release_retry:
-            return
-        self._next_release_retry = now + ctx.s.heartbeat_interval / 2
-        s = ctx.s
-        for key, handled in list(ctx.expired_positions.items()):
-            if key in ctx.held or ctx.pending.in_flight(Kind.RELEASE, key):
-                continue
-            state = ctx.state_of(key)
-            tries = self._release_tries.get(key, 0)
-            if retry_release(state, s.client_id, s.instance_id, tries) is None:
-                del ctx.expired_positions[key]
-                self._release_tries.pop(key, None)
-                continue
-            self._release_tries[key] = tries + 1
-            assert state is not None
-            # never below what the log has committed for this claim (a release lowers nothing)
-            position = max(handled, state.committed or 0)
-            message = ReleasingPartition(*ctx.fields(key), position)
-            ctx.append(Kind.RELEASE, key, message, now, end=position)
 
     def member_claimable(self, now: float) -> bool:
         """Whether the member claim could win now. As for data claims, a claim the log would

@@ -75,10 +75,10 @@ def test_a_member_woken_past_its_lease_writes_no_release_for_the_claim() -> None
         _freeze_past_the_lease(h, key)
         since = len(h.commands)
         h.run(h.member.feed(inp.ChildExited(h.now, key, -9, None, 130)))
+        assert key not in h.member.held  # forgotten, to be claimed again once it is stale
         for _ in range(5):
             h.tick(HB / 2)
         assert _position_writes(h, since, key) == [], mode
-        assert key not in h.member.held
 
 
 def test_a_member_woken_past_its_lease_writes_no_heartbeat_before_it_sees_the_child_gone() -> None:
@@ -95,16 +95,16 @@ def test_a_member_woken_past_its_lease_writes_no_heartbeat_before_it_sees_the_ch
 
 
 def test_a_claim_with_no_child_whose_lease_ran_out_is_dropped_without_a_release() -> None:
-    """A claim waiting for its start position (no child yet) past its lease: no heartbeat, no
-    release; the claim is forgotten and goes to whoever claims it once it is stale."""
-    topic, log_ms = fresh_topic(partitions=1)
-    h = start(Member(settings(partitions=1, mode=Mode.AMO)), topic, log_ms, n=1)
-    key = keys(1)[0]
-    h.member.held[key].position = 100  # known, but the child has not started yet
-    h.member.held[key].start_after = h.now + 3600
+    """A claim whose child failed and waits for its restart when the member freezes past the
+    lease: on waking, no heartbeat, no release; the claim is forgotten and goes to whoever
+    claims it once it is stale."""
+    h, key = _holding(Mode.AMO)
+    h.run(h.member.feed(inp.ChildExited(h.now, key, 1, None, 100)))  # restarts after a back-off
+    assert key in h.member.held and not h.member.held[key].child
     _freeze_past_the_lease(h, key)
     since = len(h.commands)
+    h.tick(0.0)
+    assert key not in h.member.held
     for _ in range(5):
         h.tick(HB / 2)
     assert _position_writes(h, since, key) == []
-    assert key not in h.member.held
