@@ -336,7 +336,9 @@ def test_position_defect_a_claim_record_erases_the_position_it_follows(
     (marshal-sim seed 14: ALO handled again far behind the holder's work)."""
     _erase_positions(monkeypatch)
     params = SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10)
-    assert first_violation(params, "alo_rehandle_bound", SEEDS) is not None
+    # a rare run: seed 3 found it first; since members settle before they claim (issue 20) and
+    # write no release past their lease, seed 37 (none in 0-36): the search goes on to 59
+    assert first_violation(params, "alo_rehandle_bound", 60) is not None
 
 
 def test_position_defect_with_latest_resets_skips_alo_records(

@@ -54,6 +54,15 @@ def test_the_defect_tests_fault_mixes_find_nothing_in_the_current_core(params: S
     assert violations(params, SEEDS) == []
 
 
+@pytest.mark.parametrize("seed", [29, 63])
+def test_the_seeds_that_granted_records_twice_after_a_release_past_the_lease(seed: int) -> None:
+    """Seeds 29 and 63 of freeze,eager-compaction with 10 faults granted AMO records twice
+    while members released claims past their lease (design.md, decision 18); the scripted
+    sequence is `test_stale_release.py`."""
+    params = SimParams(faults=("freeze", "eager-compaction"), fault_count=10, seed=seed)
+    assert run_seed(params).violations == []
+
+
 def test_the_default_faults_find_nothing_in_many_seeds() -> None:
     """Every default fault, 30 seeds of 6 members in 2 groups (one ALO, one AMO); `make sim`
     runs 1,000."""
