@@ -37,6 +37,9 @@ from marshal_workers.sim.scenario import SimParams
 from tests.sim.conftest import first_violation
 
 SEEDS = 20  # each defect below is found within this many seeds (the table in docs/simulator.md)
+# rows found in few seeds search on: a change in which records are written re-rolls every
+# seed's run (one random stream), and the search stops at the first seed that finds it
+RARE_SEEDS = 60
 
 
 def test_isolation_defect_member_resumes_another_groups_claims(
@@ -138,7 +141,7 @@ def test_release_defect_resumed_claim_released_before_old_lease_ends(
 
     monkeypatch.setattr(Keeping, "finish", eager)
     params = SimParams(members=6, groups=2, faults=("twins",), fault_count=3)
-    assert first_violation(params, "no_overlap", SEEDS) is not None
+    assert first_violation(params, "no_overlap", RARE_SEEDS) is not None
 
 
 def test_deadline_defect_a_hung_handler_holds_its_partition(
@@ -194,7 +197,7 @@ def test_poison_defect_a_compacted_reader_refuses_the_surviving_count(
     params = SimParams(faults=("poison", "compaction"), fault_count=6)
     # a rare run: seed 9 found it first; since members started together settle before they
     # claim (issue 20) the runs differ, and seed 56 is the first of 0-56 that finds it
-    assert first_violation(params, "poison_bounded", SEEDS, first=40) is not None
+    assert first_violation(params, "poison_bounded", RARE_SEEDS, first=40) is not None
 
 
 def test_amo_defect_a_stopping_child_drops_the_batch_it_asked_ahead(
@@ -248,7 +251,7 @@ def test_release_defect_a_stale_release_retried_forever(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(rationalizer, "_uncertain", writer_holds)
     params = SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10)
-    assert first_violation(params, "liveness", SEEDS) is not None
+    assert first_violation(params, "liveness", RARE_SEEDS) is not None
 
 
 def _retry_releases_forever(claiming: Claiming, now: float) -> None:
@@ -308,7 +311,7 @@ def test_pause_defect_a_member_started_during_a_pause_claims_in_its_first_round(
 
     monkeypatch.setattr(Member, "begin", begin)
     params = SimParams(members=4, groups=2, faults=("restart", "pause"), fault_count=3)
-    assert first_violation(params, "pause_respected", SEEDS) is not None
+    assert first_violation(params, "pause_respected", RARE_SEEDS) is not None
 
 
 def _erase_positions(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -337,8 +340,8 @@ def test_position_defect_a_claim_record_erases_the_position_it_follows(
     _erase_positions(monkeypatch)
     params = SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10)
     # a rare run: seed 3 found it first; since members settle before they claim (issue 20) and
-    # write no release past their lease, seed 37 (none in 0-36): the search goes on to 59
-    assert first_violation(params, "alo_rehandle_bound", 60) is not None
+    # write no release past their lease, seed 37 (none in 0-36)
+    assert first_violation(params, "alo_rehandle_bound", RARE_SEEDS) is not None
 
 
 def test_position_defect_with_latest_resets_skips_alo_records(
@@ -350,8 +353,9 @@ def test_position_defect_with_latest_resets_skips_alo_records(
     twice."""
     _erase_positions(monkeypatch)
     params = SimParams(members=8, groups=4, faults=("freeze", "eager-compaction"), fault_count=10)
-    # a rare run: seed 6 found it first; since the start's settle (issue 20), seed 29 of 0-29
-    assert first_violation(params, "alo_no_skip", SEEDS, first=20) is not None
+    # a rare run: seed 6 found it first; since the start's settle (issue 20), and since members
+    # write no release past their lease, seed 29 (none in 0-28)
+    assert first_violation(params, "alo_no_skip", RARE_SEEDS, first=20) is not None
 
 
 # ---- issue 20: ordering key and unordered (slices of a partition) ------------------------------
