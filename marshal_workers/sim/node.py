@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
-from marshal_workers.core.pending import WRITE_TRIES
+from marshal_workers.core.pending import WRITE_TRIES, Kind
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
@@ -188,6 +188,8 @@ class SimNode:
         self.answers = [a for a in self.answers if a[0] > t]
         for _, answer in due:
             self._feed(answer, t)
+            if isinstance(answer, inp.StartFound):
+                self._adopted(answer)
         for key, child in list(self.children.items()):
             if not child.alive:
                 del self.children[key]
@@ -276,7 +278,6 @@ class SimNode:
                 data = self.data(c.key)
                 latest = self.settings.child.auto_offset_reset == "latest"
                 offset = data.high_watermark(t) if latest else 0  # (nothing expires here)
-                self.on_start(c.key, offset)
                 self.answers.append((t + 0.01, inp.StartFound(t + 0.01, c.key, offset)))
             elif isinstance(c, cmd.Discover):
                 found = inp.PartitionsFound(t + 0.01, self.partitions(), self.log.num_partitions)
@@ -287,6 +288,16 @@ class SimNode:
             elif isinstance(c, cmd.Exit):
                 self.exit_code = c.code
                 self.kill(t)
+
+    def _adopted(self, found: inp.StartFound) -> None:
+        """A looked-up start is where the claim's records are owed from once a holder takes it
+        as its position (or writes it in a takeover); a member that dropped the claim before
+        the answer came (told to stop as it won it) started nothing, and the next holder looks
+        the start up again."""
+        held = self.member.held.get(found.key)
+        taking_over = self.member.ctx.pending.in_flight(Kind.TAKEOVER, found.key)
+        if (held is not None and held.position == found.offset) or taking_over:
+            self.on_start(found.key, found.offset)
 
     def _check_pause(self, c: cmd.Append, t: float) -> None:
         """``pause_respected``: no data claim is written while the member's own fold shows
