@@ -96,7 +96,7 @@ def fleet(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
     f.sup.start(catch_up_timeout=5)
     # both claimed and both children started: a claim won a moment ago may still be looking
     # its start up, and a pause then drops it with no release (nothing was handled), which
-    # is not what these tests look at (in one run on a loaded machine the pause came first in all three tests)
+    # is not what these tests look at (in one loaded run the pause came first in all three)
     f.run_until(
         lambda: len(f.data_claims()) == 2 and len(f.children) == 2, "both partitions started"
     )
