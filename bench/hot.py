@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import statistics
 import sys
@@ -99,6 +100,7 @@ class Bench:
     io_ms: float
     timeout_s: float
     tuned: tuple[int, int]  # share-tuned's lock (ms) and max.poll.records
+    keep_logs: Path | None = None  # a copy of each run's log (members, children) goes here
 
 
 def measure(bench: Bench, system: str, n: int, handler: str, fault: str = "") -> dict[str, Any]:
@@ -142,6 +144,9 @@ def measure(bench: Bench, system: str, n: int, handler: str, fault: str = "") ->
         for member in members:
             bench.procs.stop(member, timeout=10)
     ledger.refresh()
+    if bench.keep_logs is not None:
+        bench.keep_logs.mkdir(parents=True, exist_ok=True)
+        shutil.copy(bench.work / f"{directory.name}.log", bench.keep_logs)
     res = figures(ledger, bench.records, launched)
     res["lock_s"] = lock_s
     if injected is not None:
@@ -273,6 +278,7 @@ def main() -> None:
     ap.add_argument("--cpu-us", type=float, default=200.0)
     ap.add_argument("--timeout", type=float, help="seconds per run (default from the records)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--keep-logs", type=Path, help="copy each run's log (members' lines) here")
     ap.add_argument("--plot", default=str(REPO / "docs" / "hot.png"), help="the PNG's path")
     args = ap.parse_args()
     args.faults = [f for f in args.faults if f != "none"]
@@ -291,7 +297,7 @@ def main() -> None:
                 note(f"local Kafka (1 node) at {bootstrap}")
             tuned = (args.tuned_lock_ms, args.tuned_poll_records)
             bench = Bench(bootstrap, procs, work, args.produce_batch, args.records, iters,
-                          args.io_ms, timeout, tuned)  # fmt: skip
+                          args.io_ms, timeout, tuned, args.keep_logs)  # fmt: skip
             doc = run(bench, args)
         finally:
             for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):

@@ -5,6 +5,14 @@ for the replaced instance's lease), plans every HB/10 toward the fair share and 
 is short of in one round, backs off after refusals (more than 2*HB where the claim's history was
 compacted), finds start positions for claims the log has none for, follows partition changes,
 and tracks whether the member is starving (holding nothing at work while work is unclaimed).
+
+A starting member claims one data claim at once and the rest of its share only once it has
+seen the others that start with it (`claims_open_at`): when the fold has reached its own
+announcement and a settle of HB/10 (50 ms to 1 s) has passed with no other member announcing
+itself, and at most HB/2 after its start whatever happens. Members started together then each
+claim their fair share of all of them, instead of the first one claiming everything and
+releasing most of it again (each handover a child killed and another started). A lone member
+starts its first child as before and the others a settle later.
 """
 
 from __future__ import annotations
@@ -16,11 +24,22 @@ from marshal_workers.core.keeping import Keeping
 from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import Kind, Op
 from marshal_workers.core.planning import plan
-from marshal_workers.core.reclaim import reclaimed_position, retry_release
+from marshal_workers.core.reclaim import reclaimed_position
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_claimable, is_live, is_member_key, member_key
 from marshal_workers.protocol.rationalizer import ClaimState, freshness, resume_offset
-from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, Heartbeat, ReleasingPartition
+from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, Heartbeat
+
+START_SETTLE_HB = 0.1  # after its announcement is folded, a starting member waits HB/10 ...
+START_SETTLE_S = (0.05, 1.0)  # ... within these bounds (seconds)
+START_WAIT_HB = 0.5  # and claims its share at most HB/2 after its start, announced or not
+START_CLAIMS = 1  # what a starting member holds or claims before that (no member's share is less)
+
+
+def start_settle(heartbeat_interval: float) -> float:
+    """The settle after a starting member's own announcement is folded (seconds)."""
+    low, high = START_SETTLE_S
+    return min(high, max(low, START_SETTLE_HB * heartbeat_interval))
 
 
 class Claiming:
@@ -35,8 +54,10 @@ class Claiming:
         self.idle_since: float | None = None
         self._old_seen: dict[ClaimKey, int] = {}  # takeovers: the old instance's last heartbeat
         self._resume_lookup: set[ClaimKey] = set()  # to take over once their start is found
-        self._next_claim = self._next_release = self._next_release_retry = 0.0
-        self._release_tries: dict[ClaimKey, int] = {}  # an unconfirmed release written again
+        self._next_claim = self._next_release = 0.0
+        self.begun_at: float | None = None  # when the member began (after its catch-up)
+        self.announced_at: float | None = None  # when the fold first showed its member claim
+        self.joined_at: float | None = None  # when the fold last showed another member announce
 
     # ---- restart recovery ------------------------------------------------------------------
 
@@ -88,6 +109,7 @@ class Claiming:
             ctx.say("info", "claim_not_resumed", topic=key.topic, partition=key.partition)
             return
         held = self.keeping.hold(key, event.token, ctx.lease_from(op.sent_at), now)
+        self._announced(key, now)
         if not held.is_member:
             # The old instance may still run (another host with this client id): its lease
             # ends at most 2*HB after its last accepted heartbeat, in log time.
@@ -128,6 +150,7 @@ class Claiming:
             ctx.avoid_until[key] = max(ctx.avoid_until.get(key, 0.0), now + backoff)
             return
         held = self.keeping.hold(key, event.token, ctx.lease_from(op.sent_at), now)
+        self._announced(key, now)
         if not held.is_member:
             position = self.resume_position(key)
             own = ctx.expired_positions.pop(key, None)
@@ -211,6 +234,38 @@ class Claiming:
         self.keeping.lose(held, f"start position unknown: {failed.error}")
         ctx.avoid_until[key] = failed.now + 2 * ctx.s.heartbeat_interval
 
+    # ---- the start: see the others first -----------------------------------------------------
+
+    def begin(self, now: float) -> None:
+        """The member begins (it has caught up with the log)."""
+        self.begun_at = now
+
+    def _announced(self, key: ClaimKey, now: float) -> None:
+        """The fold reached this member's announcement (its member claim won or taken over):
+        every member that announced before it is in the fold by now, and so is one that
+        announces within the settle that follows."""
+        if key == self.member and self.announced_at is None:
+            self.announced_at = now
+
+    def member_joined(self, now: float) -> None:
+        """Another member announced itself: one starting with this one, perhaps, and more may
+        follow (a deploy starts hosts a little apart), so the settle starts again."""
+        self.joined_at = now
+
+    def claims_open_at(self) -> float:
+        """When this member may claim beyond its first claim: a settle after the fold showed its
+        own announcement, or another member's if later, and at most HB/2 after its start (an
+        announcement that is slow to land, or that must wait for silence on a compacted member
+        claim, or members that keep joining, delay nothing further). Restart recovery (taking
+        this client's own claims over) never waits."""
+        hb = self.ctx.s.heartbeat_interval
+        begun = self.begun_at if self.begun_at is not None else 0.0
+        bound = begun + START_WAIT_HB * hb
+        if self.announced_at is None:
+            return bound
+        last = max(self.announced_at, self.joined_at or 0.0)
+        return min(bound, last + start_settle(hb))
+
     # ---- the fair share ---------------------------------------------------------------------
 
     def rebalance(self, now: float) -> None:
@@ -219,7 +274,6 @@ class Claiming:
         if now < self._next_claim:
             return
         self._next_claim = now + max(0.05, s.heartbeat_interval / 10)
-        self.retry_releases(now)
         ctx.avoid_until = {k: t for k, t in ctx.avoid_until.items() if t > now}
         claiming = self.in_flight()
         member = self.member
@@ -231,16 +285,22 @@ class Claiming:
         ):
             self.claim(member, now)
         mine = [k for k, h in ctx.held.items() if not h.is_member and h.phase in HELD_PHASES]
+        claiming_data = [k for k in claiming if k != member]
+        limit = len(self.partitions)
+        opens = self.claims_open_at()
+        if now < opens:  # starting: the others that start with it may not be in the fold yet
+            self._next_claim = min(self._next_claim, opens)
+            limit = max(0, START_CLAIMS - len(mine) - len(claiming_data))
         step = plan(
             client_id=s.client_id,
             group=s.group,
             partitions=self.partitions,
             claims=self._group_view(),
-            mine=[*mine, *(k for k in claiming if k != member)],
+            mine=[*mine, *claiming_data],
             now_ms=lambda key: ctx.log_now_ms(key, now),
             hb_ms=s.hb_ms,
             avoid=ctx.avoid_until,
-            limit=len(self.partitions),
+            limit=limit,
         )
         for key in step.claims:
             self.claim(key, now)
@@ -263,31 +323,6 @@ class Claiming:
                 share=step.share,
                 members=step.members,
             )
-
-    def retry_releases(self, now: float) -> None:
-        """Write again, every HB/2, a release an expired lease left unconfirmed, while the log
-        still shows this instance holding the claim: the next owner then resumes at the newest
-        position (`reclaim`)."""
-        ctx = self.ctx
-        if not ctx.expired_positions or now < self._next_release_retry:
-            return
-        self._next_release_retry = now + ctx.s.heartbeat_interval / 2
-        s = ctx.s
-        for key, handled in list(ctx.expired_positions.items()):
-            if key in ctx.held or ctx.pending.in_flight(Kind.RELEASE, key):
-                continue
-            state = ctx.state_of(key)
-            tries = self._release_tries.get(key, 0)
-            if retry_release(state, s.client_id, s.instance_id, tries) is None:
-                del ctx.expired_positions[key]
-                self._release_tries.pop(key, None)
-                continue
-            self._release_tries[key] = tries + 1
-            assert state is not None
-            # never below what the log has committed for this claim (a release lowers nothing)
-            position = max(handled, state.committed or 0)
-            message = ReleasingPartition(*ctx.fields(key), position)
-            ctx.append(Kind.RELEASE, key, message, now, end=position)
 
     def member_claimable(self, now: float) -> bool:
         """Whether the member claim could win now. As for data claims, a claim the log would

@@ -61,7 +61,13 @@ class Keeping:
         """One claim's timers: heartbeat, start the child, lease ending, restart."""
         s = self.ctx.s
         if held.phase not in (Phase.LOST, Phase.RELEASING):
-            if self.heartbeat_owed(held, now) and not self.waits_for_reservation(held, now):
+            # past its own lease a member may have lost the claim without its fold showing it
+            # yet: it writes nothing more that carries the position (see `finish`)
+            if (
+                self.heartbeat_owed(held, now)
+                and now < held.lease
+                and not self.waits_for_reservation(held, now)
+            ):
                 self.heartbeat(held, now)
             expired = now >= held.lease and held.phase is not Phase.STOPPING
             if expired and not held.child and not held.is_member:
@@ -157,7 +163,7 @@ class Keeping:
             return
         if self.ctx.pending.in_flight(Kind.RESERVE, held.key):
             return
-        if self.heartbeat_owed(held, now):
+        if self.heartbeat_owed(held, now) and now < held.lease:  # (past it: nothing, `keep`)
             self.heartbeat(held, now)
 
     def heartbeat(self, held: HeldClaim, now: float) -> None:
@@ -258,6 +264,9 @@ class Keeping:
             held.phase = Phase.STOPPING  # `keep` comes back to it
             return
         if release and held.phase is not Phase.LOST and held.position is not None:
+            if now >= held.lease:
+                self.withhold_release(held)
+                return
             held.phase = Phase.RELEASING
             position = held.position
             state = self.ctx.state_of(held.key)
@@ -267,6 +276,34 @@ class Keeping:
             self.ctx.append(Kind.RELEASE, held.key, message, now, end=position)
         else:
             self.drop(held.key)
+
+    def withhold_release(self, held: HeldClaim) -> None:
+        """The lease ran out before the release: write none, forget the claim.
+
+        Past its lease the member cannot know the claim is still its own: a rival may have won
+        it 2*HB after its last valid heartbeat, and its fold may not show that yet (a consumer
+        behind after a freeze, or a fold the cleaner made uncertain). Its release would then be
+        refused, yet go under the key of the claim's position records after the rival's, and
+        once the cleaner removes the rival's heartbeats and reservations it is the key's newest
+        record: a reader of the compacted log takes its older position for the claim's and an
+        AMO claim is granted twice (marshal-sim seeds 29 and 63 of freeze,eager-compaction).
+        Without it the claim goes stale 2*HB after the last heartbeat the log accepted, a
+        margin after the lease ended, and the next holder resumes at the log's position: ALO
+        hands again what the child did after that heartbeat (as after a crash), AMO loses
+        nothing more, its reservations being in the log. The position stays known here for a
+        claim this member wins back with nobody in between (`reclaim`)."""
+        key = held.key
+        assert held.position is not None
+        self.ctx.say(
+            "warning",
+            "release_withheld",
+            topic=key.topic,
+            partition=key.partition,
+            position=held.position,
+            reason="lease expired",
+        )
+        self.ctx.expired_positions[key] = held.position
+        self.drop(key)
 
     def release_waits(self, held: HeldClaim, now: float) -> bool:
         """Whether a release of ``held`` must wait (see `finish`)."""

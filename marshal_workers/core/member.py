@@ -16,12 +16,14 @@ heartbeats, reservations and releases of many partitions are in flight at once, 
 waits for anything unrelated: a slow coordination partition delays only its own claims.
 
 Claims. Every ``HB/10`` the member plans (`claims.plan`) toward its fair share and claims all
-it is short of in one round. Claimability is judged by each claim's own coordination
-partition's log time (`core.logclock`), so brokers whose clocks differ do not make claims look
-silent early or late. A refused claim backs the claim off: at least 2*HB where the claim's
-history was compacted (every refused attempt counts as activity there, so retrying sooner
-would never see the silence it waits for), briefly elsewhere. The member claim (its
-announcement) is claimed alongside the data claims, not before them.
+it is short of in one round (a starting member claims one, and the rest once it has seen the
+members starting with it: `Claiming.claims_open_at`). Claimability is judged by each claim's
+own coordination partition's log time (`core.logclock`), so brokers whose clocks differ do not
+make claims look silent early or late. A refused claim backs the claim off: at least 2*HB
+where the claim's history was compacted (every refused attempt counts as activity there, so
+retrying sooner would never see the silence it waits for), briefly elsewhere. The member claim
+(its announcement) is claimed alongside the first data claim; the rest wait for it, at most
+HB/2.
 
 Leases. A heartbeat sent at local time s and folded valid extends the claim's lease to
 s + 2*HB - margin (`core.leases`); heartbeats go out every HB/2 per claim. The child reads the
@@ -139,6 +141,7 @@ class Member:
         self.started = True
         self.claiming.partitions = list(partitions)
         self._next_discovery = now + self.s.discovery_interval
+        self.claiming.begin(now)
         self.claiming.resume_all(now)
         if not self.operator.react_to_pause(now):  # another client's pause holds from round one
             self.claiming.rebalance(now)
@@ -237,6 +240,8 @@ class Member:
         key = event.key
         if is_member_key(key):
             self.claiming.member_keys.add(key)
+            if isinstance(event, ev.ClaimGranted) and key != self.member:
+                self.claiming.member_joined(now)  # a starting member's settle starts again
         other_instance = event.client_id == me.client_id and event.instance_id != me.instance_id
         if isinstance(event, ev.HeartbeatAccepted) and other_instance:
             self.claiming.old_instance_heard(key, event.log_time)

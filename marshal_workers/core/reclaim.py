@@ -1,4 +1,4 @@
-"""A claim lost to its own lease running out: where it starts again, its release (pure).
+"""A claim lost to its own lease running out: where it starts again (pure).
 
 A coordination stall longer than the lease (a broker failure the heartbeat interval was not chosen
 for, see docs/operating.md) ends every lease: children are fenced, and the releases after expiry are
@@ -9,16 +9,17 @@ to the position its own child reported were handled by this member alone, under 
 resumes there (the larger of that and the log's), and its first heartbeat tells the log. Otherwise
 the log's position stands: another owner may have moved it (a rewind included).
 
-Until then the member writes its release again (`retry_release`) while a certain fold shows
-this very instance as the holder, at most `RELEASE_RETRIES` times: a holder's release needs no
-freshness, its child is dead, and the position is what that child handled, so whoever claims
-next resumes there. An uncertain fold proves no holder, and a release written again without end
-keeps the claim looking active to every reader, so nobody ever takes it over (issue 18.2).
+Nothing writes that position to the log. A release written after the lease ended (the first
+one, or one written again while the fold still showed this instance as the holder, as members
+did until marshal-sim seeds 29 and 63 of freeze,eager-compaction) may land after a rival's
+takeover: refused, but under the key of the claim's position records, and once the cleaner has
+removed the rival's it is the key's newest record, an older position a compacted reader takes
+for the claim's (`Keeping.withhold_release`). So the next owner other than this member resumes
+at the log's position: ALO hands again what the child did after the last heartbeat the log
+accepted, as after a crash.
 """
 
 from __future__ import annotations
-
-from marshal_workers.protocol.rationalizer import ClaimState
 
 
 def reclaimed_position(
@@ -28,19 +29,3 @@ def reclaimed_position(
     if own_position is None or previous_client != client_id:
         return log_position
     return max(log_position, own_position)
-
-
-RELEASE_RETRIES = 3  # writes of an unconfirmed release after the first, at most
-
-
-def retry_release(
-    state: ClaimState | None, client_id: str, instance_id: str, tries: int = 0
-) -> bool | None:
-    """Whether to write the unconfirmed release again (True), or forget the position (None):
-    the fold is uncertain, or shows the claim released or held by anyone but this instance, or
-    the release was written again ``tries`` = `RELEASE_RETRIES` times already."""
-    if state is None or not state.certain or tries >= RELEASE_RETRIES:
-        return None
-    if state.holder_client != client_id or state.holder_instance != instance_id:
-        return None
-    return True

@@ -7,9 +7,9 @@ from dataclasses import replace
 from marshal_workers.sim.scenario import SimParams, run_seed
 
 
-def first_violation(params: SimParams, invariant: str, seeds: int) -> int | None:
-    """The first seed (0..seeds-1) whose run violates ``invariant``, or None."""
-    for seed in range(seeds):
+def first_violation(params: SimParams, invariant: str, seeds: int, first: int = 0) -> int | None:
+    """The first seed (first..first+seeds-1) whose run violates ``invariant``, or None."""
+    for seed in range(first, first + seeds):
         result = run_seed(replace(params, seed=seed))
         if any(v["invariant"] == invariant for v in result.violations):
             return seed

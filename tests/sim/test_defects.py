@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from marshal_workers.core import children, logclock, memberstate
-from marshal_workers.core import claiming as claiming_module
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import keeping as keeping_module
 from marshal_workers.core.children import Children
@@ -21,6 +20,7 @@ from marshal_workers.core.heldclaim import Phase
 from marshal_workers.core.keeping import Keeping
 from marshal_workers.core.member import Member
 from marshal_workers.core.memberstate import MemberState
+from marshal_workers.core.pending import Kind
 from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.protocol import rationalizer
 from marshal_workers.protocol.members import is_member_key
@@ -262,8 +262,16 @@ def test_amo_defect_reservations_refused_once_the_child_is_told_to_stop(
 def test_release_defect_a_stale_release_retried_forever(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 18.2: a member wrote its unconfirmed release again every HB/2 while its own fold
     showed it as holder, and an uncertain fold made a release's writer the holder (its own
-    refused release included): the claim never looked silent, nobody took it over."""
-    monkeypatch.setattr(claiming_module, "retry_release", _unbounded_retry)
+    refused release included): the claim never looked silent, nobody took it over. (Members
+    no longer write a release past their lease at all, `Keeping.withhold_release`: the old
+    loop is put back whole.)"""
+    rebalance = Claiming.rebalance
+
+    def retrying(self: Claiming, now: float) -> None:
+        _retry_releases_forever(self, now)
+        rebalance(self, now)
+
+    monkeypatch.setattr(Claiming, "rebalance", retrying)
     fold_uncertain = rationalizer._uncertain
 
     def writer_holds(world: Any, rec: Any, msg: Any, key: Any, state: Any) -> Any:
@@ -275,6 +283,30 @@ def test_release_defect_a_stale_release_retried_forever(monkeypatch: pytest.Monk
     monkeypatch.setattr(rationalizer, "_uncertain", writer_holds)
     params = SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10)
     assert found(monkeypatch, params, "liveness", RARE_ROW_SEEDS) is not None
+
+
+def _retry_releases_forever(claiming: Claiming, now: float) -> None:
+    """The retry before issue 18.2: every HB/2, each position an expired lease left
+    unconfirmed is released again while the fold (certain or not) shows this instance."""
+    ctx = claiming.ctx
+    due = getattr(claiming, "_retry_at", 0.0)
+    if not ctx.expired_positions or now < due:
+        return
+    claiming._retry_at = now + ctx.s.heartbeat_interval / 2  # type: ignore[attr-defined]
+    s = ctx.s
+    for key, handled in list(ctx.expired_positions.items()):
+        if key in ctx.held or ctx.pending.in_flight(Kind.RELEASE, key):
+            continue
+        state = ctx.state_of(key)
+        if state is None or state.holder_client != s.client_id:
+            del ctx.expired_positions[key]
+            continue
+        if state.holder_instance != s.instance_id:
+            del ctx.expired_positions[key]
+            continue
+        position = max(handled, state.committed or 0)
+        message = ReleasingPartition(*ctx.fields(key), position)
+        ctx.append(Kind.RELEASE, key, message, now, end=position)
 
 
 def test_poison_defect_a_release_overtakes_the_failure_count_written_again(
@@ -289,13 +321,6 @@ def test_poison_defect_a_release_overtakes_the_failure_count_written_again(
         members=4, groups=1, faults=("poison", "failures"), fault_count=6, fail_rate=0.2
     )
     assert found(monkeypatch, params, "poison_bounded", SEEDS) is not None
-
-
-def _unbounded_retry(state: Any, client_id: str, instance_id: str, tries: int = 0) -> bool | None:
-    """The retry rule before issue 18.2: while the fold (certain or not) shows this instance."""
-    if state is None or state.holder_client != client_id or state.holder_instance != instance_id:
-        return None
-    return True
 
 
 def test_pause_defect_a_member_started_during_a_pause_claims_in_its_first_round(

@@ -65,6 +65,31 @@ def test_the_defect_tests_fault_mixes_find_nothing_in_the_current_core(params: S
     assert violations(params, SEEDS) == []
 
 
+@pytest.mark.parametrize("seed", [29, 63])
+def test_the_seeds_that_granted_records_twice_after_a_release_past_the_lease(seed: int) -> None:
+    """Seeds 29 and 63 of freeze,eager-compaction with 10 faults granted AMO records twice
+    while members released claims past their lease (design.md, decision 19); the scripted
+    sequence is `test_stale_release.py`."""
+    params = SimParams(faults=("freeze", "eager-compaction"), fault_count=10, seed=seed)
+    assert run_seed(params).violations == []
+
+
+def test_a_start_looked_up_for_a_claim_dropped_meanwhile_is_owed_nothing() -> None:
+    """Seed 1 of a key-sliced fleet under every fault (6 faults, `test_slices`): c2 won a new
+    partition's slice (AMO, reset latest), looked its start up (the watermark, 107) and, told
+    to stop, dropped the claim before the answer came, with no position written and nothing
+    handled. c0
+    claimed it 2*HB later and started at the watermark then, 153. Nobody had started at 107:
+    the checker counted 107..152 as owed and lost in no crash. A start is where a holder
+    adopted the looked-up offset, not where a lookup was answered."""
+    from marshal_workers.sim.scenario import FAULTS  # noqa: PLC0415
+
+    params = SimParams(
+        seed=1, faults=tuple(FAULTS), fault_count=6, ordering="key", workers_per_partition=3
+    )
+    assert run_seed(params).violations == []
+
+
 def test_the_default_faults_find_nothing_in_many_seeds() -> None:
     """Every default fault, 30 seeds of 6 members in 2 groups (one ALO, one AMO); `make sim`
     runs 1,000."""

@@ -4,6 +4,7 @@ partitions, and it treats them as its own as it treats whole partitions."""
 from __future__ import annotations
 
 from marshal_workers.core import inputs as inp
+from marshal_workers.core.claiming import start_settle
 from marshal_workers.core.member import Member
 from marshal_workers.log.memlog import MemoryTopic
 from marshal_workers.protocol.slicing import Ordering, Slicing
@@ -22,6 +23,7 @@ def started(member: Member, topic: MemoryTopic, log_ms: list[int]) -> Harness:
     h = Harness(topic, member, log_ms)
     h.read()
     h.run(member.begin(h.now, 1_000.0, slices(member.s.group)))
+    h.tick(start_settle(member.s.heartbeat_interval))  # the start's settle: the whole share
     return h
 
 
