@@ -42,9 +42,6 @@ MIXES = [
     # a cleaner below the safe window (a topic altered while the fleet runs)
     SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10),
     SimParams(members=8, groups=4, faults=("freeze", "eager-compaction"), fault_count=10),
-    SimParams(
-        members=9, groups=3, faults=("freeze", "eager-compaction"), fault_count=16, duration=45
-    ),
     # issue 18.5: views of the log that lag, broker clocks that jump (within the margin)
     SimParams(
         members=4,

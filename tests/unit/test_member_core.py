@@ -12,7 +12,7 @@ from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core import observations as obs
-from marshal_workers.core.claiming import START_WAIT_HB, start_settle
+from marshal_workers.core.claiming import SETTLE_ABOVE_CLAIMS, START_WAIT_HB, start_settle
 from marshal_workers.core.heldclaim import Phase
 from marshal_workers.core.member import Member
 from marshal_workers.core.pending import WRITE_TRIES
@@ -118,54 +118,73 @@ def fresh_topic(partitions: int = 2) -> tuple[MemoryTopic, list[int]]:
 
 class TestClaiming:
     def test_claims_the_whole_share_and_the_member_claim_in_one_round(self) -> None:
-        """A lone member writes every claim at once, not one per turn: its announcement and
-        one claim as it begins, the rest of its share in one round once its announcement is
-        folded and the settle has passed (issue 20: members started together see each
-        other before they claim their shares)."""
+        """A lone member writes every claim at once, not one per turn. With few claims
+        (SETTLE_ABOVE_CLAIMS or less) all of them as it begins, with its announcement."""
         topic, log_ms = fresh_topic()
         member = Member(settings())
         h = Harness(topic, member, log_ms)
         h.read()
         h.run(member.begin(h.now, 1_000.0, keys(4)))
+        claimed = {(m.topic, m.partition) for m in h.appended(ClaimingPartition)}
+        assert claimed == {*(("orders", p) for p in range(4)), ("__member.c1", 0)}
+        h.tick(0.01)
+        assert set(h.member.held) == {*keys(4), member_key("g", "c1")}
+
+    def test_the_settle_is_for_groups_of_many_claims(self) -> None:
+        assert 4 <= SETTLE_ABOVE_CLAIMS < 20  # the tests above and below use 4 and 20
+
+    def test_with_many_claims_the_share_waits_for_the_settle(self) -> None:
+        """More than SETTLE_ABOVE_CLAIMS claims: its announcement and one claim as it begins,
+        the rest of its share in one round once its announcement is folded and the settle has
+        passed (issue 20: members started together see each other before they claim)."""
+        n = 20  # more than SETTLE_ABOVE_CLAIMS
+        topic, log_ms = fresh_topic()
+        member = Member(settings())
+        h = Harness(topic, member, log_ms)
+        h.read()
+        h.run(member.begin(h.now, 1_000.0, keys(n)))
         first = {(m.topic, m.partition) for m in h.appended(ClaimingPartition)}
         assert len(first) == 2 and ("__member.c1", 0) in first
         h.tick(start_settle(HB) - 0.01)
         assert len(h.appended(ClaimingPartition)) == 2
         h.tick(0.01)
         claimed = {(m.topic, m.partition) for m in h.appended(ClaimingPartition)}
-        assert claimed == {*(("orders", p) for p in range(4)), ("__member.c1", 0)}
-        assert set(h.member.held) == {*keys(4), member_key("g", "c1")}
+        assert claimed == {*(("orders", p) for p in range(n)), ("__member.c1", 0)}
+        assert set(h.member.held) == {*keys(n), member_key("g", "c1")}
 
     def test_a_member_started_with_another_claims_only_its_share(self) -> None:
-        """Two members begin together on 4 partitions: neither claims more than 2, so none is
-        released again (each release a child stopped and another started)."""
+        """Two members begin 20 ms apart on 20 partitions: neither claims more than 10, so
+        none is released again (each release a child stopped and another started)."""
+        n = 20  # more than SETTLE_ABOVE_CLAIMS
         topic, log_ms = fresh_topic()
         one, two = Member(settings("c1")), Member(settings("c2"))
         h1, h2 = Harness(topic, one, log_ms), Harness(topic, two, log_ms)
-        h1.run(one.begin(0.0, 1_000.0, keys(4)))
-        h2.run(two.begin(0.0, 1_000.0, keys(4)))
+        h1.run(one.begin(0.0, 1_000.0, keys(n)))
+        h1.tick(0.02)  # c2 begins a little later: c1's first round must not take everything
+        h2.now = h1.now
+        h2.run(two.begin(h2.now, 1_000.0, keys(n)))
         for _ in range(10):
             h1.tick(0.05)
             h2.tick(0.05)
-        for h in (h1, h2):
-            data = [m for m in h.appended(ClaimingPartition) if m.topic == "orders"]
-            assert len(data) == 2
-            assert len([k for k in h.member.held if k.topic == "orders"]) == 2
+        for h in (h1, h2):  # (a claim the other won first is refused: another one is claimed)
+            assert not [m for m in h.appended(ReleasingPartition) if m.topic == "orders"]
+            assert len([k for k in h.member.held if k.topic == "orders"]) == n // 2
 
     def test_claims_wait_for_the_announcement_at_most_hb_2(self) -> None:
         """An announcement that never lands (its partition down) delays the share by HB/2,
         not more."""
+        n = 20  # more than SETTLE_ABOVE_CLAIMS
         topic, log_ms = fresh_topic()
         member = Member(settings())
         h = Harness(topic, member, log_ms)
-        commands = member.begin(0.0, 1_000.0, keys(4))  # nothing appended: nothing folded
+        commands = member.begin(0.0, 1_000.0, keys(n))  # nothing appended: nothing folded
         assert len([c for c in commands if isinstance(c, cmd.Append)]) == 2
         assert member.claiming.announced_at is None
         assert member.claiming.claims_open_at() == START_WAIT_HB * HB
         h.now = START_WAIT_HB * HB
         opened = member.feed(inp.Tick(h.now, 1_000.0 + h.now))
         claims = [c for c in opened if isinstance(c, cmd.Append)]
-        assert len(claims) == 3  # the other three partitions
+        assert len(claims) == n - 1  # the other partitions
 
     def test_a_claim_starts_its_child_after_its_start_is_found(self) -> None:
         """No position in the log: LookupStart, then the child at the found offset."""
