@@ -51,6 +51,7 @@ ROLES: Final = "process.roles"
 # A combined node (broker and controller) may lead the KRaft quorum: the voters left notice
 # its silence after the fetch timeout, elect within the election timeout, and may need one
 # back-off after a split vote (two voters left). Kafka's defaults where a node does not say.
+# Counted where two brokers or more are voters: a lone voter's death stops the cluster.
 QUORUM_FAILOVER: Final[Mapping[str, int]] = {
     "controller.quorum.fetch.timeout.ms": 2_000,
     "controller.quorum.election.timeout.ms": 1_000,
@@ -125,7 +126,10 @@ def failure_detection(configs: Mapping[int, Mapping[str, str]]) -> FailureDetect
     if not sessions:
         return None
     session, source = max(sessions)
-    return FailureDetection(session, max(lags) if lags else None, source, max(failovers))
+    # one voter among the brokers: its death is the whole quorum's, which no lease rides out
+    voters = len(failovers) - 1
+    failover = max(failovers) if voters >= 2 else 0
+    return FailureDetection(session, max(lags) if lags else None, source, failover)
 
 
 def read_failure_detection(admin: Any, timeout_s: float) -> FailureDetection | None:

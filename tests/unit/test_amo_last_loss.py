@@ -210,6 +210,7 @@ class TestLastLoss:
 
 # ---- agreement with the audit -----------------------------------------------------------------
 
+
 def audit_losses(records: list[CoordRecord], hb_ms: int) -> list[dict[str, Any]]:
     config = AuditConfig(FileInput(Path("-")), Path("-"), hb_ms, report=False)
     _, tables = run_local(records, config)

@@ -122,7 +122,6 @@ class TestCauses:
         assert lost(rows) == [("A", 0, 20, 20, "replaced")]
         assert rows[0]["instance_id"] == "A-1"
 
-
     def test_a_restarted_instance_that_reserved_nothing_adds_no_loss(self) -> None:
         """A-2 takes over from A-1 (whose runs are lost, replaced) and dies before reserving:
         the range A-1 reserved is reported once, not again as A-2's, start unknown."""

@@ -66,9 +66,14 @@ class TestRule:
         broker_only = failure_detection({1: {"broker.session.timeout.ms": "6000",
                                              "process.roles": "broker", **quorum}})  # fmt: skip
         assert broker_only is not None and broker_only.stall_ms == 6000 + 3000
-        # a combined node that does not say its quorum timeouts: Kafka's defaults
-        bare = failure_detection({1: combined})
+        # combined nodes that do not say their quorum timeouts: Kafka's defaults
+        bare = failure_detection({1: combined, 2: combined})
         assert bare is not None and bare.controller_failover_ms == 2000 + 1000 + 1000
+        # one combined node (marshal-admin kafka's default): no other voter, no failover (its
+        # death stops the cluster), so `init` at the default HB of 10 s warns of nothing
+        single = failure_detection({1: {**combined, **quorum}})
+        assert single is not None and single.controller_failover_ms == 0
+        assert heartbeat_warning(10.0, single) is None
 
     def test_warning_names_the_least_interval_and_the_setting(self) -> None:
         """One line, only when HB is below the rule's."""
