@@ -35,6 +35,7 @@ class HeldClaim:
     key: ClaimKey
     token: int
     lease: float  # monotonic deadline; 0: none
+    revoked_lease: float | None = None  # a fast stop revoked the lease: what the log had granted
     position: int | None = None
     is_member: bool = False
     phase: Phase = Phase.STARTING

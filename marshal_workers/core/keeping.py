@@ -264,7 +264,8 @@ class Keeping:
             held.phase = Phase.STOPPING  # `keep` comes back to it
             return
         if release and held.phase is not Phase.LOST and held.position is not None:
-            if now >= held.lease:
+            granted = held.lease if held.revoked_lease is None else held.revoked_lease
+            if now >= granted:  # (a fast stop revoked the child's lease, not the claim)
                 self.withhold_release(held)
                 return
             held.phase = Phase.RELEASING

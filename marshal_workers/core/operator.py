@@ -64,6 +64,7 @@ class Operator:
                 continue
             self.keeping.stop_child(held, deadline)
             if fast and held.child:
+                held.revoked_lease = held.lease  # still the member's: it releases (`finish`)
                 held.lease = 0.0
                 ctx.out.append(cmd.SetLease(held.key, 0.0))
                 held.kill_sent = held.term_sent = True

@@ -569,6 +569,18 @@ class TestGrants:
         h.tick(0.05)
         assert [m.offset for m in h.appended(ReleasingPartition) if m.topic == "orders"] == [200]
 
+    def test_a_fast_stop_kills_the_child_and_still_releases(self) -> None:
+        """INT revokes the child's lease and kills it at once, but the claim's lease in the log
+        still runs: the release is written (a member past its own lease writes none, decision
+        19, and the revoked lease is not that; CI found the releases gone after the merge)."""
+        h, key = self.grant_setup()
+        self.land(h, self.ask(h, key, ipc.GrantRequest(1, 100, 150)))
+        h.run(h.member.feed(inp.SignalReceived(h.now, signal.SIGINT)))
+        assert h.member.held[key].lease == 0.0  # the child's is revoked
+        h.run(h.member.feed(inp.ChildExited(h.now, key, -9, None, 120)))
+        h.tick(0.05)
+        assert [m.topic for m in h.appended(ReleasingPartition)] == ["orders", "__member.c1"]
+
     def test_a_batch_asked_after_the_stop_is_refused_unwritten(self) -> None:
         """A request that crossed the `Stop` on the pipe is refused before anything is written:
         nothing is reserved, so nothing is lost, and the release stays at the handled end."""
