@@ -17,13 +17,13 @@ waits for anything unrelated: a slow coordination partition delays only its own 
 
 Claims. Every ``HB/10`` the member plans (`claims.plan`) toward its fair share and claims all
 it is short of in one round (a starting member of a group of more than 16 claims claims one,
-and the rest once it has seen the members starting with it: `Claiming.claims_open_at`). Claimability is judged by each claim's
-own coordination partition's log time (`core.logclock`), so brokers whose clocks differ do not
-make claims look silent early or late. A refused claim backs the claim off: at least 2*HB
-where the claim's history was compacted (every refused attempt counts as activity there, so
-retrying sooner would never see the silence it waits for), briefly elsewhere. The member claim
-(its announcement) is claimed alongside the first data claim; in such a group the rest wait
-for it, at most HB/2.
+and the rest once it has seen the members starting with it: `Claiming.claims_open_at`).
+Claimability is judged by each claim's own coordination partition's log time (`core.logclock`),
+so brokers whose clocks differ do not make claims look silent early or late. A refused claim
+backs the claim off: at least 2*HB where the claim's history was compacted (every refused
+attempt counts as activity there, so retrying sooner would never see the silence it waits for),
+briefly elsewhere. The member claim (its announcement) is claimed alongside the first data
+claim; in such a group the rest wait for it, at most HB/2.
 
 Leases. A heartbeat sent at local time s and folded valid extends the claim's lease to
 s + 2*HB - margin (`core.leases`); heartbeats go out every HB/2 per claim. The child reads the
