@@ -13,9 +13,9 @@ The systems, each launched as a fresh process (tree) per measurement on a fresh 
   ``consume(500)`` batches, the handler on each message (`bench/peer_loops.py`);
 - marshal ALO / AMO: ``marshal-run --mode alo|amo --batch-size 500``, one supervisor claiming
   all 8 partitions, one child per partition (HB = 5 s); AMO with the default ``amo_window``
-  (2000: reservations of up to 1000 records), and ``amo-batch`` with ``--amo-window 1000``
-  (one batch per reservation, AMO before issue 19.2), and ``amo-wide`` with ``--amo-window
-  8000``;
+  (32000: reservations of up to 16000 records, sized by the child's rate and memory,
+  `child/grants.py`), and ``amo-batch`` with ``--amo-window 1000`` (one batch per reservation,
+  AMO before issue 19.2), and ``amo-narrow`` with ``--amo-window 2000`` (the default before);
 - Arroyo: ``sentry-arroyo``'s StreamProcessor with ``RunTaskWithMultiprocessing`` (a pool of 2
   spawned processes, batches of 500 or 0.5 s) then ``CommitOffsets`` (`bench/peer_loops.py`).
 
@@ -90,12 +90,12 @@ from runtime import (
 from marshal_workers.localkafka import StartOptions, start_cluster
 
 PARTITIONS = 8
-SYSTEMS = ("plain", "alo", "amo", "amo-batch", "amo-wide", "arroyo", "alo-base", "amo-base")
+SYSTEMS = ("plain", "alo", "amo", "amo-batch", "amo-narrow", "arroyo", "alo-base", "amo-base")
 BASELINE = ("alo-base", "amo-base")  # marshal-run of another build (--baseline), same rounds
-MARSHAL_SYSTEMS = ("alo", "amo", "amo-batch", "amo-wide", *BASELINE)  # a coordination topic each
+MARSHAL_SYSTEMS = ("alo", "amo", "amo-batch", "amo-narrow", *BASELINE)  # a coordination topic each
 # amo-batch: AMO reserving one batch at a time (amo_window = 2 batches), as before issue 19.2;
-# amo-wide: amo_window 8000 (reservations of 4000 records), what a larger loss window buys
-AMO_WINDOWS = {"amo-batch": 1000, "amo-wide": 8000}
+# amo-narrow: amo_window 2000 (reservations of up to 1000 records), the default before 32000
+AMO_WINDOWS = {"amo-batch": 1000, "amo-narrow": 2000}
 PEER_LOOPS = Path(__file__).resolve().with_name("peer_loops.py")
 HB_S = 5.0
 ARROYO_PROCESSES = 2

@@ -11,7 +11,7 @@ NAMES = {
     "alo": "marshal ALO",
     "amo": "marshal AMO",
     "amo-batch": "AMO, a batch per reservation",
-    "amo-wide": "AMO, window 8000",
+    "amo-narrow": "AMO, window 2000",
     "arroyo": "Arroyo (2 procs)",
     "alo-base": "ALO, baseline build",
     "amo-base": "AMO, baseline build",
@@ -69,7 +69,7 @@ def table(doc: dict[str, Any]) -> str:
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
              for r in rows]  # fmt: skip
     lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
-    pairs = [("amo", "alo"), ("amo-batch", "alo"), ("amo-wide", "alo"), ("alo", "arroyo"),
+    pairs = [("amo", "alo"), ("amo-batch", "alo"), ("amo-narrow", "alo"), ("alo", "arroyo"),
              ("amo", "arroyo"), ("amo-base", "alo-base"), ("amo", "amo-base"),
              ("alo", "alo-base")]  # fmt: skip
     for key, by_system in summary.items():

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from marshal_workers.handler import Record
 
 AHEAD = 1  # reservations asked for beyond the one handled or awaited
+RESERVE_TARGET_S = 0.5  # a reservation covers about this much of the child's own handling
+RESERVE_MAX_BYTES = 4 << 20  # and holds about this much memory at most (its records are held)
+RECORD_OVERHEAD_BYTES = 256  # a held record's memory beside its key and value (measured: ~300)
 
 
 def reservation_size(batch_size: int, amo_window: int) -> int:
@@ -27,6 +30,49 @@ def reservation_size(batch_size: int, amo_window: int) -> int:
     the ones asked ahead (``AHEAD + 1``), so a crash loses at most ``amo_window`` records;
     never less than one batch."""
     return max(batch_size, amo_window // (AHEAD + 1))
+
+
+class ReservationSizer:
+    """How many records the child's next reservation covers.
+
+    At most `reservation_size` (so that a crash loses at most ``amo_window`` records); no more
+    than the child handles in about ``target_s`` at its own recent rate (so that a slow
+    handler's crash loses about a second of work, not a window of minutes); no more than about
+    ``max_bytes`` of held records (the child holds a reservation's records until it handles
+    them); never less than a batch. Until a run has been handled (no rate yet) a reservation is
+    one batch. Where handling is fast, one log record thus reserves as much as the window allows
+    (the log's round trip is paid once per ``target_s`` of handling, not once per batch); where
+    it is slow, little. Pure: the child loop times its runs and reports them here."""
+
+    def __init__(
+        self,
+        batch_size: int,
+        amo_window: int,
+        target_s: float = RESERVE_TARGET_S,
+        max_bytes: int = RESERVE_MAX_BYTES,
+    ) -> None:
+        self.least = batch_size
+        self.most = reservation_size(batch_size, amo_window)
+        self.target_s = target_s
+        self.max_bytes = max_bytes
+        self.rate: float | None = None  # records/s of the runs handled, smoothed
+        self.by_rate = batch_size  # the size the rate allows (the window included)
+
+    def handled(self, records: int, seconds: float) -> None:
+        """A granted run of ``records`` took ``seconds`` to handle: size the next reservation
+        from the smoothed rate (each run weighs half)."""
+        if records <= 0:
+            return
+        rate = records / seconds if seconds > 0 else float("inf")
+        self.rate = rate if self.rate is None else (self.rate + rate) / 2
+        want = self.rate * self.target_s
+        self.by_rate = self.most if want >= self.most else max(self.least, int(want))
+
+    def size(self, record_bytes: float) -> int:
+        """The next reservation's most records, for records of about ``record_bytes`` of key
+        and value each."""
+        by_memory = int(self.max_bytes // (record_bytes + RECORD_OVERHEAD_BYTES))
+        return max(self.least, min(self.by_rate, by_memory))
 
 
 class Asked:
@@ -69,3 +115,10 @@ class Asked:
     def answer(self, request: GrantRequest) -> Grant | None:
         """The answer on ``request`` if it was read early."""
         return self.answers.pop(request.request_id, None)
+
+
+def record_bytes(records: Sequence[Record]) -> float:
+    """About how many bytes of key and value a record of ``records`` has: the mean of the first
+    and the last (two samples a run, not a pass over every record)."""
+    ends = (records[0], records[-1]) if records else ()
+    return sum(len(r.key or b"") + len(r.value or b"") for r in ends) / 2

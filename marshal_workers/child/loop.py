@@ -43,7 +43,7 @@ from marshal_workers.child.fencing import (
     REASON_LEASE_EXPIRED,
     REASON_PARENT_GONE,
 )
-from marshal_workers.child.grants import Asked, reservation_size
+from marshal_workers.child.grants import Asked, ReservationSizer, record_bytes
 from marshal_workers.child.plugin import Plugin
 from marshal_workers.child.policy import Failure, FailurePolicy, OnFailure, PoisonRate
 from marshal_workers.child.stats import StatsTally, cached_high_watermark
@@ -117,7 +117,7 @@ class ChildLoop:
         self.reported: int | None = None  # the last Progress sent
         self.progress_due = 0.0  # ALO: full batches report at most once per PROGRESS_INTERVAL_S
         self.asked = Asked()  # AMO: the batches asked for, not yet handled
-        self.reserve_size = reservation_size(spec.batch_size, spec.amo_window)
+        self.sizer = ReservationSizer(spec.batch_size, spec.amo_window)  # AMO: run sizes
         self.fetch_now = spec  # AMO, with a batch asked for: fetch without waiting (see setup)
         self.stats = StatsTally()  # sent as `Stats` about once a second (see stats)
         self.handled = 0  # records the handler completed (dead letters and skips not counted)
@@ -232,18 +232,20 @@ class ChildLoop:
         if asked.batches and (asked.full() or not fetched or self.stop_requested):
             request, reserved = asked.take()
             self._await_grant(request)
+            started = time.monotonic()
             step = self.spec.batch_size if self.plugin and self.plugin.handle_batch else 0
             if step and len(reserved) > step:  # a batch plugin gets batches, not the whole run
                 for i in range(0, len(reserved), step):
                     self._handle(reserved[i : i + step])
             else:
                 self._handle(reserved)
+            self.sizer.handled(len(reserved), time.monotonic() - started)
 
     def _fill(self, records: Sequence[Record]) -> Sequence[Record]:
         """AMO: ``records`` and what more is fetched already, up to one reservation
-        (`reservation_size`), so that one record in the log reserves several batches (a batch
+        (`ReservationSizer`), so that one record in the log reserves several batches (a batch
         plugin's view of the consumer's messages stays one: its batches are its slices)."""
-        size = self.reserve_size
+        size = self.sizer.size(record_bytes(records))
         if len(records) + self.spec.batch_size > size:
             return records
         views = isinstance(records, MessageRecords)

@@ -43,7 +43,7 @@ class RunConfig:
     slicing: Slicing = WHOLE  # the ordering and workers per partition
     heartbeat_interval: float = 10.0
     batch_size: int = 500
-    amo_window: int = 2000  # AMO: reserved and not handled, at most (the loss on a crash)
+    amo_window: int = 32000  # AMO: reserved and not handled, at most (the loss on a crash)
     stop_timeout: float = 20.0
     handler_timeout: float = 300.0  # 0: no deadline
     auto_offset_reset: str = "earliest"

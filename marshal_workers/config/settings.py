@@ -261,12 +261,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "amo_window",
-        2000,
+        32000,
         "AMO: the most records a child may have reserved in the coordination log and not yet "
         "handled, so the most a crash (kill -9, a lease run out, a handler failure under stop) "
         "can lose; a graceful stop loses none. A child reserves up to half of it in one record "
-        "(several batches) and asks for the next while it handles one: larger costs the log "
-        "fewer records per handled one. At least 2 x batch_size.",
+        "and asks for the next while it handles one, each reservation also no more than about "
+        "0.5 s of its own handling at its recent rate and about 4 MiB of records (so a slow "
+        "handler's crash loses about a second of work). Larger costs the log fewer records per "
+        "handled one. At least 2 x batch_size.",
         "Timing",
         parse=_positive_int,
         metavar="RECORDS",

@@ -38,7 +38,7 @@ class ChildSpec:
     fencing_token: int
     auto_offset_reset: str = "earliest"
     batch_size: int = 500
-    amo_window: int = 2000  # AMO: records reserved and not handled, at most (`child.grants`)
+    amo_window: int = 32000  # AMO: records reserved and not handled, at most (`child.grants`)
     batch_timeout_s: float = 0.2
     kafka_config: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     log_json: bool = True

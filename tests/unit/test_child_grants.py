@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from marshal_workers.child.grants import AHEAD, Asked, reservation_size
+from marshal_workers.child.grants import (
+    AHEAD,
+    RECORD_OVERHEAD_BYTES,
+    Asked,
+    ReservationSizer,
+    record_bytes,
+    reservation_size,
+)
 from marshal_workers.common.errors import ConfigError
 from marshal_workers.config.runconfig import run_config
 from marshal_workers.config.settings import resolve
@@ -70,3 +77,57 @@ def test_a_window_below_two_batches_is_refused_with_one_line() -> None:
     with pytest.raises(ConfigError, match=r"amo_window 600 is below 2 x batch_size \(1000\)"):
         run_config(resolve({**base, "amo_window": "600"}, None, environ={}))
     assert run_config(resolve({**base, "amo_window": "1000"}, None, environ={})).amo_window == 1000
+
+
+class TestReservationSizer:
+    """Issue 19.2: a reservation covers about half a second of the child's own handling, within
+    the window and a memory bound, and never less than a batch."""
+
+    def test_one_batch_until_a_run_was_handled(self) -> None:
+        sizer = ReservationSizer(500, 32000)
+        assert sizer.size(10) == 500
+
+    def test_a_fast_handler_reserves_up_to_half_the_window(self) -> None:
+        """1M records/s: half a second is 500k records; the window caps it at 16000."""
+        sizer = ReservationSizer(500, 32000)
+        sizer.handled(1000, 0.001)
+        assert sizer.size(0) == 16000
+        sizer.handled(1000, 0.0)  # (a run too quick for the clock counts as fast)
+        assert sizer.size(0) == 16000
+
+    def test_a_slow_handler_reserves_half_a_second_of_its_work(self) -> None:
+        """2 ms a record: 250 records in half a second, so one batch (the least); 100 µs a
+        record: 5000."""
+        slow = ReservationSizer(500, 32000)
+        slow.handled(500, 1.0)
+        assert slow.size(10) == 500
+        mid = ReservationSizer(100, 32000)
+        mid.handled(1000, 0.1)
+        assert mid.size(10) == 5000
+
+    def test_the_rate_is_smoothed_over_runs(self) -> None:
+        """Each run weighs half: a slow run after fast ones shrinks the next reservation, and it
+        grows back as fast runs follow."""
+        sizer = ReservationSizer(100, 1_000_000)
+        sizer.handled(1000, 0.1)  # 10k/s
+        sizer.handled(1000, 1.0)  # 1k/s: the mean 5.5k/s
+        assert sizer.size(0) == 2750
+        sizer.handled(1000, 0.1)  # 10k/s: the mean 7.75k/s
+        assert sizer.size(0) == 3875
+
+    def test_large_records_reserve_fewer_by_memory(self) -> None:
+        """A reservation's records are held in memory until handled: about 4 MiB of them."""
+        sizer = ReservationSizer(500, 32000)
+        sizer.handled(1000, 0.001)
+        assert sizer.size(100_000 - RECORD_OVERHEAD_BYTES) == 500  # 100 kB records: one batch
+        assert sizer.size(1024 - RECORD_OVERHEAD_BYTES) == 4096
+        assert sizer.size(0) == 16000  # tiny ones: the window binds
+
+    def test_record_bytes_reads_the_first_and_the_last(self) -> None:
+        records = [
+            SimpleNamespace(offset=0, key=b"k", value=b"x" * 9),
+            SimpleNamespace(offset=1, key=None, value=b"y" * 1000),  # (not read)
+            SimpleNamespace(offset=2, key=None, value=None),
+        ]
+        assert record_bytes(records) == 5.0
+        assert record_bytes([]) == 0.0
