@@ -4,10 +4,11 @@ A `SimChild` stands for one child process: it starts after a delay, handles reco
 partition at its handler's speed, reads its lease before every record (and its watchdog ends
 it at the deadline, even while its supervisor is frozen), asks for grants in AMO one batch
 ahead as the real child does (the next batch is asked for before the answer on the one before
-comes, so two reservations are in flight), publishes its ALO position in "shared memory", and
-when told to stop finishes its batch (AMO: and every batch it asked for that is granted; it asks
-for nothing new). Every record
-it handles is reported to the checker with the virtual time.
+comes, so two reservations are in flight; each sized as the real child sizes it, by its rate
+in virtual time: `child.grants.ReservationSizer`), publishes its ALO position in "shared
+memory", and when told to stop finishes its batch (AMO: and every batch it asked for that is
+granted; it asks for nothing new). Every record it handles is reported to the checker with
+the virtual time.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from marshal_workers.child.grants import AHEAD, reservation_size
+from marshal_workers.child.grants import AHEAD, ReservationSizer
 from marshal_workers.core.childexits import ChildEnd
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import (
@@ -72,6 +73,9 @@ class SimChild:
     outbox: list[ipc.ToSupervisor] = field(default_factory=list)
     published: int | None = None  # the ALO position in shared memory
     batch: tuple[int, int] | None = None  # AMO: the granted batch being handled
+    batch_since: float = 0.0  # AMO: when its handling began (the sizer's timing)
+    batch_handled: int = 0  # AMO: records of it handled (a slice's own, as the real child's)
+    sizer: ReservationSizer | None = None  # AMO: reservation sizes, as the real child's
     asks: list[tuple[int, int, int]] = field(default_factory=list)  # AMO: unanswered requests
     answers: dict[int, bool] = field(default_factory=dict)  # AMO: answers on `asks`, by id
     asked_end: int = 0  # AMO: the end of the newest batch asked for
@@ -91,6 +95,7 @@ class SimChild:
     def __post_init__(self) -> None:
         self.position = self.asked_end = self.spec.start_offset or 0
         self.stats_due = self.ready_at + STATS_INTERVAL_S
+        self.sizer = ReservationSizer(self.spec.batch_size, self.spec.amo_window)
 
     def _stats(self, t: float, *, final: bool = False) -> None:
         """`ipc.Stats` about once a second, and once more as the child ends (not when killed
@@ -148,7 +153,7 @@ class SimChild:
         if self.spec.mode is Mode.ALO:
             self._handle_alo(t)
         else:
-            self._handle_amo(t)
+            self._handle_amo(t, dt)
         if self.alive:
             self._stats(t)
 
@@ -196,7 +201,7 @@ class SimChild:
             return True
         return False
 
-    def _handle_amo(self, t: float) -> None:
+    def _handle_amo(self, t: float, dt: float) -> None:
         if self.batch is None and self.asks and self.asks[0][0] in self.answers:
             request, start, end = self.asks.pop(0)
             if not self.answers.pop(request):  # the batches before it are handled: end here
@@ -209,11 +214,14 @@ class SimChild:
                     self._end(EXIT_NOT_GRANTED, t)
                 return
             self.batch, self.position = (start, end), max(self.position, start)
+            # its handling begins with this step's budget, earned over (t - dt, t]
+            self.batch_since, self.batch_handled = t - dt, 0
         # asking ahead (`childgrants`): the next while the one before is handled or awaited
         high = self.data.high_watermark(t)
         in_hand = (self.batch is not None) + len(self.asks)
         if in_hand <= AHEAD and high > self.asked_end and not self.stopping:
-            size = reservation_size(self.spec.batch_size, self.spec.amo_window)
+            assert self.sizer is not None
+            size = self.sizer.size(0.0)  # (one batch until a run was handled, then by rate)
             if self.takes is None:
                 start, end = self.asked_end, min(high, self.asked_end + size)
             else:
@@ -237,9 +245,12 @@ class SimChild:
             self.on_handled(self, self.position, t)
             self.tally += 1
             self.calls += 1
+            self.batch_handled += 1
             self.position += 1
             self.budget -= 1
         if self.position >= end:
+            assert self.sizer is not None
+            self.sizer.handled(self.batch_handled, t - self.batch_since)
             self.batch = None
 
     def _slice_run(self, high: int, size: int) -> tuple[int, int]:

@@ -187,7 +187,7 @@ class Fleet:
             fencing_token=0,
             auto_offset_reset=self.resets[group],
             batch_size=50,
-            amo_window=200,  # reservations of up to two batches, as the default's ratio
+            amo_window=200,  # reservations of one or two batches (sized by rate), small
             handler_timeout_s=self.handler_timeout,
         )
         return MemberSettings(
