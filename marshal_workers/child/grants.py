@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 AHEAD = 1  # reservations asked for beyond the one handled or awaited
 RESERVE_TARGET_S = 0.5  # a reservation covers about this much of the child's own handling
 RESERVE_MAX_BYTES = 4 << 20  # and holds about this much memory at most (its records are held)
-RECORD_OVERHEAD_BYTES = 256  # a held record's memory beside its key and value (measured: ~300)
+RECORD_OVERHEAD_BYTES = 256  # a held record's memory beside key and value (~250-350 measured)
 
 
 def reservation_size(batch_size: int, amo_window: int) -> int:
@@ -36,13 +36,19 @@ class ReservationSizer:
     """How many records the child's next reservation covers.
 
     At most `reservation_size` (so that a crash loses at most ``amo_window`` records); no more
-    than the child handles in about ``target_s`` at its own recent rate (so that a slow
-    handler's crash loses about a second of work, not a window of minutes); no more than about
-    ``max_bytes`` of held records (the child holds a reservation's records until it handles
-    them); never less than a batch. Until a run has been handled (no rate yet) a reservation is
-    one batch. Where handling is fast, one log record thus reserves as much as the window allows
-    (the log's round trip is paid once per ``target_s`` of handling, not once per batch); where
-    it is slow, little. Pure: the child loop times its runs and reports them here."""
+    than the child handles in about ``target_s`` at its recent time per record (so that a slow
+    handler's crash loses about a second of work, or two batches where a batch takes longer,
+    not a window of minutes); no more than about ``max_bytes`` of held records (the child holds
+    a reservation's records until it handles them); never less than a batch. Until a run has
+    been handled a reservation is one batch. Where handling is fast, one log record thus
+    reserves as much as the window allows (the log's round trip is paid once per ``target_s``
+    of handling, not once per batch); where it is slow, little.
+
+    The time per record is smoothed, not the rate: each run weighs half, so one slow run shrinks
+    the next reservation at once (its cost at least halves the estimate's reach), while one fast
+    run after slow ones only halves the estimate (a rate smoothed instead would let one run of
+    skipped records size the next reservation for minutes of slow ones). Pure: the child loop
+    times its runs and reports them here."""
 
     def __init__(
         self,
@@ -55,24 +61,24 @@ class ReservationSizer:
         self.most = reservation_size(batch_size, amo_window)
         self.target_s = target_s
         self.max_bytes = max_bytes
-        self.rate: float | None = None  # records/s of the runs handled, smoothed
-        self.by_rate = batch_size  # the size the rate allows (the window included)
+        self.cost: float | None = None  # seconds per record of the runs handled, smoothed
+        self.by_time = batch_size  # the size the time per record allows (the window included)
 
     def handled(self, records: int, seconds: float) -> None:
         """A granted run of ``records`` took ``seconds`` to handle: size the next reservation
-        from the smoothed rate (each run weighs half)."""
+        from the smoothed time per record."""
         if records <= 0:
             return
-        rate = records / seconds if seconds > 0 else float("inf")
-        self.rate = rate if self.rate is None else (self.rate + rate) / 2
-        want = self.rate * self.target_s
-        self.by_rate = self.most if want >= self.most else max(self.least, int(want))
+        cost = max(seconds, 0.0) / records
+        self.cost = cost if self.cost is None else (self.cost + cost) / 2
+        reach = self.target_s / self.cost if self.cost > 0 else float(self.most)
+        self.by_time = self.most if reach >= self.most else max(self.least, int(reach))
 
     def size(self, record_bytes: float) -> int:
         """The next reservation's most records, for records of about ``record_bytes`` of key
         and value each."""
         by_memory = int(self.max_bytes // (record_bytes + RECORD_OVERHEAD_BYTES))
-        return max(self.least, min(self.by_rate, by_memory))
+        return max(self.least, min(self.by_time, by_memory))
 
 
 class Asked:
@@ -119,6 +125,6 @@ class Asked:
 
 def record_bytes(records: Sequence[Record]) -> float:
     """About how many bytes of key and value a record of ``records`` has: the mean of the first
-    and the last (two samples a run, not a pass over every record)."""
+    and the last (two samples a run, not a pass over every record; headers are not counted)."""
     ends = (records[0], records[-1]) if records else ()
     return sum(len(r.key or b"") + len(r.value or b"") for r in ends) / 2

@@ -187,7 +187,9 @@ class ChildLoop:
         if self.failures.policy.on_failure is OnFailure.DLQ:
             self.failures.open_dead_letters(self.consumer)
         # What setup made (modules, the plugin, the consumer) lives as long as the child: frozen,
-        # it is not traversed again by every full collection (see GC_THRESHOLDS).
+        # it is not traversed again by every full collection (see GC_THRESHOLDS). Setup's own
+        # cyclic garbage is collected first (a frozen object is never freed): about 3 ms.
+        gc.collect()
         gc.freeze()
         self.send(Started(os.getpid(), position))
         self.log.info("child_started", mode=str(self.spec.mode), position=position)

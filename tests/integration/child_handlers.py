@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -59,3 +60,17 @@ class MessageRecorder(Recorder):
         """Note the batch's offsets and what the items are."""
         self._event("batch", [m.offset() for m in messages])
         self._event("types", sorted({type(m).__name__ for m in messages}))
+
+
+class CollectorRecorder(Recorder):
+    """`Recorder` noting the cyclic collector's thresholds its setup found and those its batch
+    runs under; with $CHILD_TEST_GC set ("a,b,c") its setup sets its own first."""
+
+    def setup(self, ctx: Context) -> None:
+        self._event("gc_at_setup", list(gc.get_threshold()))
+        own = os.environ.get("CHILD_TEST_GC")
+        if own:
+            gc.set_threshold(*(int(x) for x in own.split(",")))
+
+    def handle_batch(self, records: Sequence[Record], ctx: Context) -> None:
+        self._event("gc", list(gc.get_threshold()), gc.get_freeze_count() > 0)

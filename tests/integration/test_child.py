@@ -25,6 +25,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from marshal_workers.child.loop import GC_THRESHOLDS
 from marshal_workers.child.main import (
     EXIT_HANDLER_FAILED,
     EXIT_LEASE_EXPIRED,
@@ -168,9 +169,9 @@ class TestAtMostOnce:
     ) -> None:
         """Issue 19.2: with a window of 40 records and batches of 5, the first two requests (no
         rate known yet) are one batch each; once a run is handled, a request covers what was
-        fetched already, up to 20 records (4 batches: half the window; the test handler takes
-        far less than half a second for them) under one reservation; granted, every record is
-        handled once."""
+        fetched already, several batches up to 20 records (half the window; the test handler
+        takes far less than half a second for them) under one reservation; granted, every
+        record is handled once."""
         produce(kafka_bootstrap, topic, {PARTITION: 60})
         child = spawn(make_spec(kafka_bootstrap, topic, mode=Mode.AMO, batch_size=5, amo_window=40))
         first = child.expect(GrantRequest)
@@ -178,7 +179,7 @@ class TestAtMostOnce:
         assert (first.start, first.end, second.start, second.end) == (0, 5, 5, 10)
         child.handle.send(Grant(first.request_id, granted=True))
         third = child.expect(GrantRequest)  # asked once the first run was handled
-        assert third.start == second.end and third.end - third.start == 20
+        assert third.start == second.end and 5 < third.end - third.start <= 20
         child.handle.send(Grant(second.request_id, granted=True))
         child.handle.send(Grant(third.request_id, granted=True))
         wait_for(lambda: len(offsets(ledger_dir)) >= third.end, "the reservations handled")
@@ -567,6 +568,36 @@ class TestClassPlugin:
         assert [o for kind, batch in lines if kind == "batch" for o in batch] == list(range(25))
         assert {tuple(types) for kind, types in lines if kind == "types"} == given
         assert lines[-1] == ["teardown", "stop"]
+
+    @pytest.mark.parametrize("own", [None, "1000,5,5"])
+    def test_the_collector_s_thresholds_are_raised_and_a_plugin_s_own_win(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        tmp_path: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+        own: str | None,
+    ) -> None:
+        """Decision 20: before the plugin's setup the child sets GC_THRESHOLDS, and after it
+        freezes what setup made; thresholds a plugin sets in its setup are the ones it runs
+        under."""
+        events = tmp_path / "events.jsonl"
+        monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
+        if own:
+            monkeypatch.setenv("CHILD_TEST_GC", own)
+        produce(kafka_bootstrap, topic, {PARTITION: 5})
+        handler = "tests.integration.child_handlers:CollectorRecorder"
+        child = spawn(make_spec(kafka_bootstrap, topic, handler=handler))
+        while child.expect(Progress).next_offset < 5:
+            pass
+        child.handle.send(Stop())
+        assert child.wait_exit() == 0
+        lines = [json.loads(line) for line in events.read_text().splitlines()]
+        assert lines[0] == ["gc_at_setup", list(GC_THRESHOLDS)]
+        expected = [int(x) for x in own.split(",")] if own else list(GC_THRESHOLDS)
+        runs = [line for line in lines if line[0] == "gc"]
+        assert runs and all(line == ["gc", expected, True] for line in runs), runs
 
     @pytest.mark.parametrize(
         ("plugin", "given"), [("Recorder", set()), ("MessageRecorder", {("Message",)})]

@@ -92,28 +92,42 @@ class TestReservationSizer:
         sizer = ReservationSizer(500, 32000)
         sizer.handled(1000, 0.001)
         assert sizer.size(0) == 16000
-        sizer.handled(1000, 0.0)  # (a run too quick for the clock counts as fast)
+
+    def test_a_run_too_quick_for_the_clock_counts_as_fast_and_not_for_ever(self) -> None:
+        """Zero seconds (a virtual clock's step): the window binds; the next run's time counts."""
+        sizer = ReservationSizer(500, 32000)
+        sizer.handled(1000, 0.0)
         assert sizer.size(0) == 16000
+        sizer.handled(500, 1.0)  # 2 ms a record: the mean 1 ms, so 500 records in 0.5 s
+        assert sizer.size(0) == 500
 
     def test_a_slow_handler_reserves_half_a_second_of_its_work(self) -> None:
         """2 ms a record: 250 records in half a second, so one batch (the least); 100 µs a
         record: 5000."""
         slow = ReservationSizer(500, 32000)
         slow.handled(500, 1.0)
-        assert slow.size(10) == 500
+        assert slow.size(0) == 500
         mid = ReservationSizer(100, 32000)
         mid.handled(1000, 0.1)
-        assert mid.size(10) == 5000
+        assert mid.size(0) == 5000
 
-    def test_the_rate_is_smoothed_over_runs(self) -> None:
-        """Each run weighs half: a slow run after fast ones shrinks the next reservation, and it
-        grows back as fast runs follow."""
-        sizer = ReservationSizer(100, 1_000_000)
-        sizer.handled(1000, 0.1)  # 10k/s
-        sizer.handled(1000, 1.0)  # 1k/s: the mean 5.5k/s
-        assert sizer.size(0) == 2750
-        sizer.handled(1000, 0.1)  # 10k/s: the mean 7.75k/s
-        assert sizer.size(0) == 3875
+    def test_the_time_per_record_is_smoothed_so_one_fast_run_does_not_size_for_slow_ones(
+        self,
+    ) -> None:
+        """Each run weighs half of the time per record: after slow runs one fast run (records
+        skipped, say) only doubles the reach, and one slow run after fast ones shrinks it at
+        once."""
+        sizer = ReservationSizer(100, 1_000_000, max_bytes=1 << 40)
+        for _ in range(3):
+            sizer.handled(500, 50.0)  # 100 ms a record
+        assert sizer.size(0) == 100
+        sizer.handled(500, 0.0005)  # 1 µs a record: the mean about 50 ms
+        assert sizer.size(0) == 100  # 10 records' worth: still one batch
+        fast = ReservationSizer(100, 1_000_000, max_bytes=1 << 40)
+        fast.handled(1000, 0.001)  # 1 µs a record: 500,000 in half a second
+        assert fast.size(0) == 500_000
+        fast.handled(1000, 0.1)  # 100 µs: the mean about 50 µs
+        assert fast.size(0) == 9_900
 
     def test_large_records_reserve_fewer_by_memory(self) -> None:
         """A reservation's records are held in memory until handled: about 4 MiB of them."""
@@ -122,6 +136,13 @@ class TestReservationSizer:
         assert sizer.size(100_000 - RECORD_OVERHEAD_BYTES) == 500  # 100 kB records: one batch
         assert sizer.size(1024 - RECORD_OVERHEAD_BYTES) == 4096
         assert sizer.size(0) == 16000  # tiny ones: the window binds
+
+    def test_a_window_of_two_batches_reserves_one_batch_always(self) -> None:
+        """The least window the settings allow: reservations of one batch, however fast."""
+        sizer = ReservationSizer(500, 1000)
+        assert sizer.size(0) == 500
+        sizer.handled(500, 0.0001)
+        assert sizer.size(0) == 500
 
     def test_record_bytes_reads_the_first_and_the_last(self) -> None:
         records = [
