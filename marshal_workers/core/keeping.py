@@ -61,13 +61,7 @@ class Keeping:
         """One claim's timers: heartbeat, start the child, lease ending, restart."""
         s = self.ctx.s
         if held.phase not in (Phase.LOST, Phase.RELEASING):
-            # past its own lease a member may have lost the claim without its fold showing it
-            # yet: it writes nothing more that carries the position (see `finish`)
-            if (
-                self.heartbeat_owed(held, now)
-                and now < held.lease
-                and not self.waits_for_reservation(held, now)
-            ):
+            if self.heartbeat_owed(held, now) and not self.waits_for_reservation(held, now):
                 self.heartbeat(held, now)
             expired = now >= held.lease and held.phase is not Phase.STOPPING
             if expired and not held.child and not held.is_member:
@@ -114,8 +108,10 @@ class Keeping:
 
     def heartbeat_owed(self, held: HeldClaim, now: float) -> bool:
         """Whether the claim's next heartbeat is due, or one must follow a heartbeat that went
-        while a reservation was in flight (`beat_behind`)."""
-        if held.position is None:
+        while a reservation was in flight (`beat_behind`). Never past the claim's lease: a
+        member may then have lost the claim without its fold showing it yet, and writes
+        nothing more that carries the position (decision 19, see `finish`)."""
+        if held.position is None or now >= held.lease:
             return False
         return held.beat_behind or now >= held.next_heartbeat
 
@@ -163,7 +159,7 @@ class Keeping:
             return
         if self.ctx.pending.in_flight(Kind.RESERVE, held.key):
             return
-        if self.heartbeat_owed(held, now) and now < held.lease:  # (past it: nothing, `keep`)
+        if self.heartbeat_owed(held, now):
             self.heartbeat(held, now)
 
     def heartbeat(self, held: HeldClaim, now: float) -> None:

@@ -75,7 +75,7 @@ class SimChild:
     batch: tuple[int, int] | None = None  # AMO: the granted batch being handled
     batch_since: float = 0.0  # AMO: when its handling began (the sizer's timing)
     batch_handled: int = 0  # AMO: records of it handled (a slice's own, as the real child's)
-    sizer: ReservationSizer | None = None  # AMO: reservation sizes, as the real child's
+    sizer: ReservationSizer = field(init=False)  # AMO: reservation sizes, as the real child's
     asks: list[tuple[int, int, int]] = field(default_factory=list)  # AMO: unanswered requests
     answers: dict[int, bool] = field(default_factory=dict)  # AMO: answers on `asks`, by id
     asked_end: int = 0  # AMO: the end of the newest batch asked for
@@ -220,7 +220,6 @@ class SimChild:
         high = self.data.high_watermark(t)
         in_hand = (self.batch is not None) + len(self.asks)
         if in_hand <= AHEAD and high > self.asked_end and not self.stopping:
-            assert self.sizer is not None
             size = self.sizer.size(0.0)  # (one batch until a run was handled, then by rate)
             if self.takes is None:
                 start, end = self.asked_end, min(high, self.asked_end + size)
@@ -249,7 +248,6 @@ class SimChild:
             self.position += 1
             self.budget -= 1
         if self.position >= end:
-            assert self.sizer is not None
             self.sizer.handled(self.batch_handled, t - self.batch_since)
             self.batch = None
 

@@ -14,6 +14,7 @@ from marshal_workers.handler import Context, Record
 
 PID_FILE_ENV = "CHILD_TEST_PID_FILE"
 EVENTS_ENV = "CHILD_TEST_EVENTS"
+GC_ENV = "CHILD_TEST_GC"  # CollectorRecorder: thresholds its setup sets ("a,b,c")
 
 
 def spawn_sleep(record: Record, ctx: Context) -> None:
@@ -64,11 +65,11 @@ class MessageRecorder(Recorder):
 
 class CollectorRecorder(Recorder):
     """`Recorder` noting the cyclic collector's thresholds its setup found and those its batch
-    runs under; with $CHILD_TEST_GC set ("a,b,c") its setup sets its own first."""
+    runs under; with $CHILD_TEST_GC set (`GC_ENV`) its setup sets its own first."""
 
     def setup(self, ctx: Context) -> None:
         self._event("gc_at_setup", list(gc.get_threshold()))
-        own = os.environ.get("CHILD_TEST_GC")
+        own = os.environ.get(GC_ENV)
         if own:
             gc.set_threshold(*(int(x) for x in own.split(",")))
 

@@ -585,7 +585,7 @@ class TestClassPlugin:
         events = tmp_path / "events.jsonl"
         monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
         if own:
-            monkeypatch.setenv("CHILD_TEST_GC", own)
+            monkeypatch.setenv(child_handlers.GC_ENV, own)
         produce(kafka_bootstrap, topic, {PARTITION: 5})
         handler = "tests.integration.child_handlers:CollectorRecorder"
         child = spawn(make_spec(kafka_bootstrap, topic, handler=handler))
