@@ -18,6 +18,7 @@ from marshal_workers.protocol.rationalizer import (
     pause_of,
     resume_offset,
 )
+from marshal_workers.protocol.slicing import Ordering, Slice, slice_topic
 from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimKey,
@@ -31,10 +32,15 @@ from marshal_workers.protocol.wire import (
     encode,
     record_key,
 )
-from tests.support import HB, claim, hb, pause, release, reserve
+from tests.support import HB, TOPIC, claim, hb, pause, release, reserve
 
 CLIENTS = ("a", "b", "c")
 KINDS = ["claim", "claim", "hb", "hb", "hb", "release", "reserve", "reserve", "pause"]
+# Claims on whole partitions and on slices (ordering key, N = 2) of one topic, side by side in one
+# log: a slice is a claim key of its own, so every property below holds for slices as it does
+# for partitions, and nothing done to a slice's claim touches its partition's or its sibling's.
+SLICES = [slice_topic(TOPIC, Slice(Ordering.KEY, 2, i)) for i in range(2)]
+CLAIM_TOPICS = [TOPIC, TOPIC, *SLICES]
 # Applied to each test here (a profile loaded at import would change the whole session).
 PROPERTY = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -47,19 +53,20 @@ def bursts(draw: st.DrawFn) -> list[Message]:
     client = draw(st.sampled_from(CLIENTS))
     inst = f"{client}-{draw(st.integers(1, 2))}"
     part = draw(st.sampled_from([0, 0, 0, 1]))
+    topic = draw(st.sampled_from(CLAIM_TOPICS))
     out: list[Message] = []
     for kind in draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=4)):
         offset = draw(st.integers(0, 60))
         if kind == "pause":
             out.append(pause(client, draw(st.integers(0, 30))))
         elif kind == "claim":
-            out.append(claim(client, part, inst))
+            out.append(claim(client, part, inst, topic))
         elif kind == "hb":
-            out.append(hb(client, offset, part, inst))
+            out.append(hb(client, offset, part, inst, topic))
         elif kind == "release":
-            out.append(release(client, offset, part, inst))
+            out.append(release(client, offset, part, inst, topic))
         else:
-            out.append(reserve(client, offset, part, inst))
+            out.append(reserve(client, offset, part, inst, topic))
     return out
 
 
