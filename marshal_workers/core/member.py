@@ -80,7 +80,7 @@ from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import MEMBER_PREFIX, is_member_key
 from marshal_workers.protocol.rationalizer import GroupPause, World, fold
-from marshal_workers.protocol.recordfailures import PoisonVerdict
+from marshal_workers.protocol.recordfailures import PoisonCleared, PoisonVerdict
 from marshal_workers.protocol.wire import ClaimKey, CoordRecord
 
 _MEMBER_MARK = b"/" + MEMBER_PREFIX.encode()  # in the record key of a member claim
@@ -250,12 +250,21 @@ class Member:
             self._watch(held, event, mine)
 
     def _poison_verdict(self, event: PoisonVerdict, now: float) -> None:
-        """A poison record folded: the verdict on one this member wrote, if it is one."""
+        """A poison record folded: the verdict on one this member wrote, if it is one; an
+        operator's retry or skip of one of this group's records ends this member's wait to
+        claim it again (`claim_releasing` after repeated failures): the decision is a new
+        start, and a wait of every member that released it would leave it unclaimed."""
         me, message = self.s, event.message
         mine = message.client_id == me.client_id and message.instance_id == me.instance_id
         op = self.ctx.pending.decided(event, mine, now)
         if op is not None:
             self._resolve(op, event, now)
+        if isinstance(event, PoisonCleared) and message.group_id == me.group:
+            key = ClaimKey(message.group_id, message.topic, message.partition)
+            self.ctx.avoid_until.pop(key, None)
+            held = self.ctx.held.get(key)
+            if held is not None:
+                held.failures = 0  # the count starts again, here as in the log
 
     def _watch(self, held: HeldClaim, event: ev.ClaimVerdict, mine: bool) -> None:
         """What others' records (and refusals of ours) mean for a claim this member holds."""

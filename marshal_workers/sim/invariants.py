@@ -33,10 +33,15 @@
   across members, restarts and compaction, plus one for each failure whose count never reached
   the log because its member was killed, frozen or replaced before it landed, or because every
   write of it failed (``WRITE_TRIES``). Checked exactly: the whole log's fold counts at most
-  ``park_after`` distinct failures of a record (nobody tries a record the log has parked; the
+  ``park_after`` distinct failures of a record between two retries of it by an operator
+  (nobody tries a record the log has parked; the
   same record written again after a write that timed out and landed is one failure), and each
   member's failures that the whole log did not count are at most the faults that member
   suffered;
+- ``retry_heeded``: after an operator's retry of a failing record (``marshal-admin
+  retry-record``), the fleet tries the record again within `retry_bound_s` of log time (a
+  settle, a pause and a handler deadline): nothing that released the claim after its failures
+  may leave it unclaimed;
 - ``handler_deadline``: no handler call outlives its deadline by more than a second;
 - ``liveness``: after the last fault, every partition is held by a live member's child and
   moving (records keep being produced), and shares are fair, within the stated bound (checked
@@ -78,6 +83,7 @@ INVARIANTS = (
     "pause_respected",
     "liveness",
     "poison_bounded",
+    "retry_heeded",
     "handler_deadline",
 )
 
@@ -177,14 +183,41 @@ class Checker:
         instance = child.spec.instance_id
         self.failed_by[instance] = self.failed_by.get(instance, 0) + 1
 
-    def _poison(
-        self, noted: dict[tuple[ClaimKey, int], dict[str, int]], faults: dict[str, int]
+    @property
+    def retry_bound_s(self) -> float:
+        """How long after an operator's retry the record must be tried again: the liveness
+        settle (10 HB + 3 s), a pause of the group (at most 4 HB) and a handler call's
+        deadline (2 HB)."""
+        return 16 * self.heartbeat_interval + 3.0
+
+    def retry_tried(
+        self, key: ClaimKey, retried_ms: int, tried_ms: int | None, end_ms: int = 0
     ) -> None:
-        """``noted``: the failures the whole log's fold counted, per record and writer
+        """An operator retried a record of ``key`` at log time ``retried_ms``; the log counted
+        its next failure at ``tried_ms`` (None: not by the end of the log, ``end_ms``)."""
+        bound_ms = self.retry_bound_s * 1000
+        if tried_ms is None and end_ms - retried_ms <= bound_ms:
+            return  # the run ended too soon after it to tell
+        self.mark("retry_heeded")
+        waited = (tried_ms if tried_ms is not None else end_ms) - retried_ms
+        if waited > bound_ms:
+            self.violation(
+                "retry_heeded",
+                f"{key.topic}/{key.partition}: retried by an operator, "
+                + ("not tried again" if tried_ms is None else "tried again only")
+                + f" {waited / 1000:.1f}s later (bound {self.retry_bound_s:.0f}s)",
+                retried_ms / 1000,
+            )
+
+    def _poison(
+        self, noted: dict[tuple[ClaimKey, int, int], dict[str, int]], faults: dict[str, int]
+    ) -> None:
+        """``noted``: the failures the whole log's fold counted, per record, epoch (each
+        operator's retry of the record starts one: its count starts again) and writer
         instance; ``faults``: the faults each member instance suffered."""
         self.mark("poison_bounded")
         counted_by: dict[str, int] = defaultdict(int)
-        for (key, offset), by in noted.items():
+        for (key, offset, epoch), by in noted.items():
             for instance, n in by.items():
                 counted_by[instance] += n
             total = sum(by.values())
@@ -193,7 +226,8 @@ class Checker:
                 self.violation(
                     "poison_bounded",
                     f"{key.topic}/{key.partition} offset {offset}: the log counts {total} "
-                    f"failures (parked after {self.park_after}; tried {tried} times)",
+                    f"failures after {epoch} retries by an operator (parked after "
+                    f"{self.park_after}; tried {tried} times in all)",
                 )
         for instance, n in self.failed_by.items():
             lost = n - counted_by.get(instance, 0)
@@ -270,7 +304,7 @@ class Checker:
         self,
         reference: dict[int, World],
         readers: Iterable[tuple[str, float, World]],
-        noted: dict[tuple[ClaimKey, int], dict[str, int]],
+        noted: dict[tuple[ClaimKey, int, int], dict[str, int]],
         faults: dict[str, int],
     ) -> None:
         """The checks made at the end of a run (``noted`` and ``faults``: see `_poison`)."""

@@ -23,12 +23,20 @@ from marshal_workers.protocol import rationalizer
 from marshal_workers.protocol.leases import default_margin, min_compaction_lag_ms
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
-from marshal_workers.protocol.recordfailures import PoisonNoted
+from marshal_workers.protocol.recordfailures import (
+    Action,
+    PoisonCleared,
+    PoisonNoted,
+    PoisonResolved,
+    encode_poison,
+    poison_key,
+)
 from marshal_workers.protocol.slicing import Ordering, Slicing
 from marshal_workers.protocol.wire import (
     ClaimKey,
     Partitioner,
     ReleaseGroup,
+    coordination_partition,
     encode,
     record_key,
 )
@@ -333,8 +341,30 @@ class Fleet:
         data = self.data_of(key)
         offset = data.high_watermark(self.t) + self.rng.randint(0, 20)
         data.poison[offset] = self.rng.choice(("fail", "hang"))
-        self.poisoned.add(self.cut.owner(self.cut.data_key(key), offset))  # (sliced: its slice)
+        owner = self.cut.owner(self.cut.data_key(key), offset)  # (sliced: its slice)
+        self.poisoned.add(owner)
         self._window(0.0)
+        # half the time an operator retries it a few HB later (parked by then, or not yet:
+        # then the log refuses the retry); drawn apart, so the fleet's own draws stay as they were
+        retries = random.Random(f"{self.p.seed}/retry/{offset}")
+        if retries.random() < 0.5:
+            later = self.t + retries.uniform(3, 8) * self.p.heartbeat_interval
+            self.at(later, "retry", functools.partial(self._retry_record, owner, offset))
+
+    def _retry_record(self, key: ClaimKey, offset: int) -> None:
+        """``marshal-admin retry-record``: the record's failure count starts again, and the
+        fleet must try it again promptly (`retry_heeded`: the run lasts long enough to see).
+        As the command does, written only if a fold (a live member's, here) has the record
+        failing (`record_commands.refusal`)."""
+        msg = PoisonResolved(int(self.t), "admin-i", ADMIN, key.group, key.topic,
+                             key.partition, offset, Action.RETRY)  # fmt: skip
+        home = coordination_partition(key.topic, key.partition, self.log.num_partitions)
+        live = [n for n in self.nodes if n.alive and n.started and n.member.s.group == key.group]
+        state = live[0].member.worlds[home].poison.get(key) if live else None
+        if state is None or state.offset != offset:
+            return
+        self.log.land(home, poison_key(key), encode_poison(msg), self.t)
+        self._window(self.checker.retry_bound_s)
 
     def _fault_kill(self) -> None:
         node = self._victim()
@@ -561,10 +591,10 @@ class Fleet:
 
     def _fold_whole_log(
         self,
-    ) -> tuple[dict[int, World], dict[tuple[ClaimKey, int], dict[str, int]]]:
+    ) -> tuple[dict[int, World], dict[tuple[ClaimKey, int, int], dict[str, int]]]:
         """The whole, uncompacted log folded (the reference), each member's snapshot judged
         against it at the snapshot's offset on the way, and the poison failures it counted
-        per record and writer instance.
+        per record, epoch (the operator's retries of the record before it) and writer instance.
 
         A failure is counted once however often the log counted it: a member writes the same
         RecordFailed again when told its write failed (`RecordParking.gave_up`), and a write
@@ -574,8 +604,11 @@ class Fleet:
         hide a lost count from the per-member check, and flag a record tried only
         ``park_after`` times (seeds 143, 146 of the all-faults mix)."""
         reference = {q: World(self._rcfg(), q) for q in range(self.log.num_partitions)}
-        noted: dict[tuple[ClaimKey, int], dict[str, int]] = defaultdict(dict)
-        counted: set[tuple[str, bytes | None]] = set()  # (writer instance, record value)
+        noted: dict[tuple[ClaimKey, int, int], dict[str, int]] = defaultdict(dict)
+        counted: set[tuple[str, bytes | None, int]] = set()  # (writer, record value, epoch)
+        epochs: dict[tuple[ClaimKey, int], int] = defaultdict(int)  # operator retries so far
+        retried: dict[tuple[ClaimKey, int], int] = {}  # log time of a retry not yet tried
+        end_ms = 0
         for q, records in enumerate(self.log.shadow):
             mine = [(w.next_offset, label, at, w) for label, at, w in self.snapshots]
             due = sorted((s for s in mine if s[3].partition == q), key=lambda s: s[0])
@@ -584,15 +617,25 @@ class Fleet:
                     _, label, at, world = due.pop(0)
                     self.checker.agree(label, world, reference[q], at)
                 event = fold(reference[q], record)
-                if isinstance(event, PoisonNoted):
-                    failure = (event.message.instance_id, record.value)
+                end_ms = max(end_ms, record.timestamp_ms)
+                if isinstance(event, PoisonCleared):  # an operator's retry: counted afresh
+                    epochs[(event.key, event.message.offset)] += 1
+                    retried[(event.key, event.message.offset)] = record.timestamp_ms
+                elif isinstance(event, PoisonNoted):
+                    cleared = retried.pop((event.key, event.message.offset), None)
+                    if cleared is not None:
+                        self.checker.retry_tried(event.key, cleared, record.timestamp_ms)
+                    epoch = epochs[(event.key, event.message.offset)]
+                    failure = (event.message.instance_id, record.value, epoch)
                     if failure in counted:
                         continue  # the same failure written again: one attempt
                     counted.add(failure)
-                    by = noted[(event.key, event.message.offset)]
+                    by = noted[(event.key, event.message.offset, epoch)]
                     by[event.message.instance_id] = by.get(event.message.instance_id, 0) + 1
             for _, label, at, world in due:  # read to the end
                 self.checker.agree(label, world, reference[q], at)
+        for (key, _), cleared in retried.items():  # never tried again (by the end)
+            self.checker.retry_tried(key, cleared, None, end_ms)
         return reference, noted
 
     def _rcfg(self) -> RationalizerConfig:

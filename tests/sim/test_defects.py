@@ -25,6 +25,7 @@ from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.protocol import rationalizer
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.rationalizer import ClaimState, resume_offset
+from marshal_workers.protocol.recordfailures import PoisonVerdict
 from marshal_workers.protocol.slicing import Ordering, Slice, data_topic
 from marshal_workers.protocol.wire import (
     ClaimingPartition,
@@ -321,6 +322,28 @@ def test_poison_defect_a_release_overtakes_the_failure_count_written_again(
         members=4, groups=1, faults=("poison", "failures"), fault_count=6, fail_rate=0.2
     )
     assert found(monkeypatch, params, "poison_bounded", SEEDS) is not None
+
+
+def test_poison_defect_an_operators_retry_waits_for_every_members_back_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The poison story of tests/integration (2026-11-27): a member releases a claim whose
+    handler failed `max_handler_failures` times and does not claim it again for a minute. Both
+    members had released it once before the record was parked; an operator's retry-record came,
+    the parked holder tried the record again and released it, and nobody claimed the partition
+    for 55 s. A member now heeds an operator's retry or skip of the claim's record: its wait
+    ends, and its own count of the claim's failures starts again."""
+
+    def heeds_nothing(self: Member, event: PoisonVerdict, now: float) -> None:
+        me, message = self.s, event.message
+        mine = message.client_id == me.client_id and message.instance_id == me.instance_id
+        op = self.ctx.pending.decided(event, mine, now)
+        if op is not None:
+            self._resolve(op, event, now)
+
+    monkeypatch.setattr(Member, "_poison_verdict", heeds_nothing)
+    params = SimParams(members=2, groups=1, faults=("poison",), fault_count=4)
+    assert found(monkeypatch, params, "retry_heeded", SEEDS) is not None
 
 
 def test_pause_defect_a_member_started_during_a_pause_claims_in_its_first_round(

@@ -23,6 +23,12 @@ from marshal_workers.log.memlog import MemoryTopic
 from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.recordfailures import (
+    Action,
+    PoisonResolved,
+    encode_poison,
+    poison_key,
+)
 from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimingPartition,
@@ -700,6 +706,40 @@ class TestFailureCounts:
         state = member.worlds[0].poison.get(key)
         assert state is not None and state.failures == 1  # counted: the holder wrote it
         assert key not in member.held  # released once the count landed
+
+    @pytest.mark.parametrize("action", [Action.RETRY, Action.SKIP])
+    def test_an_operators_decision_ends_the_members_wait_to_claim_again(
+        self, action: Action
+    ) -> None:
+        """A member that released a claim after its handler failed `max_handler_failures`
+        times does not claim it again for a minute (another member may fare better). Found in
+        the poison story of tests/integration: both members had released the claim once, an
+        operator's retry-record came, one member tried the record again and released it, and
+        then nobody claimed the partition for 55 s. An operator's retry or skip of the claim's
+        record is a new start: the member may claim it again at once."""
+        topic, log_ms = fresh_topic(partitions=1)
+        member = Member(replace(settings(partitions=1), max_handler_failures=1))
+        h = start(member, topic, log_ms, n=1)
+        key = keys(1)[0]
+        h.run(member.feed(inp.StartFound(h.now, key, 100)))
+        h.tick(0.05)
+        h.run(member.feed(inp.ChildSaid(h.now, key, ipc.HandlerFailed(120, "ValueError", ""))))
+        h.run(member.feed(inp.ChildExited(h.now, key, EXIT_HANDLER_FAILED)))
+        for _ in range(5):
+            h.tick(0.1)
+        assert key not in member.held  # released, and not claimed again for a while
+        claims_before = len(h.appended(ClaimingPartition))
+        for _ in range(20):
+            h.tick(0.1)
+        assert len(h.appended(ClaimingPartition)) == claims_before
+        decision = PoisonResolved(0, "admin-1", "admin", key.group, key.topic, key.partition,
+                                  120, action)  # fmt: skip
+        topic.append(0, poison_key(key), encode_poison(decision))
+        h.read()
+        for _ in range(10):
+            h.tick(0.1)
+        assert len(h.appended(ClaimingPartition)) > claims_before, "not claimed again"
+        assert key in member.held
 
 
 class TestPoisonRateAcrossRestarts:
