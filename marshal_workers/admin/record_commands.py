@@ -45,9 +45,31 @@ def claim_of_record(session: AdminSession, key: ClaimKey, offset: int) -> ClaimK
     return key
 
 
+def refusal(session: AdminSession, key: ClaimKey, offset: int) -> str | None:
+    """Why the log would refuse this session's decision on ``key``'s record at ``offset``, by
+    its fold: then nothing is written. A refused PoisonResolved shares its key with the
+    claim's failure counts, so once the cleaner has run it may be the one record left of them,
+    and a reader of the compacted log would take the count as cleared (design.md, residual
+    risks). A decision whose fold changes between this check and the write can still be
+    refused; that race is the residual."""
+    world = session.worlds[session.partition_of(key)]
+    admins = world.config.admin_client_ids
+    if admins is not None and session.client_id not in admins:
+        return f"{session.client_id} is not an admin client"
+    state = world.poison.get(key)
+    if state is None or state.offset != offset:
+        on = "no failing record" if state is None else f"the failing record is {state.offset}"
+        return f"nothing to resolve at {offset}: {on}"
+    return None
+
+
 def resolve(session: AdminSession, key: ClaimKey, offset: int, action: poison.Action) -> str:
     """Write the operator's ``action`` on ``key``'s record at ``offset``; the verdict as a line
-    (MarshalError with exit code 1 if the log refused it)."""
+    (MarshalError with exit code 1 if the fold or the log refused it)."""
+    where = f"{key.topic}/{key.partition} offset {offset}"
+    refused = refusal(session, key, offset)
+    if refused is not None:
+        raise MarshalError(f"{where}: refused: {refused}", 1)
     msg = poison.PoisonResolved(
         int(session.wall()),
         session.instance_id,
@@ -68,7 +90,6 @@ def resolve(session: AdminSession, key: ClaimKey, offset: int, action: poison.Ac
         verdict, _ = session.reader.wait_for(appended, session.fold_timeout_s)
     except LogError as exc:
         raise AdminError(f"PoisonResolved: {exc}") from None
-    where = f"{key.topic}/{key.partition} offset {offset}"
     if isinstance(verdict, poison.PoisonCleared):
         what = "skipped: the holder moves past it" if action is poison.Action.SKIP else "retried"
         return f"{where}: {what} (after {verdict.state.failures} failures)"

@@ -265,6 +265,14 @@ class TestPoisonRecords:
             assert _failure_lines(fleet) == failures_so_far
             assert [r["offset"] for r in fleet.ledger()] == list(range(poison_at))
 
+            mistyped = fleet.admin(
+                "retry-record", "--group", fleet.group, "--topic", fleet.topic,
+                "--partition", "0", "--offset", str(poison_at + 4),
+            )  # fmt: skip
+            # refused by the admin's own fold, and not written: a refused decision under the
+            # claim's poison key could be all the cleaner leaves of its failure count
+            assert mistyped.returncode == 1, mistyped.stderr
+            assert f"nothing to resolve at {poison_at + 4}" in mistyped.stderr
             retried = fleet.admin(
                 "retry-record",
                 "--group",
