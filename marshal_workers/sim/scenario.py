@@ -344,8 +344,8 @@ class Fleet:
         owner = self.cut.owner(self.cut.data_key(key), offset)  # (sliced: its slice)
         self.poisoned.add(owner)
         self._window(0.0)
-        # half the time an operator retries it a few HB later (parked by then, or not yet:
-        # then the log refuses the retry); drawn apart, so the fleet's own draws stay as they were
+        # half the time an operator retries it a few HB later (if it is failing then: see
+        # `_retry_record`); drawn apart, so the fleet's own draws stay as they were
         retries = random.Random(f"{self.p.seed}/retry/{offset}")
         if retries.random() < 0.5:
             later = self.t + retries.uniform(3, 8) * self.p.heartbeat_interval
