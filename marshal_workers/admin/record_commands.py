@@ -47,11 +47,10 @@ def claim_of_record(session: AdminSession, key: ClaimKey, offset: int) -> ClaimK
 
 def refusal(session: AdminSession, key: ClaimKey, offset: int) -> str | None:
     """Why the log would refuse this session's decision on ``key``'s record at ``offset``, by
-    its fold: then nothing is written. A refused PoisonResolved shares its key with the
-    claim's failure counts, so once the cleaner has run it may be the one record left of them,
-    and a reader of the compacted log would take the count as cleared (design.md, residual
-    risks). A decision whose fold changes between this check and the write can still be
-    refused; that race is the residual."""
+    its fold: then nothing is written, and the operator reads why at once (a decision whose
+    fold changes between this check and the write is refused by the log instead, harmlessly:
+    decisions have a key of their own, so a refused one never stands for the claim's count
+    once the cleaner has run)."""
     world = session.worlds[session.partition_of(key)]
     admins = world.config.admin_client_ids
     if admins is not None and session.client_id not in admins:
@@ -83,7 +82,7 @@ def resolve(session: AdminSession, key: ClaimKey, offset: int, action: poison.Ac
     try:
         appended = session.log.append(
             session.partition_of(key),
-            poison.poison_key(key),
+            poison.poison_record_key(msg),
             poison.encode_poison(msg),
             session.write_timeout_s,
         )

@@ -26,7 +26,7 @@ from marshal_workers.protocol.recordfailures import (
     PoisonResolved,
     RecordFailed,
     encode_poison,
-    poison_key,
+    poison_record_key,
 )
 from marshal_workers.protocol.slicing import data_topic
 from marshal_workers.protocol.wire import (
@@ -123,7 +123,7 @@ class MemberState:
         """Write ``message`` to its coordination partition: a pending operation."""
         op = self.pending.add(kind, key, now, **extra)
         if isinstance(message, RecordFailed | PoisonResolved):
-            record, value = poison_key(key), encode_poison(message)
+            record, value = poison_record_key(message), encode_poison(message)
         else:
             record, value = record_key(message), encode(message)
         self.out.append(cmd.Append(op.op, self.home(key), message, record, value))

@@ -83,7 +83,9 @@ from marshal_workers.protocol.metadata import (
 )
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.recordfailures import (
+    PoisonResolved,
     PoisonState,
+    accepted_keys,
     decode_poison,
     fold_poison,
     is_poison,
@@ -505,8 +507,9 @@ def _poison(world: World, rec: CoordRecord) -> ev.Event:
     except DecodeError as exc:
         return _malformed(world, rec, str(exc))
     key = ClaimKey(msg.group_id, msg.topic, msg.partition)
-    if rec.key != poison_key(key):
-        reason = f"key {rec.key!r} does not match the message (expected {poison_key(key)!r})"
+    keys = accepted_keys(msg)
+    if rec.key not in keys:
+        reason = f"key {rec.key!r} does not match the message (expected {keys[0]!r})"
         return _malformed(world, rec, reason)
     cfg = world.config
     if cfg.num_partitions is not None:
@@ -526,6 +529,7 @@ def _poison(world: World, rec: CoordRecord) -> ev.Event:
         heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         admin_client_ids=cfg.admin_client_ids,
         certain=state.certain if state else not world.gap_seen,
+        shared_key=rec.key == poison_key(key) and isinstance(msg, PoisonResolved),
     )
 
 

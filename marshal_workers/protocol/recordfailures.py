@@ -10,9 +10,12 @@ Go implementation, counted as malformed by a reader that does not know them)::
     RecordFailed/1/UnixSec/InstanceID/ClientID/GroupID/Topic/Partition/Offset/Failures/Outcome/Error
     PoisonResolved/1/UnixSec/InstanceID/ClientID/GroupID/Topic/Partition/Offset/Action
 
-Their record key is the claim key plus ``/poison`` (`poison_key`), so compaction keeps the
-newest poison record of each claim (next to, not instead of, the claim's newest record); they go
-to the claim's coordination partition, so they are folded in order with its claim records.
+A count's record key is the claim key plus ``/poison`` (`poison_key`), a decision's the claim
+key plus ``/poison/decision`` (`decision_key`), so compaction keeps the newest count and the
+newest decision of each claim (next to, not instead of, the claim's newest record; a decision
+the log refused can then never be all the cleaner leaves of the count: decisions shared the
+counts' key until 2026-11-27, and a reader accepts them there from older logs); they go to the
+claim's coordination partition, so they are folded in order with its claim records.
 ``Error`` is the last error, cut to `MAX_ERROR_CHARS`, with ``%``, ``/`` and control characters
 percent-escaped (so no field ever contains ``/``). ``Outcome`` is ``retry`` or ``parked``;
 ``Action`` is ``skip`` or ``retry``.
@@ -34,7 +37,11 @@ Rules of the fold (`fold_poison`; an input that breaks one changes nothing but i
    records that counted the failures before it and those that made its writer the holder.
    So a RecordFailed is taken as written: its count and outcome are the writer's, who
    computed them (`park_outcome`) from its own fold, which had the earlier count; and an
-   admin's PoisonResolved applies to its offset. A count survives compaction (a reader that
+   admin's PoisonResolved applies only if the surviving count before it is on its offset (the
+   newest count survives, so a count on another offset, or none, before the decision means
+   the whole log refused it, or that a newer count follows it and decides; a decision under
+   the counts' old shared key applies to its offset, as it always did). A count survives
+   compaction (a reader that
    refused the surviving record would count from 1 again). The price: a record the whole log
    refuses (a stale or replaced writer's) counts for a compacted reader, whose count can then
    be ahead of the whole log's (a record parked early, never tried more often).
@@ -58,6 +65,7 @@ from marshal_workers.protocol.wire import ClaimKey, DecodeError, validate_name
 
 MAX_ERROR_CHARS: Final = 200
 SUFFIX: Final = "/poison"
+DECISION_SUFFIX: Final = "/poison/decision"
 VERSION: Final = 1
 _INT64_MAX: Final = 2**63 - 1
 
@@ -173,6 +181,28 @@ def poison_key(key: ClaimKey) -> bytes:
     return f"{key.group}/{key.topic}/{key.partition}{SUFFIX}".encode()
 
 
+def decision_key(key: ClaimKey) -> bytes:
+    """The record key of the operators' decisions on a claim's poison records."""
+    return f"{key.group}/{key.topic}/{key.partition}{DECISION_SUFFIX}".encode()
+
+
+def poison_record_key(msg: PoisonMessage) -> bytes:
+    """The record key ``msg`` is written under: a count under `poison_key`, a decision under
+    `decision_key` (so that a refused decision, which may be its key's newest record, never
+    leaves the cleaner nothing of the count)."""
+    key = ClaimKey(msg.group_id, msg.topic, msg.partition)
+    return poison_key(key) if isinstance(msg, RecordFailed) else decision_key(key)
+
+
+def accepted_keys(msg: PoisonMessage) -> tuple[bytes, ...]:
+    """The record keys a reader accepts ``msg`` under: its own, and for a decision also the
+    counts' key, under which decisions were written before they had one of their own."""
+    key = ClaimKey(msg.group_id, msg.topic, msg.partition)
+    if isinstance(msg, RecordFailed):
+        return (poison_key(key),)
+    return (decision_key(key), poison_key(key))
+
+
 def escape(text: str) -> str:
     """Cut to `MAX_ERROR_CHARS` and percent-escape ``%``, ``/`` and control characters."""
     cut = text[:MAX_ERROR_CHARS]
@@ -276,15 +306,17 @@ def fold_poison(
     heartbeat_interval_ms: int,
     admin_client_ids: frozenset[str] | None,
     certain: bool = True,
+    shared_key: bool = False,
 ) -> ev.Event:
     """Apply one poison message to ``poison`` (the claim's holder as the fold knows it at the
-    record's log time; ``certain`` False: the claim's history may be compacted, see rule 4);
-    the event says what it did (see the module's rules)."""
+    record's log time; ``certain`` False: the claim's history may be compacted, see rule 4;
+    ``shared_key``: a decision written under the counts' key, as before decisions had their
+    own); the event says what it did (see the module's rules)."""
     key = ClaimKey(msg.group_id, msg.topic, msg.partition)
     where = (coord_partition, coord_offset, log_time)
     state = poison.get(key)
     if not certain:
-        return _fold_uncertain(poison, key, msg, where, state, admin_client_ids)
+        return _fold_uncertain(poison, key, msg, where, state, admin_client_ids, shared_key)
     if isinstance(msg, RecordFailed):
         refusal = None
         if holder_client != msg.client_id or holder_instance != msg.instance_id:
@@ -331,12 +363,17 @@ def _fold_uncertain(
     where: tuple[int, int, int],
     state: PoisonState | None,
     admin_client_ids: frozenset[str] | None,
+    shared_key: bool,
 ) -> ev.Event:
     """Rule 4: on a claim whose history may be compacted the writer cannot be checked, and
-    the newest poison record of the claim survives while the failures it counted, and the
-    grant and heartbeats that made its writer the holder, may not: the record is taken as
-    written (a RecordFailed's count and outcome are its writer's, who counted them on its own
-    fold; an admin's PoisonResolved applies to its offset whatever the fold has there)."""
+    the newest count of the claim survives while the failures it counted, and the grant and
+    heartbeats that made its writer the holder, may not: a RecordFailed is taken as written
+    (its count and outcome are its writer's, who counted them on its own fold). An admin's
+    PoisonResolved applies only to the offset the surviving count is on (the newest count
+    survives beside the newest decision, so a count on another offset, or none before it,
+    means the whole log refused it, or that a newer count follows and decides); written under
+    the counts' key (before decisions had their own) it may have been all that is left of
+    them, and applies to its offset whatever the fold has there, as it always did."""
     if isinstance(msg, RecordFailed):
         new = PoisonState(
             msg.offset,
@@ -350,8 +387,11 @@ def _fold_uncertain(
         return PoisonNoted(*where, msg, new)
     if admin_client_ids is not None and msg.client_id not in admin_client_ids:
         return PoisonRejected(*where, msg, f"{msg.client_id} is not an admin client")
-    skip = msg.action is Action.SKIP
     same = state is not None and state.offset == msg.offset
+    if not same and not shared_key:
+        on = "no failing record" if state is None else f"the failing record is {state.offset}"
+        return PoisonRejected(*where, msg, f"nothing to resolve at {msg.offset}: {on}")
+    skip = msg.action is Action.SKIP
     new = PoisonState(
         msg.offset,
         state.failures if skip and same and state else 0,

@@ -29,7 +29,7 @@ from marshal_workers.protocol.recordfailures import (
     PoisonNoted,
     PoisonResolved,
     encode_poison,
-    poison_key,
+    poison_record_key,
 )
 from marshal_workers.protocol.slicing import Ordering, Slicing
 from marshal_workers.protocol.wire import (
@@ -344,26 +344,23 @@ class Fleet:
         owner = self.cut.owner(self.cut.data_key(key), offset)  # (sliced: its slice)
         self.poisoned.add(owner)
         self._window(0.0)
-        # half the time an operator retries it a few HB later (if it is failing then: see
-        # `_retry_record`); drawn apart, so the fleet's own draws stay as they were
+        # half the time an operator retries it a few HB later (failing by then, or not: then
+        # the log refuses the retry); drawn apart, so the fleet's own draws stay as they were
         retries = random.Random(f"{self.p.seed}/retry/{offset}")
         if retries.random() < 0.5:
             later = self.t + retries.uniform(3, 8) * self.p.heartbeat_interval
             self.at(later, "retry", functools.partial(self._retry_record, owner, offset))
 
     def _retry_record(self, key: ClaimKey, offset: int) -> None:
-        """``marshal-admin retry-record``: the record's failure count starts again, and the
-        fleet must try it again promptly (`retry_heeded`: the run lasts long enough to see).
-        As the command does, written only if a fold (a live member's, here) has the record
-        failing (`record_commands.refusal`)."""
+        """An operator's retry of the record: its failure count starts again, and the fleet
+        must try it again promptly (`retry_heeded`: the run lasts long enough to see). Written
+        whatever the folds say, as any writer may: a retry of a record that is not failing (not
+        reached, or displaced by another poison record of the claim) is refused by the log,
+        and must change nothing, after the cleaner too (`poison_bounded`)."""
         msg = PoisonResolved(int(self.t), "admin-i", ADMIN, key.group, key.topic,
                              key.partition, offset, Action.RETRY)  # fmt: skip
         home = coordination_partition(key.topic, key.partition, self.log.num_partitions)
-        live = [n for n in self.nodes if n.alive and n.started and n.member.s.group == key.group]
-        state = live[0].member.worlds[home].poison.get(key) if live else None
-        if state is None or state.offset != offset:
-            return
-        self.log.land(home, poison_key(key), encode_poison(msg), self.t)
+        self.log.land(home, poison_record_key(msg), encode_poison(msg), self.t)
         self._window(self.checker.retry_bound_s)
 
     def _fault_kill(self) -> None:

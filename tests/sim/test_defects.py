@@ -25,7 +25,7 @@ from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.protocol import rationalizer
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.rationalizer import ClaimState, resume_offset
-from marshal_workers.protocol.recordfailures import PoisonVerdict
+from marshal_workers.protocol.recordfailures import PoisonResolved, PoisonVerdict, poison_key
 from marshal_workers.protocol.slicing import Ordering, Slice, data_topic
 from marshal_workers.protocol.wire import (
     ClaimingPartition,
@@ -33,6 +33,7 @@ from marshal_workers.protocol.wire import (
     ReleasingPartition,
     legacy_claim_key,
 )
+from marshal_workers.sim import scenario as scenario_module
 from marshal_workers.sim.children import SimChild
 from marshal_workers.sim.scenario import SimParams, run_seed
 from tests.sim.conftest import first_violation
@@ -344,6 +345,25 @@ def test_poison_defect_an_operators_retry_waits_for_every_members_back_off(
     monkeypatch.setattr(Member, "_poison_verdict", heeds_nothing)
     params = SimParams(members=2, groups=1, faults=("poison",), fault_count=4)
     assert found(monkeypatch, params, "retry_heeded", SEEDS) is not None
+
+
+def test_poison_defect_a_refused_decision_erases_the_count_after_the_cleaner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by marshal-sim once its operator retried records (2026-11-27; poison,compaction,
+    seeds 7 and 9): a retry naming a record that another poison record of the claim had
+    displaced was refused, but written under the key of the claim's failure counts; the
+    cleaner kept it alone, a member that read the compacted log counted from nothing, and the
+    record was tried 6 and 7 times for a park after 4. Decisions now have a key of their own
+    (reintroduced here: the simulator's operator writes them under the counts' key, as the
+    code did, which readers still accept from old logs)."""
+
+    def shared(msg: PoisonResolved) -> bytes:
+        return poison_key(ClaimKey(msg.group_id, msg.topic, msg.partition))
+
+    monkeypatch.setattr(scenario_module, "poison_record_key", shared)
+    params = SimParams(faults=("poison", "compaction"), fault_count=6)
+    assert found(monkeypatch, params, "poison_bounded", RARE_ROW_SEEDS) is not None
 
 
 def test_pause_defect_a_member_started_during_a_pause_claims_in_its_first_round(

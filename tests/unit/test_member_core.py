@@ -27,7 +27,7 @@ from marshal_workers.protocol.recordfailures import (
     Action,
     PoisonResolved,
     encode_poison,
-    poison_key,
+    poison_record_key,
 )
 from marshal_workers.protocol.wire import (
     ClaimingMessages,
@@ -734,7 +734,7 @@ class TestFailureCounts:
         assert len(h.appended(ClaimingPartition)) == claims_before
         decision = PoisonResolved(0, "admin-1", "admin", key.group, key.topic, key.partition,
                                   120, action)  # fmt: skip
-        topic.append(0, poison_key(key), encode_poison(decision))
+        topic.append(0, poison_record_key(decision), encode_poison(decision))
         h.read()
         for _ in range(10):
             h.tick(0.1)

@@ -30,6 +30,7 @@ from marshal_workers.protocol.recordfailures import (
     park_outcome,
     poison_action,
     poison_key,
+    poison_record_key,
     unescape,
 )
 from marshal_workers.protocol.wire import ClaimKey, CoordRecord, DecodeError, encode, record_key
@@ -195,8 +196,7 @@ class CompactedPoisonLog:
     def write(self, t: int, msg: object) -> None:
         self.now = t
         if isinstance(msg, RecordFailed | PoisonResolved):
-            k = ClaimKey(msg.group_id, msg.topic, msg.partition)
-            self.topic.append(0, poison_key(k), encode_poison(msg))
+            self.topic.append(0, poison_record_key(msg), encode_poison(msg))
         else:
             self.topic.append(0, record_key(msg), encode(msg))  # type: ignore[arg-type]
 
@@ -256,6 +256,44 @@ class TestAfterCompaction:
         state = log.reader().worlds[0].poison[KEY]
         assert state.offset == 40 and not state.parked
         assert state.skipped is (action is Action.SKIP)
+
+    @pytest.mark.parametrize(
+        "refused",
+        [resolved("admin", 41, Action.RETRY), resolved("mallory", 40, Action.SKIP)],
+        ids=["another-offset", "not-an-admin"],
+    )
+    def test_a_refused_decision_does_not_erase_the_count(self, refused: PoisonResolved) -> None:
+        """marshal-sim (poison,compaction, seeds 7 and 9, 2026-11-27): a decision the log
+        refuses (an offset that is not the failing record's, a client that is no admin) was
+        written under the key of the claim's failure counts, so the cleaner kept it alone and a
+        compacted reader counted from nothing: 6 and 7 failures for a park after 4. Decisions
+        have a key of their own, and a compacted reader applies one only to the offset its
+        surviving count is on."""
+        log = CompactedPoisonLog()
+        log.a_failed_three_times_and_released()
+        log.write(3 * HB, refused)
+        log.write(3 * HB + 1, claim("a", part=2))
+        full = log.reader().worlds[0].poison[KEY]
+        assert (full.offset, full.failures) == (40, 3)
+        assert log.topic.compact(clean_before_ms=3 * HB + 1) > 0
+        late = log.reader().worlds[0].poison[KEY]
+        assert (late.offset, late.failures, late.parked) == (40, 3, False)
+
+    @pytest.mark.parametrize("action", [Action.SKIP, Action.RETRY])
+    def test_a_decision_under_the_counts_key_still_applies_alone(self, action: Action) -> None:
+        """A log written before decisions had a key of their own: the cleaner kept the
+        decision alone under the counts' key, and it applies to its offset as it always did
+        (nothing tells it from the count it erased)."""
+        log = CompactedPoisonLog()
+        log.a_failed_three_times_and_released()
+        decision = resolved("admin", 40, action)
+        log.now = 3 * HB
+        log.topic.append(0, poison_key(KEY), encode_poison(decision))
+        log.write(3 * HB + 1, claim("a", part=2))
+        log.topic.compact(clean_before_ms=3 * HB + 1)
+        late = log.reader().worlds[0].poison[KEY]
+        assert late.offset == 40 and not late.parked and late.skipped is (action is Action.SKIP)
+        assert late.failures == 0  # the count it erased is gone with it
 
     def test_a_certain_claims_holder_is_still_checked(self) -> None:
         """With the claim's history in front of the fold, a non-holder's count is refused."""
