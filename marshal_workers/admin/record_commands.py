@@ -50,11 +50,15 @@ def refusal(session: AdminSession, key: ClaimKey, offset: int) -> str | None:
     its fold: then nothing is written, and the operator reads why at once (a decision whose
     fold changes between this check and the write is refused by the log instead, harmlessly:
     decisions have a key of their own, so a refused one never stands for the claim's count
-    once the cleaner has run)."""
+    once the cleaner has run). The offset is checked only on a fold of the whole log: after
+    the cleaner this fold's count may not be the one a member that read everything holds (a
+    parked holder must not be left without its decision), and the decision is written."""
     world = session.worlds[session.partition_of(key)]
     admins = world.config.admin_client_ids
     if admins is not None and session.client_id not in admins:
         return f"{session.client_id} is not an admin client"
+    if world.gap_seen:
+        return None
     state = world.poison.get(key)
     if state is None or state.offset != offset:
         on = "no failing record" if state is None else f"the failing record is {state.offset}"

@@ -305,7 +305,7 @@ class Children:
                 failures=held.failures,
                 not_reclaimed_for_s=decision.avoid_s,
             )
-            ctx.avoid_until[key] = now + decision.avoid_s
+            ctx.avoid_until[key] = ctx.failure_avoid[key] = now + decision.avoid_s
             keeping.finish(held, now, release=True)  # the log refuses it if taken meanwhile
         else:
             keeping.finish(held, now, release=held.phase is Phase.STOPPING)

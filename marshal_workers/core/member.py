@@ -260,10 +260,12 @@ class Member:
         if op is not None:
             self._resolve(op, event, now)
         if isinstance(event, PoisonCleared) and message.group_id == me.group:
-            key = ClaimKey(message.group_id, message.topic, message.partition)
-            self.ctx.avoid_until.pop(key, None)
-            held = self.ctx.held.get(key)
-            if held is not None:
+            ctx, key = self.ctx, ClaimKey(message.group_id, message.topic, message.partition)
+            until = ctx.failure_avoid.pop(key, None)
+            if until is not None and ctx.avoid_until.get(key) == until:
+                del ctx.avoid_until[key]  # only the wait the failures set, none other
+            held = ctx.held.get(key)
+            if held is not None and held.failed_offset == message.offset:
                 held.failures = 0  # the count starts again, here as in the log
 
     def _watch(self, held: HeldClaim, event: ev.ClaimVerdict, mine: bool) -> None:

@@ -42,9 +42,12 @@ class RecordParking:
         return self.ctx.worlds[self.ctx.home(key)].poison.get(key)
 
     def note_failure(self, key: ClaimKey, offset: int, error: str, now: float) -> None:
-        """Write one more failure on ``offset`` (parked at ``poison_park_after``)."""
+        """Write one more failure on ``offset`` (parked at ``poison_park_after``); past the
+        claim's lease, nothing (`past_lease`)."""
         ctx = self.ctx
         if not self.enabled:
+            return
+        if self.past_lease(key, offset, now):
             return
         failures, outcome = poison.park_outcome(self.state(key), offset, ctx.s.poison_park_after)
         s = ctx.s
@@ -63,12 +66,30 @@ class RecordParking:
         op = ctx.append(Kind.POISON, key, message, now, start=offset)
         self._sent[op.op] = message
 
+    def past_lease(self, key: ClaimKey, offset: int, now: float) -> bool:
+        """Whether the claim's lease has ended (or the claim is gone): then no count is
+        written (decision 19, for counts). A rival may hold the claim by now and have counted
+        this record, or the next, to parked; the log would refuse this count, yet it would be
+        the newest record under the counts' key, and once the cleaner runs a reader of the
+        compacted log takes it as written: the rival's count is gone and a record is tried
+        again from 1. The failure goes uncounted, as after a crash (`poison_bounded` allows
+        one per fault)."""
+        held = self.ctx.held.get(key)
+        left = held.lease_remaining(now) if held is not None else None
+        if left is not None and left > 0:
+            return False
+        self.ctx.say("warning", "record_failure_not_counted", topic=key.topic,
+                     partition=key.partition, offset=offset, reason="the lease ended")  # fmt: skip
+        return True
+
     def gave_up(self, op: Op, now: float) -> None:
         """A failure whose write failed (or got no verdict in time): write the same record
         again, at most `WRITE_TRIES` times, so the count is not lost (issue 18.4; the same
         count twice, should the first land after all, only parks the record no later)."""
         message = self._sent.pop(op.op, None)
         if message is None:
+            return
+        if self.past_lease(op.key, op.start, now):
             return
         if op.tries + 1 >= WRITE_TRIES:
             self.ctx.say("warning", "record_failure_not_counted", topic=op.key.topic,

@@ -83,13 +83,11 @@ from marshal_workers.protocol.metadata import (
 )
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.recordfailures import (
-    PoisonResolved,
     PoisonState,
     accepted_keys,
     decode_poison,
     fold_poison,
     is_poison,
-    poison_key,
 )
 from marshal_workers.protocol.wire import (
     CLAIM_KEY_SUFFIX,
@@ -529,7 +527,6 @@ def _poison(world: World, rec: CoordRecord) -> ev.Event:
         heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         admin_client_ids=cfg.admin_client_ids,
         certain=state.certain if state else not world.gap_seen,
-        shared_key=rec.key == poison_key(key) and isinstance(msg, PoisonResolved),
     )
 
 

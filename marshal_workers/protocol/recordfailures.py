@@ -40,11 +40,14 @@ Rules of the fold (`fold_poison`; an input that breaks one changes nothing but i
    admin's PoisonResolved applies only if the surviving count before it is on its offset (the
    newest count survives, so a count on another offset, or none, before the decision means
    the whole log refused it, or that a newer count follows it and decides; a decision under
-   the counts' old shared key applies to its offset, as it always did). A count survives
-   compaction (a reader that
-   refused the surviving record would count from 1 again). The price: a record the whole log
-   refuses (a stale or replaced writer's) counts for a compacted reader, whose count can then
-   be ahead of the whole log's (a record parked early, never tried more often).
+   the counts' old shared key is judged the same way: a skip taken on a guess would skip a
+   record). A count survives compaction (a reader that refused the surviving record would
+   count from 1 again). The price: a count the whole log refuses (a stale or replaced
+   writer's) counts for a compacted reader. On the same record that parks it early; on an
+   older one (written after a rival counted the next record) it hides the rival's count, and
+   that record is tried from 1 again. Members write no count past their own lease (decision
+   19, `RecordParking.past_lease`), so what is left is a count that landed later than the
+   lease's margin.
 
 What members do with it (`park_outcome`, `poison_action`): after a stop-policy failure on
 offset O the holder writes RecordFailed (``parked`` once the total reaches
@@ -306,17 +309,15 @@ def fold_poison(
     heartbeat_interval_ms: int,
     admin_client_ids: frozenset[str] | None,
     certain: bool = True,
-    shared_key: bool = False,
 ) -> ev.Event:
     """Apply one poison message to ``poison`` (the claim's holder as the fold knows it at the
-    record's log time; ``certain`` False: the claim's history may be compacted, see rule 4;
-    ``shared_key``: a decision written under the counts' key, as before decisions had their
-    own); the event says what it did (see the module's rules)."""
+    record's log time; ``certain`` False: the claim's history may be compacted, see rule 4);
+    the event says what it did (see the module's rules)."""
     key = ClaimKey(msg.group_id, msg.topic, msg.partition)
     where = (coord_partition, coord_offset, log_time)
     state = poison.get(key)
     if not certain:
-        return _fold_uncertain(poison, key, msg, where, state, admin_client_ids, shared_key)
+        return _fold_uncertain(poison, key, msg, where, state, admin_client_ids)
     if isinstance(msg, RecordFailed):
         refusal = None
         if holder_client != msg.client_id or holder_instance != msg.instance_id:
@@ -356,6 +357,12 @@ def fold_poison(
     return PoisonCleared(*where, msg, new)
 
 
+def decision_applies(state: PoisonState | None, msg: PoisonResolved) -> bool:
+    """Rule 4 for a decision on a claim whose history may be compacted: only on the offset of
+    the count the fold has."""
+    return state is not None and state.offset == msg.offset
+
+
 def _fold_uncertain(
     poison: dict[ClaimKey, PoisonState],
     key: ClaimKey,
@@ -363,17 +370,17 @@ def _fold_uncertain(
     where: tuple[int, int, int],
     state: PoisonState | None,
     admin_client_ids: frozenset[str] | None,
-    shared_key: bool,
 ) -> ev.Event:
     """Rule 4: on a claim whose history may be compacted the writer cannot be checked, and
     the newest count of the claim survives while the failures it counted, and the grant and
     heartbeats that made its writer the holder, may not: a RecordFailed is taken as written
     (its count and outcome are its writer's, who counted them on its own fold). An admin's
-    PoisonResolved applies only to the offset the surviving count is on (the newest count
-    survives beside the newest decision, so a count on another offset, or none before it,
-    means the whole log refused it, or that a newer count follows and decides); written under
-    the counts' key (before decisions had their own) it may have been all that is left of
-    them, and applies to its offset whatever the fold has there, as it always did."""
+    PoisonResolved applies only to the offset the surviving count is on (`decision_applies`:
+    the newest count survives beside the newest decision, so a count on another offset, or
+    none before it, means the whole log refused it, or that a newer count follows and
+    decides). A decision under the counts' key (before decisions had their own) may be all
+    that is left of them and valid; it is refused too: a skip taken on a guess would skip a
+    record in ALO, and a refused retry only lets the record be tried again."""
     if isinstance(msg, RecordFailed):
         new = PoisonState(
             msg.offset,
@@ -388,7 +395,7 @@ def _fold_uncertain(
     if admin_client_ids is not None and msg.client_id not in admin_client_ids:
         return PoisonRejected(*where, msg, f"{msg.client_id} is not an admin client")
     same = state is not None and state.offset == msg.offset
-    if not same and not shared_key:
+    if not decision_applies(state, msg):
         on = "no failing record" if state is None else f"the failing record is {state.offset}"
         return PoisonRejected(*where, msg, f"nothing to resolve at {msg.offset}: {on}")
     skip = msg.action is Action.SKIP

@@ -10,7 +10,8 @@
   whose write timed out may have landed: `FAULT_REFUSALS`); each such window is at most what a
   child may have reserved (``amo_window``: ``AHEAD + 1`` reservations of up to half of it). A
   child that stopped gracefully (exit 0) explains no loss;
-- ``alo_no_skip``: in ALO every offset below the position the log ends with was handled, from
+- ``alo_no_skip``: in ALO every offset below the position the log ends with was handled (but
+  a record an operator skipped: skip-record, accepted by the whole log), from
   where the partition's first claim started (its reset's watermark: groups alternate between
   ``earliest`` and ``latest``, and a start lookup answers the retained range's end; a claim
   starts where a member adopts a lookup's answer, not where it asks: a member stopped or
@@ -121,6 +122,7 @@ class Checker:
     park_after: int = 4
     failures: dict[tuple[ClaimKey, int], int] = field(default_factory=dict)
     failed_by: dict[str, int] = field(default_factory=dict)  # per member instance
+    skipped: set[tuple[ClaimKey, int]] = field(default_factory=set)  # an operator's skips
     # AMO: per claim, the ranges a child had asked for and not handled when it crashed
     crash_windows: dict[ClaimKey, list[tuple[int, int]]] = field(
         default_factory=lambda: defaultdict(list)
@@ -343,7 +345,7 @@ class Checker:
             self.mark("alo_no_skip")
             committed = positions.get(key, 0)
             owed = self.owed(key, self.starts.get(key, 0), committed)
-            missing = [o for o in owed if o not in counts]
+            missing = [o for o in owed if o not in counts and (key, o) not in self.skipped]
             if missing:
                 self.violation(
                     "alo_no_skip",

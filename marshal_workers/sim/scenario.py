@@ -100,6 +100,7 @@ class SimParams:
     ordering: str = "partition"
     workers_per_partition: int = 1
     fail_rate: float = 0.02  # `failures`: the share of appends that fail (half land anyway)
+    operator_skips: float = 0.0  # `poison`: the share of operators' decisions that skip
 
     @property
     def settle(self) -> float:
@@ -349,16 +350,19 @@ class Fleet:
         retries = random.Random(f"{self.p.seed}/retry/{offset}")
         if retries.random() < 0.5:
             later = self.t + retries.uniform(3, 8) * self.p.heartbeat_interval
-            self.at(later, "retry", functools.partial(self._retry_record, owner, offset))
+            action = Action.SKIP if retries.random() < self.p.operator_skips else Action.RETRY
+            decide = functools.partial(self._decide_record, owner, offset, action)
+            self.at(later, action.value, decide)
 
-    def _retry_record(self, key: ClaimKey, offset: int) -> None:
-        """An operator's retry of the record: its failure count starts again, and the fleet
-        must try it again promptly (`retry_heeded`: the run lasts long enough to see). Written
-        whatever the folds say, as any writer may: a retry of a record that is not failing (not
-        reached, or displaced by another poison record of the claim) is refused by the log,
-        and must change nothing, after the cleaner too (`poison_bounded`)."""
+    def _decide_record(self, key: ClaimKey, offset: int, action: Action) -> None:
+        """An operator's retry of the record (its failure count starts again, and the fleet
+        must try it again promptly: `retry_heeded`, the run lasts long enough to see) or skip
+        (the holder moves past it). Written whatever the folds say, as any writer may: a
+        decision on a record that is not failing (not reached, or displaced by another poison
+        record of the claim) is refused by the log, and must change nothing, after the cleaner
+        too (`poison_bounded`)."""
         msg = PoisonResolved(int(self.t), "admin-i", ADMIN, key.group, key.topic,
-                             key.partition, offset, Action.RETRY)  # fmt: skip
+                             key.partition, offset, action)  # fmt: skip
         home = coordination_partition(key.topic, key.partition, self.log.num_partitions)
         self.log.land(home, poison_record_key(msg), encode_poison(msg), self.t)
         self._window(self.checker.retry_bound_s)
@@ -615,9 +619,13 @@ class Fleet:
                     self.checker.agree(label, world, reference[q], at)
                 event = fold(reference[q], record)
                 end_ms = max(end_ms, record.timestamp_ms)
-                if isinstance(event, PoisonCleared):  # an operator's retry: counted afresh
+                if isinstance(event, PoisonCleared):  # an operator's decision: counted afresh
                     epochs[(event.key, event.message.offset)] += 1
-                    retried[(event.key, event.message.offset)] = record.timestamp_ms
+                    decided = event.message
+                    if isinstance(decided, PoisonResolved) and decided.action is Action.SKIP:
+                        self.checker.skipped.add((event.key, decided.offset))
+                    if isinstance(decided, PoisonResolved) and decided.action is Action.RETRY:
+                        retried[(event.key, event.message.offset)] = record.timestamp_ms
                 elif isinstance(event, PoisonNoted):
                     cleared = retried.pop((event.key, event.message.offset), None)
                     if cleared is not None:

@@ -12,13 +12,14 @@ from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core import observations as obs
+from marshal_workers.core.childexits import ChildEnd
 from marshal_workers.core.claiming import SETTLE_ABOVE_CLAIMS, START_WAIT_HB, start_settle
 from marshal_workers.core.heldclaim import Phase
 from marshal_workers.core.member import Member
 from marshal_workers.core.pending import WRITE_TRIES
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
-from marshal_workers.ipc.exits import EXIT_HANDLER_FAILED
+from marshal_workers.ipc.exits import EXIT_HANDLER_FAILED, EXIT_HANDLER_TIMEOUT
 from marshal_workers.log.memlog import MemoryTopic
 from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.modes import Mode
@@ -706,6 +707,32 @@ class TestFailureCounts:
         state = member.worlds[0].poison.get(key)
         assert state is not None and state.failures == 1  # counted: the holder wrote it
         assert key not in member.held  # released once the count landed
+
+    @pytest.mark.parametrize("ended", ["handler_failed", "handler_timed_out"])
+    def test_past_its_lease_a_member_writes_no_failure_count(self, ended: str) -> None:
+        """Decision 19 for counts (a review of 2026-11-27): a member frozen past its lease
+        thaws, hears its child's failure and wrote its count; by then a rival may hold the
+        claim and have counted the record (or the next one) to parked, the log refuses the
+        count, but it is the newest record under the counts' key, and once the cleaner runs a
+        compacted reader takes it as written: the rival's parked count is gone, and a record
+        is tried again from 1. Past its own lease a member writes no count."""
+        topic, log_ms = fresh_topic(partitions=1)
+        member = Member(settings(partitions=1))
+        h = start(member, topic, log_ms, n=1)
+        key = keys(1)[0]
+        h.run(member.feed(inp.StartFound(h.now, key, 100)))
+        h.tick(0.05)
+        held = member.held[key]
+        late = held.lease + 0.5  # frozen: no tick in between
+        if ended == "handler_failed":
+            said = ipc.HandlerFailed(120, "ValueError", "")
+            commands = member.feed(inp.ChildSaid(late, key, said))
+        else:
+            end = ChildEnd(EXIT_HANDLER_TIMEOUT, ipc.Settle(120, 121, "timed out"), 2.0)
+            commands = member.feed(inp.ChildExited(late, key, EXIT_HANDLER_TIMEOUT, end=end))
+        counts = [c for c in commands if isinstance(c, cmd.Append)
+                  and c.value.startswith(b"RecordFailed")]  # fmt: skip
+        assert counts == []
 
     @pytest.mark.parametrize("action", [Action.RETRY, Action.SKIP])
     def test_an_operators_decision_ends_the_members_wait_to_claim_again(

@@ -5,9 +5,11 @@ members do."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
+from marshal_workers.admin.record_commands import refusal
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol import events as ev
@@ -280,20 +282,26 @@ class TestAfterCompaction:
         assert (late.offset, late.failures, late.parked) == (40, 3, False)
 
     @pytest.mark.parametrize("action", [Action.SKIP, Action.RETRY])
-    def test_a_decision_under_the_counts_key_still_applies_alone(self, action: Action) -> None:
-        """A log written before decisions had a key of their own: the cleaner kept the
-        decision alone under the counts' key, and it applies to its offset as it always did
-        (nothing tells it from the count it erased)."""
+    def test_a_decision_under_the_counts_key_is_read_but_not_applied_alone(
+        self, action: Action
+    ) -> None:
+        """A log written before decisions had a key of their own: the cleaner kept a decision
+        alone under the counts' key. It is read (not malformed), but with no count before it a
+        compacted reader cannot tell a valid decision from a refused one, and a skip taken on
+        that guess would skip a record in ALO (marshal-sim, the simulator's operator skipping
+        under the old key: alo_no_skip at seed 7 of poison,compaction): it is refused."""
         log = CompactedPoisonLog()
         log.a_failed_three_times_and_released()
-        decision = resolved("admin", 40, action)
+        decision = resolved("admin", 41, action)  # another offset: the whole log refuses it
         log.now = 3 * HB
         log.topic.append(0, poison_key(KEY), encode_poison(decision))
         log.write(3 * HB + 1, claim("a", part=2))
+        full = log.reader().worlds[0].poison[KEY]
+        assert (full.offset, full.failures, full.skipped) == (40, 3, False)
         log.topic.compact(clean_before_ms=3 * HB + 1)
-        late = log.reader().worlds[0].poison[KEY]
-        assert late.offset == 40 and not late.parked and late.skipped is (action is Action.SKIP)
-        assert late.failures == 0  # the count it erased is gone with it
+        late = log.reader()
+        assert late.worlds[0].malformed == 0
+        assert KEY not in late.worlds[0].poison  # the count it erased is lost; no skip
 
     def test_a_certain_claims_holder_is_still_checked(self) -> None:
         """With the claim's history in front of the fold, a non-holder's count is refused."""
@@ -343,3 +351,34 @@ class TestStatus:
         status = group_status(GROUP, {0: log.world}, HB, 500, {})
         assert "poison" not in status.claims[0].to_json()
         assert "PARKED" not in render_table(status)
+
+
+class TestAdminRefusal:
+    """`marshal-admin skip-record`/`retry-record` refuse on their own fold what the log would,
+    and write nothing; after the cleaner their fold may not be a member's, and they write."""
+
+    def session(self, log: CompactedPoisonLog, client: str = "admin") -> object:
+        worlds = log.reader().worlds
+        return SimpleNamespace(worlds=worlds, partition_of=lambda key: 0, client_id=client)
+
+    def test_a_decision_on_another_offset_or_by_a_non_admin_is_refused(self) -> None:
+        log = CompactedPoisonLog()
+        log.a_failed_three_times_and_released()
+        assert refusal(self.session(log), KEY, 40) is None  # type: ignore[arg-type]
+        wrong = refusal(self.session(log), KEY, 41)  # type: ignore[arg-type]
+        assert wrong == "nothing to resolve at 41: the failing record is 40"
+        mallory = refusal(self.session(log, "mallory"), KEY, 40)  # type: ignore[arg-type]
+        assert mallory == "mallory is not an admin client"
+
+    def test_after_the_cleaner_the_offset_is_left_to_the_log(self) -> None:
+        """A review of 2026-11-27: a holder that read the whole log may be parked on a record
+        the admin's compacted fold does not show; refusing there would leave it parked."""
+        log = CompactedPoisonLog()
+        log.a_failed_three_times_and_released()
+        log.write(3 * HB, claim("a", part=2))
+        log.topic.compact(clean_before_ms=3 * HB)
+        session = self.session(log)
+        assert session.worlds[0].gap_seen  # type: ignore[attr-defined]
+        assert refusal(session, KEY, 41) is None  # type: ignore[arg-type]
+        mallory = refusal(self.session(log, "mallory"), KEY, 40)  # type: ignore[arg-type]
+        assert mallory == "mallory is not an admin client"
