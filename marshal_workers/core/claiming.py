@@ -58,6 +58,7 @@ class Claiming:
         self.member_keys: set[ClaimKey] = set()  # the group's member claims seen in the log
         self.idle_since: float | None = None
         self._old_seen: dict[ClaimKey, int] = {}  # takeovers: the old instance's last heartbeat
+        self.first_sent: dict[ClaimKey, float] = {}  # the first claim sent since a verdict
         self._resume_lookup: set[ClaimKey] = set()  # to take over once their start is found
         self._next_claim = self._next_release = 0.0
         self.begun_at: float | None = None  # when the member began (after its catch-up)
@@ -144,30 +145,69 @@ class Claiming:
 
     def claim(self, key: ClaimKey, now: float) -> None:
         """Write a claim."""
-        self.ctx.append(Kind.CLAIM, key, ClaimingPartition(*self.ctx.fields(key)), now)
+        op = self.ctx.append(Kind.CLAIM, key, ClaimingPartition(*self.ctx.fields(key)), now)
+        self.first_sent.setdefault(key, op.sent_at)
 
     def claim_decided(self, op: Op, event: ev.Event, now: float) -> None:
         """The claim's verdict: hold it, or back off."""
         ctx, key = self.ctx, op.key
         if not isinstance(event, ev.ClaimGranted):
+            if self.adopt_landed(key, now):  # refused as this instance's own: an earlier won
+                return
+            self.first_sent.pop(key, None)
             uncertain = not (state := ctx.state_of(key)) or not state.certain
             backoff = self.refusal_backoff(uncertain)
             ctx.avoid_until[key] = max(ctx.avoid_until.get(key, 0.0), now + backoff)
             return
-        held = self.keeping.hold(key, event.token, ctx.lease_from(op.sent_at), now)
+        self.first_sent.pop(key, None)
+        self._won(key, event.token, ctx.lease_from(op.sent_at), event.previous_client, now)
+
+    def adopt_landed(self, key: ClaimKey, now: float) -> bool:
+        """Hold ``key`` if the fold shows this instance holding it though no verdict on its
+        claims came as such: a claim whose write was given up (timed out) but landed, or whose
+        grant was folded while no claim of it was in flight. Without this the member held
+        nothing while the log said it held the claim, and could claim again only once the
+        log's claim went stale, 2*HB later (marshal-sim, seed 11 of poison,failures at a 0.2
+        fail rate). The lease counts from the first claim sent since the last verdict: the one
+        that won was sent no earlier. Only on a certain claim (after the cleaner the fold's
+        holder is a guess)."""
+        ctx, s = self.ctx, self.ctx.s
+        state = ctx.state_of(key)
+        if key in ctx.held or state is None or not state.certain or state.token is None:
+            return False
+        if state.holder_client != s.client_id or state.holder_instance != s.instance_id:
+            return False
+        sent = self.first_sent.pop(key, None)
+        if sent is None:
+            return False
+        ctx.say("info", "claim_adopted", topic=key.topic, partition=key.partition,
+                token=state.token)  # fmt: skip
+        self._won(key, state.token, ctx.lease_from(sent), None, now)
+        return True
+
+    def late_grant(self, event: ev.ClaimGranted, now: float) -> None:
+        """A grant of this instance's claim that no claim in flight was told: adopt it."""
+        if event.key not in self.in_flight():
+            self.adopt_landed(event.key, now)
+
+    def _won(
+        self, key: ClaimKey, token: int, lease: float, previous: str | None, now: float
+    ) -> None:
+        ctx = self.ctx
+        held = self.keeping.hold(key, token, lease, now)
         self._announced(key, now)
         if not held.is_member:
             position = self.resume_position(key)
             own = ctx.expired_positions.pop(key, None)
             if position is not None:  # won back with nobody in between: its own newest
-                position = reclaimed_position(position, own, event.previous_client, ctx.s.client_id)
+                position = reclaimed_position(position, own, previous, ctx.s.client_id)
             self.set_position(held, position)
         ctx.say(
             "info",
             "claim_won",
             topic=key.topic,
             partition=key.partition,
-            token=event.token,
+            token=token,
             position=held.position,
         )
         if ctx.stopping:
@@ -185,7 +225,14 @@ class Claiming:
         return self.ctx.jitter(0.02, 0.1)
 
     def gave_up(self, op: Op, now: float) -> None:
-        """A claim or takeover whose verdict never came: try again later."""
+        """A claim or takeover whose verdict never came: held if it landed and won (its grant
+        already folded: `adopt_landed`), else try again later."""
+        if (
+            op.kind is Kind.CLAIM
+            and op.key not in self.in_flight()
+            and self.adopt_landed(op.key, now)
+        ):
+            return
         self.ctx.avoid_until[op.key] = now + self.ctx.jitter(0.1, 0.5)
 
     def in_flight(self) -> set[ClaimKey]:

@@ -237,6 +237,8 @@ class Member:
             self._resolve(op, event, now)
         elif mine and isinstance(event, ev.HeartbeatAccepted):
             self.keeping.late_heartbeat_landed(event)
+        elif mine and isinstance(event, ev.ClaimGranted):
+            self.claiming.late_grant(event, now)
         key = event.key
         if is_member_key(key):
             self.claiming.member_keys.add(key)

@@ -236,6 +236,37 @@ class TestClaiming:
         assert set(member.held) == {keys(1)[0], member_key("g", "c1")}
 
 
+class TestClaimsThatTimedOut:
+    @pytest.mark.parametrize("folded_first", [True, False])
+    def test_a_claim_whose_write_failed_but_landed_is_held(self, folded_first: bool) -> None:
+        """marshal-sim seed 11 of poison,failures (fail rate 0.2): a claim's write timed out
+        but landed; told it failed, the member held nothing while the log said it held the
+        claim, and could claim again only once that went stale (2*HB). It now holds it, with
+        the lease of the claim's send (the grant folded before or after the failure)."""
+        topic, log_ms = fresh_topic(partitions=1)
+        member = Member(settings(partitions=1))
+        h = Harness(topic, member, log_ms)
+        h.read()
+        commands = member.begin(h.now, 1_000.0, keys(1))
+        claims = [c for c in commands if isinstance(c, cmd.Append)
+                  and isinstance(c.message, ClaimingPartition)]  # fmt: skip
+        h.run([c for c in commands if c not in claims])
+        data = [c for c in claims if c.message.topic == "orders"]
+        assert len(data) == 1
+        (claim_cmd,) = data
+        topic.append(claim_cmd.partition, claim_cmd.key, claim_cmd.value)  # it landed
+        failed = inp.AppendFailed(h.now + 0.1, claim_cmd.op, "timed out")
+        if folded_first:
+            h.read()
+            h.run(member.feed(failed))
+        else:
+            h.run(member.feed(failed))
+            h.read()
+        key = keys(1)[0]
+        assert key in member.held
+        assert member.held[key].lease == member.ctx.lease_from(0.0)  # from the claim's send
+
+
 class TestIsolation:
     def test_a_restart_resumes_only_its_own_groups_claims(self) -> None:
         """Client id c1 in groups a and b: the restarted member of b touches nothing of a."""
