@@ -58,7 +58,8 @@ class Claiming:
         self.member_keys: set[ClaimKey] = set()  # the group's member claims seen in the log
         self.idle_since: float | None = None
         self._old_seen: dict[ClaimKey, int] = {}  # takeovers: the old instance's last heartbeat
-        self.first_sent: dict[ClaimKey, float] = {}  # the first claim sent since a verdict
+        # the first claim sent since a verdict: its send time, and the fold's next offset then
+        self.first_sent: dict[ClaimKey, tuple[float, int]] = {}
         self._resume_lookup: set[ClaimKey] = set()  # to take over once their start is found
         self._next_claim = self._next_release = 0.0
         self.begun_at: float | None = None  # when the member began (after its catch-up)
@@ -145,8 +146,11 @@ class Claiming:
 
     def claim(self, key: ClaimKey, now: float) -> None:
         """Write a claim."""
-        op = self.ctx.append(Kind.CLAIM, key, ClaimingPartition(*self.ctx.fields(key)), now)
-        self.first_sent.setdefault(key, op.sent_at)
+        ctx = self.ctx
+        if key not in self.first_sent:  # the first claim since a verdict: when, and where the
+            # fold stood (any grant at or past that offset is of a claim sent since)
+            self.first_sent[key] = (now, ctx.worlds[ctx.home(key)].next_offset)
+        ctx.append(Kind.CLAIM, key, ClaimingPartition(*ctx.fields(key)), now)
 
     def claim_decided(self, op: Op, event: ev.Event, now: float) -> None:
         """The claim's verdict: hold it, or back off."""
@@ -168,18 +172,22 @@ class Claiming:
         grant was folded while no claim of it was in flight. Without this the member held
         nothing while the log said it held the claim, and could claim again only once the
         log's claim went stale, 2*HB later (marshal-sim, seed 11 of poison,failures at a 0.2
-        fail rate). The lease counts from the first claim sent since the last verdict: the one
-        that won was sent no earlier. Only on a certain claim (after the cleaner the fold's
-        holder is a guess)."""
+        fail rate). Only a grant (or takeover) at or past the offset the fold stood at when
+        the first claim since the last verdict was sent: an earlier token is of an earlier
+        tenure of this instance, which the fold still shows until a release or a rival's grant
+        lands (a review: adopting it held a stale claim while a rival won it). So the grant is
+        of a claim sent since, and the lease counts from that first send. Only on a certain
+        claim (after the cleaner the fold's holder is a guess)."""
         ctx, s = self.ctx, self.ctx.s
         state = ctx.state_of(key)
         if key in ctx.held or state is None or not state.certain or state.token is None:
             return False
         if state.holder_client != s.client_id or state.holder_instance != s.instance_id:
             return False
-        sent = self.first_sent.pop(key, None)
-        if sent is None:
+        first = self.first_sent.get(key)
+        if first is None or state.token < first[1]:
             return False
+        sent, _ = self.first_sent.pop(key)
         ctx.say("info", "claim_adopted", topic=key.topic, partition=key.partition,
                 token=state.token)  # fmt: skip
         self._won(key, state.token, ctx.lease_from(sent), None, now)

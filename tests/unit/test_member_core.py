@@ -266,6 +266,31 @@ class TestClaimsThatTimedOut:
         assert key in member.held
         assert member.held[key].lease == member.ctx.lease_from(0.0)  # from the claim's send
 
+    @pytest.mark.parametrize("refused", [False, True])
+    def test_an_earlier_tenure_the_fold_still_shows_is_not_adopted(self, refused: bool) -> None:
+        """A review of the adoption above: the fold shows this instance holding a claim it lost
+        (its lease ended; no release, no rival's grant landed yet) until a record says
+        otherwise. A claim of it that then fails (never landed), or is refused as already held
+        by this client, must not hold that old tenure: a rival may win it any moment."""
+        topic, log_ms = fresh_topic(partitions=1)
+        member = Member(settings(partitions=1))
+        h = start(member, topic, log_ms, n=1)
+        key = keys(1)[0]
+        held = member.held[key]
+        member.keeping.lose(held, "test")
+        h.run(member.feed(inp.ChildExited(h.now, key, -9)))
+        assert key not in member.held
+        state = member.ctx.state_of(key)
+        assert state is not None and state.holder_instance == "i1"  # the old tenure, shown
+        member.ctx.out = []
+        member.claiming.claim(key, h.now)
+        (again,) = [c for c in member.ctx.out if isinstance(c, cmd.Append)]
+        if refused:  # it lands, and the log refuses it: already held by this client
+            h.run([again])
+        else:
+            h.run(member.feed(inp.AppendFailed(h.now, again.op, "queue full")))
+        assert key not in member.held
+
 
 class TestIsolation:
     def test_a_restart_resumes_only_its_own_groups_claims(self) -> None:
