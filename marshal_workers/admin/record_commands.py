@@ -54,16 +54,10 @@ def refusal(session: AdminSession, key: ClaimKey, offset: int) -> str | None:
     the cleaner this fold's count may not be the one a member that read everything holds (a
     parked holder must not be left without its decision), and the decision is written."""
     world = session.worlds[session.partition_of(key)]
-    admins = world.config.admin_client_ids
-    if admins is not None and session.client_id not in admins:
-        return f"{session.client_id} is not an admin client"
-    if world.gap_seen:
-        return None
-    state = world.poison.get(key)
-    if state is None or state.offset != offset:
-        on = "no failing record" if state is None else f"the failing record is {state.offset}"
-        return f"nothing to resolve at {offset}: {on}"
-    return None
+    refused = poison.admin_refusal(session.client_id, world.config.admin_client_ids)
+    if refused is not None or world.gap_seen:
+        return refused
+    return poison.offset_refusal(world.poison.get(key), offset)
 
 
 def resolve(session: AdminSession, key: ClaimKey, offset: int, action: poison.Action) -> str:

@@ -252,23 +252,28 @@ class Member:
             self._watch(held, event, mine)
 
     def _poison_verdict(self, event: PoisonVerdict, now: float) -> None:
-        """A poison record folded: the verdict on one this member wrote, if it is one; an
-        operator's retry or skip of one of this group's records ends this member's wait to
-        claim it again (`claim_releasing` after repeated failures): the decision is a new
-        start, and a wait of every member that released it would leave it unclaimed."""
+        """A poison record folded: the verdict on one this member wrote, if it is one, and an
+        operator's decision heeded."""
         me, message = self.s, event.message
         mine = message.client_id == me.client_id and message.instance_id == me.instance_id
         op = self.ctx.pending.decided(event, mine, now)
         if op is not None:
             self._resolve(op, event, now)
         if isinstance(event, PoisonCleared) and message.group_id == me.group:
-            ctx, key = self.ctx, ClaimKey(message.group_id, message.topic, message.partition)
-            until = ctx.failure_avoid.pop(key, None)
-            if until is not None and ctx.avoid_until.get(key) == until:
-                del ctx.avoid_until[key]  # only the wait the failures set, none other
-            held = ctx.held.get(key)
-            if held is not None and held.failed_offset == message.offset:
-                held.failures = 0  # the count starts again, here as in the log
+            self._heed_decision(event)
+
+    def _heed_decision(self, event: PoisonCleared) -> None:
+        """An operator's retry or skip of one of this group's records ends this member's wait
+        to claim it again (`claim_releasing` after repeated failures): the decision is a new
+        start, and a wait of every member that released it would leave it unclaimed."""
+        ctx, message = self.ctx, event.message
+        key = event.key
+        until = ctx.failure_avoid.pop(key, None)
+        if until is not None and ctx.avoid_until.get(key) == until:
+            del ctx.avoid_until[key]  # only the wait the failures set, none other
+        held = ctx.held.get(key)
+        if held is not None and held.failed_offset == message.offset:
+            held.failures = 0  # the count starts again, here as in the log
 
     def _watch(self, held: HeldClaim, event: ev.ClaimVerdict, mine: bool) -> None:
         """What others' records (and refusals of ours) mean for a claim this member holds."""

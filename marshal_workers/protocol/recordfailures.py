@@ -338,11 +338,37 @@ def fold_poison(
         )
         poison[key] = new
         return PoisonNoted(*where, msg, new)
-    if admin_client_ids is not None and msg.client_id not in admin_client_ids:
-        return PoisonRejected(*where, msg, f"{msg.client_id} is not an admin client")
-    if state is None or state.offset != msg.offset:
-        on = "no failing record" if state is None else f"the failing record is {state.offset}"
-        return PoisonRejected(*where, msg, f"nothing to resolve at {msg.offset}: {on}")
+    return _decide(poison, key, msg, where, state, admin_client_ids)
+
+
+def admin_refusal(client_id: str, admin_client_ids: frozenset[str] | None) -> str | None:
+    """Why ``client_id`` may not decide on a poison record (None: it may)."""
+    if admin_client_ids is not None and client_id not in admin_client_ids:
+        return f"{client_id} is not an admin client"
+    return None
+
+
+def offset_refusal(state: PoisonState | None, offset: int) -> str | None:
+    """Why a decision on ``offset`` finds nothing to resolve in ``state`` (None: it applies)."""
+    if state is not None and state.offset == offset:
+        return None
+    on = "no failing record" if state is None else f"the failing record is {state.offset}"
+    return f"nothing to resolve at {offset}: {on}"
+
+
+def _decide(
+    poison: dict[ClaimKey, PoisonState],
+    key: ClaimKey,
+    msg: PoisonResolved,
+    where: tuple[int, int, int],
+    state: PoisonState | None,
+    admin_client_ids: frozenset[str] | None,
+) -> ev.Event:
+    """Rule 2 (and rule 4: on an uncertain claim the same, see `_fold_uncertain`): an admin's
+    decision applies to the offset of the count the fold has, and only to it."""
+    refusal = admin_refusal(msg.client_id, admin_client_ids) or offset_refusal(state, msg.offset)
+    if refusal is not None or state is None:
+        return PoisonRejected(*where, msg, refusal or "no failing record")
     skip = msg.action is Action.SKIP
     new = PoisonState(
         state.offset,
@@ -350,17 +376,11 @@ def fold_poison(
         False,
         state.error,
         msg.client_id,
-        log_time,
+        where[2],
         skipped=skip,
     )
     poison[key] = new
     return PoisonCleared(*where, msg, new)
-
-
-def decision_applies(state: PoisonState | None, msg: PoisonResolved) -> bool:
-    """Rule 4 for a decision on a claim whose history may be compacted: only on the offset of
-    the count the fold has."""
-    return state is not None and state.offset == msg.offset
 
 
 def _fold_uncertain(
@@ -375,10 +395,10 @@ def _fold_uncertain(
     the newest count of the claim survives while the failures it counted, and the grant and
     heartbeats that made its writer the holder, may not: a RecordFailed is taken as written
     (its count and outcome are its writer's, who counted them on its own fold). An admin's
-    PoisonResolved applies only to the offset the surviving count is on (`decision_applies`:
+    PoisonResolved applies only to the offset the surviving count is on, as on a certain claim:
     the newest count survives beside the newest decision, so a count on another offset, or
     none before it, means the whole log refused it, or that a newer count follows and
-    decides). A decision under the counts' key (before decisions had their own) may be all
+    decides. A decision under the counts' key (before decisions had their own) may be all
     that is left of them and valid; it is refused too: a skip taken on a guess would skip a
     record in ALO, and a refused retry only lets the record be tried again."""
     if isinstance(msg, RecordFailed):
@@ -392,24 +412,7 @@ def _fold_uncertain(
         )
         poison[key] = new
         return PoisonNoted(*where, msg, new)
-    if admin_client_ids is not None and msg.client_id not in admin_client_ids:
-        return PoisonRejected(*where, msg, f"{msg.client_id} is not an admin client")
-    same = state is not None and state.offset == msg.offset
-    if not decision_applies(state, msg):
-        on = "no failing record" if state is None else f"the failing record is {state.offset}"
-        return PoisonRejected(*where, msg, f"nothing to resolve at {msg.offset}: {on}")
-    skip = msg.action is Action.SKIP
-    new = PoisonState(
-        msg.offset,
-        state.failures if skip and same and state else 0,
-        False,
-        state.error if same and state else "",
-        msg.client_id,
-        where[2],
-        skipped=skip,
-    )
-    poison[key] = new
-    return PoisonCleared(*where, msg, new)
+    return _decide(poison, key, msg, where, state, admin_client_ids)
 
 
 # ---- what members and operators make of it -----------------------------------------------------
