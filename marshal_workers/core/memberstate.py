@@ -50,7 +50,7 @@ class MemberState:
         self.held: dict[ClaimKey, HeldClaim] = {}
         self.avoid_until: dict[ClaimKey, float] = {}
         # the waits set by a release after repeated handler failures (an operator's decision
-        # on the claim's record ends them: `Member._poison_verdict`)
+        # on the claim's record ends them: `Member._heed_decision`)
         self.failure_avoid: dict[ClaimKey, float] = {}
         # Send times of heartbeats given up on (no acknowledgement or verdict in time), oldest
         # first, per claim: the producer may still deliver them when a stall ends.
