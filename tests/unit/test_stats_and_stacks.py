@@ -165,8 +165,15 @@ class TestStacks:
         assert "test_log_stacks_writes_one_line_per_thread" in dumps[0]["stack"]
 
     def test_catches_signal_reads_the_process_signal_mask(self) -> None:
-        """Python catches SIGINT; nobody caught SIGUSR2 here; a gone pid catches nothing."""
-        assert catches_signal(os.getpid(), signal.SIGINT)
-        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
-        assert not catches_signal(os.getpid(), signal.SIGUSR2)
-        assert not catches_signal(2**22 + 12345, signal.SIGINT)
+        """A signal with a handler is caught, one at its default is not, a gone pid catches
+        nothing (the test sets both dispositions: a background job starts with SIGINT
+        ignored)."""
+        caught = signal.signal(signal.SIGUSR1, lambda _signum, _frame: None)
+        default = signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+        try:
+            assert catches_signal(os.getpid(), signal.SIGUSR1)
+            assert not catches_signal(os.getpid(), signal.SIGUSR2)
+        finally:
+            signal.signal(signal.SIGUSR1, caught)
+            signal.signal(signal.SIGUSR2, default)
+        assert not catches_signal(2**22 + 12345, signal.SIGUSR1)
