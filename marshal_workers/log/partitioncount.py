@@ -12,16 +12,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from marshal_workers.clients.kafkaconfig import COORDINATION_READER, SAFE_PRODUCER, client_config
+from marshal_workers.clients import roles
+from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.protocol.metadata import (
@@ -60,17 +54,15 @@ def read_topic_record(
     bootstrap: str, topic: str, timeout_s: float, extra: Mapping[str, str] | None = None
 ) -> TopicRecord | None:
     """The newest CoordinationTopic record on partition 0 of ``topic``, or None."""
-    consumer = Consumer(
+    consumer = roles.coordination_reader(
         client_config(
             bootstrap,
             extra,
             fixed={
                 "group.id": f"marshal-meta-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
             },
-            pinned=COORDINATION_READER,
         )
     )
     deadline = time.monotonic() + timeout_s
@@ -110,7 +102,7 @@ def write_topic_record(
 ) -> None:
     """Append the CoordinationTopic record (``partitions``) to partition 0 and wait for the
     acknowledgement (acks=all); MarshalError if it is not acknowledged."""
-    producer = Producer(client_config(bootstrap, extra, pinned=SAFE_PRODUCER))
+    producer = roles.coordination_producer(client_config(bootstrap, extra))
     record = TopicRecord(int(time.time()), f"init-{uuid.uuid4().hex[:12]}", client_id, partitions)
     errors: list[str] = []
     delivered: list[bool] = []

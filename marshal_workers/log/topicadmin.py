@@ -27,6 +27,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.clients.rdkafka import RDKAFKA_LOG
 from marshal_workers.common.errors import MarshalError
@@ -196,7 +197,7 @@ def admin_client(
     bootstrap_servers: str, extra_config: Mapping[str, str] | None = None
 ) -> AdminClient:
     """An AdminClient whose librdkafka log goes to Python logging (not stderr)."""
-    return AdminClient(
+    return roles.admin(
         client_config(bootstrap_servers, extra_config, fixed={"error_cb": _log_error})
     )
 
