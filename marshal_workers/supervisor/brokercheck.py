@@ -32,7 +32,9 @@ when
 with margin = HB/10 (capped at 2 s): the rule is written once, in `protocol.leases`.
 `min_heartbeat_s` gives the least such HB (a multiple of 0.5 s); `heartbeat_warning` the line
 `marshal-run` and `marshal-admin init` print when the configured HB is below it. Pure but for
-`read_failure_detection`, which asks the brokers (describe_configs).
+`read_failure_detection`, which asks the brokers (describe_configs). When no broker answers
+(the principal lacks DescribeConfigs on the cluster), `cluster_heartbeat_check` says once that
+the check could not run and what permission it lacks, instead of staying silent.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 # confluent_kafka.admin re-exports these without an __all__, which mypy --strict refuses.
 from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
@@ -146,31 +148,59 @@ def failure_detection(configs: Mapping[int, Mapping[str, str]]) -> FailureDetect
     return FailureDetection(session, max(lags) if lags else None, source, failover)
 
 
-def read_failure_detection(admin: Any, timeout_s: float) -> FailureDetection | None:
+def read_failure_detection(admin: Any, timeout_s: float) -> FailureDetection | str:
     """Ask every broker for its failure-detection settings; a broker that does not answer is
-    left out (None if none answers: the principal may lack DescribeConfigs on the cluster, and
-    nothing is refused for that)."""
+    left out. If none answers, why (nothing is refused for that): the principal may lack
+    DescribeConfigs on the cluster."""
     try:
         brokers = list(admin.list_topics(timeout=timeout_s).brokers)
-    except KafkaException:
-        return None
+    except KafkaException as exc:
+        return f"the brokers could not be listed ({exc.args[0].str() if exc.args else exc})"
     configs: dict[int, dict[str, str]] = {}
+    refused: list[str] = []
     for broker in brokers:  # librdkafka takes one BROKER resource per call
         resource = ConfigResource(ResourceType.BROKER, str(broker))
         try:
             future = admin.describe_configs([resource], request_timeout=timeout_s)[resource]
             entries = future.result(timeout=timeout_s)
-        except (KafkaException, TimeoutError, ValueError):
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() in _NOT_ALLOWED:
+                refused.append(str(err.str()))
+            continue
+        except (TimeoutError, ValueError):
             continue
         configs[int(broker)] = {
             name: entry.value for name, entry in entries.items() if entry.value is not None
         }
-    return failure_detection(configs)
+    detection = failure_detection(configs)
+    if detection is not None:
+        return detection
+    if refused:
+        return (
+            f"the brokers refused to describe their configs ({refused[0]}): this principal "
+            "lacks DescribeConfigs on the cluster (marshal-admin acls --role worker)"
+        )
+    return "no broker described its failure detection"
 
 
-def cluster_heartbeat_warning(
+_NOT_ALLOWED: Final = frozenset(
+    {KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED}
+)
+
+
+def cluster_heartbeat_check(
     admin: Any, heartbeat_interval_s: float, timeout_s: float = 10.0
-) -> str | None:
-    """The warning for this cluster (None if the HB suffices or the brokers will not say)."""
+) -> tuple[str, str] | None:
+    """What to say once about the heartbeat interval on this cluster: None if it suffices;
+    (``heartbeat_interval_too_small``, the warning) if it does not; or
+    (``heartbeat_check_skipped``, why) if the brokers' settings could not be read."""
     detection = read_failure_detection(admin, timeout_s)
-    return None if detection is None else heartbeat_warning(heartbeat_interval_s, detection)
+    if isinstance(detection, str):
+        return (
+            "heartbeat_check_skipped",
+            f"the heartbeat-interval check against the brokers' failure detection could not "
+            f"run: {detection}",
+        )
+    warning = heartbeat_warning(heartbeat_interval_s, detection)
+    return None if warning is None else ("heartbeat_interval_too_small", warning)
