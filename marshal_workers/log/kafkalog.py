@@ -204,12 +204,17 @@ class KafkaLog:
     def _why_fatal(self, producer: Producer, exc: KafkaException) -> str:
         """Why ``producer`` refused a record: a fatal error (served now) says more than its
         "Local: Fatal error"."""
+        self._note_fatal(exc)
         try:
             producer.poll(0)
         except KafkaException as fatal:
-            if fatal.args and isinstance(fatal.args[0], KafkaError):
-                self._on_error(fatal.args[0], quiet=True)
+            self._note_fatal(fatal)
         return self._fatal_error or error_text(exc)
+
+    def _note_fatal(self, exc: KafkaException) -> None:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.fatal() and self._fatal_error is None:
+            self._on_error(err, quiet=True)
 
     def _hint(self) -> str:
         return f" (last error: {self._last_error})" if self._last_error else ""
@@ -221,9 +226,13 @@ class KafkaLog:
         while True:
             remaining = max(deadline - time.monotonic(), 0.1)
             try:
-                metadata = self._consumer.list_topics(self.topic, timeout=remaining)
+                # in steps, so that a refused authentication ends the wait at once
+                metadata = self._consumer.list_topics(self.topic, timeout=min(remaining, 1.0))
             except KafkaException as exc:
-                raise self._unreachable(error_text(exc), f" within {timeout_s:.0f}s") from None
+                failed = self._unreachable(error_text(exc), f" within {timeout_s:.0f}s")
+                if self._errors.authentication is None and time.monotonic() < deadline:
+                    continue
+                raise failed from None
             meta = metadata.topics.get(self.topic)
             error = meta.error if meta is not None else None
             if meta is None or (error is not None and error.code() == _UNKNOWN_TOPIC):
@@ -284,7 +293,11 @@ class KafkaLog:
                     f"append to {self.topic}[{partition}] not acknowledged within "
                     f"{timeout_s:.1f}s{self._hint()}"
                 )
-            producer.poll(min(remaining, 0.1))
+            try:
+                producer.poll(min(remaining, 0.1))
+            except KafkaException as exc:  # a fatal error of the idempotent producer
+                why = self._why_fatal(producer, exc)
+                raise LogError(f"append to {self.topic}[{partition}] failed: {why}") from None
         err, msg = reports[0]
         if err is not None:
             raise LogError(f"append to {self.topic}[{partition}] failed: {error_text(err)}")
@@ -334,7 +347,10 @@ class KafkaLog:
         replaced by a new one, and every append in flight is reported failed."""
         if self._producer is None:
             return []
-        self._producer.poll(0)
+        try:
+            self._producer.poll(0)
+        except KafkaException as exc:  # raised instead of reported: a fatal error
+            self._fatal_error = self._why_fatal(self._producer, exc)
         if self._fatal_error is not None:
             error, self._fatal_error = self._fatal_error, None
             _log.error("replacing the coordination producer after a fatal error: %s", error)
