@@ -118,8 +118,9 @@ ROLES: Final[Mapping[str, tuple[Grant, ...]]] = {
         _SCRATCH,
     ),
     "auditor": (
-        Grant("topic", COORDINATION, ("Read", "Describe"),
-              "marshal-audit reads the log (metadata, offsets, Spark's Kafka source)"),
+        Grant("topic", COORDINATION, ("Read", "Describe", "DescribeConfigs"),
+              "marshal-audit reads the log (Spark's Kafka source) and checks its timestamps "
+              "are the broker's"),
         _SCRATCH,
     ),
     "init": (

@@ -315,3 +315,29 @@ def test_the_operator_role_pauses_and_repositions_but_creates_nothing(secured: S
         assert done.returncode == 0, (args, done.stderr)
     create = secured.admin("operator", "topic", "create", "other", "--partitions", "1")
     assert create.returncode == 1 and "not allowed" in one_error_line(create)
+
+
+@pytest.mark.spark
+def test_the_audit_reads_a_secured_cluster_as_the_auditor_role(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """marshal-audit with the auditor's --config: its metadata reads and Spark's Kafka source
+    (the [kafka] table translated for the Java client) reach the secured broker; the summary
+    counts the log's records and its lines carry no password."""
+    from tests.integration.fleet import MARSHAL_AUDIT  # noqa: PLC0415
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
+    done = subprocess.run(
+        [str(MARSHAL_AUDIT), "--config", str(secured.configs["auditor"]), "--coordination-topic",
+         secured.coordination, "--heartbeat-interval", "2", "--out", str(tmp_path / "out"),
+         "--json"],
+        capture_output=True, text=True, timeout=600, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["records"] > 0, summary
+    password = json.loads(
+        next(line for line in secured.configs["auditor"].read_text().splitlines()
+             if line.startswith('"sasl.password"')).split("=", 1)[1]
+    )  # fmt: skip
+    assert password not in done.stdout + done.stderr
