@@ -16,7 +16,9 @@ Judging too much a secret costs a ``'***'`` where a value would have helped; too
 a leaked password, so the rule errs on the first side. `shown` gives a value as an error line
 may print it; `redact_text` takes every secret value of a table out of a text (librdkafka's
 own messages may quote a value), and also anything written as ``password="..."`` (a JAAS line
-in a Java error).
+in a Java error). The values of the process's own ``[kafka]`` table are remembered when it is
+read (`remember`), so that the one error line every command ends with (`consolescripts`) is
+cleaned of them whatever raised it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,14 @@ _ASSIGNED = re.compile(
     r"""(?P<eq>\s*[=:]\s*)(?P<value>"[^"]*"|'[^']*'|[^\s,;}"']+)""",
     re.IGNORECASE,
 )
+
+
+_REMEMBERED: set[str] = set()
+
+
+def remember(table: Mapping[str, Any]) -> None:
+    """Keep the secret values of ``table`` (this process's own) for every later `redact_text`."""
+    _REMEMBERED.update(secret_values(table))
 
 
 def _close(a: str, b: str) -> bool:
@@ -85,6 +95,7 @@ def redact_text(text: str, *tables: Mapping[str, Any], values: Iterable[str] = (
     """``text`` with every secret value of ``tables`` (and ``values``) replaced by ``***``, and
     the value of anything written as ``password=...`` or ``secret: ...`` too."""
     found = {v for table in tables for v in secret_values(table)} | {v for v in values if v}
+    found |= _REMEMBERED
     for value in sorted(found, key=len, reverse=True):
         if len(value) >= 4:
             text = text.replace(value, MASK)
@@ -92,6 +103,16 @@ def redact_text(text: str, *tables: Mapping[str, Any], values: Iterable[str] = (
             for quoted in (f'"{value}"', f"'{value}'", f"={value}"):
                 text = text.replace(quoted, quoted.replace(value, MASK))
     return _ASSIGNED.sub(lambda m: f"{m['name']}{m['eq']}{MASK}", text)
+
+
+def redact_event(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """A structlog processor: the remembered secret values taken out of every text field."""
+    if not _REMEMBERED:
+        return event
+    for key, value in event.items():
+        if isinstance(value, str) and any(secret in value for secret in _REMEMBERED):
+            event[key] = redact_text(value)
+    return event
 
 
 def redacted(table: Mapping[str, Any]) -> dict[str, Any]:

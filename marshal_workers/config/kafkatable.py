@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from marshal_workers.common.errors import ConfigError
-from marshal_workers.common.secrets import shown
+from marshal_workers.common.secrets import remember, shown
 
 ENV_PREFIX: Final = "MARSHAL_KAFKA_"
 FILE_SUFFIX: Final = "_FILE"
@@ -160,4 +160,5 @@ def kafka_table(
     for layer in (from_credentials(environ.get(CREDENTIALS_ENV)), from_environment(environ)):
         values.update(layer.values)
         sources.update(layer.sources)
+    remember(values)
     return KafkaTable(values, sources)

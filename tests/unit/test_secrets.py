@@ -69,3 +69,25 @@ def test_text_with_a_secret_value_or_a_jaas_line_is_redacted() -> None:
     assert PASSWORD not in redact_text(text, table)
     jaas = 'ScramLoginModule required username="worker" password="hunter22";'
     assert "hunter22" not in redact_text(jaas) and 'username="worker"' in redact_text(jaas)
+
+
+def test_a_read_tables_secrets_never_reach_a_log_line_or_the_error_line(tmp_path: Path) -> None:
+    """Once the [kafka] table is read, its secret values are taken out of every log line
+    (structlog and the standard library's) and of the command's one error line."""
+    import io  # noqa: PLC0415
+    import logging  # noqa: PLC0415
+
+    import structlog  # noqa: PLC0415
+
+    from marshal_workers.common.logs import configure_logging  # noqa: PLC0415
+
+    toml = tmp_path / "fleet.toml"
+    toml.write_text(f'[kafka]\n"sasl.username" = "w"\n"sasl.pasword" = "{PASSWORD}x"\n')
+    with pytest.raises(ConfigError):  # a typo: refused, but the value is remembered
+        resolve({}, toml, environ={})
+    out = io.StringIO()
+    configure_logging(json=True, stream=out)
+    structlog.get_logger().warning("kafka_error", detail=f"bad login {PASSWORD}x for w")
+    logging.getLogger("marshal_workers.log.kafkalog").warning("text %s", f"{PASSWORD}x")
+    assert PASSWORD not in out.getvalue() and "bad login *** for w" in out.getvalue()
+    assert PASSWORD not in redact_text(f"error: Kafka: {PASSWORD}x refused")
