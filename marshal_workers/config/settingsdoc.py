@@ -71,7 +71,7 @@ def kafka_table_section() -> list[str]:
         "`marshal-admin` and `marshal-audit`, as librdkafka names them. Each comes from, the "
         "later winning:",
         "",
-        "1. the `[kafka]` table of the `--config` file (`\"sasl.username\" = \"billing\"`; a "
+        '1. the `[kafka]` table of the `--config` file (`"sasl.username" = "billing"`; a '
         "string, number or boolean: a list or a table is refused);",
         f"2. a systemd credential: each file `{CREDENTIAL_PREFIX}PROPERTY` in "
         f"`${CREDENTIALS_ENV}` (the unit's `LoadCredential={CREDENTIAL_PREFIX}sasl.password:"
