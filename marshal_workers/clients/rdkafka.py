@@ -147,18 +147,18 @@ class ErrorMemory:
     authentication error, then goes on reporting the broken connection ("Broker transport
     failure"): the first is what the operator must read."""
 
-    def __init__(self, log: logging.Logger | None = None) -> None:
+    def __init__(self, log: bool = False) -> None:
         self.last: str | None = None
         self.authentication: str | None = None
-        self._log = log
+        self._log = log  # to RDKAFKA_LOG, at debug level
 
     def __call__(self, err: KafkaError) -> None:
         text = error_text(err)
         self.last = text
         if err.code() == KafkaError._AUTHENTICATION:
             self.authentication = text
-        if self._log is not None:
-            self._log.debug("kafka error: %s", text)
+        if self._log:
+            RDKAFKA_LOG.debug("kafka error: %s", text)
 
     def unreachable(self, bootstrap: str, detail: str, within: str = "") -> str:
         """The one line for a client that could not talk to ``bootstrap`` (``detail``: the

@@ -29,7 +29,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
-from marshal_workers.clients.rdkafka import RDKAFKA_LOG, ErrorMemory, error_text, refusal_hint
+from marshal_workers.clients.rdkafka import ErrorMemory, error_text, refusal_hint
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.partitioncount import read_topic_record, write_topic_record
 from marshal_workers.protocol.leases import min_compaction_lag_ms
@@ -194,7 +194,7 @@ def admin_client(
 ) -> AdminClient:
     """An AdminClient whose librdkafka log goes to Python logging (not stderr), and whose errors
     are remembered (``errors``: an authentication failure is named as such)."""
-    errors = ErrorMemory(RDKAFKA_LOG)
+    errors = ErrorMemory(log=True)
     admin = roles.admin(client_config(bootstrap_servers, extra_config, fixed={"error_cb": errors}))
     admin.errors = errors  # type: ignore[attr-defined]
     return admin
