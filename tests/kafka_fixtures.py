@@ -3,6 +3,10 @@
 - `kafka_bootstrap` (session): the `bootstrap.servers` of one KRaft node started in a temp
   dir for the whole session and stopped at its end; or `$MARSHAL_TEST_BOOTSTRAP` if set
   (then nothing is started). Tests using it are marked `@pytest.mark.kafka`.
+- `secure_kafka` (session): one secured KRaft node (SASL/SCRAM over TLS, the StandardAuthorizer,
+  no access without an ACL) as a `LocalKafka` handle: `.bootstrap`, `.admin_config_file` (the
+  super user's ``--config``), `.client_table` (its ``[kafka]``), `.add_user(name)`. Started on
+  first use and shared by every secured test; tests using it are marked `@pytest.mark.kafka`.
 - `kafka_cluster3` (module): a three-node cluster as a `LocalKafka` handle (`.bootstrap`,
   `.kill_node(id)`, `.restart_node(id)`, `.leader_of(topic, partition)`). Tests using it are
   marked `@pytest.mark.cluster`.
@@ -23,11 +27,13 @@ from marshal_workers.localkafka import LocalKafka, StartOptions, start_cluster
 BOOTSTRAP_ENV = "MARSHAL_TEST_BOOTSTRAP"
 
 
-def _start(tmp_path_factory: pytest.TempPathFactory, nodes: int) -> LocalKafka:
+def _start(
+    tmp_path_factory: pytest.TempPathFactory, nodes: int, secure: bool = False
+) -> LocalKafka:
     """Start a cluster of `nodes` in a fresh temp dir, turning a MarshalError into a failure."""
-    directory = tmp_path_factory.mktemp(f"kafka{nodes}")
+    directory = tmp_path_factory.mktemp(f"kafka{nodes}{'s' if secure else ''}")
     try:
-        return start_cluster(StartOptions(directory=directory, nodes=nodes))
+        return start_cluster(StartOptions(directory=directory, nodes=nodes, secure=secure))
     except MarshalError as exc:
         pytest.fail(f"could not start a local {nodes}-node Kafka: {exc}", pytrace=False)
 
@@ -42,6 +48,16 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cluster = _start(tmp_path_factory, nodes=1)
     try:
         yield cluster.bootstrap
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
+    """A secured one-node local Kafka for the session (SASL/SCRAM over TLS, ACLs required)."""
+    cluster = _start(tmp_path_factory, nodes=1, secure=True)
+    try:
+        yield cluster
     finally:
         cluster.stop()
 

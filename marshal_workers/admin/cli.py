@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from marshal_workers.admin.acls_command import acls
 from marshal_workers.admin.commands import dump, init, status
 from marshal_workers.admin.data_commands import produce_command, topic
 from marshal_workers.admin.demo import demo
@@ -33,6 +34,7 @@ cli.add_command(skip_record)
 cli.add_command(retry_record)
 cli.add_command(topic)
 cli.add_command(produce_command)
+cli.add_command(acls)
 
 
 def main() -> None:

@@ -23,10 +23,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
-from marshal_workers.clients.kafkaconfig import SAFE_PRODUCER, client_config
+from marshal_workers.clients import roles
+from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import ConfigError, MarshalError
 from marshal_workers.log.topicadmin import (
@@ -159,9 +160,7 @@ def produce(
         else:
             done.offsets.setdefault(msg.partition(), []).append(msg.offset())
 
-    producer = Producer(
-        client_config(bootstrap_servers, kafka, tuned=PRODUCER_TUNING, pinned=SAFE_PRODUCER)
-    )
+    producer = roles.data_producer(client_config(bootstrap_servers, kafka, tuned=PRODUCER_TUNING))
     deadline = time.monotonic() + timeout_s
     for key, value in records:
         while True:

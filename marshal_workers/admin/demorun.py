@@ -24,9 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
+from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.common.ledgerfile import (
@@ -117,7 +118,7 @@ class Demo:
         topic = self.o.topic
         if topic not in admin.list_topics(timeout=10).topics:
             admin.create_topics([NewTopic(topic, self.o.partitions, 1)])[topic].result(30)
-        producer = Producer(client_config(self.bootstrap, tuned={"linger.ms": 5}))
+        producer = roles.data_producer(client_config(self.bootstrap, tuned={"linger.ms": 5}))
         start = self._ends()
         for i in range(self.o.records):
             customer = f"c{i % CUSTOMERS}"
@@ -142,7 +143,7 @@ class Demo:
             )
 
     def _ends(self) -> dict[int, int]:
-        c = Consumer(client_config(self.bootstrap, fixed={"group.id": "demo-probe"}))
+        c = roles.data_consumer(client_config(self.bootstrap, fixed={"group.id": "demo-probe"}))
         deadline = time.monotonic() + 30
         try:
             while True:  # a topic just created may not have its leaders yet

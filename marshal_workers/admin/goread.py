@@ -18,6 +18,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
+from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import ConfigError, MarshalError
@@ -40,7 +41,9 @@ def read_go_records(
         "enable.partition.eof": False,
         "allow.auto.create.topics": False,
     }
-    consumer = Consumer(client_config(bootstrap_servers, extra_config, fixed=fixed))
+    consumer = roles.coordination_reader(
+        client_config(bootstrap_servers, extra_config, fixed=fixed)
+    )
     try:
         deadline = time.monotonic() + timeout_s
         ranges = _ranges(consumer, bootstrap_servers, topic, timeout_s)

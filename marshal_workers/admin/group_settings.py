@@ -171,7 +171,7 @@ def run_group_settings(
 ) -> str:
     """`marshal-admin group-settings`: show the recorded settings, or change them to this
     command's (``change``)."""
-    with admin_session(conn, client_id, timeout_s) as session:
+    with admin_session(conn, client_id, timeout_s, read_only=not change) as session:
         if not change:
             current = recorded(session, group)
             if current is None:

@@ -2,7 +2,9 @@
 
 `status` and `dump` read the whole coordination log from the beginning and fold it with the
 same rationalizer the supervisors use, so they show what every worker sees. `open_log` and
-`admin_session` open the log that way for every command (the writing ones included).
+`admin_session` open the log that way for every command. A command that only reads opens it
+read-only (`open_log`'s default): no producer, so a principal with only Read and Describe on
+the topic can run it; `admin_session` opens a writer unless told it only reads.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from marshal_workers.protocol.groupstatus import iso_ms
 from marshal_workers.protocol.metadata import GroupSettings
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World
 from marshal_workers.protocol.wire import CoordRecord, Partitioner
-from marshal_workers.supervisor.brokercheck import cluster_heartbeat_warning
+from marshal_workers.supervisor.brokercheck import cluster_heartbeat_check
 from marshal_workers.supervisor.fleetcheck import group_settings_problem
 
 ADMIN_CLIENT_ID = "marshal-admin"
@@ -91,25 +93,28 @@ def run_init(
     for diff in result.differences:
         if not diff.fatal:
             warn(str(diff))
-    too_small = cluster_heartbeat_warning(
+    said = cluster_heartbeat_check(
         admin_client(conn.bootstrap_servers, conn.kafka), conn.heartbeat_interval_ms / 1000
     )
-    if too_small is not None:
-        warn(f"warning: {too_small}")
+    if said is not None:
+        warn(f"warning: {said[1]}")
     fatal = [d for d in result.differences if d.fatal]
     if fatal:
         more = f" (and {len(fatal) - 1} more)" if len(fatal) > 1 else ""
         raise MarshalError(f"{fatal[0]}{more}")
 
 
-def open_log(conn: Connection, client_id: str = ADMIN_CLIENT_ID) -> tuple[KafkaLog, FoldedLog]:
-    """The coordination log as ``client_id``, and a reader folding it as the workers do (the
-    caller closes the log)."""
+def open_log(
+    conn: Connection, client_id: str = ADMIN_CLIENT_ID, *, read_only: bool = True
+) -> tuple[KafkaLog, FoldedLog]:
+    """The coordination log as ``client_id`` (read-only unless told otherwise: no producer),
+    and a reader folding it as the workers do (the caller closes the log)."""
     log = KafkaLog(
         conn.bootstrap_servers,
         conn.coordination_topic,
         client_id=client_id,
         extra_config=conn.kafka,
+        read_only=read_only,
     )
     try:
         return log, FoldedLog(log, conn.rationalizer_config(log.num_partitions))
@@ -119,10 +124,13 @@ def open_log(conn: Connection, client_id: str = ADMIN_CLIENT_ID) -> tuple[KafkaL
 
 
 @contextmanager
-def admin_session(conn: Connection, client_id: str, timeout_s: float) -> Iterator[AdminSession]:
-    """An `AdminSession` writing as ``client_id``, caught up with the whole log (AdminError if
-    that takes longer than ``timeout_s``); the log is closed after the block."""
-    log, reader = open_log(conn, client_id)
+def admin_session(
+    conn: Connection, client_id: str, timeout_s: float, *, read_only: bool = False
+) -> Iterator[AdminSession]:
+    """An `AdminSession` writing as ``client_id`` (or ``read_only``: one that writes nothing),
+    caught up with the whole log (AdminError if that takes longer than ``timeout_s``); the log
+    is closed after the block."""
+    log, reader = open_log(conn, client_id, read_only=read_only)
     try:
         session = AdminSession(log, reader, client_id)
         session.catch_up(timeout_s)

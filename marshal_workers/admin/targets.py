@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
+from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.common.errors import ConfigError, MarshalError
 from marshal_workers.config.timearg import TimeArgError, parse_time_ms
@@ -128,7 +129,9 @@ class KafkaOffsetSource:
             "group.id": f"marshal-admin-meta-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
         }
-        self._consumer = Consumer(client_config(bootstrap_servers, extra_config, fixed=fixed))
+        self._consumer = roles.data_consumer(
+            client_config(bootstrap_servers, extra_config, fixed=fixed)
+        )
 
     def partitions(self, topic: str) -> list[int]:
         try:

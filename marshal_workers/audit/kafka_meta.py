@@ -42,7 +42,7 @@ def coordination_partitions(source: KafkaInput, progress: Progress) -> int:
             "senders' clocks, not the broker's (see marshal-admin init)"
         )
     try:
-        record = read_topic_record(source.bootstrap_servers, source.topic, TIMEOUT_S)
+        record = read_topic_record(source.bootstrap_servers, source.topic, TIMEOUT_S, source.kafka)
     except MarshalError as exc:
         raise AuditFailedError(str(exc)) from None
     if record is None:

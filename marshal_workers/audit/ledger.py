@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import types
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Union, get_args, get_origin, get_type_hints
 
@@ -102,9 +102,11 @@ def spark_files(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
     return spark.read.schema(LEDGER_DDL).option("mode", "PERMISSIVE").json([str(f) for f in files])
 
 
-def spark_topic(spark: SparkSession, bootstrap_servers: str, topic: str) -> DataFrame:
+def spark_topic(
+    spark: SparkSession, bootstrap_servers: str, topic: str, kafka: Mapping[str, str] | None = None
+) -> DataFrame:
     """A DataFrame of the ledger lines stored as the values of a Kafka topic."""
-    raw = kafka_frame(spark, bootstrap_servers, topic)
+    raw = kafka_frame(spark, bootstrap_servers, topic, kafka)
     return raw.selectExpr(f"from_json(CAST(`value` AS STRING), '{LEDGER_DDL}') AS `row`").select(
         "row.*"
     )

@@ -90,7 +90,7 @@ def _run(
 
     source, out = config.source, config.out
     if isinstance(source, KafkaInput):
-        records = sources.kafka_topic(spark, source.bootstrap_servers, source.topic)
+        records = sources.kafka_topic(spark, source.bootstrap_servers, source.topic, source.kafka)
     else:
         records = sources.dump_file(spark, source.path)
     config = config.with_heartbeats(_spark(lambda: sources.settings_records(records)))
@@ -154,7 +154,9 @@ def _check(
     if config.ledger_topic is not None:
         assert isinstance(config.source, KafkaInput)
         frames.append(
-            ledger_io.spark_topic(spark, config.source.bootstrap_servers, config.ledger_topic)
+            ledger_io.spark_topic(
+                spark, config.source.bootstrap_servers, config.ledger_topic, config.source.kafka
+            )
         )
     index = result.index
     if frames:

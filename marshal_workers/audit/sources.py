@@ -13,11 +13,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
+from marshal_workers.audit.javakafka import java_options
 from marshal_workers.audit.session import error_line
+from marshal_workers.common.secrets import redact_text
 from marshal_workers.protocol.wire import CoordRecord
 
 if TYPE_CHECKING:
@@ -57,12 +60,18 @@ def dump_file(spark: SparkSession, path: Path) -> DataFrame:
     )
 
 
-def kafka_frame(spark: SparkSession, bootstrap_servers: str, topic: str) -> DataFrame:
+def kafka_frame(
+    spark: SparkSession, bootstrap_servers: str, topic: str, kafka: Mapping[str, str] | None = None
+) -> DataFrame:
     """A Kafka topic as Spark's Kafka source reads it (``key``, ``value``, ``timestamp``, ...),
-    from its beginning to its end now (needs the connector); AuditFailedError if it cannot."""
+    from its beginning to its end now (needs the connector), as the fleet's ``[kafka]`` table
+    says to connect (translated for the Java client, `javakafka`); AuditFailedError if it
+    cannot (its line shows no secret)."""
+    options = java_options(kafka or {}).spark()
     try:
         return (
             spark.read.format("kafka")
+            .options(**options)
             .option("kafka.bootstrap.servers", bootstrap_servers)
             .option("subscribe", topic)
             .option("startingOffsets", "earliest")
@@ -71,14 +80,15 @@ def kafka_frame(spark: SparkSession, bootstrap_servers: str, topic: str) -> Data
             .load()
         )
     except Exception as exc:  # the connector reports through Py4J
-        raise AuditFailedError(
-            f"cannot read {topic} from {bootstrap_servers}: {error_line(exc)}"
-        ) from None
+        why = redact_text(error_line(exc), options, kafka or {})
+        raise AuditFailedError(f"cannot read {topic} from {bootstrap_servers}: {why}") from None
 
 
-def kafka_topic(spark: SparkSession, bootstrap_servers: str, topic: str) -> DataFrame:
+def kafka_topic(
+    spark: SparkSession, bootstrap_servers: str, topic: str, kafka: Mapping[str, str] | None = None
+) -> DataFrame:
     """The records of a Kafka topic, from its beginning to its end now (needs the connector)."""
-    return kafka_frame(spark, bootstrap_servers, topic).selectExpr(
+    return kafka_frame(spark, bootstrap_servers, topic, kafka).selectExpr(
         *_RECORD_COLUMNS,
         "unix_millis(`timestamp`) AS `timestamp_ms`",
         "`key`",

@@ -17,6 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.handler.record import FetchedRecord, MessageRecords, Record
 from marshal_workers.ipc.messages import ChildSpec
@@ -91,7 +92,7 @@ def resolve_start(consumer: Consumer, spec: ChildSpec) -> int:
 
 def open_consumer(spec: ChildSpec) -> tuple[Consumer, int]:
     """A consumer assigned to the spec's partition, and the offset it will fetch first."""
-    consumer = Consumer(consumer_config(spec))
+    consumer = roles.data_consumer(consumer_config(spec))
     try:
         position = resolve_start(consumer, spec)
         consumer.assign([TopicPartition(spec.topic, spec.partition, position)])

@@ -34,6 +34,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from marshal_workers.child.policy import Failure
+from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import SAFE_PRODUCER, client_config
 from marshal_workers.handler import Record
 from marshal_workers.ipc.messages import ChildSpec
@@ -121,7 +122,7 @@ class DeadLetters:
 
     def _ready(self) -> Producer:
         if self._producer is None:
-            self._producer = Producer(producer_config(self.spec))
+            self._producer = roles.dead_letter_producer(producer_config(self.spec))
         if not self._topic_found:  # checked until found: someone may create it meanwhile
             try:
                 self._topic_found = topic_exists(self._producer, self.topic)

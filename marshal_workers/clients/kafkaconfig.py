@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from marshal_workers.clients.rdkafka import FAST_CONNECT, RDKAFKA_LOG
 from marshal_workers.common.errors import ConfigError
+from marshal_workers.common.secrets import shown
 
 SHARED_DEFAULTS: Final[Mapping[str, Any]] = {"logger": RDKAFKA_LOG, **FAST_CONNECT}
 
@@ -81,4 +82,6 @@ def refuse_unsafe(table: Mapping[str, str], source: str) -> None:
             )
         safe = _SAFE_SPELLINGS.get(name)
         if safe is not None and str(value).strip().lower() not in safe:
-            raise ConfigError(f"[kafka] {name} = {value!r} from {source}: refused, {_WHY[name]}")
+            raise ConfigError(
+                f"[kafka] {name} = {shown(name, value)} from {source}: refused, {_WHY[name]}"
+            )

@@ -120,3 +120,53 @@ def error_text(err: object) -> str:
     if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
         return str(err.args[0].str())
     return str(err)
+
+
+_AUTHORIZATION: Final = frozenset(
+    {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
+ACLS_HINT: Final = "see marshal-admin acls for what each role needs"
+
+
+def refusal_hint(err: object) -> str:
+    """A few words for an authorization failure (the principal lacks an ACL), else ''."""
+    inner = err.args[0] if isinstance(err, KafkaException) and err.args else err
+    if isinstance(inner, KafkaError) and inner.code() in _AUTHORIZATION:
+        return f" (this principal is not allowed to: {ACLS_HINT})"
+    return ""
+
+
+class ErrorMemory:
+    """A client's ``error_cb``: remembers the last error and the last authentication failure,
+    so that a connect that times out can say why. librdkafka reports a wrong password as an
+    authentication error, then goes on reporting the broken connection ("Broker transport
+    failure"): the first is what the operator must read."""
+
+    def __init__(self, log: bool = False) -> None:
+        self.last: str | None = None
+        self.authentication: str | None = None
+        self._log = log  # to RDKAFKA_LOG, at debug level
+
+    def __call__(self, err: KafkaError) -> None:
+        text = error_text(err)
+        self.last = text
+        if err.code() == KafkaError._AUTHENTICATION:
+            self.authentication = text
+        if self._log:
+            RDKAFKA_LOG.debug("kafka error: %s", text)
+
+    def unreachable(self, bootstrap: str, detail: str, within: str = "") -> str:
+        """The one line for a client that could not talk to ``bootstrap`` (``detail``: the
+        exception's text), an authentication failure named as such."""
+        if self.authentication is not None:
+            return (
+                f"Kafka at {bootstrap} refused this client's credentials (authentication "
+                f"failed: check sasl.username, sasl.password and sasl.mechanisms): "
+                f"{self.authentication}"
+            )
+        return f"cannot reach Kafka at {bootstrap}{within}: {self.last or detail}"

@@ -15,6 +15,7 @@ import click
 from confluent_kafka import KafkaException
 
 from marshal_workers.common.errors import EXIT_RUNTIME, MarshalError
+from marshal_workers.common.secrets import redact_text
 
 EXIT_ABORTED = 130
 
@@ -32,10 +33,11 @@ def run_command(command: click.Command, prog: str) -> NoReturn:
         click.echo(f"{prog}: aborted", err=True)
         sys.exit(EXIT_ABORTED)
     except MarshalError as exc:
-        click.echo(f"{prog}: error: {exc}", err=True)
+        click.echo(f"{prog}: error: {redact_text(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except KafkaException as exc:
-        click.echo(f"{prog}: error: Kafka: {exc.args[0] if exc.args else exc}", err=True)
+        text = redact_text(str(exc.args[0] if exc.args else exc))
+        click.echo(f"{prog}: error: Kafka: {text}", err=True)
         sys.exit(EXIT_RUNTIME)
     # with standalone_mode=False, click returns the command's value (or ctx.exit's code)
     sys.exit(result if isinstance(result, int) else 0)

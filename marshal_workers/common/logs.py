@@ -19,6 +19,8 @@ from typing import Any, TextIO
 
 import structlog
 
+from marshal_workers.common.secrets import redact_event
+
 _STDLIB_HANDLER = "marshal-workers"
 
 
@@ -35,6 +37,7 @@ def configure_logging(json: bool, level: str | int = "info", stream: TextIO | No
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
+        redact_event,  # no line carries a secret of this process's [kafka] table
     ]
     if json:
         # no local variables in tracebacks: they can hold record contents and secrets

@@ -18,6 +18,7 @@ from typing import Any
 
 from marshal_workers.clients.tablecheck import check_kafka_table
 from marshal_workers.common.errors import ConfigError
+from marshal_workers.config.kafkatable import kafka_table, toml_values
 from marshal_workers.protocol.wire import validate_name
 
 Parse = Callable[[str], Any]
@@ -465,7 +466,7 @@ def load_toml(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
         if name not in BY_NAME:
             raise ConfigError(f"config file {path}: unknown setting {key!r}")
         values[name] = value
-    return values, {str(k): str(v) for k, v in kafka.items()}
+    return values, toml_values(kafka, str(path))
 
 
 def resolve(
@@ -480,13 +481,16 @@ def resolve(
     for s in SETTINGS:
         values[s.name] = tuple(s.default) if s.multiple else s.default
         sources[s.name] = "default"
-    kafka: dict[str, str] = {}
+    from_file: dict[str, Any] = {}
+    toml_kafka: dict[str, str] = {}
     if config_file is not None:
-        from_file, kafka = load_toml(config_file)
-        check_kafka_table(kafka, str(config_file))
-        for name, value in from_file.items():
-            values[name] = _apply(BY_NAME[name], value, f"{config_file}")
-            sources[name] = str(config_file)
+        from_file, toml_kafka = load_toml(config_file)
+    table = kafka_table(toml_kafka, str(config_file), env)
+    kafka = dict(table.values)
+    check_kafka_table(kafka, table.sources)
+    for name, value in from_file.items():
+        values[name] = _apply(BY_NAME[name], value, f"{config_file}")
+        sources[name] = str(config_file)
     for s in SETTINGS:
         if s.env in env and env[s.env] != "":
             values[s.name] = _apply(s, env[s.env], f"${s.env}")

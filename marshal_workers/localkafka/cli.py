@@ -14,10 +14,11 @@ from pathlib import Path
 import click
 
 from marshal_workers.common.consolescripts import run_command
-from marshal_workers.common.errors import EXIT_OK, EXIT_RUNTIME
+from marshal_workers.common.errors import EXIT_OK, EXIT_RUNTIME, MarshalError
 from marshal_workers.localkafka.backend import BACKENDS
 from marshal_workers.localkafka.cluster import (
     ClusterStatus,
+    LocalKafka,
     StartOptions,
     cluster_status,
     start_cluster,
@@ -61,26 +62,52 @@ def kafka() -> None:
     is_flag=True,
     help="Format a brand-new cluster even if one is recorded in --dir (its data is lost).",
 )
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="SASL/SCRAM-SHA-512 over TLS (a CA and certificates made now), the StandardAuthorizer, "
+    "no access without an ACL; the super user admin's --config file is printed.",
+)
 def start(
     directory: Path | None,
     nodes: str | None,
     backend: str | None,
     timeout: float | None,
     fresh: bool,
+    secure: bool,
 ) -> None:
     """Start a cluster (or find the running one); print bootstrap.servers=... last.
 
     A recorded cluster with dead nodes keeps its data: only the dead nodes are started again,
-    from their own data and ports. --fresh formats a new one instead."""
+    from their own data and ports. --fresh formats a new one instead. A secured cluster also
+    prints config=FILE: the admin's --config (bootstrap servers and [kafka] table)."""
     options = StartOptions(
         directory=directory or default_cluster_dir(),
         nodes=int(nodes) if nodes else None,
         backend=backend,
         timeout=timeout,
         fresh=fresh,
+        secure=secure,
     )
     cluster = start_cluster(options, progress=_progress)
+    if cluster.admin_config_file is not None:
+        click.echo(f"config={cluster.admin_config_file}")
     click.echo(f"bootstrap.servers={cluster.bootstrap}")
+
+
+@kafka.command()
+@_dir_option
+@click.argument("name")
+def user(directory: Path | None, name: str) -> None:
+    """Create (or reset) the SCRAM user NAME on a secured cluster, with a new password; print
+    config=FILE, its --config (bootstrap servers and [kafka] table, mode 0600). It may do
+    nothing until an ACL allows it (marshal-admin acls)."""
+    where = directory or default_cluster_dir()
+    found = cluster_status(where)
+    if found is None or not found.running:
+        raise MarshalError(f"no running local Kafka in {where.resolve()}: kafka start --secure")
+    handle = LocalKafka(found.directory, found.state)
+    click.echo(f"config={handle.add_user(name)}")
 
 
 @kafka.command()
@@ -113,6 +140,8 @@ def _describe(found: ClusterStatus | None, where: Path) -> str:
         return f"kafka: not running (nothing recorded in {where.resolve()})"
     state = found.state
     word = "running" if found.running else "NOT running (some nodes are dead)"
+    if (found.directory / "secure").is_dir():
+        word += ", secured (SASL_SSL, ACLs required)"
     lines = [
         f"kafka: {word}; {len(state.nodes)} node(s), backend {state.backend}, in {found.directory}",
         f"bootstrap.servers={state.bootstrap}",

@@ -36,6 +36,7 @@ from marshal_workers.common.errors import MarshalError
 from marshal_workers.localkafka import docker, probe, process
 from marshal_workers.localkafka.backend import BackendChoice, choose_backend, classpath_for
 from marshal_workers.localkafka.config import (
+    HOST,
     bootstrap_of,
     check_node_count,
     jvm_flags,
@@ -48,6 +49,16 @@ from marshal_workers.localkafka.config import (
 )
 from marshal_workers.localkafka.maven import find_java, locked
 from marshal_workers.localkafka.paths import JVM_OPTS_ENV, Progress, default_cache_dir, no_progress
+from marshal_workers.localkafka.security import (
+    ADMIN_USER,
+    MECHANISM,
+    SCRAM_ITERATIONS,
+    SECURE_DIR,
+    Security,
+    load_security,
+    new_password,
+    new_security,
+)
 from marshal_workers.localkafka.state import (
     ClusterState,
     NodeState,
@@ -73,6 +84,7 @@ class StartOptions:
     timeout: float | None = None
     env: Mapping[str, str] | None = None
     fresh: bool = False  # format a new cluster even if one is recorded (its data is lost)
+    secure: bool = False  # SASL/SCRAM over TLS, ACLs required (`security`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +126,33 @@ class LocalKafka:
         self._state = state
         self._env = dict(os.environ if env is None else env)
         self._procs: dict[int, subprocess.Popen[bytes]] = dict(procs or {})
+        self.security: Security | None = load_security(directory)
+
+    @property
+    def secure(self) -> bool:
+        """Whether the cluster is secured (SASL/SCRAM over TLS, ACLs required)."""
+        return self.security is not None
+
+    @property
+    def client_table(self) -> dict[str, str]:
+        """The super user's librdkafka properties (empty on a plaintext cluster)."""
+        return {} if self.security is None else self.security.admin_table
+
+    @property
+    def admin_config_file(self) -> Path | None:
+        """The admin's ``--config`` file on a secured cluster (None on a plaintext one)."""
+        return None if self.security is None else self.security.directory / f"{ADMIN_USER}.toml"
+
+    def add_user(self, name: str, password: str | None = None, timeout: float = 30.0) -> Path:
+        """Create (or reset) the SCRAM user ``name`` on a secured cluster; its ``--config``
+        file (bootstrap servers and ``[kafka]`` table, 0600) is returned."""
+        if self.security is None:
+            raise MarshalError("users are for a secured local Kafka (kafka start --secure)")
+        password = password or new_password()
+        probe.upsert_scram_user(
+            self.bootstrap, self.client_table, name, password, MECHANISM, SCRAM_ITERATIONS, timeout
+        )
+        return self.security.write_client_file(name, password, self.bootstrap)
 
     @property
     def bootstrap(self) -> str:
@@ -159,7 +198,7 @@ class LocalKafka:
 
     def leader_of(self, topic: str, partition: int, timeout: float = 10.0) -> int | None:
         """The node id leading `topic`/`partition` now, or None if there is no leader."""
-        return probe.leader_of(self.bootstrap, topic, partition, timeout)
+        return probe.leader_of(self.bootstrap, topic, partition, timeout, self.client_table)
 
     def quorum_leader(self, timeout: float = 10.0) -> int | None:
         """The live node leading the controller quorum (from the nodes' logs), or None if no
@@ -182,6 +221,7 @@ class LocalKafka:
                 expected_brokers=len(self._state.nodes),
                 timeout=timeout,
                 check=lambda: self._check_alive(wanted),
+                client=self.client_table,
             )
         except probe.NotReadyError as exc:
             first = self._state.node(min(exc.pending))
@@ -216,6 +256,11 @@ def start_cluster(options: StartOptions, progress: Progress = no_progress) -> Lo
             _stop_locked(directory, existing, DEFAULT_GRACE_S, no_progress)
         elif existing is not None:
             count = len(existing.nodes)
+            if options.secure and load_security(directory) is None:
+                raise MarshalError(
+                    f"a plaintext local Kafka is recorded in {directory}; stop it first "
+                    "(or start with --fresh, which loses its data)"
+                )
             if options.nodes not in (None, count):
                 raise MarshalError(
                     f"a {count}-node local Kafka is recorded in {directory}; stop it first "
@@ -232,13 +277,15 @@ def start_cluster(options: StartOptions, progress: Progress = no_progress) -> Lo
         progress(f"kafka: {choice.reason}")
         timeout = options.timeout or DEFAULT_START_TIMEOUT_S
         if choice.name == "docker":
+            if options.secure:
+                raise MarshalError("a secured local Kafka needs --backend maven (or auto)")
             return _start_docker(directory, env, timeout, progress)
         java = find_java(env)
         cache_dir = options.cache_dir or default_cache_dir(env)
         classpath = classpath_for(choice, env, cache_dir, progress)
         return _start_processes(
             directory, nodes=nodes, choice=choice, java=java, classpath=classpath, env=env,
-            timeout=timeout, progress=progress,
+            timeout=timeout, progress=progress, secure=options.secure,
         )  # fmt: skip
 
 
@@ -282,23 +329,31 @@ def _start_processes(
     env: dict[str, str],
     timeout: float,
     progress: Progress,
+    secure: bool = False,
 ) -> LocalKafka:
     """Write, format and launch `nodes` JVM nodes, then wait for them (steps 3 and 4)."""
     started = time.monotonic()
     specs = plan_nodes(nodes)
     cluster_id = new_cluster_id()
     node_dirs: dict[int, Path] = {}
+    shutil.rmtree(directory / SECURE_DIR, ignore_errors=True)
+    security = new_security(directory) if secure else None
     for spec in specs:
         node_dir = directory / f"node-{spec.node_id}"
         shutil.rmtree(node_dir, ignore_errors=True)
         (node_dir / "data").mkdir(parents=True)
         props = server_properties(spec, specs, node_dir / "data")
-        (node_dir / process.PROPERTIES).write_text(render_properties(props), "utf-8")
+        if security is not None:
+            props.update(security.server_properties(spec.broker_port, spec.controller_port, HOST))
+        properties = node_dir / process.PROPERTIES
+        properties.touch(mode=0o600)  # a secured node's holds passwords
+        properties.write_text(render_properties(props), "utf-8")
         log4j = log4j2_properties(node_dir / process.SERVER_LOG)
         (node_dir / process.LOG4J2).write_text(log4j, "utf-8")
         node_dirs[spec.node_id] = node_dir
     progress(f"kafka: formatting storage of {nodes} node(s), cluster id {cluster_id}")
-    process.format_storage(java, classpath, cluster_id, node_dirs, env)
+    scram = () if security is None else ("--add-scram", security.scram_argument())
+    process.format_storage(java, classpath, cluster_id, node_dirs, env, scram)
     flags = jvm_flags(nodes, env, JVM_OPTS_ENV)
     procs: dict[int, subprocess.Popen[bytes]] = {}
     launched: list[NodeState] = []
@@ -330,6 +385,10 @@ def _start_processes(
             proc.poll()
         remove_state(directory)
         raise
+    if security is not None:
+        admin_file = security.write_client_file(ADMIN_USER, security.admin_password, bootstrap)
+        progress(f"kafka: secured (SASL {MECHANISM} over TLS, ACLs required); super user "
+                 f"{ADMIN_USER}: --config {admin_file}")  # fmt: skip
     elapsed = time.monotonic() - started
     progress(f"kafka: {nodes} node(s) ready in {elapsed:.1f}s at {state.bootstrap}")
     return cluster

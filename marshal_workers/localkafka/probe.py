@@ -13,9 +13,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
+# confluent_kafka.admin re-exports these without an __all__, which mypy --strict refuses.
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+
+from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
+from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import MarshalError
 
 POLL_INTERVAL_S = 0.2
@@ -34,14 +42,15 @@ _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
 
 
-def quiet_admin(bootstrap: str) -> Any:
-    """An AdminClient for `bootstrap` that retries connections quickly and logs nowhere."""
+def quiet_admin(bootstrap: str, client: Mapping[str, str] | None = None) -> Any:
+    """An AdminClient for `bootstrap` (as the principal of the librdkafka properties
+    ``client``) that retries connections quickly and logs nowhere."""
     tuned = {
         "reconnect.backoff.ms": 100,
         "reconnect.backoff.max.ms": 500,
         "socket.connection.setup.timeout.ms": 2000,
     }
-    return AdminClient(client_config(bootstrap, tuned=tuned, fixed={"logger": _QUIET}))
+    return roles.admin(client_config(bootstrap, client, tuned=tuned, fixed={"logger": _QUIET}))
 
 
 def cluster_view(admin: Any, timeout: float) -> tuple[int, int] | None:
@@ -61,6 +70,7 @@ def wait_until_ready(
     check: Callable[[], None],
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    client: Mapping[str, str] | None = None,
 ) -> None:
     """Wait until each node in `bootstraps` reports `expected_brokers` brokers and a controller.
 
@@ -68,7 +78,7 @@ def wait_until_ready(
     the nodes still not ready when `timeout` seconds have passed.
     """
     deadline = clock() + timeout
-    admins = {node_id: quiet_admin(bootstrap) for node_id, bootstrap in bootstraps.items()}
+    admins = {node_id: quiet_admin(bootstrap, client) for node_id, bootstrap in bootstraps.items()}
     pending = set(admins)
     while True:
         check()
@@ -88,10 +98,16 @@ def wait_until_ready(
         sleep(POLL_INTERVAL_S)
 
 
-def leader_of(bootstrap: str, topic: str, partition: int, timeout: float = 10.0) -> int | None:
+def leader_of(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    timeout: float = 10.0,
+    client: Mapping[str, str] | None = None,
+) -> int | None:
     """The node id leading `topic`/`partition` now, or None if it has no leader (or no such)."""
     try:
-        metadata = quiet_admin(bootstrap).list_topics(topic=topic, timeout=timeout)
+        metadata = quiet_admin(bootstrap, client).list_topics(topic=topic, timeout=timeout)
     except KafkaException:
         return None
     described = metadata.topics.get(topic)
@@ -101,3 +117,24 @@ def leader_of(bootstrap: str, topic: str, partition: int, timeout: float = 10.0)
     if found is None or found.leader < 0:
         return None
     return int(found.leader)
+
+
+def upsert_scram_user(
+    bootstrap: str,
+    client: Mapping[str, str],
+    user: str,
+    password: str,
+    mechanism: str,
+    iterations: int,
+    timeout: float,
+) -> None:
+    """Create or reset the SCRAM credential of ``user`` (as the principal of ``client``)."""
+    info = ScramCredentialInfo(getattr(ScramMechanism, mechanism.replace("-", "_")), iterations)
+    upsertion = UserScramCredentialUpsertion(user, info, password.encode())
+    admin = quiet_admin(bootstrap, client)
+    try:
+        admin.alter_user_scram_credentials([upsertion], request_timeout=timeout)[user].result(
+            timeout=timeout
+        )
+    except KafkaException as exc:
+        raise MarshalError(f"cannot create the SCRAM user {user}: {error_text(exc)}") from None

@@ -57,8 +57,10 @@ def format_storage(
     cluster_id: str,
     node_dirs: Mapping[int, Path],
     env: Mapping[str, str],
+    extra: Iterable[str] = (),
 ) -> None:
-    """Run the KRaft StorageTool `format` for every node (in parallel); one line on failure."""
+    """Run the KRaft StorageTool `format` for every node (in parallel); one line on failure.
+    ``extra`` arguments go to every node's format (a secured cluster's ``--add-scram``)."""
     running: dict[int, subprocess.Popen[bytes]] = {}
     try:
         for node_id, node_dir in node_dirs.items():
@@ -66,7 +68,7 @@ def format_storage(
                 java, *TOOL_FLAGS, f"-Dlog4j2.configurationFile={node_dir / LOG4J2}",
                 "-cp", classpath, STORAGE_TOOL_MAIN,
                 "format", "-t", cluster_id, "-c", str(node_dir / PROPERTIES),
-                "--feature", SHARE_FEATURE,
+                "--feature", SHARE_FEATURE, *extra,
             ]  # fmt: skip
             with (node_dir / "format.log").open("wb") as log:
                 running[node_id] = subprocess.Popen(

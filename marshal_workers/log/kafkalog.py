@@ -2,7 +2,10 @@
 
 One `KafkaLog` is one client's handle: an idempotent producer (``acks=all``) whose `append`
 waits for *its own* delivery report, and a consumer that tails every partition of the
-coordination topic from the beginning. The consumer has no broker-side group membership: it
+coordination topic from the beginning. Opened ``read_only``, it has no producer at all (a
+command that only reads, run by a principal with only Read and Describe on the topic: an
+idempotent producer would ask the cluster for a producer id, which needs Write); `append` and
+`submit` then refuse. The consumer has no broker-side group membership: it
 is `assign()`ed explicitly and never subscribes or commits (librdkafka insists on a
 ``group.id``, which is therefore set but never used).
 
@@ -26,15 +29,15 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
     TIMESTAMP_LOG_APPEND_TIME,
-    Consumer,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
 
-from marshal_workers.clients.kafkaconfig import COORDINATION_READER, SAFE_PRODUCER, client_config
-from marshal_workers.clients.rdkafka import error_text
+from marshal_workers.clients import roles
+from marshal_workers.clients.kafkaconfig import client_config
+from marshal_workers.clients.rdkafka import ACLS_HINT, ErrorMemory, error_text, refusal_hint
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.interface import LogError
 from marshal_workers.protocol.wire import Appended, CoordRecord
@@ -62,14 +65,11 @@ _CONSUMER_TUNED: Final[Mapping[str, Any]] = {
     "fetch.queue.backoff.ms": 5,
     "fetch.wait.max.ms": 100,
 }
-# What the log's reading needs whatever the table says: it never commits, never skips a
-# record it cannot find, never creates the topic.
+# What the log's reading needs whatever the table says: it never skips a record it cannot
+# find (never committing or creating the topic is the coordination reader's pin).
 _CONSUMER_FIXED: Final[Mapping[str, Any]] = {
-    "enable.auto.commit": False,
-    "enable.auto.offset.store": False,
     "enable.partition.eof": False,
     "auto.offset.reset": "error",
-    "allow.auto.create.topics": False,
 }
 
 
@@ -83,9 +83,13 @@ class KafkaLog:
         client_id: str = "marshal-workers",
         extra_config: Mapping[str, str] | None = None,
         open_timeout_s: float = OPEN_TIMEOUT_S,
+        *,
+        read_only: bool = False,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
+        self.read_only = read_only
+        self._errors = ErrorMemory()
         self._last_error: str | None = None
         self._fatal_error: str | None = None
         self._pending_error: LogError | None = None
@@ -102,30 +106,28 @@ class KafkaLog:
                 # Required by librdkafka; never used to subscribe, join or commit.
                 "group.id": f"marshal-unused-{client_id}-{uuid.uuid4().hex[:8]}",
             },
-            pinned=COORDINATION_READER,
         )
-        producer_config = client_config(
-            bootstrap_servers,
-            extra_config,
-            tuned=_PRODUCER_TUNED,
-            fixed={**fixed, "allow.auto.create.topics": False},
-            pinned=SAFE_PRODUCER,
+        self._producer_config = client_config(
+            bootstrap_servers, extra_config, tuned=_PRODUCER_TUNED, fixed=fixed
         )
-        try:
-            self._consumer = Consumer(consumer_config)
-        except (KafkaException, ValueError, TypeError) as exc:
-            raise MarshalError(f"bad Kafka consumer configuration: {error_text(exc)}") from None
+        self._consumer = roles.coordination_reader(consumer_config)
         # Offsets are asked on a connection of their own: on the reader's, a ListOffsets
         # request waits behind the fetch the broker holds for fetch.wait.max.ms (100 ms) when
         # there is nothing new to read, which is most of the time.
-        self._offsets = Consumer(consumer_config)
-        self._producer_config = producer_config
+        try:
+            self._offsets = roles.coordination_reader(consumer_config)
+        except BaseException:
+            self._consumer.close()
+            raise
         # The clients connect at once (each costs librdkafka some ms before its first answer);
         # the producer is waited for after the consumer.
-        self._producer = self._new_producer(producer_config)
+        self._producer: Producer | None = None
+        if not read_only:
+            self._producer = self._new_producer()
         try:
             self._num_partitions = self._partition_count(open_timeout_s)
-            self._connect_producer(open_timeout_s)
+            if self._producer is not None:
+                self._connect_producer(self._producer, open_timeout_s)
             self._consumer.assign(self._starts(open_timeout_s))
         except BaseException:
             self._close_consumers()
@@ -153,33 +155,66 @@ class KafkaLog:
                 tp.offset = OFFSET_BEGINNING  # let librdkafka look it up after all
         return list(answered)
 
-    def _new_producer(self, config: dict[str, Any]) -> Producer:
+    def _new_producer(self) -> Producer:
         try:
-            return Producer(config)
-        except (KafkaException, ValueError, TypeError) as exc:
+            return roles.coordination_producer(self._producer_config)
+        except BaseException:
             self._close_consumers()
-            raise MarshalError(f"bad Kafka producer configuration: {error_text(exc)}") from None
+            raise
 
-    def _connect_producer(self, timeout_s: float) -> None:
+    def _writer(self) -> Producer:
+        if self._producer is None:
+            raise LogError(f"{self.topic} was opened read-only: this command writes nothing")
+        return self._producer
+
+    def _connect_producer(self, producer: Producer, timeout_s: float) -> None:
         """Wait until the producer is connected, so that the idempotent producer's id is ready
         by the first append."""
         try:
-            self._producer.list_topics(self.topic, timeout=timeout_s)
+            producer.list_topics(self.topic, timeout=timeout_s)
         except KafkaException as exc:
-            detail = self._last_error or error_text(exc)
-            raise MarshalError(
-                f"cannot reach Kafka at {self.bootstrap_servers}: {detail}"
-            ) from None
+            raise self._unreachable(error_text(exc), "") from None
 
-    def _on_error(self, err: KafkaError) -> None:
-        """librdkafka's error callback: remember the latest error to explain timeouts."""
+    def _unreachable(self, detail: str, within: str) -> MarshalError:
+        """The error of a failed connect: an authentication failure says so, whatever came
+        after it (librdkafka goes on to report the broken connection)."""
+        for client in (self._consumer, self._producer):
+            try:  # serve the error callbacks (the consumer is assigned nothing yet)
+                if client is not None:
+                    client.poll(0)
+            except KafkaException:
+                pass
+        return MarshalError(self._errors.unreachable(self.bootstrap_servers, detail, within))
+
+    def _on_error(self, err: KafkaError, *, quiet: bool = False) -> None:
+        """librdkafka's error callback: remember the latest error to explain timeouts
+        (``quiet``: the caller reports it)."""
+        self._errors(err)
         text = error_text(err)
         self._last_error = text
+        if err.fatal() and err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+            text += f" (this principal may not write to {self.topic}: {ACLS_HINT})"
         if err.fatal():
             self._fatal_error = text
-            _log.error("kafka fatal error: %s", text)
+            if not quiet:
+                _log.error("kafka fatal error: %s", text)
         else:
             _log.debug("kafka error: %s", text)
+
+    def _why_fatal(self, producer: Producer, exc: KafkaException) -> str:
+        """Why ``producer`` refused a record: a fatal error (served now) says more than its
+        "Local: Fatal error"."""
+        self._note_fatal(exc)
+        try:
+            producer.poll(0)
+        except KafkaException as fatal:
+            self._note_fatal(fatal)
+        return self._fatal_error or error_text(exc)
+
+    def _note_fatal(self, exc: KafkaException) -> None:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.fatal() and self._fatal_error is None:
+            self._on_error(err, quiet=True)
 
     def _hint(self) -> str:
         return f" (last error: {self._last_error})" if self._last_error else ""
@@ -191,13 +226,13 @@ class KafkaLog:
         while True:
             remaining = max(deadline - time.monotonic(), 0.1)
             try:
-                metadata = self._consumer.list_topics(self.topic, timeout=remaining)
+                # in steps, so that a refused authentication ends the wait at once
+                metadata = self._consumer.list_topics(self.topic, timeout=min(remaining, 1.0))
             except KafkaException as exc:
-                detail = self._last_error or error_text(exc)
-                raise MarshalError(
-                    f"cannot reach Kafka at {self.bootstrap_servers} within {timeout_s:.0f}s: "
-                    f"{detail}"
-                ) from None
+                failed = self._unreachable(error_text(exc), f" within {timeout_s:.0f}s")
+                if self._errors.authentication is None and time.monotonic() < deadline:
+                    continue
+                raise failed from None
             meta = metadata.topics.get(self.topic)
             error = meta.error if meta is not None else None
             if meta is None or (error is not None and error.code() == _UNKNOWN_TOPIC):
@@ -210,7 +245,8 @@ class KafkaLog:
             if time.monotonic() >= deadline or (error is not None and not error.retriable()):
                 detail = error_text(error) if error is not None else "no partitions"
                 raise MarshalError(
-                    f"cannot read metadata of {self.topic} on {self.bootstrap_servers}: {detail}"
+                    f"cannot read metadata of {self.topic} on {self.bootstrap_servers}: "
+                    f"{detail}{refusal_hint(error)}"
                 )
             time.sleep(0.1)
 
@@ -235,19 +271,20 @@ class KafkaLog:
             raise LogError(f"producer is unusable after a fatal error: {self._fatal_error}")
         if not 0 <= partition < self._num_partitions:
             raise LogError(f"partition {partition} of {self.topic} does not exist")
+        producer = self._writer()
         reports: list[tuple[KafkaError | None, Any]] = []
 
         def on_delivery(err: KafkaError | None, msg: Any) -> None:
             reports.append((err, msg))
 
         try:
-            self._producer.produce(
+            producer.produce(
                 self.topic, value=value, key=key, partition=partition, on_delivery=on_delivery
             )
         except BufferError:
             raise LogError("coordination producer queue is full") from None
         except KafkaException as exc:
-            raise LogError(f"append to {self.topic}: {error_text(exc)}") from None
+            raise LogError(f"append to {self.topic}: {self._why_fatal(producer, exc)}") from None
         deadline = time.monotonic() + timeout_s
         while not reports:
             remaining = deadline - time.monotonic()
@@ -256,7 +293,11 @@ class KafkaLog:
                     f"append to {self.topic}[{partition}] not acknowledged within "
                     f"{timeout_s:.1f}s{self._hint()}"
                 )
-            self._producer.poll(min(remaining, 0.1))
+            try:
+                producer.poll(min(remaining, 0.1))
+            except KafkaException as exc:  # a fatal error of the idempotent producer
+                why = self._why_fatal(producer, exc)
+                raise LogError(f"append to {self.topic}[{partition}] failed: {why}") from None
         err, msg = reports[0]
         if err is not None:
             raise LogError(f"append to {self.topic}[{partition}] failed: {error_text(err)}")
@@ -270,6 +311,7 @@ class KafkaLog:
 
     def submit(self, op: int, partition: int, key: bytes, value: bytes) -> None:
         """Produce one record to ``partition`` without waiting; `acks` reports the outcome."""
+        producer = self._writer()
         if not 0 <= partition < self._num_partitions:
             self._acks.append((op, f"partition {partition} of {self.topic} does not exist"))
             return
@@ -289,7 +331,7 @@ class KafkaLog:
 
         self._in_flight.add(op)
         try:
-            self._producer.produce(
+            producer.produce(
                 self.topic, value=value, key=key, partition=partition, on_delivery=on_delivery
             )
         except BufferError:
@@ -303,17 +345,19 @@ class KafkaLog:
         """Serve the producer's delivery reports; return the outcomes that came in. After a
         fatal producer error (an idempotent producer's sequence is broken) the producer is
         replaced by a new one, and every append in flight is reported failed."""
-        self._producer.poll(0)
+        if self._producer is None:
+            return []
+        try:
+            self._producer.poll(0)
+        except KafkaException as exc:  # raised instead of reported: a fatal error
+            self._fatal_error = self._why_fatal(self._producer, exc)
         if self._fatal_error is not None:
             error, self._fatal_error = self._fatal_error, None
             _log.error("replacing the coordination producer after a fatal error: %s", error)
             failed = sorted(self._in_flight)
             self._in_flight.clear()
             self._acks.extend((op, f"producer failed: {error}") for op in failed)
-            try:
-                self._producer = Producer(self._producer_config)
-            except (KafkaException, ValueError, TypeError) as exc:
-                raise MarshalError(f"cannot replace the producer: {error_text(exc)}") from None
+            self._producer = roles.coordination_producer(self._producer_config)
         out, self._acks = self._acks, []
         return out
 
@@ -351,6 +395,11 @@ class KafkaLog:
         err: KafkaError = m.error()
         if err.code() == KafkaError._PARTITION_EOF:
             return
+        if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            # The throw-away group id librdkafka insists on: its coordinator is looked up but
+            # never used (no commits, no membership), so a principal need not be allowed it.
+            _log.debug("ignored: %s", error_text(err))
+            return
         text = f"reading {self.topic}[{m.partition()}]: {error_text(err)}"
         if err.retriable() and not err.fatal():
             _log.warning("%s (retrying)", text)
@@ -380,7 +429,10 @@ class KafkaLog:
     def close(self) -> None:
         """Flush pending appends briefly and close the clients."""
         try:
-            self._producer.flush(1.0)
+            if self._producer is not None:
+                self._producer.flush(1.0)
+        except KafkaException as exc:  # a fatal producer error, already reported
+            _log.debug("closing the coordination producer: %s", error_text(exc))
         finally:
             self._close_consumers()
 

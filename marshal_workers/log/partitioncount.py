@@ -12,16 +12,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from marshal_workers.clients.kafkaconfig import COORDINATION_READER, SAFE_PRODUCER, client_config
+from marshal_workers.clients import roles
+from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.protocol.metadata import (
@@ -32,6 +26,15 @@ from marshal_workers.protocol.metadata import (
     encode_metadata,
 )
 from marshal_workers.protocol.wire import DecodeError
+
+# Errors that mean the broker will not take the record from this principal.
+_REFUSED = frozenset(
+    {
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError._AUTHENTICATION,
+    }
+)
 
 
 def _topic_record(value: bytes | None) -> TopicRecord | None:
@@ -60,17 +63,15 @@ def read_topic_record(
     bootstrap: str, topic: str, timeout_s: float, extra: Mapping[str, str] | None = None
 ) -> TopicRecord | None:
     """The newest CoordinationTopic record on partition 0 of ``topic``, or None."""
-    consumer = Consumer(
+    consumer = roles.coordination_reader(
         client_config(
             bootstrap,
             extra,
             fixed={
                 "group.id": f"marshal-meta-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
             },
-            pinned=COORDINATION_READER,
         )
     )
     deadline = time.monotonic() + timeout_s
@@ -110,24 +111,40 @@ def write_topic_record(
 ) -> None:
     """Append the CoordinationTopic record (``partitions``) to partition 0 and wait for the
     acknowledgement (acks=all); MarshalError if it is not acknowledged."""
-    producer = Producer(client_config(bootstrap, extra, pinned=SAFE_PRODUCER))
-    record = TopicRecord(int(time.time()), f"init-{uuid.uuid4().hex[:12]}", client_id, partitions)
     errors: list[str] = []
     delivered: list[bool] = []
+
+    def on_error(err: KafkaError) -> None:
+        # a fatal error (no producer id: the principal may not write) ends the wait; without
+        # this callback librdkafka raises it from inside the delivery callback's poll
+        if err.fatal() or err.code() in _REFUSED:
+            errors.append(error_text(err))
 
     def on_delivery(err: Any, _msg: Any) -> None:
         delivered.append(True)
         if err is not None:
             errors.append(error_text(err))
 
-    producer.produce(
-        topic,
-        key=TOPIC_RECORD_KEY,
-        value=encode_metadata(record),
-        partition=METADATA_PARTITION,
-        on_delivery=on_delivery,
+    producer = roles.coordination_producer(
+        client_config(bootstrap, extra, fixed={"error_cb": on_error})
     )
-    producer.flush(timeout_s)
+    record = TopicRecord(int(time.time()), f"init-{uuid.uuid4().hex[:12]}", client_id, partitions)
+    try:
+        producer.produce(
+            topic,
+            key=TOPIC_RECORD_KEY,
+            value=encode_metadata(record),
+            partition=METADATA_PARTITION,
+            on_delivery=on_delivery,
+        )
+        deadline = time.monotonic() + timeout_s
+        while not delivered and not errors and time.monotonic() < deadline:
+            producer.poll(0.1)
+    except KafkaException as exc:
+        errors.append(error_text(exc))
     if errors or not delivered:
         why = errors[0] if errors else f"no acknowledgement within {timeout_s:.0f}s"
-        raise MarshalError(f"cannot record the partition count on {topic}[0]: {why}")
+        raise MarshalError(
+            f"cannot record the partition count on {topic}[0]: {why} (the principal needs Read "
+            "and Write on the topic: marshal-admin acls --role init)"
+        )

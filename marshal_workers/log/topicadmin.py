@@ -27,8 +27,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
-from marshal_workers.clients.rdkafka import RDKAFKA_LOG
+from marshal_workers.clients.rdkafka import ErrorMemory, error_text, refusal_hint
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.partitioncount import read_topic_record, write_topic_record
 from marshal_workers.protocol.leases import min_compaction_lag_ms
@@ -188,26 +189,29 @@ class TopicInfo:
     config: dict[str, str]
 
 
-def _log_error(err: Any) -> None:
-    RDKAFKA_LOG.debug("kafka error: %s", err.str())
-
-
 def admin_client(
     bootstrap_servers: str, extra_config: Mapping[str, str] | None = None
 ) -> AdminClient:
-    """An AdminClient whose librdkafka log goes to Python logging (not stderr)."""
-    return AdminClient(
-        client_config(bootstrap_servers, extra_config, fixed={"error_cb": _log_error})
-    )
+    """An AdminClient whose librdkafka log goes to Python logging (not stderr), and whose errors
+    are remembered (``errors``: an authentication failure is named as such)."""
+    errors = ErrorMemory(log=True)
+    admin = roles.admin(client_config(bootstrap_servers, extra_config, fixed={"error_cb": errors}))
+    admin.errors = errors  # type: ignore[attr-defined]
+    return admin
 
 
 def _metadata(admin: AdminClient, bootstrap: str, topic: str | None, timeout_s: float) -> Any:
     try:
         return admin.list_topics(topic, timeout=timeout_s)
     except KafkaException as exc:
-        raise MarshalError(
-            f"cannot reach Kafka at {bootstrap} within {timeout_s:.0f}s: {exc.args[0].str()}"
-        ) from None
+        errors = getattr(admin, "errors", None)
+        if not isinstance(errors, ErrorMemory):
+            raise MarshalError(
+                f"cannot reach Kafka at {bootstrap} within {timeout_s:.0f}s: {error_text(exc)}"
+            ) from None
+        admin.poll(0)  # serve the error callbacks
+        within = f" within {timeout_s:.0f}s"
+        raise MarshalError(errors.unreachable(bootstrap, error_text(exc), within)) from None
 
 
 def _result(future: Future[Any], what: str, timeout_s: float) -> Any:
@@ -234,7 +238,9 @@ def describe_topic(
     ):
         return None
     if meta.error is not None:
-        raise MarshalError(f"cannot describe topic {topic}: {meta.error.str()}")
+        raise MarshalError(
+            f"cannot describe topic {topic}: {meta.error.str()}{refusal_hint(meta.error)}"
+        )
     replicas = min((len(p.replicas) for p in meta.partitions.values()), default=0)
     resource = ConfigResource(ResourceType.TOPIC, topic)
     futures = admin.describe_configs([resource], request_timeout=timeout_s)

@@ -13,7 +13,11 @@ write can stall for about
 D = detection + ELECTION_SLACK_MS bounds both. On a cluster of combined nodes
 (``process.roles=broker,controller``) the dead node may also be the quorum's leader: the
 detection then starts only once the other voters have elected a new one (QUORUM_FAILOVER's
-timeouts), and D grows by that failover. Heartbeats go out every HB/2, so the last one
+timeouts), and D grows by that failover. Only a quorum of three voters or more fails over: one
+or two voters have no majority left once one dies, and the cluster stops, which no lease rides
+out. The voters are counted from the quorum's configuration (``controller.quorum.voters``);
+a quorum without a static voter list (``controller.quorum.bootstrap.servers``) counts the
+combined brokers that answered. Heartbeats go out every HB/2, so the last one
 confirmed before the stall was sent at most HB/2 before it began, and its lease runs until
 2*HB - margin after that send, that is at least 1.5*HB - margin after the stall began. A
 heartbeat sent during the stall lands when the stall ends (the producer keeps retrying it) and
@@ -28,7 +32,9 @@ when
 with margin = HB/10 (capped at 2 s): the rule is written once, in `protocol.leases`.
 `min_heartbeat_s` gives the least such HB (a multiple of 0.5 s); `heartbeat_warning` the line
 `marshal-run` and `marshal-admin init` print when the configured HB is below it. Pure but for
-`read_failure_detection`, which asks the brokers (describe_configs).
+`read_failure_detection`, which asks the brokers (describe_configs). When no broker answers
+(the principal lacks DescribeConfigs on the cluster), `cluster_heartbeat_check` says once that
+the check could not run and what permission it lacks, instead of staying silent.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 # confluent_kafka.admin re-exports these without an __all__, which mypy --strict refuses.
 from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
@@ -51,12 +57,15 @@ ROLES: Final = "process.roles"
 # A combined node (broker and controller) may lead the KRaft quorum: the voters left notice
 # its silence after the fetch timeout, elect within the election timeout, and may need one
 # back-off after a split vote (two voters left). Kafka's defaults where a node does not say.
-# Counted where two brokers or more are voters: a lone voter's death stops the cluster.
+# Counted where the quorum has three voters or more (FAILOVER_VOTERS): with one or two, the
+# death of one leaves no majority and stops the cluster.
 QUORUM_FAILOVER: Final[Mapping[str, int]] = {
     "controller.quorum.fetch.timeout.ms": 2_000,
     "controller.quorum.election.timeout.ms": 1_000,
     "controller.quorum.election.backoff.max.ms": 1_000,
 }
+VOTERS: Final = "controller.quorum.voters"
+FAILOVER_VOTERS: Final = 3  # the fewest voters that still have a majority after one dies
 ELECTION_SLACK_MS: Final = 3_000  # re-election, metadata propagation, the clients' retries
 LOOP_TURN_MS: Final = 1_000  # from a heartbeat landing to its lease extension
 KAFKA_DEFAULT_SESSION_MS: Final = 9_000  # broker.session.timeout.ms's default (KRaft)
@@ -105,16 +114,23 @@ def _int(value: str | None) -> int | None:
         return None
 
 
+def _voter_count(voters: str | None) -> int:
+    """How many voters ``controller.quorum.voters`` lists (``id@host:port,...``); 0 if unset."""
+    return len([v for v in (voters or "").split(",") if v.strip()])
+
+
 def failure_detection(configs: Mapping[int, Mapping[str, str]]) -> FailureDetection | None:
     """The cluster's failure detection from each broker's config (None if no broker said)."""
     sessions: list[tuple[int, str]] = []
     lags: list[int] = []
     failovers = [0]
+    voters = 0  # the quorum's configured voters (the most any broker lists)
     for config in configs.values():
         if "controller" in (config.get(ROLES) or "").split(","):
             failovers.append(
                 sum(_int(config.get(name)) or default for name, default in QUORUM_FAILOVER.items())
             )
+        voters = max(voters, _voter_count(config.get(VOTERS)))
         kraft, zk = _int(config.get(KRAFT_SESSION)), _int(config.get(ZK_SESSION))
         if kraft is not None:
             sessions.append((kraft, KRAFT_SESSION))
@@ -126,37 +142,65 @@ def failure_detection(configs: Mapping[int, Mapping[str, str]]) -> FailureDetect
     if not sessions:
         return None
     session, source = max(sessions)
-    # one voter among the brokers: its death is the whole quorum's, which no lease rides out
-    voters = len(failovers) - 1
-    failover = max(failovers) if voters >= 2 else 0
+    # no static voter list: the combined brokers seen (controller-only voters do not answer)
+    voters = voters or len(failovers) - 1
+    failover = max(failovers) if voters >= FAILOVER_VOTERS else 0
     return FailureDetection(session, max(lags) if lags else None, source, failover)
 
 
-def read_failure_detection(admin: Any, timeout_s: float) -> FailureDetection | None:
+def read_failure_detection(admin: Any, timeout_s: float) -> FailureDetection | str:
     """Ask every broker for its failure-detection settings; a broker that does not answer is
-    left out (None if none answers: the principal may lack DescribeConfigs on the cluster, and
-    nothing is refused for that)."""
+    left out. If none answers, why (nothing is refused for that): the principal may lack
+    DescribeConfigs on the cluster."""
     try:
         brokers = list(admin.list_topics(timeout=timeout_s).brokers)
-    except KafkaException:
-        return None
+    except KafkaException as exc:
+        return f"the brokers could not be listed ({exc.args[0].str() if exc.args else exc})"
     configs: dict[int, dict[str, str]] = {}
+    refused: list[str] = []
     for broker in brokers:  # librdkafka takes one BROKER resource per call
         resource = ConfigResource(ResourceType.BROKER, str(broker))
         try:
             future = admin.describe_configs([resource], request_timeout=timeout_s)[resource]
             entries = future.result(timeout=timeout_s)
-        except (KafkaException, TimeoutError, ValueError):
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() in _NOT_ALLOWED:
+                refused.append(str(err.str()))
+            continue
+        except (TimeoutError, ValueError):
             continue
         configs[int(broker)] = {
             name: entry.value for name, entry in entries.items() if entry.value is not None
         }
-    return failure_detection(configs)
+    detection = failure_detection(configs)
+    if detection is not None:
+        return detection
+    if refused:
+        return (
+            f"the brokers refused to describe their configs ({refused[0]}): this principal "
+            "lacks DescribeConfigs on the cluster (marshal-admin acls --role worker)"
+        )
+    return "no broker described its failure detection"
 
 
-def cluster_heartbeat_warning(
+_NOT_ALLOWED: Final = frozenset(
+    {KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED}
+)
+
+
+def cluster_heartbeat_check(
     admin: Any, heartbeat_interval_s: float, timeout_s: float = 10.0
-) -> str | None:
-    """The warning for this cluster (None if the HB suffices or the brokers will not say)."""
+) -> tuple[str, str] | None:
+    """What to say once about the heartbeat interval on this cluster: None if it suffices;
+    (``heartbeat_interval_too_small``, the warning) if it does not; or
+    (``heartbeat_check_skipped``, why) if the brokers' settings could not be read."""
     detection = read_failure_detection(admin, timeout_s)
-    return None if detection is None else heartbeat_warning(heartbeat_interval_s, detection)
+    if isinstance(detection, str):
+        return (
+            "heartbeat_check_skipped",
+            f"the heartbeat-interval check against the brokers' failure detection could not "
+            f"run: {detection}",
+        )
+    warning = heartbeat_warning(heartbeat_interval_s, detection)
+    return None if warning is None else ("heartbeat_interval_too_small", warning)

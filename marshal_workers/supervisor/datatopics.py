@@ -10,8 +10,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
+from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.common.errors import ConfigError, MarshalError
 from marshal_workers.protocol.slicing import WHOLE, Slicing
@@ -34,7 +35,9 @@ class DataTopics:
         self.topics = tuple(topics)
         self.bootstrap_servers = bootstrap_servers
         fixed = {"group.id": f"marshal-meta-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
-        self._consumer = Consumer(client_config(bootstrap_servers, extra_config, fixed=fixed))
+        self._consumer = roles.data_consumer(
+            client_config(bootstrap_servers, extra_config, fixed=fixed)
+        )
 
     def partitions(self, timeout_s: float = 10.0) -> list[ClaimKey]:
         """Every claim of the group: each partition of every topic (with a sliced ordering, each

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.clients.rdkafka import RDKAFKA_LOG, error_text
 from marshal_workers.protocol.members import is_member_key
@@ -82,7 +83,7 @@ class KafkaOffsetSink:
                 "enable.auto.offset.store": False,
                 "on_commit": self._on_commit,
             }
-            self._consumer = Consumer(
+            self._consumer = roles.offsets(
                 client_config(self.bootstrap_servers, self.extra_config, fixed=fixed)
             )
         return self._consumer

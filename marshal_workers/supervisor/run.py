@@ -31,7 +31,7 @@ from marshal_workers.handler.loading import load_handler, working_directory_on_p
 from marshal_workers.ipc.forkserver import fork_server
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.topicadmin import admin_client, describe_topic, diff_topic_config
-from marshal_workers.supervisor.brokercheck import cluster_heartbeat_warning
+from marshal_workers.supervisor.brokercheck import cluster_heartbeat_check
 from marshal_workers.supervisor.datatopics import DataTopics
 from marshal_workers.supervisor.hostlock import host_lock
 from marshal_workers.supervisor.observe import Observer, Observers
@@ -62,9 +62,9 @@ def check_coordination_topic(config: RunConfig) -> list[StartupWarning]:
         if diff.fatal:
             raise MarshalError(f"{config.coordination_topic}: {diff}")
         warnings.append(("coordination_topic_setting", {"difference": str(diff)}))
-    too_small = cluster_heartbeat_warning(admin, config.heartbeat_interval)
-    if too_small is not None:
-        warnings.append(("heartbeat_interval_too_small", {"detail": too_small}))
+    said = cluster_heartbeat_check(admin, config.heartbeat_interval)
+    if said is not None:
+        warnings.append((said[0], {"detail": said[1]}))
     return warnings
 
 

@@ -57,7 +57,7 @@ class TestRule:
             "controller.quorum.election.backoff.max.ms": "1000",
         }
         combined = {"broker.session.timeout.ms": "6000", "process.roles": "broker,controller"}
-        detection = failure_detection({1: {**combined, **quorum}, 2: {**combined, **quorum}})
+        detection = failure_detection({i: {**combined, **quorum} for i in (1, 2, 3)})
         assert detection is not None
         assert detection.controller_failover_ms == 4000
         assert detection.stall_ms == 6000 + 4000 + 3000
@@ -67,13 +67,30 @@ class TestRule:
                                              "process.roles": "broker", **quorum}})  # fmt: skip
         assert broker_only is not None and broker_only.stall_ms == 6000 + 3000
         # combined nodes that do not say their quorum timeouts: Kafka's defaults
-        bare = failure_detection({1: combined, 2: combined})
+        bare = failure_detection({1: combined, 2: combined, 3: combined})
         assert bare is not None and bare.controller_failover_ms == 2000 + 1000 + 1000
         # one combined node (marshal-admin kafka's default): no other voter, no failover (its
         # death stops the cluster), so `init` at the default HB of 10 s warns of nothing
         single = failure_detection({1: {**combined, **quorum}})
         assert single is not None and single.controller_failover_ms == 0
         assert heartbeat_warning(10.0, single) is None
+
+    def test_the_failover_counts_from_three_voters_read_from_the_quorum(self) -> None:
+        """Two voters have no majority once one dies, as one voter has none: the quorum cannot
+        fail over, so no failover is added (the cluster stops). Three voters or more can: the
+        count comes from the quorum's configuration (``controller.quorum.voters``), not from
+        how many brokers said they are controllers."""
+        combined = {"broker.session.timeout.ms": "6000", "process.roles": "broker,controller"}
+        two = {**combined, "controller.quorum.voters": "1@h:1,2@h:2"}
+        assert failure_detection({1: two, 2: two}).controller_failover_ms == 0  # type: ignore[union-attr]
+        three = {**combined, "controller.quorum.voters": "1@h:1,2@h:2,3@h:3"}
+        # two combined brokers answered, but the quorum has three voters: it fails over
+        detection = failure_detection({1: three, 2: three})
+        assert detection is not None and detection.controller_failover_ms == 4000
+        # a quorum with no static voter list (bootstrap servers): the combined brokers seen
+        dynamic = {**combined, "controller.quorum.bootstrap.servers": "h:1,h:2"}
+        assert failure_detection({1: dynamic, 2: dynamic}).controller_failover_ms == 0  # type: ignore[union-attr]
+        assert failure_detection({i: dynamic for i in (1, 2, 3)}).controller_failover_ms == 4000  # type: ignore[union-attr]
 
     def test_warning_names_the_least_interval_and_the_setting(self) -> None:
         """One line, only when HB is below the rule's."""

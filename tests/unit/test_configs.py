@@ -10,6 +10,7 @@ import pytest
 from marshal_workers.common.errors import ConfigError
 from marshal_workers.config.runconfig import run_config
 from marshal_workers.config.settings import BY_NAME, load_toml, resolve
+from marshal_workers.localkafka.tls import make_certificates
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))
 COMMENTED_SETTING = re.compile(r"^#\s*([a-z][a-z0-9_-]*)\s*=")
@@ -27,10 +28,19 @@ class TestExample:
         values, _ = load_toml(path)
         assert set(values) <= set(BY_NAME)
 
-    def test_every_value_is_valid_and_makes_a_run_config(self, path: Path) -> None:
-        """Every value passes its setting's checks, and the file gives a complete RunConfig."""
-        config = run_config(resolve({}, path, environ={}))
+    def test_every_value_is_valid_and_makes_a_run_config(self, path: Path, tmp_path: Path) -> None:
+        """Every value passes its setting's checks, and the file gives a complete RunConfig (the
+        CA file it names made here, the password it leaves out given as systemd would)."""
+        ca = make_certificates(tmp_path / "tls").ca_file
+        copy = tmp_path / path.name
+        copy.write_text(re.sub(r"/etc/marshal-workers/[\w.-]+\.pem", str(ca), path.read_text()))
+        credentials = tmp_path / "credentials"
+        credentials.mkdir()
+        (credentials / "kafka.sasl.password").write_text("from-a-credential\n")
+        config = run_config(resolve({}, copy, environ={"CREDENTIALS_DIRECTORY": str(credentials)}))
         assert config.handler and config.topics and config.group
+        if "sasl.username" in config.kafka:
+            assert config.kafka["sasl.password"] == "from-a-credential"
 
     def test_commented_out_settings_are_known_too(self, path: Path) -> None:
         """``# name = value`` lines above any table name real settings (they are meant to be

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from marshal_workers.admin import targets
+from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import SAFE_PRODUCER, client_config
 from marshal_workers.common.errors import ConfigError
 from marshal_workers.config.settings import resolve
@@ -91,8 +92,8 @@ def test_the_coordination_clients_pin_safety_over_the_users_table(
             configs["producer"] = dict(config)
             raise BuiltError
 
-    monkeypatch.setattr(kafkalog, "Consumer", FakeConsumer)
-    monkeypatch.setattr(kafkalog, "Producer", FakeProducer)
+    monkeypatch.setattr(roles, "Consumer", FakeConsumer)
+    monkeypatch.setattr(roles, "Producer", FakeProducer)
     unsafe = {"acks": "1", "enable.idempotence": "false", "isolation.level": "read_uncommitted"}
     with pytest.raises(BuiltError):
         kafkalog.KafkaLog("127.0.0.1:1", extra_config=unsafe)
@@ -129,8 +130,7 @@ def test_every_data_consumer_keeps_its_own_group_id_over_the_table() -> None:
             seen.append(config)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(datatopics, "Consumer", Recording)
-        mp.setattr(targets, "Consumer", Recording)
+        mp.setattr(roles, "Consumer", Recording)
         datatopics.DataTopics("k1:9092", "g", ["t"], extra_config=table)
         targets.KafkaOffsetSource("k1:9092", extra_config=table)
     assert len(seen) == 2
@@ -146,12 +146,66 @@ def test_bootstrap_servers_in_the_table_is_refused(tmp_path: Path) -> None:
         resolve({}, toml, environ={})
 
 
-# Read from the code with `ast`: every client the package builds takes the one builder's config.
-CLIENTS = {"Consumer", "Producer", "AdminClient"}
+# Read from the code with `ast`: every client the package builds is built by its role's builder
+# (clients/roles.py), from the one builder's config.
+CLIENT_CLASSES = {"Consumer", "Producer", "AdminClient", "ShareConsumer"}
+CLIENTS = set(roles.ROLES)  # the role builders
 PACKAGE = Path(__file__).resolve().parents[2] / "marshal_workers"
-# Builds a throwaway client from one [kafka] property alone, connecting nowhere, only to ask
-# librdkafka whether it takes the property: the check of the table, not a client.
-NOT_CLIENTS = {"clients/tablecheck.py"}
+BUNDLED_PLUGINS = PACKAGE.parent / "plugins"
+NOT_CLIENTS: set[str] = set()
+
+
+def _client_classes_called(source: str) -> list[str]:
+    """The calls of ``source`` that build a Kafka client class directly."""
+    import ast  # noqa: PLC0415
+
+    def name(func: ast.expr) -> str:
+        return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+    return [
+        ast.unparse(call)[:90]
+        for call in ast.walk(ast.parse(source))
+        if isinstance(call, ast.Call) and name(call.func) in CLIENT_CLASSES
+    ]
+
+
+def test_no_client_is_built_outside_clients() -> None:
+    """No ``Producer(``, ``Consumer(`` or ``AdminClient(`` in the package or the bundled
+    plugins outside ``clients/``: every client is built by its role's builder, which owns its
+    pins (a new producer cannot forget acks=all)."""
+    files = [*PACKAGE.rglob("*.py"), *BUNDLED_PLUGINS.rglob("*.py")]
+    wrong = [
+        f"{path}: {call}"
+        for path in files
+        if path.parent != PACKAGE / "clients"
+        for call in _client_classes_called(path.read_text())
+    ]
+    assert not wrong, wrong
+    assert _client_classes_called("x = confluent_kafka.Producer(c)")  # the scan has teeth
+    assert _client_classes_called("AdminClient({'a': 1})")
+
+
+def test_every_role_lays_its_pins_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each role's builder builds its client class with its pins over whatever it was given;
+    the read-only roles build no producer."""
+    built: list[tuple[str, dict[str, Any]]] = []
+
+    def recording(kind: str) -> Any:
+        return lambda config: built.append((kind, dict(config)))
+
+    for kind in ("Producer", "Consumer", "AdminClient"):
+        monkeypatch.setattr(roles, kind, recording(kind))
+    unsafe = {"acks": "0", "enable.idempotence": False, "isolation.level": "read_uncommitted",
+              "enable.auto.commit": True, "allow.auto.create.topics": True}  # fmt: skip
+    for role, (kind, pins) in roles.ROLES.items():
+        built.clear()
+        getattr(roles, role)(unsafe)
+        assert built[0][0] == kind, role
+        assert {k: built[0][1][k] for k in pins} == dict(pins), role
+    for role in ("coordination_reader", "data_consumer", "admin"):
+        assert roles.ROLES[role][0] != "Producer"
+    assert roles.ROLES["coordination_producer"][1]["acks"] == "all"
+    assert roles.ROLES["dead_letter_producer"][1]["enable.idempotence"] is True
 
 
 def _unbuilt_clients(source: str) -> list[str]:
@@ -227,10 +281,9 @@ def _unbuilt_clients(source: str) -> list[str]:
 
 
 def test_every_client_the_package_builds_takes_the_one_builders_config() -> None:
-    """Every Consumer, Producer and AdminClient of the package is built from `client_config`
-    (shared defaults, the user's table, what the use needs, then what safety pins, in one
-    order), never from a dict of its own (issue 17.3: thirteen places merged [kafka] in their
-    own order)."""
+    """Every role builder the package calls is given a `client_config` (shared defaults, the
+    user's table, what the use needs, in one order), never a dict of its own (thirteen places
+    once merged [kafka] in their own order)."""
     wrong = [
         f"{path.relative_to(PACKAGE)}: {call}"
         for path in sorted(PACKAGE.rglob("*.py"))
@@ -243,12 +296,12 @@ def test_every_client_the_package_builds_takes_the_one_builders_config() -> None
 def test_the_client_scan_tells_a_built_config_from_a_hand_made_one() -> None:
     """The scan above on small cases: a literal dict, or a merge of the table by hand, is
     refused; the builder called directly, through a name, a helper or a parameter passes."""
-    assert _unbuilt_clients("Consumer({'bootstrap.servers': b, **table})")
-    assert _unbuilt_clients("c = {**table, 'acks': 'all'}\nProducer(c)")
-    assert _unbuilt_clients("def f(config):\n    return Producer(config)\nf({'a': 1})")
-    assert not _unbuilt_clients("Consumer(client_config(b, table, fixed=f))")
-    assert not _unbuilt_clients("c = client_config(b)\nProducer(c)")
-    assert not _unbuilt_clients("def cfg(s):\n    return client_config(s.b)\nConsumer(cfg(s))")
+    assert _unbuilt_clients("data_consumer({'bootstrap.servers': b, **table})")
+    assert _unbuilt_clients("c = {**table, 'acks': 'all'}\ncoordination_producer(c)")
+    assert _unbuilt_clients("def f(config):\n    return coordination_producer(config)\nf({'a': 1})")
+    assert not _unbuilt_clients("data_consumer(client_config(b, table, fixed=f))")
+    assert not _unbuilt_clients("c = client_config(b)\ncoordination_producer(c)")
+    assert not _unbuilt_clients("def cfg(s):\n    return client_config(s.b)\ndata_consumer(cfg(s))")
     assert not _unbuilt_clients(
         "class K:\n"
         "    def __init__(self):\n"
@@ -256,7 +309,7 @@ def test_the_client_scan_tells_a_built_config_from_a_hand_made_one() -> None:
         "        self._pc = pc\n"
         "        self._p = self._new(pc)\n"
         "    def _new(self, config):\n"
-        "        return Producer(config)\n"
+        "        return coordination_producer(config)\n"
         "    def again(self):\n"
-        "        return Producer(self._pc)\n"
+        "        return coordination_producer(self._pc)\n"
     )

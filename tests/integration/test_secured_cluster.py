@@ -1,0 +1,343 @@
+"""A fleet, the admin commands and their refusals on a secured broker: SASL/SCRAM over TLS, the
+StandardAuthorizer, no access without an ACL (`secure_kafka`). Each role gets exactly the ACLs
+`marshal-admin acls --role R --apply` creates; each can do its job and is refused the rest with
+one line and the documented exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from marshal_workers.admin.acls import acls_for, apply_acls
+from marshal_workers.common.ledgerfile import read_ledger
+from marshal_workers.localkafka import LocalKafka
+from marshal_workers.log.topicadmin import admin_client
+from tests.integration.fleet import MARSHAL_ADMIN, MARSHAL_RUN, REPO
+
+pytestmark = pytest.mark.kafka
+
+
+@dataclass
+class Secured:
+    """One fleet's names on the secured broker, and a --config file per principal."""
+
+    cluster: LocalKafka
+    root: Path
+    coordination: str
+    topic: str
+    group: str
+    configs: dict[str, Path]
+
+    def admin(
+        self, who: str, *args: str, env: dict[str, str] | None = None, coordination: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """`marshal-admin ARGS` as ``who`` (a principal's --config), on this fleet's topic."""
+        command = [str(MARSHAL_ADMIN), *args, "--config", str(self.configs[who])]
+        if coordination:
+            command += ["--coordination-topic", self.coordination]
+        base = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=120, check=False,
+            env={**base, **(env or {})},
+        )  # fmt: skip
+
+    def run_member(self, who: str, client_id: str, *args: str) -> subprocess.Popen[bytes]:
+        """A `marshal-run` (ledger handler, HB 2 s) as ``who``; its log in ``root``."""
+        command = [
+            str(MARSHAL_RUN), "--handler", "ledger", "--mode", "alo", "--topic", self.topic,
+            "--group", self.group, "--client-id", client_id, "--config", str(self.configs[who]),
+            "--coordination-topic", self.coordination, "--heartbeat-interval", "2",
+            "--log-format", "json", *args,
+        ]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
+        env |= {"PYTHONPATH": str(REPO), "MARSHAL_LEDGER_DIR": str(self.root / "ledger"),
+                "XDG_RUNTIME_DIR": str(self.root / "run")}  # fmt: skip
+        out = (self.root / f"{client_id}.log").open("ab")
+        return subprocess.Popen(command, env=env, stdout=out, stderr=out, start_new_session=True)
+
+    def grant(self, who: str, role: str, *, optional: bool = True) -> None:
+        """Create the ACLs of ``role`` for ``who`` (as the super user)."""
+        acls = acls_for(
+            role, f"User:{who}", self.coordination, group=self.group, topics=[self.topic],
+            optional=optional,
+        )  # fmt: skip
+        apply_acls(admin_client(self.cluster.bootstrap, self.cluster.client_table), acls)
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The one stderr line of a failed command (no traceback, nothing else)."""
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def secured(
+    secure_kafka: LocalKafka, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Secured]:
+    """A fleet's topics and principals on the session's secured broker: admin (super user),
+    one user per role with that role's ACLs, an intruder with none; the topic made by init."""
+    uid = uuid.uuid4().hex[:6]
+    root = tmp_path_factory.mktemp("secured")
+    configs = {"admin": secure_kafka.admin_config_file}
+    names = ("init", "worker", "operator", "reader", "auditor", "intruder", "worker-nocluster")
+    for who in names:
+        configs[who] = secure_kafka.add_user(f"{who}-{uid}")
+    fleet = Secured(
+        secure_kafka, root, f"__marshal_{uid}", f"orders_{uid}", f"billing_{uid}",
+        {k: v for k, v in configs.items() if v is not None},
+    )  # fmt: skip
+    for role in ("init", "worker", "operator", "reader", "auditor"):
+        fleet.grant(f"{role}-{uid}", role)
+    fleet.grant(f"worker-nocluster-{uid}", "worker", optional=False)
+    done = fleet.admin("init", "init", "--partitions", "2")
+    assert done.returncode == 0, done.stderr
+    made = fleet.admin("admin", "topic", "create", fleet.topic, "--partitions", "2")
+    assert made.returncode == 0, made.stderr
+    yield fleet
+
+
+def test_the_init_role_creates_the_topic_and_pins_its_partition_count(secured: Secured) -> None:
+    """init with exactly the init role's ACLs creates the coordination topic and records its
+    partition count (the count members check at start)."""
+    shown = secured.admin("reader", "dump", "--json")
+    assert shown.returncode == 0, shown.stderr
+    verdicts = [json.loads(line)["verdict"] for line in shown.stdout.splitlines()]
+    assert "TopicRecorded" in verdicts
+
+
+def test_init_without_write_fails_in_one_line_naming_the_role(secured: Secured) -> None:
+    """The rights init once documented (Create, Describe, DescribeConfigs) create the topic but
+    cannot record its count: one line naming the role, exit 1, not a SystemError traceback;
+    with the init role's rights a second init records it."""
+    uid = uuid.uuid4().hex[:6]
+    who = f"init-old-{uid}"
+    secured.configs[who] = secured.cluster.add_user(who)
+    topic = f"__marshal_old_{uid}"
+    admin = admin_client(secured.cluster.bootstrap, secured.cluster.client_table)
+    from marshal_workers.admin.acls import Acl  # noqa: PLC0415
+
+    old = [
+        Acl(f"User:{who}", "topic", topic, op) for op in ("Create", "Describe", "DescribeConfigs")
+    ]
+    apply_acls(admin, old)
+    done = secured.admin(who, "init", "--partitions", "2", "--coordination-topic", topic,
+                         coordination=False)  # fmt: skip
+    assert done.returncode == 1
+    line = one_error_line(done)
+    assert "cannot record the partition count" in line and "--role init" in line
+    apply_acls(admin, acls_for("init", f"User:{who}", topic))
+    again = secured.admin(who, "init", "--partitions", "2", "--coordination-topic", topic,
+                          coordination=False)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "recorded partition count is none, should be 2" in again.stderr
+
+
+def _produce(secured: Secured, n: int) -> None:
+    lines = "".join(f"k{i}\tv{i}\n" for i in range(n))
+    done = subprocess.run(
+        [str(MARSHAL_ADMIN), "produce", secured.topic, "--config", str(secured.configs["admin"])],
+        input=lines, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def _wait(check: object, timeout: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+def test_a_worker_handles_every_record_and_a_reader_sees_it(secured: Secured) -> None:
+    """A member running as the worker role handles every record; the reader role's status,
+    dump and group-settings show it (a command that only reads opens no producer); TERM
+    stops the member cleanly, exit 0."""
+    _produce(secured, 20)
+    member = secured.run_member("worker", "w1")
+    log = secured.root / "w1.log"
+    try:
+
+        def handled() -> bool:
+            rows = (
+                read_ledger(secured.root / "ledger") if (secured.root / "ledger").exists() else []
+            )
+            return len({(r["partition"], r["offset"]) for r in rows}) >= 20
+
+        _wait(handled, 60, "the worker to handle 20 records", log)
+        status = secured.admin("reader", "status", "--group", secured.group, "--json")
+        assert status.returncode == 0, status.stderr
+        holders = {
+            c["client_id"]
+            for c in json.loads(status.stdout)["claims"]
+            if c["topic"] == secured.topic
+        }
+        assert holders == {"w1"}
+        dump = secured.admin("reader", "dump")
+        assert dump.returncode == 0 and "ClaimGranted" in dump.stdout, dump.stderr
+        settings = secured.admin("reader", "group-settings", "--group", secured.group)
+        assert settings.returncode == 0 and secured.group in settings.stdout, settings.stderr
+    finally:
+        member.send_signal(signal.SIGTERM)
+        code = member.wait(60)
+    assert code == 0, log.read_text()[-3000:]
+    assert "heartbeat_check_skipped" not in log.read_text()
+
+
+def test_a_reader_writes_nothing(secured: Secured) -> None:
+    """The reader role cannot pause a group or move its position: one line saying it may not
+    write, exit 1."""
+    for args in (
+        ("release-group", "--group", secured.group, "--for", "5"),
+        ("set-position", "--group", secured.group, "--topic", secured.topic, "--to-earliest"),
+    ):
+        done = secured.admin("reader", *args)
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr  # set-position prints its plan first
+        assert "may not write" in done.stderr.splitlines()[-1]
+
+
+def test_a_worker_cannot_pause_its_group_create_topics_or_write_another_fleets_log(
+    secured: Secured,
+) -> None:
+    """A worker principal writing as itself cannot pause its group (only admin client ids
+    may); it cannot create a topic, nor write another fleet's coordination topic (where
+    another group's settings live): one line each, exit 1."""
+    pause = secured.admin("worker", "release-group", "--group", secured.group, "--for", "5",
+                          "--client-id", "w1")  # fmt: skip
+    assert pause.returncode == 1
+    assert "w1 is not an admin client" in one_error_line(pause)
+    create = secured.admin("worker", "topic", "create", "other", "--partitions", "1")
+    assert create.returncode == 1 and "not allowed" in one_error_line(create)
+    other = secured.admin(
+        "worker", "group-settings", "--group", "other", "--change",
+        "--coordination-topic", "__marshal_other", coordination=False,
+    )  # fmt: skip
+    assert other.returncode == 1 and "not allowed" in one_error_line(other)
+
+
+def test_an_intruder_reads_nothing(secured: Secured) -> None:
+    """A principal with no ACL: status, dump and a member are each refused with one line."""
+    for args in (("status", "--group", secured.group), ("dump",)):
+        done = secured.admin("intruder", *args)
+        assert done.returncode == 1
+        assert "not allowed" in one_error_line(done)
+
+
+def test_a_wrong_password_is_an_authentication_failure(secured: Secured, tmp_path: Path) -> None:
+    """A wrong SASL password says authentication failed (not "Broker transport failure"),
+    exit 1, and the line does not carry the password."""
+    text = secured.configs["reader"].read_text()
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text(
+        "\n".join(
+            '"sasl.password" = "not-the-password-42"'
+            if line.startswith('"sasl.password"')
+            else line
+            for line in text.splitlines()
+        )
+    )
+    secured.configs["wrong"] = wrong
+    done = secured.admin("wrong", "status", "--group", secured.group)
+    assert done.returncode == 1
+    line = one_error_line(done)
+    assert "authentication failed" in line and "not-the-password-42" not in line
+
+
+def test_the_password_may_come_from_the_environment_or_a_credential(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """The reader's --config without its password: from MARSHAL_KAFKA_SASL_PASSWORD, from
+    MARSHAL_KAFKA_SASL_PASSWORD_FILE, or from a systemd credential kafka.sasl.password."""
+    lines = secured.configs["reader"].read_text().splitlines()
+    password = next(line for line in lines if line.startswith('"sasl.password"'))
+    secret = json.loads(password.split("=", 1)[1].strip())
+    bare = tmp_path / "reader-bare.toml"
+    bare.write_text("\n".join(line for line in lines if line != password) + "\n")
+    secured.configs["bare"] = bare
+    (tmp_path / "pw").write_text(secret + "\n")
+    (tmp_path / "creds").mkdir()
+    (tmp_path / "creds" / "kafka.sasl.password").write_text(secret)
+    for env in (
+        {"MARSHAL_KAFKA_SASL_PASSWORD": secret},
+        {"MARSHAL_KAFKA_SASL_PASSWORD_FILE": str(tmp_path / "pw")},
+        {"CREDENTIALS_DIRECTORY": str(tmp_path / "creds")},
+    ):
+        done = secured.admin("bare", "dump", env=env)
+        assert done.returncode == 0, (env.keys(), done.stderr)
+
+
+def test_a_worker_without_cluster_describe_configs_says_the_check_could_not_run(
+    secured: Secured,
+) -> None:
+    """Without the optional Cluster DescribeConfigs a member runs, and says once that the
+    heartbeat-interval check could not run and which permission it lacks."""
+    member = secured.run_member("worker-nocluster", "w2")
+    log = secured.root / "w2.log"
+    try:
+        _wait(lambda: "supervisor_started" in log.read_text(), 60, "the member to start", log)
+    finally:
+        member.send_signal(signal.SIGTERM)
+        member.wait(60)
+    skipped = [line for line in log.read_text().splitlines() if "heartbeat_check_skipped" in line]
+    assert len(skipped) == 1
+    assert "DescribeConfigs on the cluster" in skipped[0]
+
+
+def test_acls_apply_needs_the_right_to_create_acls(secured: Secured) -> None:
+    """`acls --apply` as a principal that may not create ACLs: one line, exit 1."""
+    done = secured.admin("operator", "acls", "--role", "reader", "--principal", "User:x",
+                         "--topic", secured.topic, "--apply")  # fmt: skip
+    assert done.returncode == 1
+    assert "cannot create the ACL" in done.stderr.splitlines()[-1]
+
+
+def test_the_operator_role_pauses_and_repositions_but_creates_nothing(secured: Secured) -> None:
+    """The operator role pauses the group, lifts it and sets its position (committing the
+    group's offsets); it cannot create a topic: one line, exit 1."""
+    for args in (
+        ("release-group", "--group", secured.group, "--for", "2"),
+        ("release-group", "--group", secured.group, "--for", "0"),
+        ("set-position", "--group", secured.group, "--topic", secured.topic, "--to-earliest"),
+    ):
+        done = secured.admin("operator", *args)
+        assert done.returncode == 0, (args, done.stderr)
+    create = secured.admin("operator", "topic", "create", "other", "--partitions", "1")
+    assert create.returncode == 1 and "not allowed" in one_error_line(create)
+
+
+@pytest.mark.spark
+def test_the_audit_reads_a_secured_cluster_as_the_auditor_role(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """marshal-audit with the auditor's --config: its metadata reads and Spark's Kafka source
+    (the [kafka] table translated for the Java client) reach the secured broker; the summary
+    counts the log's records and its lines carry no password."""
+    from tests.integration.fleet import MARSHAL_AUDIT  # noqa: PLC0415
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
+    done = subprocess.run(
+        [str(MARSHAL_AUDIT), "--config", str(secured.configs["auditor"]), "--coordination-topic",
+         secured.coordination, "--heartbeat-interval", "2", "--out", str(tmp_path / "out"),
+         "--json"],
+        capture_output=True, text=True, timeout=600, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["records"] > 0, summary
+    password = json.loads(
+        next(line for line in secured.configs["auditor"].read_text().splitlines()
+             if line.startswith('"sasl.password"')).split("=", 1)[1]
+    )  # fmt: skip
+    assert password not in done.stdout + done.stderr
