@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers bench-hot demo demo-hot sim chaos clean
+.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers bench-hot bench-idle demo demo-hot sim chaos clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,9 @@ bench: install kafka-jars ## Benchmarks (several minutes; each starts its own lo
 	$(BIN)/python bench/fold_and_catch_up.py
 	$(BIN)/python bench/hot_path.py
 	$(BIN)/python bench/runtime.py
+
+bench-idle: install kafka-jars ## Idle gaps of graceful hand-overs: rolling restart and scale-downs at HB = 4 and 10 s (minutes; its own local Kafka): each hand-over's idle seconds
+	$(BIN)/python bench/idle_gaps.py
 
 bench-peers: install kafka-jars ## marshal-run against a plain loop and Arroyo, side by side (minutes; its own local Kafka): a table and docs/peers.png
 	$(BIN)/python bench/peers.py

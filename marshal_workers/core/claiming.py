@@ -21,13 +21,15 @@ its share at once, as before.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.heldclaim import HELD_PHASES, HeldClaim
 from marshal_workers.core.keeping import Keeping
 from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import Kind, Op
-from marshal_workers.core.planning import plan
+from marshal_workers.core.planning import Plan, plan
 from marshal_workers.core.reclaim import reclaimed_position
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_claimable, is_live, is_member_key, member_key
@@ -162,6 +164,9 @@ class Claiming:
             uncertain = not (state := ctx.state_of(key)) or not state.certain
             backoff = self.refusal_backoff(uncertain)
             ctx.avoid_until[key] = max(ctx.avoid_until.get(key, 0.0), now + backoff)
+            # a rival won it: plan again at once, so that a free partition the two did not both
+            # want is claimed now, not a round later (the refused one is left alone meanwhile)
+            self._next_claim = min(self._next_claim, now)
             return
         self.first_sent.pop(key, None)
         self._won(key, event.token, ctx.lease_from(op.sent_at), event.previous_client, now)
@@ -347,24 +352,14 @@ class Claiming:
             and self.member_claimable(now)
         ):
             self.claim(member, now)
-        mine = [k for k, h in ctx.held.items() if not h.is_member and h.phase in HELD_PHASES]
+        mine = self.held_data()
         claiming_data = [k for k in claiming if k != member]
         limit = len(self.partitions)
         opens = self.claims_open_at()
         if now < opens:  # starting: the others that start with it may not be in the fold yet
             self._next_claim = min(self._next_claim, opens)
             limit = max(0, START_CLAIMS - len(mine) - len(claiming_data))
-        step = plan(
-            client_id=s.client_id,
-            group=s.group,
-            partitions=self.partitions,
-            claims=self._group_view(),
-            mine=[*mine, *claiming_data],
-            now_ms=lambda key: ctx.log_now_ms(key, now),
-            hb_ms=s.hb_ms,
-            avoid=ctx.avoid_until,
-            limit=limit,
-        )
+        step = self.share_plan(now, ctx.avoid_until, limit)
         for key in step.claims:
             self.claim(key, now)
         busy = any(ctx.held[k].position is not None for k in mine)  # working, or about to
@@ -386,6 +381,40 @@ class Claiming:
                 share=step.share,
                 members=step.members,
             )
+
+    def released_by_another(self, key: ClaimKey, now: float) -> None:
+        """The fold shows another member's release of a claim of this group: a partition free
+        now, or a member leaving (every share grows). Plan in this very turn, not at the next
+        round, and forget this member's own wait on the partition (its cooldown after handing
+        it over, a back-off after a refusal): that wait was for the other holder, whose tenure
+        is over. A wait after this member's repeated handler failures stands (`failure_avoid`),
+        and the plan still keeps the member within its fair share: the log decides the claim."""
+        ctx = self.ctx
+        self._next_claim = min(self._next_claim, now)
+        until = ctx.avoid_until.get(key)
+        if until is not None and ctx.failure_avoid.get(key) != until:
+            del ctx.avoid_until[key]
+
+    def held_data(self) -> list[ClaimKey]:
+        """The data claims this member holds and keeps (not those it is letting go)."""
+        return [k for k, h in self.ctx.held.items() if not h.is_member and h.phase in HELD_PHASES]
+
+    def share_plan(self, now: float, avoid: Iterable[ClaimKey], limit: int) -> Plan:
+        """The next step toward the fair share (`planning.plan`) from the group's claims in the
+        fold, what this member holds and what it is claiming, leaving ``avoid`` alone."""
+        ctx, s = self.ctx, self.ctx.s
+        claiming = [k for k in self.in_flight() if k != self.member]
+        return plan(
+            client_id=s.client_id,
+            group=s.group,
+            partitions=self.partitions,
+            claims=self._group_view(),
+            mine=[*self.held_data(), *claiming],
+            now_ms=lambda key: ctx.log_now_ms(key, now),
+            hb_ms=s.hb_ms,
+            avoid=avoid,
+            limit=limit,
+        )
 
     def member_claimable(self, now: float) -> bool:
         """Whether the member claim could win now. As for data claims, a claim the log would

@@ -240,6 +240,9 @@ class Member:
         elif mine and isinstance(event, ev.ClaimGranted):
             self.claiming.late_grant(event, now)
         key = event.key
+        if isinstance(event, ev.Released) and not mine:
+            self.ctx.observe(obs.ReleaseSeen(key))
+            self.claiming.released_by_another(key, now)
         if is_member_key(key):
             self.claiming.member_keys.add(key)
             if isinstance(event, ev.ClaimGranted) and key != self.member:

@@ -41,6 +41,15 @@ class ClaimReleased:
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseSeen:
+    """The fold shows another member's release of a claim of this member's group (a partition
+    free now, or a member leaving): the member plans in that turn
+    (`Claiming.released_by_another`)."""
+
+    key: ClaimKey
+
+
+@dataclass(frozen=True, slots=True)
 class ChildStats:
     key: ClaimKey
     stats: Stats
@@ -90,6 +99,7 @@ Observation = (
     ClaimWon
     | ClaimLost
     | ClaimReleased
+    | ReleaseSeen
     | ChildStats
     | HandlerFailed
     | CoordinationWrite

@@ -54,6 +54,9 @@ class Observer:
     def claim_released(self, key: ClaimKey) -> None:
         """A claim was released gracefully."""
 
+    def release_seen(self, key: ClaimKey) -> None:
+        """Another member's release of a claim of this group was folded."""
+
     def child_started(self, key: ClaimKey, pid: int, restart: bool) -> None:
         """A child started for a claim (``restart`` after a failure)."""
 
@@ -111,6 +114,10 @@ class Observers(Observer):
         for o in self.observers:
             o.claim_released(key)
 
+    def release_seen(self, key: ClaimKey) -> None:
+        for o in self.observers:
+            o.release_seen(key)
+
     def child_started(self, key: ClaimKey, pid: int, restart: bool) -> None:
         for o in self.observers:
             o.child_started(key, pid, restart)
@@ -161,6 +168,8 @@ def deliver(observer: Observer, what: Observation) -> None:
             observer.claim_lost(key, reason)
         case obs.ClaimReleased(key):
             observer.claim_released(key)
+        case obs.ReleaseSeen(key):
+            observer.release_seen(key)
         case obs.ChildStats(key, stats):
             observer.child_stats(key, stats)
         case obs.HandlerFailed(key, offset, error):
