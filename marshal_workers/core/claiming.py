@@ -373,7 +373,7 @@ class Claiming:
             self._next_release = now + max(s.heartbeat_interval / 5, min(s.heartbeat_interval, 1.0))
             for release in releases:
                 ctx.avoid_until[release] = now + 2 * s.heartbeat_interval
-                self.keeping.stop_child(ctx.held[release], now + s.stop_timeout)
+                self.keeping.stop_child(ctx.held[release], now + s.stop_timeout, reason="revoke")
             ctx.say(
                 "info",
                 "over_fair_share_releasing",

@@ -189,6 +189,6 @@ class Operator:
         deadline = now + ctx.s.stop_timeout
         for held in ctx.held.values():
             if not held.is_member and held.phase in HELD_PHASES:
-                self.keeping.stop_child(held, deadline)
+                self.keeping.stop_child(held, deadline, reason="revoke")
         self.claiming.idle_since = None
         return True

@@ -13,6 +13,7 @@ from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
+from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import (
@@ -148,3 +149,21 @@ def test_a_stopping_member_releases_its_member_claim_before_its_partitions() -> 
                 and isinstance(c.message, ReleasingPartition)]  # fmt: skip
     assert [(m.topic, m.partition) for m in releases] == [("__member.c1", 0)]
 
+
+
+def test_a_rebalance_tells_the_child_revoke_and_a_stop_tells_it_stop() -> None:
+    """The child's teardown gets the reason: an over-share release takes the claim away
+    (``revoke``); TERM stops the member (``stop``)."""
+    h = begin(Member(with_hb(4.0)))
+    announce = member_key("g", OTHER[1])
+    write(h.topic, other(ClaimingPartition, announce))  # type: ignore[arg-type]
+    write(h.topic, other(Heartbeat, announce, 0))  # type: ignore[arg-type]
+    h.read()
+    since = len(h.commands)
+    h.tick(0.8)
+    told = [c.message for c in h.commands[since:] if isinstance(c, cmd.TellChild)]
+    assert told == [ipc.Stop("revoke")]
+    since = len(h.commands)
+    h.run(h.member.feed(inp.SignalReceived(h.now, signal.SIGTERM)))
+    told = [c.message for c in h.commands[since:] if isinstance(c, cmd.TellChild)]
+    assert set(told) == {ipc.Stop("stop")}
