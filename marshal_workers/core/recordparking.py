@@ -121,6 +121,19 @@ class RecordParking:
             error=state.error,
         )
 
+    def parks(self, key: ClaimKey, position: int | None) -> bool:
+        """Whether ``key``'s failing record is parked by the log, or by a count of this member
+        on its way: its holder then keeps the claim and runs no child, whatever its own streak
+        of failures (`childexits.decide`: no release after ``max_handler_failures``)."""
+        if not self.enabled:
+            return False
+        claim = (key.group, key.topic, key.partition)
+        for m in self._sent.values():
+            if m.outcome is poison.Outcome.PARKED and (m.group_id, m.topic, m.partition) == claim:
+                return True
+        state = poison.active(self.state(key), position)
+        return state is not None and state.parked
+
     def allows(self, held: HeldClaim, now: float) -> bool:
         """Whether a child may start for ``held``: not while a failure of its is being counted
         in the log (the count decides whether it is parked), nor while it is parked on a
