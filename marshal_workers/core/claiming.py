@@ -161,6 +161,9 @@ class Claiming:
             if self.adopt_landed(key, now):  # refused as this instance's own: an earlier won
                 return
             self.first_sent.pop(key, None)
+            if self.free_again(key):
+                self._next_claim = min(self._next_claim, now)
+                return
             uncertain = not (state := ctx.state_of(key)) or not state.certain
             backoff = self.refusal_backoff(uncertain)
             ctx.avoid_until[key] = max(ctx.avoid_until.get(key, 0.0), now + backoff)
@@ -225,6 +228,14 @@ class Claiming:
         )
         if ctx.stopping:
             self.keeping.finish(held, now, release=True)
+
+    def free_again(self, key: ClaimKey) -> bool:
+        """Whether a claim the log refused to this member is released by now: the rival that
+        won it released it before this member learnt of the refusal (its acknowledgement came
+        after the fold had passed the release, `Member._appended`). No back-off then: the
+        release was folded already, and `released_by_another` would have lifted it."""
+        state = self.ctx.state_of(key)
+        return state is not None and state.certain and state.released
 
     def refusal_backoff(self, uncertain: bool) -> float:
         """How long to leave a claim alone after the log refused this member's claim on it.
