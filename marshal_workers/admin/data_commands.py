@@ -10,7 +10,7 @@ from typing import IO
 import click
 
 from marshal_workers.admin.data import create_topic, parse_records, produce
-from marshal_workers.config.toolconfig import FleetSettings, fleet_options
+from marshal_workers.config.toolconfig import FleetSettings, kafka_options
 
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 
@@ -21,7 +21,7 @@ def topic() -> None:
 
 
 @topic.command("create")
-@fleet_options
+@kafka_options
 @click.argument("name")
 @click.option("--partitions", type=click.IntRange(min=1), required=True, help="Partitions.")
 @click.option(
@@ -68,12 +68,12 @@ def topic_create(
 
 
 @click.command("produce")
-@fleet_options
+@kafka_options
 @click.argument("topic_name", metavar="TOPIC")
 @click.option(
     "--file",
     "source",
-    type=click.File("r", encoding="utf-8"),
+    type=click.File("rb"),  # decoded line by line: a line that is not UTF-8 is named
     default="-",
     show_default="stdin",
     help="Read the records from this file, one per line.",
@@ -90,7 +90,7 @@ def produce_command(
     *,
     fleet: FleetSettings,
     topic_name: str,
-    source: IO[str],
+    source: IO[bytes],
     key_field: str | None,
     as_json: bool,
 ) -> None:
