@@ -18,7 +18,7 @@ import click
 
 from marshal_workers.admin.goread import go_dump, go_status
 from marshal_workers.admin.operations import FOLD_SETTINGS, Connection, run_dump, run_init
-from marshal_workers.admin.statusread import run_status
+from marshal_workers.admin.statusread import UnknownGroupError, run_status
 from marshal_workers.admin.watch import watch_status
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.protocol.gofold import GO_HEARTBEAT_INTERVAL_S
@@ -182,7 +182,12 @@ def status(
         )
         click.echo(out)
         return
-    click.echo(run_status(connection(fleet), chosen, as_json, timeout))
+    try:
+        click.echo(run_status(connection(fleet), chosen, as_json, timeout))
+    except UnknownGroupError as unknown:
+        if as_json:  # a script reads stdout: JSON all the same, the line on stderr, exit 1
+            click.echo(unknown.answer)
+        raise
 
 
 @click.command()
