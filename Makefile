@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers bench-hot bench-idle demo demo-hot sim chaos clean
+.PHONY: install install-runtime install-audit kafka-jars spark-jars lint typecheck test test-unit bench bench-peers bench-hot bench-idle demo demo-hot sim chaos clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,10 @@ install-runtime: $(BIN)/python ## The package alone (editable) into .venv: what 
 	$(BIN)/pip install --quiet -e .
 	@# An editable install has no bytecode, and with PYTHONDONTWRITEBYTECODE set every process
 	@# (each supervisor, each child) would compile the package again: 0.1 s of CPU at each start.
+	$(BIN)/python -m compileall -q marshal_workers plugins
+
+install-audit: $(BIN)/python ## The package (editable) with marshal-audit's PySpark into .venv: what install-runtime gives, plus the audit
+	$(BIN)/pip install --quiet -e '.[audit]'
 	$(BIN)/python -m compileall -q marshal_workers plugins
 
 install: $(BIN)/python ## The package with the dev tools, the audit's PySpark and the bench peers
