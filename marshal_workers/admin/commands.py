@@ -192,6 +192,12 @@ def status(
 
 @click.command()
 @fleet_options
+@click.option(
+    "--group",
+    default=None,
+    help="Only this group's records (its claims, members, pauses, settings, poison records), "
+    "folded with its settings as recorded in the log.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @_timeout_option
 @go_topic_option
@@ -199,6 +205,7 @@ def status(
 def dump(
     *,
     fleet: FleetSettings,
+    group: str | None,
     as_json: bool,
     timeout: float,
     go_topic: str | None,
@@ -211,10 +218,12 @@ def dump(
     verdict and reason. Records come in offset order per coordination partition.
     """
     if go_topic is not None:
+        if group is not None:
+            raise click.UsageError("--group does not go with --go-topic")
         for line in go_dump(
             fleet.bootstrap_servers, go_topic, go_hb_s, as_json, timeout, fleet.kafka
         ):
             click.echo(line)
         return
-    for line in run_dump(connection(fleet), as_json, timeout):
+    for line in run_dump(connection(fleet), as_json, timeout, group=group):
         click.echo(line)
