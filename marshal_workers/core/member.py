@@ -287,6 +287,8 @@ class Member:
         elif isinstance(event, ev.HeartbeatRejected) and mine:
             self.keeping.lose(held, f"heartbeat refused: {event.reason}")
         elif isinstance(event, ev.ClaimGranted) and event.token != held.token:
+            if held.phase is Phase.RELEASING:
+                return  # given up: its release was folded before its acknowledgement came
             self.keeping.lose(held, f"claimed by {event.client_id}")
 
     def _resolve(self, op: Op, event: ev.Event, now: float) -> None:

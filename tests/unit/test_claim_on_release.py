@@ -11,6 +11,7 @@ import pytest
 
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
+from marshal_workers.core import observations as obs
 from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
@@ -167,3 +168,48 @@ def test_a_rebalance_tells_the_child_revoke_and_a_stop_tells_it_stop() -> None:
     h.run(h.member.feed(inp.SignalReceived(h.now, signal.SIGTERM)))
     told = [c.message for c in h.commands[since:] if isinstance(c, cmd.TellChild)]
     assert set(told) == {ipc.Stop("stop")}
+
+
+def test_a_claim_won_from_a_stale_holder_is_a_failover_and_the_group_view_is_told() -> None:
+    """Another member's claim goes stale (it was killed): the member wins it, and tells its
+    observers that was a failover; it tells them too how many of the group's claims nobody
+    holds."""
+    topic, log_ms = fresh_topic()
+    member = Member(with_hb(1.0))
+    h = Harness(topic, member, log_ms)
+    stale = keys()[1]
+    write(h.topic, other(ClaimingPartition, stale))  # type: ignore[arg-type]
+    write(h.topic, other(Heartbeat, stale, 0))  # type: ignore[arg-type]
+    h.read()
+    h.run(member.begin(h.now, 1_000.0, keys()))
+    views = [c.what for c in h.commands if isinstance(c, cmd.Observe)
+             and isinstance(c.what, obs.GroupView)]  # fmt: skip
+    assert views[0] == obs.GroupView(2, 1, 1)  # the stale-to-be claim is still held then
+    h.tick(2.5)  # past 2*HB of silence: stale
+    failovers = [c.what for c in h.commands if isinstance(c, cmd.Observe)
+                 and isinstance(c.what, obs.Failover)]  # fmt: skip
+    assert failovers == [obs.Failover(stale, OTHER[1])]
+
+
+def test_a_rival_claiming_what_the_member_released_is_no_loss() -> None:
+    """The member's release and a rival's claim right after it are folded before the release's
+    acknowledgement comes: the claim was given up, not lost (no claim_lost line, no ClaimLost
+    for the metrics), and the release is confirmed when its acknowledgement comes."""
+    h = begin(Member(with_hb(4.0)), n=1)
+    key = keys(1)[0]
+    h.run(h.member.feed(inp.SignalReceived(h.now, signal.SIGTERM)))
+    exited = h.member.feed(inp.ChildExited(h.now, key, 0))
+    (release,) = [c for c in exited if isinstance(c, cmd.Append)
+                  and isinstance(c.message, ReleasingPartition)]  # fmt: skip
+    done = h.topic.append(release.partition, release.key, release.value)  # landed, not acked
+    write(h.topic, other(ClaimingPartition, key))  # type: ignore[arg-type]
+    since = len(h.commands)
+    h.read()
+    lost = [c for c in h.commands[since:] if isinstance(c, cmd.Log) and c.event == "claim_lost"]
+    assert lost == []
+    assert not any(isinstance(c, cmd.Observe) and isinstance(c.what, obs.ClaimLost)
+                   for c in h.commands[since:])  # fmt: skip
+    h.run(h.member.feed(inp.AppendDone(h.now, release.op, done)))
+    released = [c for c in h.commands if isinstance(c, cmd.Log) and c.event == "claim_released"
+                and dict(c.fields).get("partition") == key.partition]  # fmt: skip
+    assert released and dict(released[-1].fields)["confirmed"] is True
