@@ -30,7 +30,7 @@ spark-jars: install ## Resolve the Spark Kafka connector jars for the audit with
 	$(BIN)/python -m marshal_workers.audit.jars
 
 lint: install ## ruff on the package, tests and benchmarks
-	$(BIN)/ruff check marshal_workers tests bench plugins
+	$(BIN)/ruff check marshal_workers tests bench plugins monitoring
 	$(BIN)/ruff format --check marshal_workers
 
 typecheck: install ## mypy --strict on the package

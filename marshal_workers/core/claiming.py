@@ -25,6 +25,7 @@ from collections.abc import Iterable
 
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
+from marshal_workers.core import observations as obs
 from marshal_workers.core.heldclaim import HELD_PHASES, HeldClaim
 from marshal_workers.core.keeping import Keeping
 from marshal_workers.core.memberstate import MemberState
@@ -67,6 +68,7 @@ class Claiming:
         self.begun_at: float | None = None  # when the member began (after its catch-up)
         self.announced_at: float | None = None  # when the fold first showed its member claim
         self.joined_at: float | None = None  # when the fold last showed another member announce
+        self._group_view_told: obs.GroupView | None = None
 
     # ---- restart recovery ------------------------------------------------------------------
 
@@ -212,6 +214,8 @@ class Claiming:
         ctx = self.ctx
         held = self.keeping.hold(key, token, lease, now)
         self._announced(key, now)
+        if previous is not None and not held.is_member:  # its holder went stale, unreleased
+            ctx.observe(obs.Failover(key, previous))
         if not held.is_member:
             position = self.resume_position(key)
             own = ctx.expired_positions.pop(key, None)
@@ -373,6 +377,7 @@ class Claiming:
         step = self.share_plan(now, ctx.avoid_until, limit)
         for key in step.claims:
             self.claim(key, now)
+        self._tell_group_view(now, step.members)
         busy = any(ctx.held[k].position is not None for k in mine)  # working, or about to
         if busy or not self._work_unclaimed(now):
             self.idle_since = None
@@ -426,6 +431,17 @@ class Claiming:
             avoid=avoid,
             limit=limit,
         )
+
+    def _tell_group_view(self, now: float, members: int) -> None:
+        """The group's claims, those no live member holds, its live members: told to the
+        observers (metrics) when they change."""
+        ctx, hb_ms = self.ctx, self.ctx.s.hb_ms
+        live = [is_live(ctx.state_of(k), ctx.log_now_ms(k, now), hb_ms) for k in self.partitions]
+        unheld = live.count(False)
+        view = obs.GroupView(len(self.partitions), unheld, members)
+        if view != self._group_view_told:
+            self._group_view_told = view
+            ctx.observe(view)
 
     def member_claimable(self, now: float) -> bool:
         """Whether the member claim could win now. As for data claims, a claim the log would

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
+from marshal_workers.core import observations as obs
 from marshal_workers.core.member import Member
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import EXIT_HANDLER_FAILED
@@ -56,6 +57,9 @@ def test_the_failure_that_parks_the_record_keeps_the_claim() -> None:
     assert h.appended(ReleasingPartition) == []
     assert KEY in member.held
     assert spawns(h) == started  # parked: no child
+    told = [c.what for c in h.commands if isinstance(c, cmd.Observe)
+            and isinstance(c.what, obs.RecordFailures)]  # fmt: skip
+    assert told[-1] == obs.RecordFailures(KEY, 120, 2, True)  # the metrics' parked record
 
 
 def test_below_the_park_a_streak_of_failures_releases_the_partition() -> None:
