@@ -345,7 +345,8 @@ def test_poison_defect_an_operators_retry_waits_for_every_members_back_off(
 
     monkeypatch.setattr(Member, "_heed_decision", lambda self, event: None)
     params = SimParams(members=2, groups=1, faults=("poison",), fault_count=4)
-    assert found(monkeypatch, params, "retry_heeded", SEEDS) is not None
+    # (a rare row since a parked record's holder keeps the claim: seed 27 finds it first)
+    assert found(monkeypatch, params, "retry_heeded", RARE_ROW_SEEDS) is not None
 
 
 def test_poison_defect_a_refused_decision_stands_alone_after_the_cleaner(
