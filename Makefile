@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-runtime kafka-jars spark-jars lint typecheck test test-unit bench bench-peers bench-hot demo demo-hot sim chaos clean
+.PHONY: install install-runtime install-audit kafka-jars spark-jars lint typecheck test test-unit bench bench-peers bench-hot bench-idle demo demo-hot sim chaos clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,10 @@ install-runtime: $(BIN)/python ## The package alone (editable) into .venv: what 
 	$(BIN)/pip install --quiet -e .
 	@# An editable install has no bytecode, and with PYTHONDONTWRITEBYTECODE set every process
 	@# (each supervisor, each child) would compile the package again: 0.1 s of CPU at each start.
+	$(BIN)/python -m compileall -q marshal_workers plugins
+
+install-audit: $(BIN)/python ## The package (editable) with marshal-audit's PySpark into .venv: what install-runtime gives, plus the audit
+	$(BIN)/pip install --quiet -e '.[audit]'
 	$(BIN)/python -m compileall -q marshal_workers plugins
 
 install: $(BIN)/python ## The package with the dev tools, the audit's PySpark and the bench peers
@@ -26,7 +30,7 @@ spark-jars: install ## Resolve the Spark Kafka connector jars for the audit with
 	$(BIN)/python -m marshal_workers.audit.jars
 
 lint: install ## ruff on the package, tests and benchmarks
-	$(BIN)/ruff check marshal_workers tests bench plugins
+	$(BIN)/ruff check marshal_workers tests bench plugins monitoring
 	$(BIN)/ruff format --check marshal_workers
 
 typecheck: install ## mypy --strict on the package
@@ -51,6 +55,9 @@ bench: install kafka-jars ## Benchmarks (several minutes; each starts its own lo
 	$(BIN)/python bench/fold_and_catch_up.py
 	$(BIN)/python bench/hot_path.py
 	$(BIN)/python bench/runtime.py
+
+bench-idle: install kafka-jars ## Idle gaps of graceful hand-overs: rolling restart and scale-downs at HB = 4 and 10 s (minutes; its own local Kafka): each hand-over's idle seconds
+	$(BIN)/python bench/idle_gaps.py
 
 bench-peers: install kafka-jars ## marshal-run against a plain loop and Arroyo, side by side (minutes; its own local Kafka): a table and docs/peers.png
 	$(BIN)/python bench/peers.py

@@ -18,7 +18,7 @@ import click
 
 from marshal_workers.admin.goread import go_dump, go_status
 from marshal_workers.admin.operations import FOLD_SETTINGS, Connection, run_dump, run_init
-from marshal_workers.admin.statusread import run_status
+from marshal_workers.admin.statusread import UnknownGroupError, run_status
 from marshal_workers.admin.watch import watch_status
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.protocol.gofold import GO_HEARTBEAT_INTERVAL_S
@@ -182,11 +182,22 @@ def status(
         )
         click.echo(out)
         return
-    click.echo(run_status(connection(fleet), chosen, as_json, timeout))
+    try:
+        click.echo(run_status(connection(fleet), chosen, as_json, timeout))
+    except UnknownGroupError as unknown:
+        if as_json:  # a script reads stdout: JSON all the same, the line on stderr, exit 1
+            click.echo(unknown.answer)
+        raise
 
 
 @click.command()
 @fleet_options
+@click.option(
+    "--group",
+    default=None,
+    help="Only this group's records (its claims, members, pauses, settings, poison records), "
+    "folded with its settings as recorded in the log.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @_timeout_option
 @go_topic_option
@@ -194,6 +205,7 @@ def status(
 def dump(
     *,
     fleet: FleetSettings,
+    group: str | None,
     as_json: bool,
     timeout: float,
     go_topic: str | None,
@@ -206,10 +218,12 @@ def dump(
     verdict and reason. Records come in offset order per coordination partition.
     """
     if go_topic is not None:
+        if group is not None:
+            raise click.UsageError("--group does not go with --go-topic")
         for line in go_dump(
             fleet.bootstrap_servers, go_topic, go_hb_s, as_json, timeout, fleet.kafka
         ):
             click.echo(line)
         return
-    for line in run_dump(connection(fleet), as_json, timeout):
+    for line in run_dump(connection(fleet), as_json, timeout, group=group):
         click.echo(line)

@@ -9,10 +9,11 @@ Input lines (blank lines are skipped; a trailing CR is dropped):
 - with ``key_field``: one JSON object per line, written as it is, keyed by its field
   ``key_field`` (a string as it is, anything else as JSON).
 
-Every line is read and checked before anything is written: a bad line (exit 2, its number)
-writes nothing. Records are written with the package's one client builder, acks=all and
-idempotent, and keys are hashed with murmur2 as the Java producer and Kafka's own tools hash
-them, so a key lands on the partition any other Kafka client would put it on.
+Every line is read and checked before anything is written: a bad line (not UTF-8, or not
+what ``key_field`` asks for: exit 2, its number) writes nothing. Records are written with the
+package's one client builder, acks=all and idempotent, and keys are hashed with murmur2 as the
+Java producer and Kafka's own tools hash them, so a key lands on the partition any other
+Kafka client would put it on.
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ PRODUCER_TUNING: Final[Mapping[str, Any]] = {"partitioner": "murmur2_random", "l
 Record = tuple[bytes | None, bytes]
 
 
-def parse_records(lines: Iterable[str], key_field: str | None = None) -> list[Record]:
-    """The records of ``lines`` (see the module doc); ConfigError naming the line if bad."""
+def parse_records(lines: Iterable[bytes | str], key_field: str | None = None) -> list[Record]:
+    """The records of ``lines`` (see the module doc; bytes must be UTF-8); ConfigError naming
+    the line if bad."""
     records: list[Record] = []
-    for number, raw in enumerate(lines, 1):
+    for number, given in enumerate(lines, 1):
+        raw = given if isinstance(given, str) else _utf8(given, number)
         line = raw.rstrip("\n").rstrip("\r")
         if not line.strip():
             continue
@@ -65,6 +68,17 @@ def parse_records(lines: Iterable[str], key_field: str | None = None) -> list[Re
         key_text = found if isinstance(found, str) else json.dumps(found)
         records.append((key_text.encode(), line.encode()))
     return records
+
+
+def _utf8(raw: bytes, number: int) -> str:
+    """Line ``number`` as text; ConfigError naming the first byte that is not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        byte = raw[exc.start]
+        raise ConfigError(
+            f"line {number}: not UTF-8 (byte 0x{byte:02x} at column {exc.start + 1})"
+        ) from None
 
 
 def create_topic(

@@ -1,6 +1,7 @@
-"""`marshal-admin topic create` and `marshal-admin produce`: parse options, then call
-`admin.data`. Both work on any cluster (``--bootstrap-servers``, and the ``[kafka]`` table of
-``--config``) and print what they did, as a line or (``--json``) one JSON object."""
+"""`marshal-admin topic create|list|describe` and `marshal-admin produce`: parse options,
+then call `admin.data` or `admin.topicview`. They work on any cluster (``--bootstrap-servers``,
+and the ``[kafka]`` table of ``--config``) and print what they did or found, as lines or
+(``--json``) one JSON object."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import IO
 
 import click
 
+from marshal_workers.admin.commands import connection
 from marshal_workers.admin.data import create_topic, parse_records, produce
-from marshal_workers.config.toolconfig import FleetSettings, fleet_options
+from marshal_workers.admin.topicview import describe_topic, list_topics
+from marshal_workers.config.toolconfig import FleetSettings, fleet_options, kafka_options
 
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 
@@ -21,7 +24,7 @@ def topic() -> None:
 
 
 @topic.command("create")
-@fleet_options
+@kafka_options
 @click.argument("name")
 @click.option("--partitions", type=click.IntRange(min=1), required=True, help="Partitions.")
 @click.option(
@@ -67,13 +70,41 @@ def topic_create(
         click.echo(f"topic {name} exists: {said['partitions']} partition(s)")
 
 
-@click.command("produce")
+_timeout_option = click.option(
+    "--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for Kafka."
+)
+
+
+@topic.command("list")
 @fleet_options
+@_json_option
+@_timeout_option
+def topic_list(*, fleet: FleetSettings, as_json: bool, timeout: float) -> None:
+    """List the data topics: partitions, and the groups of the coordination log that work on
+    each (internal __ topics left out). --json: {"topics": [{"topic", "partitions",
+    "groups"}]}."""
+    click.echo(list_topics(connection(fleet), as_json, timeout))
+
+
+@topic.command("describe")
+@fleet_options
+@click.argument("name")
+@_json_option
+@_timeout_option
+def topic_describe(*, fleet: FleetSettings, name: str, as_json: bool, timeout: float) -> None:
+    """Describe topic NAME: each partition's low and high watermark, and every group's claim on
+    it (holder, state, offset, lag; a slice's with ordering key or unordered). --json:
+    {"topic", "groups", "partitions": [{"partition", "low", "high", "claims": [...]}]}."""
+    click.echo(describe_topic(connection(fleet), name, as_json, timeout))
+
+
+@click.command("produce")
+@kafka_options
 @click.argument("topic_name", metavar="TOPIC")
 @click.option(
     "--file",
     "source",
-    type=click.File("r", encoding="utf-8"),
+    type=click.File("rb"),  # decoded line by line: a line that is not UTF-8 is named
     default="-",
     show_default="stdin",
     help="Read the records from this file, one per line.",
@@ -90,7 +121,7 @@ def produce_command(
     *,
     fleet: FleetSettings,
     topic_name: str,
-    source: IO[str],
+    source: IO[bytes],
     key_field: str | None,
     as_json: bool,
 ) -> None:

@@ -251,6 +251,7 @@ class Demo:
         ends = self._ends()
         total = sum(ends[p] - self.first[p] for p in ends)
         victim, phase, killed_at = clients[-1], "run", 0.0
+        coming = 0  # claims the victim gets back when it returns
         t0 = time.monotonic()
         while True:
             time.sleep(1.0)
@@ -276,19 +277,21 @@ class Demo:
                 and sum(held.values()) == self.o.claims
                 and (victim not in held)
             ):
+                coming = returning_share(held, len(clients), self.o.claims)
                 self.say(
                     f"*** failover done {time.monotonic() - killed_at:.1f}s after the kill; "
-                    f"{victim} comes back and the fleet rebalances by graceful releases"
+                    + rejoin_story(victim, coming, len(clients), self.o.claims)
                 )
                 self._start(victim)
                 phase = "rejoin"
             elif (
                 phase == "rejoin"
-                and len(held) == len(clients)
-                and max(held.values()) - min(held.values()) <= 1
+                and sum(held.values()) == self.o.claims
+                and held.get(victim, 0) >= coming
+                and max(held.values()) <= fair_share(self.o.claims, len(clients))
             ):
-                split = "/".join(str(held[c]) for c in clients)
-                self.say(f"*** rebalanced: {split}")
+                split = "/".join(str(held.get(c, 0)) for c in clients)
+                self.say(f"*** {'rebalanced' if coming else 'settled'}: {split}")
                 phase = "settled"
             if done >= total:
                 self.say("every order handled: stopping the fleet with TERM (graceful)")
@@ -339,6 +342,33 @@ class Demo:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
+
+
+def fair_share(claims: int, members: int) -> int:
+    """What no member holds more of: ceil(claims / members) (`core.planning.fair_share`)."""
+    return -(-claims // max(1, members))
+
+
+def returning_share(held: Counter[str], members: int, claims: int) -> int:
+    """How many claims a member coming back gets: what the others hold over the fair share
+    counted with it (they release that excess; a member at its share releases nothing)."""
+    share = fair_share(claims, members)
+    return sum(max(0, n - share) for n in held.values())
+
+
+def rejoin_story(victim: str, coming: int, members: int, claims: int) -> str:
+    """What the demo says will happen when ``victim`` comes back."""
+    share = fair_share(claims, members)
+    if coming:
+        return (
+            f"{victim} comes back and the fleet rebalances by graceful releases: the others "
+            f"release the {coming} claim(s) they hold over the fair share of {share}"
+        )
+    return (
+        f"{victim} comes back and holds nothing: {claims} claims among {members} members make "
+        f"a fair share of {share}, and no member holds more, so none is released; {victim} "
+        "stands by, announced, and claims at once what another member releases"
+    )
 
 
 def out_of_key_order(rows: list[LedgerRow], key_of: Callable[[int], str]) -> int:

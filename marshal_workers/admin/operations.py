@@ -210,13 +210,36 @@ def dump_line(record: CoordRecord, event: ev.Event) -> str:
     )
 
 
-def run_dump(conn: Connection, as_json: bool, timeout_s: float) -> Iterator[str]:
-    """The decoded log with verdicts, one line per record (JSON objects with ``as_json``)."""
+def run_dump(
+    conn: Connection, as_json: bool, timeout_s: float, group: str | None = None
+) -> Iterator[str]:
+    """The decoded log with verdicts, one line per record (JSON objects with ``as_json``);
+    with ``group`` only its records, folded with its recorded settings (`for_group`)."""
+    if group is not None:
+        with group_session(conn, group, ADMIN_CLIENT_ID, timeout_s) as (_, adopted):
+            conn = adopted
     for record, event in read_records(conn, timeout_s):
+        if group is not None and group_of_record(record, event) != group:
+            continue
         if as_json:
             yield json.dumps(dump_entry(record, event))
         else:
             yield dump_line(record, event)
+
+
+def group_of_record(record: CoordRecord, event: ev.Event) -> str | None:
+    """The group a coordination record is about: its message's (a claim, a pause, a poison
+    record), its settings' or, for a record nobody could read, its key's first field."""
+    message = getattr(event, "message", None)
+    group = getattr(message, "group_id", None)
+    if isinstance(group, str):
+        return group
+    if isinstance(event, ev.GroupSettingsRecorded):
+        return event.settings.group_id
+    if isinstance(event, ev.Malformed) and event.keyless_group is not None:
+        return event.keyless_group
+    key = _text(record.key)
+    return None if key is None else key.split("/", 1)[0]
 
 
 def admin_settings(conn: Connection, group: str, client_id: str = "marshal-admin") -> GroupSettings:

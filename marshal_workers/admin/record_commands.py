@@ -67,6 +67,7 @@ def resolve(session: AdminSession, key: ClaimKey, offset: int, action: poison.Ac
     refused = refusal(session, key, offset)
     if refused is not None:
         raise MarshalError(f"{where}: refused: {refused}", 1)
+    before = session.worlds[session.partition_of(key)].poison.get(key)  # the count it clears
     msg = poison.PoisonResolved(
         int(session.wall()),
         session.instance_id,
@@ -89,7 +90,8 @@ def resolve(session: AdminSession, key: ClaimKey, offset: int, action: poison.Ac
         raise AdminError(f"PoisonResolved: {exc}") from None
     if isinstance(verdict, poison.PoisonCleared):
         what = "skipped: the holder moves past it" if action is poison.Action.SKIP else "retried"
-        return f"{where}: {what} (after {verdict.state.failures} failures)"
+        counted = before.failures if before is not None and before.offset == offset else 0
+        return f"{where}: {what} (after {counted} failures)"
     reason = getattr(verdict, "reason", type(verdict).__name__)
     raise MarshalError(f"{where}: refused: {reason}", 1)
 
@@ -118,7 +120,13 @@ def _command(name: str, action: poison.Action, doc: str) -> click.Command:
         help="The data topic (with --ordering key or unordered, the command finds the slice "
         "whose failing record is at --offset).",
     )
-    @click.option("--partition", type=click.IntRange(min=0), required=True)
+    @click.option(
+        "--partition",
+        type=click.IntRange(min=0),
+        required=True,
+        help="The data topic's partition the failing record is in (as marshal-admin status "
+        "shows it).",
+    )
     @click.option(
         "--offset",
         type=click.IntRange(min=0),

@@ -158,6 +158,15 @@ class StatusReader:
         return out
 
 
+class UnknownGroupError(MarshalError):
+    """The log has no record of the group (exit 1); ``answer``: the JSON `status --json`
+    prints all the same."""
+
+    def __init__(self, message: str, answer: str) -> None:
+        super().__init__(message)
+        self.answer = answer
+
+
 def run_status(
     conn: Connection, group: str, as_json: bool, timeout_s: float, now_ms: int | None = None
 ) -> str:
@@ -168,11 +177,14 @@ def run_status(
         status = reader.refresh(now_ms)
         if status.complete and not group_known(reader.reader.worlds, group):
             # read to the end and never named: a typo or another fleet's topic (not an empty
-            # table and exit 0); a partial read shows what it could, as ever
-            raise MarshalError(
+            # table and exit 0); a partial read shows what it could, as ever. --json answers
+            # JSON all the same (a script reads stdout), the line on stderr, exit 1.
+            error = (
                 f"group {group} is unknown: {conn.coordination_topic} on "
                 f"{conn.bootstrap_servers} has no record of it"
             )
+            raise UnknownGroupError(error, json.dumps({**status.to_json(), "known": False,
+                                                  "error": error}))  # fmt: skip
     finally:
         reader.close()
     if as_json:

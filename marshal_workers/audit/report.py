@@ -111,14 +111,22 @@ class Clock:
     @classmethod
     def of(cls, result: AuditResult) -> Clock:
         """The clock of an audit: from the first claim shown (else the log's first record) to
-        the log's end (or ``--until``)."""
+        the log's end (or ``--until``); for one group (``--group``) whose claims had all
+        ended by then, to its last claim's end: the rest of the log is other groups' time."""
         firsts = [int(r[columns("coordination").index("first_log_time_ms")])
                   for r in result.tables["coordination"]]  # fmt: skip
         log_start = min(firsts, default=result.end_ms or 0)
-        i = columns("claims").index("start_ms")
-        starts = [int(r[i]) for r in result.tables["claims"] if r[i] is not None]
+        cols = columns("claims")
+        i, j = cols.index("start_ms"), cols.index("end_ms")
+        claims = result.tables["claims"]
+        starts = [int(r[i]) for r in claims if r[i] is not None]
         start = min(starts, default=log_start)
-        return cls(start, result.end_ms if result.end_ms is not None else start, log_start)
+        end = result.end_ms if result.end_ms is not None else start
+        if result.config.window.group is not None and claims:
+            ends = [r[j] for r in claims]
+            if all(e is not None for e in ends):
+                end = min(end, max(int(e) for e in ends))
+        return cls(start, end, log_start)
 
     def seconds(self, ms: float) -> float:
         """Seconds since the first claim shown."""
@@ -520,12 +528,49 @@ def _no_violations(result: AuditResult) -> str:
     )
 
 
+# Each chart's alt text (what it shows, for whoever cannot see it) and caption (how to read it).
+_FIGURE_TEXT: Mapping[str, tuple[str, str]] = {
+    "timeline": (
+        "Timeline: one row per partition, a bar for each claim coloured by the client that "
+        "held it, with marks for failovers, AMO losses and violations.",
+        "Claims per partition over the audited time, coloured by owner. A gap between two bars "
+        "is time nobody held the partition; x marks a failover (the new claim), an orange v "
+        "an AMO loss, a red + a violation (see the tables below).",
+    ),
+    "failovers": (
+        "Histogram of failover and handover durations, stacked by kind, with the 2*HB line.",
+        "Seconds from the old owner's last heartbeat (or release) to the new claim: a "
+        "graceful handover lands near 0, a failover after a crash near 2*HB (dashed line).",
+    ),
+    "gaps": (
+        "Histogram of the longest gap between valid heartbeats of each claim, with HB and "
+        "2*HB lines.",
+        "The longest silence of each claim: below HB (orange) its holder was fresh; a claim "
+        "past 2*HB (red) was stale and could be taken.",
+    ),
+    "lag": (
+        "Line chart of each partition's lag (or committed position) over the audited time.",
+        "Lag against each partition's high watermark at audit time (or, without it, the "
+        "committed position) as the heartbeats reported it, on the timeline's time axis.",
+    ),
+}
+
+
+def _figure(png: str, alt: str, caption: str) -> str:
+    """One chart as a figure: the image with its alt text, and its caption."""
+    return (
+        f"<figure><img src='data:image/png;base64,{png}' alt='{html.escape(alt, quote=True)}'>"
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
+
+
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; font-size: 12px; margin-bottom: 1em; }
 td, th { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; } img { max-width: 100%; } .bad { color: #b00; } .ok { color: #070; }
 table.summary th { text-align: right; }
+figure { margin: 1em 0; } figcaption { font-size: 13px; color: #444; max-width: 60em; }
 """
 
 
@@ -552,12 +597,13 @@ def render(result: AuditResult) -> str:
     parts = [f"<h1>marshal-audit: {html.escape(title)}</h1>", verdict, when]
     figures = [timeline_figure(result, plt), lag_figure(result, plt)]
     plots = [
-        _png(figures[0]) if figures[0] is not None else None,
-        _failover_histogram(result, plt), _gap_histogram(result, plt),
-        _png(figures[1]) if figures[1] is not None else None,
-    ]  # fmt: skip
+        (_png(figures[0]) if figures[0] is not None else None, *_FIGURE_TEXT["timeline"]),
+        (_failover_histogram(result, plt), *_FIGURE_TEXT["failovers"]),
+        (_gap_histogram(result, plt), *_FIGURE_TEXT["gaps"]),
+        (_png(figures[1]) if figures[1] is not None else None, *_FIGURE_TEXT["lag"]),
+    ]
     plt.close("all")
-    parts += [f"<p><img src='data:image/png;base64,{p}'></p>" for p in plots if p]
+    parts += [_figure(png, alt, caption) for png, alt, caption in plots if png]
     parts.append(f"<h2>Summary</h2>{_summary_table(summary, clock)}")
     t = result.tables
     parts += [

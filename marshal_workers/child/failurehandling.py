@@ -66,6 +66,7 @@ class Loop(Protocol):
     handled: int  # records the handler completed
     next_offset: int | None  # ALO: handled below; AMO: granted below
     stop_requested: bool  # AMO: `Stop` came
+    stop_reason: str  # its reason (the plugin's teardown gets it)
 
     def require_lease(self) -> None: ...
 
@@ -162,9 +163,9 @@ class FailureHandling:
             if isinstance(msg, Stop):
                 if self.loop.spec.mode == Mode.ALO:
                     self.loop.log.info("stop_during_retry", offset=self.loop.next_offset)
-                    raise ChildExit(EXIT_OK, "stop", Stopped(self.loop.next_offset))
+                    raise ChildExit(EXIT_OK, msg.reason, Stopped(self.loop.next_offset))
                 self.loop.log.info("stop_during_retry_retries_cut_short")
-                self.loop.stop_requested = True
+                self.loop.stop_requested, self.loop.stop_reason = True, msg.reason
                 return False
             self.loop.aside(msg)
         self.loop.require_lease()

@@ -133,6 +133,7 @@ class ChildLoop:
         self.stats = StatsTally()  # sent as `Stats` about once a second (see stats)
         self.handled = 0  # records the handler completed (dead letters and skips not counted)
         self.stop_requested = False  # AMO: Stop came; handle the batches granted, then exit
+        self.stop_reason = "stop"  # the `Stop`'s reason, for the plugin's teardown
         self.reach = Reach()  # a slice's child: how far it read (other slices' records skipped)
         # retries, then the policy (the spec's, once setup has checked it); the poison rate
         # counts the partition's last minute, not this child's alone (`Poisoned`)
@@ -417,7 +418,7 @@ class ChildLoop:
                 "grant_refused", start=request.start, end=request.end, reason=grant.reason
             )
             if self.stop_requested:  # (asked before the stop: nothing of it reserved for us)
-                raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
+                raise ChildExit(EXIT_OK, self.stop_reason, Stopped(self.next_offset))
             raise ChildExit(EXIT_NOT_GRANTED, "not_granted")
         self.next_offset = request.end
 
@@ -433,7 +434,7 @@ class ChildLoop:
                 return msg
             if isinstance(msg, Stop):  # the answer comes all the same: a granted batch is ours
                 self.log.info("stop_while_awaiting_grant", start=request.start, end=request.end)
-                self.stop_requested = True
+                self.stop_requested, self.stop_reason = True, msg.reason
                 continue
             self.aside(msg)
 
@@ -442,11 +443,11 @@ class ChildLoop:
         once no batch asked for is left (AMO: each is handled if granted, see the module doc)."""
         while (msg := self.receive(0.0)) is not None:
             if isinstance(msg, Stop):
-                self.stop_requested = True
+                self.stop_requested, self.stop_reason = True, msg.reason
             else:
                 self.aside(msg)
         if self.stop_requested and not self.asked.batches:
-            raise ChildExit(EXIT_OK, "stop", Stopped(self.next_offset))
+            raise ChildExit(EXIT_OK, self.stop_reason, Stopped(self.next_offset))
 
     def aside(self, msg: ToChild | None) -> None:
         """A message read while waiting for another (`Stop` is each waiter's own): answer

@@ -24,7 +24,8 @@ itself is never forked, as librdkafka's threads do not survive a fork) and, in `
      (after a short batch at once; while full batches keep coming, at most every 50 ms);
    - AMO: send `GrantRequest` for the batch, wait for the matching `Grant` (checking the lease
      and the pipe), and only if granted handle it; the granted end is the new position.
-   On `Stop` the batch in hand is finished, ``teardown(ctx, "stop")`` runs, `Stopped` is sent.
+   On `Stop` the batch in hand is finished, ``teardown(ctx, reason)`` runs with the `Stop`'s
+   reason (``stop``, or ``revoke`` when the claim is taken away), `Stopped` is sent.
 
 A failing handler call goes through the error policy (`marshal_workers.child.policy`): retries
 in the child with backoff, the lease checked before every attempt and throughout every wait;
@@ -52,7 +53,7 @@ policy to it (`exitpolicy.read_end`).
 Exit codes (the protocol with the supervisor; negative `ChildHandle.exitcode`: a signal):
 
 ====  =====================  ===============================================================
-0     EXIT_OK                clean stop after `Stop`; `Stopped` was sent (reason ``stop``)
+0     EXIT_OK                clean stop after `Stop`; `Stopped` was sent (its reason)
 1     EXIT_RUNTIME           a bug in the child itself, logged with its traceback
 4     EXIT_HANDLER_FAILED    the handler failed and the policy says stop (``on_failure`` stop, the
                              poison rate exceeded, a dead letter failed, `StopProcessing`):

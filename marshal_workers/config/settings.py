@@ -19,6 +19,7 @@ from typing import Any
 from marshal_workers.clients.tablecheck import check_kafka_table
 from marshal_workers.common.errors import ConfigError
 from marshal_workers.config.kafkatable import kafka_table, toml_values
+from marshal_workers.config.tomlhints import did_you_mean, nested_kafka_key
 from marshal_workers.protocol.wire import validate_name
 
 Parse = Callable[[str], Any]
@@ -460,11 +461,14 @@ def load_toml(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
     kafka = data.pop("kafka", {})
     if not isinstance(kafka, dict):
         raise ConfigError(f"config file {path}: [kafka] must be a table of librdkafka settings")
+    if (nested := nested_kafka_key(kafka)) is not None:
+        raise ConfigError(f"config file {path}: {nested}")
     values: dict[str, Any] = {}
     for key, value in data.items():
         name = key.replace("-", "_")
         if name not in BY_NAME:
-            raise ConfigError(f"config file {path}: unknown setting {key!r}")
+            hint = did_you_mean(key, BY_NAME)
+            raise ConfigError(f"config file {path}: unknown setting {key!r}{hint}")
         values[name] = value
     return values, toml_values(kafka, str(path))
 

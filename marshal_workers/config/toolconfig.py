@@ -37,11 +37,19 @@ TOOL_SETTINGS = (
 _ALIASES: Mapping[str, tuple[str, ...]] = {"admin_client_ids": ("--admin-client-id",)}
 
 
-def setting_option(setting: Setting, *aliases: str) -> Callable[[F], F]:
+# What a tool takes from the group's settings recorded in the log when no flag, variable or
+# file gives it: the built-in default applies only to a group with none recorded.
+FROM_THE_LOG = frozenset({"heartbeat_interval", "partitioner", "admin_client_ids"})
+
+
+def setting_option(setting: Setting, *aliases: str, from_log: bool = False) -> Callable[[F], F]:
     """A click option for one setting of the table: its flag, help, default and env variable
-    shown; the value is left None when not given (so that `resolve` applies precedence)."""
+    shown; the value is left None when not given (so that `resolve` applies precedence).
+    ``from_log``: a tool reads the value from the group's settings in the log by default."""
     default = ", ".join(setting.default) if setting.multiple else setting.default
     shown = f" [default: {default}]" if default not in (None, "", ()) else ""
+    if from_log:
+        shown = f" [default: the group's settings in the log; with none recorded, {default}]"
     kind: Any = click.Choice(setting.choices) if setting.choices else click.STRING
     metavar = "[" + "|".join(setting.choices) + "]" if setting.choices else setting.metavar
     return click.option(
@@ -119,16 +127,28 @@ def fleet_settings(
     )
 
 
-def fleet_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Add ``--config`` and the `TOOL_SETTINGS` options to a click command; the command gets
-    them merged as one ``fleet: FleetSettings`` keyword argument."""
+def fleet_options_of(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Add ``--config`` and the options of the settings ``names`` (of `TOOL_SETTINGS`) to a
+    click command; the command gets them merged as one ``fleet: FleetSettings`` keyword
+    argument (a setting without its option: from the environment, the file or its default)."""
 
-    @functools.wraps(func)
-    def wrapper(*args: Any, config_file: Path | None, **kwargs: Any) -> Any:
-        flags = {name: kwargs.pop(name) for name in TOOL_SETTINGS}
-        return func(*args, fleet=fleet_settings(config_file, flags), **kwargs)
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def wrapper(*args: Any, config_file: Path | None, **kwargs: Any) -> Any:
+            flags = {name: kwargs.pop(name) for name in names}
+            return func(*args, fleet=fleet_settings(config_file, flags), **kwargs)
 
-    command: Callable[..., Any] = wrapper
-    for name in reversed(TOOL_SETTINGS):
-        command = setting_option(BY_NAME[name], *_ALIASES.get(name, ()))(command)
-    return config_option(command)
+        command: Callable[..., Any] = wrapper
+        for name in reversed(names):
+            option = setting_option(
+                BY_NAME[name], *_ALIASES.get(name, ()), from_log=name in FROM_THE_LOG
+            )
+            command = option(command)
+        return config_option(command)
+
+    return decorate
+
+
+fleet_options = fleet_options_of(*TOOL_SETTINGS)
+# data topics (`topic create`, `produce`): only where the cluster is, and its [kafka] table
+kafka_options = fleet_options_of("bootstrap_servers")

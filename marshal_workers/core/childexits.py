@@ -33,6 +33,7 @@ from marshal_workers.ipc.exits import (
     EndNote,
 )
 from marshal_workers.ipc.messages import Settle
+from marshal_workers.protocol.unclaimed import keep_away_s
 
 HANDLER_ENDINGS = (EXIT_HANDLER_TIMEOUT, EXIT_HANDLER_ENDED)
 
@@ -150,12 +151,15 @@ def decide(
     heartbeat_interval_s: float,
     on_failure: str = "stop",
     first_backoff_s: float = FIRST_BACKOFF_S,
+    parked: bool = False,
 ) -> ExitDecision:
     """Decide after a child exited with ``code``.
 
     ``running`` is whether the claim was meant to go on (not stopping, releasing or lost),
     ``failures`` counts the consecutive failed runs before this exit (handler failures on one
-    offset are counted by the caller as they are reported)."""
+    offset are counted by the caller as they are reported); ``parked``: the record it failed
+    on is parked (`RecordParking.parks`): the holder keeps the claim and starts no child until
+    an operator decides, however many failures in a row it has seen."""
     if reloading and lease_valid:
         return ExitDecision(Next.RESPAWN, "reload: same claim, fresh code")
     if not running and not reloading:
@@ -186,8 +190,8 @@ def decide(
         what = "child exited unasked"
     else:
         what = f"child failed (exit {code})"
-    if count >= max_failures:
-        avoid = max(60.0, 10 * heartbeat_interval_s)
+    if count >= max_failures and not parked:
+        avoid = keep_away_s(heartbeat_interval_s)
         return ExitDecision(
             Next.RELEASE,
             f"{what} {count} times: releasing the partition",

@@ -271,6 +271,7 @@ class Children:
             heartbeat_interval_s=ctx.s.heartbeat_interval,
             on_failure=ctx.s.on_failure,
             first_backoff_s=ctx.s.restart_backoff,
+            parked=self.parking.parks(key, held.position),
         )
         held.failures = max(held.failures, decision.failures)
         fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}

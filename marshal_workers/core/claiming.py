@@ -21,13 +21,16 @@ its share at once, as before.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
+from marshal_workers.core import observations as obs
 from marshal_workers.core.heldclaim import HELD_PHASES, HeldClaim
 from marshal_workers.core.keeping import Keeping
 from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import Kind, Op
-from marshal_workers.core.planning import plan
+from marshal_workers.core.planning import Plan, plan
 from marshal_workers.core.reclaim import reclaimed_position
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_claimable, is_live, is_member_key, member_key
@@ -65,6 +68,7 @@ class Claiming:
         self.begun_at: float | None = None  # when the member began (after its catch-up)
         self.announced_at: float | None = None  # when the fold first showed its member claim
         self.joined_at: float | None = None  # when the fold last showed another member announce
+        self._group_view_told: obs.GroupView | None = None
 
     # ---- restart recovery ------------------------------------------------------------------
 
@@ -159,9 +163,15 @@ class Claiming:
             if self.adopt_landed(key, now):  # refused as this instance's own: an earlier won
                 return
             self.first_sent.pop(key, None)
+            if self.free_again(key):
+                self._next_claim = min(self._next_claim, now)
+                return
             uncertain = not (state := ctx.state_of(key)) or not state.certain
             backoff = self.refusal_backoff(uncertain)
             ctx.avoid_until[key] = max(ctx.avoid_until.get(key, 0.0), now + backoff)
+            # a rival won it: plan again at once, so that a free partition the two did not both
+            # want is claimed now, not a round later (the refused one is left alone meanwhile)
+            self._next_claim = min(self._next_claim, now)
             return
         self.first_sent.pop(key, None)
         self._won(key, event.token, ctx.lease_from(op.sent_at), event.previous_client, now)
@@ -204,6 +214,8 @@ class Claiming:
         ctx = self.ctx
         held = self.keeping.hold(key, token, lease, now)
         self._announced(key, now)
+        if previous is not None and not held.is_member:  # its holder went stale, unreleased
+            ctx.observe(obs.Failover(key, previous))
         if not held.is_member:
             position = self.resume_position(key)
             own = ctx.expired_positions.pop(key, None)
@@ -220,6 +232,14 @@ class Claiming:
         )
         if ctx.stopping:
             self.keeping.finish(held, now, release=True)
+
+    def free_again(self, key: ClaimKey) -> bool:
+        """Whether a claim the log refused to this member is released by now: the rival that
+        won it released it before this member learnt of the refusal (its acknowledgement came
+        after the fold had passed the release, `Member._appended`). No back-off then: the
+        release was folded already, and `released_by_another` would have lifted it."""
+        state = self.ctx.state_of(key)
+        return state is not None and state.certain and state.released
 
     def refusal_backoff(self, uncertain: bool) -> float:
         """How long to leave a claim alone after the log refused this member's claim on it.
@@ -347,26 +367,17 @@ class Claiming:
             and self.member_claimable(now)
         ):
             self.claim(member, now)
-        mine = [k for k, h in ctx.held.items() if not h.is_member and h.phase in HELD_PHASES]
+        mine = self.held_data()
         claiming_data = [k for k in claiming if k != member]
         limit = len(self.partitions)
         opens = self.claims_open_at()
         if now < opens:  # starting: the others that start with it may not be in the fold yet
             self._next_claim = min(self._next_claim, opens)
             limit = max(0, START_CLAIMS - len(mine) - len(claiming_data))
-        step = plan(
-            client_id=s.client_id,
-            group=s.group,
-            partitions=self.partitions,
-            claims=self._group_view(),
-            mine=[*mine, *claiming_data],
-            now_ms=lambda key: ctx.log_now_ms(key, now),
-            hb_ms=s.hb_ms,
-            avoid=ctx.avoid_until,
-            limit=limit,
-        )
+        step = self.share_plan(now, ctx.avoid_until, limit)
         for key in step.claims:
             self.claim(key, now)
+        self._tell_group_view(now, step.members)
         busy = any(ctx.held[k].position is not None for k in mine)  # working, or about to
         if busy or not self._work_unclaimed(now):
             self.idle_since = None
@@ -378,7 +389,7 @@ class Claiming:
             self._next_release = now + max(s.heartbeat_interval / 5, min(s.heartbeat_interval, 1.0))
             for release in releases:
                 ctx.avoid_until[release] = now + 2 * s.heartbeat_interval
-                self.keeping.stop_child(ctx.held[release], now + s.stop_timeout)
+                self.keeping.stop_child(ctx.held[release], now + s.stop_timeout, reason="revoke")
             ctx.say(
                 "info",
                 "over_fair_share_releasing",
@@ -386,6 +397,51 @@ class Claiming:
                 share=step.share,
                 members=step.members,
             )
+
+    def released_by_another(self, key: ClaimKey, now: float) -> None:
+        """The fold shows another member's release of a claim of this group: a partition free
+        now, or a member leaving (every share grows). Plan in this very turn, not at the next
+        round, and forget this member's own wait on the partition (its cooldown after handing
+        it over, a back-off after a refusal): that wait was for the other holder, whose tenure
+        is over. A wait after this member's repeated handler failures stands (`failure_avoid`),
+        and the plan still keeps the member within its fair share: the log decides the claim."""
+        ctx = self.ctx
+        self._next_claim = min(self._next_claim, now)
+        until = ctx.avoid_until.get(key)
+        if until is not None and ctx.failure_avoid.get(key) != until:
+            del ctx.avoid_until[key]
+
+    def held_data(self) -> list[ClaimKey]:
+        """The data claims this member holds and keeps (not those it is letting go)."""
+        return [k for k, h in self.ctx.held.items() if not h.is_member and h.phase in HELD_PHASES]
+
+    def share_plan(self, now: float, avoid: Iterable[ClaimKey], limit: int) -> Plan:
+        """The next step toward the fair share (`planning.plan`) from the group's claims in the
+        fold, what this member holds and what it is claiming, leaving ``avoid`` alone."""
+        ctx, s = self.ctx, self.ctx.s
+        claiming = [k for k in self.in_flight() if k != self.member]
+        return plan(
+            client_id=s.client_id,
+            group=s.group,
+            partitions=self.partitions,
+            claims=self._group_view(),
+            mine=[*self.held_data(), *claiming],
+            now_ms=lambda key: ctx.log_now_ms(key, now),
+            hb_ms=s.hb_ms,
+            avoid=avoid,
+            limit=limit,
+        )
+
+    def _tell_group_view(self, now: float, members: int) -> None:
+        """The group's claims, those no live member holds, its live members: told to the
+        observers (metrics) when they change."""
+        ctx, hb_ms = self.ctx, self.ctx.s.hb_ms
+        live = [is_live(ctx.state_of(k), ctx.log_now_ms(k, now), hb_ms) for k in self.partitions]
+        unheld = live.count(False)
+        view = obs.GroupView(len(self.partitions), unheld, members)
+        if view != self._group_view_told:
+            self._group_view_told = view
+            ctx.observe(view)
 
     def member_claimable(self, now: float) -> bool:
         """Whether the member claim could win now. As for data claims, a claim the log would

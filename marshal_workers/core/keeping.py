@@ -368,9 +368,12 @@ class Keeping:
         if held is not None and held.child:
             self.ctx.out.append(cmd.TellChild(key, message))
 
-    def stop_child(self, held: HeldClaim, deadline: float, phase: Phase = Phase.STOPPING) -> None:
-        """Ask the child to finish its batch and stop (``phase``: what comes after it exits)."""
+    def stop_child(
+        self, held: HeldClaim, deadline: float, phase: Phase = Phase.STOPPING, reason: str = "stop"
+    ) -> None:
+        """Ask the child to finish its batch and stop (``phase``: what comes after it exits;
+        ``reason``: what its plugin's teardown is told, `ipc.Stop`)."""
         held.phase = phase
         held.stop_deadline = deadline  # the lease still ends it earlier if heartbeats fail
         if held.child:
-            self.tell(held.key, ipc.Stop())
+            self.tell(held.key, ipc.Stop(reason))

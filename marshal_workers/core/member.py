@@ -240,6 +240,9 @@ class Member:
         elif mine and isinstance(event, ev.ClaimGranted):
             self.claiming.late_grant(event, now)
         key = event.key
+        if isinstance(event, ev.Released) and not mine:
+            self.ctx.observe(obs.ReleaseSeen(key))
+            self.claiming.released_by_another(key, now)
         if is_member_key(key):
             self.claiming.member_keys.add(key)
             if isinstance(event, ev.ClaimGranted) and key != self.member:
@@ -284,6 +287,8 @@ class Member:
         elif isinstance(event, ev.HeartbeatRejected) and mine:
             self.keeping.lose(held, f"heartbeat refused: {event.reason}")
         elif isinstance(event, ev.ClaimGranted) and event.token != held.token:
+            if held.phase is Phase.RELEASING:
+                return  # given up: its release was folded before its acknowledgement came
             self.keeping.lose(held, f"claimed by {event.client_id}")
 
     def _resolve(self, op: Op, event: ev.Event, now: float) -> None:

@@ -41,6 +41,44 @@ class ClaimReleased:
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseSeen:
+    """The fold shows another member's release of a claim of this member's group (a partition
+    free now, or a member leaving): the member plans in that turn
+    (`Claiming.released_by_another`)."""
+
+    key: ClaimKey
+
+
+@dataclass(frozen=True, slots=True)
+class Failover:
+    """A claim won from a holder that had gone stale (a crash, a freeze): not released."""
+
+    key: ClaimKey
+    previous_client: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFailures:
+    """The record a held claim fails on, as the log counts it: ``failures`` (0: none, an
+    operator's decision cleared it) and whether it is parked."""
+
+    key: ClaimKey
+    offset: int
+    failures: int
+    parked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """The member's group as its fold shows it: its claims (partitions or slices), how many
+    of them no live member holds, and its live members (told when it changes)."""
+
+    claims: int
+    unheld: int
+    members: int
+
+
+@dataclass(frozen=True, slots=True)
 class ChildStats:
     key: ClaimKey
     stats: Stats
@@ -90,6 +128,10 @@ Observation = (
     ClaimWon
     | ClaimLost
     | ClaimReleased
+    | ReleaseSeen
+    | Failover
+    | RecordFailures
+    | GroupView
     | ChildStats
     | HandlerFailed
     | CoordinationWrite

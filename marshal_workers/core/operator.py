@@ -1,9 +1,11 @@
 """What operators ask of a member: stop (TERM, fast on INT/QUIT or a second TERM), reload
 (HUP), and an admin's pause of the group (ReleaseGroup in the log, from `marshal-admin`).
 
-`Operator` owns the member's stopping, reloading and pause state. A stop asks every child to
-finish its batch, releases each claim once its child is gone, releases the member claim last
-and then exits 0; a fast stop kills the children first. A reload replaces every child by a
+`Operator` owns the member's stopping, reloading and pause state. A stop releases the member
+claim first (the others count one member less, so their shares have room for the partitions
+about to come free, and each is claimed as its release is folded), asks every child to finish
+its batch, releases each claim once its child is gone, and exits 0 once nothing is held or
+being claimed; a fast stop kills the children first. A reload replaces every child by a
 fresh one while the claims stay. While another client has paused the group, the member claims
 nothing and releases every data claim gracefully; it claims again once the pause is over.
 """
@@ -71,22 +73,21 @@ class Operator:
                 self.keeping.signal_child(held, signal.SIGKILL, "fast stop")
 
     def advance_stop(self, now: float) -> None:
-        """Each turn while stopping: release what is done; the member claim last; then exit."""
+        """Each turn while stopping: the member claim released first, then what is done; exit
+        once nothing is held or being claimed."""
         ctx = self.ctx
+        member = ctx.held.get(self.claiming.member)
+        if member is not None and member.phase is not Phase.RELEASING:
+            self.keeping.finish(member, now, release=True)  # leaving: the others' shares grow
         for held in list(ctx.held.values()):
             if held.phase is Phase.STARTING:
                 held.phase = Phase.STOPPING
                 self.keeping.finish(held, now, release=True)
-        if any(not h.is_member for h in ctx.held.values()):
+        if ctx.held:
             return
         ops = ctx.pending.ops.values()
         if any(op.kind in (Kind.CLAIM, Kind.TAKEOVER) for op in ops):
-            return  # a claim in flight may still win: release it first
-        member = ctx.held.get(self.claiming.member)
-        if member is not None:
-            if member.phase is not Phase.RELEASING:
-                self.keeping.finish(member, now, release=True)
-            return
+            return  # a claim in flight may still win: release it then
         if self.settings_problem is not None:  # restart with the group's settings
             self.exit(EXIT_USAGE, self.settings_problem)
         else:
@@ -188,6 +189,6 @@ class Operator:
         deadline = now + ctx.s.stop_timeout
         for held in ctx.held.values():
             if not held.is_member and held.phase in HELD_PHASES:
-                self.keeping.stop_child(held, deadline)
+                self.keeping.stop_child(held, deadline, reason="revoke")
         self.claiming.idle_since = None
         return True

@@ -12,6 +12,7 @@ the rest of its granted batch when the child stops (at most once), so no record 
 
 from __future__ import annotations
 
+from marshal_workers.core import observations as obs
 from marshal_workers.core.heldclaim import HeldClaim
 from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import WRITE_TRIES, Kind, Op
@@ -110,6 +111,7 @@ class RecordParking:
                     partition=key.partition, offset=op.start, reason=reason)  # fmt: skip
             return
         state = event.state
+        ctx.observe(obs.RecordFailures(key, state.offset, state.failures, state.parked))
         ctx.say(
             "error" if state.parked else "warning",
             "record_parked" if state.parked else "record_failure_counted",
@@ -120,6 +122,19 @@ class RecordParking:
             poison_park_after=ctx.s.poison_park_after,
             error=state.error,
         )
+
+    def parks(self, key: ClaimKey, position: int | None) -> bool:
+        """Whether ``key``'s failing record is parked by the log, or by a count of this member
+        on its way: its holder then keeps the claim and runs no child, whatever its own streak
+        of failures (`childexits.decide`: no release after ``max_handler_failures``)."""
+        if not self.enabled:
+            return False
+        claim = (key.group, key.topic, key.partition)
+        for m in self._sent.values():
+            if m.outcome is poison.Outcome.PARKED and (m.group_id, m.topic, m.partition) == claim:
+                return True
+        state = poison.active(self.state(key), position)
+        return state is not None and state.parked
 
     def allows(self, held: HeldClaim, now: float) -> bool:
         """Whether a child may start for ``held``: not while a failure of its is being counted
@@ -140,12 +155,14 @@ class RecordParking:
             held.restart_at = now + PARKED_RECHECK_S
             if (key, state.offset) not in self._parked_logged:
                 self._parked_logged.add((key, state.offset))
+                ctx.observe(obs.RecordFailures(key, state.offset, state.failures, True))
                 ctx.say("error", "partition_parked", topic=key.topic, partition=key.partition,
                         offset=state.offset, failures=state.failures, error=state.error,
                         next="marshal-admin skip-record or retry-record")  # fmt: skip
             return False
-        if state is not None:
-            self._parked_logged.discard((key, state.offset))
+        if state is not None and (key, state.offset) in self._parked_logged:
+            self._parked_logged.discard((key, state.offset))  # unparked: an operator decided
+            ctx.observe(obs.RecordFailures(key, state.offset, 0, False))
         if step is Step.SKIP and state is not None:
             held.position = state.offset + 1
             held.next_heartbeat = now

@@ -126,7 +126,11 @@ class HandlerFailed:
 
 @dataclass(frozen=True, slots=True)
 class Stop:
-    """Finish the batch in hand, report `Stopped`, exit."""
+    """Finish the batch in hand, report `Stopped`, exit; ``reason`` is what the plugin's
+    ``teardown`` gets: ``stop`` (the member stops or reloads) or ``revoke`` (the claim is
+    taken away while the member goes on: a release over its fair share, a group pause)."""
+
+    reason: str = "stop"
 
 
 @dataclass(frozen=True, slots=True)

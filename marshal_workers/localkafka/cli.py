@@ -8,6 +8,7 @@ line of stdout. Failures are MarshalErrors, printed as one line by the entry poi
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import click
 
 from marshal_workers.common.consolescripts import run_command
 from marshal_workers.common.errors import EXIT_OK, EXIT_RUNTIME, MarshalError
+from marshal_workers.localkafka import process, registry
 from marshal_workers.localkafka.backend import BACKENDS
 from marshal_workers.localkafka.cluster import (
     ClusterStatus,
@@ -25,7 +27,8 @@ from marshal_workers.localkafka.cluster import (
     stop_cluster,
 )
 from marshal_workers.localkafka.jars import resolve_jars
-from marshal_workers.localkafka.paths import default_cache_dir, default_cluster_dir
+from marshal_workers.localkafka.paths import DIR_ENV, default_cache_dir, default_cluster_dir
+from marshal_workers.localkafka.state import load_state, state_path
 
 
 def _progress(message: str) -> None:
@@ -90,6 +93,7 @@ def start(
         secure=secure,
     )
     cluster = start_cluster(options, progress=_progress)
+    registry.remember(cluster.directory)  # so that `stop` run elsewhere finds it
     if cluster.admin_config_file is not None:
         click.echo(f"config={cluster.admin_config_file}")
     click.echo(f"bootstrap.servers={cluster.bootstrap}")
@@ -113,8 +117,44 @@ def user(directory: Path | None, name: str) -> None:
 @kafka.command()
 @_dir_option
 def stop(directory: Path | None) -> None:
-    """Stop the cluster and forget it (a no-op if none runs)."""
-    stop_cluster(directory or default_cluster_dir(), progress=_progress)
+    """Stop the cluster and forget it; return once its JVMs are gone.
+
+    Without --dir (or $MARSHAL_KAFKA_DIR) and no cluster in ./.marshal/kafka, it stops the one
+    cluster this user started elsewhere (`kafka start` notes each). Exit 1 if it stops nothing,
+    saying where it looked."""
+    where = (directory or default_cluster_dir()).resolve()
+    if state_path(where).exists():
+        _stop_and_forget(where)
+        return
+    if directory is not None or os.environ.get(DIR_ENV):
+        raise MarshalError(f"no local Kafka recorded in {where}: nothing stopped", EXIT_RUNTIME)
+    others = [d for d in registry.started() if d != where]
+    if len(others) == 1:
+        _progress(f"kafka: no local Kafka in {where}; stopping the one started in {others[0]}")
+        _stop_and_forget(others[0])
+        return
+    if not others:
+        raise MarshalError(
+            f"no local Kafka recorded in {where}, nor among those this user started "
+            f"({registry.registry_path()}): nothing stopped (name one with --dir)",
+            EXIT_RUNTIME,
+        )
+    raise MarshalError(
+        f"no local Kafka recorded in {where}; this user started {len(others)} elsewhere: "
+        f"{', '.join(map(str, others))}: nothing stopped (name one with --dir)",
+        EXIT_RUNTIME,
+    )
+
+
+def _stop_and_forget(where: Path) -> None:
+    """Stop the cluster in ``where``, forget it, and check that its JVMs are gone."""
+    state = load_state(where)
+    stop_cluster(where, progress=_progress)
+    registry.forget(where)
+    nodes = [] if state is None else [n for n in state.nodes if not n.container_id]
+    left = [n.pid for n in nodes if process.is_alive(n)]
+    if left:
+        raise MarshalError(f"kafka: node process(es) {left} still run after the stop", EXIT_RUNTIME)
 
 
 @kafka.command()

@@ -51,6 +51,7 @@ from marshal_workers.protocol.members import is_live, is_member_key
 from marshal_workers.protocol.rationalizer import World, claim_label, pause_of
 from marshal_workers.protocol.recordfailures import PoisonState, active
 from marshal_workers.protocol.slicing import Slice, slice_topic, split_topic
+from marshal_workers.protocol.unclaimed import Unclaimed, why_unclaimed
 
 
 def iso_ms(ms: int | None) -> str | None:
@@ -79,6 +80,7 @@ class ClaimStatus:
     poison: PoisonState | None = None  # a record failing (or parked) at the claim's position
     slice: Slice | None = None  # the slice of the partition the claim covers (None: all of it)
     amo_last_loss: AmoLoss | None = None  # AMO: the newest range that may not have been handled
+    unclaimed: Unclaimed | None = None  # released because of its failing record: why, until
 
     @property
     def claim_topic(self) -> str:
@@ -122,6 +124,15 @@ class ClaimStatus:
             "slice": self.slice_json(),
             "amo_last_loss": loss_json(self.amo_last_loss),
         }
+        if self.unclaimed is not None:
+            u = self.unclaimed
+            out["unclaimed"] = {
+                "why": u.why.value,
+                "offset": u.offset,
+                "by": u.by,
+                "since": iso_ms(u.since_ms),
+                "until": iso_ms(u.until_ms),
+            }
         if self.poison is not None:  # only while a record fails at the claim's position
             out["poison"] = {
                 "offset": self.poison.offset,
@@ -265,6 +276,9 @@ def group_status(
                     poison=active(world.poison.get(key), offset),
                     slice=part,
                     amo_last_loss=None if losses is None else losses.last_loss(key, now_ms),
+                    unclaimed=why_unclaimed(
+                        state, active(world.poison.get(key), offset), heartbeat_interval_ms
+                    ),
                 )
             )
         pause = pause_of(world, group, now_ms)
@@ -388,6 +402,9 @@ def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
                 f"last error: {p.error}"
                 + (" (marshal-admin skip-record or retry-record)" if p.parked else "")
             )
+    for c in status.claims:
+        if c.unclaimed is not None:
+            lines.append(f"{c.topic}/{c.partition}{_of_slice(c)}: {c.unclaimed.describe(iso_ms)}")
     for c in status.claims:
         if c.amo_last_loss is not None:
             loss = describe_loss(c.amo_last_loss)

@@ -43,6 +43,9 @@
   retry-record``), the fleet tries the record again within `retry_bound_s` of log time (a
   settle, a pause and a handler deadline): nothing that released the claim after its failures
   may leave it unclaimed;
+- ``release_claimed``: a member whose fold shows another member's release of a data claim of
+  its group, and that has room for it in its fair share, claims it in that same turn, whatever
+  it handed over recently (`sim.releases`);
 - ``handler_deadline``: no handler call outlives its deadline by more than a second;
 - ``liveness``: after the last fault, every partition is held by a live member's child and
   moving (records keep being produced), and shares are fair, within the stated bound (checked
@@ -85,6 +88,7 @@ INVARIANTS = (
     "liveness",
     "poison_bounded",
     "retry_heeded",
+    "release_claimed",
     "handler_deadline",
 )
 

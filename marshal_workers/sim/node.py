@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
+from marshal_workers.core import observations as obs
 from marshal_workers.core.member import Member
 from marshal_workers.core.pending import WRITE_TRIES
 from marshal_workers.core.settings import MemberSettings
@@ -28,6 +29,7 @@ from marshal_workers.protocol.wire import (
     Heartbeat,
     claim_key,
 )
+from marshal_workers.sim import releases
 from marshal_workers.sim.children import DataPartition, Died, Handled, SimChild
 from marshal_workers.sim.slices import child_filter
 from marshal_workers.sim.vlog import VirtualLog
@@ -113,6 +115,7 @@ class SimNode:
         # failure counts (RecordFailed) the log failed to take, by record: written `WRITE_TRIES`
         # times and failed each time, a count is given up (`RecordParking.gave_up`)
         self.count_write_failures: dict[bytes, int] = {}
+        self.releases_seen: list[ClaimKey] = []  # others' releases its fold showed this turn
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -207,6 +210,18 @@ class SimNode:
                 self._feed(inp.ChildExited(t, key, child.exit_code, child.end, position), t)
         positions = {k: c.published for k, c in self.children.items() if c.published is not None}
         self._feed(inp.Tick(t, t + self.wall_skew, positions), t)
+        self._check_releases(t)
+
+    def _check_releases(self, t: float) -> None:
+        """`release_claimed`, for every release by another member folded in this turn."""
+        seen, self.releases_seen = self.releases_seen, []
+        for key in seen:
+            self.on_checked(releases.INVARIANT)
+            why = releases.left_unclaimed(self.member, key, t)
+            if why is not None:
+                self.on_violation(
+                    releases.INVARIANT, f"{self.name}: {key.topic}/{key.partition} {why}"
+                )
 
     def step_children(self, t: float, dt: float) -> None:
         """The children's turn (they run even while the member is frozen)."""
@@ -312,6 +327,8 @@ class SimNode:
             elif isinstance(c, cmd.Discover):
                 found = inp.PartitionsFound(t + 0.01, self.partitions(), self.log.num_partitions)
                 self.answers.append((t + 0.01, found))
+            elif isinstance(c, cmd.Observe) and isinstance(c.what, obs.ReleaseSeen):
+                self.releases_seen.append(c.what.key)
             elif isinstance(c, cmd.Log):
                 if c.level in ("warning", "error") or c.event in ("claim_won", "claim_resumed"):
                     self.trace.append(f"{t:9.3f} {self.name} {c.event} {dict(c.fields)}")

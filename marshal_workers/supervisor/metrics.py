@@ -32,6 +32,15 @@ marshal_fencing_kills_total                 counter    children SIGKILLed to fen
 marshal_child_restarts_total                counter    children restarted after a failure
 marshal_child_exits_total                   counter    by exit ``code`` (see child.py)
 marshal_claims_won_total / _lost_ / _released_  counter
+marshal_failovers_total                     counter    by ``topic``: claims won from a holder that
+                                                       had gone stale (not released)
+marshal_record_failures                     gauge      per claim: failures the log counts for the
+                                                       record it fails on (absent: none)
+marshal_record_parked                       gauge      per claim: 1 while that record is parked
+marshal_group_claims                        gauge      the group's claims (partitions or slices)
+marshal_group_claims_unheld                 gauge      of them, held by no live member (this
+                                                       member's fold; every member tells the same)
+marshal_group_members                       gauge      the group's live members
 marshal_reloads_total                       counter    SIGHUP reloads
 marshal_coordination_write_seconds          histogram  by ``kind`` (message type) and ``outcome``
                                                        (ok, failed); its _count counts the writes
@@ -139,6 +148,19 @@ class Metrics(Observer):
         self.lost = Counter("marshal_claims_lost", "Claims lost.", base, registry=r)
         self.released = Counter("marshal_claims_released", "Claims released.", base, registry=r)
         self.reloads = Counter("marshal_reloads", "SIGHUP reloads.", base, registry=r)
+        self.failovers = Counter(
+            "marshal_failovers",
+            "Claims won from a holder that had gone stale (not released).",
+            [*base, "topic"],
+            registry=r,
+        )
+        self._records: dict[ClaimKey, tuple[int, bool]] = {}  # failures, parked
+        self._group: tuple[int, int, int] | None = None  # claims, unheld, members
+        # counters exported at 0 before their first event, so that increase() and rate() see
+        # the first one (a series that appears at 1 reads as no increase)
+        for counter in (self.won, self.lost, self.released, self.reloads):
+            counter.labels(*self.base)
+        self._topics_seen: set[str] = set()
         self.amo_lost_records = Counter(
             "marshal_amo_lost_records",
             "AMO: records reserved in the log and never handled, by cause (0 without a crash).",
@@ -171,14 +193,33 @@ class Metrics(Observer):
 
     def claim_won(self, key: ClaimKey, token: int) -> None:
         self.won.labels(*self.base).inc()
+        topic = data_topic(key.topic)
+        if topic not in self._topics_seen and not is_member_key(key):
+            self._topics_seen.add(topic)  # the topic's counters at 0 (see __init__)
+            for counter in (self.failovers, self.restarts, self.fencing_kills):
+                counter.labels(*self.base, topic)
 
     def claim_lost(self, key: ClaimKey, reason: str) -> None:
         self.lost.labels(*self.base).inc()
         self._high.pop(key, None)
+        self._records.pop(key, None)
 
     def claim_released(self, key: ClaimKey) -> None:
         self.released.labels(*self.base).inc()
         self._high.pop(key, None)
+        self._records.pop(key, None)
+
+    def failover(self, key: ClaimKey, previous_client: str) -> None:
+        self.failovers.labels(*self.base, data_topic(key.topic)).inc()
+
+    def record_failures(self, key: ClaimKey, offset: int, failures: int, parked: bool) -> None:
+        if failures:
+            self._records[key] = (failures, parked)
+        else:
+            self._records.pop(key, None)
+
+    def group_view(self, claims: int, unheld: int, members: int) -> None:
+        self._group = (claims, unheld, members)
 
     def child_started(self, key: ClaimKey, pid: int, restart: bool) -> None:
         if restart:
@@ -293,6 +334,31 @@ class Metrics(Observer):
                 call.add_metric(values, snap.call_s + since_tick)
             slow.add_metric(values, 1.0 if snap.call_slow else 0.0)
         held.add_metric(list(self.base), count)
+        failures = GaugeMetricFamily(
+            "marshal_record_failures",
+            "Failures the log counts for the record the claim fails on.",
+            labels=per_claim,
+        )
+        parked = GaugeMetricFamily(
+            "marshal_record_parked",
+            "1 while the claim's failing record is parked.",
+            labels=per_claim,
+        )
+        for key, (n, is_parked) in list(self._records.items()):
+            values = [*self.base, *claim_labels(key)]
+            failures.add_metric(values, n)
+            parked.add_metric(values, 1.0 if is_parked else 0.0)
+        group = [
+            GaugeMetricFamily(name, text, labels=labels)
+            for name, text in (
+                ("marshal_group_claims", "The group's claims (partitions or slices)."),
+                ("marshal_group_claims_unheld", "The group's claims no live member holds."),
+                ("marshal_group_members", "The group's live members."),
+            )
+        ]
+        if self._group is not None:
+            for family, value in zip(group, self._group, strict=True):
+                family.add_metric(list(self.base), value)
         ready = GaugeMetricFamily("marshal_ready", "1 while /readyz says ready.", labels=labels)
         ready.add_metric(list(self.base), 1.0 if self.readiness()[0] else 0.0)
         healthy = GaugeMetricFamily("marshal_healthy", "1 while /healthz says ok.", labels=labels)
@@ -310,7 +376,8 @@ class Metrics(Observer):
                 cumulative += n
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
             latency.add_metric([*self.base, topic], buckets, sum_value=total)
-        return [held, age, lease, lag, call, slow, ready, healthy, latency]
+        return [held, age, lease, lag, call, slow, failures, parked, *group, ready, healthy,
+                latency]  # fmt: skip
 
 
 def claim_labels(key: ClaimKey) -> tuple[str, str, str]:

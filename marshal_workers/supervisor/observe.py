@@ -54,6 +54,18 @@ class Observer:
     def claim_released(self, key: ClaimKey) -> None:
         """A claim was released gracefully."""
 
+    def release_seen(self, key: ClaimKey) -> None:
+        """Another member's release of a claim of this group was folded."""
+
+    def failover(self, key: ClaimKey, previous_client: str) -> None:
+        """A claim was won from a holder that had gone stale."""
+
+    def record_failures(self, key: ClaimKey, offset: int, failures: int, parked: bool) -> None:
+        """The failing record of a held claim as the log counts it (0 failures: cleared)."""
+
+    def group_view(self, claims: int, unheld: int, members: int) -> None:
+        """The group's claims, those no live member holds, and its live members."""
+
     def child_started(self, key: ClaimKey, pid: int, restart: bool) -> None:
         """A child started for a claim (``restart`` after a failure)."""
 
@@ -111,6 +123,22 @@ class Observers(Observer):
         for o in self.observers:
             o.claim_released(key)
 
+    def release_seen(self, key: ClaimKey) -> None:
+        for o in self.observers:
+            o.release_seen(key)
+
+    def failover(self, key: ClaimKey, previous_client: str) -> None:
+        for o in self.observers:
+            o.failover(key, previous_client)
+
+    def record_failures(self, key: ClaimKey, offset: int, failures: int, parked: bool) -> None:
+        for o in self.observers:
+            o.record_failures(key, offset, failures, parked)
+
+    def group_view(self, claims: int, unheld: int, members: int) -> None:
+        for o in self.observers:
+            o.group_view(claims, unheld, members)
+
     def child_started(self, key: ClaimKey, pid: int, restart: bool) -> None:
         for o in self.observers:
             o.child_started(key, pid, restart)
@@ -161,6 +189,14 @@ def deliver(observer: Observer, what: Observation) -> None:
             observer.claim_lost(key, reason)
         case obs.ClaimReleased(key):
             observer.claim_released(key)
+        case obs.ReleaseSeen(key):
+            observer.release_seen(key)
+        case obs.Failover(key, previous):
+            observer.failover(key, previous)
+        case obs.RecordFailures(key, offset, failures, parked):
+            observer.record_failures(key, offset, failures, parked)
+        case obs.GroupView(claims, unheld, members):
+            observer.group_view(claims, unheld, members)
         case obs.ChildStats(key, stats):
             observer.child_stats(key, stats)
         case obs.HandlerFailed(key, offset, error):

@@ -167,8 +167,9 @@ class Supervisor:
         if self.member.done:  # refused during the catch-up (a Marshal Go fleet writes here)
             code = self.member.exit_code
             raise MarshalError(self.member.exit_reason, code if code is not None else 1)
-        self._preflight(catch_up_timeout)
+        # the data topics first: a run refused at start writes nothing (no group settings)
         partitions = self.topics.partitions()
+        self._preflight(catch_up_timeout)
         self._log.info("caught_up", records=folded, partitions=len(partitions))
         self.reader = LogPollThread(self.log.poll)
         self.reader.start()

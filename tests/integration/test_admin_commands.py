@@ -221,14 +221,20 @@ class TestErrors:
                 coord,
                 [(key, f"ClaimingPartition/1/0/A-1/A/{GROUP}/orders/0".encode())],
             )
+            error = (
+                f"group no.such.group is unknown: {coord} on {kafka_bootstrap} has no record "
+                "of it"
+            )
             for extra in ([], ["--json"]):
                 result = marshal_admin("status", "--group", "no.such.group", *extra, *args)
                 assert result.returncode == 1, result.stdout
-                assert result.stdout == ""
-                assert result.stderr.strip() == (
-                    f"marshal-admin: error: group no.such.group is unknown: {coord} on "
-                    f"{kafka_bootstrap} has no record of it"
-                )
+                assert result.stderr.strip() == f"marshal-admin: error: {error}"
+                if extra:  # --json answers JSON all the same (and the line on stderr)
+                    answer = json.loads(result.stdout)
+                    assert answer["group"] == "no.such.group" and answer["known"] is False
+                    assert answer["error"] == error and answer["claims"] == []
+                else:
+                    assert result.stdout == ""
             known = marshal_admin("status", "--group", GROUP, "--json", *args)
             assert known.returncode == 0, known.stderr
         finally:

@@ -139,3 +139,53 @@ def test_produce_refuses_bad_input_and_missing_topics_writing_nothing(
     assert "line 2" in bad.stderr and "'id'" in bad.stderr
     assert len(bad.stderr.splitlines()) == 1
     assert read_all(kafka_bootstrap, topic, 1) == []
+
+
+def test_topic_list_and_describe_name_the_groups_working_on_a_topic(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    """topic list: each data topic, its partitions and the groups of the coordination log with
+    claims on it; topic describe: each partition's watermarks and each group's claim; dump
+    --group: only that group's records."""
+    coord = f"__marshal_{uuid.uuid4().hex[:8]}"
+    where = ["--bootstrap-servers", kafka_bootstrap, "--coordination-topic", coord]
+    assert admin("init", "--partitions", "1", *where).returncode == 0
+    assert admin("topic", "create", topic, "--partitions", "2",
+                 "--bootstrap-servers", kafka_bootstrap).returncode == 0  # fmt: skip
+    assert admin("produce", topic, "--bootstrap-servers", kafka_bootstrap,
+                 stdin="k\ta\nk\tb\nk\tc\n").returncode == 0  # fmt: skip
+    from marshal_workers.log.kafkalog import KafkaLog  # noqa: PLC0415
+    from marshal_workers.protocol.wire import (  # noqa: PLC0415
+        ClaimingPartition,
+        Heartbeat,
+        encode,
+        record_key,
+    )
+
+    log = KafkaLog(kafka_bootstrap, coord)
+    try:
+        for group, client in (("g.one", "w1"), ("g.two", "w2")):
+            for msg in (ClaimingPartition(1, f"{client}-i", client, group, topic, 1),
+                        Heartbeat(1, f"{client}-i", client, group, topic, 1, 1)):  # fmt: skip
+                log.append(0, record_key(msg), encode(msg), 10)
+    finally:
+        log.close()
+    listed = admin("topic", "list", "--json", *where)
+    assert listed.returncode == 0, listed.stderr
+    mine = [t for t in json.loads(listed.stdout)["topics"] if t["topic"] == topic]
+    assert mine == [{"topic": topic, "partitions": 2, "groups": ["g.one", "g.two"]}]
+    assert not any(t["topic"].startswith("__") for t in json.loads(listed.stdout)["topics"])
+    described = admin("topic", "describe", topic, "--json", *where)
+    assert described.returncode == 0, described.stderr
+    parts = {p["partition"]: p for p in json.loads(described.stdout)["partitions"]}
+    highs = {p: part["high"] for p, part in parts.items()}
+    assert sum(highs.values()) == 3 and parts[0]["claims"] == []
+    assert [(c["group"], c["holder"], c["offset"]) for c in parts[1]["claims"]] == [
+        ("g.one", "w1", 1), ("g.two", "w2", 1)
+    ]
+    table = admin("topic", "describe", topic, *where)
+    assert table.returncode == 0 and "g.one" in table.stdout and "HIGH" in table.stdout
+    dumped = admin("dump", "--group", "g.two", "--json", *where)
+    assert dumped.returncode == 0, dumped.stderr
+    messages = [json.loads(line)["message"] for line in dumped.stdout.splitlines()]
+    assert len(messages) == 2 and all("/g.two/" in m for m in messages), messages

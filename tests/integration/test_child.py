@@ -535,7 +535,12 @@ class TestEndings:
 
 class TestClassPlugin:
     @pytest.mark.parametrize(
-        ("plugin", "given"), [("Recorder", set()), ("MessageRecorder", {("Message",)})]
+        ("plugin", "given", "reason"),
+        [
+            ("Recorder", set(), "stop"),
+            ("MessageRecorder", {("Message",)}, "stop"),
+            ("Recorder", set(), "revoke"),
+        ],
     )
     def test_setup_batches_and_teardown_with_the_reason(
         self,
@@ -546,11 +551,13 @@ class TestClassPlugin:
         monkeypatch: pytest.MonkeyPatch,
         plugin: str,
         given: set[tuple[str, ...]],
+        reason: str,
     ) -> None:
         """A class is instantiated; setup, handle_batch per batch (every offset once, in
-        order) and teardown("stop") run. With ``batch_view = "messages"`` (MessageRecorder)
-        handle_batch gets confluent-kafka's own messages, and progress and the stop report the
-        same offsets as with records."""
+        order) and teardown with the reason the supervisor's `Stop` gives ("stop": the member
+        stops; "revoke": the claim is taken away, a rebalance) run. With ``batch_view =
+        "messages"`` (MessageRecorder) handle_batch gets confluent-kafka's own messages, and
+        progress and the stop report the same offsets as with records."""
         events = tmp_path / "events.jsonl"
         monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
         produce(kafka_bootstrap, topic, {PARTITION: 25})
@@ -560,14 +567,14 @@ class TestClassPlugin:
         child = spawn(spec)
         while child.expect(Progress).next_offset < 25:
             pass
-        child.handle.send(Stop())
+        child.handle.send(Stop(reason))
         assert child.expect(Stopped).next_offset == 25
         assert child.wait_exit() == 0
         lines = [json.loads(line) for line in events.read_text().splitlines()]
         assert lines[0] == ["setup", 42]
         assert [o for kind, batch in lines if kind == "batch" for o in batch] == list(range(25))
         assert {tuple(types) for kind, types in lines if kind == "types"} == given
-        assert lines[-1] == ["teardown", "stop"]
+        assert lines[-1] == ["teardown", reason]
 
     @pytest.mark.parametrize("own", [None, "1000,5,5"])
     def test_the_collector_s_thresholds_are_raised_and_a_plugin_s_own_win(

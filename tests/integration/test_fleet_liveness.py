@@ -263,6 +263,8 @@ class TestPoisonRecords:
             failures_so_far = _failure_lines(fleet)
             time.sleep(3 * fleet.hb)  # a window in which nothing may try the parked record
             assert _failure_lines(fleet) == failures_so_far
+            # the failure that parked it was its holder's 2nd in a row: it keeps the claim
+            assert 0 in fleet.holders(), "the parked partition was released"
             assert [r["offset"] for r in fleet.ledger()] == list(range(poison_at))
 
             mistyped = fleet.admin(
@@ -285,6 +287,7 @@ class TestPoisonRecords:
                 str(poison_at),
             )
             assert retried.returncode == 0, retried.stderr
+            assert "retried (after 4 failures)" in retried.stdout  # the count it cleared
             fleet.wait_for(lambda: _failure_lines(fleet) > failures_so_far, 60, "a new try")
 
             fleet.wait_for(parked, 90, "the record to be parked again")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -169,7 +170,9 @@ def test_topics_are_not_auto_created(kafka_bootstrap: str) -> None:
 # --- the CLI: start, status, stop (twice) --------------------------------------------------
 
 
-def _admin_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _admin_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run `marshal-admin ARGS` (the installed script, or the same entry point via -c)."""
     script = Path(sys.executable).parent / "marshal-admin"
     if script.exists():
@@ -177,7 +180,9 @@ def _admin_cli(*args: str) -> subprocess.CompletedProcess[str]:
     else:
         entry = "from marshal_workers.admin.cli import main; main()"
         argv = [sys.executable, "-c", entry, *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=240, check=False, cwd=cwd, env=env
+    )
 
 
 def _gone(pid: int) -> bool:
@@ -190,14 +195,16 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.kafka
 def test_cli_start_status_stop_lifecycle(tmp_path: Path) -> None:
-    """start prints bootstrap.servers= last; status sees it; stop twice exits 0; no JVM is left."""
+    """start prints bootstrap.servers= last; status sees it; stop returns once the JVM is gone,
+    and a second stop exits 1 saying where it looked; no JVM is left."""
     where = str(tmp_path / "kafka")
-    started = _admin_cli("kafka", "start", "--dir", where)
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}  # its note of the cluster
+    started = _admin_cli("kafka", "start", "--dir", where, env=env)
     assert started.returncode == 0, started.stderr
     last = started.stdout.strip().splitlines()[-1]
     assert last.startswith("bootstrap.servers=127.0.0.1:")
     try:
-        again = _admin_cli("kafka", "start", "--dir", where)
+        again = _admin_cli("kafka", "start", "--dir", where, env=env)
         assert again.returncode == 0 and "already running" in again.stderr
         assert again.stdout.strip().splitlines()[-1] == last
 
@@ -209,17 +216,44 @@ def test_cli_start_status_stop_lifecycle(tmp_path: Path) -> None:
         assert all(node["alive"] for node in data["nodes"]) and len(pids) == 1
         assert _admin_cli("kafka", "status", "--dir", where).returncode == 0
     finally:
-        first_stop = _admin_cli("kafka", "stop", "--dir", where)
+        first_stop = _admin_cli("kafka", "stop", "--dir", where, env=env)
     assert first_stop.returncode == 0, first_stop.stderr
-    assert _admin_cli("kafka", "stop", "--dir", where).returncode == 0
+    assert all(_gone(pid) for pid in pids), "kafka stop returned before the JVM was gone"
+    again = _admin_cli("kafka", "stop", "--dir", where, env=env)
+    assert again.returncode == 1 and where in again.stderr, again.stderr  # nothing stopped
     assert _admin_cli("kafka", "status", "--dir", where).returncode == 1
-    _eventually("the JVM to exit", lambda: all(_gone(pid) for pid in pids), timeout=10)
     leftovers = [
         p.pid
         for p in psutil.process_iter(["cmdline"])
         if where in " ".join(p.info["cmdline"] or []) and not _gone(p.pid)
     ]
     assert leftovers == []
+
+
+@pytest.mark.kafka
+def test_stop_from_another_directory_finds_the_cluster_started(tmp_path: Path) -> None:
+    """`kafka start` in one directory (its default ./.marshal/kafka), `kafka stop` in another
+    with no --dir: it stops that cluster, says which, and returns once the JVM is gone; run
+    again, it finds nothing and exits 1 naming where it looked."""
+    here, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "MARSHAL_KAFKA_DIR"}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    started = _admin_cli("kafka", "start", cwd=here, env=env)
+    assert started.returncode == 0, started.stderr
+    status = _admin_cli("kafka", "status", "--json", cwd=here, env=env)
+    pids = [node["pid"] for node in json.loads(status.stdout)["nodes"]]
+    try:
+        stopped = _admin_cli("kafka", "stop", cwd=elsewhere, env=env)
+        assert stopped.returncode == 0, stopped.stderr
+        assert str(here / ".marshal" / "kafka") in stopped.stderr
+        assert all(_gone(pid) for pid in pids), "kafka stop returned before the JVM was gone"
+        again = _admin_cli("kafka", "stop", cwd=elsewhere, env=env)
+        assert again.returncode == 1, again.stderr
+        assert str(elsewhere / ".marshal" / "kafka") in again.stderr
+    finally:
+        _admin_cli("kafka", "stop", "--dir", str(here / ".marshal" / "kafka"), env=env)
 
 
 # --- three nodes: leader failover ----------------------------------------------------------

@@ -93,6 +93,9 @@ def test_import_go_refuses_while_the_go_fleet_runs(fleet: Fleet) -> None:
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1].startswith("marshal-admin: error: the Marshal Go fleet")
     status = fleet.admin("status", "--group", fleet.group, "--json")
-    # nothing of the group is in our log: status says the group is unknown (issue 21.9)
-    assert status.returncode == 1 and status.stdout == ""
+    # nothing of the group is in our log: status says the group is unknown (issue 21.9), and
+    # --json answers JSON all the same: no claim
+    assert status.returncode == 1
+    assert json.loads(status.stdout)["known"] is False
+    assert json.loads(status.stdout)["claims"] == []
     assert f"group {fleet.group} is unknown" in status.stderr

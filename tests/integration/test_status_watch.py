@@ -53,17 +53,19 @@ def test_watch_appends_refreshes_with_lag_trends(fleet: Fleet) -> None:
     """Off a terminal: each refresh appended (never cleared), the lag trend of a partition
     that grows between refreshes shown as +N, a steady one as '='."""
     producer = Producer({"bootstrap.servers": fleet.bootstrap, "logger": RDKAFKA_LOG})
+    clock = [0.0]  # the watch's time: each "sleep" is the interval (HB/2 here)
 
-    def produce_ten(_interval: float) -> None:  # the time between two refreshes
+    def produce_ten(interval: float) -> None:  # the time between two refreshes
         for _ in range(10):
             producer.produce(fleet.topic, b"x", partition=0)
         assert producer.flush(30) == 0
+        clock[0] += interval
 
     out: list[str] = []
     conn = Connection(fleet.bootstrap, fleet.coordination, 1000)
     watch_status(
         conn, fleet.group, interval_s=0.5, count=3, timeout_s=30, as_json=False,
-        tty=False, out=out.append, sleep=produce_ten,
+        tty=False, out=out.append, sleep=produce_ten, monotonic=lambda: clock[0],
     )  # fmt: skip
     assert len(out) == 3
     assert not any(CLEAR in block for block in out)

@@ -135,3 +135,41 @@ class TestAReader:
         assert "no group in this audit runs at most once" in report.render(clean)
         unchecked = text_of(report.render(replace(clean, check=None)))  # no ledger given
         assert "<h2>AMO losses</h2>" in unchecked and "at risk" not in unchecked
+
+
+class TestFiguresAndSpan:
+    def test_every_image_has_alt_text_and_a_caption(self, audited: AuditResult) -> None:
+        """Each chart is a figure: an image with alt text that says what it shows, and a
+        caption that says how to read it."""
+        page = report.render(audited)
+        figures = re.findall(r"<figure>(.*?)</figure>", page, flags=re.S)
+        images = re.findall(r"<img [^>]*>", page)
+        assert len(images) == len(figures) >= 3
+        for fig in figures:
+            alt = re.search(r"<img [^>]*alt='([^']+)'", fig)
+            caption = re.search(r"<figcaption>(.+?)</figcaption>", fig, flags=re.S)
+            assert alt is not None and len(alt.group(1)) > 20, fig[:200]
+            assert caption is not None and len(caption.group(1)) > 20
+
+    def test_the_timeline_of_a_selected_group_spans_its_time_not_the_logs(
+        self, audited: AuditResult
+    ) -> None:
+        """--group G on a log that other groups go on writing to for an hour after G stopped:
+        the charts end at G's last claim, not an hour later."""
+        from marshal_workers.audit.tables import Window  # noqa: PLC0415
+
+        cols = report.columns("claims")
+        end_i, hb_i = cols.index("end_ms"), cols.index("last_heartbeat_ms")
+        ended = [(*r[:end_i], r[end_i] if r[end_i] is not None else r[hb_i], *r[end_i + 1 :])
+                 for r in audited.tables["claims"]]  # fmt: skip
+        assert audited.end_ms is not None
+        later = replace(
+            audited,
+            end_ms=audited.end_ms + 3_600_000,
+            tables={**audited.tables, "claims": ended},
+            config=replace(audited.config, window=Window(group=FLEET.group)),
+        )
+        clock = report.Clock.of(later)
+        assert clock.end_ms == max(int(r[end_i]) for r in ended)
+        assert clock.span_s() < 600
+        assert report.Clock.of(replace(later, config=audited.config)).span_s() > 3600

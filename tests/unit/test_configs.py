@@ -68,3 +68,14 @@ def test_an_unknown_key_is_refused(tmp_path: Path) -> None:
     path.write_text('on_falure = "dlq"\n')
     with pytest.raises(ConfigError, match="on_falure"):
         load_toml(path)
+
+
+def test_the_client_id_default_is_named_as_the_setting_names_it() -> None:
+    """A comment that names client_id's default names it as the setting's help does
+    (FQDN-INSTANCE), never an older name of it."""
+    default = re.search(r"Default: ([A-Z-]+)", BY_NAME["client_id"].help)
+    assert default is not None and default.group(1) == "FQDN-INSTANCE"
+    for path in CONFIGS:
+        for line in path.read_text().splitlines():
+            if line.startswith("#") and "client_id" in line and "default" in line:
+                assert default.group(1) in line, (path.name, line)

@@ -56,7 +56,7 @@ def test_the_first_hour_is_in_the_readme() -> None:
     for step in (
         "make install-runtime",
         ". .venv/bin/activate",
-        "pip install '.[audit]'",
+        "make install-audit",
         "marshal-admin kafka start",
         "marshal-admin init --bootstrap-servers HOST:PORT",
         "next to\nwhere you start `marshal-run` needs no PYTHONPATH",
@@ -72,3 +72,17 @@ def test_the_first_hour_is_in_the_readme() -> None:
 def test_the_readme_hard_codes_no_test_count() -> None:
     """A count of tests goes stale with the next test (issue 21 item 9)."""
     assert not re.search(r"\b\d[\d,]* (?:unit |integration |passing )?tests\b", README)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_adding_the_audit_keeps_the_install_editable(tmp_path: Path) -> None:
+    """`make install-audit` installs the audit extra in editable mode, and no page tells a
+    clone to `pip install '.[audit]'` (pip would replace the editable install by a copy)."""
+    plan = subprocess.run(
+        ["make", "-n", "install-audit", f"VENV={tmp_path / 'venv'}"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert any("pip install" in line and "-e '.[audit]'" in line for line in plan.splitlines())
+    pages = [README, *(p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md"))]
+    for text in pages:
+        assert not re.search(r"pip install (?!-e )'?\.\[", text), "a non-editable extra install"

@@ -408,14 +408,16 @@ def test_stop_and_status_with_nothing_recorded(tmp_path: Path) -> None:
     assert not where.exists()
 
 
-def test_cli_status_exits_1_and_stop_exits_0_when_nothing_runs(tmp_path: Path) -> None:
-    """`status` says not running with exit 1; `stop` succeeds (idempotent) with exit 0."""
+def test_cli_status_and_stop_exit_1_when_nothing_runs(tmp_path: Path) -> None:
+    """`status` says not running with exit 1; `stop` stops nothing: exit 1, naming where it
+    looked (a stop that silently did nothing left a cluster running, started elsewhere)."""
     runner = CliRunner()
     status = runner.invoke(kafka, ["status", "--dir", str(tmp_path)])
     assert status.exit_code == 1 and "not running" in status.output
     as_json = runner.invoke(kafka, ["status", "--dir", str(tmp_path), "--json"])
     assert as_json.exit_code == 1 and '"running": false' in as_json.output
-    assert runner.invoke(kafka, ["stop", "--dir", str(tmp_path)]).exit_code == 0
+    stop = runner.invoke(kafka, ["stop", "--dir", str(tmp_path)])
+    assert stop.exit_code == 1 and str(tmp_path.resolve()) in str(stop.exception)
 
 
 def test_log_tail_of_a_node_without_logs() -> None:

@@ -303,3 +303,44 @@ class TestSlices:
         assert value(metrics, "marshal_handler_latency_seconds_count", topic="orders") == 2
         assert value(metrics, "marshal_claims_held") == 2
         assert not any("+" in dict(labels).get("topic", "") for _, labels in samples(metrics))
+
+
+class TestDashboardSignals:
+    """What the dashboard and the alert rules need: failovers, a claim's failing or parked
+    record, and the group's claims no live member holds, from the core's observations."""
+
+    def test_failovers_are_counted_by_topic(self, metrics: Metrics) -> None:
+        """At 0 from the first claim won on the topic (a series that appears at 1 would show
+        no increase in Prometheus), then one per failover."""
+        from marshal_workers.core.observations import ClaimWon, Failover  # noqa: PLC0415
+
+        deliver(metrics, ClaimWon(KEY, 1))
+        assert value(metrics, "marshal_failovers_total", topic="orders") == 0.0
+        assert value(metrics, "marshal_child_restarts_total", topic="orders") == 0.0
+        assert value(metrics, "marshal_claims_lost_total") == 0.0
+        deliver(metrics, Failover(KEY, "c9"))
+        assert value(metrics, "marshal_failovers_total", topic="orders") == 1.0
+
+    def test_a_failing_then_parked_record_then_an_operators_decision(
+        self, metrics: Metrics
+    ) -> None:
+        from marshal_workers.core.observations import RecordFailures  # noqa: PLC0415
+
+        labels = {"topic": "orders", "partition": "3", "slice": ""}
+        deliver(metrics, RecordFailures(KEY, 120, 3, False))
+        assert value(metrics, "marshal_record_failures", **labels) == 3.0
+        assert value(metrics, "marshal_record_parked", **labels) == 0.0
+        deliver(metrics, RecordFailures(KEY, 120, 10, True))
+        assert value(metrics, "marshal_record_parked", **labels) == 1.0
+        deliver(metrics, RecordFailures(KEY, 120, 0, False))  # retried or skipped
+        assert value(metrics, "marshal_record_failures", **labels) is None
+        assert value(metrics, "marshal_record_parked", **labels) is None
+
+    def test_the_groups_unheld_claims_and_members(self, metrics: Metrics) -> None:
+        from marshal_workers.core.observations import GroupView  # noqa: PLC0415
+
+        assert value(metrics, "marshal_group_claims_unheld") is None  # not told yet
+        deliver(metrics, GroupView(8, 2, 3))
+        assert value(metrics, "marshal_group_claims") == 8.0
+        assert value(metrics, "marshal_group_claims_unheld") == 2.0
+        assert value(metrics, "marshal_group_members") == 3.0

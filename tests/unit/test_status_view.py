@@ -328,3 +328,53 @@ class TestAmoLosses:
         status = group_status(GROUP, {0: log.world}, HB, T0 + 500, {}, losses)
         assert as_json(status)["amo_losses"] is None
         assert "AMO" not in render_table(status)
+
+
+class TestWhyUnclaimed:
+    """`status` says why a partition is unclaimed because of a failing record, and until when."""
+
+    @staticmethod
+    def failed_then_released(outcome: str) -> Log:
+        from marshal_workers.protocol.recordfailures import (  # noqa: PLC0415
+            Outcome,
+            RecordFailed,
+            encode_poison,
+            poison_record_key,
+        )
+
+        log = held_and_released()
+        log.at(T0 + 500, claim("A", 1))
+        msg = RecordFailed(0, "A-1", "A", GROUP, "orders", 1, 42, 1, Outcome(outcome), "bad")
+        log.raw(CoordRecord(0, log.world.next_offset, T0 + 600, poison_record_key(msg),
+                            encode_poison(msg)))  # fmt: skip
+        log.at(T0 + 700, release("A", 42, 1))
+        return log
+
+    def test_released_after_failures_says_who_keeps_off_it_until_when(self) -> None:
+        """A holder that released a claim after handler failures on its record keeps off it
+        for max(60 s, 10·HB): status names the member, the record and the end of that wait."""
+        log = self.failed_then_released("retry")
+        status = group_status(GROUP, {0: log.world}, HB, T0 + 800, {})
+        out = as_json(status)["claims"][1]
+        assert out["unclaimed"] == {"why": "handler_failures", "offset": 42, "by": "A",
+                                    "since": iso_ms(T0 + 700),
+                                    "until": iso_ms(T0 + 60_700)}  # fmt: skip
+        table = render_table(status)
+        assert (f"orders/1: unclaimed: A released it after failures in a row on offset 42 (1 "
+                f"counted in the log) at {iso_ms(T0 + 700)} and keeps off it until "
+                f"{iso_ms(T0 + 60_700)}; any other member may claim it now") in table  # fmt: skip
+
+    def test_a_parked_record_says_until_an_operator_decides(self) -> None:
+        """Released with its record parked: unclaimed until an operator decides."""
+        log = self.failed_then_released("parked")
+        status = group_status(GROUP, {0: log.world}, HB, T0 + 800, {})
+        assert as_json(status)["claims"][1]["unclaimed"]["why"] == "parked"
+        assert "until an operator runs marshal-admin skip-record or retry-record" in (
+            render_table(status)
+        )
+
+    def test_a_graceful_release_says_nothing_more(self) -> None:
+        """A claim released by a stop or a rebalance: no reason line."""
+        status = group_status(GROUP, {0: held_and_released().world}, HB, T0 + 500, {})
+        assert "unclaimed" not in as_json(status)["claims"][1]
+        assert "keeps off it" not in render_table(status)
