@@ -42,7 +42,7 @@ class Secured:
     ) -> subprocess.CompletedProcess[str]:
         """`marshal-admin ARGS` as ``who`` (a principal's --config), on this fleet's topic."""
         command = [str(MARSHAL_ADMIN), *args, "--config", str(self.configs[who])]
-        if coordination:
+        if coordination and args[0] != "topic":  # a data topic's command knows no __marshal
             command += ["--coordination-topic", self.coordination]
         base = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
         return subprocess.run(
