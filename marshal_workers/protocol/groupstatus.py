@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from marshal_workers.protocol.amolosses import AmoLoss, AmoLosses
 from marshal_workers.protocol.members import is_live, is_member_key
@@ -52,12 +52,18 @@ from marshal_workers.protocol.rationalizer import World, claim_label, pause_of
 from marshal_workers.protocol.recordfailures import PoisonState, active
 from marshal_workers.protocol.slicing import Slice, slice_topic, split_topic
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 def iso_ms(ms: int | None) -> str | None:
-    """Milliseconds since the epoch as ISO-8601 UTC with milliseconds (``...Z``), or None."""
+    """Milliseconds since the epoch as ISO-8601 UTC with milliseconds (``...Z``), or None; a
+    time no date can show (outside the years 1 to 9999) as ``<N ms>``."""
     if ms is None:
         return None
-    stamp = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    try:
+        stamp = _EPOCH + timedelta(milliseconds=ms)
+    except OverflowError:
+        return f"<{ms} ms>"
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 

@@ -91,6 +91,7 @@ from marshal_workers.protocol.recordfailures import (
 )
 from marshal_workers.protocol.wire import (
     CLAIM_KEY_SUFFIX,
+    MAX_LOG_TIME_MS,
     ClaimingMessages,
     ClaimingPartition,
     ClaimKey,
@@ -236,7 +237,13 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
         return _malformed(world, record, reason)
     gap = record.offset > world.next_offset
     world.next_offset = record.offset + 1
-    world.log_time = max(world.log_time, record.timestamp_ms)
+    stamp = record.timestamp_ms
+    if stamp > world.log_time:
+        if stamp > MAX_LOG_TIME_MS:  # no broker's clock: a writer's, on a CreateTime topic
+            if gap:
+                _across_gap(world)
+            return _malformed(world, record, f"log time {stamp} ms is past the year 9999")
+        world.log_time = stamp
     if gap:
         _across_gap(world)
     try:
@@ -315,7 +322,7 @@ def _metadata(world: World, record: CoordRecord, error: DecodeError) -> ev.Event
     except DecodeError:
         return _malformed(world, record, str(error))
     if record.key != metadata_key(meta):
-        return _malformed(world, record, f"key {record.key!r} does not match the record")
+        return _malformed(world, record, f"key {_shown(record.key)} does not match the record")
     if isinstance(meta, TopicRecord):
         if record.partition != METADATA_PARTITION:
             reason = f"the topic record belongs on coordination partition {METADATA_PARTITION}"
@@ -327,7 +334,14 @@ def _metadata(world: World, record: CoordRecord, error: DecodeError) -> ev.Event
 
 
 def _key_mismatch(record: CoordRecord, msg: Message) -> str:
-    return f"key {record.key!r} does not match the message (expected {record_key(msg)!r})"
+    return f"key {_shown(record.key)} does not match the message (expected {record_key(msg)!r})"
+
+
+def _shown(key: bytes | None) -> str:
+    """A record key as a reason shows it: at most 80 bytes of it (a key may be a megabyte)."""
+    if key is None or len(key) <= 80:
+        return repr(key)
+    return f"{key[:80]!r}..."
 
 
 def _keyless(record: CoordRecord, msg: Message) -> str | None:
@@ -507,7 +521,7 @@ def _poison(world: World, rec: CoordRecord) -> ev.Event:
     key = ClaimKey(msg.group_id, msg.topic, msg.partition)
     keys = accepted_keys(msg)
     if rec.key not in keys:
-        reason = f"key {rec.key!r} does not match the message (expected {keys[0]!r})"
+        reason = f"key {_shown(rec.key)} does not match the message (expected {keys[0]!r})"
         return _malformed(world, rec, reason)
     cfg = world.config
     if cfg.num_partitions is not None:
