@@ -22,7 +22,7 @@ from marshal_workers.core.member import Member
 from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import Kind
 from marshal_workers.core.recordparking import RecordParking
-from marshal_workers.protocol import rationalizer
+from marshal_workers.protocol import rationalizer, wire
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.rationalizer import ClaimState, resume_offset
 from marshal_workers.protocol.recordfailures import (
@@ -509,3 +509,26 @@ def test_claim_defect_a_claim_that_timed_out_but_landed_is_not_adopted(
     params = SimParams(members=4, groups=1, faults=("poison", "failures"), fault_count=6,
                        fail_rate=0.2, operator_skips=0.25)  # fmt: skip
     assert found(monkeypatch, params, "liveness", SEEDS) is not None
+
+
+def test_forgery_defect_an_integer_field_past_the_digit_limit_reaches_int(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by an operator: a coordination record with a 4,301-digit integer field made the
+    decoder's int() raise (past Python's digit limit), and every member of every group died
+    on it, at every restart. Reintroduced: no bound on an integer field's digits."""
+    monkeypatch.setattr(wire, "_INT_DIGITS", 10**6)
+    monkeypatch.setattr(rationalizer, "decode", wire.decode)  # a memo of its own (`run_seed`)
+    params = SimParams(members=4, groups=2, faults=("forgery",), fault_count=1)
+    assert found(monkeypatch, params, "no_crash", 2) is not None
+
+
+def test_forgery_defect_a_pause_past_9999_from_a_forged_admin_stops_the_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pause ending past year 9999 (INT64_MAX) written in the admin client's name paused the
+    group for good, and no reader could show its end. Reintroduced: any 64-bit end is valid."""
+    monkeypatch.setattr(wire, "MAX_UNIX_SEC", 2**63 - 1)
+    monkeypatch.setattr(rationalizer, "decode", wire.decode)  # a memo of its own (`run_seed`)
+    params = SimParams(members=4, groups=2, faults=("forgery",), fault_count=1)
+    assert found(monkeypatch, params, "liveness", 2) is not None
