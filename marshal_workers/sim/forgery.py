@@ -44,30 +44,57 @@ def forge(log: VirtualLog, t: float, groups: Sequence[str], admin: str, seed: ob
     """Land the hostile writer's records at virtual time ``t``; return how many."""
     rng = random.Random(f"{seed}/forgery/{t}")
     n = log.num_partitions
-    landings = [*_malformed(rng, groups, admin), *_extreme(n, admin), *_flood(rng, n)]
+    targets = [(g, f"t{g}") for g in groups]  # the simulated fleet's data topics
+    landings = hostile_records(rng, targets, admin, n, rng.randint(100, 400))
     for partition, key, value in landings:
         where = rng.randrange(n) if partition is None else partition
         log.land(where, key, value, t)  # type: ignore[arg-type]
     return len(landings)
 
 
-def _malformed(rng: random.Random, groups: Sequence[str], admin: str) -> list[Landing]:
-    g = rng.choice(list(groups))
-    claim = f"{g}/t{g}/0"
+def hostile_records(
+    rng: random.Random,
+    targets: Sequence[tuple[str, str]],
+    admin: str,
+    partitions: int,
+    flood: int,
+) -> list[Landing]:
+    """What the hostile writer appends: records aimed at one of ``targets`` (group, data topic)
+    that must be malformed, extreme records of an invented group, and ``flood`` valid claims
+    of invented groups; each with the coordination partition it goes to (None: any)."""
+    group, topic = rng.choice(list(targets))
+    return [
+        *_malformed(rng, group, topic, admin),
+        *_extreme(partitions, admin),
+        *_flood(partitions, flood),
+    ]
+
+
+def _malformed(rng: random.Random, g: str, topic: str, admin: str) -> list[Landing]:
+    """Malformed records of group ``g`` on ``topic``, under keys no member writes: under a
+    claim's own key, the cleaner would keep such a record as the key's newest and erase the
+    position it follows. That a writer can erase positions so (or with a tombstone) is the
+    residual risk of Write on the topic (docs/operating.md), not a reader's failure."""
+    claim = f"{g}/{topic}/{2**31 - 1}"  # a partition no data topic of the fleet has
     big = "x" * 100_000
     out: list[Landing] = [
-        (None, claim.encode(), f"Heartbeat/1/{DIGITS}/i/c/{g}/t{g}/0/5".encode()),
-        (None, claim.encode(), f"Heartbeat/1/1/i/c/{g}/t{g}/0/{DIGITS}".encode()),
-        (None, f"{claim}/claim".encode(), f"ClaimingPartition/1/1/i/c/{g}/t{g}/{DIGITS}".encode()),
-        (None, claim.encode(), f"ReleasingPartition/1/1/i/c/{g}/t{g}/0/{DIGITS}".encode()),
-        (None, claim.encode(), f"ClaimingMessages/1/{DIGITS}/i/c/{g}/t{g}/0/9".encode()),
-        (None, f"{claim}/claim".encode(), f"ClaimingPartition/1/1/{big}/c/{g}/t{g}/0".encode()),
+        (None, claim.encode(), f"Heartbeat/1/{DIGITS}/i/c/{g}/{topic}/0/5".encode()),
+        (None, claim.encode(), f"Heartbeat/1/1/i/c/{g}/{topic}/0/{DIGITS}".encode()),
+        (None, f"{claim}/claim".encode(),
+         f"ClaimingPartition/1/1/i/c/{g}/{topic}/{DIGITS}".encode()),
+        (None, claim.encode(), f"ReleasingPartition/1/1/i/c/{g}/{topic}/0/{DIGITS}".encode()),
+        (None, claim.encode(), f"ClaimingMessages/1/{DIGITS}/i/c/{g}/{topic}/0/9".encode()),
+        (None, f"{claim}/claim".encode(), f"ClaimingPartition/1/1/{big}/c/{g}/{topic}/0".encode()),
         (None, f"{claim}/poison".encode(),
-         f"RecordFailed/1/1/i/c/{g}/t{g}/0/0/1/parked/{big}".encode()),
-        (None, f"{g}//settings".encode(), f"GroupSettings/1/1/i/c/{g}/{10**17}/spec/*".encode()),
-        (0, b"/coordination-topic", f"CoordinationTopic/1/1/i/c/{DIGITS}".encode()),
+         f"RecordFailed/1/1/i/c/{g}/{topic}/0/0/1/parked/{big}".encode()),
+        (None, f"{claim}/poison".encode(),
+         f"RecordFailed/1/1/i/c/{g}/{topic}/0/{DIGITS}/1/parked/e".encode()),
+        (None, f"{g}//forged".encode(), f"GroupSettings/1/1/i/c/{g}/{10**17}/spec/*".encode()),
+        (None, f"{g}//forged".encode(), f"GroupSettings/1/{DIGITS}/i/c/{g}/1000/spec/*".encode()),
+        (0, b"/forged", f"CoordinationTopic/1/1/i/c/{DIGITS}".encode()),
         (None, claim.encode(), rng.randbytes(rng.randint(0, 200))),
         (None, None, rng.randbytes(rng.randint(0, 200))),
+        (None, b"forged/tombstone", None),
     ]  # fmt: skip
     for until in (YEAR_10000_S, INT64_MAX, DIGITS):
         key = f"{g}/pause/{until}/forger/1".encode()
@@ -98,10 +125,10 @@ def _extreme(partitions: int, admin: str) -> list[Landing]:
     ]  # fmt: skip
 
 
-def _flood(rng: random.Random, partitions: int) -> list[Landing]:
-    """Valid claims of invented groups, each on its home partition."""
+def _flood(partitions: int, count: int) -> list[Landing]:
+    """``count`` valid claims of invented groups, each on its home partition."""
     out: list[Landing] = []
-    for i in range(rng.randint(100, 400)):
+    for i in range(count):
         group, part = f"flood{i % FLOOD_GROUPS}", i // FLOOD_GROUPS
         key = f"{group}/ft/{part}/claim".encode()
         value = f"ClaimingPartition/1/1/i/forger/{group}/ft/{part}".encode()
