@@ -102,9 +102,12 @@ def run_init(
         raise MarshalError(f"{fatal[0]}{more}")
 
 
-def open_log(conn: Connection, client_id: str = ADMIN_CLIENT_ID) -> tuple[KafkaLog, FoldedLog]:
+def open_log(
+    conn: Connection, client_id: str = ADMIN_CLIENT_ID, *, group: str | None = None
+) -> tuple[KafkaLog, FoldedLog]:
     """The coordination log as ``client_id``, and a reader folding it as the workers do (the
-    caller closes the log)."""
+    caller closes the log); with ``group``, as a member of it does: other groups' records are
+    counted, never kept (`rationalizer`, "One group's view")."""
     log = KafkaLog(
         conn.bootstrap_servers,
         conn.coordination_topic,
@@ -112,7 +115,8 @@ def open_log(conn: Connection, client_id: str = ADMIN_CLIENT_ID) -> tuple[KafkaL
         extra_config=conn.kafka,
     )
     try:
-        return log, FoldedLog(log, conn.rationalizer_config(log.num_partitions))
+        config = replace(conn.rationalizer_config(log.num_partitions), only_group=group)
+        return log, FoldedLog(log, config)
     except BaseException:
         log.close()
         raise

@@ -38,6 +38,29 @@ count (CoordinationTopic, on partition 0) and a group's shared settings (GroupSe
 kept in ``World.topic_record`` and ``World.group_settings`` (the newest wins) and change no
 claim; the runtime and the admin compare them with their own (a mismatch is refused there).
 
+One group's view
+----------------
+A reader that acts on one group (a member, `status --group`) sets `RationalizerConfig.only_group`
+and keeps nothing of the others: a record whose key names another group is counted in
+``World.other_groups`` and returns `OtherGroup`, undecoded, once the offset, the gap and the log
+time are taken (they are the partition's: every record moves them). Its own group's state is
+then exactly the whole fold's (tests/unit/test_group_filter.py holds it to that), because:
+
+- every record the fold takes for a group has a key that starts with ``group/`` or is the group
+  (`wire.record_key`, `legacy_pause_keys`, `metadata_key`, `recordfailures.accepted_keys`; a
+  group never contains ``/``), so a record of the group is never skipped, and one whose key
+  names another group is malformed or another group's, never this group's;
+- the state a record changes is its group's only (claims and poison counts by claim key,
+  pauses and settings by group), bar what is the partition's, taken before the filter; the
+  claims folded since the newest gap that a gap makes uncertain are each claim's own;
+- keyless records (what a Marshal Go writer leaves, `gofleet` looks at them) and the keys
+  that name no group (``/coordination-topic``, the pinned count) are folded in full.
+
+Malformed records among other groups' keys are counted in ``other_groups``, not ``malformed``.
+So a flood of records of other groups costs such a reader a count, not memory: it is bounded
+by its own group. The audit, `dump` and the admin commands that act on several groups fold
+everything.
+
 Compacted history
 -----------------
 `__marshal` is compacted by key (one key per claim), and Kafka's cleaner keeps, for each key,
@@ -129,6 +152,13 @@ class RationalizerConfig:
     num_partitions: int | None = None  # the recorded count (`metadata`): checks home partitions
     partitioner: Partitioner = Partitioner.SPEC
     admin_client_ids: frozenset[str] | None = None
+    # Not shared: the one group this reader keeps (None: every group); see "One group's view".
+    only_group: str | None = None
+    _only_key: bytes | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        only = None if self.only_group is None else self.only_group.encode()
+        object.__setattr__(self, "_only_key", only)
 
 
 @dataclass(slots=True)
@@ -179,6 +209,7 @@ class World:
     keys: dict[bytes, ClaimKey] = field(default_factory=dict, compare=False, repr=False)
     poison: dict[ClaimKey, PoisonState] = field(default_factory=dict)  # see recordfailures.py
     gap_time: int | None = None  # log time at the newest gap: what it hid was no later
+    other_groups: int = 0  # records of other groups than `RationalizerConfig.only_group`
     since_gap: set[ClaimKey] = field(default_factory=set, compare=False, repr=False)
 
     def copy(self) -> World:
@@ -246,6 +277,10 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
         world.log_time = stamp
     if gap:
         _across_gap(world)
+    only = world.config._only_key
+    if only is not None and _names_another_group(record.key, only):
+        world.other_groups += 1
+        return ev.OtherGroup(record.partition, record.offset, world.log_time)
     try:
         msg = decode(record.value)
     except DecodeError as exc:
@@ -287,6 +322,15 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
     if not state.certain:
         return _uncertain(world, record, msg, key, state)
     return _RULES[type(msg)](world, record, msg, key, state)
+
+
+def _names_another_group(key: bytes | None, group: bytes) -> bool:
+    """Whether a record key names a group other than ``group`` (see "One group's view"): it
+    neither is ``group`` nor starts with ``group/``, and names some group (it is not None and
+    does not start with ``/``)."""
+    if key is None or key[:1] == b"/":
+        return False
+    return not (key.startswith(group) and (len(key) == len(group) or key[len(group)] == 0x2F))
 
 
 def _across_gap(world: World) -> None:

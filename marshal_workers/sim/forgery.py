@@ -15,18 +15,22 @@ fail. So at a random time the fault lands, on random coordination partitions:
   second of 9999, a heartbeat interval of a year, a failure count of INT64_MAX;
 - a flood of valid claims of invented groups (a few hundred, over twenty groups).
 
-The invariant ``no_crash`` judges it (no record makes a member's core, or the whole-log reader,
-raise: `scenario.run_seed` reports any exception of a run as a violation), and every other
-invariant must hold as ever: the forged records change nothing of the fleet's. The contents
+Two invariants judge it: ``no_crash`` (no record makes a member's core, or the whole-log
+reader, raise: `scenario.run_seed` reports any exception of a run as a violation) and
+``own_group_state`` (`own_group_state`, checked at the end of every run: a member's fold holds
+claims, pauses, settings and poison counts of its own group only, so its memory is bounded by
+its group whatever the flood); every other invariant must hold as ever: the forged records
+change nothing of the fleet's. The contents
 are drawn from a generator of their own, so the fleet's draws stay as they were.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
+from marshal_workers.protocol.rationalizer import World
 from marshal_workers.protocol.wire import coordination_partition
 from marshal_workers.sim.vlog import VirtualLog
 
@@ -134,3 +138,21 @@ def _flood(partitions: int, count: int) -> list[Landing]:
         value = f"ClaimingPartition/1/1/i/forger/{group}/ft/{part}".encode()
         out.append((coordination_partition("ft", part, partitions), key, value))
     return out
+
+
+def own_group_state(members: Iterable[tuple[str, str, Iterable[World]]]) -> list[str]:
+    """Each (name, group, worlds) of a member whose fold keeps state of another group than its
+    own (claims, pauses, settings, poison counts), as a line; empty: every member's memory is
+    bounded by its own group."""
+    found: list[str] = []
+    for name, group, worlds in members:
+        for world in worlds:
+            groups = {k.group for k in world.claims} | {k.group for k in world.poison}
+            groups |= set(world.pauses) | set(world.group_settings)
+            others = sorted(groups - {group})
+            if others:
+                found.append(
+                    f"{name} keeps state of {len(others)} other group(s) on coordination "
+                    f"partition {world.partition} ({', '.join(others[:3])})"
+                )
+    return found

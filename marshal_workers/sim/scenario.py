@@ -673,7 +673,14 @@ def run_seed(params: SimParams) -> RunResult:
         detail = f"{type(exc).__name__}: {str(exc)[:160]} ({where.filename}:{where.lineno})"
         crash = {"invariant": "no_crash", "detail": detail, "t": fleet.t}
         return RunResult(params.seed, [crash], None, [], 0, 0, liveness_checked=False)
-    result.checked = result.checked | {"no_crash"}
+    live = [n for n in fleet.nodes if n.alive and n.started]
+    kept = forgery.own_group_state(
+        (n.name, n.settings.group, n.member.worlds.values()) for n in live
+    )
+    result.violations.extend(
+        {"invariant": "own_group_state", "detail": line, "t": fleet.t} for line in kept[:5]
+    )
+    result.checked = result.checked | {"no_crash", "own_group_state"}
     return result
 
 
