@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +16,8 @@ import pytest
 from confluent_kafka import Producer
 
 from marshal_workers.sim.forgery import hostile_records
-from tests.integration.fleet import DEFAULT_ADMINS, Fleet
+from tests.integration.fleet import DEFAULT_ADMINS, MARSHAL_AUDIT, Fleet
 
-pytestmark = pytest.mark.kafka
 HB = 1.0
 FLOOD = 5_000
 
@@ -49,6 +49,7 @@ def handled(fleet: Fleet) -> int:
     return len(fleet.ledger())
 
 
+@pytest.mark.kafka
 def test_hostile_records_leave_every_member_running_and_every_reader_answering(
     fleet: Fleet,
 ) -> None:
@@ -92,3 +93,26 @@ def test_hostile_records_leave_every_member_running_and_every_reader_answering(
     settings = fleet.admin("group-settings", "--group", fleet.group, heartbeat=False)
     assert settings.returncode == 0, settings.stderr
     assert "heartbeat_interval=1s" in settings.stdout
+
+
+@pytest.mark.spark
+def test_the_audit_reads_a_dump_of_hostile_records(tmp_path: Path) -> None:
+    """`marshal-audit --input` (Spark) on a dump of the hostile writer's records, the 4.3 KB
+    integer fields among them: it runs to its summary (it used to fail on the first) and
+    counts them malformed."""
+    rng = random.Random(3)
+    landings = hostile_records(rng, [("g", "orders")], "marshal-admin", 1, 200)
+    dump = tmp_path / "dump.jsonl"
+    with dump.open("w") as out:
+        for offset, (_, key, value) in enumerate(landings):
+            out.write(json.dumps({
+                "partition": 0, "offset": offset, "log_time_ms": 1_700_000_000_000 + offset,
+                "key": None if key is None else key.decode(errors="backslashreplace"),
+                "message": None if value is None else value.decode(errors="backslashreplace"),
+            }) + "\n")  # fmt: skip
+    argv = [str(MARSHAL_AUDIT), "--input", str(dump), "--out", str(tmp_path / "audit"), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode in (0, 1), done.stderr[-2000:]  # 3 would be: the audit failed
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["records"] == len(landings)
+    assert summary["malformed"] >= 10
