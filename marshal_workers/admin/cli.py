@@ -10,6 +10,7 @@ from marshal_workers.admin.data_commands import produce_command, topic
 from marshal_workers.admin.demo import demo
 from marshal_workers.admin.group_commands import import_go, release_group, set_position
 from marshal_workers.admin.record_commands import retry_record, skip_record
+from marshal_workers.admin.repin_cli import repin_partition_count
 from marshal_workers.admin.settings_cli import group_settings
 from marshal_workers.common.consolescripts import run_command
 from marshal_workers.localkafka.cli import kafka
@@ -24,6 +25,7 @@ def cli() -> None:
 cli.add_command(kafka)
 cli.add_command(demo)
 cli.add_command(init)
+cli.add_command(repin_partition_count)
 cli.add_command(status)
 cli.add_command(dump)
 cli.add_command(release_group)

@@ -105,10 +105,16 @@ def run_init(
 
 
 def open_log(
-    conn: Connection, client_id: str = ADMIN_CLIENT_ID, *, read_only: bool = True
+    conn: Connection,
+    client_id: str = ADMIN_CLIENT_ID,
+    *,
+    read_only: bool = True,
+    group: str | None = None,
 ) -> tuple[KafkaLog, FoldedLog]:
     """The coordination log as ``client_id`` (read-only unless told otherwise: no producer),
-    and a reader folding it as the workers do (the caller closes the log)."""
+    and a reader folding it as the workers do (the caller closes the log); with ``group``, as a
+    member of it does: other groups' records are counted, never kept (`rationalizer`, "One
+    group's view")."""
     log = KafkaLog(
         conn.bootstrap_servers,
         conn.coordination_topic,
@@ -117,7 +123,8 @@ def open_log(
         read_only=read_only,
     )
     try:
-        return log, FoldedLog(log, conn.rationalizer_config(log.num_partitions))
+        config = replace(conn.rationalizer_config(log.num_partitions), only_group=group)
+        return log, FoldedLog(log, config)
     except BaseException:
         log.close()
         raise

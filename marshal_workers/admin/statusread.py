@@ -49,7 +49,8 @@ class StatusReader:
         self.conn = conn
         self.group = group
         self.timeout_s = timeout_s
-        self.log, self.reader = open_log(conn)
+        # the group's view, as its members fold it: other groups' records are counted only
+        self.log, self.reader = open_log(conn, group=group)
         self.losses = AmoLosses(conn.heartbeat_interval_ms)
         self.admin = admin_client(conn.bootstrap_servers, conn.kafka)
 
@@ -66,7 +67,7 @@ class StatusReader:
         if fold_settings_differ(self.conn, adopted):  # the group's recorded settings: fold again
             self.close()
             self.conn = adopted
-            self.log, self.reader = open_log(adopted)
+            self.log, self.reader = open_log(adopted, group=self.group)
             self.losses = AmoLosses(adopted.heartbeat_interval_ms)
             problems = []
             self._catch_up(problems)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
+from marshal_workers.protocol.wire import MAX_LOG_TIME_MS
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -23,7 +25,8 @@ def parse_time_ms(text: str) -> int:
     """``text`` as Unix milliseconds, rounded to the nearest one.
 
     Unix seconds may have a fraction (``1700000000.5``); an ISO 8601 time without an offset is
-    UTC. Times before 1970 (negative seconds included) are refused: no log time is."""
+    UTC. Times before 1970 (negative seconds included) or after 9999 are refused: no log time
+    is."""
     stripped = text.strip()
     try:
         seconds: Decimal | None = Decimal(stripped)
@@ -48,4 +51,6 @@ def parse_time_ms(text: str) -> int:
         ms = int((Decimal(micros) / 1000).to_integral_value(ROUND_HALF_EVEN))
     if ms < 0:
         raise TimeArgError(f"{text!r} is before 1970 (Unix time 0)")
+    if ms > MAX_LOG_TIME_MS:
+        raise TimeArgError(f"{text!r} is after the year 9999 (no log time is)")
     return ms

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from dataclasses import replace
 
 from marshal_workers.core import commands as cmd
 from marshal_workers.core.heldclaim import HeldClaim
@@ -44,7 +45,10 @@ class MemberState:
     def __init__(self, settings: MemberSettings) -> None:
         self.s = settings
         n = settings.coordination_partitions
-        self.worlds = {p: World(settings.rationalizer, p) for p in range(n)}
+        # its own group's view: other groups' records are counted, never kept (a flood of them
+        # costs a count, not memory; `rationalizer`, "One group's view")
+        mine = replace(settings.rationalizer, only_group=settings.group)
+        self.worlds = {p: World(mine, p) for p in range(n)}
         self.clock = LogClock()
         self.pending = Pending()
         self.held: dict[ClaimKey, HeldClaim] = {}

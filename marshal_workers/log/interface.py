@@ -43,7 +43,11 @@ class CoordinationLog(Protocol):
         ...
 
     def end_offsets(self, timeout_s: float) -> dict[int, int]:
-        """Each partition's high watermark now (the offset the next append will get)."""
+        """Each partition's end now: how far a reader must fold to have read all it holds.
+        That is its high watermark (the offset the next append will get), but 0 for a
+        partition that holds no record although records were written (DeleteRecords, or
+        retention, took them all: its start is its end): there is nothing to wait for, and
+        the next record appended there is folded after a gap."""
         ...
 
     def close(self) -> None:

@@ -410,21 +410,28 @@ class KafkaLog:
     def end_offsets(self, timeout_s: float) -> dict[int, int]:
         """Each partition's end offset, asked of the broker now: one request for them all
         (``ListOffsets`` for the latest offset), where asking for each watermark in turn cost a
-        round trip per partition at every start."""
-        latest = [TopicPartition(self.topic, p, OFFSET_END) for p in range(self._num_partitions)]
+        round trip per partition at every start; and one for the earliest, so that a partition
+        whose records were all deleted (DeleteRecords or retention: its start is its end) has
+        end 0, nothing to wait for (`CoordinationLog.end_offsets`)."""
+        ends = self._list_offsets(OFFSET_END, "end", timeout_s)
+        starts = self._list_offsets(OFFSET_BEGINNING, "start", timeout_s)
+        return {p: end if starts[p] < end else 0 for p, end in ends.items()}
+
+    def _list_offsets(self, which: int, what: str, timeout_s: float) -> dict[int, int]:
+        wanted = [TopicPartition(self.topic, p, which) for p in range(self._num_partitions)]
         try:
-            answered = self._offsets.offsets_for_times(latest, timeout=timeout_s)
+            answered = self._offsets.offsets_for_times(wanted, timeout=timeout_s)
         except KafkaException as exc:
             raise LogError(
-                f"end offsets of {self.topic}: {error_text(exc)}{self._hint()}"
+                f"{what} offsets of {self.topic}: {error_text(exc)}{self._hint()}"
             ) from None
-        ends: dict[int, int] = {}
+        out: dict[int, int] = {}
         for tp in answered:
             if tp.error is not None or tp.offset < 0:
-                detail = error_text(tp.error) if tp.error is not None else "no end offset"
-                raise LogError(f"end offset of {self.topic}[{tp.partition}]: {detail}")
-            ends[tp.partition] = int(tp.offset)
-        return ends
+                detail = error_text(tp.error) if tp.error is not None else f"no {what} offset"
+                raise LogError(f"{what} offset of {self.topic}[{tp.partition}]: {detail}")
+            out[tp.partition] = int(tp.offset)
+        return out
 
     def close(self) -> None:
         """Flush pending appends briefly and close the clients."""

@@ -54,6 +54,19 @@ class MemoryTopic:
         with self._lock:
             return self._next[partition]
 
+    def start_offset(self, partition: int) -> int:
+        """The offset of the partition's first record (its next offset when it holds none)."""
+        with self._lock:
+            records = self._records[partition]
+            return records[0].offset if records else self._next[partition]
+
+    def delete_records(self, partition: int, before_offset: int) -> None:
+        """Do what Kafka's DeleteRecords does: remove every record of ``partition`` below
+        ``before_offset`` (the next offset stays: the partition may be left empty)."""
+        with self._lock:
+            records = self._records[partition]
+            self._records[partition] = [r for r in records if r.offset >= before_offset]
+
     def wait(self, timeout_s: float) -> None:
         """Block until some append happens or ``timeout_s`` passes."""
         with self._lock:
@@ -128,8 +141,9 @@ class MemoryLog:
         return batch
 
     def end_offsets(self, timeout_s: float) -> dict[int, int]:
-        """Each partition's next offset."""
-        return {p: self._topic.end_offset(p) for p in range(self.num_partitions)}
+        """Each partition's next offset (0 for one whose records were all deleted)."""
+        ends = {p: self._topic.end_offset(p) for p in range(self.num_partitions)}
+        return {p: end if self._topic.start_offset(p) < end else 0 for p, end in ends.items()}
 
     def close(self) -> None:
         """Nothing to release."""

@@ -49,6 +49,13 @@ class Malformed(Event):
 
 @fast_init
 @dataclass(frozen=True, slots=True)
+class OtherGroup(Event):
+    """A record whose key names another group than the one a reader folds (a member,
+    `status --group`: `RationalizerConfig.only_group`): counted, neither decoded nor kept."""
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
 class Verdict(Event):
     """A decoded message and who sent it."""
 

@@ -14,7 +14,11 @@ The JSON form (`GroupStatus.to_json`) is a stable interface::
      "client_id", "instance_id", "fencing_token", "successor_client_id"} | null}],
      "amo_losses": {"ranges", "records"} | null,
      "paused_until": ISO | null, "paused_by": str | null, "malformed": N,
-     "complete": bool, "unavailable": [str]}
+     "other_groups_records": N, "complete": bool, "unavailable": [str]}
+
+``malformed`` counts the malformed records among those the reader folded; `marshal-admin
+status --group G` folds G's as its members do (`rationalizer`, "One group's view"):
+``other_groups_records`` counts the records of other groups it skipped, undecoded.
 
 ``complete`` is false when part of the cluster could not be read (a broker down): the rest is
 shown, and ``unavailable`` says what is missing (the table ends with the same list).
@@ -44,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from marshal_workers.protocol.amolosses import AmoLoss, AmoLosses
 from marshal_workers.protocol.members import is_live, is_member_key
@@ -53,12 +57,18 @@ from marshal_workers.protocol.recordfailures import PoisonState, active
 from marshal_workers.protocol.slicing import Slice, slice_topic, split_topic
 from marshal_workers.protocol.unclaimed import Unclaimed, why_unclaimed
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 def iso_ms(ms: int | None) -> str | None:
-    """Milliseconds since the epoch as ISO-8601 UTC with milliseconds (``...Z``), or None."""
+    """Milliseconds since the epoch as ISO-8601 UTC with milliseconds (``...Z``), or None; a
+    time no date can show (outside the years 1 to 9999) as ``<N ms>``."""
     if ms is None:
         return None
-    stamp = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    try:
+        stamp = _EPOCH + timedelta(milliseconds=ms)
+    except OverflowError:
+        return f"<{ms} ms>"
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
@@ -157,6 +167,7 @@ class GroupStatus:
     members: tuple[str, ...] = ()
     unavailable: tuple[str, ...] = ()  # what could not be read (a broker down): never silent
     amo_losses: tuple[int, int] | None = None  # AMO: ranges lost and at most how many records
+    other_groups: int = 0  # records of other groups, skipped by a reader of this group's view
 
     @property
     def complete(self) -> bool:
@@ -175,6 +186,7 @@ class GroupStatus:
             "paused_until": iso_ms(self.paused_until_ms),
             "paused_by": self.paused_by,
             "malformed": self.malformed,
+            "other_groups_records": self.other_groups,
             "amo_losses": None
             if self.amo_losses is None
             else {"ranges": self.amo_losses[0], "records": self.amo_losses[1]},
@@ -296,6 +308,7 @@ def group_status(
         malformed,
         tuple(sorted(members)),
         amo_losses=amo,
+        other_groups=sum(world.other_groups for world in worlds.values()),
     )
 
 
@@ -416,6 +429,8 @@ def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
             + (" (at risk: the log does not say how far a crashed child got)" if ranges else "")
         )
     footer = f"malformed records in the log: {status.malformed}"
+    if status.other_groups:
+        footer += f" (of this group's; records of other groups, not read: {status.other_groups})"
     if any(not c.certain for c in status.claims):
         footer += "  (? = history compacted: activity only)"
     lines.append(footer)

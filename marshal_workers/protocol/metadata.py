@@ -24,6 +24,11 @@ later record of that partition (a change is ordered before, say, the lift of a p
 newest record wins. `settings_differences` names each setting that differs, with both values.
 
 AdminIds: ``*`` for any client, an empty field for none, else the ids joined by ``,``.
+
+As for the claim records (`wire`), every field is bounded on decode, and a record outside the
+bounds is malformed: names as `wire.validate_name` takes them, UnixSec up to the last second of
+9999, a partition count within Kafka's 32 bits, a heartbeat interval of at most
+`MAX_HEARTBEAT_MS` (a year: every lease and freshness window stays a date a reader can show).
 """
 
 from __future__ import annotations
@@ -31,13 +36,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from marshal_workers.protocol.slicing import WHOLE, Ordering, Slicing
-from marshal_workers.protocol.wire import DecodeError, Partitioner
+from marshal_workers.protocol.slicing import MAX_SLICES, WHOLE, Ordering, Slicing
+from marshal_workers.protocol.wire import (
+    MAX_PARTITION,
+    MAX_UNIX_SEC,
+    DecodeError,
+    Partitioner,
+    validate_name,
+)
 
 TOPIC_RECORD_KEY: Final = b"/coordination-topic"
 SETTINGS_SUFFIX: Final = b"//settings"
 METADATA_PARTITION: Final = 0  # where CoordinationTopic lives
 ANY: Final = "*"
+MAX_HEARTBEAT_MS: Final = 365 * 24 * 3600 * 1000  # a year
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,16 +115,20 @@ def encode_metadata(record: MetadataRecord) -> bytes:
     return text.encode()
 
 
-def _int(name: str, text: str, minimum: int = 0) -> int:
-    if not (text.isascii() and text.isdigit()) or len(text) > 18 or int(text) < minimum:
-        raise DecodeError(f"{name} {text!r} is not an integer >= {minimum}")
-    return int(text)
+def _int(name: str, text: str, minimum: int, maximum: int) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise DecodeError(f"{name} {text[:24]!r} is not an integer from {minimum} to {maximum}")
+    value = int(text)
+    if not minimum <= value <= maximum:
+        raise DecodeError(f"{name} {text!r} is not an integer from {minimum} to {maximum}")
+    return value
 
 
 def _name(name: str, text: str) -> str:
-    if not text or not text.isprintable() or any(c.isspace() for c in text):
-        raise DecodeError(f"{name} {text!r} is empty or has whitespace")
-    return text
+    try:
+        return validate_name(name, text)
+    except ValueError as exc:
+        raise DecodeError(str(exc)) from None
 
 
 def decode_metadata(value: bytes | None) -> MetadataRecord:
@@ -126,10 +142,10 @@ def decode_metadata(value: bytes | None) -> MetadataRecord:
     kind, n = parts[0], len(parts)
     if kind == "CoordinationTopic" and n == 6 and parts[1] == "1":
         return TopicRecord(
-            _int("UnixSec", parts[2]),
+            _int("UnixSec", parts[2], 0, MAX_UNIX_SEC),
             _name("InstanceID", parts[3]),
             _name("ClientID", parts[4]),
-            _int("Partitions", parts[5], minimum=1),
+            _int("Partitions", parts[5], 1, MAX_PARTITION),
         )
     if kind == "GroupSettings" and n in (9, 11) and parts[1] == "1":
         try:
@@ -137,13 +153,15 @@ def decode_metadata(value: bytes | None) -> MetadataRecord:
         except ValueError:
             raise DecodeError(f"unknown partitioner {parts[7][:20]!r}") from None
         admins = parts[8]
-        ids = None if admins == ANY else frozenset(i for i in admins.split(",") if i)
+        ids = None
+        if admins != ANY:
+            ids = frozenset(_name("AdminIds", i) for i in admins.split(",") if i)
         return GroupSettings(
-            _int("UnixSec", parts[2]),
+            _int("UnixSec", parts[2], 0, MAX_UNIX_SEC),
             _name("InstanceID", parts[3]),
             _name("ClientID", parts[4]),
             _name("GroupID", parts[5]),
-            _int("HeartbeatMs", parts[6], minimum=1),
+            _int("HeartbeatMs", parts[6], 1, MAX_HEARTBEAT_MS),
             partitioner,
             ids,
             _slicing(parts[9:]),
@@ -155,9 +173,10 @@ def _slicing(fields: list[str]) -> Slicing:
     if not fields:
         return Slicing()
     try:
-        return Slicing(Ordering(fields[0]), _int("WorkersPerPartition", fields[1], minimum=1))
+        count = _int("WorkersPerPartition", fields[1], 1, MAX_SLICES)
+        return Slicing(Ordering(fields[0]), count)
     except ValueError as exc:
-        raise DecodeError(f"bad ordering: {exc}") from None
+        raise DecodeError(f"bad ordering: {str(exc)[:80]}") from None
 
 
 # ---- checks ------------------------------------------------------------------------------

@@ -38,6 +38,29 @@ count (CoordinationTopic, on partition 0) and a group's shared settings (GroupSe
 kept in ``World.topic_record`` and ``World.group_settings`` (the newest wins) and change no
 claim; the runtime and the admin compare them with their own (a mismatch is refused there).
 
+One group's view
+----------------
+A reader that acts on one group (a member, `status --group`) sets `RationalizerConfig.only_group`
+and keeps nothing of the others: a record whose key names another group is counted in
+``World.other_groups`` and returns `OtherGroup`, undecoded, once the offset, the gap and the log
+time are taken (they are the partition's: every record moves them). Its own group's state is
+then exactly the whole fold's (tests/unit/test_group_filter.py holds it to that), because:
+
+- every record the fold takes for a group has a key that starts with ``group/`` or is the group
+  (`wire.record_key`, `legacy_pause_keys`, `metadata_key`, `recordfailures.accepted_keys`; a
+  group never contains ``/``), so a record of the group is never skipped, and one whose key
+  names another group is malformed or another group's, never this group's;
+- the state a record changes is its group's only (claims and poison counts by claim key,
+  pauses and settings by group), bar what is the partition's, taken before the filter; the
+  claims folded since the newest gap that a gap makes uncertain are each claim's own;
+- keyless records (what a Marshal Go writer leaves, `gofleet` looks at them) and the keys
+  that name no group (``/coordination-topic``, the pinned count) are folded in full.
+
+Malformed records among other groups' keys are counted in ``other_groups``, not ``malformed``.
+So a flood of records of other groups costs such a reader a count, not memory: it is bounded
+by its own group. The audit, `dump` and the admin commands that act on several groups fold
+everything.
+
 Compacted history
 -----------------
 `__marshal` is compacted by key (one key per claim), and Kafka's cleaner keeps, for each key,
@@ -91,6 +114,7 @@ from marshal_workers.protocol.recordfailures import (
 )
 from marshal_workers.protocol.wire import (
     CLAIM_KEY_SUFFIX,
+    MAX_LOG_TIME_MS,
     ClaimingMessages,
     ClaimingPartition,
     ClaimKey,
@@ -128,6 +152,13 @@ class RationalizerConfig:
     num_partitions: int | None = None  # the recorded count (`metadata`): checks home partitions
     partitioner: Partitioner = Partitioner.SPEC
     admin_client_ids: frozenset[str] | None = None
+    # Not shared: the one group this reader keeps (None: every group); see "One group's view".
+    only_group: str | None = None
+    _only_key: bytes | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        only = None if self.only_group is None else self.only_group.encode()
+        object.__setattr__(self, "_only_key", only)
 
 
 @dataclass(slots=True)
@@ -178,6 +209,7 @@ class World:
     keys: dict[bytes, ClaimKey] = field(default_factory=dict, compare=False, repr=False)
     poison: dict[ClaimKey, PoisonState] = field(default_factory=dict)  # see recordfailures.py
     gap_time: int | None = None  # log time at the newest gap: what it hid was no later
+    other_groups: int = 0  # records of other groups than `RationalizerConfig.only_group`
     since_gap: set[ClaimKey] = field(default_factory=set, compare=False, repr=False)
 
     def copy(self) -> World:
@@ -236,9 +268,19 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
         return _malformed(world, record, reason)
     gap = record.offset > world.next_offset
     world.next_offset = record.offset + 1
-    world.log_time = max(world.log_time, record.timestamp_ms)
+    stamp = record.timestamp_ms
+    if stamp > world.log_time:
+        if stamp > MAX_LOG_TIME_MS:  # no broker's clock: a writer's, on a CreateTime topic
+            if gap:
+                _across_gap(world)
+            return _malformed(world, record, f"log time {stamp} ms is past the year 9999")
+        world.log_time = stamp
     if gap:
         _across_gap(world)
+    only = world.config._only_key
+    if only is not None and _names_another_group(record.key, only):
+        world.other_groups += 1
+        return ev.OtherGroup(record.partition, record.offset, world.log_time)
     try:
         msg = decode(record.value)
     except DecodeError as exc:
@@ -282,6 +324,15 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
     return _RULES[type(msg)](world, record, msg, key, state)
 
 
+def _names_another_group(key: bytes | None, group: bytes) -> bool:
+    """Whether a record key names a group other than ``group`` (see "One group's view"): it
+    neither is ``group`` nor starts with ``group/``, and names some group (it is not None and
+    does not start with ``/``)."""
+    if key is None or key[:1] == b"/":
+        return False
+    return not (key.startswith(group) and (len(key) == len(group) or key[len(group)] == 0x2F))
+
+
 def _across_gap(world: World) -> None:
     """An offset gap: the cleaner removed records in front of this one, and of any key. A
     reader that folded a claim's earlier records and then fell behind the cleaner sees them,
@@ -315,7 +366,7 @@ def _metadata(world: World, record: CoordRecord, error: DecodeError) -> ev.Event
     except DecodeError:
         return _malformed(world, record, str(error))
     if record.key != metadata_key(meta):
-        return _malformed(world, record, f"key {record.key!r} does not match the record")
+        return _malformed(world, record, f"key {_shown(record.key)} does not match the record")
     if isinstance(meta, TopicRecord):
         if record.partition != METADATA_PARTITION:
             reason = f"the topic record belongs on coordination partition {METADATA_PARTITION}"
@@ -327,7 +378,14 @@ def _metadata(world: World, record: CoordRecord, error: DecodeError) -> ev.Event
 
 
 def _key_mismatch(record: CoordRecord, msg: Message) -> str:
-    return f"key {record.key!r} does not match the message (expected {record_key(msg)!r})"
+    return f"key {_shown(record.key)} does not match the message (expected {record_key(msg)!r})"
+
+
+def _shown(key: bytes | None) -> str:
+    """A record key as a reason shows it: at most 80 bytes of it (a key may be a megabyte)."""
+    if key is None or len(key) <= 80:
+        return repr(key)
+    return f"{key[:80]!r}..."
 
 
 def _keyless(record: CoordRecord, msg: Message) -> str | None:
@@ -507,7 +565,7 @@ def _poison(world: World, rec: CoordRecord) -> ev.Event:
     key = ClaimKey(msg.group_id, msg.topic, msg.partition)
     keys = accepted_keys(msg)
     if rec.key not in keys:
-        reason = f"key {rec.key!r} does not match the message (expected {keys[0]!r})"
+        reason = f"key {_shown(rec.key)} does not match the message (expected {keys[0]!r})"
         return _malformed(world, rec, reason)
     cfg = world.config
     if cfg.num_partitions is not None:

@@ -17,7 +17,8 @@ the log refused can then never be all the cleaner leaves of the count: decisions
 counts' key until 2026-11-27, and a reader accepts them there from older logs); they go to the
 claim's coordination partition, so they are folded in order with its claim records.
 ``Error`` is the last error, cut to `MAX_ERROR_CHARS`, with ``%``, ``/`` and control characters
-percent-escaped (so no field ever contains ``/``). ``Outcome`` is ``retry`` or ``parked``;
+percent-escaped (so no field ever contains ``/``); a longer field is malformed, as is any field
+outside the bounds of the claim records (`wire`). ``Outcome`` is ``retry`` or ``parked``;
 ``Action`` is ``skip`` or ``retry``.
 
 Rules of the fold (`fold_poison`; an input that breaks one changes nothing but its event):
@@ -64,13 +65,22 @@ from typing import Final
 
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.fastinit import fast_init
-from marshal_workers.protocol.wire import ClaimKey, DecodeError, validate_name
+from marshal_workers.protocol.wire import (
+    MAX_NAME_CHARS,
+    MAX_OFFSET,
+    MAX_PARTITION,
+    MAX_TOPIC_CHARS,
+    MAX_UNIX_SEC,
+    ClaimKey,
+    DecodeError,
+    validate_name,
+)
 
 MAX_ERROR_CHARS: Final = 200
 SUFFIX: Final = "/poison"
 DECISION_SUFFIX: Final = "/poison/decision"
+MAX_ESCAPED_CHARS: Final = 3 * MAX_ERROR_CHARS  # `escape` writes at most 3 for each
 VERSION: Final = 1
-_INT64_MAX: Final = 2**63 - 1
 
 
 class Outcome(StrEnum):
@@ -240,15 +250,18 @@ def encode_poison(msg: PoisonMessage) -> bytes:
     return f"{base}/{msg.action}".encode()
 
 
-def _int(field: str, text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > _INT64_MAX:
-        raise DecodeError(f"{field} {text!r} is not a non-negative 64-bit integer")
-    return int(text)
+def _int(field: str, text: str, maximum: int = MAX_OFFSET) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        raise DecodeError(f"{field} {text[:24]!r} is not a non-negative 64-bit integer")
+    value = int(text)
+    if value > maximum:
+        raise DecodeError(f"{field} {text!r} is out of range (at most {maximum})")
+    return value
 
 
-def _name(field: str, text: str) -> str:
+def _name(field: str, text: str, limit: int = MAX_NAME_CHARS) -> str:
     try:
-        return validate_name(field, text)
+        return validate_name(field, text, limit)
     except ValueError as exc:
         raise DecodeError(str(exc)) from None
 
@@ -273,16 +286,18 @@ def decode_poison(value: bytes) -> PoisonMessage:
     if parts[1] != str(VERSION):
         raise DecodeError(f"unsupported version {parts[1][:20]!r} of {kind}")
     fields = (
-        _int("UnixSec", parts[2]),
+        _int("UnixSec", parts[2], MAX_UNIX_SEC),
         _name("InstanceID", parts[3]),
         _name("ClientID", parts[4]),
         _name("GroupID", parts[5]),
-        _name("Topic", parts[6]),
-        _int("Partition", parts[7]),
+        _name("Topic", parts[6], MAX_TOPIC_CHARS),
+        _int("Partition", parts[7], MAX_PARTITION),
         _int("Offset", parts[8]),
     )
     try:
         if kind == "RecordFailed":
+            if len(parts[11]) > MAX_ESCAPED_CHARS:
+                raise DecodeError(f"Error is longer than {MAX_ESCAPED_CHARS} characters")
             return RecordFailed(
                 *fields, _int("Failures", parts[9]), Outcome(parts[10]), unescape(parts[11])
             )
@@ -290,7 +305,7 @@ def decode_poison(value: bytes) -> PoisonMessage:
     except ValueError as exc:
         if isinstance(exc, DecodeError):
             raise
-        raise DecodeError(f"{kind}: {exc}") from None
+        raise DecodeError(f"{kind}: {str(exc)[:80]}") from None
 
 
 # ---- the fold --------------------------------------------------------------------------------

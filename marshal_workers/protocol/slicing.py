@@ -121,7 +121,8 @@ def split_topic(name: str) -> tuple[str, Slice | None]:
     ordering, dot, numbers = rest.partition(".")
     index, of, count = numbers.partition("of")
     if (
-        ordering not in (Ordering.KEY.value, Ordering.UNORDERED.value)
+        len(numbers) > 12  # "1023of1024" at most: never int() a hostile thousand digits
+        or ordering not in (Ordering.KEY.value, Ordering.UNORDERED.value)
         or not (dot and of and index.isdigit() and count.isdigit())
         or not (index.isascii() and count.isascii())
         or not 0 <= int(index) < int(count) <= MAX_SLICES

@@ -17,6 +17,13 @@ There is no escaping, so no field may contain ``/``; names are refused at config
 (`validate_name`) and on decode. ``UnixSec`` is the sender's clock: it is carried for humans and
 never used for a decision (the rationalizer uses the record's log time). Offsets are Kafka's
 "next offset to read" (Go's too). ``MsgExpireTime`` is in Unix seconds; Go has no ReleaseGroup.
+
+Anyone with Write on the coordination topic can append anything, so every field is bounded on
+decode, and a record outside the bounds is malformed (counted and skipped by every reader, never
+an exception): an ID or group at most `MAX_NAME_CHARS` characters, a topic field at most
+`MAX_TOPIC_CHARS` (a Kafka topic, a slice's or a member's pseudo-topic), a partition within
+Kafka's 32 bits, an offset within its 64, and times (``UnixSec``, ``MsgExpireTime``) no later
+than `MAX_UNIX_SEC`, the last second a date can show, so that every reader can show them.
 """
 
 from __future__ import annotations
@@ -29,7 +36,13 @@ from typing import Final, NamedTuple
 from marshal_workers.protocol.fastinit import fast_init
 
 VERSION: Final = 1
-_INT64_MAX: Final = 2**63 - 1
+MAX_UNIX_SEC: Final = 253_402_300_799  # 9999-12-31T23:59:59Z: the last second a date can show
+MAX_LOG_TIME_MS: Final = MAX_UNIX_SEC * 1000 + 999
+MAX_PARTITION: Final = 2**31 - 1  # Kafka's partitions are 32-bit
+MAX_OFFSET: Final = 2**63 - 1  # Kafka's offsets are 64-bit
+MAX_NAME_CHARS: Final = 255  # an instance id, a client id, a group
+MAX_TOPIC_CHARS: Final = 300  # a Kafka topic (249), or a slice's or a member's pseudo-topic
+_INT_DIGITS: Final = 19  # MAX_OFFSET's: a longer field is out of range before int() reads it
 
 
 class DecodeError(ValueError):
@@ -200,14 +213,17 @@ def legacy_claim_key(msg: ClaimingPartition) -> bytes:
     return f"{msg.group_id}/{msg.topic}/{msg.partition}".encode()
 
 
-def validate_name(what: str, value: str) -> str:
-    """Check an ID, group or topic for the wire format; return it or raise ValueError."""
+def validate_name(what: str, value: str, limit: int = MAX_NAME_CHARS) -> str:
+    """Check an ID, group or topic for the wire format (at most ``limit`` characters); return
+    it or raise ValueError."""
     if not value:
         raise ValueError(f"{what} must not be empty")
+    if len(value) > limit:
+        raise ValueError(f"{what} {value[:24]!r}... is longer than {limit} characters")
     if "/" in value:
-        raise ValueError(f"{what} {value!r} contains '/', which the wire format cannot carry")
+        raise ValueError(f"{what} {value[:40]!r} contains '/', which the wire format cannot carry")
     if not value.isprintable() or any(c.isspace() for c in value):
-        raise ValueError(f"{what} {value!r} contains whitespace or unprintable characters")
+        raise ValueError(f"{what} {value[:40]!r} contains whitespace or unprintable characters")
     return value
 
 
@@ -224,21 +240,24 @@ def encode(msg: Message) -> bytes:
     return f"{base}/{msg.offset}".encode()
 
 
-def _int(field: str, text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or len(text) > 19:
-        raise DecodeError(f"{field} {text!r} is not a non-negative integer")
+def _int(field: str, text: str, maximum: int) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > _INT_DIGITS:
+        raise DecodeError(f"{field} {text[:24]!r} is not a non-negative integer of 64 bits")
     value = int(text)
-    if value > _INT64_MAX:
-        raise DecodeError(f"{field} {text!r} is out of range")
+    if value > maximum:
+        raise DecodeError(f"{field} {text!r} is out of range (at most {maximum})")
     return value
 
 
-def _name(field: str, text: str, *, may_be_empty: bool = False) -> str:
-    if not text and not may_be_empty:
+def _name(field: str, text: str, *, may_be_empty: bool = False, limit: int = MAX_NAME_CHARS) -> str:
+    if not text:
+        if may_be_empty:
+            return text
         raise DecodeError(f"{field} is empty")
-    if not text.isprintable() or any(c.isspace() for c in text):
-        raise DecodeError(f"{field} {text!r} has whitespace or unprintable characters")
-    return text
+    try:
+        return validate_name(field, text, limit)
+    except ValueError as exc:
+        raise DecodeError(str(exc)) from None
 
 
 _VISIBLE_ASCII = bytes(range(0x21, 0x7F))  # printable ASCII but space
@@ -259,16 +278,21 @@ def decode(value: bytes | None) -> Message:
             sec, inst, client, group, topic, part = parts[2:8]
             last = parts[8] if n == 9 else b"0"
             if (
-                sec.isdigit()
+                0 < len(sec) <= _INT_DIGITS
+                and 0 < len(part) <= _INT_DIGITS
+                and 0 < len(last) <= _INT_DIGITS
+                and sec.isdigit()
                 and part.isdigit()
                 and last.isdigit()
-                and inst
-                and client
-                and group
+                and 0 < len(inst) <= MAX_NAME_CHARS
+                and 0 < len(client) <= MAX_NAME_CHARS
+                and 0 < len(group) <= MAX_NAME_CHARS
                 and (topic or cls is ReleaseGroup)
+                and len(topic) <= MAX_TOPIC_CHARS
             ):
                 s_, p_, l_ = int(sec), int(part), int(last)
-                if s_ <= _INT64_MAX and p_ <= _INT64_MAX and l_ <= _INT64_MAX:
+                last_max = MAX_UNIX_SEC if cls is ReleaseGroup else MAX_OFFSET
+                if s_ <= MAX_UNIX_SEC and p_ <= MAX_PARTITION and l_ <= last_max:
                     if n == 8:
                         return ClaimingPartition(
                             s_, inst.decode(), client.decode(), group.decode(), topic.decode(), p_
@@ -294,16 +318,19 @@ def _decode_strictly(value: bytes) -> Message:
         raise DecodeError(f"{kind} needs {expected} '/'-separated fields, got {len(parts)}")
     if parts[1] != str(VERSION):
         raise DecodeError(f"unsupported version {parts[1][:20]!r} (this reader knows {VERSION})")
-    unix_sec = _int("UnixSec", parts[2])
+    unix_sec = _int("UnixSec", parts[2], MAX_UNIX_SEC)
     instance_id = _name("InstanceID", parts[3])
     client_id = _name("ClientID", parts[4])
     group_id = _name("GroupID", parts[5])
     is_group = kind is MessageType.RELEASE_GROUP
-    topic = _name("Topic", parts[6], may_be_empty=is_group)
-    partition = _int("Partition", parts[7])
+    topic = _name("Topic", parts[6], may_be_empty=is_group, limit=MAX_TOPIC_CHARS)
+    partition = _int("Partition", parts[7], MAX_PARTITION)
     if kind is MessageType.CLAIMING_PARTITION:
         return ClaimingPartition(unix_sec, instance_id, client_id, group_id, topic, partition)
-    last = _int("MsgExpireTime" if is_group else "Offset", parts[8])
+    if is_group:
+        last = _int("MsgExpireTime", parts[8], MAX_UNIX_SEC)
+    else:
+        last = _int("Offset", parts[8], MAX_OFFSET)
     cls = _CLASS_OF[kind]
     return cls(unix_sec, instance_id, client_id, group_id, topic, partition, last)
 

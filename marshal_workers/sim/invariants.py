@@ -90,6 +90,8 @@ INVARIANTS = (
     "retry_heeded",
     "release_claimed",
     "handler_deadline",
+    "no_crash",  # `sim.forgery`: no record makes a reader raise
+    "own_group_state",  # `sim.forgery`: a member keeps no other group's state
 )
 
 

@@ -12,6 +12,7 @@ import functools
 import math
 import random
 import signal
+import traceback
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from marshal_workers.protocol.wire import (
     encode,
     record_key,
 )
+from marshal_workers.sim import forgery
 from marshal_workers.sim.children import DataPartition, SimChild
 from marshal_workers.sim.invariants import Checker
 from marshal_workers.sim.node import SimNode
@@ -62,6 +64,7 @@ FAULTS = (
     "poison",
     "read-latency",
     "clock-jumps",
+    "forgery",
 )
 DEFAULT_FAULTS = (
     "kill",
@@ -318,7 +321,14 @@ class Fleet:
             "partitions": self._fault_partitions,
             "poison": self._fault_poison,
             "clock-jumps": self._fault_clock_jump,
+            "forgery": self._fault_forgery,
         }[fault]
+
+    def _fault_forgery(self) -> None:
+        """A hostile writer appends malformed, extreme and flooding records (`sim.forgery`):
+        nothing of the fleet's may change, and no reader may fail."""
+        forgery.forge(self.log, self.t, list(self.modes), ADMIN, self.p.seed)
+        self._window(0.0)
 
     def _fault_clock_jump(self) -> None:
         """One broker's clock jumps: back by up to HB (its stamps go back; the fold clamps log
@@ -652,9 +662,26 @@ class Fleet:
 
 
 def run_seed(params: SimParams) -> RunResult:
-    """Run one seed."""
+    """Run one seed. An exception anywhere in it (a member's core, the reader of the whole log)
+    is a crash: the violation ``no_crash``, naming where it was raised."""
     use_shared_decode()
-    return Fleet(params).run()
+    fleet = Fleet(params)
+    try:
+        result = fleet.run()
+    except Exception as exc:  # any exception of a run is what the check reports
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        detail = f"{type(exc).__name__}: {str(exc)[:160]} ({where.filename}:{where.lineno})"
+        crash = {"invariant": "no_crash", "detail": detail, "t": fleet.t}
+        return RunResult(params.seed, [crash], None, [], 0, 0, liveness_checked=False)
+    live = [n for n in fleet.nodes if n.alive and n.started]
+    kept = forgery.own_group_state(
+        (n.name, n.settings.group, n.member.worlds.values()) for n in live
+    )
+    result.violations.extend(
+        {"invariant": "own_group_state", "detail": line, "t": fleet.t} for line in kept[:5]
+    )
+    result.checked = result.checked | {"no_crash", "own_group_state"}
+    return result
 
 
 def use_shared_decode() -> None:

@@ -30,6 +30,7 @@ import structlog
 
 from marshal_workers.child.main import ChildHandle, start_child
 from marshal_workers.common.errors import MarshalError
+from marshal_workers.common.heap import release_freed_memory
 from marshal_workers.common.stacks import catches_signal, log_stacks
 from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core import commands as cmd
@@ -164,6 +165,7 @@ class Supervisor:
         """Catch up on the log, check what the group must agree on, then let the core resume
         this client's claims and claim, the log read from then on by the poll thread."""
         folded = self._catch_up(catch_up_timeout)
+        release_freed_memory()  # what the catch-up read is folded: its buffers are free
         if self.member.done:  # refused during the catch-up (a Marshal Go fleet writes here)
             code = self.member.exit_code
             raise MarshalError(self.member.exit_reason, code if code is not None else 1)

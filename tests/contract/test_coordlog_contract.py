@@ -13,7 +13,15 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import CoordinationLog
@@ -38,15 +46,16 @@ HB_MS = 60_000
 TIMEOUT_S = 15.0
 
 Opener = Callable[[], CoordinationLog]
+Deleter = Callable[[int, int], None]  # DeleteRecords: (partition, before offset)
 
 
-def _memory_opener() -> Iterator[Opener]:
+def _memory_opener() -> Iterator[tuple[Opener, Deleter]]:
     ticks = itertools.count(1_700_000_000_000, 7)
     topic = MemoryTopic(PARTITIONS, lambda: next(ticks))
-    yield lambda: MemoryLog(topic)
+    yield (lambda: MemoryLog(topic)), topic.delete_records
 
 
-def _kafka_opener(bootstrap: str) -> Iterator[Opener]:
+def _kafka_opener(bootstrap: str) -> Iterator[tuple[Opener, Deleter]]:
     name = f"__marshal-contract-{uuid.uuid4().hex[:10]}"
     # Created as init does but empty: init also records the partition count on partition 0.
     topic = NewTopic(name, PARTITIONS, 1, config=coordination_topic_config(1))
@@ -59,27 +68,57 @@ def _kafka_opener(bootstrap: str) -> Iterator[Opener]:
             break
         assert time.monotonic() < deadline, f"{name} not visible in metadata within 30 s"
         time.sleep(0.1)
-    yield lambda: KafkaLog(bootstrap, name, client_id="contract-test")
+
+    def delete_before(partition: int, offset: int) -> None:
+        # A compact-only topic refuses DeleteRecords (POLICY_VIOLATION): it takes them once its
+        # policy also deletes (a member warns of that policy and runs)
+        delete_too(admin, name)
+        futures = admin.delete_records([TopicPartition(name, partition, offset)])
+        for future in futures.values():
+            future.result(30)
+
+    yield (lambda: KafkaLog(bootstrap, name, client_id="contract-test")), delete_before
     delete_topic(admin_client(bootstrap), bootstrap, name)
 
 
+def delete_too(admin: AdminClient, topic: str) -> None:
+    """Set ``topic``'s cleanup.policy to compact,delete (nothing expires: retention.ms -1)."""
+    entries = [
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in (("cleanup.policy", "compact,delete"), ("retention.ms", "-1"))
+    ]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
+class Handles:
+    """Opens handles on one topic (call it), and deletes its records as DeleteRecords does."""
+
+    def __init__(self, opener: Opener, deleter: Deleter) -> None:
+        self.opener, self.deleter = opener, deleter
+        self.opened: list[CoordinationLog] = []
+
+    def __call__(self) -> CoordinationLog:
+        handle = self.opener()
+        self.opened.append(handle)
+        return handle
+
+    def delete_before(self, partition: int, offset: int) -> None:
+        """Delete every record of ``partition`` below ``offset`` (the log's start moves)."""
+        self.deleter(partition, offset)
+
+
 @pytest.fixture(params=["memory", pytest.param("kafka", marks=pytest.mark.kafka)])
-def open_log(request: pytest.FixtureRequest) -> Iterator[Opener]:
+def open_log(request: pytest.FixtureRequest) -> Iterator[Handles]:
     """Opens handles on one fresh, empty coordination topic of the implementation under test."""
-    handles: list[CoordinationLog] = []
     if request.param == "memory":
         source = _memory_opener()
     else:
         source = _kafka_opener(request.getfixturevalue("kafka_bootstrap"))
-    opener = next(source)
-
-    def open_handle() -> CoordinationLog:
-        handle = opener()
-        handles.append(handle)
-        return handle
-
-    yield open_handle
-    for handle in handles:
+    handles = Handles(*next(source))
+    yield handles
+    for handle in handles.opened:
         handle.close()
     next(source, None)
 
@@ -188,6 +227,26 @@ class TestReader:
         assert isinstance(accepted, ev.HeartbeatAccepted)
         assert accepted.offset == 17
         assert any(isinstance(e, ev.ClaimRejected) for e in folded)
+
+    def test_a_partition_emptied_by_delete_records_is_caught_up(self, open_log: Handles) -> None:
+        """DeleteRecords up to a partition's end leaves it empty (its start is its end, > 0): a
+        reader is caught up on it at once (it waited for a record that would never come), and
+        folds what is appended later, after the gap."""
+        writer = open_log()
+        for part in range(6):
+            append_msg(writer, _claim("A", part))
+        ends = writer.end_offsets(TIMEOUT_S)
+        emptied = max(ends, key=lambda p: ends[p])
+        open_log.delete_before(emptied, ends[emptied])
+        reader = self._reader(open_log())
+        started = time.monotonic()
+        reader.catch_up(5.0)
+        assert time.monotonic() - started < 4.0
+        assert reader.worlds[emptied].next_offset == 0  # nothing folded there
+        later = writer.append(emptied, b"k", b"v", TIMEOUT_S)
+        verdict, _ = reader.wait_for(later, TIMEOUT_S)
+        assert verdict.coord_offset == ends[emptied]
+        assert reader.worlds[emptied].gap_seen
 
     def test_catch_up_folds_everything_written_before(self, open_log: Opener) -> None:
         """catch_up folds every record up to the end offsets it started with."""

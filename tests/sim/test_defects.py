@@ -22,7 +22,7 @@ from marshal_workers.core.member import Member
 from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import Kind
 from marshal_workers.core.recordparking import RecordParking
-from marshal_workers.protocol import rationalizer
+from marshal_workers.protocol import rationalizer, wire
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.rationalizer import ClaimState, resume_offset
 from marshal_workers.protocol.recordfailures import (
@@ -70,8 +70,10 @@ def found(
 def test_isolation_defect_member_resumes_another_groups_claims(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 9.1: a restarted member resumed every fresh claim of its client id, in any group."""
+    """Issue 9.1: a restarted member resumed every fresh claim of its client id, in any group
+    (it folded every group then: a member now keeps no other group's claims to resume)."""
     monkeypatch.setattr(MemberState, "is_mine", lambda self, key: True)
+    monkeypatch.setattr(rationalizer, "_names_another_group", lambda key, group: False)
     params = SimParams(members=4, groups=2, faults=("shared-ids", "kill"), fault_count=3)
     assert found(monkeypatch, params, "isolation", SEEDS) is not None
 
@@ -548,3 +550,37 @@ def test_release_defect_a_refusal_learnt_after_the_rivals_release_backs_off(
     assert seed == 222
     monkeypatch.undo()
     assert run_seed(replace(SimParams(), seed=seed)).violations == []
+
+
+def test_forgery_defect_an_integer_field_past_the_digit_limit_reaches_int(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by an operator: a coordination record with a 4,301-digit integer field made the
+    decoder's int() raise (past Python's digit limit), and every member of every group died
+    on it, at every restart. Reintroduced: no bound on an integer field's digits."""
+    monkeypatch.setattr(wire, "_INT_DIGITS", 10**6)
+    monkeypatch.setattr(rationalizer, "decode", wire.decode)  # a memo of its own (`run_seed`)
+    params = SimParams(members=4, groups=2, faults=("forgery",), fault_count=1)
+    assert found(monkeypatch, params, "no_crash", 2) is not None
+
+
+def test_forgery_defect_a_pause_past_9999_from_a_forged_admin_stops_the_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pause ending past year 9999 (INT64_MAX) written in the admin client's name paused the
+    group for good, and no reader could show its end. Reintroduced: any 64-bit end is valid."""
+    monkeypatch.setattr(wire, "MAX_UNIX_SEC", 2**63 - 1)
+    monkeypatch.setattr(rationalizer, "decode", wire.decode)  # a memo of its own (`run_seed`)
+    params = SimParams(members=4, groups=2, faults=("forgery",), fault_count=1)
+    assert found(monkeypatch, params, "liveness", 2) is not None
+
+
+def test_forgery_defect_a_member_keeps_every_groups_claims(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by an operator: 200,000 forged claims of 1,000 invented groups took a member from
+    47 to 207 MB, for good (compaction keeps them). A member now keeps its own group's state
+    only. Reintroduced: the fold keeps every group's."""
+    monkeypatch.setattr(rationalizer, "_names_another_group", lambda key, group: False)
+    params = SimParams(members=4, groups=2, faults=("forgery",), fault_count=1)
+    assert found(monkeypatch, params, "own_group_state", 2) is not None

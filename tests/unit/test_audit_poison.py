@@ -39,7 +39,9 @@ KEY = ClaimKey(GROUP, TOPIC, 0)
 
 
 def leaf_events() -> set[type]:
-    """The concrete event classes: every subclass of Event that has none of its own.
+    """The concrete event classes the audit's fold can emit: every subclass of Event that has
+    none of its own, but `OtherGroup` (only a reader that folds one group emits it; the audit
+    folds every group).
 
     ``dataclass(slots=True)`` replaces each class it decorates, and the replaced one lingers
     among its base's subclasses: only the class its module names counts."""
@@ -55,7 +57,7 @@ def leaf_events() -> set[type]:
         if not subs:
             found.add(kind)
         todo.extend(subs)
-    return found
+    return found - {ev.OtherGroup}
 
 
 def failed(client: str, offset: int, outcome: Outcome) -> RecordFailed:

@@ -125,7 +125,7 @@ class TestClaimingPartition:
         """UnixSec from the sender does not change a decision; only log time does."""
         log = Log()
         log.at(0, claim("a"))
-        future = ClaimingPartition(2**40, "b-1", "b", GROUP, TOPIC, 0)
+        future = ClaimingPartition(10**11, "b-1", "b", GROUP, TOPIC, 0)  # the year 5138
         assert isinstance(log.at(HB, future), ev.ClaimRejected)
 
 

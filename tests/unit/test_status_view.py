@@ -171,6 +171,7 @@ class TestRendering:
             "paused_until",
             "paused_by",
             "malformed",
+            "other_groups_records",
             "complete",
             "unavailable",
             "amo_losses",
