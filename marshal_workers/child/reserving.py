@@ -3,10 +3,13 @@
 A record is handed to the handler only after the supervisor says the coordination log accepted
 a reservation covering it (`Grant`). The step keeps what is fetched and not yet asked for
 (``held``), so a reservation is not tied to the fetch batch: it takes as many of the held
-records as the sizer allows (`protocol.reservations.ReservationSizer`), fetching more without
-waiting while it has fewer, and leaves the rest for the next one. Having asked for run k+1, it
-waits for run k's answer and hands run k on (the log's round trip for one overlaps the
-handling of the other), asking ahead as far as the sizer allows.
+records as the sizer allows (`protocol.reservations.ReservationSizer`: about half a second of
+the child's own handling at its measured time per record, at most half of ``amo_window`` and
+about 4 MiB), fetching more without waiting while it has fewer, and leaves the rest for the
+next one. Having asked for run k+1, it waits for run k's answer and hands run k on (the log's
+round trip for one overlaps the handling of the other), asking ahead only while the sizer
+allows (not before the first run is timed, nor while a record takes longer than half a second),
+so the runs reserved and not handled stay within about a second of handling.
 
 On `Stop` it asks for nothing more and hands on every run asked for that the supervisor grants
 (a graceful stop loses nothing: the log reserved those runs for this claim, and nobody else may

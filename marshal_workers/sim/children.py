@@ -4,8 +4,9 @@ A `SimChild` stands for one child process: it starts after a delay, handles reco
 partition at its handler's speed, reads its lease before every record (and its watchdog ends
 it at the deadline, even while its supervisor is frozen), asks for grants in AMO one run
 ahead as the real child does (the next run is asked for before the answer on the one before
-comes, so two reservations are in flight; each sized as the real child sizes it, by its rate
-in virtual time: `protocol.reservations.ReservationSizer`), publishes its ALO position in "shared
+comes, so two reservations are in flight, once its time per record allows it; each sized as
+the real child sizes it, by its time per record in virtual time:
+`protocol.reservations.ReservationSizer`), publishes its ALO position in "shared
 memory", and when told to stop finishes its batch (AMO: and every batch it asked for that is
 granted; it asks for nothing new). Every record it handles is reported to the checker with
 the virtual time.
@@ -217,11 +218,11 @@ class SimChild:
             # its handling begins with this step's budget, earned over (t - dt, t]
             self.batch_since, self.batch_handled = t - dt, 0
         # asking ahead (`child.reserving`): the next while the one before is handled or awaited,
-        # as far ahead as the sizer allows
+        # as far ahead as the sizer allows (none until a run was timed, nor for slow records)
         high = self.data.high_watermark(t)
         in_hand = (self.batch is not None) + len(self.asks)
         if in_hand <= self.sizer.ahead() and high > self.asked_end and not self.stopping:
-            size = self.sizer.size(0.0)  # (one batch until a run was handled, then by rate)
+            size = self.sizer.size(0.0)  # (one record until a run was handled, then by time)
             if self.takes is None:
                 start, end = self.asked_end, min(high, self.asked_end + size)
             else:
