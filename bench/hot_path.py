@@ -6,9 +6,10 @@ Builds ``--records`` confluent-kafka ``Message`` objects in memory (no broker: w
 is only the Python work after ``consume()`` returned) and runs the same trivial handler
 (`bench.handlers.count`) over them in steps, each adding one thing a child does to the plain
 loop before it (the clock is the lease clock, `common.leaseclock`, as the child's); the last step
-is the child's own code (`consume`'s wrapping and the handling step, `Handling.run`, ALO). Each
-figure is the best of five timings of ``--repeat`` batches, in ns per record, with what the step
-adds to the one before. Prints figures; asserts nothing.
+is the child's own code (`consume`'s wrapping, `child.consumer.fetch` over a stand-in consumer,
+and the handling step, `Handling.run`, ALO). Each figure is the best of five timings of
+``--repeat`` batches, in ns per record, with what the step adds to the one before. Prints
+figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.handlers import count
 from marshal_workers.child.callclock import CallClock
+from marshal_workers.child.consumer import fetch
 from marshal_workers.child.failurehandling import FailureHandling
 from marshal_workers.child.handling import Handling
 from marshal_workers.child.leasecheck import LeaseCheck
@@ -128,8 +131,15 @@ def main() -> None:
         in_call.value = 0
         stats.observe_calls(starts, clock())
 
+    class Consumer:  # what `fetch` asks of the child's consumer: a batch already fetched
+        def consume(self, num_messages: int, timeout: float) -> list[Any]:
+            return msgs
+
+    consumer: Any = Consumer()
+    spec: Any = SimpleNamespace(batch_size=args.records, batch_timeout_s=0.0, slice=None)
+
     def child() -> None:
-        handling.run([FetchedRecord(m) for m in msgs if m.error() is None])
+        handling.run(fetch(consumer, spec, log=None))
 
     steps = [
         ("plain loop: error check + handler(Message)", plain),
@@ -137,7 +147,7 @@ def main() -> None:
         ("+ the lease check before each call", lease_checked),
         ("+ a clock reading kept per call, binned per run", stamped),
         ("+ the shared position: one store per call", published),
-        ("the child's own code (Handling.run, ALO)", child),
+        ("the child's own code (fetch, then Handling.run, ALO)", child),
     ]
     print(f"{args.records} records per batch, best of 5 x {args.repeat} batches, ns/record")
     before = None

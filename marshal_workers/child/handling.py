@@ -20,7 +20,7 @@ from functools import partial
 
 from marshal_workers.child.callclock import CallClock
 from marshal_workers.child.failurehandling import Failed, FailureHandling, failed_once
-from marshal_workers.child.leasecheck import LeaseCheck, int64_view
+from marshal_workers.child.leasecheck import LeaseCheck
 from marshal_workers.child.plugin import Plugin
 from marshal_workers.child.policy import Failure, OnFailure
 from marshal_workers.child.reporting import Reporter
@@ -61,7 +61,6 @@ class Handling:
         self.ctx = ctx
         self.lease = lease
         self.cells = cells
-        self.position_view = int64_view(cells.position)  # one store per handler call
         self.call_clock = call_clock
         self.failures = failures
         self.reporter = reporter
@@ -106,10 +105,10 @@ class Handling:
         reads expired; settle that one (the policy, or the lease check that ends the child) and
         return where to go on."""
         handle, ctx = self.plugin.handle, self.ctx
-        clock, lease = self.lease.clock, self.lease.deadline_view
+        clock, lease = self.lease.clock, self.lease.cell
         # the shared cells (see `ipc.callstate`): per call one store, the record in progress
         # (ALO: everything below it is handled; the supervisor heartbeats it); per run, in_call
-        position, in_call = self.position_view, self.cells.in_call
+        position, in_call = self.cells.position, self.cells.in_call
         starts: list[float] = []
         started = starts.append
         self.call_clock.starts = starts  # the watchdog's view of the call in progress
@@ -124,11 +123,11 @@ class Handling:
         run_offsets = range(first, first + count) if gapless else [r.offset for r in run]
         for offset, record in zip(run_offsets, run, strict=True):
             now = clock()
-            if now >= lease[0]:
+            if now >= lease.value:
                 expired = True
                 break
             started(now)
-            position[0] = offset
+            position.value = offset
             try:
                 handle(record, ctx)
             except BaseException as exc:  # any way out is a failure: that was attempt 1

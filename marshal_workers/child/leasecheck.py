@@ -4,8 +4,8 @@ The supervisor writes the deadline into shared memory on the lease clock
 (`common.leaseclock`: CLOCK_BOOTTIME on Linux, which counts a suspend), so every reading the
 child compares with it, and every handler-call start or deadline the child publishes, comes
 from that clock too: `LeaseCheck.clock`, injected in tests. The hot path reads ``clock`` and
-``deadline_view`` itself (one call and one load per record); everything else asks `require`,
-`valid` or `remaining`.
+``cell`` itself (one call and one load per record); everything else asks `require`, `valid` or
+`remaining`.
 """
 
 from __future__ import annotations
@@ -21,32 +21,21 @@ from marshal_workers.ipc.sharedlease import SharedLease
 Clock = Callable[[], float]
 
 
-def double_view(cell: Any) -> memoryview[float]:
-    """A one-item view of a shared ctypes double: ``view[0]`` reads or writes it with one
-    aligned 8-byte access, a little cheaper per record than ``cell.value``."""
-    return memoryview(cell).cast("B").cast("d")
-
-
-def int64_view(cell: Any) -> memoryview[int]:
-    """A one-item view of a shared ctypes int64 (see `double_view`)."""
-    return memoryview(cell).cast("B").cast("q")
-
-
 class LeaseCheck:
     """The claim's lease as the child checks it (``clock``: the lease clock)."""
 
-    __slots__ = ("clock", "deadline_view", "lease", "log")
+    __slots__ = ("cell", "clock", "lease", "log")
 
     def __init__(self, lease: SharedLease, log: Any, clock: Clock = leaseclock.now) -> None:
         self.lease = lease
         self.log = log
         self.clock = clock
-        self.deadline_view = double_view(lease.cell)  # the shared deadline (0: revoked)
+        self.cell = lease.cell  # the shared deadline: ``cell.value`` (0: revoked)
 
     @property
     def deadline(self) -> float:
         """The lease-clock time at which the lease ends (0: no lease)."""
-        return float(self.deadline_view[0])
+        return float(self.cell.value)
 
     def remaining(self) -> float:
         """Seconds left (negative once expired)."""
