@@ -5,9 +5,11 @@
 Builds ``--records`` confluent-kafka ``Message`` objects in memory (no broker: what is measured
 is only the Python work after ``consume()`` returned) and runs the same trivial handler
 (`bench.handlers.count`) over them in steps, each adding one thing a child does to the plain
-loop before it; the last step is the child's own code (`consume`'s wrapping and
-`ChildLoop._handle`, ALO). Each figure is the best of five timings of ``--repeat`` batches,
-in ns per record, with what the step adds to the one before. Prints figures; asserts nothing.
+loop before it (the clock is the lease clock, `common.leaseclock`, as the child's); the last step
+is the child's own code (`consume`'s wrapping, `child.consumer.fetch` over a stand-in consumer,
+and the handling step, `Handling.run`, ALO). Each figure is the best of five timings of
+``--repeat`` batches, in ns per record, with what the step adds to the one before. Prints
+figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
@@ -26,9 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.handlers import count
 from marshal_workers.child.callclock import CallClock
-from marshal_workers.child.loop import ChildLoop
+from marshal_workers.child.consumer import fetch
+from marshal_workers.child.failurehandling import FailureHandling
+from marshal_workers.child.handling import Handling
+from marshal_workers.child.leasecheck import LeaseCheck
 from marshal_workers.child.plugin import Plugin
-from marshal_workers.child.stats import StatsTally
+from marshal_workers.child.reporting import Reporter
+from marshal_workers.common import leaseclock
 from marshal_workers.handler.record import FetchedRecord
 from marshal_workers.ipc.sharedlease import SharedLease
 from marshal_workers.protocol.modes import Mode
@@ -59,25 +66,14 @@ def ns_per_record(step: Callable[[], object], n: int, repeat: int) -> float:
     return best * 1e9
 
 
-def child_loop(lease: SharedLease) -> ChildLoop:
-    """A `ChildLoop` with just what `_handle` uses (ALO, the count handler, a long lease)."""
-
-    class Spec:
-        mode = Mode.ALO
-        settle = None
-
-    loop = ChildLoop.__new__(ChildLoop)
-    loop.spec = Spec()  # type: ignore[assignment]
-    loop.plugin = Plugin(count)
-    loop.ctx = None  # type: ignore[assignment]
-    loop.lease = lease
-    loop.calls = lease.calls
-    loop.call_clock = CallClock(300.0)
-    loop.run_no = 0
-    loop.stats = StatsTally()
-    loop.handled = 0
-    loop.next_offset = 0
-    return loop
+def handling_step(lease: SharedLease) -> Handling:
+    """The child's handling step as it runs in ALO (the count handler, a long lease), with
+    what it calls per run (the reporter, whose pipe is never used here)."""
+    check = LeaseCheck(lease, log=None)
+    reporter = Reporter(Mode.ALO, lease.calls, pipe=None, position=0)  # type: ignore[arg-type]
+    failures = FailureHandling.__new__(FailureHandling)  # (a failure would need the rest)
+    ctx: Any = None  # (the count handler reads no context)
+    return Handling(Plugin(count), ctx, check, lease.calls, CallClock(300.0), failures, reporter)
 
 
 def main() -> None:
@@ -87,9 +83,10 @@ def main() -> None:
     args = parser.parse_args()
     msgs = messages(args.records)
     lease = SharedLease(multiprocessing.get_context("spawn"))
-    lease.extend_to(time.monotonic() + 3600)
-    cell, clock = lease.cell, time.monotonic
-    loop = child_loop(lease)
+    lease.extend_to(leaseclock.now() + 3600)
+    cell, clock = lease.cell, leaseclock.now
+    handling = handling_step(lease)
+    stats = handling.reporter.stats
 
     def plain() -> None:
         for m in msgs:
@@ -114,7 +111,7 @@ def main() -> None:
                 raise SystemExit("lease")
             starts.append(now)
             count(r, None)
-        loop.stats.observe_calls(starts, clock())
+        stats.observe_calls(starts, clock())
 
     position, in_call = lease.calls.position, lease.calls.in_call
 
@@ -132,10 +129,17 @@ def main() -> None:
             position.value = offset
             count(r, None)
         in_call.value = 0
-        loop.stats.observe_calls(starts, clock())
+        stats.observe_calls(starts, clock())
+
+    class Consumer:  # what `fetch` asks of the child's consumer: a batch already fetched
+        def consume(self, num_messages: int, timeout: float) -> list[Any]:
+            return msgs
+
+    consumer: Any = Consumer()
+    spec: Any = SimpleNamespace(batch_size=args.records, batch_timeout_s=0.0, slice=None)
 
     def child() -> None:
-        loop._handle([FetchedRecord(m) for m in msgs if m.error() is None])
+        handling.run(fetch(consumer, spec, log=None))
 
     steps = [
         ("plain loop: error check + handler(Message)", plain),
@@ -143,7 +147,7 @@ def main() -> None:
         ("+ the lease check before each call", lease_checked),
         ("+ a clock reading kept per call, binned per run", stamped),
         ("+ the shared position: one store per call", published),
-        ("the child's own code (ChildLoop._handle, ALO)", child),
+        ("the child's own code (fetch, then Handling.run, ALO)", child),
     ]
     print(f"{args.records} records per batch, best of 5 x {args.repeat} batches, ns/record")
     before = None

@@ -13,9 +13,10 @@ The systems, each launched as a fresh process (tree) per measurement on a fresh 
   ``consume(500)`` batches, the handler on each message (`bench/peer_loops.py`);
 - marshal ALO / AMO: ``marshal-run --mode alo|amo --batch-size 500``, one supervisor claiming
   all 8 partitions, one child per partition (HB = 5 s); AMO with the default ``amo_window``
-  (32000: reservations of up to 16000 records, sized by the child's rate and memory,
-  `child/grants.py`), and ``amo-batch`` with ``--amo-window 1000`` (one batch per reservation,
-  AMO before issue 19.2), and ``amo-narrow`` with ``--amo-window 2000`` (the default before);
+  (32000: reservations of up to 16000 records, sized by the child's time per record and
+  memory, `protocol/reservations.py`), and ``amo-batch`` with ``--amo-window 1000`` (one batch
+  per reservation, AMO before issue 19.2), and ``amo-narrow`` with ``--amo-window 2000`` (the
+  default before);
 - Arroyo: ``sentry-arroyo``'s StreamProcessor with ``RunTaskWithMultiprocessing`` (a pool of 2
   spawned processes, batches of 500 or 0.5 s) then ``CommitOffsets`` (`bench/peer_loops.py`).
 

@@ -1,21 +1,27 @@
-"""A child's handler failures: retries, then the policy (dlq, skip or stop; see `failures`).
+"""A child's handler failures: retries, then the policy (dlq, skip or stop; see `child.policy`).
 
-`FailureHandling` is the part a child's loop (`child.loop.ChildLoop`) owns and hands a failing
-handler call to: it retries with backoff (the lease and the pipe checked throughout), then
-dead-letters, skips or stops as configured. The hot path only calls in here on a failure; this
-calls back only through `Loop`.
+`FailureHandling` is the part of the handling step (`child.handling.Handling`) that a failing
+handler call goes to: it retries with backoff (the lease and the pipe checked throughout), then
+carries out the policy's verdict on the unit, dead-lettering or skipping it, and returns the
+verdict (`Failed`); on ``stop`` the handling step calls `stop_child`. It owns its own counts and
+the dead-letter producer; it reads the position and sends through the narrow collaborators it
+is given (the lease check, the pipe, the reporter), and writes nobody else's state. The hot
+path only calls in here on a failure.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 from confluent_kafka import KafkaException
 
 from marshal_workers.child.deadletters import DeadLetterError, DeadLetters, topic_exists
+from marshal_workers.child.leasecheck import LeaseCheck
+from marshal_workers.child.pipe import Pipe
 from marshal_workers.child.policy import (
     Failure,
     FailurePolicy,
@@ -26,7 +32,7 @@ from marshal_workers.child.policy import (
     decide,
     dlq_topic_for,
 )
-from marshal_workers.child.stats import StatsTally
+from marshal_workers.child.reporting import Reporter
 from marshal_workers.handler import Record
 from marshal_workers.ipc.exits import EXIT_HANDLER_FAILED, EXIT_OK, ChildExit
 from marshal_workers.ipc.messages import (
@@ -36,8 +42,6 @@ from marshal_workers.ipc.messages import (
     Poisoned,
     Stop,
     Stopped,
-    ToChild,
-    ToSupervisor,
 )
 from marshal_workers.protocol.modes import Mode
 
@@ -57,37 +61,35 @@ def failed_once(error: BaseException, call: Callable[[], object]) -> Callable[[]
     return again
 
 
-class Loop(Protocol):
-    """What failure handling needs of the child's loop (`ChildLoop`), and all it may touch."""
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A unit whose attempts all failed, and the verdict on it: dlq and skip are carried out
+    already (the unit is dealt with), stop is for the caller (`FailureHandling.stop_child`)."""
 
-    spec: ChildSpec
-    log: Any
-    stats: StatsTally
-    handled: int  # records the handler completed
-    next_offset: int | None  # ALO: handled below; AMO: granted below
-    stop_requested: bool  # AMO: `Stop` came
-    stop_reason: str  # its reason (the plugin's teardown gets it)
-
-    def require_lease(self) -> None: ...
-
-    def report_progress(self) -> None: ...
-
-    def send_stats(self, final: bool = False) -> None: ...
-
-    def receive(self, timeout: float) -> ToChild | None: ...
-
-    def send(self, msg: ToSupervisor) -> None: ...
-
-    def aside(self, msg: ToChild | None) -> None: ...
+    failure: Failure
+    verdict: Verdict
 
 
 class FailureHandling:
-    """Retries and the failure policy for one child's loop."""
+    """Retries and the failure policy for one child's handling step."""
 
-    def __init__(self, loop: Loop, policy: FailurePolicy, poison: PoisonRate) -> None:
-        self.loop = loop
-        self.policy = policy
+    def __init__(
+        self,
+        spec: ChildSpec,
+        log: Any,
+        lease: LeaseCheck,
+        pipe: Pipe,
+        reporter: Reporter,
+        poison: PoisonRate,
+        policy: FailurePolicy,
+    ) -> None:
+        self.spec = spec
+        self.log = log
+        self.lease = lease
+        self.pipe = pipe
+        self.reporter = reporter
         self.poison = poison
+        self.policy = policy
         self.dead_letters: DeadLetters | None = None  # on_failure dlq: `open_dead_letters`
         self.dead_lettered = 0
         self.skipped = 0
@@ -98,34 +100,32 @@ class FailureHandling:
             try:
                 self.dead_letters.close()
             except Exception as exc:
-                self.loop.log.warning("dlq_producer_close_failed", error=repr(exc))
+                self.log.warning("dlq_producer_close_failed", error=repr(exc))
 
-    def handle_unit(self, unit: Sequence[Record], call: Callable[[], object]) -> None:
-        """Handle one record (or a batch) with retries; settle it by the policy if it fails.
-
-        Returns once the unit is handled, dead-lettered or skipped; otherwise ends the child."""
+    def handle_unit(self, unit: Sequence[Record], call: Callable[[], object]) -> Failed | None:
+        """Handle one record (or a batch) with retries: None once it is handled; if it fails
+        for good, the verdict on it (dlq and skip carried out). ALO: `Stop` during a retry's
+        wait ends the child before the unit."""
         failure = attempt(
             call,
             self.policy,
-            before_attempt=self.loop.require_lease,
+            before_attempt=self.lease.require,
             wait=partial(self._retry_wait, unit),
         )
-        if failure is None:
-            self.loop.handled += len(unit)
-            return
-        self.settle(unit, failure)
+        return None if failure is None else self.settle(unit, failure)
 
-    def settle(self, unit: Sequence[Record], failure: Failure) -> None:
-        """Settle a unit that failed for good by the policy: dead-letter, skip, or stop."""
+    def settle(self, unit: Sequence[Record], failure: Failure) -> Failed:
+        """The policy's verdict on a unit that failed for good: dead-letter it or skip it (then
+        it is dealt with), or stop (the caller's to carry out: `stop_child`)."""
         verdict = decide(self.policy, failure, self.poison, time.monotonic())
         if verdict.action is not OnFailure.STOP and self.poison.per_minute > 0:
-            self.loop.send(Poisoned())  # counted: the supervisor passes it on to the next child
+            self.pipe.send(Poisoned())  # counted: the supervisor passes it on to the next child
         if verdict.action is OnFailure.DLQ:
-            self._dead_letter(unit, failure)
+            verdict = self._dead_letter(unit, failure)
         elif verdict.action is OnFailure.SKIP:
-            self.loop.stats.error("skip")
+            self.reporter.stats.error("skip")
             self.skipped += len(unit)
-            self.loop.log.warning(
+            self.log.warning(
                 "handler_failed_record_skipped",
                 offset=unit[0].offset,
                 last_offset=unit[-1].offset,
@@ -134,18 +134,18 @@ class FailureHandling:
                 error=failure.summary,
                 exc_info=failure.error,
             )
-        else:
-            self._failed(unit[0], failure, verdict)  # the supervisor counts stops
+        return Failed(failure, verdict)
 
     def _retry_wait(
         self, unit: Sequence[Record], seconds: float, error: BaseException, attempt_no: int
     ) -> bool:
         """Wait ``seconds`` before the next attempt, checking the lease and the pipe throughout;
         False to give up retrying (AMO: `Stop` came). ALO: `Stop` ends the child here."""
-        if self.loop.stop_requested:
+        if self.pipe.stop_requested:
             return False
-        self.loop.stats.error("retry")
-        self.loop.log.warning(
+        reporter = self.reporter
+        reporter.stats.error("retry")
+        self.log.warning(
             "handler_attempt_failed",
             offset=unit[0].offset,
             last_offset=unit[-1].offset,
@@ -154,50 +154,49 @@ class FailureHandling:
             retry_in=round(seconds, 3),
             error=f"{type(error).__name__}: {error}",
         )
-        self.loop.report_progress()  # what came before the failing record is safe to commit now
+        reporter.report()  # what came before the failing record is safe to commit now
         until = time.monotonic() + seconds
         while (left := until - time.monotonic()) > 0:
-            self.loop.require_lease()
-            self.loop.send_stats()
-            msg = self.loop.receive(min(RETRY_POLL_S, left))
+            self.lease.require()
+            reporter.send_stats()
+            msg = self.pipe.receive(min(RETRY_POLL_S, left))
             if isinstance(msg, Stop):
-                if self.loop.spec.mode == Mode.ALO:
-                    self.loop.log.info("stop_during_retry", offset=self.loop.next_offset)
-                    raise ChildExit(EXIT_OK, msg.reason, Stopped(self.loop.next_offset))
-                self.loop.log.info("stop_during_retry_retries_cut_short")
-                self.loop.stop_requested, self.loop.stop_reason = True, msg.reason
+                if self.spec.mode == Mode.ALO:
+                    self.log.info("stop_during_retry", offset=reporter.next_offset)
+                    raise ChildExit(EXIT_OK, msg.reason, Stopped(reporter.next_offset))
+                self.log.info("stop_during_retry_retries_cut_short")
                 return False
-            self.loop.aside(msg)
-        self.loop.require_lease()
+            self.pipe.aside(msg)
+        self.lease.require()
         return True
 
     def open_dead_letters(self, consumer: Any) -> None:
         """on_failure dlq: prepare the producer's home, and warn now if its topic is missing."""
-        topic = dlq_topic_for(self.loop.spec.dlq_topic, self.loop.spec.topic)
-        self.dead_letters = DeadLetters(self.loop.spec, topic)
+        topic = dlq_topic_for(self.spec.dlq_topic, self.spec.topic)
+        self.dead_letters = DeadLetters(self.spec, topic)
         try:
             exists = consumer is None or topic_exists(consumer, topic)
         except KafkaException as exc:
-            self.loop.log.warning("dlq_topic_unchecked", dlq_topic=topic, error=str(exc))
+            self.log.warning("dlq_topic_unchecked", dlq_topic=topic, error=str(exc))
             return
         if not exists:
-            self.loop.log.warning(
+            self.log.warning(
                 "dlq_topic_missing",
                 dlq_topic=topic,
                 consequence="a failing record will stop the child instead (create the topic)",
             )
 
-    def _dead_letter(self, unit: Sequence[Record], failure: Failure) -> None:
-        """Write the unit's records to the dead-letter topic and wait for the broker's ack;
-        if that fails, the child stops (the records are not counted as handled)."""
+    def _dead_letter(self, unit: Sequence[Record], failure: Failure) -> Verdict:
+        """Write the unit's records to the dead-letter topic and wait for the broker's ack: the
+        dlq verdict; if that fails, stop (the records are not counted as handled)."""
         assert self.dead_letters is not None
         try:
-            self.dead_letters.write(unit, failure, check=self.loop.require_lease)
+            self.dead_letters.write(unit, failure, check=self.lease.require)
         except DeadLetterError as exc:
-            self._failed(unit[0], failure, Verdict(OnFailure.STOP, CAUSE_DLQ_FAILED, str(exc)))
-        self.loop.stats.error("dlq")
+            return Verdict(OnFailure.STOP, CAUSE_DLQ_FAILED, str(exc))
+        self.reporter.stats.error("dlq")
         self.dead_lettered += len(unit)
-        self.loop.log.warning(
+        self.log.warning(
             "handler_failed_record_dead_lettered",
             offset=unit[0].offset,
             last_offset=unit[-1].offset,
@@ -206,13 +205,16 @@ class FailureHandling:
             attempts=failure.attempts,
             error=failure.summary,  # the traceback is in the dead letter's headers
         )
+        return Verdict(OnFailure.DLQ)
 
-    def _failed(self, record: Record, failure: Failure, verdict: Verdict) -> NoReturn:
-        """Stop: report `HandlerFailed` (ALO: after `Progress` up to the record) and end."""
+    def stop_child(self, record: Record, failed: Failed, handled: int) -> NoReturn:
+        """Stop: report `HandlerFailed` (ALO: after `Progress` up to the record) and end;
+        ``handled``: the records the handler completed in this child."""
+        failure, verdict = failed.failure, failed.verdict
         lost = {}
-        if self.loop.spec.mode == Mode.AMO and self.loop.next_offset is not None:
-            lost = {"lost_offsets": f"{record.offset}-{self.loop.next_offset - 1}"}  # granted batch
-        self.loop.log.error(  # the logger is bound with the topic and partition
+        if self.spec.mode == Mode.AMO:  # the rest of the granted run
+            lost = {"lost_offsets": f"{record.offset}-{self.reporter.next_offset - 1}"}
+        self.log.error(  # the logger is bound with the topic and partition
             "handler_failed_child_stops",
             offset=record.offset,
             attempts=failure.attempts,
@@ -224,14 +226,14 @@ class FailureHandling:
             **lost,
             exc_info=failure.error,
         )
-        self.loop.report_progress()
-        self.loop.send(
+        self.reporter.report()
+        self.pipe.send(
             HandlerFailed(
                 record.offset,
                 failure.summary,
                 failure.traceback,
                 attempts=failure.attempts,
-                handled=self.loop.handled,
+                handled=handled,
                 cause=verdict.cause,
             )
         )

@@ -1,7 +1,8 @@
 """How a child fences itself: its own process group, death with its parent, the lease watchdog.
 
-docs/design.md, leases: a child may process only while its lease (a monotonic deadline in shared
-memory, written by the supervisor) lasts, and it must stop even if the supervisor is frozen.
+docs/design.md, leases: a child may process only while its lease (a deadline on the lease clock,
+`common.leaseclock`, in shared memory, written by the supervisor) lasts, and it must stop even
+if the supervisor is frozen.
 The defences, from the child's side:
 
 - `become_group_leader`: the child leads its own process group, so the supervisor's
@@ -18,8 +19,9 @@ The defences, from the child's side:
   whole group: a helper process the handler started never outlives the child. (A helper that
   the handler *forked* without exec holds the guardian's pipe open: then the supervisor's own
   group kill after the child's exit remains.)
-- `Watchdog`: a daemon thread that wakes at least every 50 ms and at the deadline itself,
-  re-reads the lease (the supervisor moves it on every valid heartbeat) and the deadline of
+- `Watchdog`: a daemon thread that wakes at least every 50 ms and at the deadline itself (its
+  wait is a time on the lease clock, `sleep_until`, so a suspend cannot stretch it), re-reads
+  the lease (the supervisor moves it on every valid heartbeat) and the deadline of
   the handler call in progress (``handler_timeout``, moved by ``ctx.keepalive()``), and calls
   ``on_fence`` (which ends the child with ``os._exit``; the guardian then kills the rest of
   its group) once the lease has expired, the parent changed or the handler call ran past its
@@ -34,6 +36,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import math
 import os
 import signal
 import sys
@@ -45,6 +49,7 @@ from typing import NoReturn
 import psutil
 
 from marshal_workers.child.callclock import CallClock
+from marshal_workers.common import leaseclock
 from marshal_workers.ipc.sharedlease import Clock, SharedLease
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -150,8 +155,9 @@ class Watchdog(threading.Thread):
         parent_pid: int,
         on_fence: Callable[[str], NoReturn],
         tick_s: float = WATCHDOG_TICK_S,
-        clock: Clock = time.monotonic,
+        clock: Clock = leaseclock.now,
         call_clock: CallClock | None = None,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         super().__init__(name="marshal-watchdog", daemon=True)
         self._lease = lease
@@ -161,14 +167,17 @@ class Watchdog(threading.Thread):
         self._tick_s = tick_s
         self._clock = clock
         self._call_clock = call_clock
+        # waits until a time on ``clock``; an injected clock comes with its own way to wait
+        self._sleep_until = sleep_until if sleep is None else sleep
 
     def run(self) -> None:
         """Poll the parent, the lease and the call in progress until one of them says stop."""
+        clock, sleep_until, tick = self._clock, self._sleep_until, self._tick_s
         while True:
             if not parent_alive(self._parent_pid):
                 self._on_fence(REASON_PARENT_GONE)
             deadline = self._lease.deadline  # re-read: the supervisor extends it
-            now = self._clock()
+            now = clock()
             if now >= deadline:
                 self._on_fence(REASON_LEASE_EXPIRED)
             if self._call_clock is not None:
@@ -178,4 +187,44 @@ class Watchdog(threading.Thread):
                     if now >= call_deadline:
                         self._on_fence(REASON_HANDLER_TIMEOUT)
                     deadline = min(deadline, call_deadline)
-            time.sleep(min(self._tick_s, deadline - now))
+            sleep_until(min(now + tick, deadline))  # a time on the lease clock, not a duration
+
+
+def sleep_until(deadline: float) -> None:
+    """Sleep until the lease clock (`common.leaseclock`) reads ``deadline``, or a little less
+    (a signal may wake it early: the caller checks again).
+
+    On Linux this is an absolute sleep on the lease clock itself (``clock_nanosleep`` with
+    ``TIMER_ABSTIME`` on CLOCK_BOOTTIME): a suspend in between ends it at once on resume, when
+    that clock is past the deadline. A relative sleep (``time.sleep``) runs on CLOCK_MONOTONIC,
+    which stands still during a suspend, so it would end up to its whole length after the
+    deadline. Elsewhere (no ``clock_nanosleep``) the relative sleep it is."""
+    if _clock_nanosleep is not None:
+        seconds = math.floor(deadline)
+        when = _Timespec(int(seconds), int((deadline - seconds) * 1e9))
+        if _clock_nanosleep(leaseclock.CLOCK_ID, TIMER_ABSTIME, ctypes.byref(when), None) in (
+            0,
+            errno.EINTR,
+        ):
+            return
+    time.sleep(max(0.0, deadline - leaseclock.now()))
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _find_clock_nanosleep() -> Callable[..., int] | None:
+    """libc's ``clock_nanosleep`` on Linux (it releases the GIL while it sleeps), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    function: Callable[..., int] = ctypes.CDLL(None).clock_nanosleep
+    function.argtypes = [  # type: ignore[attr-defined]
+        ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Timespec), ctypes.c_void_p,
+    ]  # fmt: skip
+    function.restype = ctypes.c_int  # type: ignore[attr-defined]
+    return function
+
+
+TIMER_ABSTIME = 1  # from <time.h>
+_clock_nanosleep = _find_clock_nanosleep()

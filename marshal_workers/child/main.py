@@ -19,11 +19,13 @@ itself is never forked, as librdkafka's threads do not survive a fork) and, in `
 4. loads the handler (a function, or a class or instance with ``setup``, ``handle`` or
    ``handle_batch``, ``teardown``), calls ``setup(ctx)``, opens its consumer ``assign()``ed to
    the partition and sends `Started`;
-5. loops: read `Stop` from the pipe, check the lease, fetch a batch, then
+5. turns its chain of steps (`child.loop`): read `Stop` from the pipe, check the lease, fetch
+   a batch, then
    - ALO: handle each record (the lease checked before every handler call) and send `Progress`
      (after a short batch at once; while full batches keep coming, at most every 50 ms);
-   - AMO: send `GrantRequest` for the batch, wait for the matching `Grant` (checking the lease
-     and the pipe), and only if granted handle it; the granted end is the new position.
+   - AMO: send `GrantRequest` for a run of what is fetched (about half a second of handling:
+     `protocol.reservations`), wait for the matching `Grant` (checking the lease and the pipe),
+     and only if granted handle it; the granted end is the new position.
    On `Stop` the batch in hand is finished, ``teardown(ctx, reason)`` runs with the `Stop`'s
    reason (``stop``, or ``revoke`` when the claim is taken away), `Stopped` is sent.
 
@@ -82,7 +84,6 @@ import faulthandler
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterator
 from importlib.machinery import ModuleSpec
 from multiprocessing.connection import Connection
@@ -104,6 +105,7 @@ from marshal_workers.child.fencing import (
     write_with_timeout,
 )
 from marshal_workers.child.loop import ChildLoop
+from marshal_workers.common import leaseclock
 from marshal_workers.common.logs import configure_logging, raw_line
 from marshal_workers.common.stacks import collect_fault_dumps
 from marshal_workers.ipc.exits import (
@@ -280,7 +282,7 @@ def child_main(
             last_words(
                 "handler_timeout",
                 offset=calls.handled_position(),
-                spent_s=round(time.monotonic() - started, 3) if started else None,
+                spent_s=round(leaseclock.now() - started, 3) if started else None,
                 handler_timeout_s=spec.handler_timeout_s,
                 exit_code=code,
                 by="watchdog",

@@ -101,11 +101,14 @@ class StatsTally:
         if not calls:
             return
         bounds, counts = LATENCY_BUCKETS, self.latency_counts
-        edges = [*starts, ended]  # call i ran from edges[i] to edges[i + 1]
+
+        def edge(i: int) -> float:  # call i ran from edge(i) to edge(i + 1) (no copy of starts)
+            return ended if i == calls else starts[i]
+
         runs = [(0, calls)]  # runs of calls not yet counted: split until each fits a bucket
         while runs:
             lo, hi = runs.pop()
-            span = edges[hi] - edges[lo]
+            span = edge(hi) - edge(lo)
             if span <= bounds[0]:  # so is every call in it: the usual case, the whole run
                 counts[0] += hi - lo
             elif hi - lo == 1:

@@ -267,11 +267,12 @@ SETTINGS: tuple[Setting, ...] = (
         "AMO: the most records a child may have reserved in the coordination log and not yet "
         "handled, so the most a crash (kill -9, a lease run out, a handler failure under stop) "
         "can lose; a graceful stop loses none. A child reserves up to half of it in one record "
-        "and asks for the next while it handles one, each reservation also no more than about "
-        "0.5 s of its own handling at its recent rate and about 4 MiB of records, never less "
-        "than a batch (so a slow handler's crash loses about a second of work, or two "
-        "batches). Larger costs the log fewer records per handled one. At least 2 x "
-        "batch_size.",
+        "and asks for the next while it handles one; each reservation also covers no more "
+        "than about 0.5 s of its own handling at its recent time per record (one record at "
+        "least, and then nothing asked ahead) and about 4 MiB of records, so a crash loses "
+        "about a second of handling, or one record that takes longer, whatever the batch "
+        "size. Larger costs the log fewer records per handled one where handling is fast. At "
+        "least 2 x batch_size.",
         "Timing",
         parse=_positive_int,
         metavar="RECORDS",

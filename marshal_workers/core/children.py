@@ -23,6 +23,7 @@ from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT
 from marshal_workers.ipc.messages import CAUSE_POISON_RATE
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import ClaimState, resume_offset
 from marshal_workers.protocol.wire import ClaimingMessages
 
 # AMO: the phases in which a reservation the log accepted is granted to the child that asked.
@@ -283,6 +284,11 @@ class Children:
             else:
                 cause = obs.LossCause.CRASH
             self._lost(held, exited.position, held.position, cause, decision.reason)
+        logged = ahead_in_the_log(ctx.state_of(key), held) if ctx.s.mode is Mode.AMO else None
+        if logged is not None and held.position is not None:  # see `ahead_in_the_log`
+            lost_from, held.position = held.position, logged
+            why = f"reserved in the log by a write given up on ({decision.reason})"
+            self._lost(held, lost_from, logged, obs.LossCause.REFUSED, why)
         if decision.next is Next.RESPAWN:
             held.phase = Phase.RUNNING
             keeping.spawn(held, restart=False, now=now)
@@ -337,3 +343,16 @@ class Children:
 def refused_from(held: HeldClaim, start: int) -> int:
     """Where a child's refused batches begin once the batch at ``start`` is refused."""
     return start if held.refused_from is None else min(held.refused_from, start)
+
+
+def ahead_in_the_log(state: ClaimState | None, held: HeldClaim) -> int | None:
+    """AMO, a child of ``held`` ended: where the fold (``state``) says this tenure has reserved
+    up to, if that is past the claim's position (a write given up on that landed after all),
+    else None. The log refuses any batch behind its position, so a child started at the claim's
+    position would be refused there, and its successor too, for ever (a child's first request
+    covers a single record until it has timed one); nobody will be granted those records now,
+    so the position moves there (a loss, reported) and the next child asks after it."""
+    if state is None or state.token != held.token or held.position is None:
+        return None
+    logged = resume_offset(state, Mode.AMO)
+    return logged if logged is not None and logged > held.position else None

@@ -2,10 +2,11 @@
 
 A `SimChild` stands for one child process: it starts after a delay, handles records of its
 partition at its handler's speed, reads its lease before every record (and its watchdog ends
-it at the deadline, even while its supervisor is frozen), asks for grants in AMO one batch
-ahead as the real child does (the next batch is asked for before the answer on the one before
-comes, so two reservations are in flight; each sized as the real child sizes it, by its rate
-in virtual time: `child.grants.ReservationSizer`), publishes its ALO position in "shared
+it at the deadline, even while its supervisor is frozen), asks for grants in AMO one run
+ahead as the real child does (the next run is asked for before the answer on the one before
+comes, so two reservations are in flight, once its time per record allows it; each sized as
+the real child sizes it, by its time per record in virtual time:
+`protocol.reservations.ReservationSizer`), publishes its ALO position in "shared
 memory", and when told to stop finishes its batch (AMO: and every batch it asked for that is
 granted; it asks for nothing new). Every record it handles is reported to the checker with
 the virtual time.
@@ -17,7 +18,6 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from marshal_workers.child.grants import AHEAD, ReservationSizer
 from marshal_workers.core.childexits import ChildEnd
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import (
@@ -27,6 +27,7 @@ from marshal_workers.ipc.exits import (
     EXIT_NOT_GRANTED,
 )
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.reservations import ReservationSizer
 from marshal_workers.protocol.wire import ClaimKey
 
 STATS_INTERVAL_S = 1.0  # `child.stats.REPORT_INTERVAL_S`
@@ -162,7 +163,7 @@ class SimChild:
         takes = self.takes
         while self.budget >= 1 and self.position < high:
             if takes is not None and not takes(self.position):
-                self.position += 1  # another slice's: read past (`ChildLoop._past_other_slices`)
+                self.position += 1  # another slice's: read past (`Reporter.past`)
                 continue
             if t >= self.lease():
                 self._end(EXIT_LEASE_EXPIRED, t)  # the loop's check before a call
@@ -216,11 +217,12 @@ class SimChild:
             self.batch, self.position = (start, end), max(self.position, start)
             # its handling begins with this step's budget, earned over (t - dt, t]
             self.batch_since, self.batch_handled = t - dt, 0
-        # asking ahead (`childgrants`): the next while the one before is handled or awaited
+        # asking ahead (`child.reserving`): the next while the one before is handled or awaited,
+        # as far ahead as the sizer allows (none until a run was timed, nor for slow records)
         high = self.data.high_watermark(t)
         in_hand = (self.batch is not None) + len(self.asks)
-        if in_hand <= AHEAD and high > self.asked_end and not self.stopping:
-            size = self.sizer.size(0.0)  # (one batch until a run was handled, then by rate)
+        if in_hand <= self.sizer.ahead() and high > self.asked_end and not self.stopping:
+            size = self.sizer.size(0.0)  # (one record until a run was handled, then by time)
             if self.takes is None:
                 start, end = self.asked_end, min(high, self.asked_end + size)
             else:

@@ -60,9 +60,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from marshal_workers.child.grants import AHEAD, reservation_size
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import World, resume_offset
+from marshal_workers.protocol.reservations import AHEAD, reservation_size
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.sim.children import SimChild
 

@@ -584,3 +584,19 @@ def test_forgery_defect_a_member_keeps_every_groups_claims(
     monkeypatch.setattr(rationalizer, "_names_another_group", lambda key, group: False)
     params = SimParams(members=4, groups=2, faults=("forgery",), fault_count=1)
     assert found(monkeypatch, params, "own_group_state", 2) is not None
+
+
+def test_amo_defect_a_child_refused_behind_its_own_landed_reservation_for_ever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by marshal-sim once an AMO child's first request covered a single record (poison,
+    failures at a fail rate of 0.2 with an AMO group: a liveness violation in 96 of 100 seeds):
+    a reservation whose write the member gave up on landed after all, so the log's position
+    passed the claim's; every child started at the claim's position asked for a record
+    behind the log's, was refused, and was started there again, for ever. A member now moves
+    a claim's position to what its own fold shows reserved when a child ends
+    (`children.ahead_in_the_log`); reintroduced: it never does."""
+    monkeypatch.setattr(children, "ahead_in_the_log", lambda state, held: None)
+    params = SimParams(members=4, groups=2, faults=("poison", "failures"), fault_count=6,
+                       fail_rate=0.2)  # fmt: skip
+    assert found(monkeypatch, params, "liveness", SEEDS) is not None

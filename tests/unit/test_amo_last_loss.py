@@ -18,11 +18,11 @@ import pytest
 from marshal_workers.audit.local import run_local
 from marshal_workers.audit.model import AuditConfig, FileInput
 from marshal_workers.audit.schema import columns
-from marshal_workers.child.grants import AHEAD
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.amolosses import AT_RISK_RESERVATIONS, AmoLoss, AmoLosses
 from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.reservations import AHEAD
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, CoordRecord, Message
 from marshal_workers.sim.scenario import Fleet as SimFleet
 from marshal_workers.sim.scenario import SimParams, use_shared_decode

@@ -11,6 +11,7 @@ from typing import NoReturn
 import pytest
 
 from marshal_workers.child.fencing import REASON_LEASE_EXPIRED, REASON_PARENT_GONE, Watchdog
+from marshal_workers.common import leaseclock
 from marshal_workers.ipc.sharedlease import SharedLease
 
 MP = multiprocessing.get_context("spawn")
@@ -22,11 +23,11 @@ class FencedError(Exception):
 
 
 def watch(lease: SharedLease, parent_pid: int | None = None) -> tuple[str, float]:
-    """Run a watchdog over ``lease`` until it fences; why and when (monotonic)."""
+    """Run a watchdog over ``lease`` until it fences; why and when (on the lease clock)."""
     calls: list[tuple[str, float]] = []
 
     def fence(reason: str) -> NoReturn:
-        calls.append((reason, time.monotonic()))
+        calls.append((reason, leaseclock.now()))
         raise FencedError
 
     dog = Watchdog(lease, os.getppid() if parent_pid is None else parent_pid, fence)
@@ -40,7 +41,7 @@ class TestLeaseDeadline:
     def test_fences_at_the_deadline_not_before(self) -> None:
         """The fence comes at the deadline (within the slack), never before it."""
         lease = SharedLease(MP)
-        lease.extend_to(time.monotonic() + 0.3)
+        lease.extend_to(leaseclock.now() + 0.3)
         reason, at = watch(lease)
         assert reason == REASON_LEASE_EXPIRED
         assert lease.deadline <= at < lease.deadline + SLACK_S
@@ -48,12 +49,12 @@ class TestLeaseDeadline:
     def test_follows_extensions(self) -> None:
         """Extensions written while it runs move the fence to the last deadline."""
         lease = SharedLease(MP)
-        lease.extend_to(time.monotonic() + 1.0)
-        until = time.monotonic() + 0.6
+        lease.extend_to(leaseclock.now() + 1.0)
+        until = leaseclock.now() + 0.6
 
         def heartbeats() -> None:  # each extension outlasts a scheduling stall under load
-            while time.monotonic() < until:
-                lease.extend_to(time.monotonic() + 1.0)
+            while leaseclock.now() < until:
+                lease.extend_to(leaseclock.now() + 1.0)
                 time.sleep(0.05)
 
         supervisor = threading.Thread(target=heartbeats)
@@ -65,11 +66,11 @@ class TestLeaseDeadline:
     def test_revoke_fences_promptly(self) -> None:
         """A revoked lease (deadline 0) is fenced within a tick or so."""
         lease = SharedLease(MP)
-        lease.extend_to(time.monotonic() + 60)
+        lease.extend_to(leaseclock.now() + 60)
         revoked_at: list[float] = []
 
         def revoke() -> None:
-            revoked_at.append(time.monotonic())
+            revoked_at.append(leaseclock.now())
             lease.revoke()
 
         revoker = threading.Timer(0.2, revoke)
@@ -84,6 +85,6 @@ class TestParent:
     def test_another_parent_pid_fences_at_once(self) -> None:
         """If the process's parent is not the one that started it, it fences as parent gone."""
         lease = SharedLease(MP)
-        lease.extend_to(time.monotonic() + 60)
+        lease.extend_to(leaseclock.now() + 60)
         reason, _ = watch(lease, parent_pid=os.getppid() + 1_000_000)
         assert reason == REASON_PARENT_GONE

@@ -40,7 +40,9 @@ ALLOWED: dict[str, set[str]] = {
     "localkafka": {"common", "clients"},
     "admin": BELOW_TOOLS | {"localkafka"},
     "audit": BELOW_TOOLS | {"localkafka"},
-    "sim": BELOW_TOOLS,
+    # the simulator's child sizes reservations with the real child's rule (protocol), and
+    # imports nothing of the child itself
+    "sim": BELOW_TOOLS - {"child"},
     # The bundled handlers: the public handler API, and what the child may import of the rest
     # (the ledger's file format, a record key's slice); never the clients or the ipc.
     "plugins": {"common", "protocol", "handler"},
@@ -52,9 +54,11 @@ NEVER_REACHED: dict[str, set[str]] = {
     "core": {"ipc.forkserver", "ipc.sharedlease", "ipc.callstate"},  # only the pure ipc parts
 }
 # All the child process loads of the protocol (directly or through ipc and handler): the
-# delivery modes, the lease rule its shared lease applies, a slice's type. Never the fold, its
-# views, the wire format or the record failures the supervisor folds.
-CHILD_PROTOCOL = {"protocol", "protocol.modes", "protocol.leases", "protocol.slicing"}
+# delivery modes, the lease rule its shared lease applies, a slice's type, the AMO reservation
+# sizer. Never the fold, its views, the wire format or the record failures the supervisor folds.
+CHILD_PROTOCOL = {
+    "protocol", "protocol.modes", "protocol.leases", "protocol.slicing", "protocol.reservations",
+}  # fmt: skip
 
 
 def module_path(module: str) -> Path:

@@ -1,0 +1,146 @@
+"""AMO, the step between fetching and handling: reserve a run in the log, await the grant.
+
+A record is handed to the handler only after the supervisor says the coordination log accepted
+a reservation covering it (`Grant`). The step keeps what is fetched and not yet asked for
+(``held``), so a reservation is not tied to the fetch batch: it takes as many of the held
+records as the sizer allows (`protocol.reservations.ReservationSizer`: about half a second of
+the child's own handling at its measured time per record, at most half of ``amo_window`` and
+about 4 MiB), fetching more without waiting while it has fewer, and leaves the rest for the
+next one. Having asked for run k+1, it waits for run k's answer and hands run k on (the log's
+round trip for one overlaps the handling of the other), asking ahead only while the sizer
+allows (not before the first run is timed, nor while a record takes longer than half a second),
+so the runs reserved and not handled stay within about a second of handling.
+
+On `Stop` it asks for nothing more and hands on every run asked for that the supervisor grants
+(a graceful stop loses nothing: the log reserved those runs for this claim, and nobody else may
+handle them); held records never asked for are dropped. A refusal ends the child (after a
+`Stop`, cleanly: nothing of that run was reserved for it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from marshal_workers.child.fetching import Fetcher
+from marshal_workers.child.grants import Asked, record_bytes
+from marshal_workers.child.handling import Handling
+from marshal_workers.child.leasecheck import LeaseCheck
+from marshal_workers.child.pipe import Pipe
+from marshal_workers.child.reporting import Reporter
+from marshal_workers.handler import Record
+from marshal_workers.handler.record import MessageRecords
+from marshal_workers.ipc.exits import EXIT_NOT_GRANTED, EXIT_OK, ChildExit
+from marshal_workers.ipc.messages import ChildSpec, Grant, GrantRequest, Stop, Stopped
+from marshal_workers.protocol.reservations import ReservationSizer
+
+GRANT_POLL_S = 0.05
+
+
+class Reserving:
+    """AMO: runs of fetched records reserved in the log, each handed on once granted."""
+
+    def __init__(
+        self,
+        spec: ChildSpec,
+        log: Any,
+        fetcher: Fetcher,
+        pipe: Pipe,
+        lease: LeaseCheck,
+        handling: Handling,
+        reporter: Reporter,
+    ) -> None:
+        self.log = log
+        self.fetcher = fetcher
+        self.pipe = pipe
+        self.lease = lease
+        self.handling = handling
+        self.reporter = reporter
+        self.asked = Asked()  # the runs asked for, not yet handed on
+        self.sizer = ReservationSizer(spec.batch_size, spec.amo_window)
+        self.held: list[Any] = []  # fetched, not asked for: records (a messages view: messages)
+        self.views = fetcher.messages
+        # a batch plugin gets batches, not the whole run
+        self.step = spec.batch_size if handling.plugin.handle_batch is not None else 0
+        pipe.keep_grant = self.asked.keep
+
+    @property
+    def pending(self) -> bool:
+        """Whether a run asked for is still to be handed on."""
+        return bool(self.asked.batches)
+
+    def turn(self) -> None:
+        """Ask for as many runs as may be asked for now, then wait for the answer on the oldest
+        run asked for and hand it on."""
+        asked = self.asked
+        while not self.pipe.stop_requested and asked.may_ask(self.sizer.ahead()):
+            run = self._next_run()
+            if not run:
+                break
+            self.pipe.send(asked.ask(run))
+        if asked.batches:
+            request, run = asked.take()
+            self._await_grant(request)
+            self._hand_on(run)
+
+    def _next_run(self) -> Sequence[Record]:
+        """The next run to ask for, from the held records and what more is queued (waiting for
+        a batch only if nothing is asked for or held); empty if nothing came."""
+        held = self.held
+        if not held and not self._fetch(wait=not self.asked.batches):
+            return []
+        size = self.sizer.size(record_bytes(self._view(held)))
+        while len(held) < size and self._fetch(wait=False):
+            pass
+        run, self.held = held[:size], held[size:]
+        return self._view(run)
+
+    def _fetch(self, wait: bool) -> bool:
+        """Fetch a batch into ``held``; whether anything came."""
+        batch = self.fetcher.fetch(wait)
+        if not batch:
+            return False
+        self.held.extend(batch.messages if isinstance(batch, MessageRecords) else batch)
+        return True
+
+    def _view(self, items: list[Any]) -> Sequence[Record]:
+        return MessageRecords(items) if self.views else items
+
+    def _await_grant(self, request: GrantRequest) -> None:
+        """Wait for the answer on ``request``; return only if granted (the granted end is then
+        the position this child reports)."""
+        grant = self.asked.answer(request) or self._wait_for(request)
+        if not grant.granted:
+            self.log.warning(
+                "grant_refused", start=request.start, end=request.end, reason=grant.reason
+            )
+            if self.pipe.stop_requested:  # (asked before the stop: nothing of it reserved)
+                raise ChildExit(EXIT_OK, self.pipe.stop_reason, Stopped(self.reporter.next_offset))
+            raise ChildExit(EXIT_NOT_GRANTED, "not_granted")
+        self.reporter.granted(request.end)
+
+    def _wait_for(self, request: GrantRequest) -> Grant:
+        """The supervisor's answer to ``request``, the lease and `Stop` checked while waiting."""
+        while True:
+            self.lease.require()
+            msg = self.pipe.receive(min(GRANT_POLL_S, max(0.0, self.lease.remaining())))
+            if isinstance(msg, Grant) and msg.request_id == request.request_id:
+                return msg
+            if isinstance(msg, Stop):  # the answer comes all the same: a granted run is ours
+                self.log.info("stop_while_awaiting_grant", start=request.start, end=request.end)
+                continue
+            self.pipe.aside(msg)
+
+    def _hand_on(self, run: Sequence[Record]) -> None:
+        """Hand a granted run to the handling step (a batch plugin: batch by batch) and time
+        it for the sizer."""
+        started = time.monotonic()
+        step = self.step
+        if step and len(run) > step:
+            for i in range(0, len(run), step):
+                self.handling.run(run[i : i + step])
+        else:
+            self.handling.run(run)
+        self.sizer.handled(len(run), time.monotonic() - started)
+        self.reporter.run_done()
