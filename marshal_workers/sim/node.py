@@ -3,11 +3,15 @@
 `SimNode` does what `supervisor.runtime.Supervisor` does, against the virtual log and
 simulated children: it feeds the core records, acknowledgements, children's messages and exits,
 and ticks, and carries out its commands. It can be killed (its children die with it), frozen
-(SIGSTOP: its children run on until their leases end) and replaced by a restart.
+(SIGSTOP: its children run on until their leases end), stalled (a suspended host, or a paused VM
+whose guest clocks did not count the pause: the member and its children stop, and their lease
+clock, on which the core's ``now`` and the children's lease checks run, loses the stall) and
+replaced by a restart.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import signal
 from collections import deque
@@ -97,6 +101,9 @@ class SimNode:
         self.alive = True
         self.started = False
         self.frozen_until = 0.0
+        self.stalled_until = 0.0  # `stall`: the children stop too
+        self.clock_lost = 0.0  # seconds the host's lease clock did not count (stalls)
+        self.wall_lost = 0.0  # of which its wall clock did not count either
         self.leases: dict[ClaimKey, LeaseCell] = {}
         self.children: dict[ClaimKey, SimChild] = {}
         self.dead_children: list[SimChild] = []
@@ -120,7 +127,7 @@ class SimNode:
         """Catch up on the whole log as it is now, then begin."""
         self._read(t, lag=False)
         self.started = True
-        self._run(self.member.begin(t, t + self.wall_skew, self.partitions()), t)
+        self._run(self.member.begin(self.local(t), self.wall(t), self.partitions()), t)
 
     def kill(self, t: float) -> None:
         """kill -9: the member and (parent-death signal) its children end now."""
@@ -133,7 +140,7 @@ class SimNode:
     def signal(self, sig: signal.Signals, t: float) -> None:
         """A signal to the member process (its handler enqueues it; the core acts on it)."""
         if self.alive and self.started:
-            self._feed(inp.SignalReceived(t, sig), t)
+            self._feed(inp.SignalReceived(self.local(t), sig), t)
 
     def catch_up(self, t: float) -> None:
         """Fold every record the log has now (for the end-of-run comparison)."""
@@ -143,6 +150,28 @@ class SimNode:
         """SIGSTOP for ``seconds``: the member does nothing; its children run on."""
         self.faults += 1
         self.frozen_until = max(self.frozen_until, t + seconds)
+
+    def stall(self, t: float, seconds: float, *, wall_held: bool) -> None:
+        """A suspended host, or a paused VM whose guest clocks do not see the pause, for
+        ``seconds``: the member and its children do nothing, and the lease clock they share
+        does not count the time (``wall_held``: nor does the wall clock; else the wall clock
+        jumps by it, as after a suspend on a clock that does not count one)."""
+        self.faults += 1
+        end = t + seconds
+        lost = max(0.0, end - max(t, self.stalled_until))
+        self.clock_lost += lost
+        if wall_held:
+            self.wall_lost += lost
+        self.stalled_until = max(self.stalled_until, end)
+        self.frozen_until = max(self.frozen_until, end)
+
+    def stalled(self, t: float) -> bool:
+        """Whether the host (member and children) is stopped at ``t``."""
+        return t < self.stalled_until
+
+    def local(self, t: float) -> float:
+        """The host's lease clock at true time ``t`` (read only while it runs)."""
+        return t - self.clock_lost
 
     def counts_lost_to_the_log(self) -> int:
         """Failure counts the log lost: every write of the record failed without landing
@@ -181,18 +210,20 @@ class SimNode:
         """The runtime's turn at ``t`` (nothing while dead or frozen)."""
         if not self.alive or not self.started or self.frozen(t):
             return
+        now = self.local(t)
         for key, child in list(self.children.items()):
             for message in child.outbox:
-                self._feed(inp.ChildSaid(t, key, message), t)
+                self._feed(inp.ChildSaid(now, key, message), t)
             child.outbox.clear()
         self._read(t)
         acks, self.acks = self.acks, []
         self.rng.shuffle(acks)
         for ack in acks:
-            self._feed(ack, t)
+            self._feed(dataclasses.replace(ack, now=now), t)
         due = [a for a in self.answers if a[0] <= t]
         self.answers = [a for a in self.answers if a[0] > t]
-        for _, answer in due:
+        for _, late in due:
+            answer = dataclasses.replace(late, now=now)  # (when the runtime reads it)
             if isinstance(answer, inp.StartFound):
                 self._start_found(answer, t)
             else:
@@ -204,12 +235,18 @@ class SimNode:
                 assert child.exit_code is not None
                 alo = child.spec.mode is Mode.ALO
                 position = child.published if alo else child.position  # AMO: handled end
-                self._feed(inp.ChildExited(t, key, child.exit_code, child.end, position), t)
+                self._feed(inp.ChildExited(now, key, child.exit_code, child.end, position), t)
         positions = {k: c.published for k, c in self.children.items() if c.published is not None}
-        self._feed(inp.Tick(t, t + self.wall_skew, positions), t)
+        self._feed(inp.Tick(now, self.wall(t), positions), t)
+
+    def wall(self, t: float) -> float:
+        """The host's wall clock (Unix seconds) at true time ``t``."""
+        return t + self.wall_skew - self.wall_lost
 
     def step_children(self, t: float, dt: float) -> None:
-        """The children's turn (they run even while the member is frozen)."""
+        """The children's turn (they run even while the member is frozen, not in a stall)."""
+        if self.stalled(t):
+            return
         for child in self.children.values():
             child.step(t, dt)
 
@@ -229,7 +266,7 @@ class SimNode:
                 self.cursor[p] = got[-1].offset + 1
                 records.extend(got)
         if records:
-            self._feed(inp.RecordsRead(t, records), t)
+            self._feed(inp.RecordsRead(self.local(t), records), t)
 
     def _feed(self, event: inp.Input, t: float) -> None:
         self._run(self.member.feed(event), t)
@@ -326,7 +363,7 @@ class SimNode:
         if not isinstance(message, ClaimingPartition) or is_member_key(claim_key(message)):
             return
         self.on_checked("pause_respected")
-        pause = self.member.pause(t)
+        pause = self.member.pause(self.local(t))
         if pause is not None:
             self.on_violation(
                 "pause_respected",
@@ -342,7 +379,7 @@ class SimNode:
             cid=f"{self.name}/{key.topic}/{key.partition}#{self.spawned}",
             key=key,
             spec=c.spec,
-            lease=lambda: cell.deadline,
+            lease=lambda: self._lease_in_true_time(cell),
             data=self.data(key),
             speed=self.speed,
             ready_at=t + self.rng.uniform(0.1, 0.3),
@@ -357,6 +394,14 @@ class SimNode:
             f"{t:9.3f} {self.name} spawn {key.topic}/{key.partition} "
             f"at {c.spec.start_offset} token {c.spec.fencing_token}"
         )
+
+    def _lease_in_true_time(self, cell: LeaseCell) -> float:
+        """A child's lease as the true time its lease clock reaches it (0: revoked). The
+        child reads its lease on the host's lease clock, which loses what stalls lost; a sim
+        child compares true time, so the deadline is moved by what the clock has lost (it only
+        checks while the host runs)."""
+        deadline = cell.deadline
+        return deadline + self.clock_lost if deadline else 0.0
 
     def held_data(self) -> list[ClaimKey]:
         """The data claims the core counts as held."""

@@ -62,10 +62,12 @@ FAULTS = (
     "poison",
     "read-latency",
     "clock-jumps",
+    "stall",
 )
 DEFAULT_FAULTS = (
     "kill",
     "freeze",
+    "stall",
     "restart",
     "twins",
     "compaction",
@@ -318,6 +320,7 @@ class Fleet:
             "partitions": self._fault_partitions,
             "poison": self._fault_poison,
             "clock-jumps": self._fault_clock_jump,
+            "stall": self._fault_stall,
         }[fault]
 
     def _fault_clock_jump(self) -> None:
@@ -381,6 +384,17 @@ class Fleet:
         if node is not None:
             seconds = self.rng.uniform(0.5, 4) * self.p.heartbeat_interval
             node.freeze(self.t, seconds)
+            self._window(seconds)
+
+    def _fault_stall(self) -> None:
+        """A member's host stops with its clock held: suspended on a clock that does not count
+        a suspend, or a VM paused without its guest seeing the pause. The member and its
+        children do nothing for up to 8*HB, and their lease clock loses that time; the wall
+        clock is held too (a VM pause: only the log's time shows it) or jumps (a suspend)."""
+        node = self._victim()
+        if node is not None:
+            seconds = self.rng.uniform(0.5, 8) * self.p.heartbeat_interval
+            node.stall(self.t, seconds, wall_held=self.rng.random() < 0.5)
             self._window(seconds)
 
     def _fault_restart(self) -> None:
@@ -486,6 +500,8 @@ class Fleet:
         """No handler call outlives its deadline (plus a scheduling second) under a member."""
         self.checker.mark("handler_deadline")
         for node in self.nodes:
+            if node.stalled(t):
+                continue  # its children are stopped with it (their own clock held)
             for child in node.children.values():
                 since = child.hung_since
                 if child.alive and since is not None and t - since > self.handler_timeout + 1.0:
