@@ -291,15 +291,16 @@ class Children:
         self, held: HeldClaim, op: Op, event: ev.MessagesClaimed, why: str
     ) -> None:
         """The log accepted ``op``'s reservation under the held token, and its child is not
-        granted it: the records its record reserved (from the log's position there) that no
-        child was granted are never handled now. The position moves past them (the
+        granted it: the records its record reserved (from the log's position there to its
+        end) are never handled now; no child was granted them (only this verdict, or a later
+        batch's for a request given up on, grants them), whatever order the verdicts come in
+        (a verdict is acted on at its acknowledgement). The position moves past them (the
         next child starts after them instead of asking for what the log refuses)."""
-        if held.position is None or op.end <= held.position:
-            return  # granted (a later batch's record covered it) or reported before
+        if held.position is None:
+            return
         start = op.start if event.start is None else event.start  # what its record reserved
-        lost_from = max(held.position, start)
-        held.position = op.end  # reserved in the log: never handled now
-        self._lost(held, lost_from, op.end, obs.LossCause.REFUSED, why)
+        held.position = max(held.position, op.end)  # reserved in the log: never handled now
+        self._lost(held, start, op.end, obs.LossCause.REFUSED, why)
 
     def _unconfirmed(self, op: Op) -> None:
         """``op``'s reservation was given up on: remember it in case it landed."""

@@ -10,6 +10,13 @@
   whose write timed out may have landed: `FAULT_REFUSALS`); each such window is at most what a
   child may have reserved (``amo_window``: ``AHEAD + 1`` reservations of up to half of it). A
   child that stopped gracefully (exit 0) explains no loss;
+- ``amo_loss_reported``: in AMO every offset below the position the log ends with that nobody
+  handled was reported lost: by a member (its `AmoLost`: the warning `amo_records_lost` and
+  the loss metric) or by the log (`protocol.amolosses`, what `marshal-admin status` shows:
+  a crashed or replaced holder's last reservations, a release's unhandled rest), whatever the
+  path (a reservation given up on but landed included); but what children still had in hand
+  at the end, and, under a cleaner below the safe window, a reservation no fold could
+  confirm;
 - ``alo_no_skip``: in ALO every offset below the position the log ends with was handled (but
   a record an operator skipped: skip-record, accepted by the whole log), from
   where the partition's first claim started (its reset's watermark: groups alternate between
@@ -45,9 +52,11 @@
   may leave it unclaimed;
 - ``handler_deadline``: no handler call outlives its deadline by more than a second;
 - ``liveness``: after the last fault, every partition is held by a live member's child and
-  moving (records keep being produced), and shares are fair, within the stated bound (checked
-  in every run: each ends with a fault-free settle, and the fleet must be converged at one of
-  the checks in the `CHECK_WINDOW_S` after the bound).
+  moving (a record of its own handled in the last 2 s, or none available for that long: a
+  key slice may get one every few seconds), and shares are fair, within the stated bound
+  (checked in every run: each ends with a fault-free settle, and the fleet must be converged
+  at one of the checks in the `CHECK_WINDOW_S` after the bound; under lasting write failures,
+  whose leases can end at the bound itself, `FAILURES_RECOVERY_HB` longer).
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marshal_workers.child.grants import AHEAD, reservation_size
+from marshal_workers.protocol.amolosses import AmoLoss
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import World, resume_offset
 from marshal_workers.protocol.wire import ClaimKey
@@ -68,6 +78,7 @@ from marshal_workers.sim.children import SimChild
 # log reserved for a claim its member only stops ("claim not held") is a graceful loss.
 FAULT_REFUSALS = (
     "reservation not written",
+    "not reserved",  # asked before a batch whose write failed, and answered with its refusal
     "lease expired",
     "batch starts at",
     "an earlier batch was refused",
@@ -77,6 +88,7 @@ INVARIANTS = (
     "no_overlap",
     "amo_no_double_grant",
     "amo_loss_only_on_crash",
+    "amo_loss_reported",
     "alo_no_skip",
     "alo_rehandle_bound",
     "fold_agreement",
@@ -139,6 +151,15 @@ class Checker:
     owed: Callable[[ClaimKey, int, int], Sequence[int]] = range_of
     # AMO: per claim, (time, end) of every batch granted to a child, in time order
     grants: dict[ClaimKey, list[tuple[float, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+
+    # AMO: per claim, the ranges members reported lost (`AmoLost`)
+    reported: dict[ClaimKey, list[tuple[int, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    # AMO, under eager compaction: ranges a child asked for and no fold could confirm
+    unconfirmable: dict[ClaimKey, list[tuple[int, int]]] = field(
         default_factory=lambda: defaultdict(list)
     )
 
@@ -246,6 +267,10 @@ class Checker:
         if self.modes[child.key.group] is not Mode.AMO:
             return
         faults = FAULT_REFUSALS + (("reservation not confirmed",) if self.eager_compaction else ())
+        refused = child.refused or ""
+        unconfirmed = self.eager_compaction and refused.startswith("reservation not confirmed")
+        if unconfirmed and child.asked_end > child.position:
+            self.unconfirmable[child.key].append((child.position, child.asked_end))
         if code == 0 and not (child.refused and child.refused.startswith(faults)):
             self.graceful_stops += 1
             return
@@ -302,17 +327,24 @@ class Checker:
                 t,
             )
 
+    def lost_reported(self, key: ClaimKey, start: int, end: int) -> None:
+        """A member reported ``start``..``end`` of ``key`` lost (AMO)."""
+        self.reported[key].append((start, end))
+
     def finish(
         self,
         reference: dict[int, World],
         readers: Iterable[tuple[str, float, World]],
         noted: dict[tuple[ClaimKey, int, int], dict[str, int]],
         faults: dict[str, int],
+        log_losses: Sequence[AmoLoss] = (),
     ) -> None:
-        """The checks made at the end of a run (``noted`` and ``faults``: see `_poison`)."""
+        """The checks made at the end of a run (``noted`` and ``faults``: see `_poison`;
+        ``log_losses``: every loss the whole log shows, `_amo_reported`)."""
         self._overlaps()
         self._alo(reference)
         self._amo_losses(reference)
+        self._amo_reported(reference, log_losses)
         self._poison(noted, faults)
         for name, at, world in readers:
             self.agree(name, world, reference[world.partition], at)
@@ -375,6 +407,37 @@ class Checker:
                     f"{key.topic}/{key.partition}: {len(lost)} offsets below the position {end} "
                     f"never handled and lost in no crash (first {lost[0]})",
                 )
+
+    def _amo_reported(self, reference: dict[int, World], log_losses: Sequence[AmoLoss]) -> None:
+        """``amo_loss_reported``: what nobody handled below the log's end was reported lost."""
+        shown: dict[ClaimKey, list[tuple[int, int]]] = defaultdict(list)
+        for loss in log_losses:
+            shown[loss.key].append((0 if loss.start is None else loss.start, loss.end))
+        for world in reference.values():
+            for key, state in world.claims.items():
+                if key.group not in self.modes or self.modes[key.group] is not Mode.AMO:
+                    continue
+                self.mark("amo_loss_reported")
+                end = max(state.committed or 0, state.reserved or 0)
+                counts = self.counts.get(key, {})
+                windows = (
+                    self.reported.get(key, [])
+                    + shown.get(key, [])
+                    + self.unfinished.get(key, [])
+                    + self.unconfirmable.get(key, [])
+                )
+                unreported = [
+                    o
+                    for o in self.owed(key, self.starts.get(key, 0), end)
+                    if o not in counts and not any(a <= o < b for a, b in windows)
+                ]
+                if unreported:
+                    self.violation(
+                        "amo_loss_reported",
+                        f"{key.topic}/{key.partition}: {len(unreported)} offsets below the "
+                        f"position {end} never handled and reported lost by no member and "
+                        f"not shown by the log (first {unreported[0]})",
+                    )
 
     def agree(self, name: str, world: World, reference: World, at: float) -> None:
         """``world`` (a member's fold at virtual time ``at``) against ``reference`` (the whole

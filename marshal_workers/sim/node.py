@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
+from marshal_workers.core import observations as obs
 from marshal_workers.core.member import Member
 from marshal_workers.core.pending import WRITE_TRIES
 from marshal_workers.core.settings import MemberSettings
@@ -29,7 +30,6 @@ from marshal_workers.protocol.wire import (
     Appended,
     ClaimingPartition,
     ClaimKey,
-    Heartbeat,
     claim_key,
 )
 from marshal_workers.sim.children import DataPartition, Died, Handled, SimChild
@@ -81,6 +81,8 @@ class SimNode:
         on_granted: Handled = lambda child, end, t: None,
         on_checked: Callable[[str], None] = lambda invariant: None,
         read_lag_s: float = 0.0,
+        on_failure_written: Callable[[str, bytes], None] = lambda instance, value: None,
+        on_lost: Callable[[ClaimKey, int, int], None] = lambda key, start, end: None,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -96,6 +98,8 @@ class SimNode:
         self.on_start = on_start
         self.on_granted = on_granted
         self.on_checked = on_checked
+        self.on_failure_written = on_failure_written  # a failure's count written (not again)
+        self.on_lost = on_lost  # AMO records it reported lost (`AmoLost`)
         self.speed = speed
         self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
         self.alive = True
@@ -211,23 +215,20 @@ class SimNode:
         if not self.alive or not self.started or self.frozen(t):
             return
         now = self.local(t)
-        for key, child in list(self.children.items()):
-            for message in child.outbox:
-                self._feed(inp.ChildSaid(now, key, message), t)
-            child.outbox.clear()
-        self._read(t)
+        self._read(t)  # the log first, as the runtime's turn (`Supervisor.step`)
         acks, self.acks = self.acks, []
         self.rng.shuffle(acks)
         for ack in acks:
             self._feed(dataclasses.replace(ack, now=now), t)
+        for key, child in list(self.children.items()):
+            for message in child.outbox:
+                self._feed(inp.ChildSaid(now, key, message), t)
+            child.outbox.clear()
         due = [a for a in self.answers if a[0] <= t]
         self.answers = [a for a in self.answers if a[0] > t]
         for _, late in due:
             answer = dataclasses.replace(late, now=now)  # (when the runtime reads it)
-            if isinstance(answer, inp.StartFound):
-                self._start_found(answer, t)
-            else:
-                self._feed(answer, t)
+            self._feed(answer, t)
         for key, child in list(self.children.items()):
             if not child.alive:
                 del self.children[key]
@@ -271,29 +272,6 @@ class SimNode:
     def _feed(self, event: inp.Input, t: float) -> None:
         self._run(self.member.feed(event), t)
 
-    def _start_found(self, found: inp.StartFound, t: float) -> None:
-        """A lookup's answer is where the claim starts (`Checker.started`) once the core adopts
-        it: as a won claim's position, or in the heartbeat taking its client's claim over. An
-        answer nobody adopted started nothing: its member stopped or died while it was on the
-        way and released the claim with no position (issue 19.2, `marshal-sim` seed 28 of the
-        key cut: counting the lookup itself owed the records up to the next holder's start)."""
-        key, offset = found.key, found.offset
-        before = self.member.held.get(key)
-        unset = before is not None and before.position is None
-        commands = self.member.feed(found)
-        after = self.member.held.get(key)
-        adopted = unset and after is before and after is not None and after.position == offset
-        took_over = any(
-            isinstance(c, cmd.Append)
-            and isinstance(c.message, Heartbeat)
-            and claim_key(c.message) == key
-            and c.message.offset == offset
-            for c in commands
-        )
-        if adopted or took_over:
-            self.on_start(key, offset)
-        self._run(commands, t)
-
     # ---- commands --------------------------------------------------------------------------
 
     def _run(self, commands: list[cmd.Command], t: float) -> None:
@@ -308,6 +286,10 @@ class SimNode:
                         f" for group {c.message.group_id}",
                     )
                 self._check_pause(c, t)
+                if c.value.startswith(b"RecordFailed/"):
+                    op = self.member.ctx.pending.ops.get(c.op)
+                    if op is not None and op.tries == 0:  # not the same count written again
+                        self.on_failure_written(self.settings.instance_id, c.value)
                 fails = self.log.fails(c.partition)
                 # one producer delivers in order per partition (idempotence): never overtake
                 lands_at = max(
@@ -346,9 +328,14 @@ class SimNode:
                 latest = self.settings.child.auto_offset_reset == "latest"
                 offset = data.high_watermark(t) if latest else 0  # (nothing expires here)
                 self.answers.append((t + 0.01, inp.StartFound(t + 0.01, c.key, offset)))
+            elif isinstance(c, cmd.FindLogEnd):  # the log's end as the broker has it now
+                ends = {p: part.next_offset for p, part in enumerate(self.log.parts)}
+                self.answers.append((t + 0.01, inp.LogEndFound(t + 0.01, ends)))
             elif isinstance(c, cmd.Discover):
                 found = inp.PartitionsFound(t + 0.01, self.partitions(), self.log.num_partitions)
                 self.answers.append((t + 0.01, found))
+            elif isinstance(c, cmd.Observe) and isinstance(c.what, obs.AmoLost):
+                self.on_lost(c.what.key, c.what.start, c.what.end)
             elif isinstance(c, cmd.Log):
                 if c.level in ("warning", "error") or c.event in ("claim_won", "claim_resumed"):
                     self.trace.append(f"{t:9.3f} {self.name} {c.event} {dict(c.fields)}")
@@ -390,6 +377,8 @@ class SimNode:
             on_granted=self.on_granted,
         )
         self.children[key] = child
+        if c.spec.start_offset is not None:  # where the claim's records are owed from, if first
+            self.on_start(key, c.spec.start_offset)
         self.trace.append(
             f"{t:9.3f} {self.name} spawn {key.topic}/{key.partition} "
             f"at {c.spec.start_offset} token {c.spec.fencing_token}"
