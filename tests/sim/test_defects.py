@@ -496,21 +496,6 @@ def test_slice_defect_members_hash_keys_differently(monkeypatch: pytest.MonkeyPa
     assert found(monkeypatch, params, "key_order", 2) is not None
 
 
-def test_claim_defect_a_claim_that_timed_out_but_landed_is_not_adopted(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Found by marshal-sim when its operator also skipped poison records (seed 11 of
-    poison,failures, fail rate 0.2): a member's announcement lapsed under failing writes, its
-    claim again timed out but landed, and the member, told the write failed, held nothing
-    while the log said it held the claim; it could claim again only once that claim went
-    stale (2*HB), past the liveness bound. A member now adopts a grant of its own instance's
-    claim that no verdict told it of (`Claiming.adopt_landed`); reintroduced: it never does."""
-    monkeypatch.setattr(Claiming, "adopt_landed", lambda self, key, now: False)
-    params = SimParams(members=4, groups=1, faults=("poison", "failures"), fault_count=6,
-                       fail_rate=0.2, operator_skips=0.25)  # fmt: skip
-    assert found(monkeypatch, params, "liveness", SEEDS) is not None
-
-
 def test_clock_defect_a_lease_clock_that_stood_still_goes_unnoticed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -72,3 +72,4 @@ def test_without_adopting_them_their_records_vanish_unreported(
         if any(v["invariant"] == "amo_loss_reported" for v in run(seed)[0].violations)
     ]
     assert found
+
