@@ -324,8 +324,13 @@ class Fleet:
 
         return act
 
-    def _victim(self) -> SimNode | None:
+    def _victim(self, *, on_host: bool = False) -> SimNode | None:
+        """A live member, at random. ``on_host``: the fault comes from the member's own host
+        (a SIGSTOP, an operator's TERM, a second instance started beside it), so not one whose
+        host is stalled: nothing on a paused host acts until it resumes."""
         live = [n for n in self.nodes if n.alive and n.started]
+        if on_host:
+            live = [n for n in live if not n.stalled(self.t)]
         return self.rng.choice(live) if live else None
 
     def _fault_action(self, fault: str) -> Callable[[], None]:
@@ -400,7 +405,7 @@ class Fleet:
             self._window(back - self.t)
 
     def _fault_freeze(self) -> None:
-        node = self._victim()
+        node = self._victim(on_host=True)
         if node is not None:
             seconds = self.rng.uniform(0.5, 4) * self.p.heartbeat_interval
             node.freeze(self.t, seconds)
@@ -418,7 +423,7 @@ class Fleet:
             self._window(seconds)
 
     def _fault_restart(self) -> None:
-        node = self._victim()
+        node = self._victim(on_host=True)
         if node is not None:
             node.signal(signal.SIGTERM, self.t)
             back = self.t + self.rng.uniform(1, 3) * self.p.heartbeat_interval
@@ -427,7 +432,7 @@ class Fleet:
             self._window(back - self.t)
 
     def _fault_twins(self) -> None:
-        node = self._victim()
+        node = self._victim(on_host=True)
         if node is not None:  # a second live instance of one client id (two hosts)
             twin = self.add_node(node.settings.group, node.settings.client_id, self.t)
             paused = self.rng.random() < 0.5  # the old host paused as the twin starts

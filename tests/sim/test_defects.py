@@ -515,8 +515,8 @@ def test_clock_defect_sliced_a_lease_clock_that_stood_still_goes_unnoticed(
 ) -> None:
     """The same in an unordered fleet of 4 slices a partition under the safe cleaner: a
     stalled member's children handled beside the new holders of their slices (5 of seeds 0-29
-    with 10 faults)."""
+    with 10 faults before the runtime's turn folded the log first; seed 17 of 0-19 since)."""
     monkeypatch.setattr(Member, "_check_clock", lambda self, lost, now, seen_by: None)
     params = SimParams(faults=("stall", "compaction"), fault_count=10, ordering="unordered",
                        workers_per_partition=4)  # fmt: skip
-    assert found(monkeypatch, params, "offset_one_holder", SEEDS) is not None
+    assert found(monkeypatch, params, "offset_one_holder", RARE_ROW_SEEDS) is not None

@@ -190,3 +190,19 @@ def test_a_lease_lost_to_failing_writes_at_the_bound_is_recovered_within_the_sta
     monkeypatch.setattr(scenario_module, "FAILURES_RECOVERY_HB", 0.0)
     found = FailuresAtTheBound(params).run().violations
     assert [v["invariant"] for v in found] == ["liveness"]
+
+
+def test_nothing_on_a_stalled_host_freezes_restarts_or_doubles_its_member() -> None:
+    """A SIGSTOP, an operator's TERM or a second instance come from the member's own host:
+    while that host is paused nothing there acts. The sweep's `freeze,compaction,stall` mix
+    froze members of paused hosts (12 of 200 seeds from 90000: a freeze outlasting the pause
+    left children running on the held clock, unsupervised), which no host can do."""
+    fleet = Fleet(SimParams(faults=(), members=2, groups=1))
+    fleet.add_members()
+    for step in range(int(1.5 / fleet.p.dt)):
+        fleet.advance(step)
+    stalled, other = fleet.nodes
+    stalled.stall(fleet.t, 5.0, wall_held=True)
+    picked = {fleet._victim(on_host=True) for _ in range(50)}
+    assert picked == {other}
+    assert stalled in {fleet._victim() for _ in range(50)}  # a kill -9 of the VM can come
