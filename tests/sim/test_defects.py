@@ -384,7 +384,9 @@ def test_poison_defect_a_refused_decision_stands_alone_after_the_cleaner(
 
     monkeypatch.setattr(scenario_module, "poison_record_key", shared)
     monkeypatch.setattr(rationalizer, "fold_poison", applied_on_a_guess)
-    params = SimParams(faults=("poison", "compaction"), fault_count=6, operator_skips=0.25)
+    # half the decisions skip (a quarter found it in seed 7 of 100 until the runtime's turn
+    # folded the log first, then in none of 200; half finds it in seed 12)
+    params = SimParams(faults=("poison", "compaction"), fault_count=6, operator_skips=0.5)
     assert found(monkeypatch, params, "alo_no_skip", RARE_ROW_SEEDS) is not None
 
 
