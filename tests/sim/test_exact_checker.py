@@ -12,6 +12,7 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.recordfailures import (
     Action,
     Outcome,
@@ -33,6 +34,7 @@ from marshal_workers.protocol.wire import (
 from marshal_workers.sim import scenario as scenario_module
 from marshal_workers.sim.children import SimChild
 from marshal_workers.sim.cli import main, summarize
+from marshal_workers.sim.invariants import Checker
 from marshal_workers.sim.scenario import (
     ADMIN,
     CHECK_WINDOW_S,
@@ -152,7 +154,7 @@ def test_two_failures_written_with_the_same_bytes_are_two() -> None:
     for t, message in sorted(history, key=lambda h: h[0]):
         land(message, t)
     fleet.failures_written = {("i7", encode_poison(first)): 1, ("i7", encode_poison(second)): 2}
-    fleet.checker.failed_by = {"i7": 3}
+    fleet.checker.failed_by = {("i7", key): 3}
     _, noted = fleet._fold_whole_log()
     fleet.checker._poison(noted, {"i7": 0})
     assert fleet.checker.violations == []
@@ -206,3 +208,19 @@ def test_nothing_on_a_stalled_host_freezes_restarts_or_doubles_its_member() -> N
     picked = {fleet._victim(on_host=True) for _ in range(50)}
     assert picked == {other}
     assert stalled in {fleet._victim() for _ in range(50)}  # a kill -9 of the VM can come
+
+
+def test_one_fault_loses_the_count_in_flight_of_each_claim() -> None:
+    """Seed 1 of the key-sliced every-fault fleet: two slices' children timed out on their
+    poison records, and their member was frozen before it wrote either count; woken past its
+    lease it counted neither. One fault, two counts lost, one per claim: the checker allowed
+    one per member. A fault loses at most the count in flight of each claim."""
+    checker = Checker({"g0": Mode.ALO}, heartbeat_interval=1.0, speed=100.0)
+    one, two = ClaimKey("g0", "t+key.0of3", 1), ClaimKey("g0", "t+key.1of3", 4)
+    checker.failed_by = {("i3", one): 5, ("i3", two): 5}
+    counted = {(one, 317, 0): {"i3": 4}, (two, 331, 0): {"i3": 4}}
+    checker._poison(counted, {"i3": 1})
+    assert checker.violations == []
+    checker.failed_by = {("i3", one): 6, ("i3", two): 4}  # two lost on one claim: not a fault's
+    checker._poison(counted, {"i3": 1})
+    assert [v["invariant"] for v in checker.violations] == ["poison_bounded"]
