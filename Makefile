@@ -71,13 +71,13 @@ bench-hot: install kafka-jars ## Many workers on one hot partition: marshal-run 
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-EVERY_FAULT := kill,freeze,restart,twins,compaction,eager-compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery
+EVERY_FAULT := kill,freeze,stall,restart,twins,compaction,eager-compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery
 
-sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, hundreds of each fault mix that found a defect, 100 of bigger fleets, 800 of sliced fleets (ordering key and unordered)
+sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, hundreds of each fault mix that found a defect (stalled hosts among them), 100 of bigger fleets, 1,000 of sliced fleets (ordering key and unordered)
 	$(BIN)/marshal-sim --seeds 1000
 	$(BIN)/marshal-sim --seeds 200 --members 6 --groups 2 --faults freeze,compaction --fault-count 10
 	$(BIN)/marshal-sim --seeds 200 --faults twins,pause,freeze,compaction,kill --fault-count 8
-	$(BIN)/marshal-sim --seeds 200 --faults kill,freeze,restart,twins,compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery --fault-count 6
+	$(BIN)/marshal-sim --seeds 200 --faults kill,freeze,stall,restart,twins,compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery --fault-count 6
 	$(BIN)/marshal-sim --seeds 200 --members 4 --groups 2 --faults restart,pause --fault-count 4
 	$(BIN)/marshal-sim --seeds 200 --faults poison,compaction --fault-count 6
 	$(BIN)/marshal-sim --seeds 100 --members 30 --groups 3 --faults kill,freeze,restart,twins,compaction,latency,clock,pause,failures,partitions
@@ -87,6 +87,10 @@ sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, h
 	$(BIN)/marshal-sim --seeds 200 --members 4 --groups 1 --faults poison,failures --fail-rate 0.2 --fault-count 6
 	@# a hostile writer on the coordination topic, with the faults that restart and compact
 	$(BIN)/marshal-sim --seeds 200 --members 6 --groups 3 --faults forgery,kill,restart,compaction,pause,poison --fault-count 6
+	$(BIN)/marshal-sim --seeds 200 --members 4 --groups 2 --faults poison,failures,stall --fail-rate 0.2 --fault-count 6
+	@# a host stopped with its lease clock held (a paused VM), under both cleaners
+	$(BIN)/marshal-sim --seeds 200 --faults stall,eager-compaction --fault-count 10
+	$(BIN)/marshal-sim --seeds 200 --faults stall,compaction --fault-count 10 --ordering unordered --workers-per-partition 4
 	@# issue 20: the ordering modes, each slice of a partition claimed like one, with every fault
 	$(BIN)/marshal-sim --seeds 300 --ordering key --workers-per-partition 3 --faults $(EVERY_FAULT) --fault-count 6
 	$(BIN)/marshal-sim --seeds 300 --ordering unordered --workers-per-partition 4 --faults $(EVERY_FAULT) --fault-count 6

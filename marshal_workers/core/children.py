@@ -31,6 +31,8 @@ from marshal_workers.protocol.wire import ClaimingMessages
 # batch the log reserved for it before it exits, so a graceful stop loses nothing (issue 19);
 # it asks for nothing new, and a request that crossed the `Stop` is refused before it is written.
 GRANTING = (Phase.RUNNING, *ASKED_TO_STOP)
+UNCONFIRMED = "reserved in the log after its write was given up"
+UNCONFIRMED_KEPT = 16  # reservations given up on, per claim, that may still turn up landed
 
 
 class Children:
@@ -160,7 +162,7 @@ class Children:
         says those records are reserved, so nobody handles them (lost, as at-most-once allows)
         and the next child starts after them instead of asking for what the log refuses."""
         held = self.ctx.held.get(op.key)
-        asker = held is not None and op.child == held.child_no
+        asker = held is not None and held.child and op.child == held.child_no  # and alive
         refusal = None
         if not isinstance(event, ev.MessagesClaimed):
             refusal = getattr(event, "reason", "reservation not confirmed")
@@ -181,13 +183,14 @@ class Children:
         ):
             refusal = f"batch starts at {op.start}, before the log's position {event.start}"
         if refusal is not None or held is None:
-            if held is None:
-                return  # the claim is gone: nobody to answer
-            landed = isinstance(event, ev.MessagesClaimed) and event.token == held.token
-            if landed and held.position is not None and op.end > held.position:
-                lost_from = max(held.position, op.start)
-                held.position = op.end  # reserved in the log: never handled now
-                self._lost(held, lost_from, op.end, obs.LossCause.REFUSED, str(refusal))
+            if held is None:  # the claim is gone: nobody to answer; if it landed, it is lost
+                if isinstance(event, ev.MessagesClaimed):
+                    start = op.start if event.start is None else event.start
+                    why = f"reserved in the log after the claim was let go: {refusal}"
+                    self.ctx.amo_lost(op.key, start, op.end, obs.LossCause.REFUSED, why)
+                return
+            if isinstance(event, ev.MessagesClaimed) and event.token == held.token:
+                self._reserved_not_granted(held, op, event, str(refusal))
             if asker:
                 held.refused_from = refused_from(held, op.start)
                 for covered in held.covered:  # (asked before it: the child ends at the first)
@@ -201,6 +204,7 @@ class Children:
         held.position = max(held.position or 0, op.end)
         for covered in held.covered:  # reserved by this batch's record too: below its end
             self.keeping.tell(op.key, ipc.Grant(covered, True, ""))
+        self._forget_unconfirmed(held, held.covered)
         held.covered.clear()
         self.keeping.tell(op.key, ipc.Grant(op.request_id, True, ""))
 
@@ -235,13 +239,86 @@ class Children:
                 self.keeping.tell(op.key, ipc.Grant(op.request_id, True, ""))
             else:
                 held.covered.append(op.request_id)  # answered with the later batch's verdict
+                self._unconfirmed(op)
             return
+        self._unconfirmed(op)  # refused below: if it landed, its records are lost
         held.refused_from = refused_from(held, op.start)
         for covered in held.covered:
             self.keeping.tell(op.key, ipc.Grant(covered, False, "not reserved"))
         held.covered.clear()
         grant = ipc.Grant(op.request_id, False, f"reservation not written: {error}")
         self.keeping.tell(op.key, grant)
+
+    def reservation_landed(self, event: ev.MessagesClaimed, now: float) -> None:
+        """The fold shows a reservation of this instance landed that no write in flight was
+        told: one given up on (told it failed, or no verdict in time) and not written again.
+        Adopted as `Claiming.adopt_landed` adopts a claim: granted if its child still waits for
+        it (answered with a later batch, `covered`) and it could have been granted; else its
+        records are reserved in the log and nobody will be granted them: reported lost."""
+        ops = self.ctx.unconfirmed.get(event.key, [])
+        op = next((o for o in ops if o.message == event.message), None)
+        if op is None:
+            return  # not one given up on (a verdict that comes before its acknowledgement)
+        ops.remove(op)
+        if not ops:
+            del self.ctx.unconfirmed[event.key]
+        held = self.ctx.held.get(op.key)
+        if held is None or event.token != held.token:
+            # the claim is gone (or held again, under another token) and no child of it was
+            # granted these records: reserved in the log, never handled
+            start = op.start if event.start is None else event.start
+            self.ctx.amo_lost(op.key, start, op.end, obs.LossCause.REFUSED, UNCONFIRMED)
+            return
+        waits = held.child and op.child == held.child_no and op.request_id in held.covered
+        if (
+            waits
+            and held.phase in GRANTING
+            and now < held.lease
+            and held.refused_from is None
+            and (event.start is None or op.start >= event.start)
+        ):
+            held.position = max(held.position or 0, op.end)
+            granted = [r for r in held.covered if r <= op.request_id]  # asked before it: below
+            for request_id in granted:
+                self.keeping.tell(op.key, ipc.Grant(request_id, True, ""))
+            held.covered = [r for r in held.covered if r > op.request_id]
+            self._forget_unconfirmed(held, granted)
+            self.ctx.say("info", "reservation_adopted", topic=op.key.topic,
+                         partition=op.key.partition, start=op.start, end=op.end)  # fmt: skip
+            return
+        self._reserved_not_granted(held, op, event, UNCONFIRMED)
+
+    def _reserved_not_granted(
+        self, held: HeldClaim, op: Op, event: ev.MessagesClaimed, why: str
+    ) -> None:
+        """The log accepted ``op``'s reservation under the held token, and its child is not
+        granted it: the records its record reserved (from the log's position there to its
+        end) are never handled now; no child was granted them (only this verdict, or a later
+        batch's for a request given up on, grants them), whatever order the verdicts come in
+        (a verdict is acted on at its acknowledgement). The position moves past them (the
+        next child starts after them instead of asking for what the log refuses)."""
+        if held.position is None:
+            return
+        start = op.start if event.start is None else event.start  # what its record reserved
+        held.position = max(held.position, op.end)  # reserved in the log: never handled now
+        self._lost(held, start, op.end, obs.LossCause.REFUSED, why)
+
+    def _unconfirmed(self, op: Op) -> None:
+        """``op``'s reservation was given up on: remember it in case it landed."""
+        ops = self.ctx.unconfirmed.setdefault(op.key, [])
+        ops.append(op)
+        del ops[:-UNCONFIRMED_KEPT]
+
+    def _forget_unconfirmed(self, held: HeldClaim, request_ids: list[int]) -> None:
+        """The reservations given up on for these requests of the claim's child were granted
+        after all (a later batch's record covers them): none of them can be lost now."""
+        ops = self.ctx.unconfirmed.get(held.key)
+        if not ops or not request_ids:
+            return
+        gone = set(request_ids)
+        ops[:] = [o for o in ops if not (o.child == held.child_no and o.request_id in gone)]
+        if not ops:
+            del self.ctx.unconfirmed[held.key]
 
     def exited(self, exited: inp.ChildExited) -> None:
         """A child ended (its process group is gone): respawn, restart later, or release."""
@@ -318,26 +395,8 @@ class Children:
             keeping.finish(held, now, release=held.phase is Phase.STOPPING)
 
     def _lost(self, held: HeldClaim, start: int, end: int, cause: obs.LossCause, why: str) -> None:
-        """AMO: ``start``..``end`` is reserved in the log and nobody will handle it: say so,
-        for each part not said before (a refused reservation, then the child's end)."""
-        pieces = [(start, end)] if start < end else []
-        for a, b in held.lost:  # take out what was reported already
-            pieces = [p for s, e in pieces for p in ((s, min(e, a)), (max(s, b), e)) if p[0] < p[1]]
-        key = held.key
-        for s, e in pieces:
-            held.lost.append((s, e))
-            self.ctx.observe(obs.AmoLost(key, s, e, cause))
-            self.ctx.say(
-                "warning",
-                "amo_records_lost",
-                topic=key.topic,
-                partition=key.partition,
-                start=s,
-                end=e,
-                records=e - s,
-                cause=cause.value,
-                reason=why,
-            )
+        """AMO: ``start``..``end`` is reserved in the log and nobody will handle it."""
+        self.ctx.held_lost(held, start, end, cause, why)
 
 
 def refused_from(held: HeldClaim, start: int) -> int:

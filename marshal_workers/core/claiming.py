@@ -119,7 +119,7 @@ class Claiming:
         if not isinstance(event, ev.HeartbeatAccepted):
             ctx.say("info", "claim_not_resumed", topic=key.topic, partition=key.partition)
             return
-        held = self.keeping.hold(key, event.token, ctx.lease_from(op.sent_at), now)
+        held = self.keeping.hold(key, event.token, ctx.lease_of(op), now)
         self._announced(key, now)
         if not held.is_member:
             # The old instance may still run (another host with this client id): its lease
@@ -174,7 +174,7 @@ class Claiming:
             self._next_claim = min(self._next_claim, now)
             return
         self.first_sent.pop(key, None)
-        self._won(key, event.token, ctx.lease_from(op.sent_at), event.previous_client, now)
+        self._won(key, event.token, ctx.lease_of(op), event.previous_client, now)
 
     def adopt_landed(self, key: ClaimKey, now: float) -> bool:
         """Hold ``key`` if the fold shows this instance holding it though no verdict on its
@@ -295,6 +295,7 @@ class Claiming:
             held.lookup_pending = False
             if held.position is None:
                 held.position = found.offset
+                held.durable = False  # the log has no position yet: heartbeat it first
 
     def start_failed(self, failed: inp.StartFailed) -> None:
         """Starting one claim failed: let it go (it goes stale) and back off; others go on."""

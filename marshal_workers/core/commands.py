@@ -58,7 +58,7 @@ class TellChild:
 
 @dataclass(frozen=True, slots=True)
 class SetLease:
-    """Write the claim's lease deadline (monotonic seconds) to shared memory; 0 revokes."""
+    """Write the claim's lease deadline (lease-clock seconds) to shared memory; 0 revokes."""
 
     key: ClaimKey
     deadline: float
@@ -83,6 +83,12 @@ class LookupStart:
 class Discover:
     """Ask for the group's data partitions and the coordination topic's partition count;
     report `PartitionsFound` or `DiscoveryFailed` (off the loop)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FindLogEnd:
+    """Ask where each coordination partition ends now; report `LogEndFound` (off the loop). A
+    failure is dropped: the member asks again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +124,7 @@ Command = (
     | DropLease
     | LookupStart
     | Discover
+    | FindLogEnd
     | Log
     | Observe
     | Exit

@@ -49,6 +49,8 @@ class HeldClaim:
     term_sent: bool = False
     kill_sent: bool = False
     lookup_pending: bool = False
+    durable: bool = True  # False: the position came from a start lookup and no heartbeat
+    # carrying it has been accepted yet; the child waits (a later lookup could jump past it)
     settle: Settle | None = None  # the next child dead-letters or skips these records first
     child_no: int = 0  # the child's number (`Context.children_started`): a grant answers only
     # the child that asked

@@ -1,8 +1,9 @@
 """What goes into a member's core: everything the outside world tells it, with the time.
 
-Each input is a frozen slotted dataclass. ``now`` is the runtime's monotonic clock in seconds
-(CLOCK_MONOTONIC, which every process on the host shares, so leases computed from it mean the
-same to a child). The core never reads a clock: time is what these inputs say.
+Each input is a frozen slotted dataclass. ``now`` is the runtime's lease clock in seconds
+(`common.leaseclock`: CLOCK_BOOTTIME on Linux, which counts a suspend; every process on the
+host reads the same clock, so leases computed from it mean the same to a child). The core
+never reads a clock: time is what these inputs say.
 """
 
 from __future__ import annotations
@@ -119,6 +120,15 @@ class StartFailed:
     error: str
 
 
+@dataclass(frozen=True, slots=True)
+class LogEndFound:
+    """Where each coordination partition ended when asked (`FindLogEnd`): the member reads to
+    there before it writes again."""
+
+    now: float
+    ends: Mapping[int, int]
+
+
 Input = (
     Tick
     | RecordsRead
@@ -131,4 +141,5 @@ Input = (
     | DiscoveryFailed
     | StartFound
     | StartFailed
+    | LogEndFound
 )

@@ -95,16 +95,29 @@ class Keeping:
             held.phase = Phase.RUNNING  # no child to replace: the next one starts fresh
         if held.is_member or held.position is None:
             return
-        if held.phase is Phase.STARTING and now >= held.start_after and now < held.lease:
-            held.phase = Phase.RUNNING
-            if self.parking.allows(held, now):
-                self.spawn(held, restart=False, now=now)
+        if held.phase is Phase.STARTING:
+            self.start_child(held, now)
         elif (
             held.phase is Phase.RUNNING
             and held.restart_at <= now < held.lease
             and self.parking.allows(held, now)
         ):
             self.spawn(held, restart=held.failures > 0, now=now)
+
+    def start_child(self, held: HeldClaim, now: float) -> None:
+        """A claim won or taken over starts its first child once its position is known and in
+        the log (`HeldClaim.durable`: a looked-up start is heartbeated first, so a later holder
+        resumes there instead of looking up a later one past what this child did), the old
+        instance's lease has ended (a takeover) and its own lease runs."""
+        if (
+            held.phase is Phase.STARTING
+            and held.position is not None
+            and held.durable
+            and held.start_after <= now < held.lease
+        ):
+            held.phase = Phase.RUNNING
+            if self.parking.allows(held, now):
+                self.spawn(held, restart=False, now=now)
 
     def heartbeat_owed(self, held: HeldClaim, now: float) -> bool:
         """Whether the claim's next heartbeat is due, or one must follow a heartbeat that went
@@ -197,8 +210,9 @@ class Keeping:
                 continue
             self.ctx.append(Kind.RESERVE, held.key, message, now, **extra)
 
-    def heartbeat_decided(self, op: Op, event: ev.Event) -> None:
-        """A heartbeat folded valid extends the lease by what it proves."""
+    def heartbeat_decided(self, op: Op, event: ev.Event, now: float) -> None:
+        """A heartbeat folded valid extends the lease by what it proves, and makes a looked-up
+        start durable (its child may start now)."""
         held = self.ctx.held.get(op.key)
         if (
             held is not None
@@ -206,10 +220,13 @@ class Keeping:
             and isinstance(event, ev.HeartbeatAccepted)
             and event.token == held.token
         ):
-            deadline = self.ctx.lease_from(op.sent_at)
+            deadline = self.ctx.lease_of(op)
             if deadline > held.lease:
                 held.lease = deadline
                 self.ctx.out.append(cmd.SetLease(held.key, deadline))
+            if not held.durable and held.position is not None and op.end >= held.position:
+                held.durable = True
+                self.start_child(held, now)
 
     def late_heartbeat_landed(self, event: ev.HeartbeatAccepted) -> None:
         """A heartbeat of this instance with no known operation was accepted: one given up on
@@ -242,6 +259,26 @@ class Keeping:
         else:
             self.drop(key)
 
+    def clock_stood_still(self, now: float) -> None:
+        """The lease clock stood still while the log's time (or the wall clock) ran on: every
+        lease was judged on it and may have ended long ago, a rival may hold the claim. End
+        them all now: revoke each child's lease and kill its process group. What follows is
+        what follows a lease that ran out: nothing that carries a claim's position is written
+        again (decision 19: no heartbeat, release, reservation or failure count), each claim
+        is forgotten once its child is gone, its position kept for a claim won back with
+        nobody in between (`reclaim`)."""
+        for held in self.ctx.held.values():
+            if held.phase is Phase.LOST:
+                continue
+            held.lease = min(held.lease, now)
+            if held.revoked_lease is not None:
+                held.revoked_lease = min(held.revoked_lease, now)
+            held.held_back.clear()  # (their children are killed: nobody to answer)
+            self.ctx.out.append(cmd.SetLease(held.key, 0.0))
+            if held.child and not held.kill_sent:
+                held.kill_sent = held.term_sent = True
+                self.signal_child(held, signal.SIGKILL, "lease clock stood still")
+
     def drop(self, key: ClaimKey) -> None:
         """Forget a claim (its lease's shared memory may go)."""
         if self.ctx.held.pop(key, None) is not None:
@@ -255,7 +292,10 @@ class Keeping:
         until then the claim stays held (and heartbeated) and the release waits. It waits too
         while a failure count of the claim is being written (again, after a failed write): the
         log counts a failure only from the holder, so a release landing first loses the count
-        and the record is tried once more than ``poison_park_after`` (marshal-sim)."""
+        and the record is tried once more than ``poison_park_after`` (marshal-sim); and, in AMO,
+        while a reservation of the claim is in flight: if it landed with its child gone, its
+        records are lost, and said so while the claim is still known (`reserved_not_granted`
+        is the backstop for one nothing told of)."""
         if release and self.release_waits(held, now) and held.phase is not Phase.LOST:
             held.phase = Phase.STOPPING  # `keep` comes back to it
             return
@@ -265,6 +305,7 @@ class Keeping:
                 self.withhold_release(held)
                 return
             held.phase = Phase.RELEASING
+            self.reserved_not_granted(held)
             position = held.position
             state = self.ctx.state_of(held.key)
             if state is not None and state.certain and state.token == held.token:
@@ -273,6 +314,22 @@ class Keeping:
             self.ctx.append(Kind.RELEASE, held.key, message, now, end=position)
         else:
             self.drop(held.key)
+
+    def reserved_not_granted(self, held: HeldClaim) -> None:
+        """AMO, as a claim is let go with no reservation of it in flight: what the fold shows
+        reserved under its token beyond what its children were granted (the position) is lost,
+        and said so. Every path that refuses a landed reservation reports it as it goes; this
+        is the backstop for one whose landing nothing told, so that no loss goes unreported."""
+        if self.ctx.s.mode is not Mode.AMO or held.position is None:
+            return
+        state = self.ctx.state_of(held.key)
+        if state is None or not state.certain or state.token != held.token:
+            return
+        reserved = state.committed or 0
+        if reserved > held.position and not self.ctx.pending.in_flight(Kind.RESERVE, held.key):
+            start, held.position = held.position, reserved
+            why = "reserved in the log, never granted"
+            self.ctx.held_lost(held, start, reserved, obs.LossCause.REFUSED, why)
 
     def withhold_release(self, held: HeldClaim) -> None:
         """The lease ran out before the release: write none, forget the claim.
@@ -291,6 +348,7 @@ class Keeping:
         claim this member wins back with nobody in between (`reclaim`)."""
         key = held.key
         assert held.position is not None
+        self.reserved_not_granted(held)
         self.ctx.say(
             "warning",
             "release_withheld",
@@ -303,8 +361,15 @@ class Keeping:
         self.drop(key)
 
     def release_waits(self, held: HeldClaim, now: float) -> bool:
-        """Whether a release of ``held`` must wait (see `finish`)."""
-        return now < held.start_after or self.ctx.pending.in_flight(Kind.POISON, held.key)
+        """Whether a release of ``held`` must wait (see `finish`): for the old instance's lease,
+        a failure count being written, or a reservation's verdict (AMO: if it landed and its
+        child is gone, its records are lost, and reported as the claim is still held)."""
+        pending = self.ctx.pending
+        return (
+            now < held.start_after
+            or pending.in_flight(Kind.POISON, held.key)
+            or pending.in_flight(Kind.RESERVE, held.key)
+        )
 
     def release_decided(self, op: Op, event: ev.Event) -> None:
         """The release's verdict: the claim is forgotten either way."""

@@ -29,7 +29,10 @@ Leases. A heartbeat sent at local time s and folded valid extends the claim's le
 s + 2*HB - margin (`core.leases`); heartbeats go out every HB/2 per claim. The child reads the
 lease from shared memory (`SetLease`). When the fold shows a claim lost (a refused heartbeat,
 another instance of this client took it over, someone else won it) the lease is revoked and
-the child's process group killed; before a lease ends the child gets TERM, then KILL.
+the child's process group killed; before a lease ends the child gets TERM, then KILL. Local
+time is the lease clock; when the log's time or the wall clock shows it stood still
+(`core.clockcheck`), every lease ends at once (children killed, nothing carrying a position
+written again on them) and the member reads the log to its end before it claims again.
 
 Restart recovery. At start, each fresh claim this client holds in its own group and topics is
 taken over with a heartbeat from this instance. The rationalizer gives the takeover a new
@@ -61,7 +64,7 @@ reloads and pauses. They share only `context.MemberState`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, EXIT_GO_FLEET
 from marshal_workers.core import commands as cmd
@@ -78,6 +81,7 @@ from marshal_workers.core.pending import Kind, Op
 from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.leases import clock_tolerance
 from marshal_workers.protocol.members import MEMBER_PREFIX, is_member_key
 from marshal_workers.protocol.rationalizer import GroupPause, World, fold
 from marshal_workers.protocol.recordfailures import PoisonCleared, PoisonVerdict
@@ -132,6 +136,8 @@ class Member:
             self.claiming.start_found(event)
         elif isinstance(event, inp.StartFailed):
             self.claiming.start_failed(event)
+        elif isinstance(event, inp.LogEndFound):
+            self._log_end_found(event)
         return self.ctx.out
 
     def begin(self, now: float, wall: float, partitions: Iterable[ClaimKey]) -> list[cmd.Command]:
@@ -202,8 +208,11 @@ class Member:
 
     # ---- the log ----------------------------------------------------------------------------
 
-    def _fold(self, records: Iterable[CoordRecord], now: float) -> None:
+    def _fold(self, records: Sequence[CoordRecord], now: float) -> None:
         worlds, group, started = self.ctx.worlds, self.s.group, self.started
+        seen = self.ctx.clock_check.seen
+        lost = max((seen(r.partition, r.timestamp_ms, now) for r in records), default=0.0)
+        self._check_clock(lost, now, "log time")  # before any verdict is acted on
         newest: dict[int, int] = {}
         for record in records:
             world = worlds[record.partition]
@@ -227,6 +236,8 @@ class Member:
                 self.claiming.member_keys.add(event.key)
         for partition, log_time in newest.items():
             self.ctx.clock.saw(partition, log_time, now)
+        if self.ctx.resync:
+            self._resynced(now)
 
     def _on_event(self, event: ev.ClaimVerdict, now: float) -> None:
         """A verdict on a claim of this member's group."""
@@ -237,6 +248,8 @@ class Member:
             self._resolve(op, event, now)
         elif mine and isinstance(event, ev.HeartbeatAccepted):
             self.keeping.late_heartbeat_landed(event)
+        elif mine and isinstance(event, ev.MessagesClaimed):
+            self.children.reservation_landed(event, now)
         elif mine and isinstance(event, ev.ClaimGranted):
             self.claiming.late_grant(event, now)
         key = event.key
@@ -299,7 +312,7 @@ class Member:
         elif op.kind is Kind.TAKEOVER:
             self.claiming.takeover_decided(op, event, now)
         elif op.kind is Kind.HEARTBEAT:
-            self.keeping.heartbeat_decided(op, event)
+            self.keeping.heartbeat_decided(op, event, now)
         elif op.kind is Kind.RESERVE:
             self.children.reservation_decided(op, event, now)
             held = self.ctx.held.get(op.key)
@@ -311,7 +324,11 @@ class Member:
             self.parking.decided(op, event)
 
     def _appended(self, done: inp.AppendDone) -> None:
-        pending = self.ctx.pending
+        pending, landed = self.ctx.pending, done.appended
+        op = pending.ops.get(done.op)
+        sent_at = None if op is None or op.before_stall else op.sent_at
+        lost = self.ctx.clock_check.landed(landed.partition, landed.log_time, sent_at, done.now)
+        self._check_clock(lost, done.now, "log time")
         early = pending.appended(done.op, done.appended.partition, done.appended.offset)
         if early is not None:
             op = pending.take(done.op)
@@ -319,7 +336,13 @@ class Member:
                 self._resolve(op, early, done.now)
 
     def _gave_up(self, op: Op, error: str, now: float) -> None:
-        """A write failed or its verdict never came: undo what waited for it."""
+        """A write failed or its verdict never came: undo what waited for it. Unless the fold
+        already showed its record landed (a timeout after which the record still appears,
+        folded before the acknowledgement said so): then it is decided on that verdict."""
+        landed = self.ctx.pending.early_verdict(op)
+        if landed is not None:
+            self._resolve(op, landed, now)
+            return
         ctx, key = self.ctx, op.key
         ctx.observe(obs.CoordinationWrite(op.kind.value, now - op.sent_at, False))
         ctx.say(
@@ -332,7 +355,7 @@ class Member:
         )
         if op.kind in (Kind.CLAIM, Kind.TAKEOVER):
             self.claiming.gave_up(op, now)
-        elif op.kind is Kind.HEARTBEAT:
+        elif op.kind is Kind.HEARTBEAT and not op.before_stall:
             late = ctx.late_heartbeats.setdefault(key, [])
             if len(late) < LATE_HEARTBEATS_KEPT:
                 late.append(op.sent_at)
@@ -349,6 +372,7 @@ class Member:
     def _tick(self, tick: inp.Tick) -> None:
         ctx, now = self.ctx, tick.now
         ctx.wall = tick.wall
+        self._check_clock(ctx.clock_check.ticked(now, tick.wall), now, "wall clock")
         for op in ctx.pending.expired(now, self.s.op_timeout):
             self._gave_up(op, "no verdict in time", now)
         self.keeping.take_positions(tick.positions)
@@ -363,8 +387,58 @@ class Member:
         if now >= self._next_discovery:
             self._next_discovery = now + self.s.discovery_interval
             ctx.out.append(cmd.Discover())
+        if ctx.resync is not None:
+            self._resync_wait(now)
+            return  # nothing claimed before the log is read to its end
         if not self.operator.react_to_pause(now):
             self.claiming.rebalance(now)
+
+    # ---- a lease clock that stood still -----------------------------------------------------
+
+    def _check_clock(self, lost: float, now: float, seen_by: str) -> None:
+        """``lost``: seconds the lease clock failed to count, as ``seen_by`` shows. Above the
+        tolerance every lease judged on it ends now (`Keeping.clock_stood_still`): none of
+        them can be trusted (a rival may have won the claim by the broker's clock), so no
+        heartbeat, reservation, release or count is written on them again, and writes in
+        flight that were sent on that clock prove no lease (`MemberState.lease_of`). The
+        member then reads the log to the end it has now before it claims anything."""
+        ctx = self.ctx
+        if lost <= clock_tolerance(self.s.heartbeat_interval):
+            return
+        ctx.say("error", "lease_clock_stood_still", lost_s=round(lost, 3), seen_by=seen_by,
+                claims=len(ctx.held))  # fmt: skip
+        ctx.clock_check.forget_anchors()
+        for op in ctx.pending.ops.values():
+            op.before_stall = True
+        ctx.late_heartbeats.clear()
+        self.claiming.first_sent.clear()
+        self.keeping.clock_stood_still(now)
+        ctx.resync = {}
+        ctx.resync_asked_at = now
+        ctx.out.append(cmd.FindLogEnd())
+
+    def _resync_wait(self, now: float) -> None:
+        """Reading the log to its end after the lease clock stood still: ask again where it
+        ends while no answer came."""
+        ctx = self.ctx
+        if not ctx.resync and now - ctx.resync_asked_at >= self.s.heartbeat_interval / 2:
+            ctx.resync_asked_at = now
+            ctx.out.append(cmd.FindLogEnd())
+
+    def _log_end_found(self, found: inp.LogEndFound) -> None:
+        ctx = self.ctx
+        if ctx.resync is not None and not ctx.resync:
+            ctx.resync = dict(found.ends)
+            self._resynced(found.now)
+
+    def _resynced(self, now: float) -> None:
+        """The member may write again once its fold has reached the ends it was given."""
+        ctx = self.ctx
+        ends = ctx.resync
+        if not ends or any(ctx.worlds[p].next_offset < end for p, end in ends.items()):
+            return
+        ctx.resync = None
+        ctx.say("info", "coordination_log_reread", partitions=len(ends))
 
     def _refuse_go_fleet(self, event: ev.Malformed) -> None:
         """A keyless Marshal record of this group: a Marshal Go fleet writes to it, and both

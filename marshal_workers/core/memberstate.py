@@ -13,9 +13,10 @@ from collections import deque
 from dataclasses import replace
 
 from marshal_workers.core import commands as cmd
+from marshal_workers.core import observations as obs
+from marshal_workers.core.clockcheck import ClockCheck
 from marshal_workers.core.heldclaim import HeldClaim
 from marshal_workers.core.logclock import LogClock
-from marshal_workers.core.observations import Observation
 from marshal_workers.core.pending import Kind, Op, Pending
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc.messages import POISON_WINDOW_S
@@ -50,6 +51,12 @@ class MemberState:
         mine = replace(settings.rationalizer, only_group=settings.group)
         self.worlds = {p: World(mine, p) for p in range(n)}
         self.clock = LogClock()
+        self.clock_check = ClockCheck()
+        # After the lease clock stood still: the end of each coordination partition to read
+        # before the member writes again (None: not waiting; empty: asked, no answer yet), and
+        # when to ask again.
+        self.resync: dict[int, int] | None = None
+        self.resync_asked_at = 0.0
         self.pending = Pending()
         self.held: dict[ClaimKey, HeldClaim] = {}
         self.avoid_until: dict[ClaimKey, float] = {}
@@ -59,6 +66,10 @@ class MemberState:
         # Send times of heartbeats given up on (no acknowledgement or verdict in time), oldest
         # first, per claim: the producer may still deliver them when a stall ends.
         self.late_heartbeats: dict[ClaimKey, list[float]] = {}
+        # AMO: reservations given up on (not written again) whose child was not granted their
+        # records, per claim: if the fold shows one landed after all, it is adopted (granted, if
+        # its child still waits) or its records are reported lost (`Children.reservation_landed`)
+        self.unconfirmed: dict[ClaimKey, list[Op]] = {}
         # Positions of claims whose release after an expired lease was not confirmed.
         self.expired_positions: dict[ClaimKey, int] = {}
         self.children_started = 0  # numbers children across claims (`HeldClaim.child_no`)
@@ -129,6 +140,7 @@ class MemberState:
     ) -> Op:
         """Write ``message`` to its coordination partition: a pending operation."""
         op = self.pending.add(kind, key, now, **extra)
+        op.message = message
         if isinstance(message, RecordFailed | PoisonResolved):
             record, value = poison_record_key(message), encode_poison(message)
         else:
@@ -145,15 +157,50 @@ class MemberState:
         """A log line."""
         self.out.append(cmd.Log(level, event, fields))
 
-    def observe(self, what: Observation) -> None:
+    def observe(self, what: obs.Observation) -> None:
         """Tell the observers (metrics, systemd, offsets)."""
         self.out.append(cmd.Observe(what))
+
+    def held_lost(
+        self, held: HeldClaim, start: int, end: int, cause: obs.LossCause, why: str
+    ) -> None:
+        """AMO: ``start``..``end`` of a held claim is reserved in the log and nobody will handle
+        it: reported for each part not reported before (a refused reservation, then the child's
+        end)."""
+        pieces = [(start, end)] if start < end else []
+        for a, b in held.lost:  # take out what was reported already
+            pieces = [p for s, e in pieces for p in ((s, min(e, a)), (max(s, b), e)) if p[0] < p[1]]
+        for s, e in pieces:
+            held.lost.append((s, e))
+            self.amo_lost(held.key, s, e, cause, why)
+
+    def amo_lost(self, key: ClaimKey, start: int, end: int, cause: obs.LossCause, why: str) -> None:
+        """AMO: ``start``..``end`` of ``key`` is lost: the warning `amo_records_lost` and the
+        observation the loss metric (`marshal_amo_lost_records_total`) counts."""
+        self.observe(obs.AmoLost(key, start, end, cause))
+        self.say(
+            "warning",
+            "amo_records_lost",
+            topic=key.topic,
+            partition=key.partition,
+            start=start,
+            end=end,
+            records=end - start,
+            cause=cause.value,
+            reason=why,
+        )
 
     # ---- arithmetic -------------------------------------------------------------------------
 
     def lease_from(self, sent_at: float) -> float:
         """The lease a heartbeat (or claim) sent at ``sent_at`` proves, once folded valid."""
         return lease_deadline(sent_at, self.s.heartbeat_interval, self.s.margin)
+
+    def lease_of(self, op: Op) -> float:
+        """The lease ``op``'s heartbeat or claim proves, once folded valid: none (0) if it was
+        sent before the lease clock was found to have stood still (its send time is on that
+        clock, and may be any time before the broker's)."""
+        return 0.0 if op.before_stall else self.lease_from(op.sent_at)
 
     def jitter(self, low: float, high: float) -> float:
         """A random fraction of HB in [low, high) (seeded per instance: runs replay)."""

@@ -9,11 +9,12 @@ known operation yet, waits here until its acknowledgement names it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from marshal_workers.protocol import events as ev
-from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.protocol.recordfailures import PoisonMessage
+from marshal_workers.protocol.wire import ClaimKey, Message
 
 WRITE_TRIES = 3  # a reservation or a failure count whose write failed is written this often
 
@@ -42,6 +43,9 @@ class Op:
     end: int = 0  # RESERVE: the first offset after the batch; HEARTBEAT: the offset sent
     child: int = 0  # RESERVE: the child that asked (`HeldClaim.child_no`)
     tries: int = 0  # RESERVE, POISON: writes of the same record before this one (`WRITE_TRIES`)
+    # sent before the lease clock was found to have stood still: its send time proves no lease
+    before_stall: bool = field(default=False, init=False)
+    message: Message | PoisonMessage | None = field(default=None, init=False)  # what it wrote
 
 
 class Pending:
@@ -89,6 +93,18 @@ class Pending:
             return self.ops.pop(number, None)
         if mine:
             self._early[position] = (event, now)
+        return None
+
+    def early_verdict(self, op: Op) -> ev.Event | None:
+        """The verdict on ``op``'s record if the fold reached it before its acknowledgement,
+        removed: a write given up on (told it failed, or no acknowledgement in time) whose
+        record the fold shows landed after all."""
+        if op.message is None:
+            return None
+        for position, (event, _) in self._early.items():
+            if getattr(event, "message", None) == op.message:
+                del self._early[position]
+                return event
         return None
 
     def expired(self, now: float, older_than: float) -> list[Op]:

@@ -16,11 +16,12 @@ torn value; the cells are not read as a consistent set (each is meaningful on it
   it is set ended inside a handler call (on the record at ``position``); the supervisor's
   backstop (`exitpolicy.watch_call`) sees a call that is stuck as the same (run, position) for
   longer than the handler timeout.
-- ``started`` (double, monotonic; 0: none): when the handler call in progress began, as the
-  child's watchdog publishes it every tick (at most one tick old; the child's own exact copy
-  is `callclock.CallClock`): the supervisor shows calls past half the timeout.
+- ``started`` (double, the lease clock `common.leaseclock`; 0: none): when the handler call in
+  progress began, as the child's watchdog publishes it every tick (at most one tick old; the
+  child's own exact copy is `callclock.CallClock`): the supervisor shows calls past half the
+  timeout.
 - ``unit_end`` (int64, -1: one record): a ``handle_batch`` call covers ``position`` to it.
-- ``keep_until`` (double, monotonic; 0: none): the deadline ``ctx.keepalive()`` last gave,
+- ``keep_until`` (double, the lease clock; 0: none): the deadline ``ctx.keepalive()`` last gave,
   for the supervisor's backstop.
 - ``fence`` (int64, 0: none): the exit code the watchdog meant when it ended the child.
 """

@@ -1,12 +1,13 @@
 """The lease a child may process under, shared between supervisor and child in shared memory.
 
-The supervisor writes the deadline (CLOCK_MONOTONIC seconds, which every process on the host
-shares) each time a heartbeat of the claim is folded as valid; the child reads it before every
+The supervisor writes the deadline (seconds on the lease clock, `common.leaseclock`:
+CLOCK_BOOTTIME on Linux, which counts a suspend and which every process on the host shares)
+each time a heartbeat of the claim is folded as valid; the child reads it before every
 batch and every handler call, and a watchdog thread in the child ends the process at the
 deadline even if the supervisor is frozen. docs/design.md gives the argument:
 
     a rival can claim only at log time > last valid heartbeat + 2*HB, so a holder that sent a
-    heartbeat at local monotonic time s (and saw it folded valid) is safe until s + 2*HB - margin.
+    heartbeat at lease-clock time s (and saw it folded valid) is safe until s + 2*HB - margin.
 
 A deadline of 0 means "no lease": stop now. Writes are single 8-byte stores of aligned doubles,
 so a reader never sees a torn value.
@@ -15,10 +16,10 @@ so a reader never sees a torn value.
 from __future__ import annotations
 
 import ctypes
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from marshal_workers.common import leaseclock
 from marshal_workers.ipc.callstate import CallCells
 from marshal_workers.protocol.leases import default_margin, lease_deadline
 
@@ -35,7 +36,7 @@ class SharedLease:
     child at spawn), with the claim's `CallCells` beside it (``calls``: the handled position,
     the handler call in progress, the child's fence note)."""
 
-    def __init__(self, ctx: ChildContext, clock: Clock = time.monotonic) -> None:
+    def __init__(self, ctx: ChildContext, clock: Clock = leaseclock.now) -> None:
         self._deadline: Any = ctx.RawValue(ctypes.c_double, 0.0)
         self._clock = clock
         self.calls = CallCells(ctx)
@@ -45,7 +46,7 @@ class SharedLease:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._deadline = state["_deadline"]
-        self._clock = time.monotonic
+        self._clock = leaseclock.now
         self.calls = state["calls"]
 
     @property
@@ -56,7 +57,7 @@ class SharedLease:
 
     @property
     def deadline(self) -> float:
-        """The monotonic time at which the lease ends (0: no lease)."""
+        """The lease-clock time at which the lease ends (0: no lease)."""
         return float(self._deadline.value)
 
     def extend_to(self, deadline: float) -> None:

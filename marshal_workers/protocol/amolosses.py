@@ -112,19 +112,23 @@ class _Partition:
     last: AmoLoss | None = None
     ranges: int = 0
     records: int = 0
+    every: list[AmoLoss] | None = None  # each loss, when asked for (`AmoLosses(keep=True)`)
 
     def lost(self, loss: AmoLoss | None) -> None:
         if loss is not None:
             self.last = loss
             self.ranges += 1
             self.records += loss.records or 0
+            if self.every is not None:
+                self.every.append(loss)
 
 
 class AmoLosses:
     """The AMO losses the log shows, per data partition (see the module docstring)."""
 
-    def __init__(self, heartbeat_interval_ms: int) -> None:
+    def __init__(self, heartbeat_interval_ms: int, *, keep: bool = False) -> None:
         self.hb = heartbeat_interval_ms
+        self.keep = keep  # keep every loss, not only each partition's newest (`every`)
         self._partitions: dict[ClaimKey, _Partition] = {}
         self._pausers: dict[tuple[int, str], set[str]] = {}  # (coord partition, group)
         self._pause_until: dict[tuple[int, str], int] = {}
@@ -175,6 +179,16 @@ class AmoLosses:
         """The data partitions of ``group`` that ever reserved or were claimed."""
         return [key for key in self._partitions if key.group == group]
 
+    def every(self, at_ms: int) -> list[AmoLoss]:
+        """Every loss the log shows as of ``at_ms`` (needs ``keep``): each partition's ranges
+        in log order, then those of holders silent over 2*HB by then."""
+        out = [loss for part in self._partitions.values() for loss in part.every or ()]
+        for key, part in self._partitions.items():
+            settled = self._settled(key, part, at_ms)
+            if settled is not None:
+                out.append(settled)
+        return out
+
     def _settled(self, key: ClaimKey, part: _Partition, at_ms: int) -> AmoLoss | None:
         iv = part.open
         if iv is None or at_ms - iv.last_heartbeat_ms <= 2 * self.hb:
@@ -189,7 +203,7 @@ class AmoLosses:
             return None
         part = self._partitions.get(key)
         if part is None:
-            part = self._partitions[key] = _Partition()
+            part = self._partitions[key] = _Partition(every=[] if self.keep else None)
         return part
 
     def _granted(self, e: ev.ClaimGranted) -> None:

@@ -1,7 +1,10 @@
 """Leases as arithmetic, the one place the lease rule is written (docs/design.md, leases).
 
 A rival can claim only at log time > last valid heartbeat + 2*HB, so a holder that sent a
-heartbeat at local monotonic time s, and saw it folded valid, is safe until s + 2*HB - margin.
+heartbeat at time s on its lease clock (`common.leaseclock`: CLOCK_BOOTTIME, which counts a
+suspend), and saw it folded valid, is safe until s + 2*HB - margin, provided that clock ran
+while the broker's did: a clock that stood still longer than `clock_tolerance` is detected
+(`core.clockcheck`) and ends every lease judged on it.
 The supervisor TERMs a child a kill grace before that deadline and KILLs it at a third of it.
 Heartbeats go out every HB/2, so when coordination writes stall (a broker died) the last lease
 confirmed before the stall still runs 1.5*HB - margin - kill grace after the stall began:
@@ -13,13 +16,21 @@ from __future__ import annotations
 
 
 def lease_deadline(sent_at: float, heartbeat_interval_s: float, margin_s: float) -> float:
-    """The monotonic time until which a heartbeat sent at ``sent_at`` keeps the claim safe."""
+    """The lease-clock time until which a heartbeat sent at ``sent_at`` keeps the claim safe."""
     return sent_at + 2 * heartbeat_interval_s - margin_s
 
 
 def default_margin(heartbeat_interval_s: float) -> float:
     """Safety margin taken off every lease: a tenth of HB, at least 50 ms, at most 2 s."""
     return min(2.0, max(0.05, heartbeat_interval_s / 10))
+
+
+def clock_tolerance(heartbeat_interval_s: float) -> float:
+    """How much further the log's time (or the wall clock) may move than the lease clock before
+    a member takes its lease clock to have stood still: half the lease margin. A smaller loss
+    goes unnoticed and eats at most that half of the margin; the other half is left to a
+    write's latency (decision 19)."""
+    return default_margin(heartbeat_interval_s) / 2
 
 
 def kill_grace(heartbeat_interval_s: float) -> float:

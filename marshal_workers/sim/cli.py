@@ -28,15 +28,35 @@ def _spread(values: list[float]) -> dict[str, float] | None:
     }
 
 
+def replay(params: SimParams, seed: int) -> str:
+    """The command that runs ``seed`` of ``params`` again, exactly: every parameter of the run
+    (a parameter at its default is left out)."""
+    defaults = SimParams()
+    options = [
+        ("--members", params.members, defaults.members),
+        ("--groups", params.groups, defaults.groups),
+        ("--partitions", params.partitions, defaults.partitions),
+        ("--duration", params.duration, defaults.duration),
+        ("--heartbeat-interval", params.heartbeat_interval, defaults.heartbeat_interval),
+        ("--faults", ",".join(params.faults) or "none", ",".join(defaults.faults)),
+        ("--fault-count", params.fault_count, defaults.fault_count),
+        ("--ordering", params.ordering, defaults.ordering),
+        ("--workers-per-partition", params.workers_per_partition, 1),
+        ("--fail-rate", params.fail_rate, defaults.fail_rate),
+        ("--operator-skips", params.operator_skips, defaults.operator_skips),
+    ]
+    given = "".join(f" {name} {value}" for name, value, default in options if value != default)
+    return f"marshal-sim --seed {seed}{given}"
+
+
 def summarize(results: list[RunResult], params: SimParams, seconds: float) -> dict[str, Any]:
     """The JSON summary of a batch of runs."""
     sliced = params.ordering != Ordering.PARTITION.value
-    cut = f" --ordering {params.ordering} --workers-per-partition {params.workers_per_partition}"
     violations = [
         {
             "seed": r.seed,
             **v,
-            "replay": f"marshal-sim --seed {r.seed}{cut if sliced else ''}",
+            "replay": replay(params, r.seed),
             "trace": r.trace,
         }
         for r in results
@@ -58,6 +78,9 @@ def summarize(results: list[RunResult], params: SimParams, seconds: float) -> di
             "duration_s": params.duration,
             "heartbeat_interval_s": params.heartbeat_interval,
             "faults": list(params.faults),
+            "fault_count": params.fault_count,
+            "fail_rate": params.fail_rate,
+            "operator_skips": params.operator_skips,
             **(
                 {"ordering": params.ordering, "workers_per_partition": params.workers_per_partition}
                 if sliced
@@ -109,6 +132,12 @@ def summarize(results: list[RunResult], params: SimParams, seconds: float) -> di
     show_default=True,
     help="With `failures`: the share of coordination appends that fail (half land anyway).",
 )
+@click.option(
+    "--operator-skips",
+    default=0.0,
+    show_default=True,
+    help="With `poison`: the share of operators' decisions that skip the record (else retry).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def main(
     seeds: int,
@@ -124,6 +153,7 @@ def main(
     ordering: str,
     workers_per_partition: int,
     fail_rate: float,
+    operator_skips: float,
     as_json: bool,
 ) -> None:
     """Run a fleet of real member cores in virtual time against an in-memory coordination log,
@@ -140,6 +170,8 @@ def main(
         raise click.UsageError(str(exc)) from None
     if not 0 <= fail_rate < 1:
         raise click.UsageError("need 0 <= --fail-rate < 1")
+    if not 0 <= operator_skips <= 1:
+        raise click.UsageError("need 0 <= --operator-skips <= 1")
     base = SimParams(
         members=members,
         groups=groups,
@@ -151,6 +183,7 @@ def main(
         ordering=ordering,
         workers_per_partition=workers_per_partition,
         fail_rate=fail_rate,
+        operator_skips=operator_skips,
     )
     numbers = [seed] if seed is not None else list(range(first_seed, first_seed + seeds))
     started = time.monotonic()

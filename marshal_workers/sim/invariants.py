@@ -10,6 +10,13 @@
   whose write timed out may have landed: `FAULT_REFUSALS`); each such window is at most what a
   child may have reserved (``amo_window``: ``AHEAD + 1`` reservations of up to half of it). A
   child that stopped gracefully (exit 0) explains no loss;
+- ``amo_loss_reported``: in AMO every offset below the position the log ends with that nobody
+  handled was reported lost: by a member (its `AmoLost`: the warning `amo_records_lost` and
+  the loss metric) or by the log (`protocol.amolosses`, what `marshal-admin status` shows:
+  a crashed or replaced holder's last reservations, a release's unhandled rest), whatever the
+  path (a reservation given up on but landed included); but what children still had in hand
+  at the end, and, under a cleaner below the safe window, a reservation no fold could
+  confirm;
 - ``alo_no_skip``: in ALO every offset below the position the log ends with was handled (but
   a record an operator skipped: skip-record, accepted by the whole log), from
   where the partition's first claim started (its reset's watermark: groups alternate between
@@ -32,25 +39,28 @@
   pause of its group in force (from its first round on: issue 18.1);
 - ``poison_bounded``: a record that always fails is attempted at most ``park_after`` times,
   across members, restarts and compaction, plus one for each failure whose count never reached
-  the log because its member was killed, frozen or replaced before it landed, or because every
-  write of it failed (``WRITE_TRIES``). Checked exactly: the whole log's fold counts at most
-  ``park_after`` distinct failures of a record between two retries of it by an operator
-  (nobody tries a record the log has parked; the
-  same record written again after a write that timed out and landed is one failure), and each
-  member's failures that the whole log did not count are at most the faults that member
-  suffered;
+  the log because its member was killed, frozen, stalled or replaced before it landed, or
+  because every write of it failed (``WRITE_TRIES``). Checked exactly: the whole log's fold
+  counts at most ``park_after`` distinct failures of a record between two retries of it by an
+  operator (nobody tries a record the log has parked; the same record written again after a
+  write that timed out and landed is one failure), and each member's failures on a claim that
+  the whole log did not count are at most the faults that member suffered (one fault loses at
+  most the count in flight of each claim);
 - ``retry_heeded``: after an operator's retry of a failing record (``marshal-admin
   retry-record``), the fleet tries the record again within `retry_bound_s` of log time (a
   settle, a pause and a handler deadline): nothing that released the claim after its failures
   may leave it unclaimed;
 - ``release_claimed``: a member whose fold shows another member's release of a data claim of
   its group, and that has room for it in its fair share, claims it in that same turn, whatever
-  it handed over recently (`sim.releases`);
+  it handed over recently, unless it is reading the log again after its lease clock stood
+  still (`sim.releases`);
 - ``handler_deadline``: no handler call outlives its deadline by more than a second;
 - ``liveness``: after the last fault, every partition is held by a live member's child and
-  moving (records keep being produced), and shares are fair, within the stated bound (checked
-  in every run: each ends with a fault-free settle, and the fleet must be converged at one of
-  the checks in the `CHECK_WINDOW_S` after the bound).
+  moving (a record of its own handled in the last 2 s, or none available for that long: a
+  key slice may get one every few seconds), and shares are fair, within the stated bound
+  (checked in every run: each ends with a fault-free settle, and the fleet must be converged
+  at one of the checks in the `CHECK_WINDOW_S` after the bound; under lasting write failures,
+  whose leases can end at the bound itself, `FAILURES_RECOVERY_HB` longer).
 """
 
 from __future__ import annotations
@@ -60,6 +70,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from marshal_workers.protocol.amolosses import AmoLoss
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import World, resume_offset
 from marshal_workers.protocol.reservations import AHEAD, reservation_size
@@ -71,6 +82,7 @@ from marshal_workers.sim.children import SimChild
 # log reserved for a claim its member only stops ("claim not held") is a graceful loss.
 FAULT_REFUSALS = (
     "reservation not written",
+    "not reserved",  # asked before a batch whose write failed, and answered with its refusal
     "lease expired",
     "batch starts at",
     "an earlier batch was refused",
@@ -80,6 +92,7 @@ INVARIANTS = (
     "no_overlap",
     "amo_no_double_grant",
     "amo_loss_only_on_crash",
+    "amo_loss_reported",
     "alo_no_skip",
     "alo_rehandle_bound",
     "fold_agreement",
@@ -127,7 +140,8 @@ class Checker:
     handled_total: int = 0
     park_after: int = 4
     failures: dict[tuple[ClaimKey, int], int] = field(default_factory=dict)
-    failed_by: dict[str, int] = field(default_factory=dict)  # per member instance
+    # per member instance and claim
+    failed_by: dict[tuple[str, ClaimKey], int] = field(default_factory=dict)
     skipped: set[tuple[ClaimKey, int]] = field(default_factory=set)  # an operator's skips
     # AMO: per claim, the ranges a child had asked for and not handled when it crashed
     crash_windows: dict[ClaimKey, list[tuple[int, int]]] = field(
@@ -145,6 +159,15 @@ class Checker:
     owed: Callable[[ClaimKey, int, int], Sequence[int]] = range_of
     # AMO: per claim, (time, end) of every batch granted to a child, in time order
     grants: dict[ClaimKey, list[tuple[float, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+
+    # AMO: per claim, the ranges members reported lost (`AmoLost`)
+    reported: dict[ClaimKey, list[tuple[int, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    # AMO, under eager compaction: ranges a child asked for and no fold could confirm
+    unconfirmable: dict[ClaimKey, list[tuple[int, int]]] = field(
         default_factory=lambda: defaultdict(list)
     )
 
@@ -188,8 +211,8 @@ class Checker:
         """A handler call failed on ``offset`` (a poison record)."""
         mark = (child.key, offset)
         self.failures[mark] = self.failures.get(mark, 0) + 1
-        instance = child.spec.instance_id
-        self.failed_by[instance] = self.failed_by.get(instance, 0) + 1
+        by = (child.spec.instance_id, child.key)
+        self.failed_by[by] = self.failed_by.get(by, 0) + 1
 
     @property
     def retry_bound_s(self) -> float:
@@ -224,10 +247,10 @@ class Checker:
         operator's retry of the record starts one: its count starts again) and writer
         instance; ``faults``: the faults each member instance suffered."""
         self.mark("poison_bounded")
-        counted_by: dict[str, int] = defaultdict(int)
+        counted_by: dict[tuple[str, ClaimKey], int] = defaultdict(int)
         for (key, offset, epoch), by in noted.items():
             for instance, n in by.items():
-                counted_by[instance] += n
+                counted_by[(instance, key)] += n
             total = sum(by.values())
             if total > self.park_after:
                 tried = self.failures.get((key, offset), 0)
@@ -237,13 +260,17 @@ class Checker:
                     f"failures after {epoch} retries by an operator (parked after "
                     f"{self.park_after}; tried {tried} times in all)",
                 )
-        for instance, n in self.failed_by.items():
-            lost = n - counted_by.get(instance, 0)
+        # A fault (kill, freeze, stall, stop) loses at most the one failure of each claim whose
+        # count was on its way: a claim's child ends at its failure, so no second one comes
+        # before its count. One freeze with two claims failing loses two (sliced seed 1).
+        for (instance, key), n in self.failed_by.items():
+            lost = n - counted_by.get((instance, key), 0)
             if lost > faults.get(instance, 0):
                 self.violation(
                     "poison_bounded",
-                    f"member instance {instance}: {lost} failures never counted in the log, "
-                    f"after {faults.get(instance, 0)} faults (or counts the log failed to take)",
+                    f"member instance {instance}, {key.topic}/{key.partition}: {lost} failures "
+                    f"never counted in the log, after {faults.get(instance, 0)} faults (or "
+                    f"counts the log failed to take)",
                 )
 
     def died(self, child: SimChild, code: int, t: float) -> None:
@@ -252,6 +279,10 @@ class Checker:
         if self.modes[child.key.group] is not Mode.AMO:
             return
         faults = FAULT_REFUSALS + (("reservation not confirmed",) if self.eager_compaction else ())
+        refused = child.refused or ""
+        unconfirmed = self.eager_compaction and refused.startswith("reservation not confirmed")
+        if unconfirmed and child.asked_end > child.position:
+            self.unconfirmable[child.key].append((child.position, child.asked_end))
         if code == 0 and not (child.refused and child.refused.startswith(faults)):
             self.graceful_stops += 1
             return
@@ -308,17 +339,24 @@ class Checker:
                 t,
             )
 
+    def lost_reported(self, key: ClaimKey, start: int, end: int) -> None:
+        """A member reported ``start``..``end`` of ``key`` lost (AMO)."""
+        self.reported[key].append((start, end))
+
     def finish(
         self,
         reference: dict[int, World],
         readers: Iterable[tuple[str, float, World]],
         noted: dict[tuple[ClaimKey, int, int], dict[str, int]],
         faults: dict[str, int],
+        log_losses: Sequence[AmoLoss] = (),
     ) -> None:
-        """The checks made at the end of a run (``noted`` and ``faults``: see `_poison`)."""
+        """The checks made at the end of a run (``noted`` and ``faults``: see `_poison`;
+        ``log_losses``: every loss the whole log shows, `_amo_reported`)."""
         self._overlaps()
         self._alo(reference)
         self._amo_losses(reference)
+        self._amo_reported(reference, log_losses)
         self._poison(noted, faults)
         for name, at, world in readers:
             self.agree(name, world, reference[world.partition], at)
@@ -381,6 +419,37 @@ class Checker:
                     f"{key.topic}/{key.partition}: {len(lost)} offsets below the position {end} "
                     f"never handled and lost in no crash (first {lost[0]})",
                 )
+
+    def _amo_reported(self, reference: dict[int, World], log_losses: Sequence[AmoLoss]) -> None:
+        """``amo_loss_reported``: what nobody handled below the log's end was reported lost."""
+        shown: dict[ClaimKey, list[tuple[int, int]]] = defaultdict(list)
+        for loss in log_losses:
+            shown[loss.key].append((0 if loss.start is None else loss.start, loss.end))
+        for world in reference.values():
+            for key, state in world.claims.items():
+                if key.group not in self.modes or self.modes[key.group] is not Mode.AMO:
+                    continue
+                self.mark("amo_loss_reported")
+                end = max(state.committed or 0, state.reserved or 0)
+                counts = self.counts.get(key, {})
+                windows = (
+                    self.reported.get(key, [])
+                    + shown.get(key, [])
+                    + self.unfinished.get(key, [])
+                    + self.unconfirmable.get(key, [])
+                )
+                unreported = [
+                    o
+                    for o in self.owed(key, self.starts.get(key, 0), end)
+                    if o not in counts and not any(a <= o < b for a, b in windows)
+                ]
+                if unreported:
+                    self.violation(
+                        "amo_loss_reported",
+                        f"{key.topic}/{key.partition}: {len(unreported)} offsets below the "
+                        f"position {end} never handled and reported lost by no member and "
+                        f"not shown by the log (first {unreported[0]})",
+                    )
 
     def agree(self, name: str, world: World, reference: World, at: float) -> None:
         """``world`` (a member's fold at virtual time ``at``) against ``reference`` (the whole

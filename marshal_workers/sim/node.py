@@ -3,11 +3,15 @@
 `SimNode` does what `supervisor.runtime.Supervisor` does, against the virtual log and
 simulated children: it feeds the core records, acknowledgements, children's messages and exits,
 and ticks, and carries out its commands. It can be killed (its children die with it), frozen
-(SIGSTOP: its children run on until their leases end) and replaced by a restart.
+(SIGSTOP: its children run on until their leases end), stalled (a suspended host, or a paused VM
+whose guest clocks did not count the pause: the member and its children stop, and their lease
+clock, on which the core's ``now`` and the children's lease checks run, loses the stall) and
+replaced by a restart.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import signal
 from collections import deque
@@ -26,7 +30,6 @@ from marshal_workers.protocol.wire import (
     Appended,
     ClaimingPartition,
     ClaimKey,
-    Heartbeat,
     claim_key,
 )
 from marshal_workers.sim import releases
@@ -79,6 +82,8 @@ class SimNode:
         on_granted: Handled = lambda child, end, t: None,
         on_checked: Callable[[str], None] = lambda invariant: None,
         read_lag_s: float = 0.0,
+        on_failure_written: Callable[[str, bytes], None] = lambda instance, value: None,
+        on_lost: Callable[[ClaimKey, int, int], None] = lambda key, start, end: None,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -94,11 +99,16 @@ class SimNode:
         self.on_start = on_start
         self.on_granted = on_granted
         self.on_checked = on_checked
+        self.on_failure_written = on_failure_written  # a failure's count written (not again)
+        self.on_lost = on_lost  # AMO records it reported lost (`AmoLost`)
         self.speed = speed
         self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
         self.alive = True
         self.started = False
         self.frozen_until = 0.0
+        self.stalled_until = 0.0  # `stall`: the children stop too
+        self.clock_lost = 0.0  # seconds the host's lease clock did not count (stalls)
+        self.wall_lost = 0.0  # of which its wall clock did not count either
         self.leases: dict[ClaimKey, LeaseCell] = {}
         self.children: dict[ClaimKey, SimChild] = {}
         self.dead_children: list[SimChild] = []
@@ -123,7 +133,7 @@ class SimNode:
         """Catch up on the whole log as it is now, then begin."""
         self._read(t, lag=False)
         self.started = True
-        self._run(self.member.begin(t, t + self.wall_skew, self.partitions()), t)
+        self._run(self.member.begin(self.local(t), self.wall(t), self.partitions()), t)
 
     def kill(self, t: float) -> None:
         """kill -9: the member and (parent-death signal) its children end now."""
@@ -136,7 +146,7 @@ class SimNode:
     def signal(self, sig: signal.Signals, t: float) -> None:
         """A signal to the member process (its handler enqueues it; the core acts on it)."""
         if self.alive and self.started:
-            self._feed(inp.SignalReceived(t, sig), t)
+            self._feed(inp.SignalReceived(self.local(t), sig), t)
 
     def catch_up(self, t: float) -> None:
         """Fold every record the log has now (for the end-of-run comparison)."""
@@ -146,6 +156,28 @@ class SimNode:
         """SIGSTOP for ``seconds``: the member does nothing; its children run on."""
         self.faults += 1
         self.frozen_until = max(self.frozen_until, t + seconds)
+
+    def stall(self, t: float, seconds: float, *, wall_held: bool) -> None:
+        """A suspended host, or a paused VM whose guest clocks do not see the pause, for
+        ``seconds``: the member and its children do nothing, and the lease clock they share
+        does not count the time (``wall_held``: nor does the wall clock; else the wall clock
+        jumps by it, as after a suspend on a clock that does not count one)."""
+        self.faults += 1
+        end = t + seconds
+        lost = max(0.0, end - max(t, self.stalled_until))
+        self.clock_lost += lost
+        if wall_held:
+            self.wall_lost += lost
+        self.stalled_until = max(self.stalled_until, end)
+        self.frozen_until = max(self.frozen_until, end)
+
+    def stalled(self, t: float) -> bool:
+        """Whether the host (member and children) is stopped at ``t``."""
+        return t < self.stalled_until
+
+    def local(self, t: float) -> float:
+        """The host's lease clock at true time ``t`` (read only while it runs)."""
+        return t - self.clock_lost
 
     def counts_lost_to_the_log(self) -> int:
         """Failure counts the log lost: every write of the record failed without landing
@@ -184,22 +216,21 @@ class SimNode:
         """The runtime's turn at ``t`` (nothing while dead or frozen)."""
         if not self.alive or not self.started or self.frozen(t):
             return
-        for key, child in list(self.children.items()):
-            for message in child.outbox:
-                self._feed(inp.ChildSaid(t, key, message), t)
-            child.outbox.clear()
-        self._read(t)
+        now = self.local(t)
+        self._read(t)  # the log first, as the runtime's turn (`Supervisor.step`)
         acks, self.acks = self.acks, []
         self.rng.shuffle(acks)
         for ack in acks:
-            self._feed(ack, t)
+            self._feed(dataclasses.replace(ack, now=now), t)
+        for key, child in list(self.children.items()):
+            for message in child.outbox:
+                self._feed(inp.ChildSaid(now, key, message), t)
+            child.outbox.clear()
         due = [a for a in self.answers if a[0] <= t]
         self.answers = [a for a in self.answers if a[0] > t]
-        for _, answer in due:
-            if isinstance(answer, inp.StartFound):
-                self._start_found(answer, t)
-            else:
-                self._feed(answer, t)
+        for _, late in due:
+            answer = dataclasses.replace(late, now=now)  # (when the runtime reads it)
+            self._feed(answer, t)
         for key, child in list(self.children.items()):
             if not child.alive:
                 del self.children[key]
@@ -207,24 +238,31 @@ class SimNode:
                 assert child.exit_code is not None
                 alo = child.spec.mode is Mode.ALO
                 position = child.published if alo else child.position  # AMO: handled end
-                self._feed(inp.ChildExited(t, key, child.exit_code, child.end, position), t)
+                self._feed(inp.ChildExited(now, key, child.exit_code, child.end, position), t)
         positions = {k: c.published for k, c in self.children.items() if c.published is not None}
-        self._feed(inp.Tick(t, t + self.wall_skew, positions), t)
-        self._check_releases(t)
+        self._feed(inp.Tick(now, self.wall(t), positions), t)
+        self._check_releases(now)
 
-    def _check_releases(self, t: float) -> None:
-        """`release_claimed`, for every release by another member folded in this turn."""
+    def _check_releases(self, now: float) -> None:
+        """`release_claimed`, for every release by another member folded in this turn (``now``
+        on the member's own lease clock, as its turn saw it)."""
         seen, self.releases_seen = self.releases_seen, []
         for key in seen:
             self.on_checked(releases.INVARIANT)
-            why = releases.left_unclaimed(self.member, key, t)
+            why = releases.left_unclaimed(self.member, key, now)
             if why is not None:
                 self.on_violation(
                     releases.INVARIANT, f"{self.name}: {key.topic}/{key.partition} {why}"
                 )
 
+    def wall(self, t: float) -> float:
+        """The host's wall clock (Unix seconds) at true time ``t``."""
+        return t + self.wall_skew - self.wall_lost
+
     def step_children(self, t: float, dt: float) -> None:
-        """The children's turn (they run even while the member is frozen)."""
+        """The children's turn (they run even while the member is frozen, not in a stall)."""
+        if self.stalled(t):
+            return
         for child in self.children.values():
             child.step(t, dt)
 
@@ -244,33 +282,10 @@ class SimNode:
                 self.cursor[p] = got[-1].offset + 1
                 records.extend(got)
         if records:
-            self._feed(inp.RecordsRead(t, records), t)
+            self._feed(inp.RecordsRead(self.local(t), records), t)
 
     def _feed(self, event: inp.Input, t: float) -> None:
         self._run(self.member.feed(event), t)
-
-    def _start_found(self, found: inp.StartFound, t: float) -> None:
-        """A lookup's answer is where the claim starts (`Checker.started`) once the core adopts
-        it: as a won claim's position, or in the heartbeat taking its client's claim over. An
-        answer nobody adopted started nothing: its member stopped or died while it was on the
-        way and released the claim with no position (issue 19.2, `marshal-sim` seed 28 of the
-        key cut: counting the lookup itself owed the records up to the next holder's start)."""
-        key, offset = found.key, found.offset
-        before = self.member.held.get(key)
-        unset = before is not None and before.position is None
-        commands = self.member.feed(found)
-        after = self.member.held.get(key)
-        adopted = unset and after is before and after is not None and after.position == offset
-        took_over = any(
-            isinstance(c, cmd.Append)
-            and isinstance(c.message, Heartbeat)
-            and claim_key(c.message) == key
-            and c.message.offset == offset
-            for c in commands
-        )
-        if adopted or took_over:
-            self.on_start(key, offset)
-        self._run(commands, t)
 
     # ---- commands --------------------------------------------------------------------------
 
@@ -286,6 +301,10 @@ class SimNode:
                         f" for group {c.message.group_id}",
                     )
                 self._check_pause(c, t)
+                if c.value.startswith(b"RecordFailed/"):
+                    op = self.member.ctx.pending.ops.get(c.op)
+                    if op is not None and op.tries == 0:  # not the same count written again
+                        self.on_failure_written(self.settings.instance_id, c.value)
                 fails = self.log.fails(c.partition)
                 # one producer delivers in order per partition (idempotence): never overtake
                 lands_at = max(
@@ -324,11 +343,16 @@ class SimNode:
                 latest = self.settings.child.auto_offset_reset == "latest"
                 offset = data.high_watermark(t) if latest else 0  # (nothing expires here)
                 self.answers.append((t + 0.01, inp.StartFound(t + 0.01, c.key, offset)))
+            elif isinstance(c, cmd.FindLogEnd):  # the log's end as the broker has it now
+                ends = {p: part.next_offset for p, part in enumerate(self.log.parts)}
+                self.answers.append((t + 0.01, inp.LogEndFound(t + 0.01, ends)))
             elif isinstance(c, cmd.Discover):
                 found = inp.PartitionsFound(t + 0.01, self.partitions(), self.log.num_partitions)
                 self.answers.append((t + 0.01, found))
             elif isinstance(c, cmd.Observe) and isinstance(c.what, obs.ReleaseSeen):
                 self.releases_seen.append(c.what.key)
+            elif isinstance(c, cmd.Observe) and isinstance(c.what, obs.AmoLost):
+                self.on_lost(c.what.key, c.what.start, c.what.end)
             elif isinstance(c, cmd.Log):
                 if c.level in ("warning", "error") or c.event in ("claim_won", "claim_resumed"):
                     self.trace.append(f"{t:9.3f} {self.name} {c.event} {dict(c.fields)}")
@@ -343,7 +367,7 @@ class SimNode:
         if not isinstance(message, ClaimingPartition) or is_member_key(claim_key(message)):
             return
         self.on_checked("pause_respected")
-        pause = self.member.pause(t)
+        pause = self.member.pause(self.local(t))
         if pause is not None:
             self.on_violation(
                 "pause_respected",
@@ -359,7 +383,7 @@ class SimNode:
             cid=f"{self.name}/{key.topic}/{key.partition}#{self.spawned}",
             key=key,
             spec=c.spec,
-            lease=lambda: cell.deadline,
+            lease=lambda: self._lease_in_true_time(cell),
             data=self.data(key),
             speed=self.speed,
             ready_at=t + self.rng.uniform(0.1, 0.3),
@@ -370,10 +394,20 @@ class SimNode:
             on_granted=self.on_granted,
         )
         self.children[key] = child
+        if c.spec.start_offset is not None:  # where the claim's records are owed from, if first
+            self.on_start(key, c.spec.start_offset)
         self.trace.append(
             f"{t:9.3f} {self.name} spawn {key.topic}/{key.partition} "
             f"at {c.spec.start_offset} token {c.spec.fencing_token}"
         )
+
+    def _lease_in_true_time(self, cell: LeaseCell) -> float:
+        """A child's lease as the true time its lease clock reaches it (0: revoked). The
+        child reads its lease on the host's lease clock, which loses what stalls lost; a sim
+        child compares true time, so the deadline is moved by what the clock has lost (it only
+        checks while the host runs)."""
+        deadline = cell.deadline
+        return deadline + self.clock_lost if deadline else 0.0
 
     def held_data(self) -> list[ClaimKey]:
         """The data claims the core counts as held."""

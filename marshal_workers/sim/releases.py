@@ -27,6 +27,8 @@ def left_unclaimed(member: Member, key: ClaimKey, now: float) -> str | None:
     ctx, claiming = member.ctx, member.claiming
     if member.done or ctx.stopping or not member.started or is_member_key(key):
         return None
+    if ctx.resync is not None:
+        return None  # its lease clock stood still: it claims nothing until it read the log again
     if member.pause(now) is not None or now < claiming.claims_open_at():
         return None
     if key in ctx.held or key in claiming.in_flight():

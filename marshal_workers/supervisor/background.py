@@ -1,4 +1,5 @@
-"""Blocking broker calls off the supervisor's loop: start positions and partition discovery.
+"""Blocking broker calls off the supervisor's loop: start positions, partition discovery, the
+coordination log's end.
 
 A lookup on a partition whose leader is offline can take seconds; the loop must keep
 heartbeating every other claim meanwhile. Calls run on a small thread pool and their answers
@@ -13,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from marshal_workers.core import inputs as inp
 
-Job = Callable[[], inp.Input]
+Job = Callable[[], inp.Input | None]  # None: nothing for the core (a failure it retries)
 
 
 class Background:
@@ -29,6 +30,8 @@ class Background:
 
         def run() -> None:
             result = job()
+            if result is None:
+                return
             with self._lock:
                 self._done.append(result)
 

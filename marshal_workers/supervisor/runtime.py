@@ -7,12 +7,14 @@ coordination log's producer and consumer, the children's processes, pipes and sh
 a thread pool for blocking broker calls, and the observers (metrics, systemd, offsets).
 
 Each turn (`step`) it waits briefly on the children's pipes and the signal pipe, then feeds the
-core, in this order: signals, children's messages, records read from the log, the log's
-acknowledgements of appends, answers of background lookups, children that exited (their whole
-process group killed first), and a tick with the time and the ALO positions the children
-published in shared memory. After each input it carries out the commands the core returned.
-Nothing in a turn blocks on the broker: appends are submitted and acknowledged later, lookups
-run on the pool. SIGUSR1 (stack dumps) is pure I/O and handled here.
+core, in this order: signals, records read from the log, the log's acknowledgements of appends
+(the log's time first: it shows a lease clock that stood still before a child's request is
+answered on a lease), children's messages, answers of background lookups, children that exited
+(their whole process group killed first), and a tick with the time and the ALO positions the
+children published in shared memory. Every time is the lease clock's (`common.leaseclock`), the
+one the children read their leases on. After each input it carries out the commands the core
+returned. Nothing in a turn blocks on the broker: appends are submitted and acknowledged later,
+lookups run on the pool. SIGUSR1 (stack dumps) is pure I/O and handled here.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from marshal_workers.child.main import ChildHandle, start_child
+from marshal_workers.common import leaseclock
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.common.heap import release_freed_memory
 from marshal_workers.common.stacks import catches_signal, log_stacks
@@ -125,7 +128,7 @@ class Supervisor:
         topics: DataTopics,
         mp_context: ChildContext,
         observer: Observer | None = None,
-        clock: Clock = time.monotonic,
+        clock: Clock = leaseclock.now,
         wake_fd: int | None = None,
         wall: Clock = time.time,
     ) -> None:
@@ -226,9 +229,8 @@ class Supervisor:
         assert reader is not None, "start() before step()"
         waitables.append(reader.fileno())  # the log's records wake the loop
         ready = connection.wait(waitables, timeout=wait_s)
-        for conn in ready:
-            if conn in conns:
-                self._read_child(conns[conn])
+        # the log first: its time is what shows a lease clock that stood still (a paused VM),
+        # and the core must know that before it answers a child's request on a lease
         records, errors = reader.take()
         for error in errors:
             self._log.warning("coordination_read_failed", error=str(error))
@@ -240,6 +242,9 @@ class Supervisor:
                 self._feed(inp.AppendFailed(now, op, outcome))
             else:
                 self._feed(inp.AppendDone(now, op, outcome))
+        for conn in ready:
+            if conn in conns:
+                self._read_child(conns[conn])
         for answer in self.background.results():
             self._feed(answer)
         self._reap_children()
@@ -361,6 +366,8 @@ class Supervisor:
                 self.background.submit(self._lookup_job(c.key))
             elif isinstance(c, cmd.Discover):
                 self.background.submit(self._discover_job)
+            elif isinstance(c, cmd.FindLogEnd):
+                self.background.submit(self._log_end_job)
             elif isinstance(c, cmd.Log):
                 getattr(self._log, c.level)(c.event, **c.fields)
             elif isinstance(c, cmd.Observe):
@@ -415,6 +422,15 @@ class Supervisor:
             return inp.StartFound(self.clock(), key, low if earliest else high)
 
         return job
+
+    def _log_end_job(self) -> inp.Input | None:
+        """Where the coordination log ends now; a failure is logged (the core asks again)."""
+        try:
+            ends = self.log.end_offsets(5.0)
+        except Exception as exc:  # never take the loop down
+            self._log.warning("coordination_log_end_failed", error=str(exc))
+            return None
+        return inp.LogEndFound(self.clock(), ends)
 
     def _discover_job(self) -> inp.Input:
         try:

@@ -49,6 +49,14 @@ MIXES = [
         faults=("read-latency", "clock-jumps", "freeze", "twins"),
         fault_count=4,
     ),
+    # a host stopped with its lease clock held (a paused VM), and the cleaners
+    SimParams(faults=("stall", "eager-compaction"), fault_count=10),
+    SimParams(
+        faults=("stall", "compaction"),
+        fault_count=10,
+        ordering="unordered",
+        workers_per_partition=4,
+    ),
 ]
 
 

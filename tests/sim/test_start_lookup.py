@@ -9,8 +9,9 @@ answer comes, it releases the claim with no position (or dies): nothing was rese
 committed or handed to a child at W1. The next holder looks up again and starts at W2 > W1.
 The records W1..W2 were never owed: the group had not started there. The checker counted
 the first lookup issued as the partition's start, and reported W1..W2 as AMO records "lost in
-no crash" (and would report them as skipped in an ALO group). The partition starts where a
-member adopts a lookup's answer as its position; that is what is checked."""
+no crash" (and would report them as skipped in an ALO group). The partition starts where its
+first child starts (at a looked-up start only once a heartbeat put it in the log:
+`test_failed_first_start.py`); that is what is checked."""
 
 from __future__ import annotations
 

@@ -152,6 +152,11 @@ def test_a_late_heartbeat_of_another_instance_is_not_credited() -> None:
             core.feed(inp.AppendDone(100.0, c.op, land(topic, c)))
     core.feed(inp.RecordsRead(100.0, log.poll(0)))
     core.feed(inp.StartFound(100.0, KEY, 0))
+    for c in core.feed(inp.Tick(100.0, 0.0)):  # the start's heartbeat lands: the child starts
+        if isinstance(c, cmd.Append):
+            core.feed(inp.AppendDone(100.0, c.op, land(topic, c)))
+    core.feed(inp.RecordsRead(100.0, log.poll(0)))
+    assert core.held[KEY].child
     for c in core.feed(inp.Tick(104.0, 0.0)):
         if isinstance(c, cmd.Append):  # given up on, and it never lands
             core.feed(inp.AppendFailed(104.0, c.op, "not acknowledged within 1.0s"))

@@ -171,8 +171,9 @@ class TestClaiming:
         h2.now = h1.now
         h2.run(two.begin(h2.now, 1_000.0, keys(n)))
         for _ in range(10):
-            h1.tick(0.05)
-            h2.tick(0.05)
+            h1.tick(0.05)  # (moves the log's clock too: one clock for both hosts)
+            h2.now = h1.now
+            h2.run(two.feed(inp.Tick(h2.now, 1_000.0 + h2.now)))
         for h in (h1, h2):  # (a claim the other won first is refused: another one is claimed)
             assert not [m for m in h.appended(ReleasingPartition) if m.topic == "orders"]
             assert len([k for k in h.member.held if k.topic == "orders"]) == n // 2

@@ -63,6 +63,7 @@ def test_a_claim_won_back_after_a_stall_starts_at_the_childs_position(
     try:
         sup.start(catch_up_timeout=5)
         run_until(sup, lambda: KEY in sup.member.held, "the partition claimed")
+        run_until(sup, lambda: bool(children), "its start in the log, the child started")
         first = children[0]
         assert first.spec.start_offset == 0
         log.stalled = True  # from here no heartbeat carries 752 to the log
@@ -97,6 +98,7 @@ def test_no_release_is_written_past_the_lease_so_the_logs_position_stands(
     try:
         sup.start(catch_up_timeout=5)
         run_until(sup, lambda: KEY in sup.member.held, "the partition claimed")
+        run_until(sup, lambda: bool(children), "its start in the log, the child started")
         log.stalled = True
         children[0].peer.send(ipc.Progress(752))
         run_until(sup, lambda: sup.member.held[KEY].position == 752, "the progress read")
