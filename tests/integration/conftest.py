@@ -15,6 +15,7 @@ from typing import TypeVar
 import pytest
 
 from marshal_workers.child.main import ChildHandle, start_child
+from marshal_workers.common import leaseclock
 from marshal_workers.common.ledgerfile import DIR_ENV
 from marshal_workers.ipc.messages import ChildSpec, ToSupervisor
 from marshal_workers.ipc.sharedlease import SharedLease
@@ -26,18 +27,19 @@ M = TypeVar("M")
 
 
 class LeaseKeeper:
-    """A "supervisor" heartbeat: extends the lease to now + LEASE_S every 0.1 s until frozen."""
+    """A "supervisor" heartbeat: extends the lease to now + LEASE_S every 0.1 s until frozen
+    (on the lease clock the child's watchdog reads, as the supervisor's is)."""
 
     def __init__(self, lease: SharedLease) -> None:
         self.lease = lease
         self._frozen = threading.Event()
-        lease.extend_to(time.monotonic() + LEASE_S)
+        lease.extend_to(leaseclock.now() + LEASE_S)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._frozen.wait(0.1):
-            self.lease.extend_to(time.monotonic() + LEASE_S)
+            self.lease.extend_to(leaseclock.now() + LEASE_S)
 
     def freeze(self) -> float:
         """Stop extending (the supervisor hangs); the deadline the lease is left with."""

@@ -31,6 +31,7 @@ from marshal_workers.child.main import (
     EXIT_LEASE_EXPIRED,
     EXIT_NOT_GRANTED,
 )
+from marshal_workers.common import leaseclock
 from marshal_workers.common.ledgerfile import find_duplicates, read_ledger
 from marshal_workers.ipc.messages import (
     ChildSpec,
@@ -333,11 +334,11 @@ class TestSelfFencing:
         child = spawn(make_spec(kafka_bootstrap, topic))
         child.expect(Started)
         wait_for(lambda: len(offsets(ledger_dir)) >= 1, "the first ledger row")
-        mono, wall = time.monotonic(), time.time()  # the two clocks at one moment
+        mono, wall = leaseclock.now(), time.time()  # the two clocks at one moment (lease, wall)
         deadline = child.keeper.freeze()
         deadline_wall = wall + (deadline - mono)
-        code = child.wait_exit(timeout=deadline - time.monotonic() + 5)
-        ended = time.monotonic()
+        code = child.wait_exit(timeout=deadline - leaseclock.now() + 5)
+        ended = leaseclock.now()
         assert code == EXIT_LEASE_EXPIRED
         assert ended < deadline + 1.0
         starts = [r["start"] for r in read_ledger(ledger_dir)]
@@ -359,9 +360,9 @@ class TestSelfFencing:
         child = spawn(make_spec(kafka_bootstrap, topic))
         wait_for(lambda: offsets(ledger_dir) == [0, 1], "offsets 0 and 1 in the ledger")
         deadline = child.keeper.freeze()
-        code = child.wait_exit(timeout=deadline - time.monotonic() + 5)
+        code = child.wait_exit(timeout=deadline - leaseclock.now() + 5)
         assert code == EXIT_LEASE_EXPIRED
-        assert time.monotonic() < deadline + 1.0
+        assert leaseclock.now() < deadline + 1.0
         assert offsets(ledger_dir) == [0, 1]
 
     @pytest.mark.parametrize("context", ["multiprocessing.get_context('spawn')", "fork_server()"])
@@ -378,11 +379,12 @@ class TestSelfFencing:
             "    f.write(__name__ + '\\n')\n"
             "if __name__ == '__main__':\n"
             "    from marshal_workers.child.main import start_child\n"
+            "    from marshal_workers.common import leaseclock\n"
             "    from marshal_workers.ipc.forkserver import fork_server\n"
             "    from marshal_workers.ipc.sharedlease import SharedLease\n"
             f"    ctx = {context}\n"
             "    lease = SharedLease(ctx)\n"
-            "    lease.extend_to(time.monotonic() + 120)\n"
+            "    lease.extend_to(leaseclock.now() + 120)\n"
             "    spec = pickle.loads(base64.b64decode(sys.argv[1]))\n"
             "    handle = start_child(spec, lease, ctx)\n"
             "    print(type(handle.conn.recv()).__name__, flush=True)\n"

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from marshal_workers.common import leaseclock
 from marshal_workers.core.childexits import ChildEnd, read_end
 from marshal_workers.ipc.exits import (
     EXIT_HANDLER_ENDED,
@@ -251,9 +252,9 @@ class TestGroupFencing:
         child = spawn(spec(kafka_bootstrap, topic, handler_timeout_s=600.0))
         helper = helper_pid(pid_file)
         deadline = child.keeper.freeze()
-        assert child.wait_exit(deadline - time.monotonic() + 5) == EXIT_LEASE_EXPIRED
+        assert child.wait_exit(deadline - leaseclock.now() + 5) == EXIT_LEASE_EXPIRED
         wait_for(lambda: gone(helper), "the helper to die", timeout=0.5)
-        assert time.monotonic() < deadline + 1.0
+        assert leaseclock.now() < deadline + 1.0
 
     def test_a_revoked_lease_ends_the_handlers_helper(
         self,
