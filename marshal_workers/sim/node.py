@@ -107,6 +107,7 @@ class SimNode:
         self.started = False
         self.frozen_until = 0.0
         self.stalled_until = 0.0  # `stall`: the children stop too
+        self.turned_at = -1.0  # when the member last ran its turn
         self.clock_lost = 0.0  # seconds the host's lease clock did not count (stalls)
         self.wall_lost = 0.0  # of which its wall clock did not count either
         self.leases: dict[ClaimKey, LeaseCell] = {}
@@ -175,6 +176,11 @@ class SimNode:
         """Whether the host (member and children) is stopped at ``t``."""
         return t < self.stalled_until
 
+    def woke_unseen(self, t: float) -> bool:
+        """Whether its host resumed from a stall and the member has not run a turn since (its
+        children already run, on the held clock, until that turn sees the pause)."""
+        return self.turned_at < self.stalled_until <= t
+
     def local(self, t: float) -> float:
         """The host's lease clock at true time ``t`` (read only while it runs)."""
         return t - self.clock_lost
@@ -216,6 +222,7 @@ class SimNode:
         """The runtime's turn at ``t`` (nothing while dead or frozen)."""
         if not self.alive or not self.started or self.frozen(t):
             return
+        self.turned_at = t
         now = self.local(t)
         self._read(t)  # the log first, as the runtime's turn (`Supervisor.step`)
         acks, self.acks = self.acks, []
