@@ -9,11 +9,8 @@ drawn from one `random.Random(seed)`, so a seed replays exactly.
 from __future__ import annotations
 
 import functools
-import math
 import random
-import signal
 import traceback
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,29 +18,17 @@ from typing import Any
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import rationalizer
-from marshal_workers.protocol.amolosses import AmoLoss, AmoLosses
-from marshal_workers.protocol.leases import default_margin, min_compaction_lag_ms
+from marshal_workers.protocol.amolosses import AmoLoss
 from marshal_workers.protocol.modes import Mode
-from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
-from marshal_workers.protocol.recordfailures import (
-    Action,
-    PoisonCleared,
-    PoisonNoted,
-    PoisonResolved,
-    encode_poison,
-    poison_record_key,
-)
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World
 from marshal_workers.protocol.slicing import Ordering, Slicing
 from marshal_workers.protocol.wire import (
     ClaimKey,
     Partitioner,
-    ReleaseGroup,
-    coordination_partition,
-    encode,
-    record_key,
 )
-from marshal_workers.sim import forgery
+from marshal_workers.sim import convergence, forgery, wholelog
 from marshal_workers.sim.children import DataPartition, SimChild
+from marshal_workers.sim.faults import ADMIN, Faults
 from marshal_workers.sim.invariants import Checker
 from marshal_workers.sim.node import SimNode
 from marshal_workers.sim.slices import SimCut, SliceChecker
@@ -82,7 +67,6 @@ DEFAULT_FAULTS = (
 )
 POISON_PARK_AFTER = 4  # failures of one record before its claim is parked (the fleet's setting)
 MAX_HANDLER_FAILURES = 3
-ADMIN = "marshal-admin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,17 +99,6 @@ class SimParams:
 
 
 SETTLE_CAP = 4  # a run ends by SETTLE_CAP * duration even if faults keep it from settling
-# liveness: from the bound on, the fleet must be converged at one check (every 0.25 s) within
-# this window; under a lasting fault (2% of writes failing) a child restarting at the one
-# instant a run ends is no wedge, and a wedge or a loop converges at none of them
-CHECK_WINDOW_S = 2.0
-# Under lasting write failures a lease can end at any time, the bound included: a claim's
-# heartbeats fail to land for 1.5*HB (three in a row) and its child is stopped. The claim is
-# stale a margin later, claimed again within a claim round, its start heartbeated and a child
-# started: under 1*HB with no further failure, each failed write of those steps costing up to
-# HB/2 more. The bound under failures: converged at one check within CHECK_WINDOW_S + this.
-FAILURES_RECOVERY_HB = 2.0
-STUCK_AFTER_S = 2.0  # a claim with a record of its own available and not handled this long
 
 
 @dataclass
@@ -181,6 +154,7 @@ class Fleet:
         # that failed is not one more failure)
         self.failures_written: dict[tuple[str, bytes], int] = {}
         self.log_losses: list[AmoLoss] = []  # every AMO loss the whole log shows (at the end)
+        self.faults = Faults(self)
 
     # ---- building ----------------------------------------------------------------------------
 
@@ -308,7 +282,7 @@ class Fleet:
         for _ in range(p.fault_count):
             fault = self.rng.choice(timed)
             t = self.rng.uniform(0.3, 0.6) * p.duration
-            self.at(t, fault, self._at_boundary(fault, self._fault_action(fault)))
+            self.at(t, fault, self._at_boundary(fault, self.faults.action(fault)))
 
     def _at_boundary(self, fault: str, action: Callable[[], None]) -> Callable[[], None]:
         """``action``, after a snapshot of every live member's fold (`fold_agreement` compares
@@ -327,242 +301,14 @@ class Fleet:
 
         return act
 
-    def _victim(self, *, on_host: bool = False, running: bool = False) -> SimNode | None:
-        """A live member, at random. ``on_host``: the fault comes from the member's own host
-        (a SIGSTOP, an operator's TERM, a second instance started beside it), so not one whose
-        host is stalled: nothing on a paused host acts until it resumes. ``running``: not one
-        stopped (frozen or stalled): a host paused while its member is stopped, resumed before
-        the member runs again, leaves its children working on the held lease clock with nobody
-        to end them (no clock of theirs shows the pause): a named residual risk, not simulated
-        (allowed, the sweep found it in 3 of 600 seeds from 90000 of three mixes that freeze:
-        90114, 90032, 90018). The same holds for a member stopped after its host resumed and
-        before its first turn since (seed 91036 of `freeze,compaction,stall`): an on-host fault
-        waits for that turn."""
-        live = [n for n in self.nodes if n.alive and n.started]
-        if on_host:
-            live = [n for n in live if not n.stalled(self.t) and not n.woke_unseen(self.t)]
-        if running:
-            live = [n for n in live if not n.frozen(self.t)]
-        return self.rng.choice(live) if live else None
-
-    def _fault_action(self, fault: str) -> Callable[[], None]:
-        return {
-            "kill": self._fault_kill,
-            "freeze": self._fault_freeze,
-            "restart": self._fault_restart,
-            "twins": self._fault_twins,
-            "compaction": self._fault_compaction,
-            "eager-compaction": self._fault_eager_compaction,
-            "pause": self._fault_pause,
-            "partitions": self._fault_partitions,
-            "poison": self._fault_poison,
-            "clock-jumps": self._fault_clock_jump,
-            "forgery": self._fault_forgery,
-            "stall": self._fault_stall,
-        }[fault]
-
-    def _fault_forgery(self) -> None:
-        """A hostile writer appends malformed, extreme and flooding records (`sim.forgery`):
-        nothing of the fleet's may change, and no reader may fail."""
-        forgery.forge(self.log, self.t, list(self.modes), ADMIN, self.p.seed)
-        self._window(0.0)
-
-    def _fault_clock_jump(self) -> None:
-        """One broker's clock jumps: back by up to HB (its stamps go back; the fold clamps log
-        time, so claims there look fresh for longer: liveness waits), or forward by up to the
-        lease margin, the most the safety argument covers (a holder's lease ends a margin
-        before 2*HB of log time after its heartbeat's send; a bigger forward jump lets a rival
-        win while the holder's child may still run: a named residual risk, not simulated)."""
-        hb = self.p.heartbeat_interval
-        part = self.rng.choice(self.log.parts)
-        seconds = self.rng.uniform(-hb, default_margin(hb))
-        part.jump_clock(seconds, self.t)
-        self._window(max(0.0, -seconds) + 2 * hb)
-
-    def _fault_poison(self) -> None:
-        """A record that always fails, or whose handler call hangs, a little ahead of an ALO
-        partition's end: the fleet must count its failures in the log and park it."""
-        alo = [g for g, mode in self.modes.items() if mode is Mode.ALO]
-        if not alo:
-            return
-        key = self.rng.choice(self.keys(self.rng.choice(alo)))
-        data = self.data_of(key)
-        offset = data.high_watermark(self.t) + self.rng.randint(0, 20)
-        data.poison[offset] = self.rng.choice(("fail", "hang"))
-        owner = self.cut.owner(self.cut.data_key(key), offset)  # (sliced: its slice)
-        self.poisoned.add(owner)
-        self._window(0.0)
-        # half the time an operator retries it a few HB later (failing by then, or not: then
-        # the log refuses the retry); drawn apart, so the fleet's own draws stay as they were
-        retries = random.Random(f"{self.p.seed}/retry/{offset}")
-        if retries.random() < 0.5:
-            later = self.t + retries.uniform(3, 8) * self.p.heartbeat_interval
-            action = Action.SKIP if retries.random() < self.p.operator_skips else Action.RETRY
-            decide = functools.partial(self._decide_record, owner, offset, action)
-            self.at(later, action.value, decide)
-
-    def _decide_record(self, key: ClaimKey, offset: int, action: Action) -> None:
-        """An operator's retry of the record (its failure count starts again, and the fleet
-        must try it again promptly: `retry_heeded`, the run lasts long enough to see) or skip
-        (the holder moves past it). Written whatever the folds say, as any writer may: a
-        decision on a record that is not failing (not reached, or displaced by another poison
-        record of the claim) is refused by the log, and must change nothing, after the cleaner
-        too (`poison_bounded`)."""
-        msg = PoisonResolved(int(self.t), "admin-i", ADMIN, key.group, key.topic,
-                             key.partition, offset, action)  # fmt: skip
-        home = coordination_partition(key.topic, key.partition, self.log.num_partitions)
-        self.log.land(home, poison_record_key(msg), encode_poison(msg), self.t)
-        self._window(self.checker.retry_bound_s)
-
-    def _fault_kill(self) -> None:
-        node = self._victim()
-        if node is not None:
-            node.kill(self.t)
-            self._window(0.0)
-            back = self.t + self.rng.uniform(0.2, 3 * self.p.heartbeat_interval)
-            self.add_node(node.settings.group, node.settings.client_id, back)
-            self._window(back - self.t)
-
-    def _fault_freeze(self) -> None:
-        node = self._victim(on_host=True)
-        if node is not None:
-            seconds = self.rng.uniform(0.5, 4) * self.p.heartbeat_interval
-            node.freeze(self.t, seconds)
-            self._window(seconds)
-
-    def _fault_stall(self) -> None:
-        """A member's host stops with its clock held: suspended on a clock that does not count
-        a suspend, or a VM paused without its guest seeing the pause. The member and its
-        children do nothing for up to 8*HB, and their lease clock loses that time; the wall
-        clock is held too (a VM pause: only the log's time shows it) or jumps (a suspend)."""
-        node = self._victim(running=True)
-        if node is not None:
-            seconds = self.rng.uniform(0.5, 8) * self.p.heartbeat_interval
-            node.stall(self.t, seconds, wall_held=self.rng.random() < 0.5)
-            self._window(seconds)
-
-    def _fault_restart(self) -> None:
-        node = self._victim(on_host=True)
-        if node is not None:
-            node.signal(signal.SIGTERM, self.t)
-            back = self.t + self.rng.uniform(1, 3) * self.p.heartbeat_interval
-            self.at(back, "restart kill", lambda: node.kill(self.t))
-            self.add_node(node.settings.group, node.settings.client_id, back + 0.01)
-            self._window(back - self.t)
-
-    def _fault_twins(self) -> None:
-        node = self._victim(on_host=True)
-        if node is not None:  # a second live instance of one client id (two hosts)
-            twin = self.add_node(node.settings.group, node.settings.client_id, self.t)
-            paused = self.rng.random() < 0.5  # the old host paused as the twin starts
-            seconds = self.rng.uniform(0.5, 2) * self.p.heartbeat_interval if paused else 0.0
-            node.freeze(self.t, seconds)
-            if self.rng.random() < 0.5:  # an operator stops the duplicate soon after
-                stop_at = self.t + self.rng.uniform(0.2, 1.0) * self.p.heartbeat_interval
-                self.at(stop_at, "stop twin", lambda: twin.signal(signal.SIGTERM, self.t))
-            self._window(2 * self.p.heartbeat_interval + seconds)
-
-    def _fault_compaction(self) -> None:
-        # the least compaction lag a member accepts (4*HB, `min_compaction_lag_ms`) up to 6*HB:
-        # the cleaner of a topic a member would refuse is not what a fleet runs on
-        lag_ms = min_compaction_lag_ms(self.p.heartbeat_interval) * self.rng.uniform(1.0, 1.5)
-        self._compact(int(self.t * 1000 - lag_ms))
-
-    def _fault_eager_compaction(self) -> None:
-        """The cleaner with a lag below the safe window (0 to 2*HB): a topic altered after the
-        fleet started, which a member checks only at its start. Outside the guarantees on AMO
-        loss (a member whose fold the cleaner made uncertain cannot confirm its own
-        reservations: "reservation not confirmed" is a fault's refusal); every other invariant
-        still holds, `fold_agreement`'s positions included: a compacted reader's estimate (a
-        frozen holder's refused release can be its key's newest record within seconds here)
-        may differ from the whole log's, never so that a new holder skips or grants twice."""
-        self.checker.eager_compaction = True
-        self._compact(int((self.t - self.rng.uniform(0, 2) * self.p.heartbeat_interval) * 1000))
-
-    def _compact(self, clean_before: int) -> None:
-        self.log.compact(clean_before)
-        node = self._victim()
-        if node is not None:  # a member restarts and one joins, both reading compacted
-            node.kill(self.t)
-            self.add_node(node.settings.group, node.settings.client_id, self.t + 0.1)
-            self.add_node(node.settings.group, f"new{self.instances}", self.t + 0.1)
-        self._window(0.2)
-
-    def _fault_pause(self) -> None:
-        group = self.rng.choice(list(self.modes))
-        seconds = self.rng.uniform(1, 4) * self.p.heartbeat_interval
-        until = int(self.t + seconds) + 1
-        msg = ReleaseGroup(int(self.t), "admin-i", ADMIN, group, "", 0, until)
-        for part in range(self.log.num_partitions):
-            self.log.land(part, record_key(msg), encode(msg), self.t)
-        self._window(until - self.t + 1.0)
-
-    def _fault_partitions(self) -> None:
-        group = self.rng.choice(list(self.modes))
-        self.partition_count[group] += self.rng.randint(1, 4)
-        self._window(10.0 + self.p.heartbeat_interval)  # discovery runs every 10 s
-
     def _window(self, seconds: float) -> None:
         self.fault_windows.append((self.t, self.t + seconds))
 
     # ---- running ---------------------------------------------------------------------------
 
     def converged(self) -> bool:
-        """Every partition of every group handled by a live child and moving (a record handled
-        in the last 2 s, or none of its own available for that long); every member announced;
-        shares fair."""
-        t = self.t
-        for group in self.modes:
-            live = [
-                n
-                for n in self.nodes
-                if n.alive and n.started and not n.frozen(t) and n.settings.group == group
-            ]
-            if not live:
-                return False
-            covered = {
-                key
-                for n in live
-                for key, child in n.children.items()
-                if child.alive and t >= child.ready_at and child.lease() > t
-            }
-            if not set(self.keys(group)) - self.poisoned <= covered:
-                return False  # (a poisoned partition is parked: held, with no child)
-            last = self.checker.last_handled
-            moving = [k for k in self.keys(group) if k not in self.poisoned]
-            stuck = [k for k in moving if t - last.get(k, -1e9) > STUCK_AFTER_S]
-            if any(not self._idle(k, live, t) for k in stuck):
-                return False  # held but not moving: a wedged partition (records keep coming)
-            announced = {n.member.member for n in live if n.member.member in n.member.held}
-            if any(n.member.member not in announced for n in live):
-                return False  # a member not announced (twins share one announcement)
-            members = {n.settings.client_id for n in live}  # twins share one client id
-            share = math.ceil(len(self.keys(group)) / len(members))
-            if any(len(n.held_data()) > share for n in live):
-                return False
-        return True
-
-    def _idle(self, key: ClaimKey, live: list[SimNode], t: float) -> bool:
-        """Whether a claim that handled nothing for `STUCK_AFTER_S` has nothing to handle: a
-        live child of it has handled every record of its own produced that long ago. A key
-        slice may get a record only every few seconds (a slice no key hashes to takes only
-        keyless records): idle is not stuck; a record available and not handled is."""
-        produced = self.data_of(key).high_watermark(t - STUCK_AFTER_S)
-        for node in live:
-            child = node.children.get(key)
-            if child is None or not child.alive or t < child.ready_at:
-                continue
-            takes = child.takes
-            if not any(takes is None or takes(o) for o in range(child.position, produced)):
-                return True
-        return False
-
-    def check_window(self) -> float:
-        """How long after the liveness bound the fleet has to be converged at one check: a
-        lease lost to failing writes at the bound is recovered within `FAILURES_RECOVERY_HB`."""
-        if "failures" in self.p.faults:
-            return CHECK_WINDOW_S + FAILURES_RECOVERY_HB * self.p.heartbeat_interval
-        return CHECK_WINDOW_S
+        """Whether the fleet is converged now (`sim.convergence`)."""
+        return convergence.converged(self)
 
     def _hung_handlers(self, t: float) -> None:
         """No handler call outlives its deadline (plus a scheduling second) under a member."""
@@ -615,7 +361,7 @@ class Fleet:
         # ``duration`` until the last fault has ended ``settle`` (+ a second) ago (a fault may
         # end late: a freeze, a pause), within a cap
         cap = SETTLE_CAP * p.duration
-        window = self.check_window()
+        window = convergence.check_window(self)
         step = 0
         settled = False  # converged at a check in the window after the bound
         while True:
@@ -649,7 +395,7 @@ class Fleet:
                 f"after the last fault (bound {p.settle:.1f}s)",
                 self.t,
             )
-        reference, noted = self._fold_whole_log()
+        reference, noted = wholelog.fold_whole_log(self)
         readers: list[tuple[str, float, World]] = []
         for node in self.nodes:
             for child in node.children.values():
@@ -673,73 +419,6 @@ class Fleet:
             trace if self.checker.violations else [],
             checked,
             frozenset(self.checker.ran),
-        )
-
-    def _fold_whole_log(
-        self,
-    ) -> tuple[dict[int, World], dict[tuple[ClaimKey, int, int], dict[str, int]]]:
-        """The whole, uncompacted log folded (the reference), each member's snapshot judged
-        against it at the snapshot's offset on the way, and the poison failures it counted
-        per record, epoch (the operator's retries of the record before it) and writer instance.
-
-        A failure is counted once however often the log counted it: a member writes the same
-        RecordFailed again when told its write failed (`RecordParking.gave_up`), and a write
-        that timed out may have landed too, so the fold counts that one attempt twice (the
-        record is parked no later). `poison_bounded` bounds attempts, so a landing of bytes
-        written again is not one more failure: counting it would let a duplicate hide a lost
-        count from the per-member check, and flag a record tried only ``park_after`` times
-        (seeds 143, 146 of the all-faults mix). But two distinct failures can have the very
-        same bytes (counted from a fold that had not yet seen the first, in the same second,
-        after an operator's retry: seed 749 of the all-faults mix, 41020, 65007), so the
-        landings of one writer's bytes count up to the number of failures it wrote with them
-        (`failures_written`), in log order."""
-        reference = {q: World(self._rcfg(), q) for q in range(self.log.num_partitions)}
-        losses = AmoLosses(int(self.p.heartbeat_interval * 1000), keep=True)
-        noted: dict[tuple[ClaimKey, int, int], dict[str, int]] = defaultdict(dict)
-        landings: dict[tuple[str, bytes], int] = defaultdict(int)  # (writer, record value)
-        epochs: dict[tuple[ClaimKey, int], int] = defaultdict(int)  # operator retries so far
-        retried: dict[tuple[ClaimKey, int], int] = {}  # log time of a retry not yet tried
-        end_ms = 0
-        for q, records in enumerate(self.log.shadow):
-            mine = [(w.next_offset, label, at, w) for label, at, w in self.snapshots]
-            due = sorted((s for s in mine if s[3].partition == q), key=lambda s: s[0])
-            for record in records:
-                while due and due[0][0] <= record.offset:  # the reference at the snapshot's offset
-                    _, label, at, world = due.pop(0)
-                    self.checker.agree(label, world, reference[q], at)
-                event = fold(reference[q], record)
-                losses.add(event)
-                end_ms = max(end_ms, record.timestamp_ms)
-                if isinstance(event, PoisonCleared):  # an operator's decision: counted afresh
-                    epochs[(event.key, event.message.offset)] += 1
-                    decided = event.message
-                    if isinstance(decided, PoisonResolved) and decided.action is Action.SKIP:
-                        self.checker.skipped.add((event.key, decided.offset))
-                    if isinstance(decided, PoisonResolved) and decided.action is Action.RETRY:
-                        retried[(event.key, event.message.offset)] = record.timestamp_ms
-                elif isinstance(event, PoisonNoted):
-                    cleared = retried.pop((event.key, event.message.offset), None)
-                    if cleared is not None:
-                        self.checker.retry_tried(event.key, cleared, record.timestamp_ms)
-                    epoch = epochs[(event.key, event.message.offset)]
-                    writer = (event.message.instance_id, record.value or b"")
-                    landings[writer] += 1
-                    if landings[writer] > self.failures_written.get(writer, 0):
-                        continue  # the same failure written again: one attempt
-                    by = noted[(event.key, event.message.offset, epoch)]
-                    by[event.message.instance_id] = by.get(event.message.instance_id, 0) + 1
-            for _, label, at, world in due:  # read to the end
-                self.checker.agree(label, world, reference[q], at)
-        for (key, _), cleared in retried.items():  # never tried again (by the end)
-            self.checker.retry_tried(key, cleared, None, end_ms)
-        self.log_losses = losses.every(end_ms)  # what `marshal-admin status` would show
-        return reference, noted
-
-    def _rcfg(self) -> RationalizerConfig:
-        return RationalizerConfig(
-            int(self.p.heartbeat_interval * 1000),
-            num_partitions=self.p.coordination_partitions,
-            admin_client_ids=frozenset({ADMIN}),
         )
 
 

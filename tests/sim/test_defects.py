@@ -41,7 +41,7 @@ from marshal_workers.protocol.wire import (
     ReleasingPartition,
     legacy_claim_key,
 )
-from marshal_workers.sim import scenario as scenario_module
+from marshal_workers.sim import faults as faults_module
 from marshal_workers.sim.children import SimChild
 from marshal_workers.sim.scenario import SimParams, run_seed
 from tests.sim.conftest import first_violation
@@ -385,7 +385,7 @@ def test_poison_defect_a_refused_decision_stands_alone_after_the_cleaner(
         poison[key] = new
         return PoisonCleared(kw["coord_partition"], kw["coord_offset"], kw["log_time"], msg, new)
 
-    monkeypatch.setattr(scenario_module, "poison_record_key", shared)
+    monkeypatch.setattr(faults_module, "poison_record_key", shared)
     monkeypatch.setattr(rationalizer, "fold_poison", applied_on_a_guess)
     # half the decisions skip (a quarter found it in seed 7 of 100 until the runtime's turn
     # folded the log first, then in none of 200; half finds it in seed 12)

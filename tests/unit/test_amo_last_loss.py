@@ -24,6 +24,7 @@ from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.reservations import AHEAD
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, CoordRecord, Message
+from marshal_workers.sim import wholelog
 from marshal_workers.sim.scenario import Fleet as SimFleet
 from marshal_workers.sim.scenario import SimParams, use_shared_decode
 from tests.support import GROUP, HB, TOPIC, claim, hb, pause, record, release, reserve
@@ -294,5 +295,6 @@ class TestAgreesWithTheAudit:
             fleet = SimFleet(params)
             fleet.run()
             records = [r for part in fleet.log.shadow for r in part]
-            lost += agree(records, int(params.heartbeat_interval * 1000), fleet._rcfg())
+            config = wholelog.reference_config(fleet)
+            lost += agree(records, int(params.heartbeat_interval * 1000), config)
         assert lost > 0, "the seeds should crash some AMO holders after a reservation"
