@@ -92,6 +92,11 @@ def summarize(results: list[RunResult], params: SimParams, seconds: float) -> di
         # group, ALO's an ALO group; liveness needs the run's fault-free settle)
         "checked": {name: sum(1 for r in results if name in r.checked) for name in INVARIANTS},
         "coordination_records": sum(r.records for r in results),
+        # coordination records a member reads and folds per second of virtual time, the mean
+        # over members and runs: what the log costs each member
+        "member_reads_per_s": round(
+            sum(r.member_reads_per_s for r in results) / len(results) if results else 0.0, 1
+        ),
         "records_handled": sum(r.handled for r in results),
         "wall_seconds": round(seconds, 2),
     }

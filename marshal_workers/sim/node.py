@@ -108,6 +108,11 @@ class SimNode:
         self.frozen_until = 0.0
         self.stalled_until = 0.0  # `stall`: the children stop too
         self.turned_at = -1.0  # when the member last ran its turn
+        # coordination records it read and folded (its start's catch-up too), and the span of
+        # virtual time it read them over (`member_reads_per_s`)
+        self.records_read = 0
+        self.started_at: float | None = None
+        self.ended_at: float | None = None
         self.clock_lost = 0.0  # seconds the host's lease clock did not count (stalls)
         self.wall_lost = 0.0  # of which its wall clock did not count either
         self.leases: dict[ClaimKey, LeaseCell] = {}
@@ -132,6 +137,7 @@ class SimNode:
 
     def start(self, t: float) -> None:
         """Catch up on the whole log as it is now, then begin."""
+        self.started_at = t
         self._read(t, lag=False)
         self.started = True
         self._run(self.member.begin(self.local(t), self.wall(t), self.partitions()), t)
@@ -140,6 +146,7 @@ class SimNode:
         """kill -9: the member and (parent-death signal) its children end now."""
         if self.alive:
             self.faults += 1
+            self.ended_at = t
         self.alive = False
         for child in self.children.values():
             child.die(-signal.SIGKILL, t)
@@ -150,8 +157,9 @@ class SimNode:
             self._feed(inp.SignalReceived(self.local(t), sig), t)
 
     def catch_up(self, t: float) -> None:
-        """Fold every record the log has now (for the end-of-run comparison)."""
-        self._read(t, lag=False)
+        """Fold every record the log has now (for the end-of-run comparison; not counted as
+        the member's reading)."""
+        self._read(t, lag=False, counted=False)
 
     def freeze(self, t: float, seconds: float) -> None:
         """SIGSTOP for ``seconds``: the member does nothing; its children run on."""
@@ -273,7 +281,7 @@ class SimNode:
         for child in self.children.values():
             child.step(t, dt)
 
-    def _read(self, t: float, *, lag: bool = True) -> None:
+    def _read(self, t: float, *, lag: bool = True, counted: bool = True) -> None:
         """Fold what the log has: all of it, or with a read lag what had landed a random
         delay ago (a consumer's fetch behind the log's end; in offset order, never back)."""
         until = None
@@ -289,7 +297,18 @@ class SimNode:
                 self.cursor[p] = got[-1].offset + 1
                 records.extend(got)
         if records:
+            if counted:
+                self.records_read += len(records)
             self._feed(inp.RecordsRead(self.local(t), records), t)
+
+    def reads_per_s(self, end: float) -> float | None:
+        """Coordination records it read and folded per second of virtual time while it ran
+        (None for a member that never started or ran no time)."""
+        if self.started_at is None:
+            return None
+        until = self.ended_at if self.ended_at is not None else end
+        span = until - self.started_at
+        return self.records_read / span if span > 0 else None
 
     def _feed(self, event: inp.Input, t: float) -> None:
         self._run(self.member.feed(event), t)

@@ -114,6 +114,9 @@ class RunResult:
     trace: list[str] = field(default_factory=list)
     liveness_checked: bool = True  # the run ended with a fault-free settle (always, bar a cap)
     checked: frozenset[str] = frozenset()  # the invariants the run evaluated on its data
+    # coordination records a member read and folded per second of virtual time, the mean over
+    # the run's members (each over the time it ran)
+    member_reads_per_s: float = 0.0
 
 
 class Fleet:
@@ -409,6 +412,7 @@ class Fleet:
         self.checker.finish(reference, readers, noted, faults, self.log_losses)
         self.slices.finish()
         trace = sorted(line for n in self.nodes for line in n.trace)[-30:]
+        rates = [r for n in self.nodes if (r := n.reads_per_s(self.t)) is not None]
         return RunResult(
             p.seed,
             self.checker.violations,
@@ -419,6 +423,7 @@ class Fleet:
             trace if self.checker.violations else [],
             checked,
             frozenset(self.checker.ran),
+            sum(rates) / len(rates) if rates else 0.0,
         )
 
 

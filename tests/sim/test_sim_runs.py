@@ -124,6 +124,21 @@ def test_json_summary_names_seeds_violations_invariants_and_convergence() -> Non
     every = {name: 2 for name in INVARIANTS if name != "retry_heeded"}
     assert {k: v for k, v in summary["checked"].items() if k != "retry_heeded"} == every
     assert summary["liveness_checked"] == 2
+    assert summary["member_reads_per_s"] > 0
+
+
+def test_a_member_reads_the_records_of_every_group_on_its_log() -> None:
+    """`member_reads_per_s` measures what the log costs a member: with today's placement
+    (every group on every coordination partition) a member of one of eight groups of two reads
+    about four times what a member of one of two groups of two reads (groups alternate ALO and
+    AMO, whose reservations are most of the log: so two against eight, not one against four).
+    The placement of groups on bounded sets of coordination partitions is to bring this to
+    within 2x of a lone group's."""
+    quiet = SimParams(faults=(), duration=20.0)
+    few = run_seed(replace(quiet, members=4, groups=2)).member_reads_per_s
+    many = run_seed(replace(quiet, members=16, groups=8)).member_reads_per_s
+    assert few > 0
+    assert 3.0 < many / few < 5.0
 
 
 def test_an_operators_retry_is_checked_in_most_runs_of_a_poison_mix() -> None:
