@@ -35,9 +35,9 @@ from marshal_workers.child.handling import Handling
 from marshal_workers.child.leasecheck import LeaseCheck
 from marshal_workers.child.plugin import Plugin
 from marshal_workers.child.reporting import Reporter
+from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.handler.record import FetchedRecord
-from marshal_workers.ipc.sharedlease import SharedLease
 from marshal_workers.protocol.modes import Mode
 
 

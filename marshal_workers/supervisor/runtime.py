@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from marshal_workers.child.main import ChildHandle, start_child
+from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.common.heap import release_freed_memory
 from marshal_workers.common.stacks import catches_signal, log_stacks
@@ -38,9 +39,13 @@ from marshal_workers.core import inputs as inp
 from marshal_workers.core.childexits import CallSample, read_end, slow_call, watch_call
 from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
+from marshal_workers.fleet.groupcheck import (
+    check_partition_count,
+    ensure_group_settings,
+    own_settings,
+)
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT, EXIT_SETUP
-from marshal_workers.ipc.sharedlease import SharedLease
 from marshal_workers.log.interface import CoordinationLog, LogError
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig
@@ -48,16 +53,11 @@ from marshal_workers.protocol.slicing import data_topic
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.background import Background
 from marshal_workers.supervisor.datatopics import DataTopics
-from marshal_workers.supervisor.fleetcheck import (
-    check_partition_count,
-    ensure_group_settings,
-    own_settings,
-)
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer, deliver
 from marshal_workers.supervisor.pollthread import LogPollThread
 
 if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
-    from marshal_workers.ipc.forkserver import ChildContext
+    from marshal_workers.childlink.forkserver import ChildContext
 
 Clock = Callable[[], float]
 
