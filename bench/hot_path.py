@@ -35,9 +35,9 @@ from marshal_workers.child.handling import Handling
 from marshal_workers.child.leasecheck import LeaseCheck
 from marshal_workers.child.plugin import Plugin
 from marshal_workers.child.reporting import Reporter
+from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.handler.record import FetchedRecord
-from marshal_workers.ipc.sharedlease import SharedLease
 from marshal_workers.protocol.modes import Mode
 
 
@@ -74,6 +74,31 @@ def handling_step(lease: SharedLease) -> Handling:
     failures = FailureHandling.__new__(FailureHandling)  # (a failure would need the rest)
     ctx: Any = None  # (the count handler reads no context)
     return Handling(Plugin(count), ctx, check, lease.calls, CallClock(300.0), failures, reporter)
+
+
+def publishing(msgs: list[Any], lease: SharedLease, stats: Any) -> Callable[[], None]:
+    """The step that also stores the shared position before each call (the child's hot path
+    without its fetch)."""
+    cell, clock = lease.cell, leaseclock.now
+    position, in_call = lease.calls.position, lease.calls.in_call
+
+    def published() -> None:
+        starts: list[float] = []
+        in_call.value = 1
+        run = [FetchedRecord(m) for m in msgs if m.error() is None]
+        first, n = run[0].offset, len(run)
+        offsets = range(first, first + n) if run[-1].offset - first == n - 1 else []
+        for offset, r in zip(offsets, run, strict=True):
+            now = clock()
+            if now >= cell.value:
+                raise SystemExit("lease")
+            starts.append(now)
+            position.value = offset
+            count(r, None)
+        in_call.value = 0
+        stats.observe_calls(starts, clock())
+
+    return published
 
 
 def main() -> None:
@@ -113,23 +138,7 @@ def main() -> None:
             count(r, None)
         stats.observe_calls(starts, clock())
 
-    position, in_call = lease.calls.position, lease.calls.in_call
-
-    def published() -> None:
-        starts: list[float] = []
-        in_call.value = 1
-        run = [FetchedRecord(m) for m in msgs if m.error() is None]
-        first, n = run[0].offset, len(run)
-        offsets = range(first, first + n) if run[-1].offset - first == n - 1 else []
-        for offset, r in zip(offsets, run, strict=True):
-            now = clock()
-            if now >= cell.value:
-                raise SystemExit("lease")
-            starts.append(now)
-            position.value = offset
-            count(r, None)
-        in_call.value = 0
-        stats.observe_calls(starts, clock())
+    published = publishing(msgs, lease, stats)
 
     class Consumer:  # what `fetch` asks of the child's consumer: a batch already fetched
         def consume(self, num_messages: int, timeout: float) -> list[Any]:
@@ -149,11 +158,16 @@ def main() -> None:
         ("+ the shared position: one store per call", published),
         ("the child's own code (fetch, then Handling.run, ALO)", child),
     ]
-    print(f"{args.records} records per batch, best of 5 x {args.repeat} batches, ns/record")
+    print_table(steps, args.records, args.repeat)
+
+
+def print_table(steps: list[tuple[str, Callable[[], None]]], records: int, repeat: int) -> None:
+    """Time each step and print it with what it adds to the one before."""
+    print(f"{records} records per batch, best of 5 x {repeat} batches, ns/record")
     before = None
     first = None
     for label, step in steps:
-        ns = ns_per_record(step, args.records, args.repeat)
+        ns = ns_per_record(step, records, repeat)
         first = ns if first is None else first
         added = "" if before is None else f"  ({ns - before:+.0f})"
         print(f"  {label:55} {ns:6.0f}{added}")

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.ipc import messages as ipc
-from marshal_workers.ipc.sharedlease import SharedLease
 from marshal_workers.log.memlog import MemoryTopic
 from marshal_workers.protocol.metadata import (
     METADATA_PARTITION,

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.common.errors import ConfigError, MarshalError
 from marshal_workers.config.runconfig import DEFAULT_ADMIN_CLIENT_IDS
+from marshal_workers.fleet.brokercheck import cluster_heartbeat_check
+from marshal_workers.fleet.groupcheck import group_settings_problem
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import LogError
 from marshal_workers.log.kafkalog import KafkaLog
@@ -27,8 +29,6 @@ from marshal_workers.protocol.groupstatus import iso_ms
 from marshal_workers.protocol.metadata import GroupSettings
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World
 from marshal_workers.protocol.wire import CoordRecord, Partitioner
-from marshal_workers.supervisor.brokercheck import cluster_heartbeat_check
-from marshal_workers.supervisor.fleetcheck import group_settings_problem
 
 ADMIN_CLIENT_ID = "marshal-admin"
 # The settings a fold depends on, which every member and admin of a group must share.

@@ -38,12 +38,12 @@ from marshal_workers.admin.pause import PauseOutcome, lift_pause, pause_for
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.admin.targets import KafkaOffsetSource, TargetSpec, compute_targets
 from marshal_workers.common.errors import MarshalError
+from marshal_workers.fleet.offsetsink import KafkaOffsetSink
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_claimable
 from marshal_workers.protocol.rationalizer import claim_label
 from marshal_workers.protocol.slicing import split_topic
 from marshal_workers.protocol.wire import ClaimKey
-from marshal_workers.supervisor.offsets import KafkaOffsetSink
 
 Progress = Callable[[str], None]
 MOVE_BUDGET_S = 30.0  # pause time allowed for the moves, beyond the wait for the holders

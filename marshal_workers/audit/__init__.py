@@ -5,6 +5,6 @@ rationalizer the supervisors use, derives the audit tables from the events, chec
 handlers' ledgers against the claim intervals, and writes Parquet tables and an HTML report.
 See docs/audit.md for the tables and their columns.
 
-A tool, in its own process (and Spark's). May import every layer below it (`protocol`,
-`log`, `config`, `clients`, `common`) and `localkafka` (the cached jars); never `ipc.forkserver`.
+A tool, in its own process (and Spark's). Imports `protocol`, `log`, `config`, `clients`,
+`common` and `localkafka` (the cached jars); never the supervisor, the child or `childlink`.
 """

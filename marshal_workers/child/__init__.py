@@ -2,7 +2,7 @@
 failure policy, dead letters, AMO grants, and the fencing that ends it when its lease does.
 
 Runs in the child process only (started from the fork server). Imports `handler`, `ipc`,
-`clients`, `common` and of the protocol its modes, lease rule, slicing and AMO reservation
-sizer (`protocol.reservations`); never the fold (`protocol.rationalizer`), the
+`childlink`, `clients`, `common` and of the protocol its modes, lease rule, slicing and AMO
+reservation sizer (`protocol.reservations`); never the fold (`protocol.rationalizer`), the
 coordination log (`log`), the member's core (`core`) or the supervisor.
 """

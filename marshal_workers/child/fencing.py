@@ -49,8 +49,8 @@ from typing import NoReturn
 import psutil
 
 from marshal_workers.child.callclock import CallClock
+from marshal_workers.childlink.sharedlease import Clock, SharedLease
 from marshal_workers.common import leaseclock
-from marshal_workers.ipc.sharedlease import Clock, SharedLease
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 WATCHDOG_TICK_S = 0.05

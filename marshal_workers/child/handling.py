@@ -24,10 +24,10 @@ from marshal_workers.child.leasecheck import LeaseCheck
 from marshal_workers.child.plugin import Plugin
 from marshal_workers.child.policy import Failure, OnFailure
 from marshal_workers.child.reporting import Reporter
+from marshal_workers.childlink.callstate import CallCells
 from marshal_workers.handler import Context, Record
 from marshal_workers.handler.errors import HandlerEnded
 from marshal_workers.handler.record import MessageRecords
-from marshal_workers.ipc.callstate import CallCells
 from marshal_workers.ipc.messages import Settle
 
 
@@ -106,7 +106,7 @@ class Handling:
         return where to go on."""
         handle, ctx = self.plugin.handle, self.ctx
         clock, lease = self.lease.clock, self.lease.cell
-        # the shared cells (see `ipc.callstate`): per call one store, the record in progress
+        # the shared cells (see `childlink.callstate`): per call one store, the record in progress
         # (ALO: everything below it is handled; the supervisor heartbeats it); per run, in_call
         position, in_call = self.cells.position, self.cells.in_call
         starts: list[float] = []

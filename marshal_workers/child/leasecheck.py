@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from marshal_workers.child.fencing import REASON_LEASE_EXPIRED
+from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.ipc.exits import EXIT_LEASE_EXPIRED, ChildExit
-from marshal_workers.ipc.sharedlease import SharedLease
 
 Clock = Callable[[], float]
 

@@ -105,6 +105,7 @@ from marshal_workers.child.fencing import (
     write_with_timeout,
 )
 from marshal_workers.child.loop import ChildLoop
+from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.logs import configure_logging, raw_line
 from marshal_workers.common.stacks import collect_fault_dumps
@@ -121,10 +122,9 @@ from marshal_workers.ipc.messages import (
     ChildSpec,
     ToChild,
 )
-from marshal_workers.ipc.sharedlease import SharedLease
 
 if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
-    from marshal_workers.ipc.forkserver import ChildContext
+    from marshal_workers.childlink.forkserver import ChildContext
 
 __all__ = [
     "EXIT_HANDLER_FAILED",

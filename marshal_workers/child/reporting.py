@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from marshal_workers.child.pipe import Pipe
 from marshal_workers.child.stats import StatsTally
-from marshal_workers.ipc.callstate import CallCells
+from marshal_workers.childlink.callstate import CallCells
 from marshal_workers.ipc.messages import Progress
 from marshal_workers.protocol.modes import Mode
 

@@ -7,9 +7,9 @@ cache (``get_watermark_offsets(cached=True)``: no broker round trip; librdkafka 
 with every fetch response). About once a second, and once more at the end, it sends what
 accumulated since the last report as one `ipc.Stats`; the supervisor's metrics add it up.
 
-Latencies are counted per bucket here (the bounds are `LATENCY_BUCKETS`, shared with the
-supervisor's histogram), so a report stays small whatever the batch size. This module runs in
-the child and imports neither prometheus-client nor anything of the supervisor.
+Latencies are counted per bucket here (the bounds are `ipc.messages.LATENCY_BUCKETS`, shared
+with the supervisor's histogram), so a report stays small whatever the batch size. This module
+runs in the child and imports neither prometheus-client nor anything of the supervisor.
 """
 
 from __future__ import annotations
@@ -22,25 +22,8 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from marshal_workers.ipc.messages import Stats
+from marshal_workers.ipc.messages import LATENCY_BUCKETS, Stats
 
-LATENCY_BUCKETS: tuple[float, ...] = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-)
 REPORT_INTERVAL_S = 1.0
 
 Clock = Callable[[], float]

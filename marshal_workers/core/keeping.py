@@ -76,17 +76,7 @@ class Keeping:
                 self.lose(held, "member claim's lease expired")
                 return
         if held.child:
-            remaining = held.lease - now
-            if held.phase in ASKED_TO_STOP and now >= held.stop_deadline:
-                remaining = min(remaining, 0.0)
-            if held.phase is Phase.LOST:
-                remaining = min(remaining, 0.0)
-            if remaining <= s.kill_grace and not held.term_sent:
-                held.term_sent = True
-                self.signal_child(held, signal.SIGTERM, "lease ending")
-            if remaining <= s.kill_grace / 3 and not held.kill_sent:
-                held.kill_sent = held.term_sent = True
-                self.signal_child(held, signal.SIGKILL, "lease ending")
+            self.end_child_in_time(held, now)
             return
         if held.phase is Phase.STOPPING:
             self.finish(held, now, release=True)  # no child to wait for
@@ -118,6 +108,23 @@ class Keeping:
             held.phase = Phase.RUNNING
             if self.parking.allows(held, now):
                 self.spawn(held, restart=False, now=now)
+
+    def end_child_in_time(self, held: HeldClaim, now: float) -> None:
+        """The claim's child gets SIGTERM a kill grace before its lease ends (at once when it
+        was asked to stop and its stop deadline passed, or the claim is lost), SIGKILL a third
+        of the grace before; each signal once."""
+        s = self.ctx.s
+        remaining = held.lease - now
+        if held.phase in ASKED_TO_STOP and now >= held.stop_deadline:
+            remaining = min(remaining, 0.0)
+        if held.phase is Phase.LOST:
+            remaining = min(remaining, 0.0)
+        if remaining <= s.kill_grace and not held.term_sent:
+            held.term_sent = True
+            self.signal_child(held, signal.SIGTERM, "lease ending")
+        if remaining <= s.kill_grace / 3 and not held.kill_sent:
+            held.kill_sent = held.term_sent = True
+            self.signal_child(held, signal.SIGKILL, "lease ending")
 
     def heartbeat_owed(self, held: HeldClaim, now: float) -> bool:
         """Whether the claim's next heartbeat is due, or one must follow a heartbeat that went

@@ -1,9 +1,9 @@
-"""The contract between the supervisor and its children: the pipe messages (`messages`), the
-exit codes and end notes (`exits`), the lease and call state in shared memory (`sharedlease`,
-`callstate`), and the fork server children start from (`forkserver`).
+"""The contract between the supervisor and its children, as pure data: the pipe messages
+(`messages`, with the latency buckets the children's statistics count in) and the exit codes
+and end notes (`exits`). The plumbing that carries them (the fork server, shared memory) is
+`childlink`.
 
-Both processes import it. `messages` and `exits` are pure (the core uses them); the others
-touch shared memory and processes. Imports `protocol` and `common` only, never the child,
-the supervisor or the core. `forkserver` guards the fork server when imported: only the
-supervisor's start-up (`supervisor.run`) and the fork server itself import it at run time.
+Both processes, the member's core and the simulator import it. Pure: imports only `protocol`
+and `common.errors`, does no I/O and reads no clock (tests/unit/test_pure_core.py checks every
+module).
 """

@@ -140,10 +140,31 @@ class Stopped:
     next_offset: int | None
 
 
+# The bounds (seconds) of the handler call latency buckets a `Stats` counts in, then +Inf: the
+# child counts per bucket, the supervisor's histogram adds the counts up.
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Stats:
     """Since the last `Stats`: records handled, handler call latencies (counts per bucket of
-    `stats.LATENCY_BUCKETS`, then +Inf, and their sum), handler errors by the policy that dealt
+    `LATENCY_BUCKETS`, then +Inf, and their sum), handler errors by the policy that dealt
     with them, and the partition's high watermark as the consumer last saw it (None: unknown)."""
 
     handled: int

@@ -260,6 +260,47 @@ def pause_of(world: World, group: str, now_ms: int) -> GroupPause | None:
 
 def fold(world: World, record: CoordRecord) -> ev.Event:
     """Apply one record (the next in offset order) to ``world``; return what it did."""
+    refused = _advance(world, record)
+    if refused is not None:
+        return refused
+    only = world.config._only_key
+    if only is not None and _names_another_group(record.key, only):
+        world.other_groups += 1
+        return ev.OtherGroup(record.partition, record.offset, world.log_time)
+    try:
+        msg = decode(record.value)
+    except DecodeError as exc:
+        if is_poison(record.value):  # failure counts of poison records: see recordfailures.py
+            return _poison(world, record)
+        return _metadata(world, record, exc)
+    if type(msg) is ReleaseGroup:
+        if record.key != pause_key(msg) and record.key not in legacy_pause_keys(msg):
+            return _malformed(world, record, _key_mismatch(record, msg), _keyless(record, msg))
+        return _release_group(world, record, msg)
+    assert not isinstance(msg, ReleaseGroup)
+    claim_keyed = record.key is not None and record.key.endswith(CLAIM_KEY_SUFFIX)
+    if claim_keyed and type(msg) is not ClaimingPartition:  # only claims go under a claim key
+        return _malformed(world, record, _key_mismatch(record, msg))
+    key = _claim_of(world, record, msg)
+    if not isinstance(key, ClaimKey):
+        return key  # refused: its record key or its coordination partition is not the claim's
+    state = world.claims.get(key)
+    if state is None:  # stored only once a record changes it: a refusal leaves no trace
+        state = ClaimState(certain=not world.gap_seen)
+        if not state.certain:  # every record on an uncertain claim is activity
+            world.claims[key] = state
+    elif world.gap_time is not None and key not in world.since_gap:
+        _behind_gap(state, world.gap_time)  # last folded before the newest gap
+    world.since_gap.add(key)
+    if not state.certain:
+        return _uncertain(world, record, msg, key, state)
+    return _RULES[type(msg)](world, record, msg, key, state)
+
+
+def _advance(world: World, record: CoordRecord) -> ev.Event | None:
+    """The record's place in the log: refused (`Malformed`) if it is of another partition or
+    behind the fold; otherwise the fold moves past it, its log time is taken (refused if past
+    any broker's clock), and an offset gap in front of it is noted (`_across_gap`)."""
     if record.partition != world.partition:
         reason = f"record of partition {record.partition} in the fold of {world.partition}"
         return _malformed(world, record, reason)
@@ -277,51 +318,29 @@ def fold(world: World, record: CoordRecord) -> ev.Event:
         world.log_time = stamp
     if gap:
         _across_gap(world)
-    only = world.config._only_key
-    if only is not None and _names_another_group(record.key, only):
-        world.other_groups += 1
-        return ev.OtherGroup(record.partition, record.offset, world.log_time)
-    try:
-        msg = decode(record.value)
-    except DecodeError as exc:
-        if is_poison(record.value):  # failure counts of poison records: see recordfailures.py
-            return _poison(world, record)
-        return _metadata(world, record, exc)
-    if type(msg) is ReleaseGroup:
-        if record.key != pause_key(msg) and record.key not in legacy_pause_keys(msg):
-            return _malformed(world, record, _key_mismatch(record, msg), _keyless(record, msg))
-        return _release_group(world, record, msg)
-    assert not isinstance(msg, ReleaseGroup)
+    return None
+
+
+def _claim_of(world: World, record: CoordRecord, msg: PartitionMessage) -> ClaimKey | ev.Event:
+    """The claim ``msg`` is about, its record key and home coordination partition checked the
+    first time the fold meets that key (then remembered in ``world.keys``); a refusal
+    (`Malformed`) when either is not the claim's."""
     key = world.keys.get(record.key)  # type: ignore[arg-type]
-    claim_keyed = record.key is not None and record.key.endswith(CLAIM_KEY_SUFFIX)
-    if claim_keyed and type(msg) is not ClaimingPartition:  # only claims go under a claim key
-        return _malformed(world, record, _key_mismatch(record, msg))
-    if key is None or key != (msg.group_id, msg.topic, msg.partition):
-        key = claim_key(msg)
-        if record.key != record_key(msg) and not (
-            type(msg) is ClaimingPartition and record.key == legacy_claim_key(msg)
-        ):
-            return _malformed(world, record, _key_mismatch(record, msg), _keyless(record, msg))
-        cfg = world.config
-        if cfg.num_partitions is not None:
-            home = coordination_partition(
-                msg.topic, msg.partition, cfg.num_partitions, cfg.partitioner
-            )
-            if home != world.partition:
-                reason = f"message belongs on coordination partition {home}"
-                return _malformed(world, record, reason)
-        world.keys[record.key] = key  # a key checked once, home partition included
-    state = world.claims.get(key)
-    if state is None:  # stored only once a record changes it: a refusal leaves no trace
-        state = ClaimState(certain=not world.gap_seen)
-        if not state.certain:  # every record on an uncertain claim is activity
-            world.claims[key] = state
-    elif world.gap_time is not None and key not in world.since_gap:
-        _behind_gap(state, world.gap_time)  # last folded before the newest gap
-    world.since_gap.add(key)
-    if not state.certain:
-        return _uncertain(world, record, msg, key, state)
-    return _RULES[type(msg)](world, record, msg, key, state)
+    if key is not None and key == (msg.group_id, msg.topic, msg.partition):
+        return key
+    key = claim_key(msg)
+    if record.key != record_key(msg) and not (
+        type(msg) is ClaimingPartition and record.key == legacy_claim_key(msg)
+    ):
+        return _malformed(world, record, _key_mismatch(record, msg), _keyless(record, msg))
+    cfg = world.config
+    if cfg.num_partitions is not None:
+        home = coordination_partition(msg.topic, msg.partition, cfg.num_partitions, cfg.partitioner)
+        if home != world.partition:
+            reason = f"message belongs on coordination partition {home}"
+            return _malformed(world, record, reason)
+    world.keys[record.key] = key  # a key checked once, home partition included
+    return key
 
 
 def _names_another_group(key: bytes | None, group: bytes) -> bool:

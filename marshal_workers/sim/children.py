@@ -31,7 +31,7 @@ from marshal_workers.protocol.reservations import ReservationSizer
 from marshal_workers.protocol.wire import ClaimKey
 
 STATS_INTERVAL_S = 1.0  # `child.stats.REPORT_INTERVAL_S`
-LATENCY_SLOTS = 15  # `child.stats.LATENCY_BUCKETS` after the first, then +Inf
+LATENCY_SLOTS = len(ipc.LATENCY_BUCKETS)  # the buckets after the first, then +Inf
 
 Handled = Callable[["SimChild", int, float], None]
 Died = Callable[["SimChild", int, float], None]

@@ -17,6 +17,7 @@ import signal
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import assert_never
 
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
@@ -316,75 +317,109 @@ class SimNode:
     # ---- commands --------------------------------------------------------------------------
 
     def _run(self, commands: list[cmd.Command], t: float) -> None:
-        group = self.settings.group
+        """Carry out the core's commands at ``t`` as the runtime does (`Supervisor._run`, the
+        other interpreter; tests/sim/test_command_contract.py holds the two to the same effects),
+        on the virtual log and the simulated children."""
         for c in commands:
-            if isinstance(c, cmd.Append):
-                self.on_checked("isolation")
-                if c.message.group_id != group:
-                    self.on_violation(
-                        "isolation",
-                        f"{self.name} of group {group} wrote {type(c.message).__name__}"
-                        f" for group {c.message.group_id}",
+            match c:
+                case cmd.Append():
+                    self._append(c, t)
+                case cmd.SetLease():
+                    self.leases.setdefault(c.key, LeaseCell()).deadline = c.deadline
+                case cmd.DropLease():
+                    self._drop_lease(c.key)
+                case cmd.Spawn():
+                    self._spawn(c, t)
+                case cmd.SignalChild():
+                    self._signal_child(c, t)
+                case cmd.TellChild():
+                    self._tell_child(c, t)
+                case cmd.LookupStart():
+                    self._lookup_start(c.key, t)
+                case cmd.Discover():
+                    found = inp.PartitionsFound(
+                        t + 0.01, self.partitions(), self.log.num_partitions
                     )
-                self._check_pause(c, t)
-                if c.value.startswith(b"RecordFailed/"):
-                    op = self.member.ctx.pending.ops.get(c.op)
-                    if op is not None and op.tries == 0:  # not the same count written again
-                        self.on_failure_written(self.settings.instance_id, c.value)
-                fails = self.log.fails(c.partition)
-                # one producer delivers in order per partition (idempotence): never overtake
-                lands_at = max(
-                    [t + self.log.latency(c.partition)]
-                    + [f.lands_at for f in self.in_flight if f.partition == c.partition]
-                )
-                self.in_flight.append(
-                    InFlight(
-                        lands_at,
-                        c.op,
-                        c.partition,
-                        c.key,
-                        c.value,
-                        fails,
-                        fails and self.rng.random() < 0.5,
-                    )
-                )
-            elif isinstance(c, cmd.SetLease):
-                self.leases.setdefault(c.key, LeaseCell()).deadline = c.deadline
-            elif isinstance(c, cmd.DropLease):
-                dropped = self.leases.pop(c.key, None)
-                if dropped is not None:
-                    dropped.deadline = 0.0
-            elif isinstance(c, cmd.Spawn):
-                self._spawn(c, t)
-            elif isinstance(c, cmd.SignalChild):
-                child = self.children.get(c.key)
-                if child is not None:
-                    child.die(-c.signal, t)
-            elif isinstance(c, cmd.TellChild):
-                child = self.children.get(c.key)
-                if child is not None:
-                    child.receive(c.message, t)
-            elif isinstance(c, cmd.LookupStart):  # the retained range's end the reset names
-                data = self.data(c.key)
-                latest = self.settings.child.auto_offset_reset == "latest"
-                offset = data.high_watermark(t) if latest else 0  # (nothing expires here)
-                self.answers.append((t + 0.01, inp.StartFound(t + 0.01, c.key, offset)))
-            elif isinstance(c, cmd.FindLogEnd):  # the log's end as the broker has it now
-                ends = {p: part.next_offset for p, part in enumerate(self.log.parts)}
-                self.answers.append((t + 0.01, inp.LogEndFound(t + 0.01, ends)))
-            elif isinstance(c, cmd.Discover):
-                found = inp.PartitionsFound(t + 0.01, self.partitions(), self.log.num_partitions)
-                self.answers.append((t + 0.01, found))
-            elif isinstance(c, cmd.Observe) and isinstance(c.what, obs.ReleaseSeen):
-                self.releases_seen.append(c.what.key)
-            elif isinstance(c, cmd.Observe) and isinstance(c.what, obs.AmoLost):
-                self.on_lost(c.what.key, c.what.start, c.what.end)
-            elif isinstance(c, cmd.Log):
-                if c.level in ("warning", "error") or c.event in ("claim_won", "claim_resumed"):
-                    self.trace.append(f"{t:9.3f} {self.name} {c.event} {dict(c.fields)}")
-            elif isinstance(c, cmd.Exit):
-                self.exit_code = c.code
-                self.kill(t)
+                    self.answers.append((t + 0.01, found))
+                case cmd.FindLogEnd():  # the log's end as the broker has it now
+                    ends = {p: part.next_offset for p, part in enumerate(self.log.parts)}
+                    self.answers.append((t + 0.01, inp.LogEndFound(t + 0.01, ends)))
+                case cmd.Observe():
+                    self._observe(c.what)
+                case cmd.Log():
+                    self._trace(c, t)
+                case cmd.Exit():
+                    self.exit_code = c.code
+                    self.kill(t)
+                case _:
+                    assert_never(c)
+
+    def _drop_lease(self, key: ClaimKey) -> None:
+        dropped = self.leases.pop(key, None)
+        if dropped is not None:
+            dropped.deadline = 0.0
+
+    def _signal_child(self, c: cmd.SignalChild, t: float) -> None:
+        child = self.children.get(c.key)
+        if child is not None:
+            child.die(-c.signal, t)
+
+    def _tell_child(self, c: cmd.TellChild, t: float) -> None:
+        child = self.children.get(c.key)
+        if child is not None:
+            child.receive(c.message, t)
+
+    def _lookup_start(self, key: ClaimKey, t: float) -> None:
+        """Answer at once with the retained range's end the reset names."""
+        latest = self.settings.child.auto_offset_reset == "latest"
+        offset = self.data(key).high_watermark(t) if latest else 0  # (nothing expires here)
+        self.answers.append((t + 0.01, inp.StartFound(t + 0.01, key, offset)))
+
+    def _observe(self, what: obs.Observation) -> None:
+        """The runtime's observers (metrics, systemd, offsets) are not simulated: only the
+        releases seen and the AMO losses reported are kept (for the checks)."""
+        if isinstance(what, obs.ReleaseSeen):
+            self.releases_seen.append(what.key)
+        elif isinstance(what, obs.AmoLost):
+            self.on_lost(what.key, what.start, what.end)
+
+    def _trace(self, c: cmd.Log, t: float) -> None:
+        """The log lines a run's trace keeps: warnings, errors, claims won."""
+        if c.level in ("warning", "error") or c.event in ("claim_won", "claim_resumed"):
+            self.trace.append(f"{t:9.3f} {self.name} {c.event} {dict(c.fields)}")
+
+    def _append(self, c: cmd.Append, t: float) -> None:
+        """An append in flight on the virtual log, checked for isolation and pauses."""
+        group = self.settings.group
+        self.on_checked("isolation")
+        if c.message.group_id != group:
+            self.on_violation(
+                "isolation",
+                f"{self.name} of group {group} wrote {type(c.message).__name__}"
+                f" for group {c.message.group_id}",
+            )
+        self._check_pause(c, t)
+        if c.value.startswith(b"RecordFailed/"):
+            op = self.member.ctx.pending.ops.get(c.op)
+            if op is not None and op.tries == 0:  # not the same count written again
+                self.on_failure_written(self.settings.instance_id, c.value)
+        fails = self.log.fails(c.partition)
+        # one producer delivers in order per partition (idempotence): never overtake
+        lands_at = max(
+            [t + self.log.latency(c.partition)]
+            + [f.lands_at for f in self.in_flight if f.partition == c.partition]
+        )
+        self.in_flight.append(
+            InFlight(
+                lands_at,
+                c.op,
+                c.partition,
+                c.key,
+                c.value,
+                fails,
+                fails and self.rng.random() < 0.5,
+            )
+        )
 
     def _check_pause(self, c: cmd.Append, t: float) -> None:
         """``pause_respected``: no data claim is written while the member's own fold shows

@@ -81,11 +81,10 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from marshal_workers.child.stats import LATENCY_BUCKETS
+from marshal_workers.childlink.sharedlease import default_margin, lease_deadline
 from marshal_workers.common.errors import ConfigError
 from marshal_workers.core.observations import LossCause
-from marshal_workers.ipc.messages import Stats
-from marshal_workers.ipc.sharedlease import default_margin, lease_deadline
+from marshal_workers.ipc.messages import LATENCY_BUCKETS, Stats
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.slicing import data_topic, split_topic
 from marshal_workers.protocol.wire import ClaimKey

@@ -23,15 +23,15 @@ import structlog
 if TYPE_CHECKING:
     from marshal_workers.supervisor.metrics import MetricsServer
 
+from marshal_workers.childlink.forkserver import fork_server
 from marshal_workers.clients.rdkafka import RDKAFKA_GATE, RDKAFKA_LOG
 from marshal_workers.common.errors import EXIT_OK, MarshalError
 from marshal_workers.common.logs import configure_logging
 from marshal_workers.config.runconfig import RunConfig
+from marshal_workers.fleet.brokercheck import cluster_heartbeat_check
 from marshal_workers.handler.loading import load_handler, working_directory_on_path
-from marshal_workers.ipc.forkserver import fork_server
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.topicadmin import admin_client, describe_topic, diff_topic_config
-from marshal_workers.supervisor.brokercheck import cluster_heartbeat_check
 from marshal_workers.supervisor.datatopics import DataTopics
 from marshal_workers.supervisor.hostlock import host_lock
 from marshal_workers.supervisor.observe import Observer, Observers

@@ -26,11 +26,12 @@ import time
 from collections.abc import Callable, Sequence
 from multiprocessing import connection
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 import structlog
 
 from marshal_workers.child.main import ChildHandle, start_child
+from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.common.heap import release_freed_memory
@@ -41,9 +42,13 @@ from marshal_workers.core import inputs as inp
 from marshal_workers.core.childexits import CallSample, read_end, slow_call, watch_call
 from marshal_workers.core.member import Member
 from marshal_workers.core.settings import MemberSettings
+from marshal_workers.fleet.groupcheck import (
+    check_partition_count,
+    ensure_group_settings,
+    own_settings,
+)
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT, EXIT_SETUP
-from marshal_workers.ipc.sharedlease import SharedLease
 from marshal_workers.log.interface import CoordinationLog, LogError
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig
@@ -51,16 +56,11 @@ from marshal_workers.protocol.slicing import data_topic
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.background import Background
 from marshal_workers.supervisor.datatopics import DataTopics
-from marshal_workers.supervisor.fleetcheck import (
-    check_partition_count,
-    ensure_group_settings,
-    own_settings,
-)
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer, deliver
 from marshal_workers.supervisor.pollthread import LogPollThread
 
 if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
-    from marshal_workers.ipc.forkserver import ChildContext
+    from marshal_workers.childlink.forkserver import ChildContext
 
 Clock = Callable[[], float]
 
@@ -336,44 +336,63 @@ class Supervisor:
     # ---- carrying out commands -------------------------------------------------------------
 
     def _run(self, commands: list[cmd.Command]) -> None:
+        """Carry out the core's commands in order. The simulator's `SimNode._run` is the other
+        interpreter of the same commands: each ends in `assert_never`, so mypy refuses a
+        command either leaves out, and tests/sim/test_command_contract.py holds the two to the
+        same effects."""
         for c in commands:
-            if isinstance(c, cmd.Append):
-                self.log.submit(c.op, c.partition, c.key, c.value)
-            elif isinstance(c, cmd.SetLease):
-                lease = self._lease(c.key)
-                if c.deadline == 0.0:
-                    lease.revoke()
-                else:
-                    lease.extend_to(c.deadline)
-            elif isinstance(c, cmd.DropLease):
-                dropped = self.leases.pop(c.key, None)
-                if dropped is not None:
-                    dropped.revoke()
-            elif isinstance(c, cmd.Spawn):
-                self._spawn(c)
-            elif isinstance(c, cmd.SignalChild):
-                handle = self.children.get(c.key)
-                if handle is not None:
-                    self._signalled.add(c.key)
-                    handle.signal_group(c.signal)
-                    if c.signal is signal.SIGKILL:
-                        self.observer.fencing_kill(c.key, handle.pid, c.reason)
-            elif isinstance(c, cmd.TellChild):
-                handle = self.children.get(c.key)
-                if handle is not None:
-                    handle.send(c.message)
-            elif isinstance(c, cmd.LookupStart):
-                self.background.submit(self._lookup_job(c.key))
-            elif isinstance(c, cmd.Discover):
-                self.background.submit(self._discover_job)
-            elif isinstance(c, cmd.FindLogEnd):
-                self.background.submit(self._log_end_job)
-            elif isinstance(c, cmd.Log):
-                getattr(self._log, c.level)(c.event, **c.fields)
-            elif isinstance(c, cmd.Observe):
-                self._observe(c)
-            elif isinstance(c, cmd.Exit):
-                self.exit_code = c.code
+            match c:
+                case cmd.Append():
+                    self.log.submit(c.op, c.partition, c.key, c.value)
+                case cmd.SetLease():
+                    self._set_lease(c.key, c.deadline)
+                case cmd.DropLease():
+                    self._drop_lease(c.key)
+                case cmd.Spawn():
+                    self._spawn(c)
+                case cmd.SignalChild():
+                    self._signal_child(c)
+                case cmd.TellChild():
+                    self._tell_child(c.key, c.message)
+                case cmd.LookupStart():
+                    self.background.submit(self._lookup_job(c.key))
+                case cmd.Discover():
+                    self.background.submit(self._discover_job)
+                case cmd.FindLogEnd():
+                    self.background.submit(self._log_end_job)
+                case cmd.Log():
+                    getattr(self._log, c.level)(c.event, **c.fields)
+                case cmd.Observe():
+                    self._observe(c)
+                case cmd.Exit():
+                    self.exit_code = c.code
+                case _:
+                    assert_never(c)
+
+    def _set_lease(self, key: ClaimKey, deadline: float) -> None:
+        lease = self._lease(key)
+        if deadline == 0.0:
+            lease.revoke()
+        else:
+            lease.extend_to(deadline)
+
+    def _drop_lease(self, key: ClaimKey) -> None:
+        dropped = self.leases.pop(key, None)
+        if dropped is not None:
+            dropped.revoke()
+
+    def _signal_child(self, c: cmd.SignalChild) -> None:
+        handle = self.children.get(c.key)
+        if handle is not None:
+            self._signalled.add(c.key)
+            handle.signal_group(c.signal)
+            if c.signal is signal.SIGKILL:
+                self.observer.fencing_kill(c.key, handle.pid, c.reason)
+
+    def _tell_child(self, key: ClaimKey, message: ipc.ToChild) -> None:
+        handle = self.children.get(key)
+        if handle is not None:
+            handle.send(message)
 
     def _observe(self, c: cmd.Observe) -> None:
         """An observer's failure (a metrics bug, a full systemd socket) is logged, never fatal:

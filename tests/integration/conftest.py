@@ -15,10 +15,10 @@ from typing import TypeVar
 import pytest
 
 from marshal_workers.child.main import ChildHandle, start_child
+from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.ledgerfile import DIR_ENV
 from marshal_workers.ipc.messages import ChildSpec, ToSupervisor
-from marshal_workers.ipc.sharedlease import SharedLease
 
 MP = multiprocessing.get_context("spawn")
 LEASE_S = 2.5  # the lease a "supervisor" grants on each extension

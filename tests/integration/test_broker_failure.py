@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from marshal_workers.common.ledgerfile import find_gaps, find_overlaps
+from marshal_workers.fleet.brokercheck import min_heartbeat_s, read_failure_detection
 from marshal_workers.localkafka import LocalKafka
 from marshal_workers.log.topicadmin import admin_client
-from marshal_workers.supervisor.brokercheck import min_heartbeat_s, read_failure_detection
 from tests.integration.fleet import Fleet
 
 pytestmark = pytest.mark.cluster

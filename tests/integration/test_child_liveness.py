@@ -283,7 +283,7 @@ class TestGroupFencing:
         script = (
             "import base64, multiprocessing, pickle, sys, time\n"
             "from marshal_workers.child.main import start_child\n"
-            "from marshal_workers.ipc.sharedlease import SharedLease\n"
+            "from marshal_workers.childlink.sharedlease import SharedLease\n"
             "ctx = multiprocessing.get_context('spawn')\n"
             "lease = SharedLease(ctx)\n"
             "lease.extend_to(time.monotonic() + 120)\n"

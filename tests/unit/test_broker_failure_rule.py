@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
+from marshal_workers.childlink.sharedlease import default_margin
 from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.heldclaim import Phase
 from marshal_workers.core.member import Member
-from marshal_workers.ipc.sharedlease import default_margin
-from marshal_workers.log.memlog import MemoryLog, MemoryTopic
-from marshal_workers.protocol.modes import Mode
-from marshal_workers.protocol.wire import Appended, ClaimKey, Heartbeat, encode, record_key
-from marshal_workers.supervisor.brokercheck import (
+from marshal_workers.fleet.brokercheck import (
     FailureDetection,
     failure_detection,
     heartbeat_warning,
     min_heartbeat_s,
 )
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.wire import Appended, ClaimKey, Heartbeat, encode, record_key
 from marshal_workers.supervisor.runtime import member_settings
 
 KEY = ClaimKey("g", "orders", 0)

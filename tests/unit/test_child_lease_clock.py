@@ -22,9 +22,9 @@ from marshal_workers.child.leasecheck import LeaseCheck
 from marshal_workers.child.loop import ChildLoop
 from marshal_workers.child.plugin import Plugin
 from marshal_workers.child.reporting import Reporter
+from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.ipc.exits import EXIT_LEASE_EXPIRED, ChildExit
-from marshal_workers.ipc.sharedlease import SharedLease
 from marshal_workers.protocol.modes import Mode
 
 MP = multiprocessing.get_context("spawn")

@@ -22,7 +22,7 @@ from marshal_workers.child.consumer import (
 )
 from marshal_workers.child.fencing import parent_to_watch
 from marshal_workers.child.main import main_not_rerun
-from marshal_workers.ipc.forkserver import SERVER_OF_ENV
+from marshal_workers.childlink.forkserver import SERVER_OF_ENV
 from marshal_workers.ipc.messages import ChildSpec
 from marshal_workers.protocol.modes import Mode
 
@@ -121,7 +121,7 @@ class TestForkServerGuard:
         load, measured), its children handling records all the while."""
         server = (
             "import time\n"
-            "import marshal_workers.ipc.forkserver\n"
+            "import marshal_workers.childlink.forkserver\n"
             "print('ready', flush=True)\n"
             "time.sleep(30)\n"
         )
@@ -163,7 +163,7 @@ class TestForkServerGuard:
         (the supervisor, a child)."""
         script = (
             "import ctypes, os\n"
-            "import marshal_workers.ipc.forkserver as c\n"
+            "import marshal_workers.childlink.forkserver as c\n"
             "sig = ctypes.c_int(-1)\n"
             "ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG\n"
             "print(os.environ.get(c.SERVER_OF_ENV), sig.value)\n"

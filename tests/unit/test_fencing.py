@@ -11,8 +11,8 @@ from typing import NoReturn
 import pytest
 
 from marshal_workers.child.fencing import REASON_LEASE_EXPIRED, REASON_PARENT_GONE, Watchdog
+from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
-from marshal_workers.ipc.sharedlease import SharedLease
 
 MP = multiprocessing.get_context("spawn")
 SLACK_S = 0.5  # how late a fence may come on a busy host (the tick is 50 ms)

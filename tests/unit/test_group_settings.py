@@ -17,12 +17,12 @@ from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
+from marshal_workers.fleet.groupcheck import ensure_group_settings, own_settings
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import ClaimKey, encode, record_key
-from marshal_workers.supervisor.fleetcheck import ensure_group_settings, own_settings
 from marshal_workers.supervisor.runtime import member_settings
 from tests.support import GROUP, claim, hb
 

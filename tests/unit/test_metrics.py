@@ -12,11 +12,10 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from marshal_workers.child.stats import LATENCY_BUCKETS
 from marshal_workers.common.errors import ConfigError
 from marshal_workers.config.settings import resolve
 from marshal_workers.core.observations import AmoLost, LossCause
-from marshal_workers.ipc.messages import Stats
+from marshal_workers.ipc.messages import LATENCY_BUCKETS, Stats
 from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.metrics import HEALTH_WINDOW_S, Metrics, MetricsServer

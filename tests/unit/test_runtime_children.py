@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
+from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.ipc import messages as ipc
-from marshal_workers.ipc.sharedlease import SharedLease
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from marshal_workers.child.stats import LATENCY_BUCKETS, StatsTally
+from marshal_workers.child.stats import StatsTally
 from marshal_workers.common.stacks import (
     STACK_DUMP_EVENT,
     catches_signal,
@@ -21,6 +21,7 @@ from marshal_workers.common.stacks import (
     thread_stacks,
 )
 from marshal_workers.handler import Record
+from marshal_workers.ipc.messages import LATENCY_BUCKETS
 
 RECORD = Record("t", 0, 5, None, b"v", None, ())
 

@@ -40,7 +40,7 @@ ChildContext = ForkServerContext | SpawnContext  # spawn: the tests' children, a
 
 # What the fork server imports once: this module first (`_guard`), then the child's whole import
 # graph (consumer, structlog, ...).
-PRELOAD = ("marshal_workers.ipc.forkserver", "marshal_workers.child.main")
+PRELOAD = ("marshal_workers.childlink.forkserver", "marshal_workers.child.main")
 # Set (to the supervisor's pid) only while the fork server starts: the process that finds its
 # parent's pid here is the fork server, and nothing else.
 SERVER_OF_ENV = "MARSHAL_FORK_SERVER_OF"

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from marshal_workers.ipc.exits import EndNote
 
 if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
-    from marshal_workers.ipc.forkserver import ChildContext
+    from marshal_workers.childlink.forkserver import ChildContext
 
 NO_POSITION = -1
 

@@ -19,12 +19,12 @@ import ctypes
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from marshal_workers.childlink.callstate import CallCells
 from marshal_workers.common import leaseclock
-from marshal_workers.ipc.callstate import CallCells
 from marshal_workers.protocol.leases import default_margin, lease_deadline
 
 if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
-    from marshal_workers.ipc.forkserver import ChildContext
+    from marshal_workers.childlink.forkserver import ChildContext
 
 __all__ = ["SharedLease", "default_margin", "lease_deadline"]
 
