@@ -80,7 +80,7 @@ def end_of(child: Supervised, timeout: float) -> ChildEnd:
     """Wait for the child's exit; what the supervisor reads from it (it sent no signal)."""
     status = child.wait_exit(timeout)
     note = child.keeper.lease.calls.take_end_note()
-    return read_end(status, note, killed_by_supervisor=False, now=time.monotonic())
+    return read_end(status, note, killed_by_supervisor=False, now=leaseclock.now())
 
 
 # ---------------------------------------------------------------- 1. the handler deadline
@@ -284,9 +284,10 @@ class TestGroupFencing:
             "import base64, multiprocessing, pickle, sys, time\n"
             "from marshal_workers.child.main import start_child\n"
             "from marshal_workers.childlink.sharedlease import SharedLease\n"
+            "from marshal_workers.common import leaseclock\n"
             "ctx = multiprocessing.get_context('spawn')\n"
             "lease = SharedLease(ctx)\n"
-            "lease.extend_to(time.monotonic() + 120)\n"
+            "lease.extend_to(leaseclock.now() + 120)\n"
             "handle = start_child(pickle.loads(base64.b64decode(sys.argv[1])), lease, ctx)\n"
             "print(handle.pid, flush=True)\n"
             "time.sleep(120)\n"
