@@ -259,6 +259,8 @@ class Children:
         op = next((o for o in ops if o.message == event.message), None)
         if op is None:
             return  # not one given up on (a verdict that comes before its acknowledgement)
+        if self._in_flight_alike(event):
+            return
         ops.remove(op)
         if not ops:
             del self.ctx.unconfirmed[event.key]
@@ -287,6 +289,15 @@ class Children:
                          partition=op.key.partition, start=op.start, end=op.end)  # fmt: skip
             return
         self._reserved_not_granted(held, op, event, UNCONFIRMED)
+
+    def _in_flight_alike(self, event: ev.MessagesClaimed) -> bool:
+        """Whether a write in flight has the very bytes of ``event``'s record (a later child
+        asking for the same run in the same second): the record may be its, and its
+        acknowledgement decides it (`Pending.appended`; told it failed, `Pending.early_verdict`).
+        What the given-up write reserved and nobody was granted is reported as the claim is let
+        go (`Keeping.reserved_not_granted`). Taken for the given-up write's, a new child's
+        granted run was reported lost (a reviewer: seed 102 of `failures,stall,kill`)."""
+        return any(o.message == event.message for o in self.ctx.pending.ops.values())
 
     def _reserved_not_granted(
         self, held: HeldClaim, op: Op, event: ev.MessagesClaimed, why: str

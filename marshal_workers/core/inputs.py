@@ -29,6 +29,16 @@ class Tick:
 
 
 @dataclass(frozen=True, slots=True)
+class ClocksRead:
+    """The lease clock and the wall clock (Unix seconds) read at the start of a turn, before
+    anything else of it: a suspend the lease clock did not count shows in the wall clock
+    first, and must be known before a child's request is answered on a lease."""
+
+    now: float
+    wall: float
+
+
+@dataclass(frozen=True, slots=True)
 class RecordsRead:
     """Records of the coordination log, each partition in offset order, to fold."""
 
@@ -131,6 +141,7 @@ class LogEndFound:
 
 Input = (
     Tick
+    | ClocksRead
     | RecordsRead
     | AppendDone
     | AppendFailed

@@ -116,6 +116,8 @@ class Member:
             self._fold(event.records, event.now)
         elif isinstance(event, inp.Tick):
             self._tick(event)
+        elif isinstance(event, inp.ClocksRead):
+            self._clocks_read(event.now, event.wall)
         elif isinstance(event, inp.AppendDone):
             self._appended(event)
         elif isinstance(event, inp.AppendFailed):
@@ -369,10 +371,16 @@ class Member:
 
     # ---- time -------------------------------------------------------------------------------
 
+    def _clocks_read(self, now: float, wall: float) -> None:
+        """Both clocks, compared: the wall clock moved further than the lease clock since the
+        last reading (a suspend the lease clock did not count) ends every lease. The runtime
+        reads them first in every turn, and again in its tick."""
+        self.ctx.wall = wall
+        self._check_clock(self.ctx.clock_check.ticked(now, wall), now, "wall clock")
+
     def _tick(self, tick: inp.Tick) -> None:
         ctx, now = self.ctx, tick.now
-        ctx.wall = tick.wall
-        self._check_clock(ctx.clock_check.ticked(now, tick.wall), now, "wall clock")
+        self._clocks_read(now, tick.wall)
         for op in ctx.pending.expired(now, self.s.op_timeout):
             self._gave_up(op, "no verdict in time", now)
         self.keeping.take_positions(tick.positions)

@@ -56,6 +56,9 @@ class Pending:
         self.ops: dict[int, Op] = {}
         self._at: dict[tuple[int, int], int] = {}
         self._early: dict[tuple[int, int], tuple[ev.Event, float]] = {}
+        # writes no longer pending, by what they wrote: the earliest send of those bytes, and
+        # whether one of them was sent before the lease clock stood still (`early_verdict`)
+        self._sent: dict[Message | PoisonMessage, tuple[float, bool]] = {}
 
     def add(self, kind: Kind, key: ClaimKey, now: float, **extra: int) -> Op:
         """A new operation, numbered."""
@@ -82,7 +85,14 @@ class Pending:
             for position, number in list(self._at.items()):
                 if number == op_number:
                     del self._at[position]
+            self._remember_sent(op)
         return op
+
+    def _remember_sent(self, op: Op) -> None:
+        if op.message is None:
+            return
+        sent_at, before_stall = self._sent.get(op.message, (op.sent_at, False))
+        self._sent[op.message] = (min(sent_at, op.sent_at), before_stall or op.before_stall)
 
     def decided(self, event: ev.Event, mine: bool, now: float) -> Op | None:
         """The operation that ``event`` is the verdict on, removed; None if it is nobody's or
@@ -104,8 +114,18 @@ class Pending:
         for position, (event, _) in self._early.items():
             if getattr(event, "message", None) == op.message:
                 del self._early[position]
+                self._earliest_of_its_bytes(op)
                 return event
         return None
+
+    def _earliest_of_its_bytes(self, op: Op) -> None:
+        """A record matched by its bytes may be an earlier write's of the very same bytes (a
+        message carries whole wall seconds: a heartbeat of one position written twice in a
+        second): ``op`` proves no more than the earliest of them, sent when it was sent."""
+        earlier = self._sent.get(op.message) if op.message is not None else None
+        if earlier is not None:
+            op.sent_at = min(op.sent_at, earlier[0])
+            op.before_stall = op.before_stall or earlier[1]
 
     def expired(self, now: float, older_than: float) -> list[Op]:
         """Remove and return operations sent before ``now - older_than`` (no verdict came),
@@ -115,6 +135,7 @@ class Pending:
         for op in old:
             self.take(op.op)
         self._early = {p: e for p, e in self._early.items() if e[1] >= horizon}
+        self._sent = {m: s for m, s in self._sent.items() if s[0] >= horizon}
         return old
 
     def in_flight(self, kind: Kind, key: ClaimKey) -> bool:

@@ -16,7 +16,8 @@
   a crashed or replaced holder's last reservations, a release's unhandled rest), whatever the
   path (a reservation given up on but landed included); but what children still had in hand
   at the end, and, under a cleaner below the safe window, a reservation no fold could
-  confirm;
+  confirm; and no offset a member reported lost as reserved and granted to nobody (cause
+  `refused`) was handled after all (a report that is not true teaches operators to ignore it);
 - ``alo_no_skip``: in ALO every offset below the position the log ends with was handled (but
   a record an operator skipped: skip-record, accepted by the whole log), from
   where the partition's first claim started (its reset's watermark: groups alternate between
@@ -164,6 +165,10 @@ class Checker:
 
     # AMO: per claim, the ranges members reported lost (`AmoLost`)
     reported: dict[ClaimKey, list[tuple[int, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    # AMO: the ranges reported lost as reserved in the log and granted to nobody (`refused`)
+    refused_reported: dict[ClaimKey, list[tuple[int, int]]] = field(
         default_factory=lambda: defaultdict(list)
     )
     # AMO, under eager compaction: ranges a child asked for and no fold could confirm
@@ -339,9 +344,12 @@ class Checker:
                 t,
             )
 
-    def lost_reported(self, key: ClaimKey, start: int, end: int) -> None:
-        """A member reported ``start``..``end`` of ``key`` lost (AMO)."""
+    def lost_reported(self, key: ClaimKey, start: int, end: int, refused: bool = False) -> None:
+        """A member reported ``start``..``end`` of ``key`` lost (AMO); ``refused``: as reserved
+        in the log and granted to nobody, so none of it may be handled after all."""
         self.reported[key].append((start, end))
+        if refused:
+            self.refused_reported[key].append((start, end))
 
     def finish(
         self,
@@ -449,6 +457,16 @@ class Checker:
                         f"{key.topic}/{key.partition}: {len(unreported)} offsets below the "
                         f"position {end} never handled and reported lost by no member and "
                         f"not shown by the log (first {unreported[0]})",
+                    )
+                untrue = [
+                    o for a, b in self.refused_reported.get(key, []) for o in range(a, b)
+                    if o in counts
+                ]  # fmt: skip
+                if untrue:
+                    self.violation(
+                        "amo_loss_reported",
+                        f"{key.topic}/{key.partition}: {len(untrue)} offsets reported lost as "
+                        f"granted to nobody were handled (first {untrue[0]})",
                     )
 
     def agree(self, name: str, world: World, reference: World, at: float) -> None:

@@ -84,7 +84,7 @@ class SimNode:
         on_checked: Callable[[str], None] = lambda invariant: None,
         read_lag_s: float = 0.0,
         on_failure_written: Callable[[str, bytes], None] = lambda instance, value: None,
-        on_lost: Callable[[ClaimKey, int, int], None] = lambda key, start, end: None,
+        on_lost: Callable[[ClaimKey, int, int, bool], None] = lambda key, start, end, refused: None,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -233,7 +233,9 @@ class SimNode:
             return
         self.turned_at = t
         now = self.local(t)
-        self._read(t)  # the log first, as the runtime's turn (`Supervisor.step`)
+        # the clocks and the log first, as the runtime's turn (`Supervisor.step`)
+        self._feed(inp.ClocksRead(now, self.wall(t)), t)
+        self._read(t)
         acks, self.acks = self.acks, []
         self.rng.shuffle(acks)
         for ack in acks:
@@ -381,7 +383,7 @@ class SimNode:
         if isinstance(what, obs.ReleaseSeen):
             self.releases_seen.append(what.key)
         elif isinstance(what, obs.AmoLost):
-            self.on_lost(what.key, what.start, what.end)
+            self.on_lost(what.key, what.start, what.end, what.cause is obs.LossCause.REFUSED)
 
     def _trace(self, c: cmd.Log, t: float) -> None:
         """The log lines a run's trace keeps: warnings, errors, claims won."""

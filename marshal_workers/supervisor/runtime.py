@@ -229,8 +229,10 @@ class Supervisor:
         assert reader is not None, "start() before step()"
         waitables.append(reader.fileno())  # the log's records wake the loop
         ready = connection.wait(waitables, timeout=wait_s)
-        # the log first: its time is what shows a lease clock that stood still (a paused VM),
-        # and the core must know that before it answers a child's request on a lease
+        # the clocks, then the log: the wall clock shows a suspend the lease clock did not
+        # count, the log's time a lease clock that stood still (a paused VM), and the core must
+        # know either before it answers a child's request on a lease
+        self._feed(inp.ClocksRead(self.clock(), self.wall()))
         records, errors = reader.take()
         for error in errors:
             self._log.warning("coordination_read_failed", error=str(error))
