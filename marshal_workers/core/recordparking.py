@@ -1,6 +1,6 @@
 """Poison records on the member's side: counting a record's failures in the log, and what
 the holder of a claim does about a failing record before it starts a child (the records
-themselves are `protocol.recordfailures`; the operator's commands `admin.record_commands`).
+themselves are `protocol.recordfailures`; the operator's commands `admin.records`).
 
 A record that keeps failing under ``on_failure = stop`` is counted in the coordination log
 (RecordFailed, its own key per claim), so the count survives release and reclaim, across

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from marshal_workers.admin.operations import dump_entry
+from marshal_workers.admin.dump import dump_entry
 from marshal_workers.audit.checks import OPTIONAL_FIELDS, LedgerEntry
 from marshal_workers.audit.cli import main
 from marshal_workers.audit.local import run_local

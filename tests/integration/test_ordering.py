@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from marshal_workers.admin.operations import Connection, read_records
+from marshal_workers.admin.connection import Connection, read_records
 from marshal_workers.audit.ledger import ledger_files, read_entries
 from marshal_workers.audit.local import run_local
 from marshal_workers.audit.model import AuditConfig, AuditResult, FileInput

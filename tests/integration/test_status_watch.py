@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from marshal_workers.admin.operations import Connection
-from marshal_workers.admin.watch import CLEAR, watch_status
+from marshal_workers.admin.connection import Connection
+from marshal_workers.admin.status_watch import CLEAR, watch_status
 from marshal_workers.clients.rdkafka import RDKAFKA_LOG
 from marshal_workers.protocol.wire import (
     ClaimingPartition,

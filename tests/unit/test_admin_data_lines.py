@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers.admin.data import parse_records
+from marshal_workers.admin.produce import parse_records
 from marshal_workers.common.errors import ConfigError
 
 

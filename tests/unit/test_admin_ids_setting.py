@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from marshal_workers.admin.operations import ADMIN_CLIENT_ID
+from marshal_workers.admin.connection import ADMIN_CLIENT_ID
 from marshal_workers.admin.options import admin_ids
 from marshal_workers.common.errors import ConfigError
 from marshal_workers.config.runconfig import DEFAULT_ADMIN_CLIENT_IDS, RunConfig

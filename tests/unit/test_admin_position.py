@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from marshal_workers.admin.pause import lift_pause, pause_for, write_pause
-from marshal_workers.admin.position import make_plan, render_plan, set_position
 from marshal_workers.admin.session import AdminSession
+from marshal_workers.admin.set_position_run import make_plan, render_plan, set_position
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import LogError

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from marshal_workers.admin.demorun import rejoin_story, returning_share
+from marshal_workers.admin.demo_run import rejoin_story, returning_share
 
 
 def test_eight_partitions_three_members_rebalance() -> None:

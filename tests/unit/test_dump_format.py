@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from marshal_workers.admin.operations import dump_entry, dump_line
+from marshal_workers.admin.dump import dump_entry, dump_line
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import CoordRecord

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from marshal_workers.admin.dump import dump_entry, dump_line
 from marshal_workers.admin.group_settings import describe
-from marshal_workers.admin.operations import dump_entry, dump_line
 from marshal_workers.audit import arrow
 from marshal_workers.audit.local import run_local
 from marshal_workers.audit.model import AuditConfig, FileInput

@@ -247,3 +247,84 @@ def test_the_bundled_plugins_are_named_as_installed() -> None:
             if bad:
                 wrong.append(f"{path.relative_to(ROOT)}: {sorted(set(bad))}")
     assert not wrong, wrong
+
+
+# How deep an import chain inside admin/ may go: cli -> a command's module -> its operation ->
+# a shared part (pause, targets) -> the connection -> the session.
+ADMIN_CHAIN_LIMIT = 5
+
+
+def private_imports(module: str) -> list[str]:
+    """The underscore-private names ``module`` imports from another project module."""
+    path = module_path(module)
+    return private_imports_in(path.read_text(), module, is_package=path.name == "__init__.py")
+
+
+def private_imports_in(source: str, module: str, *, is_package: bool = False) -> list[str]:
+    """The underscore-private names (``_name``, dunders aside) ``source`` (the code of
+    ``module``) imports from another project module, each as ``module: from other import
+    _name``; a relative import counts as the absolute one it stands for."""
+    own_package = module.split(".") if is_package else module.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level == 0:
+            if not (node.module or "").startswith("marshal_workers."):
+                continue
+            source = (node.module or "").removeprefix("marshal_workers.")
+        else:
+            base = own_package[: len(own_package) - (node.level - 1)]
+            source = ".".join(base + (node.module.split(".") if node.module else []))
+        for alias in node.names:
+            private = alias.name.startswith("_") and not alias.name.startswith("__")
+            if private and source != module:
+                found.append(f"{module}: from {source} import {alias.name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A name with a leading underscore is its module's own: no module of the package (nor a
+    bundled plugin) imports one from another; what modules share is public (admin's click
+    helpers live in `admin.options`)."""
+    found = [line for package in PACKAGES for m in modules_of(package) for line in
+             private_imports(m)]  # fmt: skip
+    assert found == []
+
+
+def test_a_private_import_is_found() -> None:
+    """The check above sees a private name imported, absolute or relative, and lets public
+    names, dunders, renames to a private name and other libraries' names pass."""
+    source = (
+        "from marshal_workers.admin.options import _x, __version__\n"
+        "from .options import _y, z\nfrom . import _w\nfrom os import _exit\n"
+        "from marshal_workers.protocol.slicing import split_topic as _split\n"
+    )
+    assert private_imports_in(source, "admin.status") == [
+        "admin.status: from admin.options import _x",
+        "admin.status: from admin.options import _y",
+        "admin.status: from admin import _w",
+    ]
+
+
+def admin_chain(module: str, seen: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The longest chain of imports inside admin/ that starts at ``module``."""
+    if module in seen:
+        raise AssertionError(f"import cycle: {' -> '.join((*seen, module))}")
+    inner = sorted(m for m in project_imports(module) if m.startswith("admin."))
+    longest: tuple[str, ...] = ()
+    for other in inner:
+        chain = admin_chain(other, (*seen, module))
+        if len(chain) > len(longest):
+            longest = chain
+    return (module, *longest)
+
+
+def test_the_admin_import_chains_are_short() -> None:
+    """From `admin.cli` to the deepest module it loads, an admin import chain is at most
+    ADMIN_CHAIN_LIMIT imports long: a command's module calls its operation, which stands on a
+    few shared parts."""
+    chains = [admin_chain(m) for m in modules_of("admin") if m != "admin"]
+    longest = max(chains, key=len)
+    assert len(longest) - 1 <= ADMIN_CHAIN_LIMIT, " -> ".join(longest)
+    assert len(longest) - 1 >= 2  # the walk does see chains (so the bound can fail)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from marshal_workers.admin.record_commands import refusal
+from marshal_workers.admin.records import refusal
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol import events as ev

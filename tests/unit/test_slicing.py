@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from marshal_workers.admin.record_commands import claim_of_record
+from marshal_workers.admin.records import claim_of_record
 from marshal_workers.child.consumer import Reach, _kept
 from marshal_workers.ipc.messages import ChildSpec
 from marshal_workers.protocol.metadata import (

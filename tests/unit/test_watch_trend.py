@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from marshal_workers.admin import watch
-from marshal_workers.admin.operations import Connection
+from marshal_workers.admin import status_watch as watch
+from marshal_workers.admin.connection import Connection
 from marshal_workers.protocol.groupstatus import ClaimStatus, GroupStatus
 
 HB_MS = 10_000

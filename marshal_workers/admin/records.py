@@ -14,9 +14,15 @@ from __future__ import annotations
 
 import click
 
-from marshal_workers.admin.commands import connection, group_of, group_option
-from marshal_workers.admin.group_commands import _checked, _client_id_option, wait_option
-from marshal_workers.admin.operations import Connection, group_session
+from marshal_workers.admin.connection import Connection, group_session
+from marshal_workers.admin.options import (
+    checked,
+    client_id_option,
+    connection,
+    group_of,
+    group_option,
+    wait_option,
+)
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
@@ -110,7 +116,7 @@ def run_resolve(
         return resolve(session, claim_of_record(session, key, offset), offset, action)
 
 
-def _command(name: str, action: poison.Action, doc: str) -> click.Command:
+def resolve_command(name: str, action: poison.Action, doc: str) -> click.Command:
     @click.command(name, help=doc)
     @fleet_options
     @group_option()
@@ -133,7 +139,7 @@ def _command(name: str, action: poison.Action, doc: str) -> click.Command:
         required=True,
         help="The failing record's offset (as marshal-admin status shows it).",
     )
-    @_client_id_option
+    @client_id_option
     @wait_option("Seconds allowed to read the coordination log.")
     def command(
         *,
@@ -146,7 +152,7 @@ def _command(name: str, action: poison.Action, doc: str) -> click.Command:
         timeout: float,
     ) -> None:
         key = ClaimKey(
-            _checked("--group", group_of(group, fleet)), _checked("--topic", topic), partition
+            checked("--group", group_of(group, fleet)), checked("--topic", topic), partition
         )
         click.echo(
             run_resolve(
@@ -154,7 +160,7 @@ def _command(name: str, action: poison.Action, doc: str) -> click.Command:
                 key,
                 offset,
                 action,
-                client_id=_checked("--client-id", client_id),
+                client_id=checked("--client-id", client_id),
                 timeout_s=timeout,
             )
         )
@@ -162,13 +168,13 @@ def _command(name: str, action: poison.Action, doc: str) -> click.Command:
     return command
 
 
-skip_record = _command(
+skip_record = resolve_command(
     "skip-record",
     poison.Action.SKIP,
     "Skip a poison record: the partition's holder moves its position past it (it is never "
     "handled) and goes on. Exit 1 if refused.",
 )
-retry_record = _command(
+retry_record = resolve_command(
     "retry-record",
     poison.Action.RETRY,
     "Retry a parked poison record: its failure count goes back to 0 and the partition's "

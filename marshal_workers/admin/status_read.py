@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
-from marshal_workers.admin.operations import (
+from marshal_workers.admin.connection import (
     Connection,
     fold_settings_differ,
     for_group,

@@ -1,6 +1,5 @@
-"""Data topics on any cluster, for an operator: `create_topic` and `produce` (what
-`marshal-admin topic create` and `marshal-admin produce` do), and `parse_records`, which reads
-the lines `produce` writes.
+"""`marshal-admin produce`: write records to a data topic on any cluster, one per input line
+(`produce`), read and checked first (`parse_records`).
 
 Input lines (blank lines are skipped; a trailing CR is dropped):
 
@@ -22,19 +21,18 @@ import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import IO, Any, Final
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+import click
 
+from marshal_workers.admin.options import json_option
 from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import ConfigError, MarshalError
+from marshal_workers.config.toolconfig import FleetSettings, kafka_options
 from marshal_workers.log.topicadmin import (
-    ADMIN_TIMEOUT_S,
     admin_client,
-    await_topic,
     describe_topic,
 )
 
@@ -79,44 +77,6 @@ def _utf8(raw: bytes, number: int) -> str:
         raise ConfigError(
             f"line {number}: not UTF-8 (byte 0x{byte:02x} at column {exc.start + 1})"
         ) from None
-
-
-def create_topic(
-    bootstrap_servers: str,
-    name: str,
-    partitions: int,
-    replication_factor: int | None = None,
-    *,
-    if_not_exists: bool = False,
-    kafka: Mapping[str, str] | None = None,
-    timeout_s: float = ADMIN_TIMEOUT_S,
-) -> dict[str, object]:
-    """Create topic ``name`` (replication factor: the broker's default unless given); what was
-    done as a JSON object. An existing topic is an error unless ``if_not_exists``."""
-    admin = admin_client(bootstrap_servers, kafka)
-    info = describe_topic(admin, bootstrap_servers, name, timeout_s)
-    if info is not None:
-        if not if_not_exists:
-            raise MarshalError(
-                f"topic {name} already exists on {bootstrap_servers} ({info.partitions} partitions)"
-            )
-        return _said(name, False, info.partitions, info.replication_factor)
-    new = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor or -1)
-    try:
-        admin.create_topics([new], request_timeout=timeout_s)[name].result(timeout=timeout_s)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS or not if_not_exists:
-            raise MarshalError(f"cannot create topic {name}: {error_text(exc)}") from None
-    except TimeoutError:
-        raise MarshalError(
-            f"cannot create topic {name}: no answer within {timeout_s:.0f}s"
-        ) from None
-    made = await_topic(admin, bootstrap_servers, name, timeout_s)
-    return _said(name, True, made.partitions, made.replication_factor)
-
-
-def _said(name: str, created: bool, partitions: int, rf: int) -> dict[str, object]:
-    return {"topic": name, "created": created, "partitions": partitions, "replication_factor": rf}
 
 
 @dataclass
@@ -191,3 +151,42 @@ def produce(
         why = done.errors[0] if done.errors else f"not acknowledged within {timeout_s:.0f}s"
         raise MarshalError(f"wrote {done.records} of {len(records)} record(s) to {topic}: {why}")
     return done
+
+
+@click.command("produce")
+@kafka_options
+@click.argument("topic_name", metavar="TOPIC")
+@click.option(
+    "--file",
+    "source",
+    type=click.File("rb"),  # decoded line by line: a line that is not UTF-8 is named
+    default="-",
+    show_default="stdin",
+    help="Read the records from this file, one per line.",
+)
+@click.option(
+    "--key-field",
+    default=None,
+    metavar="K",
+    help="Lines are JSON objects, written as they are, keyed by their field K. Without it, "
+    'lines are "KEY<TAB>VALUE" (a line without a tab: no key, the line is the value).',
+)
+@json_option
+def produce_command(
+    *,
+    fleet: FleetSettings,
+    topic_name: str,
+    source: IO[bytes],
+    key_field: str | None,
+    as_json: bool,
+) -> None:
+    """Write records to TOPIC, one per line of --file or stdin (blank lines skipped).
+
+    Every line is checked before anything is written (a bad line: exit 2, nothing written);
+    keys are hashed as the Java producer hashes them. Exits 0 once every record is
+    acknowledged (acks=all). --json: {"topic", "records", "partitions": {P: {"records",
+    "first_offset", "last_offset"}}}.
+    """
+    records = parse_records(source, key_field)
+    done = produce(fleet.bootstrap_servers, topic_name, records, kafka=fleet.kafka)
+    click.echo(json.dumps(done.to_json()) if as_json else done.line())

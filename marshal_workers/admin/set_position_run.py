@@ -33,7 +33,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from marshal_workers.admin.operations import Connection, group_session
+from marshal_workers.admin.connection import Connection, group_session
 from marshal_workers.admin.pause import PauseOutcome, lift_pause, pause_for
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.admin.targets import KafkaOffsetSource, TargetSpec, compute_targets

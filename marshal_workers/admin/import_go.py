@@ -24,14 +24,72 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
+import click
+
+from marshal_workers.admin.connection import Connection
 from marshal_workers.admin.goread import read_go_state
-from marshal_workers.admin.operations import Connection
-from marshal_workers.admin.position import run_set_position
+from marshal_workers.admin.options import (
+    checked,
+    client_id_option,
+    connection,
+    echo_err,
+    go_hb_option,
+    group_of,
+    group_option,
+    wait_option,
+)
+from marshal_workers.admin.set_position_run import run_set_position
 from marshal_workers.admin.targets import KafkaOffsetSource, Kind, TargetSpec
 from marshal_workers.common.errors import ConfigError, MarshalError
+from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.protocol.gofold import GoWorld, live_claims, positions
 
 Progress = Callable[[str], None]
+
+
+@click.command("import-go")
+@fleet_options
+@click.option(
+    "--go-topic",
+    required=True,
+    metavar="NAME",
+    help="The Marshal Go fleet's coordination topic (read-only), on --bootstrap-servers.",
+)
+@go_hb_option
+@group_option("The consumer group to move")
+@click.option("--dry-run", is_flag=True, help="Print the plan (current -> Go's position) and stop.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per topic.")
+@client_id_option
+@wait_option("Seconds allowed to read each log (and to wait for holders, as set-position).")
+def import_go(
+    *,
+    fleet: FleetSettings,
+    go_topic: str,
+    go_hb_s: int,
+    group: str | None,
+    dry_run: bool,
+    as_json: bool,
+    client_id: str,
+    timeout: float,
+) -> None:
+    """Migrate a group from Marshal Go: read the Go fleet's coordination topic (read-only,
+    folded as Go folds it) and set the group's positions in our coordination topic to where the
+    Go fleet stopped, with set-position's machinery. Refuses while the Go fleet still holds a
+    partition of the group. Stop the Go fleet, run this, then start marshal-run: no record is
+    skipped, and none is handled twice beyond what at-least-once allows."""
+    click.echo(
+        run_import_go(
+            connection(fleet),
+            checked("--go-topic", go_topic),
+            checked("--group", group_of(group, fleet)),
+            go_hb_s=go_hb_s,
+            dry_run=dry_run,
+            as_json=as_json,
+            client_id=checked("--client-id", client_id),
+            timeout_s=timeout,
+            progress=echo_err,
+        )
+    )
 
 
 def clamp(

@@ -1,4 +1,5 @@
-"""What `marshal-admin init`, `status` and `dump` do, with plain arguments (no click here).
+"""The coordination log as every admin command opens it: where it is, how to fold it, and the
+sessions that read it to its end (no click here).
 
 `status` and `dump` read the whole coordination log from the beginning and fold it with the
 same rationalizer the supervisors use, so they show what every worker sees. `open_log` and
@@ -9,9 +10,8 @@ the topic can run it; `admin_session` opens a writer unless told it only reads.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -21,13 +21,10 @@ from marshal_workers.config.runconfig import DEFAULT_ADMIN_CLIENT_IDS
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import LogError
 from marshal_workers.log.kafkalog import KafkaLog
-from marshal_workers.log.topicadmin import admin_client, ensure_coordination_topic
 from marshal_workers.protocol import events as ev
-from marshal_workers.protocol.groupstatus import iso_ms
 from marshal_workers.protocol.metadata import GroupSettings
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World
 from marshal_workers.protocol.wire import CoordRecord, Partitioner
-from marshal_workers.supervisor.brokercheck import cluster_heartbeat_check
 from marshal_workers.supervisor.fleetcheck import group_settings_problem
 
 ADMIN_CLIENT_ID = "marshal-admin"
@@ -57,51 +54,6 @@ class Connection:
             partitioner=self.partitioner,
             admin_client_ids=self.admin_client_ids,
         )
-
-
-def run_init(
-    conn: Connection,
-    *,
-    partitions: int,
-    replication_factor: int | None,
-    partitions_requested: bool,
-    out: Callable[[str], None],
-    warn: Callable[[str], None],
-) -> None:
-    """Create the coordination topic or check the existing one; MarshalError if unusable."""
-    result = ensure_coordination_topic(
-        conn.bootstrap_servers,
-        conn.coordination_topic,
-        partitions,
-        replication_factor,
-        partitions_requested=partitions_requested,
-        extra_config=conn.kafka,
-    )
-    info = result.topic
-    verb = "created" if result.created else "found"
-    out(
-        f"{verb} coordination topic {info.name} on {conn.bootstrap_servers}: "
-        f"{info.partitions} partition(s), replication factor {info.replication_factor}, "
-        f"message.timestamp.type={info.config.get('message.timestamp.type')}"
-    )
-    if result.recorded_partitions is not None:
-        how = "recorded now" if result.newly_recorded else "as recorded at init"
-        out(
-            f"partition count pinned at {result.recorded_partitions} ({how}): never change it; "
-            "see docs/operating.md to move a fleet to a new coordination topic"
-        )
-    for diff in result.differences:
-        if not diff.fatal:
-            warn(str(diff))
-    said = cluster_heartbeat_check(
-        admin_client(conn.bootstrap_servers, conn.kafka), conn.heartbeat_interval_ms / 1000
-    )
-    if said is not None:
-        warn(f"warning: {said[1]}")
-    fatal = [d for d in result.differences if d.fatal]
-    if fatal:
-        more = f" (and {len(fatal) - 1} more)" if len(fatal) > 1 else ""
-        raise MarshalError(f"{fatal[0]}{more}")
 
 
 def open_log(
@@ -175,78 +127,6 @@ def read_records(conn: Connection, timeout_s: float) -> Iterator[tuple[CoordReco
         yield from _read_to_end(conn, log, reader, timeout_s)
     finally:
         log.close()
-
-
-def _text(data: bytes | None) -> str | None:
-    return None if data is None else data.decode("utf-8", errors="backslashreplace")
-
-
-def verdict_name(event: ev.Event) -> str:
-    """The verdict as the dump names it: the event's type, but a ReleaseGroup whose expire
-    time has passed at its own log time (``release-group --for 0``) lifted the pause, so it is
-    ``PauseLifted``, not ``GroupPaused``."""
-    if isinstance(event, ev.GroupPaused) and event.until_ms <= event.log_time:
-        return "PauseLifted"
-    return type(event).__name__
-
-
-def dump_entry(record: CoordRecord, event: ev.Event) -> dict[str, object]:
-    """One record and its verdict as a JSON object."""
-    reason = getattr(event, "reason", None)
-    return {
-        "partition": record.partition,
-        "offset": record.offset,
-        "log_time": iso_ms(record.timestamp_ms),
-        "log_time_ms": record.timestamp_ms,
-        "key": _text(record.key),
-        "message": _text(record.value),
-        "verdict": verdict_name(event),
-        "reason": reason if isinstance(reason, str) else None,
-    }
-
-
-def dump_line(record: CoordRecord, event: ev.Event) -> str:
-    """One record and its verdict as a line of text."""
-    entry = dump_entry(record, event)
-    verdict = str(entry["verdict"])
-    if entry["reason"] is not None:
-        verdict += f": {entry['reason']}"
-    return (
-        f"{record.partition}:{record.offset}  {entry['log_time']}  {entry['key']}  "
-        f"{entry['message']!s}  -> {verdict}"
-    )
-
-
-def run_dump(
-    conn: Connection, as_json: bool, timeout_s: float, group: str | None = None
-) -> Iterator[str]:
-    """The decoded log with verdicts, one line per record (JSON objects with ``as_json``);
-    with ``group`` only its records, folded with its recorded settings (`for_group`)."""
-    if group is not None:
-        with group_session(conn, group, ADMIN_CLIENT_ID, timeout_s) as (_, adopted):
-            conn = adopted
-    for record, event in read_records(conn, timeout_s):
-        if group is not None and group_of_record(record, event) != group:
-            continue
-        if as_json:
-            yield json.dumps(dump_entry(record, event))
-        else:
-            yield dump_line(record, event)
-
-
-def group_of_record(record: CoordRecord, event: ev.Event) -> str | None:
-    """The group a coordination record is about: its message's (a claim, a pause, a poison
-    record), its settings' or, for a record nobody could read, its key's first field."""
-    message = getattr(event, "message", None)
-    group = getattr(message, "group_id", None)
-    if isinstance(group, str):
-        return group
-    if isinstance(event, ev.GroupSettingsRecorded):
-        return event.settings.group_id
-    if isinstance(event, ev.Malformed) and event.keyless_group is not None:
-        return event.keyless_group
-    key = _text(record.key)
-    return None if key is None else key.split("/", 1)[0]
 
 
 def admin_settings(conn: Connection, group: str, client_id: str = "marshal-admin") -> GroupSettings:

@@ -19,8 +19,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from marshal_workers.admin.operations import Connection
-from marshal_workers.admin.statusread import StatusReader
+from marshal_workers.admin.connection import Connection
+from marshal_workers.admin.status_read import StatusReader
 from marshal_workers.protocol.groupstatus import lag_trends, lags, render_table
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
