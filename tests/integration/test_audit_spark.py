@@ -207,7 +207,7 @@ class TestRecordedHeartbeatInterval:
         """Issue 21.2 on Spark: a group recorded at 2 s is judged at 2 s without the flag
         (B's claim 5 s after A's last heartbeat is a failover); --heartbeat-interval 10 is
         refused with one line and exit 2."""
-        from tests.unit.test_audit_heartbeat import fleet_log  # noqa: PLC0415
+        from tests.unit.audit.test_audit_heartbeat import fleet_log  # noqa: PLC0415
 
         dump = write_dump(fleet_log("g", 2000), tmp_path / "dump.jsonl")
         monkeypatch.delenv("MARSHAL_HEARTBEAT_INTERVAL", raising=False)
@@ -270,7 +270,7 @@ class TestSlices:
         """Issue 20.5 on Spark: two key slices of one partition, a row of the wrong slice, a
         key out of order and an offset no slice handled. Spark reads key_hash and slice from
         the ledger files and finds what run_local finds, each row judged by its slice's claim."""
-        from tests.unit.test_audit_slices import K0, K1, key_ledger, two_slices  # noqa: PLC0415
+        from tests.unit.audit.test_audit_slices import K0, K1, key_ledger, two_slices  # noqa: PLC0415
 
         records = two_slices(K0, K1)
         ledger = key_ledger()  # row i: offset i
