@@ -200,7 +200,7 @@ class Demo:
         return [
             r
             for r in read_ledger(self.ledger_dir)
-            if r["topic"] == self.o.topic and r["offset"] >= first.get(r["partition"], 0)
+            if r.topic == self.o.topic and r.offset >= first.get(r.partition, 0)
         ]
 
     def _holders(self, reader: FoldedLog) -> Counter[str]:
@@ -256,9 +256,9 @@ class Demo:
         while True:
             time.sleep(1.0)
             rows = self._rows()
-            done = len({(r["partition"], r["offset"]) for r in rows})
+            done = len({(r.partition, r.offset) for r in rows})
             held = self._holders(reader)
-            handled = Counter(r["client_id"] for r in rows)
+            handled = Counter(r.client_id for r in rows)
             parts = " | ".join(
                 f"{c}: {held.get(c, 0)} held, {handled.get(c, 0)} done" for c in clients
             )
@@ -313,7 +313,7 @@ class Demo:
         gaps = find_gaps(rows, expected)
         overlaps = find_overlaps(rows)
         redone = len(find_duplicates(rows))
-        per_member = Counter(r["client_id"] for r in rows)
+        per_member = Counter(r.client_id for r in rows)
         self.say("")
         self.say("summary")
         for client in clients:
@@ -377,15 +377,15 @@ def out_of_key_order(rows: list[LedgerRow], key_of: Callable[[int], str]) -> int
     repeats records in order, and is not out of order)."""
     by_key: dict[str, list[LedgerRow]] = {}
     for row in rows:
-        by_key.setdefault(key_of(row["offset"]), []).append(row)
+        by_key.setdefault(key_of(row.offset), []).append(row)
     bad = 0
     for handled in by_key.values():
-        handled.sort(key=lambda r: r["start"])
-        at_once = any(a["end"] > b["start"] for a, b in itertools.pairwise(handled))
+        handled.sort(key=lambda r: r.start)
+        at_once = any(a.end > b.start for a, b in itertools.pairwise(handled))
         firsts: list[int] = []
         for row in handled:
-            if row["offset"] not in firsts:
-                firsts.append(row["offset"])
+            if row.offset not in firsts:
+                firsts.append(row.offset)
         bad += at_once or firsts != sorted(firsts)
     return bad
 

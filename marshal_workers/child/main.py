@@ -3,7 +3,7 @@
 Theory of operation. The supervisor calls `start_child` for a partition it holds, with a
 `ChildSpec` (where to start, which handler, which fencing token) and the claim's `SharedLease`,
 already extended to a deadline in the future. The child is forked by the fork server
-(`childcontext`: a process that imported the child's modules and runs no thread; the supervisor
+(`forkserver`: a process that imported the child's modules and runs no thread; the supervisor
 itself is never forked, as librdkafka's threads do not survive a fork) and, in `child_main`:
 
 1. leads its own process group, forks the group guardian (which SIGKILLs the group once the

@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from marshal_workers.admin.dump import dump_entry
-from marshal_workers.audit.checks import OPTIONAL_FIELDS, LedgerEntry
 from marshal_workers.audit.cli import main
 from marshal_workers.audit.local import run_local
 from marshal_workers.audit.model import AuditConfig, FileInput
@@ -26,6 +25,7 @@ from marshal_workers.audit.schema import TABLES, columns
 from marshal_workers.audit.session import SessionOptions, start_session
 from marshal_workers.audit.summary import summarize
 from marshal_workers.audit.synthetic import Fleet, Synthetic, generate
+from marshal_workers.common.ledgerfile import OPTIONAL_FIELDS, LedgerRow
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.wire import CoordRecord
 
@@ -54,7 +54,7 @@ def write_dump(records: list[CoordRecord], path: Path) -> Path:
     return path
 
 
-def write_ledger(rows: list[LedgerEntry], directory: Path) -> Path:
+def write_ledger(rows: list[LedgerRow], directory: Path) -> Path:
     """The rows as the ledger plugin writes them (one file per pid); rows without group and
     instance id as older ledgers wrote them, without those keys."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -64,11 +64,11 @@ def write_ledger(rows: list[LedgerEntry], directory: Path) -> Path:
     return directory
 
 
-def _line(row: LedgerEntry) -> dict[str, Any]:
+def _line(row: LedgerRow) -> dict[str, Any]:
     return {k: v for k, v in row._asdict().items() if v is not None or k not in OPTIONAL_FIELDS}
 
 
-def zombie(syn: Synthetic) -> LedgerEntry:
+def zombie(syn: Synthetic) -> LedgerRow:
     """A write by the first holder of a partition, under its old token, after a later owner."""
     claims = [r for r in syn.ledger if r.partition == syn.ledger[0].partition]
     first = claims[0]
@@ -78,7 +78,7 @@ def zombie(syn: Synthetic) -> LedgerEntry:
     return first._replace(offset=first.offset + 100_000, start=moment, end=moment + 0.0001)
 
 
-def impostor(syn: Synthetic) -> LedgerEntry:
+def impostor(syn: Synthetic) -> LedgerRow:
     """A write by another instance of a holder's client, under its token, inside its claim
     (just after one of the holder's rows ended, so that it overlaps none)."""
     row = syn.ledger[len(syn.ledger) // 2]

@@ -180,7 +180,7 @@ class TestWithTheLedger:
     its batch and stopped before committing it lost nothing)."""
 
     def _audit(self, handled: list[int]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        from marshal_workers.audit.checks import LedgerEntry  # noqa: PLC0415
+        from marshal_workers.common.ledgerfile import LedgerRow  # noqa: PLC0415
 
         records = log(
             (0, claim("A")), (100, reserve("A", 10)), (200, hb("A", 10)),
@@ -188,10 +188,10 @@ class TestWithTheLedger:
             (3000, claim("B")), (3100, reserve("B", 30)), (3200, hb("B", 30)),
         )  # fmt: skip
         at = (T0 + 350) / 1000
-        ledger = [LedgerEntry(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1")
+        ledger = [LedgerRow(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1")
                   for o in (*range(10), *handled)]  # fmt: skip
         b_at = (T0 + 3150) / 1000
-        ledger += [LedgerEntry(TOPIC, 0, o, "B", 2, 4, b_at, b_at + 0.001, GROUP, "B-1")
+        ledger += [LedgerRow(TOPIC, 0, o, "B", 2, 4, b_at, b_at + 0.001, GROUP, "B-1")
                    for o in range(20, 30)]  # fmt: skip
         config = AuditConfig(FileInput(Path("-")), Path("-"), HB, modes={"*": "amo"})
         result, tables = run_local(records, config, ledger)
@@ -225,7 +225,7 @@ class TestWithTheLedger:
         """A reserved [10, 20) and went on reserving and committing up to 30 and released; the
         ledger shows 10..19 never handled: its member refused that batch (the child that asked
         had ended): refused, not a crash."""
-        from marshal_workers.audit.checks import LedgerEntry  # noqa: PLC0415
+        from marshal_workers.common.ledgerfile import LedgerRow  # noqa: PLC0415
 
         records = log(
             (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
@@ -233,7 +233,7 @@ class TestWithTheLedger:
             (350, hb("A", 30)), (400, release("A", 30)),
         )  # fmt: skip
         at = (T0 + 120) / 1000
-        ledger = [LedgerEntry(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1")
+        ledger = [LedgerRow(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1")
                   for o in (*range(10), *range(20, 30))]  # fmt: skip
         config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
         _, tables = run_local(records, config, ledger)

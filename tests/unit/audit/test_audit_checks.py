@@ -9,7 +9,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from marshal_workers.audit.checks import OPTIONAL_FIELDS, LedgerEntry
 from marshal_workers.audit.cli import main, parse_modes, parse_time
 from marshal_workers.audit.exitcodes import AuditUsageError
 from marshal_workers.audit.ledger import (
@@ -26,6 +25,7 @@ from marshal_workers.audit.session import error_line
 from marshal_workers.audit.summary import summarize
 from marshal_workers.audit.synthetic import Fleet, generate
 from marshal_workers.audit.tables import Window
+from marshal_workers.common.ledgerfile import OPTIONAL_FIELDS, LedgerRow
 from marshal_workers.protocol.wire import ClaimingPartition, CoordRecord, Message
 from tests.support import HB, TOPIC, claim, hb, pause, record, release, reserve
 
@@ -48,13 +48,13 @@ def row(
     dur: int = 10,
     inst: str | None = None,
     group: str | None = None,
-) -> LedgerEntry:
+) -> LedgerRow:
     """A ledger row of partition 0 handled from T0 + start_ms for ``dur`` ms.
 
     Without ``inst`` and ``group`` it is a row of an older ledger, which named neither."""
     pid = pid or {"A": 101, "B": 202}.get(client, 303)
     start, end = S0 + start_ms / 1000, S0 + (start_ms + dur) / 1000
-    return LedgerEntry(TOPIC, 0, offset, client, pid, token, start, end, group, inst)
+    return LedgerRow(TOPIC, 0, offset, client, pid, token, start, end, group, inst)
 
 
 # A holds partition 0 (token 0) from 0 to its release at 2000, committing 0..3;
@@ -95,7 +95,7 @@ AMO_LOG = log(
 AMO_CLEAN = [row(0, "A", 0, 460), row(1, "A", 0, 480), row(2, "B", 4, 2260), row(3, "B", 4, 2280)]
 
 
-def check(records: list[CoordRecord], ledger: list[LedgerEntry], **kw: Any) -> list[dict[str, Any]]:
+def check(records: list[CoordRecord], ledger: list[LedgerRow], **kw: Any) -> list[dict[str, Any]]:
     """The violations of a local audit as dicts."""
     config = AuditConfig(FileInput(Path("-")), Path("-"), HB, **kw)
     result, _ = run_local(records, config, ledger)
@@ -327,7 +327,7 @@ class TestOverlapsDuplicatesGaps:
 
     def test_partition_without_any_ledger_row_has_gaps(self) -> None:
         """A committed ALO partition missing from the ledger entirely is reported."""
-        found = check(ALO_LOG, [LedgerEntry("elsewhere", 0, 0, "A", 1, 0, S0, S0)])
+        found = check(ALO_LOG, [LedgerRow("elsewhere", 0, 0, "A", 1, 0, S0, S0)])
         assert kinds(found) == ["zombie_work", "alo_gap"]
 
     def test_group_filter_does_not_take_another_groups_work_for_zombie_work(self) -> None:

@@ -184,10 +184,10 @@ class TestSkippedRecordsAreNotGaps:
         return out
 
     def _violations(self, records: list[CoordRecord]) -> list[str]:
-        from marshal_workers.audit.checks import LedgerEntry  # noqa: PLC0415
+        from marshal_workers.common.ledgerfile import LedgerRow  # noqa: PLC0415
 
         ledger = [
-            LedgerEntry(TOPIC, 0, o, "A", 1, 0, (T0 + 150) / 1000, (T0 + 160) / 1000, GROUP, "A-1")
+            LedgerRow(TOPIC, 0, o, "A", 1, 0, (T0 + 150) / 1000, (T0 + 160) / 1000, GROUP, "A-1")
             for o in range(10)
             if o != 3
         ]

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from marshal_workers.audit import report
-from marshal_workers.audit.checks import LedgerEntry
 from marshal_workers.audit.local import run_local
 from marshal_workers.audit.model import AuditConfig, FileInput
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.slices import slice_summary
+from marshal_workers.common.ledgerfile import LedgerRow
 from marshal_workers.protocol.wire import CoordRecord, Message, coordination_partition
 from tests.support import HB, TOPIC, claim, hb, record, release, reserve
 
@@ -41,19 +41,19 @@ def two_slices(s0: str, s1: str, position: int = 6) -> list[CoordRecord]:
 def row(
     offset: int, client: str, start_ms: int, part: str, *, key: bytes | None = None,
     pid: int = 0, dur: int = 10,
-) -> LedgerEntry:  # fmt: skip
+) -> LedgerRow:  # fmt: skip
     """A ledger row of partition 0 handled by ``client`` (A: token 0, B: token 1) under slice
     ``part`` (``key.0of2``) from T0 + start_ms for ``dur`` ms."""
     pid = pid or {"A": 101, "B": 202}.get(client, 303)
     token = {"A": 0, "B": 1}.get(client, 9)
     start, end = S0 + start_ms / 1000, S0 + (start_ms + dur) / 1000
     key_hash = None if key is None else zlib.crc32(key)
-    return LedgerEntry(
+    return LedgerRow(
         TOPIC, 0, offset, client, pid, token, start, end, "g", f"{client}-1", part, key_hash
     )
 
 
-def stripes(count: int = 6) -> list[LedgerEntry]:
+def stripes(count: int = 6) -> list[LedgerRow]:
     """Both unordered stripes at work side by side: A the even offsets, B the odd ones."""
     return [
         row(o, "A" if o % 2 == 0 else "B", 600 + 50 * (o // 2), f"unordered.{o % 2}of2")
@@ -61,7 +61,7 @@ def stripes(count: int = 6) -> list[LedgerEntry]:
     ]
 
 
-def check(records: list[CoordRecord], ledger: list[LedgerEntry]) -> list[dict[str, Any]]:
+def check(records: list[CoordRecord], ledger: list[LedgerRow]) -> list[dict[str, Any]]:
     """The violations of a local audit as dicts."""
     config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
     result, _ = run_local(records, config, ledger)
@@ -118,7 +118,7 @@ class TestUnorderedStripes:
         assert "zombie_work" in kinds(found)
 
 
-def keyed(offset: int, key: bytes, start_ms: int, **kw: Any) -> LedgerEntry:
+def keyed(offset: int, key: bytes, start_ms: int, **kw: Any) -> LedgerRow:
     """A row of the key slice ``key`` falls in, by its holder (A: slice 0, B: slice 1)."""
     index = zlib.crc32(key) % 2
     return row(offset, "AB"[index], start_ms, f"key.{index}of2", key=key, **kw)
@@ -129,7 +129,7 @@ KEY0 = next(k for k in (b"k1", b"k2", b"k3", b"k4") if zlib.crc32(k) % 2 == 0)
 KEY1 = next(k for k in (b"k1", b"k2", b"k3", b"k4") if zlib.crc32(k) % 2 == 1)
 
 
-def key_ledger() -> list[LedgerEntry]:
+def key_ledger() -> list[LedgerRow]:
     """Offsets 0..5 of keys KEY0/KEY1 alternating, each handled by its key's slice."""
     return [keyed(o, (KEY0, KEY1)[o % 2], 600 + 50 * o) for o in range(6)]
 
@@ -257,7 +257,7 @@ class TestTokensPerClaim:
             record(claim("A", topic=s0), 0, T0, partition=coordination_partition(s0, 0, 2)),
             record(claim("B", topic=s1), 0, T0 + 10, partition=coordination_partition(s1, 0, 2)),
         ]
-        mine = LedgerEntry(TOPIC, 0, 0, "A", 101, 0, S0 + 0.1, S0 + 0.11, "g", "A-1", "key.0of4", 4)
+        mine = LedgerRow(TOPIC, 0, 0, "A", 101, 0, S0 + 0.1, S0 + 0.11, "g", "A-1", "key.0of4", 4)
         theirs = mine._replace(offset=1, client_id="B", pid=202, instance_id="B-1", key_hash=8,
                                start=S0 + 0.2, end=S0 + 0.21)  # fmt: skip
         config = AuditConfig(FileInput(Path("-")), Path("-"), HB)

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 from marshal_workers.audit import arrow
-from marshal_workers.audit.checks import LedgerEntry
 from marshal_workers.audit.finalize import add_lag, merge_groups
 from marshal_workers.audit.fold import FoldSettings, fold_batches, fold_records
 from marshal_workers.audit.local import run_local
@@ -14,6 +13,7 @@ from marshal_workers.audit.model import AuditConfig, FileInput
 from marshal_workers.audit.schema import TABLES, columns
 from marshal_workers.audit.synthetic import Fleet, generate
 from marshal_workers.audit.tables import Window
+from marshal_workers.common.ledgerfile import LedgerRow
 from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import (
@@ -243,7 +243,7 @@ class TestDocumentation:
     def test_readme_names_every_ledger_field(self) -> None:
         """docs/audit.md lists the ledger fields the audit reads, in order."""
         readme = (Path(__file__).parents[3] / "docs/audit.md").read_text()
-        assert f"`{', '.join(LedgerEntry._fields)}`" in " ".join(readme.split())
+        assert f"`{', '.join(LedgerRow._fields)}`" in " ".join(readme.split())
 
     def test_readme_documents_every_column_of_every_table(self) -> None:
         """docs/audit.md documents every column of every table as schema.py."""

@@ -8,7 +8,6 @@ from typing import get_type_hints
 
 import pytest
 
-from marshal_workers.audit.checks import LedgerEntry
 from marshal_workers.common.ledgerfile import (
     DIR_ENV,
     LedgerRow,
@@ -25,20 +24,20 @@ from marshal_workers.protocol.modes import Mode
 
 def row(offset: int, pid: int, start: float, end: float, partition: int = 0) -> LedgerRow:
     """A ledger row of topic t."""
-    return {
-        "topic": "t",
-        "partition": partition,
-        "offset": offset,
-        "client_id": f"c{pid}",
-        "pid": pid,
-        "token": pid,
-        "start": start,
-        "end": end,
-        "group": "g",
-        "instance_id": f"c{pid}-1",
-        "slice": None,
-        "key_hash": None,
-    }
+    return LedgerRow(
+        topic="t",
+        partition=partition,
+        offset=offset,
+        client_id=f"c{pid}",
+        pid=pid,
+        token=pid,
+        start=start,
+        end=end,
+        group="g",
+        instance_id=f"c{pid}-1",
+        slice=None,
+        key_hash=None,
+    )
 
 
 def context() -> Context:
@@ -76,11 +75,11 @@ class TestWritingAndReading:
         for offset in (0, 1):
             ledger.handle(record(offset), context())
         rows = read_ledger(ledger_dir)
-        assert [(r["offset"], r["client_id"], r["token"]) for r in rows] == [
+        assert [(r.offset, r.client_id, r.token) for r in rows] == [
             (0, "c", 7),
             (1, "c", 7),
         ]
-        assert all(r["start"] <= r["end"] for r in rows)
+        assert all(r.start <= r.end for r in rows)
 
     def test_rows_name_the_claims_group_and_instance(self, ledger_dir: Path) -> None:
         """The row carries the context's group and instance id, as the audit needs them to
@@ -90,17 +89,17 @@ class TestWritingAndReading:
         assert (line["group"], line["instance_id"]) == ("g", "c-1")
         assert list(line) == list(LedgerRow.__annotations__)
 
-    def test_rows_have_the_fields_the_audit_reads(self) -> None:
-        """The plugin's row and the audit's ledger entry name the same fields, in order."""
-        assert tuple(LedgerRow.__annotations__) == LedgerEntry._fields
-
     def test_old_ledger_rows_read_with_none_group_and_instance(self, tmp_path: Path) -> None:
         """Files written before group and instance_id existed read with None for both."""
-        old = {k: v for k, v in row(3, 1, 0.0, 1.0).items() if k not in ("group", "instance_id")}
+        old = {
+            k: v
+            for k, v in row(3, 1, 0.0, 1.0)._asdict().items()
+            if k not in ("group", "instance_id")
+        }
         (tmp_path / "ledger-1.jsonl").write_text(json.dumps(old) + "\n")
         (only,) = read_ledger(tmp_path)
-        assert (only["group"], only["instance_id"]) == (None, None)
-        assert {k: v for k, v in only.items() if k in old} == old
+        assert (only.group, only.instance_id) == (None, None)
+        assert {k: v for k, v in only._asdict().items() if k in old} == old
 
     def test_fail_at_offset_raises_and_writes_nothing(
         self, ledger_dir: Path, monkeypatch: pytest.MonkeyPatch
@@ -110,14 +109,14 @@ class TestWritingAndReading:
         ledger.handle(record(0), context())
         with pytest.raises(ledger.SimulatedError):
             ledger.handle(record(1), context())
-        assert [r["offset"] for r in read_ledger(ledger_dir)] == [0]
+        assert [r.offset for r in read_ledger(ledger_dir)] == [0]
 
     def test_reader_skips_a_torn_last_line(self, tmp_path: Path) -> None:
         """A last line cut short by a killed process is ignored; complete lines are kept."""
-        whole = json.dumps(row(3, 1, 0.0, 1.0))
+        whole = row(3, 1, 0.0, 1.0).line()
         (tmp_path / "ledger-1.jsonl").write_text(whole + "\n" + whole[:10])
-        (tmp_path / "ledger-2.jsonl").write_text(json.dumps(row(2, 2, 0.0, 1.0)) + "\n")
-        assert [r["offset"] for r in read_ledger(tmp_path)] == [2, 3]
+        (tmp_path / "ledger-2.jsonl").write_text(row(2, 2, 0.0, 1.0).line() + "\n")
+        assert [r.offset for r in read_ledger(tmp_path)] == [2, 3]
 
 
 class TestDuplicates:
@@ -159,11 +158,9 @@ class TestOverlaps:
 
 def claimed(partition: int, token: int, client: str, start: float) -> LedgerRow:
     """A row of ``client`` on ``partition`` under ``token``, started at ``start``."""
-    return {
-        **row(0, hash(client) % 1000, start, start + 0.1, partition),
-        "client_id": client,
-        "token": token,
-    }
+    return row(0, hash(client) % 1000, start, start + 0.1, partition)._replace(
+        client_id=client, token=token
+    )
 
 
 class TestStaleClaims:
@@ -189,8 +186,8 @@ class TestStaleClaims:
 
     def test_slices_are_claims_of_their_own(self) -> None:
         """Two slices of one partition are two claims, with tokens that need not be ordered."""
-        old = {**claimed(5, 40, "b", 2.0), "slice": "key.0of2"}
-        new = {**claimed(5, 7, "a", 9.0), "slice": "key.1of2"}
+        old = claimed(5, 40, "b", 2.0)._replace(slice="key.0of2")
+        new = claimed(5, 7, "a", 9.0)._replace(slice="key.1of2")
         assert find_stale_claims([old, new], "a", since=5.0) == []
 
 
@@ -206,12 +203,6 @@ class TestGaps:
         assert find_gaps(rows, expected) == [("t", 0, 0), ("t", 0, 2), ("t", 1, 0)]
 
 
-def test_the_audits_ledger_entry_names_the_fields_of_the_ledger_row() -> None:
-    """The ledger's row is written once (`common.ledgerfile.LedgerRow`, the JSON line); the
-    audit's `LedgerEntry` is the same row as a NamedTuple for Spark: same fields, same types."""
-    assert get_type_hints(LedgerEntry) == get_type_hints(LedgerRow)
-
-
 def test_the_audits_spark_schema_and_parser_are_read_off_the_row() -> None:
     """The Spark schema names every field of the row, in order, with its type; the line
     parser reads a row the plugin writes back as the same values (none listed twice)."""
@@ -223,10 +214,10 @@ def test_the_audits_spark_schema_and_parser_are_read_off_the_row() -> None:
         kind = next(a for a in getattr(hint, "__args__", (hint,)) if a is not type(None))
         expected.append(f"`{name}` {spark[kind]}")
     assert ", ".join(expected) == LEDGER_DDL
-    written = {**row(5, 7, 1.0, 2.5), "slice": "k2/4", "key_hash": 12345}
+    written = row(5, 7, 1.0, 2.5)._replace(slice="k2/4", key_hash=12345)._asdict()
     entry = parse_line(json.dumps(written))
     assert entry is not None and entry._asdict() == written
     old = {k: v for k, v in written.items() if k not in ("group", "instance_id", "slice")}
-    assert parse_line(json.dumps(old)) == LedgerEntry(**{**written, "group": None,
+    assert parse_line(json.dumps(old)) == LedgerRow(**{**written, "group": None,
         "instance_id": None, "slice": None})  # fmt: skip
     assert parse_line(json.dumps({**written, "token": None})) is None

@@ -78,13 +78,16 @@ def project_imports(module: str) -> frozenset[str]:
     return imports_in(path.read_text(), module, is_package=path.name == "__init__.py")
 
 
-def imports_in(source: str, module: str, *, is_package: bool = False) -> frozenset[str]:
+def imports_in(
+    source: str, module: str, *, is_package: bool = False, typing: bool = False
+) -> frozenset[str]:
     """The project modules ``source`` (the code of ``module``) imports at run time (``if
-    TYPE_CHECKING:`` excluded), each as the deepest module that exists (``from pkg.mod import
-    name`` gives ``pkg.mod``). A relative import counts as the absolute one it stands for."""
+    TYPE_CHECKING:`` excluded unless ``typing``), each as the deepest module that exists
+    (``from pkg.mod import name`` gives ``pkg.mod``). A relative import counts as the absolute
+    one it stands for."""
     tree = ast.parse(source)
     own_package = module.split(".") if is_package else module.split(".")[:-1]
-    guards = {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
+    guards = set() if typing else {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
     skipped = {
         id(n)
         for node in ast.walk(tree)
@@ -328,3 +331,56 @@ def test_the_admin_import_chains_are_short() -> None:
     longest = max(chains, key=len)
     assert len(longest) - 1 <= ADMIN_CHAIN_LIMIT, " -> ".join(longest)
     assert len(longest) - 1 >= 2  # the walk does see chains (so the bound can fail)
+
+
+def module_level_imports(module: str) -> frozenset[str]:
+    """The project modules ``module`` names at module level: its imports outside function
+    bodies (an import inside a function runs when it is called), those for the type checker
+    (``if TYPE_CHECKING:``) included."""
+    path = module_path(module)
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            node.body = [ast.Pass()]
+    source = ast.unparse(tree)
+    return imports_in(source, module, is_package=path.name == "__init__.py", typing=True)
+
+
+def import_cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
+    """The cycles of an import graph (module -> the modules it imports), each as the path
+    that closes it, found by depth-first search."""
+    cycles: list[list[str]] = []
+    state: dict[str, str] = {}  # "open" while on the path, "done" once every import is seen
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for other in sorted(graph.get(module, frozenset())):
+            if state.get(other) == "open":
+                cycles.append([*path[path.index(other) :], other])
+            elif other not in state:
+                visit(other, [*path, other])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return cycles
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_module_level_import_cycle_inside_a_package(package: str) -> None:
+    """No two modules of a package import each other at module level, directly or around a
+    longer circle (an import for the type checker counts: a circle of types is a circle of
+    concepts; one inside a function does not): each package's modules stand in layers."""
+    inside = [m for m in modules_of(package) if m != package]
+    graph = {m: frozenset(i for i in module_level_imports(m) if i in inside) for m in inside}
+    assert import_cycles(graph) == []
+
+
+def test_an_import_cycle_is_found() -> None:
+    """The cycle finder sees a direct and a longer circle, and no circle in a chain."""
+    assert import_cycles({"a": frozenset({"b"}), "b": frozenset({"a"})}) == [["a", "b", "a"]]
+    chain = {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset()}
+    assert import_cycles(chain) == []
+    circle = {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"})}
+    assert import_cycles(circle) == [["a", "b", "c", "a"]]
