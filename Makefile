@@ -87,7 +87,7 @@ sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, h
 	$(BIN)/marshal-sim --seeds 200 --members 4 --groups 1 --faults poison,failures --fail-rate 0.2 --fault-count 6
 	@# a hostile writer on the coordination topic, with the faults that restart and compact
 	$(BIN)/marshal-sim --seeds 200 --members 6 --groups 3 --faults forgery,kill,restart,compaction,pause,poison --fault-count 6
-	@# issue 20: the ordering modes, each slice of a partition claimed like one, with every fault
+	@# the ordering modes (docs/design.md#ordering-modes-slices-claimed-like-partitions), each slice of a partition claimed like one, with every fault
 	$(BIN)/marshal-sim --seeds 300 --ordering key --workers-per-partition 3 --faults $(EVERY_FAULT) --fault-count 6
 	$(BIN)/marshal-sim --seeds 300 --ordering unordered --workers-per-partition 4 --faults $(EVERY_FAULT) --fault-count 6
 	$(BIN)/marshal-sim --seeds 100 --ordering key --workers-per-partition 3 --members 12 --groups 3 --faults shared-ids,kill,restart,twins,compaction

@@ -85,7 +85,7 @@ class RecordParking:
 
     def gave_up(self, op: Op, now: float) -> None:
         """A failure whose write failed (or got no verdict in time): write the same record
-        again, at most `WRITE_TRIES` times, so the count is not lost (issue 18.4; the same
+        again, at most `WRITE_TRIES` times, so the count is not lost (the same
         count twice, should the first land after all, only parks the record no later)."""
         message = self._sent.pop(op.op, None)
         if message is None:

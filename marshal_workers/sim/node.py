@@ -253,7 +253,7 @@ class SimNode:
         """A lookup's answer is where the claim starts (`Checker.started`) once the core adopts
         it: as a won claim's position, or in the heartbeat taking its client's claim over. An
         answer nobody adopted started nothing: its member stopped or died while it was on the
-        way and released the claim with no position (issue 19.2, `marshal-sim` seed 28 of the
+        way and released the claim with no position (`marshal-sim` seed 28 of the
         key cut: counting the lookup itself owed the records up to the next holder's start)."""
         key, offset = found.key, found.offset
         before = self.member.held.get(key)

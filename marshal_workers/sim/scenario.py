@@ -99,7 +99,7 @@ class SimParams:
     speed: float = 200.0  # records a child handles per second
     rate: float = 20.0  # records produced per partition per second
     backlog: int = 100
-    # issue 20: what a claim covers (`protocol.slicing`), and slices per data partition
+    # What a claim covers (`protocol.slicing`), and slices per data partition
     ordering: str = "partition"
     workers_per_partition: int = 1
     fail_rate: float = 0.02  # `failures`: the share of appends that fail (half land anyway)

@@ -1,4 +1,4 @@
-"""marshal-admin reads a group's settings from the coordination log (issue 21 item 2).
+"""marshal-admin reads a group's settings from the coordination log.
 
 A fleet at a 2 s heartbeat interval: `status`, `release-group` and `skip-record` without
 --heartbeat-interval fold with the group's recorded 2 s (they were refused as "10s here but 2s

@@ -1,4 +1,4 @@
-"""At-most-once under crashes and operations (issue 19), with real processes and Kafka.
+"""At-most-once under crashes and operations, with real processes and Kafka.
 
 Three `marshal-run --mode amo` members on 8 partitions, HB 1 s, an `amo_window` of 200 records
 (reservations of 100), a ledger handler of 3 ms a record, records produced all along: a member

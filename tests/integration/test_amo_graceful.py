@@ -1,4 +1,4 @@
-"""At-most-once under graceful operations only (issue 19.1), with real processes and Kafka.
+"""At-most-once under graceful operations only, with real processes and Kafka.
 
 Three AMO members on 8 partitions, HB 1 s, a ledger handler of 3 ms a record, records
 produced before and during the operations: a member joins (a rebalance), one gets SIGTERM and

@@ -145,7 +145,7 @@ def test_a_clean_amo_fleet_loses_nothing(make_fleet: MakeFleet, tmp_path: Path) 
 def test_a_killed_amo_holder_s_unhandled_records_are_all_reported_lost(
     make_fleet: MakeFleet, tmp_path: Path
 ) -> None:
-    """Issue 19.3: an AMO member is killed (SIGKILL, children too) while it handles slow
+    """An AMO member is killed (SIGKILL, children too) while it handles slow
     batches; another takes over. Every record nobody handled lies in a reported loss, caused
     by the takeover, and every reported unhandled record is absent from the ledger."""
     fleet = make_fleet(mode="amo", hb=HB, partitions=2,

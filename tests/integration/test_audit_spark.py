@@ -204,7 +204,7 @@ class TestRecordedHeartbeatInterval:
         self, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str],
     ) -> None:  # fmt: skip
-        """Issue 21.2 on Spark: a group recorded at 2 s is judged at 2 s without the flag
+        """On Spark: a group recorded at 2 s is judged at 2 s without the flag
         (B's claim 5 s after A's last heartbeat is a failover); --heartbeat-interval 10 is
         refused with one line and exit 2."""
         from tests.unit.audit.test_audit_heartbeat import fleet_log  # noqa: PLC0415
@@ -235,7 +235,7 @@ class TestAmoLosses:
     def test_losses_and_what_the_ledger_handled_match_the_single_process_audit(
         self, spark: Any, tmp_path: Path
     ) -> None:
-        """Issue 19.3 on Spark: an AMO fleet whose holders crash after reserving; the ledger
+        """On Spark: an AMO fleet whose holders crash after reserving; the ledger
         shows the first record of one lost batch handled after all. Spark's amo_losses equal
         run_local's."""
         fleet = Fleet(partitions=6, clients=3, coord_partitions=3, amo=True, batch=5, seed=11,
@@ -267,7 +267,7 @@ class TestSlices:
     def test_a_sliced_groups_violations_equal_the_single_process_audit(
         self, spark: Any, tmp_path: Path
     ) -> None:
-        """Issue 20.5 on Spark: two key slices of one partition, a row of the wrong slice, a
+        """On Spark: two key slices of one partition, a row of the wrong slice, a
         key out of order and an offset no slice handled. Spark reads key_hash and slice from
         the ledger files and finds what run_local finds, each row judged by its slice's claim."""
         from tests.unit.audit.test_audit_slices import K0, K1, key_ledger, two_slices  # noqa: PLC0415

@@ -1,4 +1,4 @@
-"""One broker failure that Kafka rides out costs the fleet no lease (issue 9, item 8).
+"""One broker failure that Kafka rides out costs the fleet no lease.
 
 A three-node cluster of combined nodes (broker and controller; RF 3, min.insync.replicas 2),
 three members, and HB chosen by docs/operating.md's rule from the cluster's own failure detection

@@ -567,7 +567,7 @@ class TestClassPlugin:
         plugin: str,
         given: set[tuple[str, ...]],
     ) -> None:
-        """Issue 19.2 for batch plugins: one reservation covers several fetched batches (a
+        """For batch plugins: one reservation covers several fetched batches (a
         window of 40, batches of 5), and handle_batch still gets batches of at most 5, every
         offset once, in order, as records or as the consumer's messages."""
         events = tmp_path / "events.jsonl"

@@ -1,4 +1,4 @@
-"""A child's liveness on a real broker, with real processes and real signals (issue 10): the
+"""A child's liveness on a real broker, with real processes and real signals: the
 handler deadline and keepalive, every way a handler can leave the child, and the process group
 dying with the child on every path. The test plays the supervisor (see `conftest`); what the
 supervisor concludes from an exit is `exitpolicy.read_end`, called here as it calls it."""

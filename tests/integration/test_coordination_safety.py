@@ -1,4 +1,4 @@
-"""Coordination safety with real `marshal-run` processes on a real broker (issue 9): groups that
+"""Coordination safety with real `marshal-run` processes on a real broker: groups that
 share a client id are isolated (item 1), members join after the broker's cleaner compacted
 the coordination topic (item 2), and the coordination producer is replaced after a fatal
 error (item 7).

@@ -1,4 +1,4 @@
-"""End to end, real `marshal-run` processes on a real broker (issue 10): a hung or exiting handler
+"""End to end, real `marshal-run` processes on a real broker: a hung or exiting handler
 under a healthy supervisor, the ALO redelivery bound after kill -9, and a fenced child's helper
 process dying before the claim moves."""
 
@@ -179,7 +179,7 @@ def with_suppressed(action: Callable[[], object]) -> None:
 
 
 def audit_poison_story(fleet: Fleet, tmp_path: Path, poison_at: int) -> None:
-    """Issue 21.1 on the same log: the unfiltered audit runs (it once crashed on RecordFailed)
+    """On the same log: the unfiltered audit runs (it once crashed on RecordFailed)
     and, like the --group audit, reports the record's failures, both parkings, the retry and
     the skip, in log order."""
     out = tmp_path / "audit"

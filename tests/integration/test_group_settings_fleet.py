@@ -1,4 +1,4 @@
-"""Settings a fleet must share, with real processes (issue 9, item 6).
+"""Settings a fleet must share, with real processes.
 
 A member whose heartbeat interval is not the group's is refused at start (exit 2, one line
 naming the setting and both values) and never claims; the group's interval is changed only by

@@ -1,4 +1,4 @@
-"""Migrating a group from Marshal Go (issue 13): `marshal-admin` reads a Go fleet's topic
+"""Migrating a group from Marshal Go: `marshal-admin` reads a Go fleet's topic
 read-only (keyless records in Go's exact format, a delete-policy topic, sender clocks), shows
 its claims and positions with `status` and `dump`, and `import-go` seeds our coordination log,
 so that our fleet starts where the Go fleet stopped: no record skipped, none handled twice."""
@@ -87,7 +87,7 @@ def test_import_go_refuses_while_the_go_fleet_runs(fleet: Fleet) -> None:
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1].startswith("marshal-admin: error: the Marshal Go fleet")
     status = fleet.admin("status", "--group", fleet.group, "--json")
-    # nothing of the group is in our log: status says the group is unknown (issue 21.9), and
+    # nothing of the group is in our log: status says the group is unknown, and
     # --json answers JSON all the same: no claim
     assert status.returncode == 1
     assert json.loads(status.stdout)["known"] is False

@@ -1,4 +1,4 @@
-"""Ordering modes with real processes and a real broker (issue 20): one hot partition shared by
+"""Ordering modes with real processes and a real broker: one hot partition shared by
 several fenced workers, each holding a slice of it in the log.
 
 - ``key``: every record handled by the worker of its key's slice, per-key offset order and

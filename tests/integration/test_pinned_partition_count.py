@@ -1,4 +1,4 @@
-"""The coordination topic's partition count is pinned at init (issue 9, item 3).
+"""The coordination topic's partition count is pinned at init.
 
 A member started on a topic whose count differs from the recorded one is refused (exit 4,
 which the systemd unit does not restart on), one that has no record is refused with a line

@@ -1,4 +1,4 @@
-"""`max_poison_rate` holds per partition across child restarts (issue 21 item 3).
+"""`max_poison_rate` holds per partition across child restarts.
 
 With ``--on-failure skip --retries 0`` and a handler that always raises, a child skips up to the
 limit, stops (``poison_rate``), and is restarted: the restarted child counted from zero, so the

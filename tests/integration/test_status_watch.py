@@ -1,4 +1,4 @@
-"""`marshal-admin status --watch` (issue 13 item 15) against real Kafka: refreshed tables with
+"""`marshal-admin status --watch` against real Kafka: refreshed tables with
 each partition's lag trend, cleared in place on a terminal, appended elsewhere."""
 
 from __future__ import annotations

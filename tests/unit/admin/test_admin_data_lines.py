@@ -1,4 +1,4 @@
-"""The lines `marshal-admin produce` reads (issue 21 item 7)."""
+"""The lines `marshal-admin produce` reads."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ class TestDumpFormat:
 
 
 class TestPauseVerdicts:
-    """`release-group --for 0` lifts a pause and is dumped as such (issue 13 item 14)."""
+    """`release-group --for 0` lifts a pause and is dumped as such."""
 
     def test_lifting_a_pause_is_not_labelled_paused(self) -> None:
         """A ReleaseGroup whose expire time has passed at its log time is PauseLifted."""

@@ -1,4 +1,4 @@
-"""Settings a fleet must share (issue 9, item 6), on the in-memory log with exact log times.
+"""Settings a fleet must share, on the in-memory log with exact log times.
 
 The rolling-change scenario: an old holder runs with HB = 2 s, a new member starts with
 HB = 1 s. Folded with 1 s, the holder's claim looks stale 2.1 s after its heartbeat, while the

@@ -1,4 +1,4 @@
-"""AMO losses made visible (issue 19.3): every reserved range nobody handled to its end.
+"""AMO losses made visible: every reserved range nobody handled to its end.
 
 At most once, a holder reserves offsets [start, end) in the log (ClaimingMessages) before it
 handles them, and commits end with a heartbeat or release once handled. Whoever holds the

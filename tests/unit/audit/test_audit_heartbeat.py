@@ -1,6 +1,6 @@
 """The audit judges each group with the heartbeat interval its settings record in the log.
 
-Issue 21.2: without --heartbeat-interval the audit judged a group recorded at 2 s with its
+Without --heartbeat-interval the audit judged a group recorded at 2 s with its
 default 10 s (wrong claim, failover and handover counts, exit 0); marshal-admin refuses the
 same mismatch. Now the log decides, and a given interval that disagrees with it is refused.
 """

@@ -1,6 +1,6 @@
 """Every event the fold can emit has a row in the audit's tables; poison history is reported.
 
-Issue 21.1: a log holding a poison record's history (RecordFailed, PoisonResolved) crashed the
+A log holding a poison record's history (RecordFailed, PoisonResolved) crashed the
 audit (the events table knew only claim verdicts) or, with ``--group``, left the history out.
 """
 

@@ -1,4 +1,4 @@
-"""report.html as a person reads it (issue 21.10): clock times, one time axis, a summary table,
+"""report.html as a person reads it: clock times, one time axis, a summary table,
 sentences instead of empty tables, AMO losses shown."""
 
 from __future__ import annotations

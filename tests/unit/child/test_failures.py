@@ -154,7 +154,7 @@ class TestPoisonRate:
         assert rate.admit(90.0)
 
     def test_a_rate_started_with_earlier_units_counts_them(self) -> None:
-        """Issue 21 item 3: a restarted child gets the partition's units of the last minute, as
+        """A restarted child gets the partition's units of the last minute, as
         ages (seconds before its start), and counts them: room only for what is left."""
         rate = PoisonRate(3, ages=(50.0, 10.0), now=100.0)
         assert rate.admit(100.0)

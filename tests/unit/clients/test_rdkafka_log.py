@@ -1,4 +1,4 @@
-"""librdkafka's own log (issue 21 item 4): through the project's logging, held back during a
+"""librdkafka's own log: through the project's logging, held back during a
 supervisor's start-up (a start-up failure prints one line) and rate limited while running."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The default client id tells hosts apart by their fully qualified name (issue 9 item 4)."""
+"""The default client id tells hosts apart by their fully qualified name."""
 
 from __future__ import annotations
 

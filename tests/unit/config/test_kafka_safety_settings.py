@@ -1,5 +1,5 @@
 """What safety needs of a Kafka client is pinned, and a ``[kafka]`` table that changes it is
-refused when the configuration is read (issue 17, item 3).
+refused when the configuration is read.
 
 The coordination producer must write with ``acks=all`` and idempotence (else an acknowledged
 claim can be lost on a leader failover, and a retry can reorder or duplicate records), and

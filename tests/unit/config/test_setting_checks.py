@@ -1,7 +1,7 @@
 """Bad settings are usage errors at configuration time: exit 2, one line, before any I/O.
 
-Covers issue 13 items 1 (a [kafka] property librdkafka refuses), 2 (non-finite or out-of-range
-numbers) and 3 (a malformed bootstrap address list), for `marshal-run` and `marshal-admin`.
+Covers a [kafka] property librdkafka refuses, non-finite or out-of-range numbers and a malformed
+bootstrap address list, for `marshal-run` and `marshal-admin`.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def test_wellformed_bootstrap_servers_pass(value: str) -> None:
 
 
 def test_a_host_without_a_port_is_refused_as_the_message_says() -> None:
-    """`--bootstrap-servers localhost` (issue 21 item 9): the message asks for HOST:PORT, so a
+    """`--bootstrap-servers localhost`: the message asks for HOST:PORT, so a
     host alone is refused (exit 2, one line), not tried on a port nobody named."""
     started = time.monotonic()
     done = _run([*RUN, "--bootstrap-servers", "localhost"])

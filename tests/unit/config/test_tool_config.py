@@ -1,5 +1,5 @@
 """`marshal-admin` and `marshal-audit` read the fleet's TOML with marshal-run's table and
-precedence (issue 13 item 5, issue 9 item 6): flag > MARSHAL_* > file > default."""
+precedence: flag > MARSHAL_* > file > default."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Riding out one broker failure (issue 9, item 8): the HB rule, and late heartbeats credited."""
+"""Riding out one broker failure: the HB rule, and late heartbeats credited."""
 
 from __future__ import annotations
 

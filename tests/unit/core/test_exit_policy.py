@@ -96,13 +96,13 @@ def test_backoff_is_capped() -> None:
 
 def test_an_unasked_clean_exit_counts_as_a_failure() -> None:
     """Exit 0 while the claim should run (a handler or plugin ended the child): a failure,
-    counted towards the release, so it cannot restart every 0.5 s forever (issue 10.4)."""
+    counted towards the release, so it cannot restart every 0.5 s forever."""
     d = exit_with(0, failures=2)
     assert d.next is Next.RESTART_LATER and d.failures == 3
     assert exit_with(0, failures=4).next is Next.RELEASE
 
 
-# ---- how a child ended: the status and the shared cells (issue 10, items 1 and 4)
+# ---- how a child ended: the status and the shared cells
 
 IDLE = EndNote(fence=0, position=40, in_call=False, call_started=0.0, unit_end=None)
 IN_CALL = EndNote(fence=0, position=40, in_call=True, call_started=100.0, unit_end=None)
@@ -221,7 +221,7 @@ def test_the_backstop_honours_keepalive_and_idleness() -> None:
 
 
 def test_a_refused_grant_is_no_failure_and_restarts_at_once() -> None:
-    """Issue 18.4: a grant refused because a coordination write was not made (exit 7) is not a
+    """A grant refused because a coordination write was not made (exit 7) is not a
     crash of the handler: no failure counted, however often, and a prompt restart (three in a
     row released the partition and kept it away for 60 s)."""
     for n in range(10):

@@ -143,7 +143,7 @@ class TestClaiming:
     def test_with_many_claims_the_share_waits_for_the_settle(self) -> None:
         """More than SETTLE_ABOVE_CLAIMS claims: its announcement and one claim as it begins,
         the rest of its share in one round once its announcement is folded and the settle has
-        passed (issue 20: members started together see each other before they claim)."""
+        passed (members started together see each other before they claim)."""
         n = 20  # more than SETTLE_ABOVE_CLAIMS
         topic, log_ms = fresh_topic()
         member = Member(settings())
@@ -525,7 +525,7 @@ class TestGrants:
     def test_a_first_reservation_unwritten_is_covered_by_the_second_that_lands(self) -> None:
         """1 fails to append while 2 is in flight, 2 lands: 2's record, by the same holder,
         reserves everything below its end, so 1 is granted with it (before, both were refused
-        and the child ended, counted as a crash, losing 1 and 2: issue 18.4)."""
+        and the child ended, counted as a crash, losing 1 and 2)."""
         h, key = self.grant_setup()
         first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
         second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
@@ -575,7 +575,7 @@ class TestGrants:
         assert self.committed(h, key) == 200
 
     def test_an_unwritten_reservation_is_written_again_not_refused(self) -> None:
-        """Issue 18.4: the newest reservation's append fails (a leader election): it is written
+        """The newest reservation's append fails (a leader election): it is written
         again and both batches are granted; before, the refusal ended the child with exit 7,
         counted as a crash (three in a row released the partition for 60 s)."""
         h, key = self.grant_setup()
@@ -617,7 +617,7 @@ class TestGrants:
     def test_batches_in_flight_when_told_to_stop_are_granted_and_released_after(self) -> None:
         """SIGTERM with two reservations in flight: both granted (the child handles them before
         it exits), and the release carries the end of the second. Refusing them would lose the
-        200 records the log reserved (issue 19: graceful operations lose nothing)."""
+        200 records the log reserved (graceful operations lose nothing)."""
         h, key = self.grant_setup()
         first = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
         second = self.ask(h, key, ipc.GrantRequest(2, 150, 200))
@@ -666,7 +666,7 @@ class TestGrants:
         ]
 
     def test_a_crash_with_a_batch_granted_ahead_reports_what_it_loses(self) -> None:
-        """Issue 19.3: a child killed after handling 100..130 of two granted batches (to 200)
+        """A child killed after handling 100..130 of two granted batches (to 200)
         loses 130..200: observed with its cause, for the loss metric."""
         h, key = self.grant_setup()
         self.land(h, self.ask(h, key, ipc.GrantRequest(1, 100, 150)))
@@ -718,7 +718,7 @@ class TestGrants:
 
 class TestFailureCounts:
     def test_a_failure_count_whose_write_fails_is_written_again(self) -> None:
-        """Issue 18.4: a RecordFailed whose append failed was dropped, and the failure count
+        """A RecordFailed whose append failed was dropped, and the failure count
         with it; it is written again, the same record."""
         topic, log_ms = fresh_topic(partitions=1)
         h = start(Member(settings(partitions=1)), topic, log_ms, n=1)
@@ -826,7 +826,7 @@ class TestFailureCounts:
 
 
 class TestPoisonRateAcrossRestarts:
-    """Issue 21 item 3: the poison rate is the partition's, not the child's."""
+    """The poison rate is the partition's, not the child's."""
 
     def started(self) -> tuple[Harness, ClaimKey]:
         topic, log_ms = fresh_topic(partitions=1)
@@ -905,7 +905,7 @@ class TestPositionsAndHealth:
 
 class TestLogOrder:
     def test_claim_won_is_logged_before_its_child_starts(self) -> None:
-        """Issue 13.10: the log says what happened in the order it happened."""
+        """The log says what happened in the order it happened."""
         topic, log_ms = fresh_topic(partitions=1)
         h = start(Member(settings(partitions=1)), topic, log_ms, n=1)
         h.run(h.member.feed(inp.StartFound(h.now, keys(1)[0], 0)))

@@ -1,6 +1,6 @@
-"""A member defect found by the issue 20.4 sweep (marshal-sim, sliced fleets, every fault),
+"""A member defect found by the sliced-fleet sweep (marshal-sim, sliced fleets, every fault),
 written as the test that failed until the member was fixed (`Keeping.release_waits`, found
-independently by the issue 18 sweep): a failure's count in flight when the claim is released
+independently by the compaction sweep): a failure's count in flight when the claim is released
 was lost."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.unit.core.test_member_core import Harness, fresh_topic, settings
 
 
 def test_a_failure_count_written_as_the_claim_is_released_is_counted() -> None:
-    """Found by marshal-sim (issue 20.4 sweep, seed 9 of ``--ordering unordered
+    """Found by marshal-sim (the sliced-fleet sweep, seed 9 of ``--ordering unordered
     --workers-per-partition 4`` with every fault; not slicing-specific): the handler failure
     that reaches ``max_handler_failures`` writes its RecordFailed and releases the claim at
     once; if that append fails, the release lands first and the retried RecordFailed is refused

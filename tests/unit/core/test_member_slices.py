@@ -1,4 +1,4 @@
-"""The member's core with a sliced ordering (issue 20): its claims are the slices of its topics'
+"""The member's core with a sliced ordering: its claims are the slices of its topics'
 partitions, and it treats them as its own as it treats whole partitions."""
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ class TestBatchView:
 
 
 def test_a_mistyped_handler_name_lists_the_bundled_ones() -> None:
-    """`--handler sqlit` (issue 21 item 9): the one-line error names the entry points there are."""
+    """`--handler sqlit`: the one-line error names the entry points there are."""
     with pytest.raises(LoadError) as caught:
         load_handler("sqlit")
     message = str(caught.value)

@@ -1,5 +1,5 @@
 """`marshal-admin init` on a brand-new multi-node cluster waits until the topic it created is
-visible everywhere before reading its config (issue 13 item 6), deterministically: a fake
+visible everywhere before reading its config, deterministically: a fake
 admin client whose first config read fails as a lagging broker's does."""
 
 from __future__ import annotations

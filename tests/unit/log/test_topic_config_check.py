@@ -82,7 +82,7 @@ class TestDifferences:
 
 
 class TestCompactionLag:
-    """Issue 18.1: a compaction lag below the safe window lets the cleaner remove records that
+    """A compaction lag below the safe window lets the cleaner remove records that
     still keep a claim's lease alive; a member refuses such a topic instead of warning."""
 
     def test_below_the_safe_window_is_fatal_for_a_member(self) -> None:

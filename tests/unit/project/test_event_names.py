@@ -1,4 +1,4 @@
-"""Every log event of every process is named in snake_case (issue 13 item 9).
+"""Every log event of every process is named in snake_case.
 
 The names are collected from the code: each structlog call (``log.info("claim_won", ...)``,
 ``self._log.warning(...)``, ``ctx.log.error(...)``), each of the member core's

@@ -1,4 +1,4 @@
-"""Installing as documented (issue 21 items 8 and 9): `make demo` installs the runtime only,
+"""Installing as documented: `make demo` installs the runtime only,
 the `audit` extra brings PySpark and the `dev` extra the test tools, the README's first hour
 names every step a new user needs, and the README does not hard-code a test count."""
 
@@ -70,7 +70,7 @@ def test_the_first_hour_is_in_the_readme() -> None:
 
 
 def test_the_readme_hard_codes_no_test_count() -> None:
-    """A count of tests goes stale with the next test (issue 21 item 9)."""
+    """A count of tests goes stale with the next test."""
     assert not re.search(r"\b\d[\d,]* (?:unit |integration |passing )?tests\b", README)
 
 

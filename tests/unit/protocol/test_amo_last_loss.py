@@ -1,4 +1,4 @@
-"""The last AMO loss per partition, as the coordination log shows it (pure; issue 19.3).
+"""The last AMO loss per partition, as the coordination log shows it (pure).
 
 `protocol.amolosses` is what `marshal-admin status` shows: per data partition, the newest
 range of reserved records that may never have been handled, with its cause. It must say the

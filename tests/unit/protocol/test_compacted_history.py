@@ -99,7 +99,7 @@ class TestCertainty:
         assert claim_label(world.claims[KEY], 2, HB) == "fresh"
 
     def test_an_uncertain_release_never_makes_its_writer_the_holder(self) -> None:
-        """Issue 18.2: on an uncertain claim a release (its writer's own refused one included)
+        """On an uncertain claim a release (its writer's own refused one included)
         is no proof of holding: the holder stays whoever heartbeated, so a member never reads
         its own stale release back as 'I hold it' and writes it again forever."""
         world = World(RationalizerConfig(HB), 0)
@@ -113,7 +113,7 @@ class TestCertainty:
 
 
 class TestPositionsSurviveTheCleaner:
-    """Issue 18.1: a claim's position must survive the cleaner whatever record of the claim
+    """A claim's position must survive the cleaner whatever record of the claim
     was written last (a refused claim during a pause or a fresh hold, a claim never followed by
     a heartbeat): claims are keyed apart from the records that carry positions."""
 
@@ -164,7 +164,7 @@ class TestPositionsSurviveTheCleaner:
 
 class TestPausesSurviveTheCleaner:
     def test_a_pause_and_its_lift_have_keys_of_their_own(self) -> None:
-        """Issue 18.3: a lift no longer supersedes its pause: after the cleaner, a reader still
+        """A lift no longer supersedes its pause: after the cleaner, a reader still
         sees the pause in force at the log time of the records written under it (a claim
         refused during the pause, a set-position rewind)."""
         clock = Clock()
@@ -183,7 +183,7 @@ class TestPausesSurviveTheCleaner:
         assert record_key(pause("admin", 100)) != record_key(pause("admin", 0))
 
     def test_two_pauses_with_one_end_are_both_kept(self) -> None:
-        """Found by hypothesis (the issue 18 sweep): two pauses of one group with one end (two
+        """Found by hypothesis (the compaction sweep): two pauses of one group with one end (two
         `release-group --until` runs) shared one key; the cleaner kept only the later one, and a
         reader of what survived granted b's claim written between them, which the whole log
         refused (paused). A pause's key now names its writer, so both survive."""

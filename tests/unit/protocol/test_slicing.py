@@ -1,4 +1,4 @@
-"""Ordering modes (issue 20): how a partition is cut into slices, how a slice's claim is named,
+"""Ordering modes: how a partition is cut into slices, how a slice's claim is named,
 how the cut is recorded in a group's settings, and how a slice's child keeps its records."""
 
 from __future__ import annotations

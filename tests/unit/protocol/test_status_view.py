@@ -211,7 +211,7 @@ class TestRendering:
 
 
 class TestWatchAndIncomplete:
-    """`status --watch` trends (issue 13 item 15) and an incomplete status (item 8)."""
+    """`status --watch` trends and an incomplete status (item 8)."""
 
     def test_lag_trend_per_partition(self) -> None:
         """Growing, shrinking, steady and unknown lags, with a rate per second."""
@@ -245,7 +245,7 @@ def status_obj(highs: dict[tuple[str, int], int]) -> GroupStatus:
 
 
 def test_a_group_the_log_never_named_is_unknown() -> None:
-    """`status --group no.such.group` must say so (issue 21 item 9): the fold tells a group
+    """`status --group no.such.group` must say so: the fold tells a group
     with claims, a pause or settings from one it has never seen."""
     log = held_and_released()
     assert group_known({0: log.world}, GROUP)

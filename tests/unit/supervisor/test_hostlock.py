@@ -1,4 +1,4 @@
-"""The per-host lock on (group, client id): issue 13 item 11 and issue 9 item 1 (host lock)."""
+"""The per-host lock on (group, client id): two services on one host never share a client id."""
 
 from __future__ import annotations
 

@@ -115,7 +115,7 @@ class TestCounting:
     def test_amo_losses_are_counted_by_cause_through_the_cores_observation(
         self, metrics: Metrics
     ) -> None:
-        """Issue 19.3: the core's typed observation reaches the counter of lost records."""
+        """The core's typed observation reaches the counter of lost records."""
         deliver(metrics, AmoLost(KEY, 130, 200, LossCause.CRASH))
         deliver(metrics, AmoLost(KEY, 300, 350, LossCause.LEASE_EXPIRED))
         deliver(metrics, AmoLost(KEY, 400, 410, LossCause.CRASH))

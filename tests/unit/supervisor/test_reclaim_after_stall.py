@@ -1,5 +1,5 @@
-"""A member whose lease ran out in a coordination stall resumes from the newest position
-(issue 9, item 8), on the in-memory log with a stand-in child.
+"""A member whose lease ran out in a coordination stall resumes from the newest position, on
+the in-memory log with a stand-in child.
 
 The child reported 752; the stall (every append fails) outlasts the lease, the child is
 fenced, the release is not acknowledged, and the log still says 0. When the stall ends and the

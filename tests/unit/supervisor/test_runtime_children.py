@@ -1,4 +1,4 @@
-"""The runtime survives what one claim's child or an observer does to it (issue 9.7): on the
+"""The runtime survives what one claim's child or an observer does to it: on the
 in-memory log with stand-in children the test plays."""
 
 from __future__ import annotations

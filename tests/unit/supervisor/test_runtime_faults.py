@@ -1,4 +1,4 @@
-"""The runtime `Supervisor` on the in-memory log under faults (issue 9, items 2 and 7): members
+"""The runtime `Supervisor` on the in-memory log under faults: members
 joining after compaction, one claim's start lookup failing, one slow coordination partition,
 and a record folded while an own write waits. Stand-in children over real pipes
 (`tests.supervisor_doubles`); the tests judge from the coordination log and the children's

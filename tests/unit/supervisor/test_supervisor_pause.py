@@ -163,7 +163,7 @@ class TestPauseReaction:
 def test_a_member_that_starts_during_a_pause_claims_nothing_from_its_first_round(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 18.1: a member started while another client's pause is in force wrote claims in
+    """A member started while another client's pause is in force wrote claims in
     its first round (``begin`` rebalanced without looking at the pause); each was refused, and
     a refused, positionless claim could become its key's newest record after compaction."""
     f = Fleet(monkeypatch)
