@@ -6,19 +6,25 @@ reference when it is a dotted Python name (``a.b``, ``a.b.c``, optionally ending
 ``.*``) or a file name ending in ``.py``. A dotted name is checked when
 
 - its first part (after an optional ``marshal_workers.``) is a package or module of the
-  package, by its path (``core.member``) or by its last part (``member``), or a class or
-  function defined at the top of a module (``ClaimGranted.token``): then every later part must
-  resolve, as a module below it or as a name defined in it (a top-level name, or a name in a
-  class's body);
+  package, by its path (``core.member``), by its last part (``member``) or by the name modules
+  import it as (``ipc`` for ``ipc.messages``, ``poison`` for ``protocol.recordfailures``), or a
+  class or function defined at the top of a module (``ClaimGranted.token``): then every later
+  part must resolve, as a module below it or as a name defined in it (a top-level name, or a
+  name a class's body or its methods' ``self.x = ...`` define);
 - or it looks like Python (a part has an ``_`` or a capital letter, or it ends in ``()`` or
-  ``.*``) and its first part is no module Python can import (the standard library, the
-  installed libraries): then it names something the package no longer has.
+  ``.*``) and its first part is no module Python can import: it names what the package no
+  longer has (``exitpolicy.read_end``);
+- or it is two lower-case words (``consume.fetch``) whose first is none of the words settings
+  begin with (`SETTING_WORDS`) and whose second is no file suffix (``alerts.yml``).
 
-Everything else is left alone: dotted lower-case words without an underscore are settings
-(``heartbeat.interval.ms``, ``message.timestamp.type``, librdkafka's properties), and names
-whose first part is another library (``os.killpg``, ``confluent_kafka.Consumer``) are theirs. A
-``.py`` name with a ``/`` must exist from the repository's root or from the package's; one
-without must be the name of a file of the repository.
+Everything else is left alone: longer dotted lower-case words are settings
+(``heartbeat.interval.ms``, librdkafka's properties), a part in capitals after a first part
+that is none of the package's is a placeholder (``config.PROPERTY``), names whose first part
+is another library (``os.killpg``, ``confluent_kafka.Consumer``) or an entry-point group
+(``marshal_workers.handlers``) are not the package's, and neither are the handler's arguments
+and the example files of the docs (`EXAMPLES`). A ``.py`` name with a ``/`` must exist from
+the repository's root or from the package's; one without must be the name of a file of the
+repository.
 """
 
 from __future__ import annotations
