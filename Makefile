@@ -91,7 +91,7 @@ sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, h
 	@# a host stopped with its lease clock held (a paused VM), under both cleaners
 	$(BIN)/marshal-sim --seeds 200 --faults stall,eager-compaction --fault-count 10
 	$(BIN)/marshal-sim --seeds 200 --faults stall,compaction --fault-count 10 --ordering unordered --workers-per-partition 4
-	@# issue 20: the ordering modes, each slice of a partition claimed like one, with every fault
+	@# the ordering modes (docs/design.md#ordering-modes-slices-claimed-like-partitions), each slice of a partition claimed like one, with every fault
 	$(BIN)/marshal-sim --seeds 300 --ordering key --workers-per-partition 3 --faults $(EVERY_FAULT) --fault-count 6
 	$(BIN)/marshal-sim --seeds 300 --ordering unordered --workers-per-partition 4 --faults $(EVERY_FAULT) --fault-count 6
 	$(BIN)/marshal-sim --seeds 100 --ordering key --workers-per-partition 3 --members 12 --groups 3 --faults shared-ids,kill,restart,twins,compaction

@@ -1,4 +1,4 @@
-"""Benchmark: many workers on one hot partition, marshal-run against Kafka share groups (issue 20).
+"""Benchmark: many workers on one hot partition, marshal-run against Kafka share groups.
 
     .venv/bin/python bench/hot.py [--bootstrap-servers HOST:PORT] [--records 100000]
                                   [--workers 1,4,16,64] [--handlers io,cpu] [--rounds 1]

@@ -22,7 +22,7 @@ from marshal_workers.clients.rdkafka import RDKAFKA_LOG
 
 SYSTEMS = ("partition", "unordered", "key", "share-default", "share-tuned", "plain")
 MARSHAL = ("partition", "unordered", "key")
-ORDERED = ("unordered", "key")  # the ordering modes of issue 20 (marshal-run --ordering)
+ORDERED = ("unordered", "key")  # the ordering modes (marshal-run --ordering)
 ONCE = ("partition", "plain")  # one worker whatever N: run at the first N only
 MEMBERS = 2
 KEYS = 1000

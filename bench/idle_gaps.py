@@ -181,7 +181,7 @@ class Run:
     def rows(self) -> list[LedgerRow]:
         if not self.ledger_dir.exists():
             return []
-        return [r for r in read_ledger(self.ledger_dir) if r["topic"] == self.topic]
+        return [r for r in read_ledger(self.ledger_dir) if r.topic == self.topic]
 
     def works(self, client_id: str, at_least: int = 1) -> bool:
         """``client_id`` (its current process) holds at least ``at_least`` partitions and has
@@ -191,8 +191,8 @@ class Run:
         if len(held) < at_least:
             return False
         since = time.time() - 1.0
-        children = {r["partition"] for r in self.rows() if r["end"] >= since and r["client_id"]
-                    == client_id and _descends(r["pid"], proc.pid)}  # fmt: skip
+        children = {r.partition for r in self.rows() if r.end >= since and r.client_id
+                    == client_id and _descends(r.pid, proc.pid)}  # fmt: skip
         return held <= children
 
     def all_work(self, clients: list[str]) -> bool:
@@ -200,7 +200,7 @@ class Run:
         if set(range(self.partitions)) - set(holders) or set(holders.values()) - set(clients):
             return False
         since = time.time() - 1.0
-        moving = {r["partition"] for r in self.rows() if r["end"] >= since}
+        moving = {r.partition for r in self.rows() if r.end >= since}
         return moving >= set(range(self.partitions))
 
     def wait_for(self, check: Callable[[], bool], what: str, timeout: float = 180) -> None:
@@ -216,20 +216,20 @@ class Run:
         found: list[Gap] = []
         by_partition: dict[int, list[LedgerRow]] = {}
         for r in rows:
-            by_partition.setdefault(r["partition"], []).append(r)
+            by_partition.setdefault(r.partition, []).append(r)
         for partition, mine in sorted(by_partition.items()):
-            mine.sort(key=lambda r: r["start"])
+            mine.sort(key=lambda r: r.start)
             for before, after in itertools.pairwise(mine):
-                if before["pid"] == after["pid"]:
+                if before.pid == after.pid:
                     continue
-                at = before["end"] - self.t0
+                at = before.end - self.t0
                 cause = next((w for t, w in reversed(self.actions) if t <= at), "start")
                 found.append(
                     Gap(
                         partition,
-                        f"{before['client_id']}({before['pid']})",
-                        f"{after['client_id']}({after['pid']})",
-                        round(after["start"] - before["end"], 3),
+                        f"{before.client_id}({before.pid})",
+                        f"{after.client_id}({after.pid})",
+                        round(after.start - before.end, 3),
                         round(at, 2),
                         cause,
                     )

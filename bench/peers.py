@@ -1,4 +1,4 @@
-"""Benchmark: marshal-run against its peers, side by side in one run (issue 12).
+"""Benchmark: marshal-run against its peers, side by side in one run.
 
     .venv/bin/python bench/peers.py [--bootstrap-servers HOST:PORT] [--records 240000]
                                     [--trivial-records N] [--rounds 3] [--work-us 20]
@@ -15,13 +15,13 @@ The systems, each launched as a fresh process (tree) per measurement on a fresh 
   all 8 partitions, one child per partition (HB = 5 s); AMO with the default ``amo_window``
   (32000: reservations of up to 16000 records, sized by the child's time per record and
   memory, `protocol/reservations.py`), and ``amo-batch`` with ``--amo-window 1000`` (one batch
-  per reservation, AMO before issue 19.2), and ``amo-narrow`` with ``--amo-window 2000`` (the
-  default before);
+  per reservation, AMO before design decision 18), and ``amo-narrow`` with ``--amo-window
+  2000`` (the default before);
 - Arroyo: ``sentry-arroyo``'s StreamProcessor with ``RunTaskWithMultiprocessing`` (a pool of 2
   spawned processes, batches of 500 or 0.5 s) then ``CommitOffsets`` (`bench/peer_loops.py`).
 
-The settings (issue 12's table), each on its own 8-partition topic written once, records spread
-evenly (offsets 0 to N/8 - 1 in every partition):
+The settings (the performance goals' table, docs/benchmarks.md), each on its own 8-partition
+topic written once, records spread evenly (offsets 0 to N/8 - 1 in every partition):
 
 - cpu: ``bench.handlers:work``: about ``--work-us`` (20) microseconds of pure Python per record
   (a loop count calibrated once here, the same count in every system), ``--records`` records;
@@ -94,7 +94,7 @@ PARTITIONS = 8
 SYSTEMS = ("plain", "alo", "amo", "amo-batch", "amo-narrow", "arroyo", "alo-base", "amo-base")
 BASELINE = ("alo-base", "amo-base")  # marshal-run of another build (--baseline), same rounds
 MARSHAL_SYSTEMS = ("alo", "amo", "amo-batch", "amo-narrow", *BASELINE)  # a coordination topic each
-# amo-batch: AMO reserving one batch at a time (amo_window = 2 batches), as before issue 19.2;
+# amo-batch: AMO reserving one batch at a time (amo_window = 2 batches), as before decision 18;
 # amo-narrow: amo_window 2000 (reservations of up to 1000 records), the default before 32000
 AMO_WINDOWS = {"amo-batch": 1000, "amo-narrow": 2000}
 PEER_LOOPS = Path(__file__).resolve().with_name("peer_loops.py")

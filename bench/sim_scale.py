@@ -23,7 +23,8 @@ from marshal_workers.protocol import events as ev
 from marshal_workers.protocol import rationalizer
 from marshal_workers.protocol import wire as protocol
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
-from marshal_workers.sim.scenario import Fleet, SimParams, use_shared_decode
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import Fleet, use_shared_decode
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 One package per process boundary, lower layers first: `common`; `protocol` (pure); `clients`,
 `config`, `ipc`, `handler`; `core` (pure), `log`, `child`; `supervisor`; and the tools `admin`,
 `audit`, `sim`, `localkafka`. A package imports only the layers below it
-(tests/unit/test_package_rules.py holds the table).
+(tests/unit/project/test_package_rules.py holds the table).
 """
 
 __version__ = "0.1.0"

@@ -40,7 +40,6 @@ Checks for tests and chaos runs (`marshal_workers.common.ledgerfile`), over `rea
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -99,18 +98,18 @@ def handle(record: Record, ctx: Context) -> None:
         time.sleep(settings.delay_s)
     if settings.fail_at == record.offset:
         raise SimulatedError(f"failing on purpose at offset {record.offset}")
-    row: LedgerRow = {
-        "topic": record.topic,
-        "partition": record.partition,
-        "offset": record.offset,
-        "client_id": ctx.client_id,
-        "pid": settings.pid,
-        "token": ctx.fencing_token,
-        "start": start,
-        "end": time.time(),
-        "group": ctx.group_id,
-        "instance_id": ctx.instance_id,
-        "slice": ctx.slice,
-        "key_hash": None if record.key is None else key_hash(record.key),
-    }
-    os.write(settings.fd, (json.dumps(row) + "\n").encode())
+    row = LedgerRow(
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        client_id=ctx.client_id,
+        pid=settings.pid,
+        token=ctx.fencing_token,
+        start=start,
+        end=time.time(),
+        group=ctx.group_id,
+        instance_id=ctx.instance_id,
+        slice=ctx.slice,
+        key_hash=None if record.key is None else key_hash(record.key),
+    )
+    os.write(settings.fd, (row.line() + "\n").encode())

@@ -1,5 +1,5 @@
 """Session-wide test setup: the Kafka fixtures, and a check that tests write nothing into the
-checkout (they write under temporary directories only: issue 13 item 12)."""
+checkout (they write under temporary directories only)."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import click
 from confluent_kafka import KafkaException
 
 # confluent_kafka.admin re-exports these without an __all__, which mypy --strict refuses.
@@ -46,6 +47,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import ConfigError, MarshalError
+from marshal_workers.config.toolconfig import FleetSettings, fleet_options
+from marshal_workers.log.topicadmin import admin_client
 
 CLUSTER_NAME: Final = "kafka-cluster"
 _RESOURCE_TYPES: Final = {
@@ -224,3 +227,54 @@ def apply_acls(admin: Any, acls: Sequence[Acl], timeout_s: float = 30.0) -> None
             raise MarshalError(f"cannot create the ACL {binding}: {error_text(exc)}") from None
         except TimeoutError:
             raise MarshalError(f"no answer creating the ACL {binding}") from None
+
+
+@click.command("acls")
+@fleet_options
+@click.option(
+    "--role", type=click.Choice(ROLE_NAMES), required=True, help="What the principal does."
+)
+@click.option("--principal", required=True, metavar="User:NAME", help="Whom the ACLs allow.")
+@click.option(
+    "--group", default=None, help="The group it works for [default: the --config file's]."
+)
+@click.option("--topic", "topics", multiple=True, metavar="TOPIC", help="A data topic (repeat).")
+@click.option(
+    "--dlq-topic",
+    "dlq_topics",
+    multiple=True,
+    metavar="TOPIC",
+    help="A dead-letter topic the workers write (on_failure dlq; repeat).",
+)
+@click.option(
+    "--apply",
+    "apply_them",
+    is_flag=True,
+    help="Create them through the Admin API (as a principal allowed to: Alter on the cluster).",
+)
+def acls(
+    fleet: FleetSettings,
+    role: str,
+    principal: str,
+    group: str | None,
+    topics: tuple[str, ...],
+    dlq_topics: tuple[str, ...],
+    apply_them: bool,
+) -> None:
+    """Print exactly the ACLs ROLE needs (one per line: ALLOW PRINCIPAL OPERATION RESOURCE
+    NAME), or create them with --apply. The table is docs/operating.md's."""
+    wanted = acls_for(
+        role,
+        principal,
+        fleet.coordination_topic,
+        group=group or fleet.group,
+        topics=topics,
+        dlq_topics=dlq_topics,
+    )
+    for line in render(wanted):
+        click.echo(line)
+    if not topics and role not in {"auditor", "init"}:
+        click.echo("acls: no --topic given: no grant on data topics", err=True)
+    if apply_them:
+        apply_acls(admin_client(fleet.bootstrap_servers, fleet.kafka), wanted)
+        click.echo(f"acls: created {len(wanted)} ACL(s) for {principal}", err=True)

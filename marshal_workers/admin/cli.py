@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import click
 
-from marshal_workers.admin.acls_command import acls
-from marshal_workers.admin.commands import dump, init, status
-from marshal_workers.admin.data_commands import produce_command, topic
+from marshal_workers.admin.acls import acls
 from marshal_workers.admin.demo import demo
-from marshal_workers.admin.group_commands import import_go, release_group, set_position
-from marshal_workers.admin.record_commands import retry_record, skip_record
-from marshal_workers.admin.repin_cli import repin_partition_count
-from marshal_workers.admin.settings_cli import group_settings
+from marshal_workers.admin.dump import dump
+from marshal_workers.admin.group_settings import group_settings
+from marshal_workers.admin.import_go import import_go
+from marshal_workers.admin.init import init
+from marshal_workers.admin.produce import produce_command
+from marshal_workers.admin.records import retry_record, skip_record
+from marshal_workers.admin.release_group import release_group
+from marshal_workers.admin.repin import repin_partition_count
+from marshal_workers.admin.set_position import set_position
+from marshal_workers.admin.status import status
+from marshal_workers.admin.topic import topic
 from marshal_workers.common.consolescripts import run_command
 from marshal_workers.localkafka.cli import kafka
 

@@ -1,4 +1,4 @@
-"""`marshal-admin demo`: parse, then run the demo (see `marshal_workers.admin.demorun`)."""
+"""`marshal-admin demo`: parse, then run the demo (see `demo_run`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from marshal_workers.admin.demorun import DemoOptions, run_demo
+from marshal_workers.admin.demo_run import DemoOptions, run_demo
 
 
 @click.command()

@@ -2,7 +2,7 @@
 
 The heartbeat interval, the partitioner and the admin ids are recorded per group in the log
 (`metadata.GroupSettings`, written by the group's first member). A member or admin whose own
-differ is refused (`fleetcheck`, `check_group_settings`). Changing them is this command:
+differ is refused (`fleet.groupcheck`, `ensure_group_settings`). Changing them is this command:
 
 1. Pause the group (as ``release-group``): the members release their data partitions.
 2. Wait until every data claim of the group is released or stale, judged with the **old**
@@ -25,10 +25,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from marshal_workers.admin.operations import Connection, admin_session, admin_settings
+import click
+
+from marshal_workers.admin.connection import Connection, admin_session, admin_settings
+from marshal_workers.admin.options import (
+    checked,
+    client_id_option,
+    connection,
+    echo_err,
+    group_of,
+    group_option,
+    wait_option,
+)
 from marshal_workers.admin.pause import lift_pause, pause_for
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.common.errors import MarshalError
+from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.log.interface import LogError
 from marshal_workers.protocol.members import is_claimable, is_live, is_member_key
 from marshal_workers.protocol.metadata import (
@@ -42,6 +54,7 @@ from marshal_workers.protocol.wire import ClaimKey
 
 Progress = Callable[[str], None]
 SETTLE_BUDGET_S = 30.0
+DEFAULT_WAIT_S = 120.0
 
 
 def recorded(session: AdminSession, group: str) -> GroupSettings | None:
@@ -186,3 +199,41 @@ def run_group_settings(
             Slicing() if current is None or current.slicing is None else current.slicing,
         )  # fmt: skip
         return change_settings(session, new, timeout_s=timeout_s, progress=progress)
+
+
+@click.command("group-settings")
+@fleet_options
+@group_option()
+@click.option(
+    "--change",
+    is_flag=True,
+    help="Record this command's --heartbeat-interval, --partitioner and --admin-client-id as "
+    "the group's: pause, wait for the holders, record, wait for the old members to stop, lift.",
+)
+@client_id_option
+@wait_option(
+    "Seconds allowed for each wait (holders releasing, old members stopping).",
+    default=DEFAULT_WAIT_S,
+)
+def group_settings(
+    *,
+    fleet: FleetSettings,
+    group: str | None,
+    change: bool,
+    client_id: str,
+    timeout: float,
+) -> None:
+    """Show the settings a group's members and admins must share, or change them (--change).
+
+    Members whose settings differ from the group's are refused at start (exit 2); running ones
+    stop when the settings change (exit 2): restart them with the new settings."""
+    click.echo(
+        run_group_settings(
+            connection(fleet),
+            checked("--group", group_of(group, fleet)),
+            change=change,
+            client_id=checked("--client-id", client_id),
+            timeout_s=timeout,
+            progress=echo_err,
+        )
+    )

@@ -16,9 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from marshal_workers.admin.operations import Connection, group_session
 from marshal_workers.admin.session import AdminError, AdminSession
-from marshal_workers.common.errors import MarshalError
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.groupstatus import iso_ms
 
@@ -114,24 +112,3 @@ def _expire(session: AdminSession, seconds: float) -> int:
 def lift_pause(session: AdminSession, group: str) -> PauseOutcome:
     """Lift a pause: a ReleaseGroup that expired long ago, on every coordination partition."""
     return write_pause(session, group, LIFT)
-
-
-def run_release_group(
-    conn: Connection,
-    group: str,
-    *,
-    until_s: int | None,
-    for_s: float | None,
-    client_id: str,
-    timeout_s: float,
-) -> str:
-    """`marshal-admin release-group`: pause (or lift) and return the log's verdict as a line;
-    MarshalError (exit 1) if the log refused it."""
-    with group_session(conn, group, client_id, timeout_s) as (session, _):
-        if until_s is not None:
-            outcome = write_pause(session, group, until_s)
-        else:
-            outcome = pause_for(session, group, for_s or 0.0)
-    if not outcome.accepted:
-        raise MarshalError(outcome.summary())
-    return outcome.summary()

@@ -18,8 +18,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
-from marshal_workers.admin.operations import Connection
+import click
+
+from marshal_workers.admin.connection import Connection
+from marshal_workers.admin.options import connection, read_timeout_option
 from marshal_workers.common.errors import MarshalError
+from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import LogError
 from marshal_workers.log.kafkalog import KafkaLog
@@ -117,3 +121,17 @@ def _write(log: KafkaLog, reader: FoldedLog, count: int, timeout_s: float) -> No
     verdict, _ = reader.wait_for(appended, timeout_s)
     if not (isinstance(verdict, ev.TopicRecorded) and verdict.record == pin):
         raise MarshalError(f"the log did not take the new pin: {verdict}")
+
+
+@click.command("repin-partition-count")
+@fleet_options
+@click.option("--dry-run", is_flag=True, help="Check and say what would be written; write nothing.")
+@read_timeout_option
+def repin_partition_count(*, fleet: FleetSettings, dry_run: bool, timeout: float) -> None:
+    """Re-pin the coordination topic's partition count at the count the broker shows, after a
+    forged (or mistaken) CoordinationTopic record made members exit 4 and init refuse.
+
+    Refused (exit 1) when the log's claims are coordinated for the recorded count and not the
+    broker's: then the topic really changed, and the fleet must move to a new topic
+    (docs/operating.md, 'Changing the coordination topic')."""
+    run_repin(connection(fleet), dry_run=dry_run, timeout_s=timeout, out=click.echo)

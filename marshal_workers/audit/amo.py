@@ -1,4 +1,4 @@
-"""At-most-once losses: reserved records nobody handled, and why (pure; issue 19.3).
+"""At-most-once losses: reserved records nobody handled, and why (pure).
 
 At most once, a member reserves each run of records in the log (ClaimingMessages) before its
 child handles it, and heartbeats the reservation's end as its position right away

@@ -43,63 +43,16 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from typing import Any
 
 from marshal_workers.audit import slices
 from marshal_workers.audit.amo import sliced_ledger_losses
 from marshal_workers.audit.schema import columns
-from marshal_workers.audit.slices import claim_topic
+from marshal_workers.audit.slices import Span, claim_topic
 from marshal_workers.audit.tables import Row, Window
+from marshal_workers.common.ledgerfile import LedgerRow
 from marshal_workers.protocol.groupstatus import iso_ms
 from marshal_workers.protocol.slicing import Ordering, data_topic
-
-
-class LedgerEntry(NamedTuple):
-    """One ledger row (the format: `common.ledgerfile.LedgerRow`).
-
-    ``group`` and ``instance_id`` are None in rows of older ledgers, which did not write
-    them; every other field is required (a row without one is an incomplete line)."""
-
-    topic: str
-    partition: int
-    offset: int
-    client_id: str
-    pid: int
-    token: int
-    start: float
-    end: float
-    group: str | None = None
-    instance_id: str | None = None
-    slice: str | None = None  # the claim's slice of the partition (`protocol.slicing`)
-    key_hash: int | None = None  # `slicing.key_hash` of the record's key; None: no key
-
-
-OPTIONAL_FIELDS: Final = ("group", "instance_id", "slice", "key_hash")
-"""Ledger fields older ledgers lack: their absence does not make a line incomplete."""
-REQUIRED_FIELDS: Final = tuple(f for f in LedgerEntry._fields if f not in OPTIONAL_FIELDS)
-
-
-class Span(NamedTuple):
-    """A claim interval as the checks need it (from a settled ``claims`` row)."""
-
-    group: str
-    topic: str
-    partition: int
-    client_id: str
-    instance_id: str
-    token: int
-    coord_partition: int
-    start_ms: int
-    end_ms: int | None
-    ended: str
-    first_offset: int | None
-    last_offset: int | None
-    by_admin: bool
-
-    def as_json(self) -> dict[str, object]:
-        """The interval as evidence."""
-        return self._asdict()
-
 
 _C = {name: i for i, name in enumerate(columns("claims"))}
 _P = {name: i for i, name in enumerate(columns("poison"))}
@@ -181,7 +134,7 @@ class CheckStats:
 
 
 def _violation(
-    kind: str, group: str | None, row: LedgerEntry, detail: str, evidence: dict[str, object]
+    kind: str, group: str | None, row: LedgerRow, detail: str, evidence: dict[str, object]
 ) -> Row:
     text = json.dumps(evidence, sort_keys=True)
     return (kind, group, row.topic, row.partition, row.offset, row.client_id, row.pid,
@@ -193,12 +146,12 @@ def _iso_s(seconds: float) -> str | None:
     return iso_ms(round(seconds * 1000))
 
 
-def _who(row: LedgerEntry) -> str:
+def _who(row: LedgerRow) -> str:
     where = "" if row.slice is None else f" (slice {row.slice})"
     return f"{row.topic}[{row.partition}]@{row.offset}{where} by {row.client_id} pid {row.pid}"
 
 
-def _owner(row: LedgerEntry, spans: Sequence[Span], clients: Sequence[Span]) -> str:
+def _owner(row: LedgerRow, spans: Sequence[Span], clients: Sequence[Span]) -> str:
     """Whose the row's token is, when no interval of the row's instance carries it."""
     if clients:
         held = ", ".join(sorted({s.instance_id for s in clients}))
@@ -242,11 +195,11 @@ class _Partition:
         coord = self.coords.get(claim, set())
         return bool(coord & self.gapped_coords) or (not coord and bool(self.gapped_coords))
 
-    def _in_window(self, row: LedgerEntry) -> bool:
+    def _in_window(self, row: LedgerRow) -> bool:
         return self.window.wants_time(int(row.start * 1000))
 
     def _group_of(
-        self, row: LedgerEntry, spans: Sequence[Span], clients: Sequence[Span]
+        self, row: LedgerRow, spans: Sequence[Span], clients: Sequence[Span]
     ) -> str | None:
         """The row's group: its client's claim's, else the one it names, else a guess."""
         if clients:
@@ -255,7 +208,7 @@ class _Partition:
             return row.group
         return spans[0].group if spans else self.only_group
 
-    def zombie(self, row: LedgerEntry) -> str | None:
+    def zombie(self, row: LedgerRow) -> str | None:
         """Check one row's claim; return the row's group (None if nothing tells it)."""
         spans = self.by_token.get((claim_topic(row), row.token), [])
         clients = [s for s in spans if s.client_id == row.client_id]
@@ -290,10 +243,10 @@ class _Partition:
         self,
         kind: str,
         group: str | None,
-        row: LedgerEntry,
+        row: LedgerRow,
         detail: str,
         spans: Sequence[Span],
-        rows: Sequence[LedgerEntry] = (),
+        rows: Sequence[LedgerRow] = (),
     ) -> None:
         evidence: dict[str, object] = {
             "ledger": [r._asdict() for r in (rows or [row])],
@@ -302,10 +255,10 @@ class _Partition:
         self.violations.append(_violation(kind, group, row, detail, evidence))
         self.stats.by_kind[kind] = self.stats.by_kind.get(kind, 0) + 1
 
-    def overlaps(self, group: str | None, rows: Sequence[LedgerEntry]) -> None:
+    def overlaps(self, group: str | None, rows: Sequence[LedgerRow]) -> None:
         """Rows of one claim (a partition or one slice of it) from different processes whose
         handling overlapped (rows sorted by start)."""
-        active: list[LedgerEntry] = []
+        active: list[LedgerRow] = []
         for row in rows:
             active = [a for a in active if a.end - self.tol > row.start]
             if self._in_window(row):
@@ -320,11 +273,11 @@ class _Partition:
                         self._add("overlap", group, row, detail, self._spans_of(a, row), (a, row))
             active.append(row)
 
-    def _spans_of(self, *rows: LedgerEntry) -> list[Span]:
+    def _spans_of(self, *rows: LedgerRow) -> list[Span]:
         claims = {(claim_topic(r), r.token) for r in rows}
         return [s for s in self.spans if (s.topic, s.token) in claims]
 
-    def sliced(self, group: str | None, rows: Sequence[LedgerEntry], key: bool) -> None:
+    def sliced(self, group: str | None, rows: Sequence[LedgerRow], key: bool) -> None:
         """The checks of slices (`audit.slices`): wrong_slice, offset_overlap, key_order."""
         for row, part in slices.wrong_slice(rows):
             if self._in_window(row):
@@ -349,9 +302,9 @@ class _Partition:
                 self._add("key_order", group, row, detail, self._spans_of(before, row),
                           (before, row))  # fmt: skip
 
-    def duplicates(self, group: str | None, rows: Sequence[LedgerEntry], amo: bool) -> None:
+    def duplicates(self, group: str | None, rows: Sequence[LedgerRow], amo: bool) -> None:
         """AMO: offsets handled more than once; ALO: count them as redeliveries."""
-        seen: dict[int, list[LedgerEntry]] = defaultdict(list)
+        seen: dict[int, list[LedgerRow]] = defaultdict(list)
         for row in rows:
             seen[row.offset].append(row)
         for offset, found in sorted(seen.items()):
@@ -369,14 +322,14 @@ class _Partition:
             detail = f"{_who(later)}: offset {offset} handled {len(found)} times in an AMO group"
             self._add("amo_duplicate", group, later, detail, self._spans_of(*found), found)
 
-    def _rewound(self, group: str | None, first: LedgerEntry, second: LedgerEntry) -> bool:
+    def _rewound(self, group: str | None, first: LedgerRow, second: LedgerRow) -> bool:
         """Whether the pausing admin held the partition between two handlings (set-position)."""
         return any(
             s.by_admin and s.group == group and first.start <= s.start_ms / 1000 <= second.start
             for s in self.spans
         )
 
-    def gaps(self, group: str, rows: Sequence[LedgerEntry]) -> None:
+    def gaps(self, group: str, rows: Sequence[LedgerRow]) -> None:
         """ALO: offsets below a committed position that no row handled (per slice: the
         offsets its claims committed that it takes, `slices.lanes`)."""
         committed = [
@@ -422,7 +375,7 @@ class _Partition:
         self.stats.by_kind["alo_gap"] = self.stats.by_kind.get("alo_gap", 0) + 1
 
 
-def _why(row: LedgerEntry) -> str:
+def _why(row: LedgerRow) -> str:
     """What decided a row's slice: its key's hash, or its offset."""
     part = slices.slice_of(row)
     if part is not None and part.ordering is Ordering.KEY and row.key_hash is not None:
@@ -434,7 +387,7 @@ def _why(row: LedgerEntry) -> str:
 def check_partition(
     topic: str,
     partition: int,
-    rows: Sequence[LedgerEntry],
+    rows: Sequence[LedgerRow],
     index: ClaimIndex,
     tolerance_s: float = 0.0,
     window: Window | None = None,
@@ -442,14 +395,14 @@ def check_partition(
     """Every check on the ledger rows of one data partition (sorted by start)."""
     p = _Partition(topic, partition, index, tolerance_s, window or Window())
     p.stats.ledger_rows = len(rows)
-    by_group: dict[str | None, list[LedgerEntry]] = defaultdict(list)
+    by_group: dict[str | None, list[LedgerRow]] = defaultdict(list)
     for row in rows:
         group = p.zombie(row)
         if p.window.wants_group(group):
             by_group[group].append(row)
     for group, group_rows in by_group.items():
         amo = index.modes.get(group or "", "alo") == "amo"
-        by_claim: dict[str, list[LedgerEntry]] = defaultdict(list)
+        by_claim: dict[str, list[LedgerRow]] = defaultdict(list)
         for row in group_rows:
             by_claim[claim_topic(row)].append(row)
         for claim_rows in by_claim.values():
@@ -489,13 +442,13 @@ def check_unledgered(
 
 
 def check_ledger(
-    rows: Iterable[LedgerEntry],
+    rows: Iterable[LedgerRow],
     index: ClaimIndex,
     tolerance_s: float = 0.0,
     window: Window | None = None,
 ) -> tuple[list[Row], CheckStats]:
     """Every check on a whole ledger (the single-process path; Spark runs `check_partition`)."""
-    by_partition: dict[tuple[str, int], list[LedgerEntry]] = defaultdict(list)
+    by_partition: dict[tuple[str, int], list[LedgerRow]] = defaultdict(list)
     for row in rows:
         by_partition[(row.topic, row.partition)].append(row)
     violations: list[Row] = []

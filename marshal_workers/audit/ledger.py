@@ -1,7 +1,7 @@
 """Ledgers: what the handlers say they processed (the format: `common.ledgerfile`).
 
 One JSON object per line, with the fields of `common.ledgerfile.LedgerRow` (``start``/``end``:
-the handler host's ``time.time()``). The audit's `LedgerEntry`, the Spark schema (`LEDGER_DDL`)
+the handler host's ``time.time()``). The audit's `LedgerRow`, the Spark schema (`LEDGER_DDL`)
 and the line parser (`parse_line`) are all read off that one row, never listed again here. A
 ``--ledger`` path is a file, or a directory whose ``*.jsonl`` files are all read;
 ``--ledger-topic`` reads the same lines as the values of a Kafka topic. A line that is not a
@@ -19,9 +19,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Union, get_args, get_origin, get_type_hints
 
-from marshal_workers.audit.checks import OPTIONAL_FIELDS, REQUIRED_FIELDS, LedgerEntry
 from marshal_workers.audit.exitcodes import AuditUsageError
 from marshal_workers.audit.sources import kafka_frame
+from marshal_workers.common.ledgerfile import OPTIONAL_FIELDS, REQUIRED_FIELDS, LedgerRow
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def _field_types() -> tuple[tuple[str, type], ...]:
     """Each field of the ledger row and its value type (``str | None`` gives ``str``)."""
     out = []
-    for name, hint in get_type_hints(LedgerEntry).items():
+    for name, hint in get_type_hints(LedgerRow).items():
         kinds = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
         (kind,) = (k for k in kinds if k is not type(None))
         out.append((name, kind))
@@ -56,11 +56,11 @@ def ledger_files(paths: Iterable[Path]) -> list[Path]:
     return files
 
 
-def parse_line(line: str) -> LedgerEntry | None:
+def parse_line(line: str) -> LedgerRow | None:
     """One ledger line as an entry, or None if it is not a complete row."""
     try:
         obj = json.loads(line)
-        return LedgerEntry._make(
+        return LedgerRow._make(
             _optional(obj.get(name), kind) if name in OPTIONAL_FIELDS else kind(obj[name])
             for name, kind in FIELD_TYPES
         )
@@ -76,14 +76,14 @@ def _optional(value: object, kind: type) -> object:
     return int(str(value)) if kind is int else kind(value)
 
 
-def is_complete(entry: LedgerEntry) -> bool:
+def is_complete(entry: LedgerRow) -> bool:
     """Whether a row read by Spark has every required field (optional ones may be null)."""
     return all(getattr(entry, name) is not None for name in REQUIRED_FIELDS)
 
 
-def read_entries(files: Sequence[Path]) -> tuple[list[LedgerEntry], int]:
+def read_entries(files: Sequence[Path]) -> tuple[list[LedgerRow], int]:
     """Every complete row of the files (single-process path), and how many lines were not."""
-    rows: list[LedgerEntry] = []
+    rows: list[LedgerRow] = []
     bad = 0
     for path in files:
         for line in path.read_text("utf-8", "replace").splitlines():
@@ -112,8 +112,8 @@ def spark_topic(
     )
 
 
-def entries_of(batch: Any) -> Iterator[LedgerEntry]:
+def entries_of(batch: Any) -> Iterator[LedgerRow]:
     """The entries of an Arrow batch with the ledger columns."""
-    cols = [batch.column(name).to_pylist() for name in LedgerEntry._fields]
+    cols = [batch.column(name).to_pylist() for name in LedgerRow._fields]
     for values in zip(*cols, strict=True):
-        yield LedgerEntry(*values)
+        yield LedgerRow(*values)

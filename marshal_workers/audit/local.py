@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from marshal_workers.audit.amo import loss_order
-from marshal_workers.audit.checks import LedgerEntry, check_ledger
+from marshal_workers.audit.checks import check_ledger
 from marshal_workers.audit.finalize import add_lag
 from marshal_workers.audit.fold import FoldSettings, fold_records
 from marshal_workers.audit.model import AuditConfig, AuditResult, finish_small
 from marshal_workers.audit.report import lag_points
 from marshal_workers.audit.tables import Row
+from marshal_workers.common.ledgerfile import LedgerRow
 from marshal_workers.protocol.wire import CoordRecord
 
 BIG = ("events", "reservations", "lag")
@@ -24,7 +25,7 @@ BIG = ("events", "reservations", "lag")
 def run_local(
     records: Iterable[CoordRecord],
     config: AuditConfig,
-    ledger: Iterable[LedgerEntry] | None = None,
+    ledger: Iterable[LedgerRow] | None = None,
     watermarks: Mapping[tuple[str, int], int] | None = None,
     num_partitions: int | None = None,
 ) -> tuple[AuditResult, dict[str, list[Row]]]:

@@ -33,25 +33,46 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from marshal_workers.audit.schema import columns
+from marshal_workers.common.ledgerfile import LedgerRow
 from marshal_workers.protocol.slicing import Ordering, Slice, split_topic
 
-if TYPE_CHECKING:
-    from marshal_workers.audit.checks import LedgerEntry, Span
 
-Range = tuple[int, int, list["Span"]]  # [lo, hi) and the claim intervals that committed it
+class Span(NamedTuple):
+    """A claim interval as the checks need it (from a settled ``claims`` row)."""
+
+    group: str
+    topic: str
+    partition: int
+    client_id: str
+    instance_id: str
+    token: int
+    coord_partition: int
+    start_ms: int
+    end_ms: int | None
+    ended: str
+    first_offset: int | None
+    last_offset: int | None
+    by_admin: bool
+
+    def as_json(self) -> dict[str, object]:
+        """The interval as evidence."""
+        return self._asdict()
+
+
+Range = tuple[int, int, list[Span]]  # [lo, hi) and the claim intervals that committed it
 Row = tuple[Any, ...]
 _C: Final = {name: i for i, name in enumerate(columns("claims"))}
 
 
-def claim_topic(row: LedgerEntry) -> str:
+def claim_topic(row: LedgerRow) -> str:
     """The topic field of the claim a ledger row was handled under."""
     return row.topic if row.slice is None else f"{row.topic}+{row.slice}"
 
 
-def slice_of(row: LedgerEntry) -> Slice | None:
+def slice_of(row: LedgerRow) -> Slice | None:
     """The slice a row names (None: a whole partition, or a name no cut makes)."""
     return None if row.slice is None else _parse(row.slice)
 
@@ -61,16 +82,16 @@ def _parse(name: str) -> Slice | None:
     return split_topic(f"t+{name}")[1]
 
 
-def takes(part: Slice, row: LedgerEntry) -> bool:
+def takes(part: Slice, row: LedgerRow) -> bool:
     """Whether ``part`` takes the row's record (`slicing.Slice.takes`, from the key's hash)."""
     return part.takes_hashed(row.offset, row.key_hash)
 
 
-def wrong_slice(rows: Iterable[LedgerEntry]) -> list[tuple[LedgerEntry, Slice]]:
+def wrong_slice(rows: Iterable[LedgerRow]) -> list[tuple[LedgerRow, Slice]]:
     """Rows of a slice that does not take their record. A ``key`` slice's row without a
     ``key_hash`` is not judged: its record may have no key, or its ledger not write the hash
     (the field is optional), and guessing by offset would accuse every keyed record."""
-    out: list[tuple[LedgerEntry, Slice]] = []
+    out: list[tuple[LedgerRow, Slice]] = []
     for row in rows:
         part = slice_of(row)
         if part is None or (part.ordering is Ordering.KEY and row.key_hash is None):
@@ -80,24 +101,24 @@ def wrong_slice(rows: Iterable[LedgerEntry]) -> list[tuple[LedgerEntry, Slice]]:
     return out
 
 
-def _process(row: LedgerEntry) -> tuple[str, int]:
+def _process(row: LedgerRow) -> tuple[str, int]:
     return row.client_id, row.pid
 
 
-def _concurrent(a: LedgerEntry, b: LedgerEntry, tolerance_s: float) -> bool:
+def _concurrent(a: LedgerRow, b: LedgerRow, tolerance_s: float) -> bool:
     """Whether two rows' handling overlapped by more than the tolerance."""
     return min(a.end, b.end) - max(a.start, b.start) > tolerance_s
 
 
 def offset_overlaps(
-    rows: Iterable[LedgerEntry], tolerance_s: float
-) -> list[tuple[LedgerEntry, LedgerEntry]]:
+    rows: Iterable[LedgerRow], tolerance_s: float
+) -> list[tuple[LedgerRow, LedgerRow]]:
     """Pairs (earlier start, later start) of rows of one offset, of different claims and
     processes, whose handling overlapped."""
-    by_offset: dict[int, list[LedgerEntry]] = defaultdict(list)
+    by_offset: dict[int, list[LedgerRow]] = defaultdict(list)
     for row in rows:
         by_offset[row.offset].append(row)
-    out: list[tuple[LedgerEntry, LedgerEntry]] = []
+    out: list[tuple[LedgerRow, LedgerRow]] = []
     for found in by_offset.values():
         if len(found) < 2:
             continue
@@ -111,21 +132,21 @@ def offset_overlaps(
 
 
 def key_order(
-    rows: Iterable[LedgerEntry], tolerance_s: float, resolved: frozenset[int] = frozenset()
-) -> list[tuple[LedgerEntry, LedgerEntry, str]]:
+    rows: Iterable[LedgerRow], tolerance_s: float, resolved: frozenset[int] = frozenset()
+) -> list[tuple[LedgerRow, LedgerRow, str]]:
     """Rows (row, the earlier row it breaks order with, why) of ``key`` slices whose key was
     handled out of order by one process, or by two processes at once (rows by start)."""
-    by_key: dict[int, list[LedgerEntry]] = defaultdict(list)
+    by_key: dict[int, list[LedgerRow]] = defaultdict(list)
     for row in rows:
         part = slice_of(row)
         keyed = part is not None and part.ordering is Ordering.KEY and row.key_hash is not None
         if keyed and row.offset not in resolved and row.key_hash is not None:
             by_key[row.key_hash].append(row)
-    out: list[tuple[LedgerEntry, LedgerEntry, str]] = []
+    out: list[tuple[LedgerRow, LedgerRow, str]] = []
     for found in by_key.values():
         found.sort(key=lambda r: (r.start, r.offset))
-        last: dict[tuple[str, int, int], LedgerEntry] = {}
-        active: list[LedgerEntry] = []
+        last: dict[tuple[str, int, int], LedgerRow] = {}
+        active: list[LedgerRow] = []
         for row in found:
             active = [a for a in active if a.end - tolerance_s > row.start]
             rival = next((a for a in active if _process(a) != _process(row)), None)

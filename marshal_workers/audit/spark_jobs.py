@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from marshal_workers.audit import arrow
-from marshal_workers.audit.checks import CheckStats, ClaimIndex, LedgerEntry, check_partition
+from marshal_workers.audit.checks import CheckStats, ClaimIndex, check_partition
 from marshal_workers.audit.finalize import add_lag
 from marshal_workers.audit.fold import FoldSettings, fold_batches
 from marshal_workers.audit.ledger import entries_of, is_complete
 from marshal_workers.audit.schema import PACKED_DDL, columns, ddl
 from marshal_workers.audit.tables import Row, Window
+from marshal_workers.common.ledgerfile import LedgerRow
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -140,7 +141,7 @@ def _check_batches(
     batches: Iterable[Any], index: ClaimIndex, tolerance_s: float, window: Window
 ) -> Iterator[Any]:
     current: tuple[str, int] | None = None
-    rows: list[LedgerEntry] = []
+    rows: list[LedgerRow] = []
     incomplete = 0
     for batch in batches:
         for entry in entries_of(batch):
@@ -161,7 +162,7 @@ def _check_batches(
 
 def _checked(
     key: tuple[str, int],
-    rows: list[LedgerEntry],
+    rows: list[LedgerRow],
     index: ClaimIndex,
     tolerance_s: float,
     window: Window,

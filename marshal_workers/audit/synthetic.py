@@ -21,7 +21,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from marshal_workers.audit.checks import LedgerEntry
+from marshal_workers.common.ledgerfile import LedgerRow
 from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.wire import (
     ClaimingMessages,
@@ -74,7 +74,7 @@ class Synthetic:
     """A generated log (records in offset order per partition) and its clean ledger."""
 
     records: list[CoordRecord] = field(default_factory=list)
-    ledger: list[LedgerEntry] = field(default_factory=list)
+    ledger: list[LedgerRow] = field(default_factory=list)
     lost: list[tuple[str, int, int, int]] = field(default_factory=list)  # topic, part, [s, e)
 
 
@@ -85,7 +85,7 @@ def _client(i: int) -> str:
 def messages(
     n: int,
     fleet: Fleet,
-    ledger: list[LedgerEntry] | None = None,
+    ledger: list[LedgerRow] | None = None,
     lost: list[tuple[str, int, int, int]] | None = None,
 ) -> Iterator[tuple[int, Message]]:
     """``n`` messages with their log times (ms); the ledger rows are appended to ``ledger``,
@@ -117,7 +117,7 @@ def messages(
 
 def _visit(
     s: _Slot, t: int, fleet: Fleet, rng: random.Random, names: list[str],
-    ledger: list[LedgerEntry] | None, lost: list[tuple[str, int, int, int]] | None = None,
+    ledger: list[LedgerRow] | None, lost: list[tuple[str, int, int, int]] | None = None,
 ) -> list[Message]:  # fmt: skip
     """What the slot's holder writes on this visit (AMO: reserve, then commit)."""
     g, inst = fleet.group, f"{s.client}-i"
@@ -162,7 +162,7 @@ def _other(client: str, names: list[str], rng: random.Random) -> str:
 
 
 def _handled(
-    ledger: list[LedgerEntry], s: _Slot, start: int, lo_ms: int, hi_ms: int, group: str
+    ledger: list[LedgerRow], s: _Slot, start: int, lo_ms: int, hi_ms: int, group: str
 ) -> None:
     """Ledger rows for offsets [start, s.offset), spread strictly inside (lo_ms, hi_ms), by
     the holder's one instance (as the ledger plugin writes them: group and instance named)."""
@@ -173,7 +173,7 @@ def _handled(
         begin = (lo_ms + width * (i + 0.5) + 1) / 1000
         end = begin + 0.0001
         row = (s.topic, s.partition, start + i, s.client, pid, -1, begin, end, group, instance)
-        ledger.append(LedgerEntry(*row))
+        ledger.append(LedgerRow(*row))
 
 
 def generate(n: int, fleet: Fleet | None = None, with_ledger: bool = False) -> Synthetic:
@@ -182,7 +182,7 @@ def generate(n: int, fleet: Fleet | None = None, with_ledger: bool = False) -> S
     Ledger rows carry the token of the claim they were handled under (a claim's token is the
     offset of its winning record, known only once records are placed)."""
     fleet = fleet or Fleet()
-    ledger: list[LedgerEntry] | None = [] if with_ledger else None
+    ledger: list[LedgerRow] | None = [] if with_ledger else None
     out = Synthetic()
     next_offset = [0] * fleet.coord_partitions
     token: dict[tuple[str, int], int] = {}

@@ -20,7 +20,7 @@ Every interval's end is therefore the last moment its holder was entitled to wor
 what the ledger checks compare handling times against. A claim whose earlier history was
 compacted away (the fold's Unverified events) proves nothing and opens no interval.
 
-Member claims (`claims.is_member_key`) go to ``membership``; data claims to ``claims``, and
+Member claims (`members.is_member_key`) go to ``membership``; data claims to ``claims``, and
 only they produce failovers, heartbeat gaps, reservations and lag rows. Accepted poison
 records (`recordfailures`: a handler's counted failures, parkings, an operator's retry or skip)
 are ``poison`` rows. Rows are tuples in the

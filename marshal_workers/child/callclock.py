@@ -6,7 +6,7 @@ watchdog thread (same process, under the GIL) reads the start of the call in pro
 and for free: ``starts[-1]``. The deadline is that start plus ``handler_timeout``, or later if
 ``ctx.keepalive()`` moved it (`keepalive`: one timeout from now, never past the lease). Nothing
 here crosses a process boundary; the watchdog publishes the start into the shared cells
-(`callcells`) for the supervisor once per tick.
+(`callstate`) for the supervisor once per tick.
 """
 
 from __future__ import annotations

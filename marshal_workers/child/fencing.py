@@ -8,7 +8,7 @@ The defences, from the child's side:
 - `become_group_leader`: the child leads its own process group, so the supervisor's
   ``killpg`` also ends whatever the handler started (shell commands, helper processes).
 - `set_parent_death_signal`: on Linux the kernel sends SIGKILL to the child when the thread
-  that started it dies (``PR_SET_PDEATHSIG``): the fork server (`childcontext`), which exits
+  that started it dies (``PR_SET_PDEATHSIG``): the fork server (`forkserver`), which exits
   with the supervisor, or the supervisor itself for a spawned child. The flag is set after the
   process exists, so a parent that died before it was set is caught by checking the chain up
   to the supervisor's pid (`parent_to_watch`). Elsewhere only the pid check (by the watchdog)
@@ -113,7 +113,7 @@ def parent_alive(parent_pid: int) -> bool:
 
 def parent_to_watch(supervisor_pid: int) -> int | None:
     """The parent whose end must end this child: the supervisor itself (a spawned child), or
-    the fork server between them (`childcontext`: a forked child), checked to be the
+    the fork server between them (`forkserver`: a forked child), checked to be the
     supervisor's own child; None if the chain is already broken (the supervisor or the fork
     server gone: reparented). Call it after `set_parent_death_signal`, so that a parent that
     dies after this check still ends the child."""

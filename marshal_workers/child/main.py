@@ -3,7 +3,7 @@
 Theory of operation. The supervisor calls `start_child` for a partition it holds, with a
 `ChildSpec` (where to start, which handler, which fencing token) and the claim's `SharedLease`,
 already extended to a deadline in the future. The child is forked by the fork server
-(`childcontext`: a process that imported the child's modules and runs no thread; the supervisor
+(`forkserver`: a process that imported the child's modules and runs no thread; the supervisor
 itself is never forked, as librdkafka's threads do not survive a fork) and, in `child_main`:
 
 1. leads its own process group, forks the group guardian (which SIGKILLs the group once the
@@ -14,7 +14,7 @@ itself is never forked, as librdkafka's threads do not survive a fork) and, in `
    SIGINT is ignored (the supervisor owns shutdown and says `Stop`);
 3. starts the watchdog thread, which ends the child at the lease deadline, when the supervisor
    is gone, or when a handler call outlives ``handler_timeout`` (exit 10), even while the main
-   thread is stuck in the handler (it also notes the code in the shared cells, `callcells`);
+   thread is stuck in the handler (it also notes the code in the shared cells, `callstate`);
    the guardian then kills the rest of the group;
 4. loads the handler (a function, or a class or instance with ``setup``, ``handle`` or
    ``handle_batch``, ``teardown``), calls ``setup(ctx)``, opens its consumer ``assign()``ed to
@@ -50,7 +50,7 @@ reason named below, except the watchdog's and the signals', which end the proces
 A handler that leaves the call in any way (an exception of any class, ``SystemExit`` and
 ``KeyboardInterrupt`` included) is a failure under the policy. One that ends the process itself
 (``os._exit``, a signal) leaves its record in the shared cells: the supervisor applies the
-policy to it (`exitpolicy.read_end`).
+policy to it (`childexits.read_end`).
 
 Exit codes (the protocol with the supervisor; negative `ChildHandle.exitcode`: a signal):
 
@@ -70,7 +70,7 @@ Exit codes (the protocol with the supervisor; negative `ChildHandle.exitcode`: a
 10    EXIT_HANDLER_TIMEOUT   a handler call outlived ``handler_timeout``: the watchdog ended the
                              child (and the guardian its group); the record in progress is in
                              the shared cells, where the supervisor reads it
-                             (`exitpolicy.read_end`)
+                             (`childexits.read_end`)
 ====  =====================  ===============================================================
 
 However the child ends, its guardian then SIGKILLs its process group, and the supervisor does
@@ -200,7 +200,7 @@ class ChildHandle:
 
 def start_child(spec: ChildSpec, lease: SharedLease, mp_context: ChildContext) -> ChildHandle:
     """Start a child for ``spec`` under ``lease`` (extend the lease first: 0 means stop now),
-    from the fork server (`childcontext.fork_server`) or by spawning (tests).
+    from the fork server (`forkserver.fork_server`) or by spawning (tests).
 
     A spawned child's parent-death signal comes when the *thread* that started it ends: call
     this from a thread that lives as long as the supervisor.

@@ -11,7 +11,7 @@ fetched batch for a ``handle_batch`` plugin (which cannot say which record faile
    wait may be cut short (the supervisor said `Stop`). A handler that raises `StopProcessing`
    is not retried.
 2. If every attempt failed, `decide` gives the verdict from the policy:
-   - ``dlq``: the child produces the unit's records to the dead-letter topic (`dlq`) and goes on;
+   - ``dlq``: the child writes the unit's records to the dead-letter topic (`deadletters`), goes on;
    - ``skip``: the child logs the unit with its coordinates, counts it, and goes on;
    - ``stop``: the child reports `HandlerFailed` and exits; the supervisor restarts it with
      backoff and, after ``max_handler_failures`` repeated failures, releases the partition.
@@ -29,7 +29,7 @@ Any way a handler leaves a call other than by returning is a failure: an excepti
 class (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit`` included: a handler may not end
 the child on its own). A call that ends the process (``os._exit``, a signal) or outlives
 ``handler_timeout`` cannot be retried in the child: the supervisor settles its record
-(`exitpolicy`), and the next child applies dlq or skip to it with a `HandlerEnded` error.
+(`childexits`), and the next child applies dlq or skip to it with a `HandlerEnded` error.
 
 Everything here is pure except what the caller passes in (the clock is a parameter, waiting is
 a callable), so the rules are unit-tested without a broker or a process.

@@ -14,7 +14,7 @@ torn value; the cells are not read as a consistent set (each is meaningful on it
 - ``in_call`` (int64, 0: none): the number of the run of handler calls in progress (a new
   number per run, set before it and cleared after it, once per run). A child that ends while
   it is set ended inside a handler call (on the record at ``position``); the supervisor's
-  backstop (`exitpolicy.watch_call`) sees a call that is stuck as the same (run, position) for
+  backstop (`childexits.watch_call`) sees a call that is stuck as the same (run, position) for
   longer than the handler timeout.
 - ``started`` (double, the lease clock `common.leaseclock`; 0: none): when the handler call in
   progress began, as the child's watchdog publishes it every tick (at most one tick old; the

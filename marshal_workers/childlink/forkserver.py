@@ -23,7 +23,7 @@ What changes for a child, and where it is handled:
 - the handler module is imported by each child, never by the fork server: a module that starts
   a thread at import would make every later fork unsafe;
 - whatever the start method, the parent's ``__main__`` script is not re-run in the child
-  (`child.start_child`), so the CLI's imports stay out of it.
+  (`child.main.start_child`), so the CLI's imports stay out of it.
 """
 
 from __future__ import annotations

@@ -10,17 +10,18 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TypedDict
+from typing import Final, NamedTuple
 
 DIR_ENV = "MARSHAL_LEDGER_DIR"  # the directory the ledger plugin writes its files in
 
 
-class LedgerRow(TypedDict):
-    """One processed record.
+class LedgerRow(NamedTuple):
+    """One processed record: the one row type of the ledger, for the plugin that writes it and
+    for every reader (`read_ledger`, `marshal-admin demo`, the audit, the tests).
 
-    ``group`` and ``instance_id`` are ``None`` only in rows of older ledger files, which did
-    not write them (`read_ledger` fills them in), so readers never need ``.get``.
-    """
+    ``group``, ``instance_id``, ``slice`` and ``key_hash`` are None in rows of older ledgers,
+    which did not write them (the readers fill them in), so readers never test for a field;
+    every other field is required (a line without one is an incomplete row)."""
 
     topic: str
     partition: int
@@ -30,11 +31,19 @@ class LedgerRow(TypedDict):
     token: int
     start: float
     end: float
-    group: str | None
-    instance_id: str | None
-    slice: str | None  # the claim's slice of the partition (`protocol.slicing`), None: all of it
-    key_hash: int | None  # `slicing.key_hash` of the record's key, None: no key
+    group: str | None = None
+    instance_id: str | None = None
+    slice: str | None = None  # the claim's slice of the partition (`protocol.slicing`), None: all
+    key_hash: int | None = None  # `slicing.key_hash` of the record's key, None: no key
 
+    def line(self) -> str:
+        """The row as its ledger line (a JSON object, without the newline)."""
+        return json.dumps(self._asdict())
+
+
+OPTIONAL_FIELDS: Final = ("group", "instance_id", "slice", "key_hash")
+"""Ledger fields older ledgers lack: their absence does not make a line incomplete."""
+REQUIRED_FIELDS: Final = tuple(f for f in LedgerRow._fields if f not in OPTIONAL_FIELDS)
 
 Coordinates = tuple[str, int, int]  # topic, partition, offset
 
@@ -50,25 +59,21 @@ def read_ledger(directory: str | os.PathLike[str]) -> list[LedgerRow]:
         text = path.read_text()
         complete = text if text.endswith("\n") else text[: text.rfind("\n") + 1]
         rows.extend(_row(line) for line in complete.splitlines() if line)
-    rows.sort(key=lambda r: (r["topic"], r["partition"], r["offset"], r["start"]))
+    rows.sort(key=lambda r: (r.topic, r.partition, r.offset, r.start))
     return rows
 
 
 def _row(line: str) -> LedgerRow:
     """One ledger line, with the fields older ledgers lack set to None."""
-    row: LedgerRow = json.loads(line)
-    row.setdefault("group", None)
-    row.setdefault("instance_id", None)
-    row.setdefault("slice", None)
-    row.setdefault("key_hash", None)
-    return row
+    obj = json.loads(line)
+    return LedgerRow(**{name: obj.get(name) for name in LedgerRow._fields})
 
 
 def find_duplicates(rows: Iterable[LedgerRow]) -> dict[Coordinates, list[LedgerRow]]:
     """Records processed more than once, with every row that processed them."""
     seen: dict[Coordinates, list[LedgerRow]] = defaultdict(list)
     for row in rows:
-        seen[(row["topic"], row["partition"], row["offset"])].append(row)
+        seen[(row.topic, row.partition, row.offset)].append(row)
     return {coords: found for coords, found in seen.items() if len(found) > 1}
 
 
@@ -82,14 +87,14 @@ def find_overlaps(rows: Iterable[LedgerRow]) -> list[tuple[LedgerRow, LedgerRow]
     """
     by_partition: dict[tuple[str, int, str | None], list[LedgerRow]] = defaultdict(list)
     for row in rows:
-        by_partition[(row["topic"], row["partition"], row["slice"])].append(row)
+        by_partition[(row.topic, row.partition, row.slice)].append(row)
     overlaps: list[tuple[LedgerRow, LedgerRow]] = []
     for partition_rows in by_partition.values():
-        partition_rows.sort(key=lambda r: r["start"])
+        partition_rows.sort(key=lambda r: r.start)
         active: list[LedgerRow] = []  # rows that may still overlap a later start
         for row in partition_rows:
-            active = [a for a in active if a["end"] > row["start"]]
-            overlaps.extend((a, row) for a in active if a["pid"] != row["pid"])
+            active = [a for a in active if a.end > row.start]
+            overlaps.extend((a, row) for a in active if a.pid != row.pid)
             active.append(row)
     return overlaps
 
@@ -98,7 +103,7 @@ def find_gaps(
     rows: Iterable[LedgerRow], expected: Mapping[tuple[str, int], range]
 ) -> list[Coordinates]:
     """Expected records (``expected[(topic, partition)]`` = the offsets) that no row processed."""
-    done: set[Coordinates] = {(r["topic"], r["partition"], r["offset"]) for r in rows}
+    done: set[Coordinates] = {(r.topic, r.partition, r.offset) for r in rows}
     return [
         (topic, partition, offset)
         for (topic, partition), offsets in sorted(expected.items())
@@ -122,20 +127,20 @@ def find_stale_claims(
     """
 
     def claim(r: LedgerRow) -> tuple[str, int, str | None]:
-        return (r["topic"], r["partition"], r["slice"])
+        return (r.topic, r.partition, r.slice)
 
     rows = list(rows)
     newest_before: dict[tuple[str, int, str | None], int] = {}
     for r in rows:
-        if r["start"] <= since:
-            newest_before[claim(r)] = max(newest_before.get(claim(r), -1), r["token"])
+        if r.start <= since:
+            newest_before[claim(r)] = max(newest_before.get(claim(r), -1), r.token)
     return sorted(
         {
-            (*claim(r), r["token"])
+            (*claim(r), r.token)
             for r in rows
-            if r["client_id"] == client_id
-            and r["start"] > since
-            and r["token"] <= newest_before.get(claim(r), -1)
+            if r.client_id == client_id
+            and r.start > since
+            and r.token <= newest_before.get(claim(r), -1)
         },
         key=lambda c: (c[0], c[1], c[2] or "", c[3]),
     )

@@ -73,7 +73,7 @@ def kafka_table_section() -> list[str]:
         "",
         '1. the `[kafka]` table of the `--config` file (`"sasl.username" = "billing"`; a '
         "string, number or boolean: a list or a table is refused);",
-        f"2. a systemd credential: each file `{CREDENTIAL_PREFIX}PROPERTY` in "
+        f"2. a systemd credential: each file `{CREDENTIAL_PREFIX}<PROPERTY>` in "
         f"`${CREDENTIALS_ENV}` (the unit's `LoadCredential={CREDENTIAL_PREFIX}sasl.password:"
         "/etc/marshal-workers/sasl-password`) sets PROPERTY to its content;",
         f"3. the environment: `{ENV_PREFIX}NAME=value`, or `{ENV_PREFIX}NAME{FILE_SUFFIX}=PATH` "

@@ -3,5 +3,5 @@
 
 Runs in the supervisor process (`supervisor.runtime` drives it) and in the simulator. Pure:
 imports only `protocol`, `common` and the pure parts of `ipc` (`messages`, `exits`); no I/O,
-no clock (tests/unit/test_pure_core.py).
+no clock (tests/unit/project/test_pure_core.py).
 """

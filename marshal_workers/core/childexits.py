@@ -16,7 +16,7 @@ A child of a claim that is still held exits for one of these reasons:
   settles it (dead-letters or skips it, ALO) and goes on at once; with stop it counts as a
   failure like exit 4.
 
-`read_end` turns an exit status and the shared cells (`callcells.EndNote`) into what happened;
+`read_end` turns an exit status and the shared cells (`exits.EndNote`) into what happened;
 `decide` says what comes next. Both are pure.
 """
 
@@ -168,7 +168,7 @@ def decide(
         return ExitDecision(Next.RELEASE, "lease expired", avoid_s=heartbeat_interval_s)
     if code == EXIT_NOT_GRANTED:
         # a batch the log did not reserve (a coordination write not made, a claim that moved
-        # on): the handler did nothing wrong, so nothing is counted (issue 18.4); the next
+        # on): the handler did nothing wrong, so nothing is counted; the next
         # child starts where the log says
         return ExitDecision(
             Next.RESTART_LATER, "grant refused: restarting", delay_s=first_backoff_s,

@@ -1,7 +1,7 @@
 """What a member does with what its children say and how they end.
 
 `Children` reads a child's messages (its start, ALO progress, AMO grant requests, failures,
-statistics) and its exit, which goes through the exit policy (`exitpolicy.decide`): respawn on
+statistics) and its exit, which goes through the exit policy (`childexits.decide`): respawn on
 reload, restart with back-off, or release after too many failures. An AMO grant is a pending
 reservation: the child is answered once the fold has decided, and only if the batch starts at
 or after the log's position (docs/design.md: a batch never starts behind it; it may start after it
@@ -28,7 +28,7 @@ from marshal_workers.protocol.wire import ClaimingMessages
 
 # AMO: the phases in which a reservation the log accepted is granted to the child that asked.
 # A child told to stop (TERM, a rebalance, a reload, a pause, a settings change) handles every
-# batch the log reserved for it before it exits, so a graceful stop loses nothing (issue 19);
+# batch the log reserved for it before it exits, so a graceful stop loses nothing;
 # it asks for nothing new, and a request that crossed the `Stop` is refused before it is written.
 GRANTING = (Phase.RUNNING, *ASKED_TO_STOP)
 UNCONFIRMED = "reserved in the log after its write was given up"
@@ -120,7 +120,7 @@ class Children:
         """AMO: reserve the batch in the log; the child is answered once the fold decides.
 
         A child asks for its next batch before the answer on the one before comes (one batch
-        ahead, `childloop`), so a request must start at or after the end of the newest batch
+        ahead, `child.grants`), so a request must start at or after the end of the newest batch
         this child asked for, granted or still in flight, not only the position. Once one of
         its batches is refused, every later one is too: the child exits at that refusal and
         must not be granted anything after it."""
@@ -210,7 +210,7 @@ class Children:
 
     def reservation_given_up(self, op: Op, error: str, now: float) -> None:
         """A reservation not written, or with no verdict in time: write it again (a write that
-        was not made is no reason to end the child: issue 18.4) while its child may still be
+        was not made is no reason to end the child) while its child may still be
         granted it and no later batch of the child is asked for (the same end again is
         harmless if the first landed after all; an earlier end behind a later one would be
         refused), at most `WRITE_TRIES` times; else refuse it (and, as for any refusal, every

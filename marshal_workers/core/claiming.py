@@ -15,7 +15,7 @@ together then each claim their fair share of all of them, instead of the first o
 everything and releasing most of it again (each handover a child killed and another started).
 A lone member starts its first child as before and the others a settle later. With few claims
 a handover costs a few children at most, less than the settle would cost every start (a lone
-member's launch to every partition, issue 12's goal of 0.7 s at HB 5 s): such a member claims
+member's launch to every partition, the 0.7 s goal at HB 5 s): such a member claims
 its share at once, as before.
 """
 

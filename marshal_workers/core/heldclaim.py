@@ -52,7 +52,7 @@ class HeldClaim:
     durable: bool = True  # False: the position came from a start lookup and no heartbeat
     # carrying it has been accepted yet; the child waits (a later lookup could jump past it)
     settle: Settle | None = None  # the next child dead-letters or skips these records first
-    child_no: int = 0  # the child's number (`Context.children_started`): a grant answers only
+    child_no: int = 0  # the child's number (`MemberState.children_started`): a grant answers only
     # the child that asked
     asked_end: int | None = None  # AMO: the end of the newest batch this child asked for
     refused_from: int | None = None  # AMO: a batch of this child from here was refused, so is

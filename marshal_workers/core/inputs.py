@@ -76,7 +76,7 @@ class ChildSaid:
 @dataclass(frozen=True, slots=True)
 class ChildExited:
     """A child ended (negative code: the signal), and the runtime has killed its group.
-    ``end``: what its shared cells say (`exitpolicy.read_end`: a handler call it ended in, the
+    ``end``: what its shared cells say (`childexits.read_end`: a handler call it ended in, the
     code that counts); ``position``: every record below it handled (the shared cell; in AMO
     the record at it may have been in progress)."""
 

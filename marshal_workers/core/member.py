@@ -15,7 +15,7 @@ pending operation (`core.pending`): appended, then decided when the fold reaches
 heartbeats, reservations and releases of many partitions are in flight at once, and nothing
 waits for anything unrelated: a slow coordination partition delays only its own claims.
 
-Claims. Every ``HB/10`` the member plans (`claims.plan`) toward its fair share and claims all
+Claims. Every ``HB/10`` the member plans (`planning.plan`) toward its fair share and claims all
 it is short of in one round (a starting member of a group of more than 16 claims claims one,
 and the rest once it has seen the members starting with it: `Claiming.claims_open_at`).
 Claimability is judged by each claim's own coordination partition's log time (`core.logclock`),
@@ -26,7 +26,7 @@ briefly elsewhere. The member claim (its announcement) is claimed alongside the 
 claim; in such a group the rest wait for it, at most HB/2.
 
 Leases. A heartbeat sent at local time s and folded valid extends the claim's lease to
-s + 2*HB - margin (`core.leases`); heartbeats go out every HB/2 per claim. The child reads the
+s + 2*HB - margin (`protocol.leases`); heartbeats go out every HB/2 per claim. The child reads the
 lease from shared memory (`SetLease`). When the fold shows a claim lost (a refused heartbeat,
 another instance of this client took it over, someone else won it) the lease is revoked and
 the child's process group killed; before a lease ends the child gets TERM, then KILL. Local
@@ -52,14 +52,14 @@ Isolation. The member reads, resumes, heartbeats, releases and counts only claim
 group (and its own topics, and its group's member claims): a client id is unique within a
 group, not across groups.
 
-Children's exits go through `exitpolicy.decide`; a graceful release waits for the child to
+Children's exits go through `childexits.decide`; a graceful release waits for the child to
 exit and then writes ReleasingPartition at the position the child reported.
 
 Where each part lives: `Member` (this file) takes the inputs, folds the log and routes every
 verdict; `claiming.Claiming` resumes, claims and plans; `keeping.Keeping` keeps held claims
 on their timers (heartbeats, leases, children's starts and kills, releases);
 `children.Children` handles what children say and how they end; `operator.Operator` stops,
-reloads and pauses. They share only `context.MemberState`.
+reloads and pauses. They share only `memberstate.MemberState`.
 """
 
 from __future__ import annotations

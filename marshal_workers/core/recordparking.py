@@ -1,6 +1,6 @@
 """Poison records on the member's side: counting a record's failures in the log, and what
 the holder of a claim does about a failing record before it starts a child (the records
-themselves are `protocol.recordfailures`; the operator's commands `admin.record_commands`).
+themselves are `protocol.recordfailures`; the operator's commands `admin.records`).
 
 A record that keeps failing under ``on_failure = stop`` is counted in the coordination log
 (RecordFailed, its own key per claim), so the count survives release and reclaim, across
@@ -85,7 +85,7 @@ class RecordParking:
 
     def gave_up(self, op: Op, now: float) -> None:
         """A failure whose write failed (or got no verdict in time): write the same record
-        again, at most `WRITE_TRIES` times, so the count is not lost (issue 18.4; the same
+        again, at most `WRITE_TRIES` times, so the count is not lost (the same
         count twice, should the first land after all, only parks the record no later)."""
         message = self._sent.pop(op.op, None)
         if message is None:

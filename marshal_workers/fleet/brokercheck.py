@@ -1,4 +1,4 @@
-"""Whether the heartbeat interval outlasts the cluster's failure detection (issue 9, item 8).
+"""Whether the heartbeat interval outlasts the cluster's failure detection.
 
 When a broker dies, every ``acks=all`` write to a partition it leads or follows stalls until
 the cluster notices: the controller fences the broker after ``broker.session.timeout.ms``

@@ -169,7 +169,7 @@ class Record:
 
 class FetchedRecord(Record):
     """A record over a message the child's consumer fetched (one without an error): what
-    `consume.fetch` builds, one per message, on every record's path."""
+    `consumer.fetch` builds, one per message, on every record's path."""
 
     __slots__ = ()
 

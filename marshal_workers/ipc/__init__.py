@@ -4,6 +4,6 @@ and end notes (`exits`). The plumbing that carries them (the fork server, shared
 `childlink`.
 
 Both processes, the member's core and the simulator import it. Pure: imports only `protocol`
-and `common.errors`, does no I/O and reads no clock (tests/unit/test_pure_core.py checks every
-module).
+and `common.errors`, does no I/O and reads no clock (tests/unit/project/test_pure_core.py
+checks every module).
 """

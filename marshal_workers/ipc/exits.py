@@ -48,7 +48,7 @@ class ChildExit(Exception):  # noqa: N818 (control flow, not an error)
 
 @dataclass(frozen=True, slots=True)
 class EndNote:
-    """What the cells said once the child had ended (see `callcells.CallCells.take_end_note`)."""
+    """What the cells said once the child had ended (see `callstate.CallCells.take_end_note`)."""
 
     fence: int  # the exit code the watchdog meant when it ended the child (0: none)
     position: int | None  # ALO: everything below it handled; the record in progress, if any

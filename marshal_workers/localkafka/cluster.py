@@ -246,7 +246,7 @@ class LocalKafka:
 
 
 def start_cluster(options: StartOptions, progress: Progress = no_progress) -> LocalKafka:
-    """Start a local cluster in `options.directory` (or find the one running); see the top."""
+    """Start a local cluster in ``options.directory`` (or find the one running); see the top."""
     directory = options.directory.resolve()
     env = dict(os.environ if options.env is None else options.env)
     with locked(directory / LOCK_FILE):

@@ -1,4 +1,4 @@
-"""Node processes: formatting storage, launching `kafka.Kafka`, liveness, signals, log tails.
+"""Node processes: formatting storage, launching ``kafka.Kafka``, liveness, signals, log tails.
 
 Each node is `java ... -cp LIBS/* kafka.Kafka server.properties` started in its own
 session, so its pid is also its process group and a signal to the group reaches anything

@@ -7,7 +7,7 @@ with any other project's); run from a checkout (an editable install, the tests),
 reads them from that folder instead. Runs in the child process. The plugins import the
 public handler API (`marshal_workers.handler`) and, like the child, may import `common` and
 `protocol` (the ledger's file format, a key's slice), never the clients, ipc, the log or the
-fold (tests/unit/test_package_rules.py).
+fold (tests/unit/project/test_package_rules.py).
 """
 
 from pathlib import Path

@@ -146,7 +146,7 @@ def live_claims(world: GoWorld, group: str, now_s: int) -> dict[ClaimKey, GoClai
 
 
 def as_worlds(world: GoWorld) -> Mapping[int, World]:
-    """The Go state as one of our worlds, for `status.group_status` (shown, never decided on):
+    """The Go state as one of our worlds, for `groupstatus.group_status` (shown, never decided on):
     a held claim's last heartbeat is its UnixSec in ms; a released one is released."""
     ours = World(RationalizerConfig(world.heartbeat_interval_s * 1000), 0)
     ours.malformed = world.malformed

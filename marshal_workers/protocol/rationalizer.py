@@ -44,7 +44,7 @@ A reader that acts on one group (a member, `status --group`) sets `RationalizerC
 and keeps nothing of the others: a record whose key names another group is counted in
 ``World.other_groups`` and returns `OtherGroup`, undecoded, once the offset, the gap and the log
 time are taken (they are the partition's: every record moves them). Its own group's state is
-then exactly the whole fold's (tests/unit/test_group_filter.py holds it to that), because:
+then exactly the whole fold's (tests/unit/protocol/test_group_filter.py holds it to that), because:
 
 - every record the fold takes for a group has a key that starts with ``group/`` or is the group
   (`wire.record_key`, `legacy_pause_keys`, `metadata_key`, `recordfailures.accepted_keys`; a

@@ -12,7 +12,8 @@ import click
 
 from marshal_workers.protocol.slicing import Ordering, Slicing
 from marshal_workers.sim.invariants import INVARIANTS
-from marshal_workers.sim.scenario import DEFAULT_FAULTS, FAULTS, RunResult, SimParams, run_seed
+from marshal_workers.sim.params import DEFAULT_FAULTS, FAULTS, SimParams
+from marshal_workers.sim.scenario import RunResult, run_seed
 from marshal_workers.sim.slices import SLICE_INVARIANTS
 
 

@@ -7,13 +7,10 @@ shares fair.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.sim.fleetview import FleetView
 from marshal_workers.sim.node import SimNode
-
-if TYPE_CHECKING:
-    from marshal_workers.sim.scenario import Fleet
 
 # liveness: from the bound on, the fleet must be converged at one check (every 0.25 s) within
 # this window; under a lasting fault (2% of writes failing) a child restarting at the one
@@ -28,7 +25,7 @@ FAILURES_RECOVERY_HB = 2.0
 STUCK_AFTER_S = 2.0  # a claim with a record of its own available and not handled this long
 
 
-def converged(fleet: Fleet) -> bool:
+def converged(fleet: FleetView) -> bool:
     """Every partition of every group handled by a live child and moving (a record handled
     in the last 2 s, or none of its own available for that long); every member announced;
     shares fair."""
@@ -64,7 +61,7 @@ def converged(fleet: Fleet) -> bool:
     return True
 
 
-def _idle(fleet: Fleet, key: ClaimKey, live: list[SimNode], t: float) -> bool:
+def _idle(fleet: FleetView, key: ClaimKey, live: list[SimNode], t: float) -> bool:
     """Whether a claim that handled nothing for `STUCK_AFTER_S` has nothing to handle: a
     live child of it has handled every record of its own produced that long ago. A key
     slice may get a record only every few seconds (a slice no key hashes to takes only
@@ -80,7 +77,7 @@ def _idle(fleet: Fleet, key: ClaimKey, live: list[SimNode], t: float) -> bool:
     return False
 
 
-def check_window(fleet: Fleet) -> float:
+def check_window(fleet: FleetView) -> float:
     """How long after the liveness bound the fleet has to be converged at one check: a
     lease lost to failing writes at the bound is recovered within `FAILURES_RECOVERY_HB`."""
     if "failures" in fleet.p.faults:

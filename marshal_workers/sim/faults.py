@@ -1,5 +1,5 @@
-"""The timed faults of a simulated run (`Fleet.schedule_faults` draws them): each acts on the
-fleet at its time, picks its victim, and opens a window the liveness bound counts from.
+"""The timed faults of a simulated run (`scenario.Fleet.schedule_faults` draws them): each acts
+on the fleet at its time, picks its victim, and opens a window the liveness bound counts from.
 
 A fault is what a real fleet meets: a kill -9, a SIGSTOP, a host stopped with its clocks, an
 operator's TERM, a second instance of one client id, the log cleaner (within and below the
@@ -13,7 +13,6 @@ import functools
 import random
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from marshal_workers.protocol.leases import default_margin, min_compaction_lag_ms
 from marshal_workers.protocol.modes import Mode
@@ -31,10 +30,8 @@ from marshal_workers.protocol.wire import (
     record_key,
 )
 from marshal_workers.sim import forgery
+from marshal_workers.sim.fleetview import FleetView
 from marshal_workers.sim.node import SimNode
-
-if TYPE_CHECKING:
-    from marshal_workers.sim.scenario import Fleet
 
 ADMIN = "marshal-admin"  # the operator's client id (an admin in every member's settings)
 
@@ -42,7 +39,7 @@ ADMIN = "marshal-admin"  # the operator's client id (an admin in every member's 
 class Faults:
     """The faults of one run, acting on ``fleet``."""
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: FleetView) -> None:
         self.fleet = fleet
 
     def victim(self, *, on_host: bool = False, running: bool = False) -> SimNode | None:
@@ -85,7 +82,7 @@ class Faults:
         nothing of the fleet's may change, and no reader may fail."""
         fleet = self.fleet
         forgery.forge(fleet.log, fleet.t, list(fleet.modes), ADMIN, fleet.p.seed)
-        fleet._window(0.0)
+        fleet.window(0.0)
 
     def clock_jump(self) -> None:
         """One broker's clock jumps: back by up to HB (its stamps go back; the fold clamps log
@@ -98,7 +95,7 @@ class Faults:
         part = fleet.rng.choice(fleet.log.parts)
         seconds = fleet.rng.uniform(-hb, default_margin(hb))
         part.jump_clock(seconds, fleet.t)
-        fleet._window(max(0.0, -seconds) + 2 * hb)
+        fleet.window(max(0.0, -seconds) + 2 * hb)
 
     def poison(self) -> None:
         """A record that always fails, or whose handler call hangs, a little ahead of an ALO
@@ -113,7 +110,7 @@ class Faults:
         data.poison[offset] = fleet.rng.choice(("fail", "hang"))
         owner = fleet.cut.owner(fleet.cut.data_key(key), offset)  # (sliced: its slice)
         fleet.poisoned.add(owner)
-        fleet._window(0.0)
+        fleet.window(0.0)
         # half the time an operator retries it a few HB later (failing by then, or not: then
         # the log refuses the retry); drawn apart, so the fleet's own draws stay as they were
         retries = random.Random(f"{fleet.p.seed}/retry/{offset}")
@@ -135,17 +132,17 @@ class Faults:
                              key.partition, offset, action)  # fmt: skip
         home = coordination_partition(key.topic, key.partition, fleet.log.num_partitions)
         fleet.log.land(home, poison_record_key(msg), encode_poison(msg), fleet.t)
-        fleet._window(fleet.checker.retry_bound_s)
+        fleet.window(fleet.checker.retry_bound_s)
 
     def kill(self) -> None:
         fleet = self.fleet
         node = self.victim()
         if node is not None:
             node.kill(fleet.t)
-            fleet._window(0.0)
+            fleet.window(0.0)
             back = fleet.t + fleet.rng.uniform(0.2, 3 * fleet.p.heartbeat_interval)
             fleet.add_node(node.settings.group, node.settings.client_id, back)
-            fleet._window(back - fleet.t)
+            fleet.window(back - fleet.t)
 
     def freeze(self) -> None:
         fleet = self.fleet
@@ -153,7 +150,7 @@ class Faults:
         if node is not None:
             seconds = fleet.rng.uniform(0.5, 4) * fleet.p.heartbeat_interval
             node.freeze(fleet.t, seconds)
-            fleet._window(seconds)
+            fleet.window(seconds)
 
     def stall(self) -> None:
         """A member's host stops with its clock held: suspended on a clock that does not count
@@ -165,7 +162,7 @@ class Faults:
         if node is not None:
             seconds = fleet.rng.uniform(0.5, 8) * fleet.p.heartbeat_interval
             node.stall(fleet.t, seconds, wall_held=fleet.rng.random() < 0.5)
-            fleet._window(seconds)
+            fleet.window(seconds)
 
     def restart(self) -> None:
         fleet = self.fleet
@@ -175,7 +172,7 @@ class Faults:
             back = fleet.t + fleet.rng.uniform(1, 3) * fleet.p.heartbeat_interval
             fleet.at(back, "restart kill", lambda: node.kill(fleet.t))
             fleet.add_node(node.settings.group, node.settings.client_id, back + 0.01)
-            fleet._window(back - fleet.t)
+            fleet.window(back - fleet.t)
 
     def twins(self) -> None:
         fleet = self.fleet
@@ -188,7 +185,7 @@ class Faults:
             if fleet.rng.random() < 0.5:  # an operator stops the duplicate soon after
                 stop_at = fleet.t + fleet.rng.uniform(0.2, 1.0) * fleet.p.heartbeat_interval
                 fleet.at(stop_at, "stop twin", lambda: twin.signal(signal.SIGTERM, fleet.t))
-            fleet._window(2 * fleet.p.heartbeat_interval + seconds)
+            fleet.window(2 * fleet.p.heartbeat_interval + seconds)
 
     def compaction(self) -> None:
         fleet = self.fleet
@@ -217,7 +214,7 @@ class Faults:
             node.kill(fleet.t)
             fleet.add_node(node.settings.group, node.settings.client_id, fleet.t + 0.1)
             fleet.add_node(node.settings.group, f"new{fleet.instances}", fleet.t + 0.1)
-        fleet._window(0.2)
+        fleet.window(0.2)
 
     def pause(self) -> None:
         fleet = self.fleet
@@ -227,10 +224,10 @@ class Faults:
         msg = ReleaseGroup(int(fleet.t), "admin-i", ADMIN, group, "", 0, until)
         for part in range(fleet.log.num_partitions):
             fleet.log.land(part, record_key(msg), encode(msg), fleet.t)
-        fleet._window(until - fleet.t + 1.0)
+        fleet.window(until - fleet.t + 1.0)
 
     def partitions(self) -> None:
         fleet = self.fleet
         group = fleet.rng.choice(list(fleet.modes))
         fleet.partition_count[group] += fleet.rng.randint(1, 4)
-        fleet._window(10.0 + fleet.p.heartbeat_interval)  # discovery runs every 10 s
+        fleet.window(10.0 + fleet.p.heartbeat_interval)  # discovery runs every 10 s

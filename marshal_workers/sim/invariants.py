@@ -37,7 +37,7 @@
   by its last fold);
 - ``isolation``: a member writes only about its own group's claims;
 - ``pause_respected``: a member writes no data claim while its own fold shows another client's
-  pause of its group in force (from its first round on: issue 18.1);
+  pause of its group in force (from its first round on);
 - ``poison_bounded``: a record that always fails is attempted at most ``park_after`` times,
   across members, restarts and compaction, plus one for each failure whose count never reached
   the log because its member was killed, frozen, stalled or replaced before it landed, or

@@ -31,72 +31,14 @@ from marshal_workers.sim.children import DataPartition, SimChild
 from marshal_workers.sim.faults import ADMIN, Faults
 from marshal_workers.sim.invariants import Checker
 from marshal_workers.sim.node import SimNode
+from marshal_workers.sim.params import (
+    FAULTS,
+    MAX_HANDLER_FAILURES,
+    POISON_PARK_AFTER,
+    SimParams,
+)
 from marshal_workers.sim.slices import SimCut, SliceChecker
 from marshal_workers.sim.vlog import VirtualLog
-
-FAULTS = (
-    "kill",
-    "freeze",
-    "restart",
-    "twins",
-    "compaction",
-    "eager-compaction",
-    "latency",
-    "clock",
-    "failures",
-    "pause",
-    "partitions",
-    "shared-ids",
-    "poison",
-    "read-latency",
-    "clock-jumps",
-    "forgery",
-    "stall",
-)
-DEFAULT_FAULTS = (
-    "kill",
-    "freeze",
-    "stall",
-    "restart",
-    "twins",
-    "compaction",
-    "latency",
-    "clock",
-    "pause",
-    "poison",
-)
-POISON_PARK_AFTER = 4  # failures of one record before its claim is parked (the fleet's setting)
-MAX_HANDLER_FAILURES = 3
-
-
-@dataclass(frozen=True, slots=True)
-class SimParams:
-    """What one run simulates."""
-
-    seed: int = 0
-    members: int = 6
-    groups: int = 2
-    partitions: int = 8  # per group
-    duration: float = 30.0  # virtual seconds
-    heartbeat_interval: float = 1.0
-    coordination_partitions: int = 4
-    faults: tuple[str, ...] = DEFAULT_FAULTS
-    fault_count: int = 3
-    dt: float = 0.05
-    speed: float = 200.0  # records a child handles per second
-    rate: float = 20.0  # records produced per partition per second
-    backlog: int = 100
-    # issue 20: what a claim covers (`protocol.slicing`), and slices per data partition
-    ordering: str = "partition"
-    workers_per_partition: int = 1
-    fail_rate: float = 0.02  # `failures`: the share of appends that fail (half land anyway)
-    operator_skips: float = 0.0  # `poison`: the share of operators' decisions that skip
-
-    @property
-    def settle(self) -> float:
-        """The liveness bound: after the last fault ends, everything is held and fair by then."""
-        return 10 * self.heartbeat_interval + 3.0
-
 
 SETTLE_CAP = 4  # a run ends by SETTLE_CAP * duration even if faults keep it from settling
 
@@ -304,7 +246,8 @@ class Fleet:
 
         return act
 
-    def _window(self, seconds: float) -> None:
+    def window(self, seconds: float) -> None:
+        """A fault's window, from now: the liveness bound counts from the last one's end."""
         self.fault_windows.append((self.t, self.t + seconds))
 
     # ---- running ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The simulator's ordering modes: slices of a data partition, the records' keys, and the
-invariants that hold per *data* offset (issue 20).
+invariants that hold per *data* offset.
 
 With ``--ordering key|unordered --workers-per-partition N`` each data partition is cut into N
 slices (`protocol.slicing`), each claimed under a claim key of its own. The members see only

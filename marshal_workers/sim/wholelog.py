@@ -7,7 +7,6 @@ AMO losses the log shows (`amo_loss_reported`).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
 
 from marshal_workers.protocol.amolosses import AmoLosses
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
@@ -19,13 +18,11 @@ from marshal_workers.protocol.recordfailures import (
 )
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.sim.faults import ADMIN
-
-if TYPE_CHECKING:
-    from marshal_workers.sim.scenario import Fleet
+from marshal_workers.sim.fleetview import FleetView
 
 
 def fold_whole_log(
-    fleet: Fleet,
+    fleet: FleetView,
 ) -> tuple[dict[int, World], dict[tuple[ClaimKey, int, int], dict[str, int]]]:
     """The whole, uncompacted log folded (the reference), each member's snapshot judged
     against it at the snapshot's offset on the way, and the poison failures it counted
@@ -85,7 +82,7 @@ def fold_whole_log(
     return reference, noted
 
 
-def reference_config(fleet: Fleet) -> RationalizerConfig:
+def reference_config(fleet: FleetView) -> RationalizerConfig:
     """The rationalizer's settings every member of the run folds with."""
     return RationalizerConfig(
         int(fleet.p.heartbeat_interval * 1000),

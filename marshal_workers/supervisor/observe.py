@@ -43,7 +43,7 @@ class Observer:
     def tick(self, claims: Mapping[ClaimKey, ClaimSnapshot], healthy: bool) -> None:
         """A turn of the loop finished; ``healthy`` is False while a data claim it holds (running
         or reloading) has no more than the kill grace left on its lease: its heartbeats are not
-        confirmed in time (see `Supervisor._healthy`)."""
+        confirmed in time (see `Member.healthy`)."""
 
     def claim_won(self, key: ClaimKey, token: int) -> None:
         """A claim was won (or resumed after a restart)."""

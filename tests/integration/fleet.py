@@ -43,6 +43,7 @@ MARSHAL_AUDIT = Path(sys.executable).with_name("marshal-audit")
 DEFAULT_ADMINS = frozenset({"marshal-admin"})  # what marshal-run and marshal-admin default to
 
 
+
 def alive(pid: int) -> bool:
     """Whether ``pid`` still runs (a zombie whose frozen parent cannot reap it does not)."""
     try:
@@ -350,7 +351,7 @@ class Fleet:
         return None
 
     def ledger(self) -> list[LedgerRow]:
-        return [r for r in read_ledger(self.ledger_dir) if r["topic"] == self.topic]
+        return [r for r in read_ledger(self.ledger_dir) if r.topic == self.topic]
 
     def wait_for(self, check: Callable[[], bool], timeout: float, what: str) -> float:
         """Wait until ``check()``; return the seconds it took, or fail showing the members."""
@@ -371,7 +372,7 @@ class Fleet:
     def handled_everything(self) -> bool:
         """Whether every produced record appears in the ledger."""
         ends = self.end_offsets()
-        seen = {(r["partition"], r["offset"]) for r in self.ledger()}
+        seen = {(r.partition, r.offset) for r in self.ledger()}
         return all((p, o) in seen for p, end in ends.items() for o in range(end))
 
     def close(self) -> None:
@@ -410,3 +411,6 @@ def partition_workers(supervisor_pid: int) -> list[int]:
                         if worker.status() != psutil.STATUS_ZOMBIE:
                             pids.append(worker.pid)
     return sorted(pids)
+
+
+MakeFleet = Callable[..., Fleet]  # the `make_fleet` fixture (conftest): Fleet's keywords

@@ -210,8 +210,8 @@ class TestStatus:
 
 class TestErrors:
     def test_unknown_group_is_an_error(self, kafka_bootstrap: str) -> None:
-        """status of a group the coordination log has never named says so, exit 1 (issue 21
-        item 9: it printed an empty table and exited 0)."""
+        """status of a group the coordination log has never named says so, exit 1 (it
+        printed an empty table and exited 0)."""
         coord = f"coord-{uuid.uuid4().hex[:8]}"
         args = ["--coordination-topic", coord, "--bootstrap-servers", kafka_bootstrap]
         try:

@@ -1,4 +1,4 @@
-"""`marshal-admin topic create` and `marshal-admin produce` (issue 21 item 7): make a topic and
+"""`marshal-admin topic create` and `marshal-admin produce`: make a topic and
 write records to it on any cluster, from a file or stdin, with --json saying what was done."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""marshal-admin reads a group's settings from the coordination log (issue 21 item 2).
+"""marshal-admin reads a group's settings from the coordination log.
 
 A fleet at a 2 s heartbeat interval: `status`, `release-group` and `skip-record` without
 --heartbeat-interval fold with the group's recorded 2 s (they were refused as "10s here but 2s
@@ -10,25 +10,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from marshal_workers.common.errors import EXIT_USAGE
-from tests.integration.fleet import Fleet
+from tests.integration.fleet import Fleet, MakeFleet
 
 pytestmark = pytest.mark.kafka
 HB = 2.0
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, hb=HB, partitions=2)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(hb=HB, partitions=2)
 
 
 def admin(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""At-most-once under crashes and operations (issue 19), with real processes and Kafka.
+"""At-most-once under crashes and operations, with real processes and Kafka.
 
 Three `marshal-run --mode amo` members on 8 partitions, HB 1 s, an `amo_window` of 200 records
 (reservations of 100), a ledger handler of 3 ms a record, records produced all along: a member
@@ -27,7 +27,6 @@ import os
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ from marshal_workers.common.ledgerfile import find_duplicates
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import CoordRecord
-from tests.integration.fleet import Fleet, Member
+from tests.integration.fleet import Fleet, MakeFleet, Member
 
 pytestmark = pytest.mark.kafka
 HB = 1.0
@@ -52,12 +51,8 @@ assert {"lease_expired" if c == "stale" else c for c in CRASHES} == CRASH_CAUSES
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, mode="amo", hb=HB, ledger_delay_ms=3)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(mode="amo", hb=HB, ledger_delay_ms=3)
 
 
 def start(fleet: Fleet, client: str) -> Member:
@@ -176,7 +171,7 @@ def run_chaos(fleet: Fleet, rounds: int) -> None:
 
     ledger = fleet.ledger()
     assert not find_duplicates(ledger), "AMO handled a record twice"
-    handled = {(r["partition"], r["offset"]) for r in ledger}
+    handled = {(r.partition, r.offset) for r in ledger}
     unhandled = sorted(
         (p, o) for p, end in ends.items() for o in range(end) if (p, o) not in handled
     )

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import math
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from marshal_workers.common.ledgerfile import find_duplicates
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.reservations import AT_RISK_S
-from tests.integration.fleet import Fleet
+from tests.integration.fleet import Fleet, MakeFleet
 
 pytestmark = pytest.mark.kafka
 HB = 1.0
@@ -37,25 +35,14 @@ BOUND = math.ceil(AT_RISK_S / (DELAY_MS / 1000)) + 1
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(
-        kafka_bootstrap,
-        tmp_path,
-        mode="amo",
-        hb=HB,
-        partitions=PARTITIONS,
-        ledger_delay_ms=DELAY_MS,
-    )
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(mode="amo", hb=HB, partitions=PARTITIONS, ledger_delay_ms=DELAY_MS)
 
 
 def handled_per_partition(fleet: Fleet) -> dict[int, int]:
     counts = dict.fromkeys(range(PARTITIONS), 0)
     for row in fleet.ledger():
-        counts[row["partition"]] += 1
+        counts[row.partition] += 1
     return counts
 
 
@@ -77,13 +64,13 @@ def test_a_kill_9_loses_about_a_second_of_handling_per_partition_not_batches(
     fleet.wait_for(lambda: fleet.positions_reach(ends, Mode.AMO), 120, "every record reserved")
 
     def last_records_handled() -> bool:  # b handles in order: its last reservation is done
-        seen = {(r["partition"], r["offset"]) for r in fleet.ledger()}
+        seen = {(r.partition, r.offset) for r in fleet.ledger()}
         return all((p, end - 1) in seen for p, end in ends.items())
 
     fleet.wait_for(last_records_handled, 60, "the last records handled")
     rows = fleet.ledger()
     assert not find_duplicates(rows), "AMO handled a record twice"
-    seen = {(r["partition"], r["offset"]) for r in rows}
+    seen = {(r.partition, r.offset) for r in rows}
     lost = {p: sum((p, o) not in seen for o in range(end)) for p, end in ends.items()}
     print(f"kill -9 at {DELAY_MS} ms a record: lost per partition {lost}, bound {BOUND}")
     assert all(n <= BOUND for n in lost.values()), (

@@ -1,4 +1,4 @@
-"""At-most-once under graceful operations only (issue 19.1), with real processes and Kafka.
+"""At-most-once under graceful operations only, with real processes and Kafka.
 
 Three AMO members on 8 partitions, HB 1 s, a ledger handler of 3 ms a record, records
 produced before and during the operations: a member joins (a rebalance), one gets SIGTERM and
@@ -11,26 +11,20 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from marshal_workers.common.ledgerfile import find_duplicates
 from marshal_workers.protocol.modes import Mode
-from tests.integration.fleet import Fleet
+from tests.integration.fleet import Fleet, MakeFleet
 
 pytestmark = pytest.mark.kafka
 HB = 1.0
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, mode="amo", hb=HB, ledger_delay_ms=3)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(mode="amo", hb=HB, ledger_delay_ms=3)
 
 
 def test_a_join_a_deploy_and_a_sigterm_lose_nothing_and_repeat_nothing(fleet: Fleet) -> None:
@@ -57,6 +51,6 @@ def test_a_join_a_deploy_and_a_sigterm_lose_nothing_and_repeat_nothing(fleet: Fl
         time.sleep(0.2)
     rows = fleet.ledger()
     assert not find_duplicates(rows), "AMO handled a record twice"
-    seen = {(r["partition"], r["offset"]) for r in rows}
+    seen = {(r.partition, r.offset) for r in rows}
     lost = sorted((p, o) for p, end in ends.items() for o in range(end) if (p, o) not in seen)
     assert lost == [], f"{len(lost)} of {sum(ends.values())} records lost, first {lost[:5]}"

@@ -9,13 +9,10 @@ never held the claim) must then fail the audit and be named.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -25,8 +22,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from marshal_workers.audit import jars
 from marshal_workers.audit.schema import TABLES, columns
 from marshal_workers.common.errors import MarshalError
+from marshal_workers.common.ledgerfile import LedgerRow
 from marshal_workers.protocol.modes import Mode
-from tests.integration.fleet import Fleet, with_suppressed
+from tests.integration.fleet import Fleet, MakeFleet, with_suppressed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 HB = 1.0
@@ -42,12 +40,8 @@ def kafka_connector() -> None:
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=HB)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(mode="alo", hb=HB)
 
 
 def run_fleet(fleet: Fleet) -> None:
@@ -88,25 +82,25 @@ def test_real_fleet_audits_clean_then_a_forged_write_fails_it(fleet: Fleet, tmp_
     assert {c["partition"] for c in claims} == set(range(fleet.partitions))
     # The handlers name the claim's group and the instance the log knows (the clean audit
     # above already checked every row against its own instance's intervals).
-    assert {r["group"] for r in rows} == {fleet.group}
-    assert {r["instance_id"] for r in rows} <= {c["instance_id"] for c in claims}
+    assert {r.group for r in rows} == {fleet.group}
+    assert {r.instance_id for r in rows} <= {c["instance_id"] for c in claims}
     lag = pq.read_table(out / "lag").to_pylist()
     assert lag and all(r["high_watermark"] is not None for r in lag)
     assert (out / "report.html").stat().st_size > 10_000
 
     # A forged write: a's process writes under its first token after that claim was released.
-    first = min((r for r in rows if r["client_id"] == "a"), key=lambda r: r["start"])
-    released = max(c["end_ms"] for c in claims if c["token"] == first["token"]) / 1000
-    forged = {**first, "offset": first["offset"] + 1_000_000, "start": released + 1.0,
-              "end": released + 1.01}  # fmt: skip
-    with (fleet.ledger_dir / f"ledger-{first['pid']}.jsonl").open("a") as f:
-        f.write(json.dumps(forged) + "\n")
+    first = min((r for r in rows if r.client_id == "a"), key=lambda r: r.start)
+    released = max(c["end_ms"] for c in claims if c["token"] == first.token) / 1000
+    forged = first._replace(offset=first.offset + 1_000_000, start=released + 1.0,
+                            end=released + 1.01)  # fmt: skip
+    with (fleet.ledger_dir / f"ledger-{first.pid}.jsonl").open("a") as f:
+        f.write(forged.line() + "\n")
     # Another forged write: under b's token, inside b's claim, but by an instance of b that
     # never held it (a restarted b's old process, say).
-    theirs = max((r for r in rows if r["client_id"] == "b"), key=lambda r: r["start"])
-    impostor = {**theirs, "offset": theirs["offset"] + 2_000_000, "instance_id": "impostor"}
-    with (fleet.ledger_dir / f"ledger-{theirs['pid']}.jsonl").open("a") as f:
-        f.write(json.dumps(impostor) + "\n")
+    theirs = max((r for r in rows if r.client_id == "b"), key=lambda r: r.start)
+    impostor = theirs._replace(offset=theirs.offset + 2_000_000, instance_id="impostor")
+    with (fleet.ledger_dir / f"ledger-{theirs.pid}.jsonl").open("a") as f:
+        f.write(impostor.line() + "\n")
     ledger_topic = f"ledger_{fleet.coordination}"
     _produce_lines(fleet.bootstrap, ledger_topic, rows)  # the clean rows again, from a topic
     code, summary, err = fleet.audit(tmp_path / "audit2", "--ledger-topic", ledger_topic)
@@ -115,81 +109,75 @@ def test_real_fleet_audits_clean_then_a_forged_write_fails_it(fleet: Fleet, tmp_
     assert summary["ledger"]["rows"] == 2 * len(rows) + 2
     assert summary["ledger"]["alo_redeliveries"] == len(rows)
     for bad in (forged, impostor):
-        named = f"{bad['topic']}[{bad['partition']}]@{bad['offset']} by {bad['client_id']} pid"
-        assert f"{named} {bad['pid']}" in err
+        named = f"{bad.topic}[{bad.partition}]@{bad.offset} by {bad.client_id} pid"
+        assert f"{named} {bad.pid}" in err
     assert "never by instance impostor" in err
 
 
-def _produce_lines(bootstrap: str, topic: str, rows: list[Any]) -> None:
+def _produce_lines(bootstrap: str, topic: str, rows: list[LedgerRow]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, -1)])[topic].result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for r in rows:
-        producer.produce(topic, json.dumps(r).encode())
+        producer.produce(topic, r.line().encode())
         producer.poll(0)
     assert producer.flush(30) == 0
 
 
 @pytest.mark.timeout(900)
-def test_a_clean_amo_fleet_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
-    """Issue 19.3 on a real fleet: AMO members hand partitions over and stop gracefully; every
+def test_a_clean_amo_fleet_loses_nothing(make_fleet: MakeFleet, tmp_path: Path) -> None:
+    """On a real fleet: AMO members hand partitions over and stop gracefully; every
     reserved range is handled and committed, so the audit shows 0 AMO losses."""
-    fleet = Fleet(kafka_bootstrap, tmp_path, mode="amo", hb=HB)
-    try:
-        run_fleet(fleet)
-        out = tmp_path / "audit"
-        code, summary, err = fleet.audit(out)
-        assert code == 0, err
-        assert summary["groups"][0]["mode"] == "amo" and summary["reservations"] > 0
-        assert summary["handovers"] >= 4
-        assert summary["amo_losses"] == {"ranges": 0, "records": 0, "by_cause": {}}, pq.read_table(
-            out / "amo_losses"
-        ).to_pylist()
-        assert "No AMO losses" in (out / "report.html").read_text()
-    finally:
-        fleet.close()
+    fleet = make_fleet(mode="amo", hb=HB)
+    run_fleet(fleet)
+    out = tmp_path / "audit"
+    code, summary, err = fleet.audit(out)
+    assert code == 0, err
+    assert summary["groups"][0]["mode"] == "amo" and summary["reservations"] > 0
+    assert summary["handovers"] >= 4
+    assert summary["amo_losses"] == {"ranges": 0, "records": 0, "by_cause": {}}, pq.read_table(
+        out / "amo_losses"
+    ).to_pylist()
+    assert "No AMO losses" in (out / "report.html").read_text()
 
 
 @pytest.mark.timeout(900)
 def test_a_killed_amo_holder_s_unhandled_records_are_all_reported_lost(
-    kafka_bootstrap: str, tmp_path: Path
+    make_fleet: MakeFleet, tmp_path: Path
 ) -> None:
-    """Issue 19.3: an AMO member is killed (SIGKILL, children too) while it handles slow
+    """An AMO member is killed (SIGKILL, children too) while it handles slow
     batches; another takes over. Every record nobody handled lies in a reported loss, caused
     by the takeover, and every reported unhandled record is absent from the ledger."""
-    fleet = Fleet(kafka_bootstrap, tmp_path, mode="amo", hb=HB, partitions=2,
+    fleet = make_fleet(mode="amo", hb=HB, partitions=2,
                   ledger_delay_ms=20)  # fmt: skip
-    try:
-        fleet.produce_steadily(100)
-        victim = fleet.start("a")
-        fleet.wait_for(lambda: len(fleet.ledger()) >= 40, 60, "a handling records")
-        for pid in victim.children():
-            with_suppressed(lambda p=pid: os.killpg(p, signal.SIGKILL))
-        with_suppressed(lambda: os.killpg(victim.pid, signal.SIGKILL))
-        victim.wait(10)
-        fleet.start("b")
-        fleet.wait_for(lambda: fleet.counts() == {"b": 2}, 60, "b taking both partitions over")
-        time.sleep(2)
-        fleet.stop_producing()
-        ends = fleet.end_offsets()
-        fleet.wait_for(
-            lambda: all(fleet.positions(Mode.AMO).get(p) == end for p, end in ends.items()),
-            60, "b reaching the end",
-        )  # fmt: skip
-        fleet.members[-1].signal(signal.SIGTERM)
-        assert fleet.members[-1].wait(30) == 0, fleet.members[-1].log_tail()
+    fleet.produce_steadily(100)
+    victim = fleet.start("a")
+    fleet.wait_for(lambda: len(fleet.ledger()) >= 40, 60, "a handling records")
+    for pid in victim.children():
+        with_suppressed(lambda p=pid: os.killpg(p, signal.SIGKILL))
+    with_suppressed(lambda: os.killpg(victim.pid, signal.SIGKILL))
+    victim.wait(10)
+    fleet.start("b")
+    fleet.wait_for(lambda: fleet.counts() == {"b": 2}, 60, "b taking both partitions over")
+    time.sleep(2)
+    fleet.stop_producing()
+    ends = fleet.end_offsets()
+    fleet.wait_for(
+        lambda: all(fleet.positions(Mode.AMO).get(p) == end for p, end in ends.items()),
+        60, "b reaching the end",
+    )  # fmt: skip
+    fleet.members[-1].signal(signal.SIGTERM)
+    assert fleet.members[-1].wait(30) == 0, fleet.members[-1].log_tail()
 
-        out = tmp_path / "audit"
-        code, summary, err = fleet.audit(out)
-        assert code == 0, err
-        losses = pq.read_table(out / "amo_losses").to_pylist()
-        handled = {(r["partition"], r["offset"]) for r in fleet.ledger()}
-        never = {(p, o) for p, end in ends.items() for o in range(end)} - handled
-        in_losses = {(r["partition"], o) for r in losses
-                     for o in range(r["start_offset"], r["end_offset"])}  # fmt: skip
-        assert never <= in_losses, (sorted(never - in_losses), losses)
-        assert {r["cause"] for r in losses} <= {"taken_over"}
-        assert all(r["successor_client_id"] == "b" and r["client_id"] == "a" for r in losses)
-        assert summary["amo_losses"]["records"] == len(never)
-    finally:
-        fleet.close()
+    out = tmp_path / "audit"
+    code, summary, err = fleet.audit(out)
+    assert code == 0, err
+    losses = pq.read_table(out / "amo_losses").to_pylist()
+    handled = {(r.partition, r.offset) for r in fleet.ledger()}
+    never = {(p, o) for p, end in ends.items() for o in range(end)} - handled
+    in_losses = {(r["partition"], o) for r in losses
+                 for o in range(r["start_offset"], r["end_offset"])}  # fmt: skip
+    assert never <= in_losses, (sorted(never - in_losses), losses)
+    assert {r["cause"] for r in losses} <= {"taken_over"}
+    assert all(r["successor_client_id"] == "b" and r["client_id"] == "a" for r in losses)
+    assert summary["amo_losses"]["records"] == len(never)

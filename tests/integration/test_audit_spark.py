@@ -15,8 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from marshal_workers.admin.operations import dump_entry
-from marshal_workers.audit.checks import OPTIONAL_FIELDS, LedgerEntry
+from marshal_workers.admin.dump import dump_entry
 from marshal_workers.audit.cli import main
 from marshal_workers.audit.local import run_local
 from marshal_workers.audit.model import AuditConfig, FileInput
@@ -26,6 +25,7 @@ from marshal_workers.audit.schema import TABLES, columns
 from marshal_workers.audit.session import SessionOptions, start_session
 from marshal_workers.audit.summary import summarize
 from marshal_workers.audit.synthetic import Fleet, Synthetic, generate
+from marshal_workers.common.ledgerfile import OPTIONAL_FIELDS, LedgerRow
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.wire import CoordRecord
 
@@ -54,7 +54,7 @@ def write_dump(records: list[CoordRecord], path: Path) -> Path:
     return path
 
 
-def write_ledger(rows: list[LedgerEntry], directory: Path) -> Path:
+def write_ledger(rows: list[LedgerRow], directory: Path) -> Path:
     """The rows as the ledger plugin writes them (one file per pid); rows without group and
     instance id as older ledgers wrote them, without those keys."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -64,11 +64,11 @@ def write_ledger(rows: list[LedgerEntry], directory: Path) -> Path:
     return directory
 
 
-def _line(row: LedgerEntry) -> dict[str, Any]:
+def _line(row: LedgerRow) -> dict[str, Any]:
     return {k: v for k, v in row._asdict().items() if v is not None or k not in OPTIONAL_FIELDS}
 
 
-def zombie(syn: Synthetic) -> LedgerEntry:
+def zombie(syn: Synthetic) -> LedgerRow:
     """A write by the first holder of a partition, under its old token, after a later owner."""
     claims = [r for r in syn.ledger if r.partition == syn.ledger[0].partition]
     first = claims[0]
@@ -78,7 +78,7 @@ def zombie(syn: Synthetic) -> LedgerEntry:
     return first._replace(offset=first.offset + 100_000, start=moment, end=moment + 0.0001)
 
 
-def impostor(syn: Synthetic) -> LedgerEntry:
+def impostor(syn: Synthetic) -> LedgerRow:
     """A write by another instance of a holder's client, under its token, inside its claim
     (just after one of the holder's rows ended, so that it overlaps none)."""
     row = syn.ledger[len(syn.ledger) // 2]
@@ -204,10 +204,10 @@ class TestRecordedHeartbeatInterval:
         self, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str],
     ) -> None:  # fmt: skip
-        """Issue 21.2 on Spark: a group recorded at 2 s is judged at 2 s without the flag
+        """On Spark: a group recorded at 2 s is judged at 2 s without the flag
         (B's claim 5 s after A's last heartbeat is a failover); --heartbeat-interval 10 is
         refused with one line and exit 2."""
-        from tests.unit.test_audit_heartbeat import fleet_log  # noqa: PLC0415
+        from tests.unit.audit.test_audit_heartbeat import fleet_log  # noqa: PLC0415
 
         dump = write_dump(fleet_log("g", 2000), tmp_path / "dump.jsonl")
         monkeypatch.delenv("MARSHAL_HEARTBEAT_INTERVAL", raising=False)
@@ -235,7 +235,7 @@ class TestAmoLosses:
     def test_losses_and_what_the_ledger_handled_match_the_single_process_audit(
         self, spark: Any, tmp_path: Path
     ) -> None:
-        """Issue 19.3 on Spark: an AMO fleet whose holders crash after reserving; the ledger
+        """On Spark: an AMO fleet whose holders crash after reserving; the ledger
         shows the first record of one lost batch handled after all. Spark's amo_losses equal
         run_local's."""
         fleet = Fleet(partitions=6, clients=3, coord_partitions=3, amo=True, batch=5, seed=11,
@@ -267,10 +267,10 @@ class TestSlices:
     def test_a_sliced_groups_violations_equal_the_single_process_audit(
         self, spark: Any, tmp_path: Path
     ) -> None:
-        """Issue 20.5 on Spark: two key slices of one partition, a row of the wrong slice, a
+        """On Spark: two key slices of one partition, a row of the wrong slice, a
         key out of order and an offset no slice handled. Spark reads key_hash and slice from
         the ledger files and finds what run_local finds, each row judged by its slice's claim."""
-        from tests.unit.test_audit_slices import K0, K1, key_ledger, two_slices  # noqa: PLC0415
+        from tests.unit.audit.test_audit_slices import K0, K1, key_ledger, two_slices  # noqa: PLC0415
 
         records = two_slices(K0, K1)
         ledger = key_ledger()  # row i: offset i

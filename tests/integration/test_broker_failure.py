@@ -1,4 +1,4 @@
-"""One broker failure that Kafka rides out costs the fleet no lease (issue 9, item 8).
+"""One broker failure that Kafka rides out costs the fleet no lease.
 
 A three-node cluster of combined nodes (broker and controller; RF 3, min.insync.replicas 2),
 three members, and HB chosen by docs/operating.md's rule from the cluster's own failure detection
@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
@@ -25,11 +23,11 @@ from marshal_workers.common.ledgerfile import find_gaps, find_overlaps
 from marshal_workers.fleet.brokercheck import min_heartbeat_s, read_failure_detection
 from marshal_workers.localkafka import LocalKafka
 from marshal_workers.log.topicadmin import admin_client
-from tests.integration.fleet import Fleet
+from tests.integration.fleet import Fleet, MakeFleet
 
 pytestmark = pytest.mark.cluster
 # the supervisor's log events that mean a lease or a claim was lost (snake_case: the names the
-# member core logs; tests/unit/test_event_names.py keeps every name in that form)
+# member core logs; tests/unit/project/test_event_names.py keeps every name in that form)
 TROUBLE = {
     "claim_lost",
     "claim_releasing",
@@ -49,13 +47,9 @@ def rule_heartbeat(bootstrap: str) -> float:
 
 
 @pytest.fixture
-def fleet(kafka_cluster3: LocalKafka, tmp_path: Path) -> Iterator[Fleet]:
+def fleet(kafka_cluster3: LocalKafka, make_fleet: MakeFleet) -> Fleet:
     hb = rule_heartbeat(kafka_cluster3.bootstrap)
-    f = Fleet(kafka_cluster3.bootstrap, tmp_path, hb=hb, partitions=6)
-    try:
-        yield f
-    finally:
-        f.close()
+    return make_fleet(bootstrap=kafka_cluster3.bootstrap, hb=hb, partitions=6)
 
 
 def troubles(fleet: Fleet) -> list[tuple[object, ...]]:
@@ -128,7 +122,7 @@ def test_killing_one_broker_costs_no_lease(fleet: Fleet, kafka_cluster3: LocalKa
     # seconds later. The children are counted once every claim has its child and every
     # partition has been handled: a first start after the count is not a restart.
     fleet.wait_for(
-        lambda: {r["partition"] for r in fleet.ledger()} == set(range(fleet.partitions)),
+        lambda: {r.partition for r in fleet.ledger()} == set(range(fleet.partitions)),
         30,
         "every partition handled",
     )

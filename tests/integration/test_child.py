@@ -15,15 +15,11 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from marshal_workers.child.loop import GC_THRESHOLDS
 from marshal_workers.child.main import (
@@ -34,7 +30,6 @@ from marshal_workers.child.main import (
 from marshal_workers.common import leaseclock
 from marshal_workers.common.ledgerfile import find_duplicates, read_ledger
 from marshal_workers.ipc.messages import (
-    ChildSpec,
     Grant,
     GrantRequest,
     HandlerFailed,
@@ -46,79 +41,19 @@ from marshal_workers.ipc.messages import (
 from marshal_workers.plugins import ledger
 from marshal_workers.protocol.modes import Mode
 from tests.integration import child_handlers
-from tests.integration.conftest import WAIT_S, Supervised
+from tests.integration.childrun import (
+    PARTITION,
+    Supervised,
+    gone,
+    make_spec,
+    offsets,
+    produce,
+    wait_for,
+)
 
 pytestmark = pytest.mark.kafka
 
 REPO = Path(__file__).resolve().parents[2]
-PARTITION = 1  # the partition the child under test owns
-
-
-# ---------------------------------------------------------------- fixtures and helpers
-
-
-@pytest.fixture
-def topic(kafka_bootstrap: str) -> Iterator[str]:
-    """A fresh three-partition data topic, deleted afterwards."""
-    name = f"child-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    admin.create_topics([NewTopic(name, 3, 1)])[name].result(15)
-    yield name
-    admin.delete_topics([name])[name].result(15)
-
-
-def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
-    """Produce ``counts[p]`` records to each partition ``p`` (values ``p:offset``)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for partition, count in counts.items():
-        for i in range(count):
-            producer.produce(topic, value=f"{partition}:{i}".encode(), partition=partition)
-    assert producer.flush(15) == 0
-
-
-def make_spec(bootstrap: str, topic: str, **changes: object) -> ChildSpec:
-    """A ledger child for ``PARTITION`` of ``topic``, ALO from offset 0; ``changes`` override.
-    AMO reserves one batch at a time here (``amo_window`` = 2 batches) unless a test says."""
-    spec = ChildSpec(
-        handler="marshal_workers.plugins.ledger:handle",
-        mode=Mode.ALO,
-        bootstrap_servers=bootstrap,
-        group_id="child-test",
-        client_id="c1",
-        instance_id="c1-1",
-        topic=topic,
-        partition=PARTITION,
-        start_offset=0,
-        fencing_token=42,
-        batch_size=10,
-        batch_timeout_s=0.1,
-    )
-    spec = replace(spec, **changes)  # type: ignore[arg-type]
-    if "amo_window" not in changes:
-        spec = replace(spec, amo_window=2 * spec.batch_size)
-    return spec
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    """Poll ``condition`` every 20 ms until true; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-
-
-def offsets(directory: Path) -> list[int]:
-    """The offsets in the ledger, in order."""
-    return [r["offset"] for r in read_ledger(directory)] if directory.exists() else []
-
-
-def gone(pid: int) -> bool:
-    """Whether ``pid`` has ended (a zombie waiting for its reaper counts as ended)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 # ---------------------------------------------------------------- at-least-once
@@ -136,7 +71,7 @@ class TestAtLeastOnce:
             pass
         assert offsets(ledger_dir) == list(range(3, 25))
         rows = read_ledger(ledger_dir)
-        assert {(r["partition"], r["token"], r["client_id"]) for r in rows} == {(1, 42, "c1")}
+        assert {(r.partition, r.token, r.client_id) for r in rows} == {(1, 42, "c1")}
         assert not find_duplicates(rows)
 
     @pytest.mark.parametrize(("reset", "position"), [("earliest", 0), ("latest", 4)])
@@ -341,7 +276,7 @@ class TestSelfFencing:
         ended = leaseclock.now()
         assert code == EXIT_LEASE_EXPIRED
         assert ended < deadline + 1.0
-        starts = [r["start"] for r in read_ledger(ledger_dir)]
+        starts = [r.start for r in read_ledger(ledger_dir)]
         assert 1 <= len(starts) < 60
         # a call's start is stamped inside the handler, just after the child's lease check
         assert max(starts) < deadline_wall + 0.05
@@ -635,7 +570,7 @@ class TestClassPlugin:
         plugin: str,
         given: set[tuple[str, ...]],
     ) -> None:
-        """Issue 19.2 for batch plugins: one reservation covers several fetched batches (a
+        """For batch plugins: one reservation covers several fetched batches (a
         window of 40, batches of 5), and handle_batch still gets batches of at most 5, every
         offset once, in order, as records or as the consumer's messages."""
         events = tmp_path / "events.jsonl"

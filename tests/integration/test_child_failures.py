@@ -8,21 +8,18 @@ back to check the record and its headers; the ledger shows what the handler comp
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Message, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka import Message
 
-from marshal_workers.child.deadletters import PREFIX
 from marshal_workers.child.main import EXIT_HANDLER_FAILED
 from marshal_workers.ipc.messages import (
     CAUSE_DLQ_FAILED,
     CAUSE_POISON_RATE,
     CAUSE_POLICY,
-    ChildSpec,
     Grant,
     GrantRequest,
     HandlerFailed,
@@ -33,8 +30,16 @@ from marshal_workers.ipc.messages import (
 )
 from marshal_workers.protocol.modes import Mode
 from tests.integration import failure_handlers
-from tests.integration.conftest import WAIT_S, Supervised
-from tests.integration.test_child import PARTITION, make_spec, offsets, produce
+from tests.integration.childrun import (
+    PARTITION,
+    WAIT_S,
+    Supervised,
+    headers_of,
+    make_spec,
+    offsets,
+    produce,
+    read_topic,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -44,20 +49,6 @@ FAST = {"retries": 2, "retry_backoff_s": 0.05}  # retries that do not slow the t
 
 
 # ---------------------------------------------------------------- fixtures and helpers
-
-
-@pytest.fixture
-def topic(kafka_bootstrap: str) -> Iterator[str]:
-    """A fresh three-partition data topic and its one-partition dead-letter topic."""
-    name = f"fail-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    for future in admin.create_topics(
-        [NewTopic(name, 3, 1), NewTopic(f"{name}.dlq", 1, 1)]
-    ).values():
-        future.result(15)
-    yield name
-    for future in admin.delete_topics([name, f"{name}.dlq"]).values():
-        future.result(15)
 
 
 @pytest.fixture
@@ -72,9 +63,7 @@ def poison(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     return set_poison
 
 
-def spec_for(bootstrap: str, topic: str, **changes: object) -> ChildSpec:
-    """A child of `failure_handlers.handle` with fast retries; ``changes`` override."""
-    return make_spec(bootstrap, topic, **{"handler": HANDLER, **FAST, **changes})
+spec_for = partial(make_spec, handler=HANDLER, **FAST)  # fast retries; keywords override
 
 
 def run_alo_to_end(child: Supervised) -> Stopped:
@@ -110,36 +99,6 @@ def granted_end(child: Supervised) -> int:
     """The end of the last batch asked for (AMO: granted by `grant_all`)."""
     requests = child.of(GrantRequest)
     return requests[-1].end if requests else 0
-
-
-def read_topic(bootstrap: str, name: str, expect: int, timeout: float = 15.0) -> list[Message]:
-    """The records of partition 0 of ``name``, waiting for at least ``expect`` of them (then a
-    little longer, to see any extra)."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "dlq-reader", "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(name, 0, 0)])
-    found: list[Message] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            for msg in consumer.consume(100, 0.2):
-                if msg.error() is None:
-                    found.append(msg)
-            if len(found) >= expect:
-                deadline = min(deadline, time.monotonic() + 0.5)
-    finally:
-        consumer.close()
-    return found
-
-
-def headers_of(msg: Message) -> dict[str, str | None]:
-    """The marshal.dlq.* headers of a dead letter, as text, without the prefix."""
-    return {
-        k.removeprefix(PREFIX): None if v is None else v.decode()
-        for k, v in msg.headers() or []
-        if k.startswith(PREFIX)
-    }
 
 
 def check_dead_letter(

@@ -1,4 +1,4 @@
-"""A child's liveness on a real broker, with real processes and real signals (issue 10): the
+"""A child's liveness on a real broker, with real processes and real signals: the
 handler deadline and keepalive, every way a handler can leave the child, and the process group
 dying with the child on every path. The test plays the supervisor (see `conftest`); what the
 supervisor concludes from an exit is `exitpolicy.read_end`, called here as it calls it."""
@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import psutil
@@ -25,23 +26,22 @@ from marshal_workers.ipc.exits import (
     EXIT_HANDLER_TIMEOUT,
     EXIT_LEASE_EXPIRED,
 )
-from marshal_workers.ipc.messages import ChildSpec, Progress, Started, Stop, Stopped
+from marshal_workers.ipc.messages import Progress, Started, Stop, Stopped
 from tests.integration import liveness_handlers as lh
-from tests.integration.conftest import Supervised
-from tests.integration.test_child import (
+from tests.integration.childrun import (
     PARTITION,
-    REPO,
+    Supervised,
     gone,
+    headers_of,
     make_spec,
     offsets,
     produce,
+    read_topic,
     wait_for,
 )
-from tests.integration.test_child_failures import headers_of, read_topic, topic
+from tests.integration.fleet import REPO
 
 pytestmark = pytest.mark.kafka
-
-__all__ = ["topic"]  # the fixture (a data topic with its dead-letter topic)
 
 AT = 3  # the offset the handler misbehaves on
 COUNT = 8
@@ -63,10 +63,7 @@ def misbehave(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., 
     return set_how
 
 
-def spec(bootstrap: str, topic: str, **changes: object) -> ChildSpec:
-    return make_spec(
-        bootstrap, topic, **{"handler": HANDLER, "retries": 0, "retry_backoff_s": 0.05, **changes}
-    )
+spec = partial(make_spec, handler=HANDLER, retries=0, retry_backoff_s=0.05)
 
 
 def helper_pid(pid_file: Path) -> int:

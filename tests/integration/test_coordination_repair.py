@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from confluent_kafka.admin import (
 from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED
 from marshal_workers.log.partitioncount import read_topic_record
 from marshal_workers.protocol.metadata import TOPIC_RECORD_KEY
-from tests.integration.fleet import Fleet
+from tests.integration.fleet import Fleet, MakeFleet
 from tests.integration.test_fleet_ops import grow
 
 pytestmark = pytest.mark.kafka
@@ -32,12 +31,8 @@ HB = 1.0
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, hb=HB, partitions=4, coordination_partitions=3)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(hb=HB, partitions=4, coordination_partitions=3)
 
 
 def delete_all_records(bootstrap: str, topic: str, partitions: list[int]) -> dict[int, int]:
@@ -142,21 +137,18 @@ def test_a_forged_pinned_count_is_repinned_at_the_brokers_count(fleet: Fleet) ->
 
 
 def test_repinning_a_topic_that_really_grew_is_refused(
-    kafka_bootstrap: str, tmp_path: Path
+    make_fleet: MakeFleet
 ) -> None:
     """The topic gained a partition (2 -> 3): the running member exits 4, and re-pinning is
     refused (exit 1), since the group's claims are coordinated for the recorded 2."""
-    grown = Fleet(kafka_bootstrap, tmp_path, hb=HB, partitions=8, coordination_partitions=2)
-    try:
-        a = grown.start("a")
-        grown.wait_split([8])
-        grow(grown.bootstrap, grown.coordination, 3)
-        assert a.wait(60) == EXIT_COORDINATION_CHANGED, a.log_tail()
-        refused = grown.admin("repin-partition-count")
-        assert refused.returncode == 1, refused.stdout
-        (line,) = refused.stderr.strip().splitlines()
-        assert f"refusing to re-pin {grown.coordination} at 3" in line
-        assert f"the claims of {grown.group} are coordinated for the recorded 2" in line
-        assert read_topic_record(grown.bootstrap, grown.coordination, 20.0).partitions == 2  # type: ignore[union-attr]
-    finally:
-        grown.close()
+    grown = make_fleet(hb=HB, partitions=8, coordination_partitions=2)
+    a = grown.start("a")
+    grown.wait_split([8])
+    grow(grown.bootstrap, grown.coordination, 3)
+    assert a.wait(60) == EXIT_COORDINATION_CHANGED, a.log_tail()
+    refused = grown.admin("repin-partition-count")
+    assert refused.returncode == 1, refused.stdout
+    (line,) = refused.stderr.strip().splitlines()
+    assert f"refusing to re-pin {grown.coordination} at 3" in line
+    assert f"the claims of {grown.group} are coordinated for the recorded 2" in line
+    assert read_topic_record(grown.bootstrap, grown.coordination, 20.0).partitions == 2  # type: ignore[union-attr]

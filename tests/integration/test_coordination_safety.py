@@ -1,4 +1,4 @@
-"""Coordination safety with real `marshal-run` processes on a real broker (issue 9): groups that
+"""Coordination safety with real `marshal-run` processes on a real broker: groups that
 share a client id are isolated (item 1), members join after the broker's cleaner compacted
 the coordination topic (item 2), and the coordination producer is replaced after a fatal
 error (item 7).
@@ -14,7 +14,7 @@ import json
 import signal
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import pytest
@@ -34,27 +34,16 @@ from marshal_workers.common.ledgerfile import find_overlaps, read_ledger
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol.wire import Appended, CoordRecord, Message, decode, encode, record_key
 from marshal_workers.protocol.wire import Heartbeat as HeartbeatMessage
-from tests.integration.fleet import Fleet, Member
+from tests.integration.fleet import Fleet, MakeFleet, Member
 
 pytestmark = pytest.mark.kafka
 HB = 1.0
 
 
 @pytest.fixture
-def fleets(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
-    """Make fleets (each in its own directory: ledger, logs, client-id locks); close them."""
-    made: list[Fleet] = []
-
-    def make(**kwargs: Any) -> Fleet:
-        root = tmp_path / f"fleet{len(made)}"
-        root.mkdir()
-        fleet = Fleet(kafka_bootstrap, root, hb=HB, **kwargs)
-        made.append(fleet)
-        return fleet
-
-    yield make
-    for fleet in made:
-        fleet.close()
+def fleets(make_fleet: MakeFleet) -> MakeFleet:
+    """Make fleets at HB (each in its own directory: ledger, logs, client-id locks)."""
+    return partial(make_fleet, hb=HB)
 
 
 def share_coordination(first: Fleet, second: Fleet) -> None:
@@ -142,7 +131,7 @@ def settle(check: Callable[[], bool], timeout: float) -> bool:
 
 class TestGroupsShareAClientId:
     def test_a_member_of_another_group_never_touches_a_dead_members_claims(
-        self, fleets: Callable[..., Fleet]
+        self, fleets: MakeFleet
     ) -> None:
         """Group A: `shared-1` and `a-2` hold 2+2; `shared-1` is killed (SIGKILL); a member of
         group B with client id `shared-1` (its own lock directory) starts at once, within the
@@ -173,16 +162,16 @@ class TestGroupsShareAClientId:
         assert written_for_a == [], f"B wrote records for group A: {written_for_a[:5]}"
         assert instances(records, a.group, "shared-1") == before, "a new shared-1 wrote in A"
         b_rows = read_ledger(b.ledger_dir)
-        assert [r for r in b_rows if r["topic"] == a.topic] == [], "B handled A's topic"
-        assert [r for r in b_rows if r["topic"] == b.topic], "B handled nothing of its own topic"
+        assert [r for r in b_rows if r.topic == a.topic] == [], "B handled A's topic"
+        assert [r for r in b_rows if r.topic == b.topic], "B handled nothing of its own topic"
         strangers = [
-            r for r in a.ledger() if r["client_id"] == "shared-1" and r["instance_id"] not in before
+            r for r in a.ledger() if r.client_id == "shared-1" and r.instance_id not in before
         ]
         assert strangers == [], "A's topic was handled by an instance not of group A"
         late = [
-            r["start"] - killed_at
+            r.start - killed_at
             for r in a.ledger()
-            if r["client_id"] == "shared-1" and r["start"] > killed_at
+            if r.client_id == "shared-1" and r.start > killed_at
         ]
         print(
             f"\nrecords of A started by the killed instance's children after the SIGKILL was "
@@ -192,7 +181,7 @@ class TestGroupsShareAClientId:
         assert not find_overlaps(a.ledger())
 
     def test_two_groups_on_one_host_with_one_client_id_both_run(
-        self, fleets: Callable[..., Fleet]
+        self, fleets: MakeFleet
     ) -> None:
         """Two services on one host (one lock directory), groups A and B, both with client id
         `svc`: both run and each holds all of its own group's partitions."""
@@ -270,7 +259,7 @@ def offset_gaps(records: list[CoordRecord]) -> int:
 
 class TestJoiningAfterTheCleaner:
     def test_restarted_and_new_members_take_their_share_after_compaction(
-        self, fleets: Callable[..., Fleet], eager_cleaner: AdminClient
+        self, fleets: MakeFleet, eager_cleaner: AdminClient
     ) -> None:
         """The coordination topic is compacted by the broker (segment.ms 400,
         min.compaction.lag.ms 4 s, the least a member accepts at HB 1 s, dirty ratio 0.01).
@@ -388,7 +377,7 @@ def acks_until(log: KafkaLog, ops: set[int], timeout: float) -> dict[int, Append
 
 class TestFatalProducerError:
     def test_the_producer_is_replaced_and_appends_in_flight_fail(
-        self, fleets: Callable[..., Fleet]
+        self, fleets: MakeFleet
     ) -> None:
         """Two appends are in flight on a producer that will never deliver them when librdkafka
         reports a fatal error (its error callback): both are reported failed, a new producer

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -24,20 +22,15 @@ from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig
-from tests.integration.fleet import Fleet, alive
+from tests.integration.fleet import Fleet, MakeFleet, alive
 
 pytestmark = pytest.mark.kafka
 HB = 1.0
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
-    mode = getattr(request, "param", "alo")
-    f = Fleet(kafka_bootstrap, tmp_path, mode=mode, hb=HB)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet, request: pytest.FixtureRequest) -> Fleet:
+    return make_fleet(mode=getattr(request, "param", "alo"), hb=HB)
 
 
 def assert_ledger_sound(fleet: Fleet, *, alo: bool) -> None:
@@ -60,7 +53,7 @@ def stop_all(fleet: Fleet, timeout: float = 20.0) -> None:
 
 
 def pids_of(fleet: Fleet, client_pids: set[int]) -> set[int]:
-    return {r["pid"] for r in fleet.ledger()} & client_pids
+    return {r.pid for r in fleet.ledger()} & client_pids
 
 
 class TestSharing:
@@ -89,7 +82,7 @@ class TestFailover:
         a, b = fleet.start("a"), fleet.start("b")
         fleet.wait_for(lambda: sorted(fleet.counts().values()) == [4, 4], 30, "a 4/4 split")
         fleet.wait_for(
-            lambda: len({r["client_id"] for r in fleet.ledger()}) == 2, 20, "both members handling"
+            lambda: len({r.client_id for r in fleet.ledger()}) == 2, 20, "both members handling"
         )
         lost = {p for p, c in fleet.holders().items() if c == "a"}
         children = a.children()
@@ -104,9 +97,9 @@ class TestFailover:
 
         def resumed(p: int) -> float | None:
             starts = [
-                r["start"]
+                r.start
                 for r in fleet.ledger()
-                if r["partition"] == p and r["client_id"] == "b" and r["start"] > killed_at
+                if r.partition == p and r.client_id == "b" and r.start > killed_at
             ]
             return min(starts) - killed_at if starts else None
 
@@ -136,7 +129,7 @@ class TestFencing:
         fleet.produce_steadily()
         a, _ = fleet.start("a"), fleet.start("b")
         fleet.wait_for(lambda: sorted(fleet.counts().values()) == [4, 4], 30, "a 4/4 split")
-        fleet.wait_for(lambda: "a" in {r["client_id"] for r in fleet.ledger()}, 20, "a handling")
+        fleet.wait_for(lambda: "a" in {r.client_id for r in fleet.ledger()}, 20, "a handling")
         old_children = set(a.children())
         stopped_at = time.time()
         a.signal(signal.SIGSTOP)
@@ -155,7 +148,7 @@ class TestFencing:
         fleet.wait_for(fleet.handled_everything, 30, "every record handled")
         stop_all(fleet)
         rows = fleet.ledger()
-        late = [r for r in rows if r["pid"] in old_children and r["end"] > stopped_at + 2 * HB]
+        late = [r for r in rows if r.pid in old_children and r.end > stopped_at + 2 * HB]
         assert late == [], "a child of the frozen supervisor worked past its lease"
         # a claim is its partition and its token: tokens of claims on two coordination
         # partitions can be equal (the check compared bare tokens once, and failed so in CI)
@@ -185,58 +178,55 @@ class TestFencing:
         a.signal(signal.SIGTERM)
         assert a.wait(15) == 0
         print(f"graceful stop with hung children took {time.monotonic() - started:.2f}s")
-        assert all(r["offset"] < 3 for r in fleet.ledger())
+        assert all(r.offset < 3 for r in fleet.ledger())
 
 
 class TestRestart:
     def test_restart_with_same_client_id_resumes_claims_without_a_race(
-        self, kafka_bootstrap: str, tmp_path: Path
+        self, make_fleet: MakeFleet
     ) -> None:
         """kill -9 and restart with the same client id within HB: claims are taken over by
         heartbeat (each with a new token, its own offset), not won again by ClaimingPartition."""
-        fleet = Fleet(kafka_bootstrap, tmp_path, hb=4.0)
-        try:
-            fleet.produce_steadily(200)
-            a = fleet.start("a")
-            fleet.wait_for(lambda: fleet.counts() == {"a": 8}, 40, "a holding all 8")
-            tokens = {
-                k: s.token
-                for w in fleet.reader.worlds.values()
-                for k, s in w.claims.items()
-                if k.topic == fleet.topic
-            }
-            a.signal(signal.SIGKILL)
-            a.wait(10)
-            restarted = fleet.start("a")
-            fleet.wait_for(
-                lambda: restarted.children() and len(restarted.children()) == 8,
-                30,
-                "the restarted a running 8 children",
-            )
-            fleet.stop_producing()
-            fleet.wait_for(fleet.handled_everything, 30, "every record handled")
-            stop_all(fleet)
-            events = _fold_all(fleet)
-            first = _first_instance(events, fleet)
-            after = [
-                e
-                for e in events
-                if isinstance(e, ev.ClaimVerdict)
-                and e.key.topic == fleet.topic
-                and e.instance_id != first
-            ]
-            assert not any(isinstance(e, ev.ClaimGranted) for e in after), "claims were re-won"
-            takeovers = [
-                e
-                for e in after
-                if isinstance(e, ev.HeartbeatAccepted) and e.replaced_instance is not None
-            ]
-            assert {e.key for e in takeovers} == set(tokens)
-            assert {e.replaced_instance for e in takeovers} == {first}
-            assert all(e.token == e.coord_offset > tokens[e.key] for e in takeovers)
-            assert_ledger_sound(fleet, alo=True)
-        finally:
-            fleet.close()
+        fleet = make_fleet(hb=4.0)
+        fleet.produce_steadily(200)
+        a = fleet.start("a")
+        fleet.wait_for(lambda: fleet.counts() == {"a": 8}, 40, "a holding all 8")
+        tokens = {
+            k: s.token
+            for w in fleet.reader.worlds.values()
+            for k, s in w.claims.items()
+            if k.topic == fleet.topic
+        }
+        a.signal(signal.SIGKILL)
+        a.wait(10)
+        restarted = fleet.start("a")
+        fleet.wait_for(
+            lambda: restarted.children() and len(restarted.children()) == 8,
+            30,
+            "the restarted a running 8 children",
+        )
+        fleet.stop_producing()
+        fleet.wait_for(fleet.handled_everything, 30, "every record handled")
+        stop_all(fleet)
+        events = _fold_all(fleet)
+        first = _first_instance(events, fleet)
+        after = [
+            e
+            for e in events
+            if isinstance(e, ev.ClaimVerdict)
+            and e.key.topic == fleet.topic
+            and e.instance_id != first
+        ]
+        assert not any(isinstance(e, ev.ClaimGranted) for e in after), "claims were re-won"
+        takeovers = [
+            e
+            for e in after
+            if isinstance(e, ev.HeartbeatAccepted) and e.replaced_instance is not None
+        ]
+        assert {e.key for e in takeovers} == set(tokens)
+        assert {e.replaced_instance for e in takeovers} == {first}
+        assert all(e.token == e.coord_offset > tokens[e.key] for e in takeovers)
+        assert_ledger_sound(fleet, alo=True)
 
 
 def _fold_all(fleet: Fleet) -> list[ev.Event]:

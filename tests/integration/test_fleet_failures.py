@@ -12,8 +12,6 @@ import json
 import signal
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -21,8 +19,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from marshal_workers.child.deadletters import PREFIX
 from marshal_workers.common.ledgerfile import find_duplicates, find_overlaps
 from marshal_workers.protocol.modes import Mode
-from tests.integration.fleet import Fleet
-from tests.integration.test_child_failures import read_topic
+from tests.integration.childrun import read_topic
+from tests.integration.fleet import Fleet, MakeFleet
 
 pytestmark = pytest.mark.kafka
 PARTITIONS = 2
@@ -31,15 +29,12 @@ POISON = 7
 
 
 @pytest.fixture(params=["alo", "amo"])
-def fleet(kafka_bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
+def fleet(make_fleet: MakeFleet, request: pytest.FixtureRequest) -> Fleet:
     """A two-partition fleet (the mode from the parameter) with a dead-letter topic."""
-    f = Fleet(kafka_bootstrap, tmp_path, mode=request.param, hb=1.0, partitions=PARTITIONS)
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    f = make_fleet(mode=request.param, hb=1.0, partitions=PARTITIONS)
+    admin = AdminClient({"bootstrap.servers": f.bootstrap})
     admin.create_topics([NewTopic(f"{f.topic}.dlq", 1, 1)])[f"{f.topic}.dlq"].result(30)
-    try:
-        yield f
-    finally:
-        f.close()
+    return f
 
 
 def member_id() -> str:
@@ -48,7 +43,7 @@ def member_id() -> str:
 
 
 def handled(fleet: Fleet) -> set[tuple[int, int]]:
-    return {(r["partition"], r["offset"]) for r in fleet.ledger()}
+    return {(r.partition, r.offset) for r in fleet.ledger()}
 
 
 def stop_all(fleet: Fleet) -> None:
@@ -105,9 +100,9 @@ class TestDeadLetters:
             # the token of the holder's claim, as its handler saw it on the partition's other
             # records (a set: a claim lost and won again meanwhile has a new token)
             tokens = {
-                r["token"]
+                r.token
                 for r in rows
-                if r["partition"] == int(h["source.partition"]) and r["client_id"] == client
+                if r.partition == int(h["source.partition"]) and r.client_id == client
             }
             assert int(h["fencing_token"]) in tokens
 

@@ -1,4 +1,4 @@
-"""End to end, real `marshal-run` processes on a real broker (issue 10): a hung or exiting handler
+"""End to end, real `marshal-run` processes on a real broker: a hung or exiting handler
 under a healthy supervisor, the ALO redelivery bound after kill -9, and a fenced child's helper
 process dying before the claim moves."""
 
@@ -12,7 +12,7 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.integration import liveness_handlers as lh
-from tests.integration.fleet import Fleet
+from tests.integration.fleet import Fleet, MakeFleet
 
 pytestmark = pytest.mark.kafka
 
@@ -29,12 +29,8 @@ AT = 5
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=1.0, partitions=2)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(mode="alo", hb=1.0, partitions=2)
 
 
 def member_id() -> str:
@@ -86,11 +82,11 @@ class TestHandlerEndsUnderAHealthySupervisor:
         )
         expected = {(p, o) for p in range(2) for o in range(12) if o != AT}
         fleet.wait_for(
-            lambda: {(r["partition"], r["offset"]) for r in fleet.ledger()} >= expected,
+            lambda: {(r.partition, r.offset) for r in fleet.ledger()} >= expected,
             60,
             "every record but the misbehaving ones handled",
         )
-        assert not [r for r in fleet.ledger() if r["offset"] == AT]
+        assert not [r for r in fleet.ledger() if r.offset == AT]
         warnings = log_events(member.log_path, event)
         assert {(w["topic"], w["partition"], w["offset"]) for w in warnings} == {
             (fleet.topic, p, AT) for p in range(2)
@@ -112,7 +108,7 @@ class TestRedeliveryBound:
         first = fleet.start(member_id(), "--batch-size", "500")
 
         def rows_each() -> int:
-            rows = Counter(r["partition"] for r in fleet.ledger())
+            rows = Counter(r.partition for r in fleet.ledger())
             return min(rows[0], rows[1])
 
         fleet.wait_for(lambda: rows_each() >= 250, 60, "250 records of each partition handled")
@@ -123,7 +119,7 @@ class TestRedeliveryBound:
         fleet.wait_for(fleet.handled_everything, 120, "every record handled")
         again = Counter(
             p
-            for (p, _), n in Counter((r["partition"], r["offset"]) for r in fleet.ledger()).items()
+            for (p, _), n in Counter((r.partition, r.offset) for r in fleet.ledger()).items()
             if n > 1
         )
         print(f"re-handled per partition: {dict(again)} (one HB = 125 records)")
@@ -132,11 +128,11 @@ class TestRedeliveryBound:
 
 class TestFencedHelper:
     def test_a_frozen_supervisors_helper_is_dead_before_another_member_handles(
-        self, kafka_bootstrap: str, tmp_path: Path
+        self, make_fleet: MakeFleet, tmp_path: Path
     ) -> None:
         """SIGSTOP of the supervisor whose handler started a helper process: the helper is
         dead before the next member handles the partition."""
-        fleet = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=1.0, partitions=1)
+        fleet = make_fleet(mode="alo", hb=1.0, partitions=1)
         pid_file = tmp_path / "helper.pid"
         try:
             fleet.produce(5)
@@ -157,10 +153,10 @@ class TestFencedHelper:
             while time.monotonic() < deadline:
                 if died_at is None and not _alive(helper):
                     died_at = time.time()
-                later = [r for r in fleet.ledger() if r["client_id"] != frozen.client_id]
+                later = [r for r in fleet.ledger() if r.client_id != frozen.client_id]
                 if later:
                     assert died_at is not None, "another member handled while the helper lived"
-                    assert died_at <= min(r["start"] for r in later)
+                    assert died_at <= min(r.start for r in later)
                     break
                 time.sleep(0.02)
             else:
@@ -168,7 +164,6 @@ class TestFencedHelper:
         finally:
             for member in fleet.members:
                 with_suppressed(lambda m=member: os.kill(m.pid, signal.SIGCONT))
-            fleet.close()
 
 
 def _alive(pid: int) -> bool:
@@ -184,7 +179,7 @@ def with_suppressed(action: Callable[[], object]) -> None:
 
 
 def audit_poison_story(fleet: Fleet, tmp_path: Path, poison_at: int) -> None:
-    """Issue 21.1 on the same log: the unfiltered audit runs (it once crashed on RecordFailed)
+    """On the same log: the unfiltered audit runs (it once crashed on RecordFailed)
     and, like the --group audit, reports the record's failures, both parkings, the retry and
     the skip, in log order."""
     out = tmp_path / "audit"
@@ -216,131 +211,125 @@ class TestPoisonRecords:
     @pytest.mark.spark
     @pytest.mark.timeout(900)
     def test_a_poison_record_is_counted_across_members_parked_then_skipped_by_an_operator(
-        self, kafka_bootstrap: str, tmp_path: Path
+        self, make_fleet: MakeFleet, tmp_path: Path
     ) -> None:
         """A record that always fails: its failures add up in the log across releases and
         members (2 each before a release, parked at 4 in total), status shows it parked with
         its offset and error, nobody tries it any more; retry-record starts the count again,
         skip-record moves the partition past it and the rest is handled; then the audit of
         the log tells that whole story."""
-        fleet = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=1.0, partitions=1)
+        fleet = make_fleet(mode="alo", hb=1.0, partitions=1)
         poison_at = 3
-        try:
-            fleet.produce(10)
-            args = (
-                "--retries",
-                "0",
-                "--restart-backoff",
-                "0.1",
-                "--max-handler-failures",
-                "2",
-                "--poison-park-after",
-                "4",
-            )
-            env = {"MARSHAL_LEDGER_FAIL_AT_OFFSET": str(poison_at)}
-            for _ in range(2):
-                fleet.start(member_id(), *args, env=env)
+        fleet.produce(10)
+        args = (
+            "--retries",
+            "0",
+            "--restart-backoff",
+            "0.1",
+            "--max-handler-failures",
+            "2",
+            "--poison-park-after",
+            "4",
+        )
+        env = {"MARSHAL_LEDGER_FAIL_AT_OFFSET": str(poison_at)}
+        for _ in range(2):
+            fleet.start(member_id(), *args, env=env)
 
-            def poison_state() -> dict[str, object] | None:
-                return fleet.poison_of(0)
+        def poison_state() -> dict[str, object] | None:
+            return fleet.poison_of(0)
 
-            def parked() -> bool:
-                state = poison_state()
-                return state is not None and state["parked"] is True
-
-            fleet.wait_for(parked, 90, "the poison record to be parked")
+        def parked() -> bool:
             state = poison_state()
-            assert state is not None
-            assert state["offset"] == poison_at and state["failures"] == 4
-            assert "SimulatedError" in str(state["last_error"])
-            writers = {
-                entry["client_id"]
-                for member in fleet.members
-                for entry in log_events(member.log_path, "record_failure_counted")
-                + log_events(member.log_path, "record_parked")
-            }
-            assert len(writers) == 2, "both members counted failures of the one record"
-            failures_so_far = _failure_lines(fleet)
-            time.sleep(3 * fleet.hb)  # a window in which nothing may try the parked record
-            assert _failure_lines(fleet) == failures_so_far
-            # the failure that parked it was its holder's 2nd in a row: it keeps the claim
-            assert 0 in fleet.holders(), "the parked partition was released"
-            assert [r["offset"] for r in fleet.ledger()] == list(range(poison_at))
+            return state is not None and state["parked"] is True
 
-            mistyped = fleet.admin(
-                "retry-record", "--group", fleet.group, "--topic", fleet.topic,
-                "--partition", "0", "--offset", str(poison_at + 4),
-            )  # fmt: skip
-            # refused by the admin's own fold, and not written: a refused decision under the
-            # claim's poison key could be all the cleaner leaves of its failure count
-            assert mistyped.returncode == 1, mistyped.stderr
-            assert f"nothing to resolve at {poison_at + 4}" in mistyped.stderr
-            retried = fleet.admin(
-                "retry-record",
-                "--group",
-                fleet.group,
-                "--topic",
-                fleet.topic,
-                "--partition",
-                "0",
-                "--offset",
-                str(poison_at),
-            )
-            assert retried.returncode == 0, retried.stderr
-            assert "retried (after 4 failures)" in retried.stdout  # the count it cleared
-            fleet.wait_for(lambda: _failure_lines(fleet) > failures_so_far, 60, "a new try")
+        fleet.wait_for(parked, 90, "the poison record to be parked")
+        state = poison_state()
+        assert state is not None
+        assert state["offset"] == poison_at and state["failures"] == 4
+        assert "SimulatedError" in str(state["last_error"])
+        writers = {
+            entry["client_id"]
+            for member in fleet.members
+            for entry in log_events(member.log_path, "record_failure_counted")
+            + log_events(member.log_path, "record_parked")
+        }
+        assert len(writers) == 2, "both members counted failures of the one record"
+        failures_so_far = _failure_lines(fleet)
+        time.sleep(3 * fleet.hb)  # a window in which nothing may try the parked record
+        assert _failure_lines(fleet) == failures_so_far
+        # the failure that parked it was its holder's 2nd in a row: it keeps the claim
+        assert 0 in fleet.holders(), "the parked partition was released"
+        assert [r.offset for r in fleet.ledger()] == list(range(poison_at))
 
-            fleet.wait_for(parked, 90, "the record to be parked again")
-            skipped = fleet.admin(
-                "skip-record",
-                "--group",
-                fleet.group,
-                "--topic",
-                fleet.topic,
-                "--partition",
-                "0",
-                "--offset",
-                str(poison_at),
-            )
-            assert skipped.returncode == 0, skipped.stderr
-            assert "skipped" in skipped.stdout
-            fleet.wait_for(
-                lambda: {r["offset"] for r in fleet.ledger()} == set(range(10)) - {poison_at},
-                60,
-                "every other record handled",
-            )
-            fleet.wait_for(lambda: poison_state() is None, 30, "status without a poison record")
-            for member in fleet.members:
-                member.signal(signal.SIGTERM)
-            for member in fleet.members:
-                assert member.wait(30) == 0, member.log_tail()
-            audit_poison_story(fleet, tmp_path, poison_at)
-        finally:
-            fleet.close()
+        mistyped = fleet.admin(
+            "retry-record", "--group", fleet.group, "--topic", fleet.topic,
+            "--partition", "0", "--offset", str(poison_at + 4),
+        )  # fmt: skip
+        # refused by the admin's own fold, and not written: a refused decision under the
+        # claim's poison key could be all the cleaner leaves of its failure count
+        assert mistyped.returncode == 1, mistyped.stderr
+        assert f"nothing to resolve at {poison_at + 4}" in mistyped.stderr
+        retried = fleet.admin(
+            "retry-record",
+            "--group",
+            fleet.group,
+            "--topic",
+            fleet.topic,
+            "--partition",
+            "0",
+            "--offset",
+            str(poison_at),
+        )
+        assert retried.returncode == 0, retried.stderr
+        assert "retried (after 4 failures)" in retried.stdout  # the count it cleared
+        fleet.wait_for(lambda: _failure_lines(fleet) > failures_so_far, 60, "a new try")
+
+        fleet.wait_for(parked, 90, "the record to be parked again")
+        skipped = fleet.admin(
+            "skip-record",
+            "--group",
+            fleet.group,
+            "--topic",
+            fleet.topic,
+            "--partition",
+            "0",
+            "--offset",
+            str(poison_at),
+        )
+        assert skipped.returncode == 0, skipped.stderr
+        assert "skipped" in skipped.stdout
+        fleet.wait_for(
+            lambda: {r.offset for r in fleet.ledger()} == set(range(10)) - {poison_at},
+            60,
+            "every other record handled",
+        )
+        fleet.wait_for(lambda: poison_state() is None, 30, "status without a poison record")
+        for member in fleet.members:
+            member.signal(signal.SIGTERM)
+        for member in fleet.members:
+            assert member.wait(30) == 0, member.log_tail()
+        audit_poison_story(fleet, tmp_path, poison_at)
 
     def test_an_operator_that_is_not_an_admin_is_refused(
-        self, kafka_bootstrap: str, tmp_path: Path
+        self, make_fleet: MakeFleet
     ) -> None:
         """skip-record as a client outside admin_client_ids: exit 1, nothing changes."""
-        fleet = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=1.0, partitions=1)
-        try:
-            refused = fleet.admin(
-                "skip-record",
-                "--group",
-                fleet.group,
-                "--topic",
-                fleet.topic,
-                "--partition",
-                "0",
-                "--offset",
-                "3",
-                "--client-id",
-                "mallory",
-            )
-            assert refused.returncode == 1
-            assert "refused" in refused.stderr and "not an admin" in refused.stderr
-        finally:
-            fleet.close()
+        fleet = make_fleet(mode="alo", hb=1.0, partitions=1)
+        refused = fleet.admin(
+            "skip-record",
+            "--group",
+            fleet.group,
+            "--topic",
+            fleet.topic,
+            "--partition",
+            "0",
+            "--offset",
+            "3",
+            "--client-id",
+            "mallory",
+        )
+        assert refused.returncode == 1
+        assert "refused" in refused.stderr and "not an admin" in refused.stderr
 
 
 def _failure_lines(fleet: Fleet) -> int:

@@ -5,26 +5,21 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 
 from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED
-from tests.integration.fleet import Fleet
+from tests.integration.fleet import Fleet, MakeFleet
 
 pytestmark = pytest.mark.kafka
 HB = 1.0
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, hb=HB, partitions=4)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(hb=HB, partitions=4)
 
 
 def grow(bootstrap: str, topic: str, total: int) -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +18,7 @@ from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig
-from tests.integration.fleet import DEFAULT_ADMINS, Fleet
+from tests.integration.fleet import DEFAULT_ADMINS, Fleet, MakeFleet
 
 pytestmark = pytest.mark.kafka
 HB = 1.0
@@ -28,12 +26,8 @@ PARTITIONS = 4
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, hb=HB, partitions=PARTITIONS)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(hb=HB, partitions=PARTITIONS)
 
 
 def stop_all(fleet: Fleet) -> None:
@@ -67,8 +61,8 @@ def handled_after(fleet: Fleet, since: float) -> dict[int, set[int]]:
     """Offsets handled per partition by work that started after ``since``."""
     out: dict[int, set[int]] = {p: set() for p in range(fleet.partitions)}
     for row in fleet.ledger():
-        if row["start"] > since:
-            out[row["partition"]].add(row["offset"])
+        if row.start > since:
+            out[row.partition].add(row.offset)
     return out
 
 
@@ -184,32 +178,29 @@ def test_set_position_moves_a_running_fleet(fleet: Fleet) -> None:
 
 
 def test_set_position_rewinds_every_slice_of_a_key_ordered_fleet(
-    kafka_bootstrap: str, tmp_path: Path
+    make_fleet: MakeFleet
 ) -> None:
     """--ordering key cuts each partition into slices, each a claim with its own position:
     a rewind of partition 0 moves all of its slices, so partition 0 is handled again from 5 by
     the slices together (each record by the slice of its key), and partition 1 is untouched."""
-    fleet = Fleet(kafka_bootstrap, tmp_path, hb=HB, partitions=2)
-    try:
-        fleet.produce(40, key=lambda i: f"customer-{i % 7}".encode())
-        fleet.start("a", "--ordering", "key", "--workers-per-partition", "3")
-        fleet.wait_for(fleet.handled_everything, 30, "every record handled once")
-        moved_at = time.time()
-        common = ["--group", fleet.group, "--topic", fleet.topic]
-        dry = fleet.admin("set-position", *common, "--to-offset", "0=5", "--dry-run", "--json")
-        assert dry.returncode == 0, dry.stderr
-        slices = [
-            (p["partition"], p["slice"], p["target"]) for p in json.loads(dry.stdout)["partitions"]
-        ]
-        assert slices == [(0, f"key.{i}of3", 5) for i in range(3)]
-        rewind = fleet.admin("set-position", *common, "--to-offset", "0=5", "--timeout", "30")
-        assert rewind.returncode == 0, rewind.stderr
-        assert "0 key.2of3: 20 -> 5" in rewind.stdout, rewind.stdout
-        fleet.wait_for(
-            lambda: handled_after(fleet, moved_at)[0] == set(range(5, 20)), 30, "0:5..19 again"
-        )
-        assert handled_after(fleet, moved_at)[1] == set()
-        stop_all(fleet)
-        assert not find_overlaps(fleet.ledger())
-    finally:
-        fleet.close()
+    fleet = make_fleet(hb=HB, partitions=2)
+    fleet.produce(40, key=lambda i: f"customer-{i % 7}".encode())
+    fleet.start("a", "--ordering", "key", "--workers-per-partition", "3")
+    fleet.wait_for(fleet.handled_everything, 30, "every record handled once")
+    moved_at = time.time()
+    common = ["--group", fleet.group, "--topic", fleet.topic]
+    dry = fleet.admin("set-position", *common, "--to-offset", "0=5", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    slices = [
+        (p["partition"], p["slice"], p["target"]) for p in json.loads(dry.stdout)["partitions"]
+    ]
+    assert slices == [(0, f"key.{i}of3", 5) for i in range(3)]
+    rewind = fleet.admin("set-position", *common, "--to-offset", "0=5", "--timeout", "30")
+    assert rewind.returncode == 0, rewind.stderr
+    assert "0 key.2of3: 20 -> 5" in rewind.stdout, rewind.stdout
+    fleet.wait_for(
+        lambda: handled_after(fleet, moved_at)[0] == set(range(5, 20)), 30, "0:5..19 again"
+    )
+    assert handled_after(fleet, moved_at)[1] == set()
+    stop_all(fleet)
+    assert not find_overlaps(fleet.ledger())

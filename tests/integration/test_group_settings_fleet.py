@@ -1,4 +1,4 @@
-"""Settings a fleet must share, with real processes (issue 9, item 6).
+"""Settings a fleet must share, with real processes.
 
 A member whose heartbeat interval is not the group's is refused at start (exit 2, one line
 naming the setting and both values) and never claims; the group's interval is changed only by
@@ -10,26 +10,20 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from marshal_workers.common.errors import EXIT_USAGE
 from marshal_workers.common.ledgerfile import find_overlaps
-from tests.integration.fleet import MARSHAL_ADMIN, Fleet
+from tests.integration.fleet import MARSHAL_ADMIN, Fleet, MakeFleet
 
 pytestmark = pytest.mark.kafka
 HB = 2.0
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, hb=HB, partitions=4)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(hb=HB, partitions=4)
 
 
 def error_lines(text: str) -> list[str]:
@@ -63,7 +57,7 @@ def test_rolling_heartbeat_change(fleet: Fleet) -> None:
     (line,) = error_lines(b.log_path.read_text())
     assert f"heartbeat_interval is 1s here but 2s in group {fleet.group}'s settings" in line
     assert fleet.counts() == {"a": 4}
-    assert not [r for r in fleet.ledger() if r["client_id"] == "b"]
+    assert not [r for r in fleet.ledger() if r.client_id == "b"]
 
     changed = change_heartbeat(fleet, 1.0)
     assert changed.returncode == 0, changed.stderr
@@ -72,7 +66,7 @@ def test_rolling_heartbeat_change(fleet: Fleet) -> None:
     assert "group_settings_changed" in a.log_path.read_text()
     c = fleet.start("c", "--heartbeat-interval", "1")
     fleet.wait_for(lambda: fleet.counts() == {"c": 4}, 40, "c (HB 1 s) holding all 4")
-    fleet.wait_for(lambda: "c" in {r["client_id"] for r in fleet.ledger()}, 60, "c handling")
+    fleet.wait_for(lambda: "c" in {r.client_id for r in fleet.ledger()}, 60, "c handling")
     fleet.stop_producing()
     assert find_overlaps(fleet.ledger()) == []
     assert c.proc.poll() is None

@@ -1,5 +1,5 @@
 """A handler module in the working directory imports without PYTHONPATH, in the supervisor and
-in every child (issue 21 item 6), and a handler that cannot be imported says where it was
+in every child, and a handler that cannot be imported says where it was
 looked for."""
 
 from __future__ import annotations
@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from marshal_workers.common.errors import EXIT_HANDLER_LOAD
-from tests.integration.fleet import Fleet
+from tests.integration.fleet import Fleet, MakeFleet
 
 MARSHAL_RUN = Path(sys.executable).with_name("marshal-run")
 HANDLER_MODULE = '''\
@@ -27,12 +26,8 @@ def handle(record, ctx):
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, partitions=2)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(partitions=2)
 
 
 @pytest.mark.kafka

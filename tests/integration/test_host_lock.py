@@ -1,4 +1,4 @@
-"""Two services on one host with default client ids (issue 9 item 1, host lock; item 4, the
+"""Two services on one host with default client ids (host lock; item 4, the
 default id): different groups both run; a second worker of the same group and id refuses;
 the lock files are gone once they stop."""
 

@@ -9,26 +9,21 @@ import json
 import random
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
 from marshal_workers.sim.forgery import hostile_records
-from tests.integration.fleet import DEFAULT_ADMINS, MARSHAL_AUDIT, Fleet
+from tests.integration.fleet import DEFAULT_ADMINS, MARSHAL_AUDIT, Fleet, MakeFleet
 
 HB = 1.0
 FLOOD = 5_000
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, hb=HB, partitions=6, coordination_partitions=3)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(hb=HB, partitions=6, coordination_partitions=3)
 
 
 def write_hostile(fleet: Fleet, seed: int) -> None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -22,19 +20,15 @@ from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import ClaimKey
-from tests.integration.fleet import Fleet
+from tests.integration.fleet import Fleet, MakeFleet
 
 pytestmark = pytest.mark.cluster
 HB = 2.0
 
 
 @pytest.fixture
-def fleet(kafka_cluster3: LocalKafka, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_cluster3.bootstrap, tmp_path, hb=HB)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(kafka_cluster3: LocalKafka, make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(bootstrap=kafka_cluster3.bootstrap, hb=HB)
 
 
 def granted_claims(fleet: Fleet) -> set[tuple[ClaimKey, int, str]]:
@@ -70,7 +64,7 @@ def test_killing_the_coordination_leader_loses_no_write_and_makes_no_double_clai
     fleet.start("b")
     fleet.wait_for(lambda: sorted(fleet.counts().values()) == [4, 4], 40, "a 4/4 split")
     fleet.wait_for(
-        lambda: len({r["client_id"] for r in fleet.ledger()}) == 2, 30, "both members handling"
+        lambda: len({r.client_id for r in fleet.ledger()}) == 2, 30, "both members handling"
     )
     leader = kafka_cluster3.leader_of(fleet.coordination, 0)
     assert leader is not None

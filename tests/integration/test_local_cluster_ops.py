@@ -1,4 +1,4 @@
-"""The operator on a three-node local cluster (issue 13 items 6, 7, 8), in one module because
+"""The operator on a three-node local cluster, in one module because
 a three-node cluster is slow to start: `init` on a brand-new cluster, `status` with a node
 down (it degrades, never goes silent), and `kafka start` bringing back only the dead node,
 with its data."""

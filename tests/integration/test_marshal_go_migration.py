@@ -1,4 +1,4 @@
-"""Migrating a group from Marshal Go (issue 13): `marshal-admin` reads a Go fleet's topic
+"""Migrating a group from Marshal Go: `marshal-admin` reads a Go fleet's topic
 read-only (keyless records in Go's exact format, a delete-policy topic, sender clocks), shows
 its claims and positions with `status` and `dump`, and `import-go` seeds our coordination log,
 so that our fleet starts where the Go fleet stopped: no record skipped, none handled twice."""
@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.integration.fleet import Fleet
+from tests.integration.fleet import Fleet, MakeFleet
 from tests.integration.go_fleet import create_go_topic, fixture_lines, write_go_records
 
 pytestmark = pytest.mark.kafka
@@ -22,12 +20,8 @@ GO_POSITIONS = {0: 9, 1: 20, 2: 13, 3: 6}  # what the fixture's Go fleet stopped
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, mode="alo", hb=1.0, partitions=4)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(mode="alo", hb=1.0, partitions=4)
 
 
 def test_status_and_dump_read_a_go_fleets_topic(fleet: Fleet) -> None:
@@ -73,11 +67,11 @@ def test_import_go_then_our_fleet_starts_where_go_stopped(fleet: Fleet) -> None:
     fleet.start("ours-1")
     expected = {(p, o) for p, start in GO_POSITIONS.items() for o in range(start, PER_PARTITION)}
     fleet.wait_for(
-        lambda: {(r["partition"], r["offset"]) for r in fleet.ledger()} >= expected,
+        lambda: {(r.partition, r.offset) for r in fleet.ledger()} >= expected,
         90,
         "the member to handle everything after the Go positions",
     )
-    handled = Counter((r["partition"], r["offset"]) for r in fleet.ledger())
+    handled = Counter((r.partition, r.offset) for r in fleet.ledger())
     assert set(handled) == expected, "a record below a Go position was handled (or one missed)"
     assert max(handled.values()) == 1, "a record was handled twice"
 
@@ -93,7 +87,7 @@ def test_import_go_refuses_while_the_go_fleet_runs(fleet: Fleet) -> None:
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1].startswith("marshal-admin: error: the Marshal Go fleet")
     status = fleet.admin("status", "--group", fleet.group, "--json")
-    # nothing of the group is in our log: status says the group is unknown (issue 21.9), and
+    # nothing of the group is in our log: status says the group is unknown, and
     # --json answers JSON all the same: no claim
     assert status.returncode == 1
     assert json.loads(status.stdout)["known"] is False

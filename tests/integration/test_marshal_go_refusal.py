@@ -1,5 +1,6 @@
-"""A supervisor that sees Marshal Go records for its own group refuses to run (issue 13,
-Marshal Go), against real Kafka with records written in Go's exact format, keyless."""
+"""A supervisor that sees Marshal Go records for its own group refuses to run
+(Go fleets are migrated from, never shared with: docs/design.md#the-coordination-log), against
+real Kafka with records written in Go's exact format, keyless."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests and tools write only under temporary directories (issue 13 item 12).
+"""Tests and tools write only under temporary directories.
 
 Spark 4.0 leaves an empty ``artifacts/`` in the directory its driver JVM was started in
 (SPARK-52396): a `make test` used to leave one in the checkout.

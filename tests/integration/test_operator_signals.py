@@ -13,7 +13,6 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +24,15 @@ from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.rationalizer import RationalizerConfig
-from tests.integration.fleet import REPO, Fleet, Member
+from tests.integration.fleet import REPO, Fleet, MakeFleet, Member
 
 pytestmark = pytest.mark.kafka
 HB = 1.0
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, hb=HB, partitions=2)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(hb=HB, partitions=2)
 
 
 def log_events(member: Member) -> list[dict[str, Any]]:
@@ -256,9 +251,9 @@ class TestReload:
         member = fleet.start("a", "--handler", "reloadable_handler:handle", env=env)
         fleet.wait_for(lambda: fleet.counts() == {"a": 2}, 40, "a holding both partitions")
         fleet.wait_for(
-            lambda: {r["partition"] for r in fleet.ledger()} == {0, 1}, 20, "both handled"
+            lambda: {r.partition for r in fleet.ledger()} == {0, 1}, 20, "both handled"
         )
-        old_pids = {r["pid"] for r in fleet.ledger()}
+        old_pids = {r.pid for r in fleet.ledger()}
         module.write_text(RELOADABLE.format(version="2.0"))
         member.signal(signal.SIGHUP)
         fleet.wait_for(lambda: bool(logged(member, "reloaded")), 30, "the reload")
@@ -266,8 +261,8 @@ class TestReload:
         def new_pids_per_partition() -> dict[int, set[int]]:
             out: dict[int, set[int]] = {0: set(), 1: set()}
             for r in fleet.ledger():
-                if r["pid"] not in old_pids:
-                    out[r["partition"]].add(r["pid"])
+                if r.pid not in old_pids:
+                    out[r.partition].add(r.pid)
             return out
 
         fleet.wait_for(
@@ -280,11 +275,11 @@ class TestReload:
         assert member.wait(30) == 0
 
         rows = fleet.ledger()
-        assert {r["client_id"] for r in rows} == {"a"}
+        assert {r.client_id for r in rows} == {"a"}
         for partition in (0, 1):
-            mine = [r for r in rows if r["partition"] == partition]
-            assert len({r["token"] for r in mine}) == 1, "the claim changed"
-            assert len({r["pid"] for r in mine}) == 2, "one child before, one after the reload"
+            mine = [r for r in rows if r.partition == partition]
+            assert len({r.token for r in mine}) == 1, "the claim changed"
+            assert len({r.pid for r in mine}) == 2, "one child before, one after the reload"
         versions = {int(p.name.split("-")[1]): p.read_text() for p in marks.iterdir()}
         assert {versions[p] for p in old_pids} == {"1"}
         assert {versions[p] for ps in new_pids_per_partition().values() for p in ps} == {"2.0"}

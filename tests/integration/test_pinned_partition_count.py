@@ -1,4 +1,4 @@
-"""The coordination topic's partition count is pinned at init (issue 9, item 3).
+"""The coordination topic's partition count is pinned at init.
 
 A member started on a topic whose count differs from the recorded one is refused (exit 4,
 which the systemd unit does not restart on), one that has no record is refused with a line
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -18,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, EXIT_USAGE
 from marshal_workers.log.partitioncount import read_topic_record
 from marshal_workers.log.topicadmin import coordination_topic_config
-from tests.integration.fleet import Fleet
+from tests.integration.fleet import Fleet, MakeFleet
 from tests.integration.test_fleet_ops import grow
 
 pytestmark = pytest.mark.kafka
@@ -26,12 +24,8 @@ HB = 1.0
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, hb=HB, partitions=4)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(hb=HB, partitions=4)
 
 
 def error_lines(text: str) -> list[str]:

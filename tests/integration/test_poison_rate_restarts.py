@@ -1,4 +1,4 @@
-"""`max_poison_rate` holds per partition across child restarts (issue 21 item 3).
+"""`max_poison_rate` holds per partition across child restarts.
 
 With ``--on-failure skip --retries 0`` and a handler that always raises, a child skips up to the
 limit, stops (``poison_rate``), and is restarted: the restarted child counted from zero, so the
@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.integration.fleet import Fleet
+from tests.integration.fleet import Fleet, MakeFleet
 
 pytestmark = pytest.mark.kafka
 LIMIT = 60  # the default max_poison_rate (per minute)
@@ -21,12 +19,8 @@ WATCH_S = 8.0  # enough for ten restarts at the default back-off before the fix
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, partitions=1)
-    try:
-        yield f
-    finally:
-        f.close()
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    return make_fleet(partitions=1)
 
 
 def events(fleet: Fleet, name: str) -> list[dict[str, object]]:

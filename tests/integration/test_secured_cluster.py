@@ -173,7 +173,7 @@ def test_a_worker_handles_every_record_and_a_reader_sees_it(secured: Secured) ->
             rows = (
                 read_ledger(secured.root / "ledger") if (secured.root / "ledger").exists() else []
             )
-            return len({(r["partition"], r["offset"]) for r in rows}) >= 20
+            return len({(r.partition, r.offset) for r in rows}) >= 20
 
         _wait(handled, 60, "the worker to handle 20 records", log)
         status = secured.admin("reader", "status", "--group", secured.group, "--json")

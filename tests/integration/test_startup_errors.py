@@ -1,4 +1,4 @@
-"""A start-up error is one line and nothing else, with the documented exit code (issue 13.4)."""
+"""A start-up error is one line and nothing else, with the documented exit code."""
 
 from __future__ import annotations
 
@@ -26,8 +26,7 @@ def test_missing_data_topic_exits_2_with_only_the_error_line(
     stderr and stdout hold nothing but the one error line (no `supervisor starting` log line
     first). With
     a heartbeat interval below the cluster's failure detection (1 s), the warning about it
-    waits until the supervisor has started: it does not come before the error (issue 21
-    item 9)."""
+    waits until the supervisor has started: it does not come before the error."""
     coordination = f"__marshal_{uuid.uuid4().hex[:8]}"
     ensure_coordination_topic(kafka_bootstrap, coordination, 1)
     ready = KafkaLog(kafka_bootstrap, coordination)  # its leader is elected: no retry warnings

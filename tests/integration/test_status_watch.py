@@ -1,16 +1,13 @@
-"""`marshal-admin status --watch` (issue 13 item 15) against real Kafka: refreshed tables with
+"""`marshal-admin status --watch` against real Kafka: refreshed tables with
 each partition's lag trend, cleared in place on a terminal, appended elsewhere."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from confluent_kafka import Producer
 
-from marshal_workers.admin.operations import Connection
-from marshal_workers.admin.watch import CLEAR, watch_status
+from marshal_workers.admin.connection import Connection
+from marshal_workers.admin.status_watch import CLEAR, watch_status
 from marshal_workers.clients.rdkafka import RDKAFKA_LOG
 from marshal_workers.protocol.wire import (
     ClaimingPartition,
@@ -19,14 +16,14 @@ from marshal_workers.protocol.wire import (
     encode,
     record_key,
 )
-from tests.integration.fleet import Fleet
+from tests.integration.fleet import Fleet, MakeFleet
 
 pytestmark = pytest.mark.kafka
 
 
 @pytest.fixture
-def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(kafka_bootstrap, tmp_path, hb=1.0, partitions=2)
+def fleet(make_fleet: MakeFleet) -> Fleet:
+    f = make_fleet(hb=1.0, partitions=2)
     log = f.reader.log
     for p in range(2):
         home = coordination_partition(f.topic, p, log.num_partitions)
@@ -35,10 +32,7 @@ def fleet(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Fleet]:
             Heartbeat(1, "i-1", "w1", f.group, f.topic, p, 0),
         ):
             log.append(home, record_key(msg), encode(msg), 10)
-    try:
-        yield f
-    finally:
-        f.close()
+    return f
 
 
 def _row(block: str, topic: str, partition: int) -> list[str]:

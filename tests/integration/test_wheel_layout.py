@@ -1,6 +1,6 @@
 """The wheel installs the project's own package and nothing else at the top of site-packages:
 the bundled plugins inside it (`marshal_workers.plugins`), never a generic top-level `plugins`
-that any other project's `plugins` would collide with (issue 17.4)."""
+that any other project's `plugins` would collide with."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from marshal_workers.sim.scenario import SimParams, run_seed
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import run_seed
 
 
 def first_violation(params: SimParams, invariant: str, seeds: int, first: int = 0) -> int | None:

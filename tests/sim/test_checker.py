@@ -1,5 +1,5 @@
 """The simulator's checker on hand-made histories: `fold_agreement` judges a compacted
-reader's resume position by what children did (issue 18: seeds 70, 177, 178 of
+reader's resume position by what children did (the cleaner's erased positions: seeds 70, 177, 178 of
 freeze + eager-compaction), never by the whole log's position alone."""
 
 from __future__ import annotations

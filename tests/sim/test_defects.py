@@ -43,7 +43,8 @@ from marshal_workers.protocol.wire import (
 )
 from marshal_workers.sim import faults as faults_module
 from marshal_workers.sim.children import SimChild
-from marshal_workers.sim.scenario import SimParams, run_seed
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import run_seed
 from tests.sim.conftest import first_violation
 
 SEEDS = 20  # each defect below is found within this many seeds (the table in docs/simulator.md)
@@ -70,7 +71,7 @@ def found(
 def test_isolation_defect_member_resumes_another_groups_claims(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 9.1: a restarted member resumed every fresh claim of its client id, in any group
+    """A restarted member resumed every fresh claim of its client id, in any group
     (it folded every group then: a member now keeps no other group's claims to resume)."""
     monkeypatch.setattr(MemberState, "is_mine", lambda self, key: True)
     monkeypatch.setattr(rationalizer, "_names_another_group", lambda key, group: False)
@@ -81,7 +82,7 @@ def test_isolation_defect_member_resumes_another_groups_claims(
 def test_compaction_defect_refused_claims_retried_within_2hb(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 9.2: after compaction a refused claim was retried every HB/10, so the 2*HB of
+    """After compaction a refused claim was retried every HB/10, so the 2*HB of
     silence it waits for never came and a restarted or new member never joined."""
     retry = lambda self, uncertain: max(0.05, self.ctx.s.heartbeat_interval / 10)  # noqa: E731
     monkeypatch.setattr(Claiming, "refusal_backoff", retry)
@@ -91,7 +92,7 @@ def test_compaction_defect_refused_claims_retried_within_2hb(
 
 
 def test_clock_defect_one_log_time_for_every_partition(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 9.2 (variant): the newest log time over all partitions judged every claim, so with
+    """A variant: the newest log time over all partitions judged every claim, so with
     broker clocks apart a compacted claim on a lagging partition never looked silent."""
 
     def newest_anywhere(self: logclock.LogClock, partition: int, now: float) -> int | None:
@@ -106,7 +107,7 @@ def test_clock_defect_one_log_time_for_every_partition(monkeypatch: pytest.Monke
 def test_restart_defect_position_from_catch_up_and_no_start_check(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 9.4: a second live instance resumed at the position it read before its takeover,
+    """A second live instance resumed at the position it read before its takeover,
     started at once, and its grants were not checked against the log's position: AMO offsets
     granted twice."""
     snapshot: dict[tuple[int, ClaimKey], int | None] = {}
@@ -139,7 +140,7 @@ def test_restart_defect_position_from_catch_up_and_no_start_check(
 def test_takeover_defect_child_starts_before_old_lease_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 9.4: the new instance started handling at once, while the old one (alive on
+    """The new instance started handling at once, while the old one (alive on
     another host with the same client id) handled until its lease ended."""
     monkeypatch.setattr(Claiming, "takeover_wait", lambda self, old, at: 0.0)
     params = SimParams(members=2, groups=1, faults=("twins",), fault_count=2)
@@ -147,7 +148,7 @@ def test_takeover_defect_child_starts_before_old_lease_ends(
 
 
 def test_alo_defect_heartbeats_carry_only_batch_ends(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 10.2: heartbeats carried the position of the last finished batch, so a kill -9
+    """Heartbeats carried the position of the last finished batch, so a kill -9
     redelivered far more than one heartbeat interval of records."""
     monkeypatch.setattr(Keeping, "take_positions", lambda self, positions: None)
     params = SimParams(members=2, groups=1, faults=("kill",), fault_count=2)
@@ -174,7 +175,7 @@ def test_release_defect_resumed_claim_released_before_old_lease_ends(
 def test_deadline_defect_a_hung_handler_holds_its_partition(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 10.1: a handler call had no deadline: a hung handler held its partition forever
+    """A handler call had no deadline: a hung handler held its partition forever
     under a healthy supervisor."""
     spawn = Keeping.spawn
 
@@ -190,7 +191,7 @@ def test_deadline_defect_a_hung_handler_holds_its_partition(
 def test_poison_defect_failure_counts_live_only_in_the_member(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 10.3: a record's failure count lived in the member and started again at 1 after
+    """A record's failure count lived in the member and started again at 1 after
     each release and reclaim, so a poison record looped forever across members."""
     monkeypatch.setattr(RecordParking, "note_failure", lambda self, key, offset, error, now: None)
     params = SimParams(members=4, groups=1, faults=("poison",), fault_count=3, duration=60)
@@ -216,7 +217,7 @@ def test_poison_defect_a_compacted_reader_refuses_the_surviving_count(
     claims are keyed apart from heartbeats): a member that read a compacted log refused the
     surviving RecordFailed as not the holder's and counted the record's failures from 1 again.
 
-    Rebuilt for issue 19.2: the row ran 6 members in 2 groups (one ALO, one AMO) and found the
+    Rebuilt later: the row ran 6 members in 2 groups (one ALO, one AMO) and found the
     defect in 2 of seeds 0-19; once an AMO reservation committed itself (one record per
     reservation, not two) it found it in none of seeds 0-46. The defect is as reachable as
     before (poison records and their counts live only in ALO groups, which that change does
@@ -246,7 +247,7 @@ def test_poison_defect_a_compacted_reader_refuses_the_surviving_count(
 def test_amo_defect_a_stopping_child_drops_the_batch_it_asked_ahead(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 19.1 (the child): told to stop, a child finished the batch in hand and exited,
+    """The child: told to stop, a child finished the batch in hand and exited,
     dropping the batch it had asked for ahead, whose reservation the log then held: records
     lost on every graceful stop (a rebalance, a deploy, a pause)."""
     step = SimChild.step
@@ -264,7 +265,7 @@ def test_amo_defect_a_stopping_child_drops_the_batch_it_asked_ahead(
 def test_amo_defect_reservations_refused_once_the_child_is_told_to_stop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 19.1 (the member): a reservation in flight when the child was told to stop was
+    """The member: a reservation in flight when the child was told to stop was
     refused at its verdict, though the log had reserved it: the child could not handle it."""
     monkeypatch.setattr(children, "GRANTING", (Phase.RUNNING,))
     params = SimParams(members=4, groups=2, faults=("restart", "pause"), fault_count=3)
@@ -272,7 +273,7 @@ def test_amo_defect_reservations_refused_once_the_child_is_told_to_stop(
 
 
 def test_release_defect_a_stale_release_retried_forever(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 18.2: a member wrote its unconfirmed release again every HB/2 while its own fold
+    """A member wrote its unconfirmed release again every HB/2 while its own fold
     showed it as holder, and an uncertain fold made a release's writer the holder (its own
     refused release included): the claim never looked silent, nobody took it over. (Members
     no longer write a release past their lease at all, `Keeping.withhold_release`: the old
@@ -298,7 +299,7 @@ def test_release_defect_a_stale_release_retried_forever(monkeypatch: pytest.Monk
 
 
 def _retry_releases_forever(claiming: Claiming, now: float) -> None:
-    """The retry before issue 18.2: every HB/2, each position an expired lease left
+    """The retry before releases stopped repeating: every HB/2, each position an expired lease left
     unconfirmed is released again while the fold (certain or not) shows this instance."""
     ctx = claiming.ctx
     due = getattr(claiming, "_retry_at", 0.0)
@@ -396,7 +397,7 @@ def test_poison_defect_a_refused_decision_stands_alone_after_the_cleaner(
 def test_pause_defect_a_member_started_during_a_pause_claims_in_its_first_round(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 18.1: `Member.begin` rebalanced without looking at the group's pause, so a member
+    """`Member.begin` rebalanced without looking at the group's pause, so a member
     started (or restarted) during another client's pause wrote claims, each refused and
     positionless: after compaction such a record could be its key's newest."""
 
@@ -416,7 +417,7 @@ def test_pause_defect_a_member_started_during_a_pause_claims_in_its_first_round(
 
 
 def _erase_positions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 18.1 reintroduced: claims under the key of the records that carry a claim's
+    """Reintroduced: claims under the key of the records that carry a claim's
     position, and no refusal of a position the cleaner may have erased."""
     legacy = memberstate.record_key
 
@@ -431,7 +432,7 @@ def _erase_positions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rationalizer, "ClaimState", PositionNeverUnknown)
 
 
-# The two rows of issue 18.1 that used `_erase_positions` (a claim record erases the position
+# The two rows that used `_erase_positions` (a claim record erases the position
 # it follows: ALO handled again far behind in a group starting at the earliest offset, skipped
 # in one starting at the latest) are scripted in tests/sim/test_erased_position.py: each seed
 # search found them in one or two seeds of 20 to 60, and every change to the records a member
@@ -439,7 +440,7 @@ def _erase_positions(monkeypatch: pytest.MonkeyPatch) -> None:
 # wp-churn: none in 100 seeds).
 
 
-# ---- issue 20: ordering key and unordered (slices of a partition) ------------------------------
+# ---- ordering key and unordered (slices of a partition) -----------------------------------------
 
 KEY_CUT = {"ordering": "key", "workers_per_partition": 3}
 STRIPES = {"ordering": "unordered", "workers_per_partition": 4}
@@ -448,7 +449,7 @@ STRIPES = {"ordering": "unordered", "workers_per_partition": 4}
 def test_slice_defect_the_member_forgets_its_slices_at_discovery(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Found by marshal-sim (issue 20.4, every seed of ``--ordering key``): `is_mine` compared
+    """Found by marshal-sim (every seed of ``--ordering key``): `is_mine` compared
     a slice's claim name ('t+key.0of3') with the member's topics, so the first discovery (10 s)
     dropped every slice and the fleet stopped."""
     monkeypatch.setattr(

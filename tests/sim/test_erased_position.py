@@ -1,4 +1,4 @@
-"""A claim record must not erase the position it follows (issue 18.1), scripted: the seed
+"""A claim record must not erase the position it follows, scripted: the seed
 searches of `test_defects.py` find this defect only in a few seeds of their fleets, and any
 change to which records a run writes moves those seeds (every append draws its latency from
 one random stream), so the rows went blind after each change to the member. This runs the
@@ -29,7 +29,8 @@ import pytest
 from marshal_workers.core import commands as cmd
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey
 from marshal_workers.sim.node import SimNode
-from marshal_workers.sim.scenario import Fleet, RunResult, SimParams
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import Fleet, RunResult
 from tests.sim.test_defects import _erase_positions
 
 # the scripted group, and what its members skip or redo once the position is erased
@@ -81,15 +82,15 @@ class ErasedPosition:
                     rival.kill(t)
 
         rival._run = dies_as_it_claims  # type: ignore[method-assign]
-        self.fleet._window(12.0)
+        self.fleet.window(12.0)
 
     def _clean(self, t: float) -> None:
         self.fleet.log.compact(int((t - 4 * self.fleet.p.heartbeat_interval) * 1000))
-        self.fleet._window(0.2)
+        self.fleet.window(0.2)
 
     def _join(self) -> None:
         self.nodes["c3"] = self.fleet.add_node(self.key.group, "c3", self.fleet.t)
-        self.fleet._window(0.5)
+        self.fleet.window(0.5)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -105,7 +106,7 @@ def test_a_claim_record_keeps_the_position_it_follows(group: str, seed: int) -> 
 def test_with_claims_under_the_positions_key_the_position_is_erased(
     monkeypatch: pytest.MonkeyPatch, group: str, seed: int
 ) -> None:
-    """The defect rows of `test_defects.py` (issue 18.1), found by the script in every run."""
+    """The defect rows of `test_defects.py`, found by the script in every run."""
     _erase_positions(monkeypatch)
     run = ErasedPosition(seed, group)
     assert run.rival_claimed

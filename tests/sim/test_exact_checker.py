@@ -38,7 +38,8 @@ from marshal_workers.sim.cli import main, summarize
 from marshal_workers.sim.convergence import CHECK_WINDOW_S, FAILURES_RECOVERY_HB
 from marshal_workers.sim.faults import ADMIN
 from marshal_workers.sim.invariants import Checker
-from marshal_workers.sim.scenario import Fleet, RunResult, SimParams, run_seed
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import Fleet, RunResult, run_seed
 
 SPARSE_KEYS = SimParams(faults=(), ordering="key", workers_per_partition=8)
 

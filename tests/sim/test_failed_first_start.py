@@ -26,7 +26,8 @@ from marshal_workers.core import inputs as inp
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey
 from marshal_workers.sim.node import SimNode
-from marshal_workers.sim.scenario import Fleet, RunResult, SimParams
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import Fleet, RunResult
 
 # g2 (ALO) and g1 (AMO) start new claims at the latest offset
 CASES = {"g2": "alo_no_skip", "g1": "amo_loss_only_on_crash"}
@@ -53,7 +54,7 @@ class FailedFirstStart:
 
         def schedule_faults() -> None:
             fleet.at(3.0, "kill the first holder", first_killed)
-            fleet._window(3.0)
+            fleet.window(3.0)
 
         def first_killed() -> None:
             self.nodes["c1"].kill(fleet.t)

@@ -15,7 +15,8 @@ from marshal_workers.core import commands as cmd
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, ReleasingPartition, claim_key
 from marshal_workers.sim.node import SimNode
-from marshal_workers.sim.scenario import Fleet, SimParams
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import Fleet
 
 
 class FastStop:

@@ -17,7 +17,8 @@ import pytest
 
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.sim.node import SimNode
-from marshal_workers.sim.scenario import Fleet, SimParams
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import Fleet
 
 IDLE_GOAL_S = 1.0
 

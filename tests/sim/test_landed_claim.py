@@ -16,7 +16,8 @@ from collections.abc import Callable
 import pytest
 
 from marshal_workers.core.claiming import Claiming
-from marshal_workers.sim.scenario import Fleet, RunResult, SimParams
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import Fleet, RunResult
 
 HB = 1.0
 

@@ -20,7 +20,8 @@ from marshal_workers.core import children
 from marshal_workers.core.children import Children
 from marshal_workers.core.keeping import Keeping
 from marshal_workers.core.pending import Pending
-from marshal_workers.sim.scenario import Fleet, RunResult, SimParams
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import Fleet, RunResult
 
 WINDOW = (3.0, 3.6)
 
@@ -44,7 +45,7 @@ def run(seed: int) -> tuple[RunResult, TimedOutButLanded]:
     def stop_one() -> None:
         amo = [n for n in fleet.nodes if n.settings.group == "g1" and n.held_data()]
         amo[0].signal(signal.SIGTERM, fleet.t)
-        fleet._window(2.0)
+        fleet.window(2.0)
 
     fleet.schedule_faults = lambda: fleet.at(3.1, "stop an AMO member", stop_one)  # type: ignore[method-assign]
     return fleet.run(), fleet

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from marshal_workers.sim.cli import main
 from marshal_workers.sim.invariants import INVARIANTS
-from marshal_workers.sim.scenario import SimParams, run_seed
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import run_seed
 from tests.sim.conftest import violations
 from tests.sim.test_defects import SEEDS
 
@@ -36,13 +37,13 @@ MIXES = [
         duration=60,
     ),
     SimParams(members=4, groups=1, faults=("poison", "failures"), fault_count=6, fail_rate=0.2),
-    # issue 18: the mixes of the sweep that found positions erased by the cleaner
+    # the mixes of the sweep that found positions erased by the cleaner
     SimParams(members=6, groups=2, faults=("freeze", "compaction"), fault_count=10),
     SimParams(faults=("twins", "pause", "freeze", "compaction", "kill"), fault_count=8),
     # a cleaner below the safe window (a topic altered while the fleet runs)
     SimParams(members=6, groups=2, faults=("freeze", "eager-compaction"), fault_count=10),
     SimParams(members=8, groups=4, faults=("freeze", "eager-compaction"), fault_count=10),
-    # issue 18.5: views of the log that lag, broker clocks that jump (within the margin)
+    # views of the log that lag, broker clocks that jump (within the margin)
     SimParams(
         members=4,
         groups=2,
@@ -87,7 +88,7 @@ def test_a_start_looked_up_for_a_claim_dropped_meanwhile_is_owed_nothing() -> No
     claimed it 2*HB later and started at the watermark then, 153. Nobody had started at 107:
     the checker counted 107..152 as owed and lost in no crash. A start is where a holder
     adopted the looked-up offset, not where a lookup was answered."""
-    from marshal_workers.sim.scenario import FAULTS  # noqa: PLC0415
+    from marshal_workers.sim.params import FAULTS  # noqa: PLC0415
 
     params = SimParams(
         seed=1, faults=tuple(FAULTS), fault_count=6, ordering="key", workers_per_partition=3

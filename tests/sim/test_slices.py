@@ -1,4 +1,4 @@
-"""The simulator's ordering modes (issue 20): sliced fleets under every fault find nothing, and
+"""The simulator's ordering modes: sliced fleets under every fault find nothing, and
 the checks across slices (`sim.slices`) judge handling sequences as their docstring says."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.slicing import Ordering, Slicing
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.sim.cli import main
-from marshal_workers.sim.scenario import FAULTS, SimParams
+from marshal_workers.sim.params import FAULTS, SimParams
 from marshal_workers.sim.slices import SimCut, SliceChecker, record_key
 from tests.sim.conftest import violations
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.sim.node import SimNode
-from marshal_workers.sim.scenario import Fleet, SimParams
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import Fleet
 
 KEY = ClaimKey("g1", "tg1", 0)
 
@@ -64,19 +65,19 @@ class StaleRelease:
         self.roles["H"] = holder
         self.roles["R"] = next(n for n in g1 if n is not holder)
         holder.freeze(self.fleet.t, 7.0)
-        self.fleet._window(7.0)
+        self.fleet.window(7.0)
 
     def _clean(self, t: float) -> None:
         self.fleet.log.compact(int((t - 4 * self.fleet.p.heartbeat_interval) * 1000))
-        self.fleet._window(0.2)
+        self.fleet.window(0.2)
 
     def _kill(self, role: str) -> None:
         self.roles[role].kill(self.fleet.t)
-        self.fleet._window(0.0)
+        self.fleet.window(0.0)
 
     def _join(self) -> None:
         self.nodes["c3"] = self.fleet.add_node("g1", "c3", self.fleet.t)
-        self.fleet._window(0.5)
+        self.fleet.window(0.5)
 
 
 def test_a_holder_woken_past_its_lease_leaves_no_release_that_outlives_the_rivals_position() -> (

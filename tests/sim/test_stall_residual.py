@@ -5,7 +5,8 @@ not simulate it: an on-host fault waits for the member's first turn after the re
 
 from __future__ import annotations
 
-from marshal_workers.sim.scenario import SimParams, run_seed
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import run_seed
 
 FREEZE_RIGHT_AFTER_A_STALL = SimParams(
     seed=91036, members=6, groups=2, faults=("freeze", "compaction", "stall"), fault_count=10

@@ -1,4 +1,4 @@
-"""Members started together must not hand claims over among themselves (issue 20, churn).
+"""Members started together must not hand claims over among themselves (start churn).
 
 A claim granted and then released over fair share while the member count is stable costs a
 child killed and another spawned, which reads the partition again. In the bench (2 members,
@@ -17,7 +17,8 @@ import pytest
 from marshal_workers.core import commands as cmd
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.sim.node import SimNode
-from marshal_workers.sim.scenario import Fleet, SimParams
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import Fleet
 
 GROUP = "g0"
 

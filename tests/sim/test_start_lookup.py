@@ -1,4 +1,4 @@
-"""A claim's start lookup that nobody used owes no records (issue 19.2: `marshal-sim` seed 28 of
+"""A claim's start lookup that nobody used owes no records (`marshal-sim` seed 28 of
 ``--ordering key --workers-per-partition 3`` with every fault, on wp-amo before its rebase onto
 5c6bfc3; that seed replayed clean on every commit of the branch tried since, so the scenario
 it was read as is forced here instead).
@@ -24,7 +24,8 @@ from marshal_workers.core import commands as cmd
 from marshal_workers.core.claiming import Claiming
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.sim.node import SimNode
-from marshal_workers.sim.scenario import SimParams, run_seed
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import run_seed
 
 # g1 is AMO and starts at latest, g2 ALO at latest (`Fleet`: g0 earliest, g1 and g2 latest)
 LATEST_GROUPS = ("g1", "g2")

@@ -1,0 +1,202 @@
+"""The coordination log as every admin command opens it: where it is, how to fold it, and the
+sessions that read it to its end (no click here).
+
+`status` and `dump` read the whole coordination log from the beginning and fold it with the
+same rationalizer the supervisors use, so they show what every worker sees. `open_log` and
+`admin_session` open the log that way for every command. A command that only reads opens it
+read-only (`open_log`'s default): no producer, so a principal with only Read and Describe on
+the topic can run it; `admin_session` opens a writer unless told it only reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+from marshal_workers.admin.session import AdminSession
+from marshal_workers.common.errors import ConfigError, MarshalError
+from marshal_workers.config.runconfig import DEFAULT_ADMIN_CLIENT_IDS
+from marshal_workers.fleet.groupcheck import group_settings_problem
+from marshal_workers.log.foldedlog import FoldedLog
+from marshal_workers.log.interface import LogError
+from marshal_workers.log.kafkalog import KafkaLog
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.metadata import GroupSettings
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World
+from marshal_workers.protocol.wire import CoordRecord, Partitioner
+
+ADMIN_CLIENT_ID = "marshal-admin"
+# The settings a fold depends on, which every member and admin of a group must share.
+FOLD_SETTINGS = frozenset({"heartbeat_interval", "partitioner", "admin_client_ids"})
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """Where the coordination log is and how to fold it (the options every command shares)."""
+
+    bootstrap_servers: str
+    coordination_topic: str = "__marshal"
+    heartbeat_interval_ms: int = 10_000
+    partitioner: Partitioner = Partitioner.SPEC
+    admin_client_ids: frozenset[str] | None = frozenset(DEFAULT_ADMIN_CLIENT_IDS)
+    kafka: Mapping[str, str] = field(default_factory=dict)  # the fleet's [kafka] table
+    # Which of FOLD_SETTINGS were given (flag, MARSHAL_* or --config file); the others follow
+    # the group's settings recorded in the log (`for_group`). Built in code: all given.
+    given: frozenset[str] = FOLD_SETTINGS
+
+    def rationalizer_config(self, num_partitions: int) -> RationalizerConfig:
+        """How to fold the log: what the workers use (their admin list included)."""
+        return RationalizerConfig(
+            self.heartbeat_interval_ms,
+            num_partitions=num_partitions,
+            partitioner=self.partitioner,
+            admin_client_ids=self.admin_client_ids,
+        )
+
+
+def open_log(
+    conn: Connection,
+    client_id: str = ADMIN_CLIENT_ID,
+    *,
+    read_only: bool = True,
+    group: str | None = None,
+) -> tuple[KafkaLog, FoldedLog]:
+    """The coordination log as ``client_id`` (read-only unless told otherwise: no producer),
+    and a reader folding it as the workers do (the caller closes the log); with ``group``, as a
+    member of it does: other groups' records are counted, never kept (`rationalizer`, "One
+    group's view")."""
+    log = KafkaLog(
+        conn.bootstrap_servers,
+        conn.coordination_topic,
+        client_id=client_id,
+        extra_config=conn.kafka,
+        read_only=read_only,
+    )
+    try:
+        config = replace(conn.rationalizer_config(log.num_partitions), only_group=group)
+        return log, FoldedLog(log, config)
+    except BaseException:
+        log.close()
+        raise
+
+
+@contextmanager
+def admin_session(
+    conn: Connection, client_id: str, timeout_s: float, *, read_only: bool = False
+) -> Iterator[AdminSession]:
+    """An `AdminSession` writing as ``client_id`` (or ``read_only``: one that writes nothing),
+    caught up with the whole log (AdminError if that takes longer than ``timeout_s``); the log
+    is closed after the block."""
+    log, reader = open_log(conn, client_id, read_only=read_only)
+    try:
+        session = AdminSession(log, reader, client_id)
+        session.catch_up(timeout_s)
+        yield session
+    finally:
+        log.close()
+
+
+def _read_to_end(
+    conn: Connection, log: KafkaLog, reader: FoldedLog, timeout_s: float
+) -> Iterator[tuple[CoordRecord, ev.Event]]:
+    """Fold up to the log's end at the start; yield each record with its verdict.
+
+    Each event is handed on at once, never collected: holding a million of them costs more
+    in garbage collection than the fold itself."""
+    try:
+        deadline = time.monotonic() + timeout_s
+        targets = log.end_offsets(timeout_s)
+        while not reader.caught_up_to(targets):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise MarshalError(
+                    f"could not read {conn.coordination_topic} to its end within {timeout_s:.0f}s"
+                )
+            records = log.poll(min(remaining, 0.5))
+            yield from zip(records, reader.fold_records(records), strict=True)
+    except LogError as exc:
+        raise MarshalError(str(exc)) from None
+
+
+def read_records(conn: Connection, timeout_s: float) -> Iterator[tuple[CoordRecord, ev.Event]]:
+    """Every record up to the log's end at the start, in order per partition, with its verdict."""
+    log, reader = open_log(conn)
+    try:
+        yield from _read_to_end(conn, log, reader, timeout_s)
+    finally:
+        log.close()
+
+
+def admin_settings(conn: Connection, group: str, client_id: str = "marshal-admin") -> GroupSettings:
+    """The settings this admin command folds with, as a GroupSettings record."""
+    return GroupSettings(
+        0, "admin", client_id, group, conn.heartbeat_interval_ms, conn.partitioner,
+        conn.admin_client_ids, None,  # (an admin acts on a group whatever its ordering)
+    )  # fmt: skip
+
+
+def check_group_settings(conn: Connection, worlds: Mapping[int, World], group: str) -> None:
+    """Refuse (exit 2, one line) an admin command whose settings differ from the group's."""
+    problem = group_settings_problem(worlds, admin_settings(conn, group))
+    if problem is not None:
+        raise ConfigError(
+            f"{problem}; or leave the setting out: marshal-admin reads the group's from the log"
+        )
+
+
+def recorded_settings(worlds: Mapping[int, World], group: str) -> GroupSettings | None:
+    """The group's settings as the log records them (partition 0's, else any), or None."""
+    for _, world in sorted(worlds.items()):
+        if group in world.group_settings:
+            return world.group_settings[group]
+    return None
+
+
+def for_group(conn: Connection, worlds: Mapping[int, World], group: str) -> Connection:
+    """The connection to fold ``group``'s records with: each fold setting not given (flag,
+    environment, --config file) is the one the group's settings record in the log, so an
+    admin command judges the group as its members do without being told their settings; a
+    given one that differs from the record is refused (ConfigError, exit 2, one line)."""
+    found = recorded_settings(worlds, group)
+    adopted = conn
+    if found is not None:
+        given = conn.given
+        adopted = replace(
+            conn,
+            heartbeat_interval_ms=conn.heartbeat_interval_ms
+            if "heartbeat_interval" in given
+            else found.heartbeat_interval_ms,
+            partitioner=conn.partitioner if "partitioner" in given else found.partitioner,
+            admin_client_ids=conn.admin_client_ids
+            if "admin_client_ids" in given
+            else found.admin_client_ids,
+        )
+    check_group_settings(adopted, worlds, group)
+    return adopted
+
+
+def fold_settings_differ(a: Connection, b: Connection) -> bool:
+    """Whether a log folded with ``a`` must be folded again for ``b``."""
+    return (a.heartbeat_interval_ms, a.partitioner, a.admin_client_ids) != (
+        b.heartbeat_interval_ms,
+        b.partitioner,
+        b.admin_client_ids,
+    )
+
+
+@contextmanager
+def group_session(
+    conn: Connection, group: str, client_id: str, timeout_s: float
+) -> Iterator[tuple[AdminSession, Connection]]:
+    """An `admin_session` folded with ``group``'s settings (`for_group`), and the connection
+    with them. The log is read with ``conn`` first; only if the group's recorded settings
+    differ from it is it read again with theirs."""
+    with admin_session(conn, client_id, timeout_s) as session:
+        adopted = for_group(conn, session.worlds, group)
+        if not fold_settings_differ(conn, adopted):
+            yield session, adopted
+            return
+    with admin_session(adopted, client_id, timeout_s) as session:
+        yield session, for_group(adopted, session.worlds, group)

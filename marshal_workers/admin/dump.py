@@ -1,0 +1,141 @@
+"""`marshal-admin dump`: the decoded coordination log with the verdict on every record.
+
+It reads the whole log from the beginning and folds it with the same rationalizer the
+supervisors use, so it shows what every worker sees (`--go-topic`: a Go fleet's log, `goread`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import click
+
+from marshal_workers.admin.connection import (
+    ADMIN_CLIENT_ID,
+    Connection,
+    group_session,
+    read_records,
+)
+from marshal_workers.admin.goread import go_dump
+from marshal_workers.admin.options import (
+    connection,
+    go_hb_option,
+    go_topic_option,
+    read_timeout_option,
+)
+from marshal_workers.config.toolconfig import FleetSettings, fleet_options
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.groupstatus import iso_ms
+from marshal_workers.protocol.wire import CoordRecord
+
+
+@click.command()
+@fleet_options
+@click.option(
+    "--group",
+    default=None,
+    help="Only this group's records (its claims, members, pauses, settings, poison records), "
+    "folded with its settings as recorded in the log.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@read_timeout_option
+@go_topic_option
+@go_hb_option
+def dump(
+    *,
+    fleet: FleetSettings,
+    group: str | None,
+    as_json: bool,
+    timeout: float,
+    go_topic: str | None,
+    go_hb_s: int,
+) -> None:
+    """Print the decoded coordination log with the verdict on every record.
+
+    One line per record: PARTITION:OFFSET LOG-TIME KEY MESSAGE -> VERDICT[: REASON]; with
+    --json, one object per line with partition, offset, log_time, log_time_ms, key, message,
+    verdict and reason. Records come in offset order per coordination partition.
+    """
+    if go_topic is not None:
+        if group is not None:
+            raise click.UsageError("--group does not go with --go-topic")
+        for line in go_dump(
+            fleet.bootstrap_servers, go_topic, go_hb_s, as_json, timeout, fleet.kafka
+        ):
+            click.echo(line)
+        return
+    for line in run_dump(connection(fleet), as_json, timeout, group=group):
+        click.echo(line)
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def verdict_name(event: ev.Event) -> str:
+    """The verdict as the dump names it: the event's type, but a ReleaseGroup whose expire
+    time has passed at its own log time (``release-group --for 0``) lifted the pause, so it is
+    ``PauseLifted``, not ``GroupPaused``."""
+    if isinstance(event, ev.GroupPaused) and event.until_ms <= event.log_time:
+        return "PauseLifted"
+    return type(event).__name__
+
+
+def dump_entry(record: CoordRecord, event: ev.Event) -> dict[str, object]:
+    """One record and its verdict as a JSON object."""
+    reason = getattr(event, "reason", None)
+    return {
+        "partition": record.partition,
+        "offset": record.offset,
+        "log_time": iso_ms(record.timestamp_ms),
+        "log_time_ms": record.timestamp_ms,
+        "key": _text(record.key),
+        "message": _text(record.value),
+        "verdict": verdict_name(event),
+        "reason": reason if isinstance(reason, str) else None,
+    }
+
+
+def dump_line(record: CoordRecord, event: ev.Event) -> str:
+    """One record and its verdict as a line of text."""
+    entry = dump_entry(record, event)
+    verdict = str(entry["verdict"])
+    if entry["reason"] is not None:
+        verdict += f": {entry['reason']}"
+    return (
+        f"{record.partition}:{record.offset}  {entry['log_time']}  {entry['key']}  "
+        f"{entry['message']!s}  -> {verdict}"
+    )
+
+
+def run_dump(
+    conn: Connection, as_json: bool, timeout_s: float, group: str | None = None
+) -> Iterator[str]:
+    """The decoded log with verdicts, one line per record (JSON objects with ``as_json``);
+    with ``group`` only its records, folded with its recorded settings (`for_group`)."""
+    if group is not None:
+        with group_session(conn, group, ADMIN_CLIENT_ID, timeout_s) as (_, adopted):
+            conn = adopted
+    for record, event in read_records(conn, timeout_s):
+        if group is not None and group_of_record(record, event) != group:
+            continue
+        if as_json:
+            yield json.dumps(dump_entry(record, event))
+        else:
+            yield dump_line(record, event)
+
+
+def group_of_record(record: CoordRecord, event: ev.Event) -> str | None:
+    """The group a coordination record is about: its message's (a claim, a pause, a poison
+    record), its settings' or, for a record nobody could read, its key's first field."""
+    message = getattr(event, "message", None)
+    group = getattr(message, "group_id", None)
+    if isinstance(group, str):
+        return group
+    if isinstance(event, ev.GroupSettingsRecorded):
+        return event.settings.group_id
+    if isinstance(event, ev.Malformed) and event.keyless_group is not None:
+        return event.keyless_group
+    key = _text(record.key)
+    return None if key is None else key.split("/", 1)[0]

@@ -1,0 +1,94 @@
+"""`marshal-admin init`: create the coordination topic, or check an existing one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+from marshal_workers.admin.connection import Connection
+from marshal_workers.admin.options import connection
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.config.toolconfig import FleetSettings, fleet_options
+from marshal_workers.fleet.brokercheck import cluster_heartbeat_check
+from marshal_workers.log.topicadmin import admin_client, ensure_coordination_topic
+
+
+@click.command()
+@fleet_options
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Partitions of a new coordination topic  [default: 4]. Never change it later.",
+)
+@click.option(
+    "--replication-factor",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replication factor of a new topic  [default: min(3, brokers)].",
+)
+def init(
+    *,
+    fleet: FleetSettings,
+    partitions: int | None,
+    replication_factor: int | None,
+) -> None:
+    """Create the coordination topic, or check an existing one and print what differs.
+
+    Exits 0 if the topic is usable (warnings go to stderr), 1 on a fatal difference.
+    """
+    conn = connection(fleet)
+    run_init(
+        conn,
+        partitions=partitions or 4,
+        replication_factor=replication_factor,
+        partitions_requested=partitions is not None,
+        out=click.echo,
+        warn=lambda line: click.echo(line, err=True),
+    )
+
+
+def run_init(
+    conn: Connection,
+    *,
+    partitions: int,
+    replication_factor: int | None,
+    partitions_requested: bool,
+    out: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> None:
+    """Create the coordination topic or check the existing one; MarshalError if unusable."""
+    result = ensure_coordination_topic(
+        conn.bootstrap_servers,
+        conn.coordination_topic,
+        partitions,
+        replication_factor,
+        partitions_requested=partitions_requested,
+        extra_config=conn.kafka,
+    )
+    info = result.topic
+    verb = "created" if result.created else "found"
+    out(
+        f"{verb} coordination topic {info.name} on {conn.bootstrap_servers}: "
+        f"{info.partitions} partition(s), replication factor {info.replication_factor}, "
+        f"message.timestamp.type={info.config.get('message.timestamp.type')}"
+    )
+    if result.recorded_partitions is not None:
+        how = "recorded now" if result.newly_recorded else "as recorded at init"
+        out(
+            f"partition count pinned at {result.recorded_partitions} ({how}): never change it; "
+            "see docs/operating.md to move a fleet to a new coordination topic"
+        )
+    for diff in result.differences:
+        if not diff.fatal:
+            warn(str(diff))
+    said = cluster_heartbeat_check(
+        admin_client(conn.bootstrap_servers, conn.kafka), conn.heartbeat_interval_ms / 1000
+    )
+    if said is not None:
+        warn(f"warning: {said[1]}")
+    fatal = [d for d in result.differences if d.fatal]
+    if fatal:
+        more = f" (and {len(fatal) - 1} more)" if len(fatal) > 1 else ""
+        raise MarshalError(f"{fatal[0]}{more}")

@@ -1,0 +1,91 @@
+"""`marshal-admin release-group`: pause a group (or lift its pause) and print the log's verdict.
+
+The pause itself, one ReleaseGroup per coordination partition, is `pause`'s.
+"""
+
+from __future__ import annotations
+
+import click
+
+from marshal_workers.admin.connection import Connection, group_session
+from marshal_workers.admin.options import (
+    checked,
+    client_id_option,
+    connection,
+    group_of,
+    group_option,
+    wait_option,
+)
+from marshal_workers.admin.pause import pause_for, write_pause
+from marshal_workers.admin.targets import parse_time
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.config.toolconfig import FleetSettings, fleet_options
+
+
+@click.command("release-group")
+@fleet_options
+@group_option("The group to pause")
+@click.option(
+    "--until",
+    metavar="TIME",
+    default=None,
+    help="Pause until TIME: ISO 8601 (UTC unless it has an offset) or Unix seconds, judged on "
+    "the broker's clock. A past time lifts the pause.",
+)
+@click.option(
+    "--for",
+    "for_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Pause for SECONDS from now (broker time). 0 lifts the pause.",
+)
+@client_id_option
+@wait_option("Seconds allowed to read the coordination log.")
+def release_group(
+    *,
+    fleet: FleetSettings,
+    group: str | None,
+    until: str | None,
+    for_s: float | None,
+    client_id: str,
+    timeout: float,
+) -> None:
+    """Pause a group: its workers release their partitions, and nobody claims until the pause
+    ends (or is lifted with --for 0). Writes ReleaseGroup to every coordination partition and
+    prints the log's verdict. Exit 0 if in force (or lifted), 1 if refused (not an admin)."""
+    if (until is None) == (for_s is None):
+        raise click.UsageError("give exactly one of --until and --for")
+    conn = connection(fleet)
+    until_s = parse_time(until, "--until") // 1000 if until is not None else None
+    click.echo(
+        run_release_group(
+            conn,
+            checked("--group", group_of(group, fleet)),
+            until_s=until_s,
+            for_s=for_s,
+            client_id=checked("--client-id", client_id),
+            timeout_s=timeout,
+        )
+    )
+
+
+def run_release_group(
+    conn: Connection,
+    group: str,
+    *,
+    until_s: int | None,
+    for_s: float | None,
+    client_id: str,
+    timeout_s: float,
+) -> str:
+    """`marshal-admin release-group`: pause (or lift) and return the log's verdict as a line;
+    MarshalError (exit 1) if the log refused it."""
+    with group_session(conn, group, client_id, timeout_s) as (session, _):
+        if until_s is not None:
+            outcome = write_pause(session, group, until_s)
+        else:
+            outcome = pause_for(session, group, for_s or 0.0)
+    if not outcome.accepted:
+        raise MarshalError(outcome.summary())
+    return outcome.summary()

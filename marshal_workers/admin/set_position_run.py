@@ -1,0 +1,439 @@
+"""`marshal-admin set-position`: move a group's position on a topic, as the protocol says.
+
+Theory of operation ("Setting Consumer Group Position" in the Marshal protocol)
+--------------------------------------------------------------------------------
+1. Plan: the target offsets (`admin.targets`) next to the current positions in the fold.
+   ``--dry-run`` stops here and writes nothing. A group whose ordering cuts partitions into
+   slices (``--ordering key`` or ``unordered``: `protocol.slicing`) has one claim per slice of
+   a partition, each with its own position: every slice of a partition is moved to the
+   partition's target (a slice reads the whole partition and takes its own records, so the
+   same offset is the same point in the partition for each).
+2. Pause the group: ReleaseGroup on every coordination partition, expiring after the wait
+   timeout plus a margin, so that a crashed admin does not pause the group for ever (it is
+   renewed if the moves outlast it).
+3. Wait until every claim on the partitions to move is released or stale: the workers release
+   their claims when they see the pause, and nobody but the pausing admin may claim.
+4. For each partition, as the admin client: ClaimingPartition (it wins: the claim is released
+   and the group paused by this client), Heartbeat with the new offset (the pausing client's
+   heartbeat sets the position outright, an AMO reservation included), ReleasingPartition at
+   the new offset.
+5. Lift the pause (a ReleaseGroup whose expire time has passed); the workers claim again and
+   start at the new offsets.
+
+If step 3 times out, nothing has moved: the pause is lifted and the command fails. If a step
+of 4 fails, the partitions touched so far get their old positions back by the same dance (an
+old AMO reservation too: reserved again after the heartbeat, and kept because those claims are
+released only after the pause is lifted), the pause is lifted, and the command fails with one
+line saying what was restored. Every step is decided by the fold of the log up to its record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from marshal_workers.admin.connection import Connection, group_session
+from marshal_workers.admin.pause import PauseOutcome, lift_pause, pause_for
+from marshal_workers.admin.session import AdminError, AdminSession
+from marshal_workers.admin.targets import KafkaOffsetSource, TargetSpec, compute_targets
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.fleet.offsetsink import KafkaOffsetSink
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.members import is_claimable
+from marshal_workers.protocol.rationalizer import claim_label
+from marshal_workers.protocol.slicing import split_topic
+from marshal_workers.protocol.wire import ClaimKey
+
+Progress = Callable[[str], None]
+MOVE_BUDGET_S = 30.0  # pause time allowed for the moves, beyond the wait for the holders
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+class MoveError(MarshalError):
+    """A step of the move was refused by the log."""
+
+
+# ---- the plan ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMove:
+    """One partition: where the group stands on it now, and where it should go."""
+
+    partition: int
+    committed: int | None
+    reserved: int | None
+    holder: str | None
+    state: str
+    target: int
+    claim_topic: str | None = None  # the slice's claim (``orders+key.2of4``); None: whole
+
+    @property
+    def old(self) -> int | None:
+        """The position to restore: the committed offset (the reservation, if only that)."""
+        return self.committed if self.committed is not None else self.reserved
+
+    @property
+    def slice_name(self) -> str | None:
+        """The slice's name (``key.2of4``), None for a whole partition."""
+        if self.claim_topic is None:
+            return None
+        part = split_topic(self.claim_topic)[1]
+        return part.name if part is not None else self.claim_topic
+
+    @property
+    def where(self) -> str:
+        """The partition, and its slice if it is one: ``3`` or ``3 key.2of4``."""
+        name = self.slice_name
+        return str(self.partition) if name is None else f"{self.partition} {name}"
+
+    def to_json(self) -> dict[str, object]:
+        """The move as a JSON object."""
+        return {
+            "partition": self.partition,
+            "slice": self.slice_name,
+            "current": self.committed,
+            "reserved": self.reserved,
+            "holder": self.holder,
+            "state": self.state,
+            "target": self.target,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PositionPlan:
+    """The moves of one topic of one group."""
+
+    group: str
+    topic: str
+    moves: tuple[PartitionMove, ...]
+
+    def key(self, move: PartitionMove) -> ClaimKey:
+        """The claim a move sets: the partition's, or its slice's."""
+        return ClaimKey(self.group, move.claim_topic or self.topic, move.partition)
+
+    def to_json(self, *, dry_run: bool) -> dict[str, object]:
+        """The plan as a JSON object."""
+        return {
+            "group": self.group,
+            "topic": self.topic,
+            "dry_run": dry_run,
+            "partitions": [m.to_json() for m in self.moves],
+        }
+
+
+def make_plan(
+    session: AdminSession, group: str, topic: str, targets: Mapping[int, int]
+) -> PositionPlan:
+    """The plan from the fold as it is now (freshness judged at the session's `now_ms`): one
+    move per claim, that is per partition, or per slice of each partition of a sliced group."""
+    now = session.now_ms()
+    claim_topics: list[str | None] = [*slice_topics(session, group, topic)] or [None]
+    moves = []
+    for p, target in sorted(targets.items()):
+        for claim_topic in claim_topics:
+            state = session.state(ClaimKey(group, claim_topic or topic, p))
+            moves.append(
+                PartitionMove(
+                    p,
+                    state.committed if state else None,
+                    state.reserved if state else None,
+                    state.holder_client if state else None,
+                    claim_label(state, now, session.hb_ms),
+                    target,
+                    claim_topic,
+                )
+            )
+    return PositionPlan(group, topic, tuple(moves))
+
+
+def slice_topics(session: AdminSession, group: str, topic: str) -> list[str]:
+    """The claim topics of ``topic``'s slices if ``group``'s recorded ordering cuts its
+    partitions into slices, else [] (the group claims whole partitions)."""
+    for world in session.worlds.values():
+        settings = world.group_settings.get(group)
+        if settings is not None and settings.slicing is not None and settings.slicing.sliced:
+            return settings.slicing.claim_topics(topic)
+    return []
+
+
+def render_plan(plan: PositionPlan) -> str:
+    """The plan as a table."""
+    head = ("PARTITION", "CURRENT", "RESERVED", "TARGET", "STATE", "HOLDER")
+    rows = [
+        [
+            m.where,
+            _cell(m.committed),
+            _cell(m.reserved),
+            str(m.target),
+            m.state,
+            _cell(m.holder),
+        ]
+        for m in plan.moves
+    ]
+    widths = [max(len(r[i]) for r in [list(head), *rows]) for i in range(len(head))]
+    lines = [f"group {plan.group}, topic {plan.topic}"]
+    for row in [list(head), *rows]:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+# ---- the dance ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Pause:
+    """The pause this run holds, renewed when the moves outlast it."""
+
+    session: AdminSession
+    group: str
+    outcome: PauseOutcome
+
+    def keep(self, seconds: float) -> None:
+        """Make sure the pause lasts at least ``seconds`` more (MoveError if refused)."""
+        if self.outcome.until_ms - self.session.now_ms() >= seconds * 1000:
+            return
+        self.outcome = pause_for(self.session, self.group, seconds + MOVE_BUDGET_S)
+        if not self.outcome.accepted:
+            raise MoveError(f"renewing the pause: {self.outcome.summary()}")
+
+
+def set_position(
+    session: AdminSession,
+    plan: PositionPlan,
+    *,
+    timeout_s: float,
+    progress: Progress = _quiet,
+) -> str:
+    """Steps 2 to 5 of the module docstring; return one line saying what moved.
+
+    MarshalError (after lifting the pause, and after restoring what had moved) if the pause
+    is refused, the holders do not release within ``timeout_s``, or a step fails."""
+    group = plan.group
+    try:
+        outcome = pause_for(session, group, timeout_s + MOVE_BUDGET_S + 2 * session.hb_ms / 1000)
+    except AdminError as exc:
+        problem = _lift(session, group)
+        raise MarshalError(
+            f"could not pause: {exc}; nothing moved; {problem or 'pause lifted'}"
+        ) from None
+    if not outcome.accepted:
+        raise MarshalError(outcome.summary())
+    progress(outcome.summary())
+    pause = _Pause(session, group, outcome)
+    try:
+        _wait_released(session, plan, timeout_s, progress)
+    except MarshalError as exc:
+        problem = _lift(session, group)
+        raise MarshalError(f"{exc}; nothing moved; {problem or 'pause lifted'}") from None
+    touched: list[PartitionMove] = []
+    current: PartitionMove | None = None
+    try:
+        for current in plan.moves:
+            pause.keep(_step_budget_s(session))
+            key = plan.key(current)
+            _acquire(session, key)
+            touched.append(current)  # from its first heartbeat on, the position may change
+            _set(session, key, current.target)
+            progress(f"partition {current.where}: {_cell(current.old)} -> {current.target}")
+    except MarshalError as exc:
+        where = f" at partition {current.where}" if current is not None else ""
+        problems = _restore(session, plan, touched, pause, progress)
+        if problems:
+            detail = f"restore incomplete: {'; '.join(problems)}"
+        elif touched:
+            parts = ", ".join(m.where for m in touched)
+            detail = f"old offsets restored on partition(s) {parts}; pause lifted"
+        else:
+            detail = "nothing had moved; pause lifted"
+        raise MarshalError(f"set-position failed{where} ({exc}); {detail}") from None
+    problem = _lift(session, group)
+    if problem is not None:
+        raise MarshalError(f"the new positions are set, but {problem}")
+    moved = ", ".join(f"{m.where}: {_cell(m.old)} -> {m.target}" for m in plan.moves)
+    return f"group {group} topic {plan.topic} moved ({moved}); pause lifted"
+
+
+def _step_budget_s(session: AdminSession) -> float:
+    return 5.0 + 2 * session.hb_ms / 1000
+
+
+def _wait_released(
+    session: AdminSession, plan: PositionPlan, timeout_s: float, progress: Progress
+) -> None:
+    """Fold until no live holder is left on the partitions to move; MoveError on timeout."""
+    deadline = session.monotonic() + timeout_s
+    shown: dict[str, str] | None = None
+    while True:
+        now = session.now_ms()
+        busy: dict[str, str] = {}
+        for move in plan.moves:
+            key = plan.key(move)
+            state = session.state(key)
+            if not is_claimable(state, now, session.hb_ms) and not session.holds(key):
+                busy[move.where] = (state.holder_client if state else None) or "?"
+        if not busy:
+            return
+        if busy != shown:
+            shown = busy
+            held = ", ".join(f"{p} ({c})" for p, c in sorted(busy.items()))
+            progress(f"waiting for the holders to release {len(busy)} partition(s): {held}")
+        remaining = deadline - session.monotonic()
+        if remaining <= 0:
+            held = ", ".join(f"{p} by {c}" for p, c in sorted(busy.items()))
+            raise MoveError(f"gave up after {timeout_s:.0f}s: still held: {held}")
+        session.poll(min(0.2, remaining))
+
+
+def _acquire(session: AdminSession, key: ClaimKey) -> None:
+    """Hold ``key`` as this admin: claim it, retrying for a little while if the log says a
+    holder is not stale yet (our estimate of log time may run a little ahead)."""
+    deadline = session.monotonic() + _step_budget_s(session)
+    while not session.holds(key):
+        verdict = session.write(session.claiming(key))
+        if isinstance(verdict, ev.ClaimGranted) or session.holds(key):
+            return
+        reason = str(getattr(verdict, "reason", type(verdict).__name__))
+        if session.monotonic() >= deadline or reason == "group paused":
+            raise MoveError(f"claim refused: {reason}")
+        session.poll(min(0.5, session.hb_ms / 4000))
+
+
+def _expect(verdict: ev.Event, kind: type[ev.Event], what: str) -> None:
+    if not isinstance(verdict, kind):
+        raise MoveError(f"{what} refused: {getattr(verdict, 'reason', type(verdict).__name__)}")
+
+
+def _set(session: AdminSession, key: ClaimKey, offset: int) -> None:
+    """Heartbeat ``offset`` and release at ``offset``, holding the claim while the group is
+    paused by this client (so the position is set outright, a reservation cleared)."""
+    _expect(session.write(session.heartbeat(key, offset)), ev.HeartbeatAccepted, "heartbeat")
+    _expect(session.write(session.releasing(key, offset)), ev.Released, "release")
+    state = session.state(key)
+    if state is None or state.committed != offset or state.reserved is not None:
+        raise MoveError("the position did not take (was the pause still in force?)")
+
+
+def _restore(
+    session: AdminSession,
+    plan: PositionPlan,
+    touched: list[PartitionMove],
+    pause: _Pause,
+    progress: Progress,
+) -> list[str]:
+    """Put the old positions of ``touched`` back, lift the pause; return what went wrong.
+
+    A claim won but not yet used (its heartbeat never went out) changed no position: it is
+    only released. Every release waits for the lift, so that reservations are kept."""
+    problems: list[str] = []
+    held: list[tuple[ClaimKey, int]] = []
+    for move in plan.moves:
+        key = plan.key(move)
+        state = session.state(key)
+        if move not in touched and session.holds(key) and state and state.committed is not None:
+            held.append((key, state.committed))
+    try:
+        pause.keep(_step_budget_s(session) * max(1, len(touched)))
+    except MarshalError as exc:
+        problems.append(str(exc))
+    for move in touched:
+        key = plan.key(move)
+        old = move.old
+        try:
+            if old is None:  # nothing to go back to; do not leave the claim held
+                if session.holds(key):
+                    held.append((key, move.target))
+                problems.append(
+                    f"partition {move.where} had no position before (left at {move.target})"
+                )
+                continue
+            _acquire(session, key)
+            _expect(session.write(session.heartbeat(key, old)), ev.HeartbeatAccepted, "heartbeat")
+            held.append((key, old))
+            if move.reserved is not None and move.reserved > old:
+                reserve = session.write(session.reserving(key, move.reserved))
+                _expect(reserve, ev.MessagesClaimed, "reservation")
+        except MarshalError as exc:
+            problems.append(f"partition {move.where}: {exc}")
+    problem = _lift(session, plan.group)
+    if problem is not None:
+        problems.append(problem)
+    for key, offset in held:  # after the lift, so that a restored reservation is kept
+        try:
+            _expect(session.write(session.releasing(key, offset)), ev.Released, "release")
+            progress(f"partition {_where(key)}: restored to {offset}")
+        except MarshalError as exc:
+            problems.append(f"partition {_where(key)}: {exc}")
+    return problems
+
+
+def _where(key: ClaimKey) -> str:
+    part = split_topic(key.topic)[1]
+    return str(key.partition) if part is None else f"{key.partition} {part.name}"
+
+
+def _lift(session: AdminSession, group: str) -> str | None:
+    """Lift the pause; None if done, else why not (the pause then simply expires)."""
+    try:
+        outcome = lift_pause(session, group)
+    except AdminError as exc:
+        return f"the pause could not be lifted ({exc}): it expires by itself"
+    if not outcome.accepted:
+        return f"the pause could not be lifted ({outcome.refusal}): it expires by itself"
+    return None
+
+
+# ---- the command -------------------------------------------------------------------------
+
+
+def run_set_position(
+    conn: Connection,
+    group: str,
+    topic: str,
+    spec: TargetSpec,
+    *,
+    dry_run: bool,
+    as_json: bool,
+    client_id: str,
+    timeout_s: float,
+    progress: Progress = _quiet,
+) -> str:
+    """`marshal-admin set-position`: the plan (``dry_run``), or the move; returns the output."""
+    source = KafkaOffsetSource(conn.bootstrap_servers, conn.kafka)
+    try:
+        targets = compute_targets(source, topic, spec)
+    finally:
+        source.close()
+    with group_session(conn, group, client_id, timeout_s) as (session, adopted):
+        plan = make_plan(session, group, topic, targets)
+        if dry_run:
+            admins = adopted.admin_client_ids
+            if admins is not None and client_id not in admins:
+                progress(f"warning: {client_id} is not an admin client: the pause would be refused")
+            return json.dumps(plan.to_json(dry_run=True)) if as_json else render_plan(plan)
+        progress(render_plan(plan))
+        summary = set_position(session, plan, timeout_s=timeout_s, progress=progress)
+    _commit_to_kafka(conn, plan, progress)
+    if as_json:
+        return json.dumps({**plan.to_json(dry_run=False), "done": True, "summary": summary})
+    return summary
+
+
+def _commit_to_kafka(conn: Connection, plan: PositionPlan, progress: Progress) -> None:
+    """Best effort: show the new positions to kafka-consumer-groups at once."""
+    sink = KafkaOffsetSink(conn.bootstrap_servers, plan.group, conn.kafka)
+    try:
+        targets = {m.partition: m.target for m in plan.moves}  # every slice of one has one
+        error = sink.commit_now([(plan.topic, p, target) for p, target in sorted(targets.items())])
+    finally:
+        sink.close()
+    if error is not None:
+        progress(f"note: committing the new offsets to Kafka's group offsets failed: {error}")

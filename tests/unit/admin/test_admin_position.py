@@ -1,0 +1,326 @@
+"""set-position and release-group on the in-memory log: the dance, the restore, the refusals."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from marshal_workers.admin.pause import lift_pause, pause_for, write_pause
+from marshal_workers.admin.session import AdminSession
+from marshal_workers.admin.set_position_run import make_plan, render_plan, set_position
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.log.foldedlog import FoldedLog
+from marshal_workers.log.interface import LogError
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.metadata import (
+    GroupSettings,
+    Partitioner,
+    encode_metadata,
+    metadata_key,
+)
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import RationalizerConfig, pause_of, resume_offset
+from marshal_workers.protocol.slicing import Ordering, Slicing
+from marshal_workers.protocol.wire import (
+    Appended,
+    ClaimingMessages,
+    ClaimingPartition,
+    ClaimKey,
+    CoordRecord,
+    Heartbeat,
+    Message,
+    ReleasingPartition,
+    coordination_partition,
+    encode,
+    record_key,
+)
+
+HB_MS = 10_000  # long: the holders written by a test stay fresh for the whole test
+G, T = "g", "orders"
+ADMINS = frozenset({"marshal-admin"})
+
+
+class FailingLog:
+    """A memory log whose first append matching ``fails`` is refused (a broker failure)."""
+
+    def __init__(self, log: MemoryLog, fails: Callable[[bytes], bool]) -> None:
+        self.log = log
+        self.fails = fails
+        self.failed = False
+
+    @property
+    def num_partitions(self) -> int:
+        return self.log.num_partitions
+
+    def append(self, partition: int, key: bytes, value: bytes, timeout_s: float) -> Appended:
+        if not self.failed and self.fails(value):
+            self.failed = True
+            raise LogError("append refused (simulated)")
+        return self.log.append(partition, key, value, timeout_s)
+
+    def poll(self, timeout_s: float) -> list[CoordRecord]:
+        return self.log.poll(timeout_s)
+
+    def current_num_partitions(self, timeout_s: float) -> int:
+        return self.log.num_partitions
+
+    def end_offsets(self, timeout_s: float) -> dict[int, int]:
+        return self.log.end_offsets(timeout_s)
+
+    def close(self) -> None:
+        self.log.close()
+
+
+class Setup:
+    """A coordination topic with a worker "w1" holding orders/0..2, and an admin session."""
+
+    def __init__(self, admins: frozenset[str] | None = ADMINS) -> None:
+        self.topic = MemoryTopic(2, lambda: int(time.time() * 1000))
+        self.admins = admins
+        self.worker(ClaimingPartition, 0)
+        self.worker(Heartbeat, 0, 5)
+        self.worker(ClaimingMessages, 0, 8)  # AMO: 5..7 reserved, maybe handled
+        for p, offset in ((1, 20), (2, 30)):
+            self.worker(ClaimingPartition, p)
+            self.worker(Heartbeat, p, offset)
+
+    def worker(self, cls: type[Message], partition: int, *last: int) -> None:
+        msg = cls(0, "w1-1", "w1", G, T, partition, *last)  # type: ignore[call-arg]
+        home = coordination_partition(T, partition, self.topic.num_partitions)
+        self.topic.append(home, record_key(msg), encode(msg))
+
+    def release_all(self) -> None:
+        """What the supervisor does when it sees the pause: release at its positions."""
+        for p, offset in ((0, 8), (1, 20), (2, 30)):
+            self.worker(ReleasingPartition, p, offset)
+
+    def session(
+        self, client_id: str = "marshal-admin", fails: Callable[[bytes], bool] | None = None
+    ) -> AdminSession:
+        log: MemoryLog | FailingLog = MemoryLog(self.topic)
+        if fails is not None:
+            log = FailingLog(log, fails)
+        config = RationalizerConfig(HB_MS, log.num_partitions, admin_client_ids=self.admins)
+        session = AdminSession(log, FoldedLog(log, config), client_id)  # type: ignore[arg-type]
+        session.catch_up(5)
+        return session
+
+    def observer(self) -> AdminSession:
+        """A fresh reader of the whole log, as a worker starting now would fold it."""
+        return self.session("observer")
+
+    def releasing_on_first_wait(self) -> Callable[[str], None]:
+        lines: list[str] = []
+
+        def progress(line: str) -> None:
+            if line.startswith("waiting for the holders") and not any(
+                x.startswith("waiting") for x in lines
+            ):
+                self.release_all()
+            lines.append(line)
+
+        self.lines = lines
+        return progress
+
+
+def key(p: int) -> ClaimKey:
+    return ClaimKey(G, T, p)
+
+
+class SlicedSetup(Setup):
+    """A key-ordered group of 3 slices per partition (its settings in the log): worker "w1"
+    holds the slices of orders/0 at positions 4 (then reserved to 7), 9 and 6."""
+
+    SLICES = Slicing(Ordering.KEY, 3)
+    POSITIONS = (4, 9, 6)
+
+    def __init__(self) -> None:
+        self.topic = MemoryTopic(2, lambda: int(time.time() * 1000))
+        self.admins = ADMINS
+        settings = GroupSettings(0, "w1-1", "w1", G, HB_MS, Partitioner.SPEC, ADMINS, self.SLICES)
+        for home in range(self.topic.num_partitions):
+            self.topic.append(home, metadata_key(settings), encode_metadata(settings))
+        for name, offset in zip(self.SLICES.claim_topics(T), self.POSITIONS, strict=True):
+            self.slice_worker(ClaimingPartition, name)
+            self.slice_worker(Heartbeat, name, offset)
+        self.slice_worker(ClaimingMessages, self.SLICES.claim_topics(T)[0], 7)
+
+    def slice_worker(self, cls: type[Message], name: str, *last: int) -> None:
+        msg = cls(0, "w1-1", "w1", G, name, 0, *last)  # type: ignore[call-arg]
+        home = coordination_partition(name, 0, self.topic.num_partitions)
+        self.topic.append(home, record_key(msg), encode(msg))
+
+    def release_all(self) -> None:
+        for name, offset in zip(self.SLICES.claim_topics(T), (7, 9, 6), strict=True):
+            self.slice_worker(ReleasingPartition, name, offset)
+
+
+class TestSetPosition:
+    def test_moves_every_partition_and_lifts_the_pause(self) -> None:
+        """Pause, wait for the holder to release, claim/heartbeat/release each partition as the
+        admin, lift: every partition is at its target, unheld, and the group not paused."""
+        s = Setup()
+        admin = s.session()
+        plan = make_plan(admin, G, T, {0: 2, 1: 25, 2: 30})
+        summary = set_position(admin, plan, timeout_s=5, progress=s.releasing_on_first_wait())
+        assert summary.endswith("pause lifted")
+        assert any(line.startswith("waiting for the holders") for line in s.lines)
+        world = s.observer()
+        for p, target in {0: 2, 1: 25, 2: 30}.items():
+            state = world.state(key(p))
+            assert state is not None and state.holder_client is None and state.released
+            assert state.committed == target
+            assert resume_offset(state, Mode.AMO) == target, "an AMO reservation survived"
+        now = world.now_ms()
+        assert all(pause_of(w, G, now) is None for w in world.worlds.values())
+
+    def test_a_sliced_group_moves_every_slice_of_the_partition(self) -> None:
+        """Key or unordered ordering: each slice of a partition is a claim with its own
+        position, so the partition's move is one move per slice, each waited for, claimed and
+        set; the partition-wide claim (which such a group never uses) is left alone."""
+        s = SlicedSetup()
+        admin = s.session()
+        plan = make_plan(admin, G, T, {0: 2})
+        names = s.SLICES.claim_topics(T)
+        # slice 0's reservation at 7 is its position too (rule 4: a reservation commits)
+        assert [(m.claim_topic, m.committed, m.reserved) for m in plan.moves] == [
+            (names[0], 7, 7), (names[1], 9, None), (names[2], 6, None),
+        ]  # fmt: skip
+        assert "0 key.1of3" in render_plan(plan)
+        summary = set_position(admin, plan, timeout_s=5, progress=s.releasing_on_first_wait())
+        assert summary.endswith("pause lifted") and "0 key.2of3: 6 -> 2" in summary
+        world = s.observer()
+        for name in names:
+            state = world.state(ClaimKey(G, name, 0))
+            assert state is not None and state.holder_client is None and state.released
+            assert state.committed == 2 and resume_offset(state, Mode.AMO) == 2, name
+        assert world.state(key(0)) is None
+
+    def test_nothing_moves_when_the_holders_do_not_release(self) -> None:
+        """A holder that stays fresh: give up after the timeout, lift the pause, move nothing."""
+        s = Setup()
+        admin = s.session()
+        plan = make_plan(admin, G, T, {1: 0})
+        with pytest.raises(MarshalError, match=r"still held: 1 by w1; nothing moved; pause lifted"):
+            set_position(admin, plan, timeout_s=0.3)
+        world = s.observer()
+        state = world.state(key(1))
+        assert state is not None and (state.holder_client, state.committed) == ("w1", 20)
+        assert all(pause_of(w, G, world.now_ms()) is None for w in world.worlds.values())
+
+    def test_a_non_admin_is_refused_and_nothing_changes(self) -> None:
+        """The fold refuses the ReleaseGroup of a client not in admin_client_ids."""
+        s = Setup()
+        intruder = s.session("intruder")
+        plan = make_plan(intruder, G, T, {1: 0})
+        with pytest.raises(MarshalError, match="refused: intruder is not an admin client"):
+            set_position(intruder, plan, timeout_s=1)
+        state = s.observer().state(key(1))
+        assert state is not None and state.committed == 20
+
+    def test_dry_run_plan_writes_nothing(self) -> None:
+        """make_plan only reads the fold; the table shows current -> target per partition."""
+        s = Setup()
+        ends = s.topic.end_offset(0), s.topic.end_offset(1)
+        plan = make_plan(s.session(), G, T, {0: 2, 1: 25})
+        assert (s.topic.end_offset(0), s.topic.end_offset(1)) == ends
+        assert [(m.partition, m.committed, m.reserved, m.target, m.holder) for m in plan.moves] == [
+            (0, 8, 8, 2, "w1"),  # (w1's reservation to 8 committed it: rationalizer rule 4)
+            (1, 20, None, 25, "w1"),
+        ]
+        table = render_plan(plan).splitlines()
+        assert table[1].split() == ["PARTITION", "CURRENT", "RESERVED", "TARGET", "STATE", "HOLDER"]
+        assert table[2].split() == ["0", "8", "8", "2", "fresh", "w1"]
+
+
+class TestRestore:
+    def test_a_failed_step_restores_the_moved_partitions_and_lifts_the_pause(self) -> None:
+        """The heartbeat of partition 2 fails: partitions 0 and 1 (moved) and 2 (claimed) get
+        their old positions back, partition 0 its AMO reservation too; the pause is lifted."""
+        s = Setup()
+        heartbeats = 0
+
+        def third_heartbeat(value: bytes) -> bool:  # the admin's heartbeat on partition 2
+            nonlocal heartbeats
+            if value.startswith(b"Heartbeat/1/") and b"/marshal-admin/" in value:
+                heartbeats += 1
+            return heartbeats == 3
+
+        admin = s.session(fails=third_heartbeat)
+        plan = make_plan(admin, G, T, {0: 100, 1: 100, 2: 100})
+        progress = s.releasing_on_first_wait()
+        with pytest.raises(MarshalError) as failure:
+            set_position(admin, plan, timeout_s=5, progress=progress)
+        message = str(failure.value)
+        assert message.startswith("set-position failed at partition 2")
+        assert "old offsets restored on partition(s) 0, 1, 2; pause lifted" in message
+        assert "\n" not in message
+        world = s.observer()
+        p0, p1, p2 = (world.state(key(p)) for p in range(3))
+        # the old position was 8 (w1's reservation committed it): restored by a heartbeat
+        assert p0 is not None and (p0.committed, p0.reserved, p0.holder_client) == (8, None, None)
+        assert resume_offset(p0, Mode.AMO) == 8 and resume_offset(p0, Mode.ALO) == 8
+        assert p1 is not None and (p1.committed, p1.holder_client) == (20, None)
+        assert p2 is not None and (p2.committed, p2.holder_client) == (30, None)
+        assert all(pause_of(w, G, world.now_ms()) is None for w in world.worlds.values())
+        assert [line for line in s.lines if "restored to" in line] == [
+            "partition 0: restored to 8",
+            "partition 1: restored to 20",
+            "partition 2: restored to 30",
+        ]
+
+    def test_a_claim_that_fails_moves_nothing_on_its_partition(self) -> None:
+        """The claim on partition 1 is not acknowledged: partition 0 (moved) is restored,
+        partition 1 was never written to and keeps its position."""
+        s = Setup()
+        admin = s.session(fails=lambda v: v.startswith(b"ClaimingPartition/") and v.endswith(b"/1"))
+        plan = make_plan(admin, G, T, {0: 100, 1: 100})
+        with pytest.raises(MarshalError) as failure:
+            set_position(admin, plan, timeout_s=5, progress=s.releasing_on_first_wait())
+        message = str(failure.value)
+        assert message.startswith("set-position failed at partition 1 (ClaimingPartition on ")
+        assert message.endswith("old offsets restored on partition(s) 0; pause lifted")
+        world = s.observer()
+        p0, p1 = world.state(key(0)), world.state(key(1))
+        assert p0 is not None and (p0.committed, p0.reserved) == (8, None)
+        assert p1 is not None and (p1.committed, p1.holder_client) == (20, None)
+
+
+class TestPause:
+    def test_pause_goes_to_every_coordination_partition(self) -> None:
+        """One ReleaseGroup per coordination partition, each folded as GroupPaused."""
+        s = Setup()
+        outcome = pause_for(s.session(), G, 30)
+        assert outcome.accepted and outcome.in_force
+        assert sorted(v.coord_partition for v in outcome.verdicts) == [0, 1]
+        assert all(isinstance(v, ev.GroupPaused) for v in outcome.verdicts)
+        assert "paused until" in outcome.summary()
+        assert lift_pause(s.session(), G).summary() == (
+            "pause of group g lifted on all 2 coordination partitions"
+        )
+
+    def test_pause_for_corrects_a_skewed_admin_clock(self) -> None:
+        """An admin clock 5 minutes behind the broker: the pause is written again on the
+        broker's time, so it lasts what was asked."""
+        s = Setup()
+        admin = s.session()
+        admin.wall = lambda: time.time() - 300
+        outcome = pause_for(admin, G, 30)
+        assert outcome.in_force
+        remaining = outcome.until_ms - outcome.log_time
+        assert 28_000 <= remaining <= 32_000
+
+    def test_refusal_is_reported_with_the_reason(self) -> None:
+        """Not an admin: the verdicts say so and nothing is paused."""
+        s = Setup()
+        outcome = write_pause(s.session("w1"), G, int(time.time()) + 60)
+        assert not outcome.accepted
+        assert outcome.summary() == "refused: w1 is not an admin client (pausing group g)"
+
+    def test_anyone_may_pause_without_an_admin_list(self) -> None:
+        """admin_client_ids None ('*'): any client's ReleaseGroup counts."""
+        s = Setup(admins=None)
+        assert pause_for(s.session("w1"), G, 30).in_force

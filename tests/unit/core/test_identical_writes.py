@@ -1,0 +1,58 @@
+"""Two writes of one claim can be byte for byte the same (a message carries whole wall seconds):
+a heartbeat told it failed that landed, and the next heartbeat, of the same position in the same
+second, told it failed that never landed. The landed record proves a lease from the first one's
+send only; a reviewer found the second taking the first's verdict and its own, later, send
+time: a lease longer than the log proves (by HB/2, past the margin). A write matched to a
+landed record of the same bytes is credited with the earliest send among them.
+"""
+
+from __future__ import annotations
+
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.member import Member
+from marshal_workers.protocol.wire import Heartbeat
+from tests.unit.core.test_member_core import Harness, fresh_topic, keys, settings, start
+
+
+def _step(h: Harness, topic_append: object, key: object, dt: float, fail: bool, land: bool
+          ) -> float | None:  # fmt: skip
+    """One tick; a heartbeat of ``key`` in it is told failed (after landing, with ``land``).
+    Returns when that heartbeat was sent."""
+    h.now += dt
+    h.log_ms[0] += int(dt * 1000)
+    out = h.member.feed(inp.Tick(h.now, 1000.0 + h.now))
+    h.commands.extend(out)
+    sent = None
+    for c in out:
+        beat = isinstance(c, cmd.Append) and isinstance(c.message, Heartbeat)
+        if beat and fail and (c.message.topic, c.message.partition) == (key.topic, key.partition):
+            sent = h.now
+            if land:
+                topic_append(c.partition, c.key, c.value)
+            h.commands.extend(h.member.feed(inp.AppendFailed(h.now, c.op, "timed out")))
+            h.read()
+        elif isinstance(c, cmd.Append):
+            h.run([c])
+    return sent
+
+
+def test_a_failed_write_matched_to_an_earlier_identical_record_proves_only_its_send() -> None:
+    """h1 (landed, told failed) and h2 (never landed, told failed), the same bytes: the lease
+    stays the one h1's send proves."""
+    topic, log_ms = fresh_topic(partitions=1)
+    h = start(Member(settings(partitions=1)), topic, log_ms, n=1)
+    key = keys(1)[0]
+    h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
+    h.tick(0.05)
+    assert any(isinstance(c, cmd.Spawn) for c in h.commands)
+    first = None
+    while first is None:  # a heartbeat sent early in a wall second, so the next shares it
+        early_in_second = (1000 + h.now + 0.01) % 1 < 0.3
+        first = _step(h, topic.append, key, 0.01, early_in_second, True)
+    proven = h.member.ctx.held[key].lease
+    second = None
+    while second is None:
+        second = _step(h, topic.append, key, 0.01, True, False)
+    assert int(1000 + first) == int(1000 + second)  # the same bytes
+    assert h.member.ctx.held[key].lease <= proven + 1e-9
