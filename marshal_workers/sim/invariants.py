@@ -17,8 +17,9 @@
   path (a reservation given up on but landed included); but what children still had in hand
   at the end, and, under a cleaner below the safe window, a reservation no fold could
   confirm; and no offset a member reported lost as reserved and granted to nobody (cause
-  `refused`) was handled after all (a report that is not true teaches operators to ignore it;
-  not checked under a cleaner below the safe window, which can remove the reservation);
+  `refused`) while it held the claim was handled after all by a child of that tenure (a report
+  that is not true teaches operators to ignore it; a later holder may handle such records
+  where a cleaner removed the reservation, decision 19's residual);
 - ``alo_no_skip``: in ALO every offset below the position the log ends with was handled (but
   a record an operator skipped: skip-record, accepted by the whole log), from
   where the partition's first claim started (its reset's watermark: groups alternate between
@@ -168,9 +169,14 @@ class Checker:
     reported: dict[ClaimKey, list[tuple[int, int]]] = field(
         default_factory=lambda: defaultdict(list)
     )
-    # AMO: the ranges reported lost as reserved in the log and granted to nobody (`refused`)
-    refused_reported: dict[ClaimKey, list[tuple[int, int]]] = field(
+    # AMO: the ranges reported lost as reserved in the log and granted to nobody by a member
+    # holding the claim, with that tenure (instance, token)
+    refused_reported: dict[ClaimKey, list[tuple[int, int, tuple[str, int]]]] = field(
         default_factory=lambda: defaultdict(list)
+    )
+    # AMO: per claim, the tenure (instance, token) of the child that first handled each offset
+    tenure_of: dict[ClaimKey, dict[int, tuple[str, int]]] = field(
+        default_factory=lambda: defaultdict(dict)
     )
     # AMO, under eager compaction: ranges a child asked for and no fold could confirm
     unconfirmable: dict[ClaimKey, list[tuple[int, int]]] = field(
@@ -327,6 +333,8 @@ class Checker:
         counts[offset] = seen + 1
         if not seen:
             self.first[key][offset] = (t, child.cid)
+            if amo:
+                self.tenure_of[key][offset] = (child.spec.instance_id, child.spec.fencing_token)
             return
         self.rehandled[key] += 1
         where = f"{key.topic}/{key.partition} offset {offset}"
@@ -345,12 +353,16 @@ class Checker:
                 t,
             )
 
-    def lost_reported(self, key: ClaimKey, start: int, end: int, refused: bool = False) -> None:
-        """A member reported ``start``..``end`` of ``key`` lost (AMO); ``refused``: as reserved
-        in the log and granted to nobody, so none of it may be handled after all."""
+    def lost_reported(
+        self, key: ClaimKey, start: int, end: int, tenure: tuple[str, int] | None = None
+    ) -> None:
+        """A member reported ``start``..``end`` of ``key`` lost (AMO). ``tenure`` (its instance
+        and the token it holds the claim under), for a report of records reserved in the log
+        and granted to nobody while it holds the claim: no child of that tenure may handle any
+        of them after all."""
         self.reported[key].append((start, end))
-        if refused:
-            self.refused_reported[key].append((start, end))
+        if tenure is not None:
+            self.refused_reported[key].append((start, end, tenure))
 
     def finish(
         self,
@@ -459,10 +471,15 @@ class Checker:
                         f"position {end} never handled and reported lost by no member and "
                         f"not shown by the log (first {unreported[0]})",
                     )
-                # (a cleaner below the safe window can remove the reservation a report is about,
-                # and a later holder resume behind it: outside the guarantees, not a false report)
-                refused = [] if self.eager_compaction else self.refused_reported.get(key, [])
-                untrue = [o for a, b in refused for o in range(a, b) if o in counts]
+                # (a later holder may handle what a report covered: a cleaner removed the
+                # reservation, a residual; the tenure that reported it may not)
+                tenures = self.tenure_of.get(key, {})
+                untrue = [
+                    o
+                    for a, b, tenure in self.refused_reported.get(key, [])
+                    for o in range(a, b)
+                    if tenures.get(o) == tenure
+                ]
                 if untrue:
                     self.violation(
                         "amo_loss_reported",

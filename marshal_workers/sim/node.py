@@ -84,7 +84,9 @@ class SimNode:
         on_checked: Callable[[str], None] = lambda invariant: None,
         read_lag_s: float = 0.0,
         on_failure_written: Callable[[str, bytes], None] = lambda instance, value: None,
-        on_lost: Callable[[ClaimKey, int, int, bool], None] = lambda key, start, end, refused: None,
+        on_lost: Callable[[ClaimKey, int, int, tuple[str, int] | None], None] = (
+            lambda key, start, end, tenure: None
+        ),
     ) -> None:
         self.name = name
         self.settings = settings
@@ -383,7 +385,10 @@ class SimNode:
         if isinstance(what, obs.ReleaseSeen):
             self.releases_seen.append(what.key)
         elif isinstance(what, obs.AmoLost):
-            self.on_lost(what.key, what.start, what.end, what.cause is obs.LossCause.REFUSED)
+            held = self.member.held.get(what.key)
+            refused = what.cause is obs.LossCause.REFUSED and held is not None
+            tenure = (self.settings.instance_id, held.token) if refused and held else None
+            self.on_lost(what.key, what.start, what.end, tenure)
 
     def _trace(self, c: cmd.Log, t: float) -> None:
         """The log lines a run's trace keeps: warnings, errors, claims won."""
