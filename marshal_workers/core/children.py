@@ -35,6 +35,17 @@ UNCONFIRMED = "reserved in the log after its write was given up"
 UNCONFIRMED_KEPT = 16  # reservations given up on, per claim, that may still turn up landed
 
 
+def reserved_from(op: Op, event: ev.MessagesClaimed) -> int:
+    """Where what ``op``'s bytes reserved in the log begins: at the log's position before its
+    record; but where the log already stood at the record's end, an earlier write of the very
+    same bytes landed first (its first try, told it failed; or another child's, given up) and
+    reserved from ``op.start``: reported from there, or those records would be lost unsaid (a
+    review: seed 11 of `failures,read-latency` reported an empty range for 629..632)."""
+    if event.start is None or event.start == op.end:
+        return op.start
+    return event.start
+
+
 class Children:
     """The children of a member's claims, as the member sees them."""
 
@@ -185,7 +196,7 @@ class Children:
         if refusal is not None or held is None:
             if held is None:  # the claim is gone: nobody to answer; if it landed, it is lost
                 if isinstance(event, ev.MessagesClaimed):
-                    start = op.start if event.start is None else event.start
+                    start = reserved_from(op, event)
                     why = f"reserved in the log after the claim was let go: {refusal}"
                     self.ctx.amo_lost(op.key, start, op.end, obs.LossCause.REFUSED, why)
                 return
@@ -277,7 +288,11 @@ class Children:
             and held.phase in GRANTING
             and now < held.lease
             and held.refused_from is None
-            and (event.start is None or op.start >= event.start)
+            and (
+                event.start is None
+                or op.start >= event.start
+                or reserved_from(op, event) < event.start
+            )
         ):
             held.position = max(held.position or 0, op.end)
             granted = [r for r in held.covered if r <= op.request_id]  # asked before it: below
@@ -310,7 +325,7 @@ class Children:
         next child starts after them instead of asking for what the log refuses)."""
         if held.position is None:
             return
-        start = op.start if event.start is None else event.start  # what its record reserved
+        start = reserved_from(op, event)
         held.position = max(held.position, op.end)  # reserved in the log: never handled now
         self._lost(held, start, op.end, obs.LossCause.REFUSED, why)
 

@@ -172,12 +172,23 @@ class MemberState:
             pieces = [p for s, e in pieces for p in ((s, min(e, a)), (max(s, b), e)) if p[0] < p[1]]
         for s, e in pieces:
             held.lost.append((s, e))
-            self.amo_lost(held.key, s, e, cause, why)
+            self.amo_lost(held.key, s, e, cause, why, token=held.token)
 
-    def amo_lost(self, key: ClaimKey, start: int, end: int, cause: obs.LossCause, why: str) -> None:
+    def amo_lost(
+        self,
+        key: ClaimKey,
+        start: int,
+        end: int,
+        cause: obs.LossCause,
+        why: str,
+        token: int | None = None,
+    ) -> None:
         """AMO: ``start``..``end`` of ``key`` is lost: the warning `amo_records_lost` and the
-        observation the loss metric (`marshal_amo_lost_records_total`) counts."""
-        self.observe(obs.AmoLost(key, start, end, cause))
+        observation the loss metric (`marshal_amo_lost_records_total`) counts (``token``: the
+        claim's, when its holder reports it; nothing for an empty range)."""
+        if start >= end:
+            return
+        self.observe(obs.AmoLost(key, start, end, cause, token))
         self.say(
             "warning",
             "amo_records_lost",

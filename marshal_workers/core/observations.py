@@ -7,7 +7,7 @@ Pure data: no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from marshal_workers.ipc.messages import Stats
@@ -107,6 +107,9 @@ class AmoLost:
     start: int
     end: int
     cause: LossCause
+    # the token of the tenure that reported it, while it holds the claim (who said it, not
+    # what was lost: left out of comparisons)
+    token: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,11 +121,18 @@ class Pending:
     def _earliest_of_its_bytes(self, op: Op) -> None:
         """A record matched by its bytes may be an earlier write's of the very same bytes (a
         message carries whole wall seconds: a heartbeat of one position written twice in a
-        second): ``op`` proves no more than the earliest of them, sent when it was sent."""
-        earlier = self._sent.get(op.message) if op.message is not None else None
+        second), given up or still in flight: ``op`` proves no more than the earliest of them,
+        sent when it was sent."""
+        if op.message is None:
+            return
+        earlier = self._sent.get(op.message)
         if earlier is not None:
             op.sent_at = min(op.sent_at, earlier[0])
             op.before_stall = op.before_stall or earlier[1]
+        for other in self.ops.values():  # still in flight (its acknowledgement to come)
+            if other.message == op.message:
+                op.sent_at = min(op.sent_at, other.sent_at)
+                op.before_stall = op.before_stall or other.before_stall
 
     def expired(self, now: float, older_than: float) -> list[Op]:
         """Remove and return operations sent before ``now - older_than`` (no verdict came),

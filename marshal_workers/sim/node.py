@@ -329,7 +329,7 @@ class SimNode:
                 case cmd.Append():
                     self._append(c, t)
                 case cmd.SetLease():
-                    self.leases.setdefault(c.key, LeaseCell()).deadline = c.deadline
+                    self._set_lease(c.key, c.deadline)
                 case cmd.DropLease():
                     self._drop_lease(c.key)
                 case cmd.Spawn():
@@ -358,6 +358,12 @@ class SimNode:
                 case _:
                     assert_never(c)
 
+    def _set_lease(self, key: ClaimKey, deadline: float) -> None:
+        """As the runtime's shared lease: 0 revokes it; any other deadline only moves it later
+        (`SharedLease.extend_to`)."""
+        cell = self.leases.setdefault(key, LeaseCell())
+        cell.deadline = 0.0 if deadline == 0.0 else max(cell.deadline, deadline)
+
     def _drop_lease(self, key: ClaimKey) -> None:
         dropped = self.leases.pop(key, None)
         if dropped is not None:
@@ -385,9 +391,12 @@ class SimNode:
         if isinstance(what, obs.ReleaseSeen):
             self.releases_seen.append(what.key)
         elif isinstance(what, obs.AmoLost):
-            held = self.member.held.get(what.key)
-            refused = what.cause is obs.LossCause.REFUSED and held is not None
-            tenure = (self.settings.instance_id, held.token) if refused and held else None
+            refused = what.cause is obs.LossCause.REFUSED and what.token is not None
+            tenure = (
+                (self.settings.instance_id, what.token)
+                if refused and what.token is not None
+                else None
+            )
             self.on_lost(what.key, what.start, what.end, tenure)
 
     def _trace(self, c: cmd.Log, t: float) -> None:

@@ -37,6 +37,7 @@ from marshal_workers.supervisor.runtime import Supervisor, member_settings
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, initialised, patch_children
 
 K0, K1 = ClaimKey("g", "orders", 0), ClaimKey("g", "orders", 1)
+K2 = ClaimKey("g", "orders", 2)  # a lease and no child: only the leases compare
 
 
 def config() -> RunConfig:
@@ -66,6 +67,8 @@ def appended(partition: int, op: int, offset: int) -> cmd.Append:
 STREAM: list[cmd.Command] = [
     cmd.SetLease(K0, 100.5),
     cmd.SetLease(K1, 101.0),
+    cmd.SetLease(K2, 101.0),
+    cmd.SetLease(K2, 100.0),  # never earlier: only a revoke (0) ends a lease
     appended(0, 1, 7),
     cmd.Spawn(K0, spec(K0, 11)),
     cmd.Spawn(K1, spec(K1, 12), restart=True),
@@ -252,7 +255,7 @@ def test_both_shells_carry_a_stream_out_alike(monkeypatch: pytest.MonkeyPatch) -
     """One command stream, the runtime and the simulator: the same effects, one by one."""
     runtime, sim = runtime_effects(monkeypatch), sim_effects(monkeypatch)
     assert runtime.appends == sim.appends and len(sim.appends) == 2
-    assert runtime.leases == sim.leases == {K0: 0.0}
+    assert runtime.leases == sim.leases == {K0: 0.0, K2: 101.0}
     assert runtime.spawned == sim.spawned == {K0: spec(K0, 11), K1: spec(K1, 12)}
     assert runtime.told == sim.told == [(K0, ipc.Grant(1, True)), (K1, ipc.Stop())]
     assert runtime.signalled == sim.signalled == [(K1, signal.SIGTERM), (K0, signal.SIGKILL)]

@@ -20,9 +20,10 @@ from marshal_workers.core.heldclaim import Phase
 from marshal_workers.core.keeping import Keeping
 from marshal_workers.core.member import Member
 from marshal_workers.core.memberstate import MemberState
-from marshal_workers.core.pending import Kind, Pending
+from marshal_workers.core.pending import Kind, Op, Pending
 from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.protocol import rationalizer, wire
+from marshal_workers.protocol.events import MessagesClaimed
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.rationalizer import ClaimState, resume_offset
 from marshal_workers.protocol.recordfailures import (
@@ -628,4 +629,21 @@ def test_amo_defect_a_new_childs_reservation_taken_for_a_given_up_one_is_reporte
     rejects a run reported lost as granted to nobody that was handled. Reintroduced: never."""
     monkeypatch.setattr(Children, "_in_flight_alike", lambda self, event: False)
     params = SimParams(faults=("failures", "stall", "kill"), fault_count=8, fail_rate=0.3)
+    assert found(monkeypatch, params, "amo_loss_reported", SEEDS) is not None
+
+
+def test_amo_defect_a_write_again_whose_first_try_landed_reports_an_empty_range(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a review (seed 11 of `failures,read-latency`, 8 faults, fail rate 0.3): a
+    reservation told it failed was written again, the first try had landed, and the log stood
+    at the batch's end when the second was folded; refused (its child had ended), it reported
+    from the log's position: an empty range, and 629..631 were lost unsaid. Now what a record
+    of those bytes reserved starts at the batch's start (`children.reserved_from`), and a
+    child still waiting for it is granted it. Reintroduced: from the log's position."""
+    def from_the_log(op: Op, event: MessagesClaimed) -> int:
+        return op.start if event.start is None else event.start
+
+    monkeypatch.setattr(children, "reserved_from", from_the_log)
+    params = SimParams(faults=("failures", "read-latency"), fault_count=8, fail_rate=0.3)
     assert found(monkeypatch, params, "amo_loss_reported", SEEDS) is not None

@@ -56,3 +56,33 @@ def test_a_failed_write_matched_to_an_earlier_identical_record_proves_only_its_s
         second = _step(h, topic.append, key, 0.01, True, False)
     assert int(1000 + first) == int(1000 + second)  # the same bytes
     assert h.member.ctx.held[key].lease <= proven + 1e-9
+
+
+def test_an_earlier_write_of_the_same_bytes_still_in_flight_bounds_the_lease_too() -> None:
+    """h1 landed and was folded before its acknowledgement came (still in flight); h2, the
+    same bytes, is told it failed: the lease stays the one h1's send proves (a second review:
+    only writes no longer pending were looked at)."""
+    topic, log_ms = fresh_topic(partitions=1)
+    h = start(Member(settings(partitions=1)), topic, log_ms, n=1)
+    key = keys(1)[0]
+    h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
+    h.tick(0.05)
+    first = second = None
+    while second is None:
+        h.now += 0.01
+        h.log_ms[0] += 10
+        out = h.member.feed(inp.Tick(h.now, 1000.0 + h.now))
+        for c in out:
+            beat = isinstance(c, cmd.Append) and isinstance(c.message, Heartbeat)
+            beat = beat and c.message.topic == key.topic  # the data claim's, not the member's
+            if beat and first is None and (1000 + h.now) % 1 < 0.3:
+                first = h.now
+                topic.append(c.partition, c.key, c.value)  # landed, its acknowledgement to come
+                h.read()  # folded before the acknowledgement
+            elif beat and first is not None:
+                second = h.now
+                h.commands.extend(h.member.feed(inp.AppendFailed(h.now, c.op, "queue full")))
+            elif isinstance(c, cmd.Append):
+                h.run([c])
+    assert first is not None and int(1000 + first) == int(1000 + second)
+    assert h.member.ctx.held[key].lease <= h.member.ctx.lease_from(first) + 1e-9
