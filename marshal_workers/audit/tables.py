@@ -304,7 +304,8 @@ class Tables:
         if iv.reserve_start is None:
             iv.reserve_start = e.start
         iv.last_batch_start = e.start
-        iv.at_risk = (*iv.at_risk, e.start)[-AT_RISK_RESERVATIONS:]
+        if e.start is None or e.start < end:  # (a write made again that landed twice: none)
+            iv.at_risk = (*iv.at_risk, e.start)[-AT_RISK_RESERVATIONS:]
         iv.reserved_offset, iv.reserved_ms = end, e.log_time
         if not iv.member and self._reported(m.group_id, e.log_time):
             count = None if e.start is None else end - e.start

@@ -250,7 +250,8 @@ class AmoLosses:
         if part is None or part.open is None:
             return
         iv = part.open
-        iv.at_risk = (*iv.at_risk, e.start)[-AT_RISK_RESERVATIONS:]
+        if e.start is None or e.start < e.end:  # (a write made again that landed twice: none)
+            iv.at_risk = (*iv.at_risk, e.start)[-AT_RISK_RESERVATIONS:]
         iv.reserved, iv.reserved_ms = e.message.offset, e.log_time
 
     def _refused(self, e: ev.HeartbeatRejected | ev.ReleaseRejected) -> None:

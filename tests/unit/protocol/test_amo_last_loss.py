@@ -117,6 +117,20 @@ class TestCauses:
         assert loss.lost_ms == T0 + 350 + 2 * HB and loss.reserved_ms == T0 + 300
         assert losses.totals(GROUP, T0 + 3100) == (1, 20)
 
+    def test_a_write_made_again_that_landed_twice_puts_no_reservation_out_of_the_window(
+        self,
+    ) -> None:
+        """A's reservation up to 30 was told it failed and written again, and both landed: the
+        second reserves nothing. B claims after 2*HB: [10, 30) is at risk, as without the
+        duplicate (it counted as a reservation and pushed [10, 20) out: a review's sweep, seed
+        153008 of `failures,read-latency,kill,stall`, two records lost and shown nowhere)."""
+        losses = losses_of(log(
+            (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
+            (200, reserve("A", 20)), (250, hb("A", 20)), (300, reserve("A", 30)),
+            (320, reserve("A", 30)), (350, hb("A", 30)), (3000, claim("B")),
+        ))  # fmt: skip
+        assert seen(losses.last_loss(KEY, T0 + 3100)) == ("A", 10, 30, "taken_over")
+
     def test_a_silent_holder_nobody_claimed_lost_its_runs_to_its_lease(self) -> None:
         """No claim after the crash: a loss only once 2*HB passed since its last heartbeat."""
         losses = losses_of(log(
