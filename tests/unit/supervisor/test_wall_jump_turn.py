@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -24,16 +23,10 @@ from marshal_workers.protocol.wire import ClaimKey, decode
 from marshal_workers.supervisor.observe import Observer
 from marshal_workers.supervisor.runtime import Supervisor
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, initialised, patch_children
+from tests.unit.supervisor.test_reclaim_after_stall import run_until
 
 KEY = ClaimKey("g", "orders", 0)
 HB = 0.5
-
-
-def run_until(sup: Supervisor, check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        sup.step([], wait_s=0.02)
 
 
 def test_a_childs_request_after_an_uncounted_suspend_is_not_written_on_the_old_lease(
