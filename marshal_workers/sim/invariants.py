@@ -28,7 +28,9 @@
   killed with its lookup on the way started nothing);
 - ``alo_rehandle_bound``: in ALO a record is handled again only if its first handling was in
   the last 2*HB + 0.5 s of its handler's work (a heartbeat carries the position of at most
-  HB/2 ago; a frozen supervisor's children work on for its 2*HB lease);
+  HB/2 ago; a frozen supervisor's children work on for its 2*HB lease). Work, not wall time:
+  while the handler's host is stopped (`stall`) nothing is handled nor written, and a stop
+  with every clock held and nothing landing meanwhile shows in nothing until the host runs;
 - ``fold_agreement``: every member's fold agrees with a reader of the whole, uncompacted log
   read up to the same offsets on who holds each claim it considers certain, with which token,
   and where a new holder would resume it never on the side that breaks a guarantee, judged by
@@ -123,6 +125,7 @@ class Span:
     cid: str
     first: float
     last: float
+    instance: str  # the member instance whose child it is (its host's stops: `Checker.stopped`)
 
 
 @dataclass
@@ -160,6 +163,8 @@ class Checker:
     )
     # the offsets of start..end a claim covers: all of them, bar a slice's (`sim.slices`)
     owed: Callable[[ClaimKey, int, int], Sequence[int]] = range_of
+    # the seconds of start..end the host of a member instance was stopped (`stall`)
+    stopped: Callable[[str, float, float], float] = lambda instance, start, end: 0.0
     # AMO: per claim, (time, end) of every batch granted to a child, in time order
     grants: dict[ClaimKey, list[tuple[float, int]]] = field(
         default_factory=lambda: defaultdict(list)
@@ -323,7 +328,7 @@ class Checker:
         self.last_handled[key] = t
         span = self.spans[key].get(child.cid)
         if span is None:
-            self.spans[key][child.cid] = Span(child.cid, t, t)
+            self.spans[key][child.cid] = Span(child.cid, t, t, child.spec.instance_id)
         else:
             span.last = t
         amo = self.modes[key.group] is Mode.AMO
@@ -344,11 +349,16 @@ class Checker:
         first_t, first_cid = self.first[key][offset]
         previous = self.spans[key].get(first_cid)
         window = 2 * self.heartbeat_interval + 0.5
-        if previous is not None and first_t < previous.last - window:
+        if previous is None:
+            return
+        stopped = self.stopped(previous.instance, first_t, previous.last)
+        work = previous.last - first_t - stopped
+        if work > window:
+            also = f", its host stopped {stopped:.2f}s of it" if stopped else ""
             self.violation(
                 "alo_rehandle_bound",
                 f"{where} handled again by {child.cid}: first handled at {first_t:.2f} by "
-                f"{first_cid}, {previous.last - first_t:.2f}s before it stopped (bound "
+                f"{first_cid}, {work:.2f}s of work before it stopped{also} (bound "
                 f"{window:.1f}s)",
                 t,
             )

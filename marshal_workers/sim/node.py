@@ -110,6 +110,7 @@ class SimNode:
         self.started = False
         self.frozen_until = 0.0
         self.stalled_until = 0.0  # `stall`: the children stop too
+        self.stalls: list[tuple[float, float]] = []  # (start, end) of each stall
         self.turned_at = -1.0  # when the member last ran its turn
         # coordination records it read and folded (its start's catch-up too), and the span of
         # virtual time it read them over (`member_reads_per_s`)
@@ -182,6 +183,17 @@ class SimNode:
             self.wall_lost += lost
         self.stalled_until = max(self.stalled_until, end)
         self.frozen_until = max(self.frozen_until, end)
+        self.stalls.append((t, end))
+
+    def stopped_between(self, start: float, end: float) -> float:
+        """The seconds of ``start``..``end`` its host was stalled (stalls may overlap)."""
+        stopped, reach = 0.0, start
+        for begun, ended in sorted(self.stalls):
+            a, b = max(begun, reach), min(ended, end)
+            if b > a:
+                stopped += b - a
+                reach = b
+        return stopped
 
     def stalled(self, t: float) -> bool:
         """Whether the host (member and children) is stopped at ``t``."""

@@ -83,6 +83,7 @@ class Fleet:
             p.speed,
             park_after=POISON_PARK_AFTER,
             owed=self.cut.owed,
+            stopped=self._stopped,
         )
         # sliced: the checks per data offset, across the slices of a partition
         self.slices = SliceChecker(self.cut, dict(self.modes), self.checker.violation)
@@ -181,6 +182,13 @@ class Fleet:
         self.nodes.append(node)
         self.at(at, f"start {node.name}", lambda: node.start(self.t))
         return node
+
+    def _stopped(self, instance: str, start: float, end: float) -> float:
+        """The seconds of ``start``..``end`` the host of member ``instance`` was stalled."""
+        for node in self.nodes:
+            if node.settings.instance_id == instance:
+                return node.stopped_between(start, end)
+        return 0.0
 
     def _failure_written(self, instance: str, value: bytes) -> None:
         """A member wrote a failure's count for the first time (`poison_bounded`)."""

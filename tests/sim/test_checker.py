@@ -15,8 +15,10 @@ from marshal_workers.sim.invariants import Checker
 ALO, AMO = ClaimKey("g0", "t", 0), ClaimKey("g1", "t", 0)
 
 
-def checker() -> Checker:
-    return Checker({"g0": Mode.ALO, "g1": Mode.AMO}, heartbeat_interval=1.0, speed=100.0)
+def checker(**options: Any) -> Checker:
+    return Checker(
+        {"g0": Mode.ALO, "g1": Mode.AMO}, heartbeat_interval=1.0, speed=100.0, **options
+    )
 
 
 def world(key: ClaimKey, committed: int, reserved: int | None = None) -> World:
@@ -90,3 +92,36 @@ def test_holders_and_tokens_still_agree_exactly() -> None:
     theirs.claims[ALO].holder_instance = "i9"
     c.agree("reader", mine, theirs, at=1.0)
     assert [v["invariant"] for v in c.violations] == ["fold_agreement"]
+
+
+def test_alo_a_rehandle_bound_counts_the_handlers_work_not_its_hosts_stall() -> None:
+    """Seed 150030 of `poison,failures,stall` at a 0.2 fail rate: a holder handled offset 365
+    at 13.60, its host stopped with its clocks from 13.85 to 16.30 (no record landed meanwhile:
+    nothing showed the stop), its child handled on to 16.55, and the next holder resumed at
+    365. 2.95 s of wall time, 0.5 s of the handler's work: within the bound of 2*HB + 0.5 s."""
+    c = checker(stopped=stopped_between)
+    handle_at(c, ALO, "stalled", [(365, 13.60), (366, 13.80), (367, 16.35), (400, 16.55)])
+    handle_at(c, ALO, "rival", [(365, 17.0)])
+    assert c.violations == []
+
+
+def test_alo_a_rehandle_past_the_bound_in_the_handlers_work_is_still_a_violation() -> None:
+    """The same handling with the host running throughout (or its stop elsewhere in time):
+    2.95 s of the handler's work before it stopped, past 2*HB + 0.5 s."""
+    for stopped in (lambda i, s, e: 0.0, lambda i, s, e: stopped_between(i, s + 10, e + 10)):
+        c = checker(stopped=stopped)
+        handle_at(c, ALO, "stalled", [(365, 13.60), (366, 13.80), (367, 16.35), (400, 16.55)])
+        handle_at(c, ALO, "rival", [(365, 17.0)])
+        assert [v["invariant"] for v in c.violations] == ["alo_rehandle_bound"]
+
+
+def stopped_between(instance: str, start: float, end: float) -> float:
+    """The host of "stalled" stopped 13.85..16.30; every other host ran."""
+    if instance != "stalled":
+        return 0.0
+    return max(0.0, min(end, 16.30) - max(start, 13.85))
+
+
+def handle_at(c: Checker, key: ClaimKey, cid: str, marks: list[tuple[int, float]]) -> None:
+    for offset, t in marks:
+        c.handled(child(key, cid), offset, t)

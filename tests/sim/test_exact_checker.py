@@ -110,6 +110,22 @@ def test_the_replay_line_runs_the_same_fleet() -> None:
     assert summary["records_handled"] == run_seed(params).handled
 
 
+def test_a_hosts_stall_is_not_its_handlers_work() -> None:
+    """Seed 150030 of `poison,failures,stall` at a 0.2 fail rate (one group of 4): every host
+    stopped at once with its clocks held, nothing landed for 2.8 s, and a holder's child
+    handled 0.25 s before its host stopped and 0.25 s after. `alo_rehandle_bound` counted the
+    stop as the handler's work (2.95 s, past 2*HB + 0.5 s)."""
+    params = SimParams(
+        seed=150030,
+        members=4,
+        groups=1,
+        faults=("poison", "failures", "stall"),
+        fail_rate=0.2,
+        fault_count=6,
+    )
+    assert run_seed(params).violations == []
+
+
 def vars_of(params: SimParams) -> dict[str, object]:
     return {name: getattr(params, name) for name in params.__dataclass_fields__}
 
