@@ -275,6 +275,8 @@ class Children:
         ops.remove(op)
         if not ops:
             del self.ctx.unconfirmed[event.key]
+        if reserved_nothing(event):
+            return
         held = self.ctx.held.get(op.key)
         if held is None or event.token != held.token:
             # the claim is gone (or held again, under another token) and no child of it was
@@ -306,13 +308,19 @@ class Children:
         self._reserved_not_granted(held, op, event, UNCONFIRMED)
 
     def _in_flight_alike(self, event: ev.MessagesClaimed) -> bool:
-        """Whether a write in flight has the very bytes of ``event``'s record (a later child
-        asking for the same run in the same second): the record may be its, and its
-        acknowledgement decides it (`Pending.appended`; told it failed, `Pending.early_verdict`).
-        What the given-up write reserved and nobody was granted is reported as the claim is let
-        go (`Keeping.reserved_not_granted`). Taken for the given-up write's, a new child's
-        granted run was reported lost (a reviewer: seed 102 of `failures,stall,kill`)."""
-        return any(o.message == event.message for o in self.ctx.pending.ops.values())
+        """Whether a reservation in flight on the claim ends where ``event``'s record does: the
+        record may be its, or an earlier try of its request (a write again is stamped anew, so
+        its bytes differ by the second), and its verdict decides those records: granted (a
+        write again whose first did land, `reservation_decided`), or refused and reported
+        lost there; a write given up on again is remembered and reported as any. Taken for
+        an earlier child's given-up write with the same bytes, a new child's granted run was
+        reported lost: by the very same bytes (a reviewer: seed 102 of
+        `failures,stall,kill`), and by the end alone, the new child's first try landing and
+        its write again granted (seeds 180033, 180054 of `failures,read-latency` at 0.3)."""
+        return any(
+            o.kind is Kind.RESERVE and o.key == event.key and o.end == event.end
+            for o in self.ctx.pending.ops.values()
+        )
 
     def _reserved_not_granted(
         self, held: HeldClaim, op: Op, event: ev.MessagesClaimed, why: str
@@ -423,6 +431,17 @@ class Children:
     def _lost(self, held: HeldClaim, start: int, end: int, cause: obs.LossCause, why: str) -> None:
         """AMO: ``start``..``end`` is reserved in the log and nobody will handle it."""
         self.ctx.held_lost(held, start, end, cause, why)
+
+
+def reserved_nothing(event: ev.MessagesClaimed) -> bool:
+    """Whether a reservation's record landed where the log stood at its end already: it
+    reserved nothing. The record that moved the log there (the very same bytes landed before,
+    or a write again of the request) was granted or reported where its verdict came; taken for
+    a given-up write's, a run a later child of the claim was granted and handled was reported
+    lost (seed 180054 of `failures,read-latency` at 0.3: an earlier child's last try and the
+    next child's first two had the same bytes; the first landing answered the next child's
+    write again, the second was read as the given-up write's)."""
+    return event.start is not None and event.start >= event.end
 
 
 def refused_from(held: HeldClaim, start: int) -> int:

@@ -158,7 +158,8 @@ class Checker:
     # the cleaner ran below the safe window (`eager-compaction`): an unconfirmed reservation
     # ("reservation not confirmed", a fold the cleaner made uncertain) is a fault's refusal
     eager_compaction: bool = False
-    unfinished: dict[ClaimKey, list[tuple[int, int]]] = field(  # children at work at the end
+    # children at work at the end, and reservations still in flight then (`deciding`)
+    unfinished: dict[ClaimKey, list[tuple[int, int]]] = field(
         default_factory=lambda: defaultdict(list)
     )
     # the offsets of start..end a claim covers: all of them, bar a slice's (`sim.slices`)
@@ -320,6 +321,14 @@ class Checker:
         """A child still at work when the run ends: what it asked for is not lost (yet)."""
         if child.asked_end > child.position:
             self.unfinished[child.key].append((child.position, child.asked_end))
+
+    def deciding(self, key: ClaimKey, start: int, end: int) -> None:
+        """A live member's reservation of ``start``..``end`` still in flight when the run ends:
+        its verdict, which the end cuts off, grants it or reports it lost (seed 153021 of
+        `failures,read-latency,kill,stall` at 0.3: a child TERMed as its lease ended while its
+        last request's write was written again)."""
+        if end > start:
+            self.unfinished[key].append((start, end))
 
     def handled(self, child: SimChild, offset: int, t: float) -> None:
         """A child handled ``offset`` at ``t``."""

@@ -23,7 +23,7 @@ from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core import observations as obs
 from marshal_workers.core.member import Member
-from marshal_workers.core.pending import WRITE_TRIES
+from marshal_workers.core.pending import WRITE_TRIES, Kind
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
@@ -164,6 +164,11 @@ class SimNode:
         """Fold every record the log has now (for the end-of-run comparison; not counted as
         the member's reading)."""
         self._read(t, lag=False, counted=False)
+
+    def reserving(self) -> list[tuple[ClaimKey, int, int]]:
+        """The AMO reservations the member has written and has no verdict on yet."""
+        ops = self.member.ctx.pending.ops.values()
+        return [(o.key, o.start, o.end) for o in ops if o.kind is Kind.RESERVE]
 
     def freeze(self, t: float, seconds: float) -> None:
         """SIGSTOP for ``seconds``: the member does nothing; its children run on."""

@@ -353,11 +353,17 @@ class Fleet:
         readers: list[tuple[str, float, World]] = []
         for node in self.nodes:
             for child in node.children.values():
-                if child.alive:  # the run ends while it works: its batches are not lost
+                # the run ends while it works: its batches are not lost; or it ended in the
+                # run's last step and its member has not read its exit yet (that turn says
+                # what it lost: seed 22 of `failures,read-latency` at 0.3, a child TERMed as
+                # its lease ended, in the very turn its last batch was granted)
+                if child.alive or (node.alive and node.started):
                     self.checker.in_progress(child)
             if node.alive and node.started:
                 node.catch_up(self.t)
                 readers.extend((node.name, self.t, w) for w in node.member.worlds.values())
+                for key, start, end in node.reserving():
+                    self.checker.deciding(key, start, end)
         # what may lose a poison count: a kill, freeze or stop, or every write of it failing
         faults = {n.settings.instance_id: n.faults + n.counts_lost_to_the_log() for n in self.nodes}
         self.checker.finish(reference, readers, noted, faults, self.log_losses)

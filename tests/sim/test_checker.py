@@ -28,7 +28,7 @@ def world(key: ClaimKey, committed: int, reserved: int | None = None) -> World:
 
 
 def child(key: ClaimKey, cid: str) -> Any:
-    return SimpleNamespace(key=key, cid=cid, spec=SimpleNamespace(instance_id=cid))
+    return SimpleNamespace(key=key, cid=cid, spec=SimpleNamespace(instance_id=cid, fencing_token=1))
 
 
 def handle(c: Checker, key: ClaimKey, cid: str, offsets: range, t: float) -> None:
@@ -125,3 +125,17 @@ def stopped_between(instance: str, start: float, end: float) -> float:
 def handle_at(c: Checker, key: ClaimKey, cid: str, marks: list[tuple[int, float]]) -> None:
     for offset, t in marks:
         c.handled(child(key, cid), offset, t)
+
+
+def test_amo_a_write_in_flight_at_the_end_holds_its_records_and_no_others() -> None:
+    """A reservation a live member still has in flight when the run ends (its verdict grants
+    or reports it): its records are in hand. A record outside it, handled by nobody and
+    reported by nobody, is still reported as such."""
+    for in_flight, unreported in (((6, 7), False), ((7, 7), True)):
+        c = checker()
+        c.started(AMO, 0)
+        for offset in range(6):
+            c.handled(child(AMO, "c"), offset, 1.0)
+        c.deciding(AMO, *in_flight)
+        c.finish({0: world(AMO, 7)}, [], {}, {})
+        assert ("amo_loss_reported" in [v["invariant"] for v in c.violations]) is unreported

@@ -13,6 +13,7 @@ decided on that verdict: granted, and handled before the child stops.
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 
 import pytest
 
@@ -20,8 +21,10 @@ from marshal_workers.core import children
 from marshal_workers.core.children import Children
 from marshal_workers.core.keeping import Keeping
 from marshal_workers.core.pending import Pending
+from marshal_workers.protocol.events import MessagesClaimed
 from marshal_workers.sim.params import SimParams
-from marshal_workers.sim.scenario import Fleet, RunResult
+from marshal_workers.sim.scenario import Fleet, RunResult, run_seed
+from tests.sim.conftest import first_violation
 
 WINDOW = (3.0, 3.6)
 
@@ -78,3 +81,40 @@ def test_without_adopting_them_their_records_vanish_unreported(
     ]
     assert found
 
+
+
+# Failing writes read with a lag: a child's given-up reservation and the next child's request
+# for the same run in the same second have the very same bytes, and the log lands some of them.
+LAGGING_FAILURES = SimParams(faults=("failures", "read-latency"), fail_rate=0.3, fault_count=8)
+
+
+@pytest.mark.parametrize("seed", [180033, 180054])
+def test_a_run_granted_to_the_next_child_is_not_reported_lost(seed: int) -> None:
+    """Seeds 180033 and 180054 of `failures,read-latency` at 0.3: the next child of the claim
+    was granted the run and handled it, and the member reported it lost as reserved for the
+    earlier child's given-up write (`amo_loss_reported`: reported lost, handled by its tenure)."""
+    assert run_seed(replace(LAGGING_FAILURES, seed=seed)).violations == []
+
+
+def test_defect_a_landing_taken_for_a_given_up_write_while_a_write_again_is_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reintroduced: a landed record is left to a write in flight only if it has the very same
+    bytes; the next child's first try landed, its write again (stamped a second later) was in
+    flight, and the landing was taken for the earlier child's given-up write (seed 180033)."""
+
+    def same_bytes(self: Children, event: MessagesClaimed) -> bool:
+        return any(o.message == event.message for o in self.ctx.pending.ops.values())
+
+    monkeypatch.setattr(Children, "_in_flight_alike", same_bytes)
+    assert first_violation(LAGGING_FAILURES, "amo_loss_reported", 1, first=180033) == 180033
+
+
+def test_defect_a_landing_that_reserved_nothing_reported_as_a_loss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reintroduced: a landing of a given-up write's bytes where the log stood at its end
+    already is reported lost (seed 180054: the first landing of those bytes answered the next
+    child's write again, which was granted and handled)."""
+    monkeypatch.setattr(children, "reserved_nothing", lambda event: False)
+    assert first_violation(LAGGING_FAILURES, "amo_loss_reported", 1, first=180054) == 180054
