@@ -201,7 +201,9 @@ class Faults:
         reservations: "reservation not confirmed" is a fault's refusal); every other invariant
         still holds, `fold_agreement`'s positions included: a compacted reader's estimate (a
         frozen holder's refused release can be its key's newest record within seconds here)
-        may differ from the whole log's, never so that a new holder skips or grants twice."""
+        may differ from the whole log's, never so that a new holder skips or grants twice (an
+        AMO holder may start above it: what it passes over is such a loss, which no reader of
+        the compacted log can report, `Checker.holder_started`)."""
         fleet = self.fleet
         fleet.checker.eager_compaction = True
         self.compact(int((fleet.t - fleet.rng.uniform(0, 2) * fleet.p.heartbeat_interval) * 1000))

@@ -20,7 +20,7 @@ from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import rationalizer
 from marshal_workers.protocol.amolosses import AmoLoss
 from marshal_workers.protocol.modes import Mode
-from marshal_workers.protocol.rationalizer import RationalizerConfig, World
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World, resume_offset
 from marshal_workers.protocol.slicing import Ordering, Slicing
 from marshal_workers.protocol.wire import (
     ClaimKey,
@@ -101,6 +101,9 @@ class Fleet:
         self.failures_written: dict[tuple[str, bytes], int] = {}
         self.log_losses: list[AmoLoss] = []  # every AMO loss the whole log shows (at the end)
         self.faults = Faults(self)
+        # the whole log folded as it lands, for AMO starts under the eager cleaner
+        self._whole: list[World] | None = None
+        self._whole_folded = [0] * p.coordination_partitions
 
     # ---- building ----------------------------------------------------------------------------
 
@@ -170,7 +173,7 @@ class Fleet:
             on_failed=self.checker.failed,
             on_died=self.checker.died,
             on_violation=lambda name, d: self.checker.violation(name, d, self.t),
-            on_start=self.checker.started,
+            on_start=self._child_started,
             on_granted=self.checker.granted,
             on_checked=self.checker.mark,
             on_failure_written=self._failure_written,
@@ -182,6 +185,30 @@ class Fleet:
         self.nodes.append(node)
         self.at(at, f"start {node.name}", lambda: node.start(self.t))
         return node
+
+    def _child_started(self, key: ClaimKey, offset: int) -> None:
+        """A child of ``key`` started at ``offset``: where the claim's records are owed from
+        (its first start), and, in AMO, where the whole log would have resumed it."""
+        self.checker.started(key, offset)
+        if self.checker.eager_compaction and self.modes.get(key.group) is Mode.AMO:
+            self.checker.holder_started(key, offset, self._whole_log_resume(key))
+
+    def _whole_log_resume(self, key: ClaimKey) -> int | None:
+        """Where a reader of the whole, uncompacted log up to its end now resumes ``key`` in
+        AMO (folded on as records land: positions only grow, so this is at or above what it
+        was when the member's fold was read)."""
+        if self._whole is None:
+            config = wholelog.reference_config(self)
+            self._whole = [World(config, q) for q in range(self.log.num_partitions)]
+        for q, world in enumerate(self._whole):
+            shadow = self.log.shadow[q]
+            for record in shadow[self._whole_folded[q] :]:
+                rationalizer.fold(world, record)
+            self._whole_folded[q] = len(shadow)
+            state = world.claims.get(key)
+            if state is not None:
+                return resume_offset(state, Mode.AMO)
+        return None
 
     def _stopped(self, instance: str, start: float, end: float) -> float:
         """The seconds of ``start``..``end`` the host of member ``instance`` was stalled."""

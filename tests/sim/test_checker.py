@@ -16,9 +16,7 @@ ALO, AMO = ClaimKey("g0", "t", 0), ClaimKey("g1", "t", 0)
 
 
 def checker(**options: Any) -> Checker:
-    return Checker(
-        {"g0": Mode.ALO, "g1": Mode.AMO}, heartbeat_interval=1.0, speed=100.0, **options
-    )
+    return Checker({"g0": Mode.ALO, "g1": Mode.AMO}, heartbeat_interval=1.0, speed=100.0, **options)
 
 
 def world(key: ClaimKey, committed: int, reserved: int | None = None) -> World:
