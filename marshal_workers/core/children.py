@@ -308,17 +308,22 @@ class Children:
         self._reserved_not_granted(held, op, event, UNCONFIRMED)
 
     def _in_flight_alike(self, event: ev.MessagesClaimed) -> bool:
-        """Whether a reservation in flight on the claim ends where ``event``'s record does: the
-        record may be its, or an earlier try of its request (a write again is stamped anew, so
-        its bytes differ by the second), and its verdict decides those records: granted (a
-        write again whose first did land, `reservation_decided`), or refused and reported
-        lost there; a write given up on again is remembered and reported as any. Taken for
-        an earlier child's given-up write with the same bytes, a new child's granted run was
-        reported lost: by the very same bytes (a reviewer: seed 102 of
-        `failures,stall,kill`), and by the end alone, the new child's first try landing and
-        its write again granted (seeds 180033, 180054 of `failures,read-latency` at 0.3)."""
+        """Whether a reservation in flight on the claim covers what ``event``'s record reserved
+        and ends where it does: the record may be its, or an earlier try of its request (a
+        write again is stamped anew, so its bytes differ by the second), and its verdict
+        decides those records: granted (a write again whose first did land,
+        `reservation_decided`), or refused and reported lost there; a write given up on again
+        is remembered and reported as any. Taken for an earlier child's given-up write with
+        the same bytes, a new child's granted run was reported lost: by the very same bytes (a
+        reviewer: seed 102 of `failures,stall,kill`), and by the end alone, the new child's
+        first try landing while its write again was in flight (seed 180033 of
+        `failures,read-latency` at 0.3)."""
+        start = event.start
         return any(
-            o.kind is Kind.RESERVE and o.key == event.key and o.end == event.end
+            o.kind is Kind.RESERVE
+            and o.key == event.key
+            and o.end == event.end
+            and (start is None or o.start <= start)
             for o in self.ctx.pending.ops.values()
         )
 
