@@ -88,6 +88,8 @@ sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, h
 	@# a hostile writer on the coordination topic, with the faults that restart and compact
 	$(BIN)/marshal-sim --seeds 200 --members 6 --groups 3 --faults forgery,kill,restart,compaction,pause,poison --fault-count 6
 	$(BIN)/marshal-sim --seeds 200 --members 4 --groups 2 --faults poison,failures,stall --fail-rate 0.2 --fault-count 6
+	@# writes that fail or time out and land, read by members whose view of the log lags (AMO losses reported, none twice)
+	$(BIN)/marshal-sim --seeds 200 --faults failures,read-latency,stall --fail-rate 0.2 --fault-count 8
 	@# a host stopped with its lease clock held (a paused VM), under both cleaners
 	$(BIN)/marshal-sim --seeds 200 --faults stall,eager-compaction --fault-count 10
 	$(BIN)/marshal-sim --seeds 200 --faults stall,compaction --fault-count 10 --ordering unordered --workers-per-partition 4
