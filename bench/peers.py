@@ -171,13 +171,14 @@ def launch(
     }
     log = bench.work / f"{out.name}.log"
     if system in MARSHAL_SYSTEMS:
-        binary = None
+        binary, cwd = None, REPO
         if system in BASELINE and bench.baseline is not None:
             binary = bench.baseline / "marshal-run"
-            env["PYTHONPATH"] = str(baseline_root(bench.baseline))  # its package, not ours
+            cwd = baseline_root(bench.baseline)  # on its fork server's path: its package, not
+            env["PYTHONPATH"] = str(cwd)  # ours (a module moved since broke every child)
         return marshal_run(
             bench.procs, log, handler=f"bench.handlers:{setting.plugin or setting.handler}",
-            binary=binary,
+            binary=binary, cwd=cwd,
             mode=system.split("-", maxsplit=1)[0],
             extra=["--amo-window", str(AMO_WINDOWS[system])] if system in AMO_WINDOWS else None,
             topic=topic, group=f"g_{uid()}", client_id=f"bench-{out.name}",

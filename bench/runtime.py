@@ -120,10 +120,12 @@ class Processes:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.orphans: list[int] = []  # children of a process killed with kill9
 
-    def start(self, command: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start(
+        self, command: list[str], log: Path, env: dict[str, str], cwd: Path = REPO
+    ) -> subprocess.Popen[bytes]:
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                command, env=env, stdout=out, stderr=out, start_new_session=True, cwd=REPO
+                command, env=env, stdout=out, stderr=out, start_new_session=True, cwd=cwd
             )
         self.procs.append(proc)
         return proc
@@ -289,8 +291,11 @@ def marshal_run(
     env: dict[str, str],
     extra: list[str] | None = None,
     binary: Path | None = None,
+    cwd: Path = REPO,
 ) -> subprocess.Popen[bytes]:
-    """Start ``marshal-run`` (this venv's, or ``binary``) with the bench's settings."""
+    """Start ``marshal-run`` (this venv's, or ``binary``) with the bench's settings, in ``cwd``
+    (the working directory goes on the supervisor's and its fork server's import path: another
+    build runs in its own checkout, or its children import this checkout's package)."""
     command = [
         str(binary or MARSHAL_RUN),
         "--handler",
@@ -315,7 +320,7 @@ def marshal_run(
         "json",
         *(extra or []),
     ]
-    return procs.start(command, log, child_env(**env))
+    return procs.start(command, log, child_env(**env), cwd=cwd)
 
 
 def read_json_files(directory: Path, prefix: str) -> list[dict[str, Any]]:
