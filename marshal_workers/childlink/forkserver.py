@@ -25,7 +25,7 @@ What changes for a child, and where it is handled:
 - the handler module is imported by each child, never by the fork server: a module that starts
   a thread at import would make every later fork unsafe;
 - whatever the start method, the parent's ``__main__`` script is not re-run in the child
-  (`child.main.start_child`), so the CLI's imports stay out of it.
+  (`supervisor.childprocess.start_child`), so the CLI's imports stay out of it.
 """
 
 from __future__ import annotations
@@ -43,7 +43,11 @@ ChildContext = ForkServerContext | SpawnContext  # spawn: the tests' children, a
 
 # What the fork server imports once: this module first (`_guard`), then the child's whole import
 # graph (consumer, structlog, ...).
-PRELOAD = ("marshal_workers.childlink.forkserver", "marshal_workers.child.main")
+PRELOAD = (
+    "marshal_workers.childlink.forkserver",
+    "marshal_workers.child.main",
+    "marshal_workers.child.entry",  # what a child runs (`supervisor.childprocess`)
+)
 # Set (to the supervisor's pid) only while the fork server starts: the process that finds its
 # parent's pid here is the fork server, and nothing else.
 SERVER_OF_ENV = "MARSHAL_FORK_SERVER_OF"
