@@ -44,8 +44,9 @@ from marshal_workers.child.reserving import Reserving
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.errors import EXIT_OK, EXIT_RUNTIME
+from marshal_workers.common.workdir import working_directory_on_path
 from marshal_workers.handler import Context
-from marshal_workers.handler.loading import LoadError, load_handler, working_directory_on_path
+from marshal_workers.handler.loading import LoadError, load_handler
 from marshal_workers.ipc.exits import EXIT_KAFKA, EXIT_SETUP, ChildExit
 from marshal_workers.ipc.messages import ChildSpec, Started, Stopped
 from marshal_workers.protocol.modes import Mode

@@ -1,10 +1,11 @@
 """The child process: one claimed partition, its own consumer, the user's handler, self-fencing.
 
-Theory of operation. The supervisor calls `start_child` for a partition it holds, with a
-`ChildSpec` (where to start, which handler, which fencing token) and the claim's `SharedLease`,
-already extended to a deadline in the future. The child is forked by the fork server
-(`forkserver`: a process that imported the child's modules and runs no thread; the supervisor
-itself is never forked, as librdkafka's threads do not survive a fork) and, in `child_main`:
+Theory of operation. The supervisor calls `start_child` (`supervisor.childprocess`) for a
+partition it holds, with a `ChildSpec` (where to start, which handler, which fencing token) and
+the claim's `SharedLease`, already extended to a deadline in the future. The child is forked by
+the fork server (`forkserver`: a process that imported the child's modules and runs no thread;
+the supervisor itself is never forked, as librdkafka's threads do not survive a fork) and, in
+`child_main`:
 
 1. leads its own process group, forks the group guardian (which SIGKILLs the group once the
    child has ended, however it ended), asks Linux to SIGKILL it when its parent (the fork server,
@@ -84,12 +85,9 @@ import faulthandler
 import os
 import signal
 import sys
-from collections.abc import Iterator
-from importlib.machinery import ModuleSpec
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from types import FrameType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import structlog
 
@@ -118,13 +116,7 @@ from marshal_workers.ipc.exits import (
     EXIT_PARENT_GONE,
     EXIT_SETUP,
 )
-from marshal_workers.ipc.messages import (
-    ChildSpec,
-    ToChild,
-)
-
-if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
-    from marshal_workers.childlink.forkserver import ChildContext
+from marshal_workers.ipc.messages import ChildSpec
 
 __all__ = [
     "EXIT_HANDLER_FAILED",
@@ -133,9 +125,7 @@ __all__ = [
     "EXIT_NOT_GRANTED",
     "EXIT_PARENT_GONE",
     "EXIT_SETUP",
-    "ChildHandle",
     "child_main",
-    "start_child",
 ]
 
 FENCE_EXIT_CODES = {
@@ -144,103 +134,6 @@ FENCE_EXIT_CODES = {
     REASON_HANDLER_TIMEOUT: EXIT_HANDLER_TIMEOUT,
 }
 LAST_WORDS_TIMEOUT_S = 0.05
-_NO_SPEC = object()
-
-# ---------------------------------------------------------------- supervisor side
-
-
-class ChildHandle:
-    """The supervisor's handle on one running child (its process and pipe end)."""
-
-    def __init__(self, process: BaseProcess, conn: Connection) -> None:
-        self.process = process
-        self.conn = conn
-        pid = process.pid
-        assert pid is not None, "ChildHandle of a process that was not started"
-        self.pid: int = pid
-
-    @property
-    def exitcode(self) -> int | None:
-        """None while running; else the exit code (negative: the signal). Reaps, never blocks."""
-        return self.process.exitcode
-
-    def send(self, msg: ToChild) -> bool:
-        """Send `Grant` or `Stop`; False if the child is gone (its pipe end closed)."""
-        try:
-            self.conn.send(msg)
-        except OSError:
-            return False
-        return True
-
-    def signal_group(self, sig: int) -> None:
-        """Send ``sig`` to the child's process group: the child and whatever its handler started.
-
-        Until the child has made its own group (its first statement), only the child itself
-        exists to be signalled, so it is signalled directly. Call this soon after the child
-        ends, not much later: once every member is gone the pid may be reused.
-        """
-        try:
-            os.killpg(self.pid, sig)
-        except ProcessLookupError:
-            if self.exitcode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, sig)
-
-    def join(self, timeout: float | None = None) -> int | None:
-        """Wait up to ``timeout`` seconds for the child to end; its exit code, or None."""
-        self.process.join(timeout)
-        return self.exitcode
-
-    def close(self) -> None:
-        """Close the pipe end, and release the process object once the child has ended."""
-        self.conn.close()
-        if self.exitcode is not None:
-            self.process.close()
-
-
-def start_child(spec: ChildSpec, lease: SharedLease, mp_context: ChildContext) -> ChildHandle:
-    """Start a child for ``spec`` under ``lease`` (extend the lease first: 0 means stop now),
-    from the fork server (`forkserver.fork_server`) or by spawning (tests).
-
-    A spawned child's parent-death signal comes when the *thread* that started it ends: call
-    this from a thread that lives as long as the supervisor.
-    """
-    parent_conn, child_conn = mp_context.Pipe(duplex=True)
-    process = mp_context.Process(
-        target=child_main,
-        args=(spec, lease, child_conn, os.getpid()),
-        name=f"marshal-child:{spec.topic}/{spec.partition}",
-        daemon=False,  # a daemonic process may not start processes: handlers may need to
-    )
-    with main_not_rerun():
-        process.start()
-    child_conn.close()
-    return ChildHandle(process, parent_conn)
-
-
-@contextlib.contextmanager
-def main_not_rerun() -> Iterator[None]:
-    """While a child starts, tell multiprocessing not to re-run the parent's ``__main__`` in it.
-
-    multiprocessing runs the parent's main script (``marshal-run``, hence the whole CLI's
-    imports: 0.1 s of CPU and 6 MB per child) or module again in every spawned or fork-server
-    child, so that functions defined there can be unpickled. A child runs `child_main` only. A
-    main module that reads as a package's ``__main__`` is one it never re-runs; the real spec
-    is put back at once.
-    """
-    main = sys.modules["__main__"]
-    saved = main.__dict__.get("__spec__", _NO_SPEC)
-    main.__spec__ = ModuleSpec("__main__", None)
-    try:
-        yield
-    finally:
-        if saved is _NO_SPEC:
-            del main.__spec__
-        else:
-            main.__spec__ = saved
-
-
-# ---------------------------------------------------------------- child side
 
 
 def child_main(

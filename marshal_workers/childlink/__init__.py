@@ -4,6 +4,7 @@ start from (`forkserver`), and the lease and the handler's call state in shared 
 
 Runs in the supervisor, the fork server and the child. Imports `protocol`, `common` and the
 pure messages (`ipc`) only, never the child, the supervisor or the core. `forkserver` guards
-the fork server when imported: only the supervisor's start-up (`supervisor.run`) and the fork
+the fork server when imported: only the supervisor's start-up (`supervisor.launch`, which
+starts the server before the supervisor's other imports, and `supervisor.run`) and the fork
 server itself import it at run time.
 """

@@ -18,12 +18,14 @@ What changes for a child, and where it is handled:
   child's parent-death signal (set against the fork server) then ends the child at once;
   `fencing.parent_to_watch` checks the chain at the child's start, the watchdog watches the
   fork server after that;
-- its environment is the supervisor's when the fork server started: start it (`fork_server`)
-  after anything the children must not inherit is taken out (``NOTIFY_SOCKET``, `systemd`);
+- its environment is the supervisor's when the fork server started: what the children must not
+  inherit is withheld from it (``NOTIFY_SOCKET``: `fork_server`'s ``withheld``). `marshal-run`
+  starts it first thing, before its own imports (`supervisor.launch`), and `supervisor.run`
+  calls `fork_server` again, which keeps the running server;
 - the handler module is imported by each child, never by the fork server: a module that starts
   a thread at import would make every later fork unsafe;
 - whatever the start method, the parent's ``__main__`` script is not re-run in the child
-  (`child.main.start_child`), so the CLI's imports stay out of it.
+  (`supervisor.childprocess.start_child`), so the CLI's imports stay out of it.
 """
 
 from __future__ import annotations
@@ -34,30 +36,40 @@ import multiprocessing.forkserver
 import os
 import signal
 import sys
+from collections.abc import Collection
 from multiprocessing.context import ForkServerContext, SpawnContext
 
 ChildContext = ForkServerContext | SpawnContext  # spawn: the tests' children, and the fallback
 
 # What the fork server imports once: this module first (`_guard`), then the child's whole import
 # graph (consumer, structlog, ...).
-PRELOAD = ("marshal_workers.childlink.forkserver", "marshal_workers.child.main")
+PRELOAD = (
+    "marshal_workers.childlink.forkserver",
+    "marshal_workers.child.main",
+    "marshal_workers.child.entry",  # what a child runs (`supervisor.childprocess`)
+)
 # Set (to the supervisor's pid) only while the fork server starts: the process that finds its
 # parent's pid here is the fork server, and nothing else.
 SERVER_OF_ENV = "MARSHAL_FORK_SERVER_OF"
 PR_SET_PDEATHSIG = 1
 
 
-def fork_server() -> ForkServerContext:
-    """The ``forkserver`` context for children, its server started now (in the background: its
-    imports overlap the supervisor's start-up; the first child waits for them if it must)."""
+def fork_server(withheld: Collection[str] = ()) -> ForkServerContext:
+    """The ``forkserver`` context for children, its server started now unless it runs already
+    (in the background: its imports overlap the supervisor's start-up; the first child waits
+    for them if it must). The environment variables named in ``withheld`` are out of this
+    process's environment while the server starts, and put back after: neither the server nor
+    any child has them."""
     context = multiprocessing.get_context("forkserver")
     assert isinstance(context, ForkServerContext)
     context.set_forkserver_preload(list(PRELOAD))
+    saved = {name: os.environ.pop(name) for name in withheld if name in os.environ}
     os.environ[SERVER_OF_ENV] = str(os.getpid())
     try:
         multiprocessing.forkserver.ensure_running()
     finally:
         del os.environ[SERVER_OF_ENV]
+        os.environ.update(saved)
     return context
 
 

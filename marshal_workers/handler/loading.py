@@ -1,8 +1,8 @@
 """Finding the user's handler: ``module:attr`` or an entry point, loaded once by the supervisor
 (a failure exits with code 3 and one line) and again by each child.
 
-The working directory is put first on ``sys.path`` (`working_directory_on_path`, as gunicorn
-and uvicorn do) by the supervisor before it starts the fork server, so the fork server and every
+The working directory is put first on ``sys.path`` (`common.workdir`, as gunicorn and uvicorn
+do) by the supervisor before it starts the fork server, so the fork server and every
 child forked from it search it too, and again by each child before it loads the handler: a
 handler module in the directory ``marshal-run`` was started in imports without PYTHONPATH. A
 module that cannot be found is reported with the ``sys.path`` entries that were searched.
@@ -25,15 +25,6 @@ class LoadError(MarshalError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, EXIT_HANDLER_LOAD)
-
-
-def working_directory_on_path() -> str:
-    """Put the working directory (absolute, so a later ``chdir`` does not move it) first on
-    ``sys.path`` unless it is there already; return it."""
-    here = os.getcwd()
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    return here
 
 
 def _searched() -> str:

@@ -5,5 +5,6 @@ children's pipes and signals, and carries out its commands; around it the host's
 (signals, host lock, systemd, metrics, data topics, offsets). Runs in the supervisor process
 only. May import every layer below it: common, protocol, clients, config, ipc, childlink,
 handler, log, core and fleet (the checks and the offsets sink it shares with the tools), and of
-the child only its entry point (`child.main`, to start children). No tool imports it.
+the child only its entry point (`child.entry`, to start children: `childprocess`). No tool
+imports it.
 """

@@ -27,9 +27,10 @@ from marshal_workers.childlink.forkserver import fork_server
 from marshal_workers.clients.rdkafka import RDKAFKA_GATE, RDKAFKA_LOG
 from marshal_workers.common.errors import EXIT_OK, MarshalError
 from marshal_workers.common.logs import configure_logging
+from marshal_workers.common.workdir import working_directory_on_path
 from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.fleet.brokercheck import cluster_heartbeat_check
-from marshal_workers.handler.loading import load_handler, working_directory_on_path
+from marshal_workers.handler.loading import load_handler
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.log.topicadmin import admin_client, describe_topic, diff_topic_config
 from marshal_workers.supervisor.datatopics import DataTopics
@@ -101,6 +102,7 @@ def run(config: RunConfig, observers: Sequence[Observer] = ()) -> int:
 def _run(config: RunConfig, observers: Sequence[Observer], log: Any) -> int:
     """`run` from the handler's import to the supervisor's end."""
     working_directory_on_path()  # before the fork server starts: it and the children inherit it
+    # (`marshal-run` started it already, before its imports: `launch`; here it is kept)
     load_handler(config.handler)
     with ThreadPoolExecutor(1, thread_name_prefix="marshal-check") as pool:
         # The topic's settings are checked while the log opens (each takes its own round trips
@@ -109,7 +111,7 @@ def _run(config: RunConfig, observers: Sequence[Observer], log: Any) -> int:
         try:
             with host_lock(config.group, config.client_id):
                 extra, server = operator_observers(config)  # takes NOTIFY_SOCKET out of env
-                children = fork_server()  # its imports overlap ours; it inherits this env
+                children = fork_server()  # (if not running yet) it inherits this env
                 coordination = KafkaLog(
                     config.bootstrap_servers,
                     config.coordination_topic,

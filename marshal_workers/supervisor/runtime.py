@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, assert_never
 
 import structlog
 
-from marshal_workers.child.main import ChildHandle, start_child
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.errors import MarshalError
@@ -55,6 +54,7 @@ from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.slicing import data_topic
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.background import Background
+from marshal_workers.supervisor.childprocess import ChildHandle, start_child
 from marshal_workers.supervisor.datatopics import DataTopics
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer, deliver
 from marshal_workers.supervisor.pollthread import LogPollThread

@@ -33,11 +33,11 @@ import structlog
 
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.supervisor.launch import NOTIFY_ENV
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer
 
 STATUS_INTERVAL_S = 3.0
 STATUS_MAX_LISTED = 8
-NOTIFY_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
 Clock = Callable[[], float]
 

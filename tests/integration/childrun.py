@@ -18,12 +18,12 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from marshal_workers.child.deadletters import PREFIX
-from marshal_workers.child.main import ChildHandle
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.ledgerfile import read_ledger
 from marshal_workers.ipc.messages import ChildSpec, ToSupervisor
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.supervisor.childprocess import ChildHandle
 
 PARTITION = 1  # the partition the child under test owns
 MP = multiprocessing.get_context("spawn")

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from marshal_workers.child.main import start_child
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common.ledgerfile import DIR_ENV
 from marshal_workers.ipc.messages import ChildSpec
+from marshal_workers.supervisor.childprocess import start_child
 from tests.integration.childrun import MP, LeaseKeeper, Supervised
 from tests.integration.fleet import Fleet, MakeFleet
 

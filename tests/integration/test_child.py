@@ -313,7 +313,7 @@ class TestSelfFencing:
             f"with open({str(runs)!r}, 'a') as f:\n"
             "    f.write(__name__ + '\\n')\n"
             "if __name__ == '__main__':\n"
-            "    from marshal_workers.child.main import start_child\n"
+            "    from marshal_workers.supervisor.childprocess import start_child\n"
             "    from marshal_workers.childlink.forkserver import fork_server\n"
             "    from marshal_workers.childlink.sharedlease import SharedLease\n"
             "    from marshal_workers.common import leaseclock\n"
@@ -355,7 +355,7 @@ class TestSelfFencing:
         gone within 2 s: spawned, or forked by the fork server, as `marshal-run` starts them."""
         script = (
             "import base64, multiprocessing, pickle, sys, time\n"
-            "from marshal_workers.child.main import start_child\n"
+            "from marshal_workers.supervisor.childprocess import start_child\n"
             "from marshal_workers.childlink.forkserver import fork_server\n"
             "from marshal_workers.childlink.sharedlease import SharedLease\n"
             "from marshal_workers.common import leaseclock\n"

@@ -279,7 +279,7 @@ class TestGroupFencing:
         pid_file = tmp_path / "helper.pid"
         script = (
             "import base64, multiprocessing, pickle, sys, time\n"
-            "from marshal_workers.child.main import start_child\n"
+            "from marshal_workers.supervisor.childprocess import start_child\n"
             "from marshal_workers.childlink.sharedlease import SharedLease\n"
             "from marshal_workers.common import leaseclock\n"
             "ctx = multiprocessing.get_context('spawn')\n"

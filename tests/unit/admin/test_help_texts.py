@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from marshal_workers.admin.cli import cli
 from marshal_workers.common import errors
-from marshal_workers.supervisor.cli import marshal_run
+from marshal_workers.supervisor.command import marshal_run
 
 FROM_THE_LOG = ("--heartbeat-interval", "--partitioner", "--admin-client-ids")
 

@@ -21,10 +21,10 @@ from marshal_workers.child.consumer import (
     consumer_config,
 )
 from marshal_workers.child.fencing import parent_to_watch
-from marshal_workers.child.main import main_not_rerun
 from marshal_workers.childlink.forkserver import SERVER_OF_ENV
 from marshal_workers.ipc.messages import ChildSpec
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.supervisor.childprocess import main_not_rerun
 
 
 def spec(**kafka: str) -> ChildSpec:

@@ -52,9 +52,10 @@ ALLOWED: dict[str, set[str]] = {
     "plugins": {"common", "protocol", "handler"},
 }
 # Single modules a package may import of a package its row leaves out: the supervisor starts
-# its children with the child's entry point, and imports nothing else of the child.
+# its children with the child's entry point (a name that imports nothing), and imports nothing
+# else of the child: the child's modules are the fork server's import, not the supervisor's.
 ALLOWED_MODULES: dict[str, set[str]] = {
-    "supervisor": {"child.main"},
+    "supervisor": {"child.entry"},
 }
 # Modules a package must not reach even through the packages it may import (transitively).
 NEVER_REACHED: dict[str, set[str]] = {
@@ -230,6 +231,21 @@ def test_a_tool_does_not_import_the_fork_server(cli: str) -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
     )
     assert done.stdout.strip() == "False"
+
+
+def test_the_supervisor_does_not_import_the_child() -> None:
+    """Importing the supervisor's run (as `marshal-run` does) loads of the child its entry point
+    only, in a fresh interpreter: the child's loop, consumer and fencing (psutil) are loaded by
+    the fork server, on the other core."""
+    code = (
+        "import sys, marshal_workers.supervisor.run\n"
+        "print(sorted(m for m in sys.modules if m.startswith('marshal_workers.child.')"
+        " or m == 'psutil'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "['marshal_workers.child.entry']"
 
 
 def test_the_bundled_plugins_are_named_as_installed() -> None:
