@@ -66,8 +66,12 @@
   moving (a record of its own handled in the last 2 s, or none available for that long: a
   key slice may get one every few seconds), and shares are fair, within the stated bound
   (checked in every run: each ends with a fault-free settle, and the fleet must be converged
-  at one of the checks in the `CHECK_WINDOW_S` after the bound; under lasting write failures,
-  whose leases can end at the bound itself, `FAILURES_RECOVERY_HB` longer).
+  at one of the checks in the `CHECK_WINDOW_S` after the bound, which counts from the last
+  fault's end once none is still to come; under lasting write failures, whose leases can end
+  at the bound itself, `FAILURES_RECOVERY_HB` longer, or else no problem, a claim held by no
+  live child or not moving, a member not announced or over its share, may last past the
+  bound on recovering one: at 30% of writes failing one claim or another is always
+  recovering, `convergence.Recovering`).
 """
 
 from __future__ import annotations

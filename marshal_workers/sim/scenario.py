@@ -210,6 +210,32 @@ class Fleet:
                 return resume_offset(state, Mode.AMO)
         return None
 
+    def _judge_liveness(self, settled: bool, recovering: convergence.Recovering) -> bool:
+        """``liveness`` at the run's end: converged at a check in the window after the bound
+        (``settled``), or now; or, under lasting write failures, no problem lasting past the
+        bound on recovering one. Whether it was judged (the run reached the bound)."""
+        p = self.p
+        last_fault = max((w[1] for w in self.fault_windows), default=0.0)
+        checked = self.t >= last_fault + p.settle
+        if checked:
+            self.checker.mark("liveness")
+        # under lasting write failures a lease may be lost at any check: then no problem may
+        # last past the bound on recovering one (`convergence.Recovering`)
+        recovered = "failures" in p.faults and recovering.within(convergence.recovery_bound_s(self))
+        if checked and not (settled or self.converged() or recovered):
+            longest = (
+                ""
+                if recovering.longest is None
+                else (f"; longest: {recovering.longest[1]} for {recovering.longest[0]:.1f}s")
+            )
+            self.checker.violation(
+                "liveness",
+                f"not every partition held, handled and fairly shared {self.t - last_fault:.1f}s "
+                f"after the last fault (bound {p.settle:.1f}s){longest}",
+                self.t,
+            )
+        return checked
+
     def _stopped(self, instance: str, start: float, end: float) -> float:
         """The seconds of ``start``..``end`` the host of member ``instance`` was stalled."""
         for node in self.nodes:
@@ -345,6 +371,7 @@ class Fleet:
         window = convergence.check_window(self)
         step = 0
         settled = False  # converged at a check in the window after the bound
+        recovering = convergence.Recovering()  # each problem's run of checks
         while True:
             t = self.advance(step)
             step += 1
@@ -354,9 +381,14 @@ class Fleet:
                 break
             if step % 5 == 0:
                 self._hung_handlers(t)
-                ok = self.converged()
-                if ok and t >= last_end + p.settle:
+                found = convergence.problems(self)
+                ok = not found
+                # the bound counts from the last fault's end: every fault has begun (none is
+                # still to come, which would move it) and the last one ended `settle` ago
+                bound_reached = not self.events and t >= last_end + p.settle
+                if ok and bound_reached:
                     settled = True
+                recovering.checked(found, t, in_window=bound_reached)
                 if ok and cold is None and t > 1.0:
                     cold = t - 1.0
                 started = [w[0] for w in self.fault_windows if w[0] <= t]
@@ -365,17 +397,7 @@ class Fleet:
                 if ok and open_fault is not None:
                     recoveries.append(t - open_fault)
                     open_fault = None
-        last_fault = max((w[1] for w in self.fault_windows), default=0.0)
-        checked = self.t >= last_fault + p.settle
-        if checked:
-            self.checker.mark("liveness")
-        if checked and not (settled or self.converged()):
-            self.checker.violation(
-                "liveness",
-                f"not every partition held, handled and fairly shared {self.t - last_fault:.1f}s "
-                f"after the last fault (bound {p.settle:.1f}s)",
-                self.t,
-            )
+        checked = self._judge_liveness(settled, recovering)
         reference, noted = wholelog.fold_whole_log(self)
         readers: list[tuple[str, float, World]] = []
         for node in self.nodes:

@@ -200,6 +200,61 @@ def amo_child(key: ClaimKey) -> SimChild:
     )
 
 
+def test_churn_under_30_percent_of_writes_failing_is_not_a_wedge() -> None:
+    """Seed 84 of `failures,read-latency,stall` at 0.3: after the bound some claim was always
+    recovering a lease lost to failing writes (each within about 2 s), so the fleet was
+    converged at none of the window's checks, and `liveness` was reported. Under lasting
+    failures it judges how long each problem lasts (`convergence.Recovering`)."""
+    params = SimParams(
+        seed=84, faults=("failures", "read-latency", "stall"), fail_rate=0.3, fault_count=8
+    )
+    assert run_seed(params).violations == []
+
+
+def test_a_wedge_under_lasting_write_failures_is_still_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The children of one ALO partition hold their claim and handle nothing from 5 s on,
+    under 20% of writes failing: one problem lasts, past the bound on recovering one."""
+    handle = SimChild._handle_alo
+
+    def wedged(self: SimChild, t: float) -> None:
+        if self.key == ClaimKey("g0", "tg0", 0) and t > 5.0:
+            return
+        handle(self, t)
+
+    monkeypatch.setattr(SimChild, "_handle_alo", wedged)
+    result = run_seed(SimParams(seed=1, faults=("failures",), fail_rate=0.2))
+    found = [v for v in result.violations if v["invariant"] == "liveness"]
+    assert found and "tg0/0: not moving" in str(found[0]["detail"]), found
+
+
+def test_a_fault_still_to_come_keeps_the_bound_from_counting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The liveness bound counts from the last fault's end. A check after `settle` from the
+    last fault begun so far, with one still to come, counted as after the bound: a fleet
+    converged then and wedged by the late fault was never reported."""
+    wedge = {"on": False}
+    handle = SimChild._handle_alo
+
+    def wedged(self: SimChild, t: float) -> None:
+        if self.key == ClaimKey("g0", "tg0", 0) and wedge["on"]:
+            return
+        handle(self, t)
+
+    monkeypatch.setattr(SimChild, "_handle_alo", wedged)
+    fleet = Fleet(SimParams(seed=1, faults=()))
+
+    def late_fault() -> None:
+        wedge["on"] = True
+        fleet.window(0.1)
+
+    fleet.schedule_faults = lambda: fleet.at(20.0, "wedge", late_fault)  # type: ignore[method-assign]
+    found = [v["invariant"] for v in fleet.run().violations]
+    assert found == ["liveness"]
+
+
 def vars_of(params: SimParams) -> dict[str, object]:
     return {name: getattr(params, name) for name in params.__dataclass_fields__}
 
