@@ -161,7 +161,14 @@ class Children:
         self.ctx.append(Kind.RESERVE, held.key, message, now, **extra)
 
     def reservation_decided(self, op: Op, event: ev.Event, now: float) -> None:
-        """The reservation's verdict: commit and grant, or refuse.
+        """The reservation's verdict (`_decide`), then the landings left to it
+        (`_settle_deferred`)."""
+        accounted = self._decide(op, event, now)
+        self._settle_deferred(op, now, accounted=accounted)
+
+    def _decide(self, op: Op, event: ev.Event, now: float) -> bool:
+        """The reservation's verdict: commit and grant, or refuse. Whether what its record
+        reserved was granted or reported lost by it (then a landing left to it is too).
 
         A child's reservations go to one coordination partition through one idempotent
         producer, so the fold decides them in request order; but a verdict read before its
@@ -199,9 +206,11 @@ class Children:
                     start = reserved_from(op, event)
                     why = f"reserved in the log after the claim was let go: {refusal}"
                     self.ctx.amo_lost(op.key, start, op.end, obs.LossCause.REFUSED, why)
-                return
+                    return True
+                return False
+            reported = False
             if isinstance(event, ev.MessagesClaimed) and event.token == held.token:
-                self._reserved_not_granted(held, op, event, str(refusal))
+                reported = self._reserved_not_granted(held, op, event, str(refusal))
             if asker:
                 held.refused_from = refused_from(held, op.start)
                 for covered in held.covered:  # (asked before it: the child ends at the first)
@@ -209,7 +218,7 @@ class Children:
                 held.covered.clear()
                 grant = ipc.Grant(op.request_id, False, refusal or "claim not held")
                 self.keeping.tell(op.key, grant)
-            return
+            return reported
         # (never back, whatever the order); the reservation commits itself (rule 4): no
         # heartbeat per batch, the periodic ones renew the lease
         held.position = max(held.position or 0, op.end)
@@ -218,8 +227,15 @@ class Children:
         self._forget_unconfirmed(held, held.covered)
         held.covered.clear()
         self.keeping.tell(op.key, ipc.Grant(op.request_id, True, ""))
+        return True
 
     def reservation_given_up(self, op: Op, error: str, now: float) -> None:
+        """`_give_up`, then the landings left to the reservation: to its write again if it was
+        written again, else decided as any landing (`_settle_deferred`)."""
+        self._give_up(op, error, now)
+        self._settle_deferred(op, now, accounted=False)
+
+    def _give_up(self, op: Op, error: str, now: float) -> None:
         """A reservation not written, or with no verdict in time: write it again (a write that
         was not made is no reason to end the child) while its child may still be
         granted it and no later batch of the child is asked for (the same end again is
@@ -271,6 +287,7 @@ class Children:
         if op is None:
             return  # not one given up on (a verdict that comes before its acknowledgement)
         if self._in_flight_alike(event):
+            self.ctx.deferred_landings.setdefault(event.key, []).append(event)
             return
         ops.remove(op)
         if not ops:
@@ -308,28 +325,26 @@ class Children:
         self._reserved_not_granted(held, op, event, UNCONFIRMED)
 
     def _in_flight_alike(self, event: ev.MessagesClaimed) -> bool:
-        """Whether a reservation in flight on the claim covers what ``event``'s record reserved
-        and ends where it does: the record may be its, or an earlier try of its request (a
-        write again is stamped anew, so its bytes differ by the second), and its verdict
-        decides those records: granted (a write again whose first did land,
-        `reservation_decided`), or refused and reported lost there; a write given up on again
-        is remembered and reported as any. Taken for an earlier child's given-up write with
-        the same bytes, a new child's granted run was reported lost: by the very same bytes (a
-        reviewer: seed 102 of `failures,stall,kill`), and by the end alone, the new child's
-        first try landing while its write again was in flight (seed 180033 of
-        `failures,read-latency` at 0.3)."""
-        start = event.start
+        """Whether a reservation in flight on the claim ends where ``event``'s record does: the
+        record may be its, or an earlier try of its request (a write again is stamped anew, so
+        its bytes differ by the second), and its verdict decides those records
+        (`_settle_deferred`). Taken for an earlier child's given-up write with the same bytes,
+        a new child's granted run was reported lost: by the very same bytes (a reviewer: seed
+        102 of `failures,stall,kill`), and by the end alone, the new child's first try landing
+        while its write again was in flight (seed 180033 of `failures,read-latency` at 0.3).
+        What the landing reserved below the request's start is not the request's child's to
+        be granted: below its position (granted or reported before), below an earlier request
+        of its (decided on its own), or not its slice's (a slice's request starts at its first
+        offset at or after its position: seed 317023 of the unordered every-fault mix, when a
+        request had to start no lower than the landing)."""
         return any(
-            o.kind is Kind.RESERVE
-            and o.key == event.key
-            and o.end == event.end
-            and (start is None or o.start <= start)
+            o.kind is Kind.RESERVE and o.key == event.key and o.end == event.end
             for o in self.ctx.pending.ops.values()
         )
 
     def _reserved_not_granted(
         self, held: HeldClaim, op: Op, event: ev.MessagesClaimed, why: str
-    ) -> None:
+    ) -> bool:
         """The log accepted ``op``'s reservation under the held token, and its child is not
         granted it: the records its record reserved (from the log's position there to its
         end) are never handled now; no child was granted them (only this verdict, or a later
@@ -337,10 +352,42 @@ class Children:
         (a verdict is acted on at its acknowledgement). The position moves past them (the
         next child starts after them instead of asking for what the log refuses)."""
         if held.position is None:
-            return
+            return False
         start = reserved_from(op, event)
         held.position = max(held.position, op.end)  # reserved in the log: never handled now
         self._lost(held, start, op.end, obs.LossCause.REFUSED, why)
+        return True
+
+    def _settle_deferred(self, op: Op, now: float, *, accounted: bool) -> None:
+        """The landings left to reservations in flight on ``op``'s claim (`_in_flight_alike`),
+        now that ``op`` is decided or given up. One that ends where ``op`` does is accounted
+        for if ``op``'s record was granted or reported lost (``accounted``): its records are
+        ``op``'s (`_in_flight_alike` says why those below ``op``'s start are nobody's to be
+        granted). Every other is decided again as any landing
+        (left again to another write in flight that covers it, if there is one). Else a
+        landing left to a write that was then rejected, or whose child had ended, was decided
+        by nobody, and its records were reserved, never handled and reported by nobody (a
+        review: a child killed with its request in flight, the earlier child's given-up write
+        of the same run landed, then a later run of it moved the log past the request)."""
+        events = self.ctx.deferred_landings.pop(op.key, [])
+        for event in events:
+            if accounted and event.end == op.end:
+                self._drop_unconfirmed(event)
+            else:
+                self.reservation_landed(event, now)
+
+    def _drop_unconfirmed(self, event: ev.MessagesClaimed) -> None:
+        """The given-up write whose bytes ``event`` landed is accounted for by another's
+        verdict: it can reserve nothing more (its run is past the log's position now)."""
+        ops = self.ctx.unconfirmed.get(event.key)
+        if not ops:
+            return
+        for o in ops:
+            if o.message == event.message:
+                ops.remove(o)
+                break
+        if not ops:
+            del self.ctx.unconfirmed[event.key]
 
     def _unconfirmed(self, op: Op) -> None:
         """``op``'s reservation was given up on: remember it in case it landed."""

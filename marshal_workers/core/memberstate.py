@@ -20,6 +20,7 @@ from marshal_workers.core.logclock import LogClock
 from marshal_workers.core.pending import Kind, Op, Pending
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc.messages import POISON_WINDOW_S
+from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.leases import lease_deadline
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.rationalizer import ClaimState, World
@@ -70,6 +71,10 @@ class MemberState:
         # records, per claim: if the fold shows one landed after all, it is adopted (granted, if
         # its child still waits) or its records are reported lost (`Children.reservation_landed`)
         self.unconfirmed: dict[ClaimKey, list[Op]] = {}
+        # AMO: landings of such reservations left to a reservation in flight that covers them
+        # (`Children.reservation_landed`), per claim, until its verdict: granted or reported
+        # with it, else decided as any landing
+        self.deferred_landings: dict[ClaimKey, list[ev.MessagesClaimed]] = {}
         # Positions of claims whose release after an expired lease was not confirmed.
         self.expired_positions: dict[ClaimKey, int] = {}
         self.children_started = 0  # numbers children across claims (`HeldClaim.child_no`)

@@ -32,12 +32,13 @@ def converged(fleet: FleetView) -> bool:
     return not problems(fleet)
 
 
-def problems(fleet: FleetView) -> set[str]:
-    """What keeps the fleet from being converged now, one label per claim or member (empty:
-    converged): a group with no live member, a claim no live child holds, a claim held and
-    not moving, a member not announced, a member over its fair share."""
+def problems(fleet: FleetView) -> dict[str, str]:
+    """What keeps the fleet from being converged now, by what it is about (a group, a claim
+    or a member) and what is wrong with it (empty: converged): a group with no live member, a
+    claim no live child holds or held and not moving, a member not announced or over its fair
+    share."""
     t = fleet.t
-    found: set[str] = set()
+    found: dict[str, str] = {}
     for group in fleet.modes:
         live = [
             n
@@ -45,7 +46,7 @@ def problems(fleet: FleetView) -> set[str]:
             if n.alive and n.started and not n.frozen(t) and n.settings.group == group
         ]
         if not live:
-            found.add(f"{group}: no live member")
+            found[group] = "no live member"
             continue
         covered = {
             key
@@ -55,7 +56,7 @@ def problems(fleet: FleetView) -> set[str]:
         }
         # (a poisoned partition is parked: held, with no child)
         for key in set(fleet.keys(group)) - fleet.poisoned - covered:
-            found.add(f"{key.topic}/{key.partition}: held by no live child")
+            found[f"{key.topic}/{key.partition}"] = "held by no live child"
         last = fleet.checker.last_handled
         # (of the claims held only: looking a claim's data up creates it, and a run must not
         # depend on what its checks looked at)
@@ -63,52 +64,59 @@ def problems(fleet: FleetView) -> set[str]:
         stuck = [k for k in moving if t - last.get(k, -1e9) > STUCK_AFTER_S]
         for key in stuck:
             if not _idle(fleet, key, live, t):  # held but not moving (records keep coming)
-                found.add(f"{key.topic}/{key.partition}: not moving")
+                found[f"{key.topic}/{key.partition}"] = "not moving"
         announced = {n.member.member for n in live if n.member.member in n.member.held}
         for n in live:
             if n.member.member not in announced:  # (twins share one announcement)
-                found.add(f"{n.name}: not announced")
+                found[n.name] = "not announced"
         members = {n.settings.client_id for n in live}  # twins share one client id
         share = math.ceil(len(fleet.keys(group)) / len(members))
         for n in live:
             if len(n.held_data()) > share:
-                found.add(f"{n.name}: over its share of {share}")
+                found[n.name] = f"over its share of {share}"
     return found
 
 
 class Recovering:
-    """Under lasting write failures, each problem's run of checks (`problems`), to judge the
-    fleet by how long each lasts rather than by one check at which none is left.
+    """Under lasting write failures, how long each claim, member or group goes without being
+    fine (`problems`), to judge the fleet by that rather than by one check at which nothing is
+    wrong.
 
     At 30% of writes failing a claim's lease is lost every few seconds somewhere in the fleet
     (three heartbeats in a row fail), and is recovered in about 2*HB; with sixteen claims and
     their members one or another is always recovering, so the fleet may be converged at none
     of the window's checks though nothing is wedged (seeds 84 of `failures,read-latency,stall`
-    and 213000 of `failures,read-latency,kill,stall` at 0.3). What a wedge is: one problem that
-    lasts. The bound on one: `recovery_bound_s`."""
+    and 213000 of `failures,read-latency,kill,stall` at 0.3). A wedge is one claim (or member)
+    that is not fine for long, whatever is wrong with it from one check to the next: a child
+    that crashes in a loop is held by no live child, then not moving, then again (a review).
+    The bound on one: `recovery_bound_s`."""
 
     def __init__(self) -> None:
-        self.since: dict[str, float] = {}  # each problem present now: since when
-        self.longest: tuple[float, str] | None = None  # over the window's checks
+        self.since: dict[str, float] = {}  # each one not fine now: since when
+        self.longest: tuple[float, str, str] | None = None  # over the window's checks
+        self.judged = False  # a check in the window was made
 
-    def checked(self, found: set[str], t: float, *, in_window: bool) -> None:
+    def checked(self, found: dict[str, str], t: float, *, in_window: bool) -> None:
         """The problems at the check at ``t``; ``in_window``: at or after the bound."""
-        self.since = {label: self.since.get(label, t) for label in found}
-        if in_window:
-            for label, since in self.since.items():
-                if self.longest is None or t - since > self.longest[0]:
-                    self.longest = (t - since, label)
+        self.since = {what: self.since.get(what, t) for what in found}
+        if not in_window:
+            return
+        self.judged = True
+        for what, since in self.since.items():
+            if self.longest is None or t - since > self.longest[0]:
+                self.longest = (t - since, what, found[what])
 
     def within(self, bound_s: float) -> bool:
-        """Whether no problem seen in the window lasted longer than ``bound_s``."""
-        return self.longest is None or self.longest[0] <= bound_s
+        """Whether checks were made in the window and nothing there stayed not fine for longer
+        than ``bound_s``."""
+        return self.judged and (self.longest is None or self.longest[0] <= bound_s)
 
 
 def recovery_bound_s(fleet: FleetView) -> float:
-    """How long one problem may last under lasting write failures: a lease lost to them is
-    recovered within `FAILURES_RECOVERY_HB` (its stale margin, a claim round, the claim's
-    first heartbeat and a child's start), plus one HB for the failed writes of those steps
-    (each costs up to HB/2: two of them)."""
+    """How long one claim or member may stay not fine under lasting write failures: a lease
+    lost to them is recovered within `FAILURES_RECOVERY_HB` (its stale margin, a claim round,
+    the claim's first heartbeat and a child's start), plus one HB for the failed writes of
+    those steps (each costs up to HB/2: two of them)."""
     return (FAILURES_RECOVERY_HB + 1.0) * fleet.p.heartbeat_interval
 
 

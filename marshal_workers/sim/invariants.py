@@ -31,8 +31,8 @@
 - ``alo_rehandle_bound``: in ALO a record is handled again only if its first handling was in
   the last 2*HB + 0.5 s of its handler's work (a heartbeat carries the position of at most
   HB/2 ago; a frozen supervisor's children work on for its 2*HB lease). Work, not wall time:
-  while the handler's host is stopped (`stall`) nothing is handled nor written, and a stop
-  with every clock held and nothing landing meanwhile shows in nothing until the host runs;
+  while the handler's host is stopped with every clock held (`stall`) nothing is handled nor
+  written, and nothing shows the stop until a record of the log does;
 - ``fold_agreement``: every member's fold agrees with a reader of the whole, uncompacted log
   read up to the same offsets on who holds each claim it considers certain, with which token,
   and where a new holder would resume it never on the side that breaks a guarantee, judged by
@@ -170,7 +170,8 @@ class Checker:
     )
     # the offsets of start..end a claim covers: all of them, bar a slice's (`sim.slices`)
     owed: Callable[[ClaimKey, int, int], Sequence[int]] = range_of
-    # the seconds of start..end the host of a member instance was stopped (`stall`)
+    # the seconds of start..end the host of a member instance was stopped with every clock
+    # held (`stall`, `SimNode.stopped_between`)
     stopped: Callable[[str, float, float], float] = lambda instance, start, end: 0.0
     # AMO: per claim, (time, end) of every batch granted to a child, in time order
     grants: dict[ClaimKey, list[tuple[float, int]]] = field(
@@ -337,7 +338,9 @@ class Checker:
         reserved by no holder the whole log accepted, and no reader of the compacted log can
         tell, so nobody reports them (AMO loss under that cleaner is outside the guarantees:
         seed 157023 of the unordered/4 every-fault mix). Without that cleaner it is no
-        excuse: such a start stays a loss nobody reported."""
+        excuse: such a start stays a loss nobody reported. Nor is it one for
+        ``amo_loss_only_on_crash``, which does not read these ranges: a start that passes over
+        records no crashed child had asked for is still a loss outside a crash there."""
         if self.eager_compaction and whole_log_at is not None and start > whole_log_at:
             self.unconfirmable[key].append((whole_log_at, start))
 

@@ -226,7 +226,10 @@ class Fleet:
             longest = (
                 ""
                 if recovering.longest is None
-                else (f"; longest: {recovering.longest[1]} for {recovering.longest[0]:.1f}s")
+                else (
+                    f"; longest: {recovering.longest[1]} {recovering.longest[2]} "
+                    f"for {recovering.longest[0]:.1f}s"
+                )
             )
             self.checker.violation(
                 "liveness",

@@ -108,13 +108,3 @@ def test_defect_a_landing_taken_for_a_given_up_write_while_a_write_again_is_in_f
 
     monkeypatch.setattr(Children, "_in_flight_alike", same_bytes)
     assert first_violation(LAGGING_FAILURES, "amo_loss_reported", 1, first=180033) == 180033
-
-
-def test_defect_a_landing_that_reserved_nothing_reported_as_a_loss(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Reintroduced: a landing of a given-up write's bytes where the log stood at its end
-    already is reported lost (seed 180054: the first landing of those bytes answered the next
-    child's write again, which was granted and handled)."""
-    monkeypatch.setattr(children, "reserved_nothing", lambda event: False)
-    assert first_violation(LAGGING_FAILURES, "amo_loss_reported", 1, first=180054) == 180054
