@@ -240,7 +240,8 @@ class Fleet:
         return checked
 
     def _stopped(self, instance: str, start: float, end: float) -> float:
-        """The seconds of ``start``..``end`` the host of member ``instance`` was stalled."""
+        """The seconds of ``start``..``end`` the host of member ``instance`` was stalled with
+        every clock held (`SimNode.stopped_between`)."""
         for node in self.nodes:
             if node.settings.instance_id == instance:
                 return node.stopped_between(start, end)
