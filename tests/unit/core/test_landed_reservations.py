@@ -226,3 +226,36 @@ def test_a_given_up_write_that_lands_after_the_next_childs_run_reserved_nothing(
     _lands(h, first)  # the producer delivered the first write after all
     h.tick(0.05)
     assert _losses(h) == []
+
+
+def test_what_a_landing_left_to_a_request_reserved_below_its_start_is_reported() -> None:
+    """A second review: only the first child's 101..110 lands, at the log's position 100, so it
+    reserves 100..110; every acknowledgement says failed and the child exits. The next child
+    asks 100..101 and 101..110; the landing is left to 101..110 (the same end). 100..101 is
+    refused behind 110, 101..110 reported from 101, and the landing dropped as accounted for
+    by it: 100 was reserved and reported by nobody."""
+    h, key = _holding()
+    first = _ask(h, key, ipc.GrantRequest(1, 100, 101))
+    second = _ask(h, key, ipc.GrantRequest(2, 101, 110))
+    _lands(h, second)
+    assert _fails(h, first, "append failed") == []  # answered with the second's verdict
+    again = _fails(h, second)
+    for _ in range(WRITE_TRIES - 1):
+        (write,) = again
+        again = _fails(h, write, "append failed")
+    _feed_unread(h, h.member.feed(inp.ChildExited(h.now, key, 7, None, 100)))
+    for _ in range(30):  # 1.5 s, the log unread
+        h.now += 0.05
+        h.log_ms[0] += 50
+        _feed_unread(h, h.member.feed(inp.Tick(h.now, 1000.0 + h.now)))
+    low = _ask(h, key, ipc.GrantRequest(1, 100, 101))
+    high = _ask(h, key, ipc.GrantRequest(2, 101, 110))
+    low_done = h.topic.append(low.partition, low.key, low.value)
+    high_done = h.topic.append(high.partition, high.key, high.value)
+    h.read()
+    h.run(h.member.feed(inp.AppendDone(h.now, low.op, low_done)))
+    h.run(h.member.feed(inp.AppendDone(h.now, high.op, high_done)))
+    h.tick(0.05)
+    reported = _losses(h)
+    assert any(a <= 100 < b for a, b in reported), reported
+    assert sum(b - a for a, b in reported) == 10, reported  # each offset once
