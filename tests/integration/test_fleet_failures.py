@@ -12,6 +12,8 @@ import json
 import signal
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -107,6 +109,16 @@ class TestDeadLetters:
             assert int(h["fencing_token"]) in tokens
 
 
+def log_entries(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a running supervisor's log, read whole: the last line may be half
+    written (a poll read one mid-write, and its JSON did not parse)."""
+    text = path.read_text(errors="replace")
+    lines = text.splitlines()
+    if not text.endswith("\n"):
+        lines = lines[:-1]
+    return [json.loads(x) for x in lines if x.startswith("{")]
+
+
 class TestStopPolicy:
     @pytest.mark.parametrize("fleet", ["alo"], indirect=True)
     def test_repeated_failures_release_the_partition_and_stop_its_child(self, fleet: Fleet) -> None:
@@ -126,11 +138,7 @@ class TestStopPolicy:
         fleet.wait_for(lambda: len(a.children()) == PARTITIONS, 30, "a's children")
 
         def released() -> bool:
-            entries = [
-                json.loads(x)
-                for x in a.log_path.read_text(errors="replace").splitlines()
-                if x.startswith("{")
-            ]
+            entries = log_entries(a.log_path)
             return (
                 sum(
                     e.get("event") == "claim_releasing" and "handler failed" in e.get("reason", "")
@@ -143,7 +151,7 @@ class TestStopPolicy:
         fleet.wait_for(lambda: not fleet.holders(), 10, "no partition held")
         assert a.children() == []
         time.sleep(0.5)
-        lines = [json.loads(x) for x in a.log_path.read_text().splitlines() if x.startswith("{")]
+        lines = log_entries(a.log_path)
         failed = [x for x in lines if x.get("event") == "handler_failed"]
         assert {x["offset"] for x in failed} == {POISON}
         assert max(x["failures"] for x in failed) == 2
