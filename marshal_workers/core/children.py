@@ -374,23 +374,22 @@ class Children:
             if accounted and event.end == op.end:
                 self._drop_unconfirmed(event)
                 if event.start is not None and event.start < op.start:
-                    self._below_the_request(event, op.start)
+                    self._below_the_request(event, event.start, op.start)
             else:
                 self.reservation_landed(event, now)
 
-    def _below_the_request(self, event: ev.MessagesClaimed, start: int) -> None:
+    def _below_the_request(self, event: ev.MessagesClaimed, start: int, end: int) -> None:
         """A landing accounted for by a request of the same end that began above the log's
-        position (``start``): what it reserved below the request is granted to nobody now, and
-        is reported (an empty report if it was already: `MemberState.held_lost`). For a
-        slice those are mostly other slices' offsets. A review: the first child's 101..110
+        position: what it reserved below the request (``start``..``end``) is granted to nobody
+        now, and is reported (an empty report if it was already: `MemberState.held_lost`). For
+        a slice those are mostly other slices' offsets. A review: the first child's 101..110
         landed at the log's position 100; the next child's 100..101 was refused behind 110,
         its 101..110 reported from 101, and 100 was reported by nobody."""
         held = self.ctx.held.get(event.key)
         if held is not None and held.token == event.token:
-            self._lost(held, event.start or 0, start, obs.LossCause.REFUSED, UNCONFIRMED)
+            self._lost(held, start, end, obs.LossCause.REFUSED, UNCONFIRMED)
         else:
-            self.ctx.amo_lost(event.key, event.start or 0, start, obs.LossCause.REFUSED,
-                              UNCONFIRMED)  # fmt: skip
+            self.ctx.amo_lost(event.key, start, end, obs.LossCause.REFUSED, UNCONFIRMED)
 
     def _drop_unconfirmed(self, event: ev.MessagesClaimed) -> None:
         """The given-up write whose bytes ``event`` landed is accounted for by another's

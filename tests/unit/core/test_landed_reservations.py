@@ -66,8 +66,6 @@ def _lost_lines(h: Harness) -> list[tuple[int, int]]:
                   if isinstance(c, cmd.Log) and c.event == "amo_records_lost")  # fmt: skip
 
 
-
-
 def test_the_seeds_sequence_reports_what_it_lost() -> None:
     """Both writes time out but land; the second is written again and fails each time: both
     requests are refused. The fold then shows both reservations: their records are reported
@@ -79,10 +77,7 @@ def test_the_seeds_sequence_reports_what_it_lost() -> None:
     _lands(h, first)
     _lands(h, second)
     assert _fails(h, first) == []  # answered with the second's verdict
-    again = _fails(h, second)
-    for _ in range(WRITE_TRIES - 1):
-        (again_one,) = again
-        again = _fails(h, again_one, "append failed")  # these do not land
+    _every_write_again_fails(h, _fails(h, second))  # these do not land
     assert _grants(h) == [(1, False), (2, False)]
     h.read()  # the fold reaches both records
     assert _losses(h) == [(100, 104), (104, 105)] == _lost_lines(h)
@@ -162,6 +157,23 @@ def test_refused_reservations_decided_out_of_order_are_each_reported() -> None:
     assert _losses(h) == [(100, 150), (150, 200)]
 
 
+def _every_write_again_fails(h: Harness, again: list[cmd.Append]) -> None:
+    """Each write again of a reservation (``again``: the first of them) is told it failed, and
+    none lands, until the member gives the reservation up."""
+    for _ in range(WRITE_TRIES - 1):
+        (write,) = again
+        again = _fails(h, write, "append failed")
+    assert again == []  # given up
+
+
+def _unread_for(h: Harness, seconds: float) -> None:
+    """Time goes on by ``seconds`` in turns of 50 ms, the member's reads of the log lagging."""
+    for _ in range(round(seconds / 0.05)):
+        h.now += 0.05
+        h.log_ms[0] += 50
+        _feed_unread(h, h.member.feed(inp.Tick(h.now, 1000.0 + h.now)))
+
+
 def _feed_unread(h: Harness, out: list[cmd.Command]) -> None:
     """Carry out appends, acknowledged, without reading the log: the member's reads lag."""
     h.commands.extend(out)
@@ -185,15 +197,9 @@ def test_a_landing_left_to_a_request_whose_child_was_killed_is_still_reported() 
     _lands(h, first)
     _lands(h, second)
     assert _fails(h, first) == []
-    again = _fails(h, second)
-    for _ in range(WRITE_TRIES - 1):
-        (write,) = again
-        again = _fails(h, write, "append failed")
+    _every_write_again_fails(h, _fails(h, second))
     _feed_unread(h, h.member.feed(inp.ChildExited(h.now, key, 7, None, 100)))
-    for _ in range(30):  # 1.5 s, the log unread
-        h.now += 0.05
-        h.log_ms[0] += 50
-        _feed_unread(h, h.member.feed(inp.Tick(h.now, 1000.0 + h.now)))
+    _unread_for(h, 1.5)
     request = _ask(h, key, ipc.GrantRequest(1, 100, 101))
     assert request.value != first.value  # stamped a second later
     done = h.topic.append(request.partition, request.key, request.value)
@@ -213,10 +219,7 @@ def test_a_given_up_write_that_lands_after_the_next_childs_run_reserved_nothing(
     a run the next child was granted; seed 180054 of `failures,read-latency` at 0.3)."""
     h, key = _holding()
     first = _ask(h, key, ipc.GrantRequest(1, 100, 101))
-    again = _fails(h, first, "append failed")
-    for _ in range(WRITE_TRIES - 1):
-        (write,) = again
-        again = _fails(h, write, "append failed")
+    _every_write_again_fails(h, _fails(h, first, "append failed"))
     h.run(h.member.feed(inp.ChildExited(h.now, key, 7, None, 100)))
     h.tick(1.5)
     second = _ask(h, key, ipc.GrantRequest(1, 100, 101))
@@ -239,15 +242,9 @@ def test_what_a_landing_left_to_a_request_reserved_below_its_start_is_reported()
     second = _ask(h, key, ipc.GrantRequest(2, 101, 110))
     _lands(h, second)
     assert _fails(h, first, "append failed") == []  # answered with the second's verdict
-    again = _fails(h, second)
-    for _ in range(WRITE_TRIES - 1):
-        (write,) = again
-        again = _fails(h, write, "append failed")
+    _every_write_again_fails(h, _fails(h, second))
     _feed_unread(h, h.member.feed(inp.ChildExited(h.now, key, 7, None, 100)))
-    for _ in range(30):  # 1.5 s, the log unread
-        h.now += 0.05
-        h.log_ms[0] += 50
-        _feed_unread(h, h.member.feed(inp.Tick(h.now, 1000.0 + h.now)))
+    _unread_for(h, 1.5)
     low = _ask(h, key, ipc.GrantRequest(1, 100, 101))
     high = _ask(h, key, ipc.GrantRequest(2, 101, 110))
     low_done = h.topic.append(low.partition, low.key, low.value)
