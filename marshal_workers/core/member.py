@@ -36,9 +36,10 @@ written again on them) and the member reads the log to its end before it claims 
 
 Restart recovery. At start, each fresh claim this client holds in its own group and topics is
 taken over with a heartbeat from this instance. The rationalizer gives the takeover a new
-fencing token and never moves the position back; the position is read from the fold at the
-takeover record itself, and the child starts only once the old instance's lease has surely
-ended (2*HB after its last accepted heartbeat), since it may still be alive on another host.
+fencing token and keeps the position the claim has (never back, never forward); the
+position is read from the fold at the takeover record itself, and the child starts only
+once the old instance's lease has surely ended (2*HB after its last accepted heartbeat),
+since it may still be alive on another host.
 
 AMO grants. A child's request for a batch is refused unless the batch starts at or after the
 position (the log's, at the reservation's verdict, and this member's). The reservation is

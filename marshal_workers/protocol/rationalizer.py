@@ -20,8 +20,11 @@ age > 2*HB. The rules (an input that breaks a rule changes nothing but the event
    heartbeat from a new instance of that client takes the claim over (restart recovery),
    retires the old instance, whose records are refused from then on, and gives the claim a new
    fencing token (the takeover record's offset), so a sink can refuse the old instance. The
-   offset becomes the committed position; a takeover never moves it back (the old instance
-   may have committed more between the new one's read of the log and its takeover).
+   offset becomes the committed position, except that a takeover keeps the position the
+   claim has: not back (the old instance may have committed more between the new one's read
+   of the log and its takeover) and not forward (a start the new one looked up while the
+   claim had none can lie past the old instance's first heartbeat). The pausing admin's
+   takeover sets it outright.
 3. ReleasingPartition from the holder instance releases the claim and records its offset.
 4. ClaimingMessages from the holder instance, not stale, with offset >= max(committed,
    reserved), reserves the messages below that offset (at-most-once) and commits them: under
@@ -511,8 +514,11 @@ def _heartbeat(
         state.holder_instance = i
         state.token = rec.offset  # a new token: a sink can refuse the replaced instance
         pausing = bool(world.pauses) and _pause_client(world, key.group) == msg.client_id
-        if state.committed is not None and not pausing:  # a takeover never moves it back,
-            committed = max(committed, state.committed)  # but the pausing admin may
+        if state.committed is not None and not pausing:  # a takeover keeps the log's
+            committed = state.committed  # position (the pausing admin sets it outright):
+        # not back (the old instance may have committed more since the new one read), and
+        # not forward (a start looked up while the claim had none may lie past the old
+        # instance's first heartbeat, which may have handed it to a child)
     state.last_heartbeat = state.last_activity = now
     state.committed = committed
     if world.pauses and _pause_client(world, key.group) == msg.client_id:

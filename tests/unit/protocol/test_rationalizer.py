@@ -214,6 +214,20 @@ class TestHeartbeat:
         log.at(300, hb("a", 150, inst="a-2"))  # the holder itself may go back (its own report)
         assert log.world.claims[KEY].committed == 150
 
+    def test_takeover_never_moves_the_position_forward_either(self) -> None:
+        """The new instance looked a start up (the claim had no position when it read), the
+        old instance's first heartbeat (100) landed before its takeover at 106: the claim
+        stays at 100, which the old instance may have handed to a child; 100..105 skipped
+        would be lost unreported (AMO) or never handled (ALO)."""
+        log = Log()
+        log.at(0, claim("a", inst="a-1"))
+        log.at(100, hb("a", 100, inst="a-1"))
+        e = log.at(200, hb("a", 106, inst="a-2"))
+        assert isinstance(e, ev.HeartbeatAccepted) and e.replaced_instance == "a-1"
+        assert log.world.claims[KEY].committed == 100
+        log.at(300, hb("a", 106, inst="a-2"))  # the holder's own report moves it
+        assert log.world.claims[KEY].committed == 106
+
     def test_takeover_by_the_pausing_client_sets_the_position_outright(self) -> None:
         """The pausing admin rewinds (set-position), a takeover of its own included."""
         log = Log()
