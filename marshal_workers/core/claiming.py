@@ -34,6 +34,7 @@ from marshal_workers.core.planning import Plan, plan
 from marshal_workers.core.reclaim import reclaimed_position
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_claimable, is_live, is_member_key, member_key
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import ClaimState, freshness, resume_offset
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, Heartbeat
 
@@ -221,6 +222,7 @@ class Claiming:
             own = ctx.expired_positions.pop(key, None)
             if position is not None:  # won back with nobody in between: its own newest
                 position = reclaimed_position(position, own, previous, ctx.s.client_id)
+                self._estimate_passes_over(held, position)
             self.set_position(held, position)
         ctx.say(
             "info",
@@ -232,6 +234,20 @@ class Claiming:
         )
         if ctx.stopping:
             self.keeping.finish(held, now, release=True)
+
+    def _estimate_passes_over(self, held: HeldClaim, position: int) -> None:
+        """AMO, a claim won on a compacted log: its position is the fold's estimate, the
+        largest offset seen, which a replaced instance's reservation that the whole log
+        refused can raise above what its successor handled and reported. The records between
+        the position last reported handled and the estimate may be handled by nobody: reported
+        as lost (a reader of the compacted log cannot tell which reservation was valid, and
+        starting lower could hand records out twice)."""
+        state = self.ctx.state_of(held.key)
+        if self.ctx.s.mode is not Mode.AMO or state is None or state.reported is None:
+            return
+        if state.reported < position:
+            why = "position estimated from a compacted log, above the one last reported handled"
+            self.ctx.held_lost(held, state.reported, position, obs.LossCause.ESTIMATED, why)
 
     def free_again(self, key: ClaimKey) -> bool:
         """Whether a claim the log refused to this member is released by now: the rival that

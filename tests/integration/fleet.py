@@ -43,7 +43,6 @@ MARSHAL_AUDIT = Path(sys.executable).with_name("marshal-audit")
 DEFAULT_ADMINS = frozenset({"marshal-admin"})  # what marshal-run and marshal-admin default to
 
 
-
 def alive(pid: int) -> bool:
     """Whether ``pid`` still runs (a zombie whose frozen parent cannot reap it does not)."""
     try:

@@ -223,8 +223,7 @@ class TestErrors:
                 [(key, f"ClaimingPartition/1/0/A-1/A/{GROUP}/orders/0".encode())],
             )
             error = (
-                f"group no.such.group is unknown: {coord} on {kafka_bootstrap} has no record "
-                "of it"
+                f"group no.such.group is unknown: {coord} on {kafka_bootstrap} has no record of it"
             )
             for extra in ([], ["--json"]):
                 result = marshal_admin("status", "--group", "no.such.group", *extra, *args)

@@ -181,7 +181,8 @@ def test_topic_list_and_describe_name_the_groups_working_on_a_topic(
     highs = {p: part["high"] for p, part in parts.items()}
     assert sum(highs.values()) == 3 and parts[0]["claims"] == []
     assert [(c["group"], c["holder"], c["offset"]) for c in parts[1]["claims"]] == [
-        ("g.one", "w1", 1), ("g.two", "w2", 1)
+        ("g.one", "w1", 1),
+        ("g.two", "w2", 1),
     ]
     table = admin("topic", "describe", topic, *where)
     assert table.returncode == 0 and "g.one" in table.stdout and "HIGH" in table.stdout

@@ -136,9 +136,7 @@ def test_a_forged_pinned_count_is_repinned_at_the_brokers_count(fleet: Fleet) ->
     assert nothing.returncode == 0 and "nothing to do" in nothing.stdout
 
 
-def test_repinning_a_topic_that_really_grew_is_refused(
-    make_fleet: MakeFleet
-) -> None:
+def test_repinning_a_topic_that_really_grew_is_refused(make_fleet: MakeFleet) -> None:
     """The topic gained a partition (2 -> 3): the running member exits 4, and re-pinning is
     refused (exit 1), since the group's claims are coordinated for the recorded 2."""
     grown = make_fleet(hb=HB, partitions=8, coordination_partitions=2)

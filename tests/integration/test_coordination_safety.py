@@ -180,9 +180,7 @@ class TestGroupsShareAClientId:
         assert settled, f"not settled: A {a.counts()}, B {b.counts()}\n{other.log_tail()}"
         assert not find_overlaps(a.ledger())
 
-    def test_two_groups_on_one_host_with_one_client_id_both_run(
-        self, fleets: MakeFleet
-    ) -> None:
+    def test_two_groups_on_one_host_with_one_client_id_both_run(self, fleets: MakeFleet) -> None:
         """Two services on one host (one lock directory), groups A and B, both with client id
         `svc`: both run and each holds all of its own group's partitions."""
         a = fleets(partitions=2)
@@ -376,9 +374,7 @@ def acks_until(log: KafkaLog, ops: set[int], timeout: float) -> dict[int, Append
 
 
 class TestFatalProducerError:
-    def test_the_producer_is_replaced_and_appends_in_flight_fail(
-        self, fleets: MakeFleet
-    ) -> None:
+    def test_the_producer_is_replaced_and_appends_in_flight_fail(self, fleets: MakeFleet) -> None:
         """Two appends are in flight on a producer that will never deliver them when librdkafka
         reports a fatal error (its error callback): both are reported failed, a new producer
         takes over and later appends land; late reports of the old producer are ignored."""

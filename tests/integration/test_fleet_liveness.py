@@ -310,9 +310,7 @@ class TestPoisonRecords:
             assert member.wait(30) == 0, member.log_tail()
         audit_poison_story(fleet, tmp_path, poison_at)
 
-    def test_an_operator_that_is_not_an_admin_is_refused(
-        self, make_fleet: MakeFleet
-    ) -> None:
+    def test_an_operator_that_is_not_an_admin_is_refused(self, make_fleet: MakeFleet) -> None:
         """skip-record as a client outside admin_client_ids: exit 1, nothing changes."""
         fleet = make_fleet(mode="alo", hb=1.0, partitions=1)
         refused = fleet.admin(

@@ -177,9 +177,7 @@ def test_set_position_moves_a_running_fleet(fleet: Fleet) -> None:
     assert not find_overlaps(fleet.ledger())
 
 
-def test_set_position_rewinds_every_slice_of_a_key_ordered_fleet(
-    make_fleet: MakeFleet
-) -> None:
+def test_set_position_rewinds_every_slice_of_a_key_ordered_fleet(make_fleet: MakeFleet) -> None:
     """--ordering key cuts each partition into slices, each a claim with its own position:
     a rewind of partition 0 moves all of its slices, so partition 0 is handled again from 5 by
     the slices together (each record by the slice of its key), and partition 1 is untouched."""

@@ -250,9 +250,7 @@ class TestReload:
         fleet.produce_steadily(200)
         member = fleet.start("a", "--handler", "reloadable_handler:handle", env=env)
         fleet.wait_for(lambda: fleet.counts() == {"a": 2}, 40, "a holding both partitions")
-        fleet.wait_for(
-            lambda: {r.partition for r in fleet.ledger()} == {0, 1}, 20, "both handled"
-        )
+        fleet.wait_for(lambda: {r.partition for r in fleet.ledger()} == {0, 1}, 20, "both handled")
         old_pids = {r.pid for r in fleet.ledger()}
         module.write_text(RELOADABLE.format(version="2.0"))
         member.signal(signal.SIGHUP)

@@ -90,9 +90,7 @@ def test_key_slices_share_a_partition_in_key_order(make_fleet: MakeFleet) -> Non
     forged = first._replace(key_hash=first.key_hash + 1)  # a record of another slice
     (fleet.ledger_dir / "ledger-forged.jsonl").write_text(forged.line() + "\n")
     found = audit(fleet).violations
-    assert [(v[0], v[4], v[-1]) for v in found] == [
-        ("wrong_slice", first.offset, first.slice)
-    ]
+    assert [(v[0], v[4], v[-1]) for v in found] == [("wrong_slice", first.offset, first.slice)]
 
 
 def test_unordered_stripes_survive_a_kill_at_most_once(make_fleet: MakeFleet) -> None:

@@ -95,7 +95,8 @@ def test_marshal_run_with_an_unknown_mechanism_exits_2(tmp_path: Path) -> None:
     toml = tmp_path / "fleet.toml"
     toml.write_text(
         f'bootstrap_servers = "{UNREACHABLE}"\n[kafka]\n'
-        + SCRAM.replace("SCRAM-SHA-512", "SCRAM-SHA-999") + '"sasl.password" = "pw-4711"\n'
+        + SCRAM.replace("SCRAM-SHA-512", "SCRAM-SHA-999")
+        + '"sasl.password" = "pw-4711"\n'
     )
     done = _run([*RUN, "--config", str(toml)])
     line = _one_error_line(done)
