@@ -64,12 +64,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from handlers import calibrate
+from hot_bytes import BrokerBytes
 from hot_faults import Fault, stop_seconds
 from hot_ledger import Ledger, figures
 from hot_report import plot, table
 from hot_setup import (
     DEFAULT_LOCK_S,
     HB_S,
+    MARSHAL,
     ONCE,
     ORDERED,
     SYSTEMS,
@@ -84,6 +86,7 @@ from runtime import REPO, Processes, create_topic, uid
 from marshal_workers.localkafka import StartOptions, start_cluster
 
 PROGRESS_S = 10.0
+SAMPLE_S = 1.0  # how often the bytes the broker sent each process are read (`hot_bytes`)
 FAULT_AT = 0.2  # of the records handled when the fault strikes
 
 
@@ -116,8 +119,10 @@ def measure(bench: Bench, system: str, n: int, handler: str, fault: str = "") ->
     members, lock_s = launch(bench.procs, bench.bootstrap, topic, system, n, handler,
                              env, bench.work / f"{directory.name}.log", bench.tuned)  # fmt: skip
     injected = Fault(fault, members, stop_seconds(lock_s)) if fault else None
+    port = int(bench.bootstrap.rsplit(":", 1)[1])
+    received = BrokerBytes(port, [m.pid for m in members], supervised=system in MARSHAL)
     started = time.monotonic()
-    last_note = last_change = started
+    last_note = last_change = last_sample = started
     count = 0
     error = ""
     try:
@@ -134,11 +139,15 @@ def measure(bench: Bench, system: str, n: int, handler: str, fault: str = "") ->
             if now - started > bench.timeout_s or now - last_change > stall:
                 error = f"{count}/{bench.records} handled after {now - started:.0f} s"
                 break
+            if now - last_sample >= SAMPLE_S:
+                last_sample = now
+                received.sample()
             if now - last_note >= PROGRESS_S:
                 last_note = now
                 note(f"    ... {count:,}/{bench.records:,} handled, {now - started:.0f} s")
             time.sleep(0.2)
     finally:
+        received.sample()  # the last figure of every socket still open
         if injected is not None:
             injected.release()
         for member in members:
@@ -149,6 +158,7 @@ def measure(bench: Bench, system: str, n: int, handler: str, fault: str = "") ->
         shutil.copy(bench.work / f"{directory.name}.log", bench.keep_logs)
     res = figures(ledger, bench.records, launched)
     res["lock_s"] = lock_s
+    res.update(received.figures(res["handled"]))
     if injected is not None:
         res["fault"] = injected.report(ledger)
     if error:
@@ -212,7 +222,8 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
         ok = [x for x in results if "error" not in x]
         row: dict[str, Any] = {"rounds_ok": len(ok), "rounds": len(results)}
         for field in ("records_per_s", "p50_s", "p99_s", "handled_twice", "late_lines",
-                      "workers_used", "to_all_working_s", "processes_per_slice"):  # fmt: skip
+                      "workers_used", "to_all_working_s", "processes_per_slice",
+                      "worker_bytes_per_record", "supervisor_bytes_per_record"):  # fmt: skip
             values = [x[field] for x in ok if x.get(field) is not None]
             row[field] = statistics.median(values) if values else None
         out[name] = row
@@ -231,6 +242,8 @@ def show(res: dict[str, Any]) -> str:
         text += f", all working {res['to_all_working_s']:.2f} s after launch"
     if "processes_per_slice" in res:
         text += f", {res['processes_per_slice']:.2f} processes per slice"
+    if "worker_bytes_per_record" in res:
+        text += f", {res['worker_bytes_per_record']:,.0f} B from the broker per record"
     return text + (f" [{res['error']}]" if "error" in res else "")
 
 

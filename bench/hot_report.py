@@ -37,7 +37,8 @@ def table(doc: dict[str, Any]) -> str:
     """Markdown: the runs (records/s, latency from append, handled twice, processes that
     handled), then the fault runs."""
     rows = [["handler", "system", "N", "records/s", "p50 append→handled", "p99",
-             "handled twice", "processes handled", "per slice", "launch→all working"]]  # fmt: skip
+             "handled twice", "processes handled", "per slice", "launch→all working",
+             "broker bytes/record: workers", "supervisors"]]  # fmt: skip
     order = list(NAMES)
     keys = sorted(doc["summary"], key=lambda k: (_split_key(k)[0], order.index(_split_key(k)[1]),
                                                  _split_key(k)[2]))  # fmt: skip
@@ -51,7 +52,9 @@ def table(doc: dict[str, Any]) -> str:
                      _num(row["p99_s"], "{:.1f} s"), _num(row["handled_twice"], "{:.0f}"),
                      _num(row["workers_used"], "{:.0f}"),
                      _num(row.get("processes_per_slice"), "{:.2f}"),
-                     _num(row.get("to_all_working_s"), "{:.2f} s")])  # fmt: skip
+                     _num(row.get("to_all_working_s"), "{:.2f} s"),
+                     _num(row.get("worker_bytes_per_record"), "{:,.0f}"),
+                     _num(row.get("supervisor_bytes_per_record"), "{:,.0f}")])  # fmt: skip
     head = (
         f"{doc['records']:,} keyed records on one partition (producer batches of "
         f"{doc['produce_batch']}), {doc['rounds']} round(s), medians; io = {doc['io_ms']:g} ms "
