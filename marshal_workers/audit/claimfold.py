@@ -1,0 +1,249 @@
+"""The fold per claim: each claim's records folded apart, with what its partition's fold knew.
+
+Theory of operation
+-------------------
+`rationalizer.fold` takes a coordination partition's records in offset order, and its state
+is almost all per claim (``claims``, ``poison``, the ``keys`` cache) or per group (``pauses``,
+``group_settings``). What crosses claims is the partition's: the clamped log time, the next
+offset, and the gap bookkeeping (``gap_seen``, ``gap_time``, the claims folded since the
+newest gap). So the records of one claim, with its group's pauses and settings on that
+partition, give exactly the events the partition fold gives them, provided each record comes
+with three facts about the whole partition there (`annotate`; Spark computes the same in the
+JVM, `spark_jobs.fold_by_claim`):
+
+- its log time: the running greatest valid timestamp (`rationalizer._advance`'s clamp);
+- the newest record at or before it that follows a gap (an offset past the previous one + 1,
+  or a first offset above 0), and the log time there;
+- whether it is *behind* (its offset repeats the previous one's: refused).
+
+The driver (`ClaimFold`) sets the world's next offset and log time from them, so no false gap
+is seen and the clamp is the partition's, and when a gap came since its own previous record it
+calls `rationalizer.note_gap` with the newest gap's time. The partition fold marked the claim
+(if folded since the gap before) uncertain at the *first* of those gaps, and marks it again
+with the newest gap's time at its next claim record (`_behind_gap(state, world.gap_time)` in
+`rationalizer.fold`); ``last_activity`` is a maximum, so both folds agree from that record on.
+The only records that read a claim without that second mark are its poison records, and they
+read only that it is uncertain (`recordfailures`' uncertain rule reads no time), which both
+folds say. So every event is the same, though an uncertain claim's ``last_activity`` may be
+later here between a poison record and the claim's next record.
+
+Where each record goes (`route`, on the value's '/'-separated fields, as Spark does with SQL):
+
+- a claim message or a poison record (type in field 0; group, topic, partition in 5-7): the
+  fold of ``(coordination partition, group, topic, partition)``;
+- a pause (``ReleaseGroup``) or group settings (``GroupSettings``, group in field 5): the
+  group's own fold ``(partition, group)``, which alone reports them, and *as context* every
+  claim fold of that group on that partition: folded for the state they set, never reported;
+- anything else (the pinned count, unknown types, garbage): ``(partition,)``.
+
+A record whose fields are not what routing reads is malformed wherever it goes, and whether a
+record is malformed never depends on the fold's state, so such a record may go anywhere. The
+fold per claim then reports every record exactly once, with the partition fold's verdict;
+``tests/unit/audit/test_audit_claimfold.py`` holds it to that on compacted logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+from marshal_workers.audit import arrow
+from marshal_workers.audit.fold import FoldSettings, Worlds
+from marshal_workers.audit.tables import Row, Tables
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.rationalizer import World, note_gap
+from marshal_workers.protocol.wire import MAX_LOG_TIME_MS, CoordRecord
+
+CLAIM_TYPES: Final = (
+    "Heartbeat", "ClaimingPartition", "ReleasingPartition", "ClaimingMessages",
+    "RecordFailed", "PoisonResolved",
+)  # fmt: skip
+"""Record types about one claim: group, topic and partition in fields 5, 6 and 7."""
+GROUP_TYPES: Final = ("ReleaseGroup", "GroupSettings")
+"""Record types about one group (field 5) that every claim of the group reads."""
+
+_CLAIM_KINDS: Final = frozenset(t.encode() for t in CLAIM_TYPES)
+_GROUP_KINDS: Final = frozenset(t.encode() for t in GROUP_TYPES)
+
+Route = tuple[str | None, str | None, int | None]  # group, topic, partition
+FoldKey = tuple[int, str | None, str | None, int | None]  # coordination partition + `Route`
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A record and what the fold of its whole partition knows there (see module doc)."""
+
+    record: CoordRecord
+    log_time: int
+    gap_offset: int | None = None
+    gap_time: int | None = None
+    behind: bool = False
+
+
+def route(value: bytes | None) -> Route:
+    """Which fold a record value goes to: (group, topic, partition) for a claim's record,
+    (group, None, None) for a group's, (None, None, None) for the rest."""
+    if value is None:
+        return None, None, None
+    fields = value.split(b"/", 8)
+    kind = fields[0]
+    if kind in _CLAIM_KINDS and len(fields) >= 8:
+        part = fields[7]
+        if part.isdigit() and len(part) <= 18:
+            return _text(fields[5]), _text(fields[6]), int(part)
+    elif kind in _GROUP_KINDS and len(fields) >= 6:
+        return _text(fields[5]), None, None
+    return None, None, None
+
+
+def _text(field: bytes) -> str:
+    return field.decode("utf-8", "replace")
+
+
+def annotate(records: Iterable[CoordRecord]) -> list[Placed]:
+    """One coordination partition's records, in offset order, each with what the partition
+    fold knows there (see module doc)."""
+    out: list[Placed] = []
+    clamp, previous = 0, -1
+    gap_offset: int | None = None
+    gap_time: int | None = None
+    for r in records:
+        behind = r.offset <= previous
+        if not behind:
+            follows_gap = r.offset > previous + 1
+            previous = r.offset
+            if clamp < r.timestamp_ms <= MAX_LOG_TIME_MS:
+                clamp = r.timestamp_ms
+            if follows_gap:
+                gap_offset, gap_time = r.offset, clamp
+        out.append(Placed(r, clamp, gap_offset, gap_time, behind))
+    return out
+
+
+def folds(records: Iterable[CoordRecord]) -> dict[FoldKey, list[tuple[Placed, bool]]]:
+    """Every fold's records in offset order, each with whether it is context only: what Spark
+    builds with a shuffle and a join (for tests and the single-process path)."""
+    by_partition: dict[int, list[CoordRecord]] = {}
+    for r in records:
+        by_partition.setdefault(r.partition, []).append(r)
+    out: dict[FoldKey, list[tuple[Placed, bool]]] = {}
+    for partition, rs in sorted(by_partition.items()):
+        placed = annotate(sorted(rs, key=lambda r: r.offset))
+        routes = [route(p.record.value) for p in placed]
+        claims: dict[str | None, list[FoldKey]] = {}
+        for group, topic, part in routes:
+            key = (partition, group, topic, part)
+            if topic is not None and key not in out:
+                out[key] = []
+                claims.setdefault(group, []).append(key)
+        for p, (group, topic, part) in zip(placed, routes, strict=True):
+            out.setdefault((partition, group, topic, part), []).append((p, False))
+            if topic is None and group is not None:
+                for key in claims.get(group, ()):
+                    out[key].append((p, True))
+    for items in out.values():
+        items.sort(key=lambda item: item[0].record.offset)
+    return out
+
+
+class ClaimFold:
+    """One fold of a claim (or of a group's own records, or of the rest) on one partition."""
+
+    def __init__(self, settings: FoldSettings, partition: int) -> None:
+        self.worlds = Worlds(settings, partition)
+        self.tables = Tables(partition, settings.config.heartbeat_interval_ms, settings.window)
+        self.tables.log_gap = False
+        self._last: Placed | None = None
+
+    def fold(self, placed: Placed, context: bool = False) -> ev.Event:
+        """Fold the next record of this fold (offset order): its event, which the tables
+        take (for its state only if it is ``context``)."""
+        for world in self.worlds.worlds.values():
+            self._place(world, placed)
+        self._last = placed
+        hb, event = self.worlds.verdict(placed.record)
+        self.tables.hb = hb
+        if context:
+            self.tables.context(event)
+        else:
+            self.tables.log_gap = self.tables.log_gap or placed.gap_offset is not None
+            self.tables.add(event)
+        return event
+
+    def _place(self, world: World, placed: Placed) -> None:
+        """The world as the partition fold has it just before this record."""
+        offset = placed.record.offset
+        world.next_offset = offset + 1 if placed.behind else offset
+        world.log_time = placed.log_time
+        last, gap = self._last, placed.gap_offset
+        if gap is None or (last is not None and gap <= last.record.offset):
+            return  # no gap in front of it since this fold's last record
+        assert placed.gap_time is not None
+        note_gap(world, placed.gap_time)
+
+    def finish(self) -> dict[str, list[Row]]:
+        """Every row of this fold."""
+        self.tables.finish()
+        return self.tables.take()
+
+
+def fold_by_claim(records: Iterable[CoordRecord], settings: FoldSettings) -> dict[str, list[Row]]:
+    """Fold records of any partitions per claim and build every table (parts of the
+    ``coordination`` and ``groups`` rows: `finalize` merges them)."""
+    out: dict[str, list[Row]] = {}
+    for (partition, *_), items in folds(records).items():
+        one = ClaimFold(settings, partition)
+        for placed, context in items:
+            one.fold(placed, context)
+        for name, rows in one.finish().items():
+            out.setdefault(name, []).extend(rows)
+    return out
+
+
+FOLD_KEY: Final = ("partition", "fold_group", "fold_topic", "fold_part")
+"""The columns of a fold's key in Spark's input (`spark_jobs.fold_by_claim`)."""
+
+
+def fold_claim_batches(batches: Iterable[Any], settings: FoldSettings) -> Iterator[Any]:
+    """Arrow batches of annotated records sorted by fold key and offset -> packed table
+    batches: what each Spark task runs (``mapInArrow``)."""
+    current: tuple[Any, ...] | None = None
+    one: ClaimFold | None = None
+    pending: dict[str, list[Row]] = {}
+    count = 0
+    for batch in batches:
+        for key, placed, context in _placed_of(batch):
+            if key != current:
+                if one is not None:
+                    count += _take(pending, one.finish())
+                one, current = ClaimFold(settings, int(key[0])), key
+            assert one is not None
+            one.fold(placed, context)
+        if one is not None and count + one.tables.pending() >= settings.batch_rows:
+            count += _take(pending, one.tables.take())
+            yield arrow.packed_batch(pending)
+            pending, count = {}, 0
+    if one is not None:
+        count += _take(pending, one.finish())
+    if count:
+        yield arrow.packed_batch(pending)
+
+
+def _take(into: dict[str, list[Row]], rows: dict[str, list[Row]]) -> int:
+    for name, more in rows.items():
+        into.setdefault(name, []).extend(more)
+    return sum(len(more) for more in rows.values())
+
+
+ANNOTATED: Final = (
+    *arrow.RECORD_SCHEMA.names, "log_time", "gap_offset", "gap_time", "behind", "context",
+    *FOLD_KEY[1:],
+)  # fmt: skip
+"""The columns `fold_claim_batches` reads."""
+
+
+def _placed_of(batch: Any) -> Iterator[tuple[tuple[Any, ...], Placed, bool]]:
+    cols = [batch.column(name).to_pylist() for name in ANNOTATED]
+    for p, o, t, k, v, lt, go, gt, behind, context, g, tp, pt in zip(*cols, strict=True):
+        yield (p, g, tp, pt), Placed(CoordRecord(p, o, t, k, v), lt, go, gt, behind), context
