@@ -33,7 +33,8 @@ Where each record goes (`route`, on the value's '/'-separated fields, as Spark d
   fold of ``(coordination partition, group, topic, partition)``;
 - a pause (``ReleaseGroup``) or group settings (``GroupSettings``, group in field 5): the
   group's own fold ``(partition, group)``, which alone reports them, and *as context* every
-  claim fold of that group on that partition: folded for the state they set, never reported;
+  claim fold of that group on that partition: folded for the state they set, never reported
+  (they are few, a handful per pause or change, so each fold gets them all, `Context`);
 - anything else (the pinned count, unknown types, garbage): ``(partition,)``.
 
 A record whose fields are not what routing reads is malformed wherever it goes, and whether a
@@ -44,7 +45,7 @@ fold per claim then reports every record exactly once, with the partition fold's
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -121,54 +122,61 @@ def annotate(records: Iterable[CoordRecord]) -> list[Placed]:
     return out
 
 
-def folds(records: Iterable[CoordRecord]) -> dict[FoldKey, list[tuple[Placed, bool]]]:
-    """Every fold's records in offset order, each with whether it is context only: what Spark
-    builds with a shuffle and a join (for tests and the single-process path)."""
+Context = Mapping[tuple[int, str], Sequence[Placed]]
+"""Each group's own records (pauses, settings) per coordination partition, in offset order:
+few (a handful per pause or change), so they travel to every fold in full."""
+
+
+def folds(records: Iterable[CoordRecord]) -> tuple[dict[FoldKey, list[Placed]], Context]:
+    """Every fold's own records in offset order, and the groups' records each claim's fold
+    also takes: what Spark builds with its window and shuffle (for tests and one process)."""
     by_partition: dict[int, list[CoordRecord]] = {}
     for r in records:
         by_partition.setdefault(r.partition, []).append(r)
-    out: dict[FoldKey, list[tuple[Placed, bool]]] = {}
+    out: dict[FoldKey, list[Placed]] = {}
+    context: dict[tuple[int, str], list[Placed]] = {}
     for partition, rs in sorted(by_partition.items()):
-        placed = annotate(sorted(rs, key=lambda r: r.offset))
-        routes = [route(p.record.value) for p in placed]
-        claims: dict[str | None, list[FoldKey]] = {}
-        for group, topic, part in routes:
-            key = (partition, group, topic, part)
-            if topic is not None and key not in out:
-                out[key] = []
-                claims.setdefault(group, []).append(key)
-        for p, (group, topic, part) in zip(placed, routes, strict=True):
-            out.setdefault((partition, group, topic, part), []).append((p, False))
+        for placed in annotate(sorted(rs, key=lambda r: r.offset)):
+            group, topic, part = route(placed.record.value)
+            out.setdefault((partition, group, topic, part), []).append(placed)
             if topic is None and group is not None:
-                for key in claims.get(group, ()):
-                    out[key].append((p, True))
-    for items in out.values():
-        items.sort(key=lambda item: item[0].record.offset)
-    return out
+                context.setdefault((partition, group), []).append(placed)
+    return out, context
 
 
 class ClaimFold:
-    """One fold of a claim (or of a group's own records, or of the rest) on one partition."""
+    """One fold on one coordination partition: of a claim (with its group's records as
+    context), of a group's own records, or of the rest (see module doc)."""
 
-    def __init__(self, settings: FoldSettings, partition: int) -> None:
+    def __init__(self, settings: FoldSettings, key: FoldKey, context: Context) -> None:
+        partition, group, topic, _ = key
         self.worlds = Worlds(settings, partition)
         self.tables = Tables(partition, settings.config.heartbeat_interval_ms, settings.window)
         self.tables.log_gap = False
         self._last: Placed | None = None
+        self._context: Sequence[Placed] = ()
+        if topic is not None and group is not None:
+            self._context = context.get((partition, group), ())
+        self._next = 0  # the next context record to fold
 
-    def fold(self, placed: Placed, context: bool = False) -> ev.Event:
-        """Fold the next record of this fold (offset order): its event, which the tables
-        take (for its state only if it is ``context``)."""
+    def fold(self, placed: Placed) -> ev.Event:
+        """Fold this fold's next own record (in offset order), after the context records in
+        front of it: its event, which the tables take."""
+        ahead, i = self._context, self._next
+        while i < len(ahead) and ahead[i].record.offset < placed.record.offset:
+            self.tables.context(self._fold(ahead[i]))
+            i += 1
+        self._next = i
+        event = self._fold(placed)
+        self.tables.log_gap = self.tables.log_gap or placed.gap_offset is not None
+        self.tables.add(event)
+        return event
+
+    def _fold(self, placed: Placed) -> ev.Event:
         for world in self.worlds.worlds.values():
             self._place(world, placed)
         self._last = placed
-        hb, event = self.worlds.verdict(placed.record)
-        self.tables.hb = hb
-        if context:
-            self.tables.context(event)
-        else:
-            self.tables.log_gap = self.tables.log_gap or placed.gap_offset is not None
-            self.tables.add(event)
+        self.tables.hb, event = self.worlds.verdict(placed.record)
         return event
 
     def _place(self, world: World, placed: Placed) -> None:
@@ -183,7 +191,10 @@ class ClaimFold:
         note_gap(world, placed.gap_time)
 
     def finish(self) -> dict[str, list[Row]]:
-        """Every row of this fold."""
+        """Every row of this fold (the context records after its last own one folded too)."""
+        for placed in self._context[self._next :]:
+            self.tables.context(self._fold(placed))
+        self._next = len(self._context)
         self.tables.finish()
         return self.tables.take()
 
@@ -191,13 +202,13 @@ class ClaimFold:
 def fold_by_claim(records: Iterable[CoordRecord], settings: FoldSettings) -> dict[str, list[Row]]:
     """Fold records of any partitions per claim and build every table (parts of the
     ``coordination`` and ``groups`` rows: `finalize` merges them)."""
+    own, context = folds(records)
     out: dict[str, list[Row]] = {}
-    for (partition, *_), items in folds(records).items():
-        one = ClaimFold(settings, partition)
-        for placed, context in items:
-            one.fold(placed, context)
-        for name, rows in one.finish().items():
-            out.setdefault(name, []).extend(rows)
+    for key, placed in own.items():
+        one = ClaimFold(settings, key, context)
+        for p in placed:
+            one.fold(p)
+        _take(out, one.finish())
     return out
 
 
@@ -205,21 +216,23 @@ FOLD_KEY: Final = ("partition", "fold_group", "fold_topic", "fold_part")
 """The columns of a fold's key in Spark's input (`spark_jobs.fold_by_claim`)."""
 
 
-def fold_claim_batches(batches: Iterable[Any], settings: FoldSettings) -> Iterator[Any]:
-    """Arrow batches of annotated records sorted by fold key and offset -> packed table
-    batches: what each Spark task runs (``mapInArrow``)."""
-    current: tuple[Any, ...] | None = None
+def fold_claim_batches(
+    batches: Iterable[Any], settings: FoldSettings, context: Context
+) -> Iterator[Any]:
+    """Arrow batches of annotated records (`ANNOTATED`) sorted by fold key and offset ->
+    packed table batches: what each Spark task runs (``mapInArrow``)."""
+    current: FoldKey | None = None
     one: ClaimFold | None = None
     pending: dict[str, list[Row]] = {}
     count = 0
     for batch in batches:
-        for key, placed, context in _placed_of(batch):
+        for key, placed in _placed_of(batch):
             if key != current:
                 if one is not None:
                     count += _take(pending, one.finish())
-                one, current = ClaimFold(settings, int(key[0])), key
+                one, current = ClaimFold(settings, key, context), key
             assert one is not None
-            one.fold(placed, context)
+            one.fold(placed)
         if one is not None and count + one.tables.pending() >= settings.batch_rows:
             count += _take(pending, one.tables.take())
             yield arrow.packed_batch(pending)
@@ -236,14 +249,21 @@ def _take(into: dict[str, list[Row]], rows: dict[str, list[Row]]) -> int:
     return sum(len(more) for more in rows.values())
 
 
-ANNOTATED: Final = (
-    *arrow.RECORD_SCHEMA.names, "log_time", "gap_offset", "gap_time", "behind", "context",
-    *FOLD_KEY[1:],
-)  # fmt: skip
-"""The columns `fold_claim_batches` reads."""
+PLACED: Final = (*arrow.RECORD_SCHEMA.names, "log_time", "gap_offset", "gap_time", "behind")
+"""The columns of a `Placed` record: the record and its annotations."""
+ANNOTATED: Final = (*PLACED, *FOLD_KEY[1:])
+"""The columns `fold_claim_batches` reads: a placed record and its fold's key."""
 
 
-def _placed_of(batch: Any) -> Iterator[tuple[tuple[Any, ...], Placed, bool]]:
+def placed_rows(rows: Iterable[Sequence[Any]]) -> Iterator[Placed]:
+    """Placed records from rows in `PLACED` order (Spark's rows: binary as bytearray)."""
+    for p, o, t, k, v, lt, go, gt, behind, *_ in rows:
+        key = None if k is None else bytes(k)
+        value = None if v is None else bytes(v)
+        yield Placed(CoordRecord(p, o, t, key, value), lt, go, gt, behind)
+
+
+def _placed_of(batch: Any) -> Iterator[tuple[FoldKey, Placed]]:
     cols = [batch.column(name).to_pylist() for name in ANNOTATED]
-    for p, o, t, k, v, lt, go, gt, behind, context, g, tp, pt in zip(*cols, strict=True):
-        yield (p, g, tp, pt), Placed(CoordRecord(p, o, t, k, v), lt, go, gt, behind), context
+    for p, o, t, k, v, lt, go, gt, behind, g, tp, pt in zip(*cols, strict=True):
+        yield (p, g, tp, pt), Placed(CoordRecord(p, o, t, k, v), lt, go, gt, behind)

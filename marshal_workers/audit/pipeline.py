@@ -1,8 +1,9 @@
 """The audit on Spark, from the inputs to the tables, the checks and the report.
 
 1. Read the coordination records (Kafka source or dump file) as a DataFrame.
-2. Fold them (`spark_jobs.fold_packed`: Spark distributes the coordination partitions, the
-   workers' own fold runs on each) into every table's rows at once, persisted on disk.
+2. Fold them (`spark_jobs.fold_by_claim`: Spark annotates each coordination partition in
+   the JVM and distributes the claims, the workers' own fold runs on each, `claimfold`) into
+   every table's rows at once, persisted on disk.
 3. Collect the small tables, settle them (`model.finish_small`) and write them from the
    driver; write the big ones (events, reservations, lag) from Spark.
 4. Check the ledgers against the claim intervals (`spark_jobs.check`).
@@ -99,7 +100,7 @@ def _run(
     )
     spread = config.session.shuffle_partitions
     progress.step(f"folding {source} ({_intervals_text(config)})")
-    packed = spark_jobs.fold_packed(records, settings, spread)
+    packed = _spark(lambda: spark_jobs.fold_by_claim(records, settings, spread))
     try:
         raw = _spark(lambda: spark_jobs.collect_tables(packed, SMALL))
         tables, end_ms, index = finish_small(raw, config)

@@ -163,14 +163,14 @@ def partition_events(log: list[CoordRecord], s: FoldSettings) -> dict[tuple[int,
 def claim_events(log: list[CoordRecord], s: FoldSettings) -> dict[tuple[int, int], Any]:
     """Each record's event in the fold per claim: reported once, in one fold only."""
     out = {}
-    for (p, *_), items in folds(log).items():
-        one = ClaimFold(s, p)
-        for placed, context in items:
-            event = one.fold(placed, context)
-            if not context:
-                where = (p, placed.record.offset)
-                assert where not in out, f"{where} reported twice"
-                out[where] = (one.tables.hb, event)
+    own, context = folds(log)
+    for key, placed in own.items():
+        one = ClaimFold(s, key, context)
+        for p in placed:
+            event = one.fold(p)
+            where = (key[0], p.record.offset)
+            assert where not in out, f"{where} reported twice"
+            out[where] = (one.tables.hb, event)
     return out
 
 
