@@ -34,7 +34,10 @@ Where each record goes (`route`, on the value's '/'-separated fields, as Spark d
 - a pause (``ReleaseGroup``) or group settings (``GroupSettings``, group in field 5): the
   group's own fold ``(partition, group)``, which alone reports them, and *as context* every
   claim fold of that group on that partition: folded for the state they set, never reported
-  (they are few, a handful per pause or change, so each fold gets them all, `Context`);
+  (they are few, a handful per pause or change, so each fold gets them all, `Context`). What
+  they set (a pause: who, until when; settings) does not depend on the log time or the gaps,
+  so context records need no annotation: they are collected from the log as they are, in the
+  pass that reads the groups' settings before the fold;
 - anything else (the pinned count, unknown types, garbage): ``(partition,)``.
 
 A record whose fields are not what routing reads is malformed wherever it goes, and whether a
@@ -122,26 +125,41 @@ def annotate(records: Iterable[CoordRecord]) -> list[Placed]:
     return out
 
 
-Context = Mapping[tuple[int, str], Sequence[Placed]]
+Context = Mapping[tuple[int, str], Sequence[CoordRecord]]
 """Each group's own records (pauses, settings) per coordination partition, in offset order:
 few (a handful per pause or change), so they travel to every fold in full."""
+
+
+def is_group_record(value: bytes | None) -> bool:
+    """Whether a record value is (meant to be) a group's: a pause or settings."""
+    return value is not None and value.startswith((b"ReleaseGroup/", b"GroupSettings/"))
+
+
+def context_of(records: Iterable[CoordRecord]) -> Context:
+    """The groups' records among ``records``, by coordination partition and group."""
+    out: dict[tuple[int, str], list[CoordRecord]] = {}
+    for r in records:
+        group, topic, _ = route(r.value)
+        if group is not None and topic is None:
+            out.setdefault((r.partition, group), []).append(r)
+    for rs in out.values():
+        rs.sort(key=lambda r: r.offset)
+    return out
 
 
 def folds(records: Iterable[CoordRecord]) -> tuple[dict[FoldKey, list[Placed]], Context]:
     """Every fold's own records in offset order, and the groups' records each claim's fold
     also takes: what Spark builds with its window and shuffle (for tests and one process)."""
+    records = list(records)
     by_partition: dict[int, list[CoordRecord]] = {}
     for r in records:
         by_partition.setdefault(r.partition, []).append(r)
     out: dict[FoldKey, list[Placed]] = {}
-    context: dict[tuple[int, str], list[Placed]] = {}
     for partition, rs in sorted(by_partition.items()):
         for placed in annotate(sorted(rs, key=lambda r: r.offset)):
             group, topic, part = route(placed.record.value)
             out.setdefault((partition, group, topic, part), []).append(placed)
-            if topic is None and group is not None:
-                context.setdefault((partition, group), []).append(placed)
-    return out, context
+    return out, context_of(records)
 
 
 class ClaimFold:
@@ -154,7 +172,7 @@ class ClaimFold:
         self.tables = Tables(partition, settings.config.heartbeat_interval_ms, settings.window)
         self.tables.log_gap = False
         self._last: Placed | None = None
-        self._context: Sequence[Placed] = ()
+        self._context: Sequence[CoordRecord] = ()
         if topic is not None and group is not None:
             self._context = context.get((partition, group), ())
         self._next = 0  # the next context record to fold
@@ -163,21 +181,25 @@ class ClaimFold:
         """Fold this fold's next own record (in offset order), after the context records in
         front of it: its event, which the tables take."""
         ahead, i = self._context, self._next
-        while i < len(ahead) and ahead[i].record.offset < placed.record.offset:
-            self.tables.context(self._fold(ahead[i]))
+        while i < len(ahead) and ahead[i].offset < placed.record.offset:
+            self._fold_context(ahead[i])
             i += 1
         self._next = i
-        event = self._fold(placed)
-        self.tables.log_gap = self.tables.log_gap or placed.gap_offset is not None
-        self.tables.add(event)
-        return event
-
-    def _fold(self, placed: Placed) -> ev.Event:
         for world in self.worlds.worlds.values():
             self._place(world, placed)
         self._last = placed
         self.tables.hb, event = self.worlds.verdict(placed.record)
+        self.tables.log_gap = self.tables.log_gap or placed.gap_offset is not None
+        self.tables.add(event)
         return event
+
+    def _fold_context(self, record: CoordRecord) -> None:
+        """A group's record, for the state it sets: at its offset (no gap seen here: the next
+        own record learns of the gaps), its verdict taken by the tables as context."""
+        for world in self.worlds.worlds.values():
+            world.next_offset = record.offset
+        self.tables.hb, event = self.worlds.verdict(record)
+        self.tables.context(event)
 
     def _place(self, world: World, placed: Placed) -> None:
         """The world as the partition fold has it just before this record."""
@@ -192,8 +214,8 @@ class ClaimFold:
 
     def finish(self) -> dict[str, list[Row]]:
         """Every row of this fold (the context records after its last own one folded too)."""
-        for placed in self._context[self._next :]:
-            self.tables.context(self._fold(placed))
+        for record in self._context[self._next :]:
+            self._fold_context(record)
         self._next = len(self._context)
         self.tables.finish()
         return self.tables.take()
@@ -253,14 +275,6 @@ PLACED: Final = (*arrow.RECORD_SCHEMA.names, "log_time", "gap_offset", "gap_time
 """The columns of a `Placed` record: the record and its annotations."""
 ANNOTATED: Final = (*PLACED, *FOLD_KEY[1:])
 """The columns `fold_claim_batches` reads: a placed record and its fold's key."""
-
-
-def placed_rows(rows: Iterable[Sequence[Any]]) -> Iterator[Placed]:
-    """Placed records from rows in `PLACED` order (Spark's rows: binary as bytearray)."""
-    for p, o, t, k, v, lt, go, gt, behind, *_ in rows:
-        key = None if k is None else bytes(k)
-        value = None if v is None else bytes(v)
-        yield Placed(CoordRecord(p, o, t, key, value), lt, go, gt, behind)
 
 
 def _placed_of(batch: Any) -> Iterator[tuple[FoldKey, Placed]]:

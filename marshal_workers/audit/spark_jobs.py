@@ -33,7 +33,6 @@ from marshal_workers.audit.claimfold import (
     PLACED,
     Context,
     fold_claim_batches,
-    placed_rows,
 )
 from marshal_workers.audit.finalize import add_lag
 from marshal_workers.audit.fold import FoldSettings
@@ -53,30 +52,23 @@ ARROW_BATCH_KEY: Final = "spark.sql.execution.arrow.maxRecordsPerBatch"
 Transform = Callable[[list[Row]], list[Row]]
 
 
-def fold_by_claim(records: DataFrame, settings: FoldSettings, partitions: int) -> DataFrame:
+def fold_by_claim(
+    records: DataFrame, settings: FoldSettings, partitions: int, context: Context
+) -> DataFrame:
     """Every table's rows, packed (`schema.PACKED_DDL`), from the records, folded per claim
-    (`claimfold`); persisted on disk.
+    (`claimfold`) with the groups' records (``context``, `claimfold.context_of`); persisted
+    on disk.
 
-    The records are annotated (`annotated`) and kept on disk while the groups' own records are
-    collected (the context of their claims' folds) and the fold runs. A packed row holds
-    megabytes, so the session must not keep many in memory at once: the cache's column
-    batches are bounded in bytes by Spark, and `session.spark_conf` makes Java serialization
-    forget each cached batch once written (``objectStreamReset``)."""
+    A packed row holds megabytes, so the session must not keep many in memory at once: the
+    cache's column batches are bounded in bytes by Spark, and `session.spark_conf` makes Java
+    serialization forget each cached batch once written (``objectStreamReset``)."""
     from pyspark import StorageLevel  # noqa: PLC0415
 
-    routed = annotated(records).persist(StorageLevel.DISK_ONLY)
-    try:
-        context = _context(routed)
+    def run(batches: Iterable[Any]) -> Iterator[Any]:
+        return fold_claim_batches(batches, settings, context)
 
-        def run(batches: Iterable[Any]) -> Iterator[Any]:
-            return fold_claim_batches(batches, settings, context)
-
-        packed = fold_input(routed, partitions).mapInArrow(run, PACKED_DDL)
-        packed = packed.persist(StorageLevel.DISK_ONLY)
-        packed.count()  # folded and on disk: the annotated records may go
-    finally:
-        routed.unpersist()
-    return packed
+    packed = fold_input(annotated(records), partitions).mapInArrow(run, PACKED_DDL)
+    return packed.persist(StorageLevel.DISK_ONLY)
 
 
 def fold_input(routed: DataFrame, partitions: int) -> DataFrame:
@@ -131,18 +123,6 @@ def annotated(records: DataFrame) -> DataFrame:
         f.when(claim, f.get(fields, 6)).alias("fold_topic"),
         f.when(claim, part).alias("fold_part"),
     )
-
-
-def _context(routed: DataFrame) -> Context:
-    """The groups' own records (pauses, settings), collected: every fold of one of their
-    claims folds them too."""
-    rows = routed.where("fold_group IS NOT NULL AND fold_topic IS NULL").collect()
-    context: dict[tuple[int, str], list[Any]] = {}
-    for row, placed in zip(rows, placed_rows(tuple(r) for r in rows), strict=True):
-        context.setdefault((int(row["partition"]), str(row["fold_group"])), []).append(placed)
-    for placed_list in context.values():
-        placed_list.sort(key=lambda p: p.record.offset)
-    return context
 
 
 def table(packed: DataFrame, name: str, transform: Transform | None = None) -> DataFrame:
