@@ -9,7 +9,7 @@ offset, and the gap bookkeeping (``gap_seen``, ``gap_time``, the claims folded s
 newest gap). So the records of one claim, with its group's pauses and settings on that
 partition, give exactly the events the partition fold gives them, provided each record comes
 with three facts about the whole partition there (`annotate`; Spark computes the same in the
-JVM, `spark_jobs.fold_by_claim`):
+JVM, `spark_jobs.annotated`):
 
 - its log time: the running greatest valid timestamp (`rationalizer._advance`'s clamp);
 - the newest record at or before it that follows a gap (an offset past the previous one + 1,
@@ -49,14 +49,13 @@ fold per claim then reports every record exactly once, with the partition fold's
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from marshal_workers.audit import arrow
 from marshal_workers.audit.fold import FoldSettings, Worlds
 from marshal_workers.audit.tables import Row, Tables
 from marshal_workers.protocol import events as ev
-from marshal_workers.protocol.rationalizer import World, note_gap
+from marshal_workers.protocol.rationalizer import note_gap
 from marshal_workers.protocol.wire import MAX_LOG_TIME_MS, CoordRecord
 
 CLAIM_TYPES: Final = (
@@ -74,9 +73,9 @@ Route = tuple[str | None, str | None, int | None]  # group, topic, partition
 FoldKey = tuple[int, str | None, str | None, int | None]  # coordination partition + `Route`
 
 
-@dataclass(frozen=True, slots=True)
-class Placed:
-    """A record and what the fold of its whole partition knows there (see module doc)."""
+class Placed(NamedTuple):
+    """A record and what the fold of its whole partition knows there (see module doc); a
+    tuple, since one is made per record."""
 
     record: CoordRecord
     log_time: int
@@ -171,7 +170,8 @@ class ClaimFold:
         self.worlds = Worlds(settings, partition)
         self.tables = Tables(partition, settings.config.heartbeat_interval_ms, settings.window)
         self.tables.log_gap = False
-        self._last: Placed | None = None
+        self._worlds = list(self.worlds.worlds.values())
+        self._last_offset = -1  # of the last own record folded
         self._context: Sequence[CoordRecord] = ()
         if topic is not None and group is not None:
             self._context = context.get((partition, group), ())
@@ -180,37 +180,41 @@ class ClaimFold:
     def fold(self, placed: Placed) -> ev.Event:
         """Fold this fold's next own record (in offset order), after the context records in
         front of it: its event, which the tables take."""
+        record = placed.record
+        offset = record.offset
         ahead, i = self._context, self._next
-        while i < len(ahead) and ahead[i].offset < placed.record.offset:
+        while i < len(ahead) and ahead[i].offset < offset:
             self._fold_context(ahead[i])
             i += 1
         self._next = i
-        for world in self.worlds.worlds.values():
-            self._place(world, placed)
-        self._last = placed
-        self.tables.hb, event = self.worlds.verdict(placed.record)
-        self.tables.log_gap = self.tables.log_gap or placed.gap_offset is not None
-        self.tables.add(event)
+        # The world as the partition fold has it just before this record (see module doc).
+        gap, gap_time = placed.gap_offset, placed.gap_time
+        new_gap = gap is not None and gap > self._last_offset  # a gap since the last record
+        next_offset = offset + 1 if placed.behind else offset
+        for world in self._worlds:
+            world.next_offset, world.log_time = next_offset, placed.log_time
+            if new_gap:
+                assert gap_time is not None
+                note_gap(world, gap_time)
+        self._last_offset = offset
+        tables = self.tables
+        hb, event = self.worlds.verdict(record)
+        if not self.worlds.single:  # as `Worlds.fold`: the interval of the record's group
+            tables.hb = hb
+        if gap is not None:
+            tables.log_gap = True
+        tables.add(event)
         return event
 
     def _fold_context(self, record: CoordRecord) -> None:
         """A group's record, for the state it sets: at its offset (no gap seen here: the next
         own record learns of the gaps), its verdict taken by the tables as context."""
-        for world in self.worlds.worlds.values():
+        for world in self._worlds:
             world.next_offset = record.offset
-        self.tables.hb, event = self.worlds.verdict(record)
+        hb, event = self.worlds.verdict(record)
+        if not self.worlds.single:
+            self.tables.hb = hb
         self.tables.context(event)
-
-    def _place(self, world: World, placed: Placed) -> None:
-        """The world as the partition fold has it just before this record."""
-        offset = placed.record.offset
-        world.next_offset = offset + 1 if placed.behind else offset
-        world.log_time = placed.log_time
-        last, gap = self._last, placed.gap_offset
-        if gap is None or (last is not None and gap <= last.record.offset):
-            return  # no gap in front of it since this fold's last record
-        assert placed.gap_time is not None
-        note_gap(world, placed.gap_time)
 
     def finish(self) -> dict[str, list[Row]]:
         """Every row of this fold (the context records after its last own one folded too)."""

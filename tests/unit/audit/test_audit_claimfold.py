@@ -142,12 +142,14 @@ def compacted(log: list[CoordRecord], cut: int) -> list[CoordRecord]:
 
 
 def fold_settings(log: list[CoordRecord], admins: bool, pinned: bool) -> FoldSettings:
+    """What the audit folds ``log`` with (`AuditConfig.with_heartbeats`, `rationalizer`)."""
+    heartbeats = from_records(log, None, HB)
     config = RationalizerConfig(
-        HB,
+        heartbeats.default_ms,
         num_partitions=COORD if pinned else None,
         admin_client_ids=frozenset({"a"}) if admins else None,
     )
-    return FoldSettings(config, heartbeats=from_records(log, None, HB))
+    return FoldSettings(config, heartbeats=heartbeats)
 
 
 def partition_events(log: list[CoordRecord], s: FoldSettings) -> dict[tuple[int, int], Any]:
