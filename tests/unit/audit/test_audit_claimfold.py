@@ -238,6 +238,27 @@ class TestGaps:
         poison = want[(0, 10)][1]
         assert isinstance(poison, rf.PoisonNoted)
 
+    def test_an_admins_claim_under_its_pause_is_by_admin_in_the_claims_fold(self) -> None:
+        """The pause travels to the claim's fold as context: the admin's claim interval there
+        is marked ``by_admin`` (the tables took the pause), as in the partition fold, and the
+        pause is reported once."""
+        pause = ReleaseGroup(1, "a-1", "a", "g", "", 0, 100)
+        hold = [
+            CoordRecord(0, 0, 1_000, record_key(pause), encode(pause)),
+            _claim(1, 1_100),
+        ]
+        take = ClaimingMessages(0, "a-1", "a", "g", "t", 0, 5)
+        free = ReleasingPartition(0, "a-1", "a", "g", "t", 0, 5)
+        log = [
+            *hold,
+            CoordRecord(0, 2, 1_200, record_key(take), encode(take)),
+            CoordRecord(0, 3, 1_300, record_key(free), encode(free)),
+        ]
+        s = FoldSettings(RationalizerConfig(HB, admin_client_ids=frozenset({"a"})))
+        want = merged(fold_records(log, s))
+        assert merged(fold_by_claim(log, s)) == want
+        assert "True)" in want["claims"][0]  # by_admin, the last column
+
     def test_annotations_known_answers(self) -> None:
         """Log time is the running clamp (a stamp past any clock refused); a gap is an offset
         past the previous + 1 (or a first offset above 0); a repeated offset is behind."""
