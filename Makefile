@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-runtime install-audit kafka-jars spark-jars lint typecheck test test-unit bench bench-peers bench-hot bench-idle demo demo-hot sim chaos clean
+.PHONY: install install-runtime install-audit kafka-jars spark-jars lint typecheck test test-unit test-audit-cluster bench bench-peers bench-hot bench-idle demo demo-hot sim chaos clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,9 @@ test: install kafka-jars spark-jars lint typecheck ## Install, resolve the jars,
 
 test-unit: ## Only the tests that need no broker
 	$(BIN)/pytest -q tests/unit
+
+test-audit-cluster: install kafka-jars spark-jars ## marshal-audit on a standalone Spark cluster on loopback (a master, two workers; about 2 min, 1.5 GB) against a real fleet's topic: same verdict and tables as local mode
+	MARSHAL_TEST_SPARK_CLUSTER=1 $(BIN)/pytest -q tests/integration/test_audit_cluster.py
 
 demo-hot: kafka-jars ## The demo on one hot partition shared by 4 workers (ordering key, per-customer order checked)
 	$(BIN)/marshal-admin demo --hot 4

@@ -8,12 +8,15 @@
   settled (stale, or still held: its last batch is work in progress, see `amo`).
 - `merge_groups`: each coordination partition counts its own part of a group; a claim lives on
   exactly one partition, so the parts add up; a group is AMO if any part saw a reservation.
+- `merge_coordination`: the fold per claim (`claimfold`) counts each coordination partition
+  in parts, one per claim (and per group, and one for the rest); they add up to one row.
 - `add_lag`: the data partitions' high watermarks (read once, at audit time) against each
   heartbeat's committed position.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -111,6 +114,33 @@ def merge_groups(parts: Iterable[Row], modes: Mapping[str, str] | None = None) -
         if override:
             row[_GROUP["mode"]] = override
     return [tuple(merged[name]) for name in sorted(merged)]
+
+
+def merge_coordination(parts: Iterable[Row]) -> list[Row]:
+    """One ``coordination`` row per coordination partition from its parts: records, malformed,
+    unverified and verdicts add up, the first and last offsets (with their log times) are the
+    least and the greatest, and a gap anywhere is the partition's."""
+    c = _COORD
+    merged: dict[int, list[Any]] = {}
+    for part in parts:
+        have = merged.get(part[c["coord_partition"]])
+        if have is None:
+            merged[part[c["coord_partition"]]] = list(part)
+            continue
+        if part[c["first_offset"]] < have[c["first_offset"]]:
+            have[c["first_offset"]] = part[c["first_offset"]]
+            have[c["first_log_time_ms"]] = part[c["first_log_time_ms"]]
+        if part[c["last_offset"]] > have[c["last_offset"]]:
+            have[c["last_offset"]] = part[c["last_offset"]]
+            have[c["last_log_time_ms"]] = part[c["last_log_time_ms"]]
+        for col in ("records", "malformed", "unverified"):
+            have[c[col]] = int(have[c[col]]) + int(part[c[col]])
+        have[c["gap_seen"]] = bool(have[c["gap_seen"]] or part[c["gap_seen"]])
+        verdicts: dict[str, int] = json.loads(have[c["verdicts"]])
+        for name, n in json.loads(part[c["verdicts"]]).items():
+            verdicts[name] = verdicts.get(name, 0) + n
+        have[c["verdicts"]] = json.dumps(verdicts, sort_keys=True)
+    return [tuple(merged[p]) for p in sorted(merged)]
 
 
 def add_lag(lag_rows: Iterable[Row], watermarks: Mapping[tuple[str, int], int]) -> list[Row]:

@@ -55,7 +55,7 @@ def _group_of(event: ev.Event) -> str | None:
     return None
 
 
-class _Worlds:
+class Worlds:
     """One coordination partition folded with every heartbeat interval a group there uses."""
 
     def __init__(self, settings: FoldSettings, partition: int) -> None:
@@ -76,12 +76,19 @@ class _Worlds:
         if self.single:
             tables.add(fold(self.first, record))
             return
+        tables.hb, event = self.verdict(record)
+        tables.add(event)
+
+    def verdict(self, record: CoordRecord) -> tuple[int, ev.Event]:
+        """Fold the next record into every world: the interval its group's verdict is judged
+        with, and that verdict."""
+        if self.single:
+            return self.first.config.heartbeat_interval_ms, fold(self.first, record)
         events = {ms: fold(world, record) for ms, world in self.worlds.items()}
         assert self.heartbeats is not None
         hb = self.heartbeats.at(_group_of(events[self.first.config.heartbeat_interval_ms]),
                                 self.first.group_settings)  # fmt: skip
-        tables.hb = hb
-        tables.add(events[hb])
+        return hb, events[hb]
 
 
 class _Folder:
@@ -89,15 +96,15 @@ class _Folder:
 
     def __init__(self, settings: FoldSettings) -> None:
         self.settings = settings
-        self.worlds: _Worlds | None = None
+        self.worlds: Worlds | None = None
         self.tables: Tables | None = None
         self.done: set[int] = set()
 
-    def start(self, partition: int) -> tuple[_Worlds, Tables]:
+    def start(self, partition: int) -> tuple[Worlds, Tables]:
         if partition in self.done:
             raise OrderError(f"coordination partition {partition} came back after it ended")
         s = self.settings
-        self.worlds = _Worlds(s, partition)
+        self.worlds = Worlds(s, partition)
         self.tables = Tables(partition, s.config.heartbeat_interval_ms, s.window)
         return self.worlds, self.tables
 
@@ -127,7 +134,7 @@ def fold_records(records: Iterable[CoordRecord], settings: FoldSettings) -> dict
 def fold_batches(batches: Iterable[Any], settings: FoldSettings) -> Iterator[Any]:
     """Arrow batches of records sorted by (partition, offset) -> packed table batches."""
     folder = _Folder(settings)
-    world: _Worlds | None = None
+    world: Worlds | None = None
     tables: Tables | None = None
     current = -1
     limit = settings.batch_rows

@@ -16,7 +16,13 @@ from typing import Any
 from marshal_workers.audit.amo import log_losses, loss_order
 from marshal_workers.audit.checks import CheckStats, ClaimIndex
 from marshal_workers.audit.exitcodes import AuditUsageError
-from marshal_workers.audit.finalize import log_end_ms, merge_groups, settle, settle_reserved
+from marshal_workers.audit.finalize import (
+    log_end_ms,
+    merge_coordination,
+    merge_groups,
+    settle,
+    settle_reserved,
+)
 from marshal_workers.audit.heartbeats import Heartbeats, from_records, given_problem
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.session import SessionOptions
@@ -162,6 +168,7 @@ def finish_small(
     end = config.window.until_ms or log_end_ms(small.get("coordination", []))
     hb, window = config.group_heartbeat_ms, config.window
     out = {name: list(small.get(name, [])) for name in SMALL}
+    out["coordination"] = merge_coordination(out["coordination"])
     if end is not None:
         out["claims"] = settle(out["claims"], end, hb, window)
         out["membership"] = settle(out["membership"], end, hb, window)

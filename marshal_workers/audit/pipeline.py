@@ -1,8 +1,9 @@
 """The audit on Spark, from the inputs to the tables, the checks and the report.
 
 1. Read the coordination records (Kafka source or dump file) as a DataFrame.
-2. Fold them (`spark_jobs.fold_packed`: Spark distributes the coordination partitions, the
-   workers' own fold runs on each) into every table's rows at once, persisted on disk.
+2. Fold them (`spark_jobs.fold_by_claim`: Spark annotates each coordination partition in
+   the JVM and distributes the claims, the workers' own fold runs on each, `claimfold`) into
+   every table's rows at once, persisted on disk.
 3. Collect the small tables, settle them (`model.finish_small`) and write them from the
    driver; write the big ones (events, reservations, lag) from Spark.
 4. Check the ledgers against the claim intervals (`spark_jobs.check`).
@@ -21,6 +22,7 @@ from marshal_workers.audit import ledger as ledger_io
 from marshal_workers.audit import output, sources, spark_jobs
 from marshal_workers.audit.amo import loss_order
 from marshal_workers.audit.checks import CheckStats, check_unledgered
+from marshal_workers.audit.claimfold import context_of
 from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
 from marshal_workers.audit.fold import FoldSettings
 from marshal_workers.audit.model import (
@@ -93,13 +95,15 @@ def _run(
         records = sources.kafka_topic(spark, source.bootstrap_servers, source.topic, source.kafka)
     else:
         records = sources.dump_file(spark, source.path)
-    config = config.with_heartbeats(_spark(lambda: sources.settings_records(records)))
+    groups = _spark(lambda: sources.group_records(records))
+    config = config.with_heartbeats(groups)
     settings = FoldSettings(
         config.rationalizer(num_partitions), config.window, heartbeats=config.heartbeats
     )
-    spread = config.session.shuffle_partitions
-    progress.step(f"folding {source} ({_intervals_text(config)})")
-    packed = spark_jobs.fold_packed(records, settings, spread)
+    spread = _fold_tasks(spark, config)
+    progress.step(f"folding {source} ({_intervals_text(config)}) in {spread} tasks")
+    context = context_of(groups)
+    packed = _spark(lambda: spark_jobs.fold_by_claim(records, settings, spread, context))
     try:
         raw = _spark(lambda: spark_jobs.collect_tables(packed, SMALL))
         tables, end_ms, index = finish_small(raw, config)
@@ -129,6 +133,13 @@ def _run(
         result.report_path = report.write_report(result, out / "report.html")
         progress.step(f"report: {result.report_path}")
     return result
+
+
+def _fold_tasks(spark: SparkSession, config: AuditConfig) -> int:
+    """How many tasks fold the claims: the session's shuffle partitions (also as given in
+    ``MARSHAL_AUDIT_SPARK_CONF``), and at least one per core Spark has."""
+    given = spark.conf.get("spark.sql.shuffle.partitions") or config.session.shuffle_partitions
+    return max(int(given), spark.sparkContext.defaultParallelism)
 
 
 def _intervals_text(config: AuditConfig) -> str:

@@ -96,10 +96,14 @@ def kafka_topic(
     )
 
 
-def settings_records(records: DataFrame) -> list[CoordRecord]:
-    """The records that may be group settings (`heartbeats` decodes and checks them): read
-    before the fold, since each group's recorded heartbeat interval decides its verdicts."""
-    found = records.where("CAST(`value` AS STRING) LIKE 'GroupSettings/%'").collect()
+def group_records(records: DataFrame) -> list[CoordRecord]:
+    """The records that may be a group's settings or pause (`claimfold.is_group_record`):
+    read before the fold, since each group's recorded heartbeat interval decides its verdicts
+    (`heartbeats` decodes and checks them) and every fold of a group's claim folds them too."""
+    found = records.where(
+        "CAST(`value` AS STRING) LIKE 'GroupSettings/%' "
+        "OR CAST(`value` AS STRING) LIKE 'ReleaseGroup/%'"
+    ).collect()
     return [
         CoordRecord(
             int(r["partition"]),

@@ -3,7 +3,9 @@
 Each job is a DataFrame shuffle that puts what belongs together in one Spark partition, in
 order, and a ``mapInArrow`` that runs a pure function of this package over it:
 
-- `fold_packed`: records by (coordination partition, offset) -> `fold.fold_batches`.
+- `fold_by_claim`: records annotated by a window over each coordination partition (in the
+  JVM), then by claim and offset -> `claimfold.fold_claim_batches`: as many folds in parallel
+  as there are claims, however few coordination partitions hold them.
 - `table`: packed rows -> one table's own columns (and `finalize.add_lag` for lag).
 - `check`: ledger rows by (topic, partition, start) -> `checks.check_partition` against the
   claim intervals, which are small and travel inside the function's closure.
@@ -23,12 +25,22 @@ from typing import TYPE_CHECKING, Any, Final
 
 from marshal_workers.audit import arrow
 from marshal_workers.audit.checks import CheckStats, ClaimIndex, check_partition
+from marshal_workers.audit.claimfold import (
+    ANNOTATED,
+    CLAIM_TYPES,
+    FOLD_KEY,
+    GROUP_TYPES,
+    PLACED,
+    Context,
+    fold_claim_batches,
+)
 from marshal_workers.audit.finalize import add_lag
-from marshal_workers.audit.fold import FoldSettings, fold_batches
+from marshal_workers.audit.fold import FoldSettings
 from marshal_workers.audit.ledger import entries_of, is_complete
 from marshal_workers.audit.schema import PACKED_DDL, columns, ddl
 from marshal_workers.audit.tables import Row, Window
 from marshal_workers.common.ledgerfile import LedgerRow
+from marshal_workers.protocol.wire import MAX_LOG_TIME_MS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -40,8 +52,12 @@ ARROW_BATCH_KEY: Final = "spark.sql.execution.arrow.maxRecordsPerBatch"
 Transform = Callable[[list[Row]], list[Row]]
 
 
-def fold_packed(records: DataFrame, settings: FoldSettings, partitions: int) -> DataFrame:
-    """Every table's rows, packed (`schema.PACKED_DDL`), from the records; persisted on disk.
+def fold_by_claim(
+    records: DataFrame, settings: FoldSettings, partitions: int, context: Context
+) -> DataFrame:
+    """Every table's rows, packed (`schema.PACKED_DDL`), from the records, folded per claim
+    (`claimfold`) with the groups' records (``context``, `claimfold.context_of`); persisted
+    on disk.
 
     A packed row holds megabytes, so the session must not keep many in memory at once: the
     cache's column batches are bounded in bytes by Spark, and `session.spark_conf` makes Java
@@ -49,12 +65,64 @@ def fold_packed(records: DataFrame, settings: FoldSettings, partitions: int) -> 
     from pyspark import StorageLevel  # noqa: PLC0415
 
     def run(batches: Iterable[Any]) -> Iterator[Any]:
-        return fold_batches(batches, settings)
+        return fold_claim_batches(batches, settings, context)
 
-    ordered = records.repartition(partitions, "partition").sortWithinPartitions(
-        "partition", "offset"
+    packed = fold_input(annotated(records), partitions).mapInArrow(run, PACKED_DDL)
+    return packed.persist(StorageLevel.DISK_ONLY)
+
+
+def fold_input(routed: DataFrame, partitions: int) -> DataFrame:
+    """Annotated records as the fold's tasks take them: spread by fold key (claim), each
+    fold's records together and in offset order."""
+    ordered = routed.repartition(partitions, *FOLD_KEY).sortWithinPartitions(*FOLD_KEY, *_ORDER)
+    return ordered.select(*ANNOTATED)
+
+
+_ORDER: Final = ("offset", "timestamp_ms", "key", "value")
+"""A partition's records in offset order (the rest only orders copies of an offset, which no
+Kafka log has but a dump file may)."""
+
+
+def annotated(records: DataFrame) -> DataFrame:
+    """The records with `claimfold.annotate`'s facts (one window per coordination partition,
+    in the JVM) and their fold's key (`claimfold.route`, on the value's fields)."""
+    from pyspark.sql import Window  # noqa: PLC0415
+    from pyspark.sql import functions as f  # noqa: PLC0415
+
+    order = Window.partitionBy("partition").orderBy(*_ORDER)
+    upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    offset, stamp = f.col("offset"), f.col("timestamp_ms")
+    with_previous = records.withColumn("previous", f.lag("offset").over(order))
+    previous = f.col("previous")
+    behind = previous.isNotNull() & (offset <= previous)
+    follows_gap = ~behind & (offset > f.coalesce(previous + 1, f.lit(0)))
+    valid = f.when(~behind & (stamp <= MAX_LOG_TIME_MS), stamp)
+    timed = with_previous.select(
+        "*",
+        behind.alias("behind"),
+        follows_gap.alias("follows_gap"),
+        f.greatest(f.coalesce(f.max(valid).over(upto), f.lit(0)), f.lit(0)).alias("log_time"),
     )
-    return ordered.mapInArrow(run, PACKED_DDL).persist(StorageLevel.DISK_ONLY)
+    gapped = timed.select(
+        "*",
+        f.last(f.when(f.col("follows_gap"), offset), ignorenulls=True)
+        .over(upto)
+        .alias("gap_offset"),
+        f.last(f.when(f.col("follows_gap"), f.col("log_time")), ignorenulls=True)
+        .over(upto)
+        .alias("gap_time"),
+    )
+    fields = f.split(f.col("value").cast("string"), "/", 9)
+    kind, count = f.get(fields, 0), f.size(fields)
+    part = f.get(fields, 7).try_cast("bigint")
+    claim = kind.isin(*CLAIM_TYPES) & (count >= 8) & part.isNotNull()
+    group = kind.isin(*GROUP_TYPES) & (count >= 6)
+    return gapped.select(
+        *PLACED,
+        f.when(claim | group, f.get(fields, 5)).alias("fold_group"),
+        f.when(claim, f.get(fields, 6)).alias("fold_topic"),
+        f.when(claim, part).alias("fold_part"),
+    )
 
 
 def table(packed: DataFrame, name: str, transform: Transform | None = None) -> DataFrame:

@@ -153,6 +153,9 @@ class Tables:
         self._first: ev.Event | None = None
         self._last: ev.Event | None = None
         self._gap_seen = False
+        # Set by a fold of some of a partition's records (`claimfold`): whether the partition
+        # had a gap at or before one of them (their own offsets say nothing of that).
+        self.log_gap: bool | None = None
         self._filtered = window.group is not None
         self._all_times = window.since_ms is None and window.until_ms is None
 
@@ -180,6 +183,13 @@ class Tables:
         if handle is not None:
             handle(self, event)
 
+    def context(self, event: ev.Event) -> None:
+        """Take an event of a record folded only for the state it sets (`claimfold`: a group's
+        pause inside the fold of one of its claims): what it changes here, never a count or a
+        row (the group's own fold reports it)."""
+        if type(event) is ev.GroupPaused:
+            self._pause_noted(event)
+
     def _wanted(self, event: ev.Event) -> bool:
         """Whether ``--group`` reports the event (malformed records belong to no group)."""
         if isinstance(event, ev.Verdict | rf.PoisonVerdict):
@@ -198,9 +208,11 @@ class Tables:
         self._group(e.message.group_id).amo = True
 
     def _paused(self, e: ev.GroupPaused) -> None:
-        part = self._group(e.message.group_id)
-        part.pauses += 1
-        part.pausers.add(e.message.client_id)
+        self._group(e.message.group_id).pauses += 1
+        self._pause_noted(e)
+
+    def _pause_noted(self, e: ev.GroupPaused) -> None:
+        self._group(e.message.group_id).pausers.add(e.message.client_id)
         self._pauses[e.message.group_id] = (e.message.client_id, e.until_ms)
 
     def _refused(self, e: ev.HeartbeatRejected | ev.ReleaseRejected) -> None:
@@ -402,11 +414,12 @@ class Tables:
             )  # fmt: skip
         first, last = self._first, self._last
         verdicts = {kind.__name__: n for kind, n in self._verdicts.items()}
+        gap = self._gap_seen if self.log_gap is None else self.log_gap
         if first is not None and last is not None:
             self.rows["coordination"].append(
                 (self.coord_partition, self._records, first.coord_offset, last.coord_offset,
                  first.log_time, last.log_time, self._malformed, self._unverified,
-                 self._gap_seen, json.dumps(verdicts, sort_keys=True))
+                 gap, json.dumps(verdicts, sort_keys=True))
             )  # fmt: skip
 
     def take(self) -> dict[str, list[Row]]:

@@ -376,6 +376,20 @@ def _across_gap(world: World) -> None:
     world.since_gap = set()
 
 
+def note_gap(world: World, gap_time: int) -> None:
+    """`_across_gap` with the gap's log time given: for a reader that folds a subset of a
+    partition's records (the audit's fold per claim, `audit.claimfold`) and learns of each gap
+    in front of its next record from elsewhere, with the time the whole fold had there."""
+    world.gap_seen = True
+    world.gap_time = gap_time
+    claims = world.claims
+    for key in world.since_gap:
+        state = claims.get(key)
+        if state is not None:
+            _behind_gap(state, gap_time)
+    world.since_gap = set()
+
+
 def _behind_gap(state: ClaimState, gap_time: int) -> None:
     """A claim whose records may be in a gap at log time ``gap_time``: uncertain, and active
     then (the uncertain rules wait for 2*HB of silence after it)."""

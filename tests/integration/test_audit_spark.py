@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from marshal_workers.admin.dump import dump_entry
+from marshal_workers.audit import arrow, spark_jobs
 from marshal_workers.audit.cli import main
 from marshal_workers.audit.local import run_local
 from marshal_workers.audit.model import AuditConfig, FileInput
@@ -26,8 +27,26 @@ from marshal_workers.audit.session import SessionOptions, start_session
 from marshal_workers.audit.summary import summarize
 from marshal_workers.audit.synthetic import Fleet, Synthetic, generate
 from marshal_workers.common.ledgerfile import OPTIONAL_FIELDS, LedgerRow
+from marshal_workers.protocol.metadata import GroupSettings, encode_metadata, metadata_key
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
-from marshal_workers.protocol.wire import CoordRecord
+from marshal_workers.protocol.recordfailures import (
+    Outcome,
+    RecordFailed,
+    encode_poison,
+    poison_record_key,
+)
+from marshal_workers.protocol.wire import (
+    MAX_LOG_TIME_MS,
+    CoordRecord,
+    Heartbeat,
+    Partitioner,
+    ReleaseGroup,
+    coordination_partition,
+    decode,
+    encode,
+    record_key,
+)
+from tests.unit.audit.test_audit_claimfold import compacted
 
 pytestmark = pytest.mark.spark
 HB_MS = 1000
@@ -286,3 +305,85 @@ class TestSlices:
         assert sorted_rows(result.violations) == sorted_rows(local.violations)
         assert sorted(v[0] for v in local.violations) == ["alo_gap", "key_order", "wrong_slice"]
         assert sorted_rows(read_table(config.out, "violations")) == sorted_rows(local.violations)
+
+
+def two_groups_compacted() -> list[CoordRecord]:
+    """Two fleets (an ALO one, an AMO one) on three coordination partitions, with an admin's
+    pause and a refused one, settings of two heartbeat intervals, a counted failure of a held
+    claim, keyless, garbage and future-stamped records; then compacted twice (gaps)."""
+    shop = generate(1500, Fleet(partitions=6, clients=3, coord_partitions=3, seed=3))
+    bank = generate(1500, Fleet(partitions=4, clients=2, coord_partitions=3, seed=4, amo=True,
+                                group="bank", topic="ledger", lose_rate=0.01))  # fmt: skip
+    written = sorted([*shop.records, *bank.records], key=lambda r: r.timestamp_ms)
+    beat = next(r for r in written if r.value is not None and r.value.startswith(b"Heartbeat"))
+    held = decode(beat.value)
+    assert isinstance(held, Heartbeat)
+    t = written[len(written) // 3].timestamp_ms
+    failed = RecordFailed(0, held.instance_id, held.client_id, held.group_id, held.topic,
+                          held.partition, held.offset, 1, Outcome.RETRY, "boom")  # fmt: skip
+    extras: list[tuple[int, int, bytes | None, bytes | None]] = [
+        (coordination_partition(held.topic, held.partition, 3, Partitioner.SPEC), t,
+         poison_record_key(failed), encode_poison(failed)),
+        (1, t + 5, None, beat.value),
+        (2, t + 7, b"junk", b"nonsense/1/2"),
+        (0, MAX_LOG_TIME_MS + 9, b"x", b"Heartbeat/1/x"),
+    ]  # fmt: skip
+    for coord in range(3):
+        for client, at in (("marshal-admin", t + 10), ("intruder", t + 20)):
+            pause = ReleaseGroup(at // 1000, "p-1", client, "shop", "", 0, at // 1000 + 3)
+            extras.append((coord, at, record_key(pause), encode(pause)))
+        for hb, at in ((1000, t - 50), (2000, t + 4000)):
+            meta = GroupSettings(0, "s-1", "bank-1", "bank", hb, Partitioner.SPEC, None)
+            extras.append((coord, at, metadata_key(meta), encode_metadata(meta)))
+    rows = [(r.partition, r.timestamp_ms, r.key, r.value) for r in written]
+    rows = sorted([*rows, *extras], key=lambda r: (min(r[1], written[-1].timestamp_ms), r[0]))
+    offsets = [0, 0, 0]
+    log = []
+    for coord, at, key, value in rows:
+        log.append(CoordRecord(coord, offsets[coord], at, key, value))
+        offsets[coord] += 1
+    return compacted(compacted(log, len(log) // 5), len(log) // 10)
+
+
+class TestFoldPerClaim:
+    def test_a_compacted_two_group_log_gives_the_partition_folds_tables(
+        self, spark: Any, tmp_path: Path
+    ) -> None:
+        """On Spark, folded per claim: every table, verdict count and the report's figures
+        equal run_local's (which folds each coordination partition whole) on a compacted log
+        with pauses, settings of two intervals, poison, keyless and malformed records."""
+        records = two_groups_compacted()
+        config = AuditConfig(
+            FileInput(write_dump(records, tmp_path / "dump.jsonl")), tmp_path / "out", HB_MS,
+            report=False,
+        )  # fmt: skip
+        result = run(config, spark=spark)
+        local, tables = run_local(records, config)
+        verdicts = local.verdicts
+        assert verdicts["Malformed"] >= 3 and verdicts["GroupPaused"] == 3
+        assert verdicts["GroupPauseRejected"] == 3 and verdicts["Unverified"] > 0
+        assert any(r[8] for r in local.tables["coordination"])  # gaps
+        assert result.verdicts == verdicts
+        for name in TABLES:
+            if name in ("violations", "amo_losses"):
+                continue
+            assert sorted_rows(read_table(config.out, name)) == sorted_rows(tables[name]), name
+
+    def test_a_group_on_one_coordination_partition_folds_in_every_task(
+        self, spark: Any, tmp_path: Path
+    ) -> None:
+        """Every claim of the fleet on one coordination partition: the fold's input is spread
+        over all four Spark partitions (by claim), not one (by coordination partition)."""
+        syn = generate(2000, Fleet(partitions=16, clients=3, coord_partitions=1, seed=9))
+        frame = spark.read.parquet(str(_records_parquet(syn.records, tmp_path / "r.parquet")))
+        from pyspark.sql import functions as f  # noqa: PLC0415
+
+        spread = spark_jobs.fold_input(spark_jobs.annotated(frame), 4)
+        per_task = spread.groupBy(f.spark_partition_id()).count().collect()
+        assert len(per_task) == 4
+        assert sum(r["count"] for r in per_task) == len(syn.records)
+
+
+def _records_parquet(records: list[CoordRecord], path: Path) -> Path:
+    pq.write_table(pa.Table.from_batches([arrow.record_batch(records)]), path)
+    return path
