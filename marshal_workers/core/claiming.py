@@ -34,7 +34,6 @@ from marshal_workers.core.planning import Plan, plan
 from marshal_workers.core.reclaim import reclaimed_position
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_claimable, is_live, is_member_key, member_key
-from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import ClaimState, freshness, resume_offset
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, Heartbeat
 
@@ -64,7 +63,6 @@ class Claiming:
         self._old_seen: dict[ClaimKey, int] = {}  # takeovers: the old instance's last heartbeat
         # the first claim sent since a verdict: its send time, and the fold's next offset then
         self.first_sent: dict[ClaimKey, tuple[float, int]] = {}
-        self._resume_lookup: set[ClaimKey] = set()  # to take over once their start is found
         self._next_claim = self._next_release = 0.0
         self.begun_at: float | None = None  # when the member began (after its catch-up)
         self.announced_at: float | None = None  # when the fold first showed its member claim
@@ -81,27 +79,35 @@ class Claiming:
                     self.resume(key, state, now)
 
     def mine_to_resume(self, key: ClaimKey, state: ClaimState, now: float) -> bool:
-        """A fresh, certain claim of this client in this member's group and topics."""
+        """A fresh, certain claim of this client in this member's group and topics, with a
+        position in the log (a member claim needs none). A data claim with none yet (its
+        holder won it and had no start in the log) is left to go stale and is claimed then:
+        a takeover at a start this instance looked up could lie above the old instance's
+        first heartbeat, landed meanwhile with a lower start that it may have handed to a
+        child, and a reader of the compacted log, which cannot tell a takeover from a
+        heartbeat, would start there and pass the records between over (`marshal-sim` seed
+        403004, a review). A takeover then always carries a position read from the log, so
+        the position it lands on is never below it. It costs 2*HB when a holder died between
+        its claim and its first heartbeat."""
         ctx = self.ctx
         if not (ctx.is_mine(key) and state.certain and state.holder_client == ctx.s.client_id):
             return False
         if state.last_heartbeat is None:
             return False
+        if state.committed is None and not is_member_key(key):
+            return False
         label = freshness(state.last_heartbeat, ctx.log_now_ms(key, now), ctx.s.hb_ms)
         return label.value != "stale"
 
     def resume(self, key: ClaimKey, state: ClaimState, now: float) -> None:
-        """Take a claim of this client over (restart recovery); a claim with no position yet
-        (its holder died before its first heartbeat) is taken over once its start is found."""
+        """Take a claim of this client over (restart recovery) at the log's position."""
         assert state.last_heartbeat is not None
         self._old_seen[key] = state.last_heartbeat
         if is_member_key(key):
             self.take_over(key, 0, now)
-        elif state.committed is not None:
-            self.take_over(key, state.committed, now)
         else:
-            self._resume_lookup.add(key)
-            self.ctx.out.append(cmd.LookupStart(key))
+            assert state.committed is not None  # (`mine_to_resume`)
+            self.take_over(key, state.committed, now)
 
     def take_over(self, key: ClaimKey, offset: int, now: float) -> None:
         """Write the takeover heartbeat."""
@@ -222,7 +228,6 @@ class Claiming:
             own = ctx.expired_positions.pop(key, None)
             if position is not None:  # won back with nobody in between: its own newest
                 position = reclaimed_position(position, own, previous, ctx.s.client_id)
-                self._estimate_passes_over(held, position)
             self.set_position(held, position)
         ctx.say(
             "info",
@@ -234,20 +239,6 @@ class Claiming:
         )
         if ctx.stopping:
             self.keeping.finish(held, now, release=True)
-
-    def _estimate_passes_over(self, held: HeldClaim, position: int) -> None:
-        """AMO, a claim won on a compacted log: its position is the fold's estimate, the
-        largest offset seen, which a replaced instance's reservation that the whole log
-        refused can raise above what its successor handled and reported. The records between
-        the position last reported handled and the estimate may be handled by nobody: reported
-        as lost (a reader of the compacted log cannot tell which reservation was valid, and
-        starting lower could hand records out twice)."""
-        state = self.ctx.state_of(held.key)
-        if self.ctx.s.mode is not Mode.AMO or state is None or state.reported is None:
-            return
-        if state.reported < position:
-            why = "position estimated from a compacted log, above the one last reported handled"
-            self.ctx.held_lost(held, state.reported, position, obs.LossCause.ESTIMATED, why)
 
     def free_again(self, key: ClaimKey) -> bool:
         """Whether a claim the log refused to this member is released by now: the rival that
@@ -280,10 +271,9 @@ class Claiming:
         self.ctx.avoid_until[op.key] = now + self.ctx.jitter(0.1, 0.5)
 
     def in_flight(self) -> set[ClaimKey]:
-        """Claims being written, taken over, or waiting for a start to take over with."""
+        """Claims being written or taken over."""
         ops = self.ctx.pending.ops.values()
-        claiming = {op.key for op in ops if op.kind in (Kind.CLAIM, Kind.TAKEOVER)}
-        return claiming | self._resume_lookup
+        return {op.key for op in ops if op.kind in (Kind.CLAIM, Kind.TAKEOVER)}
 
     # ---- positions --------------------------------------------------------------------------
 
@@ -300,13 +290,8 @@ class Claiming:
             self.ctx.out.append(cmd.LookupStart(held.key))
 
     def start_found(self, found: inp.StartFound) -> None:
-        """A start position: for a takeover waiting for it, or a claim won."""
-        key = found.key
-        if key in self._resume_lookup:
-            self._resume_lookup.discard(key)
-            self.take_over(key, found.offset, found.now)
-            return
-        held = self.ctx.held.get(key)
+        """A start position for a claim won with none in the log."""
+        held = self.ctx.held.get(found.key)
         if held is not None and held.lookup_pending:
             held.lookup_pending = False
             if held.position is None:
@@ -316,7 +301,6 @@ class Claiming:
     def start_failed(self, failed: inp.StartFailed) -> None:
         """Starting one claim failed: let it go (it goes stale) and back off; others go on."""
         ctx, key = self.ctx, failed.key
-        self._resume_lookup.discard(key)
         held = ctx.held.get(key)
         if held is None:
             return

@@ -21,7 +21,6 @@ class LossCause(StrEnum):
     LEASE_EXPIRED = "lease_expired"  # the claim's lease ran out (a frozen host, a stalled log)
     HANDLER_FAILED = "handler_failed"  # a handler failure ended the child under `stop`
     REFUSED = "refused"  # the log reserved a batch this member then refused to its child
-    ESTIMATED = "estimated"  # a claim won on a compacted log starts above the last handled
 
 
 @dataclass(frozen=True, slots=True)

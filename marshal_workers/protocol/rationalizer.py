@@ -179,10 +179,6 @@ class ClaimState:
     retired: frozenset[str] = frozenset()
     last_activity: int | None = None
     position_unknown: bool = False  # uncertain: a claim's position may have been compacted away
-    # uncertain: the largest position a heartbeat or release reported handled; a reservation
-    # may lie above it (a replaced instance's, refused by the whole log): what a holder that
-    # starts at the estimate may pass over. Kept by the grant that ends the uncertainty only.
-    reported: int | None = None
 
     @property
     def last_seen(self) -> int | None:
@@ -480,7 +476,6 @@ def _claim(
         )
         return ev.ClaimRejected(rec.partition, rec.offset, now, msg, reason, previous)
     _grant(world, key, state, msg, rec.offset)
-    state.reported = None  # a certain claim: its position is the log's, not an estimate
     return ev.ClaimGranted(
         rec.partition,
         rec.offset,
@@ -678,10 +673,8 @@ def _uncertain(
     else:
         if world.pauses and _pause_client(world, key.group) == msg.client_id:
             state.committed, state.reserved = msg.offset, None  # a rewind: set outright
-            state.reported = msg.offset
         else:
             state.committed = max(state.committed or 0, msg.offset)
-            state.reported = max(state.reported or 0, msg.offset)
         if isinstance(msg, Heartbeat):
             # a release proves nothing about holding (its writer's own refused release
             # included): only a heartbeat names the likely holder of an uncertain claim

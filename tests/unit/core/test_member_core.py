@@ -334,6 +334,25 @@ class TestTakeover:
         new.tick(1.0)
         assert any(isinstance(c, cmd.Spawn) for c in new.commands)
 
+    def test_a_claim_with_no_position_is_not_taken_over_but_claimed_once_stale(self) -> None:
+        """The old instance won the claim and died before a position was in the log: the new
+        instance does not take it over at a start of its own looking up (the old instance's
+        first heartbeat may land first with a lower start, which a takeover above it would
+        pass over, and a reader of the compacted log would estimate the takeover's offset:
+        `marshal-sim` seed 403004, a review). It claims the claim once it is stale."""
+        topic, log_ms = fresh_topic(partitions=1)
+        old = start(Member(settings(partitions=1)), topic, log_ms, n=1)
+        assert keys(1)[0] in old.member.held  # won, its start not found yet: no position
+        log_ms[0] += 300
+        new = start(Member(settings(instance="i2", partitions=1)), topic, log_ms, n=1)
+        takeovers = [m for m in new.appended(Heartbeat) if m.topic == "orders"]
+        assert takeovers == [] and keys(1)[0] not in new.member.held
+        assert not any(isinstance(c, cmd.LookupStart) for c in new.commands)
+        for _ in range(6):
+            new.tick(0.5)  # past 2*HB of silence from the old instance
+        assert keys(1)[0] in new.member.held
+        assert [c.key for c in new.commands if isinstance(c, cmd.LookupStart)] == keys(1)
+
     def test_a_resumed_claim_is_not_released_before_the_old_lease_ends(self) -> None:
         """TERM right after a takeover: the release waits (found by marshal-sim, seed 29)."""
         topic, log_ms = fresh_topic(partitions=1)

@@ -98,33 +98,6 @@ class TestCertainty:
         assert resume_offset(world.claims[KEY], Mode.ALO) == 50
         assert claim_label(world.claims[KEY], 2, HB) == "fresh"
 
-    def test_an_uncertain_claim_keeps_the_position_last_reported_handled(self) -> None:
-        """A replaced instance's refused reservation (335) can raise the estimate above the
-        position its successor reported handled (334): the fold keeps both, so the next holder
-        knows what it may pass over (seeds 309022, 503039)."""
-        world = World(RationalizerConfig(HB), 0)
-        fold(world, record(reserve("a", 334, inst="a-1"), 1, 0))
-        fold(world, record(hb("a", 331, inst="a-2"), 2, 1))
-        fold(world, record(reserve("a", 335, inst="a-1"), 3, 2))
-        fold(world, record(hb("a", 334, inst="a-2"), 4, 3))
-        fold(world, record(release("a", 334, inst="a-2"), 5, 4))
-        e = fold(world, record(claim("b"), 6, 4 + 2 * HB + 1))
-        state = world.claims[KEY]
-        assert isinstance(e, ev.ClaimGranted)
-        assert (resume_offset(state, Mode.AMO), state.reported) == (335, 334)
-
-    def test_a_certain_grant_forgets_the_uncertain_report(self) -> None:
-        """What an uncertain claim reported handled counts only for the grant that ends the
-        uncertainty: the next grant, on a certain claim, carries none."""
-        world = World(RationalizerConfig(HB), 0)
-        fold(world, record(hb("a", 10), 1, 0))
-        fold(world, record(reserve("a", 20), 2, 1))
-        fold(world, record(claim("b"), 3, 2 + 2 * HB))
-        assert world.claims[KEY].reported == 10
-        fold(world, record(release("b", 20), 4, 3 + 2 * HB))
-        fold(world, record(claim("c"), 5, 4 + 2 * HB))
-        assert world.claims[KEY].reported is None
-
     def test_an_uncertain_release_never_makes_its_writer_the_holder(self) -> None:
         """On an uncertain claim a release (its writer's own refused one included)
         is no proof of holding: the holder stays whoever heartbeated, so a member never reads
