@@ -32,7 +32,10 @@ A *placed* group (`placement`) has a twelfth field, ``first:span:partitions:toke
 instance and second), so that every placed settings record survives the cleaner: the fold
 accepts the first one of a partition and refuses later ones that differ (`rationalizer`), and a
 refused record under a shared key could be that key's newest, the one a reader of the compacted
-log would take. A record of 9 or 11 fields is a spread group's (``placement`` None), as every
+log would take. For the same reason a writer never writes one placed settings key twice (placed
+settings keys: a retry is a new record, in a new second): the cleaner would keep the second
+copy only, and a rival's record written between the two would be first for a compacted reader.
+A record of 9 or 11 fields is a spread group's (``placement`` None), as every
 group was before placement; a reader from before placement counts a 12-field record malformed.
 
 As for the claim records (`wire`), every field is bounded on decode, and a record outside the
