@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marshal_workers.protocol.placement import (
@@ -49,6 +49,7 @@ class TestKnownAnswers:
 
 
 class TestSpread:
+    @settings(deadline=None)  # no timed checks: a loaded machine is slow
     @given(names, st.integers(0, MAX_PARTITION), st.integers(1, 5000),
            st.sampled_from(list(Partitioner)))  # fmt: skip
     def test_spread_is_todays_coordination_partition(
@@ -65,6 +66,7 @@ class TestSpread:
 
 
 class TestWindow:
+    @settings(deadline=None)
     @given(names, st.integers(0, MAX_PARTITION), st.integers(1, 300), st.data())
     def test_every_claim_is_in_the_window(
         self, topic: str, partition: int, n: int, data: st.DataObject
