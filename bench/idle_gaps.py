@@ -144,7 +144,9 @@ class Run:
             "XDG_RUNTIME_DIR": str(self.root / "run"),
         }
         log = open(self.root / f"{self.group}-{client_id}.log", "ab")  # noqa: SIM115
-        proc = subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
+        proc = subprocess.Popen(
+            command, env=env, stdout=log, stderr=log, start_new_session=True
+        )
         log.close()
         self.procs[client_id] = proc
         self.every.append(proc)

@@ -642,7 +642,6 @@ def test_amo_defect_a_write_again_whose_first_try_landed_reports_an_empty_range(
     from the log's position: an empty range, and 629..631 were lost unsaid. Now what a record
     of those bytes reserved starts at the batch's start (`children.reserved_from`), and a
     child still waiting for it is granted it. Reintroduced: from the log's position."""
-
     def from_the_log(op: Op, event: MessagesClaimed) -> int:
         return op.start if event.start is None else event.start
 

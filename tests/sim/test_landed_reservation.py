@@ -82,6 +82,7 @@ def test_without_adopting_them_their_records_vanish_unreported(
     assert found
 
 
+
 # Failing writes read with a lag: a child's given-up reservation and the next child's request
 # for the same run in the same second have the very same bytes, and the log lands some of them.
 LAGGING_FAILURES = SimParams(faults=("failures", "read-latency"), fail_rate=0.3, fault_count=8)

@@ -151,6 +151,7 @@ def test_a_stopping_member_releases_its_member_claim_before_its_partitions() -> 
     assert [(m.topic, m.partition) for m in releases] == [("__member.c1", 0)]
 
 
+
 def test_a_rebalance_tells_the_child_revoke_and_a_stop_tells_it_stop() -> None:
     """The child's teardown gets the reason: an over-share release takes the claim away
     (``revoke``); TERM stops the member (``stop``)."""
