@@ -76,7 +76,7 @@ clean:
 
 EVERY_FAULT := kill,freeze,stall,restart,twins,compaction,eager-compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery
 
-sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, hundreds of each fault mix that found a defect (stalled hosts among them), 100 of bigger fleets, 1,000 of sliced fleets (ordering key and unordered)
+sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, hundreds of each fault mix that found a defect (stalled hosts among them), 100 of bigger fleets, 1,000 of sliced fleets (ordering key and unordered), 500 of placed groups
 	$(BIN)/marshal-sim --seeds 1000
 	$(BIN)/marshal-sim --seeds 200 --members 6 --groups 2 --faults freeze,compaction --fault-count 10
 	$(BIN)/marshal-sim --seeds 200 --faults twins,pause,freeze,compaction,kill --fault-count 8
@@ -101,3 +101,6 @@ sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, h
 	$(BIN)/marshal-sim --seeds 300 --ordering unordered --workers-per-partition 4 --faults $(EVERY_FAULT) --fault-count 6
 	$(BIN)/marshal-sim --seeds 100 --ordering key --workers-per-partition 3 --members 12 --groups 3 --faults shared-ids,kill,restart,twins,compaction
 	$(BIN)/marshal-sim --seeds 100 --ordering unordered --workers-per-partition 4 --faults twins,pause,freeze,compaction,kill --fault-count 8
+	@# placed groups (docs/design.md, decision 23), each on its home and window only, with every fault
+	$(BIN)/marshal-sim --seeds 300 --placement placed --coordination-partitions 8 --faults $(EVERY_FAULT) --fault-count 6
+	$(BIN)/marshal-sim --seeds 200 --placement placed --coordination-partitions 8 --span 2 --members 12 --groups 3 --faults kill,freeze,stall,restart,twins,compaction,pause,poison,forgery --fault-count 6

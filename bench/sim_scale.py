@@ -9,6 +9,17 @@ over the run's own coordination log, scaled to the records per second. Fleets to
 simulate in one process here are computed from the same per-record fold cost (marked).
 
     .venv/bin/python bench/sim_scale.py [--quick] [--json]
+
+``--placement M`` compares, in one run, today's placement (every group spread over every
+coordination partition) with placed groups (each on its home, span 1) for M members in M/10
+groups of 10 members and 100 data partitions each, HB = 10 s, on 256 coordination partitions,
+and lone groups (an ALO and an AMO group of 10 members, each alone on its partition) as the
+reference: the records each member reads
+and folds per second of virtual time (mean and max), its folded state's memory (pympler, 20
+members sampled at the end), cold start, recovery after 10% of the members are killed, and the
+wall and CPU seconds each run took.
+
+    .venv/bin/python bench/sim_scale.py --placement 1000
 """
 
 from __future__ import annotations
@@ -111,11 +122,101 @@ def simulate(case: Case, seed: int = 1) -> dict[str, Any]:
     }
 
 
+def placement_run(members: int, placement: str, coordination: int, seed: int = 1) -> dict[str, Any]:
+    """One fleet of ``members`` in groups of 10 (100 data partitions each, HB 10 s), spread or
+    placed: cold start, a 10% kill and recovery, reads per member, memory, cost."""
+    from pympler import asizeof  # noqa: PLC0415 (the bench extra)
+
+    hb = 10.0
+    params = SimParams(seed=seed, members=members, groups=max(1, members // 10), partitions=100,
+                       heartbeat_interval=hb, faults=(), duration=40 * hb + 20, dt=hb / 20,
+                       rate=1.0, backlog=10, coordination_partitions=coordination,
+                       placement=placement)  # fmt: skip
+    use_shared_decode()
+    wall, cpu = time.monotonic(), time.process_time()
+    fleet = Fleet(params)
+    fleet.add_members()
+    step, cold, killed_at, recovered = 0, None, None, None
+    limit = int(params.duration / params.dt)
+    while step <= limit:
+        t = fleet.advance(step)
+        step += 1
+        if step % 5:
+            continue
+        ok = fleet.converged()
+        if cold is None and ok and t > 1.0:
+            cold, killed_at = t - 1.0, t
+            for node in fleet.rng.sample(fleet.nodes, max(1, members // 10)):
+                node.kill(t)
+            fleet.fault_windows.append((t, t))
+        elif killed_at is not None and t > killed_at and ok:
+            recovered = t - killed_at
+            break
+    rates = sorted(r for n in fleet.nodes if (r := n.reads_per_s(fleet.t)) is not None)
+    live = [n for n in fleet.nodes if n.alive and n.started]
+    sample = fleet.rng.sample(live, min(20, len(live)))
+    sizes = sorted(asizeof.asizeof(n.member.worlds) for n in sample)
+    return {
+        "placement": placement,
+        "members": members,
+        "groups": params.groups,
+        "coordination_partitions": coordination,
+        "reads_per_s_mean": round(sum(rates) / len(rates), 1),
+        "reads_per_s_max": round(rates[-1], 1),
+        "followed_mean": round(sum(len(n.followed) for n in fleet.nodes) / len(fleet.nodes), 2),
+        "memory_kb_p50": round(sizes[len(sizes) // 2] / 1024, 1),
+        "memory_kb_max": round(sizes[-1] / 1024, 1),
+        "cold_start_s": cold,
+        "recovery_after_10pct_kill_s": recovered,
+        "log_records_per_s": round(sum(len(x) for x in fleet.log.shadow) / fleet.t, 1),
+        "virtual_s": round(fleet.t, 1),
+        "wall_s": round(time.monotonic() - wall, 1),
+        "cpu_s": round(time.process_time() - cpu, 1),
+    }
+
+
+def compare_placements(members: int, as_json: bool, coordination: int = 256) -> None:
+    """Today's placement beside placed groups, and a lone group, printed side by side."""
+    # one ALO and one AMO group of 10, each alone on its partition (g0 and g1 have different
+    # homes): the reference, with the same mix of modes as the fleets'; run first, the longest
+    # (spread) last, each row printed as it is done
+    lone = {**placement_run(20, "placed", coordination), "placement": "lone"}
+    _print_placement(lone, lone["reads_per_s_mean"], as_json)
+    for placement in ("placed", "spread"):
+        _print_placement(
+            placement_run(members, placement, coordination), lone["reads_per_s_mean"], as_json
+        )
+
+
+def _print_placement(row: dict[str, Any], lone: float, as_json: bool) -> None:
+    row["reads_vs_lone_group"] = round(row["reads_per_s_mean"] / lone, 2) if lone else None
+    if as_json:
+        print(json.dumps(row), flush=True)
+        return
+    print(
+        f"{row['placement']:>7} {row['members']:>5} members {row['groups']:>4} groups "
+        f"N={row['coordination_partitions']}: reads/s per member mean "
+        f"{row['reads_per_s_mean']} max {row['reads_per_s_max']} "
+        f"({row['reads_vs_lone_group']}x a lone group's), follows "
+        f"{row['followed_mean']} partitions, memory p50 {row['memory_kb_p50']} KB max "
+        f"{row['memory_kb_max']} KB, cold start {row['cold_start_s']}s, recovery "
+        f"{row['recovery_after_10pct_kill_s']}s, log {row['log_records_per_s']} "
+        f"records/s, {row['virtual_s']} virtual s in {row['wall_s']} s wall "
+        f"{row['cpu_s']} s CPU",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the small fleets only")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--placement", type=int, metavar="MEMBERS", default=None,
+                        help="compare spread and placed groups for MEMBERS members")  # fmt: skip
     args = parser.parse_args()
+    if args.placement is not None:
+        compare_placements(args.placement, args.json)
+        return
     cases = [Case(10, 100, 1.0), Case(10, 100, 10.0), Case(100, 1_000, 10.0)]
     if not args.quick:
         cases += [Case(100, 1_000, 1.0)]

@@ -171,7 +171,7 @@ class Member:
 
     @property
     def worlds(self) -> dict[int, World]:
-        """The folded log, one world per coordination partition."""
+        """The folded log, one world per coordination partition it follows (all, spread)."""
         return self.ctx.worlds
 
     @property
@@ -436,8 +436,8 @@ class Member:
 
     def _log_end_found(self, found: inp.LogEndFound) -> None:
         ctx = self.ctx
-        if ctx.resync is not None and not ctx.resync:
-            ctx.resync = dict(found.ends)
+        if ctx.resync is not None and not ctx.resync:  # the ends of the partitions it folds
+            ctx.resync = {p: end for p, end in found.ends.items() if p in ctx.worlds}
             self._resynced(found.now)
 
     def _resynced(self, now: float) -> None:

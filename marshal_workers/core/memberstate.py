@@ -23,6 +23,7 @@ from marshal_workers.ipc.messages import POISON_WINDOW_S
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.leases import lease_deadline
 from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.placement import PlacementBook, reads
 from marshal_workers.protocol.rationalizer import ClaimState, World
 from marshal_workers.protocol.recordfailures import (
     PoisonMessage,
@@ -35,7 +36,6 @@ from marshal_workers.protocol.slicing import data_topic
 from marshal_workers.protocol.wire import (
     ClaimKey,
     Message,
-    coordination_partition,
     encode,
     record_key,
 )
@@ -46,11 +46,16 @@ class MemberState:
 
     def __init__(self, settings: MemberSettings) -> None:
         self.s = settings
-        n = settings.coordination_partitions
         # its own group's view: other groups' records are counted, never kept (a flood of them
-        # costs a count, not memory; `rationalizer`, "One group's view")
+        # costs a count, not memory; `rationalizer`, "One group's view"); a placed group's
+        # member folds its home and window only, and knows its group's placement
         mine = replace(settings.rationalizer, only_group=settings.group)
-        self.worlds = {p: World(mine, p) for p in range(n)}
+        placement = settings.placement
+        if placement is not None:
+            mine = replace(mine, placements=PlacementBook.of({settings.group: placement}))
+        followed = sorted(reads(settings.group, settings.layout))
+        self.worlds = {p: World(mine, p) for p in followed}
+        self._layout = settings.layout
         self.clock = LogClock()
         self.clock_check = ClockCheck()
         # After the lease clock stood still: the end of each coordination partition to read
@@ -115,10 +120,7 @@ class MemberState:
         """The coordination partition of a claim."""
         home = self._home.get(key)
         if home is None:
-            s = self.s
-            home = coordination_partition(
-                key.topic, key.partition, s.coordination_partitions, s.partitioner
-            )
+            home = self._layout.partition_of(key.topic, key.partition)
             self._home[key] = home
         return home
 

@@ -8,6 +8,7 @@ from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import leases
 from marshal_workers.protocol.metadata import GroupSettings
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.placement import Placement, spread
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import Partitioner
 
@@ -44,6 +45,16 @@ class MemberSettings:
     starving_after_hb: float = 4.0  # holding nothing while work is claimable: unhealthy after
     shared: GroupSettings | None = None  # what the group must agree on (None: not watched)
     coordination_topic: str = "__marshal"  # for messages only
+    # where the group's claims are coordinated (`protocol.placement`); None: spread over every
+    # partition, as every group the runtime runs
+    placement: Placement | None = None
+
+    @property
+    def layout(self) -> Placement:
+        """The group's placement: its own, or spread over every partition by the partitioner."""
+        if self.placement is not None:
+            return self.placement
+        return spread(self.coordination_partitions, self.partitioner)
 
     @property
     def heartbeat_interval(self) -> float:

@@ -7,6 +7,8 @@ keeps the newest of each for ever::
     CoordinationTopic/1/UnixSec/InstanceID/ClientID/Partitions          key "/coordination-topic"
     GroupSettings/1/UnixSec/InstanceID/ClientID/GroupID/HeartbeatMs/Partitioner/AdminIds
                  [/Ordering/WorkersPerPartition]                         key "GROUP//settings"
+    GroupSettings/1/UnixSec/InstanceID/ClientID/GroupID/HeartbeatMs/Partitioner/AdminIds
+                 /Ordering/WorkersPerPartition/Placement   key "GROUP//settings/INSTANCE/UNIXSEC"
 
 *CoordinationTopic* pins the topic's partition count: `marshal-admin init` writes it on
 coordination partition 0 when it creates the topic (or, once, on a topic that has none). Every
@@ -25,6 +27,17 @@ newest record wins. `settings_differences` names each setting that differs, with
 
 AdminIds: ``*`` for any client, an empty field for none, else the ids joined by ``,``.
 
+A *placed* group (`placement`) has a twelfth field, ``first:span:partitions:token_base``
+(``23:1:50:0``), with the ordering fields always present before it, and a key per writer (its
+instance and second), so that every placed settings record survives the cleaner: the fold
+accepts the first one of a partition and refuses later ones that differ (`rationalizer`), and a
+refused record under a shared key could be that key's newest, the one a reader of the compacted
+log would take. For the same reason a writer never writes one placed settings key twice (placed
+settings keys: a retry is a new record, in a new second): the cleaner would keep the second
+copy only, and a rival's record written between the two would be first for a compacted reader.
+A record of 9 or 11 fields is a spread group's (``placement`` None), as every
+group was before placement; a reader from before placement counts a 12-field record malformed.
+
 As for the claim records (`wire`), every field is bounded on decode, and a record outside the
 bounds is malformed: names as `wire.validate_name` takes them, UnixSec up to the last second of
 9999, a partition count within Kafka's 32 bits, a heartbeat interval of at most
@@ -36,8 +49,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from marshal_workers.protocol.placement import Placement, placement_problem
 from marshal_workers.protocol.slicing import MAX_SLICES, WHOLE, Ordering, Slicing
 from marshal_workers.protocol.wire import (
+    MAX_OFFSET,
     MAX_PARTITION,
     MAX_UNIX_SEC,
     DecodeError,
@@ -75,6 +90,7 @@ class GroupSettings:
     admin_client_ids: frozenset[str] | None  # None: anyone may pause
     # how claims cut partitions; None in an admin's own settings: it acts on any cut
     slicing: Slicing | None = WHOLE
+    placement: Placement | None = None  # None: spread over every partition (a legacy group)
 
     def same_settings(self, other: GroupSettings) -> bool:
         """Whether the shared settings are equal (who wrote them, and when, aside)."""
@@ -85,15 +101,30 @@ MetadataRecord = TopicRecord | GroupSettings
 
 
 def settings_key(group: str) -> bytes:
-    """The record key of a group's settings."""
+    """The record key of a spread group's settings (one key: the newest survives)."""
     return group.encode() + SETTINGS_SUFFIX
+
+
+def placed_settings_key(record: GroupSettings) -> bytes:
+    """The record key of a placed group's settings: one per writer instance and second."""
+    return f"{record.group_id}//settings/{record.instance_id}/{record.unix_sec}".encode()
 
 
 def metadata_key(record: MetadataRecord) -> bytes:
     """The record key of a metadata record."""
     if isinstance(record, TopicRecord):
         return TOPIC_RECORD_KEY
+    if record.placement is not None:
+        return placed_settings_key(record)
     return settings_key(record.group_id)
+
+
+def placement_text(placement: Placement | None) -> str:
+    """A placement as its field: ``first:span:partitions:token_base`` (``spread``: None)."""
+    if placement is None:
+        return "spread"
+    p = placement
+    return f"{p.first}:{p.span}:{p.partitions}:{p.token_base}"
 
 
 def _admins_text(ids: frozenset[str] | None) -> str:
@@ -110,13 +141,16 @@ def encode_metadata(record: MetadataRecord) -> bytes:
         f"{record.partitioner.value}/{_admins_text(record.admin_client_ids)}"
     )
     cut = record.slicing
-    if cut is not None and cut.sliced:
+    if record.placement is not None:
+        cut = cut if cut is not None else WHOLE
+        text += f"/{cut.ordering.value}/{cut.count}/{placement_text(record.placement)}"
+    elif cut is not None and cut.sliced:
         text += f"/{cut.ordering.value}/{cut.count}"
     return text.encode()
 
 
-def _int(name: str, text: str, minimum: int, maximum: int) -> int:
-    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+def _int(name: str, text: str, minimum: int, maximum: int, digits: int = 18) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > digits:
         raise DecodeError(f"{name} {text[:24]!r} is not an integer from {minimum} to {maximum}")
     value = int(text)
     if not minimum <= value <= maximum:
@@ -147,7 +181,7 @@ def decode_metadata(value: bytes | None) -> MetadataRecord:
             _name("ClientID", parts[4]),
             _int("Partitions", parts[5], 1, MAX_PARTITION),
         )
-    if kind == "GroupSettings" and n in (9, 11) and parts[1] == "1":
+    if kind == "GroupSettings" and n in (9, 11, 12) and parts[1] == "1":
         try:
             partitioner = Partitioner(parts[7])
         except ValueError:
@@ -164,7 +198,8 @@ def decode_metadata(value: bytes | None) -> MetadataRecord:
             _int("HeartbeatMs", parts[6], 1, MAX_HEARTBEAT_MS),
             partitioner,
             ids,
-            _slicing(parts[9:]),
+            _slicing(parts[9:11]),
+            _placement(parts[11], partitioner) if n == 12 else None,
         )
     raise DecodeError(f"not a metadata record: {value[:40]!r}")
 
@@ -177,6 +212,18 @@ def _slicing(fields: list[str]) -> Slicing:
         return Slicing(Ordering(fields[0]), count)
     except ValueError as exc:
         raise DecodeError(f"bad ordering: {str(exc)[:80]}") from None
+
+
+def _placement(field: str, partitioner: Partitioner) -> Placement:
+    numbers = field.split(":")
+    if len(numbers) != 4:
+        raise DecodeError(f"placement {field[:40]!r} is not first:span:partitions:token_base")
+    first, span, partitions = (_int("Placement", x, 0, MAX_PARTITION) for x in numbers[:3])
+    base = _int("Placement", numbers[3], 0, MAX_OFFSET, digits=19)
+    problem = placement_problem(partitions, first, span, base)
+    if problem is not None:
+        raise DecodeError(problem)
+    return Placement(partitions, first, span, base, partitioner)
 
 
 # ---- checks ------------------------------------------------------------------------------
@@ -226,6 +273,13 @@ def settings_differences(group: GroupSettings, mine: GroupSettings) -> list[str]
             f"{describe_slicing(group.slicing)} in group {group.group_id}'s settings (a group's "
             "ordering is fixed by its first member: another cut would let two workers take one "
             "record)"
+        )
+    if group.placement != mine.placement:
+        out.append(
+            f"placement is {placement_text(mine.placement)} here but "
+            f"{placement_text(group.placement)} in group {group.group_id}'s settings (where the "
+            "group's claims are coordinated: members that disagree would claim one partition "
+            "on two coordination partitions)"
         )
     return out
 

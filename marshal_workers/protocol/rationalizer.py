@@ -38,8 +38,30 @@ age > 2*HB. The rules (an input that breaks a rule changes nothing but the event
 
 Records that are not about a claim (`metadata`): the coordination topic's recorded partition
 count (CoordinationTopic, on partition 0) and a group's shared settings (GroupSettings) are
-kept in ``World.topic_record`` and ``World.group_settings`` (the newest wins) and change no
-claim; the runtime and the admin compare them with their own (a mismatch is refused there).
+kept in ``World.topic_record`` and ``World.group_settings`` and change no claim; the runtime
+and the admin compare them with their own (a mismatch is refused there).
+
+Placed groups
+-------------
+A group is *spread* (every group before placement: a claim's home is a hash of its topic and
+partition over every partition) or *placed* (`placement`: its claims in a window of partitions,
+its settings at its home). Where a group's record belongs on this partition is
+`placement_on(world, group)`: the placement of the group's accepted settings here; else the
+one this reader knows (`RationalizerConfig.placements`: a member's own group); else spread. A
+claim, heartbeat, release, reservation or poison record whose home by that placement is not
+this partition is malformed, as a spread record off its home always was.
+
+Spread settings records share one key; the newest wins, as ever. A placed settings record is
+accepted if no placed settings of its group were accepted here yet (the first writer wins: two
+members creating a group at once agree on the first record at its home, and neither claims
+before it has folded that far), if it is a copy of the accepted ones, or if its writer is the
+admin whose pause of the group is in force (a change or a move, made while nobody may claim);
+any other is refused (`Malformed`, nothing changes). A spread record of a group placed here is
+refused. Both rules read only placed settings records, pauses and the newest spread record,
+which all survive the cleaner (each placed record and each pause has a key of its own), so a
+reader of the compacted log accepts what a reader of the whole log accepts. A placed group's
+fencing tokens are its placement's ``token_base`` plus the offset (a moved group's tokens stay
+above every token it had before).
 
 One group's view
 ----------------
@@ -94,6 +116,7 @@ no gap before) after the newest gap.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -108,6 +131,7 @@ from marshal_workers.protocol.metadata import (
     metadata_key,
 )
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.placement import Placement, PlacementBook, spread
 from marshal_workers.protocol.recordfailures import (
     PoisonState,
     accepted_keys,
@@ -130,7 +154,6 @@ from marshal_workers.protocol.wire import (
     ReleaseGroup,
     ReleasingPartition,
     claim_key,
-    coordination_partition,
     decode,
     legacy_claim_key,
     legacy_pause_keys,
@@ -157,6 +180,8 @@ class RationalizerConfig:
     admin_client_ids: frozenset[str] | None = None
     # Not shared: the one group this reader keeps (None: every group); see "One group's view".
     only_group: str | None = None
+    # Not shared: the placements this reader knows (a member: its own group's); "Placed groups"
+    placements: PlacementBook = field(default_factory=PlacementBook)
     _only_key: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -261,6 +286,47 @@ def pause_of(world: World, group: str, now_ms: int) -> GroupPause | None:
     return pause
 
 
+@functools.lru_cache(maxsize=64)
+def _spread(partitions: int, partitioner: Partitioner) -> Placement:
+    return spread(partitions, partitioner)
+
+
+def placement_on(world: World, group: str) -> Placement | None:
+    """Where ``group``'s records belong on this partition (see "Placed groups"): the
+    placement of its accepted settings here, else the one the reader knows, else spread (None:
+    a spread group of a reader that knows no partition count, which checks no home)."""
+    settings = world.group_settings.get(group)
+    if settings is not None and settings.placement is not None:
+        return settings.placement
+    cfg = world.config
+    known = cfg.placements.get(group) if cfg.placements else None
+    if known is not None:
+        return known
+    if cfg.num_partitions is None:
+        return None
+    return _spread(cfg.num_partitions, cfg.partitioner)
+
+
+def _token(world: World, group: str, offset: int) -> int:
+    """The fencing token of a record at ``offset`` that wins or takes over a claim: the offset
+    plus the token base of the group's accepted placed settings here (0: spread)."""
+    settings = world.group_settings.get(group)
+    if settings is None or settings.placement is None:
+        return offset
+    return settings.placement.token_base + offset
+
+
+def _home_problem(world: World, group: str, topic: str, partition: int) -> str | None:
+    """Why a record of the claim is not on its home partition, or None."""
+    place = placement_on(world, group)
+    if place is None:
+        return None
+    home = place.partition_of(topic, partition)
+    if home == world.partition:
+        return None
+    return f"message belongs on coordination partition {home}"
+
+
 def fold(world: World, record: CoordRecord) -> ev.Event:
     """Apply one record (the next in offset order) to ``world``; return what it did."""
     refused = _advance(world, record)
@@ -336,12 +402,9 @@ def _claim_of(world: World, record: CoordRecord, msg: PartitionMessage) -> Claim
         type(msg) is ClaimingPartition and record.key == legacy_claim_key(msg)
     ):
         return _malformed(world, record, _key_mismatch(record, msg), _keyless(record, msg))
-    cfg = world.config
-    if cfg.num_partitions is not None:
-        home = coordination_partition(msg.topic, msg.partition, cfg.num_partitions, cfg.partitioner)
-        if home != world.partition:
-            reason = f"message belongs on coordination partition {home}"
-            return _malformed(world, record, reason)
+    problem = _home_problem(world, msg.group_id, msg.topic, msg.partition)
+    if problem is not None:
+        return _malformed(world, record, problem)
     world.keys[record.key] = key  # a key checked once, home partition included
     return key
 
@@ -409,8 +472,31 @@ def _metadata(world: World, record: CoordRecord, error: DecodeError) -> ev.Event
             return _malformed(world, record, reason)
         world.topic_record = meta
         return ev.TopicRecorded(record.partition, record.offset, world.log_time, meta)
+    refusal = _settings_refusal(world, meta)
+    if refusal is not None:
+        return _malformed(world, record, refusal)
+    before = placement_on(world, meta.group_id)
     world.group_settings[meta.group_id] = meta
+    if placement_on(world, meta.group_id) != before:  # the group's keys are checked again
+        group = meta.group_id
+        world.keys = {k: v for k, v in world.keys.items() if v.group != group}
     return ev.GroupSettingsRecorded(record.partition, record.offset, world.log_time, meta)
+
+
+def _settings_refusal(world: World, meta: GroupSettings) -> str | None:
+    """Why a group's settings record is refused here (see "Placed groups"), or None."""
+    group = meta.group_id
+    accepted = world.group_settings.get(group)
+    if accepted is None or accepted.placement is None:
+        return None  # spread settings, or none: the newest wins; a placed record is the first
+    if meta.placement is None:
+        return f"spread settings refused: group {group} is placed on this partition"
+    if meta.same_settings(accepted) or _pause_client(world, group) == meta.client_id:
+        return None  # a copy, or a change by the admin whose pause is in force
+    return (
+        f"settings of group {group} refused: its placed settings here differ and {meta.client_id} "
+        "has no pause of the group in force (the first settings written win)"
+    )
 
 
 def _key_mismatch(record: CoordRecord, msg: Message) -> str:
@@ -475,13 +561,14 @@ def _claim(
             "already held by this client" if previous == msg.client_id else f"held by {previous}"
         )
         return ev.ClaimRejected(rec.partition, rec.offset, now, msg, reason, previous)
-    _grant(world, key, state, msg, rec.offset)
+    token = _token(world, key.group, rec.offset)
+    _grant(world, key, state, msg, token)
     return ev.ClaimGranted(
         rec.partition,
         rec.offset,
         now,
         msg,
-        rec.offset,
+        token,
         previous,
         previous_hb if previous is not None else None,
     )
@@ -526,7 +613,7 @@ def _heartbeat(
         if replaced is not None:
             state.retired = state.retired | {replaced}
         state.holder_instance = i
-        state.token = rec.offset  # a new token: a sink can refuse the replaced instance
+        state.token = _token(world, key.group, rec.offset)  # a sink refuses the replaced one
         pausing = bool(world.pauses) and _pause_client(world, key.group) == msg.client_id
         if state.committed is not None and not pausing:  # a takeover keeps the log's
             committed = state.committed  # position (the pausing admin sets it outright):
@@ -607,10 +694,9 @@ def _poison(world: World, rec: CoordRecord) -> ev.Event:
         reason = f"key {_shown(rec.key)} does not match the message (expected {keys[0]!r})"
         return _malformed(world, rec, reason)
     cfg = world.config
-    if cfg.num_partitions is not None:
-        home = coordination_partition(msg.topic, msg.partition, cfg.num_partitions, cfg.partitioner)
-        if home != world.partition:
-            return _malformed(world, rec, f"message belongs on coordination partition {home}")
+    problem = _home_problem(world, msg.group_id, msg.topic, msg.partition)
+    if problem is not None:
+        return _malformed(world, rec, problem)
     state = world.claims.get(key)
     return fold_poison(
         world.poison,
@@ -660,9 +746,10 @@ def _uncertain(
             )
         if silent and (pauser is None or pauser == msg.client_id):
             previous, previous_hb = state.holder_client, state.last_activity
-            _grant(world, key, state, msg, rec.offset)
+            token = _token(world, key.group, rec.offset)
+            _grant(world, key, state, msg, token)
             return ev.ClaimGranted(
-                rec.partition, rec.offset, now, msg, rec.offset, previous, previous_hb
+                rec.partition, rec.offset, now, msg, token, previous, previous_hb
             )
         state.last_activity = now
         reason = "group paused" if silent else "history compacted: waiting for 2*HB of silence"

@@ -342,7 +342,8 @@ class Partitioner(StrEnum):
     MARSHAL_GO = "marshal-go"
 
 
-def _md5_u64(text: str) -> int:
+def md5_u64(text: str) -> int:
+    """The first 8 bytes of md5(``text``), little-endian: every placement's hash."""
     return int.from_bytes(hashlib.md5(text.encode(), usedforsecurity=False).digest()[:8], "little")
 
 
@@ -360,8 +361,8 @@ def coordination_partition(
     if num_partitions < 1:
         raise ValueError("the coordination topic must have at least one partition")
     if partitioner is Partitioner.MARSHAL_GO:
-        return _md5_u64(topic) % num_partitions
-    return _md5_u64(f"{topic}/{partition}") % num_partitions
+        return md5_u64(topic) % num_partitions
+    return md5_u64(f"{topic}/{partition}") % num_partitions
 
 
 @fast_init

@@ -45,6 +45,13 @@ def replay(params: SimParams, seed: int) -> str:
         ("--workers-per-partition", params.workers_per_partition, 1),
         ("--fail-rate", params.fail_rate, defaults.fail_rate),
         ("--operator-skips", params.operator_skips, defaults.operator_skips),
+        (
+            "--coordination-partitions",
+            params.coordination_partitions,
+            defaults.coordination_partitions,
+        ),
+        ("--placement", params.placement, defaults.placement),
+        ("--span", params.span, defaults.span),
     ]
     given = "".join(f" {name} {value}" for name, value, default in options if value != default)
     return f"marshal-sim --seed {seed}{given}"
@@ -82,6 +89,17 @@ def summarize(results: list[RunResult], params: SimParams, seconds: float) -> di
             "fault_count": params.fault_count,
             "fail_rate": params.fail_rate,
             "operator_skips": params.operator_skips,
+            # (shown when not the default, as the ordering's)
+            **(
+                {"coordination_partitions": params.coordination_partitions}
+                if params.coordination_partitions != SimParams().coordination_partitions
+                else {}
+            ),
+            **(
+                {"placement": params.placement, "span": params.span}
+                if params.placement != "spread"
+                else {}
+            ),
             **(
                 {"ordering": params.ordering, "workers_per_partition": params.workers_per_partition}
                 if sliced
@@ -97,6 +115,9 @@ def summarize(results: list[RunResult], params: SimParams, seconds: float) -> di
         # over members and runs: what the log costs each member
         "member_reads_per_s": round(
             sum(r.member_reads_per_s for r in results) / len(results) if results else 0.0, 1
+        ),
+        "member_reads_per_s_max": round(
+            max((r.member_reads_per_s_max for r in results), default=0.0), 1
         ),
         "records_handled": sum(r.handled for r in results),
         "wall_seconds": round(seconds, 2),
@@ -144,6 +165,22 @@ def summarize(results: list[RunResult], params: SimParams, seconds: float) -> di
     show_default=True,
     help="With `poison`: the share of operators' decisions that skip the record (else retry).",
 )
+@click.option(
+    "--coordination-partitions",
+    default=SimParams().coordination_partitions,
+    show_default=True,
+    help="Partitions of the coordination log.",
+)
+@click.option(
+    "--placement",
+    type=click.Choice(["spread", "placed"]),
+    default="spread",
+    show_default=True,
+    help="Each group's claims over every coordination partition, or in a window from its home.",
+)
+@click.option(
+    "--span", default=1, show_default=True, help="With placed: the window's partitions per group."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def main(
     seeds: int,
@@ -160,6 +197,9 @@ def main(
     workers_per_partition: int,
     fail_rate: float,
     operator_skips: float,
+    coordination_partitions: int,
+    placement: str,
+    span: int,
     as_json: bool,
 ) -> None:
     """Run a fleet of real member cores in virtual time against an in-memory coordination log,
@@ -190,6 +230,9 @@ def main(
         workers_per_partition=workers_per_partition,
         fail_rate=fail_rate,
         operator_skips=operator_skips,
+        coordination_partitions=coordination_partitions,
+        placement=placement,
+        span=span,
     )
     numbers = [seed] if seed is not None else list(range(first_seed, first_seed + seeds))
     started = time.monotonic()

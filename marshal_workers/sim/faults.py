@@ -25,7 +25,6 @@ from marshal_workers.protocol.recordfailures import (
 from marshal_workers.protocol.wire import (
     ClaimKey,
     ReleaseGroup,
-    coordination_partition,
     encode,
     record_key,
 )
@@ -130,7 +129,7 @@ class Faults:
         fleet = self.fleet
         msg = PoisonResolved(int(fleet.t), "admin-i", ADMIN, key.group, key.topic,
                              key.partition, offset, action)  # fmt: skip
-        home = coordination_partition(key.topic, key.partition, fleet.log.num_partitions)
+        home = fleet.layout(key.group).partition_of(key.topic, key.partition)
         fleet.log.land(home, poison_record_key(msg), encode_poison(msg), fleet.t)
         fleet.window(fleet.checker.retry_bound_s)
 

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from marshal_workers.protocol.amolosses import AmoLoss
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.placement import Placement
 from marshal_workers.protocol.rationalizer import World
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.sim.children import DataPartition
@@ -38,6 +39,9 @@ class FleetView(Protocol):
     snapshots: list[tuple[str, float, World]]
     failures_written: dict[tuple[str, bytes], int]
     log_losses: list[AmoLoss]
+    placements: dict[str, Placement]  # the placed groups' placements (none: every group spread)
+
+    def layout(self, group: str) -> Placement: ...
 
     def keys(self, group: str) -> list[ClaimKey]: ...
 

@@ -126,7 +126,8 @@ class SimNode:
         self.in_flight: list[InFlight] = []
         self.acks: list[inp.Input] = []
         self.answers: list[tuple[float, inp.Input]] = []
-        self.cursor = [0] * log.num_partitions
+        # the coordination partitions it follows (its group's reads: all of them when spread)
+        self.cursor = dict.fromkeys(sorted(self.member.worlds), 0)
         self.read_lag_s = read_lag_s  # `read-latency`: its view of the log lags up to this
         self.read_until = 0.0  # the true time its view has reached (it never goes back)
         self.spawned = 0
@@ -319,8 +320,9 @@ class SimNode:
         elif not lag:
             self.read_until = max(self.read_until, t)
         records = []
-        for p, part in enumerate(self.log.parts):
-            got = part.read_from(self.cursor[p], until)
+        parts = self.log.parts
+        for p, at in self.cursor.items():
+            got = parts[p].read_from(at, until)
             if got:
                 self.cursor[p] = got[-1].offset + 1
                 records.extend(got)
@@ -328,6 +330,11 @@ class SimNode:
             if counted:
                 self.records_read += len(records)
             self._feed(inp.RecordsRead(self.local(t), records), t)
+
+    @property
+    def followed(self) -> frozenset[int]:
+        """The coordination partitions it reads."""
+        return frozenset(self.cursor)
 
     def reads_per_s(self, end: float) -> float | None:
         """Coordination records it read and folded per second of virtual time while it ran
@@ -368,8 +375,8 @@ class SimNode:
                         t + 0.01, self.partitions(), self.log.num_partitions
                     )
                     self.answers.append((t + 0.01, found))
-                case cmd.FindLogEnd():  # the log's end as the broker has it now
-                    ends = {p: part.next_offset for p, part in enumerate(self.log.parts)}
+                case cmd.FindLogEnd():  # the followed partitions' ends as the broker has them now
+                    ends = {p: self.log.parts[p].next_offset for p in self.cursor}
                     self.answers.append((t + 0.01, inp.LogEndFound(t + 0.01, ends)))
                 case cmd.Observe():
                     self._observe(c.what)

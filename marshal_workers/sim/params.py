@@ -61,6 +61,10 @@ class SimParams:
     workers_per_partition: int = 1
     fail_rate: float = 0.02  # `failures`: the share of appends that fail (half land anyway)
     operator_skips: float = 0.0  # `poison`: the share of operators' decisions that skip
+    # Where each group's claims are coordinated (`protocol.placement`): ``spread`` over every
+    # coordination partition, or ``placed`` in a window of ``span`` partitions from its home
+    placement: str = "spread"
+    span: int = 1
 
     @property
     def settle(self) -> float:

@@ -19,7 +19,9 @@ from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import rationalizer
 from marshal_workers.protocol.amolosses import AmoLoss
+from marshal_workers.protocol.metadata import GroupSettings, encode_metadata, metadata_key
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.placement import Placement, placed, reads, spread
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, resume_offset
 from marshal_workers.protocol.slicing import Ordering, Slicing
 from marshal_workers.protocol.wire import (
@@ -40,6 +42,7 @@ from marshal_workers.sim.params import (
 from marshal_workers.sim.slices import SimCut, SliceChecker
 from marshal_workers.sim.vlog import VirtualLog
 
+SPEC = Partitioner.SPEC
 SETTLE_CAP = 4  # a run ends by SETTLE_CAP * duration even if faults keep it from settling
 
 
@@ -57,8 +60,9 @@ class RunResult:
     liveness_checked: bool = True  # the run ended with a fault-free settle (always, bar a cap)
     checked: frozenset[str] = frozenset()  # the invariants the run evaluated on its data
     # coordination records a member read and folded per second of virtual time, the mean over
-    # the run's members (each over the time it ran)
+    # the run's members (each over the time it ran), and the most any member read
     member_reads_per_s: float = 0.0
+    member_reads_per_s_max: float = 0.0
 
 
 class Fleet:
@@ -75,6 +79,11 @@ class Fleet:
             f"g{g}": "latest" if (g // 2 + g) % 2 else "earliest" for g in range(p.groups)
         }
         self.partition_count = {g: p.partitions for g in self.modes}
+        # placed groups: each in a window of `span` from its home (`protocol.placement`)
+        n = p.coordination_partitions
+        self.placements: dict[str, Placement] = (
+            {g: placed(g, n, min(p.span, n)) for g in self.modes} if p.placement == "placed" else {}
+        )
         self.data: dict[ClaimKey, DataPartition] = {}
         self.cut = SimCut(Slicing(Ordering(p.ordering), p.workers_per_partition))
         self.checker = Checker(
@@ -120,6 +129,22 @@ class Fleet:
             found = self.data[key] = DataPartition(self.p.backlog, self.p.rate, self.t)
         return found
 
+    def layout(self, group: str) -> Placement:
+        """Where ``group``'s claims are coordinated."""
+        found = self.placements.get(group)
+        return found if found is not None else spread(self.p.coordination_partitions, SPEC)
+
+    def land_group_settings(self) -> None:
+        """Each placed group's settings on its home and window at the start, as its first
+        member writes them (spread groups: none, as before: their records are the same)."""
+        hb_ms = int(self.p.heartbeat_interval * 1000)
+        for group, placement in sorted(self.placements.items()):
+            record = GroupSettings(int(self.t), "creator-i", "creator", group, hb_ms, SPEC,
+                                   frozenset({ADMIN}), self.cut.slicing, placement)  # fmt: skip
+            key, value = metadata_key(record), encode_metadata(record)
+            for part in sorted(reads(group, placement)):
+                self.log.land(part, key, value, self.t)
+
     def settings(self, group: str, client_id: str) -> MemberSettings:
         p = self.p
         self.instances += 1
@@ -159,6 +184,7 @@ class Fleet:
             restart_backoff=0.1,
             handler_timeout=self.handler_timeout,
             poison_park_after=POISON_PARK_AFTER,
+            placement=self.placements.get(group),
         )
 
     def add_node(self, group: str, client_id: str, at: float) -> SimNode:
@@ -355,6 +381,7 @@ class Fleet:
     def add_members(self) -> None:
         """The run's members, spread over its groups, starting within the first second."""
         p = self.p
+        self.land_group_settings()
         names = [f"c{i}" for i in range(p.members)]
         for i in range(p.members):
             group = f"g{i % p.groups}"
@@ -434,6 +461,7 @@ class Fleet:
             checked,
             frozenset(self.checker.ran),
             sum(rates) / len(rates) if rates else 0.0,
+            max(rates, default=0.0),
         )
 
 

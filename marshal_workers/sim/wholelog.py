@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from marshal_workers.protocol.amolosses import AmoLosses
+from marshal_workers.protocol.placement import PlacementBook
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.recordfailures import (
     Action,
@@ -88,4 +89,5 @@ def reference_config(fleet: FleetView) -> RationalizerConfig:
         int(fleet.p.heartbeat_interval * 1000),
         num_partitions=fleet.p.coordination_partitions,
         admin_client_ids=frozenset({ADMIN}),
+        placements=PlacementBook.of(fleet.placements),  # every placed group's (the audit's view)
     )

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.metadata import (
     GroupSettings,
@@ -12,8 +16,10 @@ from marshal_workers.protocol.metadata import (
     partition_count_problem,
     settings_problem,
 )
+from marshal_workers.protocol.placement import Placement
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
-from marshal_workers.protocol.wire import CoordRecord, Partitioner
+from marshal_workers.protocol.slicing import WHOLE, Ordering, Slicing
+from marshal_workers.protocol.wire import CoordRecord, DecodeError, Partitioner
 from tests.support import HB, claim, record
 
 SETTINGS = GroupSettings(0, "i-1", "a", "g", 2000, Partitioner.SPEC, frozenset({"ops"}))
@@ -72,3 +78,71 @@ class TestChecks:
         assert "heartbeat_interval is 1s here but 2s in group g's settings" in line
         assert settings_problem(SETTINGS, SETTINGS) is None
         assert settings_problem(None, mine) is None
+
+
+class TestPlacedSettings:
+    PLACED = GroupSettings(
+        7, "i-2", "m1", "g", 2000, Partitioner.SPEC, None, WHOLE, Placement(50, 23, 1)
+    )
+
+    def test_round_trip_of_twelve_fields(self) -> None:
+        """A placed group's settings carry the ordering fields and the placement, always."""
+        text = encode_metadata(self.PLACED)
+        assert text == b"GroupSettings/1/7/i-2/m1/g/2000/spec/*/partition/1/23:1:50:0"
+        assert decode_metadata(text) == self.PLACED
+        go = Partitioner.MARSHAL_GO  # the settings' partitioner is the hash inside the window
+        sliced = replace(self.PLACED, slicing=Slicing(Ordering.KEY, 8), partitioner=go,
+                         placement=Placement(50, 48, 4, 1_000_000, go))  # fmt: skip
+        assert decode_metadata(encode_metadata(sliced)) == sliced
+
+    def test_nine_and_eleven_fields_are_legacy(self) -> None:
+        """Records written before placement decode as before: spread (no placement)."""
+        nine = decode_metadata(b"GroupSettings/1/7/i/c/g/2000/spec/*")
+        eleven = decode_metadata(b"GroupSettings/1/7/i/c/g/2000/spec/*/key/3")
+        assert isinstance(nine, GroupSettings) and nine.placement is None
+        assert isinstance(eleven, GroupSettings) and eleven.placement is None
+
+    def test_a_placed_record_has_a_key_per_writer(self) -> None:
+        """Every placed settings record survives the cleaner: its key names writer and second."""
+        assert metadata_key(self.PLACED) == b"g//settings/i-2/7"
+        assert metadata_key(SETTINGS) == b"g//settings"
+
+    @pytest.mark.parametrize(
+        "field",
+        [
+            "23:1:50",  # three numbers
+            "23:1:50:0:9",  # five
+            "50:1:50:0",  # first outside the partitions
+            "23:0:50:0",  # an empty window
+            "23:51:50:0",  # a window wider than the partitions
+            "0:1:0:0",  # no partitions
+            "0:1:2147483648:0",  # past Kafka's 32 bits
+            "0:1:50:9223372036854775808",  # a token base past 64 bits
+            "0:1:50:-1",
+            "a:1:50:0",
+            "9" * 4301 + ":1:50:0",  # past int()'s digit limit
+            "",
+        ],
+    )
+    def test_a_hostile_placement_is_malformed(self, field: str) -> None:
+        """Every number of a placement is bounded on decode: anything else is malformed."""
+        text = f"GroupSettings/1/7/i/c/g/2000/spec/*/partition/1/{field}".encode()
+        with pytest.raises(DecodeError):
+            decode_metadata(text)
+
+    def test_a_placed_record_without_its_ordering_is_malformed(self) -> None:
+        """Ten or twelve-with-a-bad-ordering fields: no record."""
+        for text in (b"GroupSettings/1/7/i/c/g/2000/spec/*/23:1:50:0",
+                     b"GroupSettings/1/7/i/c/g/2000/spec/*/partition/3/23:1:50:0",
+                     b"GroupSettings/1/7/i/c/g/2000/spec/*/partition/1/23:1:50:0/x"):  # fmt: skip
+            with pytest.raises(DecodeError):
+                decode_metadata(text)
+
+    def test_a_placement_is_a_shared_setting(self) -> None:
+        """A member spread where the group is placed (or placed elsewhere) is named."""
+        spread_member = replace(self.PLACED, placement=None)
+        line = settings_problem(self.PLACED, spread_member)
+        assert line is not None and "placement is spread here but 23:1:50:0" in line
+        other = replace(self.PLACED, placement=Placement(50, 23, 2))
+        assert "placement is 23:2:50:0 here" in str(settings_problem(self.PLACED, other))
+        assert settings_problem(self.PLACED, replace(self.PLACED, unix_sec=9)) is None
