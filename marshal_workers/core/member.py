@@ -35,7 +35,8 @@ time is the lease clock; when the log's time or the wall clock shows it stood st
 written again on them) and the member reads the log to its end before it claims again.
 
 Restart recovery. At start, each fresh claim this client holds in its own group and topics is
-taken over with a heartbeat from this instance. The rationalizer gives the takeover a new
+taken over with a heartbeat from this instance, if the log has a position for it (a claim with
+none is claimed once stale: `Claiming.mine_to_resume`). The rationalizer gives the takeover a new
 fencing token and keeps the position the claim has (never back, never forward); the
 position is read from the fold at the takeover record itself, and the child starts only
 once the old instance's lease has surely ended (2*HB after its last accepted heartbeat),
