@@ -425,20 +425,14 @@ def _across_gap(world: World) -> None:
     heartbeats that kept the claim fresh) may have been in the gap, at log times up to now.
     So every claim folded before the gap is uncertain from now on, active until now: those
     folded since the previous gap here, the older ones when their next record comes."""
-    world.gap_seen = True
-    world.gap_time = now = world.log_time
-    claims = world.claims
-    for key in world.since_gap:
-        state = claims.get(key)
-        if state is not None:
-            _behind_gap(state, now)
-    world.since_gap = set()
+    note_gap(world, world.log_time)
 
 
 def note_gap(world: World, gap_time: int) -> None:
-    """`_across_gap` with the gap's log time given: for a reader that folds a subset of a
-    partition's records (the audit's fold per claim, `audit.claimfold`) and learns of each gap
-    in front of its next record from elsewhere, with the time the whole fold had there."""
+    """A gap at log time ``gap_time``: `_across_gap` gives it the fold's own time; a reader
+    that folds a subset of a partition's records (the audit's fold per claim,
+    `audit.claimfold`) learns of each gap in front of its next record from elsewhere, with
+    the time the whole fold had there."""
     world.gap_seen = True
     world.gap_time = gap_time
     claims = world.claims

@@ -80,9 +80,13 @@ class Harness:
                 self.run(self.member.feed(inp.AppendDone(self.now, c.op, done)))
         self.read()
 
+    def followed(self) -> list[int]:
+        """The coordination partitions the harness reads for the member: all of them."""
+        return list(range(self.topic.num_partitions))
+
     def read(self) -> None:
         records = []
-        for p in range(self.topic.num_partitions):
+        for p in self.followed():
             got = self.topic.read(p, self.cursor[p])
             if got:
                 self.cursor[p] = got[-1].offset + 1

@@ -44,15 +44,8 @@ class TestPlacedMember:
 class FollowingHarness(Harness):
     """The harness, reading only what the member folds (as its runtime follows it)."""
 
-    def read(self) -> None:
-        records = []
-        for p in sorted(self.member.worlds):
-            got = self.topic.read(p, self.cursor[p])
-            if got:
-                self.cursor[p] = got[-1].offset + 1
-                records.extend(got)
-        if records:
-            self.run(self.member.feed(inp.RecordsRead(self.now, records)))
+    def followed(self) -> list[int]:
+        return sorted(self.member.worlds)
 
 
 def test_after_a_stall_it_waits_for_the_ends_of_its_own_partitions_only() -> None:
