@@ -89,11 +89,20 @@ def test_systemds_variables_are_withheld_from_the_fork_server() -> None:
     """The server (hence every child) starts without NOTIFY_SOCKET and the watchdog's variables;
     the supervisor has them back, for its systemd observer to take."""
     code = (
-        "import json, os, psutil\n"
+        "import json, os, time, psutil\n"
         "from marshal_workers.supervisor.launch import start_fork_server\n"
         "assert start_fork_server([])\n"
-        "server = [p for p in psutil.Process().children()\n"
-        "          if 'multiprocessing.forkserver' in ' '.join(p.cmdline())][0]\n"
+        # The server is forked, then execs: wait for its own command line (read before the
+        # exec, a child has no command line or this one's, and this one's environment).
+        "deadline = time.monotonic() + 30\n"
+        "while True:\n"
+        "    found = [p for p in psutil.Process().children()\n"
+        "             if any(a.startswith('from multiprocessing.forkserver')\n"
+        "                    for a in p.cmdline())]\n"
+        "    if found or time.monotonic() > deadline:\n"
+        "        break\n"
+        "    time.sleep(0.01)\n"
+        "server = found[0]\n"
         "names = ('NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID')\n"
         "print(json.dumps({'server': sorted(n for n in names if n in server.environ()),\n"
         "                  'own': sorted(n for n in names if n in os.environ)}))\n"
