@@ -186,11 +186,16 @@ class TestRestart:
         self, make_fleet: MakeFleet
     ) -> None:
         """kill -9 and restart with the same client id within HB: claims are taken over by
-        heartbeat (each with a new token, its own offset), not won again by ClaimingPartition."""
+        heartbeat (each with a new token, its own offset), not won again by ClaimingPartition.
+        The kill comes once every claim has a position in the log: a claim without one is not
+        taken over but won again once stale (a takeover carries a position read from the log)."""
         fleet = make_fleet(hb=4.0)
         fleet.produce_steadily(200)
         a = fleet.start("a")
         fleet.wait_for(lambda: fleet.counts() == {"a": 8}, 40, "a holding all 8")
+        fleet.wait_for(
+            lambda: None not in fleet.positions(Mode.ALO).values(), 40, "a position on all 8"
+        )
         tokens = {
             k: s.token
             for w in fleet.reader.worlds.values()
