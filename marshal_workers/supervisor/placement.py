@@ -10,9 +10,11 @@ record of a placed group is:
 2. spread (legacy) settings: every partition, as before placement;
 3. none: the group is new, or older than settings records. The *creation scan*, once in a
    group's life: partition 0's topic record first; a version-1 topic (or none) is spread,
-   as before placement. On a version-2 topic every partition is read once: any record of the
-   group (a keyless one too: a Marshal Go fleet's, which the member then refuses on its
-   spread path, exit 5 as before) makes it a group from before, spread. Otherwise the member
+   as before placement. On a version-2 topic every partition is read once. Settings of the
+   group on home by then (a member created it meanwhile: it writes them there before anything
+   else, so they are read if any record of it was) decide. Else any record of the group (a
+   keyless one too: a Marshal Go fleet's, which the member then refuses on its spread path,
+   exit 5 as before) makes it a group from before, spread. Otherwise the member
    records placed settings on home (span from ``coordination_span``), folds home past them,
    and takes the settings the fold accepted there: the first written win, so members that
    create one group at the same moment agree on one placement.
@@ -116,8 +118,15 @@ def _creation_scan(
     if pin is None or not pin.placed:
         return None  # a version-1 topic: new groups are spread, as before placement
     reader.follow(range(n))
-    if _group_seen(reader, group, timeout_s):
-        return None
+    seen = _group_seen(reader, group, timeout_s)
+    if seen:
+        # A member that created the group meanwhile wrote its settings on home before anything
+        # else: folded to the ends as they are now, home shows them if a record of theirs was
+        # seen. Home's settings decide; only without any is the group one from before.
+        reader.catch_up(timeout_s)
+    found = reader.worlds[at].group_settings.get(group)
+    if found is not None or seen:
+        return found
     span = config.coordination_span or auto_span(claims, n)
     if not 1 <= span <= n:
         raise ConfigError(f"coordination_span {span} is more than the topic's {n} partitions")

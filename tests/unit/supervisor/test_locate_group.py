@@ -103,6 +103,29 @@ class TestCreation:
 
         assert locate_member_group(Racing(t), CONFIG, 5, 5.0) == placed(G, N, 3)
 
+    def test_a_group_created_during_the_scan_is_taken_not_called_old(self) -> None:
+        """A rival creates the group placed (settings on home, then its claims) after this
+        member read home and before its scan: the scan sees the rival's records, and the member
+        takes the placement on home (it once took them for a group from before and exited 2)."""
+        t = topic(V2)
+        rival = settings(placed(G, N, 2))
+        window = (AT + 1) % N
+        beat = Heartbeat(1, "b-1", "b", G, "__member.b", 0, 0)
+
+        class Racing(MemoryLog):
+            created = False
+
+            def follow(self, partitions, *, from_start=False):  # type: ignore[no-untyped-def]
+                wanted = set(partitions)
+                if len(wanted) == N and not self.created:
+                    self.created = True
+                    t.append(AT, metadata_key(rival), encode_metadata(rival))
+                    t.append(window, metadata_key(rival), encode_metadata(rival))
+                    t.append(window, record_key(beat), encode(beat))
+                super().follow(wanted, from_start=from_start)
+
+        assert locate_member_group(Racing(t), CONFIG, 5, 5.0) == placed(G, N, 2)
+
     def test_an_explicit_span_is_used_and_checked(self) -> None:
         """coordination_span 3 creates a window of three; another explicit span: exit 2."""
         t = topic(V2)
