@@ -20,6 +20,7 @@ Python work per record as possible.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -97,6 +98,7 @@ class KafkaLog:
         self._pending_error: LogError | None = None
         self._acks: list[tuple[int, Appended | str]] = []
         self._in_flight: set[int] = set()
+        self._received: dict[str, tuple[int, int]] = {}  # per client: (bytes, message bytes)
         fixed: dict[str, Any] = {"client.id": client_id, "error_cb": self._on_error}
         consumer_config = client_config(
             bootstrap_servers,
@@ -112,6 +114,8 @@ class KafkaLog:
         self._producer_config = client_config(
             bootstrap_servers, extra_config, tuned=_PRODUCER_TUNED, fixed=fixed
         )
+        if int(consumer_config.get("statistics.interval.ms") or 0) > 0:
+            consumer_config["stats_cb"] = self._on_stats  # what the reading costs: `received`
         self._consumer = roles.coordination_reader(consumer_config)
         # Offsets are asked on a connection of their own: on the reader's, a ListOffsets
         # request waits behind the fetch the broker holds for fetch.wait.max.ms (100 ms) when
@@ -140,6 +144,23 @@ class KafkaLog:
     def followed(self) -> frozenset[int]:
         """The partitions `poll` reads and `end_offsets` covers."""
         return self._followed
+
+    @property
+    def received(self) -> tuple[int, int] | None:
+        """What the log's consumers received from the brokers, by librdkafka's latest
+        statistics (when ``statistics.interval.ms`` is set): (every byte, the records' bytes);
+        None without statistics."""
+        if not self._received:
+            return None
+        got = list(self._received.values())
+        return sum(b for b, _ in got), sum(m for _, m in got)
+
+    def _on_stats(self, text: str) -> None:
+        stats = json.loads(text)
+        self._received[str(stats.get("name"))] = (
+            int(stats.get("rx_bytes", 0)),
+            int(stats.get("rxmsg_bytes", 0)),
+        )
 
     def follow(self, partitions: Iterable[int], *, from_start: bool = False) -> None:
         """Read exactly ``partitions`` from now on (`CoordinationLog.follow`): the consumer is
