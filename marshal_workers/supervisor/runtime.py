@@ -185,6 +185,9 @@ class Supervisor:
             code = self.member.exit_code
             raise MarshalError(self.member.exit_reason, code if code is not None else 1)
         self._preflight(catch_up_timeout)
+        # logged once started: before a start-up error nothing is printed but its line
+        placement = placement_text(self.settings.placement)
+        self._log.info("group_located", placement=placement, followed=sorted(self.log.followed))
         self._log.info("caught_up", records=folded, partitions=len(partitions))
         self.reader = LogPollThread(self.log.poll)
         self.reader.start()
@@ -199,11 +202,6 @@ class Supervisor:
             self.settings = member_settings(self.config, self.log.num_partitions, placement)
             self.member = Member(self.settings)
         self.log.follow(self.member.worlds, from_start=True)
-        self._log.info(
-            "group_located",
-            placement=placement_text(placement),
-            followed=sorted(self.log.followed),
-        )
 
     def _catch_up(self, timeout_s: float) -> int:
         """Fold the log up to its end as it is now; return how many records that was."""
