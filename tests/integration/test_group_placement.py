@@ -96,6 +96,14 @@ class TestPlacedGroup:
             assert sorted(reader.reader.worlds) == [at]
         finally:
             reader.close()
+        paused = fleet.admin("release-group", "--group", fleet.group, "--for", "30")
+        assert paused.returncode == 0, paused.stderr
+        assert "on all 1 coordination partition" in paused.stdout, paused.stdout
+        fleet.reader.poll(0.5)
+        assert [p for p, w in fleet.reader.worlds.items() if fleet.group in w.pauses] == [at]
+        lifted = fleet.admin("release-group", "--group", fleet.group, "--for", "0")
+        assert lifted.returncode == 0, lifted.stderr
+        fleet.wait_split([2, 2])
         stop_all(fleet)
         assert_ledger_sound(fleet, alo=True)
 
