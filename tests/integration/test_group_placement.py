@@ -107,6 +107,24 @@ class TestPlacedGroup:
         stop_all(fleet)
         assert_ledger_sound(fleet, alo=True)
 
+    def test_members_started_together_agree_on_one_placement(
+        self, make_fleet: MakeFleet
+    ) -> None:
+        """Four members of a new group started at once: whichever creates it, every one takes
+        the placement recorded on home and none is refused (a late scan once took the first
+        creator's records for a group from before, and exited 2)."""
+        fleet = make_fleet(coordination_partitions=COORDINATION, placed=True, partitions=8)
+        at = home(fleet.group, COORDINATION)
+        members = [fleet.start(name) for name in ("a", "b", "c", "d")]
+        fleet.wait_split([2, 2, 2, 2])
+        for member in members:
+            assert member.proc.poll() is None, member.log_tail()
+            assert located(member.log_path)["followed"] == [at]
+        fleet.reader.poll(0.5)
+        recorded = fleet.reader.worlds[at].group_settings[fleet.group]
+        assert recorded.placement is not None and recorded.placement.first == at
+        stop_all(fleet)
+
     def test_an_explicit_span_is_recorded_and_followed(self, make_fleet: MakeFleet) -> None:
         """coordination_span 3: the group's window is three partitions from its home; the
         member follows those three (home among them), and the claims are on them."""
