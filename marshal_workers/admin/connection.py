@@ -1,11 +1,14 @@
 """The coordination log as every admin command opens it: where it is, how to fold it, and the
 sessions that read it to its end (no click here).
 
-`status` and `dump` read the whole coordination log from the beginning and fold it with the
-same rationalizer the supervisors use, so they show what every worker sees. `open_log` and
-`admin_session` open the log that way for every command. A command that only reads opens it
-read-only (`open_log`'s default): no producer, so a principal with only Read and Describe on
-the topic can run it; `admin_session` opens a writer unless told it only reads.
+`status` and `dump` read the coordination log from the beginning and fold it with the same
+rationalizer the supervisors use, so they show what every worker sees. `open_log` and
+`admin_session` open the log that way for every command. A command about one group first
+locates it (`locate_group`: its settings on its home partition): a placed group's partitions
+(home and window) are all it reads; a spread group, or one without settings, is read on every
+partition. A command that only reads opens the log read-only (`open_log`'s default): no
+producer, so a principal with only Read and Describe on the topic can run it; `admin_session`
+opens a writer unless told it only reads.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from marshal_workers.admin.session import AdminSession
-from marshal_workers.common.errors import ConfigError, MarshalError
+from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, ConfigError, MarshalError
 from marshal_workers.config.runconfig import DEFAULT_ADMIN_CLIENT_IDS
 from marshal_workers.fleet.groupcheck import group_settings_problem
 from marshal_workers.log.foldedlog import FoldedLog
@@ -24,6 +27,7 @@ from marshal_workers.log.interface import LogError
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.metadata import GroupSettings
+from marshal_workers.protocol.placement import Placement, PlacementBook, home, reads
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World
 from marshal_workers.protocol.wire import CoordRecord, Partitioner
 
@@ -82,16 +86,79 @@ def open_log(
         raise
 
 
+def locate_group(log: KafkaLog, conn: Connection, group: str, timeout_s: float) -> Placement | None:
+    """Where ``group`` is coordinated, from its settings on its home partition (the only one
+    read): its placement, or None (spread, or no settings there: every partition). The log
+    is left following home. MarshalError (exit 4) for a placement made for another count."""
+    n = log.num_partitions
+    at = home(group, n)
+    reader = FoldedLog(log, replace(conn.rationalizer_config(n), only_group=group))
+    reader.follow([at])
+    try:
+        reader.catch_up(timeout_s)
+    except LogError as exc:
+        raise MarshalError(f"reading group {group}'s home partition {at}: {exc}") from None
+    found = reader.worlds[at].group_settings.get(group)
+    placement = None if found is None else found.placement
+    if placement is not None and placement.partitions != n:
+        raise MarshalError(
+            f"coordination topic {conn.coordination_topic} has {n} partitions but group {group} "
+            f"was placed for {placement.partitions}: refusing to read it",
+            EXIT_COORDINATION_CHANGED,
+        )
+    return placement
+
+
+def open_group_log(
+    conn: Connection,
+    group: str,
+    timeout_s: float,
+    client_id: str = ADMIN_CLIENT_ID,
+    *,
+    read_only: bool = True,
+    only_group: bool = True,
+) -> tuple[KafkaLog, FoldedLog, Placement | None]:
+    """`open_log`, then `locate_group`: the reader follows a placed group's partitions from
+    their first records (knowing its placement), every partition for any other group; and the
+    placement. ``only_group``: the fold keeps only the group's state."""
+    view = group if only_group else None
+    log, reader = open_log(conn, client_id, read_only=read_only, group=view)
+    try:
+        placement = locate_group(log, conn, group, timeout_s)
+        config = reader.config
+        wanted: list[int] = list(range(log.num_partitions))
+        if placement is not None:
+            config = replace(config, placements=PlacementBook.of({group: placement}))
+            wanted = sorted(reads(group, placement))
+        reader = FoldedLog(log, config)
+        reader.follow(wanted, from_start=True)
+        return log, reader, placement
+    except BaseException:
+        log.close()
+        raise
+
+
 @contextmanager
 def admin_session(
-    conn: Connection, client_id: str, timeout_s: float, *, read_only: bool = False
+    conn: Connection,
+    client_id: str,
+    timeout_s: float,
+    *,
+    read_only: bool = False,
+    group: str | None = None,
 ) -> Iterator[AdminSession]:
     """An `AdminSession` writing as ``client_id`` (or ``read_only``: one that writes nothing),
-    caught up with the whole log (AdminError if that takes longer than ``timeout_s``); the log
-    is closed after the block."""
-    log, reader = open_log(conn, client_id, read_only=read_only)
+    caught up with the whole log, or with ``group``'s partitions (`open_group_log`) (AdminError
+    if that takes longer than ``timeout_s``); the log is closed after the block."""
+    placement = None
+    if group is None:
+        log, reader = open_log(conn, client_id, read_only=read_only)
+    else:
+        log, reader, placement = open_group_log(
+            conn, group, timeout_s, client_id, read_only=read_only, only_group=False
+        )
     try:
-        session = AdminSession(log, reader, client_id)
+        session = AdminSession(log, reader, client_id, placement=placement)
         session.catch_up(timeout_s)
         yield session
     finally:
@@ -138,8 +205,13 @@ def admin_settings(conn: Connection, group: str, client_id: str = "marshal-admin
 
 
 def check_group_settings(conn: Connection, worlds: Mapping[int, World], group: str) -> None:
-    """Refuse (exit 2, one line) an admin command whose settings differ from the group's."""
-    problem = group_settings_problem(worlds, admin_settings(conn, group))
+    """Refuse (exit 2, one line) an admin command whose settings differ from the group's (its
+    placement aside: an admin acts on the group wherever it is coordinated)."""
+    found = recorded_settings(worlds, group)
+    mine = admin_settings(conn, group)
+    if found is not None:
+        mine = replace(mine, placement=found.placement)
+    problem = group_settings_problem(worlds, mine)
     if problem is not None:
         raise ConfigError(
             f"{problem}; or leave the setting out: marshal-admin reads the group's from the log"
@@ -193,10 +265,10 @@ def group_session(
     """An `admin_session` folded with ``group``'s settings (`for_group`), and the connection
     with them. The log is read with ``conn`` first; only if the group's recorded settings
     differ from it is it read again with theirs."""
-    with admin_session(conn, client_id, timeout_s) as session:
+    with admin_session(conn, client_id, timeout_s, group=group) as session:
         adopted = for_group(conn, session.worlds, group)
         if not fold_settings_differ(conn, adopted):
             yield session, adopted
             return
-    with admin_session(adopted, client_id, timeout_s) as session:
+    with admin_session(adopted, client_id, timeout_s, group=group) as session:
         yield session, for_group(adopted, session.worlds, group)

@@ -113,7 +113,7 @@ class Demo:
                 cluster.stop()
 
     def _data(self) -> None:
-        ensure_coordination_topic(self.bootstrap, "__marshal", 2)
+        ensure_coordination_topic(self.bootstrap, "__marshal", 2, placed=True)
         admin = admin_client(self.bootstrap)
         topic = self.o.topic
         if topic not in admin.list_topics(timeout=10).topics:

@@ -47,7 +47,7 @@ from marshal_workers.protocol.metadata import (
     GroupSettings,
     describe_slicing,
     encode_metadata,
-    settings_key,
+    metadata_key,
 )
 from marshal_workers.protocol.slicing import Slicing
 from marshal_workers.protocol.wire import ClaimKey
@@ -115,9 +115,10 @@ def _wait(session: AdminSession, busy: Callable[[], list[str]], timeout_s: float
 
 
 def _record(session: AdminSession, settings: GroupSettings) -> None:
-    """Append ``settings`` to every coordination partition and fold up to each."""
-    key, value = settings_key(settings.group_id), encode_metadata(settings)
-    for p in range(session.log.num_partitions):
+    """Append ``settings`` to every coordination partition the session follows (a placed
+    group's: home and window, under a key of this writer's) and fold up to each."""
+    key, value = metadata_key(settings), encode_metadata(settings)
+    for p in sorted(session.worlds):
         try:
             appended = session.log.append(p, key, value, session.write_timeout_s)
             session.reader.wait_for(appended, session.fold_timeout_s)
@@ -184,7 +185,7 @@ def run_group_settings(
 ) -> str:
     """`marshal-admin group-settings`: show the recorded settings, or change them to this
     command's (``change``)."""
-    with admin_session(conn, client_id, timeout_s, read_only=not change) as session:
+    with admin_session(conn, client_id, timeout_s, read_only=not change, group=group) as session:
         if not change:
             current = recorded(session, group)
             if current is None:
@@ -197,6 +198,7 @@ def run_group_settings(
             mine.heartbeat_interval_ms, mine.partitioner, mine.admin_client_ids,
             # the ordering is the group's for good: this command never changes it
             Slicing() if current is None or current.slicing is None else current.slicing,
+            session.placement,  # where the group is coordinated: unchanged (moves: not here)
         )  # fmt: skip
         return change_settings(session, new, timeout_s=timeout_s, progress=progress)
 

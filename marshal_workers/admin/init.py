@@ -28,16 +28,32 @@ from marshal_workers.log.topicadmin import admin_client, ensure_coordination_top
     default=None,
     help="Replication factor of a new topic  [default: min(3, brokers)].",
 )
+@click.option(
+    "--spread-groups",
+    is_flag=True,
+    help="A new topic's new groups are spread over every partition, as before placement "
+    "(members of older versions can then join it)  [default: placed].",
+)
+@click.option(
+    "--enable-placement",
+    is_flag=True,
+    help="Make an existing topic's new groups placed (once every member runs a version that "
+    "places groups: older members then refuse to start). Existing groups keep their layout.",
+)
 def init(
     *,
     fleet: FleetSettings,
     partitions: int | None,
     replication_factor: int | None,
+    spread_groups: bool,
+    enable_placement: bool,
 ) -> None:
     """Create the coordination topic, or check an existing one and print what differs.
 
     Exits 0 if the topic is usable (warnings go to stderr), 1 on a fatal difference.
     """
+    if spread_groups and enable_placement:
+        raise click.UsageError("--spread-groups and --enable-placement contradict each other")
     conn = connection(fleet)
     run_init(
         conn,
@@ -46,6 +62,8 @@ def init(
         partitions_requested=partitions is not None,
         out=click.echo,
         warn=lambda line: click.echo(line, err=True),
+        placed=not spread_groups,
+        enable_placement=enable_placement,
     )
 
 
@@ -57,8 +75,12 @@ def run_init(
     partitions_requested: bool,
     out: Callable[[str], None],
     warn: Callable[[str], None],
+    placed: bool = False,
+    enable_placement: bool = False,
 ) -> None:
-    """Create the coordination topic or check the existing one; MarshalError if unusable."""
+    """Create the coordination topic or check the existing one; MarshalError if unusable.
+    ``placed``: a topic created now places its new groups; ``enable_placement``: an existing
+    one does from now on (`ensure_coordination_topic`)."""
     result = ensure_coordination_topic(
         conn.bootstrap_servers,
         conn.coordination_topic,
@@ -66,6 +88,8 @@ def run_init(
         replication_factor,
         partitions_requested=partitions_requested,
         extra_config=conn.kafka,
+        placed=placed,
+        enable_placement=enable_placement,
     )
     info = result.topic
     verb = "created" if result.created else "found"
@@ -80,6 +104,13 @@ def run_init(
             f"partition count pinned at {result.recorded_partitions} ({how}): never change it; "
             "see docs/operating.md to move a fleet to a new coordination topic"
         )
+        layout = (
+            "placed on a few partitions each (members of versions before placement refuse "
+            "to start on it)"
+            if result.placed
+            else "spread over every partition (`init --enable-placement` places them)"
+        )
+        out(f"new groups are {layout}; existing groups keep their layout")
     for diff in result.differences:
         if not diff.fatal:
             warn(str(diff))

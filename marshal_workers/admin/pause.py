@@ -76,10 +76,11 @@ class PauseOutcome:
 
 
 def write_pause(session: AdminSession, group: str, expire_time_s: int) -> PauseOutcome:
-    """Write ReleaseGroup(``expire_time_s``) to every coordination partition, in order, and
-    return the verdicts. AdminError if a write fails (the partitions before it are paused)."""
+    """Write ReleaseGroup(``expire_time_s``) to every coordination partition the session
+    follows (a placed group's: its home and window), in order, and return the verdicts.
+    AdminError if a write fails (the partitions before it are paused)."""
     verdicts: list[ev.Event] = []
-    for partition in range(session.log.num_partitions):
+    for partition in sorted(session.worlds):
         try:
             verdicts.append(session.write(session.release_group(group, expire_time_s), partition))
         except AdminError as exc:

@@ -52,8 +52,9 @@ def release_group(
     timeout: float,
 ) -> None:
     """Pause a group: its workers release their partitions, and nobody claims until the pause
-    ends (or is lifted with --for 0). Writes ReleaseGroup to every coordination partition and
-    prints the log's verdict. Exit 0 if in force (or lifted), 1 if refused (not an admin)."""
+    ends (or is lifted with --for 0). Writes ReleaseGroup to every coordination partition (a
+    placed group's: its home and window) and prints the log's verdict. Exit 0 if in force (or
+    lifted), 1 if refused (not an admin)."""
     if (until is None) == (for_s is None):
         raise click.UsageError("give exactly one of --until and --for")
     conn = connection(fleet)

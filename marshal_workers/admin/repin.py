@@ -103,7 +103,7 @@ def run_repin(
         if dry_run:
             out(f"would re-pin {topic} at {actual} partitions (--dry-run: nothing written)")
             return
-        _write(log, reader, actual, timeout_s)
+        _write(log, reader, actual, record.placed, timeout_s)
         out(
             f"re-pinned {topic} at {actual} partitions: members refused with exit 4 may be "
             "started again"
@@ -114,9 +114,11 @@ def run_repin(
         log.close()
 
 
-def _write(log: KafkaLog, reader: FoldedLog, count: int, timeout_s: float) -> None:
-    """Append the CoordinationTopic record and fold to it; MarshalError unless the fold took it."""
-    pin = TopicRecord(int(time.time()), f"repin-{uuid.uuid4().hex[:12]}", REPIN_CLIENT_ID, count)
+def _write(log: KafkaLog, reader: FoldedLog, count: int, placed: bool, timeout_s: float) -> None:
+    """Append the CoordinationTopic record (of the version the old one had) and fold to it;
+    MarshalError unless the fold took it."""
+    instance = f"repin-{uuid.uuid4().hex[:12]}"
+    pin = TopicRecord(int(time.time()), instance, REPIN_CLIENT_ID, count, placed=placed)
     appended = log.append(METADATA_PARTITION, TOPIC_RECORD_KEY, encode_metadata(pin), timeout_s)
     verdict, _ = reader.wait_for(appended, timeout_s)
     if not (isinstance(verdict, ev.TopicRecorded) and verdict.record == pin):

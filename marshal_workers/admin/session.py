@@ -19,6 +19,7 @@ from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import CoordinationLog, LogError
 from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.placement import Placement, spread
 from marshal_workers.protocol.rationalizer import ClaimState, World
 from marshal_workers.protocol.wire import (
     ClaimingMessages,
@@ -29,7 +30,6 @@ from marshal_workers.protocol.wire import (
     ReleaseGroup,
     ReleasingPartition,
     claim_key,
-    coordination_partition,
     encode,
     record_key,
 )
@@ -55,9 +55,12 @@ class AdminSession:
         monotonic: Clock = time.monotonic,
         write_timeout_s: float = 10.0,
         fold_timeout_s: float = 30.0,
+        placement: Placement | None = None,
     ) -> None:
         self.log = log
         self.reader = reader
+        # where the group acted on is coordinated (None: spread over every partition)
+        self.placement = placement
         self.client_id = client_id
         self.instance_id = instance_id or f"admin-{uuid.uuid4().hex[:12]}"
         self.wall = wall
@@ -79,10 +82,12 @@ class AdminSession:
         return self.reader.worlds
 
     def partition_of(self, key: ClaimKey) -> int:
-        """The coordination partition of a claim."""
+        """The coordination partition of a claim (by the session's placement, if placed)."""
+        if self.placement is not None:
+            return self.placement.partition_of(key.topic, key.partition)
         cfg = self.reader.config
-        return coordination_partition(
-            key.topic, key.partition, self.log.num_partitions, cfg.partitioner
+        return spread(self.log.num_partitions, cfg.partitioner).partition_of(
+            key.topic, key.partition
         )
 
     def state(self, key: ClaimKey) -> ClaimState | None:

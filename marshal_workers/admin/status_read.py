@@ -26,7 +26,7 @@ from marshal_workers.admin.connection import (
     Connection,
     fold_settings_differ,
     for_group,
-    open_log,
+    open_group_log,
 )
 from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import MarshalError
@@ -49,8 +49,9 @@ class StatusReader:
         self.conn = conn
         self.group = group
         self.timeout_s = timeout_s
-        # the group's view, as its members fold it: other groups' records are counted only
-        self.log, self.reader = open_log(conn, group=group)
+        # the group's view, as its members fold it: other groups' records are counted only; a
+        # placed group's partitions only (`open_group_log`)
+        self.log, self.reader, _ = open_group_log(conn, group, timeout_s)
         self.losses = AmoLosses(conn.heartbeat_interval_ms)
         self.admin = admin_client(conn.bootstrap_servers, conn.kafka)
 
@@ -67,7 +68,7 @@ class StatusReader:
         if fold_settings_differ(self.conn, adopted):  # the group's recorded settings: fold again
             self.close()
             self.conn = adopted
-            self.log, self.reader = open_log(adopted, group=self.group)
+            self.log, self.reader, _ = open_group_log(adopted, self.group, self.timeout_s)
             self.losses = AmoLosses(adopted.heartbeat_interval_ms)
             problems = []
             self._catch_up(problems)

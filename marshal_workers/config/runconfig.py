@@ -41,6 +41,7 @@ class RunConfig:
     coordination_topic: str = "__marshal"
     partitioner: Partitioner = Partitioner.SPEC
     slicing: Slicing = WHOLE  # the ordering and workers per partition
+    coordination_span: int | None = None  # a new placed group's window (None: auto)
     heartbeat_interval: float = 10.0
     batch_size: int = 500
     amo_window: int = 32000  # AMO: reserved and not handled, at most (the loss on a crash)
@@ -123,6 +124,7 @@ def run_config(resolved: Resolved) -> RunConfig:
         coordination_topic=v["coordination_topic"],
         partitioner=Partitioner(v["partitioner"]),
         slicing=slicing,
+        coordination_span=None if v["coordination_span"] == "auto" else v["coordination_span"],
         heartbeat_interval=v["heartbeat_interval"],
         batch_size=v["batch_size"],
         amo_window=v["amo_window"],

@@ -92,6 +92,17 @@ def _count(minimum: int) -> Parse:
 _positive_int = _count(1)
 _non_negative_int = _count(0)
 
+
+def _span(text: str) -> str | int:
+    """``auto`` or a whole number of coordination partitions."""
+    return "auto" if text == "auto" else _count(1)(text)
+
+
+def _check_span(value: Any) -> None:
+    if value != "auto" and (type(value) is not int or not 1 <= value <= MAX_COUNT):
+        raise ValueError(f"must be auto or a whole number from 1 to {MAX_COUNT}")
+
+
 # The port is required: the message asks for HOST:PORT, and a host alone would be tried on
 # librdkafka's 9092, a port nobody named.
 _HOST_PORT = re.compile(
@@ -243,6 +254,18 @@ SETTINGS: tuple[Setting, ...] = (
         "with Go is unsafe all the same: see docs/migrating.md).",
         "Kafka",
         choices=("spec", "marshal-go"),
+    ),
+    Setting(
+        "coordination_span",
+        "auto",
+        "A new placed group's window: how many coordination partitions its claims are spread "
+        "over (its members read those and its home, nothing else). auto: one per 10,000 "
+        "claims. Recorded by the group's first member on a topic whose new groups are placed "
+        "(marshal-admin init); a member whose number differs from the recorded one is refused.",
+        "Kafka",
+        parse=_span,
+        check=_check_span,
+        metavar="auto|N",
     ),
     Setting(
         "heartbeat_interval",

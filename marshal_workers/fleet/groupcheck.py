@@ -26,8 +26,8 @@ from marshal_workers.protocol.metadata import (
     METADATA_PARTITION,
     GroupSettings,
     encode_metadata,
+    metadata_key,
     partition_count_problem,
-    settings_key,
     settings_problem,
 )
 from marshal_workers.protocol.rationalizer import World
@@ -76,13 +76,15 @@ def ensure_group_settings(
     mine: GroupSettings,
     timeout_s: float,
 ) -> None:
-    """Record ``mine`` on every coordination partition that has no settings for the group yet,
+    """Record ``mine`` on every followed coordination partition (``worlds``: every one for a
+    spread group, home and window for a placed one) that has no settings for the group yet,
     fold to the end (``catch_up`` folds into ``worlds``), and refuse (ConfigError) if the
     group's settings differ from ``mine``."""
     missing = [p for p, w in worlds.items() if mine.group_id not in w.group_settings]
+    key = metadata_key(mine)  # a placed group's: one key per writer and second
     try:
         for p in missing:
-            log.append(p, settings_key(mine.group_id), encode_metadata(mine), WRITE_TIMEOUT_S)
+            log.append(p, key, encode_metadata(mine), WRITE_TIMEOUT_S)
         if missing:
             catch_up(timeout_s)
     except LogError as exc:

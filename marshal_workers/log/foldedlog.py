@@ -1,4 +1,4 @@
-"""Folding a coordination log: one world per coordination partition, kept up to date.
+"""Folding a coordination log: one world per followed coordination partition, kept up to date.
 
 `FoldedLog` is what the supervisor, the admin commands and the benchmarks use to tail the log.
 Its barrier `wait_for(appended)` folds until the reader has passed a record it appended and
@@ -19,7 +19,8 @@ Monotonic = Callable[[], float]
 
 
 class FoldedLog:
-    """Tails every partition of a coordination log and folds each into its own world."""
+    """Tails the partitions its log follows (`CoordinationLog.followed`) and folds each into its
+    own world."""
 
     def __init__(
         self,
@@ -31,10 +32,19 @@ class FoldedLog:
         self.log = log
         self.config = config
         self.on_malformed = on_malformed  # sees every malformed record (e.g. `GoFleetGuard`)
-        self.worlds = {p: World(config, p) for p in range(log.num_partitions)}
+        self.worlds = {p: World(config, p) for p in sorted(log.followed)}
         self._monotonic = monotonic
         self._verdicts: dict[tuple[int, int], ev.Event] = {}
         self._awaited: set[tuple[int, int]] = set()
+
+    def follow(self, partitions: Iterable[int], *, from_start: bool = False) -> None:
+        """Follow exactly ``partitions`` (`CoordinationLog.follow`): a newly followed partition
+        gets a new world, folded from its first record; the world of one no longer followed
+        is dropped (``from_start``: every world is new)."""
+        wanted = sorted(set(partitions))
+        self.log.follow(wanted, from_start=from_start)
+        old = {} if from_start else self.worlds
+        self.worlds = {p: old[p] if p in old else World(self.config, p) for p in wanted}
 
     def fold_records(self, records: Iterable[CoordRecord]) -> list[ev.Event]:
         """Fold already-read records (each partition in offset order); return their events."""

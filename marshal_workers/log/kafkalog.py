@@ -1,13 +1,14 @@
 """The coordination log on a real Kafka broker (confluent-kafka), behind `CoordinationLog`.
 
 One `KafkaLog` is one client's handle: an idempotent producer (``acks=all``) whose `append`
-waits for *its own* delivery report, and a consumer that tails every partition of the
-coordination topic from the beginning. Opened ``read_only``, it has no producer at all (a
-command that only reads, run by a principal with only Read and Describe on the topic: an
-idempotent producer would ask the cluster for a producer id, which needs Write); `append` and
-`submit` then refuse. The consumer has no broker-side group membership: it
-is `assign()`ed explicitly and never subscribes or commits (librdkafka insists on a
-``group.id``, which is therefore set but never used).
+waits for *its own* delivery report, and a consumer that tails the partitions it follows from
+the beginning: every partition of the coordination topic when opened (the dump and audit tools
+read them all), fewer once `follow` chose them (a placed group's member reads its group's).
+Opened ``read_only``, it has no producer at all (a command that only reads, run by a principal
+with only Read and Describe on the topic: an idempotent producer would ask the cluster for a
+producer id, which needs Write); `append` and `submit` then refuse. The consumer has no
+broker-side group membership: it is `assign()`ed explicitly and never subscribes or commits
+(librdkafka insists on a ``group.id``, which is therefore set but never used).
 
 Log time is the broker's LogAppendTime. An append whose delivery report carries any other
 timestamp type is refused, since a sender's clock must never decide a claim.
@@ -19,10 +20,11 @@ Python work per record as possible.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from confluent_kafka import (
@@ -74,7 +76,8 @@ _CONSUMER_FIXED: Final[Mapping[str, Any]] = {
 
 
 class KafkaLog:
-    """A producer and an every-partition tail on one coordination topic of a real broker."""
+    """A producer and a tail of the followed partitions of one coordination topic of a real
+    broker."""
 
     def __init__(
         self,
@@ -95,6 +98,7 @@ class KafkaLog:
         self._pending_error: LogError | None = None
         self._acks: list[tuple[int, Appended | str]] = []
         self._in_flight: set[int] = set()
+        self._received: dict[str, tuple[int, int]] = {}  # per client: (bytes, message bytes)
         fixed: dict[str, Any] = {"client.id": client_id, "error_cb": self._on_error}
         consumer_config = client_config(
             bootstrap_servers,
@@ -110,6 +114,8 @@ class KafkaLog:
         self._producer_config = client_config(
             bootstrap_servers, extra_config, tuned=_PRODUCER_TUNED, fixed=fixed
         )
+        if int(consumer_config.get("statistics.interval.ms") or 0) > 0:
+            consumer_config["stats_cb"] = self._on_stats  # what the reading costs: `received`
         self._consumer = roles.coordination_reader(consumer_config)
         # Offsets are asked on a connection of their own: on the reader's, a ListOffsets
         # request waits behind the fetch the broker holds for fetch.wait.max.ms (100 ms) when
@@ -126,24 +132,70 @@ class KafkaLog:
             self._producer = self._new_producer()
         try:
             self._num_partitions = self._partition_count(open_timeout_s)
+            self._followed = frozenset(range(self._num_partitions))
             if self._producer is not None:
                 self._connect_producer(self._producer, open_timeout_s)
-            self._consumer.assign(self._starts(open_timeout_s))
+            self._consumer.assign(self._starts(self._followed, open_timeout_s))
         except BaseException:
             self._close_consumers()
             raise
 
-    def _starts(self, timeout_s: float) -> list[TopicPartition]:
-        """Every partition at its first offset, asked of the broker in one request. (Assigned
+    @property
+    def followed(self) -> frozenset[int]:
+        """The partitions `poll` reads and `end_offsets` covers."""
+        return self._followed
+
+    @property
+    def received(self) -> tuple[int, int] | None:
+        """What the log's consumers received from the brokers, by librdkafka's latest
+        statistics (when ``statistics.interval.ms`` is set): (every byte, the records' bytes);
+        None without statistics."""
+        if not self._received:
+            return None
+        got = list(self._received.values())
+        return sum(b for b, _ in got), sum(m for _, m in got)
+
+    def _on_stats(self, text: str) -> None:
+        stats = json.loads(text)
+        self._received[str(stats.get("name"))] = (
+            int(stats.get("rx_bytes", 0)),
+            int(stats.get("rxmsg_bytes", 0)),
+        )
+
+    def follow(self, partitions: Iterable[int], *, from_start: bool = False) -> None:
+        """Read exactly ``partitions`` from now on (`CoordinationLog.follow`): the consumer is
+        assigned them again, each one kept at the position its last returned record left
+        (librdkafka drops what it had fetched beyond that, and everything of a partition no
+        longer assigned), each new one at its first offset."""
+        wanted = frozenset(partitions)
+        for p in wanted:
+            if not 0 <= p < self._num_partitions:
+                raise ValueError(f"partition {p} of {self.topic} does not exist")
+        kept: list[TopicPartition] = []
+        if not from_start and wanted & self._followed:
+            asked = [TopicPartition(self.topic, p) for p in sorted(wanted & self._followed)]
+            try:
+                kept = [tp for tp in self._consumer.position(asked) if tp.offset >= 0]
+            except KafkaException as exc:
+                raise LogError(f"positions on {self.topic}: {error_text(exc)}") from None
+        fresh = wanted - {tp.partition for tp in kept}
+        try:
+            self._consumer.assign(kept + self._starts(fresh, STARTS_TIMEOUT_S))
+        except KafkaException as exc:
+            raise LogError(f"following {self.topic}: {error_text(exc)}") from None
+        self._followed = wanted
+
+    def _starts(self, partitions: Iterable[int], timeout_s: float) -> list[TopicPartition]:
+        """Each of ``partitions`` at its first offset, asked of the broker in one request. (Assigned
         at OFFSET_BEGINNING instead, librdkafka looks each partition's start up on its own, and
         its first fetch can leave without the partitions still being looked up: the empty ones
         then hold it at the broker for fetch.wait.max.ms, 100 ms of every start.) Should the
         log's start move before the first fetch, it is a LogError like any lost position. A
         partition whose leader does not answer in time (a broker down) leaves them all to
         librdkafka's own look-up, as before: the others are read, that one when it is back."""
-        earliest = [
-            TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self._num_partitions)
-        ]
+        earliest = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in sorted(partitions)]
+        if not earliest:
+            return []
         try:
             answered = self._offsets.offsets_for_times(
                 earliest, timeout=min(timeout_s, STARTS_TIMEOUT_S)
@@ -408,7 +460,7 @@ class KafkaLog:
             self._pending_error = LogError(text)
 
     def end_offsets(self, timeout_s: float) -> dict[int, int]:
-        """Each partition's end offset, asked of the broker now: one request for them all
+        """Each followed partition's end offset, asked of the broker now: one request for them all
         (``ListOffsets`` for the latest offset), where asking for each watermark in turn cost a
         round trip per partition at every start; and one for the earliest, so that a partition
         whose records were all deleted (DeleteRecords or retention: its start is its end) has
@@ -418,7 +470,9 @@ class KafkaLog:
         return {p: end if starts[p] < end else 0 for p, end in ends.items()}
 
     def _list_offsets(self, which: int, what: str, timeout_s: float) -> dict[int, int]:
-        wanted = [TopicPartition(self.topic, p, which) for p in range(self._num_partitions)]
+        wanted = [TopicPartition(self.topic, p, which) for p in sorted(self._followed)]
+        if not wanted:
+            return {}
         try:
             answered = self._offsets.offsets_for_times(wanted, timeout=timeout_s)
         except KafkaException as exc:

@@ -9,7 +9,7 @@ cleaner, so tests can fold a compacted history.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from marshal_workers.log.interface import LogError
 from marshal_workers.protocol.wire import Appended, CoordRecord
@@ -91,17 +91,35 @@ class MemoryTopic:
 
 
 class MemoryLog:
-    """One client's handle: appends to the topic and tails every partition from the start."""
+    """One client's handle: appends to the topic and tails the followed partitions (every one
+    when opened) from the start."""
 
     def __init__(self, topic: MemoryTopic) -> None:
         self._topic = topic
         self._cursor = [0] * topic.num_partitions
+        self._followed = frozenset(range(topic.num_partitions))
         self._acks: list[tuple[int, Appended | str]] = []
 
     @property
     def num_partitions(self) -> int:
         """How many partitions the coordination topic has."""
         return self._topic.num_partitions
+
+    @property
+    def followed(self) -> frozenset[int]:
+        """The partitions `poll` reads and `end_offsets` covers."""
+        return self._followed
+
+    def follow(self, partitions: Iterable[int], *, from_start: bool = False) -> None:
+        """Read exactly ``partitions`` from now on (`CoordinationLog.follow`)."""
+        wanted = frozenset(partitions)
+        for p in wanted:
+            if not 0 <= p < self.num_partitions:
+                raise ValueError(f"partition {p} does not exist")
+        for p in wanted:
+            if from_start or p not in self._followed:
+                self._cursor[p] = 0
+        self._followed = wanted
 
     def current_num_partitions(self, timeout_s: float) -> int:
         """The partition count now (memory topics never change it)."""
@@ -133,7 +151,7 @@ class MemoryLog:
 
     def _take(self) -> list[CoordRecord]:
         batch: list[CoordRecord] = []
-        for p in range(self.num_partitions):
+        for p in sorted(self._followed):
             records = self._topic.read(p, self._cursor[p])
             if records:
                 self._cursor[p] = records[-1].offset + 1
@@ -141,8 +159,8 @@ class MemoryLog:
         return batch
 
     def end_offsets(self, timeout_s: float) -> dict[int, int]:
-        """Each partition's next offset (0 for one whose records were all deleted)."""
-        ends = {p: self._topic.end_offset(p) for p in range(self.num_partitions)}
+        """Each followed partition's next offset (0 for one whose records were all deleted)."""
+        ends = {p: self._topic.end_offset(p) for p in sorted(self._followed)}
         return {p: end if self._topic.start_offset(p) < end else 0 for p, end in ends.items()}
 
     def close(self) -> None:

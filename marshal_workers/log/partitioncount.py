@@ -108,9 +108,11 @@ def write_topic_record(
     client_id: str,
     timeout_s: float,
     extra: Mapping[str, str] | None = None,
+    placed: bool = False,
 ) -> None:
-    """Append the CoordinationTopic record (``partitions``) to partition 0 and wait for the
-    acknowledgement (acks=all); MarshalError if it is not acknowledged."""
+    """Append the CoordinationTopic record (``partitions``; version 2 if ``placed``) to
+    partition 0 and wait for the acknowledgement (acks=all); MarshalError if it is not
+    acknowledged."""
     errors: list[str] = []
     delivered: list[bool] = []
 
@@ -128,7 +130,8 @@ def write_topic_record(
     producer = roles.coordination_producer(
         client_config(bootstrap, extra, fixed={"error_cb": on_error})
     )
-    record = TopicRecord(int(time.time()), f"init-{uuid.uuid4().hex[:12]}", client_id, partitions)
+    instance = f"init-{uuid.uuid4().hex[:12]}"
+    record = TopicRecord(int(time.time()), instance, client_id, partitions, placed=placed)
     try:
         producer.produce(
             topic,

@@ -278,6 +278,7 @@ class InitResult:
     differences: list[ConfigDifference]
     recorded_partitions: int | None = None  # the pinned count (`metadata`), None if unknown
     newly_recorded: bool = False  # this call wrote the record
+    placed: bool = False  # the topic record is version 2: new groups on it are placed
 
 
 def ensure_coordination_topic(
@@ -290,11 +291,16 @@ def ensure_coordination_topic(
     history_window_ms: int = HISTORY_WINDOW_MS,
     timeout_s: float = ADMIN_TIMEOUT_S,
     extra_config: Mapping[str, str] | None = None,
+    placed: bool = False,
+    enable_placement: bool = False,
 ) -> InitResult:
     """Create the coordination topic, or check an existing one (never changed: only reported).
 
     ``replication_factor`` defaults to min(3, brokers). ``partitions_requested`` says whether
     the caller asked for ``partitions`` explicitly (then a different count is reported).
+    ``placed``: a topic created now (or without a pinned count) gets a version-2 topic record,
+    so that its new groups are placed; ``enable_placement``: so does an existing topic whose
+    record is version 1 (`metadata`: members from before placement then refuse to start).
     """
     if partitions < 1:
         raise MarshalError("--partitions must be at least 1")
@@ -338,27 +344,36 @@ def ensure_coordination_topic(
                 "a broker failure can lose the coordination log",
             )
         )
-    recorded, newly = _pin_partition_count(
-        bootstrap_servers, topic, info, created, diffs, timeout_s, extra_config
+    pin = _pin_partition_count(
+        bootstrap_servers,
+        topic,
+        info,
+        (created, placed or enable_placement, enable_placement),
+        diffs,
+        timeout_s,
+        extra_config,
     )
-    return InitResult(info, created, diffs, recorded, newly)
+    return InitResult(info, created, diffs, *pin)
 
 
 def _pin_partition_count(
     bootstrap: str,
     topic: str,
     info: TopicInfo,
-    created: bool,
+    how: tuple[bool, bool, bool],
     diffs: list[ConfigDifference],
     timeout_s: float,
     extra_config: Mapping[str, str] | None,
-) -> tuple[int, bool]:
+) -> tuple[int, bool, bool]:
     """Record the partition count if the topic has no record yet (a topic just created, or
-    once on an older one); report a count that differs from the record as fatal."""
+    once on an older one), version 2 if ``how`` says placed; turn a version-1 record into a
+    version-2 one if ``how`` says enable; report a count that differs from the record as
+    fatal. ``how``: (created, placed, enable); returns (count, written now, placed)."""
+    created, placed, enable = how
     record = read_topic_record(bootstrap, topic, timeout_s, extra_config)
     if record is None:
         write_topic_record(
-            bootstrap, topic, info.partitions, INIT_CLIENT_ID, timeout_s, extra_config
+            bootstrap, topic, info.partitions, INIT_CLIENT_ID, timeout_s, extra_config, placed
         )
         if not created:
             diffs.append(
@@ -370,7 +385,7 @@ def _pin_partition_count(
                     "recorded now; it must be the count the fleet has always used",
                 )
             )
-        return info.partitions, True
+        return info.partitions, True, placed
     if record.partitions != info.partitions:
         diffs.append(
             ConfigDifference(
@@ -382,7 +397,13 @@ def _pin_partition_count(
                 "topic instead (docs/operating.md)",
             )
         )
-    return record.partitions, False
+        return record.partitions, False, record.placed
+    if enable and not record.placed:
+        write_topic_record(
+            bootstrap, topic, record.partitions, INIT_CLIENT_ID, timeout_s, extra_config, True
+        )
+        return record.partitions, True, True
+    return record.partitions, False, record.placed
 
 
 def high_watermarks(

@@ -5,6 +5,7 @@ claim and no ReleaseGroup can have (a group or topic never contains ``/``), so t
 keeps the newest of each for ever::
 
     CoordinationTopic/1/UnixSec/InstanceID/ClientID/Partitions          key "/coordination-topic"
+    CoordinationTopic/2/UnixSec/InstanceID/ClientID/Partitions/placed   key "/coordination-topic"
     GroupSettings/1/UnixSec/InstanceID/ClientID/GroupID/HeartbeatMs/Partitioner/AdminIds
                  [/Ordering/WorkersPerPartition]                         key "GROUP//settings"
     GroupSettings/1/UnixSec/InstanceID/ClientID/GroupID/HeartbeatMs/Partitioner/AdminIds
@@ -13,7 +14,11 @@ keeps the newest of each for ever::
 *CoordinationTopic* pins the topic's partition count: `marshal-admin init` writes it on
 coordination partition 0 when it creates the topic (or, once, on a topic that has none). Every
 claim's home partition is a hash modulo that count, so a topic whose count differs from the
-recorded one must not be used (`partition_count_problem`).
+recorded one must not be used (`partition_count_problem`). Version 2 (``placed``) marks a topic
+whose new groups are placed (`placement`; `marshal-admin init` writes it on a new topic, and
+``init --enable-placement`` on an existing one); on a version-1 topic new groups are spread. A
+reader from before placement counts a version-2 record malformed, finds no recorded partition
+count and refuses to start: it would spread a new group over every partition.
 
 *GroupSettings* holds the settings every member of a group and every admin acting on it must
 share: the heartbeat interval (it decides freshness, and with it every lease), the partitioner
@@ -75,6 +80,7 @@ class TopicRecord:
     instance_id: str
     client_id: str
     partitions: int
+    placed: bool = False  # version 2: the topic's new groups are placed
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +141,8 @@ def encode_metadata(record: MetadataRecord) -> bytes:
     """The text form of a metadata record."""
     head = f"{record.unix_sec}/{record.instance_id}/{record.client_id}"
     if isinstance(record, TopicRecord):
+        if record.placed:
+            return f"CoordinationTopic/2/{head}/{record.partitions}/placed".encode()
         return f"CoordinationTopic/1/{head}/{record.partitions}".encode()
     text = (
         f"GroupSettings/1/{head}/{record.group_id}/{record.heartbeat_interval_ms}/"
@@ -174,12 +182,15 @@ def decode_metadata(value: bytes | None) -> MetadataRecord:
     except UnicodeDecodeError:
         raise DecodeError("value is not UTF-8") from None
     kind, n = parts[0], len(parts)
-    if kind == "CoordinationTopic" and n == 6 and parts[1] == "1":
+    v1 = n == 6 and parts[1] == "1"
+    v2 = n == 7 and parts[1] == "2" and parts[6] == "placed"
+    if kind == "CoordinationTopic" and (v1 or v2):
         return TopicRecord(
             _int("UnixSec", parts[2], 0, MAX_UNIX_SEC),
             _name("InstanceID", parts[3]),
             _name("ClientID", parts[4]),
             _int("Partitions", parts[5], 1, MAX_PARTITION),
+            placed=not v1,
         )
     if kind == "GroupSettings" and n in (9, 11, 12) and parts[1] == "1":
         try:

@@ -191,7 +191,11 @@ def _supervise(
         if server is not None:
             server.close()
     code = supervisor.exit_code if supervisor.exit_code is not None else EXIT_OK
-    log.info("supervisor_stopped", exit_code=code)
+    received = coordination.received  # with statistics.interval.ms in the [kafka] table
+    cost: dict[str, int] = {}
+    if received is not None:
+        cost = {"coordination_bytes": received[0], "coordination_record_bytes": received[1]}
+    log.info("supervisor_stopped", exit_code=code, **cost)
     reason = supervisor.member.exit_reason
     if code != EXIT_OK and reason:  # a refusal to go on: its one line, and its exit code
         raise MarshalError(reason, code)

@@ -24,6 +24,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from multiprocessing import connection
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, assert_never
@@ -49,7 +50,9 @@ from marshal_workers.fleet.groupcheck import (
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT, EXIT_SETUP
 from marshal_workers.log.interface import CoordinationLog, LogError
+from marshal_workers.protocol.metadata import placement_text
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.placement import Placement
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.slicing import data_topic
 from marshal_workers.protocol.wire import ClaimKey
@@ -57,6 +60,7 @@ from marshal_workers.supervisor.background import Background
 from marshal_workers.supervisor.childprocess import ChildHandle, start_child
 from marshal_workers.supervisor.datatopics import DataTopics
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer, deliver
+from marshal_workers.supervisor.placement import locate_member_group
 from marshal_workers.supervisor.pollthread import LogPollThread
 
 if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
@@ -65,8 +69,11 @@ if TYPE_CHECKING:  # the fork server's module guards the server at import: not h
 Clock = Callable[[], float]
 
 
-def member_settings(config: RunConfig, coordination_partitions: int) -> MemberSettings:
-    """The core's settings from a supervisor's configuration."""
+def member_settings(
+    config: RunConfig, coordination_partitions: int, placement: Placement | None = None
+) -> MemberSettings:
+    """The core's settings from a supervisor's configuration, for a group coordinated by
+    ``placement`` (None: spread over every partition)."""
     c = config
     child = ipc.ChildSpec(
         handler=c.handler,
@@ -108,13 +115,14 @@ def member_settings(config: RunConfig, coordination_partitions: int) -> MemberSe
         child=child,
         stop_timeout=c.stop_timeout,
         max_handler_failures=c.max_handler_failures,
-        shared=own_settings(c),
+        shared=replace(own_settings(c), placement=placement),
         coordination_topic=c.coordination_topic,
         on_failure=c.on_failure,
         restart_backoff=c.restart_backoff,
         handler_timeout=c.handler_timeout or None,
         poison_park_after=c.poison_park_after,
         poison_park_time=c.poison_park_time,
+        placement=placement,
     )
 
 
@@ -165,21 +173,35 @@ class Supervisor:
     # ---- start ------------------------------------------------------------------------------
 
     def start(self, catch_up_timeout: float = 60.0) -> None:
-        """Catch up on the log, check what the group must agree on, then let the core resume
-        this client's claims and claim, the log read from then on by the poll thread."""
+        """Locate the group's coordination partitions (`supervisor.placement`), catch up on
+        them, check what the group must agree on, then let the core resume this client's
+        claims and claim, the log read from then on by the poll thread."""
+        # the data topics first: a run refused at start writes nothing (no group settings)
+        partitions = self.topics.partitions()
+        self._locate(len(partitions) + 1, catch_up_timeout)
         folded = self._catch_up(catch_up_timeout)
         release_freed_memory()  # what the catch-up read is folded: its buffers are free
         if self.member.done:  # refused during the catch-up (a Marshal Go fleet writes here)
             code = self.member.exit_code
             raise MarshalError(self.member.exit_reason, code if code is not None else 1)
-        # the data topics first: a run refused at start writes nothing (no group settings)
-        partitions = self.topics.partitions()
         self._preflight(catch_up_timeout)
+        # logged once started: before a start-up error nothing is printed but its line
+        placement = placement_text(self.settings.placement)
+        self._log.info("group_located", placement=placement, followed=sorted(self.log.followed))
         self._log.info("caught_up", records=folded, partitions=len(partitions))
         self.reader = LogPollThread(self.log.poll)
         self.reader.start()
         self._run(self.member.begin(self.clock(), self.wall(), partitions))
         self.observer.ready()
+
+    def _locate(self, claims: int, timeout_s: float) -> None:
+        """Find (or, for a new group on a topic that places them, choose) where the group is
+        coordinated; make the core for it; follow its partitions from their first records."""
+        placement = locate_member_group(self.log, self.config, claims, timeout_s)
+        if placement != self.settings.placement:
+            self.settings = member_settings(self.config, self.log.num_partitions, placement)
+            self.member = Member(self.settings)
+        self.log.follow(self.member.worlds, from_start=True)
 
     def _catch_up(self, timeout_s: float) -> int:
         """Fold the log up to its end as it is now; return how many records that was."""
@@ -205,7 +227,8 @@ class Supervisor:
         record, 4 for another count), and the group's shared settings (recorded by its first
         member; exit 2 when this member's differ)."""
         c, worlds = self.config, self.member.worlds
-        check_partition_count(c.coordination_topic, worlds, self.log.num_partitions)
+        if self.settings.placement is None:  # placed: its count checked where it was located
+            check_partition_count(c.coordination_topic, worlds, self.log.num_partitions)
         mine = self.settings.shared
         if mine is not None:
             ensure_group_settings(self.log, worlds, self._catch_up, mine, timeout_s)

@@ -2,7 +2,8 @@
 
 Both implementations must behave the same for everything the reader and the supervisor rely
 on: acknowledged appends with increasing offsets and log times, a tail of every partition
-from the beginning in offset order, end offsets, and the reader's barrier on its own record.
+(or of the followed ones) from the beginning in offset order, end offsets, and the reader's
+barrier on its own record.
 """
 
 from __future__ import annotations
@@ -200,6 +201,82 @@ class TestTail:
         start = time.monotonic()
         assert log.poll(0.3) == []
         assert time.monotonic() - start < 3.0
+
+
+class TestFollow:
+    def test_a_new_handle_follows_every_partition(self, open_log: Opener) -> None:
+        """A handle follows every partition until it chooses fewer."""
+        assert open_log().followed == frozenset(range(PARTITIONS))
+
+    def test_poll_and_end_offsets_cover_only_the_followed(self, open_log: Opener) -> None:
+        """Following one partition: poll returns its records only, end_offsets names it only."""
+        writer = open_log()
+        for p in range(PARTITIONS):
+            writer.append(p, b"k", f"v{p}".encode(), TIMEOUT_S)
+            writer.append(p, b"k", f"w{p}".encode(), TIMEOUT_S)
+        reader = open_log()
+        reader.follow([1])
+        assert reader.followed == frozenset({1})
+        assert reader.end_offsets(TIMEOUT_S) == {1: 2}
+        records = poll_until(reader, 2)
+        assert [(r.partition, r.offset) for r in records] == [(1, 0), (1, 1)]
+        writer.append(0, b"k", b"later", TIMEOUT_S)
+        writer.append(1, b"k", b"later", TIMEOUT_S)
+        later = poll_until(reader, 1)
+        assert [(r.partition, r.offset) for r in later] == [(1, 2)]
+        assert reader.poll(0.5) == []
+
+    def test_a_kept_partition_goes_on_and_a_new_one_starts(self, open_log: Opener) -> None:
+        """Following more: a partition still followed goes on where it was (no record twice),
+        a new one is read from its first record, one dropped is read no more."""
+        writer = open_log()
+        for p in range(PARTITIONS):
+            writer.append(p, b"k", b"v", TIMEOUT_S)
+        reader = open_log()
+        reader.follow([0, 1])
+        assert sorted((r.partition, r.offset) for r in poll_until(reader, 2)) == [(0, 0), (1, 0)]
+        reader.follow([1, 2])
+        writer.append(0, b"k", b"v", TIMEOUT_S)
+        writer.append(1, b"k", b"v", TIMEOUT_S)
+        got = sorted((r.partition, r.offset) for r in poll_until(reader, 2))
+        assert got == [(1, 1), (2, 0)]
+        assert reader.poll(0.5) == []
+
+    def test_from_start_reads_every_followed_partition_again(self, open_log: Opener) -> None:
+        """follow(from_start=True) reads each followed partition again from its first record."""
+        writer = open_log()
+        for p in range(PARTITIONS):
+            writer.append(p, b"k", b"v", TIMEOUT_S)
+        reader = open_log()
+        assert len(poll_until(reader, PARTITIONS)) == PARTITIONS
+        reader.follow([0, 2], from_start=True)
+        got = sorted((r.partition, r.offset) for r in poll_until(reader, 2))
+        assert got == [(0, 0), (2, 0)]
+        assert reader.poll(0.5) == []
+
+    def test_a_partition_the_topic_lacks_is_refused(self, open_log: Opener) -> None:
+        """Following a partition the topic does not have is a ValueError; nothing changes."""
+        log = open_log()
+        with pytest.raises(ValueError, match="does not exist"):
+            log.follow([0, PARTITIONS])
+        assert log.followed == frozenset(range(PARTITIONS))
+
+    def test_a_folded_log_keeps_worlds_for_the_followed_only(self, open_log: Opener) -> None:
+        """FoldedLog.follow keeps the worlds of kept partitions, adds new ones, drops others."""
+        writer = open_log()
+        for part in range(6):
+            append_msg(writer, _claim("A", part))
+        reader = FoldedLog(open_log(), RationalizerConfig(HB_MS, num_partitions=PARTITIONS))
+        reader.follow([0])
+        reader.catch_up(TIMEOUT_S)
+        kept = reader.worlds[0]
+        ends = writer.end_offsets(TIMEOUT_S)
+        assert kept.next_offset == ends[0]
+        reader.follow([0, 2])
+        assert sorted(reader.worlds) == [0, 2]
+        assert reader.worlds[0] is kept
+        reader.catch_up(TIMEOUT_S)
+        assert {p: w.next_offset for p, w in reader.worlds.items()} == {0: ends[0], 2: ends[2]}
 
 
 def _claim(client: str, part: int) -> ClaimingPartition:

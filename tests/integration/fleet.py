@@ -94,16 +94,23 @@ class Fleet:
         coordination_partitions: int = 2,
         ledger_delay_ms: int = 1,
         admin_client_ids: frozenset[str] | None = DEFAULT_ADMINS,
+        placed: bool = False,
+        coordination: str | None = None,
+        group: str | None = None,
     ) -> None:
+        """``placed``: a new coordination topic places its new groups (a version-2 topic
+        record); ``coordination``: share that existing coordination topic instead."""
         uid = uuid.uuid4().hex[:8]
         self.bootstrap, self.root, self.mode, self.hb = bootstrap, root, mode, hb
-        self.coordination = f"__marshal_{uid}"
-        self.topic, self.group = f"data_{uid}", f"g_{uid}"
+        self.coordination = coordination or f"__marshal_{uid}"
+        self.topic, self.group = f"data_{uid}", group or f"g_{uid}"
         self.ledger_dir = root / "ledger"
         self.ledger_delay_ms = ledger_delay_ms
         self.partitions = partitions
         self.members: list[Member] = []
-        ensure_coordination_topic(bootstrap, self.coordination, coordination_partitions)
+        ensure_coordination_topic(
+            bootstrap, self.coordination, coordination_partitions, placed=placed
+        )
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(self.topic, partitions, -1)])[self.topic].result(30)
         self._producer = Producer(

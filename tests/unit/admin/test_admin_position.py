@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import pytest
 
@@ -54,6 +54,13 @@ class FailingLog:
     @property
     def num_partitions(self) -> int:
         return self.log.num_partitions
+
+    @property
+    def followed(self) -> frozenset[int]:
+        return self.log.followed
+
+    def follow(self, partitions: Iterable[int], *, from_start: bool = False) -> None:
+        self.log.follow(partitions, from_start=from_start)
 
     def append(self, partition: int, key: bytes, value: bytes, timeout_s: float) -> Appended:
         if not self.failed and self.fails(value):

@@ -38,6 +38,18 @@ class TestWireForm:
         topic = TopicRecord(5, "i", "c", 4)
         assert decode_metadata(encode_metadata(topic)) == topic
 
+    def test_a_placed_topic_record_is_version_2(self) -> None:
+        """A topic whose new groups are placed: CoordinationTopic/2/.../placed, decoded back;
+        a version-1 record is a topic whose new groups are spread."""
+        topic = TopicRecord(5, "i", "c", 4, placed=True)
+        assert encode_metadata(topic) == b"CoordinationTopic/2/5/i/c/4/placed"
+        assert decode_metadata(encode_metadata(topic)) == topic
+        assert decode_metadata(b"CoordinationTopic/1/5/i/c/4") == TopicRecord(5, "i", "c", 4)
+        for bad in (b"CoordinationTopic/2/5/i/c/4", b"CoordinationTopic/2/5/i/c/4/spread",
+                    b"CoordinationTopic/1/5/i/c/4/placed"):  # fmt: skip
+            with pytest.raises(DecodeError):
+                decode_metadata(bad)
+
     def test_keys_cannot_be_claim_or_group_keys(self) -> None:
         """Names never contain '/', so these keys collide with no claim and no ReleaseGroup."""
         assert metadata_key(TopicRecord(0, "i", "c", 1)).startswith(b"/")

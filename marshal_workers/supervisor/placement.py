@@ -1,0 +1,171 @@
+"""Where a member's group is coordinated: found (or chosen) before the member folds anything.
+
+A member knows only its group's name and N, the coordination topic's partition count. It reads
+the group's *home* first (`protocol.placement.home`: md5(group) mod N), where every settings
+record of a placed group is:
+
+1. placed settings of the group there: the member follows that placement's partitions (home
+   and window) and nothing else; a placement made for another N is refused (exit 4, the
+   group's pin);
+2. spread (legacy) settings: every partition, as before placement;
+3. none: the group is new, or older than settings records. The *creation scan*, once in a
+   group's life: partition 0's topic record first; a version-1 topic (or none) is spread,
+   as before placement. On a version-2 topic every partition is read once. Settings of the
+   group on home by then (a member created it meanwhile: it writes them there before anything
+   else, so they are read if any record of it was) decide. Else any record of the group (a
+   keyless one too: a Marshal Go fleet's, which the member then refuses on its spread path,
+   exit 5 as before) makes it a group from before, spread. Otherwise the member
+   records placed settings on home (span from ``coordination_span``), folds home past them,
+   and takes the settings the fold accepted there: the first written win, so members that
+   create one group at the same moment agree on one placement.
+
+The caller then follows `reads` of the answer (every partition for spread) from their first
+record and folds them into the member's core. This reader's fold keeps only the group's state.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, ConfigError, MarshalError
+from marshal_workers.config.runconfig import RunConfig
+from marshal_workers.fleet.groupcheck import WRITE_TIMEOUT_S, own_settings
+from marshal_workers.log.foldedlog import FoldedLog
+from marshal_workers.log.interface import CoordinationLog, LogError
+from marshal_workers.protocol.metadata import (
+    METADATA_PARTITION,
+    GroupSettings,
+    encode_metadata,
+    metadata_key,
+)
+from marshal_workers.protocol.placement import Placement, home, placed
+from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.wire import CoordRecord, DecodeError, decode
+
+CLAIMS_PER_PARTITION = 10_000  # `coordination_span` auto: one window partition per this many
+
+
+def auto_span(claims: int, partitions: int) -> int:
+    """``coordination_span`` auto: clamp(ceil(claims / 10,000), 1, N)."""
+    return max(1, min(partitions, math.ceil(claims / CLAIMS_PER_PARTITION)))
+
+
+def locate_member_group(
+    log: CoordinationLog, config: RunConfig, claims: int, timeout_s: float
+) -> Placement | None:
+    """The placement of ``config.group``'s claims (None: spread over every partition), found
+    or created as the module says. ``claims``: the member's claims (for an auto span). The
+    log is left following what the last step read."""
+    n = log.num_partitions
+    group = config.group
+    reader = FoldedLog(
+        log,
+        RationalizerConfig(
+            config.heartbeat_interval_ms,
+            num_partitions=n,
+            partitioner=config.partitioner,
+            admin_client_ids=config.admin_client_ids,
+            only_group=group,
+        ),
+    )
+    at = home(group, n)
+    reader.follow([at])
+    reader.catch_up(timeout_s)
+    found = reader.worlds[at].group_settings.get(group)
+    if found is None:
+        found = _creation_scan(reader, config, claims, timeout_s)
+        if found is None:
+            return None
+    return _checked(found, config, n)
+
+
+def _checked(found: GroupSettings, config: RunConfig, n: int) -> Placement | None:
+    """The recorded placement, refused if made for another partition count (exit 4) or of
+    another span than this member's explicit ``coordination_span`` (exit 2)."""
+    placement = found.placement
+    if placement is None:
+        return None
+    if placement.partitions != n:
+        raise MarshalError(
+            f"coordination topic {config.coordination_topic} has {n} partitions but group "
+            f"{config.group} was placed for {placement.partitions}: its claims would move; "
+            "refusing (see docs/operating.md, 'Changing the coordination topic')",
+            EXIT_COORDINATION_CHANGED,
+        )
+    span = config.coordination_span
+    if span is not None and span != placement.span:
+        raise ConfigError(
+            f"coordination_span is {span} here but {placement.span} in group {config.group}'s "
+            "settings: every member of a group shares it (leave it auto to take the group's)"
+        )
+    return placement
+
+
+def _creation_scan(
+    reader: FoldedLog, config: RunConfig, claims: int, timeout_s: float
+) -> GroupSettings | None:
+    """Home holds no settings of the group: spread (None) if the topic places no new groups or
+    the group has records from before; else create it placed and return the settings the
+    fold accepted on home."""
+    log, group = reader.log, config.group
+    n = log.num_partitions
+    at = home(group, n)
+    reader.follow([at, METADATA_PARTITION])
+    reader.catch_up(timeout_s)
+    pin = reader.worlds[METADATA_PARTITION].topic_record
+    if pin is None or not pin.placed:
+        return None  # a version-1 topic: new groups are spread, as before placement
+    reader.follow(range(n))
+    seen = _group_seen(reader, group, timeout_s)
+    if seen:
+        # A member that created the group meanwhile wrote its settings on home before anything
+        # else: folded to the ends as they are now, home shows them if a record of theirs was
+        # seen. Home's settings decide; only without any is the group one from before.
+        reader.catch_up(timeout_s)
+    found = reader.worlds[at].group_settings.get(group)
+    if found is not None or seen:
+        return found
+    span = config.coordination_span or auto_span(claims, n)
+    if not 1 <= span <= n:
+        raise ConfigError(f"coordination_span {span} is more than the topic's {n} partitions")
+    mine = replace(own_settings(config), placement=placed(group, n, span, config.partitioner))
+    try:
+        appended = log.append(at, metadata_key(mine), encode_metadata(mine), WRITE_TIMEOUT_S)
+        verdict, _ = reader.wait_for(appended, timeout_s)
+    except LogError as exc:
+        raise MarshalError(f"cannot record group {group}'s settings: {exc}") from None
+    accepted = reader.worlds[at].group_settings.get(group)
+    if accepted is None:  # the fold took no settings of the group at all: cannot be, say so
+        raise MarshalError(f"group {group}'s settings were not taken on its home: {verdict}")
+    return accepted  # ours, or the first writer's (a member that created it at the same time)
+
+
+def _group_seen(reader: FoldedLog, group: str, timeout_s: float) -> bool:
+    """Fold every followed partition to its end; whether any record names ``group``."""
+    log = reader.log
+    deadline = time.monotonic() + timeout_s
+    targets = log.end_offsets(timeout_s)
+    seen = False
+    while not reader.caught_up_to(targets):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise LogError(f"coordination log not read to its end within {timeout_s:.0f}s")
+        records = log.poll(min(remaining, 0.5))
+        seen = seen or any(_of_group(r, group) for r in records)
+        reader.fold_records(records)
+    return seen
+
+
+def _of_group(record: CoordRecord, group: str) -> bool:
+    """Whether a record is the group's: its key names the group, or (keyless: a Marshal Go
+    writer) its value does."""
+    key = record.key
+    name = group.encode()
+    if key is not None:
+        return key == name or key.startswith(name + b"/")
+    try:
+        return decode(record.value).group_id == group
+    except DecodeError:
+        return False

@@ -1,0 +1,157 @@
+"""How a member locates its group before it folds (`supervisor.placement`), on a memory log."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, ConfigError, MarshalError
+from marshal_workers.config.runconfig import RunConfig
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol.metadata import (
+    METADATA_PARTITION,
+    TOPIC_RECORD_KEY,
+    GroupSettings,
+    TopicRecord,
+    encode_metadata,
+    metadata_key,
+    settings_key,
+)
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.placement import Placement, home, placed
+from marshal_workers.protocol.wire import Heartbeat, encode, record_key
+from marshal_workers.supervisor.placement import auto_span, locate_member_group
+
+N = 8
+G = "shop.billing"
+AT = home(G, N)  # 1
+CONFIG = RunConfig(handler="m:h", mode=Mode.ALO, topics=("orders",), group=G, client_id="a",
+                   heartbeat_interval=1.0)  # fmt: skip
+
+
+def topic(pin: TopicRecord | None) -> MemoryTopic:
+    ticks = itertools.count(1_700_000_000_000, 5)
+    t = MemoryTopic(N, lambda: next(ticks))
+    if pin is not None:
+        t.append(METADATA_PARTITION, TOPIC_RECORD_KEY, encode_metadata(pin))
+    return t
+
+
+V1, V2 = TopicRecord(0, "i", "init", N), TopicRecord(0, "i", "init", N, placed=True)
+
+
+def settings(placement: Placement | None, client: str = "b") -> GroupSettings:
+    return GroupSettings(1, f"{client}-1", client, G, 1000, CONFIG.partitioner,
+                         CONFIG.admin_client_ids, placement=placement)  # fmt: skip
+
+
+def locate(t: MemoryTopic, config: RunConfig = CONFIG, claims: int = 5) -> Placement | None:
+    log = MemoryLog(t)
+    found = locate_member_group(log, config, claims, 5.0)
+    return found
+
+
+class TestCreation:
+    def test_a_new_group_on_a_version_2_topic_is_placed_at_its_home(self) -> None:
+        """No record of the group: placed settings are written on home, span auto (1)."""
+        t = topic(V2)
+        assert locate(t) == placed(G, N, 1)
+        [record] = t.read(AT, 0)
+        assert record.key is not None and record.key.startswith(f"{G}//settings/".encode())
+        assert sum(len(t.read(p, 0)) for p in range(N)) == 2  # that and the topic record
+
+    def test_a_new_group_on_a_version_1_topic_is_spread(self) -> None:
+        """A version-1 topic (or one without a record) keeps new groups spread: nothing written."""
+        for pin in (V1, None):
+            t = topic(pin)
+            assert locate(t) is None
+            assert sum(len(t.read(p, 0)) for p in range(N)) == (0 if pin is None else 1)
+
+    def test_a_group_with_records_from_before_is_spread(self) -> None:
+        """Any record of the group (a heartbeat anywhere) on a version-2 topic: spread."""
+        t = topic(V2)
+        beat = Heartbeat(1, "x-1", "x", G, "orders", 0, 5)
+        t.append((AT + 3) % N, record_key(beat), encode(beat))
+        assert locate(t) is None
+
+    def test_a_keyless_record_naming_the_group_is_a_group_from_before(self) -> None:
+        """A keyless (Marshal Go) record of the group: spread, where the member refuses it."""
+        t = topic(V2)
+        beat = Heartbeat(1, "go-1", "go", G, "orders", 0, 5)
+        t.append((AT + 2) % N, None, encode(beat))  # type: ignore[arg-type]
+        assert locate(t) is None
+
+    def test_another_group_s_records_do_not_count(self) -> None:
+        """Records of another group (whose name starts like it) leave the group new."""
+        t = topic(V2)
+        beat = Heartbeat(1, "x-1", "x", G + "x", "orders", 0, 5)
+        t.append(AT, record_key(beat), encode(beat))
+        assert locate(t) == placed(G, N, 1)
+
+    def test_the_first_settings_written_win_a_creation_race(self) -> None:
+        """A rival that writes its placed settings on home just before this member's: this
+        member takes the rival's placement (its own record is refused)."""
+        t = topic(V2)
+        rival = settings(placed(G, N, 3))
+
+        class Racing(MemoryLog):
+            def append(self, partition: int, key: bytes, value: bytes, timeout_s: float):  # type: ignore[no-untyped-def]
+                t.append(AT, metadata_key(rival), encode_metadata(rival))
+                return super().append(partition, key, value, timeout_s)
+
+        assert locate_member_group(Racing(t), CONFIG, 5, 5.0) == placed(G, N, 3)
+
+    def test_a_group_created_during_the_scan_is_taken_not_called_old(self) -> None:
+        """A rival creates the group placed (settings on home, then its claims) after this
+        member read home and before its scan: the scan sees the rival's records, and the member
+        takes the placement on home (it once took them for a group from before and exited 2)."""
+        t = topic(V2)
+        rival = settings(placed(G, N, 2))
+        window = (AT + 1) % N
+        beat = Heartbeat(1, "b-1", "b", G, "__member.b", 0, 0)
+
+        class Racing(MemoryLog):
+            created = False
+
+            def follow(self, partitions, *, from_start=False):  # type: ignore[no-untyped-def]
+                wanted = set(partitions)
+                if len(wanted) == N and not self.created:
+                    self.created = True
+                    t.append(AT, metadata_key(rival), encode_metadata(rival))
+                    t.append(window, metadata_key(rival), encode_metadata(rival))
+                    t.append(window, record_key(beat), encode(beat))
+                super().follow(wanted, from_start=from_start)
+
+        assert locate_member_group(Racing(t), CONFIG, 5, 5.0) == placed(G, N, 2)
+
+    def test_an_explicit_span_is_used_and_checked(self) -> None:
+        """coordination_span 3 creates a window of three; another explicit span: exit 2."""
+        t = topic(V2)
+        assert locate(t, replace(CONFIG, coordination_span=3)) == placed(G, N, 3)
+        with pytest.raises(ConfigError, match="coordination_span is 2 here but 3"):
+            locate(t, replace(CONFIG, coordination_span=2))
+        assert locate(t) == placed(G, N, 3)  # auto takes the group's
+
+
+class TestFound:
+    def test_spread_settings_on_home_mean_spread(self) -> None:
+        """Spread settings on home: spread, without a scan."""
+        t = topic(V2)
+        t.append(AT, settings_key(G), encode_metadata(settings(None)))
+        assert locate(t) is None
+
+    def test_a_placement_for_another_count_is_exit_4(self) -> None:
+        """Placed settings made for another partition count: refused with exit 4."""
+        t = topic(V2)
+        other = settings(Placement(16, 3, 1))
+        t.append(AT, metadata_key(other), encode_metadata(other))
+        with pytest.raises(MarshalError) as refused:
+            locate(t)
+        assert refused.value.exit_code == EXIT_COORDINATION_CHANGED
+
+
+def test_auto_span_is_one_partition_per_ten_thousand_claims() -> None:
+    """auto = clamp(ceil(claims / 10,000), 1, N)."""
+    assert [auto_span(c, 8) for c in (1, 10_000, 10_001, 200_000)] == [1, 1, 2, 8]
