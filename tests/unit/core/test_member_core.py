@@ -357,6 +357,35 @@ class TestTakeover:
         assert keys(1)[0] in new.member.held
         assert [c.key for c in new.commands if isinstance(c, cmd.LookupStart)] == keys(1)
 
+    def test_a_takeover_that_lands_below_the_position_is_followed_by_one_at_it(self) -> None:
+        """A twin of the old instance (the same client id, still running) heartbeats 9 between
+        the new instance's read and its takeover at 7: the whole log keeps 9, but the takeover
+        is now the newest record under the claim's position key, and a reader of the compacted
+        log would resume at 7 (AMO: 7 and 8 handed out twice). The new instance writes a
+        heartbeat at 9 at once, not HB/2 later."""
+        topic, log_ms = fresh_topic(partitions=1)
+        key = keys(1)[0]
+        old = start(Member(settings(partitions=1)), topic, log_ms, n=1)
+        old.run(old.member.feed(inp.StartFound(old.now, key, 7)))
+        old.tick(0.1)
+        log_ms[0] += 300
+        member = Member(settings(instance="i2", partitions=1))
+        new = Harness(topic, member, log_ms)
+        new.read()
+        commands = member.begin(new.now, 1_000.0, [key])
+        (takeover,) = [
+            c for c in commands
+            if isinstance(c, cmd.Append) and isinstance(c.message, Heartbeat)
+            and c.message.topic == "orders"
+        ]  # fmt: skip
+        assert takeover.message.offset == 7
+        write(topic, Heartbeat(0, "i1", "c1", "g", "orders", 0, 9))  # the twin's, landed first
+        new.run(commands)
+        assert member.held[key].position == 9
+        new.tick(0.05)
+        beats = [m.offset for m in new.appended(Heartbeat) if m.topic == "orders"]
+        assert beats == [7, 9]
+
     def test_a_resumed_claim_is_not_released_before_the_old_lease_ends(self) -> None:
         """TERM right after a takeover: the release waits (found by marshal-sim, seed 29)."""
         topic, log_ms = fresh_topic(partitions=1)

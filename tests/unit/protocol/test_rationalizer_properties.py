@@ -310,7 +310,10 @@ def behaved_logs(draw: st.DrawFn) -> list[CoordRecord]:
     reservation (the member's heartbeat waits for a reservation in flight). A takeover by a
     new instance of the holder's client carries a position the claim had when its writer read
     the log, at or below the one it has when the takeover lands (the old instance may have
-    committed more meanwhile); the runtime never takes over a claim with no position."""
+    committed more meanwhile), and one below it is followed at once by the new instance's
+    heartbeat at the claim's position, as the runtime writes it (the takeover would otherwise be
+    its key's newest record, and a reader of the compacted log would resume at its offset); the
+    runtime never takes over a claim with no position."""
     drawn = draw(logs())
     world = World(RationalizerConfig(HB), 0)
     out: list[CoordRecord] = []
@@ -340,7 +343,13 @@ def behaved_logs(draw: st.DrawFn) -> list[CoordRecord]:
             continue
         world = trial
         out.append(rec)
-        if isinstance(e, ev.ClaimGranted):
+        below = (
+            isinstance(e, ev.HeartbeatAccepted)
+            and e.replaced_instance is not None
+            and e.message.offset < (resume_offset(world.claims[e.key], Mode.AMO) or 0)
+        )
+        if isinstance(e, ev.ClaimGranted) or below:
+            assert isinstance(e, ev.ClaimGranted | ev.HeartbeatAccepted)
             start = resume_offset(world.claims[e.key], Mode.AMO) or 0
             m = e.message
             beat = Heartbeat(0, m.instance_id, m.client_id, m.group_id, m.topic, m.partition, start)
