@@ -769,25 +769,28 @@ def _uncertain(
         state.last_activity = now
         reason = "group paused" if silent else "history compacted: waiting for 2*HB of silence"
         return ev.ClaimRejected(rec.partition, rec.offset, now, msg, reason, state.holder_client)
-    before = resume_offset(state, Mode.AMO)
-    replaced = _seen_replaced(state, msg, now, hb)
-    rewind = bool(world.pauses) and _pause_client(world, key.group) == msg.client_id
+    # (the inference is only needed for a heartbeat or release, or once an instance is seen
+    # replaced: a reservation of the instance its heartbeats name changes nothing)
+    seen = state.seen_replaced or type(msg) is not ClaimingMessages
+    replaced = seen and _seen_replaced(state, msg, now, hb)
+    before = resume_offset(state, Mode.AMO) if replaced else None
     if isinstance(msg, ClaimingMessages):
         state.reserved = max(state.reserved or 0, msg.offset)
         state.committed = max(state.committed or 0, msg.offset)  # reserved is consumed (rule 4)
     else:
-        if rewind:
+        if world.pauses and _pause_client(world, key.group) == msg.client_id:
             state.committed, state.reserved = msg.offset, None  # a rewind: set outright
+            state.estimate_floor = None
         else:
             state.committed = max(state.committed or 0, msg.offset)
         if isinstance(msg, Heartbeat):
             # a release proves nothing about holding (its writer's own refused release
             # included): only a heartbeat names the likely holder of an uncertain claim
             state.holder_client, state.holder_instance = msg.client_id, msg.instance_id
-    if rewind:
-        state.estimate_floor = None
-    else:
-        _estimate_floor(state, msg, before, replaced)
+    if replaced:
+        _estimate_floor(state, before)
+    elif state.estimate_floor is not None:
+        _floor_reached(state, msg.offset)
     state.last_activity = now
     return ev.Unverified(rec.partition, rec.offset, now, msg)
 
@@ -821,23 +824,19 @@ def _seen_replaced(state: ClaimState, msg: PartitionMessage, now: int, hb: int) 
     return False
 
 
-def _estimate_floor(
-    state: ClaimState, msg: PartitionMessage, before: int | None, replaced: bool
-) -> None:
-    """Keep ``estimate_floor`` on an uncertain claim (AMO): where its position would stand
-    without the records of instances seen replaced. A reservation such an instance wrote
-    inside its lease can land after the takeover: the whole log refuses it (its child was
-    granted nothing), yet the estimate, the largest offset seen, takes its end, and a holder
-    that starts there passes over records nobody was granted. The estimate stays as it is
-    (taking less could hand records out twice: the takeover may be the refused one); the
-    floor lets the member that starts there report the records between as lost."""
-    if replaced:
-        after = resume_offset(state, Mode.AMO)
-        if state.estimate_floor is None and before is not None and (after or 0) > before:
-            state.estimate_floor = before
-        return
-    if state.estimate_floor is not None and not isinstance(msg, ClaimingPartition):
-        _floor_reached(state, msg.offset)
+def _estimate_floor(state: ClaimState, before: int | None) -> None:
+    """Keep ``estimate_floor`` on an uncertain claim (AMO) after a record of an instance seen
+    replaced moved the position from ``before``: where the position would stand without such
+    records. A reservation such an instance wrote inside its lease can land after the takeover:
+    the whole log refuses it (its child was granted nothing), yet the estimate, the largest
+    offset seen, takes its end, and a holder that starts there passes over records nobody was
+    granted. The estimate stays as it is (taking less could hand records out twice: the
+    takeover may be the refused one); the floor lets the member that starts there report the
+    records between as lost. Every other record raises the floor to its offset
+    (`_floor_reached`)."""
+    after = resume_offset(state, Mode.AMO)
+    if state.estimate_floor is None and before is not None and (after or 0) > before:
+        state.estimate_floor = before
 
 
 def _floor_reached(state: ClaimState, offset: int) -> None:

@@ -1,8 +1,9 @@
 """An AMO holder that starts at a compacted log's estimate reports what it passes over
 (`marshal-sim` seed 309022 of ``read-latency,clock-jumps,kill,freeze,restart,twins,compaction,
 pause,poison,stall``, seeds 416058 and 503039 of the key/3 and unordered/4 every-fault mixes,
-seed 780028 of the every-fault mix, seed 904176 of a review's
-``twins,shared-ids,restart,partitions,compaction,latency,read-latency,kill``).
+seed 780028 of the every-fault mix and seed 156 of `make sim`'s key/3 every-fault line, seed
+904176 of a review's ``twins,shared-ids,restart,partitions,compaction,latency,read-latency,
+kill``).
 
 A holder was replaced by a new instance of its client (a restart). The old instance's last
 reservation, written inside its lease, landed after the takeover: the whole log refuses it,
@@ -55,6 +56,10 @@ CASES = [
     ),
     pytest.param(SimParams(seed=904176, faults=REVIEW, fault_count=6), id="904176"),
     pytest.param(SimParams(seed=780028, faults=EVERY, fault_count=6), id="780028"),
+    pytest.param(  # `make sim`'s key/3 line with every fault
+        SimParams(seed=156, faults=EVERY, fault_count=6, ordering="key", workers_per_partition=3),
+        id="156-key3",
+    ),
 ]
 
 
