@@ -210,6 +210,8 @@ class ClaimState:
     estimate_floor: int | None = None
     seen_holder: tuple[str, str] | None = None  # uncertain: the instance its heartbeats name
     seen_replaced: dict[str, int] = field(default_factory=dict)  # ... replaced, and when
+    raised_by: tuple[str, str] | None = None  # uncertain: who wrote the record the estimate is
+    beats_below: tuple[str, int] | None = None  # ... and another instance's heartbeats below it
 
     @property
     def last_seen(self) -> int | None:
@@ -452,7 +454,9 @@ def note_gap(world: World, gap_time: int) -> None:
 def _behind_gap(state: ClaimState, gap_time: int) -> None:
     """A claim whose records may be in a gap at log time ``gap_time``: uncertain, and active
     then (the uncertain rules wait for 2*HB of silence after it). What it had inferred about
-    instances is dropped: the gap may hide a release or a grant."""
+    instances is dropped: the gap may hide a release or a grant (but not who raised the
+    estimate: a holder's later heartbeats carry a position past it whatever came between, bar
+    a rewind, `_beat_below`)."""
     state.certain = False
     state.seen_holder, state.seen_replaced = None, {}
     if state.last_activity is None or state.last_activity < gap_time:
@@ -586,6 +590,7 @@ def _grant(
     state.token, state.last_heartbeat = token, now
     state.released, state.retired, state.last_activity = False, frozenset(), now
     state.seen_holder, state.seen_replaced = None, {}  # (the floor is kept: `_estimate_floor`)
+    state.raised_by = state.beats_below = None
 
 
 def _is_current_holder(state: ClaimState, msg: PartitionMessage, now: int, hb: int) -> bool:
@@ -774,6 +779,11 @@ def _uncertain(
     seen = state.seen_replaced or type(msg) is not ClaimingMessages
     replaced = seen and _seen_replaced(state, msg, now, hb)
     before = resume_offset(state, Mode.AMO) if replaced else None
+    top = max(state.committed or 0, state.reserved or 0)
+    if msg.offset > top or state.committed is None:
+        state.raised_by, state.beats_below = (msg.client_id, msg.instance_id), None
+    elif type(msg) is Heartbeat and not replaced and msg.offset < top:
+        _beat_below(state, msg)
     if isinstance(msg, ClaimingMessages):
         state.reserved = max(state.reserved or 0, msg.offset)
         state.committed = max(state.committed or 0, msg.offset)  # reserved is consumed (rule 4)
@@ -821,7 +831,28 @@ def _seen_replaced(state: ClaimState, msg: PartitionMessage, now: int, hb: int) 
         state.seen_holder = (client, instance)
     elif isinstance(msg, ReleasingPartition):
         state.seen_holder, state.seen_replaced = None, {}
+        state.raised_by = state.beats_below = None
     return False
+
+
+def _beat_below(state: ClaimState, msg: Heartbeat) -> None:
+    """A heartbeat below the estimate on an uncertain claim, from another instance of the
+    client whose record raised it. A holder's heartbeat carries its fold's position; one that
+    took the claim over carries what its writer read before (its first), but every later one
+    the position at the takeover or past it, which includes any reservation accepted before
+    the takeover. So a second such heartbeat below the estimate shows the record that raised
+    it refused: the takeover came first, and the cleaner may have erased it (its cut between
+    the two: marshal-sim seed 870072). The old instance cannot be the one whose heartbeats
+    these are as a zombie: a new instance reserves only once the old one's lease has ended,
+    and past its lease the old one writes nothing. The floor is then that heartbeat's offset."""
+    raised = state.raised_by
+    if raised is None or raised[0] != msg.client_id or raised[1] == msg.instance_id:
+        return
+    below = state.beats_below
+    if below is None or below[0] != msg.instance_id:
+        state.beats_below = (msg.instance_id, 1)
+    elif state.estimate_floor is None:
+        state.estimate_floor = msg.offset
 
 
 def _estimate_floor(state: ClaimState, before: int | None) -> None:

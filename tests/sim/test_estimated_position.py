@@ -56,6 +56,12 @@ CASES = [
     ),
     pytest.param(SimParams(seed=904176, faults=REVIEW, fault_count=6), id="904176"),
     pytest.param(SimParams(seed=780028, faults=EVERY, fault_count=6), id="780028"),
+    pytest.param(  # the takeover erased, the refused reservation the first survivor
+        SimParams(
+            seed=870072, faults=EVERY, fault_count=6, ordering="unordered", workers_per_partition=4
+        ),
+        id="870072-unordered4",
+    ),
     pytest.param(  # `make sim`'s key/3 line with every fault
         SimParams(seed=156, faults=EVERY, fault_count=6, ordering="key", workers_per_partition=3),
         id="156-key3",

@@ -88,3 +88,29 @@ def test_the_floor_survives_a_win_and_goes_with_the_first_heartbeat_at_the_estim
         fold(world, record(msg, offset + 10, t))
         states.append((world.claims[KEY].certain, world.claims[KEY].estimate_floor))
     assert states[-2:] == [(True, 100), (True, None)]
+
+
+def test_two_heartbeats_of_the_new_instance_below_a_reservation_show_it_refused() -> None:
+    """The takeover erased (the cleaner's cut between it and a's refused reservation, seed
+    870072): b's heartbeats after it carry 329, below the reservation's end; a holder whose
+    fold had accepted it would carry 333 from its second heartbeat on. Floor 329."""
+    history = [(100, reserve("c", 333, inst=A)), (200, hb("c", 329, inst=B)),
+               (700, hb("c", 329, inst=B))]  # fmt: skip
+    world = World(Log().config, 0)
+    floors = []
+    for offset, (t, msg) in enumerate(history):
+        fold(world, record(msg, offset + 10, t))
+        floors.append(world.claims[KEY].estimate_floor)
+    assert floors == [None, None, 329]
+    assert _position(world.claims[KEY]) == 333
+
+
+def test_a_takeover_carrying_an_older_read_then_the_position_is_no_refusal() -> None:
+    """A takeover heartbeat carries what its writer read before (below a reservation accepted
+    meanwhile); the next heartbeat carries the position at the takeover: no floor."""
+    history = [(100, reserve("c", 333, inst=A)), (200, hb("c", 321, inst=B)),
+               (700, hb("c", 333, inst=B))]  # fmt: skip
+    world = World(Log().config, 0)
+    for offset, (t, msg) in enumerate(history):
+        fold(world, record(msg, offset + 10, t))
+    assert world.claims[KEY].estimate_floor is None
