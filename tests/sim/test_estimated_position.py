@@ -1,9 +1,9 @@
 """An AMO holder that starts at a compacted log's estimate reports what it passes over
 (`marshal-sim` seed 309022 of ``read-latency,clock-jumps,kill,freeze,restart,twins,compaction,
 pause,poison,stall``, seeds 416058 and 503039 of the key/3 and unordered/4 every-fault mixes,
-seed 780028 of the every-fault mix and seed 156 of `make sim`'s key/3 every-fault line, seed
-904176 of a review's ``twins,shared-ids,restart,partitions,compaction,latency,read-latency,
-kill``).
+seed 780028 of the every-fault mix, 870072 of the unordered/4 one and 156 of `make sim`'s
+key/3 line, seed 904176 of a review's ``twins,shared-ids,restart,partitions,compaction,latency,
+read-latency,kill``).
 
 A holder was replaced by a new instance of its client (a restart). The old instance's last
 reservation, written inside its lease, landed after the takeover: the whole log refuses it,
@@ -15,7 +15,9 @@ heartbeat's zombie), and taking less could hand records out twice. It won the cl
 carried the estimate into a certain claim that it won later, and started at the refused
 reservation's end: the records between were handled by nobody, and reported by nobody. Now
 the fold keeps, beside the estimate, where the position would stand without the records of an
-instance it saw replaced (`rationalizer._estimate_floor`), and the member that starts at the
+instance it saw replaced (`rationalizer._estimate_floor`; or, where the cleaner erased the
+takeover, below two heartbeats of the new instance that show the reservation refused:
+`_beat_below`, seed 870072), and the member that starts at the
 estimate reports the records between as lost (cause `estimate`). The checker holds such a
 report to be true: a record of it handled by anyone is a violation (reporting everything
 between the position last heartbeat and the estimate, tried before, named records the previous
