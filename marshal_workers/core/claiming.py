@@ -34,6 +34,7 @@ from marshal_workers.core.planning import Plan, plan
 from marshal_workers.core.reclaim import reclaimed_position
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_claimable, is_live, is_member_key, member_key
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import ClaimState, freshness, resume_offset
 from marshal_workers.protocol.wire import ClaimingPartition, ClaimKey, Heartbeat
 
@@ -133,6 +134,7 @@ class Claiming:
             # ends at most 2*HB after its last accepted heartbeat, in log time.
             held.start_after = now + self.takeover_wait(old_seen, event.log_time)
             self.set_position(held, self.resume_position(key))
+            self.passed_over(held)
         ctx.say(
             "info",
             "claim_resumed",
@@ -229,6 +231,7 @@ class Claiming:
             if position is not None:  # won back with nobody in between: its own newest
                 position = reclaimed_position(position, own, previous, ctx.s.client_id)
             self.set_position(held, position)
+            self.passed_over(held)
         ctx.say(
             "info",
             "claim_won",
@@ -280,6 +283,22 @@ class Claiming:
     def resume_position(self, key: ClaimKey) -> int | None:
         """Where the log says a new owner starts (None: nowhere yet)."""
         return resume_offset(self.ctx.state_of(key), self.ctx.s.mode)
+
+    def passed_over(self, held: HeldClaim) -> None:
+        """AMO: report what a start at the fold's position passes over that nobody was granted:
+        the records between the position without a replaced instance's refused records and the
+        estimate they raised, on a fold that read the claim after a gap
+        (`rationalizer._estimate_floor`; docs/design.md, residual risks)."""
+        state = self.ctx.state_of(held.key)
+        if self.ctx.s.mode is not Mode.AMO or state is None or state.estimate_floor is None:
+            return
+        position = self.resume_position(held.key)
+        if position is not None:
+            why = "position estimated after compaction past a replaced instance's refused record"
+            self.ctx.amo_lost(
+                held.key, state.estimate_floor, position, obs.LossCause.ESTIMATE, why,
+                token=held.token,
+            )  # fmt: skip
 
     def set_position(self, held: HeldClaim, position: int | None) -> None:
         """The claim's position, or a lookup of where it starts."""

@@ -21,6 +21,8 @@ class LossCause(StrEnum):
     LEASE_EXPIRED = "lease_expired"  # the claim's lease ran out (a frozen host, a stalled log)
     HANDLER_FAILED = "handler_failed"  # a handler failure ended the child under `stop`
     REFUSED = "refused"  # the log reserved a batch this member then refused to its child
+    ESTIMATE = "estimate"  # a compacted log's position estimate passed over records nobody
+    # was granted (a replaced instance's refused reservation raised it)
 
 
 @dataclass(frozen=True, slots=True)

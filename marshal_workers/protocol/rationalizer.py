@@ -204,6 +204,14 @@ class ClaimState:
     retired: frozenset[str] = frozenset()
     last_activity: int | None = None
     position_unknown: bool = False  # uncertain: a claim's position may have been compacted away
+    # AMO, after a gap: where the position would stand without the records this reader saw
+    # written by an instance after another instance of its client took the claim over from it
+    # (a whole-log reader refuses those); None while they raised it nothing (`_estimate_floor`)
+    estimate_floor: int | None = None
+    seen_holder: tuple[str, str] | None = None  # uncertain: the instance its heartbeats name
+    seen_replaced: dict[str, int] = field(default_factory=dict)  # ... replaced, and when
+    raised_by: tuple[str, str] | None = None  # uncertain: who wrote the record the estimate is
+    beats_below: tuple[str, int] | None = None  # ... and another instance's heartbeats below it
 
     @property
     def last_seen(self) -> int | None:
@@ -445,8 +453,12 @@ def note_gap(world: World, gap_time: int) -> None:
 
 def _behind_gap(state: ClaimState, gap_time: int) -> None:
     """A claim whose records may be in a gap at log time ``gap_time``: uncertain, and active
-    then (the uncertain rules wait for 2*HB of silence after it)."""
+    then (the uncertain rules wait for 2*HB of silence after it). What it had inferred about
+    instances is dropped: the gap may hide a release or a grant (but not who raised the
+    estimate: a holder's later heartbeats carry a position past it whatever came between, bar
+    a rewind, `_beat_below`)."""
     state.certain = False
+    state.seen_holder, state.seen_replaced = None, {}
     if state.last_activity is None or state.last_activity < gap_time:
         state.last_activity = gap_time
 
@@ -577,6 +589,8 @@ def _grant(
     state.holder_client, state.holder_instance = client_id, instance_id
     state.token, state.last_heartbeat = token, now
     state.released, state.retired, state.last_activity = False, frozenset(), now
+    state.seen_holder, state.seen_replaced = None, {}  # (the floor is kept: `_estimate_floor`)
+    state.raised_by = state.beats_below = None
 
 
 def _is_current_holder(state: ClaimState, msg: PartitionMessage, now: int, hb: int) -> bool:
@@ -618,6 +632,9 @@ def _heartbeat(
     state.committed = committed
     if world.pauses and _pause_client(world, key.group) == msg.client_id:
         state.reserved = None  # the pausing admin sets the position outright
+        state.estimate_floor = None
+    elif state.estimate_floor is not None and replaced is None:
+        _floor_reached(state, committed)  # (a takeover's offset is what its writer read)
     assert state.token is not None
     return ev.HeartbeatAccepted(rec.partition, rec.offset, now, msg, state.token, replaced)
 
@@ -630,9 +647,11 @@ def _release(
     if refusal is not None:
         return ev.ReleaseRejected(rec.partition, rec.offset, now, msg, refusal)
     if world.pauses and _pause_client(world, key.group) == msg.client_id:
-        state.reserved = None  # the pausing admin sets the position outright
+        state.reserved = state.estimate_floor = None  # the pausing admin sets the position
     state.holder_client = state.holder_instance = None
     state.released, state.retired, state.committed = True, frozenset(), msg.offset
+    if state.estimate_floor is not None:
+        _floor_reached(state, msg.offset)
     state.last_activity = now
     assert state.token is not None
     return ev.Released(rec.partition, rec.offset, now, msg, state.token)
@@ -661,6 +680,8 @@ def _claim_messages(
         return ev.MessagesRejected(rec.partition, rec.offset, now, msg, refusal)
     state.reserved = state.committed = msg.offset  # (>= start: never back)
     state.last_activity = now
+    if state.estimate_floor is not None:
+        _floor_reached(state, msg.offset)
     assert state.token is not None
     return ev.MessagesClaimed(rec.partition, rec.offset, now, msg, start, state.token)
 
@@ -725,6 +746,11 @@ def _uncertain(
     now, hb = world.log_time, world.config.heartbeat_interval_ms
     silent = state.last_activity is not None and now - state.last_activity > 2 * hb
     if isinstance(msg, ClaimingPartition):
+        if msg.instance_id in state.seen_replaced:  # it may hold the claim again (a release
+            # or a lapse the whole log saw): its records count from now on
+            state.seen_replaced = {
+                k: v for k, v in state.seen_replaced.items() if k != msg.instance_id
+            }
         pauser = _pause_client(world, key.group)
         no_position = state.committed is None and state.reserved is None
         if no_position and rec.key is not None and not rec.key.endswith(CLAIM_KEY_SUFFIX):
@@ -748,17 +774,106 @@ def _uncertain(
         state.last_activity = now
         reason = "group paused" if silent else "history compacted: waiting for 2*HB of silence"
         return ev.ClaimRejected(rec.partition, rec.offset, now, msg, reason, state.holder_client)
+    # (the inference is only needed for a heartbeat or release, or once an instance is seen
+    # replaced: a reservation of the instance its heartbeats name changes nothing)
+    seen = state.seen_replaced or type(msg) is not ClaimingMessages
+    replaced = seen and _seen_replaced(state, msg, now, hb)
+    before = resume_offset(state, Mode.AMO) if replaced else None
+    top = max(state.committed or 0, state.reserved or 0)
+    if msg.offset > top or state.committed is None:
+        state.raised_by, state.beats_below = (msg.client_id, msg.instance_id), None
+    elif type(msg) is Heartbeat and not replaced and msg.offset < top:
+        _beat_below(state, msg)
     if isinstance(msg, ClaimingMessages):
         state.reserved = max(state.reserved or 0, msg.offset)
         state.committed = max(state.committed or 0, msg.offset)  # reserved is consumed (rule 4)
     else:
         if world.pauses and _pause_client(world, key.group) == msg.client_id:
             state.committed, state.reserved = msg.offset, None  # a rewind: set outright
+            state.estimate_floor = None
         else:
             state.committed = max(state.committed or 0, msg.offset)
         if isinstance(msg, Heartbeat):
             # a release proves nothing about holding (its writer's own refused release
             # included): only a heartbeat names the likely holder of an uncertain claim
             state.holder_client, state.holder_instance = msg.client_id, msg.instance_id
+    if replaced:
+        _estimate_floor(state, before)
+    elif state.estimate_floor is not None:
+        _floor_reached(state, msg.offset)
     state.last_activity = now
     return ev.Unverified(rec.partition, rec.offset, now, msg)
+
+
+def _seen_replaced(state: ClaimState, msg: PartitionMessage, now: int, hb: int) -> bool:
+    """Whether an uncertain claim's record comes from an instance that this reader saw
+    replaced by another instance of its client (restart recovery): a whole-log reader refuses
+    it, if the heartbeat that seemed to take over was accepted. Inferred from the survivors
+    alone, and kept narrow, since a wrong inference would report handled records lost
+    (`_estimate_floor`): a heartbeat of another instance of the client its heartbeats named
+    replaces that instance; the replaced one's records count as such only within 2*HB of log
+    time after it (past its lease a member writes nothing that carries a position, so a record
+    later than that proves the takeover was the refused one), and a claim of it, a release, a
+    heartbeat of another client, or a gap ends what was inferred."""
+    client, instance = msg.client_id, msg.instance_id
+    since = state.seen_replaced.get(instance)
+    if since is not None and state.seen_holder is not None and state.seen_holder[0] == client:
+        if now - since <= 2 * hb:
+            return True
+        state.seen_replaced = {}  # a replaced instance that goes on: the inference was wrong
+        state.estimate_floor = None
+    if isinstance(msg, Heartbeat):
+        holder = state.seen_holder
+        if holder is None or holder[0] != client:
+            state.seen_replaced = {}
+        elif holder[1] != instance:
+            state.seen_replaced = {**state.seen_replaced, holder[1]: now}
+        state.seen_holder = (client, instance)
+    elif isinstance(msg, ReleasingPartition):
+        state.seen_holder, state.seen_replaced = None, {}
+        state.raised_by = state.beats_below = None
+    return False
+
+
+def _beat_below(state: ClaimState, msg: Heartbeat) -> None:
+    """A heartbeat below the estimate on an uncertain claim, from another instance of the
+    client whose record raised it. A holder's heartbeat carries its fold's position; one that
+    took the claim over carries what its writer read before (its first), but every later one
+    the position at the takeover or past it, which includes any reservation accepted before
+    the takeover. So a second such heartbeat below the estimate shows the record that raised
+    it refused: the takeover came first, and the cleaner may have erased it (its cut between
+    the two: marshal-sim seed 870072). The old instance cannot be the one whose heartbeats
+    these are as a zombie: a new instance reserves only once the old one's lease has ended,
+    and past its lease the old one writes nothing. The floor is then that heartbeat's offset."""
+    raised = state.raised_by
+    if raised is None or raised[0] != msg.client_id or raised[1] == msg.instance_id:
+        return
+    below = state.beats_below
+    if below is None or below[0] != msg.instance_id:
+        state.beats_below = (msg.instance_id, 1)
+    elif state.estimate_floor is None:
+        state.estimate_floor = msg.offset
+
+
+def _estimate_floor(state: ClaimState, before: int | None) -> None:
+    """Keep ``estimate_floor`` on an uncertain claim (AMO) after a record of an instance seen
+    replaced moved the position from ``before``: where the position would stand without such
+    records. A reservation such an instance wrote inside its lease can land after the takeover:
+    the whole log refuses it (its child was granted nothing), yet the estimate, the largest
+    offset seen, takes its end, and a holder that starts there passes over records nobody was
+    granted. The estimate stays as it is (taking less could hand records out twice: the
+    takeover may be the refused one); the floor lets the member that starts there report the
+    records between as lost. Every other record raises the floor to its offset
+    (`_floor_reached`)."""
+    after = resume_offset(state, Mode.AMO)
+    if state.estimate_floor is None and before is not None and (after or 0) > before:
+        state.estimate_floor = before
+
+
+def _floor_reached(state: ClaimState, offset: int) -> None:
+    """A record the floor counts, at ``offset``: the floor rises to it, and is gone once it
+    reaches the position."""
+    assert state.estimate_floor is not None
+    floor = max(state.estimate_floor, offset)
+    position = resume_offset(state, Mode.AMO)
+    state.estimate_floor = None if position is None or floor >= position else floor

@@ -182,6 +182,10 @@ class Checker:
     reported: dict[ClaimKey, list[tuple[int, int]]] = field(
         default_factory=lambda: defaultdict(list)
     )
+    # AMO: the ranges reported lost as passed over by a start at a compacted estimate
+    estimated_reported: dict[ClaimKey, list[tuple[int, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     # AMO: the ranges reported lost as reserved in the log and granted to nobody by a member
     # holding the claim, with that tenure (instance, token)
     refused_reported: dict[ClaimKey, list[tuple[int, int, tuple[str, int]]]] = field(
@@ -395,15 +399,24 @@ class Checker:
             )
 
     def lost_reported(
-        self, key: ClaimKey, start: int, end: int, tenure: tuple[str, int] | None = None
+        self,
+        key: ClaimKey,
+        start: int,
+        end: int,
+        tenure: tuple[str, int] | None = None,
+        *,
+        estimated: bool = False,
     ) -> None:
         """A member reported ``start``..``end`` of ``key`` lost (AMO). ``tenure`` (its instance
         and the token it holds the claim under), for a report of records reserved in the log
         and granted to nobody while it holds the claim: no child of that tenure may handle any
-        of them after all."""
+        of them after all. ``estimated``: passed over by a start at a compacted log's estimate
+        (cause `estimate`): nobody was granted them, so no child may have handled any."""
         self.reported[key].append((start, end))
         if tenure is not None:
             self.refused_reported[key].append((start, end, tenure))
+        if estimated:
+            self.estimated_reported[key].append((start, end))
 
     def finish(
         self,
@@ -526,6 +539,20 @@ class Checker:
                         "amo_loss_reported",
                         f"{key.topic}/{key.partition}: {len(untrue)} offsets reported lost as "
                         f"granted to nobody were handled (first {untrue[0]})",
+                    )
+                # a start at a compacted estimate reports what nobody was granted: a record of
+                # it handled by anyone, ever, makes the report untrue (a report that cries wolf)
+                passed = [
+                    o
+                    for a, b in self.estimated_reported.get(key, [])
+                    for o in self.owed(key, a, b)
+                    if o in counts
+                ]
+                if passed:
+                    self.violation(
+                        "amo_loss_reported",
+                        f"{key.topic}/{key.partition}: {len(passed)} offsets reported lost as "
+                        f"passed over by a compacted estimate were handled (first {passed[0]})",
                     )
 
     def agree(self, name: str, world: World, reference: World, at: float) -> None:

@@ -17,7 +17,7 @@ import signal
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import assert_never
+from typing import Protocol, assert_never
 
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
@@ -39,6 +39,23 @@ from marshal_workers.sim.slices import child_filter
 from marshal_workers.sim.vlog import VirtualLog
 
 TRACE_LINES = 40
+
+
+class LostReported(Protocol):
+    """Told each AMO loss a member reports (`AmoLost`): its claim, range, the reporting
+    tenure (instance, token) for a refusal, and whether a compacted estimate passed it over."""
+
+    def __call__(
+        self,
+        key: ClaimKey,
+        start: int,
+        end: int,
+        tenure: tuple[str, int] | None,
+        *,
+        estimated: bool = False,
+    ) -> None: ...
+
+
 WALL_EPOCH = 1_790_000_000.0  # virtual time 0 on the hosts' wall clocks (informational only)
 
 
@@ -84,9 +101,7 @@ class SimNode:
         on_checked: Callable[[str], None] = lambda invariant: None,
         read_lag_s: float = 0.0,
         on_failure_written: Callable[[str, bytes], None] = lambda instance, value: None,
-        on_lost: Callable[[ClaimKey, int, int, tuple[str, int] | None], None] = (
-            lambda key, start, end, tenure: None
-        ),
+        on_lost: LostReported = lambda key, start, end, tenure, estimated=False: None,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -427,7 +442,8 @@ class SimNode:
                 if refused and what.token is not None
                 else None
             )
-            self.on_lost(what.key, what.start, what.end, tenure)
+            estimated = what.cause is obs.LossCause.ESTIMATE
+            self.on_lost(what.key, what.start, what.end, tenure, estimated=estimated)
 
     def _trace(self, c: cmd.Log, t: float) -> None:
         """The log lines a run's trace keeps: warnings, errors, claims won."""
