@@ -37,12 +37,16 @@ UNCONFIRMED_KEPT = 16  # reservations given up on, per claim, that may still tur
 
 def reserved_from(op: Op, event: ev.MessagesClaimed) -> int:
     """Where what ``op``'s bytes reserved in the log begins: at the log's position before its
-    record; but where the log already stood at the record's end, an earlier write of the very
-    same bytes landed first (its first try, told it failed; or another child's, given up) and
-    reserved from ``op.start``: reported from there, or those records would be lost unsaid (a
-    review: seed 11 of `failures,read-latency` reported an empty range for 629..632)."""
+    record; but where the log already stood at the record's end, an earlier write of its run
+    landed first (its first try, told it failed; or another child's, given up) and reserved
+    from where the log stood at that record: reported from there, or those records would be
+    lost unsaid (a review: seed 11 of `failures,read-latency` reported an empty range for
+    629..632). That is ``op.start``, unless the fold showed an earlier try of ``op`` begin
+    lower (``op.landed_from``): a request answered with ``op``'s verdict never landed, so the
+    try's record reserved its records too (seed 784008 of `failures,read-latency,kill,stall`
+    at 0.3 reported 739..740 of 736..740)."""
     if event.start is None or event.start == op.end:
-        return op.start
+        return op.start if op.landed_from is None else op.landed_from
     return event.start
 
 
@@ -255,9 +259,10 @@ class Children:
         if again:
             message = ClaimingMessages(*self.ctx.fields(held.key), op.end)
             extra = {"request_id": op.request_id, "start": op.start, "end": op.end}
-            self.ctx.append(
+            written = self.ctx.append(
                 Kind.RESERVE, held.key, message, now, child=op.child, tries=op.tries + 1, **extra
             )
+            written.landed_from = op.landed_from  # (an earlier try's landing, if one was seen)
             return
         later = held.asked_end is not None and held.asked_end > op.end
         if later and held.refused_from is None and held.phase in GRANTING:
@@ -284,8 +289,9 @@ class Children:
         records are reserved in the log and nobody will be granted them: reported lost."""
         ops = self.ctx.unconfirmed.get(event.key, [])
         op = next((o for o in ops if o.message == event.message), None)
-        if op is None:
-            return  # not one given up on (a verdict that comes before its acknowledgement)
+        if op is None:  # not one given up on: an earlier try of a write made again, or a
+            self.earlier_try(event)  # verdict that comes before its acknowledgement
+            return
         if self._in_flight_alike(event):
             self.ctx.deferred_landings.setdefault(event.key, []).append(event)
             return
@@ -323,6 +329,25 @@ class Children:
                          partition=op.key.partition, start=op.start, end=op.end)  # fmt: skip
             return
         self._reserved_not_granted(held, op, event, UNCONFIRMED)
+
+    def earlier_try(self, event: ev.MessagesClaimed) -> None:
+        """A landing of this instance that no given-up write had: an earlier try of a
+        reservation written again (told it failed, it landed after all), or a record folded
+        before its acknowledgement. Noted on the write of its run in flight under the held token
+        (`Op.landed_from`): where the log already stands at that write's end when its own record
+        is folded, what the run reserved began at this record (`reserved_from`), which may be
+        below the request's start (a request answered with this one's verdict that never
+        landed: the try reserved its records too). A record that reserved nothing notes
+        nothing."""
+        held = self.ctx.held.get(event.key)
+        if held is None or event.token != held.token or event.start is None:
+            return
+        if event.start >= event.end:
+            return
+        for o in self.ctx.pending.ops.values():
+            if o.kind is Kind.RESERVE and o.key == event.key and o.end == event.end:
+                below = o.landed_from
+                o.landed_from = event.start if below is None else min(below, event.start)
 
     def _in_flight_alike(self, event: ev.MessagesClaimed) -> bool:
         """Whether a reservation in flight on the claim ends where ``event``'s record does: the

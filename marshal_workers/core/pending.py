@@ -43,6 +43,9 @@ class Op:
     end: int = 0  # RESERVE: the first offset after the batch; HEARTBEAT: the offset sent
     child: int = 0  # RESERVE: the child that asked (`HeldClaim.child_no`)
     tries: int = 0  # RESERVE, POISON: writes of the same record before this one (`WRITE_TRIES`)
+    # RESERVE, written again: where the record of an earlier try that landed after all began
+    # reserving (the log's position at it), if the fold showed one (`Children.earlier_try`)
+    landed_from: int | None = None
     # sent before the lease clock was found to have stood still: its send time proves no lease
     before_stall: bool = field(default=False, init=False)
     message: Message | PoisonMessage | None = field(default=None, init=False)  # what it wrote

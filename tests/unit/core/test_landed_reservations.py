@@ -12,6 +12,8 @@ the release carried the log's position, and offset 103 was never handled, with n
 
 from __future__ import annotations
 
+import pytest
+
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core import observations as obs
@@ -256,3 +258,57 @@ def test_what_a_landing_left_to_a_request_reserved_below_its_start_is_reported()
     reported = _losses(h)
     assert any(a <= 100 < b for a, b in reported), reported
     assert sum(b - a for a, b in reported) == 10, reported  # each offset once
+
+
+@pytest.mark.parametrize("later_s", [0.0, 1.0], ids=["same-bytes", "a-second-later"])
+def test_a_write_again_whose_first_try_reserved_a_covered_request_reports_all_of_it(
+    later_s: float,
+) -> None:
+    """marshal-sim seed 784008 of `failures,read-latency,kill,stall` at 0.3: the child's
+    100..103 fails both writes and is answered with its next request's verdict (103..104). That
+    one's first write times out but lands where the log stands at 100, so it reserves 100..104;
+    it is written again (the same bytes in the seed; other bytes a second later), and the
+    child is killed meanwhile. The write again lands where the log stands at 104 already and is
+    refused (its child has ended): it was reported from 103, its own start, and 100..103 was
+    reserved, never handled and reported by nobody (the position moved to 104 with the report,
+    so the release's backstop saw nothing either)."""
+    h, key = _holding()
+    first = _ask(h, key, ipc.GrantRequest(1, 100, 103))
+    (first_again,) = _fails(h, first, "append failed")
+    second = _ask(h, key, ipc.GrantRequest(2, 103, 104))
+    assert _fails(h, first_again, "append failed") == []  # answered with the second's verdict
+    _lands(h, second)  # the log stands at 100: its record reserves 100..104
+    _unread_for(h, later_s)
+    (second_again,) = _fails(h, second)  # timed out: written again
+    assert (second_again.value == second.value) is (later_s == 0.0)
+    _feed_unread(h, h.member.feed(inp.ChildExited(h.now, key, -15, None, 100)))  # killed
+    done = h.topic.append(second_again.partition, second_again.key, second_again.value)
+    h.read()  # the first try's record (100..104), then the write again's (nothing)
+    h.run(h.member.feed(inp.AppendDone(h.now, second_again.op, done)))
+    h.tick(0.05)
+    reported = _losses(h)
+    assert any(a <= 100 < b for a, b in reported), reported
+    assert sum(b - a for a, b in reported) == 4, reported  # 100..104, each offset once
+    assert _lost_lines(h) == reported
+
+
+def test_a_write_again_whose_first_try_landed_grants_the_covered_request_and_reports_nothing() -> (
+    None
+):
+    """The same writes with the child alive: the write again's verdict grants both requests
+    (the first try's record reserved 100..104 under the held token), and nothing is reported
+    lost: the earlier try's start reports only what a refusal leaves granted to nobody."""
+    h, key = _holding()
+    first = _ask(h, key, ipc.GrantRequest(1, 100, 103))
+    (first_again,) = _fails(h, first, "append failed")
+    second = _ask(h, key, ipc.GrantRequest(2, 103, 104))
+    assert _fails(h, first_again, "append failed") == []
+    _lands(h, second)
+    (second_again,) = _fails(h, second)
+    done = h.topic.append(second_again.partition, second_again.key, second_again.value)
+    h.read()
+    h.run(h.member.feed(inp.AppendDone(h.now, second_again.op, done)))
+    h.tick(0.05)
+    assert sorted(_grants(h)) == [(1, True), (2, True)]
+    assert _losses(h) == []
+    assert h.member.held[key].position == 104
