@@ -10,7 +10,10 @@ record of a placed group is:
 2. spread (legacy) settings: every partition, as before placement;
 3. none: the group is new, or older than settings records. The *creation scan*, once in a
    group's life: partition 0's topic record first; a version-1 topic (or none) is spread,
-   as before placement. On a version-2 topic every partition is read once. Settings of the
+   as before placement. On a version-2 topic whose count is the recorded one (else exit 4)
+   every partition, home and 0 included, is read once from its first record; placed settings
+   of the group made for another count (the count changed and was repinned: its home moved)
+   are refused there (exit 4), before anything is written. Settings of the
    group on home by then (a member created it meanwhile: it writes them there before anything
    else, so they are read if any record of it was) decide. Else any record of the group (a
    keyless one too: a Marshal Go fleet's, which the member then refuses on its spread path,
@@ -31,7 +34,11 @@ from dataclasses import replace
 
 from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, ConfigError, MarshalError
 from marshal_workers.config.runconfig import RunConfig
-from marshal_workers.fleet.groupcheck import WRITE_TIMEOUT_S, own_settings
+from marshal_workers.fleet.groupcheck import (
+    WRITE_TIMEOUT_S,
+    check_partition_count,
+    own_settings,
+)
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import CoordinationLog, LogError
 from marshal_workers.protocol.metadata import (
@@ -91,7 +98,8 @@ def _checked(found: GroupSettings, config: RunConfig, n: int) -> Placement | Non
         raise MarshalError(
             f"coordination topic {config.coordination_topic} has {n} partitions but group "
             f"{config.group} was placed for {placement.partitions}: its claims would move; "
-            "refusing (see docs/operating.md, 'Changing the coordination topic')",
+            "refusing (move the group to a new coordination topic: docs/operating.md, "
+            "'Changing the coordination topic')",
             EXIT_COORDINATION_CHANGED,
         )
     span = config.coordination_span
@@ -117,8 +125,13 @@ def _creation_scan(
     pin = reader.worlds[METADATA_PARTITION].topic_record
     if pin is None or not pin.placed:
         return None  # a version-1 topic: new groups are spread, as before placement
-    reader.follow(range(n))
+    # the count recorded at init first (exit 4, nothing written), as for a spread group
+    check_partition_count(config.coordination_topic, reader.worlds, n)
+    # every partition from its first record, home and 0 too: their records were folded above
+    # but not examined for the group's
+    reader.follow(range(n), from_start=True)
     seen = _group_seen(reader, group, timeout_s)
+    _refuse_other_count(reader, config, n)
     if seen:
         # A member that created the group meanwhile wrote its settings on home before anything
         # else: folded to the ends as they are now, home shows them if a record of theirs was
@@ -140,6 +153,16 @@ def _creation_scan(
     if accepted is None:  # the fold took no settings of the group at all: cannot be, say so
         raise MarshalError(f"group {group}'s settings were not taken on its home: {verdict}")
     return accepted  # ours, or the first writer's (a member that created it at the same time)
+
+
+def _refuse_other_count(reader: FoldedLog, config: RunConfig, n: int) -> None:
+    """Placed settings of the group made for another partition count, off today's home (the
+    count changed and the topic was repinned): its claims' positions are where that placement
+    put them; refused (exit 4) before anything is written."""
+    for world in reader.worlds.values():
+        found = world.group_settings.get(config.group)
+        if found is not None and found.placement is not None and found.placement.partitions != n:
+            _checked(found, config, n)
 
 
 def _group_seen(reader: FoldedLog, group: str, timeout_s: float) -> bool:
