@@ -178,13 +178,18 @@ class Supervisor:
         claims and claim, the log read from then on by the poll thread."""
         # the data topics first: a run refused at start writes nothing (no group settings)
         partitions = self.topics.partitions()
-        self._locate(len(partitions) + 1, catch_up_timeout)
-        folded = self._catch_up(catch_up_timeout)
-        release_freed_memory()  # what the catch-up read is folded: its buffers are free
-        if self.member.done:  # refused during the catch-up (a Marshal Go fleet writes here)
-            code = self.member.exit_code
-            raise MarshalError(self.member.exit_reason, code if code is not None else 1)
-        self._preflight(catch_up_timeout)
+        try:
+            self._locate(len(partitions) + 1, catch_up_timeout)
+            folded = self._catch_up(catch_up_timeout)
+            release_freed_memory()  # what the catch-up read is folded: its buffers are free
+            if self.member.done:  # refused during the catch-up (a Marshal Go fleet writes here)
+                code = self.member.exit_code
+                raise MarshalError(self.member.exit_reason, code if code is not None else 1)
+            self._preflight(catch_up_timeout)
+        except LogError as exc:  # one line and exit 1, as any start-up failure
+            raise MarshalError(
+                f"coordination log {self.config.coordination_topic}: {exc}"
+            ) from None
         # logged once started: before a start-up error nothing is printed but its line
         placement = placement_text(self.settings.placement)
         self._log.info("group_located", placement=placement, followed=sorted(self.log.followed))

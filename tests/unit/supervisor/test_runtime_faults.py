@@ -496,3 +496,33 @@ class TestCompactedMemberClaim:
             new.tick(0.1)
         assert mine in new.member.held, "the member claim was not won within 3*HB"
         assert len(member_claims()) == 1, "the member claim was refused first"
+
+
+class UnreadableLog(MemoryLog):
+    """A memory log whose partitions end past records it never delivers (a broker gone after
+    the log opened)."""
+
+    def end_offsets(self, timeout_s: float) -> dict[int, int]:
+        return {p: 1_000 for p in self.followed}
+
+    def poll(self, timeout_s: float) -> list[CoordRecord]:
+        time.sleep(min(timeout_s, 0.01))
+        return []
+
+
+class TestStartUpLogFailure:
+    def test_a_log_that_cannot_be_read_at_start_is_one_line_and_exit_1(
+        self, rig: Callable[[int], Rig]
+    ) -> None:
+        """Locating the group on a log that cannot be read to its end: a MarshalError (one
+        line, exit 1), not the log's own exception (once a traceback), and nothing claimed."""
+        r = rig(2)
+        config = RunConfig(handler="marshal_workers.plugins.ledger:handle", mode=Mode.ALO,
+                           topics=("orders",), group="g", client_id="w1",
+                           heartbeat_interval=HB)  # fmt: skip
+        sup = supervisor(config, UnreadableLog(r.topic), FakeTopics(2))
+        with pytest.raises(MarshalError) as caught:
+            sup.start(catch_up_timeout=0.3)
+        assert caught.value.exit_code == 1
+        assert "\n" not in str(caught.value) and "coordination" in str(caught.value)
+        assert r.children == []
