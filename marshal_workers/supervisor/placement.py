@@ -22,6 +22,10 @@ record of a placed group is:
    and takes the settings the fold accepted there: the first written win, so members that
    create one group at the same moment agree on one placement.
 
+A member that took its new group spread because the topic was version 1 checks, once its
+settings are recorded, that it is version 1 still (`refuse_placing_since`): else a member
+started after `init --enable-placement` may have placed the group meanwhile.
+
 The caller then follows `reads` of the answer (every partition for spread) from their first
 record and folds them into the member's core. This reader's fold keeps only the group's state.
 """
@@ -30,7 +34,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, ConfigError, MarshalError
 from marshal_workers.config.runconfig import RunConfig
@@ -48,7 +53,7 @@ from marshal_workers.protocol.metadata import (
     metadata_key,
 )
 from marshal_workers.protocol.placement import Placement, home, placed
-from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World
 from marshal_workers.protocol.wire import CoordRecord, DecodeError, decode
 
 CLAIMS_PER_PARTITION = 10_000  # `coordination_span` auto: one window partition per this many
@@ -59,9 +64,27 @@ def auto_span(claims: int, partitions: int) -> int:
     return max(1, min(partitions, math.ceil(claims / CLAIMS_PER_PARTITION)))
 
 
+@dataclass(frozen=True, slots=True)
+class Located:
+    """Where a member's group is coordinated (None: spread), and whether it was taken spread
+    only because the topic placed no new groups then (no settings on home, a version-1
+    topic record): such a member must see the topic still version 1 after its settings are
+    recorded (`refuse_placing_since`)."""
+
+    placement: Placement | None
+    new_while_spreading: bool = False
+
+
 def locate_member_group(
     log: CoordinationLog, config: RunConfig, claims: int, timeout_s: float
 ) -> Placement | None:
+    """`locate_member`'s placement."""
+    return locate_member(log, config, claims, timeout_s).placement
+
+
+def locate_member(
+    log: CoordinationLog, config: RunConfig, claims: int, timeout_s: float
+) -> Located:
     """The placement of ``config.group``'s claims (None: spread over every partition), found
     or created as the module says. ``claims``: the member's claims (for an auto span). The
     log is left following what the last step read."""
@@ -82,10 +105,35 @@ def locate_member_group(
     reader.catch_up(timeout_s)
     found = reader.worlds[at].group_settings.get(group)
     if found is None:
+        reader.follow([at, METADATA_PARTITION])
+        reader.catch_up(timeout_s)
+        pin = reader.worlds[METADATA_PARTITION].topic_record
+        if pin is None or not pin.placed:
+            # a version-1 topic: new groups are spread, as before placement
+            return Located(None, new_while_spreading=True)
         found = _creation_scan(reader, config, claims, timeout_s)
         if found is None:
-            return None
-    return _checked(found, config, n)
+            return Located(None)
+    return Located(_checked(found, config, n))
+
+
+def refuse_placing_since(worlds: Mapping[int, World], group: str) -> None:
+    """For a member that took its new group spread on a version-1 topic (`Located`): refuse
+    (exit 1: started again, it locates the group anew) if the topic record it has folded is
+    version 2 now. `marshal-admin init --enable-placement` ran meanwhile, and a member started
+    since may have found nothing of the group and placed it (its settings on home replace
+    spread ones: only placed records survive the cleaner). Checked once the member's spread
+    settings are folded on every partition and the log folded to its end after them: if the
+    topic record is still version 1 then, it was written after those settings were, so any
+    member that read it reads them on home too, and takes the group spread."""
+    pin = worlds[METADATA_PARTITION].topic_record
+    if pin is not None and pin.placed:
+        raise MarshalError(
+            f"group {group} was taken for new and spread while the coordination topic placed "
+            "no new groups, and it places them now (marshal-admin init --enable-placement "
+            "ran meanwhile): stopping before claiming anything; started again, the member "
+            "locates the group anew"
+        )
 
 
 def _checked(found: GroupSettings, config: RunConfig, n: int) -> Placement | None:
@@ -114,17 +162,12 @@ def _checked(found: GroupSettings, config: RunConfig, n: int) -> Placement | Non
 def _creation_scan(
     reader: FoldedLog, config: RunConfig, claims: int, timeout_s: float
 ) -> GroupSettings | None:
-    """Home holds no settings of the group: spread (None) if the topic places no new groups or
-    the group has records from before; else create it placed and return the settings the
-    fold accepted on home."""
+    """Home holds no settings of the group, and the topic (its record folded) places new
+    groups: spread (None) if the group has records from before; else create it placed and
+    return the settings the fold accepted on home."""
     log, group = reader.log, config.group
     n = log.num_partitions
     at = home(group, n)
-    reader.follow([at, METADATA_PARTITION])
-    reader.catch_up(timeout_s)
-    pin = reader.worlds[METADATA_PARTITION].topic_record
-    if pin is None or not pin.placed:
-        return None  # a version-1 topic: new groups are spread, as before placement
     # the count recorded at init first (exit 4, nothing written), as for a spread group
     check_partition_count(config.coordination_topic, reader.worlds, n)
     # every partition from its first record, home and 0 too: their records were folded above
