@@ -86,10 +86,20 @@ def open_log(
         raise
 
 
-def locate_group(log: KafkaLog, conn: Connection, group: str, timeout_s: float) -> Placement | None:
+def locate_group(
+    log: KafkaLog,
+    conn: Connection,
+    group: str,
+    timeout_s: float,
+    *,
+    home_unreadable_spread: bool = False,
+) -> Placement | None:
     """Where ``group`` is coordinated, from its settings on its home partition (the only one
     read): its placement, or None (spread, or no settings there: every partition). The log
-    is left following home. MarshalError (exit 4) for a placement made for another count."""
+    is left following home. MarshalError (exit 4) for a placement made for another count.
+    A home that cannot be read is refused (one line), or with ``home_unreadable_spread`` (a
+    read-only view: `status`) None: every partition is read, a placed group's window too,
+    whose copies of its settings fold it as placed, and what cannot be read is listed."""
     n = log.num_partitions
     at = home(group, n)
     reader = FoldedLog(log, replace(conn.rationalizer_config(n), only_group=group))
@@ -97,6 +107,8 @@ def locate_group(log: KafkaLog, conn: Connection, group: str, timeout_s: float) 
     try:
         reader.catch_up(timeout_s)
     except LogError as exc:
+        if home_unreadable_spread:
+            return None
         raise MarshalError(f"reading group {group}'s home partition {at}: {exc}") from None
     found = reader.worlds[at].group_settings.get(group)
     placement = None if found is None else found.placement
@@ -117,6 +129,7 @@ def open_group_log(
     *,
     read_only: bool = True,
     only_group: bool = True,
+    home_unreadable_spread: bool = False,
 ) -> tuple[KafkaLog, FoldedLog, Placement | None]:
     """`open_log`, then `locate_group`: the reader follows a placed group's partitions from
     their first records (knowing its placement), every partition for any other group; and the
@@ -124,7 +137,9 @@ def open_group_log(
     view = group if only_group else None
     log, reader = open_log(conn, client_id, read_only=read_only, group=view)
     try:
-        placement = locate_group(log, conn, group, timeout_s)
+        placement = locate_group(
+            log, conn, group, timeout_s, home_unreadable_spread=home_unreadable_spread
+        )
         config = reader.config
         wanted: list[int] = list(range(log.num_partitions))
         if placement is not None:

@@ -51,7 +51,10 @@ class StatusReader:
         self.timeout_s = timeout_s
         # the group's view, as its members fold it: other groups' records are counted only; a
         # placed group's partitions only (`open_group_log`)
-        self.log, self.reader, _ = open_group_log(conn, group, timeout_s)
+        # an unreadable home: every partition, what cannot be read listed (`locate_group`)
+        self.log, self.reader, _ = open_group_log(
+            conn, group, timeout_s, home_unreadable_spread=True
+        )
         self.losses = AmoLosses(conn.heartbeat_interval_ms)
         self.admin = admin_client(conn.bootstrap_servers, conn.kafka)
 
@@ -68,7 +71,9 @@ class StatusReader:
         if fold_settings_differ(self.conn, adopted):  # the group's recorded settings: fold again
             self.close()
             self.conn = adopted
-            self.log, self.reader, _ = open_group_log(adopted, self.group, self.timeout_s)
+            self.log, self.reader, _ = open_group_log(
+                adopted, self.group, self.timeout_s, home_unreadable_spread=True
+            )
             self.losses = AmoLosses(adopted.heartbeat_interval_ms)
             problems = []
             self._catch_up(problems)

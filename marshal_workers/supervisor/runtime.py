@@ -33,7 +33,7 @@ import structlog
 
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
-from marshal_workers.common.errors import MarshalError
+from marshal_workers.common.errors import ConfigError, MarshalError
 from marshal_workers.common.heap import release_freed_memory
 from marshal_workers.common.stacks import catches_signal, log_stacks
 from marshal_workers.config.runconfig import RunConfig
@@ -60,7 +60,7 @@ from marshal_workers.supervisor.background import Background
 from marshal_workers.supervisor.childprocess import ChildHandle, start_child
 from marshal_workers.supervisor.datatopics import DataTopics
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer, deliver
-from marshal_workers.supervisor.placement import locate_member_group
+from marshal_workers.supervisor.placement import locate_member, refuse_placing_since
 from marshal_workers.supervisor.pollthread import LogPollThread
 
 if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
@@ -151,6 +151,7 @@ class Supervisor:
         self.reader: LogPollThread | None = None  # reads the log, wakes the loop (from start)
         # the core's settings, kept here so the runtime reads what it gave, not the core's state
         self.settings = member_settings(config, log.num_partitions)
+        self._new_while_spreading = False  # `supervisor.placement.Located`
         self.member = Member(self.settings)
         self.leases: dict[ClaimKey, SharedLease] = {}
         self.children: dict[ClaimKey, ChildHandle] = {}
@@ -178,13 +179,18 @@ class Supervisor:
         claims and claim, the log read from then on by the poll thread."""
         # the data topics first: a run refused at start writes nothing (no group settings)
         partitions = self.topics.partitions()
-        self._locate(len(partitions) + 1, catch_up_timeout)
-        folded = self._catch_up(catch_up_timeout)
-        release_freed_memory()  # what the catch-up read is folded: its buffers are free
-        if self.member.done:  # refused during the catch-up (a Marshal Go fleet writes here)
-            code = self.member.exit_code
-            raise MarshalError(self.member.exit_reason, code if code is not None else 1)
-        self._preflight(catch_up_timeout)
+        try:
+            self._locate(len(partitions) + 1, catch_up_timeout)
+            folded = self._catch_up(catch_up_timeout)
+            release_freed_memory()  # what the catch-up read is folded: its buffers are free
+            if self.member.done:  # refused during the catch-up (a Marshal Go fleet writes here)
+                code = self.member.exit_code
+                raise MarshalError(self.member.exit_reason, code if code is not None else 1)
+            self._preflight(catch_up_timeout)
+        except LogError as exc:  # one line and exit 1, as any start-up failure
+            raise MarshalError(
+                f"coordination log {self.config.coordination_topic}: {exc}"
+            ) from None
         # logged once started: before a start-up error nothing is printed but its line
         placement = placement_text(self.settings.placement)
         self._log.info("group_located", placement=placement, followed=sorted(self.log.followed))
@@ -197,7 +203,9 @@ class Supervisor:
     def _locate(self, claims: int, timeout_s: float) -> None:
         """Find (or, for a new group on a topic that places them, choose) where the group is
         coordinated; make the core for it; follow its partitions from their first records."""
-        placement = locate_member_group(self.log, self.config, claims, timeout_s)
+        located = locate_member(self.log, self.config, claims, timeout_s)
+        placement = located.placement
+        self._new_while_spreading = located.new_while_spreading
         if placement != self.settings.placement:
             self.settings = member_settings(self.config, self.log.num_partitions, placement)
             self.member = Member(self.settings)
@@ -229,9 +237,20 @@ class Supervisor:
         c, worlds = self.config, self.member.worlds
         if self.settings.placement is None:  # placed: its count checked where it was located
             check_partition_count(c.coordination_topic, worlds, self.log.num_partitions)
+        if self._new_while_spreading:  # before writing the group's first settings
+            refuse_placing_since(worlds, c.group)
         mine = self.settings.shared
-        if mine is not None:
-            ensure_group_settings(self.log, worlds, self._catch_up, mine, timeout_s)
+        try:
+            if mine is not None:
+                ensure_group_settings(self.log, worlds, self._catch_up, mine, timeout_s)
+        except ConfigError:  # placed meanwhile, say: started again it joins the placement
+            if self._new_while_spreading:
+                self._catch_up(timeout_s)
+                refuse_placing_since(worlds, c.group)
+            raise
+        if self._new_while_spreading:  # and after: the log folded to its end past them
+            self._catch_up(timeout_s)
+            refuse_placing_since(worlds, c.group)
 
     # ---- the loop ---------------------------------------------------------------------------
 

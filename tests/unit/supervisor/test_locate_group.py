@@ -26,7 +26,7 @@ from marshal_workers.supervisor.placement import auto_span, locate_member_group
 
 N = 8
 G = "shop.billing"
-AT = home(G, N)  # 1
+AT = home(G, N)  # 3
 CONFIG = RunConfig(handler="m:h", mode=Mode.ALO, topics=("orders",), group=G, client_id="a",
                    heartbeat_interval=1.0)  # fmt: skip
 
@@ -69,26 +69,62 @@ class TestCreation:
             assert locate(t) is None
             assert sum(len(t.read(p, 0)) for p in range(N)) == (0 if pin is None else 1)
 
-    def test_a_group_with_records_from_before_is_spread(self) -> None:
-        """Any record of the group (a heartbeat anywhere) on a version-2 topic: spread."""
+    @pytest.mark.parametrize("where", [AT, METADATA_PARTITION, (AT + 3) % N])
+    def test_a_group_with_records_from_before_is_spread(self, where: int) -> None:
+        """Any record of the group (a heartbeat on home, on partition 0 or elsewhere) on a
+        version-2 topic: spread (home's and partition 0's records were once never examined)."""
         t = topic(V2)
         beat = Heartbeat(1, "x-1", "x", G, "orders", 0, 5)
-        t.append((AT + 3) % N, record_key(beat), encode(beat))
+        t.append(where, record_key(beat), encode(beat))
         assert locate(t) is None
 
-    def test_a_keyless_record_naming_the_group_is_a_group_from_before(self) -> None:
-        """A keyless (Marshal Go) record of the group: spread, where the member refuses it."""
+    @pytest.mark.parametrize("where", [AT, METADATA_PARTITION, (AT + 2) % N])
+    def test_a_keyless_record_naming_the_group_is_a_group_from_before(self, where: int) -> None:
+        """A keyless (Marshal Go) record of the group, wherever it is: spread, where the member
+        refuses it (exit 5)."""
         t = topic(V2)
         beat = Heartbeat(1, "go-1", "go", G, "orders", 0, 5)
-        t.append((AT + 2) % N, None, encode(beat))  # type: ignore[arg-type]
+        t.append(where, None, encode(beat))  # type: ignore[arg-type]
         assert locate(t) is None
 
     def test_another_group_s_records_do_not_count(self) -> None:
-        """Records of another group (whose name starts like it) leave the group new."""
+        """Records of other groups whose names start like it (keyed and keyless), on every
+        partition home and 0 included, leave the group new."""
         t = topic(V2)
-        beat = Heartbeat(1, "x-1", "x", G + "x", "orders", 0, 5)
-        t.append(AT, record_key(beat), encode(beat))
+        for other in (G + "x", G + ".x", G[:-1]):
+            for q in range(N):
+                beat = Heartbeat(1, "x-1", "x", other, "orders", 0, 5)
+                t.append(q, record_key(beat), encode(beat))
+                t.append(q, None, encode(beat))  # type: ignore[arg-type]
         assert locate(t) == placed(G, N, 1)
+
+    def test_a_new_group_on_a_topic_of_another_count_than_recorded_is_exit_4(self) -> None:
+        """The topic's count differs from its record's (pinned at init): exit 4, nothing written,
+        as for a spread group (a new group was once created placed for the new count)."""
+        t = topic(replace(V2, partitions=N - 2))
+        with pytest.raises(MarshalError) as caught:
+            locate(t)
+        assert caught.value.exit_code == EXIT_COORDINATION_CHANGED
+        assert sum(len(t.read(p, 0)) for p in range(N)) == 1
+
+    def test_a_group_placed_for_another_count_is_refused_before_anything_is_written(
+        self,
+    ) -> None:
+        """After a count change and repin, the group's placed settings sit where home was for
+        the old count: exit 4 with what to do, nothing written (it once wrote spread settings
+        on every partition, then exited 2)."""
+        t = topic(V2)
+        old_n = 6  # home(G, 6) is 1, not home(G, 8)
+        old = settings(placed(G, old_n, 1))
+        t.append(home(G, old_n), metadata_key(old), encode_metadata(old))
+        beat = Heartbeat(1, "b-1", "b", G, "orders", 0, 5)
+        t.append(home(G, old_n), record_key(beat), encode(beat))
+        before = sum(len(t.read(p, 0)) for p in range(N))
+        with pytest.raises(MarshalError) as caught:
+            locate(t)
+        assert caught.value.exit_code == EXIT_COORDINATION_CHANGED
+        assert f"placed for {old_n}" in str(caught.value)
+        assert sum(len(t.read(p, 0)) for p in range(N)) == before
 
     def test_the_first_settings_written_win_a_creation_race(self) -> None:
         """A rival that writes its placed settings on home just before this member's: this

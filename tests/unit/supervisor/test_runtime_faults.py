@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -20,10 +21,21 @@ from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.heldclaim import Phase
 from marshal_workers.core.member import Member
+from marshal_workers.fleet.groupcheck import own_settings
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol.leases import kill_grace
 from marshal_workers.protocol.members import is_live, is_member_key, member_key
+from marshal_workers.protocol.metadata import (
+    METADATA_PARTITION,
+    TOPIC_RECORD_KEY,
+    GroupSettings,
+    TopicRecord,
+    encode_metadata,
+    metadata_key,
+)
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.placement import home as placement_home
+from marshal_workers.protocol.placement import placed
 from marshal_workers.protocol.rationalizer import ClaimState, RationalizerConfig, World, fold
 from marshal_workers.protocol.wire import (
     Appended,
@@ -496,3 +508,100 @@ class TestCompactedMemberClaim:
             new.tick(0.1)
         assert mine in new.member.held, "the member claim was not won within 3*HB"
         assert len(member_claims()) == 1, "the member claim was refused first"
+
+
+class UnreadableLog(MemoryLog):
+    """A memory log whose partitions end past records it never delivers (a broker gone after
+    the log opened)."""
+
+    def end_offsets(self, timeout_s: float) -> dict[int, int]:
+        return {p: 1_000 for p in self.followed}
+
+    def poll(self, timeout_s: float) -> list[CoordRecord]:
+        time.sleep(min(timeout_s, 0.01))
+        return []
+
+
+class TestStartUpLogFailure:
+    def test_a_log_that_cannot_be_read_at_start_is_one_line_and_exit_1(
+        self, rig: Callable[[int], Rig]
+    ) -> None:
+        """Locating the group on a log that cannot be read to its end: a MarshalError (one
+        line, exit 1), not the log's own exception (once a traceback), and nothing claimed."""
+        r = rig(2)
+        config = RunConfig(handler="marshal_workers.plugins.ledger:handle", mode=Mode.ALO,
+                           topics=("orders",), group="g", client_id="w1",
+                           heartbeat_interval=HB)  # fmt: skip
+        sup = supervisor(config, UnreadableLog(r.topic), FakeTopics(2))
+        with pytest.raises(MarshalError) as caught:
+            sup.start(catch_up_timeout=0.3)
+        assert caught.value.exit_code == 1
+        assert "\n" not in str(caught.value) and "coordination" in str(caught.value)
+        assert r.children == []
+
+
+class UpgradedWhileStarting(MemoryLog):
+    """A memory log on which `marshal-admin init --enable-placement` runs (a version-2 topic
+    record on partition 0) just before the member's first settings record is appended."""
+
+    def append(self, partition: int, key: bytes, value: bytes, timeout_s: float) -> Appended:
+        if b"//settings" in key and not self.upgraded:
+            self.upgraded = True
+            pin = TopicRecord(0, "init-test", "marshal-admin", self.num_partitions, placed=True)
+            self._topic.append(METADATA_PARTITION, TOPIC_RECORD_KEY, encode_metadata(pin))
+            if self.rival is not None:  # a member started since placed the group first
+                at = placement_home(self.rival.group_id, self.num_partitions)
+                self._topic.append(at, metadata_key(self.rival), encode_metadata(self.rival))
+        return super().append(partition, key, value, timeout_s)
+
+    upgraded = False
+    rival: GroupSettings | None = None
+
+
+class TestUpgradeWhileANewGroupStarts:
+    def test_a_new_group_located_spread_before_the_upgrade_claims_nothing(
+        self, rig: Callable[[int], Rig]
+    ) -> None:
+        """The member locates a new group spread on a version-1 topic; the topic is upgraded
+        before its settings are recorded. A member started after the upgrade may have found
+        nothing of the group and placed it (its record on home replaces these spread
+        settings), so this one stops before claiming: exit 1, restarted, it locates again."""
+        r = rig(2)
+        log = UpgradedWhileStarting(r.topic)
+        with pytest.raises(MarshalError) as caught:
+            r.start("w1", log=log)
+        assert log.upgraded
+        assert caught.value.exit_code == 1 and "enable-placement" in str(caught.value)
+        assert r.children == []
+        claims = [
+            rec
+            for p in range(COORDINATION_PARTITIONS)
+            for rec in r.topic.read(p, 0)
+            if isinstance(message_of(rec.value), ClaimingPartition)
+        ]
+        assert claims == []
+
+    def test_placed_by_a_member_started_since_it_is_exit_1_not_2(
+        self, rig: Callable[[int], Rig]
+    ) -> None:
+        """The same, with the placed settings of a member started after the upgrade on home
+        before this member's spread ones (refused there): exit 1, so that it is started again
+        and joins the placed group, not exit 2 (settings differ), which is not restarted."""
+        r = rig(2)
+        log = UpgradedWhileStarting(r.topic)
+        config = RunConfig(handler="m:h", mode=Mode.ALO, topics=("orders",), group="g",
+                           client_id="w0", heartbeat_interval=HB)  # fmt: skip
+        log.rival = replace(own_settings(config), placement=placed("g", COORDINATION_PARTITIONS, 1))
+        with pytest.raises(MarshalError) as caught:
+            r.start("w1", log=log)
+        assert caught.value.exit_code == 1 and "enable-placement" in str(caught.value)
+        assert r.children == []
+
+    def test_a_new_group_located_spread_after_nothing_changed_runs(
+        self, rig: Callable[[int], Rig]
+    ) -> None:
+        """The same start on a topic that stays version 1: it claims (the check refuses the
+        upgrade only)."""
+        r = rig(2)
+        r.start("w1")
+        r.run_until(lambda: len(r.live_children()) == 2, "two children", 10)
