@@ -46,6 +46,9 @@ class Op:
     # RESERVE, written again: where the record of an earlier try that landed after all began
     # reserving (the log's position at it), if the fold showed one (`Children.earlier_try`)
     landed_from: int | None = None
+    # RESERVE, written again: what its earlier tries wrote (other bytes a second later): a
+    # landing of one of them is this write's, once it is given up (`Children.reservation_landed`)
+    tried: tuple[Message, ...] = field(default=(), init=False)
     # sent before the lease clock was found to have stood still: its send time proves no lease
     before_stall: bool = field(default=False, init=False)
     message: Message | PoisonMessage | None = field(default=None, init=False)  # what it wrote

@@ -11,7 +11,13 @@ at 740 already and was refused (its child had ended): reported from 739, its own
 the claim's position moved to 740 with it, so the release's backstop saw nothing either:
 736..738 never handled, reported by nobody (`amo_loss_reported`). A landing no given-up write
 had is now noted on the write of its run in flight (`Children.earlier_try`), and a write
-again's refusal reports from there (`children.reserved_from`)."""
+again's refusal reports from there (`children.reserved_from`).
+
+Seed 963009 of the same mix (tg1/0, member c5:i6, 21.05-21.2 s): 505..510's first write timed
+out but landed at 505; its write again, stamped a second later, failed too and was given up,
+answered with 510..511's verdict. The first try's record, folded after, matched no given-up
+write (kept with the write again's bytes only): 505..509 reported by nobody. A given-up write
+is now matched by the bytes of each of its tries (`children.wrote`)."""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from dataclasses import replace
 
 import pytest
 
+from marshal_workers.core import children
 from marshal_workers.core.children import Children
 from marshal_workers.sim.params import SimParams
 from marshal_workers.sim.scenario import run_seed
@@ -41,3 +48,18 @@ def test_defect_a_write_again_reports_from_its_own_start(monkeypatch: pytest.Mon
     monkeypatch.setattr(Children, "earlier_try", lambda self, event: None)
     found = first_violation(FAILING_WRITES_WITH_KILLS, "amo_loss_reported", 1, first=784008)
     assert found == 784008
+
+
+def test_seed_963009_reports_every_amo_loss() -> None:
+    """Seed 963009: no violation (it had `amo_loss_reported`, 505..509 of tg1/0)."""
+    assert run_seed(replace(FAILING_WRITES_WITH_KILLS, seed=963009)).violations == []
+
+
+def test_defect_a_given_up_write_again_matches_its_own_bytes_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reintroduced: a given-up write again is matched to a landing by its own bytes only, so
+    its first try's landing (stamped a second earlier) is reported by nobody."""
+    monkeypatch.setattr(children, "wrote", lambda op, event: op.message == event.message)
+    found = first_violation(FAILING_WRITES_WITH_KILLS, "amo_loss_reported", 1, first=963009)
+    assert found == 963009

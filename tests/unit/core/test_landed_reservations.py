@@ -12,6 +12,8 @@ the release carried the log's position, and offset 103 was never handled, with n
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from marshal_workers.core import commands as cmd
@@ -312,3 +314,34 @@ def test_a_write_again_whose_first_try_landed_grants_the_covered_request_and_rep
     assert sorted(_grants(h)) == [(1, True), (2, True)]
     assert _losses(h) == []
     assert h.member.held[key].position == 104
+
+
+def test_a_covered_write_again_whose_first_try_landed_reports_that_landing() -> None:
+    """marshal-sim seed 963009 of `failures,read-latency,kill,stall` at 0.3: the child's
+    100..105 times out but lands where the log stands at 100; it is written again a second
+    later (other bytes), the child asks 105..106, and the write again fails too: given up,
+    answered with 105..106's verdict. The child is killed; the fold then shows the first try's
+    record, which matched no given-up write (those bytes were the write again's) and no write
+    in flight: 100..105 was reserved, never handled and reported by nobody."""
+    h, key = _holding()
+    while not (  # just after a heartbeat, the wall clock's next second near
+        math.floor(h.now + 0.35) > math.floor(h.now)
+        and h.member.held[key].next_heartbeat > h.now + 0.4
+    ):
+        h.tick(0.05)
+    first = _ask(h, key, ipc.GrantRequest(1, 100, 105))
+    _lands(h, first)  # the log stands at 100: its record reserves 100..105
+    _unread_for(h, 0.35)
+    (first_again,) = _fails(h, first)  # timed out: written again, in the next second
+    assert first_again.value != first.value
+    second = _ask(h, key, ipc.GrantRequest(2, 105, 106))
+    assert _fails(h, first_again, "append failed") == []  # answered with the second's verdict
+    _feed_unread(h, h.member.feed(inp.ChildExited(h.now, key, -15, None, 100)))  # killed
+    done = h.topic.append(second.partition, second.key, second.value)
+    h.read()  # the first try's record (100..105), then the second's (105..106)
+    h.run(h.member.feed(inp.AppendDone(h.now, second.op, done)))
+    h.tick(0.05)
+    reported = _losses(h)
+    assert any(a <= 100 < b for a, b in reported), reported
+    assert sum(b - a for a, b in reported) == 6, reported  # 100..106, each offset once
+    assert _lost_lines(h) == reported
