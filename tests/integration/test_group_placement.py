@@ -107,9 +107,7 @@ class TestPlacedGroup:
         stop_all(fleet)
         assert_ledger_sound(fleet, alo=True)
 
-    def test_members_started_together_agree_on_one_placement(
-        self, make_fleet: MakeFleet
-    ) -> None:
+    def test_members_started_together_agree_on_one_placement(self, make_fleet: MakeFleet) -> None:
         """Four members of a new group started at once: whichever creates it, every one takes
         the placement recorded on home and none is refused (a late scan once took the first
         creator's records for a group from before, and exited 2)."""
@@ -152,9 +150,7 @@ class TestPlacedGroup:
             coordination_partitions=COORDINATION, placed=True, partitions=4, mode="amo"
         )
         other = group_with_home_apart({home(first.group, COORDINATION)})
-        second = make_fleet(
-            coordination=first.coordination, group=other, partitions=4, mode="amo"
-        )
+        second = make_fleet(coordination=first.coordination, group=other, partitions=4, mode="amo")
         members = [f.start(name) for f in (first, second) for name in ("a", "b")]
         first.wait_split([2, 2])
         second.wait_split([2, 2])
@@ -190,9 +186,7 @@ class TestSpreadGroups:
             assert settings.placement is None
         stop_all(fleet)
 
-    def test_enable_placement_places_only_groups_created_after(
-        self, make_fleet: MakeFleet
-    ) -> None:
+    def test_enable_placement_places_only_groups_created_after(self, make_fleet: MakeFleet) -> None:
         """`init --enable-placement` on a version-1 topic: a group that ran before stays
         spread; a group created afterwards is placed."""
         old = make_fleet(coordination_partitions=COORDINATION)
