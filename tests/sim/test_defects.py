@@ -566,6 +566,36 @@ def test_release_defect_a_refusal_learnt_after_the_rivals_release_backs_off(
     assert run_seed(replace(SimParams(), seed=seed)).violations == []
 
 
+def test_release_defect_a_failed_claim_learnt_after_the_rivals_release_backs_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by marshal-sim's `release_claimed` (seed 967010 of an unordered fleet of 4 slices
+    a partition, every fault but read latency and clock jumps, 6 faults): a starting member's
+    fold was behind, so it claimed a slice a rival held; the rival released it, and the turn
+    that folded the release then learnt that the claim's write had failed. The failure's
+    back-off (HB/10 to HB/2) was set after the release had lifted every wait, and the free
+    slice waited for it. Now a claim whose write failed and that is released by then is
+    claimed again at once (`Claiming.gave_up`); reintroduced: it always backs off. (The
+    seed is searched from 967010; a change to which records a run writes may move it.)"""
+
+    def backing_off(self: Claiming, op: Op, now: float) -> None:
+        landed = op.kind is Kind.CLAIM and op.key not in self.in_flight()
+        if landed and self.adopt_landed(op.key, now):
+            return
+        self.ctx.avoid_until[op.key] = now + self.ctx.jitter(0.1, 0.5)
+
+    monkeypatch.setattr(Claiming, "gave_up", backing_off)
+    faults = (  # (in the sweep's order: the run draws its faults from it)
+        "kill", "freeze", "stall", "restart", "twins", "compaction", "eager-compaction",
+        "latency", "clock", "failures", "pause", "partitions", "shared-ids", "poison", "forgery",
+    )  # fmt: skip
+    params = SimParams(faults=faults, fault_count=6, ordering="unordered", workers_per_partition=4)
+    seed = first_violation(params, "release_claimed", 1, first=967010)
+    assert seed == 967010
+    monkeypatch.undo()
+    assert run_seed(replace(params, seed=seed)).violations == []
+
+
 def test_forgery_defect_an_integer_field_past_the_digit_limit_reaches_int(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
