@@ -709,3 +709,27 @@ def test_amo_defect_a_write_made_again_that_landed_twice_hides_a_run_from_the_lo
     monkeypatch.undo()
     clean = run_seed(replace(params, seed=seed)).violations
     assert "amo_loss_reported" not in {v["invariant"] for v in clean}
+
+
+def test_restart_defect_a_child_stopped_as_its_lease_ended_counts_as_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by marshal-sim's `liveness` (seed 180173 of `failures,read-latency` at a fail rate
+    of 0.3, 8 faults): a claim's heartbeats were slow to land, the member TERMed its child as
+    the lease was ending, the late heartbeat then landed and the lease ran again, and the exit
+    by the member's own signal was counted as a crash; three of them released the partition for
+    a minute, and with the other members at their share it stayed idle. Now such a stop counts
+    nothing and a child runs again at once (`childexits.decide`'s ``stopped_for_lease``);
+    reintroduced: it is a crash. (The seed is searched from 180173; a change to which records a
+    run writes may move it.)"""
+    real = children.decide
+
+    def crash(**kwargs: Any) -> Any:
+        return real(**{**kwargs, "stopped_for_lease": False})
+
+    monkeypatch.setattr(children, "decide", crash)
+    params = SimParams(faults=("failures", "read-latency"), fail_rate=0.3, fault_count=8)
+    seed = first_violation(params, "liveness", 1, first=180173)
+    assert seed == 180173
+    monkeypatch.undo()
+    assert run_seed(replace(params, seed=seed)).violations == []
