@@ -248,6 +248,10 @@ class Children:
         later batch of its child)."""
         held = self.ctx.held.get(op.key)
         if held is None or op.child != held.child_no:
+            # nobody to answer, but it may have landed: kept as given up, so that its landing
+            # is reported (a fresh child took the claim at once: a reload, or a child stopped
+            # as its lease ended; seed 963174)
+            self._unconfirmed(op)
             return
         again = (
             op.tries + 1 < WRITE_TRIES

@@ -733,3 +733,32 @@ def test_restart_defect_a_child_stopped_as_its_lease_ended_counts_as_a_crash(
     assert seed == 180173
     monkeypatch.undo()
     assert run_seed(replace(params, seed=seed)).violations == []
+
+
+def test_loss_defect_a_write_given_up_for_a_replaced_child_is_kept_nowhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by marshal-sim's `amo_loss_reported` (seed 963174 of `failures,read-latency,kill,
+    stall` at a fail rate of 0.3, 8 faults, once a child stopped for its lease was started
+    again at once): a reservation written again was in flight when its child ended and a fresh
+    child took the claim; the write again was then told it failed but had landed. Given up for
+    a child no longer the claim's, it was kept nowhere, and what it reserved (878) was handled
+    and reported by nobody. Now it is kept as given up (`Children._give_up`), and its landing
+    reported; reintroduced: dropped. (The seed is searched from 963174; a change to which
+    records a run writes may move it.)"""
+    real = Children._give_up
+
+    def dropped(self: Children, op: Op, error: str, now: float) -> None:
+        held = self.ctx.held.get(op.key)
+        if held is None or op.child != held.child_no:
+            return
+        real(self, op, error, now)
+
+    monkeypatch.setattr(Children, "_give_up", dropped)
+    params = SimParams(
+        faults=("failures", "read-latency", "kill", "stall"), fail_rate=0.3, fault_count=8
+    )
+    seed = first_violation(params, "amo_loss_reported", 1, first=963174)
+    assert seed == 963174
+    monkeypatch.undo()
+    assert run_seed(replace(params, seed=seed)).violations == []
