@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-runtime install-audit kafka-jars spark-jars lint typecheck test test-unit test-audit-cluster bench bench-peers bench-placement bench-hot bench-idle demo demo-hot sim chaos clean
+.PHONY: install install-runtime install-audit kafka-jars spark-jars lint typecheck test test-unit test-audit-cluster bench bench-peers bench-placement bench-hot bench-idle demo demo-hot sim sim-sweep chaos clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,9 @@ clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 EVERY_FAULT := kill,freeze,stall,restart,twins,compaction,eager-compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery
+
+sim-sweep: install ## A fresh simulator sweep (about 30 min on 2 cores): every mix of `make sim` with stalled hosts added, 30 seeds each from SWEEP_FIRST + 1000 x the row (pick seeds no sweep used: docs/simulator.md)
+	$(BIN)/python bench/sim_sweep.py --first $(or $(SWEEP_FIRST),1300000)
 
 sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, hundreds of each fault mix that found a defect (stalled hosts among them), 100 of bigger fleets, 1,000 of sliced fleets (ordering key and unordered), 500 of placed groups
 	$(BIN)/marshal-sim --seeds 1000

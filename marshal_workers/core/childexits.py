@@ -152,6 +152,7 @@ def decide(
     on_failure: str = "stop",
     first_backoff_s: float = FIRST_BACKOFF_S,
     parked: bool = False,
+    stopped_for_lease: bool = False,
 ) -> ExitDecision:
     """Decide after a child exited with ``code``.
 
@@ -172,6 +173,11 @@ def decide(
         # child starts where the log says
         return ExitDecision(
             Next.RESTART_LATER, "grant refused: restarting", delay_s=first_backoff_s,
+            failures=failures,
+        )  # fmt: skip
+    if stopped_for_lease and code not in (EXIT_HANDLER_FAILED, *HANDLER_ENDINGS):
+        return ExitDecision(
+            Next.RESPAWN, "stopped as its lease was ending; the lease runs again",
             failures=failures,
         )  # fmt: skip
     if code in HANDLER_ENDINGS and on_failure != "stop":

@@ -248,6 +248,10 @@ class Children:
         later batch of its child)."""
         held = self.ctx.held.get(op.key)
         if held is None or op.child != held.child_no:
+            # nobody to answer, but it may have landed: kept as given up, so that its landing
+            # is reported (a fresh child took the claim at once: a reload, or a child stopped
+            # as its lease ended; seed 963174)
+            self._unconfirmed(op)
             return
         again = (
             op.tries + 1 < WRITE_TRIES
@@ -478,13 +482,14 @@ class Children:
             on_failure=ctx.s.on_failure,
             first_backoff_s=ctx.s.restart_backoff,
             parked=self.parking.parks(key, held.position),
+            stopped_for_lease=held.term_sent,
         )
         held.failures = max(held.failures, decision.failures)
         fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}
         if ctx.s.mode is Mode.AMO and exited.position is not None and held.position is not None:
             if exited.end is not None and exited.end.failed is not None:
                 cause = obs.LossCause.HANDLER_FAILED
-            elif held.lease - now <= ctx.s.kill_grace:
+            elif held.lease - now <= ctx.s.kill_grace or held.term_sent:
                 cause = obs.LossCause.LEASE_EXPIRED
             else:
                 cause = obs.LossCause.CRASH

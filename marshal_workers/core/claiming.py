@@ -244,10 +244,11 @@ class Claiming:
             self.keeping.finish(held, now, release=True)
 
     def free_again(self, key: ClaimKey) -> bool:
-        """Whether a claim the log refused to this member is released by now: the rival that
-        won it released it before this member learnt of the refusal (its acknowledgement came
-        after the fold had passed the release, `Member._appended`). No back-off then: the
-        release was folded already, and `released_by_another` would have lifted it."""
+        """Whether a claim the log refused to this member, or whose write failed, is released
+        by now: the rival that won it released it before this member learnt of the refusal or
+        the failure (its acknowledgement came after the fold had passed the release,
+        `Member._appended`). No back-off then: the release was folded already, and
+        `released_by_another` would have lifted it."""
         state = self.ctx.state_of(key)
         return state is not None and state.certain and state.released
 
@@ -264,13 +265,16 @@ class Claiming:
 
     def gave_up(self, op: Op, now: float) -> None:
         """A claim or takeover whose verdict never came: held if it landed and won (its grant
-        already folded: `adopt_landed`), else try again later."""
-        if (
-            op.kind is Kind.CLAIM
-            and op.key not in self.in_flight()
-            and self.adopt_landed(op.key, now)
-        ):
-            return
+        already folded: `adopt_landed`); claimed again at once if the fold shows it released
+        (`free_again`: the failure, told after the fold passed the release, must not bring
+        back the wait the release lifted; if the write landed after all, the claim sent again
+        is refused as this instance's own and the first is adopted); else try again later."""
+        if op.kind is Kind.CLAIM and op.key not in self.in_flight():
+            if self.adopt_landed(op.key, now):
+                return
+            if self.free_again(op.key):
+                self._next_claim = min(self._next_claim, now)
+                return
         self.ctx.avoid_until[op.key] = now + self.ctx.jitter(0.1, 0.5)
 
     def in_flight(self) -> set[ClaimKey]:

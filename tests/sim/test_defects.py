@@ -566,6 +566,36 @@ def test_release_defect_a_refusal_learnt_after_the_rivals_release_backs_off(
     assert run_seed(replace(SimParams(), seed=seed)).violations == []
 
 
+def test_release_defect_a_failed_claim_learnt_after_the_rivals_release_backs_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by marshal-sim's `release_claimed` (seed 967010 of an unordered fleet of 4 slices
+    a partition, every fault but read latency and clock jumps, 6 faults): a starting member's
+    fold was behind, so it claimed a slice a rival held; the rival released it, and the turn
+    that folded the release then learnt that the claim's write had failed. The failure's
+    back-off (HB/10 to HB/2) was set after the release had lifted every wait, and the free
+    slice waited for it. Now a claim whose write failed and that is released by then is
+    claimed again at once (`Claiming.gave_up`); reintroduced: it always backs off. (The
+    seed is searched from 967010; a change to which records a run writes may move it.)"""
+
+    def backing_off(self: Claiming, op: Op, now: float) -> None:
+        landed = op.kind is Kind.CLAIM and op.key not in self.in_flight()
+        if landed and self.adopt_landed(op.key, now):
+            return
+        self.ctx.avoid_until[op.key] = now + self.ctx.jitter(0.1, 0.5)
+
+    monkeypatch.setattr(Claiming, "gave_up", backing_off)
+    faults = (  # (in the sweep's order: the run draws its faults from it)
+        "kill", "freeze", "stall", "restart", "twins", "compaction", "eager-compaction",
+        "latency", "clock", "failures", "pause", "partitions", "shared-ids", "poison", "forgery",
+    )  # fmt: skip
+    params = SimParams(faults=faults, fault_count=6, ordering="unordered", workers_per_partition=4)
+    seed = first_violation(params, "release_claimed", 1, first=967010)
+    assert seed == 967010
+    monkeypatch.undo()
+    assert run_seed(replace(params, seed=seed)).violations == []
+
+
 def test_forgery_defect_an_integer_field_past_the_digit_limit_reaches_int(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -679,3 +709,56 @@ def test_amo_defect_a_write_made_again_that_landed_twice_hides_a_run_from_the_lo
     monkeypatch.undo()
     clean = run_seed(replace(params, seed=seed)).violations
     assert "amo_loss_reported" not in {v["invariant"] for v in clean}
+
+
+def test_restart_defect_a_child_stopped_as_its_lease_ended_counts_as_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by marshal-sim's `liveness` (seed 180173 of `failures,read-latency` at a fail rate
+    of 0.3, 8 faults): a claim's heartbeats were slow to land, the member TERMed its child as
+    the lease was ending, the late heartbeat then landed and the lease ran again, and the exit
+    by the member's own signal was counted as a crash; three of them released the partition for
+    a minute, and with the other members at their share it stayed idle. Now such a stop counts
+    nothing and a child runs again at once (`childexits.decide`'s ``stopped_for_lease``);
+    reintroduced: it is a crash. (The seed is searched from 180173; a change to which records a
+    run writes may move it.)"""
+    real = children.decide
+
+    def crash(**kwargs: Any) -> Any:
+        return real(**{**kwargs, "stopped_for_lease": False})
+
+    monkeypatch.setattr(children, "decide", crash)
+    params = SimParams(faults=("failures", "read-latency"), fail_rate=0.3, fault_count=8)
+    seed = first_violation(params, "liveness", 1, first=180173)
+    assert seed == 180173
+    monkeypatch.undo()
+    assert run_seed(replace(params, seed=seed)).violations == []
+
+
+def test_loss_defect_a_write_given_up_for_a_replaced_child_is_kept_nowhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by marshal-sim's `amo_loss_reported` (seed 963174 of `failures,read-latency,kill,
+    stall` at a fail rate of 0.3, 8 faults, once a child stopped for its lease was started
+    again at once): a reservation written again was in flight when its child ended and a fresh
+    child took the claim; the write again was then told it failed but had landed. Given up for
+    a child no longer the claim's, it was kept nowhere, and what it reserved (878) was handled
+    and reported by nobody. Now it is kept as given up (`Children._give_up`), and its landing
+    reported; reintroduced: dropped. (The seed is searched from 963174; a change to which
+    records a run writes may move it.)"""
+    real = Children._give_up
+
+    def dropped(self: Children, op: Op, error: str, now: float) -> None:
+        held = self.ctx.held.get(op.key)
+        if held is None or op.child != held.child_no:
+            return
+        real(self, op, error, now)
+
+    monkeypatch.setattr(Children, "_give_up", dropped)
+    params = SimParams(
+        faults=("failures", "read-latency", "kill", "stall"), fail_rate=0.3, fault_count=8
+    )
+    seed = first_violation(params, "amo_loss_reported", 1, first=963174)
+    assert seed == 963174
+    monkeypatch.undo()
+    assert run_seed(replace(params, seed=seed)).violations == []

@@ -1,9 +1,10 @@
 """An AMO holder that starts at a compacted log's estimate reports what it passes over
 (`marshal-sim` seed 309022 of ``read-latency,clock-jumps,kill,freeze,restart,twins,compaction,
 pause,poison,stall``, seeds 416058 and 503039 of the key/3 and unordered/4 every-fault mixes,
-seed 780028 of the every-fault mix, 870072 of the unordered/4 one and 156 of `make sim`'s
-key/3 line, seed 904176 of a review's ``twins,shared-ids,restart,partitions,compaction,latency,
-read-latency,kill``).
+seed 780028 of the every-fault mix, 870072 of the unordered/4 one, seed 904176 of a review's
+``twins,shared-ids,restart,partitions,compaction,latency,read-latency,kill``). Seed 156 of
+`make sim`'s key/3 line met it too until later fixes re-rolled the runs; none of that line's
+300 seeds reaches the estimate now.
 
 A holder was replaced by a new instance of its client (a restart). The old instance's last
 reservation, written inside its lease, landed after the takeover: the whole log refuses it,
@@ -63,10 +64,6 @@ CASES = [
             seed=870072, faults=EVERY, fault_count=6, ordering="unordered", workers_per_partition=4
         ),
         id="870072-unordered4",
-    ),
-    pytest.param(  # `make sim`'s key/3 line with every fault
-        SimParams(seed=156, faults=EVERY, fault_count=6, ordering="key", workers_per_partition=3),
-        id="156-key3",
     ),
 ]
 

@@ -13,6 +13,7 @@ the release carried the log's position, and offset 103 was never handled, with n
 from __future__ import annotations
 
 import math
+import signal
 
 import pytest
 
@@ -345,3 +346,26 @@ def test_a_covered_write_again_whose_first_try_landed_reports_that_landing() -> 
     assert any(a <= 100 < b for a, b in reported), reported
     assert sum(b - a for a, b in reported) == 6, reported  # 100..106, each offset once
     assert _lost_lines(h) == reported
+
+
+def test_a_write_given_up_after_its_child_was_replaced_is_reported_if_it_landed() -> None:
+    """marshal-sim seed 963174 of `failures,read-latency,kill,stall` at 0.3: a reservation
+    written again was in flight when its child ended and a fresh child took the claim at once
+    (here a reload, SIGHUP); the write again was then told it failed, but had landed. Given up
+    for a child that was no longer the claim's, it was kept nowhere: its landing matched
+    nothing, and what it reserved was handled by nobody and reported by nobody. It is kept as
+    given up: its landing is reported lost, and the claim's position moves past it."""
+    h, key = _holding()
+    first = _ask(h, key, ipc.GrantRequest(1, 100, 104))
+    h.run([first])
+    second = _ask(h, key, ipc.GrantRequest(2, 104, 108))
+    (again,) = _fails(h, second, "broker down")  # written again: its child still waits
+    h.run(h.member.feed(inp.SignalReceived(h.now, signal.SIGHUP)))
+    h.run(h.member.feed(inp.ChildSaid(h.now, key, ipc.Stopped(104))))
+    h.run(h.member.feed(inp.ChildExited(h.now, key, 0, None, 104)))
+    assert any(isinstance(c, cmd.Spawn) for c in h.commands)  # the fresh child, at once
+    _lands(h, again)
+    assert _fails(h, again) == []  # its child is gone: given up
+    h.read()  # the fold reaches the landing: 104..108 reserved, granted to nobody
+    assert (104, 108) in _losses(h) and (104, 108) in _lost_lines(h)
+    assert h.member.held[key].position == 108

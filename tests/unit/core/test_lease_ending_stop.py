@@ -1,0 +1,57 @@
+"""A member defect found by marshal-sim's ``liveness`` (seed 180173 of ``failures,read-latency``
+at a fail rate of 0.3), written as the test that failed until the member was fixed: a claim's
+heartbeats were slow to land, the member sent its child SIGTERM as the lease was ending, the
+late heartbeat then landed and the lease ran again, and the child's exit by that signal was
+counted as a crash. Three such stops released the partition for a minute (`keep_away_s`), and
+with the other members at their share it stayed idle for 15.8 s. A child the member stopped
+because its lease was ending did not fail: it is started again while the lease runs."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import replace
+
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.member import Member
+from tests.unit.core.test_member_core import Harness, fresh_topic, keys, settings, start
+
+
+def _stop_as_the_lease_ends(h: Harness, member: Member) -> list[cmd.Command]:
+    """Tick with no write acknowledged until the member TERMs the child; the writes held."""
+    (key,) = keys(1)
+    held: list[cmd.Command] = []
+    for _ in range(200):
+        h.now += 0.05
+        h.log_ms[0] += 50
+        out = member.feed(inp.Tick(h.now, 1_000.0 + h.now))
+        held.extend(c for c in out if isinstance(c, cmd.Append))
+        h.commands.extend(c for c in out if not isinstance(c, cmd.Append))
+        if any(isinstance(c, cmd.SignalChild) and c.signal is signal.SIGTERM for c in out):
+            return held
+        assert member.held[key].child
+    raise AssertionError("no SIGTERM as the lease ended")
+
+
+def test_a_child_stopped_as_its_lease_ended_is_no_failure_when_the_lease_runs_again() -> None:
+    """Three times: the heartbeats land only after the member TERMed the child for its lease;
+    the child's exit by that signal counts no failure, and a child runs again under the lease
+    the late heartbeat proved; the claim is never released."""
+    topic, log_ms = fresh_topic(partitions=1)
+    member = Member(replace(settings(partitions=1), max_handler_failures=3))
+    h = start(member, topic, log_ms, n=1)
+    (key,) = keys(1)
+    h.run(member.feed(inp.StartFound(h.now, key, 100)))
+    h.tick(0.05)
+    assert member.held[key].child
+    for _ in range(3):
+        held = _stop_as_the_lease_ends(h, member)
+        h.run(held)  # the late heartbeats land: the lease runs again
+        assert member.held[key].lease - h.now > member.s.kill_grace
+        h.commands = []
+        h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM)))
+        h.tick(0.05)
+        assert key in member.held, "released after a stop the member made"
+        assert member.held[key].failures == 0
+        assert member.held[key].child, "no child under the lease that runs again"
+        assert any(isinstance(c, cmd.Spawn) for c in h.commands)
