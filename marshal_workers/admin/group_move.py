@@ -1,0 +1,217 @@
+"""`marshal-admin group-settings --move`: move a group to another placement (a spread group,
+over every coordination partition, to a window of ``span`` partitions from ``first``).
+
+A group keeps the layout it was created with: a group from before placement stays spread, and
+its members read every partition, until an operator moves it. The move is a settings change
+like ``--change`` (`group_settings`), made while the group is paused and nothing of it is held:
+
+1. Pause the group on every partition of the old and the new placement and on its home.
+2. Wait until every data claim of the group (on its old home) is released or stale by the
+   group's heartbeat interval. Refuse (lift the pause; nothing changed) if a claim's record is
+   parked or its position is unknown (`moveplan.refusals`; checked before pausing too).
+3. Record the new settings, placed, with a token base above every token the group had
+   (`moveplan.moved_token_base`), on those partitions, home first: a member that locates the
+   group from now on finds the new placement. From each record on, the fold of that partition
+   judges the group's records by the new placement.
+4. Carry each data claim's position to its new home while the pause holds: this admin (the
+   pausing client, the only one that may claim) claims it there and releases it at
+   max(committed, reserved); the pausing client's release sets the position outright, below a
+   reservation too (the rationalizer's rule 5).
+5. Wait until every member that ran on the old placement has left: each folds the new settings,
+   stops gracefully and exits 6 (restartable; started again it locates the new placement and
+   waits out the pause).
+6. Lift the pause.
+
+So no claim is held while the placement changes, the positions are on the new homes before
+anyone but this admin may claim, and the members of the old placement are gone before the
+lift. If the command stops after step 3 (a timeout, a crash), the group stays paused until the
+pause expires: the command prints each position it carries, so that what is left can be set
+with ``set-position`` meanwhile (docs/operating.md, "Moving a group").
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from marshal_workers.admin.moveplan import (
+    Carry,
+    MovePlan,
+    claim_keys,
+    count_claims,
+    moved_token_base,
+    new_placement,
+    plan_move,
+    refusals,
+    written_on,
+)
+from marshal_workers.admin.pause import lift_pause, pause_for
+from marshal_workers.admin.session import AdminSession
+from marshal_workers.admin.settings_steps import (
+    Progress,
+    data_busy,
+    live_members,
+    record_settings,
+    recorded,
+    wait_until_none,
+)
+from marshal_workers.common.errors import ConfigError, MarshalError
+from marshal_workers.log.interface import LogError
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.metadata import GroupSettings, placement_text
+from marshal_workers.protocol.placement import Placement, spread
+
+SETTLE_BUDGET_S = 30.0
+CLAIM_TRIES = 3  # a claim refused on a compacted home is tried again after 2*HB of silence
+
+
+def move_group(
+    session: AdminSession,
+    group: str,
+    *,
+    span: int | None,
+    first: int | None,
+    timeout_s: float,
+    progress: Progress,
+) -> str:
+    """Steps 1 to 6 of the module docstring; one line saying what moved."""
+    settings = recorded(session, group)
+    if settings is None:
+        raise ConfigError(
+            f"group {group} has no recorded settings: start one of its members (it records "
+            "them), then move it"
+        )
+    n = session.log.num_partitions
+    old = settings.placement or spread(n, settings.partitioner)
+    try:
+        target = new_placement(
+            group, old, span=span, first=first,
+            claims=count_claims(claim_keys(session.worlds, group, old)),
+            partitioner=settings.partitioner,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise ConfigError(f"--move: {exc}") from None
+    if not old.legacy and (old.first, old.span) == (target.first, target.span):
+        return f"group {group} is placed at {placement_text(old)} already: nothing to move"
+    _refuse(session, group, old, "")  # before anything is written
+    session.reader.follow(written_on(group, old, target))
+    session.catch_up(timeout_s)
+    hb_ms = settings.heartbeat_interval_ms
+    pause = pause_for(session, group, 2 * timeout_s + SETTLE_BUDGET_S + 4 * hb_ms / 1000)
+    if not pause.accepted:
+        raise MarshalError(pause.summary())
+    progress(pause.summary())
+    try:
+        wait_until_none(
+            session,
+            lambda: [str(k) for k in data_busy(session, group, hb_ms)],
+            timeout_s,
+            "the holders to release",
+            progress,
+        )
+    except MarshalError as exc:
+        lift_pause(session, group)
+        raise MarshalError(f"{exc}; nothing changed; pause lifted") from None
+    try:
+        _refuse(session, group, old, "; pause lifted")  # what the wait may have shown
+    except MarshalError:
+        lift_pause(session, group)
+        raise
+    plan = plan_move(session.worlds, group, old, _with_token_base(session, target, old, timeout_s))
+    before = live_members(session, group, hb_ms)
+    _record(session, settings, plan)
+    progress(
+        f"recorded: placement {placement_text(plan.new)} on partitions {list(plan.partitions)}"
+    )
+    for carry in plan.carries:
+        _carry(session, carry, timeout_s)
+        progress(f"carried {carry.key.topic}/{carry.key.partition} at {carry.offset} to "
+                 f"partition {carry.new_partition}")  # fmt: skip
+
+    def still_running() -> list[str]:
+        now_members = live_members(session, group, hb_ms)
+        return sorted(k.topic.removeprefix("__member.") for k, _ in before & now_members)
+
+    try:
+        wait_until_none(session, still_running, timeout_s,
+                        "members on the old placement to stop (exit 6)", progress)  # fmt: skip
+    except MarshalError as exc:
+        raise MarshalError(
+            f"{exc}; the group is moved and its positions carried; it stays paused until its "
+            "pause expires (stop those members, then lift: release-group --for 0)"
+        ) from None
+    lift = lift_pause(session, group)
+    if not lift.accepted:
+        raise MarshalError(f"group moved, but the pause could not be lifted: {lift.refusal}")
+    return (
+        f"group {group} moved from {placement_text(settings.placement)} to "
+        f"{placement_text(plan.new)}; {len(plan.carries)} positions carried; pause lifted"
+    )
+
+
+def _refuse(session: AdminSession, group: str, old: Placement, lifted: str) -> None:
+    found = refusals(session.worlds, group, old)
+    if found:
+        raise MarshalError(f"group {group} not moved: {'; '.join(found)}; nothing changed{lifted}")
+
+
+def _with_token_base(
+    session: AdminSession, target: Placement, old: Placement, timeout_s: float
+) -> Placement:
+    """``target`` with a token base above every token of the old placement: its partitions'
+    end offsets now (no claim of the group can be won on them meanwhile: it is paused and
+    this admin claims nothing there)."""
+    try:
+        ends = session.log.end_offsets(timeout_s)
+    except LogError as exc:
+        raise MarshalError(f"reading the coordination partitions' ends: {exc}") from None
+    missing = sorted(old.window - set(ends))
+    if missing:
+        raise MarshalError(f"no end offset for coordination partitions {missing}")
+    return replace(target, token_base=moved_token_base(old, ends))
+
+
+def _record(session: AdminSession, settings: GroupSettings, plan: MovePlan) -> None:
+    """Record the moved settings, home first; each partition must have taken them."""
+    moved = replace(
+        settings,
+        unix_sec=int(session.wall()),
+        instance_id=session.instance_id,
+        client_id=session.client_id,
+        placement=plan.new,
+    )
+    record_settings(session, moved, plan.partitions)
+    for p in plan.partitions:
+        taken = session.worlds[p].group_settings.get(plan.group)
+        if taken is None or taken.placement != plan.new:
+            raise MarshalError(
+                f"partition {p} did not take the moved settings (the pause expired?); the "
+                "group stays paused until its pause expires: run the move again"
+            )
+
+
+def _carry(session: AdminSession, carry: Carry, timeout_s: float) -> None:
+    """Claim ``carry``'s claim on its new home and release it at its position."""
+    deadline = session.monotonic() + timeout_s
+    for _ in range(CLAIM_TRIES):
+        verdict = session.write(session.claiming(carry.key), carry.new_partition)
+        if isinstance(verdict, ev.ClaimGranted):
+            released = session.write(
+                session.releasing(carry.key, carry.offset), carry.new_partition
+            )
+            if isinstance(released, ev.Released):
+                return
+            verdict = released
+            break
+        # a compacted home: the claim counts as activity, and wins after 2*HB of silence
+        wait_s = 2.2 * session.hb_ms / 1000
+        if session.monotonic() + wait_s > deadline:
+            break
+        end = session.monotonic() + wait_s
+        while session.monotonic() < end:
+            session.poll(min(0.2, end - session.monotonic()))
+    reason = getattr(verdict, "reason", type(verdict).__name__)
+    raise MarshalError(
+        f"carrying {carry.key.topic}/{carry.key.partition}'s position {carry.offset} to "
+        f"partition {carry.new_partition} was refused ({reason}); the group stays paused "
+        "until its pause expires: set it with set-position meanwhile"
+    )

@@ -1,0 +1,296 @@
+"""Moving a spread group to a placed layout (`group-settings --move`), on the in-memory log.
+
+A group spread over every coordination partition keeps that layout until an operator moves
+it. The move pauses the group, waits for its holders, records placed settings (a token base
+above every old token) on every partition of either layout and the group's home, carries each
+data claim's position to its new home, waits for the old members, and lifts the pause. A
+parked record refuses it with nothing changed; a running member on the old layout stops and
+exits 6 (restartable: started again, it locates the new placement).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from marshal_workers.admin.group_move import move_group
+from marshal_workers.admin.moveplan import (
+    carries,
+    moved_token_base,
+    new_placement,
+    plan_move,
+    refusals,
+    written_on,
+)
+from marshal_workers.admin.session import AdminSession
+from marshal_workers.common.errors import EXIT_PLACEMENT_MOVED, EXIT_RUNTIME, MarshalError
+from marshal_workers.config.runconfig import RunConfig
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.member import Member
+from marshal_workers.fleet.groupcheck import ensure_group_settings, own_settings
+from marshal_workers.log.foldedlog import FoldedLog
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.placement import Placement, PlacementBook, home, reads, spread
+from marshal_workers.protocol.rationalizer import (
+    ClaimState,
+    RationalizerConfig,
+    World,
+    pause_of,
+    resume_offset,
+)
+from marshal_workers.protocol.recordfailures import (
+    Outcome,
+    PoisonState,
+    RecordFailed,
+    encode_poison,
+    poison_record_key,
+)
+from marshal_workers.protocol.wire import ClaimKey, Message, Partitioner, encode, record_key
+from marshal_workers.supervisor.runtime import member_settings
+from tests.support import GROUP, claim, hb, release, reserve
+
+N = 4
+HB_S = 1.0
+SPREAD = spread(N, Partitioner.SPEC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = int(time.time() * 1000)
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def member(client: str) -> RunConfig:
+    return RunConfig("h:h", Mode.ALO, ("orders",), GROUP, client, heartbeat_interval=HB_S)
+
+
+def config() -> RationalizerConfig:
+    return RationalizerConfig(int(HB_S * 1000), N, Partitioner.SPEC, frozenset({"marshal-admin"}))
+
+
+def write(topic: MemoryTopic, msg: Message) -> int:
+    """Append ``msg`` on its spread home; its offset."""
+    at = SPREAD.partition_of(msg.topic, msg.partition)  # type: ignore[union-attr]
+    return topic.append(at, record_key(msg), encode(msg)).offset
+
+
+def spread_group(positions: dict[int, int]) -> tuple[MemoryTopic, Clock, dict[int, int]]:
+    """A spread group (its settings on all 4 partitions, by member a) that handled
+    ``orders/p`` up to each position and released it; the tokens of a's claims by p."""
+    clock = Clock()
+    topic = MemoryTopic(N, clock)
+    a = member("a")
+    log = MemoryLog(topic)
+    reader = FoldedLog(log, config())
+    reader.catch_up(1.0)
+    ensure_group_settings(log, reader.worlds, reader.catch_up, own_settings(a, 0), 1.0)
+    tokens = {}
+    for p, offset in positions.items():
+        tokens[p] = write(topic, claim("a", p))
+        write(topic, hb("a", offset, p))
+        write(topic, release("a", offset, p))
+    return topic, clock, tokens
+
+
+def session_on(topic: MemoryTopic, clock: Clock) -> AdminSession:
+    reader = FoldedLog(MemoryLog(topic), config())
+    session = AdminSession(
+        reader.log, reader, "marshal-admin", wall=lambda: clock.now / 1000, placement=None
+    )
+    session.catch_up(1.0)
+    return session
+
+
+def fold_as_placed(topic: MemoryTopic, placement: Placement) -> dict[int, World]:
+    """What a member restarted after the move folds: home and window, knowing the placement."""
+    cfg = RationalizerConfig(
+        int(HB_S * 1000), N, Partitioner.SPEC, frozenset({"marshal-admin"}),
+        placements=PlacementBook.of({GROUP: placement}),
+    )  # fmt: skip
+    reader = FoldedLog(MemoryLog(topic), cfg)
+    reader.follow(sorted(reads(GROUP, placement)), from_start=True)
+    reader.catch_up(1.0)
+    return reader.worlds
+
+
+class TestThePlan:
+    def test_the_token_base_is_above_every_old_token(self) -> None:
+        """max over the old partitions of (old base + end offset): spread from base 0, and a
+        placed group's window from its base."""
+        assert moved_token_base(SPREAD, {0: 5, 1: 9, 2: 3, 3: 0}) == 9
+        old = Placement(N, 2, 2, 100)
+        assert moved_token_base(old, {2: 7, 3: 40, 0: 1000}) == 140  # (0 is not its window)
+
+    def test_a_new_placement_defaults_to_the_home_and_an_auto_span(self) -> None:
+        """No --first: the window starts at the group's home; no --span: one partition per
+        10,000 claims; the token base from the ends."""
+        base = moved_token_base(SPREAD, {0: 1, 1: 2, 2: 3, 3: 4})
+        moved = new_placement(
+            GROUP, SPREAD, span=None, first=None, claims=5, partitioner=Partitioner.SPEC,
+            token_base=base,
+        )  # fmt: skip
+        assert moved == Placement(N, home(GROUP, N), 1, 4)
+        with pytest.raises(ValueError, match="span 9"):
+            new_placement(GROUP, SPREAD, span=9, first=0, claims=1,
+                          partitioner=Partitioner.SPEC)  # fmt: skip
+
+    def test_settings_go_on_either_layout_and_home_first(self) -> None:
+        """Spread to placed: every partition, home first; placed to placed: both windows."""
+        at = home(GROUP, N)
+        assert written_on(GROUP, SPREAD, Placement(N, at, 1))[0] == at
+        assert sorted(written_on(GROUP, SPREAD, Placement(N, at, 1))) == [0, 1, 2, 3]
+        old, new = Placement(N, (at + 1) % N, 1), Placement(N, (at + 2) % N, 1)
+        assert written_on(GROUP, old, new) == (at, *sorted({(at + 1) % N, (at + 2) % N}))
+
+    def test_positions_are_carried_amo_resume_and_past_a_skipped_record(self) -> None:
+        """Each data claim's max(committed, reserved) goes to its new home; a record an
+        operator skipped is carried past; member claims and claims never handled are not."""
+        worlds = {p: World(config(), p) for p in range(N)}
+        new = Placement(N, 1, 1)
+
+        def put(topic: str, partition: int, state: ClaimState) -> ClaimKey:
+            key = ClaimKey(GROUP, topic, partition)
+            worlds[SPREAD.partition_of(topic, partition)].claims[key] = state
+            return key
+
+        plain = put("orders", 0, ClaimState(certain=True, committed=10, released=True))
+        amo = put("orders", 1, ClaimState(certain=True, committed=10, reserved=25, released=True))
+        skipped = put("orders", 2, ClaimState(certain=True, committed=7, released=True))
+        put("orders", 3, ClaimState(certain=True, released=True))  # never handled
+        put("__member.a", 0, ClaimState(certain=True, committed=0, released=True))
+        world = worlds[SPREAD.partition_of("orders", 2)]
+        world.poison[skipped] = PoisonState(7, 3, True, "boom", "ops", 0, skipped=True)
+        carried = {c.key: (c.new_partition, c.offset) for c in carries(worlds, GROUP, SPREAD, new)}
+        assert carried == {plain: (1, 10), amo: (1, 25), skipped: (1, 8)}
+        assert refusals(worlds, GROUP, SPREAD) == []
+
+    def test_a_parked_record_or_an_unknown_position_refuses_the_move(self) -> None:
+        """A parked record (not skipped) and a position unknown after compaction are named."""
+        worlds = {p: World(config(), p) for p in range(N)}
+        parked, unknown = ClaimKey(GROUP, "orders", 0), ClaimKey(GROUP, "orders", 1)
+        worlds[SPREAD.partition_of("orders", 0)].claims[parked] = ClaimState(
+            certain=True, committed=4
+        )
+        worlds[SPREAD.partition_of("orders", 0)].poison[parked] = PoisonState(
+            4, 3, True, "boom", "a", 0
+        )
+        worlds[SPREAD.partition_of("orders", 1)].claims[unknown] = ClaimState(
+            certain=True, position_unknown=True
+        )
+        found = refusals(worlds, GROUP, SPREAD)
+        assert found == [
+            "orders/0: record 4 parked (resolve it: skip-record or retry-record)",
+            "orders/1: position unknown (set it: set-position)",
+        ]
+
+
+class TestTheMove:
+    def test_a_spread_group_moves_to_one_partition_with_its_positions(self) -> None:
+        """Six released claims spread over 4 partitions (one AMO reservation above its
+        committed position): after --move --span 1 every partition's accepted settings are the
+        placed ones at home, each position is on home (as a member restarted on the placement
+        folds it), every new token is above every old one, and the pause is lifted."""
+        positions = {p: 10 * (p + 1) for p in range(6)}
+        topic, clock, tokens = spread_group(positions)
+        write(topic, claim("a", 6))
+        write(topic, reserve("a", 90, 6))
+        write(topic, release("a", 70, 6))  # (a release below the reservation: AMO resumes at 90)
+        positions[6] = 90
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        session = session_on(topic, clock)
+        line = move_group(session, GROUP, span=1, first=None, timeout_s=5.0,
+                          progress=lambda _: None)  # fmt: skip
+        at = home(GROUP, N)
+        assert f"group {GROUP} moved from spread to {at}:1:{N}:" in line
+        for p in range(N):
+            placement = session.worlds[p].group_settings[GROUP].placement
+            assert placement is not None
+            assert (placement.first, placement.span, placement.partitions) == (at, 1, N)
+            assert placement.token_base >= max(ends.values()) > max(tokens.values())
+            assert pause_of(session.worlds[p], GROUP, clock.now) is None
+        moved = session.worlds[at].group_settings[GROUP].placement
+        assert moved is not None
+        worlds = fold_as_placed(topic, moved)
+        assert sorted(worlds) == [at]
+        for p, offset in positions.items():
+            state = worlds[at].claims[ClaimKey(GROUP, "orders", p)]
+            assert state.released and resume_offset(state, Mode.ALO) == offset
+            assert state.token is not None and state.token > max(tokens.values())
+
+    def test_a_parked_record_refuses_the_move_and_nothing_changes(self) -> None:
+        """A claim whose record is parked: exit 1, one line naming it; nothing is written
+        (no pause, no settings): the group stays spread."""
+        topic, clock, _ = spread_group({1: 8})
+        failed = RecordFailed(0, "a-1", "a", GROUP, "orders", 0, 5, 3, Outcome.PARKED, "boom")
+        write(topic, claim("a", 0))
+        write(topic, hb("a", 5, 0))
+        at = SPREAD.partition_of("orders", 0)
+        topic.append(at, poison_record_key(failed), encode_poison(failed))
+        write(topic, release("a", 5, 0))  # (the holder stopped: the count stays parked)
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        session = session_on(topic, clock)
+        with pytest.raises(MarshalError) as refused:
+            move_group(session, GROUP, span=1, first=None, timeout_s=5.0,
+                       progress=lambda _: None)  # fmt: skip
+        assert refused.value.exit_code == EXIT_RUNTIME
+        text = str(refused.value)
+        assert "\n" not in text and "orders/0: record 5 parked" in text
+        assert "nothing changed" in text
+        assert {p: topic.end_offset(p) for p in range(N)} == ends
+        for world in session.worlds.values():
+            assert world.group_settings[GROUP].placement is None
+
+    def test_a_running_member_on_the_old_layout_exits_6(self) -> None:
+        """A spread member's core folds the moved settings: it says so, stops gracefully and
+        exits 6 (its unit restarts it; it then locates the placement)."""
+        topic, clock, _ = spread_group({})
+        a = member("a")
+        log = MemoryLog(topic)
+        core = Member(member_settings(a, N))
+        core.feed(inp.RecordsRead(0.0, log.poll(0)))
+        core.begin(0.0, 0.0, [ClaimKey(GROUP, "orders", 0)])
+        session = session_on(topic, clock)
+        move_group(session, GROUP, span=1, first=None, timeout_s=5.0, progress=lambda _: None)
+        out = core.feed(inp.RecordsRead(1.0, log.poll(0)))
+        said = [c for c in out if isinstance(c, cmd.Log) and c.event == "group_settings_changed"]
+        assert said and "placement is spread here but" in str(said[0].fields["reason"])
+        assert core.ctx.stopping
+        for step in range(1, 200):  # (its writes are never acknowledged here: they expire)
+            core.feed(inp.Tick(1.0 + step * 0.1, 0.0))
+            if core.done:
+                break
+        assert core.exit_code == EXIT_PLACEMENT_MOVED
+
+    def test_a_spread_member_started_after_the_move_is_told_to_restart(self) -> None:
+        """A member that took the group for spread (it located it before the move reached
+        home) finds placed settings when it checks them: exit 6, not 2 (started again, it
+        locates the placement)."""
+        topic, clock, _ = spread_group({0: 3})
+        move_group(session_on(topic, clock), GROUP, span=1, first=None, timeout_s=5.0,
+                   progress=lambda _: None)  # fmt: skip
+        log = MemoryLog(topic)
+        reader = FoldedLog(log, config())
+        reader.catch_up(1.0)
+        with pytest.raises(MarshalError) as refused:
+            ensure_group_settings(
+                log, reader.worlds, reader.catch_up, own_settings(member("b"), 0), 1.0
+            )
+        assert refused.value.exit_code == EXIT_PLACEMENT_MOVED
+        assert "placement" in str(refused.value)
+
+
+def test_the_plan_names_every_partition_and_carry() -> None:
+    """`plan_move` puts the partitions and the carries together."""
+    worlds = {p: World(config(), p) for p in range(N)}
+    key = ClaimKey(GROUP, "orders", 5)
+    worlds[SPREAD.partition_of("orders", 5)].claims[key] = ClaimState(certain=True, committed=3)
+    plan = plan_move(worlds, GROUP, SPREAD, Placement(N, 0, 2, 50))
+    assert plan.partitions[0] == home(GROUP, N) and sorted(plan.partitions) == [0, 1, 2, 3]
+    (carry,) = plan.carries
+    assert (carry.key, carry.offset) == (key, 3)
+    assert carry.new_partition == Placement(N, 0, 2, 50).partition_of("orders", 5)
