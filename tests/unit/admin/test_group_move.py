@@ -11,6 +11,7 @@ exits 6 (restartable: started again, it locates the new placement).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -32,6 +33,7 @@ from marshal_workers.core.member import Member
 from marshal_workers.fleet.groupcheck import ensure_group_settings, own_settings
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol.metadata import encode_metadata, metadata_key
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.placement import Placement, PlacementBook, home, reads, spread
 from marshal_workers.protocol.rationalizer import (
@@ -282,6 +284,67 @@ class TestTheMove:
             )
         assert refused.value.exit_code == EXIT_PLACEMENT_MOVED
         assert "placement" in str(refused.value)
+
+
+class TestAPlacedGroup:
+    def placed_group(self) -> tuple[MemoryTopic, Clock, Placement, dict[int, int]]:
+        """A group placed at its home (span 1) by member a, which handled and released
+        ``orders/0..3`` at 5, 6, 7, 8; its claims' tokens."""
+        clock = Clock()
+        topic = MemoryTopic(N, clock)
+        old = Placement(N, home(GROUP, N), 1)
+        settings = replace(own_settings(member("a"), 0), placement=old)
+        topic.append(old.first, metadata_key(settings), encode_metadata(settings))
+        tokens = {}
+        for p in range(4):
+            tokens[p] = topic.append(old.first, *keyed(claim("a", p))).offset
+            topic.append(old.first, *keyed(release("a", 5 + p, p)))
+        return topic, clock, old, tokens
+
+    def session(self, topic: MemoryTopic, clock: Clock, old: Placement) -> AdminSession:
+        """An admin session as `group_session` opens one for a placed group: home and window."""
+        cfg = replace(config(), placements=PlacementBook.of({GROUP: old}))
+        reader = FoldedLog(MemoryLog(topic), cfg)
+        reader.follow(sorted(reads(GROUP, old)), from_start=True)
+        session = AdminSession(
+            reader.log, reader, "marshal-admin", wall=lambda: clock.now / 1000, placement=old
+        )
+        session.catch_up(1.0)
+        return session
+
+    def test_a_placed_group_moves_to_another_window(self) -> None:
+        """Home (span 1) to a window of 2 after it: the settings on home and both window
+        partitions, the positions on their new homes, tokens above the old, pause lifted."""
+        topic, clock, old, tokens = self.placed_group()
+        first = (old.first + 1) % N
+        session = self.session(topic, clock, old)
+        line = move_group(session, GROUP, span=2, first=first, timeout_s=5.0,
+                          progress=lambda _: None)  # fmt: skip
+        assert f"moved from {old.first}:1:{N}:0 to {first}:2:{N}:" in line
+        new = session.worlds[old.first].group_settings[GROUP].placement
+        assert new is not None and (new.first, new.span) == (first, 2)
+        assert sorted(session.worlds) == sorted(reads(GROUP, new) | reads(GROUP, old))
+        for p, world in session.worlds.items():
+            assert world.group_settings[GROUP].placement == new
+            assert pause_of(world, GROUP, clock.now) is None, p
+        worlds = fold_as_placed(topic, new)
+        for p in range(4):
+            state = worlds[new.partition_of("orders", p)].claims[ClaimKey(GROUP, "orders", p)]
+            assert resume_offset(state, Mode.ALO) == 5 + p
+            assert state.token is not None and state.token > max(tokens.values())
+
+    def test_the_same_window_is_no_move(self) -> None:
+        """--first and --span of the group's placement: nothing written."""
+        topic, clock, old, _ = self.placed_group()
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        line = move_group(self.session(topic, clock, old), GROUP, span=1, first=old.first,
+                          timeout_s=5.0, progress=lambda _: None)  # fmt: skip
+        assert "nothing to move" in line
+        assert {p: topic.end_offset(p) for p in range(N)} == ends
+
+
+def keyed(msg: Message) -> tuple[bytes, bytes]:
+    return record_key(msg), encode(msg)
 
 
 def test_the_plan_names_every_partition_and_carry() -> None:
