@@ -122,10 +122,7 @@ def move_group(
     progress(
         f"recorded: placement {placement_text(plan.new)} on partitions {list(plan.partitions)}"
     )
-    for carry in plan.carries:
-        _carry(session, carry, timeout_s)
-        progress(f"carried {carry.key.topic}/{carry.key.partition} at {carry.offset} to "
-                 f"partition {carry.new_partition}")  # fmt: skip
+    _carry_all(session, plan.carries, timeout_s, progress)
 
     def still_running() -> list[str]:
         now_members = live_members(session, group, hb_ms)
@@ -189,26 +186,43 @@ def _record(session: AdminSession, settings: GroupSettings, plan: MovePlan) -> N
             )
 
 
-def _carry(session: AdminSession, carry: Carry, timeout_s: float) -> None:
-    """Claim ``carry``'s claim on its new home and release it at its position."""
+def _carry_all(
+    session: AdminSession, carries: tuple[Carry, ...], timeout_s: float, progress: Progress
+) -> None:
+    """Claim each carried claim on its new home and release it at its position. On a home
+    whose history the cleaner shortened a claim never seen there is uncertain: the first
+    claim only counts as activity, and one after 2*HB of silence wins; so the refused ones
+    are claimed again, together, after one such wait (`CLAIM_TRIES` rounds at most)."""
     deadline = session.monotonic() + timeout_s
+    left = list(carries)
     for _ in range(CLAIM_TRIES):
-        verdict = session.write(session.claiming(carry.key), carry.new_partition)
-        if isinstance(verdict, ev.ClaimGranted):
+        refused: list[tuple[Carry, ev.Event]] = []
+        for carry in left:
+            verdict = session.write(session.claiming(carry.key), carry.new_partition)
+            if not isinstance(verdict, ev.ClaimGranted):
+                refused.append((carry, verdict))
+                continue
             released = session.write(
                 session.releasing(carry.key, carry.offset), carry.new_partition
             )
-            if isinstance(released, ev.Released):
-                return
-            verdict = released
-            break
-        # a compacted home: the claim counts as activity, and wins after 2*HB of silence
+            if not isinstance(released, ev.Released):
+                _refused(carry, released)
+            progress(f"carried {carry.key.topic}/{carry.key.partition} at {carry.offset} to "
+                     f"partition {carry.new_partition}")  # fmt: skip
+        if not refused:
+            return
         wait_s = 2.2 * session.hb_ms / 1000
         if session.monotonic() + wait_s > deadline:
             break
+        left = [carry for carry, _ in refused]
+        progress(f"{len(left)} claims refused on compacted homes: claiming again in {wait_s:g}s")
         end = session.monotonic() + wait_s
-        while session.monotonic() < end:
-            session.poll(min(0.2, end - session.monotonic()))
+        while (remaining := end - session.monotonic()) > 0:
+            session.poll(min(0.2, remaining))
+    _refused(*refused[0])
+
+
+def _refused(carry: Carry, verdict: ev.Event) -> None:
     reason = getattr(verdict, "reason", type(verdict).__name__)
     raise MarshalError(
         f"carrying {carry.key.topic}/{carry.key.partition}'s position {carry.offset} to "

@@ -55,15 +55,18 @@ from marshal_workers.supervisor.runtime import member_settings
 from tests.support import GROUP, claim, hb, release, reserve
 
 N = 4
-HB_S = 1.0
+HB_S = 0.25  # (the compacted-home test waits 2*HB of silence, twice, in real time)
 SPREAD = spread(N, Partitioner.SPEC)
 
 
 class Clock:
-    def __init__(self) -> None:
+    def __init__(self, real: bool = False) -> None:
         self.now = int(time.time() * 1000)
+        self.real = real  # follow the wall clock (an admin that waits in real time)
 
     def __call__(self) -> int:
+        if self.real:
+            self.now = int(time.time() * 1000)
         return self.now
 
 
@@ -81,10 +84,12 @@ def write(topic: MemoryTopic, msg: Message) -> int:
     return topic.append(at, record_key(msg), encode(msg)).offset
 
 
-def spread_group(positions: dict[int, int]) -> tuple[MemoryTopic, Clock, dict[int, int]]:
+def spread_group(
+    positions: dict[int, int], clock: Clock | None = None
+) -> tuple[MemoryTopic, Clock, dict[int, int]]:
     """A spread group (its settings on all 4 partitions, by member a) that handled
     ``orders/p`` up to each position and released it; the tokens of a's claims by p."""
-    clock = Clock()
+    clock = clock or Clock()
     topic = MemoryTopic(N, clock)
     a = member("a")
     log = MemoryLog(topic)
@@ -223,6 +228,30 @@ class TestTheMove:
             state = worlds[at].claims[ClaimKey(GROUP, "orders", p)]
             assert state.released and resume_offset(state, Mode.ALO) == offset
             assert state.token is not None and state.token > max(tokens.values())
+
+    def test_positions_are_carried_to_a_compacted_home(self) -> None:
+        """The cleaner shortened the new home's history (an offset gap): a claim first seen
+        there after it is uncertain, and its first claim only counts as activity; the move
+        claims every refused one again after 2*HB of silence and carries each position."""
+        clock = Clock(real=True)
+        positions = {p: 3 + p for p in range(5)}
+        topic, _, _ = spread_group(positions, clock)
+        at = home(GROUP, N)
+        for _ in range(2):
+            topic.append(at, b"filler", b"not a protocol record")
+        topic.append(at, b"filler2", b"not a protocol record")
+        assert topic.compact(clock() + 1) > 0  # (the first filler, and older records by key)
+        said: list[str] = []
+        session = session_on(topic, clock)
+        assert session.worlds[at].gap_seen
+        move_group(session, GROUP, span=1, first=None, timeout_s=10.0, progress=said.append)
+        assert any("claiming again" in line for line in said), said
+        moved = session.worlds[at].group_settings[GROUP].placement
+        assert moved is not None
+        worlds = fold_as_placed(topic, moved)
+        for p, offset in positions.items():
+            state = worlds[at].claims[ClaimKey(GROUP, "orders", p)]
+            assert state.certain and resume_offset(state, Mode.ALO) == offset
 
     def test_a_parked_record_refuses_the_move_and_nothing_changes(self) -> None:
         """A claim whose record is parked: exit 1, one line naming it; nothing is written
