@@ -96,7 +96,8 @@ def move_group(
     session.reader.follow(written_on(group, old, target))
     session.catch_up(timeout_s)
     hb_ms = settings.heartbeat_interval_ms
-    pause = pause_for(session, group, 2 * timeout_s + SETTLE_BUDGET_S + 4 * hb_ms / 1000)
+    # three waits of up to timeout_s (holders, carries, old members), and some
+    pause = pause_for(session, group, 3 * timeout_s + SETTLE_BUDGET_S + 4 * hb_ms / 1000)
     if not pause.accepted:
         raise MarshalError(pause.summary())
     progress(pause.summary())
