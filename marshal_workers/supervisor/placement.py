@@ -146,7 +146,8 @@ def _checked(found: GroupSettings, config: RunConfig, n: int) -> Placement | Non
     if span is not None and span != placement.span:
         raise ConfigError(
             f"coordination_span is {span} here but {placement.span} in group {config.group}'s "
-            "settings: every member of a group shares it (leave it auto to take the group's)"
+            "settings: every member of a group shares it (leave it auto to take the group's, or "
+            f"move the group: marshal-admin group-settings --move --span {span})"
         )
     return placement
 
