@@ -25,7 +25,13 @@ from marshal_workers.admin.moveplan import (
     written_on,
 )
 from marshal_workers.admin.session import AdminSession
-from marshal_workers.common.errors import EXIT_PLACEMENT_MOVED, EXIT_RUNTIME, MarshalError
+from marshal_workers.common.errors import (
+    EXIT_PLACEMENT_MOVED,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    ConfigError,
+    MarshalError,
+)
 from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
@@ -275,6 +281,17 @@ class TestTheMove:
         assert {p: topic.end_offset(p) for p in range(N)} == ends
         for world in session.worlds.values():
             assert world.group_settings[GROUP].placement is None
+
+    def test_a_window_outside_the_topic_is_a_usage_error(self) -> None:
+        """--first past the topic's partitions: exit 2, one line, nothing written."""
+        topic, clock, _ = spread_group({0: 3})
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        with pytest.raises(ConfigError) as refused:
+            move_group(session_on(topic, clock), GROUP, span=1, first=N, timeout_s=5.0,
+                       progress=lambda _: None)  # fmt: skip
+        assert refused.value.exit_code == EXIT_USAGE
+        assert f"first partition {N} is not one of its {N}" in str(refused.value)
+        assert {p: topic.end_offset(p) for p in range(N)} == ends
 
     def test_a_running_member_on_the_old_layout_exits_6(self) -> None:
         """A spread member's core folds the moved settings: it says so, stops gracefully and
