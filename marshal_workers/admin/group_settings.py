@@ -54,7 +54,7 @@ from marshal_workers.admin.settings_steps import (
 )
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
-from marshal_workers.protocol.metadata import GroupSettings
+from marshal_workers.protocol.metadata import GroupSettings, placement_text
 from marshal_workers.protocol.slicing import Slicing
 
 SETTLE_BUDGET_S = 30.0
@@ -145,7 +145,8 @@ def run_group_settings(
             current = recorded(session, group)
             if current is None:
                 return f"group {group} has no recorded settings (its first member records them)"
-            return f"group {group}: {describe(current)}"
+            where = placement_text(current.placement)  # spread, or first:span:N:token_base
+            return f"group {group}: {describe(current)} placement={where}"
         mine = admin_settings(conn, group, client_id)
         current = recorded(session, group)
         new = GroupSettings(

@@ -103,6 +103,8 @@ def test_a_spread_group_moves_to_one_partition_under_load(make_fleet: MakeFleet,
     assert f"moved from spread to {quiet}:1:{COORDINATION}:" in out, out
     assert err.count("carried") == fleet.partitions, err
     lifted_at = time.time()
+    shown = fleet.admin("group-settings", "--group", fleet.group, heartbeat=False)
+    assert f"placement={quiet}:1:{COORDINATION}:" in shown.stdout, (shown.stdout, shown.stderr)
     fleet.wait_split([4, 4], timeout=90)
     for member in (a2, b2):
         line = located(member.log_path)
