@@ -182,8 +182,8 @@ def _record(session: AdminSession, settings: GroupSettings, plan: MovePlan) -> N
         taken = session.worlds[p].group_settings.get(plan.group)
         if taken is None or taken.placement != plan.new:
             raise MarshalError(
-                f"partition {p} did not take the moved settings (the pause expired?); the "
-                "group stays paused until its pause expires: run the move again"
+                f"partition {p} did not take the moved settings (the pause expired?): the "
+                "group is partly moved; see docs/operating.md, 'Moving a group'"
             )
 
 
