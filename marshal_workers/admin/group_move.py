@@ -16,7 +16,10 @@ like ``--change`` (`group_settings`), made while the group is paused and nothing
 4. Carry each data claim's position to its new home while the pause holds: this admin (the
    pausing client, the only one that may claim) claims it there and releases it at
    max(committed, reserved); the pausing client's release sets the position outright, below a
-   reservation too (the rationalizer's rule 5).
+   reservation too (the rationalizer's rule 5). Before each carry the pause must outlast it by
+   a margin (2*HB and two writes): it is written again when it would not, and the move stops
+   (carrying nothing more) if it ran out. Only a refusal the compaction rule explains is
+   claimed again; any other stops the move.
 5. Wait until every member that ran on the old placement has left: each folds the new settings,
    stops gracefully and exits 6 (restartable; started again it locates the new placement and
    waits out the pause).
@@ -25,8 +28,12 @@ like ``--change`` (`group_settings`), made while the group is paused and nothing
 So no claim is held while the placement changes, the positions are on the new homes before
 anyone but this admin may claim, and the members of the old placement are gone before the
 lift. If the command stops after step 3 (a timeout, a crash), the group stays paused until the
-pause expires: the command prints each position it carries, so that what is left can be set
-with ``set-position`` meanwhile (docs/operating.md, "Moving a group").
+pause expires: the command prints every carry it will make (``to carry:``) before step 3, so
+that what is left can be set with ``set-position`` meanwhile (docs/operating.md, "Moving a
+group"). A rerun then locates the group on its new placement: while it is paused there it
+refuses (one line saying what to do), never "nothing to move". A spread group moves only on a
+topic whose placement is enabled (`init --enable-placement`): a member from before placement
+cannot read placed settings and would claim on the old layout.
 """
 
 from __future__ import annotations
@@ -57,11 +64,14 @@ from marshal_workers.admin.settings_steps import (
 from marshal_workers.common.errors import ConfigError, MarshalError
 from marshal_workers.log.interface import LogError
 from marshal_workers.protocol import events as ev
-from marshal_workers.protocol.metadata import GroupSettings, placement_text
+from marshal_workers.protocol.groupstatus import iso_ms
+from marshal_workers.protocol.metadata import METADATA_PARTITION, GroupSettings, placement_text
 from marshal_workers.protocol.placement import Placement, spread
+from marshal_workers.protocol.rationalizer import pause_of
 
 SETTLE_BUDGET_S = 30.0
 CLAIM_TRIES = 3  # a claim refused on a compacted home is tried again after 2*HB of silence
+COMPACTED = "history compacted"  # the one refusal a carry retries (the rationalizer's words)
 
 
 def move_group(
@@ -90,7 +100,16 @@ def move_group(
         )  # fmt: skip
     except ValueError as exc:
         raise ConfigError(f"--move: {exc}") from None
+    if old.legacy:
+        _require_placement_enabled(session)
     if not old.legacy and (old.first, old.span) == (target.first, target.span):
+        if _paused(session, group):
+            raise MarshalError(
+                f"group {group} is placed at {placement_text(old)} but still paused: a move "
+                "that stopped after recording it may have left positions uncarried; not moved "
+                "again: set each position its 'to carry:' lines printed (set-position) before "
+                "the pause expires, then lift it (release-group --for 0)"
+            )
         return f"group {group} is placed at {placement_text(old)} already: nothing to move"
     _refuse(session, group, old, "")  # before anything is written
     session.reader.follow(written_on(group, old, target))
@@ -119,11 +138,15 @@ def move_group(
         raise
     plan = plan_move(session.worlds, group, old, _with_token_base(session, target, old, timeout_s))
     before = live_members(session, group, hb_ms)
+    for carry in plan.carries:  # (what an operator sets by hand if the command stops)
+        progress(f"to carry: {carry.key.topic}/{carry.key.partition} at {carry.offset} from "
+                 f"partition {carry.old_partition} to partition {carry.new_partition}")  # fmt: skip
     _record(session, settings, plan)
     progress(
         f"recorded: placement {placement_text(plan.new)} on partitions {list(plan.partitions)}"
     )
-    _carry_all(session, plan.carries, timeout_s, progress)
+    pause_s = 2 * timeout_s + SETTLE_BUDGET_S + 4 * hb_ms / 1000  # (what an extension gives)
+    _carry_all(session, group, plan.carries, timeout_s, pause_s, progress)
 
     def still_running() -> list[str]:
         now_members = live_members(session, group, hb_ms)
@@ -144,6 +167,25 @@ def move_group(
         f"group {group} moved from {placement_text(settings.placement)} to "
         f"{placement_text(plan.new)}; {len(plan.carries)} positions carried; pause lifted"
     )
+
+
+def _require_placement_enabled(session: AdminSession) -> None:
+    """A spread group moves only on a topic whose placement is enabled: members from before
+    placement (which a version-1 topic allows) cannot read placed settings, never exit 6, and
+    would go on claiming on the old layout."""
+    world = session.worlds.get(METADATA_PARTITION)
+    pin = None if world is None else world.topic_record
+    if pin is None or not pin.placed:
+        raise ConfigError(
+            "--move: the coordination topic's placement is not enabled (members from before "
+            "placement may run): upgrade every member, then run marshal-admin init "
+            "--enable-placement, then move"
+        )
+
+
+def _paused(session: AdminSession, group: str) -> bool:
+    now = session.now_ms()
+    return any(pause_of(world, group, now) is not None for world in session.worlds.values())
 
 
 def _refuse(session: AdminSession, group: str, old: Placement, lifted: str) -> None:
@@ -188,26 +230,35 @@ def _record(session: AdminSession, settings: GroupSettings, plan: MovePlan) -> N
 
 
 def _carry_all(
-    session: AdminSession, carries: tuple[Carry, ...], timeout_s: float, progress: Progress
+    session: AdminSession,
+    group: str,
+    carries: tuple[Carry, ...],
+    timeout_s: float,
+    pause_s: float,
+    progress: Progress,
 ) -> None:
-    """Claim each carried claim on its new home and release it at its position. On a home
-    whose history the cleaner shortened a claim never seen there is uncertain: the first
-    claim only counts as activity, and one after 2*HB of silence wins; so the refused ones
-    are claimed again, together, after one such wait (`CLAIM_TRIES` rounds at most)."""
+    """Claim each carried claim on its new home and release it at its position, each under a
+    pause in force (`_pause_holds`). On a home whose history the cleaner shortened a claim
+    never seen there is uncertain: the first claim only counts as activity, and one after 2*HB
+    of silence wins; so the claims refused for that reason are claimed again, together, after
+    one such wait (`CLAIM_TRIES` rounds at most). Any other refusal stops the move."""
     deadline = session.monotonic() + timeout_s
     left = list(carries)
     for _ in range(CLAIM_TRIES):
         refused: list[tuple[Carry, ev.Event]] = []
         for carry in left:
+            _pause_holds(session, group, carry, pause_s, progress)
             verdict = session.write(session.claiming(carry.key), carry.new_partition)
             if not isinstance(verdict, ev.ClaimGranted):
+                if not str(getattr(verdict, "reason", "")).startswith(COMPACTED):
+                    _refused(session, group, carry, verdict)
                 refused.append((carry, verdict))
                 continue
             released = session.write(
                 session.releasing(carry.key, carry.offset), carry.new_partition
             )
             if not isinstance(released, ev.Released):
-                _refused(carry, released)
+                _refused(session, group, carry, released)
             progress(f"carried {carry.key.topic}/{carry.key.partition} at {carry.offset} to "
                      f"partition {carry.new_partition}")  # fmt: skip
         if not refused:
@@ -220,13 +271,59 @@ def _carry_all(
         end = session.monotonic() + wait_s
         while (remaining := end - session.monotonic()) > 0:
             session.poll(min(0.2, remaining))
-    _refused(*refused[0])
+    _refused(session, group, *refused[0])
 
 
-def _refused(carry: Carry, verdict: ev.Event) -> None:
+def _pause_until(session: AdminSession, group: str) -> int:
+    """When the group's pause by this admin ends on every followed partition (log time, ms;
+    0 if one has none in force)."""
+    now = session.now_ms()
+    ends = []
+    for world in session.worlds.values():
+        pause = pause_of(world, group, now)
+        if pause is None or pause.client_id != session.client_id:
+            return 0
+        ends.append(pause.until_ms)
+    return min(ends, default=0)
+
+
+def _pause_holds(
+    session: AdminSession, group: str, carry: Carry, pause_s: float, progress: Progress
+) -> None:
+    """Before a carry: the pause must outlast it by a margin (2*HB and two writes); write it
+    again (``pause_s`` from now) if it would not; stop, carrying nothing more, if it lapsed."""
+    now = session.now_ms()
+    until = _pause_until(session, group)
+    if until <= now:
+        raise MarshalError(
+            f"the pause of group {group} ran out before {carry.key.topic}/"
+            f"{carry.key.partition} was carried: stopped; its members may claim now; set the "
+            "positions not carried ('to carry:' lines above) with set-position at once"
+        )
+    margin_ms = 2 * session.hb_ms + 2 * session.write_timeout_s * 1000
+    if until - now >= margin_ms:
+        return
+    extended = pause_for(session, group, pause_s)
+    if not extended.in_force:
+        raise MarshalError(
+            f"extending the pause of group {group} failed ({extended.summary()}): stopped "
+            f"before carrying {carry.key.topic}/{carry.key.partition}; set the positions not "
+            "carried ('to carry:' lines above) with set-position before the pause expires"
+        )
+    progress(f"pause extended: {extended.summary()}")
+
+
+def _refused(session: AdminSession, group: str, carry: Carry, verdict: ev.Event) -> None:
     reason = getattr(verdict, "reason", type(verdict).__name__)
+    until = _pause_until(session, group)
+    still = (
+        f"the group stays paused until {iso_ms(until)} (log time): set the positions not "
+        "carried ('to carry:' lines above) with set-position meanwhile"
+        if until > session.now_ms()
+        else "the group's pause has run out: set the positions not carried ('to carry:' lines "
+        "above) with set-position at once"
+    )
     raise MarshalError(
         f"carrying {carry.key.topic}/{carry.key.partition}'s position {carry.offset} to "
-        f"partition {carry.new_partition} was refused ({reason}); the group stays paused "
-        "until its pause expires: set it with set-position meanwhile"
+        f"partition {carry.new_partition} was refused ({reason}): stopped; {still}"
     )

@@ -11,6 +11,7 @@ exits 6 (restartable: started again, it locates the new placement).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -39,7 +40,8 @@ from marshal_workers.core.member import Member
 from marshal_workers.fleet.groupcheck import ensure_group_settings, own_settings
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
-from marshal_workers.protocol.metadata import encode_metadata, metadata_key
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.metadata import TopicRecord, encode_metadata, metadata_key
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.placement import Placement, PlacementBook, home, reads, spread
 from marshal_workers.protocol.rationalizer import (
@@ -56,7 +58,14 @@ from marshal_workers.protocol.recordfailures import (
     encode_poison,
     poison_record_key,
 )
-from marshal_workers.protocol.wire import ClaimKey, Message, Partitioner, encode, record_key
+from marshal_workers.protocol.wire import (
+    ClaimingPartition,
+    ClaimKey,
+    Message,
+    Partitioner,
+    encode,
+    record_key,
+)
 from marshal_workers.supervisor.runtime import member_settings
 from tests.support import GROUP, claim, hb, release, reserve
 
@@ -91,12 +100,15 @@ def write(topic: MemoryTopic, msg: Message) -> int:
 
 
 def spread_group(
-    positions: dict[int, int], clock: Clock | None = None
+    positions: dict[int, int], clock: Clock | None = None, *, placement_enabled: bool = True
 ) -> tuple[MemoryTopic, Clock, dict[int, int]]:
     """A spread group (its settings on all 4 partitions, by member a) that handled
-    ``orders/p`` up to each position and released it; the tokens of a's claims by p."""
+    ``orders/p`` up to each position and released it, on a topic whose placement is enabled
+    (version 2) unless told; the tokens of a's claims by p."""
     clock = clock or Clock()
     topic = MemoryTopic(N, clock)
+    pin = TopicRecord(0, "init", "marshal-admin", N, placed=placement_enabled)
+    topic.append(0, metadata_key(pin), encode_metadata(pin))
     a = member("a")
     log = MemoryLog(topic)
     reader = FoldedLog(log, config())
@@ -330,6 +342,159 @@ class TestTheMove:
             )
         assert refused.value.exit_code == EXIT_PLACEMENT_MOVED
         assert "placement" in str(refused.value)
+
+
+class TestAnUnfinishedMove:
+    def stopped_move(self) -> tuple[MemoryTopic, Clock, dict[int, int], list[str]]:
+        """A move of a group of five released claims that stopped (raised) right after its
+        first carry: the settings are recorded, the other four positions not carried."""
+        positions = {p: 10 + p for p in range(5)}
+        topic, clock, _ = spread_group(positions)
+        said: list[str] = []
+
+        def progress(line: str) -> None:
+            said.append(line)
+            if line.startswith("carried"):
+                raise RuntimeError("the admin died")
+
+        with pytest.raises(RuntimeError):
+            move_group(session_on(topic, clock), GROUP, span=1, first=None, timeout_s=5.0,
+                       progress=progress)  # fmt: skip
+        return topic, clock, positions, said
+
+    def test_the_carry_plan_is_printed_before_anything_is_recorded(self) -> None:
+        """Every claim's old position and where it goes are said before the settings are
+        recorded, so an operator can finish a stopped move by hand."""
+        _, _, positions, said = self.stopped_move()
+        recorded_at = next(i for i, line in enumerate(said) if line.startswith("recorded:"))
+        at = home(GROUP, N)
+        for p, offset in positions.items():
+            old = SPREAD.partition_of("orders", p)
+            line = f"to carry: orders/{p} at {offset} from partition {old} to partition {at}"
+            assert line in said[:recorded_at], said
+
+    def test_a_rerun_of_a_stopped_move_is_not_nothing_to_move(self) -> None:
+        """Rerun after it stopped: the group is located on its new home and still paused; the
+        rerun says so in one line (exit 1) naming set-position and the printed plan, and
+        writes nothing; it never reports a finished move."""
+        topic, clock, _, _ = self.stopped_move()
+        at = home(GROUP, N)
+        settings = MemoryLog(topic)
+        reader = FoldedLog(settings, config())
+        reader.catch_up(1.0)
+        new = reader.worlds[at].group_settings[GROUP].placement
+        assert new is not None and (new.first, new.span) == (at, 1)
+        cfg = replace(config(), placements=PlacementBook.of({GROUP: new}))
+        placed_reader = FoldedLog(MemoryLog(topic), cfg)
+        placed_reader.follow(sorted(reads(GROUP, new)), from_start=True)
+        session = AdminSession(
+            placed_reader.log, placed_reader, "marshal-admin", wall=lambda: clock.now / 1000,
+            placement=new,
+        )  # fmt: skip
+        session.catch_up(1.0)
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        with pytest.raises(MarshalError) as refused:
+            move_group(session, GROUP, span=1, first=None, timeout_s=5.0,
+                       progress=lambda _: None)  # fmt: skip
+        text = str(refused.value)
+        assert refused.value.exit_code == EXIT_RUNTIME and "\n" not in text
+        assert "paused" in text and "set-position" in text and "nothing to move" not in text
+        assert {p: topic.end_offset(p) for p in range(N)} == ends
+
+
+class TestGuards:
+    def test_a_topic_without_placement_refuses_the_move(self) -> None:
+        """A version-1 topic (members from before placement may run): exit 2, one line naming
+        init --enable-placement; nothing written."""
+        topic, clock, _ = spread_group({0: 3}, placement_enabled=False)
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        with pytest.raises(ConfigError) as refused:
+            move_group(session_on(topic, clock), GROUP, span=1, first=None, timeout_s=5.0,
+                       progress=lambda _: None)  # fmt: skip
+        assert refused.value.exit_code == EXIT_USAGE
+        assert "marshal-admin init --enable-placement" in str(refused.value)
+        assert "\n" not in str(refused.value)
+        assert {p: topic.end_offset(p) for p in range(N)} == ends
+
+    def move_with_a_jump(
+        self, jump: Callable[[int], int]
+    ) -> tuple[MemoryTopic, dict[int, int], list[str], list[bool], Callable[[], str]]:
+        """Five released claims moved on a clock (log and admin alike) set to ``jump(the
+        pause's end)`` after the first carry; what was said, and whether each carry was made
+        under this admin's pause in force; the move itself (its line, or raises)."""
+        positions = {p: 20 + p for p in range(5)}
+        topic, clock, _ = spread_group(positions)
+        reader = FoldedLog(MemoryLog(topic), config())
+        session = AdminSession(
+            reader.log, reader, "marshal-admin", wall=lambda: clock.now / 1000,
+            monotonic=lambda: clock.now / 1000, placement=None,
+        )  # fmt: skip
+        session.catch_up(1.0)
+        said: list[str] = []
+        under_pause: list[bool] = []
+        at = home(GROUP, N)
+
+        def progress(line: str) -> None:
+            said.append(line)
+            if line.startswith("carried"):
+                pause = pause_of(session.worlds[at], GROUP, clock.now)
+                under_pause.append(pause is not None)
+                if len(under_pause) == 1 and pause is not None:
+                    clock.now = jump(pause.until_ms)
+
+        def run() -> str:
+            return move_group(session, GROUP, span=1, first=None, timeout_s=5.0,
+                              progress=progress)  # fmt: skip
+
+        return topic, positions, said, under_pause, run
+
+    def test_the_pause_is_extended_before_it_lapses_during_the_carries(self) -> None:
+        """The clock jumps to a second before the pause ends, after the first carry: the move
+        writes the pause again before the next carry, so every carry is made under a pause in
+        force, and every position is carried."""
+        topic, positions, said, under_pause, run = self.move_with_a_jump(lambda end: end - 1000)
+        run()
+        assert any(line.startswith("pause extended") for line in said), said
+        assert len(under_pause) == len(positions) and all(under_pause), under_pause
+        at = home(GROUP, N)
+        worlds = fold_as_placed(topic, Placement(N, at, 1))
+        for p, offset in positions.items():
+            key = ClaimKey(GROUP, "orders", p)
+            assert resume_offset(worlds[at].claims[key], Mode.ALO) == offset
+
+    def test_a_pause_that_ran_out_stops_the_carries(self) -> None:
+        """The clock jumps past the pause's end after the first carry: the move carries
+        nothing more and stops with one line saying the pause ran out (exit 1)."""
+        _, _, said, under_pause, run = self.move_with_a_jump(lambda end: end + 1000)
+        with pytest.raises(MarshalError) as stopped:
+            run()
+        text = str(stopped.value)
+        assert "ran out" in text and "set-position" in text and "\n" not in text
+        assert under_pause == [True]
+        assert not any(line.startswith("pause extended") for line in said)
+
+    def test_a_claim_refused_for_another_reason_than_compaction_stops_at_once(self) -> None:
+        """A carry's claim refused as held by another member is not claimed again after a
+        wait: the move stops with one line naming the refusal and the pause in force."""
+        topic, clock, _ = spread_group({0: 4, 1: 5})
+        session = session_on(topic, clock)
+        write_for_real = session.write
+        said: list[str] = []
+
+        def write(msg: Message, partition: int) -> ev.Event:
+            verdict = write_for_real(msg, partition)
+            if isinstance(msg, ClaimingPartition) and isinstance(verdict, ev.ClaimGranted):
+                return ev.ClaimRejected(verdict.coord_partition, verdict.coord_offset,
+                                        verdict.log_time, msg, "held by b", "b")  # fmt: skip
+            return verdict
+
+        session.write = write  # type: ignore[method-assign]
+        with pytest.raises(MarshalError) as stopped:
+            move_group(session, GROUP, span=1, first=None, timeout_s=5.0, progress=said.append)
+        text = str(stopped.value)
+        assert "held by b" in text and "stays paused until" in text and "\n" not in text
+        assert not any("claiming again" in line for line in said), said
+        assert pause_of(session.worlds[home(GROUP, N)], GROUP, session.now_ms()) is not None
 
 
 class TestAPlacedGroup:
