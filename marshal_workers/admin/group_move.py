@@ -199,7 +199,9 @@ def _with_token_base(
 ) -> Placement:
     """``target`` with a token base above every token of the old placement: its partitions'
     end offsets now (no claim of the group can be won on them meanwhile: it is paused and
-    this admin claims nothing there)."""
+    this admin claims nothing there). Taken after the pause landed on each of them: a
+    partition whose records were all deleted reads as end 0 in `end_offsets`, but not with
+    the pause's record on it, so its log end counts."""
     try:
         ends = session.log.end_offsets(timeout_s)
     except LogError as exc:

@@ -2,8 +2,9 @@
 
 A group that runs spread over every coordination partition (a version-1 topic: every group
 from before placement) keeps that layout until an operator moves it. Members handle a ledger
-under a steady producer; the operator moves the group to one partition; the member folds the
-new settings, stops gracefully and exits 6, and is started again (as systemd does: 6 is
+under a steady producer; a move is refused (exit 2) until the topic's placement is enabled
+(`init --enable-placement`); the operator then moves the group to one partition; the member
+folds the new settings, stops gracefully and exits 6, and is started again (as systemd does: 6 is
 restartable), finds the placement on the group's home and follows home and window only. The ledger
 skips nothing (ALO) or has no record twice (AMO), no two processes handle one partition at
 once, and every fencing token after the move is above every token before it.
@@ -90,6 +91,11 @@ def move_under_load(make_fleet: MakeFleet, mode: str) -> Moved:
     assert located(a.log_path)["placement"] == "spread"
     fleet.produce_steadily(200)
     fleet.wait_for(lambda: len(fleet.ledger()) > 100, 60, "records handled before the move")
+    refused = fleet.admin("group-settings", "--group", fleet.group, "--move", heartbeat=False)
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    assert "marshal-admin init --enable-placement" in refused.stderr, refused.stderr
+    enabled = fleet.admin("init", "--enable-placement", heartbeat=False)
+    assert enabled.returncode == 0, (enabled.stdout, enabled.stderr)
     pad(fleet, [c for c in range(COORDINATION) if c != quiet], PADDING)
     b.signal(signal.SIGTERM)
     assert b.wait(60) == 0, b.log_tail()

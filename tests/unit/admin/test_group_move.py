@@ -496,6 +496,23 @@ class TestGuards:
         assert not any("claiming again" in line for line in said), said
         assert pause_of(session.worlds[home(GROUP, N)], GROUP, session.now_ms()) is not None
 
+    def test_the_token_base_is_above_tokens_on_a_partition_emptied_by_deletion(self) -> None:
+        """Every record of the busiest old partition deleted (its start is its end, which
+        `end_offsets` reads as 0): the base is taken after the pause landed there, so it still
+        counts that partition's log end and is above the tokens won there."""
+        topic, clock, tokens = spread_group({p: 3 for p in range(6)}, Clock(real=True))
+        at = home(GROUP, N)  # (the home is emptied too: the carries wait 2*HB of silence)
+        busiest = max(range(N), key=topic.end_offset)
+        assert busiest != 0  # (the topic record stays)
+        topic.delete_records(busiest, topic.end_offset(busiest))
+        won_there = [t for p, t in tokens.items() if SPREAD.partition_of("orders", p) == busiest]
+        assert won_there and max(won_there) >= max(topic.end_offset(p) for p in range(N)
+                                                    if p != busiest)  # fmt: skip
+        session = session_on(topic, clock)
+        move_group(session, GROUP, span=1, first=None, timeout_s=10.0, progress=lambda _: None)
+        moved = session.worlds[at].group_settings[GROUP].placement
+        assert moved is not None and moved.token_base > max(won_there)
+
 
 class TestAPlacedGroup:
     def placed_group(self) -> tuple[MemoryTopic, Clock, Placement, dict[int, int]]:
