@@ -189,7 +189,8 @@ def run_group_settings(
 )
 @client_id_option
 @wait_option(
-    "Seconds allowed for each wait (holders releasing, old members stopping).",
+    "Seconds allowed for each wait: the holders releasing and the old members stopping "
+    "(--change and --move), and, with --move, the positions being carried.",
     default=DEFAULT_WAIT_S,
 )
 def group_settings(
