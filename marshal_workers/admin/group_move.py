@@ -16,7 +16,10 @@ like ``--change`` (`group_settings`), made while the group is paused and nothing
 4. Carry each data claim's position to its new home while the pause holds: this admin (the
    pausing client, the only one that may claim) claims it there and releases it at
    max(committed, reserved); the pausing client's release sets the position outright, below a
-   reservation too (the rationalizer's rule 5). Before each carry the pause must outlast it by
+   reservation too (the rationalizer's rule 5). The positions are each old home's as folded up
+   to its settings record (after it, a record of a claim whose home moved is not applied
+   there), and every old token must be below the token base (else the move stops: another
+   admin of the same client id claimed meanwhile). Before each carry the pause must outlast it by
    a margin (2*HB and two writes): it is written again when it would not, and the move stops
    (carrying nothing more) if it ran out. Only a refusal the compaction rule explains is
    claimed again; any other stops the move.
@@ -43,6 +46,7 @@ from dataclasses import replace
 from marshal_workers.admin.moveplan import (
     Carry,
     MovePlan,
+    carries,
     claim_keys,
     count_claims,
     moved_token_base,
@@ -120,33 +124,26 @@ def move_group(
     if not pause.accepted:
         raise MarshalError(pause.summary())
     progress(pause.summary())
-    try:
-        wait_until_none(
-            session,
-            lambda: [str(k) for k in data_busy(session, group, hb_ms)],
-            timeout_s,
-            "the holders to release",
-            progress,
-        )
-    except MarshalError as exc:
-        lift_pause(session, group)
-        raise MarshalError(f"{exc}; nothing changed; pause lifted") from None
-    try:
-        _refuse(session, group, old, "; pause lifted")  # what the wait may have shown
-    except MarshalError:
-        lift_pause(session, group)
-        raise
-    plan = plan_move(session.worlds, group, old, _with_token_base(session, target, old, timeout_s))
+    plan = _plan_when_released(session, group, (old, target), hb_ms, timeout_s, progress)
     before = live_members(session, group, hb_ms)
-    for carry in plan.carries:  # (what an operator sets by hand if the command stops)
-        progress(f"to carry: {carry.key.topic}/{carry.key.partition} at {carry.offset} from "
-                 f"partition {carry.old_partition} to partition {carry.new_partition}")  # fmt: skip
+    _say_carries(plan.carries, progress)  # (what an operator sets by hand if the move stops)
     _record(session, settings, plan)
     progress(
         f"recorded: placement {placement_text(plan.new)} on partitions {list(plan.partitions)}"
     )
+    # each old home's state as folded up to its settings record (after it, a record of a claim
+    # whose home moved is no longer applied there), not the plan's from before
+    folded = carries(session.worlds, group, old, plan.new)
+    _say_carries(tuple(c for c in folded if c not in plan.carries), progress)
+    try:
+        _tokens_below(session, group, old, plan.new.token_base)
+    except MarshalError as exc:
+        raise MarshalError(
+            f"{exc}; the group is partly moved and stays paused until its pause expires: see "
+            "docs/operating.md, 'Moving a group'"
+        ) from None
     pause_s = 2 * timeout_s + SETTLE_BUDGET_S + 4 * hb_ms / 1000  # (what an extension gives)
-    _carry_all(session, group, plan.carries, timeout_s, pause_s, progress)
+    _carry_all(session, group, folded, timeout_s, pause_s, progress)
 
     def still_running() -> list[str]:
         now_members = live_members(session, group, hb_ms)
@@ -165,8 +162,45 @@ def move_group(
         raise MarshalError(f"group moved, but the pause could not be lifted: {lift.refusal}")
     return (
         f"group {group} moved from {placement_text(settings.placement)} to "
-        f"{placement_text(plan.new)}; {len(plan.carries)} positions carried; pause lifted"
+        f"{placement_text(plan.new)}; {len(folded)} positions carried; pause lifted"
     )
+
+
+def _plan_when_released(
+    session: AdminSession,
+    group: str,
+    layouts: tuple[Placement, Placement],
+    hb_ms: int,
+    timeout_s: float,
+    progress: Progress,
+) -> MovePlan:
+    """Steps 2 and the plan of 3, under the pause: wait for the holders, refuse what the
+    wait showed, take the token base, check the old tokens below it (else lift the pause).
+    ``layouts``: the old placement and the target."""
+    old, target = layouts
+    try:
+        wait_until_none(
+            session,
+            lambda: [str(k) for k in data_busy(session, group, hb_ms)],
+            timeout_s,
+            "the holders to release",
+            progress,
+        )
+    except MarshalError as exc:
+        lift_pause(session, group)
+        raise MarshalError(f"{exc}; nothing changed; pause lifted") from None
+    try:
+        _refuse(session, group, old, "; pause lifted")  # what the wait may have shown
+    except MarshalError:
+        lift_pause(session, group)
+        raise
+    plan = plan_move(session.worlds, group, old, _with_token_base(session, target, old, timeout_s))
+    try:
+        _tokens_below(session, group, old, plan.new.token_base)
+    except MarshalError as exc:
+        lift_pause(session, group)
+        raise MarshalError(f"{exc}; nothing changed; pause lifted") from None
+    return plan
 
 
 def _require_placement_enabled(session: AdminSession) -> None:
@@ -181,6 +215,24 @@ def _require_placement_enabled(session: AdminSession) -> None:
             "placement may run): upgrade every member, then run marshal-admin init "
             "--enable-placement, then move"
         )
+
+
+def _say_carries(carries: tuple[Carry, ...], progress: Progress) -> None:
+    for carry in carries:
+        progress(f"to carry: {carry.key.topic}/{carry.key.partition} at {carry.offset} from "
+                 f"partition {carry.old_partition} to partition {carry.new_partition}")  # fmt: skip
+
+
+def _tokens_below(session: AdminSession, group: str, old: Placement, base: int) -> None:
+    """Every token of the group's data claims on the old layout is below the moved base (else
+    a sink that fences by token would refuse the new holders: stop)."""
+    for key in claim_keys(session.worlds, group, old):
+        state = session.worlds[old.partition_of(key.topic, key.partition)].claims[key]
+        if state.token is not None and state.token >= base:
+            raise MarshalError(
+                f"{key.topic}/{key.partition}'s token {state.token} is not below the moved "
+                f"token base {base}: stopped"
+            )
 
 
 def _paused(session: AdminSession, group: str) -> bool:

@@ -513,6 +513,28 @@ class TestGuards:
         moved = session.worlds[at].group_settings[GROUP].placement
         assert moved is not None and moved.token_base > max(won_there)
 
+    def test_a_claim_won_after_the_token_base_stops_the_move(self) -> None:
+        """Another admin of the same client id sets a position (claims and releases) on the
+        old layout after the token base was taken and before the record: its token is not
+        below the base, and the move stops with one line naming it, nothing carried."""
+        topic, clock, _ = spread_group({2: 5})
+        session = session_on(topic, clock)
+        said: list[str] = []
+
+        def progress(line: str) -> None:
+            said.append(line)
+            if line.startswith("to carry:") and len(said) < 10:
+                write(topic, claim("marshal-admin", 2, inst="ops-1"))
+                write(topic, release("marshal-admin", 9, 2, inst="ops-1"))
+
+        with pytest.raises(MarshalError) as stopped:
+            move_group(session, GROUP, span=1, first=None, timeout_s=5.0, progress=progress)
+        text = str(stopped.value)
+        assert "orders/2's token" in text and "not below the moved token base" in text
+        assert "\n" not in text
+        assert "to carry: orders/2 at 9 from partition 3 to partition 2" in said, said
+        assert not any(line.startswith("carried") for line in said), said
+
 
 class TestAPlacedGroup:
     def placed_group(self) -> tuple[MemoryTopic, Clock, Placement, dict[int, int]]:
