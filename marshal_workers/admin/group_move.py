@@ -33,8 +33,8 @@ anyone but this admin may claim, and the members of the old placement are gone b
 lift. If the command stops after step 3 (a timeout, a crash), the group stays paused until the
 pause expires: the command prints every carry it will make (``to carry:``) before step 3, so
 that what is left can be set with ``set-position`` meanwhile (docs/operating.md, "Moving a
-group"). A rerun then locates the group on its new placement: while it is paused there it
-refuses (one line saying what to do), never "nothing to move". A spread group moves only on a
+group"). A rerun then locates the group on its new placement: a move of a paused group
+refuses (one line saying what to do), never "nothing to move", nor moves on from there. A spread group moves only on a
 topic whose placement is enabled (`init --enable-placement`): a member from before placement
 cannot read placed settings and would claim on the old layout.
 """
@@ -106,14 +106,14 @@ def move_group(
         raise ConfigError(f"--move: {exc}") from None
     if old.legacy:
         _require_placement_enabled(session)
+    if _paused(session, group):  # (a move from a half-carried layout would lose positions)
+        raise MarshalError(
+            f"group {group} (at {placement_text(settings.placement)}) is paused: not moved; if "
+            "a move stopped after recording, set each position its 'to carry:' lines printed "
+            "and not 'carried' (set-position) before the pause expires, then lift it "
+            "(release-group --for 0) and move again if needed"
+        )
     if not old.legacy and (old.first, old.span) == (target.first, target.span):
-        if _paused(session, group):
-            raise MarshalError(
-                f"group {group} is placed at {placement_text(old)} but still paused: a move "
-                "that stopped after recording it may have left positions uncarried; not moved "
-                "again: set each position its 'to carry:' lines printed (set-position) before "
-                "the pause expires, then lift it (release-group --for 0)"
-            )
         return f"group {group} is placed at {placement_text(old)} already: nothing to move"
     _refuse(session, group, old, "")  # before anything is written
     session.reader.follow(written_on(group, old, target))

@@ -373,10 +373,12 @@ class TestAnUnfinishedMove:
             line = f"to carry: orders/{p} at {offset} from partition {old} to partition {at}"
             assert line in said[:recorded_at], said
 
-    def test_a_rerun_of_a_stopped_move_is_not_nothing_to_move(self) -> None:
-        """Rerun after it stopped: the group is located on its new home and still paused; the
-        rerun says so in one line (exit 1) naming set-position and the printed plan, and
-        writes nothing; it never reports a finished move."""
+    @pytest.mark.parametrize("span", [1, 2])
+    def test_a_rerun_of_a_stopped_move_is_not_nothing_to_move(self, span: int) -> None:
+        """Rerun after it stopped (the same window, or another): the group is located on its
+        new home and still paused; the rerun says so in one line (exit 1) naming
+        set-position, and writes nothing; it neither reports a finished move nor moves on
+        from the half-carried layout."""
         topic, clock, _, _ = self.stopped_move()
         at = home(GROUP, N)
         settings = MemoryLog(topic)
@@ -394,7 +396,7 @@ class TestAnUnfinishedMove:
         session.catch_up(1.0)
         ends = {p: topic.end_offset(p) for p in range(N)}
         with pytest.raises(MarshalError) as refused:
-            move_group(session, GROUP, span=1, first=None, timeout_s=5.0,
+            move_group(session, GROUP, span=span, first=None, timeout_s=5.0,
                        progress=lambda _: None)  # fmt: skip
         text = str(refused.value)
         assert refused.value.exit_code == EXIT_RUNTIME and "\n" not in text
