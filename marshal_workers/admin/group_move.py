@@ -23,7 +23,8 @@ like ``--change`` (`group_settings`), made while the group is paused and nothing
    a margin (2*HB and two writes): it is written again when it would not, and the move stops
    (carrying nothing more) if it ran out. Only a refusal the compaction rule explains is
    claimed again; any other stops the move.
-5. Wait until every member that ran on the old placement has left: each folds the new settings,
+5. Wait until every member that ran on the old placement has left (the pause written again
+   first if it would not outlast that wait): each folds the new settings,
    stops gracefully and exits 6 (restartable; started again it locates the new placement and
    waits out the pause).
 6. Lift the pause.
@@ -34,9 +35,9 @@ lift. If the command stops after step 3 (a timeout, a crash), the group stays pa
 pause expires: the command prints every carry it will make (``to carry:``) before step 3, so
 that what is left can be set with ``set-position`` meanwhile (docs/operating.md, "Moving a
 group"). A rerun then locates the group on its new placement: a move of a paused group
-refuses (one line saying what to do), never "nothing to move", nor moves on from there. A spread group moves only on a
-topic whose placement is enabled (`init --enable-placement`): a member from before placement
-cannot read placed settings and would claim on the old layout.
+refuses (one line saying what to do), never "nothing to move", nor moves on from there. A
+spread group moves only on a topic whose placement is enabled (`init --enable-placement`): a
+member from before placement cannot read placed settings and would claim on the old layout.
 """
 
 from __future__ import annotations
@@ -144,6 +145,8 @@ def move_group(
         ) from None
     pause_s = 2 * timeout_s + SETTLE_BUDGET_S + 4 * hb_ms / 1000  # (what an extension gives)
     _carry_all(session, group, folded, timeout_s, pause_s, progress)
+
+    _pause_holds(session, group, "waiting for the old members", pause_s, progress, timeout_s)
 
     def still_running() -> list[str]:
         now_members = live_members(session, group, hb_ms)
@@ -301,7 +304,8 @@ def _carry_all(
     for _ in range(CLAIM_TRIES):
         refused: list[tuple[Carry, ev.Event]] = []
         for carry in left:
-            _pause_holds(session, group, carry, pause_s, progress)
+            what = f"{carry.key.topic}/{carry.key.partition} was carried"
+            _pause_holds(session, group, what, pause_s, progress)
             verdict = session.write(session.claiming(carry.key), carry.new_partition)
             if not isinstance(verdict, ev.ClaimGranted):
                 if not str(getattr(verdict, "reason", "")).startswith(COMPACTED):
@@ -342,27 +346,33 @@ def _pause_until(session: AdminSession, group: str) -> int:
 
 
 def _pause_holds(
-    session: AdminSession, group: str, carry: Carry, pause_s: float, progress: Progress
+    session: AdminSession,
+    group: str,
+    before: str,
+    pause_s: float,
+    progress: Progress,
+    need_s: float = 0.0,
 ) -> None:
-    """Before a carry: the pause must outlast it by a margin (2*HB and two writes); write it
-    again (``pause_s`` from now) if it would not; stop, carrying nothing more, if it lapsed."""
+    """Before a step (``before``: what it does): the pause must outlast ``need_s`` and a
+    margin (2*HB and two writes); write it again (``pause_s`` from now) if it would not; stop,
+    doing nothing more, if it ran out."""
     now = session.now_ms()
     until = _pause_until(session, group)
     if until <= now:
         raise MarshalError(
-            f"the pause of group {group} ran out before {carry.key.topic}/"
-            f"{carry.key.partition} was carried: stopped; its members may claim now; set the "
-            "positions not carried ('to carry:' lines above) with set-position at once"
+            f"the pause of group {group} ran out before {before}: stopped; its members may "
+            "claim now; set the positions not carried ('to carry:' lines above) with "
+            "set-position at once"
         )
-    margin_ms = 2 * session.hb_ms + 2 * session.write_timeout_s * 1000
+    margin_ms = 2 * session.hb_ms + 2 * session.write_timeout_s * 1000 + need_s * 1000
     if until - now >= margin_ms:
         return
-    extended = pause_for(session, group, pause_s)
+    extended = pause_for(session, group, max(pause_s, need_s + margin_ms / 1000))
     if not extended.in_force:
         raise MarshalError(
             f"extending the pause of group {group} failed ({extended.summary()}): stopped "
-            f"before carrying {carry.key.topic}/{carry.key.partition}; set the positions not "
-            "carried ('to carry:' lines above) with set-position before the pause expires"
+            f"before {before}; set the positions not carried ('to carry:' lines above) with "
+            "set-position before the pause expires"
         )
     progress(f"pause extended: {extended.summary()}")
 

@@ -464,6 +464,31 @@ class TestGuards:
             key = ClaimKey(GROUP, "orders", p)
             assert resume_offset(worlds[at].claims[key], Mode.ALO) == offset
 
+    def test_the_pause_outlasts_the_wait_for_the_old_members(self) -> None:
+        """After the last carry the pause has left more than a carry's margin but less than
+        the wait for the old members (--timeout): it is written again before that wait, so
+        the line that wait's timeout prints (the group stays paused) is true."""
+        topic, clock, _ = spread_group({0: 4})
+        reader = FoldedLog(MemoryLog(topic), config())
+        session = AdminSession(
+            reader.log, reader, "marshal-admin", wall=lambda: clock.now / 1000,
+            monotonic=lambda: clock.now / 1000, placement=None,
+        )  # fmt: skip
+        session.catch_up(1.0)
+        said: list[str] = []
+        at = home(GROUP, N)
+        margin = 2 * int(HB_S * 1000) + 2 * int(session.write_timeout_s * 1000)
+
+        def progress(line: str) -> None:
+            said.append(line)
+            pause = pause_of(session.worlds[at], GROUP, clock.now)
+            if line.startswith("carried") and pause is not None:
+                clock.now = pause.until_ms - margin - 1000  # (enough for carries, not 5s more)
+
+        move_group(session, GROUP, span=1, first=None, timeout_s=5.0, progress=progress)
+        carried = next(i for i, line in enumerate(said) if line.startswith("carried"))
+        assert any(line.startswith("pause extended") for line in said[carried:]), said
+
     def test_a_pause_that_ran_out_stops_the_carries(self) -> None:
         """The clock jumps past the pause's end after the first carry: the move carries
         nothing more and stops with one line saying the pause ran out (exit 1)."""
