@@ -31,8 +31,9 @@ like ``--change`` (`group_settings`), made while the group is paused and nothing
 
 So no claim is held while the placement changes, the positions are on the new homes before
 anyone but this admin may claim, and the members of the old placement are gone before the
-lift. If the command stops after step 3 (a timeout, a crash), the group stays paused until the
-pause expires: the command prints every carry it will make (``to carry:``) before step 3, so
+lift. If the command stops after step 3 (a timeout, a crash), the group stays paused (held for
+`MOVE_HOLD_S` just before step 3, lifted when the move ends): the command prints every carry
+it will make (``to carry:``) before step 3, so
 that what is left can be set with ``set-position`` meanwhile (docs/operating.md, "Moving a
 group"). A rerun then locates the group on its new placement: a move of a paused group
 refuses (one line saying what to do), never "nothing to move", nor moves on from there. A
@@ -75,6 +76,12 @@ from marshal_workers.protocol.placement import Placement, spread
 from marshal_workers.protocol.rationalizer import pause_of
 
 SETTLE_BUDGET_S = 30.0
+# From the settings record to the lift the group is held paused this long: a move stopped in
+# between (a crash, a refusal) has recorded the new placement with positions not yet carried,
+# and a member that claimed once its pause ran out would start at no position (AMO twice, ALO
+# with `latest` a skip). Held for days, the group waits for an operator to finish by hand
+# (`set-position`, then `release-group --for 0`); the move lifts it when it ends.
+MOVE_HOLD_S = 30 * 24 * 3600.0
 CLAIM_TRIES = 3  # a claim refused on a compacted home is tried again after 2*HB of silence
 COMPACTED = "history compacted"  # the one refusal a carry retries (the rationalizer's words)
 
@@ -128,6 +135,7 @@ def move_group(
     plan = _plan_when_released(session, group, (old, target), hb_ms, timeout_s, progress)
     before = live_members(session, group, hb_ms)
     _say_carries(plan.carries, progress)  # (what an operator sets by hand if the move stops)
+    _hold(session, group, progress)
     _record(session, settings, plan)
     progress(
         f"recorded: placement {placement_text(plan.new)} on partitions {list(plan.partitions)}"
@@ -343,6 +351,16 @@ def _pause_until(session: AdminSession, group: str) -> int:
             return 0
         ends.append(pause.until_ms)
     return min(ends, default=0)
+
+
+def _hold(session: AdminSession, group: str, progress: Progress) -> None:
+    """Just before the settings are recorded: the pause held for `MOVE_HOLD_S` (lifted when the
+    move ends), or the pause lifted and nothing changed."""
+    hold = pause_for(session, group, MOVE_HOLD_S)
+    if not hold.in_force:
+        lift_pause(session, group)
+        raise MarshalError(f"holding the pause failed ({hold.summary()}): nothing changed")
+    progress(f"held: {hold.summary()} (lifted when the move ends)")
 
 
 def _pause_holds(

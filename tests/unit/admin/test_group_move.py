@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import pytest
 
-from marshal_workers.admin.group_move import move_group
+from marshal_workers.admin.group_move import MOVE_HOLD_S, move_group
 from marshal_workers.admin.moveplan import (
     carries,
     moved_token_base,
@@ -372,6 +372,18 @@ class TestAnUnfinishedMove:
             old = SPREAD.partition_of("orders", p)
             line = f"to carry: orders/{p} at {offset} from partition {old} to partition {at}"
             assert line in said[:recorded_at], said
+
+    def test_a_move_stopped_after_recording_leaves_the_group_paused_until_lifted(self) -> None:
+        """A move that stopped between recording and lifting leaves positions uncarried: the
+        group stays paused on every partition it wrote for `MOVE_HOLD_S` (days), not minutes,
+        so no member claims at no position before an operator finishes by hand (a review)."""
+        topic, clock, _, _ = self.stopped_move()
+        reader = FoldedLog(MemoryLog(topic), config())
+        reader.catch_up(1.0)
+        at = home(GROUP, N)
+        pause = pause_of(reader.worlds[at], GROUP, clock.now)
+        assert pause is not None
+        assert pause.until_ms - clock.now >= (MOVE_HOLD_S - 60) * 1000
 
     @pytest.mark.parametrize("span", [1, 2])
     def test_a_rerun_of_a_stopped_move_is_not_nothing_to_move(self, span: int) -> None:
