@@ -110,7 +110,8 @@ ROLES: Final[Mapping[str, tuple[Grant, ...]]] = {
     ),
     "operator": (
         Grant("topic", COORDINATION, ("Read", "Write", "Describe"),
-              "release-group, set-position, group-settings --change, skip-record, retry-record"),
+              "release-group, set-position, group-settings --change and --move, skip-record, "
+              "retry-record"),
         Grant("topic", TOPIC, ("Describe",), "watermarks and offsets by time"),
         Grant("group", GROUP, ("Read",), "set-position commits the group's new offsets"),
         _SCRATCH,

@@ -23,11 +23,15 @@ expires, and the command says which members still run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import click
 
-from marshal_workers.admin.connection import Connection, admin_session, admin_settings
+from marshal_workers.admin.connection import (
+    Connection,
+    admin_session,
+    admin_settings,
+    group_session,
+)
+from marshal_workers.admin.group_move import move_group
 from marshal_workers.admin.options import (
     checked,
     client_id_option,
@@ -38,92 +42,23 @@ from marshal_workers.admin.options import (
     wait_option,
 )
 from marshal_workers.admin.pause import lift_pause, pause_for
-from marshal_workers.admin.session import AdminError, AdminSession
+from marshal_workers.admin.session import AdminSession
+from marshal_workers.admin.settings_steps import (
+    Progress,
+    data_busy,
+    describe,
+    live_members,
+    record_settings,
+    recorded,
+    wait_until_none,
+)
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
-from marshal_workers.log.interface import LogError
-from marshal_workers.protocol.members import is_claimable, is_live, is_member_key
-from marshal_workers.protocol.metadata import (
-    GroupSettings,
-    describe_slicing,
-    encode_metadata,
-    metadata_key,
-)
+from marshal_workers.protocol.metadata import GroupSettings, placement_text
 from marshal_workers.protocol.slicing import Slicing
-from marshal_workers.protocol.wire import ClaimKey
 
-Progress = Callable[[str], None]
 SETTLE_BUDGET_S = 30.0
 DEFAULT_WAIT_S = 120.0
-
-
-def recorded(session: AdminSession, group: str) -> GroupSettings | None:
-    """The group's settings as recorded (partition 0's, else any partition's), or None."""
-    found = [w.group_settings[group] for w in session.worlds.values() if group in w.group_settings]
-    return found[0] if found else None
-
-
-def describe(settings: GroupSettings) -> str:
-    """The settings as one line."""
-    ids = settings.admin_client_ids
-    admins = "*" if ids is None else ",".join(sorted(ids)) or "(none)"
-    return (
-        f"heartbeat_interval={settings.heartbeat_interval_ms / 1000:g}s "
-        f"partitioner={settings.partitioner.value} admin_client_ids={admins}"
-        f"{'' if settings.slicing is None else ' ordering=' + describe_slicing(settings.slicing)}"
-    )
-
-
-def _data_busy(session: AdminSession, group: str, hb_ms: int) -> list[ClaimKey]:
-    now = session.now_ms()
-    return sorted(
-        key
-        for world in session.worlds.values()
-        for key, state in world.claims.items()
-        if key.group == group
-        and not is_member_key(key)
-        and not is_claimable(state, now, hb_ms)
-        and not session.holds(key)
-    )
-
-
-def _members(session: AdminSession, group: str, hb_ms: int) -> set[tuple[ClaimKey, str]]:
-    now = session.now_ms()
-    return {
-        (key, state.holder_instance or "?")
-        for world in session.worlds.values()
-        for key, state in world.claims.items()
-        if key.group == group and is_member_key(key) and is_live(state, now, hb_ms)
-    }
-
-
-def _wait(session: AdminSession, busy: Callable[[], list[str]], timeout_s: float, what: str,
-          progress: Progress) -> None:  # fmt: skip
-    deadline = session.monotonic() + timeout_s
-    shown: list[str] | None = None
-    while True:
-        left = busy()
-        if not left:
-            return
-        if left != shown:
-            shown = left
-            progress(f"waiting for {what}: {', '.join(left)}")
-        remaining = deadline - session.monotonic()
-        if remaining <= 0:
-            raise MarshalError(f"gave up after {timeout_s:.0f}s waiting for {what}: {left}")
-        session.poll(min(0.2, remaining))
-
-
-def _record(session: AdminSession, settings: GroupSettings) -> None:
-    """Append ``settings`` to every coordination partition the session follows (a placed
-    group's: home and window, under a key of this writer's) and fold up to each."""
-    key, value = metadata_key(settings), encode_metadata(settings)
-    for p in sorted(session.worlds):
-        try:
-            appended = session.log.append(p, key, value, session.write_timeout_s)
-            session.reader.wait_for(appended, session.fold_timeout_s)
-        except LogError as exc:
-            raise AdminError(f"recording the settings on partition {p}: {exc}") from None
 
 
 def change_settings(
@@ -133,7 +68,7 @@ def change_settings(
     group = new.group_id
     old = recorded(session, group)
     if old is None:
-        _record(session, new)
+        record_settings(session, new)
         return f"group {group} settings recorded: {describe(new)}"
     if old.same_settings(new):
         return f"group {group} settings unchanged: {describe(old)}"
@@ -143,9 +78,9 @@ def change_settings(
         raise MarshalError(pause.summary())
     progress(pause.summary())
     try:
-        _wait(
+        wait_until_none(
             session,
-            lambda: [str(k) for k in _data_busy(session, group, old_hb)],
+            lambda: [str(k) for k in data_busy(session, group, old_hb)],
             timeout_s,
             "the holders to release (judged with the old heartbeat interval)",
             progress,
@@ -153,16 +88,18 @@ def change_settings(
     except MarshalError as exc:
         lift_pause(session, group)
         raise MarshalError(f"{exc}; nothing changed; pause lifted") from None
-    before = _members(session, group, old_hb)
-    _record(session, new)
+    before = live_members(session, group, old_hb)
+    record_settings(session, new)
     progress(f"recorded: {describe(new)}; members with the old settings now stop (exit 2)")
 
     def still_running() -> list[str]:
-        now_members = _members(session, group, old_hb)
+        now_members = live_members(session, group, old_hb)
         return sorted(f"{k.topic.removeprefix('__member.')}" for k, i in before & now_members)
 
     try:
-        _wait(session, still_running, timeout_s, "members with the old settings to stop", progress)
+        wait_until_none(
+            session, still_running, timeout_s, "members with the old settings to stop", progress
+        )
     except MarshalError as exc:
         raise MarshalError(
             f"{exc}; the new settings are recorded; the group stays paused until its pause "
@@ -172,6 +109,24 @@ def change_settings(
     if not lift.accepted:
         raise MarshalError(f"settings changed, but the pause could not be lifted: {lift.refusal}")
     return f"group {group} settings changed from {describe(old)} to {describe(new)}; pause lifted"
+
+
+def run_move(
+    conn: Connection,
+    group: str,
+    *,
+    span: int | None,
+    first: int | None,
+    client_id: str,
+    timeout_s: float,
+    progress: Progress,
+) -> str:
+    """`marshal-admin group-settings --move`: move the group to a window of ``span``
+    coordination partitions from ``first`` (`group_move`), folding with its recorded settings."""
+    with group_session(conn, group, client_id, timeout_s) as (session, _):
+        return move_group(
+            session, group, span=span, first=first, timeout_s=timeout_s, progress=progress
+        )
 
 
 def run_group_settings(
@@ -190,7 +145,8 @@ def run_group_settings(
             current = recorded(session, group)
             if current is None:
                 return f"group {group} has no recorded settings (its first member records them)"
-            return f"group {group}: {describe(current)}"
+            where = placement_text(current.placement)  # spread, or first:span:N:token_base
+            return f"group {group}: {describe(current)} placement={where}"
         mine = admin_settings(conn, group, client_id)
         current = recorded(session, group)
         new = GroupSettings(
@@ -212,9 +168,29 @@ def run_group_settings(
     help="Record this command's --heartbeat-interval, --partitioner and --admin-client-id as "
     "the group's: pause, wait for the holders, record, wait for the old members to stop, lift.",
 )
+@click.option(
+    "--move",
+    is_flag=True,
+    help="Move the group's coordination to a window of --span partitions from --first (a "
+    "spread group's too): pause, wait for the holders, record, carry each position to its new "
+    "home, wait for the old members to stop (exit 6), lift.",
+)
+@click.option(
+    "--span",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --move: the window's partitions (default: one per 10,000 claims).",
+)
+@click.option(
+    "--first",
+    type=click.IntRange(min=0),
+    default=None,
+    help="With --move: the window's first partition (default: the group's home).",
+)
 @client_id_option
 @wait_option(
-    "Seconds allowed for each wait (holders releasing, old members stopping).",
+    "Seconds allowed for each wait: the holders releasing and the old members stopping "
+    "(--change and --move), and, with --move, the positions being carried.",
     default=DEFAULT_WAIT_S,
 )
 def group_settings(
@@ -222,13 +198,35 @@ def group_settings(
     fleet: FleetSettings,
     group: str | None,
     change: bool,
+    move: bool,
+    span: int | None,
+    first: int | None,
     client_id: str,
     timeout: float,
 ) -> None:
-    """Show the settings a group's members and admins must share, or change them (--change).
+    """Show the settings a group's members and admins must share, change them (--change), or
+    move the group's coordination (--move).
 
     Members whose settings differ from the group's are refused at start (exit 2); running ones
-    stop when the settings change (exit 2): restart them with the new settings."""
+    stop when the settings change (exit 2): restart them with the new settings. After a move
+    they stop and exit 6: restarted (systemd does), they find the group's new placement."""
+    if change and move:
+        raise click.UsageError("--change and --move are two commands: give one")
+    if not move and (span is not None or first is not None):
+        raise click.UsageError("--span and --first go with --move")
+    if move:
+        click.echo(
+            run_move(
+                connection(fleet),
+                checked("--group", group_of(group, fleet)),
+                span=span,
+                first=first,
+                client_id=checked("--client-id", client_id),
+                timeout_s=timeout,
+                progress=echo_err,
+            )
+        )
+        return
     click.echo(
         run_group_settings(
             connection(fleet),

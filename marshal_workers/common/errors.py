@@ -16,6 +16,9 @@ EXIT_COORDINATION_CHANGED = 4
 # A Marshal Go fleet writes (keyless records) to this group's coordination log: two
 # implementations would claim the same partitions. Not restartable (RestartPreventExitStatus).
 EXIT_GO_FLEET = 5
+# The group's placement moved (`marshal-admin group-settings --move`) while the member ran: it
+# stops gracefully; restarted, it locates the new placement. Restartable: not prevented.
+EXIT_PLACEMENT_MOVED = 6
 
 
 class MarshalError(Exception):
@@ -31,3 +34,13 @@ class ConfigError(MarshalError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, EXIT_USAGE)
+
+
+class PlacementMovedError(ConfigError):
+    """The group's settings differ from a member's in where the group is coordinated only: it
+    was moved (`marshal-admin group-settings --move`). Exit code 6: restarted, the member
+    locates the new placement."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = EXIT_PLACEMENT_MOVED

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import signal
 
-from marshal_workers.common.errors import EXIT_OK, EXIT_USAGE
+from marshal_workers.common.errors import EXIT_OK, EXIT_PLACEMENT_MOVED, EXIT_USAGE
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import observations as obs
 from marshal_workers.core.claiming import Claiming
@@ -24,7 +24,7 @@ from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pauses import pause_by_other
 from marshal_workers.core.pending import Kind
 from marshal_workers.protocol import events as ev
-from marshal_workers.protocol.metadata import settings_problem
+from marshal_workers.protocol.metadata import placement_moved, settings_problem
 from marshal_workers.protocol.rationalizer import GroupPause
 
 
@@ -41,6 +41,7 @@ class Operator:
         self.reload_pending = False
         self.paused_until_ms: int | None = None
         self.settings_problem: str | None = None  # the group's settings are no longer ours
+        self.placement_moved = False  # ... only in where they coordinate the group: exit 6
 
     def signal(self, sig: signal.Signals, now: float) -> None:
         """TERM, INT, QUIT and HUP (SIGUSR1 is the runtime's: it is pure I/O)."""
@@ -89,7 +90,8 @@ class Operator:
         if any(op.kind in (Kind.CLAIM, Kind.TAKEOVER) for op in ops):
             return  # a claim in flight may still win: release it then
         if self.settings_problem is not None:  # restart with the group's settings
-            self.exit(EXIT_USAGE, self.settings_problem)
+            code = EXIT_PLACEMENT_MOVED if self.placement_moved else EXIT_USAGE
+            self.exit(code, self.settings_problem)
         else:
             self.exit(EXIT_OK, "stopped")
 
@@ -105,7 +107,8 @@ class Operator:
     def settings_recorded(self, event: ev.GroupSettingsRecorded, now: float) -> None:
         """Settings recorded for this group other than this member's (an operator's
         `marshal-admin group-settings --change`): stop gracefully, then exit 2, before anything
-        else folded after them is claimed on."""
+        else folded after them is claimed on; exit 6 if only the placement differs (`--move`:
+        restarted, the member locates the new one)."""
         ctx = self.ctx
         mine = ctx.s.shared
         if mine is None or event.settings.group_id != mine.group_id or ctx.stopping:
@@ -114,7 +117,8 @@ class Operator:
         if problem is None:
             return
         self.settings_problem = problem
-        ctx.say("error", "group_settings_changed", reason=problem)
+        self.placement_moved = placement_moved(event.settings, mine)
+        ctx.say("error", "group_settings_changed", reason=problem, moved=self.placement_moved)
         self.request_stop(now, fast=False)
 
     # ---- reloading --------------------------------------------------------------------------

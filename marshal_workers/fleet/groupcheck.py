@@ -19,7 +19,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, ConfigError, MarshalError
+from marshal_workers.common.errors import (
+    EXIT_COORDINATION_CHANGED,
+    ConfigError,
+    MarshalError,
+    PlacementMovedError,
+)
 from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.log.interface import CoordinationLog, LogError
 from marshal_workers.protocol.metadata import (
@@ -28,6 +33,7 @@ from marshal_workers.protocol.metadata import (
     encode_metadata,
     metadata_key,
     partition_count_problem,
+    placement_moved,
     settings_problem,
 )
 from marshal_workers.protocol.rationalizer import World
@@ -79,7 +85,8 @@ def ensure_group_settings(
     """Record ``mine`` on every followed coordination partition (``worlds``: every one for a
     spread group, home and window for a placed one) that has no settings for the group yet,
     fold to the end (``catch_up`` folds into ``worlds``), and refuse (ConfigError) if the
-    group's settings differ from ``mine``."""
+    group's settings differ from ``mine`` (`PlacementMovedError`, exit 6, if only in the placement:
+    the group moved since this member located it, and started again it finds the new one)."""
     missing = [p for p, w in worlds.items() if mine.group_id not in w.group_settings]
     key = metadata_key(mine)  # a placed group's: one key per writer and second
     try:
@@ -90,5 +97,10 @@ def ensure_group_settings(
     except LogError as exc:
         raise MarshalError(f"cannot record group {mine.group_id}'s settings: {exc}") from None
     problem = group_settings_problem(worlds, mine)
-    if problem is not None:
-        raise ConfigError(problem)
+    if problem is None:
+        return
+    recorded = [w.group_settings.get(mine.group_id) for w in worlds.values()]
+    differing = [r for r in recorded if r is not None and settings_problem(r, mine) is not None]
+    if all(placement_moved(r, mine) for r in differing):  # (one at least: a problem was found)
+        raise PlacementMovedError(f"the group's placement moved: {problem}")
+    raise ConfigError(problem)

@@ -51,7 +51,7 @@ bounds is malformed: names as `wire.validate_name` takes them, UnixSec up to the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from marshal_workers.protocol.placement import Placement, placement_problem
@@ -293,6 +293,14 @@ def settings_differences(group: GroupSettings, mine: GroupSettings) -> list[str]
             "on two coordination partitions)"
         )
     return out
+
+
+def placement_moved(group: GroupSettings, mine: GroupSettings) -> bool:
+    """Whether ``mine`` differs from the ``group``'s settings in the placement only (an
+    operator moved the group: a member restarted with its own settings joins the new one)."""
+    return group.placement != mine.placement and not settings_differences(
+        group, replace(mine, placement=group.placement)
+    )
 
 
 def describe_slicing(cut: Slicing) -> str:

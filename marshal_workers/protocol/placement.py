@@ -21,6 +21,7 @@ moves to other partitions, whose offsets may be smaller, its tokens still grow.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -28,6 +29,7 @@ from typing import Final
 from marshal_workers.protocol.wire import MAX_OFFSET, MAX_PARTITION, Partitioner, md5_u64
 
 _GO: Final = Partitioner.MARSHAL_GO
+CLAIMS_PER_PARTITION: Final = 10_000  # an auto span: one window partition per this many claims
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,11 @@ def placed(
 ) -> Placement:
     """A new group's placement: a window of ``span`` from its home."""
     return Placement(partitions, home(group, partitions), span, 0, partitioner)
+
+
+def auto_span(claims: int, partitions: int) -> int:
+    """An ``auto`` span for a group of ``claims`` claims: clamp(ceil(claims / 10,000), 1, N)."""
+    return max(1, min(partitions, math.ceil(claims / CLAIMS_PER_PARTITION)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,7 @@ def marshal_run(config_file: Path | None, **flags: Any) -> int:
     Signals: TERM stops gracefully, INT or QUIT at once, HUP reloads the handler code, USR1
     dumps stacks (see below). Exit codes: 0 stopped, 1 runtime failure, 2 configuration
     error (a missing --topic too), 3 handler failed to load, 4 the coordination topic's
-    partition count changed (do not restart), 5 a Marshal Go fleet writes to the group.
+    partition count changed (do not restart), 5 a Marshal Go fleet writes to the group,
+    6 the group's placement moved (restart it: it then finds the new one).
     """
     return run(run_config(resolve(flags, config_path(config_file))))

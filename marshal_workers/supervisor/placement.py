@@ -32,7 +32,6 @@ record and folds them into the member's core. This reader's fold keeps only the 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -52,16 +51,9 @@ from marshal_workers.protocol.metadata import (
     encode_metadata,
     metadata_key,
 )
-from marshal_workers.protocol.placement import Placement, home, placed
+from marshal_workers.protocol.placement import Placement, auto_span, home, placed
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World
 from marshal_workers.protocol.wire import CoordRecord, DecodeError, decode
-
-CLAIMS_PER_PARTITION = 10_000  # `coordination_span` auto: one window partition per this many
-
-
-def auto_span(claims: int, partitions: int) -> int:
-    """``coordination_span`` auto: clamp(ceil(claims / 10,000), 1, N)."""
-    return max(1, min(partitions, math.ceil(claims / CLAIMS_PER_PARTITION)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +146,8 @@ def _checked(found: GroupSettings, config: RunConfig, n: int) -> Placement | Non
     if span is not None and span != placement.span:
         raise ConfigError(
             f"coordination_span is {span} here but {placement.span} in group {config.group}'s "
-            "settings: every member of a group shares it (leave it auto to take the group's)"
+            "settings: every member of a group shares it (leave it auto to take the group's, or "
+            f"move the group: marshal-admin group-settings --move --span {span})"
         )
     return placement
 

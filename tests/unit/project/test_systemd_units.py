@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, EXIT_GO_FLEET
+from marshal_workers.common.errors import (
+    EXIT_COORDINATION_CHANGED,
+    EXIT_GO_FLEET,
+    EXIT_PLACEMENT_MOVED,
+)
 from marshal_workers.config.settings import BY_NAME
 
 UNITS = Path(__file__).resolve().parents[3] / "systemd"
@@ -56,11 +60,13 @@ class TestServiceUnit:
     def test_restarts_on_failure_but_not_on_configuration_errors(self) -> None:
         """Restart=on-failure; exit codes 2 (configuration), 3 (handler load), 4 (the
         coordination topic's partition count changed: a restart would adopt it) and 5 (a Marshal
-        Go fleet writes to the group) stay down."""
+        Go fleet writes to the group) stay down; 6 (the group's placement moved) is restarted:
+        the new instance finds the new placement."""
         service = parse(SERVICE)["Service"]
         assert service["Restart"] == ["on-failure"]
         prevented = set(service["RestartPreventExitStatus"][0].split())
         assert prevented == {"2", "3", str(EXIT_COORDINATION_CHANGED), str(EXIT_GO_FLEET)}
+        assert str(EXIT_PLACEMENT_MOVED) not in prevented
 
     def test_instance_names_the_client_and_its_environment_file(self) -> None:
         """--instance %i (client id HOSTNAME-%i), a common and a per-instance env file."""

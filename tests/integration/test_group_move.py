@@ -1,0 +1,164 @@
+"""Moving a spread group to a placed layout on a real broker (`group-settings --move`).
+
+A group that runs spread over every coordination partition (a version-1 topic: every group
+from before placement) keeps that layout until an operator moves it. Members handle a ledger
+under a steady producer; a move is refused (exit 2) until the topic's placement is enabled
+(`init --enable-placement`); the operator then moves the group to one partition; the member
+folds the new settings, stops gracefully and exits 6, and is started again (as systemd does: 6 is
+restartable), finds the placement on the group's home and follows home and window only. The ledger
+skips nothing (ALO) or has no record twice (AMO), no two processes handle one partition at
+once, and every fencing token after the move is above every token before it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from marshal_workers.common.errors import EXIT_PLACEMENT_MOVED
+from marshal_workers.protocol.placement import home, spread
+from marshal_workers.protocol.wire import Partitioner
+from tests.integration.fleet import MARSHAL_ADMIN, REPO, Fleet, MakeFleet
+from tests.integration.test_fleet import assert_ledger_sound, stop_all
+from tests.integration.test_group_placement import located
+
+pytestmark = pytest.mark.kafka
+
+COORDINATION = 8
+PADDING = 300
+
+
+def start_move(fleet: Fleet, *extra: str) -> subprocess.Popen[str]:
+    """`marshal-admin group-settings --move` in the background (it waits for the members)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
+    env["PYTHONPATH"] = str(REPO)
+    command = [
+        str(MARSHAL_ADMIN), "group-settings", "--group", fleet.group, "--move", *extra,
+        "--bootstrap-servers", fleet.bootstrap, "--coordination-topic", fleet.coordination,
+        "--timeout", "90",
+    ]  # fmt: skip
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def quietest(fleet: Fleet, members: list[str]) -> int:
+    """The coordination partition with the fewest of the group's claims when spread (its data
+    partitions' and its members')."""
+    layout = spread(COORDINATION, Partitioner.SPEC)
+    homes = [layout.partition_of(fleet.topic, p) for p in range(fleet.partitions)]
+    homes += [layout.partition_of(f"__member.{m}", 0) for m in members]
+    return min(range(COORDINATION), key=lambda c: (homes.count(c), c))
+
+
+def pad(fleet: Fleet, partitions: list[int], n: int) -> None:
+    """Append ``n`` records that are no protocol record (counted malformed, skipped) to each of
+    ``partitions``: their offsets, and so the tokens of claims won on them later, grow."""
+    producer = Producer({"bootstrap.servers": fleet.bootstrap, "linger.ms": 5})
+    for p in partitions:
+        for i in range(n):
+            producer.produce(fleet.coordination, b"padding", key=f"pad/{i}".encode(), partition=p)
+    assert producer.flush(30) == 0
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A fleet whose group was moved, stopped once every record was handled."""
+
+    fleet: Fleet
+    moved_at: float  # before the move began
+    lifted_at: float  # after its pause was lifted
+
+
+def move_under_load(make_fleet: MakeFleet, mode: str) -> Moved:
+    """Spread group, 8 data partitions over 8 coordination partitions, a steady producer;
+    member a takes b's partitions on coordination partitions whose offsets are past 300 (its
+    tokens too); --move --span 1 to the quietest partition (offsets far below); a exits 6 and
+    is started again with b, both follow home and window only and take every partition; then
+    every record is handled and the members stop."""
+    fleet = make_fleet(coordination_partitions=COORDINATION, partitions=8, mode=mode)
+    at = home(fleet.group, COORDINATION)
+    quiet = quietest(fleet, ["a", "b"])
+    a, b = fleet.start("a"), fleet.start("b")
+    fleet.wait_split([4, 4])
+    assert located(a.log_path)["placement"] == "spread"
+    fleet.produce_steadily(200)
+    fleet.wait_for(lambda: len(fleet.ledger()) > 100, 60, "records handled before the move")
+    refused = fleet.admin("group-settings", "--group", fleet.group, "--move", heartbeat=False)
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    assert "marshal-admin init --enable-placement" in refused.stderr, refused.stderr
+    enabled = fleet.admin("init", "--enable-placement", heartbeat=False)
+    assert enabled.returncode == 0, (enabled.stdout, enabled.stderr)
+    pad(fleet, [c for c in range(COORDINATION) if c != quiet], PADDING)
+    b.signal(signal.SIGTERM)
+    assert b.wait(60) == 0, b.log_tail()
+    fleet.wait_split([8])
+    fleet.wait_for(
+        lambda: any(r.token >= PADDING for r in fleet.ledger()), 60, "a handling on late claims"
+    )
+    moved_at = time.time()
+    move = start_move(fleet, "--span", "1", "--first", str(quiet))
+    try:
+        assert a.wait(90) == EXIT_PLACEMENT_MOVED, a.log_tail()
+        assert "group_settings_changed" in a.log_path.read_text()
+        a2, b2 = fleet.start("a"), fleet.start("b")  # what systemd does on exit 6
+        out, err = move.communicate(timeout=120)
+    finally:
+        if move.poll() is None:
+            move.kill()
+            move.wait(10)
+    assert move.returncode == 0, (out, err)
+    assert f"moved from spread to {quiet}:1:{COORDINATION}:" in out, out
+    assert err.count("carried") == fleet.partitions, err
+    lifted_at = time.time()
+    shown = fleet.admin("group-settings", "--group", fleet.group, heartbeat=False)
+    assert f"placement={quiet}:1:{COORDINATION}:" in shown.stdout, (shown.stdout, shown.stderr)
+    fleet.wait_split([4, 4], timeout=90)
+    for member in (a2, b2):
+        line = located(member.log_path)
+        assert str(line["placement"]).startswith(f"{quiet}:1:{COORDINATION}:"), line
+        assert line["followed"] == sorted({at, quiet}), line
+    fleet.wait_for(
+        lambda: any(r.start > lifted_at for r in fleet.ledger()), 60, "records handled after"
+    )
+    fleet.stop_producing()
+    fleet.wait_for(fleet.handled_everything, 120, "every record handled")
+    stop_all(fleet)
+    return Moved(fleet, moved_at, lifted_at)
+
+
+@pytest.mark.parametrize("mode", ["alo", "amo"])
+def test_a_spread_group_moves_to_one_partition_under_load(make_fleet: MakeFleet, mode: str) -> None:
+    """`move_under_load`: the ledger is sound for the mode (ALO skips nothing, AMO handles
+    nothing twice, no two processes at once), and every token after the move is above every
+    token before it (without the token base they are not: the old claims were won past
+    offset 300, the new ones far below)."""
+    moved = move_under_load(make_fleet, mode)
+    assert_ledger_sound(moved.fleet, alo=mode == "alo")
+    rows = moved.fleet.ledger()
+    before = [r.token for r in rows if r.end < moved.moved_at]
+    after = [r.token for r in rows if r.start > moved.lifted_at]
+    assert max(before) >= PADDING and after
+    assert min(after) > max(before), (max(before), min(after))
+
+
+@pytest.mark.spark
+def test_the_audit_of_a_moved_group_finds_nothing_wrong(
+    make_fleet: MakeFleet, tmp_path: Path
+) -> None:
+    """marshal-audit over the whole topic of a group moved under load (ALO): its records
+    before the move judged spread, after it placed; no violation, every ledger row checked."""
+    moved = move_under_load(make_fleet, "alo")
+    code, summary, err = moved.fleet.audit(tmp_path / "audit")
+    assert code == 0, (err, summary.get("violation_examples"))
+    assert summary["violations"] == 0, summary["violation_examples"]
+    rows = moved.fleet.ledger()
+    assert summary["ledger"]["checked"] == len(rows), summary["ledger"]
+    assert summary["ledger"]["unverifiable"] == 0, summary["ledger"]

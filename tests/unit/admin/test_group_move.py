@@ -1,0 +1,648 @@
+"""Moving a spread group to a placed layout (`group-settings --move`), on the in-memory log.
+
+A group spread over every coordination partition keeps that layout until an operator moves
+it. The move pauses the group, waits for its holders, records placed settings (a token base
+above every old token) on every partition of either layout and the group's home, carries each
+data claim's position to its new home, waits for the old members, and lifts the pause. A
+parked record refuses it with nothing changed; a running member on the old layout stops and
+exits 6 (restartable: started again, it locates the new placement).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from marshal_workers.admin.group_move import MOVE_HOLD_S, move_group
+from marshal_workers.admin.moveplan import (
+    carries,
+    moved_token_base,
+    new_placement,
+    plan_move,
+    refusals,
+    written_on,
+)
+from marshal_workers.admin.session import AdminSession
+from marshal_workers.common.errors import (
+    EXIT_PLACEMENT_MOVED,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    ConfigError,
+    MarshalError,
+)
+from marshal_workers.config.runconfig import RunConfig
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.member import Member
+from marshal_workers.fleet.groupcheck import ensure_group_settings, own_settings
+from marshal_workers.log.foldedlog import FoldedLog
+from marshal_workers.log.memlog import MemoryLog, MemoryTopic
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.metadata import TopicRecord, encode_metadata, metadata_key
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.placement import Placement, PlacementBook, home, reads, spread
+from marshal_workers.protocol.rationalizer import (
+    ClaimState,
+    RationalizerConfig,
+    World,
+    pause_of,
+    resume_offset,
+)
+from marshal_workers.protocol.recordfailures import (
+    Outcome,
+    PoisonState,
+    RecordFailed,
+    encode_poison,
+    poison_record_key,
+)
+from marshal_workers.protocol.wire import (
+    ClaimingPartition,
+    ClaimKey,
+    Message,
+    Partitioner,
+    encode,
+    record_key,
+)
+from marshal_workers.supervisor.runtime import member_settings
+from tests.support import GROUP, claim, hb, release, reserve
+
+N = 4
+HB_S = 0.25  # (the compacted-home test waits 2*HB of silence, twice, in real time)
+SPREAD = spread(N, Partitioner.SPEC)
+
+
+class Clock:
+    def __init__(self, real: bool = False) -> None:
+        self.now = int(time.time() * 1000)
+        self.real = real  # follow the wall clock (an admin that waits in real time)
+
+    def __call__(self) -> int:
+        if self.real:
+            self.now = int(time.time() * 1000)
+        return self.now
+
+
+def member(client: str) -> RunConfig:
+    return RunConfig("h:h", Mode.ALO, ("orders",), GROUP, client, heartbeat_interval=HB_S)
+
+
+def config() -> RationalizerConfig:
+    return RationalizerConfig(int(HB_S * 1000), N, Partitioner.SPEC, frozenset({"marshal-admin"}))
+
+
+def write(topic: MemoryTopic, msg: Message) -> int:
+    """Append ``msg`` on its spread home; its offset."""
+    at = SPREAD.partition_of(msg.topic, msg.partition)  # type: ignore[union-attr]
+    return topic.append(at, record_key(msg), encode(msg)).offset
+
+
+def spread_group(
+    positions: dict[int, int], clock: Clock | None = None, *, placement_enabled: bool = True
+) -> tuple[MemoryTopic, Clock, dict[int, int]]:
+    """A spread group (its settings on all 4 partitions, by member a) that handled
+    ``orders/p`` up to each position and released it, on a topic whose placement is enabled
+    (version 2) unless told; the tokens of a's claims by p."""
+    clock = clock or Clock()
+    topic = MemoryTopic(N, clock)
+    pin = TopicRecord(0, "init", "marshal-admin", N, placed=placement_enabled)
+    topic.append(0, metadata_key(pin), encode_metadata(pin))
+    a = member("a")
+    log = MemoryLog(topic)
+    reader = FoldedLog(log, config())
+    reader.catch_up(1.0)
+    ensure_group_settings(log, reader.worlds, reader.catch_up, own_settings(a, 0), 1.0)
+    tokens = {}
+    for p, offset in positions.items():
+        tokens[p] = write(topic, claim("a", p))
+        write(topic, hb("a", offset, p))
+        write(topic, release("a", offset, p))
+    return topic, clock, tokens
+
+
+def session_on(topic: MemoryTopic, clock: Clock) -> AdminSession:
+    reader = FoldedLog(MemoryLog(topic), config())
+    session = AdminSession(
+        reader.log, reader, "marshal-admin", wall=lambda: clock.now / 1000, placement=None
+    )
+    session.catch_up(1.0)
+    return session
+
+
+def fold_as_placed(topic: MemoryTopic, placement: Placement) -> dict[int, World]:
+    """What a member restarted after the move folds: home and window, knowing the placement."""
+    cfg = RationalizerConfig(
+        int(HB_S * 1000), N, Partitioner.SPEC, frozenset({"marshal-admin"}),
+        placements=PlacementBook.of({GROUP: placement}),
+    )  # fmt: skip
+    reader = FoldedLog(MemoryLog(topic), cfg)
+    reader.follow(sorted(reads(GROUP, placement)), from_start=True)
+    reader.catch_up(1.0)
+    return reader.worlds
+
+
+class TestThePlan:
+    def test_the_token_base_is_above_every_old_token(self) -> None:
+        """max over the old partitions of (old base + end offset): spread from base 0, and a
+        placed group's window from its base."""
+        assert moved_token_base(SPREAD, {0: 5, 1: 9, 2: 3, 3: 0}) == 9
+        old = Placement(N, 2, 2, 100)
+        assert moved_token_base(old, {2: 7, 3: 40, 0: 1000}) == 140  # (0 is not its window)
+
+    def test_a_new_placement_defaults_to_the_home_and_an_auto_span(self) -> None:
+        """No --first: the window starts at the group's home; no --span: one partition per
+        10,000 claims; the token base from the ends."""
+        base = moved_token_base(SPREAD, {0: 1, 1: 2, 2: 3, 3: 4})
+        moved = new_placement(
+            GROUP, SPREAD, span=None, first=None, claims=5, partitioner=Partitioner.SPEC,
+            token_base=base,
+        )  # fmt: skip
+        assert moved == Placement(N, home(GROUP, N), 1, 4)
+        with pytest.raises(ValueError, match="span 9"):
+            new_placement(GROUP, SPREAD, span=9, first=0, claims=1,
+                          partitioner=Partitioner.SPEC)  # fmt: skip
+
+    def test_settings_go_on_either_layout_and_home_first(self) -> None:
+        """Spread to placed: every partition, home first; placed to placed: both windows."""
+        at = home(GROUP, N)
+        assert written_on(GROUP, SPREAD, Placement(N, at, 1))[0] == at
+        assert sorted(written_on(GROUP, SPREAD, Placement(N, at, 1))) == [0, 1, 2, 3]
+        old, new = Placement(N, (at + 1) % N, 1), Placement(N, (at + 2) % N, 1)
+        assert written_on(GROUP, old, new) == (at, *sorted({(at + 1) % N, (at + 2) % N}))
+
+    def test_positions_are_carried_amo_resume_and_past_a_skipped_record(self) -> None:
+        """Each data claim's max(committed, reserved) goes to its new home; a record an
+        operator skipped is carried past; member claims and claims never handled are not."""
+        worlds = {p: World(config(), p) for p in range(N)}
+        new = Placement(N, 1, 1)
+
+        def put(topic: str, partition: int, state: ClaimState) -> ClaimKey:
+            key = ClaimKey(GROUP, topic, partition)
+            worlds[SPREAD.partition_of(topic, partition)].claims[key] = state
+            return key
+
+        plain = put("orders", 0, ClaimState(certain=True, committed=10, released=True))
+        amo = put("orders", 1, ClaimState(certain=True, committed=10, reserved=25, released=True))
+        skipped = put("orders", 2, ClaimState(certain=True, committed=7, released=True))
+        put("orders", 3, ClaimState(certain=True, released=True))  # never handled
+        put("__member.a", 0, ClaimState(certain=True, committed=0, released=True))
+        world = worlds[SPREAD.partition_of("orders", 2)]
+        world.poison[skipped] = PoisonState(7, 3, True, "boom", "ops", 0, skipped=True)
+        carried = {c.key: (c.new_partition, c.offset) for c in carries(worlds, GROUP, SPREAD, new)}
+        assert carried == {plain: (1, 10), amo: (1, 25), skipped: (1, 8)}
+        assert refusals(worlds, GROUP, SPREAD) == []
+
+    def test_a_parked_record_or_an_unknown_position_refuses_the_move(self) -> None:
+        """A parked record (not skipped) and a position unknown after compaction are named."""
+        worlds = {p: World(config(), p) for p in range(N)}
+        parked, unknown = ClaimKey(GROUP, "orders", 0), ClaimKey(GROUP, "orders", 1)
+        worlds[SPREAD.partition_of("orders", 0)].claims[parked] = ClaimState(
+            certain=True, committed=4
+        )
+        worlds[SPREAD.partition_of("orders", 0)].poison[parked] = PoisonState(
+            4, 3, True, "boom", "a", 0
+        )
+        worlds[SPREAD.partition_of("orders", 1)].claims[unknown] = ClaimState(
+            certain=True, position_unknown=True
+        )
+        found = refusals(worlds, GROUP, SPREAD)
+        assert found == [
+            "orders/0: record 4 parked (resolve it: skip-record or retry-record)",
+            "orders/1: position unknown (set it: set-position)",
+        ]
+
+
+class TestTheMove:
+    def test_a_spread_group_moves_to_one_partition_with_its_positions(self) -> None:
+        """Six released claims spread over 4 partitions (one AMO reservation above its
+        committed position): after --move --span 1 every partition's accepted settings are the
+        placed ones at home, each position is on home (as a member restarted on the placement
+        folds it), every new token is above every old one, and the pause is lifted."""
+        positions = {p: 10 * (p + 1) for p in range(6)}
+        topic, clock, tokens = spread_group(positions)
+        write(topic, claim("a", 6))
+        write(topic, reserve("a", 90, 6))
+        write(topic, release("a", 70, 6))  # (a release below the reservation: AMO resumes at 90)
+        positions[6] = 90
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        session = session_on(topic, clock)
+        line = move_group(session, GROUP, span=1, first=None, timeout_s=5.0,
+                          progress=lambda _: None)  # fmt: skip
+        at = home(GROUP, N)
+        assert f"group {GROUP} moved from spread to {at}:1:{N}:" in line
+        for p in range(N):
+            placement = session.worlds[p].group_settings[GROUP].placement
+            assert placement is not None
+            assert (placement.first, placement.span, placement.partitions) == (at, 1, N)
+            assert placement.token_base >= max(ends.values()) > max(tokens.values())
+            assert pause_of(session.worlds[p], GROUP, clock.now) is None
+        moved = session.worlds[at].group_settings[GROUP].placement
+        assert moved is not None
+        worlds = fold_as_placed(topic, moved)
+        assert sorted(worlds) == [at]
+        for p, offset in positions.items():
+            state = worlds[at].claims[ClaimKey(GROUP, "orders", p)]
+            assert state.released and resume_offset(state, Mode.ALO) == offset
+            assert state.token is not None and state.token > max(tokens.values())
+
+    def test_positions_are_carried_to_a_compacted_home(self) -> None:
+        """The cleaner shortened the new home's history (an offset gap): a claim first seen
+        there after it is uncertain, and its first claim only counts as activity; the move
+        claims every refused one again after 2*HB of silence and carries each position."""
+        clock = Clock(real=True)
+        positions = {p: 3 + p for p in range(5)}
+        topic, _, _ = spread_group(positions, clock)
+        at = home(GROUP, N)
+        for _ in range(2):
+            topic.append(at, b"filler", b"not a protocol record")
+        topic.append(at, b"filler2", b"not a protocol record")
+        assert topic.compact(clock() + 1) > 0  # (the first filler, and older records by key)
+        said: list[str] = []
+        session = session_on(topic, clock)
+        assert session.worlds[at].gap_seen
+        move_group(session, GROUP, span=1, first=None, timeout_s=10.0, progress=said.append)
+        assert any("claiming again" in line for line in said), said
+        moved = session.worlds[at].group_settings[GROUP].placement
+        assert moved is not None
+        worlds = fold_as_placed(topic, moved)
+        for p, offset in positions.items():
+            state = worlds[at].claims[ClaimKey(GROUP, "orders", p)]
+            assert state.certain and resume_offset(state, Mode.ALO) == offset
+
+    def test_a_parked_record_refuses_the_move_and_nothing_changes(self) -> None:
+        """A claim whose record is parked: exit 1, one line naming it; nothing is written
+        (no pause, no settings): the group stays spread."""
+        topic, clock, _ = spread_group({1: 8})
+        failed = RecordFailed(0, "a-1", "a", GROUP, "orders", 0, 5, 3, Outcome.PARKED, "boom")
+        write(topic, claim("a", 0))
+        write(topic, hb("a", 5, 0))
+        at = SPREAD.partition_of("orders", 0)
+        topic.append(at, poison_record_key(failed), encode_poison(failed))
+        write(topic, release("a", 5, 0))  # (the holder stopped: the count stays parked)
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        session = session_on(topic, clock)
+        with pytest.raises(MarshalError) as refused:
+            move_group(session, GROUP, span=1, first=None, timeout_s=5.0,
+                       progress=lambda _: None)  # fmt: skip
+        assert refused.value.exit_code == EXIT_RUNTIME
+        text = str(refused.value)
+        assert "\n" not in text and "orders/0: record 5 parked" in text
+        assert "nothing changed" in text
+        assert {p: topic.end_offset(p) for p in range(N)} == ends
+        for world in session.worlds.values():
+            assert world.group_settings[GROUP].placement is None
+
+    def test_a_window_outside_the_topic_is_a_usage_error(self) -> None:
+        """--first past the topic's partitions: exit 2, one line, nothing written."""
+        topic, clock, _ = spread_group({0: 3})
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        with pytest.raises(ConfigError) as refused:
+            move_group(session_on(topic, clock), GROUP, span=1, first=N, timeout_s=5.0,
+                       progress=lambda _: None)  # fmt: skip
+        assert refused.value.exit_code == EXIT_USAGE
+        assert f"first partition {N} is not one of its {N}" in str(refused.value)
+        assert {p: topic.end_offset(p) for p in range(N)} == ends
+
+    def test_a_running_member_on_the_old_layout_exits_6(self) -> None:
+        """A spread member's core folds the moved settings: it says so, stops gracefully and
+        exits 6 (its unit restarts it; it then locates the placement)."""
+        topic, clock, _ = spread_group({})
+        a = member("a")
+        log = MemoryLog(topic)
+        core = Member(member_settings(a, N))
+        core.feed(inp.RecordsRead(0.0, log.poll(0)))
+        core.begin(0.0, 0.0, [ClaimKey(GROUP, "orders", 0)])
+        session = session_on(topic, clock)
+        move_group(session, GROUP, span=1, first=None, timeout_s=5.0, progress=lambda _: None)
+        out = core.feed(inp.RecordsRead(1.0, log.poll(0)))
+        said = [c for c in out if isinstance(c, cmd.Log) and c.event == "group_settings_changed"]
+        assert said and "placement is spread here but" in str(said[0].fields["reason"])
+        assert core.ctx.stopping
+        for step in range(1, 200):  # (its writes are never acknowledged here: they expire)
+            core.feed(inp.Tick(1.0 + step * 0.1, 0.0))
+            if core.done:
+                break
+        assert core.exit_code == EXIT_PLACEMENT_MOVED
+
+    def test_a_spread_member_started_after_the_move_is_told_to_restart(self) -> None:
+        """A member that took the group for spread (it located it before the move reached
+        home) finds placed settings when it checks them: exit 6, not 2 (started again, it
+        locates the placement)."""
+        topic, clock, _ = spread_group({0: 3})
+        move_group(session_on(topic, clock), GROUP, span=1, first=None, timeout_s=5.0,
+                   progress=lambda _: None)  # fmt: skip
+        log = MemoryLog(topic)
+        reader = FoldedLog(log, config())
+        reader.catch_up(1.0)
+        with pytest.raises(MarshalError) as refused:
+            ensure_group_settings(
+                log, reader.worlds, reader.catch_up, own_settings(member("b"), 0), 1.0
+            )
+        assert refused.value.exit_code == EXIT_PLACEMENT_MOVED
+        assert "placement" in str(refused.value)
+
+
+class TestAnUnfinishedMove:
+    def stopped_move(self) -> tuple[MemoryTopic, Clock, dict[int, int], list[str]]:
+        """A move of a group of five released claims that stopped (raised) right after its
+        first carry: the settings are recorded, the other four positions not carried."""
+        positions = {p: 10 + p for p in range(5)}
+        topic, clock, _ = spread_group(positions)
+        said: list[str] = []
+
+        def progress(line: str) -> None:
+            said.append(line)
+            if line.startswith("carried"):
+                raise RuntimeError("the admin died")
+
+        with pytest.raises(RuntimeError):
+            move_group(session_on(topic, clock), GROUP, span=1, first=None, timeout_s=5.0,
+                       progress=progress)  # fmt: skip
+        return topic, clock, positions, said
+
+    def test_the_carry_plan_is_printed_before_anything_is_recorded(self) -> None:
+        """Every claim's old position and where it goes are said before the settings are
+        recorded, so an operator can finish a stopped move by hand."""
+        _, _, positions, said = self.stopped_move()
+        recorded_at = next(i for i, line in enumerate(said) if line.startswith("recorded:"))
+        at = home(GROUP, N)
+        for p, offset in positions.items():
+            old = SPREAD.partition_of("orders", p)
+            line = f"to carry: orders/{p} at {offset} from partition {old} to partition {at}"
+            assert line in said[:recorded_at], said
+
+    def test_a_move_stopped_after_recording_leaves_the_group_paused_until_lifted(self) -> None:
+        """A move that stopped between recording and lifting leaves positions uncarried: the
+        group stays paused on every partition it wrote for `MOVE_HOLD_S` (days), not minutes,
+        so no member claims at no position before an operator finishes by hand (a review)."""
+        topic, clock, _, _ = self.stopped_move()
+        reader = FoldedLog(MemoryLog(topic), config())
+        reader.catch_up(1.0)
+        at = home(GROUP, N)
+        pause = pause_of(reader.worlds[at], GROUP, clock.now)
+        assert pause is not None
+        assert pause.until_ms - clock.now >= (MOVE_HOLD_S - 60) * 1000
+
+    @pytest.mark.parametrize("span", [1, 2])
+    def test_a_rerun_of_a_stopped_move_is_not_nothing_to_move(self, span: int) -> None:
+        """Rerun after it stopped (the same window, or another): the group is located on its
+        new home and still paused; the rerun says so in one line (exit 1) naming
+        set-position, and writes nothing; it neither reports a finished move nor moves on
+        from the half-carried layout."""
+        topic, clock, _, _ = self.stopped_move()
+        at = home(GROUP, N)
+        settings = MemoryLog(topic)
+        reader = FoldedLog(settings, config())
+        reader.catch_up(1.0)
+        new = reader.worlds[at].group_settings[GROUP].placement
+        assert new is not None and (new.first, new.span) == (at, 1)
+        cfg = replace(config(), placements=PlacementBook.of({GROUP: new}))
+        placed_reader = FoldedLog(MemoryLog(topic), cfg)
+        placed_reader.follow(sorted(reads(GROUP, new)), from_start=True)
+        session = AdminSession(
+            placed_reader.log, placed_reader, "marshal-admin", wall=lambda: clock.now / 1000,
+            placement=new,
+        )  # fmt: skip
+        session.catch_up(1.0)
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        with pytest.raises(MarshalError) as refused:
+            move_group(session, GROUP, span=span, first=None, timeout_s=5.0,
+                       progress=lambda _: None)  # fmt: skip
+        text = str(refused.value)
+        assert refused.value.exit_code == EXIT_RUNTIME and "\n" not in text
+        assert "paused" in text and "set-position" in text and "nothing to move" not in text
+        assert {p: topic.end_offset(p) for p in range(N)} == ends
+
+
+class TestGuards:
+    def test_a_topic_without_placement_refuses_the_move(self) -> None:
+        """A version-1 topic (members from before placement may run): exit 2, one line naming
+        init --enable-placement; nothing written."""
+        topic, clock, _ = spread_group({0: 3}, placement_enabled=False)
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        with pytest.raises(ConfigError) as refused:
+            move_group(session_on(topic, clock), GROUP, span=1, first=None, timeout_s=5.0,
+                       progress=lambda _: None)  # fmt: skip
+        assert refused.value.exit_code == EXIT_USAGE
+        assert "marshal-admin init --enable-placement" in str(refused.value)
+        assert "\n" not in str(refused.value)
+        assert {p: topic.end_offset(p) for p in range(N)} == ends
+
+    def move_with_a_jump(
+        self, jump: Callable[[int], int]
+    ) -> tuple[MemoryTopic, dict[int, int], list[str], list[bool], Callable[[], str]]:
+        """Five released claims moved on a clock (log and admin alike) set to ``jump(the
+        pause's end)`` after the first carry; what was said, and whether each carry was made
+        under this admin's pause in force; the move itself (its line, or raises)."""
+        positions = {p: 20 + p for p in range(5)}
+        topic, clock, _ = spread_group(positions)
+        reader = FoldedLog(MemoryLog(topic), config())
+        session = AdminSession(
+            reader.log, reader, "marshal-admin", wall=lambda: clock.now / 1000,
+            monotonic=lambda: clock.now / 1000, placement=None,
+        )  # fmt: skip
+        session.catch_up(1.0)
+        said: list[str] = []
+        under_pause: list[bool] = []
+        at = home(GROUP, N)
+
+        def progress(line: str) -> None:
+            said.append(line)
+            if line.startswith("carried"):
+                pause = pause_of(session.worlds[at], GROUP, clock.now)
+                under_pause.append(pause is not None)
+                if len(under_pause) == 1 and pause is not None:
+                    clock.now = jump(pause.until_ms)
+
+        def run() -> str:
+            return move_group(session, GROUP, span=1, first=None, timeout_s=5.0,
+                              progress=progress)  # fmt: skip
+
+        return topic, positions, said, under_pause, run
+
+    def test_the_pause_is_extended_before_it_lapses_during_the_carries(self) -> None:
+        """The clock jumps to a second before the pause ends, after the first carry: the move
+        writes the pause again before the next carry, so every carry is made under a pause in
+        force, and every position is carried."""
+        topic, positions, said, under_pause, run = self.move_with_a_jump(lambda end: end - 1000)
+        run()
+        assert any(line.startswith("pause extended") for line in said), said
+        assert len(under_pause) == len(positions) and all(under_pause), under_pause
+        at = home(GROUP, N)
+        worlds = fold_as_placed(topic, Placement(N, at, 1))
+        for p, offset in positions.items():
+            key = ClaimKey(GROUP, "orders", p)
+            assert resume_offset(worlds[at].claims[key], Mode.ALO) == offset
+
+    def test_the_pause_outlasts_the_wait_for_the_old_members(self) -> None:
+        """After the last carry the pause has left more than a carry's margin but less than
+        the wait for the old members (--timeout): it is written again before that wait, so
+        the line that wait's timeout prints (the group stays paused) is true."""
+        topic, clock, _ = spread_group({0: 4})
+        reader = FoldedLog(MemoryLog(topic), config())
+        session = AdminSession(
+            reader.log, reader, "marshal-admin", wall=lambda: clock.now / 1000,
+            monotonic=lambda: clock.now / 1000, placement=None,
+        )  # fmt: skip
+        session.catch_up(1.0)
+        said: list[str] = []
+        at = home(GROUP, N)
+        margin = 2 * int(HB_S * 1000) + 2 * int(session.write_timeout_s * 1000)
+
+        def progress(line: str) -> None:
+            said.append(line)
+            pause = pause_of(session.worlds[at], GROUP, clock.now)
+            if line.startswith("carried") and pause is not None:
+                clock.now = pause.until_ms - margin - 1000  # (enough for carries, not 5s more)
+
+        move_group(session, GROUP, span=1, first=None, timeout_s=5.0, progress=progress)
+        carried = next(i for i, line in enumerate(said) if line.startswith("carried"))
+        assert any(line.startswith("pause extended") for line in said[carried:]), said
+
+    def test_a_pause_that_ran_out_stops_the_carries(self) -> None:
+        """The clock jumps past the pause's end after the first carry: the move carries
+        nothing more and stops with one line saying the pause ran out (exit 1)."""
+        _, _, said, under_pause, run = self.move_with_a_jump(lambda end: end + 1000)
+        with pytest.raises(MarshalError) as stopped:
+            run()
+        text = str(stopped.value)
+        assert "ran out" in text and "set-position" in text and "\n" not in text
+        assert under_pause == [True]
+        assert not any(line.startswith("pause extended") for line in said)
+
+    def test_a_claim_refused_for_another_reason_than_compaction_stops_at_once(self) -> None:
+        """A carry's claim refused as held by another member is not claimed again after a
+        wait: the move stops with one line naming the refusal and the pause in force."""
+        topic, clock, _ = spread_group({0: 4, 1: 5})
+        session = session_on(topic, clock)
+        write_for_real = session.write
+        said: list[str] = []
+
+        def write(msg: Message, partition: int) -> ev.Event:
+            verdict = write_for_real(msg, partition)
+            if isinstance(msg, ClaimingPartition) and isinstance(verdict, ev.ClaimGranted):
+                return ev.ClaimRejected(verdict.coord_partition, verdict.coord_offset,
+                                        verdict.log_time, msg, "held by b", "b")  # fmt: skip
+            return verdict
+
+        session.write = write  # type: ignore[method-assign]
+        with pytest.raises(MarshalError) as stopped:
+            move_group(session, GROUP, span=1, first=None, timeout_s=5.0, progress=said.append)
+        text = str(stopped.value)
+        assert "held by b" in text and "stays paused until" in text and "\n" not in text
+        assert not any("claiming again" in line for line in said), said
+        assert pause_of(session.worlds[home(GROUP, N)], GROUP, session.now_ms()) is not None
+
+    def test_the_token_base_is_above_tokens_on_a_partition_emptied_by_deletion(self) -> None:
+        """Every record of the busiest old partition deleted (its start is its end, which
+        `end_offsets` reads as 0): the base is taken after the pause landed there, so it still
+        counts that partition's log end and is above the tokens won there."""
+        topic, clock, tokens = spread_group({p: 3 for p in range(6)}, Clock(real=True))
+        at = home(GROUP, N)  # (the home is emptied too: the carries wait 2*HB of silence)
+        busiest = max(range(N), key=topic.end_offset)
+        assert busiest != 0  # (the topic record stays)
+        topic.delete_records(busiest, topic.end_offset(busiest))
+        won_there = [t for p, t in tokens.items() if SPREAD.partition_of("orders", p) == busiest]
+        assert won_there and max(won_there) >= max(topic.end_offset(p) for p in range(N)
+                                                    if p != busiest)  # fmt: skip
+        session = session_on(topic, clock)
+        move_group(session, GROUP, span=1, first=None, timeout_s=10.0, progress=lambda _: None)
+        moved = session.worlds[at].group_settings[GROUP].placement
+        assert moved is not None and moved.token_base > max(won_there)
+
+    def test_a_claim_won_after_the_token_base_stops_the_move(self) -> None:
+        """Another admin of the same client id sets a position (claims and releases) on the
+        old layout after the token base was taken and before the record: its token is not
+        below the base, and the move stops with one line naming it, nothing carried."""
+        topic, clock, _ = spread_group({2: 5})
+        session = session_on(topic, clock)
+        said: list[str] = []
+
+        def progress(line: str) -> None:
+            said.append(line)
+            if line.startswith("to carry:") and len(said) < 10:
+                write(topic, claim("marshal-admin", 2, inst="ops-1"))
+                write(topic, release("marshal-admin", 9, 2, inst="ops-1"))
+
+        with pytest.raises(MarshalError) as stopped:
+            move_group(session, GROUP, span=1, first=None, timeout_s=5.0, progress=progress)
+        text = str(stopped.value)
+        assert "orders/2's token" in text and "not below the moved token base" in text
+        assert "\n" not in text
+        assert "to carry: orders/2 at 9 from partition 3 to partition 2" in said, said
+        assert not any(line.startswith("carried") for line in said), said
+
+
+class TestAPlacedGroup:
+    def placed_group(self) -> tuple[MemoryTopic, Clock, Placement, dict[int, int]]:
+        """A group placed at its home (span 1) by member a, which handled and released
+        ``orders/0..3`` at 5, 6, 7, 8; its claims' tokens."""
+        clock = Clock()
+        topic = MemoryTopic(N, clock)
+        old = Placement(N, home(GROUP, N), 1)
+        settings = replace(own_settings(member("a"), 0), placement=old)
+        topic.append(old.first, metadata_key(settings), encode_metadata(settings))
+        tokens = {}
+        for p in range(4):
+            tokens[p] = topic.append(old.first, *keyed(claim("a", p))).offset
+            topic.append(old.first, *keyed(release("a", 5 + p, p)))
+        return topic, clock, old, tokens
+
+    def session(self, topic: MemoryTopic, clock: Clock, old: Placement) -> AdminSession:
+        """An admin session as `group_session` opens one for a placed group: home and window."""
+        cfg = replace(config(), placements=PlacementBook.of({GROUP: old}))
+        reader = FoldedLog(MemoryLog(topic), cfg)
+        reader.follow(sorted(reads(GROUP, old)), from_start=True)
+        session = AdminSession(
+            reader.log, reader, "marshal-admin", wall=lambda: clock.now / 1000, placement=old
+        )
+        session.catch_up(1.0)
+        return session
+
+    def test_a_placed_group_moves_to_another_window(self) -> None:
+        """Home (span 1) to a window of 2 after it: the settings on home and both window
+        partitions, the positions on their new homes, tokens above the old, pause lifted."""
+        topic, clock, old, tokens = self.placed_group()
+        first = (old.first + 1) % N
+        session = self.session(topic, clock, old)
+        line = move_group(session, GROUP, span=2, first=first, timeout_s=5.0,
+                          progress=lambda _: None)  # fmt: skip
+        assert f"moved from {old.first}:1:{N}:0 to {first}:2:{N}:" in line
+        new = session.worlds[old.first].group_settings[GROUP].placement
+        assert new is not None and (new.first, new.span) == (first, 2)
+        assert sorted(session.worlds) == sorted(reads(GROUP, new) | reads(GROUP, old))
+        for p, world in session.worlds.items():
+            assert world.group_settings[GROUP].placement == new
+            assert pause_of(world, GROUP, clock.now) is None, p
+        worlds = fold_as_placed(topic, new)
+        for p in range(4):
+            state = worlds[new.partition_of("orders", p)].claims[ClaimKey(GROUP, "orders", p)]
+            assert resume_offset(state, Mode.ALO) == 5 + p
+            assert state.token is not None and state.token > max(tokens.values())
+
+    def test_the_same_window_is_no_move(self) -> None:
+        """--first and --span of the group's placement: nothing written."""
+        topic, clock, old, _ = self.placed_group()
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        line = move_group(self.session(topic, clock, old), GROUP, span=1, first=old.first,
+                          timeout_s=5.0, progress=lambda _: None)  # fmt: skip
+        assert "nothing to move" in line
+        assert {p: topic.end_offset(p) for p in range(N)} == ends
+
+
+def keyed(msg: Message) -> tuple[bytes, bytes]:
+    return record_key(msg), encode(msg)
+
+
+def test_the_plan_names_every_partition_and_carry() -> None:
+    """`plan_move` puts the partitions and the carries together."""
+    worlds = {p: World(config(), p) for p in range(N)}
+    key = ClaimKey(GROUP, "orders", 5)
+    worlds[SPREAD.partition_of("orders", 5)].claims[key] = ClaimState(certain=True, committed=3)
+    plan = plan_move(worlds, GROUP, SPREAD, Placement(N, 0, 2, 50))
+    assert plan.partitions[0] == home(GROUP, N) and sorted(plan.partitions) == [0, 1, 2, 3]
+    (carry,) = plan.carries
+    assert (carry.key, carry.offset) == (key, 3)
+    assert carry.new_partition == Placement(N, 0, 2, 50).partition_of("orders", 5)
