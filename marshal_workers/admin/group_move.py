@@ -61,10 +61,10 @@ from marshal_workers.admin.pause import lift_pause, pause_for
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.admin.settings_steps import (
     Progress,
-    data_busy,
     live_members,
     record_settings,
     recorded,
+    wait_for_holders,
     wait_until_none,
 )
 from marshal_workers.common.errors import ConfigError, MarshalError
@@ -189,17 +189,7 @@ def _plan_when_released(
     wait showed, take the token base, check the old tokens below it (else lift the pause).
     ``layouts``: the old placement and the target."""
     old, target = layouts
-    try:
-        wait_until_none(
-            session,
-            lambda: [str(k) for k in data_busy(session, group, hb_ms)],
-            timeout_s,
-            "the holders to release",
-            progress,
-        )
-    except MarshalError as exc:
-        lift_pause(session, group)
-        raise MarshalError(f"{exc}; nothing changed; pause lifted") from None
+    wait_for_holders(session, group, hb_ms, timeout_s, "the holders to release", progress)
     try:
         _refuse(session, group, old, "; pause lifted")  # what the wait may have shown
     except MarshalError:

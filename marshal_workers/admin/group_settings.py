@@ -45,11 +45,11 @@ from marshal_workers.admin.pause import lift_pause, pause_for
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.admin.settings_steps import (
     Progress,
-    data_busy,
     describe,
     live_members,
     record_settings,
     recorded,
+    wait_for_holders,
     wait_until_none,
 )
 from marshal_workers.common.errors import MarshalError
@@ -77,17 +77,8 @@ def change_settings(
     if not pause.accepted:
         raise MarshalError(pause.summary())
     progress(pause.summary())
-    try:
-        wait_until_none(
-            session,
-            lambda: [str(k) for k in data_busy(session, group, old_hb)],
-            timeout_s,
-            "the holders to release (judged with the old heartbeat interval)",
-            progress,
-        )
-    except MarshalError as exc:
-        lift_pause(session, group)
-        raise MarshalError(f"{exc}; nothing changed; pause lifted") from None
+    what = "the holders to release (judged with the old heartbeat interval)"
+    wait_for_holders(session, group, old_hb, timeout_s, what, progress)
     before = live_members(session, group, old_hb)
     record_settings(session, new)
     progress(f"recorded: {describe(new)}; members with the old settings now stop (exit 2)")

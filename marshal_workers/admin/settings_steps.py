@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from marshal_workers.admin.pause import lift_pause
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.interface import LogError
@@ -92,6 +93,21 @@ def wait_until_none(
         if remaining <= 0:
             raise MarshalError(f"gave up after {timeout_s:.0f}s waiting for {what}: {left}")
         session.poll(min(0.2, remaining))
+
+
+def wait_for_holders(
+    session: AdminSession, group: str, hb_ms: int, timeout_s: float, what: str, progress: Progress
+) -> None:
+    """Under this admin's pause: wait until every data claim of ``group`` is released or stale
+    by ``hb_ms``; if they do not in ``timeout_s``, lift the pause and stop, nothing changed."""
+    try:
+        wait_until_none(
+            session, lambda: [str(k) for k in data_busy(session, group, hb_ms)], timeout_s, what,
+            progress,
+        )  # fmt: skip
+    except MarshalError as exc:
+        lift_pause(session, group)
+        raise MarshalError(f"{exc}; nothing changed; pause lifted") from None
 
 
 def record_settings(
