@@ -10,6 +10,8 @@ where the data topic has a gap).
 
 from __future__ import annotations
 
+import signal
+
 from marshal_workers.core import inputs as inp
 from marshal_workers.core import observations as obs
 from marshal_workers.core.childexits import ChildEnd, Next, count_failure, decide
@@ -19,7 +21,7 @@ from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import WRITE_TRIES, Kind, Op
 from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.ipc import messages as ipc
-from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT
+from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT, EXIT_LEASE_EXPIRED
 from marshal_workers.ipc.messages import CAUSE_POISON_RATE
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.modes import Mode
@@ -32,6 +34,8 @@ from marshal_workers.protocol.wire import ClaimingMessages
 # it asks for nothing new, and a request that crossed the `Stop` is refused before it is written.
 GRANTING = (Phase.RUNNING, *ASKED_TO_STOP)
 UNCONFIRMED = "reserved in the log after its write was given up"
+# how a child ends by the member's lease-ending TERM or KILL, or by its own watchdog on the lease
+MEMBERS_SIGNALS = (-signal.SIGTERM, -signal.SIGKILL, EXIT_LEASE_EXPIRED)
 UNCONFIRMED_KEPT = 16  # reservations given up on, per claim, that may still turn up landed
 
 
@@ -294,7 +298,7 @@ class Children:
         it (answered with a later batch, `covered`) and it could have been granted; else its
         records are reserved in the log and nobody will be granted them: reported lost."""
         ops = self.ctx.unconfirmed.get(event.key, [])
-        op = next((o for o in ops if wrote(o, event)), None)
+        op = self._given_up_for(ops, event)
         if op is None:  # not one given up on: an earlier try of a write made again, or a
             self.earlier_try(event)  # verdict that comes before its acknowledgement
             return
@@ -335,6 +339,20 @@ class Children:
                          partition=op.key.partition, start=op.start, end=op.end)  # fmt: skip
             return
         self._reserved_not_granted(held, op, event, UNCONFIRMED)
+
+    def _given_up_for(self, ops: list[Op], event: ev.MessagesClaimed) -> Op | None:
+        """The given-up write ``event`` landed for: of those with its bytes, the claim's current
+        child's (one it waits for first), else the earliest. A replaced child's write and the
+        fresh child's for the same run in the same wall second have the very same bytes; taken
+        for the replaced child's, the run was reported lost, then granted to the fresh child
+        with its next batch (a review)."""
+        alike = [o for o in ops if wrote(o, event)]
+        held = self.ctx.held.get(event.key)
+        if held is not None and held.child:
+            mine = [o for o in alike if o.child == held.child_no]
+            waited = [o for o in mine if o.request_id in held.covered]
+            alike = waited + mine + alike
+        return alike[0] if alike else None
 
     def earlier_try(self, event: ev.MessagesClaimed) -> None:
         """A landing of this instance that no given-up write had: an earlier try of a
@@ -482,14 +500,16 @@ class Children:
             on_failure=ctx.s.on_failure,
             first_backoff_s=ctx.s.restart_backoff,
             parked=self.parking.parks(key, held.position),
-            stopped_for_lease=held.term_sent,
+            stopped_for_lease=held.term_sent and code in MEMBERS_SIGNALS,
         )
         held.failures = max(held.failures, decision.failures)
         fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}
         if ctx.s.mode is Mode.AMO and exited.position is not None and held.position is not None:
             if exited.end is not None and exited.end.failed is not None:
                 cause = obs.LossCause.HANDLER_FAILED
-            elif held.lease - now <= ctx.s.kill_grace or held.term_sent:
+            elif held.lease - now <= ctx.s.kill_grace or (
+                held.term_sent and held.phase in (Phase.RUNNING, Phase.STARTING)
+            ):
                 cause = obs.LossCause.LEASE_EXPIRED
             else:
                 cause = obs.LossCause.CRASH
@@ -499,9 +519,12 @@ class Children:
             lost_from, held.position = held.position, logged
             why = f"reserved in the log by a write given up on ({decision.reason})"
             self._lost(held, lost_from, logged, obs.LossCause.REFUSED, why)
-        if decision.next is Next.RESPAWN:
+        if decision.next is Next.RESPAWN and self.parking.allows(held, now):
             held.phase = Phase.RUNNING
             keeping.spawn(held, restart=False, now=now)
+        elif decision.next is Next.RESPAWN:  # a failure count in flight: started once decided
+            held.phase = Phase.RUNNING
+            held.restart_at = now
         elif decision.next is Next.RESTART_LATER:
             held.phase = Phase.RUNNING
             held.restart_at = now + decision.delay_s

@@ -65,6 +65,9 @@ class Claiming:
         # the first claim sent since a verdict: its send time, and the fold's next offset then
         self.first_sent: dict[ClaimKey, tuple[float, int]] = {}
         self._next_claim = self._next_release = 0.0
+        # claims sent again at once after a failed write on a partition the fold shows released
+        # (`gave_up`): once, then a failure backs off (a write that fails at once each time)
+        self._claimed_again: set[ClaimKey] = set()
         self.begun_at: float | None = None  # when the member began (after its catch-up)
         self.announced_at: float | None = None  # when the fold first showed its member claim
         self.joined_at: float | None = None  # when the fold last showed another member announce
@@ -168,6 +171,7 @@ class Claiming:
     def claim_decided(self, op: Op, event: ev.Event, now: float) -> None:
         """The claim's verdict: hold it, or back off."""
         ctx, key = self.ctx, op.key
+        self._claimed_again.discard(key)
         if not isinstance(event, ev.ClaimGranted):
             if self.adopt_landed(key, now):  # refused as this instance's own: an earlier won
                 return
@@ -272,9 +276,11 @@ class Claiming:
         if op.kind is Kind.CLAIM and op.key not in self.in_flight():
             if self.adopt_landed(op.key, now):
                 return
-            if self.free_again(op.key):
+            if self.free_again(op.key) and op.key not in self._claimed_again:
+                self._claimed_again.add(op.key)
                 self._next_claim = min(self._next_claim, now)
                 return
+            self._claimed_again.discard(op.key)  # (a failure again: back off, as below)
         self.ctx.avoid_until[op.key] = now + self.ctx.jitter(0.1, 0.5)
 
     def in_flight(self) -> set[ClaimKey]:

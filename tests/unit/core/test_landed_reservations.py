@@ -369,3 +369,29 @@ def test_a_write_given_up_after_its_child_was_replaced_is_reported_if_it_landed(
     h.read()  # the fold reaches the landing: 104..108 reserved, granted to nobody
     assert (104, 108) in _losses(h) and (104, 108) in _lost_lines(h)
     assert h.member.held[key].position == 108
+
+
+def test_a_landing_with_the_bytes_of_a_replaced_and_the_current_child_is_the_current_ones() -> None:
+    """A review: child A's request 100..104 is in flight when a reload replaces it at once; the
+    fresh child B asks 100..104 in the same wall second (the very same bytes) and 104..108
+    ahead. Both 100..104 writes are told they failed (A's kept as given up, B's covered by its
+    next), one record with those bytes lands. Taken for A's, 100..104 was reported lost, and
+    then granted to B with 104..108: handled and reported lost. The current child's matches
+    first: B is granted 100..104 and nothing is reported."""
+    h, key = _holding()
+    first = _ask(h, key, ipc.GrantRequest(1, 100, 104))  # child A's, in flight
+    h.run(h.member.feed(inp.SignalReceived(h.now, signal.SIGHUP)))
+    h.run(h.member.feed(inp.ChildSaid(h.now, key, ipc.Stopped(100))))
+    h.run(h.member.feed(inp.ChildExited(h.now, key, 0, None, 100)))
+    assert any(isinstance(c, cmd.Spawn) for c in h.commands)  # child B, at once
+    h.commands = []
+    again = _ask(h, key, ipc.GrantRequest(1, 100, 104))  # child B's, the same second
+    assert again.value == first.value
+    ahead = _ask(h, key, ipc.GrantRequest(2, 104, 108))
+    assert _fails(h, first) == []  # A's: given up
+    assert _fails(h, again) == []  # B's: covered by 104..108
+    _lands(h, first)  # one record with those bytes
+    h.read()
+    h.run([ahead])
+    assert (1, True) in _grants(h) and (2, True) in _grants(h)
+    assert _losses(h) == [] == _lost_lines(h)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
+from marshal_workers.ipc import messages as ipc
 from tests.unit.core.test_member_core import Harness, fresh_topic, keys, settings, start
 
 
@@ -55,3 +56,26 @@ def test_a_child_stopped_as_its_lease_ended_is_no_failure_when_the_lease_runs_ag
         assert member.held[key].failures == 0
         assert member.held[key].child, "no child under the lease that runs again"
         assert any(isinstance(c, cmd.Spawn) for c in h.commands)
+
+
+def test_a_child_stopped_for_its_lease_with_a_failure_count_in_flight_waits_for_it() -> None:
+    """A review: the child reported a handler failure (its count is being written) and the
+    lease-ending TERM ended it before it exited with the failure's code; the lease runs again.
+    The next child waits for the count's verdict (`RecordParking.allows`), as after any
+    restart, instead of starting at once on the same record."""
+    topic, log_ms = fresh_topic(partitions=1)
+    member = Member(replace(settings(partitions=1), max_handler_failures=3))
+    h = start(member, topic, log_ms, n=1)
+    (key,) = keys(1)
+    h.run(member.feed(inp.StartFound(h.now, key, 100)))
+    h.tick(0.05)
+    h.run(_stop_as_the_lease_ends(h, member))  # the late heartbeats land
+    failed = member.feed(inp.ChildSaid(h.now, key, ipc.HandlerFailed(120, "ValueError", "")))
+    (count,) = [c for c in failed if isinstance(c, cmd.Append)]
+    out = member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM))
+    assert not any(isinstance(c, cmd.Spawn) for c in out), "started with its count in flight"
+    h.run([c for c in out if not isinstance(c, cmd.Spawn)])
+    h.run([count])  # the count lands: the next child may start
+    h.commands = []
+    h.tick(0.05)
+    assert any(isinstance(c, cmd.Spawn) for c in h.commands)
