@@ -71,7 +71,7 @@ def run_row(row: int, args: str, first: int, seeds: int) -> tuple[int, str, int,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--first", type=int, default=1_100_000, help="row r from first + 1000*r")
+    parser.add_argument("--first", type=int, default=1_400_000, help="row r from first + 1000*r")
     parser.add_argument("--seeds", type=int, default=30, help="seeds per row")
     parser.add_argument("--rows", default="", help="a range such as 0-12 (default: every row)")
     parser.add_argument("--jobs", type=int, default=2, help="rows run at a time")
