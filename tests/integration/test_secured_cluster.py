@@ -317,6 +317,27 @@ def test_the_operator_role_pauses_and_repositions_but_creates_nothing(secured: S
     assert create.returncode == 1 and "not allowed" in one_error_line(create)
 
 
+def test_the_operator_role_moves_a_group_and_the_reader_role_cannot(secured: Secured) -> None:
+    """group-settings --move under least privilege: the reader role is refused in one line
+    (exit 1) and nothing moves; the operator role moves a spread group to one partition
+    (pause, settings, token base, lift) and group-settings then shows it placed."""
+    group = f"moved_{secured.group}"
+    made = secured.admin("operator", "group-settings", "--group", group, "--change")
+    assert made.returncode == 0 and "recorded" in made.stdout, made.stderr
+    before = secured.admin("reader", "group-settings", "--group", group)
+    assert before.returncode == 0 and "placement=spread" in before.stdout, before.stdout
+    move = ("group-settings", "--group", group, "--move", "--span", "1", "--timeout", "30")
+    refused = secured.admin("reader", *move)
+    assert refused.returncode == 1, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert "may not write" in refused.stderr.splitlines()[-1]
+    moved = secured.admin("operator", *move)
+    assert moved.returncode == 0 and "pause lifted" in moved.stdout, moved.stderr
+    shown = secured.admin("reader", "group-settings", "--group", group)
+    assert shown.returncode == 0 and "placement=" in shown.stdout, shown.stdout
+    assert "placement=spread" not in shown.stdout, shown.stdout
+
+
 @pytest.mark.spark
 def test_the_audit_reads_a_secured_cluster_as_the_auditor_role(
     secured: Secured, tmp_path: Path

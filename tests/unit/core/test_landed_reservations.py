@@ -56,6 +56,14 @@ def _fails(h: Harness, c: cmd.Append, error: str = "timed out") -> list[cmd.Appe
     return [a for a in out if isinstance(a, cmd.Append)]
 
 
+def _reload(h: Harness, key: ClaimKey, position: int) -> None:
+    """SIGHUP: the child stops at ``position`` and a fresh one is started at once."""
+    h.run(h.member.feed(inp.SignalReceived(h.now, signal.SIGHUP)))
+    h.run(h.member.feed(inp.ChildSaid(h.now, key, ipc.Stopped(position))))
+    h.run(h.member.feed(inp.ChildExited(h.now, key, 0, None, position)))
+    assert any(isinstance(c, cmd.Spawn) for c in h.commands)
+
+
 def _grants(h: Harness) -> list[tuple[int, bool]]:
     return [(c.message.request_id, c.message.granted) for c in h.commands
             if isinstance(c, cmd.TellChild) and isinstance(c.message, ipc.Grant)]  # fmt: skip
@@ -360,10 +368,7 @@ def test_a_write_given_up_after_its_child_was_replaced_is_reported_if_it_landed(
     h.run([first])
     second = _ask(h, key, ipc.GrantRequest(2, 104, 108))
     (again,) = _fails(h, second, "broker down")  # written again: its child still waits
-    h.run(h.member.feed(inp.SignalReceived(h.now, signal.SIGHUP)))
-    h.run(h.member.feed(inp.ChildSaid(h.now, key, ipc.Stopped(104))))
-    h.run(h.member.feed(inp.ChildExited(h.now, key, 0, None, 104)))
-    assert any(isinstance(c, cmd.Spawn) for c in h.commands)  # the fresh child, at once
+    _reload(h, key, 104)  # the fresh child takes the claim at once
     _lands(h, again)
     assert _fails(h, again) == []  # its child is gone: given up
     h.read()  # the fold reaches the landing: 104..108 reserved, granted to nobody
@@ -380,10 +385,7 @@ def test_a_landing_with_the_bytes_of_a_replaced_and_the_current_child_is_the_cur
     first: B is granted 100..104 and nothing is reported."""
     h, key = _holding()
     first = _ask(h, key, ipc.GrantRequest(1, 100, 104))  # child A's, in flight
-    h.run(h.member.feed(inp.SignalReceived(h.now, signal.SIGHUP)))
-    h.run(h.member.feed(inp.ChildSaid(h.now, key, ipc.Stopped(100))))
-    h.run(h.member.feed(inp.ChildExited(h.now, key, 0, None, 100)))
-    assert any(isinstance(c, cmd.Spawn) for c in h.commands)  # child B, at once
+    _reload(h, key, 100)  # child B takes the claim at once
     h.commands = []
     again = _ask(h, key, ipc.GrantRequest(1, 100, 104))  # child B's, the same second
     assert again.value == first.value

@@ -15,6 +15,7 @@ from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
 from marshal_workers.ipc import messages as ipc
+from marshal_workers.protocol.wire import ClaimKey
 from tests.unit.core.test_member_core import Harness, fresh_topic, keys, settings, start
 
 
@@ -34,16 +35,22 @@ def _stop_as_the_lease_ends(h: Harness, member: Member) -> list[cmd.Command]:
     raise AssertionError("no SIGTERM as the lease ended")
 
 
-def test_a_child_stopped_as_its_lease_ended_is_no_failure_when_the_lease_runs_again() -> None:
-    """Three times: the heartbeats land only after the member TERMed the child for its lease;
-    the child's exit by that signal counts no failure, and a child runs again under the lease
-    the late heartbeat proved; the claim is never released."""
+def _holding() -> tuple[Harness, Member, ClaimKey]:
+    """A lone member holding one claim from 100 with its child running (3 failures release)."""
     topic, log_ms = fresh_topic(partitions=1)
     member = Member(replace(settings(partitions=1), max_handler_failures=3))
     h = start(member, topic, log_ms, n=1)
     (key,) = keys(1)
     h.run(member.feed(inp.StartFound(h.now, key, 100)))
     h.tick(0.05)
+    return h, member, key
+
+
+def test_a_child_stopped_as_its_lease_ended_is_no_failure_when_the_lease_runs_again() -> None:
+    """Three times: the heartbeats land only after the member TERMed the child for its lease;
+    the child's exit by that signal counts no failure, and a child runs again under the lease
+    the late heartbeat proved; the claim is never released."""
+    h, member, key = _holding()
     assert member.held[key].child
     for _ in range(3):
         held = _stop_as_the_lease_ends(h, member)
@@ -63,12 +70,7 @@ def test_a_child_stopped_for_its_lease_with_a_failure_count_in_flight_waits_for_
     lease-ending TERM ended it before it exited with the failure's code; the lease runs again.
     The next child waits for the count's verdict (`RecordParking.allows`), as after any
     restart, instead of starting at once on the same record."""
-    topic, log_ms = fresh_topic(partitions=1)
-    member = Member(replace(settings(partitions=1), max_handler_failures=3))
-    h = start(member, topic, log_ms, n=1)
-    (key,) = keys(1)
-    h.run(member.feed(inp.StartFound(h.now, key, 100)))
-    h.tick(0.05)
+    h, member, key = _holding()
     h.run(_stop_as_the_lease_ends(h, member))  # the late heartbeats land
     failed = member.feed(inp.ChildSaid(h.now, key, ipc.HandlerFailed(120, "ValueError", "")))
     (count,) = [c for c in failed if isinstance(c, cmd.Append)]
