@@ -114,14 +114,19 @@ class KafkaLog:
         self._producer_config = client_config(
             bootstrap_servers, extra_config, tuned=_PRODUCER_TUNED, fixed=fixed
         )
+        # Offsets and the partition count are asked on a client of their own, from the
+        # supervisor's background threads: on the reader's, a ListOffsets request waits behind
+        # the fetch the broker holds for fetch.wait.max.ms (100 ms) when there is nothing new
+        # to read, which is most of the time; and since confluent-kafka 2.16 a Consumer lets
+        # one thread in at a time, so a call from another thread waits for a gap between the
+        # reader's polls, which a reader polling back to back seldom leaves (the count took
+        # 9 s, or never came). No statistics there: nothing polls it to serve them.
+        query_config = {**consumer_config, "statistics.interval.ms": 0}
         if int(consumer_config.get("statistics.interval.ms") or 0) > 0:
             consumer_config["stats_cb"] = self._on_stats  # what the reading costs: `received`
         self._consumer = roles.coordination_reader(consumer_config)
-        # Offsets are asked on a connection of their own: on the reader's, a ListOffsets
-        # request waits behind the fetch the broker holds for fetch.wait.max.ms (100 ms) when
-        # there is nothing new to read, which is most of the time.
         try:
-            self._offsets = roles.coordination_reader(consumer_config)
+            self._offsets = roles.coordination_reader(query_config)
         except BaseException:
             self._consumer.close()
             raise
@@ -230,8 +235,8 @@ class KafkaLog:
     def _unreachable(self, detail: str, within: str) -> MarshalError:
         """The error of a failed connect: an authentication failure says so, whatever came
         after it (librdkafka goes on to report the broken connection)."""
-        for client in (self._consumer, self._producer):
-            try:  # serve the error callbacks (the consumer is assigned nothing yet)
+        for client in (self._offsets, self._producer):
+            try:  # serve the error callbacks (never the reader's: its thread may be polling)
                 if client is not None:
                     client.poll(0)
             except KafkaException:
@@ -279,7 +284,7 @@ class KafkaLog:
             remaining = max(deadline - time.monotonic(), 0.1)
             try:
                 # in steps, so that a refused authentication ends the wait at once
-                metadata = self._consumer.list_topics(self.topic, timeout=min(remaining, 1.0))
+                metadata = self._offsets.list_topics(self.topic, timeout=min(remaining, 1.0))
             except KafkaException as exc:
                 failed = self._unreachable(error_text(exc), f" within {timeout_s:.0f}s")
                 if self._errors.authentication is None and time.monotonic() < deadline:

@@ -7,6 +7,7 @@ tests/contract/test_coordlog_contract.py, run against both implementations.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -66,6 +67,45 @@ class TestOpening:
             assert log.current_num_partitions(10.0) == 5
         finally:
             log.close()
+
+
+class TestAskedWhileTheReaderPolls:
+    def test_the_count_and_the_ends_answer_while_another_thread_polls_without_pause(
+        self, kafka_bootstrap: str, fresh_topic: str
+    ) -> None:
+        """The supervisor's reader thread polls the log back to back while the background jobs
+        ask the partition count (discovery) and the log's ends. confluent-kafka 2.16 lets one
+        thread at a time into a Consumer and the others wait for a gap, which a polling loop
+        seldom leaves: asked on the reader's consumer, the count came after 9 s or never (a
+        grown coordination topic went unnoticed for 30 s in CI). Each answers in its timeout."""
+        ensure_coordination_topic(kafka_bootstrap, fresh_topic, 2, replication_factor=1)
+        log = KafkaLog(kafka_bootstrap, fresh_topic)
+        stop = threading.Event()
+
+        def read() -> None:
+            while not stop.is_set():
+                log.poll(0.1)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        answers: list[tuple[int, set[int]]] = []
+
+        def ask() -> None:
+            for _ in range(3):
+                answers.append((log.current_num_partitions(5.0), set(log.end_offsets(5.0))))
+
+        asker = threading.Thread(target=ask, daemon=True)
+        try:
+            time.sleep(0.5)  # the reader is in its loop
+            asker.start()
+            asker.join(30.0)  # 3 x (5 s + 5 s) at most, and far less in fact
+            assert not asker.is_alive(), f"asked 3 times, answered {len(answers)} in 30 s"
+            assert answers == [(2, {0, 1})] * 3
+        finally:
+            stop.set()
+            reader.join(5)
+            if not asker.is_alive():  # (a stuck ask holds the consumer: closing would wait too)
+                log.close()
 
 
 class TestLogTime:
