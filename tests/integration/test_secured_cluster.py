@@ -344,14 +344,15 @@ def test_the_audit_reads_a_secured_cluster_as_the_auditor_role(
 ) -> None:
     """marshal-audit with the auditor's --config: its metadata reads and Spark's Kafka source
     (the [kafka] table translated for the Java client) reach the secured broker; the summary
-    counts the log's records and its lines carry no password."""
+    counts the log's records and its lines carry no password. The whole topic is audited, each
+    group with the interval its settings record: the fleet's group (2 s) shares it with the
+    group the operator test moved (10 s), which a given --heartbeat-interval 2 would refuse."""
     from tests.integration.fleet import MARSHAL_AUDIT  # noqa: PLC0415
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
     done = subprocess.run(
         [str(MARSHAL_AUDIT), "--config", str(secured.configs["auditor"]), "--coordination-topic",
-         secured.coordination, "--heartbeat-interval", "2", "--out", str(tmp_path / "out"),
-         "--json"],
+         secured.coordination, "--out", str(tmp_path / "out"), "--json"],
         capture_output=True, text=True, timeout=600, check=False, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
