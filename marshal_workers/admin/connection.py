@@ -211,6 +211,19 @@ def read_records(conn: Connection, timeout_s: float) -> Iterator[tuple[CoordReco
         log.close()
 
 
+def read_group_records(
+    conn: Connection, group: str, timeout_s: float
+) -> Iterator[tuple[CoordRecord, ev.Event]]:
+    """`read_records` of the partitions ``group``'s records live on (`open_group_log`: a placed
+    group's home and window, every partition for a spread one), folded as a member of it
+    folds them; the caller keeps the group's own records."""
+    log, reader, _ = open_group_log(conn, group, timeout_s)
+    try:
+        yield from _read_to_end(conn, log, reader, timeout_s)
+    finally:
+        log.close()
+
+
 def admin_settings(conn: Connection, group: str, client_id: str = "marshal-admin") -> GroupSettings:
     """The settings this admin command folds with, as a GroupSettings record."""
     return GroupSettings(

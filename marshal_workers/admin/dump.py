@@ -1,6 +1,7 @@
 """`marshal-admin dump`: the decoded coordination log with the verdict on every record.
 
-It reads the whole log from the beginning and folds it with the same rationalizer the
+It reads the whole log from the beginning (with `--group`, the partitions the group's records
+live on: a placed group's home and window) and folds it with the same rationalizer the
 supervisors use, so it shows what every worker sees (`--go-topic`: a Go fleet's log, `goread`).
 """
 
@@ -15,6 +16,7 @@ from marshal_workers.admin.connection import (
     ADMIN_CLIENT_ID,
     Connection,
     group_session,
+    read_group_records,
     read_records,
 )
 from marshal_workers.admin.goread import go_dump
@@ -36,7 +38,8 @@ from marshal_workers.protocol.wire import CoordRecord
     "--group",
     default=None,
     help="Only this group's records (its claims, members, pauses, settings, poison records), "
-    "folded with its settings as recorded in the log.",
+    "folded with its settings as recorded in the log; only the coordination partitions they "
+    "live on are read.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @read_timeout_option
@@ -114,10 +117,13 @@ def run_dump(
 ) -> Iterator[str]:
     """The decoded log with verdicts, one line per record (JSON objects with ``as_json``);
     with ``group`` only its records, folded with its recorded settings (`for_group`)."""
-    if group is not None:
+    if group is None:
+        records = read_records(conn, timeout_s)
+    else:
         with group_session(conn, group, ADMIN_CLIENT_ID, timeout_s) as (_, adopted):
-            conn = adopted
-    for record, event in read_records(conn, timeout_s):
+            pass  # (the group's settings, which its records are folded with)
+        records = read_group_records(adopted, group, timeout_s)
+    for record, event in records:
         if group is not None and group_of_record(record, event) != group:
             continue
         if as_json:

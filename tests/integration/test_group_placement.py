@@ -19,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from marshal_workers.admin.connection import Connection
+from marshal_workers.admin.connection import Connection, read_records
+from marshal_workers.admin.dump import dump_line, group_of_record, run_dump
 from marshal_workers.admin.status_read import StatusReader
+from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol.placement import home
+from marshal_workers.protocol.wire import CoordRecord
 from tests.integration.fleet import REPO, Fleet, MakeFleet
 from tests.integration.test_fleet import assert_ledger_sound, stop_all
 
@@ -106,6 +109,35 @@ class TestPlacedGroup:
         fleet.wait_split([2, 2])
         stop_all(fleet)
         assert_ledger_sound(fleet, alo=True)
+
+    def test_dump_of_a_placed_group_reads_its_partitions_only(
+        self, make_fleet: MakeFleet, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`dump --group` of a placed group follows its home only (every partition before: on
+        a topic many groups share, a group's dump cost the whole log), and prints the same
+        lines as the group's records read from the whole log."""
+        fleet = make_fleet(coordination_partitions=COORDINATION, placed=True, partitions=4)
+        at = home(fleet.group, COORDINATION)
+        fleet.start("a")
+        fleet.wait_split([4])
+        stop_all(fleet)
+        conn = Connection(fleet.bootstrap, fleet.coordination, heartbeat_interval_ms=1000)
+        whole = [
+            dump_line(r, e)
+            for r, e in read_records(conn, 30.0)
+            if group_of_record(r, e) == fleet.group
+        ]
+        followed: set[frozenset[int]] = set()  # what each log read followed when it polled
+        poll = KafkaLog.poll
+
+        def spy(log: KafkaLog, timeout_s: float) -> list[CoordRecord]:
+            followed.add(log.followed)
+            return poll(log, timeout_s)
+
+        monkeypatch.setattr(KafkaLog, "poll", spy)
+        lines = list(run_dump(conn, False, 30.0, group=fleet.group))
+        assert followed == {frozenset({at})}, followed
+        assert lines == whole and len(lines) >= 4, lines
 
     def test_members_started_together_agree_on_one_placement(self, make_fleet: MakeFleet) -> None:
         """Four members of a new group started at once: whichever creates it, every one takes
