@@ -87,6 +87,11 @@ def ensure_group_settings(
     fold to the end (``catch_up`` folds into ``worlds``), and refuse (ConfigError) if the
     group's settings differ from ``mine`` (`PlacementMovedError`, exit 6, if only in the placement:
     the group moved since this member located it, and started again it finds the new one)."""
+    # Checked before writing too: the first settings on a partition win there, so a member
+    # whose settings differ from those recorded (a placed group's on home) would otherwise win
+    # the window partitions its creator has not copied them to yet, and every member with the
+    # group's settings would be refused after it (exit 2, not restarted).
+    _refuse_if_differ(worlds, mine)
     missing = [p for p, w in worlds.items() if mine.group_id not in w.group_settings]
     key = metadata_key(mine)  # a placed group's: one key per writer and second
     try:
@@ -96,6 +101,12 @@ def ensure_group_settings(
             catch_up(timeout_s)
     except LogError as exc:
         raise MarshalError(f"cannot record group {mine.group_id}'s settings: {exc}") from None
+    _refuse_if_differ(worlds, mine)
+
+
+def _refuse_if_differ(worlds: Mapping[int, World], mine: GroupSettings) -> None:
+    """Refuse (ConfigError) if the group's recorded settings differ from ``mine``
+    (`PlacementMovedError` if only in the placement)."""
     problem = group_settings_problem(worlds, mine)
     if problem is None:
         return

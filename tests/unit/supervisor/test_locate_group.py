@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from marshal_workers.common.errors import EXIT_COORDINATION_CHANGED, ConfigError, MarshalError
 from marshal_workers.config.runconfig import RunConfig
+from marshal_workers.fleet.groupcheck import ensure_group_settings
+from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol.metadata import (
     METADATA_PARTITION,
@@ -20,9 +23,10 @@ from marshal_workers.protocol.metadata import (
     settings_key,
 )
 from marshal_workers.protocol.modes import Mode
-from marshal_workers.protocol.placement import Placement, home, placed
+from marshal_workers.protocol.placement import Placement, home, placed, reads
 from marshal_workers.protocol.wire import Heartbeat, encode, record_key
 from marshal_workers.supervisor.placement import auto_span, locate_member_group
+from marshal_workers.supervisor.runtime import member_settings
 
 N = 8
 G = "shop.billing"
@@ -191,3 +195,40 @@ class TestFound:
 def test_auto_span_is_one_partition_per_ten_thousand_claims() -> None:
     """auto = clamp(ceil(claims / 10,000), 1, N)."""
     assert [auto_span(c, 8) for c in (1, 10_000, 10_001, 200_000)] == [1, 1, 2, 8]
+
+
+class TestWindowCopies:
+    """A placed group's settings are copied from home to its window by each member that finds
+    a window partition without them (`ensure_group_settings`); the first settings there win."""
+
+    @staticmethod
+    def _member(t: MemoryTopic, client: str, hb_s: float) -> tuple[MemoryLog, FoldedLog, Any]:
+        config = replace(CONFIG, client_id=client, heartbeat_interval=hb_s, coordination_span=3)
+        log = MemoryLog(t)
+        placement = locate_member_group(log, config, 5, 5.0)
+        shared = member_settings(config, N, placement)
+        reader = FoldedLog(log, shared.rationalizer)
+        assert placement is not None
+        reader.follow(sorted(reads(G, placement)), from_start=True)
+        reader.catch_up(5.0)
+        return log, reader, shared
+
+    def test_a_member_whose_settings_differ_from_home_writes_no_copy_and_is_refused_alone(
+        self,
+    ) -> None:
+        """The creator has written home, not yet its window copies; a member with another
+        heartbeat interval starts meanwhile. It is refused before writing anything: its copy
+        would have won on the window partitions and every correct member after it would have
+        been refused (exit 2, not restarted) until an operator changed the settings."""
+        t = topic(V2)
+        a = self._member(t, "a", 1.0)  # creates the group: placed settings on home only
+        b = self._member(t, "b", 2.0)  # misconfigured, finds the group placed by home's record
+        window = sorted(reads(G, a[2].placement))
+        assert len(window) == 3
+        before = {p: len(t.read(p, 0)) for p in window}
+        with pytest.raises(ConfigError, match="heartbeat"):
+            ensure_group_settings(b[0], b[1].worlds, b[1].catch_up, b[2].shared, 5.0)
+        assert {p: len(t.read(p, 0)) for p in window} == before, "b wrote settings"
+        ensure_group_settings(a[0], a[1].worlds, a[1].catch_up, a[2].shared, 5.0)
+        c = self._member(t, "c", 1.0)
+        ensure_group_settings(c[0], c[1].worlds, c[1].catch_up, c[2].shared, 5.0)
