@@ -3,7 +3,8 @@
 The heartbeat interval decides every verdict (fresh, unknown, stale; who may claim; when a
 lease ends), and each group's members fold with their own: the one their group's settings
 record (`metadata.GroupSettings`, newest wins; a member with another is refused). So the audit
-reads the settings records first (`from_records`) and judges each group with its interval:
+reads the settings records first (`from_records`; those the fold accepts, `settings_records`)
+and judges each group with its interval:
 
 - A record of a group is judged with the interval its group's settings record *in force* at
   that record, on that coordination partition (settings are written on every partition, so
@@ -27,8 +28,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from marshal_workers.protocol.metadata import GroupSettings, decode_metadata, metadata_key
-from marshal_workers.protocol.wire import CoordRecord, DecodeError
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.metadata import GroupSettings
+from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.wire import CoordRecord
 
 DEFAULT_MS = 10_000
 
@@ -62,32 +65,48 @@ class Heartbeats:
         return self.first_ms.get(group, self.default_ms)
 
 
-def settings_records(records: Iterable[CoordRecord]) -> list[tuple[CoordRecord, GroupSettings]]:
-    """The group settings records among ``records`` (under their own key), in log order."""
-    found = []
+def settings_records(
+    records: Iterable[CoordRecord], admin_client_ids: frozenset[str] | None = None
+) -> list[tuple[CoordRecord, GroupSettings]]:
+    """The group settings records among ``records`` that the fold accepts, in log order.
+
+    A placed group's first settings on a partition win there: a differing record after them
+    (a racing creator's that lost, a hostile writer's) is refused by every member's fold
+    unless its writer's pause of the group is in force, and, its key kept by compaction for
+    good, would otherwise decide the group's interval. So each partition's group records
+    (settings and pauses: `admin_client_ids` decides which pauses count) are folded in offset
+    order, as each claim's fold takes them (`claimfold`), and the settings it records are
+    kept."""
+    by_partition: dict[int, list[CoordRecord]] = {}
     for r in records:
-        if r.value is None or not r.value.startswith(b"GroupSettings/"):
-            continue
-        try:
-            meta = decode_metadata(r.value)
-        except DecodeError:
-            continue
-        if isinstance(meta, GroupSettings) and r.key == metadata_key(meta):
-            found.append((r, meta))
+        if r.value is not None and r.value.startswith((b"GroupSettings/", b"ReleaseGroup/")):
+            by_partition.setdefault(r.partition, []).append(r)
+    config = RationalizerConfig(DEFAULT_MS, admin_client_ids=admin_client_ids)
+    found = []
+    for partition, rs in by_partition.items():
+        world = World(config, partition)
+        for r in sorted(rs, key=lambda r: r.offset):
+            event = fold(world, r)
+            if isinstance(event, ev.GroupSettingsRecorded):
+                found.append((r, event.settings))
     found.sort(key=lambda f: (f[0].timestamp_ms, f[0].partition, f[0].offset))
     return found
 
 
 def from_records(
-    records: Iterable[CoordRecord], given_ms: int | None, fallback_ms: int = DEFAULT_MS
+    records: Iterable[CoordRecord],
+    given_ms: int | None,
+    fallback_ms: int = DEFAULT_MS,
+    admin_client_ids: frozenset[str] | None = None,
 ) -> Heartbeats:
-    """Each group's intervals from its settings records; ``given_ms``: the interval given on
-    the command line (or environment, or config file), None if none was; ``fallback_ms``:
-    the default when none was given and the recorded groups do not share one interval."""
+    """Each group's intervals from its settings records the fold accepts (`settings_records`,
+    pauses judged with ``admin_client_ids``); ``given_ms``: the interval given on the command
+    line (or environment, or config file), None if none was; ``fallback_ms``: the default when
+    none was given and the recorded groups do not share one interval."""
     first: dict[str, int] = {}
     newest: dict[str, int] = {}
     recorded: dict[str, list[int]] = {}
-    for _, s in settings_records(records):
+    for _, s in settings_records(records, admin_client_ids):
         first.setdefault(s.group_id, s.heartbeat_interval_ms)
         newest[s.group_id] = s.heartbeat_interval_ms
         seen = recorded.setdefault(s.group_id, [])

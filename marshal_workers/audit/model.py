@@ -84,7 +84,7 @@ class AuditConfig:
         """The audit with each group's heartbeat interval read from its settings records
         (`heartbeats`); AuditUsageError if a given interval disagrees with the log's."""
         given = self.heartbeat_interval_ms if self.heartbeat_given is not None else None
-        found = from_records(settings, given, self.heartbeat_interval_ms)
+        found = from_records(settings, given, self.heartbeat_interval_ms, self.admin_client_ids)
         if self.heartbeat_given is not None:
             problem = given_problem(
                 found, self.heartbeat_interval_ms, self.heartbeat_given, self.window.group

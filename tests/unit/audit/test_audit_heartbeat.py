@@ -20,6 +20,7 @@ from marshal_workers.audit.schema import columns
 from marshal_workers.audit.summary import summarize
 from marshal_workers.audit.tables import Window
 from marshal_workers.protocol.metadata import GroupSettings, encode_metadata, metadata_key
+from marshal_workers.protocol.placement import placed
 from marshal_workers.protocol.wire import (
     ClaimingPartition,
     CoordRecord,
@@ -152,3 +153,28 @@ class TestStreaming:
             k: sorted(v, key=repr) for k, v in plain.items() if v
         }
         assert [r[0] for r in plain["failovers"]] == ["fast"]
+
+
+class TestRefusedSettings:
+    def test_a_settings_record_the_fold_refuses_decides_no_interval(self) -> None:
+        """A placed group's first settings win on a partition: a second creator's (or a
+        hostile writer's) differing record after them is refused by every member's fold, and
+        stays in the log for good (placed keys survive compaction). The audit took its
+        interval all the same: the group's newest became 10 s, claims open at the log's end
+        were settled with it, and the right --heartbeat-interval 2 was refused."""
+        group = "g"
+        place = placed(group, 4, 1)
+        won = replace(settings(group, 2000), placement=place)
+        lost = replace(settings(group, 10_000), client_id="b", instance_id="b-1", placement=place)
+        records = fleet_log(group, 2000, partition=place.first)
+        records[0] = replace(records[0], key=metadata_key(won), value=encode_metadata(won))
+        records.append(CoordRecord(place.first, len(records), T0 + 7000, metadata_key(lost),
+                                   encode_metadata(lost)))  # fmt: skip
+        result, tables = audit(records)
+        refused = [e for e in tables["events"] if e["verdict"] == "Malformed"]
+        assert len(refused) == 1 and "first settings written win" in refused[0]["reason"]
+        summary = summarize(result)
+        assert summary["heartbeat_intervals_ms"] == {group: 2000}
+        assert summary["failovers"] == 1
+        given, _ = audit(records, heartbeat_interval_ms=2000, heartbeat_given=FLAG)
+        assert summarize(given)["failovers"] == 1
