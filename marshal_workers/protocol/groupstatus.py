@@ -52,7 +52,7 @@ from datetime import UTC, datetime, timedelta
 
 from marshal_workers.protocol.amolosses import AmoLoss, AmoLosses
 from marshal_workers.protocol.members import is_live, is_member_key
-from marshal_workers.protocol.rationalizer import World, claim_label, pause_of
+from marshal_workers.protocol.rationalizer import World, claim_label, coordinated_here, pause_of
 from marshal_workers.protocol.recordfailures import PoisonState, active
 from marshal_workers.protocol.slicing import Slice, slice_topic, split_topic
 from marshal_workers.protocol.unclaimed import Unclaimed, why_unclaimed
@@ -267,6 +267,8 @@ def group_status(
             if is_member_key(key):  # announcements, not partitions: listed as members
                 if is_live(state, now_ms, heartbeat_interval_ms) and state.holder_client:
                     members.add(state.holder_client)
+                continue
+            if not coordinated_here(world, key):  # a claim whose home the group moved
                 continue
             held = state.holder_client is not None
             offset = state.committed

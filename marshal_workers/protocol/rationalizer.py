@@ -324,6 +324,13 @@ def _token(world: World, group: str, offset: int) -> int:
     return settings.placement.token_base + offset
 
 
+def coordinated_here(world: World, key: ClaimKey) -> bool:
+    """Whether ``key``'s records belong on this partition now (its group's placement here).
+    A group moved to a window that keeps one of its old partitions leaves there the state of
+    claims whose home moved on, frozen: a view of the group takes each claim from its home."""
+    return _home_problem(world, key.group, key.topic, key.partition) is None
+
+
 def _home_problem(world: World, group: str, topic: str, partition: int) -> str | None:
     """Why a record of the claim is not on its home partition, or None."""
     place = placement_on(world, group)
