@@ -100,16 +100,14 @@ class KafkaLog:
         self._in_flight: set[int] = set()
         self._received: dict[str, tuple[int, int]] = {}  # per client: (bytes, message bytes)
         fixed: dict[str, Any] = {"client.id": client_id, "error_cb": self._on_error}
+        reader_fixed = {
+            **_CONSUMER_FIXED,
+            **fixed,
+            # Required by librdkafka; never used to subscribe, join or commit.
+            "group.id": f"marshal-unused-{client_id}-{uuid.uuid4().hex[:8]}",
+        }
         consumer_config = client_config(
-            bootstrap_servers,
-            extra_config,
-            tuned=_CONSUMER_TUNED,
-            fixed={
-                **_CONSUMER_FIXED,
-                **fixed,
-                # Required by librdkafka; never used to subscribe, join or commit.
-                "group.id": f"marshal-unused-{client_id}-{uuid.uuid4().hex[:8]}",
-            },
+            bootstrap_servers, extra_config, tuned=_CONSUMER_TUNED, fixed=reader_fixed
         )
         self._producer_config = client_config(
             bootstrap_servers, extra_config, tuned=_PRODUCER_TUNED, fixed=fixed
@@ -121,7 +119,12 @@ class KafkaLog:
         # one thread in at a time, so a call from another thread waits for a gap between the
         # reader's polls, which a reader polling back to back seldom leaves (the count took
         # 9 s, or never came). No statistics there: nothing polls it to serve them.
-        query_config = {**consumer_config, "statistics.interval.ms": 0}
+        query_config = client_config(
+            bootstrap_servers,
+            extra_config,
+            tuned=_CONSUMER_TUNED,
+            fixed={**reader_fixed, "statistics.interval.ms": 0},
+        )
         if int(consumer_config.get("statistics.interval.ms") or 0) > 0:
             consumer_config["stats_cb"] = self._on_stats  # what the reading costs: `received`
         self._consumer = roles.coordination_reader(consumer_config)
