@@ -138,15 +138,36 @@ class KafkaLog:
         self._producer: Producer | None = None
         if not read_only:
             self._producer = self._new_producer()
+        self._opening = True  # no other thread uses the reader yet (`_unreachable`)
         try:
             self._num_partitions = self._partition_count(open_timeout_s)
             self._followed = frozenset(range(self._num_partitions))
+            # The reader learns the topic's leaders now, as the query client just did: assigned
+            # without them, its first fetch waited for librdkafka's leader lookup, half a
+            # second or a second in every other start (what `marshal-run` took to its first
+            # record went from 0.3 to 1.4 s when the count moved to the query client).
+            self._learn_leaders(open_timeout_s)
             if self._producer is not None:
                 self._connect_producer(self._producer, open_timeout_s)
-            self._consumer.assign(self._starts(self._followed, open_timeout_s))
+            # Assigned at the first poll, unless `follow` comes first (as a member's locating
+            # its group does): assigned every partition here and then a few at once, the
+            # reader got its first records a second late (librdkafka's first fetch of a
+            # partition assigned again at once waited out its back-off twice, 0.5 s each).
+            # The starts are asked now all the same: an unreachable or forbidden topic is
+            # refused at the open, in one line.
+            self._pending: list[TopicPartition] | None = self._starts(
+                self._followed, open_timeout_s
+            )
         except BaseException:
             self._close_consumers()
             raise
+        self._opening = False
+
+    def _learn_leaders(self, timeout_s: float) -> None:
+        try:
+            self._consumer.list_topics(self.topic, timeout=timeout_s)
+        except KafkaException as exc:
+            raise self._unreachable(error_text(exc), f" within {timeout_s:.0f}s") from None
 
     @property
     def followed(self) -> frozenset[int]:
@@ -180,7 +201,7 @@ class KafkaLog:
             if not 0 <= p < self._num_partitions:
                 raise ValueError(f"partition {p} of {self.topic} does not exist")
         kept: list[TopicPartition] = []
-        if not from_start and wanted & self._followed:
+        if self._pending is None and not from_start and wanted & self._followed:
             asked = [TopicPartition(self.topic, p) for p in sorted(wanted & self._followed)]
             try:
                 kept = [tp for tp in self._consumer.position(asked) if tp.offset >= 0]
@@ -192,6 +213,7 @@ class KafkaLog:
         except KafkaException as exc:
             raise LogError(f"following {self.topic}: {error_text(exc)}") from None
         self._followed = wanted
+        self._pending = None
 
     def _starts(self, partitions: Iterable[int], timeout_s: float) -> list[TopicPartition]:
         """Each of ``partitions`` at its first offset, asked of the broker in one request. (Assigned
@@ -238,8 +260,9 @@ class KafkaLog:
     def _unreachable(self, detail: str, within: str) -> MarshalError:
         """The error of a failed connect: an authentication failure says so, whatever came
         after it (librdkafka goes on to report the broken connection)."""
-        for client in (self._offsets, self._producer):
-            try:  # serve the error callbacks (never the reader's: its thread may be polling)
+        clients = (self._consumer,) if self._opening else ()
+        for client in (*clients, self._offsets, self._producer):
+            try:  # serve the error callbacks (the reader's at the open only: then its thread polls)
                 if client is not None:
                     client.poll(0)
             except KafkaException:
@@ -428,6 +451,12 @@ class KafkaLog:
         if self._pending_error is not None:
             error, self._pending_error = self._pending_error, None
             raise error
+        if self._pending is not None:  # the first poll, `follow` not called: every partition
+            try:
+                self._consumer.assign(self._pending)
+            except KafkaException as exc:
+                raise LogError(f"following {self.topic}: {error_text(exc)}") from None
+            self._pending = None
         consume = self._consumer.consume
         try:
             # consume(n, t) waits for all n messages or t: take what is queued, else wait for one.
