@@ -16,9 +16,7 @@ the supervisor itself is never forked, as librdkafka's threads do not survive a 
 3. starts the watchdog thread, which ends the child at the lease deadline, when the supervisor
    is gone, or when a handler call outlives ``handler_timeout`` (exit 10), even while the main
    thread is stuck in the handler (it also notes the code in the shared cells, `callstate`);
-   the guardian then kills the rest of the group; then puts its main thread (and so every
-   thread started after it) under SCHED_BATCH, unless ``child_scheduling`` is normal
-   (`marshal_workers.child.scheduling`);
+   the guardian then kills the rest of the group;
 4. loads the handler (a function, or a class or instance with ``setup``, ``handle`` or
    ``handle_batch``, ``teardown``), calls ``setup(ctx)``, opens its consumer ``assign()``ed to
    the partition and sends `Started`;
@@ -105,7 +103,6 @@ from marshal_workers.child.fencing import (
     write_with_timeout,
 )
 from marshal_workers.child.loop import ChildLoop
-from marshal_workers.child.scheduling import use_batch_scheduling
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.logs import configure_logging, raw_line
@@ -197,9 +194,6 @@ def child_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     loop = ChildLoop(spec, lease, conn, log)
     Watchdog(lease, parent, on_fence, call_clock=loop.call_clock).start()
-    # after the watchdog started (it keeps SCHED_OTHER), before the handler's setup and the
-    # consumer's threads (they inherit it)
-    use_batch_scheduling(spec.batch_scheduling, log)
     code = loop.run()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -48,7 +48,6 @@ class RunConfig:
     stop_timeout: float = 20.0
     handler_timeout: float = 300.0  # 0: no deadline
     auto_offset_reset: str = "earliest"
-    child_scheduling: str = "batch"  # batch (SCHED_BATCH) or normal
     max_handler_failures: int = 5
     retries: int = 3
     retry_backoff: float = 0.5
@@ -132,7 +131,6 @@ def run_config(resolved: Resolved) -> RunConfig:
         stop_timeout=v["stop_timeout"],
         handler_timeout=v["handler_timeout"],
         auto_offset_reset=v["auto_offset_reset"],
-        child_scheduling=v["child_scheduling"],
         max_handler_failures=v["max_handler_failures"],
         retries=v["retries"],
         retry_backoff=v["retry_backoff"],

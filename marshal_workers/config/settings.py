@@ -327,16 +327,6 @@ SETTINGS: tuple[Setting, ...] = (
         choices=("earliest", "latest"),
     ),
     Setting(
-        "child_scheduling",
-        "batch",
-        "How Linux schedules the children (the handlers): batch (SCHED_BATCH: longer time "
-        "slices, a waking child does not preempt a running one; for CPU-bound handlers, fewer "
-        "switches) or normal (SCHED_OTHER, as the supervisor always runs, which a waking "
-        "child of an I/O-bound handler may prefer).",
-        "Work",
-        choices=("batch", "normal"),
-    ),
-    Setting(
         "max_handler_failures",
         5,
         "With on_failure stop: child restarts (with backoff) on a failing record before the "

@@ -57,8 +57,6 @@ class ChildSpec:
     settle: Settle | None = None
     # ordering key or unordered: the part of the partition this child takes (`slicing`)
     slice: Slice | None = None
-    # SCHED_BATCH for the child's handling threads (``child_scheduling``: batch), or SCHED_OTHER
-    batch_scheduling: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,7 +97,6 @@ def member_settings(
         dlq_topic=c.dlq_topic,
         max_poison_rate=c.max_poison_rate,
         handler_timeout_s=c.handler_timeout or None,
-        batch_scheduling=c.child_scheduling == "batch",
     )
     return MemberSettings(
         group=c.group,
