@@ -244,31 +244,42 @@ def cpu_account(pid: int, broker_s: float) -> dict[str, Any]:
     """Where the CPU went, in seconds since each process started: the process ``pid`` (the
     plain loop, a supervisor, Arroyo's consumer), a marshal-run's fork server and the children
     it forked (the handlers; their guardians are counted apart), anything else in the tree;
-    ``broker_s`` the broker's over the same run; and the context switches of the handlers'
-    processes (the plain loop's own when it has no children). Read while the processes live,
-    once the last record is handled."""
+    of the handlers' processes also the part their threads other than the main one took
+    (``*_threads``: librdkafka's, the watchdog); ``broker_s`` the broker's over the same run;
+    and the context switches of the handlers' main threads (the plain loop's own when it has no
+    children). Read while the processes live, once the last record is handled.
+
+    A process's seconds are its user and system time (the threads that ended included), which
+    Linux samples at the timer tick; that misses the short bursts of librdkafka's threads (0
+    there), so the ``*_threads`` split is the scheduler's own count of each live thread
+    (``se.sum_exec_runtime``, /proc/PID/task/*/sched; Linux only)."""
     seconds: dict[str, float] = {}
     switches = [0, 0]  # voluntary, involuntary
 
-    def add(kind: str, proc: psutil.Process, count_switches: bool = False) -> None:
-        with contextlib.suppress(psutil.Error):
+    def count(key: str, value: float) -> None:
+        seconds[key] = seconds.get(key, 0.0) + value
+
+    def add(kind: str, proc: psutil.Process, handler: bool = False) -> None:
+        with contextlib.suppress(psutil.Error, OSError):
             t = proc.cpu_times()
-            seconds[kind] = seconds.get(kind, 0.0) + t.user + t.system
-            if count_switches:
-                ctx = proc.num_ctx_switches()
+            count(kind, t.user + t.system)
+            if handler:
+                ran = thread_runtimes(proc.pid) or {}
+                count(f"{kind}_threads", sum(s for tid, s in ran.items() if tid != proc.pid))
+                ctx = proc.num_ctx_switches()  # the main thread's (/proc/PID/status)
                 switches[0] += ctx.voluntary
                 switches[1] += ctx.involuntary
 
     with contextlib.suppress(psutil.Error):
         root = psutil.Process(pid)
         below = root.children()
-        add("main", root, count_switches=not below)
+        add("main", root, handler=not below)
         for proc in below:
             with contextlib.suppress(psutil.Error):
                 server = "forkserver" in " ".join(proc.cmdline())
                 add("forkserver" if server else "other", proc)
                 for child in proc.children():
-                    add("children" if server else "other", child, count_switches=server)
+                    add("children" if server else "other", child, handler=server)
                     with contextlib.suppress(psutil.Error):
                         for rest in child.children(recursive=True):
                             add("guardians" if server else "other", rest)
@@ -278,6 +289,20 @@ def cpu_account(pid: int, broker_s: float) -> dict[str, Any]:
         "ctx_voluntary": switches[0],
         "ctx_involuntary": switches[1],
     }
+
+
+def thread_runtimes(pid: int) -> dict[int, float] | None:
+    """Each live thread's CPU seconds by the scheduler's count (Linux), or None without it."""
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        return None
+    out: dict[int, float] = {}
+    for task in tasks.iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            for line in (task / "sched").read_text().splitlines():
+                if line.startswith("se.sum_exec_runtime"):
+                    out[int(task.name)] = float(line.split(":")[1]) / 1e3  # ms -> s
+    return out or None
 
 
 def process_cpu_s(pid: int | None) -> float:
