@@ -40,7 +40,10 @@ partition's offset 0 and last offset (marked by its adapter, `bench.handlers.arr
 Also: launch to the first handled record, launch to every partition's first record (marshal,
 Arroyo), the peak RSS of the processes that ran the handler (a marshal child, an Arroyo worker,
 the plain loop) and the largest RSS of any of the system's processes (a supervisor, Arroyo's
-consumer) when it was done.
+consumer) when it was done; and where the CPU went (`cpu_account`, read when the last record is
+handled): seconds of CPU of the launched process (the plain loop, a supervisor), of marshal-run's
+fork server and of its children (and their guardians, apart), of the broker over the run, and
+the handlers' voluntary and involuntary context switches (each per-round line, and the JSON).
 
 Every round runs every setting and every system in turn (the systems' order rotating from round
 to round); ratios are to the plain loop of the same round and setting, and the table shows the
@@ -89,6 +92,7 @@ from runtime import (
 )
 
 from marshal_workers.localkafka import StartOptions, start_cluster
+from marshal_workers.localkafka.cluster import cluster_status
 
 PARTITIONS = 8
 SYSTEMS = ("plain", "alo", "amo", "amo-batch", "amo-narrow", "arroyo", "alo-base", "amo-base")
@@ -128,6 +132,7 @@ class Bench:
     work_iters: int
     timeout_s: float
     baseline: Path | None = None  # another build's venv bin (--baseline)
+    broker_pid: int | None = None  # the local Kafka's (its CPU is accounted per run)
 
 
 def settings(args: argparse.Namespace) -> list[Setting]:
@@ -235,12 +240,88 @@ def rss_mb(pid: int, marks: list[dict[str, Any]]) -> tuple[float | None, float |
     return (max(handler) / 1e6 if handler else None, max(every) / 1e6 if every else None)
 
 
+def cpu_account(pid: int, broker_s: float) -> dict[str, Any]:
+    """Where the CPU went, in seconds since each process started: the process ``pid`` (the
+    plain loop, a supervisor, Arroyo's consumer), a marshal-run's fork server and the children
+    it forked (the handlers; their guardians are counted apart), anything else in the tree;
+    of the handlers' processes also the part their threads other than the main one took
+    (``*_threads``: librdkafka's, the watchdog); ``broker_s`` the broker's over the same run;
+    and the context switches of the handlers' main threads (the plain loop's own when it has no
+    children). Read while the processes live, once the last record is handled.
+
+    A process's seconds are its user and system time (the threads that ended included), which
+    Linux samples at the timer tick; that misses the short bursts of librdkafka's threads (0
+    there), so the ``*_threads`` split is the scheduler's own count of each live thread
+    (``se.sum_exec_runtime``, /proc/PID/task/*/sched; Linux only)."""
+    seconds: dict[str, float] = {}
+    switches = [0, 0]  # voluntary, involuntary
+
+    def count(key: str, value: float) -> None:
+        seconds[key] = seconds.get(key, 0.0) + value
+
+    def add(kind: str, proc: psutil.Process, handler: bool = False) -> None:
+        with contextlib.suppress(psutil.Error, OSError):
+            t = proc.cpu_times()
+            count(kind, t.user + t.system)
+            if handler:
+                ran = thread_runtimes(proc.pid) or {}
+                count(f"{kind}_threads", sum(s for tid, s in ran.items() if tid != proc.pid))
+                ctx = proc.num_ctx_switches()  # the main thread's (/proc/PID/status)
+                switches[0] += ctx.voluntary
+                switches[1] += ctx.involuntary
+
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        below = root.children()
+        add("main", root, handler=not below)
+        for proc in below:
+            with contextlib.suppress(psutil.Error):
+                server = "forkserver" in " ".join(proc.cmdline())
+                add("forkserver" if server else "other", proc)
+                for child in proc.children():
+                    add("children" if server else "other", child, handler=server)
+                    with contextlib.suppress(psutil.Error):
+                        for rest in child.children(recursive=True):
+                            add("guardians" if server else "other", rest)
+    return {
+        **{k: round(v, 2) for k, v in seconds.items()},
+        "broker": round(broker_s, 2),
+        "ctx_voluntary": switches[0],
+        "ctx_involuntary": switches[1],
+    }
+
+
+def thread_runtimes(pid: int) -> dict[int, float] | None:
+    """Each live thread's CPU seconds by the scheduler's count (Linux), or None without it."""
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        return None
+    out: dict[int, float] = {}
+    for task in tasks.iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            for line in (task / "sched").read_text().splitlines():
+                if line.startswith("se.sum_exec_runtime"):
+                    out[int(task.name)] = float(line.split(":")[1]) / 1e3  # ms -> s
+    return out or None
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """A process's CPU seconds so far (0 if there is none or it is gone)."""
+    if pid is None:
+        return 0.0
+    with contextlib.suppress(psutil.Error):
+        t = psutil.Process(pid).cpu_times()
+        return float(t.user + t.system)
+    return 0.0
+
+
 def measure(bench: Bench, system: str, setting: Setting, topic: str) -> dict[str, Any]:
     """One run of ``system`` over the whole topic: its figures, or ``{"error": ...}``."""
     out = bench.work / f"{setting.key}-{system}-{uid()}"
     out.mkdir(parents=True)
     coordination = coordination_topic(bench.bootstrap) if system in MARSHAL_SYSTEMS else ""
     launched = time.monotonic()
+    broker_before = process_cpu_s(bench.broker_pid)
     proc = launch(bench, system, setting, topic, out, coordination)
     # The end: the plain loop's N-th record; each child's (= partition's) last; Arroyo's
     # partitions' last offsets. Every partition's start: each child's first record; Arroyo's
@@ -262,6 +343,7 @@ def measure(bench: Bench, system: str, setting: Setting, topic: str) -> dict[str
             why = "exited early" if done == "exited" else f"not done in {bench.timeout_s:.0f} s"
             log = bench.work / f"{out.name}.log"
             return {"error": f"{why}: {len(ends)}/{expected} ends marked", "log": tail(log)}
+        cpu = cpu_account(proc.pid, process_cpu_s(bench.broker_pid) - broker_before)
         firsts = read_json_files(out, "first")
         handler_rss, any_rss = rss_mb(proc.pid, [*read_json_files(out, end_kind), *firsts])
         partition_firsts = earliest_per_partition(
@@ -277,6 +359,7 @@ def measure(bench: Bench, system: str, setting: Setting, topic: str) -> dict[str
             "launch_to_every_partition_s": every,
             "handler_rss_mb": handler_rss,
             "max_rss_mb": any_rss,
+            "cpu_s": cpu,
         }
     finally:
         bench.procs.stop(proc, timeout=10)
@@ -371,6 +454,8 @@ def show(res: dict[str, Any]) -> str:
         + (f"{every:.2f} s" if every is not None else "-")
         + (f"; RSS {res['handler_rss_mb']:.0f} MB" if res["handler_rss_mb"] else "")
         + (f" (any process {res['max_rss_mb']:.0f} MB)" if res["max_rss_mb"] else "")
+        + "; CPU s "
+        + ", ".join(f"{k} {v}" for k, v in res.get("cpu_s", {}).items())
     )
 
 
@@ -426,13 +511,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="marshal-bench-peers-") as tmp:
         work = Path(tmp)
         cluster = None
+        broker_pid = None
         try:
             bootstrap = args.bootstrap_servers
             if bootstrap is None:
                 cluster = start_cluster(StartOptions(directory=work / "kafka", nodes=1))
                 bootstrap = cluster.bootstrap
+                status = cluster_status(work / "kafka")
+                broker_pid = status.state.nodes[0].pid if status is not None else None
                 note(f"local Kafka (1 node) at {bootstrap}")
-            doc = run(Bench(bootstrap, procs, work, iters, timeout, args.baseline), args)
+            bench = Bench(bootstrap, procs, work, iters, timeout, args.baseline, broker_pid)
+            doc = run(bench, args)
         finally:
             for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut this short

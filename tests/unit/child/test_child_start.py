@@ -64,6 +64,12 @@ class TestConsumerConfig:
         assert config["enable.auto.commit"] is False
         assert config["client.id"] == "c-t-3"
 
+    def test_the_operators_fetch_back_off_wins(self) -> None:
+        """A [kafka] table that sets fetch.queue.backoff.ms gets its own value."""
+        assert consumer_config(spec())["fetch.queue.backoff.ms"] != "25"
+        config = consumer_config(spec(**{"fetch.queue.backoff.ms": "25"}))
+        assert config["fetch.queue.backoff.ms"] == "25"
+
 
 class TestParentToWatch:
     def test_a_spawned_child_watches_the_supervisor_itself(self) -> None:
