@@ -139,11 +139,6 @@ class KafkaLog:
         if not read_only:
             self._producer = self._new_producer()
         self._opening = True  # no other thread uses the reader yet (`_unreachable`)
-        # Assigned at the first poll, unless `follow` comes first, as a member locating its
-        # group does: assigned every partition at the open and its home at once after, the
-        # reader's first fetch asked for every partition's records, other groups' too (up to
-        # fetch.max.bytes, 50 MB), only to drop them.
-        self._assigned = False
         try:
             self._num_partitions = self._partition_count(open_timeout_s)
             self._followed = frozenset(range(self._num_partitions))
@@ -154,6 +149,7 @@ class KafkaLog:
             self._learn_leaders(open_timeout_s)
             if self._producer is not None:
                 self._connect_producer(self._producer, open_timeout_s)
+            self._consumer.assign(self._starts(self._followed, open_timeout_s))
         except BaseException:
             self._close_consumers()
             raise
@@ -197,7 +193,7 @@ class KafkaLog:
             if not 0 <= p < self._num_partitions:
                 raise ValueError(f"partition {p} of {self.topic} does not exist")
         kept: list[TopicPartition] = []
-        if self._assigned and not from_start and wanted & self._followed:
+        if not from_start and wanted & self._followed:
             asked = [TopicPartition(self.topic, p) for p in sorted(wanted & self._followed)]
             try:
                 kept = [tp for tp in self._consumer.position(asked) if tp.offset >= 0]
@@ -209,7 +205,6 @@ class KafkaLog:
         except KafkaException as exc:
             raise LogError(f"following {self.topic}: {error_text(exc)}") from None
         self._followed = wanted
-        self._assigned = True
 
     def _starts(self, partitions: Iterable[int], timeout_s: float) -> list[TopicPartition]:
         """Each of ``partitions`` at its first offset, asked of the broker in one request. (Assigned
@@ -447,12 +442,6 @@ class KafkaLog:
         if self._pending_error is not None:
             error, self._pending_error = self._pending_error, None
             raise error
-        if not self._assigned:  # the first poll, `follow` not called: every partition
-            try:
-                self._consumer.assign(self._starts(self._followed, STARTS_TIMEOUT_S))
-            except KafkaException as exc:
-                raise LogError(f"following {self.topic}: {error_text(exc)}") from None
-            self._assigned = True
         consume = self._consumer.consume
         try:
             # consume(n, t) waits for all n messages or t: take what is queued, else wait for one.
