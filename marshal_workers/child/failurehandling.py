@@ -227,6 +227,10 @@ class FailureHandling:
             exc_info=failure.error,
         )
         self.reporter.report()
+        # What was handled before the failure is reported before it: the supervisor takes
+        # records handled for work done and forgets the streak of failures, so sent after
+        # (with the child's last report) they undid the failure just counted.
+        self.reporter.send_stats(final=True)
         self.pipe.send(
             HandlerFailed(
                 record.offset,

@@ -99,9 +99,9 @@ class SimChild:
         self.sizer = ReservationSizer(self.spec.batch_size, self.spec.amo_window)
 
     def _stats(self, t: float, *, final: bool = False) -> None:
-        """`ipc.Stats` about once a second, and once more as the child ends (not when killed
-        or ended by its watchdog), as `child.loop` sends it: at the end after a
-        `HandlerFailed`, so its count covers the records handled before the failure."""
+        """`ipc.Stats` about once a second, once more before a `HandlerFailed` (the records
+        handled before the failure, reported before it, as `child.failurehandling` does) and
+        once more as the child ends (not when killed or ended by its watchdog)."""
         if not (final or t >= self.stats_due):
             return
         self.stats_due = t + STATS_INTERVAL_S
@@ -187,6 +187,7 @@ class SimChild:
         if kind == "fail":
             self.on_failed(self, self.position, t)
             self.calls += 1
+            self._stats(t, final=True)
             self.outbox.append(ipc.HandlerFailed(self.position, "PoisonError: on purpose", ""))
             self._end(EXIT_HANDLER_FAILED, t)
             return True

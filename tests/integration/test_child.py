@@ -35,6 +35,7 @@ from marshal_workers.ipc.messages import (
     HandlerFailed,
     Progress,
     Started,
+    Stats,
     Stop,
     Stopped,
 )
@@ -439,6 +440,32 @@ class TestEndings:
         assert "SimulatedError" in failed.traceback
         assert [p.next_offset for p in child.of(Progress)] == [4]
         assert offsets(ledger_dir) == [0, 1, 2, 3]
+
+    def test_the_records_handled_before_a_failure_are_reported_before_it(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        ledger_dir: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """The supervisor takes a `Stats` with records handled for work done, and forgets the
+        streak of failures. Sent after `HandlerFailed` (the child's last report), the records
+        handled before the failure reset the streak the failure had just lengthened, so with
+        --max-handler-failures 2 a holder failed 3 times in a row before it released the
+        partition. They come before it now, and what comes after reports none. (No retries:
+        a retry's back-off lets the report that is due every second go out first.)"""
+        monkeypatch.setenv(ledger.FAIL_ENV, "4")
+        produce(kafka_bootstrap, topic, {PARTITION: 8})
+        child = spawn(make_spec(kafka_bootstrap, topic, retries=0))
+        child.expect(HandlerFailed)
+        assert child.wait_exit() == EXIT_HANDLER_FAILED
+        kinds = [m for m in child.received if isinstance(m, Stats | HandlerFailed)]
+        failed_at = next(i for i, m in enumerate(kinds) if isinstance(m, HandlerFailed))
+        before = [m for m in kinds[:failed_at] if isinstance(m, Stats)]
+        after = [m for m in kinds[failed_at + 1 :] if isinstance(m, Stats)]
+        assert sum(m.handled for m in before) == 4, kinds
+        assert all(m.handled == 0 for m in after), kinds
 
     def test_sigterm_ends_a_child_stuck_in_its_handler_at_once(
         self,
