@@ -60,6 +60,7 @@ from marshal_workers.admin.moveplan import (
 from marshal_workers.admin.pause import lift_pause, pause_for
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.admin.settings_steps import (
+    SETTLE_BUDGET_S,
     Progress,
     live_members,
     record_settings,
@@ -75,7 +76,6 @@ from marshal_workers.protocol.metadata import METADATA_PARTITION, GroupSettings,
 from marshal_workers.protocol.placement import Placement, spread
 from marshal_workers.protocol.rationalizer import pause_of
 
-SETTLE_BUDGET_S = 30.0
 # From the settings record to the lift the group is held paused this long: a move stopped in
 # between (a crash, a refusal) has recorded the new placement with positions not yet carried,
 # and a member that claimed once its pause ran out would start at no position (AMO twice, ALO

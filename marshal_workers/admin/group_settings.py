@@ -44,6 +44,7 @@ from marshal_workers.admin.options import (
 from marshal_workers.admin.pause import lift_pause, pause_for
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.admin.settings_steps import (
+    SETTLE_BUDGET_S,
     Progress,
     describe,
     live_members,
@@ -57,7 +58,6 @@ from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.protocol.metadata import GroupSettings, placement_text
 from marshal_workers.protocol.slicing import Slicing
 
-SETTLE_BUDGET_S = 30.0
 DEFAULT_WAIT_S = 120.0
 
 

@@ -21,6 +21,10 @@ from marshal_workers.protocol.metadata import (
 )
 from marshal_workers.protocol.wire import ClaimKey
 
+# Seconds a settings change's pause allows beyond its waits: recording the settings on every
+# partition and folding them (`--change` and `--move` alike).
+SETTLE_BUDGET_S = 30.0
+
 Progress = Callable[[str], None]
 
 
