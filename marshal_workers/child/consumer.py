@@ -39,8 +39,9 @@ class FatalKafkaError(Exception):
     """librdkafka reported a fatal error: this consumer cannot go on."""
 
 
-def consumer_config(spec: ChildSpec) -> dict[str, Any]:
-    """The librdkafka configuration of the child's consumer."""
+def consumer_config(spec: ChildSpec, reader: bool = False) -> dict[str, Any]:
+    """The librdkafka configuration of the child's consumer (``reader``: of the host's reader of
+    the partition, `child.reader`, which differs only in its client id)."""
     # librdkafka pauses fetching for fetch.queue.backoff.ms (default 1 s) whenever its queue
     # passes queued.min.messages: a handler slower than the fetcher for a moment (an AMO grant
     # wait is enough) then starves for up to a second. 10 ms keeps the queue topped up.
@@ -61,7 +62,7 @@ def consumer_config(spec: ChildSpec) -> dict[str, Any]:
     }
     fixed: dict[str, Any] = {
         "group.id": spec.group_id,
-        "client.id": f"{spec.client_id}-{spec.topic}-{spec.partition}",
+        "client.id": f"{spec.client_id}-{spec.topic}-{spec.partition}" + ("-reader" * reader),
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": spec.auto_offset_reset,
@@ -88,6 +89,12 @@ def resolve_start(consumer: Consumer, spec: ChildSpec) -> int:
         raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "watermark offsets timed out"))
     low, high = marks
     return int(low) if policy in EARLIEST else int(high)
+
+
+def reader_consumer(spec: ChildSpec) -> Consumer:
+    """The consumer of the host's reader of ``spec``'s partition (`child.reader`), not assigned
+    yet: the reader assigns it where its children need."""
+    return roles.data_consumer(consumer_config(spec, reader=True))
 
 
 def open_consumer(spec: ChildSpec) -> tuple[Consumer, int]:

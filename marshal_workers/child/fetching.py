@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaException
 
@@ -29,8 +29,33 @@ from marshal_workers.ipc.exits import EXIT_KAFKA, ChildExit
 from marshal_workers.ipc.messages import ChildSpec
 
 
+class Source(Protocol):
+    """Where a child's batches come from: its own consumer (`Fetcher`) or, for a slice's child
+    with shared reads, the host's reader of its partition (`feedsource.FeedFetcher`)."""
+
+    messages: bool
+
+    @property
+    def consumer(self) -> Consumer | None: ...  # (a dead-letter topic is checked with it)
+
+    @property
+    def reach(self) -> Any: ...  # (its ``end``: how far a slice's child read)
+
+    def open(self) -> int: ...
+    def fetch(self, wait: bool = True) -> Sequence[Record]: ...
+    def high_watermark(self) -> int | None: ...
+    def close(self) -> None: ...
+
+    @property
+    def idle(self) -> bool:
+        """Whether a short batch means the child caught up (ALO reports it at once)."""
+        ...
+
+
 class Fetcher:
     """The child's consumer and its batches."""
+
+    idle = True  # a short batch from the consumer: it had no more (caught up)
 
     def __init__(self, spec: ChildSpec, log: Any, messages: bool) -> None:
         self.spec = spec

@@ -32,8 +32,9 @@ from confluent_kafka import KafkaException
 from marshal_workers.child.callclock import CallClock
 from marshal_workers.child.consumer import ConsumerSetupError
 from marshal_workers.child.failurehandling import FailureHandling
+from marshal_workers.child.feedsource import FeedFetcher
 from marshal_workers.child.fencing import REASON_PARENT_GONE
-from marshal_workers.child.fetching import Fetcher
+from marshal_workers.child.fetching import Fetcher, Source
 from marshal_workers.child.handling import Handling, keepalive
 from marshal_workers.child.leasecheck import Clock, LeaseCheck
 from marshal_workers.child.pipe import Pipe
@@ -93,7 +94,7 @@ class ChildLoop:
             slice=None if spec.slice is None else spec.slice.name,
         )
         self.plugin: Plugin | None = None  # set once setup() succeeded
-        self.fetcher: Fetcher | None = None  # set once the plugin is set up
+        self.fetcher: Source | None = None  # set once the plugin is set up
         # the rest of the chain, built once the consumer is open
         self.reporter: Reporter | None = None
         self.failures: FailureHandling | None = None
@@ -135,7 +136,12 @@ class ChildLoop:
             self.log.exception("handler_setup_failed", handler=spec.handler, error=repr(exc))
             raise ChildExit(EXIT_SETUP, "setup_failed") from None
         self.plugin = plugin
-        self.fetcher = fetcher = Fetcher(spec, self.log, plugin.messages)
+        fetcher: Source
+        if spec.feed is not None:  # a slice's child fed by the host's reader (`child.reader`)
+            fetcher = FeedFetcher(spec, self.log, plugin.messages)
+        else:
+            fetcher = Fetcher(spec, self.log, plugin.messages)
+        self.fetcher = fetcher
         try:
             position = fetcher.open()
         except ConsumerSetupError as exc:
@@ -154,7 +160,7 @@ class ChildLoop:
         self.log.info("child_started", mode=str(spec.mode), position=position)
 
     def _build_chain(
-        self, plugin: Plugin, fetcher: Fetcher, policy: FailurePolicy, position: int
+        self, plugin: Plugin, fetcher: Source, policy: FailurePolicy, position: int
     ) -> None:
         spec, log, lease, pipe = self.spec, self.log, self.lease, self.pipe
         self.reporter = reporter = Reporter(
@@ -190,7 +196,9 @@ class ChildLoop:
             if records:
                 handling.run(records)
             reporter.past(fetcher.reach.end)
-            reporter.after_batch(full=len(records) >= batch_size)
+            # a short batch reports at once if it means caught up (a fed slice's batches are
+            # short whenever its slice has few of the records read: not a reason to report)
+            reporter.after_batch(full=len(records) >= batch_size or not fetcher.idle)
 
     def _shutdown(self, end: ChildExit) -> int:
         """Report what was done, tear the plugin down, send the final message, close."""

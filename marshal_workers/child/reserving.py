@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from marshal_workers.child.fetching import Fetcher
+from marshal_workers.child.fetching import Source
 from marshal_workers.child.grants import Asked, record_bytes
 from marshal_workers.child.handling import Handling
 from marshal_workers.child.leasecheck import LeaseCheck
@@ -45,7 +45,7 @@ class Reserving:
         self,
         spec: ChildSpec,
         log: Any,
-        fetcher: Fetcher,
+        fetcher: Source,
         pipe: Pipe,
         lease: LeaseCheck,
         handling: Handling,

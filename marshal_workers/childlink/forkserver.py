@@ -47,6 +47,8 @@ PRELOAD = (
     "marshal_workers.childlink.forkserver",
     "marshal_workers.child.main",
     "marshal_workers.child.entry",  # what a child runs (`supervisor.childprocess`)
+    "marshal_workers.child.reader",  # a host's reader of a sliced partition (`supervisor.feeds`)
+    "marshal_workers.child.feedentry",  # what it runs
 )
 # Set (to the supervisor's pid) only while the fork server starts: the process that finds its
 # parent's pid here is the fork server, and nothing else.

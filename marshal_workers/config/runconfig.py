@@ -41,6 +41,7 @@ class RunConfig:
     coordination_topic: str = "__marshal"
     partitioner: Partitioner = Partitioner.SPEC
     slicing: Slicing = WHOLE  # the ordering and workers per partition
+    slice_reads: str = "host"  # a sliced partition read once per host (`child.reader`) or child
     coordination_span: int | None = None  # a new placed group's window (None: auto)
     heartbeat_interval: float = 10.0
     batch_size: int = 500
@@ -124,6 +125,7 @@ def run_config(resolved: Resolved) -> RunConfig:
         coordination_topic=v["coordination_topic"],
         partitioner=Partitioner(v["partitioner"]),
         slicing=slicing,
+        slice_reads=v["slice_reads"],
         coordination_span=None if v["coordination_span"] == "auto" else v["coordination_span"],
         heartbeat_interval=v["heartbeat_interval"],
         batch_size=v["batch_size"],

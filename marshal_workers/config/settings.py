@@ -195,6 +195,16 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="N",
     ),
     Setting(
+        "slice_reads",
+        "host",
+        "With ordering key or unordered: host (one reader process per partition on each host "
+        "fetches it once and hands each slice's child its records: the broker sends a record "
+        "once per host) or child (each slice's child reads the whole partition itself: N "
+        "reads for N slices).",
+        "Work",
+        choices=("host", "child"),
+    ),
+    Setting(
         "topic",
         (),
         "A topic to consume (repeat for several).",

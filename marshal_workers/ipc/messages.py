@@ -57,6 +57,10 @@ class ChildSpec:
     settle: Settle | None = None
     # ordering key or unordered: the part of the partition this child takes (`slicing`)
     slice: Slice | None = None
+    # shared slice reads: the socket of the host's reader of the partition (`child.reader`),
+    # which the child takes its slice's records from instead of a consumer of its own
+    feed: str | None = None
+    feed_silence_s: float = 10.0  # a reader heard from less often is taken for dead
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,7 @@ from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.background import Background
 from marshal_workers.supervisor.childprocess import ChildHandle, start_child
 from marshal_workers.supervisor.datatopics import DataTopics
+from marshal_workers.supervisor.feeds import HostFeeds
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer, deliver
 from marshal_workers.supervisor.placement import locate_member, refuse_placing_since
 from marshal_workers.supervisor.pollthread import LogPollThread
@@ -165,6 +166,10 @@ class Supervisor:
             instance_id=config.instance_id,
             pid=os.getpid(),
         )
+        # shared slice reads: the host's reader of each sliced partition (`supervisor.feeds`)
+        shared = config.slicing.sliced and config.slice_reads == "host"
+        self.feeds = HostFeeds(mp_context, self._log) if shared else None
+        self._fed: dict[ClaimKey, ipc.ChildSpec] = {}  # the children of a feed, by claim
 
     @property
     def done(self) -> bool:
@@ -315,6 +320,8 @@ class Supervisor:
                 code, calls.take_end_note(), killed_by_supervisor=key in self._signalled, now=now
             )
             self._signalled.discard(key)
+            if self.feeds is not None:
+                self.feeds.child_ended(self._fed.pop(key, None), code)
             self.observer.child_exited(key, handle.pid, end.code)
             self._log.info(
                 "child_exited",
@@ -454,7 +461,11 @@ class Supervisor:
 
     def _spawn(self, c: cmd.Spawn) -> None:
         try:
-            handle = start_child(c.spec, self._lease(c.key), self.mp)
+            spec = c.spec
+            if self.feeds is not None and spec.slice is not None:
+                spec = self.feeds.fed(spec)
+                self._fed[c.key] = spec
+            handle = start_child(spec, self._lease(c.key), self.mp)
         except OSError as exc:  # no process could be made (limits, memory): this claim's alone
             self._log.error(
                 "child_start_failed", topic=c.key.topic, partition=c.key.partition, error=str(exc)
@@ -550,6 +561,8 @@ class Supervisor:
         for key, handle in self.children.items():
             handle.signal_group(signal.SIGKILL)
             self.observer.fencing_kill(key, handle.pid, "supervisor exiting")
+        if self.feeds is not None:
+            self.feeds.close()
         self.background.close()
         if self.reader is not None:
             self.reader.close()

@@ -63,7 +63,7 @@ ALLOWED: dict[str, set[str]] = {
 # its children with the child's entry point (a name that imports nothing), and imports nothing
 # else of the child: the child's modules are the fork server's import, not the supervisor's.
 ALLOWED_MODULES: dict[str, set[str]] = {
-    "supervisor": {"child.entry"},
+    "supervisor": {"child.entry", "child.feedentry"},
 }
 # Modules a package must not reach even through the packages it may import (transitively).
 NEVER_REACHED: dict[str, set[str]] = {
@@ -242,9 +242,9 @@ def test_a_tool_does_not_import_the_fork_server(cli: str) -> None:
 
 
 def test_the_supervisor_does_not_import_the_child() -> None:
-    """Importing the supervisor's run (as `marshal-run` does) loads of the child its entry point
-    only, in a fresh interpreter: the child's loop, consumer and fencing (psutil) are loaded by
-    the fork server, on the other core."""
+    """Importing the supervisor's run (as `marshal-run` does) loads of the child its entry points
+    only (a child's and a host reader's), in a fresh interpreter: the child's loop, consumer and
+    fencing (psutil) are loaded by the fork server, on the other core."""
     code = (
         "import sys, marshal_workers.supervisor.run\n"
         "print(sorted(m for m in sys.modules if m.startswith('marshal_workers.child.')"
@@ -253,7 +253,9 @@ def test_the_supervisor_does_not_import_the_child() -> None:
     done = subprocess.run(
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
     )
-    assert done.stdout.strip() == "['marshal_workers.child.entry']"
+    assert done.stdout.strip() == (
+        "['marshal_workers.child.entry', 'marshal_workers.child.feedentry']"
+    )
 
 
 def test_the_bundled_plugins_are_named_as_installed() -> None:

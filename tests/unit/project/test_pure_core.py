@@ -35,6 +35,8 @@ ALLOWED_STDLIB = {
     "signal",  # the names of signals in the member core's inputs and commands; it sends none
     "datetime",  # formats a log time it is given (the status view); never asks the clock (below)
     "zlib",  # crc32 of a record key (its slice, `protocol.slicing`); nothing is compressed
+    "marshal",  # the feed's frames (`ipc.feedwire`): bytes to values and back, no I/O
+    "struct",  # a frame's length
 }
 CLOCK_CALLS = {"now", "today", "utcnow", "time", "monotonic", "perf_counter"}
 # Not core, but pure too, so the core may import them: exit codes and their exception.

@@ -1,0 +1,322 @@
+"""A host's reader of one data partition: the partition fetched once, each slice's records
+handed to the host's child of that slice (``slice_reads = "host"``).
+
+Without it every slice child of a partition has its own consumer of the whole partition: N
+slices are N reads (the broker sends each record N times) and N librdkafka instances
+decoding it, which at N = 64 costs a record as much CPU as a 200 µs handler. The reader holds
+no claim, no lease and no handler: it only reads, which needs no fencing, and every record is
+still handled by the one child of its slice's claim, which checks its lease before each call
+(`child.feedsource` checks each record's slice and order as well).
+
+The process: started by the supervisor (`supervisor.feeds`) from the fork server when it
+spawns the first slice child of a partition, with a ChildSpec of that child whose ``feed`` is
+the name of an abstract Unix socket (`supervisor.feeds.socket_name`) the reader listens on.
+Each child connects, attaches (`feedwire.Attach`: slice and start), and gets `feedwire.Batch`
+frames. One consumer, ``assign()``ed at the lowest start any child needs (`feedlanes.Lanes`);
+a child that attaches below where the reader is makes it go back (children already ahead
+skip what they had).
+
+Flow: each child's unsent frames are held up to `OUTLET_BYTES`; while any child's are above
+that, the reader fetches no more (the others still hear from it, so none thinks it silent).
+A slow child therefore holds back the others of its partition on this host by at most that
+buffer (evenly spread keys, and offset stripes by construction, move at one pace).
+
+Ends: killed by the supervisor when the host holds no slice of the partition, or when one of
+its children lost its feed (the child's exit code says so); with its parent (the fork server,
+which ends with the supervisor: the parent-death signal); by itself after `IDLE_EXIT_S` with
+no child, or on a fatal Kafka error (its children are told, and end).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, NoReturn
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from marshal_workers.child.consumer import EARLIEST, LATEST, WATERMARK_TIMEOUT_S, reader_consumer
+from marshal_workers.child.feedlanes import Lane, Lanes
+from marshal_workers.child.feedsource import peer_uid
+from marshal_workers.child.fencing import parent_to_watch, set_parent_death_signal
+from marshal_workers.common.logs import configure_logging
+from marshal_workers.ipc import feedwire
+from marshal_workers.ipc.messages import ChildSpec
+
+OUTLET_BYTES = 1 << 20  # a child's frames held beyond its socket before the reader waits
+READ_BATCH = 2000  # messages taken from the consumer at a time
+POLL_S = 0.05  # the longest wait for records or a socket (keepalives, attaches, the parent)
+REACH_EVERY_S = 0.05  # a child without records of its own hears the reach at most this often
+IDLE_EXIT_S = 60.0  # no child attached for this long: the reader ends by itself
+EXIT_NAME_TAKEN = 0  # another reader listens on the name already: it serves the children
+EXIT_FAILED = 1
+
+
+@dataclass(slots=True)
+class Outlet:
+    """One connected child: its socket, what it said, its lane once attached, what is unsent."""
+
+    sock: socket.socket
+    decoder: feedwire.Decoder = field(default_factory=feedwire.Decoder)
+    lane: Lane | None = None
+    out: bytearray = field(default_factory=bytearray)
+    reach_sent: int = 0  # the reach of the last batch sent (from the attach: its start)
+    sent_at: float = 0.0
+
+
+class Reader:
+    """The loop: connections, attaches, one consumer, frames to each child."""
+
+    def __init__(self, spec: ChildSpec, listener: socket.socket, log: Any) -> None:
+        self.spec = spec
+        self.listener = listener
+        self.log = log
+        self.tp = TopicPartition(spec.topic, spec.partition)
+        self.consumer: Any = None
+        self.lanes = Lanes()
+        self.outlets: dict[socket.socket, Outlet] = {}
+        self.reading: int | None = None  # the offset the consumer returns next
+        self.high: int | None = None
+        self.caught_up = False
+        self.idle_since = time.monotonic()
+        self.uid = os.getuid()
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    def run(self, parent: int) -> int:
+        while True:
+            if os.getppid() != parent:
+                self.log.info("feed_reader_orphaned")
+                return 0
+            self._sockets(0.0)
+            if not self.outlets and time.monotonic() - self.idle_since > IDLE_EXIT_S:
+                self.log.info("feed_reader_idle_exit")
+                return 0
+            if self.lanes.by_index and self.consumer is not None and not self._held_back():
+                if not self._read():
+                    return EXIT_FAILED
+            else:
+                self._sockets(POLL_S)
+            self._reaches()
+            self._flush()
+
+    def _held_back(self) -> bool:
+        return any(len(o.out) > OUTLET_BYTES for o in self.outlets.values())
+
+    def _sockets(self, timeout: float) -> None:
+        """Accept, read attaches and ends, wait for writable sockets (up to ``timeout``)."""
+        readers = [self.listener, *self.outlets]
+        writers = [s for s, o in self.outlets.items() if o.out]
+        try:
+            readable, writable, _ = select.select(readers, writers, [], timeout)
+        except InterruptedError:
+            return
+        for sock in readable:
+            if sock is self.listener:
+                self._accept()
+            else:
+                self._incoming(sock)
+        for sock in writable:
+            if sock in self.outlets:
+                self._send(self.outlets[sock])
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        if peer_uid(sock) != self.uid:
+            self.log.warning("feed_stranger_refused")
+            sock.close()
+            return
+        sock.setblocking(False)
+        self.outlets[sock] = Outlet(sock)
+
+    def _incoming(self, sock: socket.socket) -> None:
+        outlet = self.outlets[sock]
+        try:
+            data = sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(outlet, None)
+            return
+        messages = outlet.decoder.feed(data)
+        if outlet.decoder.error is not None:
+            self._drop(outlet, outlet.decoder.error)
+            return
+        for msg in messages:
+            if not isinstance(msg, feedwire.Attach) or outlet.lane is not None:
+                self._drop(outlet, f"{type(msg).__name__} where an attach was due")
+                return
+            self._attach(outlet, msg)
+
+    def _attach(self, outlet: Outlet, msg: feedwire.Attach) -> None:
+        if not self.lanes.fits(msg.part):
+            self._drop(outlet, f"slice {msg.part.name} is cut another way than the others")
+            return
+        try:
+            if self.consumer is None:
+                self.consumer = reader_consumer(self.spec)
+            start = msg.start if msg.start is not None else self._resolve(msg.reset)
+        except (KafkaException, ValueError) as exc:
+            outlet.out += feedwire.failed_frame(str(exc))
+            self._send(outlet)
+            self._drop(outlet, f"no start: {exc}")
+            return
+        outlet.lane = self.lanes.attach(msg.part, start)
+        outlet.reach_sent = start  # the first batch's since
+        outlet.out += feedwire.attached_frame(start)
+        low = self.lanes.seek(self.reading)
+        if low is not None:  # behind (a new child) or every child ahead of it
+            self.consumer.assign([TopicPartition(self.spec.topic, self.spec.partition, low)])
+            self.log.info("feed_reader_seek", offset=low, was=self.reading)
+            self.reading = low
+        self.log.info("feed_attached", slice=msg.part.name, start=start, lanes=len(self.lanes))
+
+    def _resolve(self, reset: str) -> int:
+        policy = reset.lower()
+        if policy not in EARLIEST | LATEST:
+            raise ValueError(f"no start offset and auto_offset_reset={reset!r}")
+        marks = self.consumer.get_watermark_offsets(
+            self.tp, timeout=WATERMARK_TIMEOUT_S, cached=False
+        )
+        if marks is None:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "watermark offsets timed out"))
+        return int(marks[0] if policy in EARLIEST else marks[1])
+
+    def _drop(self, outlet: Outlet, why: str | None) -> None:
+        if why is not None:
+            self.log.warning("feed_child_dropped", reason=why)
+        if outlet.lane is not None:
+            self.lanes.detach(outlet.lane)
+        self.outlets.pop(outlet.sock, None)
+        outlet.sock.close()
+        if not self.outlets:
+            self.idle_since = time.monotonic()
+
+    # ---- reading ----------------------------------------------------------------------------
+
+    def _read(self) -> bool:
+        """One batch from the consumer routed to the lanes; False on a fatal error."""
+        messages = self.consumer.consume(READ_BATCH, POLL_S)
+        rows: list[feedwire.Row] = []
+        for m in messages:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal():
+                    self._fail(str(err))
+                    return False
+                self.log.warning("kafka_error", error=str(err), code=err.name())
+                continue
+            kind, ts = m.timestamp()
+            rows.append((m.offset(), m.key(), m.value(), kind, ts, m.headers()))
+        marks = self.consumer.get_watermark_offsets(self.tp, cached=True)
+        if marks is not None and marks[1] >= 0:
+            self.high = int(marks[1])
+        if rows:
+            self.reading = rows[-1][0] + 1
+        reading = self.reading
+        if reading is not None:
+            self.lanes.read(rows, reading)
+            self.caught_up = self.high is not None and reading >= self.high
+            now = time.monotonic()
+            for outlet in self.outlets.values():
+                lane = outlet.lane
+                if lane is None:
+                    continue
+                if lane.rows:
+                    outlet.out += feedwire.batch_frame(
+                        outlet.reach_sent, lane.next, self.high, self.caught_up, lane.rows
+                    )
+                    lane.rows = []
+                    outlet.reach_sent, outlet.sent_at = lane.next, now
+        return True
+
+    def _fail(self, why: str) -> None:
+        self.log.error("feed_reader_failed", error=why)
+        for outlet in self.outlets.values():
+            outlet.out += feedwire.failed_frame(why)
+            self._send(outlet)
+
+    def _reaches(self) -> None:
+        """Tell each child without records of its own how far the reader got: soon after it
+        moved, and at least every `feedwire.KEEPALIVE_S`."""
+        now = time.monotonic()
+        for outlet in self.outlets.values():
+            lane = outlet.lane
+            if lane is None or outlet.out:
+                continue
+            due = now - outlet.sent_at
+            if (
+                lane.next != outlet.reach_sent and due >= REACH_EVERY_S
+            ) or due >= feedwire.KEEPALIVE_S:
+                outlet.out += feedwire.batch_frame(
+                    outlet.reach_sent, lane.next, self.high, self.caught_up, []
+                )
+                outlet.reach_sent, outlet.sent_at = lane.next, now
+
+    def _flush(self) -> None:
+        for outlet in list(self.outlets.values()):
+            if outlet.out:
+                self._send(outlet)
+
+    def _send(self, outlet: Outlet) -> None:
+        try:
+            sent = outlet.sock.send(outlet.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop(outlet, None)
+            return
+        del outlet.out[:sent]
+
+
+def reader_main(spec: ChildSpec, supervisor_pid: int) -> NoReturn:
+    """The reader process's entry point (see the module docstring); never returns."""
+    with contextlib.suppress(OSError):  # if it fails, the parent check of every turn remains
+        set_parent_death_signal(signal.SIGKILL)
+    parent = parent_to_watch(supervisor_pid)
+    if parent is None:
+        os._exit(0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    configure_logging(spec.log_json)
+    assert spec.feed is not None
+    log = structlog.get_logger("marshal_workers.child.reader").bind(
+        group=spec.group_id,
+        topic=spec.topic,
+        partition=spec.partition,
+        client_id=spec.client_id,
+        pid=os.getpid(),
+        role="feed_reader",
+    )
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(spec.feed)
+    except OSError as exc:
+        log.info("feed_reader_name_taken", error=str(exc))
+        os._exit(EXIT_NAME_TAKEN)
+    listener.listen(256)
+    listener.setblocking(False)
+    log.info("feed_reader_started")
+    reader = Reader(replace(spec, start_offset=None), listener, log)
+    code = reader.run(parent)
+    if reader.consumer is not None:
+        try:
+            reader.consumer.close()
+        except Exception as exc:
+            log.warning("consumer_close_failed", error=repr(exc))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

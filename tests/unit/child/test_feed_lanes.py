@@ -1,0 +1,133 @@
+"""A host reader's lanes (`child.feedlanes`): which records of a partition go to which child."""
+
+from __future__ import annotations
+
+import zlib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from marshal_workers.child.feedlanes import Lane, Lanes
+from marshal_workers.ipc.feedwire import Row
+from marshal_workers.protocol.slicing import Ordering, Slice
+
+RECORDS = 120
+
+
+def key_of(offset: int) -> bytes | None:
+    return None if offset % 7 == 0 else f"k{offset % 11}".encode()
+
+
+def row(offset: int) -> Row:
+    return (offset, key_of(offset), b"v", 0, 0, None)
+
+
+def slice_of(offset: int, ordering: Ordering, count: int) -> int:
+    key = key_of(offset)
+    if ordering is Ordering.KEY and key is not None:
+        return zlib.crc32(key) % count
+    return offset % count
+
+
+def test_a_lane_gets_its_slice_from_its_start_and_its_next_says_how_far() -> None:
+    """Key slices: a lane gets the records of its slice at or after its start, in order; after
+    a read every lane's next is at least where the reader got."""
+    lanes = Lanes()
+    a = lanes.attach(Slice(Ordering.KEY, 4, 1), 10)
+    assert lanes.seek(None) == 10
+    lanes.read([row(o) for o in range(10, 40)], 40)
+    expected = [o for o in range(10, 40) if slice_of(o, Ordering.KEY, 4) == 1]
+    assert [r[0] for r in a.rows] == expected and expected
+    assert a.next == 40
+
+
+def test_a_lane_below_the_reader_makes_it_go_back_and_nobody_gets_a_record_twice() -> None:
+    """A lane attached below where the reader is: the reader goes back to its start; the lane
+    already ahead gets none of the records read again."""
+    lanes = Lanes()
+    ahead = lanes.attach(Slice(Ordering.UNORDERED, 2, 0), 50)
+    lanes.read([row(o) for o in range(50, 60)], 60)
+    ahead.rows.clear()
+    behind = lanes.attach(Slice(Ordering.UNORDERED, 2, 1), 20)
+    assert lanes.seek(60) == 20
+    lanes.read([row(o) for o in range(20, 70)], 70)
+    assert [r[0] for r in ahead.rows] == [60, 62, 64, 66, 68]
+    assert [r[0] for r in behind.rows] == list(range(21, 70, 2))
+
+
+def test_lanes_all_ahead_make_the_reader_skip_forward() -> None:
+    """With every lane beyond where the reader is, it reads from the lowest start."""
+    lanes = Lanes()
+    lanes.attach(Slice(Ordering.UNORDERED, 2, 0), 80)
+    assert lanes.seek(30) == 80
+    assert lanes.seek(80) is None
+
+
+def test_a_lane_cut_another_way_does_not_fit() -> None:
+    """Every lane of a reader is cut the same way (a group's cut is one)."""
+    lanes = Lanes()
+    lanes.attach(Slice(Ordering.KEY, 4, 0), 0)
+    assert lanes.fits(Slice(Ordering.KEY, 4, 3))
+    assert not lanes.fits(Slice(Ordering.KEY, 8, 3))
+    assert not lanes.fits(Slice(Ordering.UNORDERED, 4, 3))
+
+
+def test_a_detached_lane_gets_nothing_more() -> None:
+    """Detached (its child gone): no more records, and it no longer holds the reader back."""
+    lanes = Lanes()
+    gone = lanes.attach(Slice(Ordering.UNORDERED, 2, 0), 0)
+    stays = lanes.attach(Slice(Ordering.UNORDERED, 2, 0), 30)
+    lanes.detach(gone)
+    assert lanes.lowest_next() == 30
+    lanes.read([row(o) for o in range(30, 34)], 34)
+    assert gone.rows == [] and [r[0] for r in stays.rows] == [30, 32]
+
+
+# an operation on the reader: attach (slice index, start), detach (which), read (how many)
+Op = tuple[str, int, int]
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("attach"), st.integers(0, 3), st.integers(0, RECORDS)),
+        st.tuples(st.just("detach"), st.integers(0, 20), st.just(0)),
+        st.tuples(st.just("read"), st.integers(1, 40), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([Ordering.KEY, Ordering.UNORDERED]), ops)
+def test_every_lane_gets_each_record_of_its_slice_below_its_next_once_in_order(
+    ordering: Ordering, script: list[Op]
+) -> None:
+    """Any sequence of attaches, detaches and reads, the reader seeking as `seek` says:
+    each lane gets exactly the records of its slice from its start up to its next offset, once
+    each and in offset order, and never another slice's."""
+    count = 4
+    lanes = Lanes()
+    attached: list[tuple[Lane, int]] = []
+    got: dict[int, list[int]] = {}
+    reading: int | None = None
+    for op, a, b in script:
+        if op == "attach":
+            lane = lanes.attach(Slice(ordering, count, a), b)
+            attached.append((lane, b))
+            got[id(lane)] = []
+            target = lanes.seek(reading)
+            if target is not None:
+                reading = target
+        elif op == "detach" and attached:
+            lane, _ = attached[a % len(attached)]
+            lanes.detach(lane)
+        elif op == "read" and reading is not None:
+            end = min(RECORDS, reading + a)
+            lanes.read([row(o) for o in range(reading, end)], end)
+            reading = end
+        for lane, _ in attached:
+            got[id(lane)].extend(r[0] for r in lane.rows)
+            lane.rows.clear()
+    for lane, start in attached:
+        expected = [
+            o for o in range(start, lane.next) if slice_of(o, ordering, count) == lane.part.index
+        ]
+        assert got[id(lane)] == expected
