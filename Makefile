@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-runtime install-audit kafka-jars spark-jars lint typecheck test test-unit test-audit-cluster bench bench-peers bench-placement bench-hot bench-idle demo demo-hot sim sim-sweep chaos clean
+.PHONY: install install-runtime install-audit kafka-jars spark-jars lint typecheck test test-unit test-audit-cluster bench bench-peers bench-placement bench-hot bench-hot-cpu bench-idle demo demo-hot sim sim-sweep chaos clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,11 @@ chaos: install kafka-jars ## The AMO chaos soak (minutes): real members, join, d
 
 bench-hot: install kafka-jars ## Many workers on one hot partition: marshal-run against Kafka share groups and a plain loop (about 1.5 h at the defaults; its own local Kafka): a table and docs/hot.png
 	$(BIN)/python bench/hot.py
+
+bench-hot-cpu: install kafka-jars ## The CPU-bound goal run of bench-hot: the 200 µs handler at N = 4, 16, 64, slice reads host against child beside the share groups and a plain loop, no fault runs (about 15-20 min; its own local Kafka): a table and docs/hot-cpu.png
+	$(BIN)/python bench/hot.py --records 300000 --workers 4,16,64 --handlers cpu \
+		--systems unordered,key,unordered-child,key-child,share-default,share-tuned,plain \
+		--faults none --plot docs/hot-cpu.png
 
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -3,10 +3,12 @@
     .venv/bin/python bench/hot.py [--bootstrap-servers HOST:PORT] [--records 100000]
                                   [--workers 1,4,16,64] [--handlers io,cpu] [--rounds 1]
                                   [--systems partition,share-default,share-tuned,plain,...]
-                                  [--faults kill,stop] [--fault-workers 4] [--produce-batch 100]
+                                  [--faults kill,stop|none] [--fault-workers 4]
+                                  [--produce-batch 100]
                                   [--tuned-lock-ms 15000] [--tuned-poll-records 10] [--json]
                                   [--plot docs/hot.png]
-    make bench-hot
+    make bench-hot        (its defaults)
+    make bench-hot-cpu    (the cpu handler at N = 4, 16, 64: host against child slice reads)
 
 Every run has its own topic with ONE partition, where ``--records`` records with keys (1,000
 distinct, round robin) are written just before the run starts, in producer batches of
@@ -22,7 +24,12 @@ The systems, N workers over 2 members (two hosts' worth: N/2 processes each):
 - ``unordered`` / ``key``: ``marshal-run --mode alo --ordering unordered|key
   --workers-per-partition N`` on each of 2 supervisors (N slices of the partition, N/2 held by
   each member by fair share); skipped, with a note, while ``marshal-run --help`` has no
-  ``--ordering``;
+  ``--ordering``; where ``marshal-run --help`` has ``--slice-reads``, with ``--slice-reads host``
+  (one reader per partition per member feeds its slices' children);
+- ``unordered-child`` / ``key-child``: the same with ``--slice-reads child`` (each slice's child
+  reads the whole partition, as before host reads): host and child reads side by side in one
+  run; skipped, with a note, while ``marshal-run --help`` has no ``--slice-reads`` (``unordered``
+  and ``key`` then read as that marshal-run does, each slice's child);
 - ``share-default``: N confluent-kafka ``ShareConsumer`` processes (KIP-932) in one share group,
   explicit acknowledgement, the group's ``share.auto.offset.reset=earliest`` and every other
   setting at its default (30 s record locks, librdkafka's ``max.poll.records`` 500);
@@ -33,9 +40,12 @@ The systems, N workers over 2 members (two hosts' worth: N/2 processes each):
   above the time a fetch takes to handle, so that a stopped consumer's records come back sooner;
 - ``plain``: one confluent-kafka consumer loop (``assign()``), run once (one worker).
 
-Per system, handler and N: records/s (first record handled to last), the latency from the
-record's CreateTime to the end of its handling (p50, p99: mostly time in the backlog), records
-handled more than once, and how many processes handled any. Then, at ``--fault-workers`` (4)
+Per system, handler and N: records/s (first record handled to last) and its ratio to the
+better of the two share groups at the same N, the latency from the record's CreateTime to the
+end of its handling (p50, p99: mostly time in the backlog), records handled more than once, how
+many processes handled any, and the bytes the broker sent the workers per handled record
+(`bench/hot_bytes.py`) with its ratio to the plain loop's (reads of the partition per record);
+with host and child reads both run, a table of them side by side. Then, at ``--fault-workers`` (4)
 with the ``io`` handler, a ``kill`` run (kill -9 one member, all its processes, once a fifth of
 the records are handled: records handled twice, missing, seconds until the other member handles
 a record again) and a ``stop`` run (SIGSTOP the worker that handled the latest record for longer
@@ -67,8 +77,9 @@ from handlers import calibrate
 from hot_bytes import BrokerBytes
 from hot_faults import Fault, stop_seconds
 from hot_ledger import Ledger, figures
-from hot_report import plot, table
+from hot_report import compare, plot, table
 from hot_setup import (
+    CHILD_READS,
     DEFAULT_LOCK_S,
     HB_S,
     MARSHAL,
@@ -78,6 +89,7 @@ from hot_setup import (
     TUNED_LOCK_MS,
     TUNED_POLL_RECORDS,
     has_ordering,
+    has_slice_reads,
     launch,
     produce_keyed,
 )
@@ -167,11 +179,19 @@ def measure(bench: Bench, system: str, n: int, handler: str, fault: str = "") ->
 
 
 def run(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
-    ordering = has_ordering()
+    ordering, slice_reads = has_ordering(), has_slice_reads()
     systems = [s for s in SYSTEMS if s in args.systems]
     if not ordering and any(s in ORDERED for s in systems):
-        note("marshal-run has no --ordering here: the unordered and key systems are skipped")
+        note("marshal-run has no --ordering here: the ordering systems "
+             f"({', '.join(s for s in systems if s in ORDERED)}) are skipped")  # fmt: skip
         systems = [s for s in systems if s not in ORDERED]
+    if not slice_reads and any(s in CHILD_READS for s in systems):
+        note("marshal-run has no --slice-reads here: "
+             f"{', '.join(s for s in systems if s in CHILD_READS)} skipped "
+             "(unordered and key run as this marshal-run reads: each slice's child)")  # fmt: skip
+        systems = [s for s in systems if s not in CHILD_READS]
+    if not systems:
+        raise SystemExit("no system left to run")
     runs: dict[str, list[dict[str, Any]]] = {}
     for r in range(args.rounds):
         for handler in args.handlers:
@@ -205,6 +225,7 @@ def run(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         "tuned_poll_records": bench.tuned[1],
         "rounds": args.rounds,
         "ordering_available": ordering,
+        "slice_reads_available": slice_reads,
         "runs": runs,
         "summary": summarise(runs),
         "faults": faults,
@@ -216,7 +237,8 @@ def key(handler: str, system: str, n: int) -> str:
 
 
 def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Per handler, system and N: the medians over the rounds that gave a figure."""
+    """Per handler, system and N: the medians over the rounds that gave a figure, then the
+    ratio to the better share group and the reads per record (`hot_report.compare`)."""
     out: dict[str, dict[str, Any]] = {}
     for name, results in runs.items():
         ok = [x for x in results if "error" not in x]
@@ -227,6 +249,8 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
             values = [x[field] for x in ok if x.get(field) is not None]
             row[field] = statistics.median(values) if values else None
         out[name] = row
+    for name, derived in compare(out).items():
+        out[name].update(derived)
     return out
 
 
@@ -295,6 +319,9 @@ def main() -> None:
     ap.add_argument("--plot", default=str(REPO / "docs" / "hot.png"), help="the PNG's path")
     args = ap.parse_args()
     args.faults = [f for f in args.faults if f != "none"]
+    unknown = [s for s in args.systems if s not in SYSTEMS]
+    if unknown:
+        ap.error(f"unknown system(s) {','.join(unknown)}: choose from {','.join(SYSTEMS)}")
     iters = calibrate(args.cpu_us)
     note(f"cpu handler: {iters} loop turns per record (about {args.cpu_us:g} µs here)")
     timeout = args.timeout or 120.0 + 1.5 * args.records * args.io_ms / 1000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import subprocess
 import sys
@@ -20,9 +21,12 @@ from runtime import MARSHAL_RUN, Processes, child_env, coordination_topic, marsh
 
 from marshal_workers.clients.rdkafka import RDKAFKA_LOG
 
-SYSTEMS = ("partition", "unordered", "key", "share-default", "share-tuned", "plain")
-MARSHAL = ("partition", "unordered", "key")
-ORDERED = ("unordered", "key")  # the ordering modes (marshal-run --ordering)
+SYSTEMS = ("partition", "unordered", "key", "unordered-child", "key-child", "share-default",
+           "share-tuned", "plain")  # fmt: skip
+MARSHAL = ("partition", "unordered", "key", "unordered-child", "key-child")
+ORDERED = ("unordered", "key", "unordered-child", "key-child")  # marshal-run --ordering
+CHILD_READS = ("unordered-child", "key-child")  # marshal-run --slice-reads child
+SHARE = ("share-default", "share-tuned")
 ONCE = ("partition", "plain")  # one worker whatever N: run at the first N only
 MEMBERS = 2
 KEYS = 1000
@@ -34,11 +38,26 @@ TUNED_POLL_RECORDS = 10
 HOT_LOOPS = Path(__file__).resolve().with_name("hot_loops.py")
 
 
-def has_ordering() -> bool:
-    """Whether this marshal-run has the ordering modes (``--ordering``)."""
+@functools.cache
+def _run_help() -> str:
     shown = subprocess.run([str(MARSHAL_RUN), "--help"], capture_output=True, text=True,
                            check=False, env=child_env())  # fmt: skip
-    return "--ordering" in shown.stdout
+    return shown.stdout
+
+
+def has_ordering() -> bool:
+    """Whether this marshal-run has the ordering modes (``--ordering``)."""
+    return "--ordering" in _run_help()
+
+
+def has_slice_reads() -> bool:
+    """Whether this marshal-run chooses who reads a sliced partition (``--slice-reads``)."""
+    return "--slice-reads" in _run_help()
+
+
+def ordering_of(system: str) -> str:
+    """The ``--ordering`` of an ordering system: ``unordered-child`` is ``unordered``."""
+    return system.removesuffix("-child")
 
 
 def produce_keyed(bootstrap: str, topic: str, n: int, batch: int) -> float:
@@ -104,7 +123,14 @@ def launch(
         extra = []
         if system in ORDERED:
             # N slices of the partition for the fleet: fair share gives each member N/2
-            extra = ["--ordering", system, "--workers-per-partition", str(n)]
+            extra = ["--ordering", ordering_of(system), "--workers-per-partition", str(n)]
+            if system in CHILD_READS and not has_slice_reads():
+                raise SystemExit(f"{system}: this marshal-run has no --slice-reads")
+            if has_slice_reads():
+                # said even for the default (host), so that MARSHAL_SLICE_READS in the
+                # environment cannot make `unordered` measure what `unordered-child` does
+                reads = "child" if system in CHILD_READS else "host"
+                extra += ["--slice-reads", reads]
         members = [
             marshal_run(procs, log, handler=f"bench.hot_handlers:{handler}", mode="alo",
                         topic=topic, group=group, client_id=f"hot-{i}-{uid()}",
