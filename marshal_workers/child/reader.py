@@ -43,13 +43,14 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from marshal_workers.child.consumer import EARLIEST, LATEST, WATERMARK_TIMEOUT_S, reader_consumer
-from marshal_workers.child.feedlanes import Lane, Lanes
+from marshal_workers.child.feedlanes import Lane, Lanes, Recent
 from marshal_workers.child.feedsource import peer_uid
 from marshal_workers.child.fencing import parent_to_watch, set_parent_death_signal
 from marshal_workers.common.logs import configure_logging
 from marshal_workers.ipc import feedwire
 from marshal_workers.ipc.messages import ChildSpec
 
+RECENT_BYTES = 16 << 20  # the records read last kept for a child that attaches below (`Recent`)
 OUTLET_BYTES = 1 << 20  # a child's frames held beyond its socket before the reader waits
 READ_BATCH = 2000  # messages taken from the consumer at a time
 POLL_S = 0.05  # the longest wait for records or a socket (keepalives, attaches, the parent)
@@ -81,6 +82,7 @@ class Reader:
         self.tp = TopicPartition(spec.topic, spec.partition)
         self.consumer: Any = None
         self.lanes = Lanes()
+        self.recent = Recent(RECENT_BYTES)  # what was read last, for children that attach late
         self.outlets: dict[socket.socket, Outlet] = {}
         self.reading: int | None = None  # the offset the consumer returns next
         self.high: int | None = None
@@ -173,14 +175,16 @@ class Reader:
             self._send(outlet)
             self._drop(outlet, f"no start: {exc}")
             return
-        outlet.lane = self.lanes.attach(msg.part, start)
+        reading = self.reading
+        outlet.lane, low = self.lanes.join(msg.part, start, reading, self.recent)
         outlet.reach_sent = start  # the first batch's since
         outlet.out += feedwire.attached_frame(start)
-        low = self.lanes.seek(self.reading)
-        if low is not None:  # behind (a new child) or every child ahead of it
+        self._emit(outlet, time.monotonic())  # what the reader read last, from its start
+        if low is not None:  # behind (a child below what is kept) or every child ahead of it
             self.consumer.assign([TopicPartition(self.spec.topic, self.spec.partition, low)])
-            self.log.info("feed_reader_seek", offset=low, was=self.reading)
+            self.log.info("feed_reader_seek", offset=low, was=reading)
             self.reading = low
+            self.recent.restart(low)
         self.log.info("feed_attached", slice=msg.part.name, start=start, lanes=len(self.lanes))
 
     def _resolve(self, reset: str) -> int:
@@ -230,19 +234,23 @@ class Reader:
         reading = self.reading
         if reading is not None:
             self.lanes.read(rows, reading)
+            self.recent.add(rows, reading)
             self.caught_up = self.high is not None and reading >= self.high
             now = time.monotonic()
             for outlet in self.outlets.values():
-                lane = outlet.lane
-                if lane is None:
-                    continue
-                if lane.rows:
-                    outlet.out += feedwire.batch_frame(
-                        outlet.reach_sent, lane.next, self.high, self.caught_up, lane.rows
-                    )
-                    lane.rows = []
-                    outlet.reach_sent, outlet.sent_at = lane.next, now
+                self._emit(outlet, now)
         return True
+
+    def _emit(self, outlet: Outlet, now: float) -> None:
+        """Frame the records ready for ``outlet``'s child, if any."""
+        lane = outlet.lane
+        if lane is None or not lane.rows:
+            return
+        outlet.out += feedwire.batch_frame(
+            outlet.reach_sent, lane.next, self.high, self.caught_up, lane.rows
+        )
+        lane.rows = []
+        outlet.reach_sent, outlet.sent_at = lane.next, now
 
     def _fail(self, why: str) -> None:
         self.log.error("feed_reader_failed", error=why)

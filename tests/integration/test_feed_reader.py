@@ -65,7 +65,8 @@ class TestFed:
     ) -> None:
         """Two stripes of one partition on one host, from different starts (the later child
         makes the reader go back): each handles its stripe's records from its start, once, in
-        offset order, and reports its position past the other stripes' records."""
+        offset order, and reports its position past the other stripes' records; a third that
+        starts within what the reader read last is served from it."""
         produce(kafka_bootstrap, topic, {PARTITION: 200})
         first = spawn(feeds.fed(sliced(kafka_bootstrap, topic, 1, start_offset=100)))
         assert first.expect(Started).position == 100
@@ -85,7 +86,12 @@ class TestFed:
         while second.expect(Progress).next_offset < 240:
             pass
         assert handled(ledger_dir, 1)[-1] == 237 and handled(ledger_dir, 2)[-1] == 238
-        for child in (first, second):
+        # a third, within what the reader read last: served from it, the reader stays put
+        third = spawn(feeds.fed(sliced(kafka_bootstrap, topic, 3, start_offset=150)))
+        while third.expect(Progress).next_offset < 240:
+            pass
+        assert handled(ledger_dir, 3) == list(range(151, 240, COUNT))
+        for child in (first, second, third):
             child.handle.send(Stop("revoke"))
             assert child.expect(Stopped).next_offset == 240
             assert child.wait_exit() == 0

@@ -7,7 +7,7 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marshal_workers.child.feedlanes import Lane, Lanes
+from marshal_workers.child.feedlanes import ROW_OVERHEAD, Lane, Lanes, Recent
 from marshal_workers.ipc.feedwire import Row
 from marshal_workers.protocol.slicing import Ordering, Slice
 
@@ -95,39 +95,68 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.sampled_from([Ordering.KEY, Ordering.UNORDERED]), ops)
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from([Ordering.KEY, Ordering.UNORDERED]),
+    ops,
+    st.integers(0, 40),
+    st.sets(st.integers(0, RECORDS), max_size=30),
+)
 def test_every_lane_gets_each_record_of_its_slice_below_its_next_once_in_order(
-    ordering: Ordering, script: list[Op]
+    ordering: Ordering, script: list[Op], kept: int, compacted: set[int]
 ) -> None:
-    """Any sequence of attaches, detaches and reads, the reader seeking as `seek` says:
-    each lane gets exactly the records of its slice from its start up to its next offset, once
-    each and in offset order, and never another slice's."""
+    """Any sequence of attaches, detaches and reads (of a partition with gaps, as compaction
+    leaves), the reader joining lanes and going where `join` says, keeping ``kept`` records of
+    what it read last: each lane gets exactly the records of its slice from its start up to its
+    next offset, once each and in offset order, and never another slice's."""
     count = 4
     lanes = Lanes()
+    recent = Recent(kept * (ROW_OVERHEAD + 4))  # keys of 2 or 3 bytes, values of 1
     attached: list[tuple[Lane, int]] = []
     got: dict[int, list[int]] = {}
     reading: int | None = None
     for op, a, b in script:
         if op == "attach":
-            lane = lanes.attach(Slice(ordering, count, a), b)
+            lane, target = lanes.join(Slice(ordering, count, a), b, reading, recent)
             attached.append((lane, b))
             got[id(lane)] = []
-            target = lanes.seek(reading)
             if target is not None:
                 reading = target
+                recent.restart(target)
         elif op == "detach" and attached:
             lane, _ = attached[a % len(attached)]
             lanes.detach(lane)
         elif op == "read" and reading is not None:
             end = min(RECORDS, reading + a)
-            lanes.read([row(o) for o in range(reading, end)], end)
+            rows = [row(o) for o in range(reading, end) if o not in compacted]
+            lanes.read(rows, end)
+            recent.add(rows, end)
             reading = end
         for lane, _ in attached:
             got[id(lane)].extend(r[0] for r in lane.rows)
             lane.rows.clear()
     for lane, start in attached:
         expected = [
-            o for o in range(start, lane.next) if slice_of(o, ordering, count) == lane.part.index
+            o
+            for o in range(start, lane.next)
+            if slice_of(o, ordering, count) == lane.part.index and o not in compacted
         ]
         assert got[id(lane)] == expected
+
+
+def test_a_lane_attached_within_what_was_read_last_is_served_from_it() -> None:
+    """A child that attaches a little below the reader gets the records kept, and the reader
+    does not go back; below what is kept, it goes back."""
+    lanes = Lanes()
+    recent = Recent(10 * (ROW_OVERHEAD + 4))
+    _, target = lanes.join(Slice(Ordering.UNORDERED, 2, 0), 0, None, recent)
+    assert target == 0
+    recent.restart(0)
+    rows = [row(o) for o in range(0, 30)]
+    lanes.read(rows, 30)
+    recent.add(rows, 30)
+    assert recent.low is not None and 19 <= recent.low <= 22  # about ten rows kept
+    late, target = lanes.join(Slice(Ordering.UNORDERED, 2, 1), 25, 30, recent)
+    assert target is None and [r[0] for r in late.rows] == [25, 27, 29] and late.next == 30
+    early, target = lanes.join(Slice(Ordering.UNORDERED, 2, 1), 3, 30, recent)
+    assert target == 3 and early.rows == []
