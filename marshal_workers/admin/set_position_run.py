@@ -6,8 +6,8 @@ Theory of operation ("Setting Consumer Group Position" in the Marshal protocol)
    ``--dry-run`` stops here and writes nothing. A group whose ordering cuts partitions into
    slices (``--ordering key`` or ``unordered``: `protocol.slicing`) has one claim per slice of
    a partition, each with its own position: every slice of a partition is moved to the
-   partition's target (a slice reads the whole partition and takes its own records, so the
-   same offset is the same point in the partition for each).
+   partition's target (a slice takes the partition's records and keeps its own, so the same
+   offset is the same point in the partition for each).
 2. Pause the group: ReleaseGroup on every coordination partition, expiring after the wait
    timeout plus a margin, so that a crashed admin does not pause the group for ever (it is
    renewed if the moves outlast it).

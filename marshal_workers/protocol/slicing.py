@@ -18,8 +18,9 @@ like a slice). Every rule of the rationalizer (log time, lease, fencing token, p
 reservations, compaction, pauses, poison counts) therefore applies to a slice unchanged, and
 a slice's position means what a partition's does: every record of the slice below it is
 handled (ALO) or reserved (AMO); records of other slices below it are simply not this slice's.
-Each slice's worker reads the whole partition and keeps its own records: N slices cost N reads
-of the partition, and no coordination record per record or per range.
+Each slice's worker takes the partition's records and keeps its own (fed by the host's reader
+of the partition, `child.reader`, or reading it itself): no coordination record per record or
+per range.
 
 Safety across slices needs every member of a group to cut the same way: the ordering and N are
 group settings recorded in the log (`metadata.GroupSettings`); a member whose own differ is
