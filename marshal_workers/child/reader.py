@@ -50,8 +50,8 @@ from marshal_workers.common.logs import configure_logging
 from marshal_workers.ipc import feedwire
 from marshal_workers.ipc.messages import ChildSpec
 
-RECENT_BYTES = 16 << 20  # the records read last kept for a child that attaches below (`Recent`)
-OUTLET_BYTES = 1 << 20  # a child's frames held beyond its socket before the reader waits
+RECENT_BYTES = 64 << 20  # the records read last kept for a child that attaches below (`Recent`)
+OUTLET_BYTES = 256 << 10  # a child's frames held beyond its socket before the reader waits
 READ_BATCH = 2000  # messages taken from the consumer at a time
 POLL_S = 0.05  # the longest wait for records or a socket (keepalives, attaches, the parent)
 REACH_EVERY_S = 0.05  # a child without records of its own hears the reach at most this often
