@@ -230,8 +230,9 @@ class FeedFetcher:
         sock = self.sock
         if sock is None or self.ended:
             return []
-        ready, _, _ = select.select([sock], [], [], timeout)
-        if not ready:
+        poller = select.poll()  # (not select: a handler may hold descriptors past FD_SETSIZE)
+        poller.register(sock, select.POLLIN)
+        if not poller.poll(timeout * 1000):
             return []
         out: list[Any] = []
         while True:

@@ -114,20 +114,28 @@ class Reader:
 
     def _sockets(self, timeout: float) -> None:
         """Accept, read attaches and ends, wait for writable sockets (up to ``timeout``)."""
-        readers = [self.listener, *self.outlets]
-        writers = [s for s, o in self.outlets.items() if o.out]
+        # poll, not select: a reader of up to 1,024 slices has descriptors past FD_SETSIZE
+        poller = select.poll()
+        poller.register(self.listener, select.POLLIN)
+        by_fd: dict[int, Outlet] = {}
+        for sock, each in self.outlets.items():
+            by_fd[sock.fileno()] = each
+            poller.register(sock, select.POLLIN | (select.POLLOUT if each.out else 0))
         try:
-            readable, writable, _ = select.select(readers, writers, [], timeout)
+            events = poller.poll(timeout * 1000)
         except InterruptedError:
             return
-        for sock in readable:
-            if sock is self.listener:
+        for fd, mask in events:
+            outlet = by_fd.get(fd)
+            if outlet is None:
                 self._accept()
-            else:
-                self._incoming(sock)
-        for sock in writable:
-            if sock in self.outlets:
-                self._send(self.outlets[sock])
+                continue
+            if outlet.sock not in self.outlets:  # dropped by an earlier event of this turn
+                continue
+            if mask & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                self._incoming(outlet.sock)
+            if mask & select.POLLOUT and outlet.sock in self.outlets:
+                self._send(outlet)
 
     def _accept(self) -> None:
         try:
