@@ -65,7 +65,10 @@ def consumer_config(spec: ChildSpec, reader: bool = False) -> dict[str, Any]:
         "client.id": f"{spec.client_id}-{spec.topic}-{spec.partition}" + ("-reader" * reader),
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
-        "auto.offset.reset": spec.auto_offset_reset,
+        # the host's reader is shared: a reset of its consumer may only go back to the log's
+        # start (ahead, it would skip records another child is still to get); each child's own
+        # start is put in range by its policy when it attaches (`child.reader`)
+        "auto.offset.reset": "earliest" if reader else spec.auto_offset_reset,
     }
     return client_config(spec.bootstrap_servers, dict(spec.kafka_config), tuned=tuned, fixed=fixed)
 

@@ -10,7 +10,7 @@ still handled by the one child of its slice's claim, which checks its lease befo
 
 The process: started by the supervisor (`supervisor.feeds`) from the fork server when it
 spawns the first slice child of a partition, with a ChildSpec of that child whose ``feed`` is
-the name of an abstract Unix socket (`supervisor.feeds.socket_name`) the reader listens on.
+the random name of an abstract Unix socket (`supervisor.feeds.socket_name`) it listens on.
 Each child connects, attaches (`feedwire.Attach`: slice and start), and gets `feedwire.Batch`
 frames. One consumer, ``assign()``ed at the lowest start any child needs (`feedlanes.Lanes`);
 a child that attaches below where the reader is makes it go back (children already ahead
@@ -21,10 +21,11 @@ that, the reader fetches no more (the others still hear from it, so none thinks 
 A slow child therefore holds back the others of its partition on this host by at most that
 buffer (evenly spread keys, and offset stripes by construction, move at one pace).
 
-Ends: killed by the supervisor when the host holds no slice of the partition, or when one of
-its children lost its feed (the child's exit code says so); with its parent (the fork server,
-which ends with the supervisor: the parent-death signal); by itself after `IDLE_EXIT_S` with
-no child, or on a fatal Kafka error (its children are told, and end).
+Ends: by itself after `IDLE_EXIT_S` with no child attached (the host holds no slice of the
+partition any more); killed by the supervisor when one of its children lost its feed (the
+child's exit code says so) or the supervisor ends; with its parent (the fork server,
+which ends with the supervisor: the parent-death signal); on a fatal Kafka error (its children
+are told, and end).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from typing import Any, NoReturn
 import structlog
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from marshal_workers.child.consumer import EARLIEST, LATEST, WATERMARK_TIMEOUT_S, reader_consumer
+from marshal_workers.child.consumer import EARLIEST, LATEST, reader_consumer
 from marshal_workers.child.feedlanes import Lane, Lanes, Recent
 from marshal_workers.child.feedsource import peer_uid
 from marshal_workers.child.fencing import parent_to_watch, set_parent_death_signal
@@ -56,7 +57,7 @@ READ_BATCH = 2000  # messages taken from the consumer at a time
 POLL_S = 0.05  # the longest wait for records or a socket (keepalives, attaches, the parent)
 REACH_EVERY_S = 0.05  # a child without records of its own hears the reach at most this often
 IDLE_EXIT_S = 60.0  # no child attached for this long: the reader ends by itself
-EXIT_NAME_TAKEN = 0  # another reader listens on the name already: it serves the children
+WATERMARK_S = 4.0  # a child's start checked against the log: below half a child's silence limit
 EXIT_FAILED = 1
 
 
@@ -169,6 +170,8 @@ class Reader:
                 self._drop(outlet, f"{type(msg).__name__} where an attach was due")
                 return
             self._attach(outlet, msg)
+            if outlet.sock not in self.outlets:  # the attach was refused: nothing more from it
+                return
 
     def _attach(self, outlet: Outlet, msg: feedwire.Attach) -> None:
         if not self.lanes.fits(msg.part):
@@ -177,7 +180,7 @@ class Reader:
         try:
             if self.consumer is None:
                 self.consumer = reader_consumer(self.spec)
-            start = msg.start if msg.start is not None else self._resolve(msg.reset)
+            start = self._start(msg.start, msg.reset)
         except (KafkaException, ValueError) as exc:
             outlet.out += feedwire.failed_frame(str(exc))
             self._send(outlet)
@@ -195,16 +198,26 @@ class Reader:
             self.recent.restart(low)
         self.log.info("feed_attached", slice=msg.part.name, start=start, lanes=len(self.lanes))
 
-    def _resolve(self, reset: str) -> int:
+    def _start(self, asked: int | None, reset: str) -> int:
+        """Where a child starts: where it asked, if that is in the log; else (none asked, or
+        below the log's start or past its end: retention, a recreated topic) where its reset
+        policy says, as its own consumer's reset would have put it. Only this child moves:
+        the shared consumer is never reset past another child's records."""
         policy = reset.lower()
-        if policy not in EARLIEST | LATEST:
-            raise ValueError(f"no start offset and auto_offset_reset={reset!r}")
-        marks = self.consumer.get_watermark_offsets(
-            self.tp, timeout=WATERMARK_TIMEOUT_S, cached=False
-        )
+        marks = self.consumer.get_watermark_offsets(self.tp, timeout=WATERMARK_S, cached=False)
         if marks is None:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "watermark offsets timed out"))
-        return int(marks[0] if policy in EARLIEST else marks[1])
+        low, high = int(marks[0]), int(marks[1])
+        if asked is not None and low <= asked <= high:
+            return asked
+        if policy not in EARLIEST | LATEST:
+            if asked is None:
+                raise ValueError(f"no start offset and auto_offset_reset={reset!r}")
+            return low  # (its own consumer would report an error and stay: nothing to read)
+        start = low if policy in EARLIEST else high
+        if asked is not None:
+            self.log.info("feed_start_out_of_range", asked=asked, low=low, high=high, start=start)
+        return start
 
     def _drop(self, outlet: Outlet, why: str | None) -> None:
         if why is not None:
@@ -262,7 +275,7 @@ class Reader:
 
     def _fail(self, why: str) -> None:
         self.log.error("feed_reader_failed", error=why)
-        for outlet in self.outlets.values():
+        for outlet in list(self.outlets.values()):  # (a failed send drops the outlet)
             outlet.out += feedwire.failed_frame(why)
             self._send(outlet)
 
@@ -320,9 +333,9 @@ def reader_main(spec: ChildSpec, supervisor_pid: int) -> NoReturn:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(spec.feed)
-    except OSError as exc:
-        log.info("feed_reader_name_taken", error=str(exc))
-        os._exit(EXIT_NAME_TAKEN)
+    except OSError as exc:  # taken (names are random: by someone else), or no socket at all
+        log.error("feed_reader_cannot_listen", error=str(exc))
+        os._exit(EXIT_FAILED)
     listener.listen(256)
     listener.setblocking(False)
     log.info("feed_reader_started")

@@ -179,8 +179,8 @@ SETTINGS: tuple[Setting, ...] = (
         "offset order: the default, Marshal Go's); key (one of N key slices of a partition: "
         "records of one key in offset order, never two at once, across the fleet); unordered "
         "(one of N offset stripes: no order, no worker idle while another holds a backlog). "
-        "Each slice is claimed, leased and fenced as a partition is, and reads the whole "
-        "partition. Fixed for a group by its first member (docs/ordering.md).",
+        "Each slice is claimed, leased and fenced as a partition is (--slice-reads says who "
+        "reads the partition). Fixed for a group by its first member (docs/ordering.md).",
         "Work",
         choices=("partition", "key", "unordered"),
     ),

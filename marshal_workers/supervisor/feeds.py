@@ -12,7 +12,6 @@ children heard nothing from: they end, and it goes with them).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import secrets
 import signal
@@ -28,12 +27,13 @@ from marshal_workers.supervisor.childprocess import main_not_rerun
 Partition = tuple[str, int]
 
 
-def socket_name(token: str, topic: str, partition: int) -> str:
-    """The abstract socket name of this supervisor's reader of ``topic``/``partition`` (the
-    random ``token`` keeps two supervisors on one host apart; the topic is hashed into it: an
-    abstract name has at most 107 bytes)."""
-    digest = hashlib.md5(topic.encode(), usedforsecurity=False).hexdigest()[:16]
-    return f"\0marshal-feed/{token}/{digest}/{partition}"
+def socket_name() -> str:
+    """A new reader's abstract socket name: random, 128 bits, and nothing else in it. Each
+    reader has its own, so a child of a reader already replaced cannot be taken for a child of
+    its successor (`HostFeeds.child_ended`), and a local user who sees one name (abstract
+    names are listed in /proc/net/unix) cannot take another's first: the reader that finds
+    its name taken ends, and the next child gets a reader under a new one."""
+    return f"\0marshal-feed/{secrets.token_hex(16)}"
 
 
 class HostFeeds:
@@ -42,22 +42,21 @@ class HostFeeds:
     def __init__(self, mp_context: Any, log: Any) -> None:
         self.mp = mp_context
         self.log = log
-        self.token = secrets.token_hex(8)
         self.readers: dict[Partition, BaseProcess] = {}
+        self.names: dict[Partition, str] = {}  # each reader's socket
 
     def fed(self, spec: ChildSpec) -> ChildSpec:
         """``spec`` with the feed of its partition's reader, started now if none runs."""
         where = (spec.topic, spec.partition)
-        name = socket_name(self.token, spec.topic, spec.partition)
-        spec = replace(spec, feed=name)
         reader = self.readers.get(where)
         if reader is not None and reader.exitcode is None:
-            return spec
+            return replace(spec, feed=self.names[where])
         if reader is not None:
             self.log.info(
                 "feed_reader_ended", topic=where[0], partition=where[1], code=reader.exitcode
             )
             reader.close()
+        spec = replace(spec, feed=socket_name())
         process = self.mp.Process(
             target=reader_entry,
             args=(spec, os.getpid()),
@@ -67,6 +66,8 @@ class HostFeeds:
         with main_not_rerun():
             process.start()
         self.readers[where] = process
+        assert spec.feed is not None
+        self.names[where] = spec.feed
         self.log.info(
             "feed_reader_started",
             topic=spec.topic,
@@ -76,13 +77,18 @@ class HostFeeds:
         return spec
 
     def child_ended(self, spec: ChildSpec | None, code: int) -> None:
-        """A child of a feed ended with ``code``: a lost feed takes its reader with it."""
+        """A child of a feed ended with ``code``: a lost feed takes its reader with it, if that
+        reader is still the partition's (a child of one already replaced, ending late as it
+        handled what it had, must not take the new one)."""
         if spec is None or spec.feed is None or code != EXIT_KAFKA:
             return
-        self._kill((spec.topic, spec.partition), "a child lost its feed")
+        where = (spec.topic, spec.partition)
+        if self.names.get(where) == spec.feed:
+            self._kill(where, "a child lost its feed")
 
     def _kill(self, where: Partition, why: str) -> None:
         reader = self.readers.pop(where, None)
+        self.names.pop(where, None)
         if reader is None:
             return
         if reader.exitcode is None and reader.pid is not None:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import structlog
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from marshal_workers.common.ledgerfile import find_duplicates, read_ledger
 from marshal_workers.ipc.exits import EXIT_KAFKA
@@ -151,3 +153,36 @@ class TestFed:
         assert time.monotonic() - started >= 2
         feeds.child_ended(spec, EXIT_KAFKA)  # SIGKILL ends a stopped process too
         wait_for(lambda: gone(pid), "the reader killed")
+
+
+class TestStartsOutOfRange:
+    @pytest.mark.parametrize("reset", ["latest", "earliest"])
+    def test_a_start_below_the_log_moves_only_its_own_child(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        ledger_dir: Path,
+        spawn: Callable[..., Supervised],
+        feeds: HostFeeds,
+        reset: str,
+    ) -> None:
+        """One stripe's start is below the log's start (retention removed it), another's is in
+        the log: the first starts where its reset policy says, the second gets every record of
+        its stripe from its own start. (With one consumer for both, the first's start sent the
+        consumer to the log's end under ``latest``, and the second reported past records it
+        never got.)"""
+        produce(kafka_bootstrap, topic, {PARTITION: 100})
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        gone_below = TopicPartition(topic, PARTITION, 50)
+        admin.delete_records([gone_below])[gone_below].result(15)
+        early = spawn(
+            feeds.fed(sliced(kafka_bootstrap, topic, 0, start_offset=10, auto_offset_reset=reset))
+        )
+        assert early.expect(Started).position == (50 if reset == "earliest" else 100)
+        later = spawn(
+            feeds.fed(sliced(kafka_bootstrap, topic, 1, start_offset=60, auto_offset_reset=reset))
+        )
+        assert later.expect(Started).position == 60
+        while later.expect(Progress).next_offset < 100:
+            pass
+        assert handled(ledger_dir, 1) == list(range(61, 100, COUNT))
