@@ -82,16 +82,16 @@ bench-hot-cpu: install kafka-jars ## The CPU-bound goal run of bench-hot: the 20
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-EVERY_FAULT := kill,freeze,stall,restart,twins,compaction,eager-compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery
+EVERY_FAULT := kill,freeze,stall,restart,twins,compaction,eager-compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery,feed-loss
 
 sim-sweep: install ## A fresh simulator sweep (about 30 min on 2 cores): every mix of `make sim` with stalled hosts added, 30 seeds each from SWEEP_FIRST + 1000 x the row (pick seeds no sweep used: docs/simulator.md)
 	$(BIN)/python bench/sim_sweep.py --first $(or $(SWEEP_FIRST),1400000)
 
-sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, hundreds of each fault mix that found a defect (stalled hosts among them), 100 of bigger fleets, 1,000 of sliced fleets (ordering key and unordered), 500 of placed groups
+sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, hundreds of each fault mix that found a defect (stalled hosts among them), 100 of bigger fleets, 1,300 of sliced fleets (ordering key and unordered; lost feeds among them), 500 of placed groups
 	$(BIN)/marshal-sim --seeds 1000
 	$(BIN)/marshal-sim --seeds 200 --members 6 --groups 2 --faults freeze,compaction --fault-count 10
 	$(BIN)/marshal-sim --seeds 200 --faults twins,pause,freeze,compaction,kill --fault-count 8
-	$(BIN)/marshal-sim --seeds 200 --faults kill,freeze,stall,restart,twins,compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery --fault-count 6
+	$(BIN)/marshal-sim --seeds 200 --faults kill,freeze,stall,restart,twins,compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery,feed-loss --fault-count 6
 	$(BIN)/marshal-sim --seeds 200 --members 4 --groups 2 --faults restart,pause --fault-count 4
 	$(BIN)/marshal-sim --seeds 200 --faults poison,compaction --fault-count 6
 	$(BIN)/marshal-sim --seeds 100 --members 30 --groups 3 --faults kill,freeze,restart,twins,compaction,latency,clock,pause,failures,partitions
@@ -112,6 +112,9 @@ sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, h
 	$(BIN)/marshal-sim --seeds 300 --ordering unordered --workers-per-partition 4 --faults $(EVERY_FAULT) --fault-count 6
 	$(BIN)/marshal-sim --seeds 100 --ordering key --workers-per-partition 3 --members 12 --groups 3 --faults shared-ids,kill,restart,twins,compaction
 	$(BIN)/marshal-sim --seeds 100 --ordering unordered --workers-per-partition 4 --faults twins,pause,freeze,compaction,kill --fault-count 8
+	@# a host's reader of a partition that fails (slice reads per host): its slice children there end with the Kafka exit code, with the faults that end or stop their member
+	$(BIN)/marshal-sim --seeds 200 --ordering unordered --workers-per-partition 4 --faults feed-loss,kill,freeze,stall,restart,twins --fault-count 8
+	$(BIN)/marshal-sim --seeds 100 --ordering key --workers-per-partition 3 --faults feed-loss,kill,freeze,stall,restart,twins --fault-count 8
 	@# placed groups (docs/design.md, decision 23), each on its home and window only, with every fault
 	$(BIN)/marshal-sim --seeds 300 --placement placed --coordination-partitions 8 --faults $(EVERY_FAULT) --fault-count 6
 	$(BIN)/marshal-sim --seeds 200 --placement placed --coordination-partitions 8 --span 2 --members 12 --groups 3 --faults kill,freeze,stall,restart,twins,compaction,pause,poison,forgery --fault-count 6

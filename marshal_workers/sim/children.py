@@ -23,6 +23,7 @@ from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import (
     EXIT_HANDLER_FAILED,
     EXIT_HANDLER_TIMEOUT,
+    EXIT_KAFKA,
     EXIT_LEASE_EXPIRED,
     EXIT_NOT_GRANTED,
 )
@@ -121,6 +122,19 @@ class SimChild:
         if self.alive:
             self.alive, self.exit_code, self.exited_at = False, code, t
             self.on_died(self, code, t)
+
+    def lose_feed(self, t: float) -> bool:
+        """Its records stop coming (`feed-loss`): the host's reader of its partition ended,
+        went silent or broke a rule of the feed (`child.feedsource`), or, a whole partition's
+        child, its consumer failed (`child.fetching`). It ends with the Kafka exit code
+        between two handler calls, as the real loop does, having published what it handled and
+        read past (a batch it never got cannot move its position: the feed's rule). Not while a
+        handler call hangs: the loop sees its feed only between calls, and its watchdog ends it
+        at the call's deadline. Whether it ended."""
+        if not self.alive or self.hung_since is not None:
+            return False
+        self._end(EXIT_KAFKA, t)
+        return True
 
     def receive(self, message: ipc.ToChild, t: float) -> None:
         """A message from the supervisor over the pipe."""

@@ -4,7 +4,8 @@ on the fleet at its time, picks its victim, and opens a window the liveness boun
 A fault is what a real fleet meets: a kill -9, a SIGSTOP, a host stopped with its clocks, an
 operator's TERM, a second instance of one client id, the log cleaner (within and below the
 safe lag), a group paused, partitions added, a poison record decided by an operator, a
-broker's clock jump, a hostile writer. `docs/simulator.md` lists them.
+broker's clock jump, a hostile writer, a host's reader of a partition (or a child's consumer)
+that fails. `docs/simulator.md` lists them.
 """
 
 from __future__ import annotations
@@ -29,10 +30,21 @@ from marshal_workers.protocol.wire import (
     record_key,
 )
 from marshal_workers.sim import forgery
+from marshal_workers.sim.children import SimChild
 from marshal_workers.sim.fleetview import FleetView
 from marshal_workers.sim.node import SimNode
 
 ADMIN = "marshal-admin"  # the operator's client id (an admin in every member's settings)
+
+
+def _fed(child: SimChild) -> bool:
+    """Whether a lost feed ends ``child`` (alive, not in a hung handler call)."""
+    return child.alive and child.hung_since is None
+
+
+def has_fed_child(node: SimNode) -> bool:
+    """Whether ``node`` has a child that a lost feed ends."""
+    return any(_fed(c) for c in node.children.values())
 
 
 class Faults:
@@ -41,7 +53,9 @@ class Faults:
     def __init__(self, fleet: FleetView) -> None:
         self.fleet = fleet
 
-    def victim(self, *, on_host: bool = False, running: bool = False) -> SimNode | None:
+    def victim(
+        self, *, on_host: bool = False, running: bool = False, holding: bool = False
+    ) -> SimNode | None:
         """A live member, at random. ``on_host``: the fault comes from the member's own host
         (a SIGSTOP, an operator's TERM, a second instance started beside it), so not one whose
         host is stalled: nothing on a paused host acts until it resumes. ``running``: not one
@@ -51,13 +65,16 @@ class Faults:
         (allowed, the sweep found it in 3 of 600 seeds from 90000 of three mixes that freeze:
         90114, 90032, 90018). The same holds for a member stopped after its host resumed and
         before its first turn since (seed 91036 of `freeze,compaction,stall`): an on-host fault
-        waits for that turn."""
+        waits for that turn. ``holding``: one with a child that a lost feed ends
+        (`has_fed_child`)."""
         fleet = self.fleet
         live = [n for n in fleet.nodes if n.alive and n.started]
         if on_host:
             live = [n for n in live if not n.stalled(fleet.t) and not n.woke_unseen(fleet.t)]
         if running:
             live = [n for n in live if not n.frozen(fleet.t)]
+        if holding:
+            live = [n for n in live if has_fed_child(n)]
         return fleet.rng.choice(live) if live else None
 
     def action(self, fault: str) -> Callable[[], None]:
@@ -74,7 +91,30 @@ class Faults:
             "clock-jumps": self.clock_jump,
             "forgery": self.forgery,
             "stall": self.stall,
+            "feed-loss": self.feed_loss,
         }[fault]
+
+    def feed_loss(self) -> None:
+        """The records of one data partition stop coming on one member's host: sliced
+        (`slice_reads = "host"`), the host's reader of the partition died, froze or broke a
+        rule of its feed, and every slice child of the partition there ends with the Kafka exit
+        code; a whole partition's child, its consumer failed the same way. Each has published
+        what it handled (`SimChild.lose_feed`); the member restarts each claim's child as after
+        any crash (a reader is not modelled: the runtime kills it and the next child's start
+        brings a new one). A member frozen meanwhile sees the exits when it runs again (its
+        reader and children are not stopped with it); not on a stalled host, where nothing
+        runs."""
+        fleet = self.fleet
+        node = self.victim(on_host=True, holding=True)
+        if node is None:
+            return
+        data_key = fleet.cut.data_key
+        fed = sorted({data_key(k) for k, c in node.children.items() if _fed(c)})
+        data = fleet.rng.choice(fed)
+        for key, child in list(node.children.items()):
+            if data_key(key) == data:
+                child.lose_feed(fleet.t)
+        fleet.window(0.0)
 
     def forgery(self) -> None:
         """A hostile writer appends malformed, extreme and flooding records (`sim.forgery`):

@@ -22,6 +22,7 @@ FAULTS = (
     "clock-jumps",
     "forgery",
     "stall",
+    "feed-loss",
 )
 DEFAULT_FAULTS = (
     "kill",
@@ -34,6 +35,7 @@ DEFAULT_FAULTS = (
     "clock",
     "pause",
     "poison",
+    "feed-loss",
 )
 POISON_PARK_AFTER = 4  # failures of one record before its claim is parked (the fleet's setting)
 MAX_HANDLER_FAILURES = 3

@@ -26,6 +26,7 @@ from marshal_workers.protocol import amolosses, rationalizer, wire
 from marshal_workers.protocol.amolosses import AT_RISK_RESERVATIONS, AmoLosses
 from marshal_workers.protocol.events import MessagesClaimed
 from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import ClaimState, resume_offset
 from marshal_workers.protocol.recordfailures import (
     Action,
@@ -502,6 +503,28 @@ def test_slice_defect_members_hash_keys_differently(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(Keeping, "spawn", other_hash)
     params = SimParams(members=4, groups=1, faults=("kill",), fault_count=1, **KEY_CUT)
     assert found(monkeypatch, params, "key_order", 2) is not None
+
+
+def test_feed_defect_a_child_whose_feed_is_lost_reports_past_what_it_handled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found in the child with shared reads (`child.feedsource`, slice reads per host): the
+    feed's first batch, when it came in the same socket read as the attach answer, was dropped,
+    and the child's position then moved past records it never handled (an ALO skip). A batch
+    must now begin where the one before reached, or the feed is lost and the child ends with
+    the Kafka exit code having reported only what it handled. Reintroduced in the simulated
+    child: when its feed is lost (`feed-loss`) it reports the reader's reach, the partition's
+    end, past the records it had not handled yet."""
+    lose_feed = SimChild.lose_feed
+
+    def past_what_it_handled(self: SimChild, t: float) -> bool:
+        if self.alive and self.hung_since is None and self.spec.mode is Mode.ALO:
+            self.published = max(self.position, self.data.high_watermark(t))
+        return lose_feed(self, t)
+
+    monkeypatch.setattr(SimChild, "lose_feed", past_what_it_handled)
+    params = SimParams(faults=("feed-loss",), fault_count=3, **STRIPES)
+    assert found(monkeypatch, params, "alo_no_skip", SEEDS) is not None
 
 
 def test_clock_defect_a_lease_clock_that_stood_still_goes_unnoticed(

@@ -58,6 +58,8 @@ MIXES = [
         ordering="unordered",
         workers_per_partition=4,
     ),
+    # a host's reader of a partition that fails: its slice children end, each restarted
+    SimParams(faults=("feed-loss",), fault_count=3, ordering="unordered", workers_per_partition=4),
 ]
 
 

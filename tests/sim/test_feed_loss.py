@@ -1,0 +1,82 @@
+"""The `feed-loss` fault: the records of one data partition stop coming on one member's host
+(sliced: the host's reader failed; a whole partition: the child's consumer), so every child of
+that partition there ends with the Kafka exit code, and the member restarts each claim's child."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+import pytest
+
+from marshal_workers.ipc.exits import EXIT_KAFKA
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.sim.params import SimParams
+from marshal_workers.sim.scenario import Fleet, use_shared_decode
+from marshal_workers.sim.slices import SimCut
+
+STRIPES = SimParams(faults=("feed-loss",), fault_count=3, ordering="unordered",
+                    workers_per_partition=4)  # fmt: skip
+WHOLE = SimParams(faults=("feed-loss",), fault_count=3)
+
+
+def _run(params: SimParams, seed: int) -> tuple[Fleet, dict[float, list[tuple[str, ClaimKey]]]]:
+    """Run ``seed``; the children that ended with the Kafka exit code, by the time they ended
+    (each with its member's name)."""
+    use_shared_decode()
+    fleet = Fleet(replace(params, seed=seed))
+    result = fleet.run()
+    assert result.violations == []
+    ended: dict[float, list[tuple[str, ClaimKey]]] = defaultdict(list)
+    for node in fleet.nodes:
+        for child in node.dead_children + list(node.children.values()):
+            if child.exit_code == EXIT_KAFKA:
+                ended[child.exited_at].append((node.name, child.key))
+    return fleet, ended
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_lost_feed_ends_the_children_of_one_data_partition_on_one_member(seed: int) -> None:
+    """Each feed loss ends children of one member and one data partition, several slices of
+    it at once in some run, every fault finding one; the run is clean."""
+    _, ended = _run(STRIPES, seed)
+    assert len(ended) == STRIPES.fault_count
+    for children in ended.values():
+        assert len({name for name, _ in children}) == 1
+        assert len({SimCut.data_key(key) for _, key in children}) == 1
+        assert len({key for _, key in children}) == len(children)
+
+
+def test_a_lost_feed_ends_several_slices_at_once() -> None:
+    """Sliced, a member holds several slices of a partition: one loss ends them all."""
+    most = max(len(children) for seed in range(3) for children in _run(STRIPES, seed)[1].values())
+    assert most >= 2
+
+
+def test_unsliced_a_lost_feed_ends_one_partitions_child() -> None:
+    """A whole partition has one child on a member: one child ends per loss (its consumer's
+    fatal error), restarted by the member as after any crash."""
+    fleet, ended = _run(WHOLE, 0)
+    assert len(ended) == WHOLE.fault_count
+    assert all(len(children) == 1 for children in ended.values())
+    for at, children in ended.items():
+        ((name, key),) = children
+        node = next(n for n in fleet.nodes if n.name == name)
+        again = [c for c in node.dead_children + list(node.children.values())
+                 if c.key == key and c.ready_at > at]  # fmt: skip
+        assert again, f"{key.topic}/{key.partition} was not started again on {name}"
+
+
+def test_an_alo_child_hands_over_what_it_handled() -> None:
+    """An ALO child whose feed is lost has published the end of what it handled: the
+    position its member takes (`ChildExited.position`)."""
+    fleet, ended = _run(STRIPES, 1)
+    alo = [
+        child
+        for node in fleet.nodes
+        for child in node.dead_children
+        if child.exit_code == EXIT_KAFKA and child.spec.mode is Mode.ALO
+    ]
+    assert alo and ended
+    assert all(child.published in (None, child.position) for child in alo)
