@@ -12,14 +12,16 @@ The process: started by the supervisor (`supervisor.feeds`) from the fork server
 spawns the first slice child of a partition, with a ChildSpec of that child whose ``feed`` is
 the random name of an abstract Unix socket (`supervisor.feeds.socket_name`) it listens on.
 Each child connects, attaches (`feedwire.Attach`: slice and start), and gets `feedwire.Batch`
-frames. One consumer, ``assign()``ed at the lowest start any child needs (`feedlanes.Lanes`);
-a child that attaches below where the reader is makes it go back (children already ahead
-skip what they had).
+frames. One consumer, ``assign()``ed at the lowest start any child needs (`feedlanes.Lanes`).
 
-Flow: each child's unsent frames are held up to `OUTLET_BYTES`; while any child's are above
-that, the reader fetches no more (the others still hear from it, so none thinks it silent).
-A slow child therefore holds back the others of its partition on this host by at most that
-buffer (evenly spread keys, and offset stripes by construction, move at one pace).
+Flow: the reader keeps what it read last (`RECENT_BYTES`). A child whose unsent frames pass
+`OUTLET_BYTES` falls behind: it gets nothing more as records are read, and once it has taken
+what it had it is served from what is kept, `SERVE_ROWS` at a time, until it is level again;
+a child that attaches below where the reader is, within what is kept, starts that way. The
+others are not held up, until what is kept is all records a behind child still needs: then
+the reader waits for it (the others still hear from it, so none thinks it silent). A child
+whose start is below what is kept makes the reader go back (children already ahead skip what
+they had).
 
 Ends: by itself after `IDLE_EXIT_S` with no child attached (the host holds no slice of the
 partition any more); killed by the supervisor when one of its children lost its feed (the
@@ -52,7 +54,8 @@ from marshal_workers.ipc import feedwire
 from marshal_workers.ipc.messages import ChildSpec
 
 RECENT_BYTES = 64 << 20  # the records read last kept for a child that attaches below (`Recent`)
-OUTLET_BYTES = 256 << 10  # a child's frames held beyond its socket before the reader waits
+OUTLET_BYTES = 256 << 10  # a child's unsent frames beyond which it falls behind
+SERVE_ROWS = 2000  # records a behind child is served at a time, once it has taken its frames
 READ_BATCH = 2000  # messages taken from the consumer at a time
 POLL_S = 0.05  # the longest wait for records or a socket (keepalives, attaches, the parent)
 REACH_EVERY_S = 0.05  # a child without records of its own hears the reach at most this often
@@ -102,16 +105,43 @@ class Reader:
             if not self.outlets and time.monotonic() - self.idle_since > IDLE_EXIT_S:
                 self.log.info("feed_reader_idle_exit")
                 return 0
-            if self.lanes.by_index and self.consumer is not None and not self._held_back():
+            if self.lanes.by_index and self.consumer is not None and not self.recent.full:
                 if not self._read():
                     return EXIT_FAILED
             else:
                 self._sockets(POLL_S)
+            self._serve_behind()
             self._reaches()
             self._flush()
 
-    def _held_back(self) -> bool:
-        return any(len(o.out) > OUTLET_BYTES for o in self.outlets.values())
+    def _serve_behind(self) -> None:
+        """Serve each behind child that has taken its frames from what is kept; a live one
+        whose unsent frames passed `OUTLET_BYTES` falls behind."""
+        reading = self.reading
+        if reading is None:
+            return
+        now = time.monotonic()
+        for outlet in list(self.outlets.values()):
+            lane = outlet.lane
+            if lane is None:
+                continue
+            if lane.live:
+                if len(outlet.out) > OUTLET_BYTES:
+                    self.lanes.fall_behind(lane)
+                continue
+            if outlet.out:
+                continue
+            if not self.lanes.serve(lane, self.recent, reading, SERVE_ROWS):
+                self._seek(self.lanes.seek(reading))  # (not expected: what is kept is pinned)
+            self._emit(outlet, now)
+
+    def _seek(self, low: int | None) -> None:
+        if low is None:
+            return
+        self.consumer.assign([TopicPartition(self.spec.topic, self.spec.partition, low)])
+        self.log.info("feed_reader_seek", offset=low, was=self.reading)
+        self.reading = low
+        self.recent.restart(low)
 
     def _sockets(self, timeout: float) -> None:
         """Accept, read attaches and ends, wait for writable sockets (up to ``timeout``)."""
@@ -190,12 +220,7 @@ class Reader:
         outlet.lane, low = self.lanes.join(msg.part, start, reading, self.recent)
         outlet.reach_sent = start  # the first batch's since
         outlet.out += feedwire.attached_frame(start)
-        self._emit(outlet, time.monotonic())  # what the reader read last, from its start
-        if low is not None:  # behind (a child below what is kept) or every child ahead of it
-            self.consumer.assign([TopicPartition(self.spec.topic, self.spec.partition, low)])
-            self.log.info("feed_reader_seek", offset=low, was=reading)
-            self.reading = low
-            self.recent.restart(low)
+        self._seek(low)  # behind (a child below what is kept) or every child ahead of it
         self.log.info("feed_attached", slice=msg.part.name, start=start, lanes=len(self.lanes))
 
     def _start(self, asked: int | None, reset: str) -> int:
@@ -255,7 +280,7 @@ class Reader:
         reading = self.reading
         if reading is not None:
             self.lanes.read(rows, reading)
-            self.recent.add(rows, reading)
+            self.recent.add(rows, reading, self.lanes.pin())
             self.caught_up = self.high is not None and reading >= self.high
             now = time.monotonic()
             for outlet in self.outlets.values():

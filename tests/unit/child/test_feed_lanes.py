@@ -83,19 +83,22 @@ def test_a_detached_lane_gets_nothing_more() -> None:
     assert gone.rows == [] and [r[0] for r in stays.rows] == [30, 32]
 
 
-# an operation on the reader: attach (slice index, start), detach (which), read (how many)
+# an operation on the reader: attach (slice index, start), detach (which), read (how many),
+# behind (which lane falls behind), serve (which lane, how many records at most)
 Op = tuple[str, int, int]
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("attach"), st.integers(0, 3), st.integers(0, RECORDS)),
         st.tuples(st.just("detach"), st.integers(0, 20), st.just(0)),
         st.tuples(st.just("read"), st.integers(1, 40), st.just(0)),
+        st.tuples(st.just("behind"), st.integers(0, 20), st.just(0)),
+        st.tuples(st.just("serve"), st.integers(0, 20), st.integers(1, 6)),
     ),
-    max_size=40,
+    max_size=50,
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     st.sampled_from([Ordering.KEY, Ordering.UNORDERED]),
     ops,
@@ -105,33 +108,46 @@ ops = st.lists(
 def test_every_lane_gets_each_record_of_its_slice_below_its_next_once_in_order(
     ordering: Ordering, script: list[Op], kept: int, compacted: set[int]
 ) -> None:
-    """Any sequence of attaches, detaches and reads (of a partition with gaps, as compaction
-    leaves), the reader joining lanes and going where `join` says, keeping ``kept`` records of
-    what it read last: each lane gets exactly the records of its slice from its start up to its
-    next offset, once each and in offset order, and never another slice's."""
+    """Any sequence of attaches, detaches, reads (of a partition with gaps, as compaction
+    leaves), lanes falling behind and being served from what is kept, the reader joining lanes,
+    going where `join` and `serve` say, keeping ``kept`` records of what it read last and
+    waiting while those are all pinned: each lane gets exactly the records of its slice from
+    its start up to its next offset, once each and in offset order, never another slice's."""
     count = 4
     lanes = Lanes()
     recent = Recent(kept * (ROW_OVERHEAD + 4))  # keys of 2 or 3 bytes, values of 1
     attached: list[tuple[Lane, int]] = []
     got: dict[int, list[int]] = {}
     reading: int | None = None
+
+    def go(target: int | None) -> None:
+        nonlocal reading
+        if target is not None:
+            reading = target
+            recent.restart(target)
+
     for op, a, b in script:
         if op == "attach":
             lane, target = lanes.join(Slice(ordering, count, a), b, reading, recent)
             attached.append((lane, b))
             got[id(lane)] = []
-            if target is not None:
-                reading = target
-                recent.restart(target)
+            go(target)
         elif op == "detach" and attached:
-            lane, _ = attached[a % len(attached)]
-            lanes.detach(lane)
-        elif op == "read" and reading is not None:
+            lanes.detach(attached[a % len(attached)][0])
+        elif op == "read" and reading is not None and not recent.full:
             end = min(RECORDS, reading + a)
             rows = [row(o) for o in range(reading, end) if o not in compacted]
             lanes.read(rows, end)
-            recent.add(rows, end)
+            recent.add(rows, end, lanes.pin())
             reading = end
+        elif op == "behind" and attached:
+            lane = attached[a % len(attached)][0]
+            if lane.live:
+                lanes.fall_behind(lane)
+        elif op == "serve" and attached and reading is not None:
+            lane = attached[a % len(attached)][0]
+            if not lane.live and not lanes.serve(lane, recent, reading, b):
+                go(lanes.seek(reading))
         for lane, _ in attached:
             got[id(lane)].extend(r[0] for r in lane.rows)
             lane.rows.clear()
@@ -145,8 +161,9 @@ def test_every_lane_gets_each_record_of_its_slice_below_its_next_once_in_order(
 
 
 def test_a_lane_attached_within_what_was_read_last_is_served_from_it() -> None:
-    """A child that attaches a little below the reader gets the records kept, and the reader
-    does not go back; below what is kept, it goes back."""
+    """A child that attaches a little below the reader starts behind and is served what was
+    kept, a limit at a time, and the reader does not go back; below what is kept, it goes
+    back."""
     lanes = Lanes()
     recent = Recent(10 * (ROW_OVERHEAD + 4))
     _, target = lanes.join(Slice(Ordering.UNORDERED, 2, 0), 0, None, recent)
@@ -154,9 +171,30 @@ def test_a_lane_attached_within_what_was_read_last_is_served_from_it() -> None:
     recent.restart(0)
     rows = [row(o) for o in range(0, 30)]
     lanes.read(rows, 30)
-    recent.add(rows, 30)
+    recent.add(rows, 30, lanes.pin())
     assert recent.low is not None and 19 <= recent.low <= 22  # about ten rows kept
     late, target = lanes.join(Slice(Ordering.UNORDERED, 2, 1), 25, 30, recent)
-    assert target is None and [r[0] for r in late.rows] == [25, 27, 29] and late.next == 30
+    assert target is None and not late.live and late.rows == []
+    assert lanes.serve(late, recent, 30, limit=2) and not late.live
+    assert [r[0] for r in late.rows] == [25, 27] and late.next == 28
+    assert lanes.serve(late, recent, 30, limit=2) and late.live and late.next == 30
     early, target = lanes.join(Slice(Ordering.UNORDERED, 2, 1), 3, 30, recent)
-    assert target == 3 and early.rows == []
+    assert target == 3 and early.rows == [] and early.live and late.live
+
+
+def test_what_a_behind_lane_needs_is_kept_and_the_reader_waits_when_that_is_all() -> None:
+    """A lane that fell behind pins what is kept from its next offset: nothing it needs is
+    dropped, and once the budget holds only such records the reader must wait; served level
+    again, it unpins them."""
+    lanes = Lanes()
+    recent = Recent(5 * (ROW_OVERHEAD + 4))
+    slow, _ = lanes.join(Slice(Ordering.UNORDERED, 2, 0), 0, None, recent)
+    recent.restart(0)
+    lanes.fall_behind(slow)
+    rows = [row(o) for o in range(0, 10)]
+    lanes.read(rows, 10)
+    recent.add(rows, 10, lanes.pin())
+    assert recent.full and recent.low == 0 and slow.next == 0
+    assert lanes.serve(slow, recent, 10, limit=100) and slow.live and slow.next == 10
+    recent.add([], 10, lanes.pin())
+    assert not recent.full
