@@ -130,16 +130,24 @@ class KafkaLog:
             tuned=_CONSUMER_TUNED,
             fixed={**reader_fixed, "statistics.interval.ms": 0},
         )
-        if int(consumer_config.get("statistics.interval.ms") or 0) > 0:
-            consumer_config["stats_cb"] = self._on_stats  # what the reading costs: `received`
         # ``quick_start``: the reader follows partitions from the open on until `settle` with a
         # short fetch wait, and the reader that tails them for good is opened beside it,
         # assigned nothing until then (`settle`).
+        startup_config = client_config(
+            bootstrap_servers,
+            extra_config,
+            tuned=_CONSUMER_TUNED,
+            fixed={**reader_fixed, "fetch.wait.max.ms": STARTUP_FETCH_WAIT_MS},
+        )
+        if int(consumer_config.get("statistics.interval.ms") or 0) > 0:
+            consumer_config["stats_cb"] = self._on_stats  # what the reading costs: `received`
+            startup_config["stats_cb"] = self._on_stats
         self._lasting: Consumer | None = None
         if quick_start:
             self._lasting = roles.coordination_reader(consumer_config)
-            consumer_config = {**consumer_config, "fetch.wait.max.ms": STARTUP_FETCH_WAIT_MS}
-        self._consumer = roles.coordination_reader(consumer_config)
+            self._consumer = roles.coordination_reader(startup_config)
+        else:
+            self._consumer = roles.coordination_reader(consumer_config)
         try:
             self._offsets = roles.coordination_reader(query_config)
         except BaseException:
