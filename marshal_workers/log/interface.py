@@ -35,6 +35,11 @@ class CoordinationLog(Protocol):
         followed are never returned again. ValueError for a partition the topic lacks."""
         ...
 
+    def settle(self, partitions: Iterable[int]) -> None:
+        """`follow` ``partitions`` from their first records, for good: what a member follows
+        once it has located its group (a log may read faster before: `KafkaLog`)."""
+        ...
+
     def append(self, partition: int, key: bytes, value: bytes, timeout_s: float) -> Appended:
         """Append one record and wait for the acknowledgement; raise LogError if it fails."""
         ...

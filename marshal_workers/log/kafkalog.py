@@ -31,6 +31,7 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
     TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
     KafkaError,
     KafkaException,
     Producer,
@@ -67,6 +68,9 @@ _CONSUMER_TUNED: Final[Mapping[str, Any]] = {
     "fetch.queue.backoff.ms": 5,
     "fetch.wait.max.ms": 100,
 }
+# The start-up reader's wait (`KafkaLog` ``quick_start``): a change of what it follows waits for
+# the fetch in flight, which the broker holds this long when there is nothing new to read.
+STARTUP_FETCH_WAIT_MS: Final = 5
 # What the log's reading needs whatever the table says: it never skips a record it cannot
 # find (never committing or creating the topic is the coordination reader's pin).
 _CONSUMER_FIXED: Final[Mapping[str, Any]] = {
@@ -88,6 +92,7 @@ class KafkaLog:
         open_timeout_s: float = OPEN_TIMEOUT_S,
         *,
         read_only: bool = False,
+        quick_start: bool = False,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
@@ -125,13 +130,30 @@ class KafkaLog:
             tuned=_CONSUMER_TUNED,
             fixed={**reader_fixed, "statistics.interval.ms": 0},
         )
+        # ``quick_start``: the reader follows partitions from the open on until `settle` with a
+        # short fetch wait, and the reader that tails them for good is opened beside it,
+        # assigned nothing until then (`settle`).
+        startup_config = client_config(
+            bootstrap_servers,
+            extra_config,
+            tuned=_CONSUMER_TUNED,
+            fixed={**reader_fixed, "fetch.wait.max.ms": STARTUP_FETCH_WAIT_MS},
+        )
         if int(consumer_config.get("statistics.interval.ms") or 0) > 0:
             consumer_config["stats_cb"] = self._on_stats  # what the reading costs: `received`
-        self._consumer = roles.coordination_reader(consumer_config)
+            startup_config["stats_cb"] = self._on_stats
+        self._lasting: Consumer | None = None
+        if quick_start:
+            self._lasting = roles.coordination_reader(consumer_config)
+            self._consumer = roles.coordination_reader(startup_config)
+        else:
+            self._consumer = roles.coordination_reader(consumer_config)
         try:
             self._offsets = roles.coordination_reader(query_config)
         except BaseException:
             self._consumer.close()
+            if self._lasting is not None:
+                self._lasting.close()
             raise
         # The clients connect at once (each costs librdkafka some ms before its first answer);
         # the producer is waited for after the consumer.
@@ -157,7 +179,9 @@ class KafkaLog:
 
     def _learn_leaders(self, timeout_s: float) -> None:
         try:
-            self._consumer.list_topics(self.topic, timeout=timeout_s)
+            for reader in (self._consumer, self._lasting):
+                if reader is not None:
+                    reader.list_topics(self.topic, timeout=timeout_s)
         except KafkaException as exc:
             raise self._unreachable(error_text(exc), f" within {timeout_s:.0f}s") from None
 
@@ -206,6 +230,24 @@ class KafkaLog:
             raise LogError(f"following {self.topic}: {error_text(exc)}") from None
         self._followed = wanted
 
+    def settle(self, partitions: Iterable[int]) -> None:
+        """Follow exactly ``partitions`` from their first records, for good
+        (`CoordinationLog.settle`). Opened ``quick_start``, the log reads them from now on with
+        the reader opened for it, never assigned before (its first fetch leaves at once), and
+        closes the start-up reader, whose fetch wait is short: while a member locates its
+        group each change of what it follows waits for the fetch in flight, up to
+        ``fetch.wait.max.ms`` (100 ms) on a reader tailing for good, up to
+        `STARTUP_FETCH_WAIT_MS` on the start-up one. The tailing reader keeps the long wait: it
+        bounds the fetches an idle member makes."""
+        lasting, self._lasting = self._lasting, None
+        if lasting is None:
+            self.follow(partitions, from_start=True)
+            return
+        startup, self._consumer = self._consumer, lasting
+        startup.close()
+        self._followed = frozenset()
+        self.follow(partitions, from_start=True)
+
     def _starts(self, partitions: Iterable[int], timeout_s: float) -> list[TopicPartition]:
         """Each of ``partitions`` at its first offset, asked of the broker in one request. (Assigned
         at OFFSET_BEGINNING instead, librdkafka looks each partition's start up on its own, and
@@ -251,7 +293,7 @@ class KafkaLog:
     def _unreachable(self, detail: str, within: str) -> MarshalError:
         """The error of a failed connect: an authentication failure says so, whatever came
         after it (librdkafka goes on to report the broken connection)."""
-        clients = (self._consumer,) if self._opening else ()
+        clients = (self._consumer, self._lasting) if self._opening else ()
         for client in (*clients, self._offsets, self._producer):
             try:  # serve the error callbacks (the reader's at the open only: then its thread polls)
                 if client is not None:
@@ -523,4 +565,8 @@ class KafkaLog:
         try:
             self._consumer.close()
         finally:
-            self._offsets.close()
+            try:
+                if self._lasting is not None:
+                    self._lasting.close()
+            finally:
+                self._offsets.close()

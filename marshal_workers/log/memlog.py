@@ -121,6 +121,11 @@ class MemoryLog:
                 self._cursor[p] = 0
         self._followed = wanted
 
+    def settle(self, partitions: Iterable[int]) -> None:
+        """`follow` ``partitions`` from their first records, for good
+        (`CoordinationLog.settle`)."""
+        self.follow(partitions, from_start=True)
+
     def current_num_partitions(self, timeout_s: float) -> int:
         """The partition count now (memory topics never change it)."""
         return self._topic.num_partitions

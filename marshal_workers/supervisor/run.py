@@ -117,6 +117,7 @@ def _run(config: RunConfig, observers: Sequence[Observer], log: Any) -> int:
                     config.coordination_topic,
                     client_id=f"marshal-{config.client_id}",
                     extra_config=config.kafka,
+                    quick_start=True,  # a short fetch wait while the group is located
                 )
                 try:
                     warnings = checked.result()

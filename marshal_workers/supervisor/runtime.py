@@ -214,7 +214,7 @@ class Supervisor:
         if placement != self.settings.placement:
             self.settings = member_settings(self.config, self.log.num_partitions, placement)
             self.member = Member(self.settings)
-        self.log.follow(self.member.worlds, from_start=True)
+        self.log.settle(self.member.worlds)
 
     def _catch_up(self, timeout_s: float) -> int:
         """Fold the log up to its end as it is now; return how many records that was."""

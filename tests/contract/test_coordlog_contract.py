@@ -46,14 +46,14 @@ PARTITIONS = 3
 HB_MS = 60_000
 TIMEOUT_S = 15.0
 
-Opener = Callable[[], CoordinationLog]
+Opener = Callable[..., CoordinationLog]  # keyword: quick_start (KafkaLog's; memory ignores it)
 Deleter = Callable[[int, int], None]  # DeleteRecords: (partition, before offset)
 
 
 def _memory_opener() -> Iterator[tuple[Opener, Deleter]]:
     ticks = itertools.count(1_700_000_000_000, 7)
     topic = MemoryTopic(PARTITIONS, lambda: next(ticks))
-    yield (lambda: MemoryLog(topic)), topic.delete_records
+    yield (lambda **_: MemoryLog(topic)), topic.delete_records
 
 
 def _kafka_opener(bootstrap: str) -> Iterator[tuple[Opener, Deleter]]:
@@ -78,7 +78,10 @@ def _kafka_opener(bootstrap: str) -> Iterator[tuple[Opener, Deleter]]:
         for future in futures.values():
             future.result(30)
 
-    yield (lambda: KafkaLog(bootstrap, name, client_id="contract-test")), delete_before
+    def opener(*, quick_start: bool = False) -> CoordinationLog:
+        return KafkaLog(bootstrap, name, client_id="contract-test", quick_start=quick_start)
+
+    yield opener, delete_before
     delete_topic(admin_client(bootstrap), bootstrap, name)
 
 
@@ -100,8 +103,8 @@ class Handles:
         self.opener, self.deleter = opener, deleter
         self.opened: list[CoordinationLog] = []
 
-    def __call__(self) -> CoordinationLog:
-        handle = self.opener()
+    def __call__(self, *, quick_start: bool = False) -> CoordinationLog:
+        handle = self.opener(quick_start=quick_start)
         self.opened.append(handle)
         return handle
 
@@ -252,6 +255,32 @@ class TestFollow:
         reader.follow([0, 2], from_start=True)
         got = sorted((r.partition, r.offset) for r in poll_until(reader, 2))
         assert got == [(0, 0), (2, 0)]
+        assert reader.poll(0.5) == []
+
+    @pytest.mark.parametrize("quick_start", [False, True])
+    def test_settle_reads_the_settled_partitions_again_and_what_comes(
+        self, open_log: Opener, quick_start: bool
+    ) -> None:
+        """settle (after a follow, as a member that located its group; opened quick_start or
+        not) reads each settled partition from its first record, then what is appended to
+        it, and nothing of the others."""
+        writer = open_log()
+        for p in range(PARTITIONS):
+            writer.append(p, b"k", b"v", TIMEOUT_S)
+        reader = open_log(quick_start=quick_start)
+        reader.follow([0])
+        assert [(r.partition, r.offset) for r in poll_until(reader, 1)] == [(0, 0)]
+        reader.settle([0, 2])
+        assert reader.followed == frozenset({0, 2})
+        assert reader.end_offsets(TIMEOUT_S) == {0: 1, 2: 1}
+        got = sorted((r.partition, r.offset) for r in poll_until(reader, 2))
+        assert got == [(0, 0), (2, 0)]
+        for p in range(PARTITIONS):
+            writer.append(p, b"k", b"later", TIMEOUT_S)
+        got = sorted((r.partition, r.offset) for r in poll_until(reader, 2))
+        assert got == [(0, 1), (2, 1)]
+        reader.follow([1, 2])  # and it follows on as before
+        assert sorted((r.partition, r.offset) for r in poll_until(reader, 2)) == [(1, 0), (1, 1)]
         assert reader.poll(0.5) == []
 
     def test_a_partition_the_topic_lacks_is_refused(self, open_log: Opener) -> None:
