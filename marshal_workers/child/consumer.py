@@ -66,8 +66,8 @@ def consumer_config(spec: ChildSpec, reader: bool = False) -> dict[str, Any]:
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         # the host's reader is shared: a reset of its consumer may only go back to the log's
-        # start (ahead, it would skip records another child is still to get); each child's own
-        # start is put in range by its policy when it attaches (`child.reader`)
+        # start (ahead, it would skip records another child is still to get); a child's start
+        # past the log's end is moved by the child's own policy when it attaches (`child.reader`)
         "auto.offset.reset": "earliest" if reader else spec.auto_offset_reset,
     }
     return client_config(spec.bootstrap_servers, dict(spec.kafka_config), tuned=tuned, fixed=fixed)

@@ -218,6 +218,12 @@ class Recent:
         for row in rows:
             kept.append(row)
             self.size += _size(row)
+        self.trim(pin)
+
+    def trim(self, pin: int | None) -> None:
+        """Drop the oldest records over budget, none at or after ``pin``: when what pinned them
+        moved on (a behind lane served, or gone), the reader calls it before it reads again."""
+        kept = self.rows
         first = self.first
         while self.size > self.budget and first < len(kept):
             dropped = kept[first]

@@ -101,18 +101,28 @@ class Reader:
             if os.getppid() != parent:
                 self.log.info("feed_reader_orphaned")
                 return 0
-            self._sockets(0.0)
             if not self.outlets and time.monotonic() - self.idle_since > IDLE_EXIT_S:
                 self.log.info("feed_reader_idle_exit")
                 return 0
-            if self.lanes.by_index and self.consumer is not None and not self.recent.full:
-                if not self._read():
-                    return EXIT_FAILED
-            else:
-                self._sockets(POLL_S)
-            self._serve_behind()
-            self._reaches()
-            self._flush()
+            if not self.turn():
+                return EXIT_FAILED
+
+    def turn(self) -> bool:
+        """One turn: children's attaches and ends, a batch read and routed (unless nothing is
+        attached or what is kept is all still needed), behind children served, reaches,
+        frames sent. False on a fatal Kafka error."""
+        self._sockets(0.0)
+        if self.recent.full:  # what pinned it may have moved on: a behind child served, gone
+            self.recent.trim(self.lanes.pin())
+        if self.lanes.by_index and self.consumer is not None and not self.recent.full:
+            if not self._read():
+                return False
+        else:
+            self._sockets(POLL_S)
+        self._serve_behind()
+        self._reaches()
+        self._flush()
+        return True
 
     def _serve_behind(self) -> None:
         """Serve each behind child that has taken its frames from what is kept; a live one
@@ -224,22 +234,33 @@ class Reader:
         self.log.info("feed_attached", slice=msg.part.name, start=start, lanes=len(self.lanes))
 
     def _start(self, asked: int | None, reset: str) -> int:
-        """Where a child starts: where it asked; with no start, where its reset policy says
-        (the partition's low or high watermark). A start the log no longer has (retention)
-        is not looked up: the shared consumer, whose reset is always ``earliest``, reads from
-        the log's start, and the child gets its records from there, as its own consumer under
-        ``earliest`` would have; under ``latest`` its own consumer would have skipped to the
-        end, the feed skips nothing. (A lookup per attach waited behind the consumer's fetch
-        the broker held, half a second each: 64 children attached over 16 s.)"""
-        if asked is not None:
+        """Where a child starts: where it asked, if that is not past the partition's end as
+        the reader last knew it; else (none asked, or the end not known, or past it: a
+        truncated partition, a recreated topic) the watermarks are looked up and a start past
+        the end, or none, goes where the child's reset policy says, as its own consumer's reset
+        would have put it. A start the log no longer has (retention) is kept: the shared
+        consumer, whose reset is always ``earliest``, reads from the log's start, and the
+        child gets its records from there, as its own consumer under ``earliest`` would have;
+        under ``latest`` its own consumer would have skipped to the end, the feed skips
+        nothing. (A lookup per attach waited behind the consumer's fetch the broker held, half
+        a second each: 64 children attached over 16 s; now only a start past the known end
+        is looked up.)"""
+        if asked is not None and self.high is not None and asked <= self.high:
             return asked
         policy = reset.lower()
-        if policy not in EARLIEST | LATEST:
+        if asked is None and policy not in EARLIEST | LATEST:
             raise ValueError(f"no start offset and auto_offset_reset={reset!r}")
         marks = self.consumer.get_watermark_offsets(self.tp, timeout=WATERMARK_S, cached=False)
         if marks is None:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "watermark offsets timed out"))
-        return int(marks[0] if policy in EARLIEST else marks[1])
+        low, high = int(marks[0]), int(marks[1])
+        self.high = high if self.high is None else max(self.high, high)
+        if asked is not None and asked <= high:
+            return asked
+        start = high if policy in LATEST else low
+        if asked is not None:
+            self.log.info("feed_start_past_the_end", asked=asked, low=low, high=high, start=start)
+        return start
 
     def _drop(self, outlet: Outlet, why: str | None) -> None:
         if why is not None:

@@ -98,6 +98,76 @@ ops = st.lists(
 )
 
 
+class Model:
+    """The reader's use of `Lanes` and `Recent`, as `child.reader.Reader` makes it, over a
+    partition of `RECORDS` records less the ``compacted`` ones; each child takes what it gets."""
+
+    def __init__(self, ordering: Ordering, kept: int, compacted: set[int]) -> None:
+        self.ordering, self.compacted = ordering, compacted
+        self.lanes = Lanes()
+        self.recent = Recent(kept * (ROW_OVERHEAD + 4))  # keys of 2 or 3 bytes, values of 1
+        self.attached: list[tuple[Lane, int]] = []
+        self.got: dict[int, list[int]] = {}
+        self.reading: int | None = None
+
+    def go(self, target: int | None) -> None:
+        if target is not None:
+            self.reading = target
+            self.recent.restart(target)
+
+    def take(self) -> None:
+        for lane, _ in self.attached:
+            self.got[id(lane)].extend(r[0] for r in lane.rows)
+            lane.rows.clear()
+
+    def read(self, count: int) -> None:
+        lanes, recent = self.lanes, self.recent
+        if recent.full:  # as the reader does before it reads
+            recent.trim(lanes.pin())
+        if self.reading is None or recent.full:
+            return
+        end = min(RECORDS, self.reading + count)
+        rows = [row(o) for o in range(self.reading, end) if o not in self.compacted]
+        lanes.read(rows, end)
+        recent.add(rows, end, lanes.pin())
+        self.reading = end
+
+    def serve(self, lane: Lane, limit: int) -> None:
+        assert self.reading is not None
+        if not lane.live and not self.lanes.serve(lane, self.recent, self.reading, limit):
+            self.go(self.lanes.seek(self.reading))
+
+    def step(self, op: str, a: int, b: int) -> None:
+        lanes, attached = self.lanes, self.attached
+        if op == "attach":
+            lane, target = lanes.join(Slice(self.ordering, 4, a), b, self.reading, self.recent)
+            attached.append((lane, b))
+            self.got[id(lane)] = []
+            self.go(target)
+        elif op == "detach" and attached:
+            lanes.detach(attached[a % len(attached)][0])
+        elif op == "read":
+            self.read(a)
+        elif op == "behind" and attached and attached[a % len(attached)][0].live:
+            lanes.fall_behind(attached[a % len(attached)][0])
+        elif op == "serve" and attached and self.reading is not None:
+            self.serve(attached[a % len(attached)][0], b)
+        self.take()
+
+    def to_the_end(self) -> None:
+        """Every child takes all it is given: the reader reads to the end (it never waits for
+        good on what is kept)."""
+        for _ in range(4 * RECORDS):
+            if self.reading is None or (self.reading >= RECORDS and not self.lanes.pin()):
+                break
+            for lane in self.lanes.all():
+                self.serve(lane, 7)
+            self.take()
+            self.read(40)
+            self.take()
+        assert self.reading is None or not self.lanes.all() or self.reading == RECORDS
+
+
 @settings(max_examples=500, deadline=None)
 @given(
     st.sampled_from([Ordering.KEY, Ordering.UNORDERED]),
@@ -112,52 +182,19 @@ def test_every_lane_gets_each_record_of_its_slice_below_its_next_once_in_order(
     leaves), lanes falling behind and being served from what is kept, the reader joining lanes,
     going where `join` and `serve` say, keeping ``kept`` records of what it read last and
     waiting while those are all pinned: each lane gets exactly the records of its slice from
-    its start up to its next offset, once each and in offset order, never another slice's."""
-    count = 4
-    lanes = Lanes()
-    recent = Recent(kept * (ROW_OVERHEAD + 4))  # keys of 2 or 3 bytes, values of 1
-    attached: list[tuple[Lane, int]] = []
-    got: dict[int, list[int]] = {}
-    reading: int | None = None
-
-    def go(target: int | None) -> None:
-        nonlocal reading
-        if target is not None:
-            reading = target
-            recent.restart(target)
-
+    its start up to its next offset, once each and in offset order, never another slice's;
+    and once every child takes what it gets, the reader reads to the end."""
+    model = Model(ordering, kept, compacted)
     for op, a, b in script:
-        if op == "attach":
-            lane, target = lanes.join(Slice(ordering, count, a), b, reading, recent)
-            attached.append((lane, b))
-            got[id(lane)] = []
-            go(target)
-        elif op == "detach" and attached:
-            lanes.detach(attached[a % len(attached)][0])
-        elif op == "read" and reading is not None and not recent.full:
-            end = min(RECORDS, reading + a)
-            rows = [row(o) for o in range(reading, end) if o not in compacted]
-            lanes.read(rows, end)
-            recent.add(rows, end, lanes.pin())
-            reading = end
-        elif op == "behind" and attached:
-            lane = attached[a % len(attached)][0]
-            if lane.live:
-                lanes.fall_behind(lane)
-        elif op == "serve" and attached and reading is not None:
-            lane = attached[a % len(attached)][0]
-            if not lane.live and not lanes.serve(lane, recent, reading, b):
-                go(lanes.seek(reading))
-        for lane, _ in attached:
-            got[id(lane)].extend(r[0] for r in lane.rows)
-            lane.rows.clear()
-    for lane, start in attached:
+        model.step(op, a, b)
+    model.to_the_end()
+    for lane, start in model.attached:
         expected = [
             o
             for o in range(start, lane.next)
-            if slice_of(o, ordering, count) == lane.part.index and o not in compacted
+            if slice_of(o, ordering, 4) == lane.part.index and o not in compacted
         ]
-        assert got[id(lane)] == expected
+        assert model.got[id(lane)] == expected
 
 
 def test_a_lane_attached_within_what_was_read_last_is_served_from_it() -> None:
@@ -196,5 +233,5 @@ def test_what_a_behind_lane_needs_is_kept_and_the_reader_waits_when_that_is_all(
     recent.add(rows, 10, lanes.pin())
     assert recent.full and recent.low == 0 and slow.next == 0
     assert lanes.serve(slow, recent, 10, limit=100) and slow.live and slow.next == 10
-    recent.add([], 10, lanes.pin())
+    recent.trim(lanes.pin())  # (the reader trims before it reads again)
     assert not recent.full
