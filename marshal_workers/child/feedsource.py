@@ -107,7 +107,6 @@ class FeedFetcher:
         self.rows: deque[FeedRow] = deque()  # kept, not yet handed on
         self.covered = 0  # every record of the slice below it received (from the attach on)
         self.high: int | None = None
-        self.caught_up = False
         self.last_kept = -1  # offset of the last row kept (before the first: start - 1)
         self.heard = time.monotonic()
         self.ended = ""  # why the feed ended (its rows are handed on first)
@@ -184,8 +183,10 @@ class FeedFetcher:
 
     @property
     def idle(self) -> bool:
-        """Whether the reader had read to the partition's end and every record is handed on."""
-        return self.caught_up and not self.rows
+        """Whether the child has every record of its slice up to the partition's end (as the
+        reader last knew it) handed on: then a short batch means caught up. The reader having
+        read to the end is not enough: a child far behind it would report after every batch."""
+        return not self.rows and self.high is not None and self.covered >= self.high
 
     def _take(self, messages: list[Any]) -> None:
         part = self.spec.slice
@@ -223,7 +224,6 @@ class FeedFetcher:
             self.covered = msg.reach
             if msg.high is not None:
                 self.high = msg.high
-            self.caught_up = msg.caught_up
 
     def _receive(self, timeout: float) -> list[Any]:
         """The messages that came within ``timeout`` (none if none did)."""

@@ -254,3 +254,22 @@ def test_an_oversized_frame_is_refused_before_it_is_read() -> None:
     decoder = feedwire.Decoder()
     assert decoder.feed((feedwire.MAX_FRAME + 1).to_bytes(4, "little")) == []
     assert decoder.error and decoder.pending == 0
+
+
+def test_a_child_is_idle_only_once_it_has_everything_to_the_partitions_end(log: object) -> None:
+    """The reader at the partition's end does not make a child idle while the child's own
+    records up to it are still to come (it would report its position after every short batch:
+    at N = 16, hundreds of messages a second into a supervisor starved of the CPU); once the
+    child has everything of its slice to the end, it is."""
+    frames = [
+        feedwire.attached_frame(11),
+        feedwire.batch_frame(11, 14, 40, True, [row(11), row(13)]),  # the reader is at the end
+    ]
+    reader = Reader(frames)
+    fetcher = FeedFetcher(spec(reader.name), log, messages=False)
+    fetcher.open()
+    assert fetched(fetcher) == [11, 13]
+    assert not fetcher.idle  # records 14 to 39 of its slice are still to come
+    reader.conn.sendall(feedwire.batch_frame(14, 40, 40, True, []))
+    assert fetcher.fetch() == []
+    assert fetcher.idle
