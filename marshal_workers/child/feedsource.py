@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from marshal_workers.child.consumer import Reach
 from marshal_workers.handler.record import FetchedRecord, MessageRecords, Record
 from marshal_workers.ipc import feedwire
 from marshal_workers.ipc.exits import EXIT_KAFKA, ChildExit
@@ -74,16 +75,6 @@ class FeedRow:
         return None
 
 
-class FeedReach:
-    """How far the child may say it read (`consumer.Reach`'s role): every record of its slice
-    below ``end`` has been handed to it."""
-
-    __slots__ = ("end",)
-
-    def __init__(self) -> None:
-        self.end: int | None = None
-
-
 def peer_uid(sock: socket.socket) -> int:
     """The user the process at the other end of a Unix socket runs as."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
@@ -100,7 +91,7 @@ class FeedFetcher:
         self.spec = spec
         self.log = log
         self.messages = messages
-        self.reach = FeedReach()
+        self.reach = Reach()  # (how far a slice's child may say it read, as with a consumer)
         self.start = 0
         self.sock: socket.socket | None = None
         self.decoder = feedwire.Decoder()

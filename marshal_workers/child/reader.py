@@ -90,7 +90,6 @@ class Reader:
         self.outlets: dict[socket.socket, Outlet] = {}
         self.reading: int | None = None  # the offset the consumer returns next
         self.high: int | None = None
-        self.caught_up = False
         self.idle_since = time.monotonic()
         self.uid = os.getuid()
 
@@ -299,7 +298,6 @@ class Reader:
         if reading is not None:
             self.lanes.read(rows, reading)
             self.recent.add(rows, reading, self.lanes.pin())
-            self.caught_up = self.high is not None and reading >= self.high
             now = time.monotonic()
             for outlet in self.outlets.values():
                 self._emit(outlet, now)
@@ -310,9 +308,7 @@ class Reader:
         lane = outlet.lane
         if lane is None or not lane.rows:
             return
-        outlet.out += feedwire.batch_frame(
-            outlet.reach_sent, lane.next, self.high, self.caught_up, lane.rows
-        )
+        outlet.out += feedwire.batch_frame(outlet.reach_sent, lane.next, self.high, lane.rows)
         lane.rows = []
         outlet.reach_sent, outlet.sent_at = lane.next, now
 
@@ -334,9 +330,7 @@ class Reader:
             if (
                 lane.next != outlet.reach_sent and due >= REACH_EVERY_S
             ) or due >= feedwire.KEEPALIVE_S:
-                outlet.out += feedwire.batch_frame(
-                    outlet.reach_sent, lane.next, self.high, self.caught_up, []
-                )
+                outlet.out += feedwire.batch_frame(outlet.reach_sent, lane.next, self.high, [])
                 outlet.reach_sent, outlet.sent_at = lane.next, now
 
     def _flush(self) -> None:

@@ -14,12 +14,12 @@ as their own user (``SO_PEERCRED``) before they decode anything; a frame longer 
 - child to reader, once: ``("attach", VERSION, ordering, count, index, start, reset)``: the
   slice, where to start (-1: by ``reset``, ``earliest`` or ``latest``);
 - reader to child: ``("attached", start)`` (where it will start), then ``("batch", since, reach,
-  high, caught_up, rows)``: the rows of the child's slice in ``[since, reach)``, in offset
+  high, rows)``: the rows of the child's slice in ``[since, reach)``, in offset
   order, each ``(offset, key, value, timestamp_type, timestamp, headers)``; every record of the
   slice below ``reach`` has then been sent (other slices' records are not the child's). Each
   batch's ``since`` is the reach of the one before (the first's: the start), so a child can
   tell that no batch went missing. ``high``: the partition's high watermark as the reader knew
-  it (-1: not known); ``caught_up``: the reader had read to it. A batch without rows says how
+  it (-1: not known). A batch without rows says how
   far the reader got, at least every `KEEPALIVE_S`;
 - ``("failed", reason)``: the reader cannot go on (a fatal Kafka error, a start it could not
   resolve): the child ends as if its own consumer had failed.
@@ -71,7 +71,6 @@ class Batch:
     since: int
     reach: int
     high: int | None
-    caught_up: bool
     rows: list[Row]
 
 
@@ -98,10 +97,8 @@ def attached_frame(start: int) -> bytes:
     return frame(("attached", start))
 
 
-def batch_frame(
-    since: int, reach: int, high: int | None, caught_up: bool, rows: list[Row]
-) -> bytes:
-    return frame(("batch", since, reach, -1 if high is None else high, caught_up, rows))
+def batch_frame(since: int, reach: int, high: int | None, rows: list[Row]) -> bytes:
+    return frame(("batch", since, reach, -1 if high is None else high, rows))
 
 
 def failed_frame(reason: str) -> bytes:
@@ -177,12 +174,12 @@ def _message(body: bytes) -> Attach | Attached | Batch | Failed:
 
 
 def _batch(payload: tuple[Any, ...]) -> Batch:
-    _, since, reach, high, caught_up, rows = payload
+    _, since, reach, high, rows = payload
     if not (_is_int(since) and _is_int(reach) and _is_int(high)):
         raise FeedError("a batch of the wrong shape")
     if not isinstance(rows, list) or not since <= reach:
         raise FeedError("a batch of the wrong shape")
-    return Batch(since, reach, None if high < 0 else high, bool(caught_up), rows)
+    return Batch(since, reach, None if high < 0 else high, rows)
 
 
 def _attach(payload: tuple[Any, ...]) -> Attach:

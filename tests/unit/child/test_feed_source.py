@@ -90,7 +90,7 @@ def test_the_first_batch_in_the_read_of_the_attach_answer_is_kept(log: object) -
     reader = Reader(
         [
             feedwire.attached_frame(11),
-            feedwire.batch_frame(11, 20, 30, False, [row(o) for o in (11, 13, 15, 17, 19)]),
+            feedwire.batch_frame(11, 20, 30, [row(o) for o in (11, 13, 15, 17, 19)]),
         ]
     )
     fetcher = FeedFetcher(spec(reader.name), log, messages=False)
@@ -105,7 +105,7 @@ def test_the_first_batch_in_the_read_of_the_attach_answer_is_kept(log: object) -
 def test_a_record_reads_as_the_reader_sent_it(log: object) -> None:
     """A record's fields are the row's: key, value, timestamp, headers, topic, partition."""
     sent = (11, b"k", b"v", 1, 1234, [("h", b"x")])
-    reader = Reader([feedwire.attached_frame(11), feedwire.batch_frame(11, 12, 12, True, [sent])])
+    reader = Reader([feedwire.attached_frame(11), feedwire.batch_frame(11, 12, 12, [sent])])
     fetcher = FeedFetcher(spec(reader.name), log, messages=False)
     fetcher.open()
     (record,) = fetcher.fetch()
@@ -118,8 +118,8 @@ def test_records_of_another_slice_or_again_are_dropped(log: object) -> None:
     the rest is kept."""
     frames = [
         feedwire.attached_frame(11),
-        feedwire.batch_frame(11, 16, None, False, [row(o) for o in (11, 12, 13)]),
-        feedwire.batch_frame(16, 20, None, False, [row(o) for o in (17, 19)]),
+        feedwire.batch_frame(11, 16, None, [row(o) for o in (11, 12, 13)]),
+        feedwire.batch_frame(16, 20, None, [row(o) for o in (17, 19)]),
     ]
     reader = Reader(frames)
     fetcher = FeedFetcher(spec(reader.name, batch_size=10), log, messages=False)
@@ -133,9 +133,9 @@ def test_records_of_another_slice_or_again_are_dropped(log: object) -> None:
 @pytest.mark.parametrize(
     "bad",
     [
-        feedwire.batch_frame(14, 20, None, False, [row(15)]),  # a batch from 14 where 11 was due
-        feedwire.batch_frame(11, 14, None, False, [row(15)]),  # a record beyond its batch
-        feedwire.frame(("batch", 11, 14, -1, False, [(13,)])),  # a record of the wrong shape
+        feedwire.batch_frame(14, 20, None, [row(15)]),  # a batch from 14 where 11 was due
+        feedwire.batch_frame(11, 14, None, [row(15)]),  # a record beyond its batch
+        feedwire.frame(("batch", 11, 14, -1, [(13,)])),  # a record of the wrong shape
         feedwire.frame(("attached", 11)),  # an answer again
         feedwire.failed_frame("broker gone"),
         b"\x05\x00\x00\x00notmarshal",
@@ -147,7 +147,7 @@ def test_a_feed_that_breaks_the_rules_ends_the_child_after_what_it_kept(
     """A missing batch, a record outside its batch or of the wrong shape, an unexpected
     message, the reader's failure, bytes that are no message: what was kept before is handed
     on, then the child ends with the Kafka exit code (its claim's next child starts afresh)."""
-    good = feedwire.batch_frame(11, 12, None, False, [row(11)])
+    good = feedwire.batch_frame(11, 12, None, [row(11)])
     reader = Reader([feedwire.attached_frame(11), good, bad])
     fetcher = FeedFetcher(spec(reader.name), log, messages=False)
     fetcher.open()
@@ -164,7 +164,7 @@ def test_a_closed_feed_ends_the_child_after_its_records(log: object) -> None:
     reader = Reader(
         [
             feedwire.attached_frame(11),
-            feedwire.batch_frame(11, 14, None, False, [row(11), row(13)]),
+            feedwire.batch_frame(11, 14, None, [row(11), row(13)]),
         ],
         close=True,
     )
@@ -206,7 +206,7 @@ def test_every_message_survives_any_cut_of_the_stream() -> None:
         feedwire.attach_frame(attach)
         + feedwire.attached_frame(5)
         + feedwire.batch_frame(
-            5, 9, 20, True, [(5, None, None, 0, 0, None), (7, b"k", b"", 1, 3, [("a", None)])]
+            5, 9, 20, [(5, None, None, 0, 0, None), (7, b"k", b"", 1, 3, [("a", None)])]
         )
         + feedwire.failed_frame("why")
     )
@@ -218,7 +218,7 @@ def test_every_message_survives_any_cut_of_the_stream() -> None:
         attach,
         feedwire.Attached(5),
         feedwire.Batch(
-            5, 9, 20, True, [(5, None, None, 0, 0, None), (7, b"k", b"", 1, 3, [("a", None)])]
+            5, 9, 20, [(5, None, None, 0, 0, None), (7, b"k", b"", 1, 3, [("a", None)])]
         ),
         feedwire.Failed("why"),
     ]
@@ -231,9 +231,9 @@ def test_every_message_survives_any_cut_of_the_stream() -> None:
         ("attach", 2, "key", 8, 3, -1, "latest"),  # another version
         ("attach", 1, "partition", 1, 0, -1, "latest"),  # not a slice
         ("attach", 1, "key", 8, 8, -1, "latest"),  # no such slice
-        ("batch", 9, 5, -1, False, []),  # reach below since
-        ("batch", 5, 9, -1, False, ()),  # rows not a list
-        ("batch", 5, 9, -1),  # too short
+        ("batch", 9, 5, -1, []),  # reach below since
+        ("batch", 5, 9, -1, ()),  # rows not a list
+        ("batch", 5, 9),  # too short
         ("attached", -1),
         ("nonsense",),
         [1, 2],
@@ -263,13 +263,13 @@ def test_a_child_is_idle_only_once_it_has_everything_to_the_partitions_end(log: 
     child has everything of its slice to the end, it is."""
     frames = [
         feedwire.attached_frame(11),
-        feedwire.batch_frame(11, 14, 40, True, [row(11), row(13)]),  # the reader is at the end
+        feedwire.batch_frame(11, 14, 40, [row(11), row(13)]),  # the reader is at the end
     ]
     reader = Reader(frames)
     fetcher = FeedFetcher(spec(reader.name), log, messages=False)
     fetcher.open()
     assert fetched(fetcher) == [11, 13]
     assert not fetcher.idle  # records 14 to 39 of its slice are still to come
-    reader.conn.sendall(feedwire.batch_frame(14, 40, 40, True, []))
+    reader.conn.sendall(feedwire.batch_frame(14, 40, 40, []))
     assert fetcher.fetch() == []
     assert fetcher.idle
