@@ -68,11 +68,12 @@ class Reader:
             pass
         assert isinstance(got[0], feedwire.Attach)
         self.attach = got[0]
+        # Kept before the frames go out: a test that has read them may write more at once (set
+        # after the write, the test could get there first and find no connection).
+        self.conn = conn
         conn.sendall(b"".join(self.frames))
         if self.close:
             conn.close()
-        else:
-            self.conn = conn  # kept open: the child waits for more
 
 
 @pytest.fixture
