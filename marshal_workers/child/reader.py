@@ -49,6 +49,7 @@ from marshal_workers.child.consumer import EARLIEST, LATEST, reader_consumer
 from marshal_workers.child.feedlanes import Lane, Lanes, Recent
 from marshal_workers.child.feedsource import peer_uid
 from marshal_workers.child.fencing import parent_to_watch, set_parent_death_signal
+from marshal_workers.common.errors import ConfigError
 from marshal_workers.common.logs import configure_logging
 from marshal_workers.ipc import feedwire
 from marshal_workers.ipc.messages import ChildSpec
@@ -220,7 +221,7 @@ class Reader:
             if self.consumer is None:
                 self.consumer = reader_consumer(self.spec)
             start = self._start(msg.start, msg.reset)
-        except (KafkaException, ValueError) as exc:
+        except (KafkaException, ValueError, ConfigError) as exc:  # (settings the client refuses)
             outlet.out += feedwire.failed_frame(str(exc))
             self._send(outlet)
             self._drop(outlet, f"no start: {exc}")
@@ -377,7 +378,11 @@ def reader_main(spec: ChildSpec, supervisor_pid: int) -> NoReturn:
     listener.setblocking(False)
     log.info("feed_reader_started")
     reader = Reader(replace(spec, start_offset=None), listener, log)
-    code = reader.run(parent)
+    try:
+        code = reader.run(parent)
+    except Exception:  # one event in the member's log, not a bare traceback on its stderr
+        log.exception("feed_reader_crashed")
+        code = EXIT_FAILED
     if reader.consumer is not None:
         try:
             reader.consumer.close()

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from marshal_workers.admin.acls import acls_for, apply_acls
-from marshal_workers.common.ledgerfile import read_ledger
+from marshal_workers.common.ledgerfile import LedgerRow, read_ledger
 from marshal_workers.localkafka import LocalKafka
 from marshal_workers.log.topicadmin import admin_client
+from marshal_workers.protocol.slicing import Ordering, Slice
 from tests.integration.fleet import MARSHAL_ADMIN, MARSHAL_RUN, REPO
 
 pytestmark = pytest.mark.kafka
@@ -50,16 +51,20 @@ class Secured:
             env={**base, **(env or {})},
         )  # fmt: skip
 
-    def run_member(self, who: str, client_id: str, *args: str) -> subprocess.Popen[bytes]:
-        """A `marshal-run` (ledger handler, HB 2 s) as ``who``; its log in ``root``."""
+    def run_member(
+        self, who: str, client_id: str, *args: str, topic: str = "", group: str = "",
+        ledger: str = "ledger",
+    ) -> subprocess.Popen[bytes]:  # fmt: skip
+        """A `marshal-run` (ledger handler, HB 2 s) as ``who`` (on this fleet's topic and group
+        unless told); its log in ``root``, its ledger in ``root / ledger``."""
         command = [
-            str(MARSHAL_RUN), "--handler", "ledger", "--mode", "alo", "--topic", self.topic,
-            "--group", self.group, "--client-id", client_id, "--config", str(self.configs[who]),
-            "--coordination-topic", self.coordination, "--heartbeat-interval", "2",
-            "--log-format", "json", *args,
+            str(MARSHAL_RUN), "--handler", "ledger", "--mode", "alo", "--topic",
+            topic or self.topic, "--group", group or self.group, "--client-id", client_id,
+            "--config", str(self.configs[who]), "--coordination-topic", self.coordination,
+            "--heartbeat-interval", "2", "--log-format", "json", *args,
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
-        env |= {"PYTHONPATH": str(REPO), "MARSHAL_LEDGER_DIR": str(self.root / "ledger"),
+        env |= {"PYTHONPATH": str(REPO), "MARSHAL_LEDGER_DIR": str(self.root / ledger),
                 "XDG_RUNTIME_DIR": str(self.root / "run")}  # fmt: skip
         out = (self.root / f"{client_id}.log").open("ab")
         return subprocess.Popen(command, env=env, stdout=out, stderr=out, start_new_session=True)
@@ -143,10 +148,11 @@ def test_init_without_write_fails_in_one_line_naming_the_role(secured: Secured) 
     assert "recorded partition count is none, should be 2" in again.stderr
 
 
-def _produce(secured: Secured, n: int) -> None:
+def _produce(secured: Secured, n: int, topic: str = "") -> None:
     lines = "".join(f"k{i}\tv{i}\n" for i in range(n))
     done = subprocess.run(
-        [str(MARSHAL_ADMIN), "produce", secured.topic, "--config", str(secured.configs["admin"])],
+        [str(MARSHAL_ADMIN), "produce", topic or secured.topic, "--config",
+         str(secured.configs["admin"])],
         input=lines, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -193,6 +199,54 @@ def test_a_worker_handles_every_record_and_a_reader_sees_it(secured: Secured) ->
         code = member.wait(60)
     assert code == 0, log.read_text()[-3000:]
     assert "heartbeat_check_skipped" not in log.read_text()
+
+
+def test_a_sliced_group_reads_each_partition_once_per_host_under_least_privilege(
+    secured: Secured,
+) -> None:
+    """Key slices read by the host's reader (`--slice-reads host`, the default) as a principal
+    with only the worker role's ACLs for its own group and topic: the reader's consumer, built
+    like a child's from the [kafka] table, reaches the secured broker; every record is handled
+    once, by the child of its key's slice, and no feed is lost."""
+    uid = uuid.uuid4().hex[:6]
+    who, group, topic = f"slicer-{uid}", f"sliced_{uid}", f"hot_{uid}"
+    secured.configs[who] = secured.cluster.add_user(who)
+    apply_acls(
+        admin_client(secured.cluster.bootstrap, secured.cluster.client_table),
+        acls_for("worker", f"User:{who}", secured.coordination, group=group, topics=[topic]),
+    )
+    made = secured.admin("admin", "topic", "create", topic, "--partitions", "2")
+    assert made.returncode == 0, made.stderr
+    records = 60
+    _produce(secured, records, topic)
+    ledger = secured.root / f"ledger-{uid}"
+    member = secured.run_member(
+        who, "s1", "--ordering", "key", "--workers-per-partition", "4",
+        topic=topic, group=group, ledger=ledger.name,
+    )  # fmt: skip
+    log = secured.root / "s1.log"
+    try:
+
+        def rows() -> list[LedgerRow]:
+            return [r for r in read_ledger(ledger) if r.topic == topic] if ledger.exists() else []
+
+        _wait(lambda: len({(r.partition, r.offset) for r in rows()}) >= records, 90,
+              f"the sliced member to handle {records} records", log)  # fmt: skip
+    finally:
+        member.send_signal(signal.SIGTERM)
+        code = member.wait(60)
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    handled = rows()
+    assert len(handled) == records  # each record once
+    slices = {Slice(Ordering.KEY, 4, i) for i in range(4)}
+    for row in handled:
+        (part,) = [s for s in slices if s.takes_hashed(row.offset, row.key_hash)]
+        assert row.slice == part.name, row
+    assert len({(r.partition, r.slice) for r in handled}) > 2  # the records spread over slices
+    assert "feed_attached" in text  # read by the host's reader, not by each child
+    for bad in ("feed_lost", "not allowed", "Traceback"):
+        assert bad not in text, text[-3000:]
 
 
 def test_a_reader_writes_nothing(secured: Secured) -> None:

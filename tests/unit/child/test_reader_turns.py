@@ -13,6 +13,7 @@ import structlog
 from marshal_workers.child import reader as reader_module
 from marshal_workers.child.feedlanes import Recent
 from marshal_workers.child.reader import Outlet, Reader
+from marshal_workers.common.errors import ConfigError
 from marshal_workers.ipc import feedwire
 from marshal_workers.ipc.messages import ChildSpec
 from marshal_workers.protocol.modes import Mode
@@ -188,3 +189,26 @@ def test_a_start_within_what_the_reader_knows_is_not_looked_up(reader: Reader) -
     second.take()
     assert partition.lookups == looked
     assert second.started == 100 and second.offsets == list(range(101, 500, 2))
+
+
+def test_a_consumer_kafka_refuses_fails_the_attach_in_one_line(
+    reader: Reader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Settings the client refuses when the reader builds its consumer: the attaching child is
+    told why (a `Failed` frame: its feed is lost with that reason, one line) and the reader
+    goes on. (It raised out of the reader: a bare traceback on the member's stderr, and the
+    child learnt only that the feed closed.)"""
+
+    def refused(spec: ChildSpec) -> Any:
+        raise ConfigError("Kafka refuses the data consumer's settings: no SASL mechanism")
+
+    monkeypatch.setattr(reader_module, "reader_consumer", refused)
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    outlet = Outlet(ours)
+    reader.outlets[ours] = outlet
+    reader._attach(outlet, feedwire.Attach(Slice(Ordering.UNORDERED, 2, 0), 0, "earliest"))
+    assert ours not in reader.outlets  # dropped, the reader still runs
+    got = feedwire.Decoder().feed(theirs.recv(65536))
+    assert len(got) == 1 and isinstance(got[0], feedwire.Failed)
+    assert "Kafka refuses the data consumer's settings" in got[0].reason
