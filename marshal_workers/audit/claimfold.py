@@ -34,10 +34,13 @@ Where each record goes (`route`, on the value's '/'-separated fields, as Spark d
 - a pause (``ReleaseGroup``) or group settings (``GroupSettings``, group in field 5): the
   group's own fold ``(partition, group)``, which alone reports them, and *as context* every
   claim fold of that group on that partition: folded for the state they set, never reported
-  (they are few, a handful per pause or change, so each fold gets them all, `Context`). What
-  they set (a pause: who, until when; settings) does not depend on the log time or the gaps,
-  so context records need no annotation: they are collected from the log as they are, in the
-  pass that reads the groups' settings before the fold;
+  (they are few, a handful per pause or change, so each fold gets them all, `Context`). They
+  travel annotated, and each is folded at its partition's log time there: whether a placed
+  group's changed settings are accepted depends on the writer's pause being in force at that
+  log time, and a settings record stamped before the clamp (log time stepping back) was once
+  judged at the claim's own last log time, under a pause that had ended (accepted here,
+  refused by the partition fold: every later record of the claim misplaced). Gaps are not
+  noted at a context record: the next own record learns of them;
 - anything else (the pinned count, unknown types, garbage): ``(partition,)``.
 
 A record whose fields are not what routing reads is malformed wherever it goes, and whether a
@@ -124,9 +127,10 @@ def annotate(records: Iterable[CoordRecord]) -> list[Placed]:
     return out
 
 
-Context = Mapping[tuple[int, str], Sequence[CoordRecord]]
-"""Each group's own records (pauses, settings) per coordination partition, in offset order:
-few (a handful per pause or change), so they travel to every fold in full."""
+Context = Mapping[tuple[int, str], Sequence[Placed]]
+"""Each group's own records (pauses, settings) per coordination partition, in offset order,
+annotated (`annotate`): few (a handful per pause or change), so they travel to every fold in
+full."""
 
 
 def is_group_record(value: bytes | None) -> bool:
@@ -134,15 +138,16 @@ def is_group_record(value: bytes | None) -> bool:
     return value is not None and value.startswith((b"ReleaseGroup/", b"GroupSettings/"))
 
 
-def context_of(records: Iterable[CoordRecord]) -> Context:
-    """The groups' records among ``records``, by coordination partition and group."""
-    out: dict[tuple[int, str], list[CoordRecord]] = {}
-    for r in records:
-        group, topic, _ = route(r.value)
+def context_of(placed: Iterable[Placed]) -> Context:
+    """The groups' records among annotated records (of any partitions), by coordination
+    partition and group."""
+    out: dict[tuple[int, str], list[Placed]] = {}
+    for p in placed:
+        group, topic, _ = route(p.record.value)
         if group is not None and topic is None:
-            out.setdefault((r.partition, group), []).append(r)
-    for rs in out.values():
-        rs.sort(key=lambda r: r.offset)
+            out.setdefault((p.record.partition, group), []).append(p)
+    for ps in out.values():
+        ps.sort(key=lambda p: p.record.offset)  # (stable: copies of an offset keep their order)
     return out
 
 
@@ -154,11 +159,14 @@ def folds(records: Iterable[CoordRecord]) -> tuple[dict[FoldKey, list[Placed]], 
     for r in records:
         by_partition.setdefault(r.partition, []).append(r)
     out: dict[FoldKey, list[Placed]] = {}
+    groups: list[Placed] = []
     for partition, rs in sorted(by_partition.items()):
         for placed in annotate(sorted(rs, key=lambda r: r.offset)):
             group, topic, part = route(placed.record.value)
             out.setdefault((partition, group, topic, part), []).append(placed)
-    return out, context_of(records)
+            if group is not None and topic is None:
+                groups.append(placed)
+    return out, context_of(groups)
 
 
 class ClaimFold:
@@ -172,7 +180,7 @@ class ClaimFold:
         self.tables.log_gap = False
         self._worlds = list(self.worlds.worlds.values())
         self._last_offset = -1  # of the last own record folded
-        self._context: Sequence[CoordRecord] = ()
+        self._context: Sequence[Placed] = ()
         if topic is not None and group is not None:
             self._context = context.get((partition, group), ())
         self._next = 0  # the next context record to fold
@@ -183,7 +191,7 @@ class ClaimFold:
         record = placed.record
         offset = record.offset
         ahead, i = self._context, self._next
-        while i < len(ahead) and ahead[i].offset < offset:
+        while i < len(ahead) and ahead[i].record.offset < offset:
             self._fold_context(ahead[i])
             i += 1
         self._next = i
@@ -206,11 +214,14 @@ class ClaimFold:
         tables.add(event)
         return event
 
-    def _fold_context(self, record: CoordRecord) -> None:
-        """A group's record, for the state it sets: at its offset (no gap seen here: the next
-        own record learns of the gaps), its verdict taken by the tables as context."""
+    def _fold_context(self, placed: Placed) -> None:
+        """A group's record, for the state it sets: at its offset and its partition's log time
+        there (no gap seen here: the next own record learns of the gaps), its verdict taken by
+        the tables as context."""
+        record = placed.record
+        next_offset = record.offset + 1 if placed.behind else record.offset
         for world in self._worlds:
-            world.next_offset = record.offset
+            world.next_offset, world.log_time = next_offset, placed.log_time
         hb, event = self.worlds.verdict(record)
         if not self.worlds.single:
             self.tables.hb = hb
@@ -218,8 +229,8 @@ class ClaimFold:
 
     def finish(self) -> dict[str, list[Row]]:
         """Every row of this fold (the context records after its last own one folded too)."""
-        for record in self._context[self._next :]:
-            self._fold_context(record)
+        for placed in self._context[self._next :]:
+            self._fold_context(placed)
         self._next = len(self._context)
         self.tables.finish()
         return self.tables.take()

@@ -38,7 +38,7 @@ from marshal_workers.common.errors import MarshalError
 from marshal_workers.protocol.slicing import data_topic
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 T = TypeVar("T")
 
@@ -88,22 +88,42 @@ def _run(
     files: list[Path],
     num_partitions: int | None,
 ) -> AuditResult:
-    from marshal_workers.audit import kafka_meta  # noqa: PLC0415
+    from pyspark import StorageLevel  # noqa: PLC0415
 
-    source, out = config.source, config.out
+    source = config.source
     if isinstance(source, KafkaInput):
         records = sources.kafka_topic(spark, source.bootstrap_servers, source.topic, source.kafka)
     else:
         records = sources.dump_file(spark, source.path)
-    groups = _spark(lambda: sources.group_records(records))
-    config = config.with_heartbeats(groups)
+    # annotated once (a window per coordination partition): the groups' records are read
+    # from it with their log times, and the fold reads it again
+    placed = spark_jobs.annotated(records).persist(StorageLevel.DISK_ONLY)
+    try:
+        return _fold_and_check(config, progress, spark, files, num_partitions, placed)
+    finally:
+        placed.unpersist()
+
+
+def _fold_and_check(
+    config: AuditConfig,
+    progress: Progress,
+    spark: SparkSession,
+    files: list[Path],
+    num_partitions: int | None,
+    placed: DataFrame,
+) -> AuditResult:
+    from marshal_workers.audit import kafka_meta  # noqa: PLC0415
+
+    source, out = config.source, config.out
+    group_records = _spark(lambda: sources.group_records(placed))
+    config = config.with_heartbeats([p.record for p in group_records])
     settings = FoldSettings(
         config.rationalizer(num_partitions), config.window, heartbeats=config.heartbeats
     )
     spread = _fold_tasks(spark, config)
     progress.step(f"folding {source} ({_intervals_text(config)}) in {spread} tasks")
-    context = context_of(groups)
-    packed = _spark(lambda: spark_jobs.fold_by_claim(records, settings, spread, context))
+    context = context_of(group_records)
+    packed = _spark(lambda: spark_jobs.fold_by_claim(placed, settings, spread, context))
     try:
         raw = _spark(lambda: spark_jobs.collect_tables(packed, SMALL))
         tables, end_ms, index = finish_small(raw, config)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from marshal_workers.audit.claimfold import Placed
 from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
 from marshal_workers.audit.javakafka import java_options
 from marshal_workers.audit.session import error_line
@@ -96,21 +97,29 @@ def kafka_topic(
     )
 
 
-def group_records(records: DataFrame) -> list[CoordRecord]:
-    """The records that may be a group's settings or pause (`claimfold.is_group_record`):
-    read before the fold, since each group's recorded heartbeat interval decides its verdicts
-    (`heartbeats` decodes and checks them) and every fold of a group's claim folds them too."""
-    found = records.where(
+def group_records(placed: DataFrame) -> list[Placed]:
+    """The records that may be a group's settings or pause (`claimfold.is_group_record`), with
+    their partition's annotations (``placed``: `spark_jobs.annotated`): read before the fold,
+    since each group's recorded heartbeat interval decides its verdicts (`heartbeats` decodes
+    and checks them), and every fold of a group's claim folds them too, each at its partition's
+    log time there (`claimfold.Context`)."""
+    found = placed.where(
         "CAST(`value` AS STRING) LIKE 'GroupSettings/%' "
         "OR CAST(`value` AS STRING) LIKE 'ReleaseGroup/%'"
     ).collect()
     return [
-        CoordRecord(
-            int(r["partition"]),
-            int(r["offset"]),
-            int(r["timestamp_ms"]),
-            None if r["key"] is None else bytes(r["key"]),
-            bytes(r["value"]),
+        Placed(
+            CoordRecord(
+                int(r["partition"]),
+                int(r["offset"]),
+                int(r["timestamp_ms"]),
+                None if r["key"] is None else bytes(r["key"]),
+                bytes(r["value"]),
+            ),
+            int(r["log_time"]),
+            None if r["gap_offset"] is None else int(r["gap_offset"]),
+            None if r["gap_time"] is None else int(r["gap_time"]),
+            bool(r["behind"]),
         )
         for r in found
     ]

@@ -53,11 +53,11 @@ Transform = Callable[[list[Row]], list[Row]]
 
 
 def fold_by_claim(
-    records: DataFrame, settings: FoldSettings, partitions: int, context: Context
+    placed: DataFrame, settings: FoldSettings, partitions: int, context: Context
 ) -> DataFrame:
-    """Every table's rows, packed (`schema.PACKED_DDL`), from the records, folded per claim
-    (`claimfold`) with the groups' records (``context``, `claimfold.context_of`); persisted
-    on disk.
+    """Every table's rows, packed (`schema.PACKED_DDL`), from the records annotated
+    (`annotated`), folded per claim (`claimfold`) with the groups' records (``context``,
+    `claimfold.context_of`); persisted on disk.
 
     A packed row holds megabytes, so the session must not keep many in memory at once: the
     cache's column batches are bounded in bytes by Spark, and `session.spark_conf` makes Java
@@ -67,7 +67,7 @@ def fold_by_claim(
     def run(batches: Iterable[Any]) -> Iterator[Any]:
         return fold_claim_batches(batches, settings, context)
 
-    packed = fold_input(annotated(records), partitions).mapInArrow(run, PACKED_DDL)
+    packed = fold_input(placed, partitions).mapInArrow(run, PACKED_DDL)
     return packed.persist(StorageLevel.DISK_ONLY)
 
 

@@ -27,7 +27,13 @@ from marshal_workers.audit.session import SessionOptions, start_session
 from marshal_workers.audit.summary import summarize
 from marshal_workers.audit.synthetic import Fleet, Synthetic, generate
 from marshal_workers.common.ledgerfile import OPTIONAL_FIELDS, LedgerRow
-from marshal_workers.protocol.metadata import GroupSettings, encode_metadata, metadata_key
+from marshal_workers.protocol.metadata import (
+    GroupSettings,
+    TopicRecord,
+    encode_metadata,
+    metadata_key,
+)
+from marshal_workers.protocol.placement import Placement
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.recordfailures import (
     Outcome,
@@ -37,6 +43,7 @@ from marshal_workers.protocol.recordfailures import (
 )
 from marshal_workers.protocol.wire import (
     MAX_LOG_TIME_MS,
+    ClaimingPartition,
     CoordRecord,
     Heartbeat,
     Partitioner,
@@ -49,6 +56,7 @@ from marshal_workers.protocol.wire import (
 from tests.unit.audit.test_audit_claimfold import compacted
 
 pytestmark = pytest.mark.spark
+ADMIN = "marshal-admin"  # an admin client id of the audit's defaults
 HB_MS = 1000
 FLEET = Fleet(partitions=8, clients=3, coord_partitions=3, batch=4, seed=5)
 
@@ -367,6 +375,46 @@ class TestFoldPerClaim:
         for name in TABLES:
             if name in ("violations", "amo_losses"):
                 continue
+            assert sorted_rows(read_table(config.out, name)) == sorted_rows(tables[name]), name
+
+    def test_placed_settings_stamped_behind_the_log_time_get_the_partition_folds_verdict(
+        self, spark: Any, tmp_path: Path
+    ) -> None:
+        """A placed group's settings moved by its admin, stamped before the pause's end while
+        the log time is past it (log time steps back): refused by the partition fold, and on
+        Spark too, where each claim's fold takes them as context at their partition's log time
+        (it judged them at the claim's own last log time: accepted, and the claim's later
+        heartbeats called misplaced)."""
+
+        def settings_at(offset: int, t: int, first: int) -> CoordRecord:
+            meta = GroupSettings(t // 1000, "m-1", ADMIN, "g", HB_MS, Partitioner.SPEC, None,
+                                 placement=Placement(3, first, 1))  # fmt: skip
+            return CoordRecord(0, offset, t, metadata_key(meta), encode_metadata(meta))
+
+        def message(offset: int, t: int, msg: Any) -> CoordRecord:
+            return CoordRecord(0, offset, t, record_key(msg), encode(msg))
+
+        pause = ReleaseGroup(1, "m-1", ADMIN, "g", "", 0, 5)  # until 5 s, by an admin
+        pin = TopicRecord(0, "a-1", "a", 3)  # the pinned count: placements are checked
+        records = [
+            CoordRecord(0, 0, 900, metadata_key(pin), encode_metadata(pin)),
+            settings_at(1, 1_000, 0),
+            message(2, 1_000, pause),
+            message(3, 1_100, ClaimingPartition(0, "a-1", "a", "g", "t", 0)),
+            message(4, 9_000, ClaimingPartition(0, "b-1", "b", "g", "t", 1)),
+            settings_at(5, 2_000, 1),  # moved, stamped under the pause's end: refused
+            message(6, 9_100, Heartbeat(0, "a-1", "a", "g", "t", 0, 6)),
+        ]
+        config = AuditConfig(
+            FileInput(write_dump(records, tmp_path / "dump.jsonl")), tmp_path / "out", HB_MS,
+            report=False,
+        )  # fmt: skip
+        result = run(config, spark=spark)
+        local, tables = run_local(records, config)
+        assert local.verdicts["GroupPaused"] == 1
+        assert local.verdicts["Malformed"] == 1  # the moved settings, and nothing else
+        assert result.verdicts == local.verdicts
+        for name in ("claims", "events", "coordination", "groups"):
             assert sorted_rows(read_table(config.out, name)) == sorted_rows(tables[name]), name
 
     def test_a_group_on_one_coordination_partition_folds_in_every_task(

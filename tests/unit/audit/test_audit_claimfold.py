@@ -29,6 +29,7 @@ from marshal_workers.protocol.metadata import (
     encode_metadata,
     metadata_key,
 )
+from marshal_workers.protocol.placement import Placement
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.recordfailures import (
     Action,
@@ -59,7 +60,8 @@ GROUPS = ("g", "h", "gg")
 PROPERTY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KINDS = (
     "claim", "claim", "hb", "hb", "hb", "release", "reserve", "pause", "legacy-pause",
-    "settings", "pin", "failed", "resolved", "keyless", "garbage", "foreign-key", "misplaced",
+    "settings", "placed-settings", "pin", "failed", "resolved", "keyless", "garbage",
+    "foreign-key", "misplaced",
 )  # fmt: skip
 
 
@@ -67,7 +69,8 @@ KINDS = (
 def logs(draw: st.DrawFn) -> list[CoordRecord]:
     """Several coordination partitions of several groups (each claim's records on its home
     partition, but for misplaced ones): claims, heartbeats, releases, reservations, pauses
-    (under legacy keys too), settings of two heartbeat intervals, poison counts and decisions,
+    (under legacy keys too), settings of two heartbeat intervals, placed settings (a change
+    accepted only under its writer's pause), poison counts and decisions,
     the pinned count, keyless and garbage records; log time mostly forward, sometimes back or
     past any broker's clock; offsets with gaps now and then."""
     out: list[CoordRecord] = []
@@ -104,6 +107,12 @@ def logs(draw: st.DrawFn) -> list[CoordRecord]:
             meta = GroupSettings(0, inst, client, group, HB * (1 + at % 2), Partitioner.SPEC, None)
             key, value = metadata_key(meta), encode_metadata(meta)
             coord = draw(st.integers(0, COORD - 1))
+        elif kind == "placed-settings":  # changes accepted only under the writer's pause
+            where = Placement(COORD, at % COORD, 1)
+            meta = GroupSettings(t // 1000, inst, client, group, HB, Partitioner.SPEC, None,
+                                 placement=where)  # fmt: skip
+            key, value = metadata_key(meta), encode_metadata(meta)
+            coord = draw(st.sampled_from([where.first, where.first, (where.first + 1) % COORD]))
         elif kind == "pin":
             pin = TopicRecord(0, inst, client, COORD)
             key, value = metadata_key(pin), encode_metadata(pin)
@@ -258,6 +267,36 @@ class TestGaps:
         want = merged(fold_records(log, s))
         assert merged(fold_by_claim(log, s)) == want
         assert "True)" in want["claims"][0]  # by_admin, the last column
+
+    def test_placed_settings_written_behind_the_log_time_get_the_partition_folds_verdict(
+        self,
+    ) -> None:
+        """A placed group's changed settings, by the admin whose pause ended before the log
+        time, stamped before that end (log time steps back): the partition fold refuses them
+        at its clamped log time, and so must each claim's fold that takes them as context.
+        (It judged them at its own last record's log time, under the pause: accepted, and the
+        claim's later records judged with the refused settings' heartbeat interval.)"""
+
+        def settings_at(offset: int, t: int, first: int) -> CoordRecord:
+            meta = GroupSettings(t // 1000, "a-1", "a", "g", HB, Partitioner.SPEC, None,
+                                 placement=Placement(COORD, first, 1))  # fmt: skip
+            return CoordRecord(0, offset, t, metadata_key(meta), encode_metadata(meta))
+
+        pause = ReleaseGroup(1, "a-1", "a", "g", "", 0, 5)  # until 5 s
+        log = [
+            settings_at(0, 1_000, 0),  # placed here
+            CoordRecord(0, 1, 1_000, record_key(pause), encode(pause)),
+            _claim(2, 1_100),
+            _beat(3, 9_000, inst="b-1", part=1),  # log time 9 s: the pause has ended
+            settings_at(4, 2_000, 1),  # moved, stamped 2 s, under the pause's end: refused
+            _beat(5, 9_100),
+            _beat(6, 9_200),
+        ]
+        s = FoldSettings(RationalizerConfig(HB, num_partitions=COORD))
+        want = partition_events(log, s)
+        assert type(want[(0, 4)][1]).__name__ == "Malformed"
+        assert claim_events(log, s) == want
+        assert merged(fold_by_claim(log, s)) == merged(fold_records(log, s))
 
     def test_annotations_known_answers(self) -> None:
         """Log time is the running clamp (a stamp past any clock refused); a gap is an offset
