@@ -8,8 +8,8 @@ is almost all per claim (``claims``, ``poison``, the ``keys`` cache) or per grou
 offset, and the gap bookkeeping (``gap_seen``, ``gap_time``, the claims folded since the
 newest gap). So the records of one claim, with its group's pauses and settings on that
 partition, give exactly the events the partition fold gives them, provided each record comes
-with three facts about the whole partition there (`annotate`; Spark computes the same in the
-JVM, `spark_jobs.annotated`):
+with three facts about the whole partition there (`placed.annotate`; Spark computes the same
+in the JVM, `spark_jobs.annotated`):
 
 - its log time: the running greatest valid timestamp (`rationalizer._advance`'s clamp);
 - the newest record at or before it that follows a gap (an offset past the previous one + 1,
@@ -52,14 +52,15 @@ fold per claim then reports every record exactly once, with the partition fold's
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from marshal_workers.audit import arrow
 from marshal_workers.audit.fold import FoldSettings, Worlds
+from marshal_workers.audit.placed import Placed, annotate, place
 from marshal_workers.audit.tables import Row, Tables
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.rationalizer import note_gap
-from marshal_workers.protocol.wire import MAX_LOG_TIME_MS, CoordRecord
+from marshal_workers.protocol.wire import CoordRecord
 
 CLAIM_TYPES: Final = (
     "Heartbeat", "ClaimingPartition", "ReleasingPartition", "ClaimingMessages",
@@ -74,17 +75,6 @@ _GROUP_KINDS: Final = frozenset(t.encode() for t in GROUP_TYPES)
 
 Route = tuple[str | None, str | None, int | None]  # group, topic, partition
 FoldKey = tuple[int, str | None, str | None, int | None]  # coordination partition + `Route`
-
-
-class Placed(NamedTuple):
-    """A record and what the fold of its whole partition knows there (see module doc); a
-    tuple, since one is made per record."""
-
-    record: CoordRecord
-    log_time: int
-    gap_offset: int | None = None
-    gap_time: int | None = None
-    behind: bool = False
 
 
 def route(value: bytes | None) -> Route:
@@ -105,26 +95,6 @@ def route(value: bytes | None) -> Route:
 
 def _text(field: bytes) -> str:
     return field.decode("utf-8", "replace")
-
-
-def annotate(records: Iterable[CoordRecord]) -> list[Placed]:
-    """One coordination partition's records, in offset order, each with what the partition
-    fold knows there (see module doc)."""
-    out: list[Placed] = []
-    clamp, previous = 0, -1
-    gap_offset: int | None = None
-    gap_time: int | None = None
-    for r in records:
-        behind = r.offset <= previous
-        if not behind:
-            follows_gap = r.offset > previous + 1
-            previous = r.offset
-            if clamp < r.timestamp_ms <= MAX_LOG_TIME_MS:
-                clamp = r.timestamp_ms
-            if follows_gap:
-                gap_offset, gap_time = r.offset, clamp
-        out.append(Placed(r, clamp, gap_offset, gap_time, behind))
-    return out
 
 
 Context = Mapping[tuple[int, str], Sequence[Placed]]
@@ -218,11 +188,9 @@ class ClaimFold:
         """A group's record, for the state it sets: at its offset and its partition's log time
         there (no gap seen here: the next own record learns of the gaps), its verdict taken by
         the tables as context."""
-        record = placed.record
-        next_offset = record.offset + 1 if placed.behind else record.offset
         for world in self._worlds:
-            world.next_offset, world.log_time = next_offset, placed.log_time
-        hb, event = self.worlds.verdict(record)
+            place(world, placed)
+        hb, event = self.worlds.verdict(placed.record)
         if not self.worlds.single:
             self.tables.hb = hb
         self.tables.context(event)

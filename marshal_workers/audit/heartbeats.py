@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from marshal_workers.audit.placed import Placed, place
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.metadata import GroupSettings
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
@@ -66,35 +67,40 @@ class Heartbeats:
 
 
 def settings_records(
-    records: Iterable[CoordRecord], admin_client_ids: frozenset[str] | None = None
+    placed: Iterable[Placed], admin_client_ids: frozenset[str] | None = None
 ) -> list[tuple[CoordRecord, GroupSettings]]:
-    """The group settings records among ``records`` that the fold accepts, in log order.
+    """The group settings records among ``placed`` (records annotated with their partition's
+    log time, `placed.annotate`) that the fold accepts, in log order.
 
     A placed group's first settings on a partition win there: a differing record after them
     (a racing creator's that lost, a hostile writer's) is refused by every member's fold
-    unless its writer's pause of the group is in force, and, its key kept by compaction for
-    good, would otherwise decide the group's interval. So each partition's group records
-    (settings and pauses: `admin_client_ids` decides which pauses count) are folded in offset
-    order, as each claim's fold takes them (`claimfold`), and the settings it records are
-    kept."""
-    by_partition: dict[int, list[CoordRecord]] = {}
-    for r in records:
-        if r.value is not None and r.value.startswith((b"GroupSettings/", b"ReleaseGroup/")):
-            by_partition.setdefault(r.partition, []).append(r)
+    unless its writer's pause of the group is in force at the partition's log time, and, its
+    key kept by compaction for good, would otherwise decide the group's interval. So each
+    partition's group records (settings and pauses: `admin_client_ids` decides which pauses
+    count) are folded in offset order, each at its partition's log time, as each claim's fold
+    takes them (`claimfold`), and the settings it records are kept. (Folded at their own
+    stamps, a settings record stamped before a pause's end that the log time had passed was
+    accepted here and refused by the fold.)"""
+    by_partition: dict[int, list[Placed]] = {}
+    for p in placed:
+        value = p.record.value
+        if value is not None and value.startswith((b"GroupSettings/", b"ReleaseGroup/")):
+            by_partition.setdefault(p.record.partition, []).append(p)
     config = RationalizerConfig(DEFAULT_MS, admin_client_ids=admin_client_ids)
     found = []
-    for partition, rs in by_partition.items():
+    for partition, ps in by_partition.items():
         world = World(config, partition)
-        for r in sorted(rs, key=lambda r: r.offset):
-            event = fold(world, r)
+        for p in sorted(ps, key=lambda p: p.record.offset):  # (stable: copies keep their order)
+            place(world, p)
+            event = fold(world, p.record)
             if isinstance(event, ev.GroupSettingsRecorded):
-                found.append((r, event.settings))
+                found.append((p.record, event.settings))
     found.sort(key=lambda f: (f[0].timestamp_ms, f[0].partition, f[0].offset))
     return found
 
 
 def from_records(
-    records: Iterable[CoordRecord],
+    placed: Iterable[Placed],
     given_ms: int | None,
     fallback_ms: int = DEFAULT_MS,
     admin_client_ids: frozenset[str] | None = None,
@@ -106,7 +112,7 @@ def from_records(
     first: dict[str, int] = {}
     newest: dict[str, int] = {}
     recorded: dict[str, list[int]] = {}
-    for _, s in settings_records(records, admin_client_ids):
+    for _, s in settings_records(placed, admin_client_ids):
         first.setdefault(s.group_id, s.heartbeat_interval_ms)
         newest[s.group_id] = s.heartbeat_interval_ms
         seen = recorded.setdefault(s.group_id, [])

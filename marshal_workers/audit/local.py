@@ -14,6 +14,7 @@ from marshal_workers.audit.checks import check_ledger
 from marshal_workers.audit.finalize import add_lag
 from marshal_workers.audit.fold import FoldSettings, fold_records
 from marshal_workers.audit.model import AuditConfig, AuditResult, finish_small
+from marshal_workers.audit.placed import annotated_log
 from marshal_workers.audit.report import lag_points
 from marshal_workers.audit.tables import Row
 from marshal_workers.common.ledgerfile import LedgerRow
@@ -32,7 +33,7 @@ def run_local(
     """The audit's result and every table, the big ones included."""
     records = list(records)
     if config.heartbeats is None:
-        config = config.with_heartbeats(records)
+        config = config.with_heartbeats(annotated_log(records))
     settings = FoldSettings(
         config.rationalizer(num_partitions), config.window, heartbeats=config.heartbeats
     )

@@ -24,12 +24,13 @@ from marshal_workers.audit.finalize import (
     settle_reserved,
 )
 from marshal_workers.audit.heartbeats import Heartbeats, from_records, given_problem
+from marshal_workers.audit.placed import Placed
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.session import SessionOptions
 from marshal_workers.audit.tables import Row, Window
 from marshal_workers.config.runconfig import DEFAULT_ADMIN_CLIENT_IDS
 from marshal_workers.protocol.rationalizer import RationalizerConfig
-from marshal_workers.protocol.wire import CoordRecord, Partitioner
+from marshal_workers.protocol.wire import Partitioner
 
 SMALL = (
     "claims", "membership", "failovers", "heartbeat_gaps", "poison", "amo_reserved", "groups",
@@ -80,9 +81,10 @@ class AuditConfig:
     heartbeat_given: str | None = None  # where the interval was given (a flag...), None: not
     heartbeats: Heartbeats | None = None  # each group's, read from the log (`with_heartbeats`)
 
-    def with_heartbeats(self, settings: Iterable[CoordRecord]) -> AuditConfig:
-        """The audit with each group's heartbeat interval read from its settings records
-        (`heartbeats`); AuditUsageError if a given interval disagrees with the log's."""
+    def with_heartbeats(self, settings: Iterable[Placed]) -> AuditConfig:
+        """The audit with each group's heartbeat interval read from its settings records,
+        annotated with their partitions' log times (`heartbeats`, `placed`); AuditUsageError if
+        a given interval disagrees with the log's."""
         given = self.heartbeat_interval_ms if self.heartbeat_given is not None else None
         found = from_records(settings, given, self.heartbeat_interval_ms, self.admin_client_ids)
         if self.heartbeat_given is not None:

@@ -97,7 +97,9 @@ def _run(
         records = sources.dump_file(spark, source.path)
     # annotated once (a window per coordination partition): the groups' records are read
     # from it with their log times, and the fold reads it again
-    placed = spark_jobs.annotated(records).persist(StorageLevel.DISK_ONLY)
+    # (persist plans the query: for a Kafka source it reads offsets from the broker, so a
+    # failure there is one line too)
+    placed = _spark(lambda: spark_jobs.annotated(records).persist(StorageLevel.DISK_ONLY))
     try:
         return _fold_and_check(config, progress, spark, files, num_partitions, placed)
     finally:
@@ -116,7 +118,7 @@ def _fold_and_check(
 
     source, out = config.source, config.out
     group_records = _spark(lambda: sources.group_records(placed))
-    config = config.with_heartbeats([p.record for p in group_records])
+    config = config.with_heartbeats(group_records)
     settings = FoldSettings(
         config.rationalizer(num_partitions), config.window, heartbeats=config.heartbeats
     )

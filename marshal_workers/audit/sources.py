@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from marshal_workers.audit.claimfold import Placed
 from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
 from marshal_workers.audit.javakafka import java_options
+from marshal_workers.audit.placed import Placed
 from marshal_workers.audit.session import error_line
 from marshal_workers.common.secrets import redact_text
 from marshal_workers.protocol.wire import CoordRecord

@@ -380,8 +380,10 @@ def reader_main(spec: ChildSpec, supervisor_pid: int) -> NoReturn:
     reader = Reader(replace(spec, start_offset=None), listener, log)
     try:
         code = reader.run(parent)
-    except Exception:  # one event in the member's log, not a bare traceback on its stderr
+    except Exception as exc:  # one event in the member's log, not a bare traceback on stderr
         log.exception("feed_reader_crashed")
+        with contextlib.suppress(Exception):  # its children are told why (they end at once)
+            reader._fail(f"the reader crashed: {exc!r}")
         code = EXIT_FAILED
     if reader.consumer is not None:
         try:

@@ -244,8 +244,15 @@ def test_a_sliced_group_reads_each_partition_once_per_host_under_least_privilege
         (part,) = [s for s in slices if s.takes_hashed(row.offset, row.key_hash)]
         assert row.slice == part.name, row
     assert len({(r.partition, r.slice) for r in handled}) > 2  # the records spread over slices
-    assert "feed_attached" in text  # read by the host's reader, not by each child
-    for bad in ("feed_lost", "not allowed", "Traceback"):
+    # read by one reader per partition on this host, each child attached to its partition's
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    readers = [e for e in lines if e["event"] == "feed_reader_started"]
+    assert {r["partition"] for r in readers} == {0, 1}, readers
+    attached = [e for e in lines if e["event"] == "feed_attached"]
+    children = {(e["partition"], e["pid"]) for e in attached if "feed" in e}
+    by_reader = {(e["partition"], e["slice"]) for e in attached if "slice" in e}
+    assert len(children) >= 8 and len(by_reader) == 8  # 4 slices of each partition, fed
+    for bad in ("feed_lost", "feed_reader_crashed", "child_crashed", "not allowed", "Traceback"):
         assert bad not in text, text[-3000:]
 
 

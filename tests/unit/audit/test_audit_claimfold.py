@@ -10,17 +10,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from marshal_workers.audit.claimfold import (
-    ClaimFold,
-    Placed,
-    annotate,
-    fold_by_claim,
-    folds,
-    route,
-)
+from marshal_workers.audit.claimfold import ClaimFold, fold_by_claim, folds, route
 from marshal_workers.audit.finalize import merge_coordination, merge_groups
 from marshal_workers.audit.fold import FoldSettings, Worlds, fold_records
 from marshal_workers.audit.heartbeats import from_records
+from marshal_workers.audit.placed import Placed, annotate, annotated_log
 from marshal_workers.audit.tables import Row
 from marshal_workers.protocol import recordfailures as rf
 from marshal_workers.protocol.metadata import (
@@ -152,7 +146,7 @@ def compacted(log: list[CoordRecord], cut: int) -> list[CoordRecord]:
 
 def fold_settings(log: list[CoordRecord], admins: bool, pinned: bool) -> FoldSettings:
     """What the audit folds ``log`` with (`AuditConfig.with_heartbeats`, `rationalizer`)."""
-    heartbeats = from_records(log, None, HB)
+    heartbeats = from_records(annotated_log(log), None, HB)
     config = RationalizerConfig(
         heartbeats.default_ms,
         num_partitions=COORD if pinned else None,

@@ -27,6 +27,7 @@ from marshal_workers.protocol.wire import (
     Heartbeat,
     Message,
     Partitioner,
+    ReleaseGroup,
     encode,
     record_key,
 )
@@ -135,10 +136,11 @@ class TestStreaming:
         from marshal_workers.audit import arrow  # noqa: PLC0415
         from marshal_workers.audit.fold import FoldSettings, fold_batches, fold_records  # noqa: PLC0415
         from marshal_workers.audit.heartbeats import from_records  # noqa: PLC0415
+        from marshal_workers.audit.placed import annotated_log  # noqa: PLC0415
         from marshal_workers.protocol.rationalizer import RationalizerConfig  # noqa: PLC0415
 
         records = fleet_log("fast", 2000) + fleet_log("slow", 10_000, partition=1)
-        beats = from_records(records, None)
+        beats = from_records(annotated_log(records), None)
         assert beats.intervals() == (10_000, 2000)
         settings = FoldSettings(RationalizerConfig(beats.default_ms), heartbeats=beats)
         ordered = sorted(records, key=lambda r: (r.partition, r.offset))
@@ -176,5 +178,32 @@ class TestRefusedSettings:
         summary = summarize(result)
         assert summary["heartbeat_intervals_ms"] == {group: 2000}
         assert summary["failovers"] == 1
+        given, _ = audit(records, heartbeat_interval_ms=2000, heartbeat_given=FLAG)
+        assert summarize(given)["failovers"] == 1
+
+    def test_settings_stamped_before_a_pause_ended_that_the_log_time_passed_decide_nothing(
+        self,
+    ) -> None:
+        """The group's admin changes its placed settings while its pause is in force by their
+        stamp, but the partition's log time (a later record) is past the pause's end: the fold
+        refuses them, so their interval is not the group's. (Folded at their own stamp, they
+        were accepted here: the group's newest interval became 10 s and the right
+        --heartbeat-interval 2 was refused.)"""
+        group = "g"
+        where = placed(group, 4, 1)
+        first = replace(settings(group, 2000), client_id="marshal-admin", placement=where)
+        changed = replace(first, heartbeat_interval_ms=10_000, unix_sec=1)
+        pause = ReleaseGroup(0, "m-1", "marshal-admin", group, "", 0, T0 // 1000 + 3)
+        records = fleet_log(group, 2000, partition=where.first)
+        records[0] = replace(records[0], key=metadata_key(first), value=encode_metadata(first))
+        for at, key, value in (
+            (100, record_key(pause), encode(pause)),  # in force until 3 s
+            (2000, metadata_key(changed), encode_metadata(changed)),  # by its stamp, under it
+        ):
+            records.append(CoordRecord(where.first, len(records), T0 + at, key, value))
+        result, tables = audit(records)
+        refused = [e for e in tables["events"] if e["verdict"] == "Malformed"]
+        assert len(refused) == 1 and "no pause of the group in force" in refused[0]["reason"]
+        assert summarize(result)["heartbeat_intervals_ms"] == {group: 2000}
         given, _ = audit(records, heartbeat_interval_ms=2000, heartbeat_given=FLAG)
         assert summarize(given)["failovers"] == 1
