@@ -64,6 +64,10 @@ class Claiming:
         self._old_seen: dict[ClaimKey, int] = {}  # takeovers: the old instance's last heartbeat
         # the first claim sent since a verdict: its send time, and the fold's next offset then
         self.first_sent: dict[ClaimKey, tuple[float, int]] = {}
+        # every claim sent since a verdict (send time, message), and the newest grant of this
+        # instance's claims the fold showed (token, message): which claim landed (`_landed_at`)
+        self.sent_since: dict[ClaimKey, list[tuple[float, ClaimingPartition]]] = {}
+        self.own_grants: dict[ClaimKey, tuple[int, ClaimingPartition]] = {}
         self._next_claim = self._next_release = 0.0
         # claims sent again at once after a failed write on a partition the fold shows released
         # (`gave_up`): once, then a failure backs off (a write that fails at once each time)
@@ -166,7 +170,19 @@ class Claiming:
         if key not in self.first_sent:  # the first claim since a verdict: when, and where the
             # fold stood (any grant at or past that offset is of a claim sent since)
             self.first_sent[key] = (now, ctx.worlds[ctx.home(key)].next_offset)
-        ctx.append(Kind.CLAIM, key, ClaimingPartition(*ctx.fields(key)), now)
+        message = ClaimingPartition(*ctx.fields(key))
+        self.sent_since.setdefault(key, []).append((now, message))
+        ctx.append(Kind.CLAIM, key, message, now)
+
+    def forget_sent(self, key: ClaimKey | None = None) -> None:
+        """A verdict on a claim of ``key`` (None: every key's, the lease clock stood still):
+        the claims sent before it are no longer the ones a grant may be of."""
+        if key is None:
+            self.first_sent.clear()
+            self.sent_since.clear()
+        else:
+            self.first_sent.pop(key, None)
+            self.sent_since.pop(key, None)
 
     def claim_decided(self, op: Op, event: ev.Event, now: float) -> None:
         """The claim's verdict: hold it, or back off."""
@@ -175,7 +191,7 @@ class Claiming:
         if not isinstance(event, ev.ClaimGranted):
             if self.adopt_landed(key, now):  # refused as this instance's own: an earlier won
                 return
-            self.first_sent.pop(key, None)
+            self.forget_sent(key)
             if self.free_again(key):
                 self._next_claim = min(self._next_claim, now)
                 return
@@ -186,7 +202,7 @@ class Claiming:
             # want is claimed now, not a round later (the refused one is left alone meanwhile)
             self._next_claim = min(self._next_claim, now)
             return
-        self.first_sent.pop(key, None)
+        self.forget_sent(key)
         self._won(key, event.token, ctx.lease_of(op), event.previous_client, now)
 
     def adopt_landed(self, key: ClaimKey, now: float) -> bool:
@@ -199,8 +215,9 @@ class Claiming:
         the first claim since the last verdict was sent: an earlier token is of an earlier
         tenure of this instance, which the fold still shows until a release or a rival's grant
         lands (a review: adopting it held a stale claim while a rival won it). So the grant is
-        of a claim sent since, and the lease counts from that first send. Only on a certain
-        claim (after the cleaner the fold's holder is a guess)."""
+        of a claim sent since, and the lease counts from the first send of the granted record's
+        bytes (`_landed_at`), or of the first claim since if they are not known. Only on a
+        certain claim (after the cleaner the fold's holder is a guess)."""
         ctx, s = self.ctx, self.ctx.s
         state = ctx.state_of(key)
         if key in ctx.held or state is None or not state.certain or state.token is None:
@@ -210,11 +227,31 @@ class Claiming:
         first = self.first_sent.get(key)
         if first is None or state.token < first[1]:
             return False
-        sent, _ = self.first_sent.pop(key)
+        sent = self._landed_at(key, state.token, first[0])
+        self.forget_sent(key)
         ctx.say("info", "claim_adopted", topic=key.topic, partition=key.partition,
                 token=state.token)  # fmt: skip
         self._won(key, state.token, ctx.lease_from(sent), None, now)
         return True
+
+    def _landed_at(self, key: ClaimKey, token: int, first: float) -> float:
+        """When the claim whose grant (``token``) is adopted was sent: the first send, since
+        the last verdict, of the granted record's bytes (a message carries whole wall seconds,
+        so claims sent in other seconds are told apart), else ``first`` (the first claim since).
+
+        Every claim since the last verdict may be the one that landed (a write told it failed
+        may land all the same), so counting from the first is safe, but a claim that failed
+        long before made the next one useless: adopted with its lease over, given up at once,
+        and the partition held by nobody until that record went stale, 2*HB more (marshal-sim
+        seed 1608056 at a 0.3 fail rate: a failed claim 20 s before). The bytes name the
+        claim: claims are written in order by one producer, so none sent before the last
+        verdict lands after it, and of the claims since, only those with these bytes can be
+        the record, none sent before the first of them."""
+        grant = self.own_grants.get(key)
+        if grant is None or grant[0] != token:
+            return first
+        same = [at for at, message in self.sent_since.get(key, ()) if message == grant[1]]
+        return min(same, default=first)
 
     def late_grant(self, event: ev.ClaimGranted, now: float) -> None:
         """A grant of this instance's claim that no claim in flight was told: adopt it."""

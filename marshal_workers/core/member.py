@@ -247,6 +247,8 @@ class Member:
         """A verdict on a claim of this member's group."""
         me = self.s
         mine = event.client_id == me.client_id and event.instance_id == me.instance_id
+        if mine and isinstance(event, ev.ClaimGranted):  # which of its claims landed, if adopted
+            self.claiming.own_grants[event.key] = (event.token, event.message)
         op = self.ctx.pending.decided(event, mine, now)
         if op is not None:
             self._resolve(op, event, now)
@@ -421,7 +423,7 @@ class Member:
         for op in ctx.pending.ops.values():
             op.before_stall = True
         ctx.late_heartbeats.clear()
-        self.claiming.first_sent.clear()
+        self.claiming.forget_sent()
         self.keeping.clock_stood_still(now)
         ctx.resync = {}
         ctx.resync_asked_at = now

@@ -785,3 +785,24 @@ def test_loss_defect_a_write_given_up_for_a_replaced_child_is_kept_nowhere(
     assert seed == 963174
     monkeypatch.undo()
     assert run_seed(replace(params, seed=seed)).violations == []
+
+
+def test_liveness_defect_a_landed_claim_adopted_with_the_lease_of_an_older_failed_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by marshal-sim (seed 1608056 of feed-loss,failures,read-latency,stall at a 0.3
+    fail rate, slices): a claim that failed without landing 20 s before made the adopted lease
+    of the next one, which timed out and landed, start from its send: over at once, the slice
+    held by nobody until that claim's own record went stale (4.35 s against the 3*HB bound).
+    The lease counts from the first send of the landed record's bytes now (`_landed_at`). A
+    rare path: the row replays the seed that found it (a change to what runs write re-rolls
+    it, as for every row here)."""
+    monkeypatch.setattr(Claiming, "_landed_at", lambda self, key, token, first: first)
+    params = SimParams(
+        faults=("feed-loss", "failures", "read-latency", "stall"), fault_count=8,
+        ordering="unordered", workers_per_partition=4, fail_rate=0.3,
+    )  # fmt: skip
+    seed = first_violation(params, "liveness", 1, first=1608056)
+    assert seed == 1608056
+    monkeypatch.undo()
+    assert run_seed(replace(params, seed=seed)).violations == []

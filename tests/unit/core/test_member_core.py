@@ -271,6 +271,38 @@ class TestClaimsThatTimedOut:
         assert key in member.held
         assert member.held[key].lease == member.ctx.lease_from(0.0)  # from the claim's send
 
+    def test_a_landed_claim_is_held_with_the_lease_of_its_own_send(self) -> None:
+        """marshal-sim seed 1608056 of feed-loss,failures,read-latency,stall (fail rate 0.3): a
+        claim failed without landing and got no verdict; 20 s later another claim of the same
+        partition timed out and landed. The lease counted from the first claim since the last
+        verdict, so the landed claim was adopted with its lease over by 17 s and given up at
+        once (the partition then waited for that claim's own record to go stale, 2*HB). The
+        landed record's bytes (whole wall seconds among them) say which claim it is: its lease
+        counts from the first send of those bytes."""
+        topic, log_ms = fresh_topic(partitions=1)
+        member = Member(settings(partitions=1))
+        h = Harness(topic, member, log_ms)
+        h.read()
+        commands = member.begin(h.now, 1_000.0, keys(1))
+        key = keys(1)[0]
+        first = [c for c in commands if isinstance(c, cmd.Append)
+                 and isinstance(c.message, ClaimingPartition) and c.message.topic == "orders"]  # fmt: skip
+        h.run([c for c in commands if c not in first])
+        (lost,) = first
+        h.run(member.feed(inp.AppendFailed(0.1, lost.op, "not enough replicas")))  # not landed
+        assert key not in member.held
+        h.now = 20.0
+        h.run(member.feed(inp.ClocksRead(20.0, 1_020.0)))
+        member.ctx.out = []
+        member.claiming.claim(key, 20.0)
+        (again,) = [c for c in member.ctx.out if isinstance(c, cmd.Append)]
+        assert again.message != lost.message  # another second: other bytes
+        topic.append(again.partition, again.key, again.value)  # it landed
+        h.run(member.feed(inp.AppendFailed(20.1, again.op, "timed out")))
+        h.read()
+        assert key in member.held
+        assert member.held[key].lease == member.ctx.lease_from(20.0)  # from its own send
+
     @pytest.mark.parametrize("refused", [False, True])
     def test_an_earlier_tenure_the_fold_still_shows_is_not_adopted(self, refused: bool) -> None:
         """A review of the adoption above: the fold shows this instance holding a claim it lost
