@@ -64,10 +64,11 @@ class Claiming:
         self._old_seen: dict[ClaimKey, int] = {}  # takeovers: the old instance's last heartbeat
         # the first claim sent since a verdict: its send time, and the fold's next offset then
         self.first_sent: dict[ClaimKey, tuple[float, int]] = {}
-        # every claim sent since a verdict (send time, message), and the newest grant of this
-        # instance's claims the fold showed (token, message): which claim landed (`_landed_at`)
-        self.sent_since: dict[ClaimKey, list[tuple[float, ClaimingPartition]]] = {}
-        self.own_grants: dict[ClaimKey, tuple[int, ClaimingPartition]] = {}
+        # the claims sent since a verdict (each message's first send, those older than a lease
+        # let go), and the newest grant of this instance's claims the fold showed (token, the
+        # record's offset, message): which claim landed (`_landed_at`)
+        self.sent_since: dict[ClaimKey, dict[ClaimingPartition, float]] = {}
+        self.own_grants: dict[ClaimKey, tuple[int, int, ClaimingPartition]] = {}
         self._next_claim = self._next_release = 0.0
         # claims sent again at once after a failed write on a partition the fold shows released
         # (`gave_up`): once, then a failure backs off (a write that fails at once each time)
@@ -171,7 +172,11 @@ class Claiming:
             # fold stood (any grant at or past that offset is of a claim sent since)
             self.first_sent[key] = (now, ctx.worlds[ctx.home(key)].next_offset)
         message = ClaimingPartition(*ctx.fields(key))
-        self.sent_since.setdefault(key, []).append((now, message))
+        sent = self.sent_since.setdefault(key, {})
+        sent.setdefault(message, now)  # (the same bytes again: its first send counts)
+        too_old = now - (ctx.lease_from(now) - now)  # a claim sent before: adopted, over at once
+        for old in [m for m, at in sent.items() if at < too_old]:
+            del sent[old]  # (the fallback, the first claim's send, is no later: as safe)
         ctx.append(Kind.CLAIM, key, message, now)
 
     def forget_sent(self, key: ClaimKey | None = None) -> None:
@@ -214,10 +219,13 @@ class Claiming:
         fail rate). Only a grant (or takeover) at or past the offset the fold stood at when
         the first claim since the last verdict was sent: an earlier token is of an earlier
         tenure of this instance, which the fold still shows until a release or a rival's grant
-        lands (a review: adopting it held a stale claim while a rival won it). So the grant is
-        of a claim sent since, and the lease counts from the first send of the granted record's
-        bytes (`_landed_at`), or of the first claim since if they are not known. Only on a
-        certain claim (after the cleaner the fold's holder is a guess)."""
+        lands (a review: adopting it held a stale claim while a rival won it). The offset of
+        the grant's record is compared, not its token: a moved group's tokens start above its
+        offsets (a review), so only a grant of one of this instance's claims that the fold
+        showed as such (`own_grants`) is adopted. So the grant is of a claim sent since, and
+        the lease counts from the first send of the granted record's bytes (`_landed_at`), or
+        of the first claim since if they were not sent since. Only on a certain claim (after
+        the cleaner the fold's holder is a guess)."""
         ctx, s = self.ctx, self.ctx.s
         state = ctx.state_of(key)
         if key in ctx.held or state is None or not state.certain or state.token is None:
@@ -225,19 +233,21 @@ class Claiming:
         if state.holder_client != s.client_id or state.holder_instance != s.instance_id:
             return False
         first = self.first_sent.get(key)
-        if first is None or state.token < first[1]:
-            return False
-        sent = self._landed_at(key, state.token, first[0])
+        grant = self.own_grants.get(key)
+        if first is None or grant is None or grant[0] != state.token or grant[1] < first[1]:
+            return False  # (offsets compared: a moved group's tokens start above its offsets)
+        sent = self._landed_at(key, grant[2], first[0])
         self.forget_sent(key)
         ctx.say("info", "claim_adopted", topic=key.topic, partition=key.partition,
                 token=state.token)  # fmt: skip
         self._won(key, state.token, ctx.lease_from(sent), None, now)
         return True
 
-    def _landed_at(self, key: ClaimKey, token: int, first: float) -> float:
-        """When the claim whose grant (``token``) is adopted was sent: the first send, since
-        the last verdict, of the granted record's bytes (a message carries whole wall seconds,
-        so claims sent in other seconds are told apart), else ``first`` (the first claim since).
+    def _landed_at(self, key: ClaimKey, granted: ClaimingPartition, first: float) -> float:
+        """When the claim whose grant (of the record ``granted``) is adopted was sent: the
+        first send, since the last verdict, of the granted record's bytes (a message carries
+        whole wall seconds, so claims sent in other seconds are told apart), else ``first``
+        (the first claim since).
 
         Every claim since the last verdict may be the one that landed (a write told it failed
         may land all the same), so counting from the first is safe, but a claim that failed
@@ -247,11 +257,7 @@ class Claiming:
         claim: claims are written in order by one producer, so none sent before the last
         verdict lands after it, and of the claims since, only those with these bytes can be
         the record, none sent before the first of them."""
-        grant = self.own_grants.get(key)
-        if grant is None or grant[0] != token:
-            return first
-        same = [at for at, message in self.sent_since.get(key, ()) if message == grant[1]]
-        return min(same, default=first)
+        return self.sent_since.get(key, {}).get(granted, first)
 
     def late_grant(self, event: ev.ClaimGranted, now: float) -> None:
         """A grant of this instance's claim that no claim in flight was told: adopt it."""

@@ -248,7 +248,7 @@ class Member:
         me = self.s
         mine = event.client_id == me.client_id and event.instance_id == me.instance_id
         if mine and isinstance(event, ev.ClaimGranted):  # which of its claims landed, if adopted
-            self.claiming.own_grants[event.key] = (event.token, event.message)
+            self.claiming.own_grants[event.key] = (event.token, event.coord_offset, event.message)
         op = self.ctx.pending.decided(event, mine, now)
         if op is not None:
             self._resolve(op, event, now)

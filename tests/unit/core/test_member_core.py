@@ -241,6 +241,15 @@ class TestClaiming:
         assert set(member.held) == {keys(1)[0], member_key("g", "c1")}
 
 
+def data_claims(commands: list[cmd.Command]) -> list[cmd.Append]:
+    """The claims of data partitions among ``commands`` (not the member's own claim)."""
+    return [
+        c for c in commands
+        if isinstance(c, cmd.Append) and isinstance(c.message, ClaimingPartition)
+        and c.message.topic == "orders"
+    ]  # fmt: skip
+
+
 class TestClaimsThatTimedOut:
     @pytest.mark.parametrize("folded_first", [True, False])
     def test_a_claim_whose_write_failed_but_landed_is_held(self, folded_first: bool) -> None:
@@ -285,8 +294,7 @@ class TestClaimsThatTimedOut:
         h.read()
         commands = member.begin(h.now, 1_000.0, keys(1))
         key = keys(1)[0]
-        first = [c for c in commands if isinstance(c, cmd.Append)
-                 and isinstance(c.message, ClaimingPartition) and c.message.topic == "orders"]  # fmt: skip
+        first = data_claims(commands)
         h.run([c for c in commands if c not in first])
         (lost,) = first
         h.run(member.feed(inp.AppendFailed(0.1, lost.op, "not enough replicas")))  # not landed
@@ -302,6 +310,58 @@ class TestClaimsThatTimedOut:
         h.read()
         assert key in member.held
         assert member.held[key].lease == member.ctx.lease_from(20.0)  # from its own send
+
+    def test_a_landed_claim_sent_twice_in_one_second_counts_from_the_first_send(self) -> None:
+        """Two claims in one wall second are the same bytes: the record that landed may be the
+        first, so the lease counts from the first send, not the second's."""
+        topic, log_ms = fresh_topic(partitions=1)
+        member = Member(settings(partitions=1))
+        h = Harness(topic, member, log_ms)
+        h.read()
+        commands = member.begin(h.now, 1_000.0, keys(1))
+        key = keys(1)[0]
+        first = data_claims(commands)
+        h.run([c for c in commands if c not in first])
+        (lost,) = first
+        h.run(member.feed(inp.AppendFailed(0.1, lost.op, "not enough replicas")))
+        sends = []
+        for at in (20.0, 20.5):  # both in wall second 1020
+            h.now = at
+            h.run(member.feed(inp.ClocksRead(at, 1_000.0 + at)))
+            member.ctx.out = []
+            member.claiming.claim(key, at)
+            sends += [c for c in member.ctx.out if isinstance(c, cmd.Append)]
+        assert sends[0].message == sends[1].message
+        h.run(member.feed(inp.AppendFailed(20.1, sends[0].op, "not enough replicas")))
+        topic.append(sends[1].partition, sends[1].key, sends[1].value)  # the second landed
+        h.run(member.feed(inp.AppendFailed(20.6, sends[1].op, "timed out")))
+        h.read()
+        assert key in member.held
+        assert member.held[key].lease == member.ctx.lease_from(20.0)  # the bytes' first send
+
+    def test_a_moved_groups_earlier_tenure_is_not_adopted(self) -> None:
+        """A review: the earlier-tenure check compared the grant's fencing token with the
+        fold's offset at the first claim's send; a moved group's tokens start above its
+        offsets (its token base), so the old tenure the fold still shows passed the check and
+        was adopted. The grant's record offset is compared now."""
+        topic, log_ms = fresh_topic(partitions=1)
+        member = Member(settings(partitions=1))
+        h = start(member, topic, log_ms, n=1)
+        key = keys(1)[0]
+        held = member.held[key]
+        member.keeping.lose(held, "test")
+        h.run(member.feed(inp.ChildExited(h.now, key, -9)))
+        state = member.ctx.state_of(key)
+        assert state is not None and state.token is not None
+        base = 1_000_000  # as a move's token base: every token above every offset
+        token, offset, message = member.claiming.own_grants[key]
+        state.token = token + base
+        member.claiming.own_grants[key] = (token + base, offset, message)
+        member.ctx.out = []
+        member.claiming.claim(key, h.now)
+        (again,) = [c for c in member.ctx.out if isinstance(c, cmd.Append)]
+        h.run(member.feed(inp.AppendFailed(h.now, again.op, "queue full")))  # never landed
+        assert key not in member.held
 
     @pytest.mark.parametrize("refused", [False, True])
     def test_an_earlier_tenure_the_fold_still_shows_is_not_adopted(self, refused: bool) -> None:
