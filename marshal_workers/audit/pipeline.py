@@ -95,10 +95,9 @@ def _run(
         records = sources.kafka_topic(spark, source.bootstrap_servers, source.topic, source.kafka)
     else:
         records = sources.dump_file(spark, source.path)
-    # annotated once (a window per coordination partition): the groups' records are read
-    # from it with their log times, and the fold reads it again
-    # (persist plans the query: for a Kafka source it reads offsets from the broker, so a
-    # failure there is one line too)
+    # annotated once (a window per coordination partition): the groups' records are read from
+    # it with their log times, and the fold reads it again. Persisting plans the query, which
+    # for a Kafka source reads offsets from the broker: a failure there is one line too.
     placed = _spark(lambda: spark_jobs.annotated(records).persist(StorageLevel.DISK_ONLY))
     try:
         return _fold_and_check(config, progress, spark, files, num_partitions, placed)
