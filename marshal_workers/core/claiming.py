@@ -68,6 +68,7 @@ class Claiming:
         # let go), and the newest grant of this instance's claims the fold showed (token, the
         # record's offset, message): which claim landed (`_landed_at`)
         self.sent_since: dict[ClaimKey, dict[ClaimingPartition, float]] = {}
+        self._newest_second: dict[ClaimKey, int] = {}  # of the claims sent since a verdict
         self.own_grants: dict[ClaimKey, tuple[int, int, ClaimingPartition]] = {}
         self._next_claim = self._next_release = 0.0
         # claims sent again at once after a failed write on a partition the fold shows released
@@ -173,7 +174,13 @@ class Claiming:
             self.first_sent[key] = (now, ctx.worlds[ctx.home(key)].next_offset)
         message = ClaimingPartition(*ctx.fields(key))
         sent = self.sent_since.setdefault(key, {})
-        sent.setdefault(message, now)  # (the same bytes again: its first send counts)
+        newest = self._newest_second.get(key)
+        if message not in sent:  # (the same bytes again: their first send counts)
+            # bytes of a second not past every claim's since may be those of a claim let go
+            # below (the wall clock went back): the first claim's send stands for it, as safe
+            fresh = newest is None or message.unix_sec > newest
+            sent[message] = now if fresh else self.first_sent[key][0]
+        self._newest_second[key] = max(message.unix_sec, newest or message.unix_sec)
         too_old = now - (ctx.lease_from(now) - now)  # a claim sent before: adopted, over at once
         for old in [m for m, at in sent.items() if at < too_old]:
             del sent[old]  # (the fallback, the first claim's send, is no later: as safe)
@@ -185,9 +192,11 @@ class Claiming:
         if key is None:
             self.first_sent.clear()
             self.sent_since.clear()
+            self._newest_second.clear()
         else:
             self.first_sent.pop(key, None)
             self.sent_since.pop(key, None)
+            self._newest_second.pop(key, None)
 
     def claim_decided(self, op: Op, event: ev.Event, now: float) -> None:
         """The claim's verdict: hold it, or back off."""

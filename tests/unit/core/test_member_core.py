@@ -339,6 +339,37 @@ class TestClaimsThatTimedOut:
         assert key in member.held
         assert member.held[key].lease == member.ctx.lease_from(20.0)  # the bytes' first send
 
+    def test_a_claim_repeating_the_bytes_of_one_let_go_counts_from_the_first_send(
+        self,
+    ) -> None:
+        """Claims older than a lease are let go (a claim write that fails for good must not
+        grow the member for days). If the wall clock then goes back, a new claim may repeat
+        the bytes of one let go, which may be the record that landed: its lease counts from
+        the first claim's send."""
+        topic, log_ms = fresh_topic(partitions=1)
+        member = Member(settings(partitions=1))
+        h = Harness(topic, member, log_ms)
+        h.read()
+        commands = member.begin(h.now, 1_000.0, keys(1))
+        key = keys(1)[0]
+        (early,) = data_claims(commands)
+        h.run([c for c in commands if c is not early])
+        h.run(member.feed(inp.AppendFailed(0.1, early.op, "not enough replicas")))
+        for at, wall in ((10.0, 1_010.0), (11.0, 1_000.2)):  # then the wall clock goes back
+            h.now = at
+            h.run(member.feed(inp.ClocksRead(at, wall)))
+            member.ctx.out = []
+            member.claiming.claim(key, at)
+            (sent,) = [c for c in member.ctx.out if isinstance(c, cmd.Append)]
+            if at == 10.0:
+                h.run(member.feed(inp.AppendFailed(10.1, sent.op, "not enough replicas")))
+        assert sent.message == early.message  # the same bytes as the claim let go
+        topic.append(sent.partition, sent.key, sent.value)
+        h.run(member.feed(inp.AppendFailed(11.1, sent.op, "timed out")))
+        h.read()
+        lease = member.held[key].lease if key in member.held else None
+        assert lease in (None, member.ctx.lease_from(0.0))  # never from 11.0
+
     def test_a_moved_groups_earlier_tenure_is_not_adopted(self) -> None:
         """A review: the earlier-tenure check compared the grant's fencing token with the
         fold's offset at the first claim's send; a moved group's tokens start above its
