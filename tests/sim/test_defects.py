@@ -797,7 +797,7 @@ def test_liveness_defect_a_landed_claim_adopted_with_the_lease_of_an_older_faile
     The lease counts from the first send of the landed record's bytes now (`_landed_at`). A
     rare path: the row replays the seed that found it (a change to what runs write re-rolls
     it, as for every row here)."""
-    monkeypatch.setattr(Claiming, "_landed_at", lambda self, key, token, first: first)
+    monkeypatch.setattr(Claiming, "_landed_at", lambda self, key, granted, first: first)
     params = SimParams(
         faults=("feed-loss", "failures", "read-latency", "stall"), fault_count=8,
         ordering="unordered", workers_per_partition=4, fail_rate=0.3,
