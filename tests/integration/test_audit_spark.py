@@ -353,6 +353,20 @@ def two_groups_compacted() -> list[CoordRecord]:
     return compacted(compacted(log, len(log) // 5), len(log) // 10)
 
 
+def on_spark_and_locally(
+    records: list[CoordRecord], spark: Any, tmp_path: Path
+) -> tuple[AuditConfig, Any, Any, dict[str, list[Any]]]:
+    """The audit of ``records`` (as a dump file) on Spark and by run_local: the config, both
+    results and run_local's tables."""
+    config = AuditConfig(
+        FileInput(write_dump(records, tmp_path / "dump.jsonl")), tmp_path / "out", HB_MS,
+        report=False,
+    )  # fmt: skip
+    result = run(config, spark=spark)
+    local, tables = run_local(records, config)
+    return config, result, local, tables
+
+
 class TestFoldPerClaim:
     def test_a_compacted_two_group_log_gives_the_partition_folds_tables(
         self, spark: Any, tmp_path: Path
@@ -361,12 +375,7 @@ class TestFoldPerClaim:
         equal run_local's (which folds each coordination partition whole) on a compacted log
         with pauses, settings of two intervals, poison, keyless and malformed records."""
         records = two_groups_compacted()
-        config = AuditConfig(
-            FileInput(write_dump(records, tmp_path / "dump.jsonl")), tmp_path / "out", HB_MS,
-            report=False,
-        )  # fmt: skip
-        result = run(config, spark=spark)
-        local, tables = run_local(records, config)
+        config, result, local, tables = on_spark_and_locally(records, spark, tmp_path)
         verdicts = local.verdicts
         assert verdicts["Malformed"] >= 3 and verdicts["GroupPaused"] == 3
         assert verdicts["GroupPauseRejected"] == 3 and verdicts["Unverified"] > 0
@@ -405,12 +414,7 @@ class TestFoldPerClaim:
             settings_at(5, 2_000, 1),  # moved, stamped under the pause's end: refused
             message(6, 9_100, Heartbeat(0, "a-1", "a", "g", "t", 0, 6)),
         ]
-        config = AuditConfig(
-            FileInput(write_dump(records, tmp_path / "dump.jsonl")), tmp_path / "out", HB_MS,
-            report=False,
-        )  # fmt: skip
-        result = run(config, spark=spark)
-        local, tables = run_local(records, config)
+        config, result, local, tables = on_spark_and_locally(records, spark, tmp_path)
         assert local.verdicts["GroupPaused"] == 1
         assert local.verdicts["Malformed"] == 1  # the moved settings, and nothing else
         assert result.verdicts == local.verdicts

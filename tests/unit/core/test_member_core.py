@@ -241,6 +241,33 @@ class TestClaiming:
         assert set(member.held) == {keys(1)[0], member_key("g", "c1")}
 
 
+def a_claim_that_failed_without_landing() -> tuple[
+    MemoryTopic, Member, Harness, ClaimKey, cmd.Append
+]:
+    """A member begun at wall second 1000 whose one data claim failed without landing (no
+    verdict): the topic, the member, its harness, the claim's key and the failed claim."""
+    topic, log_ms = fresh_topic(partitions=1)
+    member = Member(settings(partitions=1))
+    h = Harness(topic, member, log_ms)
+    h.read()
+    commands = member.begin(h.now, 1_000.0, keys(1))
+    (lost,) = data_claims(commands)
+    h.run([c for c in commands if c is not lost])
+    h.run(member.feed(inp.AppendFailed(0.1, lost.op, "not enough replicas")))
+    assert keys(1)[0] not in member.held
+    return topic, member, h, keys(1)[0], lost
+
+
+def claim_at(h: Harness, key: ClaimKey, at: float, wall: float) -> cmd.Append:
+    """The member claims ``key`` again at ``at`` on its lease clock, ``wall`` on the wall's."""
+    h.now = at
+    h.run(h.member.feed(inp.ClocksRead(at, wall)))
+    h.member.ctx.out = []
+    h.member.claiming.claim(key, at)
+    (sent,) = [c for c in h.member.ctx.out if isinstance(c, cmd.Append)]
+    return sent
+
+
 def data_claims(commands: list[cmd.Command]) -> list[cmd.Append]:
     """The claims of data partitions among ``commands`` (not the member's own claim)."""
     return [
@@ -288,22 +315,9 @@ class TestClaimsThatTimedOut:
         once (the partition then waited for that claim's own record to go stale, 2*HB). The
         landed record's bytes (whole wall seconds among them) say which claim it is: its lease
         counts from the first send of those bytes."""
-        topic, log_ms = fresh_topic(partitions=1)
-        member = Member(settings(partitions=1))
-        h = Harness(topic, member, log_ms)
-        h.read()
-        commands = member.begin(h.now, 1_000.0, keys(1))
-        key = keys(1)[0]
-        first = data_claims(commands)
-        h.run([c for c in commands if c not in first])
-        (lost,) = first
-        h.run(member.feed(inp.AppendFailed(0.1, lost.op, "not enough replicas")))  # not landed
+        topic, member, h, key, lost = a_claim_that_failed_without_landing()
         assert key not in member.held
-        h.now = 20.0
-        h.run(member.feed(inp.ClocksRead(20.0, 1_020.0)))
-        member.ctx.out = []
-        member.claiming.claim(key, 20.0)
-        (again,) = [c for c in member.ctx.out if isinstance(c, cmd.Append)]
+        again = claim_at(h, key, 20.0, 1_020.0)
         assert again.message != lost.message  # another second: other bytes
         topic.append(again.partition, again.key, again.value)  # it landed
         h.run(member.feed(inp.AppendFailed(20.1, again.op, "timed out")))
@@ -314,23 +328,8 @@ class TestClaimsThatTimedOut:
     def test_a_landed_claim_sent_twice_in_one_second_counts_from_the_first_send(self) -> None:
         """Two claims in one wall second are the same bytes: the record that landed may be the
         first, so the lease counts from the first send, not the second's."""
-        topic, log_ms = fresh_topic(partitions=1)
-        member = Member(settings(partitions=1))
-        h = Harness(topic, member, log_ms)
-        h.read()
-        commands = member.begin(h.now, 1_000.0, keys(1))
-        key = keys(1)[0]
-        first = data_claims(commands)
-        h.run([c for c in commands if c not in first])
-        (lost,) = first
-        h.run(member.feed(inp.AppendFailed(0.1, lost.op, "not enough replicas")))
-        sends = []
-        for at in (20.0, 20.5):  # both in wall second 1020
-            h.now = at
-            h.run(member.feed(inp.ClocksRead(at, 1_000.0 + at)))
-            member.ctx.out = []
-            member.claiming.claim(key, at)
-            sends += [c for c in member.ctx.out if isinstance(c, cmd.Append)]
+        topic, member, h, key, _ = a_claim_that_failed_without_landing()
+        sends = [claim_at(h, key, at, 1_000.0 + at) for at in (20.0, 20.5)]  # in second 1020
         assert sends[0].message == sends[1].message
         h.run(member.feed(inp.AppendFailed(20.1, sends[0].op, "not enough replicas")))
         topic.append(sends[1].partition, sends[1].key, sends[1].value)  # the second landed
@@ -346,23 +345,10 @@ class TestClaimsThatTimedOut:
         grow the member for days). If the wall clock then goes back, a new claim may repeat
         the bytes of one let go, which may be the record that landed: its lease counts from
         the first claim's send."""
-        topic, log_ms = fresh_topic(partitions=1)
-        member = Member(settings(partitions=1))
-        h = Harness(topic, member, log_ms)
-        h.read()
-        commands = member.begin(h.now, 1_000.0, keys(1))
-        key = keys(1)[0]
-        (early,) = data_claims(commands)
-        h.run([c for c in commands if c is not early])
-        h.run(member.feed(inp.AppendFailed(0.1, early.op, "not enough replicas")))
-        for at, wall in ((10.0, 1_010.0), (11.0, 1_000.2)):  # then the wall clock goes back
-            h.now = at
-            h.run(member.feed(inp.ClocksRead(at, wall)))
-            member.ctx.out = []
-            member.claiming.claim(key, at)
-            (sent,) = [c for c in member.ctx.out if isinstance(c, cmd.Append)]
-            if at == 10.0:
-                h.run(member.feed(inp.AppendFailed(10.1, sent.op, "not enough replicas")))
+        topic, member, h, key, early = a_claim_that_failed_without_landing()
+        later = claim_at(h, key, 10.0, 1_010.0)
+        h.run(member.feed(inp.AppendFailed(10.1, later.op, "not enough replicas")))
+        sent = claim_at(h, key, 11.0, 1_000.2)  # the wall clock went back
         assert sent.message == early.message  # the same bytes as the claim let go
         topic.append(sent.partition, sent.key, sent.value)
         h.run(member.feed(inp.AppendFailed(11.1, sent.op, "timed out")))
@@ -370,36 +356,18 @@ class TestClaimsThatTimedOut:
         lease = member.held[key].lease if key in member.held else None
         assert lease in (None, member.ctx.lease_from(0.0))  # never from 11.0
 
-    def test_a_moved_groups_earlier_tenure_is_not_adopted(self) -> None:
-        """A review: the earlier-tenure check compared the grant's fencing token with the
-        fold's offset at the first claim's send; a moved group's tokens start above its
-        offsets (its token base), so the old tenure the fold still shows passed the check and
-        was adopted. The grant's record offset is compared now."""
-        topic, log_ms = fresh_topic(partitions=1)
-        member = Member(settings(partitions=1))
-        h = start(member, topic, log_ms, n=1)
-        key = keys(1)[0]
-        held = member.held[key]
-        member.keeping.lose(held, "test")
-        h.run(member.feed(inp.ChildExited(h.now, key, -9)))
-        state = member.ctx.state_of(key)
-        assert state is not None and state.token is not None
-        base = 1_000_000  # as a move's token base: every token above every offset
-        token, offset, message = member.claiming.own_grants[key]
-        state.token = token + base
-        member.claiming.own_grants[key] = (token + base, offset, message)
-        member.ctx.out = []
-        member.claiming.claim(key, h.now)
-        (again,) = [c for c in member.ctx.out if isinstance(c, cmd.Append)]
-        h.run(member.feed(inp.AppendFailed(h.now, again.op, "queue full")))  # never landed
-        assert key not in member.held
-
+    @pytest.mark.parametrize("moved", [False, True])
     @pytest.mark.parametrize("refused", [False, True])
-    def test_an_earlier_tenure_the_fold_still_shows_is_not_adopted(self, refused: bool) -> None:
+    def test_an_earlier_tenure_the_fold_still_shows_is_not_adopted(
+        self, refused: bool, moved: bool
+    ) -> None:
         """A review of the adoption above: the fold shows this instance holding a claim it lost
         (its lease ended; no release, no rival's grant landed yet) until a record says
         otherwise. A claim of it that then fails (never landed), or is refused as already held
-        by this client, must not hold that old tenure: a rival may win it any moment."""
+        by this client, must not hold that old tenure: a rival may win it any moment. A later
+        review: the check compared the grant's token with the fold's offset at the claim's
+        send, and a moved group's tokens start above its offsets (its token base), so the old
+        tenure passed it (``moved``); the grant's record offset is compared now."""
         topic, log_ms = fresh_topic(partitions=1)
         member = Member(settings(partitions=1))
         h = start(member, topic, log_ms, n=1)
@@ -410,6 +378,11 @@ class TestClaimsThatTimedOut:
         assert key not in member.held
         state = member.ctx.state_of(key)
         assert state is not None and state.holder_instance == "i1"  # the old tenure, shown
+        if moved:  # as a move's token base: every token above every offset
+            assert state.token is not None
+            token, offset, message = member.claiming.own_grants[key]
+            state.token = token + 1_000_000
+            member.claiming.own_grants[key] = (state.token, offset, message)
         member.ctx.out = []
         member.claiming.claim(key, h.now)
         (again,) = [c for c in member.ctx.out if isinstance(c, cmd.Append)]
