@@ -217,56 +217,6 @@ def test_churn_under_30_percent_of_writes_failing_is_not_a_wedge() -> None:
     assert run_seed(params).violations == []
 
 
-# seed 1820006 of this mix: a release of `tg1+unordered.1of4/5` that did not land
-LOST_RELEASE_MIX = SimParams(
-    seed=1820006,
-    faults=("feed-loss", "failures", "read-latency", "stall"),
-    fail_rate=0.3,
-    fault_count=8,
-    ordering="unordered",
-    workers_per_partition=4,
-)
-
-
-def test_a_claim_waiting_out_its_lost_release_is_not_a_wedge() -> None:
-    """Seed 1820006 at a 0.3 fail rate: a member released a slice over its fair share and the
-    release did not land. The member does not write it again (it cannot know the write did
-    not land, and one landing after a rival's claim is decision 19's hazard), so the slice
-    waits 2*HB for its claim to go stale, then a claim round, a child and its first grants,
-    whose writes failed too: 3.0 s not moving against a 3*HB bound that counted a lease lost
-    to failing writes only (its stale margin, not a whole 2*HB). The bound of a claim whose
-    release was lost in the episode is 2*HB more (`convergence.Recovering`)."""
-    assert run_seed(LOST_RELEASE_MIX).violations == []
-
-
-@pytest.mark.parametrize(
-    ("lasted", "lost", "within"),
-    [
-        (4.5, (10.0, 1.6), True),  # a release lost as the spell began, 1.6 s of lease left
-        (4.5, (9.6, 1.6), True),  # sent just before the check that first saw the child gone
-        (4.9, (10.0, 1.6), False),  # the lease it had left and no more
-        (4.5, (10.0, 0.0), False),  # none left (sent as the lease ended): the common bound
-        (4.5, (8.0, 1.6), False),  # a release lost before the spell is not its cause
-        (4.5, None, False),  # no release lost: the common bound
-    ],
-)
-def test_a_lost_release_allows_its_claim_the_lease_it_had_left(
-    lasted: float, lost: tuple[float, float] | None, within: bool
-) -> None:
-    """`Recovering` with a 3 s bound, for a claim not fine from 10 s: one whose release did not
-    land in its spell waits for it to go stale, the lease it had left longer than a lease lost
-    to failing writes; judged at the spell's last check, in the window."""
-    recovering = convergence_module.Recovering()
-    releases = {} if lost is None else {"tg0/1": lost}
-    t = 10.0
-    while t <= 10.0 + lasted + 1e-9:
-        recovering.checked({"tg0/1": "not moving"}, t, in_window=True, releases_lost=releases)
-        t += 0.25
-    assert recovering.within(3.0) is within
-    allowed = lost is not None and lost[0] >= 9.5 and lost[1] > 0
-    assert ("more allowed" in recovering.describe()) is allowed
-
-
 def test_a_wedge_under_lasting_write_failures_is_still_reported(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
