@@ -217,6 +217,36 @@ def test_churn_under_30_percent_of_writes_failing_is_not_a_wedge() -> None:
     assert run_seed(params).violations == []
 
 
+def test_a_spell_of_exactly_the_bound_is_within_it_wherever_the_clock_stands() -> None:
+    """Seed 1820006 of `feed-loss,failures,read-latency,stall` at 0.3 (unordered/4): a slice
+    not fine from the check at 29.45 s to the one at 32.45 s, 12 checks of 0.25 s, was reported
+    as a wedge: in floats 32.45 - 29.45 is 3.0000000000000036, past the 3*HB bound (a review;
+    13.0 - 10.0 is exactly 3.0 and passed). A spell is as long as its checks say."""
+    params = SimParams(
+        seed=1820006,
+        faults=("feed-loss", "failures", "read-latency", "stall"),
+        fail_rate=0.3,
+        fault_count=8,
+        ordering="unordered",
+        workers_per_partition=4,
+    )
+    assert run_seed(params).violations == []
+
+
+@pytest.mark.parametrize(("checks", "within"), [(12, True), (13, False)])
+@pytest.mark.parametrize("start", [29.45, 10.0, 17.15])
+def test_a_spell_is_judged_by_its_checks(start: float, checks: int, within: bool) -> None:
+    """`Recovering` with a 3 s bound: a problem seen at the check at ``start`` and ``checks``
+    0.25 s checks after it (the run's clock, a sum of 0.05 s steps) lasted ``checks`` / 4 s."""
+    recovering = convergence_module.Recovering()
+    t = start
+    for _ in range(checks + 1):
+        recovering.checked({"tg0/1": "not moving"}, t, in_window=True)
+        for _ in range(5):
+            t += 0.05
+    assert recovering.within(3.0) is within
+
+
 def test_a_wedge_under_lasting_write_failures_is_still_reported(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
