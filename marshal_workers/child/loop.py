@@ -156,8 +156,21 @@ class ChildLoop:
         # cyclic garbage is collected first (a frozen object is never freed): about 3 ms.
         gc.collect()
         gc.freeze()
+        self._lower_priority()
         self.pipe.send(Started(os.getpid(), position))
         self.log.info("child_started", mode=str(spec.mode), position=position)
+
+    def _lower_priority(self) -> None:
+        """Run the handler below the supervisor's CPU priority (`ChildSpec.nice`), once set up:
+        busy handlers must not starve the supervisor (its heartbeats, the leases), the host's
+        readers, nor a child still starting (its setup ran at full priority). Only this
+        thread: the consumer's threads, started by setup, keep theirs and fetch on time."""
+        if self.spec.nice <= 0:
+            return
+        try:
+            os.nice(self.spec.nice)
+        except OSError as exc:  # (raising it is always allowed; a sandbox may refuse anyway)
+            self.log.warning("child_priority_unchanged", nice=self.spec.nice, error=str(exc))
 
     def _build_chain(
         self, plugin: Plugin, fetcher: Source, policy: FailurePolicy, position: int

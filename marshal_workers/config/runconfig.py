@@ -46,6 +46,7 @@ class RunConfig:
     heartbeat_interval: float = 10.0
     batch_size: int = 500
     amo_window: int = 32000  # AMO: reserved and not handled, at most (the loss on a crash)
+    child_nice: int = 10  # added to a child's nice once it is set up (its handler's thread)
     stop_timeout: float = 20.0
     handler_timeout: float = 300.0  # 0: no deadline
     auto_offset_reset: str = "earliest"
@@ -130,6 +131,7 @@ def run_config(resolved: Resolved) -> RunConfig:
         heartbeat_interval=v["heartbeat_interval"],
         batch_size=v["batch_size"],
         amo_window=v["amo_window"],
+        child_nice=v["child_nice"],
         stop_timeout=v["stop_timeout"],
         handler_timeout=v["handler_timeout"],
         auto_offset_reset=v["auto_offset_reset"],

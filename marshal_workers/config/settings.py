@@ -93,6 +93,16 @@ _positive_int = _count(1)
 _non_negative_int = _count(0)
 
 
+def _count_to(maximum: int) -> Parse:
+    def parse(text: str) -> int:
+        value = int(text)
+        if not 0 <= value <= maximum:
+            raise ValueError(f"must be a whole number from 0 to {maximum}")
+        return value
+
+    return parse
+
+
 def _span(text: str) -> str | int:
     """``auto`` or a whole number of coordination partitions."""
     return "auto" if text == "auto" else _count(1)(text)
@@ -309,6 +319,19 @@ SETTINGS: tuple[Setting, ...] = (
         "Timing",
         parse=_positive_int,
         metavar="RECORDS",
+    ),
+    Setting(
+        "child_nice",
+        10,
+        "How much lower than the supervisor's the CPU priority of each child's handler runs "
+        "(added to its nice value, 0-19; 0: the same), once the child is set up. Busy handlers "
+        "then cannot starve the supervisor, the host's readers and starting children of CPU: "
+        "with 64 CPU-bound children on 2 cores and the same priority, children started seconds "
+        "late and leases ran out (docs/benchmarks.md). Only the handler's thread is lowered; "
+        "against other processes of the host the handlers run at this lower priority.",
+        "Timing",
+        parse=_count_to(19),
+        metavar="N",
     ),
     Setting(
         "stop_timeout",

@@ -90,6 +90,7 @@ def member_settings(
         auto_offset_reset=c.auto_offset_reset,
         batch_size=c.batch_size,
         amo_window=c.amo_window,
+        nice=c.child_nice,
         kafka_config=tuple(sorted(c.kafka.items())),
         log_json=c.log_json,
         retries=c.retries,

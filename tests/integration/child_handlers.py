@@ -6,6 +6,7 @@ import gc
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -61,6 +62,23 @@ class MessageRecorder(Recorder):
         """Note the batch's offsets and what the items are."""
         self._event("batch", [m.offset() for m in messages])
         self._event("types", sorted({type(m).__name__ for m in messages}))
+
+
+class NiceRecorder(Recorder):
+    """`Recorder` noting the nice value its setup and each batch run at (this thread's), and
+    the lowest of the child's other threads at each batch (the consumer's)."""
+
+    def setup(self, ctx: Context) -> None:
+        self._event("nice_at_setup", os.getpriority(os.PRIO_PROCESS, 0))
+
+    def handle_batch(self, records: Sequence[Record], ctx: Context) -> None:
+        me = threading.get_native_id()
+        others = [
+            os.getpriority(os.PRIO_PROCESS, int(tid))
+            for tid in os.listdir(f"/proc/{os.getpid()}/task")
+            if int(tid) != me
+        ]
+        self._event("nice", os.getpriority(os.PRIO_PROCESS, 0), min(others, default=None))
 
 
 class CollectorRecorder(Recorder):

@@ -584,6 +584,35 @@ class TestClassPlugin:
         runs = [line for line in lines if line[0] == "gc"]
         assert runs and all(line == ["gc", expected, True] for line in runs), runs
 
+    @pytest.mark.parametrize("nice", [0, 7])
+    def test_the_handler_runs_below_the_supervisor_s_priority_once_set_up(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        tmp_path: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+        nice: int,
+    ) -> None:
+        """`child_nice`: the plugin's setup runs at the child's own priority, its batches
+        ``nice`` lower; the consumer's threads (started by setup) keep the priority they had.
+        64 CPU-bound children on 2 cores at one priority started seconds late and let leases
+        run out (docs/benchmarks.md)."""
+        events = tmp_path / "events.jsonl"
+        monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
+        produce(kafka_bootstrap, topic, {PARTITION: 5})
+        handler = "tests.integration.child_handlers:NiceRecorder"
+        child = spawn(make_spec(kafka_bootstrap, topic, handler=handler, nice=nice))
+        while child.expect(Progress).next_offset < 5:
+            pass
+        child.handle.send(Stop())
+        assert child.wait_exit() == 0
+        lines = [json.loads(line) for line in events.read_text().splitlines()]
+        assert lines[0][0] == "nice_at_setup"
+        base = lines[0][1]
+        runs = [line for line in lines if line[0] == "nice"]
+        assert runs and all(line == ["nice", min(base + nice, 19), base] for line in runs), runs
+
     @pytest.mark.parametrize(
         ("plugin", "given"), [("Recorder", set()), ("MessageRecorder", {("Message",)})]
     )

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from marshal_workers.common.errors import ConfigError
+from marshal_workers.config.runconfig import run_config
 from marshal_workers.config.settings import heartbeat_ms, resolve
+from marshal_workers.supervisor.runtime import member_settings
 
 BIN = Path(sys.executable).parent
 RUN = [str(BIN / "marshal-run"), "--handler", "marshal_workers.plugins.echo:handle"]
@@ -87,12 +89,26 @@ def test_heartbeat_interval_must_be_finite_and_in_range(value: str) -> None:
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("stop_timeout", "inf"), ("retry_backoff", "nan"), ("batch_size", "10" * 20)],
+    [
+        ("stop_timeout", "inf"),
+        ("retry_backoff", "nan"),
+        ("batch_size", "10" * 20),
+        ("child_nice", "20"),
+        ("child_nice", "-1"),
+    ],
 )
 def test_every_numeric_setting_is_bounded(name: str, value: str) -> None:
     """Other numeric settings refuse non-finite and absurd values too."""
     with pytest.raises(ConfigError, match=name):
         resolve({name: value}, None, environ={})
+
+
+@pytest.mark.parametrize(("given", "nice"), [({}, 10), ({"child_nice": "0"}, 0)])
+def test_children_run_below_the_supervisor_by_default(given: dict[str, str], nice: int) -> None:
+    """`child_nice` reaches every child's spec: 10 lower unless set (0: the same)."""
+    required = {"handler": "m:f", "mode": "alo", "topic": ["t"], "group": "g"}
+    config = run_config(resolve({**required, **given}, None, environ={}))
+    assert member_settings(config, 1).child.nice == nice
 
 
 def test_numeric_bounds_apply_to_toml_values(tmp_path: Path) -> None:
