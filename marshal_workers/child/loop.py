@@ -164,7 +164,8 @@ class ChildLoop:
         """Run the handler below the supervisor's CPU priority (`ChildSpec.nice`), once set up:
         busy handlers must not starve the supervisor (its heartbeats, the leases), the host's
         readers, nor a child still starting (its setup ran at full priority). Only this
-        thread: the consumer's threads, started by setup, keep theirs and fetch on time."""
+        thread and those it starts later (a plugin's, the dead-letter producer's): the
+        watchdog and the consumer's threads, started before, keep theirs."""
         if self.spec.nice <= 0:
             return
         try:

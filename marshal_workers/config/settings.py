@@ -327,8 +327,9 @@ SETTINGS: tuple[Setting, ...] = (
         "(added to its nice value, 0-19; 0: the same), once the child is set up. Busy handlers "
         "then cannot starve the supervisor, the host's readers and starting children of CPU: "
         "with 64 CPU-bound children on 2 cores and the same priority, children started seconds "
-        "late and leases ran out (docs/benchmarks.md). Only the handler's thread is lowered; "
-        "against other processes of the host the handlers run at this lower priority.",
+        "late and leases ran out (docs/benchmarks.md). Only the handler's thread is lowered "
+        "(threads it starts later inherit it: a plugin's, the dead-letter producer's); against "
+        "other processes of the host the handlers run at this lower priority.",
         "Timing",
         parse=_count_to(19),
         metavar="N",

@@ -66,19 +66,23 @@ class MessageRecorder(Recorder):
 
 class NiceRecorder(Recorder):
     """`Recorder` noting the nice value its setup and each batch run at (this thread's), and
-    the lowest of the child's other threads at each batch (the consumer's)."""
+    at each batch the nice value of each of the child's other threads by name (the watchdog,
+    the consumer's)."""
 
     def setup(self, ctx: Context) -> None:
         self._event("nice_at_setup", os.getpriority(os.PRIO_PROCESS, 0))
 
     def handle_batch(self, records: Sequence[Record], ctx: Context) -> None:
         me = threading.get_native_id()
-        others = [
-            os.getpriority(os.PRIO_PROCESS, int(tid))
-            for tid in os.listdir(f"/proc/{os.getpid()}/task")
-            if int(tid) != me
-        ]
-        self._event("nice", os.getpriority(os.PRIO_PROCESS, 0), min(others, default=None))
+        python = {t.native_id: t.name for t in threading.enumerate()}  # (3.11 names no OS thread)
+        others: dict[str, int] = {}
+        for tid in os.listdir(f"/proc/{os.getpid()}/task"):
+            if int(tid) == me:
+                continue
+            with open(f"/proc/{os.getpid()}/task/{tid}/comm") as comm:
+                name = f"{python.get(int(tid)) or comm.read().strip()}/{tid}"
+            others[name] = os.getpriority(os.PRIO_PROCESS, int(tid))
+        self._event("nice", os.getpriority(os.PRIO_PROCESS, 0), others)
 
 
 class CollectorRecorder(Recorder):

@@ -595,9 +595,11 @@ class TestClassPlugin:
         nice: int,
     ) -> None:
         """`child_nice`: the plugin's setup runs at the child's own priority, its batches
-        ``nice`` lower; the consumer's threads (started by setup) keep the priority they had.
-        64 CPU-bound children on 2 cores at one priority started seconds late and let leases
-        run out (docs/benchmarks.md)."""
+        ``nice`` lower; every other thread (the lease watchdog, the consumer's) keeps the
+        priority it had. 64 CPU-bound children on 2 cores at one priority started seconds late
+        and let leases run out (docs/benchmarks.md)."""
+        if os.getpriority(os.PRIO_PROCESS, 0) + nice > 19:
+            pytest.skip("the tests run too low to lower a child by this much (nice caps at 19)")
         events = tmp_path / "events.jsonl"
         monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
         produce(kafka_bootstrap, topic, {PARTITION: 5})
@@ -611,7 +613,11 @@ class TestClassPlugin:
         assert lines[0][0] == "nice_at_setup"
         base = lines[0][1]
         runs = [line for line in lines if line[0] == "nice"]
-        assert runs and all(line == ["nice", min(base + nice, 19), base] for line in runs), runs
+        assert runs and all(line[1] == base + nice for line in runs), runs
+        others = runs[-1][2]
+        assert any(name.startswith("marshal-watchdog/") for name in others), others
+        assert any(name.startswith("rdk:") for name in others), others
+        assert all(value == base for value in others.values()), others
 
     @pytest.mark.parametrize(
         ("plugin", "given"), [("Recorder", set()), ("MessageRecorder", {("Message",)})]
