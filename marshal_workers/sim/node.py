@@ -31,6 +31,7 @@ from marshal_workers.protocol.wire import (
     Appended,
     ClaimingPartition,
     ClaimKey,
+    ReleasingPartition,
     claim_key,
 )
 from marshal_workers.sim import releases
@@ -153,6 +154,9 @@ class SimNode:
         # times and failed each time, a count is given up (`RecordParking.gave_up`)
         self.count_write_failures: dict[bytes, int] = {}
         self.releases_seen: list[ClaimKey] = []  # others' releases its fold showed this turn
+        # its releases that did not land, by claim: when the latest was sent and the lease it
+        # had left then, which the claim waits out before it goes stale (`convergence.Recovering`)
+        self.releases_lost: dict[ClaimKey, tuple[float, float]] = {}
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -471,17 +475,17 @@ class SimNode:
             [t + self.log.latency(c.partition)]
             + [f.lands_at for f in self.in_flight if f.partition == c.partition]
         )
+        lands_anyway = fails and self.rng.random() < 0.5
         self.in_flight.append(
-            InFlight(
-                lands_at,
-                c.op,
-                c.partition,
-                c.key,
-                c.value,
-                fails,
-                fails and self.rng.random() < 0.5,
-            )
+            InFlight(lands_at, c.op, c.partition, c.key, c.value, fails, lands_anyway)
         )
+        if fails and not lands_anyway and isinstance(c.message, ReleasingPartition):
+            key = claim_key(c.message)
+            held = self.member.ctx.held.get(key)
+            # (what the log granted: a fast stop revoked the child's lease, not the claim's)
+            granted = 0.0 if held is None else (held.revoked_lease or held.lease)
+            left = max(0.0, granted - self.local(t))
+            self.releases_lost[key] = (t, left)
 
     def _check_pause(self, c: cmd.Append, t: float) -> None:
         """``pause_respected``: no data claim is written while the member's own fold shows

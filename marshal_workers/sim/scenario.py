@@ -249,14 +249,7 @@ class Fleet:
         # last past the bound on recovering one (`convergence.Recovering`)
         recovered = "failures" in p.faults and recovering.within(convergence.recovery_bound_s(self))
         if checked and not (settled or self.converged() or recovered):
-            longest = (
-                ""
-                if recovering.longest is None
-                else (
-                    f"; longest: {recovering.longest[1]} {recovering.longest[2]} "
-                    f"for {recovering.longest[0]:.1f}s"
-                )
-            )
+            longest = recovering.describe()
             self.checker.violation(
                 "liveness",
                 f"not every partition held, handled and fairly shared {self.t - last_fault:.1f}s "
@@ -419,7 +412,8 @@ class Fleet:
                 bound_reached = not self.events and t >= last_end + p.settle
                 if ok and bound_reached:
                     settled = True
-                recovering.checked(found, t, in_window=bound_reached)
+                lost = convergence.releases_lost(self)
+                recovering.checked(found, t, in_window=bound_reached, releases_lost=lost)
                 if ok and cold is None and t > 1.0:
                     cold = t - 1.0
                 started = [w[0] for w in self.fault_windows if w[0] <= t]
