@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -30,6 +31,7 @@ from marshal_workers.child.main import (
 from marshal_workers.common import leaseclock
 from marshal_workers.common.ledgerfile import find_duplicates, read_ledger
 from marshal_workers.ipc.messages import (
+    ChildSpec,
     Grant,
     GrantRequest,
     HandlerFailed,
@@ -511,6 +513,28 @@ class TestEndings:
 # ---------------------------------------------------------------- class-based plugins
 
 
+HANDLERS = "tests.integration.child_handlers"
+
+
+def recorded_run(
+    spec: ChildSpec,
+    tmp_path: Path,
+    spawn: Callable[..., Supervised],
+    monkeypatch: pytest.MonkeyPatch,
+) -> list[Any]:
+    """Run a child of a recording plugin (`child_handlers.Recorder`) over 5 records of its
+    partition, stop it; the events the plugin wrote."""
+    events = tmp_path / "events.jsonl"
+    monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
+    produce(spec.bootstrap_servers, spec.topic, {PARTITION: 5})
+    child = spawn(spec)
+    while child.expect(Progress).next_offset < 5:
+        pass
+    child.handle.send(Stop())
+    assert child.wait_exit() == 0
+    return [json.loads(line) for line in events.read_text().splitlines()]
+
+
 class TestClassPlugin:
     @pytest.mark.parametrize(
         ("plugin", "given", "reason"),
@@ -567,18 +591,10 @@ class TestClassPlugin:
         """Decision 20: before the plugin's setup the child sets GC_THRESHOLDS, and after it
         freezes what setup made; thresholds a plugin sets in its setup are the ones it runs
         under."""
-        events = tmp_path / "events.jsonl"
-        monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
         if own:
             monkeypatch.setenv(child_handlers.GC_ENV, own)
-        produce(kafka_bootstrap, topic, {PARTITION: 5})
-        handler = "tests.integration.child_handlers:CollectorRecorder"
-        child = spawn(make_spec(kafka_bootstrap, topic, handler=handler))
-        while child.expect(Progress).next_offset < 5:
-            pass
-        child.handle.send(Stop())
-        assert child.wait_exit() == 0
-        lines = [json.loads(line) for line in events.read_text().splitlines()]
+        spec = make_spec(kafka_bootstrap, topic, handler=f"{HANDLERS}:CollectorRecorder")
+        lines = recorded_run(spec, tmp_path, spawn, monkeypatch)
         assert lines[0] == ["gc_at_setup", list(GC_THRESHOLDS)]
         expected = [int(x) for x in own.split(",")] if own else list(GC_THRESHOLDS)
         runs = [line for line in lines if line[0] == "gc"]
@@ -600,16 +616,8 @@ class TestClassPlugin:
         and let leases run out (docs/benchmarks.md)."""
         if os.getpriority(os.PRIO_PROCESS, 0) + nice > 19:
             pytest.skip("the tests run too low to lower a child by this much (nice caps at 19)")
-        events = tmp_path / "events.jsonl"
-        monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
-        produce(kafka_bootstrap, topic, {PARTITION: 5})
-        handler = "tests.integration.child_handlers:NiceRecorder"
-        child = spawn(make_spec(kafka_bootstrap, topic, handler=handler, nice=nice))
-        while child.expect(Progress).next_offset < 5:
-            pass
-        child.handle.send(Stop())
-        assert child.wait_exit() == 0
-        lines = [json.loads(line) for line in events.read_text().splitlines()]
+        spec = make_spec(kafka_bootstrap, topic, handler=f"{HANDLERS}:NiceRecorder", nice=nice)
+        lines = recorded_run(spec, tmp_path, spawn, monkeypatch)
         assert lines[0][0] == "nice_at_setup"
         base = lines[0][1]
         runs = [line for line in lines if line[0] == "nice"]
