@@ -113,7 +113,7 @@ class Recovering:
     that is not fine for long, whatever is wrong with it from one check to the next: a child
     that crashes in a loop is held by no live child, then not moving, then again (a review).
     The bound on one: `recovery_bound_s`; for a claim whose release did not land in its
-    spell, plus the lease it had left when the release was sent (seed 1820006 of
+    spell, plus the lease it had left when the release was sent (seed 1880131 of
     `feed-loss,failures,read-latency,stall` at 0.3, unordered/4)."""
 
     def __init__(self) -> None:
@@ -158,7 +158,7 @@ class Recovering:
         if self.longest is None:
             return ""
         _, what, wrong, lasted, allowed = self.longest
-        more = f", {allowed:.1f}s more allowed: a release of it did not land" if allowed else ""
+        more = f", {allowed:.2f}s more allowed: a release of it did not land" if allowed else ""
         return f"; longest: {what} {wrong} for {lasted:.1f}s{more}"
 
 
