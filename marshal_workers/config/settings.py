@@ -79,11 +79,11 @@ _positive_float = _seconds(0.001)
 _non_negative_float = _seconds(0.0)  # seconds where 0 means "off"
 
 
-def _count(minimum: int) -> Parse:
+def _count(minimum: int, maximum: int = MAX_COUNT) -> Parse:
     def parse(text: str) -> int:
         value = int(text)
-        if not minimum <= value <= MAX_COUNT:
-            raise ValueError(f"must be a whole number from {minimum} to {MAX_COUNT}")
+        if not minimum <= value <= maximum:
+            raise ValueError(f"must be a whole number from {minimum} to {maximum}")
         return value
 
     return parse
@@ -91,16 +91,6 @@ def _count(minimum: int) -> Parse:
 
 _positive_int = _count(1)
 _non_negative_int = _count(0)
-
-
-def _count_to(maximum: int) -> Parse:
-    def parse(text: str) -> int:
-        value = int(text)
-        if not 0 <= value <= maximum:
-            raise ValueError(f"must be a whole number from 0 to {maximum}")
-        return value
-
-    return parse
 
 
 def _span(text: str) -> str | int:
@@ -331,7 +321,7 @@ SETTINGS: tuple[Setting, ...] = (
         "(threads it starts later inherit it: a plugin's, the dead-letter producer's); against "
         "other processes of the host the handlers run at this lower priority.",
         "Timing",
-        parse=_count_to(19),
+        parse=_count(0, 19),
         metavar="N",
     ),
     Setting(

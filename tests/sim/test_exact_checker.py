@@ -236,7 +236,9 @@ def test_a_spell_of_exactly_the_bound_is_within_it_wherever_the_clock_stands() -
     """Seed 1820006 of `feed-loss,failures,read-latency,stall` at 0.3 (unordered/4): a slice
     not fine from the check at 29.45 s to the one at 32.45 s, 12 checks of 0.25 s, was reported
     as a wedge: in floats 32.45 - 29.45 is 3.0000000000000036, past the 3*HB bound (a review;
-    13.0 - 10.0 is exactly 3.0 and passed). A spell is as long as its checks say."""
+    13.0 - 10.0 is exactly 3.0 and passed). Kept as a clean run: a release of that slice was
+    lost in the spell too, so the lost-release allowance now passes it even without the
+    rounding; `test_a_spell_is_judged_by_its_checks` pins the rounding."""
     assert run_seed(dataclasses.replace(LOST_RELEASE_MIX, seed=1820006)).violations == []
 
 
