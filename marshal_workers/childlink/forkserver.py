@@ -25,7 +25,10 @@ What changes for a child, and where it is handled:
 - the handler module is imported by each child, never by the fork server: a module that starts
   a thread at import would make every later fork unsafe;
 - whatever the start method, the parent's ``__main__`` script is not re-run in the child
-  (`supervisor.childprocess.start_child`), so the CLI's imports stay out of it.
+  (`supervisor.childprocess.start_child`), so the CLI's imports stay out of it;
+- what the server's imports made is frozen out of the cyclic collector before the first fork
+  (`childlink.preloaded`, imported last): a child's collections never traverse it, so they
+  neither spend the child's CPU on it nor copy its pages.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ PRELOAD = (
     "marshal_workers.child.entry",  # what a child runs (`supervisor.childprocess`)
     "marshal_workers.child.reader",  # a host's reader of a sliced partition (`supervisor.feeds`)
     "marshal_workers.child.feedentry",  # what it runs
+    "marshal_workers.childlink.preloaded",  # last: what the imports made, frozen for the children
 )
 # Set (to the supervisor's pid) only while the fork server starts: the process that finds its
 # parent's pid here is the fork server, and nothing else.
@@ -75,16 +79,18 @@ def fork_server(withheld: Collection[str] = ()) -> ForkServerContext:
     return context
 
 
-def _guard() -> None:
-    """In the fork server (imported there first): die with the supervisor, at once."""
+def _guard() -> bool:
+    """In the fork server (imported there first): die with the supervisor, at once. Whether
+    this process is the fork server."""
     supervisor = os.environ.pop(SERVER_OF_ENV, None)  # gone: the children never see it
     if supervisor is None or supervisor != str(os.getppid()):
-        return  # not the fork server (or the supervisor is gone already: the pipe ends it)
+        return False  # not the fork server (or the supervisor is gone already: the pipe ends it)
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
     if str(os.getppid()) != supervisor:  # it died before the signal was set
         os._exit(0)
+    return True
 
 
-_guard()
+IN_FORK_SERVER = _guard()
