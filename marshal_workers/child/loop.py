@@ -153,8 +153,8 @@ class ChildLoop:
         self._build_chain(plugin, fetcher, policy, position)
         # What setup made (the plugin, the consumer; a spawned child's modules) lives as long as
         # the child: frozen, it is not traversed again by every full collection (see
-        # GC_THRESHOLDS). Setup's own cyclic garbage is collected first (a frozen object is never
-        # freed); a forked child's inherited modules are frozen already (`childlink.preloaded`).
+        # GC_THRESHOLDS). Setup's own cyclic garbage is collected first (frozen, a cycle is never
+        # collected); a forked child's inherited modules are frozen already (`childlink.preloaded`).
         gc.collect()
         gc.freeze()
         self._lower_priority()

@@ -6,5 +6,6 @@ Runs in the supervisor, the fork server and the child. Imports `protocol`, `comm
 pure messages (`ipc`) only, never the child, the supervisor or the core. `forkserver` guards
 the fork server when imported: only the supervisor's start-up (`supervisor.launch`, which
 starts the server before the supervisor's other imports, and `supervisor.run`) and the fork
-server itself import it at run time.
+server itself import it at run time. `preloaded`, imported by the fork server last, freezes
+what its imports made before the first fork.
 """

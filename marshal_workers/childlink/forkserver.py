@@ -28,7 +28,9 @@ What changes for a child, and where it is handled:
   (`supervisor.childprocess.start_child`), so the CLI's imports stay out of it;
 - what the server's imports made is frozen out of the cyclic collector before the first fork
   (`childlink.preloaded`, imported last): a child's collections never traverse it, so they
-  neither spend the child's CPU on it nor copy its pages.
+  neither spend the child's CPU on it nor write to its pages (the reference counts of what a
+  child uses still do). A server multiprocessing starts again by itself (after it died) has no
+  ``SERVER_OF_ENV``: neither the guard nor the freeze, its children collect as they did before.
 """
 
 from __future__ import annotations
@@ -93,4 +95,6 @@ def _guard() -> bool:
     return True
 
 
-IN_FORK_SERVER = _guard()
+# The fork server's pid, in the fork server and in the children it forks (which inherit this
+# module as it was imported there); None in any other process.
+FORK_SERVER_PID = os.getpid() if _guard() else None

@@ -187,45 +187,77 @@ class TestForkServerGuard:
 
 
 class TestForkServerFreeze:
+    # What a fork-server child reports: how many objects are frozen, and whether the function
+    # the last of the child's preloaded modules defines is among them (the permanent generation
+    # is the one `gc.get_objects` does not list); each `is_tracked`, or the check says nothing.
+    PROBE = (
+        "import gc, sys\n\n"
+        "def report(conn):\n"
+        "    last = sys.modules['marshal_workers.child.feedentry'].reader_entry\n"
+        "    listed = any(o is last for o in gc.get_objects())\n"
+        "    conn.send((gc.get_freeze_count(), gc.is_tracked(last), listed))\n"
+    )
+    PARENT = (
+        "import freezeprobe\n"
+        "from marshal_workers.childlink.forkserver import fork_server\n"
+        "if __name__ == '__main__':\n"
+        "    ctx = fork_server()\n"
+        "    mine, theirs = ctx.Pipe()\n"
+        "    p = ctx.Process(target=freezeprobe.report, args=(theirs,))\n"
+        "    p.start()\n"
+        "    theirs.close()\n"
+        "    if not mine.poll(30):\n"
+        "        raise SystemExit(f'no report; the child exited {p.exitcode}')\n"
+        "    print(*mine.recv())\n"
+        "    p.join(30)\n"
+    )
+
     def test_a_forked_child_inherits_the_fork_servers_imports_frozen(self, tmp_path: Path) -> None:
-        """The fork server freezes what its imports made before it forks (`childlink.preloaded`):
-        a child's collections then never traverse the inherited modules (19 ms of a child's
-        start, and the pages they touch copied). Unfrozen, a forked child finds nothing in the
-        permanent generation."""
-        (tmp_path / "freezeprobe.py").write_text(
-            "import gc\n\n"
-            "def report(conn):\n"
-            "    conn.send((gc.get_freeze_count(), gc.get_count()[0]))\n"
-        )
-        script = (
-            "import multiprocessing\n"
-            "import freezeprobe\n"
-            "from marshal_workers.childlink.forkserver import fork_server\n"
-            "if __name__ == '__main__':\n"
-            "    ctx = fork_server()\n"
-            "    mine, theirs = ctx.Pipe()\n"
-            "    p = ctx.Process(target=freezeprobe.report, args=(theirs,))\n"
-            "    p.start()\n"
-            "    print(*mine.recv())\n"
-            "    p.join(30)\n"
-        )
+        """The fork server freezes what its imports made before it forks (`childlink.preloaded`,
+        imported last): a child's collections then never traverse the inherited modules (19 ms of
+        a child's start). The last of the child's modules is frozen too (imported before the
+        freeze: with it earlier in the list the function is listed), and so is the bulk of them
+        (about 25,000 objects; the fork server's own modules alone are about 10,000). Unfrozen, a
+        forked child finds nothing in the permanent generation."""
+        (tmp_path / "freezeprobe.py").write_text(self.PROBE)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
         done = subprocess.run(
-            [sys.executable, "-c", script],
-            capture_output=True, text=True, env=env, check=True, timeout=60,
+            [sys.executable, "-c", self.PARENT],
+            capture_output=True, text=True, env=env, check=True, timeout=90,
         )  # fmt: skip
-        frozen, young = (int(n) for n in done.stdout.split())
-        assert frozen > 10_000, done.stdout  # the child's modules (about 25,000 objects here)
-        assert young < frozen
+        frozen, tracked, listed = done.stdout.split()
+        assert (tracked, listed) == ("True", "False"), done.stdout
+        assert int(frozen) > 20_000, done.stdout
 
     def test_nothing_is_frozen_outside_the_fork_server(self) -> None:
-        """Imported anywhere else (the supervisor, a spawned child), the module freezes nothing."""
+        """Imported anywhere but the fork server (here a plain process, as the supervisor or a
+        spawned child would), the module freezes nothing; nor does a call in a forked child, which
+        inherits the module imported (`forkserver.FORK_SERVER_PID` is the server's pid there)."""
         script = (
             "import gc\n"
             "import marshal_workers.childlink.preloaded as p\n"
             "print(p.freeze_imports(), gc.get_freeze_count())\n"
         )
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
         done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
-        )
+            [sys.executable, "-c", script],
+            capture_output=True, text=True, env=env, check=True, timeout=60,
+        )  # fmt: skip
         assert done.stdout.split() == ["False", "0"]
+
+    def test_a_forked_child_does_not_freeze_again(self, tmp_path: Path) -> None:
+        """In a child of the fork server the module is inherited imported; calling it there
+        freezes nothing more (the child's own freeze after setup is `child.loop`'s)."""
+        (tmp_path / "freezeprobe.py").write_text(
+            "import gc\n"
+            "from marshal_workers.childlink import preloaded\n\n"
+            "def report(conn):\n"
+            "    before = gc.get_freeze_count()\n"
+            "    conn.send((preloaded.freeze_imports(), gc.get_freeze_count() - before, 0))\n"
+        )
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+        done = subprocess.run(
+            [sys.executable, "-c", self.PARENT],
+            capture_output=True, text=True, env=env, check=True, timeout=90,
+        )  # fmt: skip
+        assert done.stdout.split() == ["False", "0", "0"]
