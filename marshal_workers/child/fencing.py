@@ -53,7 +53,14 @@ from marshal_workers.childlink.sharedlease import Clock, SharedLease
 from marshal_workers.common import leaseclock
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-WATCHDOG_TICK_S = 0.05
+# How often the watchdog looks without a deadline due: a revoke (deadline 0), the parent gone
+# (the parent-death signal comes first), a handler call begun since it last looked. The lease's
+# deadline, and a call's once seen, are waited for exactly, whatever the tick. Each look takes
+# the GIL from the handler's thread, which runs below this one's priority (`child_nice`): at
+# 50 ms, 64 busy children on two cores kept other processes of the host off the CPU for up to
+# 4.6 s at a time (the local broker was fenced by its own controller, the members' leases ran
+# out); at 0.25 s, 15 ms (`bench/watchdog_stall.py`, docs/benchmarks.md).
+WATCHDOG_TICK_S = 0.25
 
 REASON_LEASE_EXPIRED = "lease_expired"
 REASON_PARENT_GONE = "parent_gone"

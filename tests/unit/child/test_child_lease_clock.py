@@ -148,6 +148,32 @@ def test_the_watchdog_waits_until_a_time_on_the_lease_clock_and_fires_after_a_ju
     assert waits[0] == 2000.0  # the deadline comes before the tick: wait exactly until it
 
 
+def test_the_watchdog_looks_at_most_four_times_a_second_while_nothing_is_due() -> None:
+    """Each look takes the GIL from a handler thread running below the watchdog's priority: at
+    20 looks a second, 64 busy children kept the host's other processes off the CPU for seconds
+    (`bench/watchdog_stall.py`). With the default tick, a lease far off is waited for in steps of
+    at least 0.2 s, and the deadline itself exactly."""
+    lease = SharedLease(MP)
+    lease.extend_to(1002.0)
+    now = [1000.0]
+    waits: list[float] = []
+
+    def sleep(until: float) -> None:
+        waits.append(until)
+        now[0] = until
+
+    def fence(reason: str) -> NoReturn:
+        raise FencedError(reason)
+
+    dog = Watchdog(lease, os.getppid(), fence, clock=lambda: now[0], sleep=sleep)
+    with pytest.raises(FencedError, match=REASON_LEASE_EXPIRED):
+        dog.run()
+    steps = [b - a for a, b in zip([1000.0, *waits], waits, strict=False)]
+    assert waits[-1] == 1002.0
+    assert len(waits) <= 8
+    assert all(step >= 0.2 - 1e-9 for step in steps[:-1])
+
+
 def test_sleep_until_returns_once_the_lease_clock_reads_the_time() -> None:
     """The real wait: not before the lease clock reaches the time (a past time returns)."""
     target = leaseclock.now() + 0.05
