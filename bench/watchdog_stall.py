@@ -35,7 +35,8 @@ from typing import NoReturn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from marshal_workers.child.fencing import WATCHDOG_TICK_S, Watchdog  # noqa: E402
+from marshal_workers.child.fencing import Watchdog  # noqa: E402
+from marshal_workers.childlink.callstate import WATCHDOG_TICK_S  # noqa: E402
 from marshal_workers.childlink.sharedlease import SharedLease  # noqa: E402
 from marshal_workers.common import leaseclock  # noqa: E402
 

@@ -19,7 +19,8 @@ The defences, from the child's side:
   whole group: a helper process the handler started never outlives the child. (A helper that
   the handler *forked* without exec holds the guardian's pipe open: then the supervisor's own
   group kill after the child's exit remains.)
-- `Watchdog`: a daemon thread that wakes at least every 50 ms and at the deadline itself (its
+- `Watchdog`: a daemon thread that wakes at least every `WATCHDOG_TICK_S` (0.25 s; once per
+  ``handler_timeout`` when that is shorter, not below 50 ms) and at the deadline itself (its
   wait is a time on the lease clock, `sleep_until`, so a suspend cannot stretch it), re-reads
   the lease (the supervisor moves it on every valid heartbeat) and the deadline of
   the handler call in progress (``handler_timeout``, moved by ``ctx.keepalive()``), and calls
@@ -49,18 +50,21 @@ from typing import NoReturn
 import psutil
 
 from marshal_workers.child.callclock import CallClock
+from marshal_workers.childlink.callstate import WATCHDOG_TICK_S
 from marshal_workers.childlink.sharedlease import Clock, SharedLease
 from marshal_workers.common import leaseclock
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-# How often the watchdog looks without a deadline due: a revoke (deadline 0), the parent gone
-# (the parent-death signal comes first), a handler call begun since it last looked. The lease's
+# How often the watchdog looks without a deadline due (`WATCHDOG_TICK_S`, 0.25 s, defined with
+# the cell it publishes, `childlink.callstate`): a revoke (deadline 0), the parent gone (the
+# parent-death signal comes first), a handler call begun since it last looked. The lease's
 # deadline, and a call's once seen, are waited for exactly, whatever the tick. Each look takes
 # the GIL from the handler's thread, which runs below this one's priority (`child_nice`): at
 # 50 ms, 64 busy children on two cores kept other processes of the host off the CPU for up to
-# 4.6 s at a time (the local broker was fenced by its own controller, the members' leases ran
-# out); at 0.25 s, 15 ms (`bench/watchdog_stall.py`, docs/benchmarks.md).
-WATCHDOG_TICK_S = 0.25
+# 5 s at a time (the local broker was fenced by its own controller, the members' leases ran
+# out); at 0.25 s, 0.26 s at most (`make bench-watchdog`, docs/benchmarks.md). With a handler
+# timeout shorter than the tick it looks once per timeout instead (not below the old 50 ms).
+WATCHDOG_MIN_TICK_S = 0.05
 
 REASON_LEASE_EXPIRED = "lease_expired"
 REASON_PARENT_GONE = "parent_gone"
@@ -180,6 +184,9 @@ class Watchdog(threading.Thread):
     def run(self) -> None:
         """Poll the parent, the lease and the call in progress until one of them says stop."""
         clock, sleep_until, tick = self._clock, self._sleep_until, self._tick_s
+        timeout = self._call_clock.timeout_s if self._call_clock is not None else None
+        if timeout:  # a call begun during a wait is seen within its timeout, not a tick later
+            tick = min(tick, max(timeout, WATCHDOG_MIN_TICK_S))
         while True:
             if not parent_alive(self._parent_pid):
                 self._on_fence(REASON_PARENT_GONE)

@@ -17,9 +17,9 @@ torn value; the cells are not read as a consistent set (each is meaningful on it
   backstop (`childexits.watch_call`) sees a call that is stuck as the same (run, position) for
   longer than the handler timeout.
 - ``started`` (double, the lease clock `common.leaseclock`; 0: none): when the handler call in
-  progress began, as the child's watchdog publishes it every tick (at most one tick old; the
-  child's own exact copy is `callclock.CallClock`): the supervisor shows calls past half the
-  timeout.
+  progress began, as the child's watchdog publishes it every tick (at most one tick old,
+  `WATCHDOG_TICK_S`; the child's own exact copy is `callclock.CallClock`): the supervisor shows
+  calls past half the timeout.
 - ``unit_end`` (int64, -1: one record): a ``handle_batch`` call covers ``position`` to it.
 - ``keep_until`` (double, the lease clock; 0: none): the deadline ``ctx.keepalive()`` last gave,
   for the supervisor's backstop.
@@ -37,6 +37,10 @@ if TYPE_CHECKING:  # the fork server's module guards the server at import: not h
     from marshal_workers.childlink.forkserver import ChildContext
 
 NO_POSITION = -1
+# How often the child's watchdog looks, and so publishes ``started`` (`child.fencing`, where the
+# figure is explained): the cell is at most this old, and while calls follow each other it may
+# still hold the previous call's start, making `CallCells.call_age` up to this much too long.
+WATCHDOG_TICK_S = 0.25
 
 
 class CallCells:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, assert_never
 
 import structlog
 
+from marshal_workers.childlink.callstate import WATCHDOG_TICK_S
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.errors import ConfigError, MarshalError
@@ -551,7 +552,7 @@ class Supervisor:
                 handle.pid if handle is not None else None,
                 held.phase.value,
                 age,
-                slow_call(age, self.config.handler_timeout),
+                slow_call(age, self.config.handler_timeout, lag_s=WATCHDOG_TICK_S),
             )
         return out
 

@@ -174,6 +174,35 @@ def test_the_watchdog_looks_at_most_four_times_a_second_while_nothing_is_due() -
     assert all(step >= 0.2 - 1e-9 for step in steps[:-1])
 
 
+@pytest.mark.parametrize(("timeout", "step"), [(0.1, 0.1), (0.01, 0.05), (1.0, 0.25)])
+def test_a_call_begun_during_a_wait_is_fenced_within_a_short_timeout(
+    timeout: float, step: float
+) -> None:
+    """A handler call that begins just after the watchdog looked is seen at its next look: with a
+    handler timeout shorter than the tick it looks once per timeout (not below 50 ms), so the
+    call is fenced within one step of its deadline, not a whole tick later."""
+    lease = SharedLease(MP)
+    lease.extend_to(5000.0)
+    now = [1000.0]
+    calls = CallClock(timeout)
+    waits: list[float] = []
+
+    def sleep(until: float) -> None:
+        waits.append(until)
+        if len(waits) == 1:
+            calls.starts = [now[0] + 0.001]  # the call begins just after the first look
+        now[0] = until
+
+    def fence(reason: str) -> NoReturn:
+        raise FencedError(reason)
+
+    dog = Watchdog(lease, os.getppid(), fence, clock=lambda: now[0], sleep=sleep, call_clock=calls)
+    with pytest.raises(FencedError, match=fencing.REASON_HANDLER_TIMEOUT):
+        dog.run()
+    assert waits[0] == pytest.approx(1000.0 + step)
+    assert now[0] <= 1000.001 + timeout + step + 1e-9
+
+
 def test_sleep_until_returns_once_the_lease_clock_reads_the_time() -> None:
     """The real wait: not before the lease clock reaches the time (a past time returns)."""
     target = leaseclock.now() + 0.05

@@ -11,11 +11,12 @@ from typing import NoReturn
 import pytest
 
 from marshal_workers.child.fencing import REASON_LEASE_EXPIRED, REASON_PARENT_GONE, Watchdog
+from marshal_workers.childlink.callstate import WATCHDOG_TICK_S
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 
 MP = multiprocessing.get_context("spawn")
-SLACK_S = 0.5  # how late a fence may come on a busy host (the tick is 50 ms)
+SLACK_S = 0.5 + WATCHDOG_TICK_S  # how late a fence may come on a busy host (a tick at most)
 
 
 class FencedError(Exception):
