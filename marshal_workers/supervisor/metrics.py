@@ -22,9 +22,11 @@ marshal_lease_remaining_seconds             gauge      per claim: until its chil
 marshal_lag_records                         gauge      per claim: high watermark - position (a
                                                        slice's: an upper bound, it takes only some)
 marshal_handler_call_seconds                gauge      per claim: how long the handler call in
-                                                       progress has run (absent: none)
+                                                       progress has run (absent: none; up to
+                                                       0.25 s long while calls follow each other)
 marshal_handler_call_slow                   gauge      per claim: 1 while that call is past half
-                                                       of --handler-timeout (killed at the whole)
+                                                       of --handler-timeout, plus that 0.25 s
+                                                       (killed at the whole)
 marshal_records_handled_total               counter    records the handler completed
 marshal_handler_latency_seconds             histogram  per handler call (a batch for handle_batch)
 marshal_handler_errors_total                counter    by ``policy``: what dealt with the failure
