@@ -94,6 +94,7 @@ def run_once(children: int, tick: float | None, nice: int, seconds: float) -> li
         p.join(30)
         if p.is_alive():
             p.kill()
+            p.join(5)
     late: list[float] = json.loads(out)
     return late
 

@@ -121,6 +121,11 @@ class FencedError(Exception):
     """What the fake fence raises instead of ending the process."""
 
 
+def fence(reason: str) -> NoReturn:
+    """The watchdog's ``on_fence`` in these tests: raise instead of ending the process."""
+    raise FencedError(reason)
+
+
 def test_the_watchdog_waits_until_a_time_on_the_lease_clock_and_fires_after_a_jump() -> None:
     """Each wait is an absolute time on the lease clock (the next tick, or the deadline if
     sooner), not a duration on another clock; when the clock jumps past the deadline during a
@@ -133,9 +138,6 @@ def test_the_watchdog_waits_until_a_time_on_the_lease_clock_and_fires_after_a_ju
     def sleep(until: float) -> None:
         waits.append(until)
         now[0] = until if len(waits) < 3 else until + 3600.0  # the third wait: a suspend
-
-    def fence(reason: str) -> NoReturn:
-        raise FencedError(reason)
 
     dog = Watchdog(lease, os.getppid(), fence, tick_s=0.5, clock=lambda: now[0], sleep=sleep)
     with pytest.raises(FencedError, match=REASON_LEASE_EXPIRED):
@@ -161,9 +163,6 @@ def test_the_watchdog_looks_at_most_four_times_a_second_while_nothing_is_due() -
     def sleep(until: float) -> None:
         waits.append(until)
         now[0] = until
-
-    def fence(reason: str) -> NoReturn:
-        raise FencedError(reason)
 
     dog = Watchdog(lease, os.getppid(), fence, clock=lambda: now[0], sleep=sleep)
     with pytest.raises(FencedError, match=REASON_LEASE_EXPIRED):
@@ -192,9 +191,6 @@ def test_a_call_begun_during_a_wait_is_fenced_within_a_short_timeout(
         if len(waits) == 1:
             calls.starts = [now[0] + 0.001]  # the call begins just after the first look
         now[0] = until
-
-    def fence(reason: str) -> NoReturn:
-        raise FencedError(reason)
 
     dog = Watchdog(lease, os.getppid(), fence, clock=lambda: now[0], sleep=sleep, call_clock=calls)
     with pytest.raises(FencedError, match=fencing.REASON_HANDLER_TIMEOUT):
