@@ -30,7 +30,12 @@ What changes for a child, and where it is handled:
   (`childlink.preloaded`, imported last): a child's collections never traverse it, so they
   neither spend the child's CPU on it nor write to its pages (the reference counts of what a
   child uses still do). A server multiprocessing starts again by itself (after it died) has no
-  ``SERVER_OF_ENV``: neither the guard nor the freeze, its children collect as they did before.
+  ``SERVER_OF_ENV``: neither the guard nor the freeze, its children collect as they did before;
+- where Linux schedules sessions as groups (autogroup), the fork server leads a session of its
+  own (`schedgroup.leave_session`, in `_guard`, after its parent-death signal is set), so its
+  children are one scheduling group apart from the supervisor's, which a child set up gives
+  its handler's nice (`child_nice`); the fork server then dies with the supervisor by that
+  signal, not by a signal to the supervisor's process group.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ import signal
 import sys
 from collections.abc import Collection
 from multiprocessing.context import ForkServerContext, SpawnContext
+
+from marshal_workers.childlink.schedgroup import leave_session
 
 ChildContext = ForkServerContext | SpawnContext  # spawn: the tests' children, and the fallback
 
@@ -92,6 +99,7 @@ def _guard() -> bool:
         libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
     if str(os.getppid()) != supervisor:  # it died before the signal was set
         os._exit(0)
+    leave_session()  # its children: a scheduling group apart from the supervisor's session
     return True
 
 

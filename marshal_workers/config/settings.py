@@ -319,7 +319,9 @@ SETTINGS: tuple[Setting, ...] = (
         "with 64 CPU-bound children on 2 cores and the same priority, children started seconds "
         "late and leases ran out (docs/benchmarks.md). Only the handler's thread is lowered "
         "(threads it starts later inherit it: a plugin's, the dead-letter producer's); against "
-        "other processes of the host the handlers run at this lower priority.",
+        "other processes of the host the handlers run at this lower priority (where Linux "
+        "schedules each session as a group, autogroup, the children's session group is given "
+        "it too).",
         "Timing",
         parse=_count(0, 19),
         metavar="N",

@@ -11,6 +11,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from marshal_workers.childlink.forkserver import FORK_SERVER_PID
+from marshal_workers.childlink.schedgroup import session_group_nice
 from marshal_workers.handler import Context, Record
 
 PID_FILE_ENV = "CHILD_TEST_PID_FILE"
@@ -83,6 +85,14 @@ class NiceRecorder(Recorder):
                 name = f"{python.get(int(tid)) or comm.read().strip()}/{tid}"
             others[name] = os.getpriority(os.PRIO_PROCESS, int(tid))
         self._event("nice", os.getpriority(os.PRIO_PROCESS, 0), others)
+
+
+class SessionRecorder(Recorder):
+    """`Recorder` noting at each batch the child's session, the fork server's pid (None: not a
+    fork server's child) and the nice of the session's autogroup (None: none here)."""
+
+    def handle_batch(self, records: Sequence[Record], ctx: Context) -> None:
+        self._event("session", os.getsid(0), FORK_SERVER_PID, session_group_nice())
 
 
 class CollectorRecorder(Recorder):

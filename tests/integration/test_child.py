@@ -627,6 +627,63 @@ class TestClassPlugin:
         assert any(name.startswith("rdk:") for name in others), others
         assert all(value == base for value in others.values()), others
 
+    @pytest.mark.parametrize("nice", [0, 7])
+    def test_a_fork_server_s_children_are_a_session_whose_group_runs_at_their_nice(
+        self, kafka_bootstrap: str, topic: str, tmp_path: Path, nice: int
+    ) -> None:
+        """Where Linux schedules each session as a group (autogroup), a nice orders threads
+        only inside it: 64 CPU-bound children in their supervisors' sessions kept another
+        session's process waiting for seconds (docs/benchmarks.md). A child of the fork server
+        is in the fork server's session, not its supervisor's, and once set up it gives that
+        session's group its nice (`childlink.schedgroup`); the supervisor's group keeps its
+        own. With ``child_nice = 0`` the group stays at 0."""
+        events = tmp_path / "events.jsonl"
+        script = tmp_path / "supervise.py"
+        script.write_text(
+            "import base64, pickle, sys\n"
+            "from marshal_workers.childlink.forkserver import fork_server\n"
+            "from marshal_workers.childlink.schedgroup import session_group_nice\n"
+            "from marshal_workers.childlink.sharedlease import SharedLease\n"
+            "from marshal_workers.common import leaseclock\n"
+            "from marshal_workers.ipc.messages import Progress, Stop\n"
+            "from marshal_workers.supervisor.childprocess import start_child\n"
+            "if __name__ == '__main__':\n"
+            "    mine = session_group_nice()\n"
+            "    ctx = fork_server()\n"
+            "    lease = SharedLease(ctx)\n"
+            "    lease.extend_to(leaseclock.now() + 120)\n"
+            "    handle = start_child(pickle.loads(base64.b64decode(sys.argv[1])), lease, ctx)\n"
+            "    while not handle.conn.poll(60) or not (\n"
+            "        isinstance(m := handle.conn.recv(), Progress) and m.next_offset >= 5\n"
+            "    ):\n"
+            "        pass\n"
+            "    handle.send(Stop())\n"
+            "    handle.join(30)\n"
+            "    print(repr((handle.exitcode, __import__('os').getsid(0), mine,\n"
+            "                session_group_nice())))\n"
+        )
+        produce(kafka_bootstrap, topic, {PARTITION: 5})
+        spec = make_spec(kafka_bootstrap, topic, handler=f"{HANDLERS}:SessionRecorder", nice=nice)
+        blob = base64.b64encode(pickle.dumps(spec)).decode()
+        env = {**os.environ, "PYTHONPATH": str(REPO), child_handlers.EVENTS_ENV: str(events)}
+        done = subprocess.run(
+            [sys.executable, str(script), blob],
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        code, supervisor_session, group_before, group_after = eval(done.stdout)
+        assert code == 0, done.stderr
+        lines = [json.loads(line) for line in events.read_text().splitlines()]
+        sessions = [line[1:] for line in lines if line[0] == "session"]
+        assert sessions, lines
+        session, server, group = sessions[-1]
+        assert group_after == group_before, done.stdout  # the supervisor's group: untouched
+        if not os.path.exists("/proc/self/autogroup"):  # nothing to gain: no session of its own
+            assert (session, group) == (supervisor_session, None), sessions
+            return
+        assert session == server != supervisor_session, sessions
+        assert group == nice, sessions
+
     @pytest.mark.parametrize(
         ("plugin", "given"), [("Recorder", set()), ("MessageRecorder", {("Message",)})]
     )
