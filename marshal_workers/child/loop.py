@@ -43,7 +43,7 @@ from marshal_workers.child.policy import FailurePolicy, OnFailure, PoisonRate
 from marshal_workers.child.reporting import Reporter
 from marshal_workers.child.reserving import Reserving
 from marshal_workers.childlink.forkserver import FORK_SERVER_PID
-from marshal_workers.childlink.schedgroup import GroupNice
+from marshal_workers.childlink.schedgroup import GroupNice, settle_soon
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.errors import EXIT_OK, EXIT_RUNTIME
@@ -102,8 +102,6 @@ class ChildLoop:
         self.failures: FailureHandling | None = None
         self.handling: Handling | None = None
         self.reserving: Reserving | None = None  # AMO
-        # the session's scheduling group, given the handler's nice (`_lower_priority`)
-        self.group_nice = GroupNice(0, None)  # (nothing to do until then)
 
     def run(self) -> int:
         """Run until something ends the child; its exit code."""
@@ -175,20 +173,19 @@ class ChildLoop:
         A nice orders threads only inside one scheduling group. Where Linux makes each session
         one (autogroup), the fork server's session, which all the member's children share, is
         given the handler's nice too (`childlink.schedgroup`): against other sessions every
-        thread of the children weighs that little, inside it each keeps its own. Tried here
-        once, and after each batch (`_loop`) while the kernel says too soon."""
+        thread of the children weighs that little, inside it each keeps its own. Tried here,
+        and from a thread of its own while the kernel says too soon (`settle_soon`)."""
         if self.spec.nice <= 0:
             return
         try:
             os.nice(self.spec.nice)
         except OSError as exc:  # (raising it is always allowed; a sandbox may refuse anyway)
             self.log.warning("child_priority_unchanged", nice=self.spec.nice, error=str(exc))
-        self.group_nice = GroupNice(os.getpriority(os.PRIO_PROCESS, 0), FORK_SERVER_PID)
-        self._settle_group()
+        group = GroupNice(os.getpriority(os.PRIO_PROCESS, 0), FORK_SERVER_PID)
+        settle_soon(group, self._group_settled)
 
-    def _settle_group(self) -> None:
-        group = self.group_nice
-        if group.settle() and group.error is not None:
+    def _group_settled(self, group: GroupNice) -> None:
+        if group.error is not None:
             self.log.warning("child_group_priority_unchanged", nice=group.nice, error=group.error)
 
     def _build_chain(
@@ -213,15 +210,13 @@ class ChildLoop:
         fetcher, handling, reporter = self.fetcher, self.handling, self.reporter
         assert fetcher is not None and handling is not None and reporter is not None
         pipe, lease, reserving = self.pipe, self.lease, self.reserving
-        batch_size, group = self.spec.batch_size, self.group_nice
+        batch_size = self.spec.batch_size
         while True:
             pipe.drain()
             if pipe.stop_requested and not (reserving is not None and reserving.pending):
                 # (the batch in hand is done; AMO: every run asked for is handed on if granted)
                 raise ChildExit(EXIT_OK, pipe.stop_reason, Stopped(reporter.next_offset))
             reporter.send_stats()
-            if not group.done:  # (the kernel said too soon at the first try: `_lower_priority`)
-                self._settle_group()
             lease.require()
             if reserving is not None:
                 reserving.turn()

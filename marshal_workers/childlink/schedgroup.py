@@ -10,7 +10,7 @@ supervisor's session, were ordered below the supervisor but weighed, as a group,
 every other session on the host. Measured on two cores (docs/benchmarks.md, "Busy children
 starved the host's other sessions"): 64 CPU-bound slice children in two members' sessions kept
 a probe in a session of its own (a 0.1 s sleep, at nice 0) waiting 1.1-7.8 s at its worst in
-every run; with the autogroups switched off, or with the children in a session of their own
+each of 18 runs; with the autogroups switched off, or with the children in a session of their own
 whose group is at their nice (this module), it was never late by more than 0.2 s.
 
 So where the kernel has autogroups the fork server leads a session of its own
@@ -23,12 +23,14 @@ consumers' threads and a child still starting keep their nice inside it (above t
 and the host's readers, which only feed the children, share it too. The supervisor stays in
 its session and at its priority.
 
-Under systemd (a service's cgroup is not the root cgroup) autogroups do not apply: the write
-is accepted and changes nothing, and the service's ``CPUWeight=`` is what orders it against
-other services. Without autogroup support the file is missing: nothing to do. The kernel lets a
+Autogroups apply only to processes whose cpu cgroup is the root one: a systemd service whose
+unit has the cpu controller (any ``CPUWeight=`` turns it on) is ordered by its cgroup, and the
+write is accepted and changes nothing there; a service without it is a session, and an
+autogroup, as a shell is. Without autogroup support the file is missing: nothing to do. The kernel lets a
 process without ``CAP_SYS_ADMIN`` change a group's nice at most once per 0.1 s host-wide
-(``EAGAIN`` meanwhile), so a child that meets that refusal tries again after its next batch
-(`GroupNice`).
+(``EAGAIN`` meanwhile: two members starting together meet it), so a child that meets that
+refusal tries again every `RETRY_S` from a thread of its own (`settle_soon`), not after its next
+batch, which a slow handler may take minutes to finish.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import threading
+import time
+from collections.abc import Callable
+
+RETRY_S = 0.11  # past the kernel's 0.1 s between two changes of a group's nice
+RETRIES = 100  # about 11 s of "too soon" (other members' children settling) before giving up
 
 AUTOGROUP = "/proc/self/autogroup"  # "/autogroup-<id> nice <n>" (Linux, CONFIG_SCHED_AUTOGROUP)
 
@@ -97,3 +105,32 @@ class GroupNice:
             self.error = str(exc)
         self.done = True
         return True
+
+
+def settle_soon(
+    group: GroupNice,
+    settled: Callable[[GroupNice], None],
+    retry_s: float = RETRY_S,
+    retries: int = RETRIES,
+) -> threading.Thread | None:
+    """`GroupNice.settle` now, and while the kernel says too soon again from a daemon thread
+    every ``retry_s`` (at most ``retries`` times, then given up with an ``error``); then call
+    ``settled(group)``. The thread, if one was needed. Started from the handler's thread once
+    lowered, it runs at that thread's nice, and sleeps."""
+    if group.settle():
+        settled(group)
+        return None
+
+    def retry() -> None:
+        for _ in range(retries):
+            time.sleep(retry_s)
+            if group.settle():
+                break
+        else:
+            group.error = f"the kernel answered too soon {retries + 1} times"
+            group.done = True
+        settled(group)
+
+    thread = threading.Thread(target=retry, name="marshal-group-nice", daemon=True)
+    thread.start()
+    return thread

@@ -640,7 +640,7 @@ class TestClassPlugin:
         events = tmp_path / "events.jsonl"
         script = tmp_path / "supervise.py"
         script.write_text(
-            "import base64, pickle, sys\n"
+            "import base64, os, pickle, sys, time\n"
             "from marshal_workers.childlink.forkserver import fork_server\n"
             "from marshal_workers.childlink.schedgroup import session_group_nice\n"
             "from marshal_workers.childlink.sharedlease import SharedLease\n"
@@ -657,21 +657,26 @@ class TestClassPlugin:
             "        isinstance(m := handle.conn.recv(), Progress) and m.next_offset >= 5\n"
             "    ):\n"
             "        pass\n"
+            "    # the child's group: settled at once, or by its thread within seconds\n"
+            "    path, end = f'/proc/{handle.pid}/autogroup', time.monotonic() + 10\n"
+            "    while session_group_nice(path) != int(sys.argv[2]) and time.monotonic() < end:\n"
+            "        time.sleep(0.05)\n"
+            "    child_group = session_group_nice(path)\n"
             "    handle.send(Stop())\n"
             "    handle.join(30)\n"
-            "    print(repr((handle.exitcode, __import__('os').getsid(0), mine,\n"
-            "                session_group_nice())))\n"
+            "    print(repr((handle.exitcode, os.getsid(0), mine, session_group_nice(),\n"
+            "                child_group)))\n"
         )
         produce(kafka_bootstrap, topic, {PARTITION: 5})
         spec = make_spec(kafka_bootstrap, topic, handler=f"{HANDLERS}:SessionRecorder", nice=nice)
         blob = base64.b64encode(pickle.dumps(spec)).decode()
         env = {**os.environ, "PYTHONPATH": str(REPO), child_handlers.EVENTS_ENV: str(events)}
         done = subprocess.run(
-            [sys.executable, str(script), blob],
+            [sys.executable, str(script), blob, str(nice)],
             capture_output=True, text=True, env=env, timeout=120, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
-        code, supervisor_session, group_before, group_after = eval(done.stdout)
+        code, supervisor_session, group_before, group_after, child_group = eval(done.stdout)
         assert code == 0, done.stderr
         lines = [json.loads(line) for line in events.read_text().splitlines()]
         sessions = [line[1:] for line in lines if line[0] == "session"]
@@ -679,10 +684,10 @@ class TestClassPlugin:
         session, server, group = sessions[-1]
         assert group_after == group_before, done.stdout  # the supervisor's group: untouched
         if not os.path.exists("/proc/self/autogroup"):  # nothing to gain: no session of its own
-            assert (session, group) == (supervisor_session, None), sessions
+            assert (session, group, child_group) == (supervisor_session, None, None), sessions
             return
         assert session == server != supervisor_session, sessions
-        assert group == nice, sessions
+        assert child_group == nice, done.stdout
 
     @pytest.mark.parametrize(
         ("plugin", "given"), [("Recorder", set()), ("MessageRecorder", {("Message",)})]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from marshal_workers.childlink import schedgroup
-from marshal_workers.childlink.schedgroup import GroupNice, session_group_nice
+from marshal_workers.childlink.schedgroup import GroupNice, session_group_nice, settle_soon
 
 REPO = Path(__file__).resolve().parents[3]
 HAS_AUTOGROUP = os.path.exists(schedgroup.AUTOGROUP)  # (init's own reads empty: not a test)
@@ -85,23 +85,79 @@ class TestGroupNice:
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """The kernel refuses a change of any group's nice within 0.1 s of the last one (host
-        wide, without CAP_SYS_ADMIN): the child tries again after its next batch. Any other
-        refusal is reported (a warning) and not tried again."""
+        wide, without CAP_SYS_ADMIN): not done, to be tried again. Any other refusal is
+        reported (a warning) and not tried again. (The kernel answers at the write.)"""
         path = autogroup_file(tmp_path, 0)
-        refusals = [errno.EAGAIN, errno.EPERM]
-        real_open = open
-
-        def refusing_open(file: str, mode: str = "r", **kwargs: Any) -> Any:
-            if "w" in mode and refusals:
-                code = refusals.pop(0)
-                raise OSError(code, os.strerror(code))
-            return real_open(file, mode, **kwargs)
-
-        monkeypatch.setattr(schedgroup, "open", refusing_open, raising=False)
+        refuse_writes(monkeypatch, [errno.EAGAIN, errno.EPERM])
         group = GroupNice(10, os.getsid(0), path)
         assert not group.settle() and not group.done and group.error is None
         assert group.settle() and group.done and group.error
         assert group.settle()  # given up: no third write
+        assert Path(path).read_text() == "/autogroup-4711 nice 0\n"
+
+
+def refuse_writes(monkeypatch: pytest.MonkeyPatch, refusals: list[int]) -> None:
+    """The module's writes to the autogroup file fail with these errnos, in turn, then succeed."""
+    real_open = open
+
+    class Refusing:
+        def __init__(self, file: Any) -> None:
+            self.file = file
+
+        def __enter__(self) -> Refusing:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.file.close()
+
+        def write(self, text: str) -> int:
+            if refusals:
+                code = refusals.pop(0)
+                raise OSError(code, os.strerror(code))
+            self.file.truncate()
+            return int(self.file.write(text))
+
+    def opening(file: str, mode: str = "r", **kwargs: Any) -> Any:
+        if "w" in mode:  # as the kernel's file: opening it for writing does not empty it
+            return Refusing(real_open(file, "r+", **kwargs))
+        return real_open(file, mode, **kwargs)
+
+    monkeypatch.setattr(schedgroup, "open", opening, raising=False)
+
+
+class TestSettleSoon:
+    def test_done_at_once_needs_no_thread(self, tmp_path: Path) -> None:
+        seen: list[GroupNice] = []
+        group = GroupNice(10, os.getsid(0), autogroup_file(tmp_path, 0))
+        assert settle_soon(group, seen.append) is None
+        assert seen == [group] and group.error is None
+
+    def test_too_soon_is_tried_again_from_a_thread_until_it_is_done(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Not after the child's next batch (a slow handler's may take minutes): every
+        ``retry_s``, from a daemon thread, which then reports."""
+        path = autogroup_file(tmp_path, 0)
+        refuse_writes(monkeypatch, [errno.EAGAIN, errno.EAGAIN])
+        seen: list[GroupNice] = []
+        group = GroupNice(10, os.getsid(0), path)
+        thread = settle_soon(group, seen.append, retry_s=0.01)
+        assert thread is not None and thread.daemon
+        thread.join(5)
+        assert seen == [group] and group.done and group.error is None
+        assert Path(path).read_text() == "10"
+
+    def test_too_soon_for_ever_is_given_up_and_reported(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        path = autogroup_file(tmp_path, 0)
+        refuse_writes(monkeypatch, [errno.EAGAIN] * 10)
+        seen: list[GroupNice] = []
+        group = GroupNice(10, os.getsid(0), path)
+        thread = settle_soon(group, seen.append, retry_s=0.001, retries=3)
+        assert thread is not None
+        thread.join(5)
+        assert seen == [group] and group.done and group.error and "too soon" in group.error
         assert Path(path).read_text() == "/autogroup-4711 nice 0\n"
 
 
