@@ -26,11 +26,12 @@ its session and at its priority.
 Autogroups apply only to processes whose cpu cgroup is the root one: a systemd service whose
 unit has the cpu controller (any ``CPUWeight=`` turns it on) is ordered by its cgroup, and the
 write is accepted and changes nothing there; a service without it is a session, and an
-autogroup, as a shell is. Without autogroup support the file is missing: nothing to do. The kernel lets a
-process without ``CAP_SYS_ADMIN`` change a group's nice at most once per 0.1 s host-wide
-(``EAGAIN`` meanwhile: two members starting together meet it), so a child that meets that
-refusal tries again every `RETRY_S` from a thread of its own (`settle_soon`), not after its next
-batch, which a slow handler may take minutes to finish.
+autogroup, as a shell is. Without autogroup support the file is missing: nothing to do.
+
+The kernel lets a process without ``CAP_SYS_ADMIN`` change a group's nice at most once per
+0.1 s host-wide (``EAGAIN`` meanwhile: two members starting together meet it), so a child that
+meets that refusal tries again every `RETRY_S` from a thread of its own (`settle_soon`), not
+after its next batch, which a slow handler may take minutes to finish.
 """
 
 from __future__ import annotations
