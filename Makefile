@@ -62,7 +62,7 @@ bench: install kafka-jars ## Benchmarks (several minutes; each starts its own lo
 bench-idle: install kafka-jars ## Idle gaps of graceful hand-overs: rolling restart and scale-downs at HB = 4 and 10 s (minutes; its own local Kafka): each hand-over's idle seconds
 	$(BIN)/python bench/idle_gaps.py
 
-bench-watchdog: install ## What 64 busy children's watchdogs cost the host's other processes: a probe's lateness beside them, per watchdog tick (about 2 min; no Kafka)
+bench-watchdog: install ## What 64 busy children's watchdogs cost the host's other processes: a probe's lateness beside them, per watchdog tick and, with autogroups, per session layout (about 4 min; no Kafka)
 	$(BIN)/python bench/watchdog_stall.py
 
 bench-placement: install kafka-jars ## What each member reads from the coordination topic: 20 groups of 2 members spread (version-1 topic) against placed (version 2), side by side (minutes; its own local Kafka)

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/watchdog_stall.py [--children 64] [--seconds 20]
                                              [--ticks 0.05,0.25] [--nice 10] [--rounds 2]
+                                             [--members 2] [--no-sessions]
 
 Each run forks ``--children`` processes shaped like a member's children with a CPU-bound
 handler: the main thread burns pure Python at ``--nice`` below this process's priority (as
@@ -16,7 +17,15 @@ Why: in `bench/hot.py`'s CPU-bound runs at N = 64 on two cores (2026-11-29), the
 was fenced by its own controller in 3 of 4 marshal runs (its heartbeats late), and such a probe
 was late by up to 1.8-4.5 s beside marshal and 0.43 s beside the share groups. Every
 wake-up of a watchdog asks a handler thread that holds the GIL, at a lower priority, to give
-it up. Prints a table; asserts nothing.
+it up.
+
+Then, where the kernel schedules each session as a group (autogroup, ``/proc/self/autogroup``),
+the sessions: the same children (today's tick) split over ``--members`` sessions, each
+started as the benches and a shell start a member, its children in it (as before
+2026-11-29), against the same with each member's children in a session of their own whose
+group is at ``--nice`` (as the fork server's session is now: `childlink.schedgroup`). A nice
+orders threads only inside one group: before, the probe waited seconds (docs/benchmarks.md,
+"Busy children starved the host's other sessions"). Prints tables; asserts nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +46,12 @@ sys.path.insert(0, str(REPO))
 
 from marshal_workers.child.fencing import Watchdog  # noqa: E402
 from marshal_workers.childlink.callstate import WATCHDOG_TICK_S  # noqa: E402
+from marshal_workers.childlink.schedgroup import (  # noqa: E402
+    GroupNice,
+    leave_session,
+    session_group_nice,
+    settle_soon,
+)
 from marshal_workers.childlink.sharedlease import SharedLease  # noqa: E402
 from marshal_workers.common import leaseclock  # noqa: E402
 
@@ -99,6 +114,72 @@ def run_once(children: int, tick: float | None, nice: int, seconds: float) -> li
     return late
 
 
+def member(children: int, nice: int, seconds: float, own_group: bool) -> NoReturn:
+    """A member's session (as a shell or a bench starts one) with ``children`` busy children
+    and their watchdogs at today's tick; with ``own_group`` the children are forked from a
+    process that leads a session of its own, whose group a child gives its nice (the fork
+    server's, `childlink.schedgroup`)."""
+    os.setsid()
+    ctx = multiprocessing.get_context("fork")
+    if own_group:
+        server = ctx.Process(target=children_of_own_session, args=(children, nice, seconds))
+        server.start()
+        server.join(seconds + 60)
+        os._exit(0)
+    run_children(ctx, children, nice, seconds, settle=False)
+    os._exit(0)
+
+
+def children_of_own_session(children: int, nice: int, seconds: float) -> NoReturn:
+    leave_session()
+    run_children(multiprocessing.get_context("fork"), children, nice, seconds, settle=True)
+    os._exit(0)
+
+
+def run_children(
+    ctx: multiprocessing.context.ForkContext, children: int, nice: int, seconds: float,
+    settle: bool,
+) -> None:  # fmt: skip
+    lease = SharedLease(ctx)
+    lease.extend_to(leaseclock.now() + 3600)
+    args = (lease, WATCHDOG_TICK_S, nice, seconds, settle)
+    procs = [ctx.Process(target=busy_settled_child, args=args) for _ in range(children)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(seconds + 30)
+
+
+def busy_settled_child(
+    lease: SharedLease, tick: float, nice: int, seconds: float, settle: bool
+) -> NoReturn:
+    """`busy_child`, which first gives its session's group its nice (with ``settle``), as a
+    child of the fork server does once set up."""
+    if settle:
+        settle_soon(GroupNice(nice, os.getsid(0)), lambda group: None)
+    busy_child(lease, tick, nice, seconds)
+
+
+def run_sessions(members: int, children: int, nice: int, seconds: float, own: bool) -> list[float]:
+    """One run of the session comparison: the probe's lateness for each of its wake-ups."""
+    probe = subprocess.Popen(
+        [sys.executable, "-c", PROBE, str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    ctx = multiprocessing.get_context("fork")
+    share = [children // members + (i < children % members) for i in range(members)]
+    procs = [ctx.Process(target=member, args=(n, nice, seconds, own)) for n in share]
+    for p in procs:
+        p.start()
+    out, _ = probe.communicate(timeout=seconds + 60)
+    for p in procs:
+        p.join(seconds + 60)
+    late: list[float] = json.loads(out)
+    return late
+
+
 def summary(late: list[float]) -> dict[str, float]:
     ordered = sorted(late)
     return {
@@ -118,6 +199,10 @@ def main() -> None:
                     help="watchdog ticks to compare (s); default: old, today's")  # fmt: skip
     ap.add_argument("--nice", type=int, default=10, help="the handler threads' nice (child_nice)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--members", type=int, default=2,
+                    help="sessions the children are split over (autogroups)")  # fmt: skip
+    ap.add_argument("--no-sessions", action="store_true",
+                    help="skip the session comparison (autogroups)")  # fmt: skip
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     ticks: list[float | None] = [float(t) for t in args.ticks.split(",")]
@@ -130,8 +215,20 @@ def main() -> None:
             rows.setdefault(name, []).append(res)
             print(f"round {r + 1}: {name}: " + ", ".join(f"{k} {v:.3f}" for k, v in res.items()),
                   file=sys.stderr, flush=True)  # fmt: skip
+    sessions: dict[str, list[dict[str, float]]] = {}
+    if not args.no_sessions and session_group_nice() is not None:
+        kinds = ((False, "in the members' sessions"), (True, "own session, group lowered"))
+        for r in range(args.rounds):
+            for own, name in kinds:
+                late = run_sessions(args.members, args.children, args.nice, args.seconds, own)
+                res = summary(late)
+                sessions.setdefault(name, []).append(res)
+                said = ", ".join(f"{k} {v:.3f}" for k, v in res.items())
+                print(f"round {r + 1}: {name}: {said}", file=sys.stderr, flush=True)
+    elif not args.no_sessions:
+        print("no autogroups here (/proc/self/autogroup): no session comparison", file=sys.stderr)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"ticks": rows, "sessions": sessions}, indent=2))
         return
     print(f"{args.children} busy children at nice {args.nice}, {args.seconds:g} s, "
           f"{args.rounds} round(s); a probe's lateness per 0.1 s sleep")  # fmt: skip
@@ -141,6 +238,16 @@ def main() -> None:
         for res in results:
             print(f"| {name} | {res['wakeups']:.0f} | {res['p50_s']:.3f} s | {res['p99_s']:.3f} s"
                   f" | {res['max_s']:.3f} s | {res['late_over_0.5_s']:.0f} |")  # fmt: skip
+    if sessions:
+        print(f"\nthe same children (watchdog tick {WATCHDOG_TICK_S:g} s) in {args.members} "
+              "members' sessions (autogroups); a probe's lateness per 0.1 s sleep")  # fmt: skip
+        print("| children | wake-ups | p50 late | p99 late | max late | late > 0.5 s |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for name, results in sessions.items():
+            for res in results:
+                print(f"| {name} | {res['wakeups']:.0f} | {res['p50_s']:.3f} s"
+                      f" | {res['p99_s']:.3f} s | {res['max_s']:.3f} s"
+                      f" | {res['late_over_0.5_s']:.0f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

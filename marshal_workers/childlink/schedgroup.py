@@ -3,8 +3,8 @@
 `child_nice` lowers a child's handler thread below the supervisor's priority. A nice value only
 orders threads inside one scheduling group, though. On a kernel with ``CONFIG_SCHED_AUTOGROUP``
 and ``kernel.sched_autogroup_enabled = 1`` (most desktop and many server distributions), every
-session of a process in the root cgroup (a shell, a `setsid` process: the local broker of
-`marshal-admin kafka start`, any daemon not under systemd) is a group of its own, and the groups
+session of a process in the root cpu cgroup (a shell, a `setsid` process: the local broker of
+`marshal-admin kafka start`) is a group of its own, and the groups
 share the CPU by their own weights, each at nice 0 unless told otherwise. The children, in the
 supervisor's session, were ordered below the supervisor but weighed, as a group, the same as
 every other session on the host. Measured on two cores (docs/benchmarks.md, "Busy children
