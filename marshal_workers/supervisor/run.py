@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.context import ForkServerContext
@@ -23,6 +24,7 @@ import structlog
 if TYPE_CHECKING:
     from marshal_workers.supervisor.metrics import MetricsServer
 
+from marshal_workers.childlink import listenerdirs
 from marshal_workers.childlink.forkserver import fork_server
 from marshal_workers.clients.rdkafka import RDKAFKA_GATE, RDKAFKA_LOG
 from marshal_workers.common.errors import EXIT_OK, MarshalError
@@ -134,6 +136,14 @@ def _run(config: RunConfig, observers: Sequence[Observer], log: Any) -> int:
             raise refused from None
 
 
+def _remove_dead_listener_dirs(log: Any) -> None:
+    """Remove what the fork servers of killed supervisors left in the temporary directory
+    (`childlink.listenerdirs`); off the loop, once started."""
+    removed = listenerdirs.remove_dead()
+    if removed:
+        log.info("fork_server_dirs_removed", count=removed)
+
+
 def _supervise(
     config: RunConfig,
     observers: Sequence[Observer],
@@ -176,6 +186,9 @@ def _supervise(
         )
         if server is not None:
             log.info("metrics_serving", host=config.metrics_host, port=server.port)
+        threading.Thread(
+            target=_remove_dead_listener_dirs, args=(log,), name="marshal-tmp", daemon=True
+        ).start()
         held = RDKAFKA_GATE.release()
         if held is not None:
             RDKAFKA_LOG.handle(held)  # how many lines the start-up held, and the last

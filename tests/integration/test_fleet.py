@@ -6,6 +6,7 @@ Every test checks the ledger the handlers wrote: no two processes on one partiti
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -188,10 +189,14 @@ class TestRestart:
         """kill -9 and restart with the same client id within HB: claims are taken over by
         heartbeat (each with a new token, its own offset), not won again by ClaimingPartition.
         The kill comes once every claim has a position in the log: a claim without one is not
-        taken over but won again once stale (a takeover carries a position read from the log)."""
+        taken over but won again once stale (a takeover carries a position read from the log).
+        The killed member's fork server left its socket's directory in /tmp: the restarted
+        member removes it (once old enough), and keeps its own."""
         fleet = make_fleet(hb=4.0)
         fleet.produce_steadily(200)
-        a = fleet.start("a")
+        tmp = fleet.root / "tmp"  # the members' temporary directory: their fork servers' sockets
+        tmp.mkdir()
+        a = fleet.start("a", env={"TMPDIR": str(tmp)})
         fleet.wait_for(lambda: fleet.counts() == {"a": 8}, 40, "a holding all 8")
         fleet.wait_for(
             lambda: None not in fleet.positions(Mode.ALO).values(), 40, "a position on all 8"
@@ -204,12 +209,17 @@ class TestRestart:
         }
         a.signal(signal.SIGKILL)
         a.wait(10)
-        restarted = fleet.start("a")
+        # what its fork server left in /tmp, made old enough to be judged dead
+        (left,) = tmp.glob("pymp-*")
+        os.utime(left, (time.time() - 3600, time.time() - 3600))
+        restarted = fleet.start("a", env={"TMPDIR": str(tmp)})
         fleet.wait_for(
             lambda: restarted.children() and len(restarted.children()) == 8,
             30,
             "the restarted a running 8 children",
         )
+        fleet.wait_for(lambda: not left.exists(), 20, "the killed member's /tmp directory gone")
+        assert len(list(tmp.glob("pymp-*"))) == 1  # the restarted member's own
         fleet.stop_producing()
         fleet.wait_for(fleet.handled_everything, 30, "every record handled")
         stop_all(fleet)
