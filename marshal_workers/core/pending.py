@@ -9,6 +9,8 @@ known operation yet, waits here until its acknowledgement names it.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -65,6 +67,12 @@ class Pending:
         # writes no longer pending, by what they wrote: the earliest send of those bytes, and
         # whether one of them was sent before the lease clock stood still (`early_verdict`)
         self._sent: dict[Message | PoisonMessage, tuple[float, bool]] = {}
+        # when each of them expires: (its earliest send, a tie-breaker, the bytes), a heap, so
+        # that `expired` looks at what expires, not at every write of the last op_timeout
+        # (a rebuild of the whole dict every tick took a sixth of a simulated fleet's CPU);
+        # an entry's earliest send only falls, and each fall pushes it again
+        self._sent_expiry: list[tuple[float, int, Message | PoisonMessage]] = []
+        self._pushes = itertools.count()
 
     def add(self, kind: Kind, key: ClaimKey, now: float, **extra: int) -> Op:
         """A new operation, numbered."""
@@ -97,8 +105,12 @@ class Pending:
     def _remember_sent(self, op: Op) -> None:
         if op.message is None:
             return
-        sent_at, before_stall = self._sent.get(op.message, (op.sent_at, False))
-        self._sent[op.message] = (min(sent_at, op.sent_at), before_stall or op.before_stall)
+        known = self._sent.get(op.message)
+        sent_at, before_stall = known if known is not None else (op.sent_at, False)
+        earliest = min(sent_at, op.sent_at)
+        self._sent[op.message] = (earliest, before_stall or op.before_stall)
+        if known is None or earliest < known[0]:
+            heapq.heappush(self._sent_expiry, (earliest, next(self._pushes), op.message))
 
     def decided(self, event: ev.Event, mine: bool, now: float) -> Op | None:
         """The operation that ``event`` is the verdict on, removed; None if it is nobody's or
@@ -148,7 +160,12 @@ class Pending:
         for op in old:
             self.take(op.op)
         self._early = {p: e for p, e in self._early.items() if e[1] >= horizon}
-        self._sent = {m: s for m, s in self._sent.items() if s[0] >= horizon}
+        expiry = self._sent_expiry
+        while expiry and expiry[0][0] < horizon:
+            _, _, message = heapq.heappop(expiry)
+            known = self._sent.get(message)
+            if known is not None and known[0] < horizon:
+                del self._sent[message]
         return old
 
     def in_flight(self, kind: Kind, key: ClaimKey) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
+from marshal_workers.core.pending import Kind, Pending
 from marshal_workers.protocol.wire import Heartbeat
 from tests.unit.core.test_member_core import Harness, fresh_topic, keys, settings, start
 
@@ -86,3 +87,40 @@ def test_an_earlier_write_of_the_same_bytes_still_in_flight_bounds_the_lease_too
                 h.run([c])
     assert first is not None and int(1000 + first) == int(1000 + second)
     assert h.member.ctx.held[key].lease <= h.member.ctx.lease_from(first) + 1e-9
+
+
+class TestSentBytesExpire:
+    """`Pending` remembers the earliest send of bytes no longer pending for ``older_than``
+    after that send (an index by expiry, not a rebuild per tick): what `expired` forgets is
+    exactly what was sent before the horizon, an earlier send of the same bytes counts, and
+    bytes sent again after they were forgotten are remembered from the new send."""
+
+    @staticmethod
+    def _taken(pending: Pending, message: Heartbeat, sent_at: float) -> None:
+        op = pending.add(Kind.HEARTBEAT, keys(1)[0], sent_at)
+        op.message = message
+        pending.take(op.op)
+
+    @staticmethod
+    def _sent_at(pending: Pending, message: Heartbeat) -> float | None:
+        op = pending.add(Kind.HEARTBEAT, keys(1)[0], 1e9)
+        op.message = message
+        pending._earliest_of_its_bytes(op)  # credits op with the earliest remembered send
+        del pending.ops[op.op]  # (not taken: taking would remember this probe's send)
+        return None if op.sent_at == 1e9 else op.sent_at
+
+    def test_forgets_by_the_earliest_send_and_remembers_a_send_after_forgetting(self) -> None:
+        a, b = (Heartbeat(1000, "i", "c", "g", "t", p, 5) for p in (0, 1))
+        pending = Pending()
+        self._taken(pending, a, 10.0)
+        self._taken(pending, b, 12.0)
+        self._taken(pending, a, 8.0)  # an earlier send of a's bytes, learnt later
+        pending.expired(now=17.9, older_than=10.0)  # horizon 7.9: both kept
+        assert (self._sent_at(pending, a), self._sent_at(pending, b)) == (8.0, 12.0)
+        pending.expired(now=18.5, older_than=10.0)  # horizon 8.5: a (sent at 8) goes
+        assert (self._sent_at(pending, a), self._sent_at(pending, b)) == (None, 12.0)
+        self._taken(pending, a, 20.0)  # sent again: remembered from 20, not forgotten at 10
+        pending.expired(now=25.0, older_than=10.0)  # horizon 15: b goes, a stays
+        assert (self._sent_at(pending, a), self._sent_at(pending, b)) == (20.0, None)
+        pending.expired(now=30.5, older_than=10.0)
+        assert self._sent_at(pending, a) is None
