@@ -30,6 +30,7 @@ ALLOWED_STDLIB = {
     "itertools",
     "math",
     "bisect",
+    "heapq",  # the pending writes' sent bytes, by when they expire (`core.pending`)
     "traceback",  # failures formats an exception it is given
     "random",  # the member core's jitter, seeded per instance (runs replay)
     "signal",  # the names of signals in the member core's inputs and commands; it sends none
