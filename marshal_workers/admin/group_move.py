@@ -35,7 +35,9 @@ lift. If the command stops after step 3 (a timeout, a crash), the group stays pa
 `MOVE_HOLD_S` just before step 3, lifted when the move ends): the command prints every carry
 it will make (``to carry:``) before step 3, so
 that what is left can be set with ``set-position`` meanwhile (docs/operating.md, "Moving a
-group"). A rerun then locates the group on its new placement: a move of a paused group
+group"), or the command run again: it locates the group on its new placement, and if the
+pause and the recorded settings are this client id's and the window the same, it finishes
+the move (`move_finish`: the carries left, then the lift). Any other move of a paused group
 refuses (one line saying what to do), never "nothing to move", nor moves on from there. A
 spread group moves only on a topic whose placement is enabled (`init --enable-placement`): a
 member from before placement cannot read placed settings and would claim on the old layout.
@@ -45,6 +47,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from marshal_workers.admin.move_carries import carry_all, pause_holds, pause_until
+from marshal_workers.admin.move_finish import own_stopped_move, unfinished
 from marshal_workers.admin.moveplan import (
     Carry,
     MovePlan,
@@ -70,8 +74,6 @@ from marshal_workers.admin.settings_steps import (
 )
 from marshal_workers.common.errors import ConfigError, MarshalError
 from marshal_workers.log.interface import LogError
-from marshal_workers.protocol import events as ev
-from marshal_workers.protocol.groupstatus import iso_ms
 from marshal_workers.protocol.metadata import METADATA_PARTITION, GroupSettings, placement_text
 from marshal_workers.protocol.placement import Placement, spread
 from marshal_workers.protocol.rationalizer import pause_of
@@ -82,8 +84,6 @@ from marshal_workers.protocol.rationalizer import pause_of
 # with `latest` a skip). Held for days, the group waits for an operator to finish by hand
 # (`set-position`, then `release-group --for 0`); the move lifts it when it ends.
 MOVE_HOLD_S = 30 * 24 * 3600.0
-CLAIM_TRIES = 3  # a claim refused on a compacted home is tried again after 2*HB of silence
-COMPACTED = "history compacted"  # the one refusal a carry retries (the rationalizer's words)
 
 
 def move_group(
@@ -115,10 +115,18 @@ def move_group(
     if old.legacy:
         _require_placement_enabled(session)
     if _paused(session, group):  # (a move from a half-carried layout would lose positions)
+        stopped = own_stopped_move(session, settings, _paused_by(session, group))
+        same = stopped is not None and (span, first) in (
+            (None, None), (stopped.span, stopped.first), (stopped.span, None),
+            (None, stopped.first),
+        )  # fmt: skip
+        if stopped is not None and same:
+            return _finish(session, group, stopped, timeout_s, progress)
         raise MarshalError(
             f"group {group} (at {placement_text(settings.placement)}) is paused: not moved; if "
-            "a move stopped after recording, set each position its 'to carry:' lines printed "
-            "and not 'carried' (set-position) before the pause expires, then lift it "
+            "a move stopped after recording, run it again with the same --client-id and "
+            "window to finish it, or set each position its 'to carry:' lines printed and not "
+            "'carried' (set-position) before the pause expires, then lift it "
             "(release-group --for 0) and move again if needed"
         )
     if not old.legacy and (old.first, old.span) == (target.first, target.span):
@@ -152,9 +160,9 @@ def move_group(
             "docs/operating.md, 'Moving a group'"
         ) from None
     pause_s = 2 * timeout_s + SETTLE_BUDGET_S + 4 * hb_ms / 1000  # (what an extension gives)
-    _carry_all(session, group, folded, timeout_s, pause_s, progress)
+    carry_all(session, group, folded, timeout_s, pause_s, progress)
 
-    _pause_holds(session, group, "waiting for the old members", pause_s, progress, timeout_s)
+    pause_holds(session, group, "waiting for the old members", pause_s, progress, timeout_s)
 
     def still_running() -> list[str]:
         now_members = live_members(session, group, hb_ms)
@@ -174,6 +182,26 @@ def move_group(
     return (
         f"group {group} moved from {placement_text(settings.placement)} to "
         f"{placement_text(plan.new)}; {len(folded)} positions carried; pause lifted"
+    )
+
+
+def _finish(
+    session: AdminSession, group: str, new: Placement, timeout_s: float, progress: Progress
+) -> str:
+    """A stopped move of this admin's, run again: what it left carried, then the pause lifted
+    (`move_finish`); one line saying what was finished."""
+    left = unfinished(session, group, new, timeout_s=timeout_s, progress=progress)
+    pause_s = 2 * timeout_s + SETTLE_BUDGET_S + 4 * session.hb_ms / 1000
+    carry_all(session, group, left.left, timeout_s, pause_s, progress)
+    lift = lift_pause(session, group)
+    if not lift.accepted:
+        raise MarshalError(
+            f"the move's positions are carried, but the pause could not be lifted: {lift.refusal}"
+        )
+    return (
+        f"group {group}: the stopped move from {placement_text(left.before.placement)} to "
+        f"{placement_text(new)} is finished; {len(left.left)} positions carried now, "
+        f"{left.made} there already, {len(left.kept)} kept as set; pause lifted"
     )
 
 
@@ -241,6 +269,11 @@ def _paused(session: AdminSession, group: str) -> bool:
     return any(pause_of(world, group, now) is not None for world in session.worlds.values())
 
 
+def _paused_by(session: AdminSession, group: str) -> bool:
+    """Whether the group's pause in force on every followed partition is this client id's."""
+    return pause_until(session, group) > session.now_ms()
+
+
 def _refuse(session: AdminSession, group: str, old: Placement, lifted: str) -> None:
     found = refusals(session.worlds, group, old)
     if found:
@@ -284,65 +317,6 @@ def _record(session: AdminSession, settings: GroupSettings, plan: MovePlan) -> N
             )
 
 
-def _carry_all(
-    session: AdminSession,
-    group: str,
-    carries: tuple[Carry, ...],
-    timeout_s: float,
-    pause_s: float,
-    progress: Progress,
-) -> None:
-    """Claim each carried claim on its new home and release it at its position, each under a
-    pause in force (`_pause_holds`). On a home whose history the cleaner shortened a claim
-    never seen there is uncertain: the first claim only counts as activity, and one after 2*HB
-    of silence wins; so the claims refused for that reason are claimed again, together, after
-    one such wait (`CLAIM_TRIES` rounds at most). Any other refusal stops the move."""
-    deadline = session.monotonic() + timeout_s
-    left = list(carries)
-    for _ in range(CLAIM_TRIES):
-        refused: list[tuple[Carry, ev.Event]] = []
-        for carry in left:
-            what = f"{carry.key.topic}/{carry.key.partition} was carried"
-            _pause_holds(session, group, what, pause_s, progress)
-            verdict = session.write(session.claiming(carry.key), carry.new_partition)
-            if not isinstance(verdict, ev.ClaimGranted):
-                if not str(getattr(verdict, "reason", "")).startswith(COMPACTED):
-                    _refused(session, group, carry, verdict)
-                refused.append((carry, verdict))
-                continue
-            released = session.write(
-                session.releasing(carry.key, carry.offset), carry.new_partition
-            )
-            if not isinstance(released, ev.Released):
-                _refused(session, group, carry, released)
-            progress(f"carried {carry.key.topic}/{carry.key.partition} at {carry.offset} to "
-                     f"partition {carry.new_partition}")  # fmt: skip
-        if not refused:
-            return
-        wait_s = 2.2 * session.hb_ms / 1000
-        if session.monotonic() + wait_s > deadline:
-            break
-        left = [carry for carry, _ in refused]
-        progress(f"{len(left)} claims refused on compacted homes: claiming again in {wait_s:g}s")
-        end = session.monotonic() + wait_s
-        while (remaining := end - session.monotonic()) > 0:
-            session.poll(min(0.2, remaining))
-    _refused(session, group, *refused[0])
-
-
-def _pause_until(session: AdminSession, group: str) -> int:
-    """When the group's pause by this admin ends on every followed partition (log time, ms;
-    0 if one has none in force)."""
-    now = session.now_ms()
-    ends = []
-    for world in session.worlds.values():
-        pause = pause_of(world, group, now)
-        if pause is None or pause.client_id != session.client_id:
-            return 0
-        ends.append(pause.until_ms)
-    return min(ends, default=0)
-
-
 def _hold(session: AdminSession, group: str, progress: Progress) -> None:
     """Just before the settings are recorded: the pause held for `MOVE_HOLD_S` (lifted when the
     move ends), or the pause lifted and nothing changed."""
@@ -351,51 +325,3 @@ def _hold(session: AdminSession, group: str, progress: Progress) -> None:
         lift_pause(session, group)
         raise MarshalError(f"holding the pause failed ({hold.summary()}): nothing changed")
     progress(f"held: {hold.summary()} (lifted when the move ends)")
-
-
-def _pause_holds(
-    session: AdminSession,
-    group: str,
-    before: str,
-    pause_s: float,
-    progress: Progress,
-    need_s: float = 0.0,
-) -> None:
-    """Before a step (``before``: what it does): the pause must outlast ``need_s`` and a
-    margin (2*HB and two writes); write it again (``pause_s`` from now) if it would not; stop,
-    doing nothing more, if it ran out."""
-    now = session.now_ms()
-    until = _pause_until(session, group)
-    if until <= now:
-        raise MarshalError(
-            f"the pause of group {group} ran out before {before}: stopped; its members may "
-            "claim now; set the positions not carried ('to carry:' lines above) with "
-            "set-position at once"
-        )
-    margin_ms = 2 * session.hb_ms + 2 * session.write_timeout_s * 1000 + need_s * 1000
-    if until - now >= margin_ms:
-        return
-    extended = pause_for(session, group, max(pause_s, need_s + margin_ms / 1000))
-    if not extended.in_force:
-        raise MarshalError(
-            f"extending the pause of group {group} failed ({extended.summary()}): stopped "
-            f"before {before}; set the positions not carried ('to carry:' lines above) with "
-            "set-position before the pause expires"
-        )
-    progress(f"pause extended: {extended.summary()}")
-
-
-def _refused(session: AdminSession, group: str, carry: Carry, verdict: ev.Event) -> None:
-    reason = getattr(verdict, "reason", type(verdict).__name__)
-    until = _pause_until(session, group)
-    still = (
-        f"the group stays paused until {iso_ms(until)} (log time): set the positions not "
-        "carried ('to carry:' lines above) with set-position meanwhile"
-        if until > session.now_ms()
-        else "the group's pause has run out: set the positions not carried ('to carry:' lines "
-        "above) with set-position at once"
-    )
-    raise MarshalError(
-        f"carrying {carry.key.topic}/{carry.key.partition}'s position {carry.offset} to "
-        f"partition {carry.new_partition} was refused ({reason}): stopped; {still}"
-    )

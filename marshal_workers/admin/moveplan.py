@@ -130,6 +130,26 @@ def carries(
     return tuple(out)
 
 
+def left_to_carry(
+    worlds: Mapping[int, World], planned: Iterable[Carry]
+) -> tuple[tuple[Carry, ...], tuple[tuple[Carry, int], ...]]:
+    """Of a stopped move's ``planned`` carries: those not made yet (no position on the new
+    home), and those whose new home holds another position (set there since, by an operator:
+    kept, with it). A carry whose position is on its new home is made (or needs none: a claim
+    whose new home is its old one)."""
+    left: list[Carry] = []
+    kept: list[tuple[Carry, int]] = []
+    for carry in planned:
+        world = worlds.get(carry.new_partition)
+        state = None if world is None else world.claims.get(carry.key)
+        there = None if state is None else resume_offset(state, Mode.AMO)
+        if there is None:
+            left.append(carry)
+        elif there != carry.offset:
+            kept.append((carry, there))
+    return tuple(left), tuple(kept)
+
+
 def written_on(group: str, old: Placement, new: Placement) -> tuple[int, ...]:
     """The partitions a move pauses and records its settings on: every partition of either
     placement and the group's home, home first."""

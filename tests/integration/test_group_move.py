@@ -13,6 +13,7 @@ once, and every fencing token after the move is above every token before it.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -162,3 +163,64 @@ def test_the_audit_of_a_moved_group_finds_nothing_wrong(
     rows = moved.fleet.ledger()
     assert summary["ledger"]["checked"] == len(rows), summary["ledger"]
     assert summary["ledger"]["unverifiable"] == 0, summary["ledger"]
+
+
+def test_a_move_killed_after_recording_is_finished_by_running_it_again(
+    make_fleet: MakeFleet,
+) -> None:
+    """The move is killed (SIGKILL) as it prints that it recorded the new placement, before
+    its carries (or after a few): the group stays paused on its new layout. The same command
+    run again finds its own stopped move, carries what is left, lifts the pause, and exits 0
+    (before, it refused and an operator set each position by hand). A member started then
+    locates the new placement and resumes every partition where the member before the move
+    stopped: no record handled twice, none skipped."""
+    fleet = make_fleet(coordination_partitions=COORDINATION, partitions=8, mode="alo")
+    quiet = quietest(fleet, ["a"])
+    a = fleet.start("a")
+    fleet.wait_split([8])
+    fleet.produce(400)
+    fleet.wait_for(fleet.handled_everything, 60, "every record handled before the move")
+    a.signal(signal.SIGTERM)
+    assert a.wait(60) == 0, a.log_tail()  # graceful: each claim released at its position
+    enabled = fleet.admin("init", "--enable-placement", heartbeat=False)
+    assert enabled.returncode == 0, (enabled.stdout, enabled.stderr)
+    window = ("--span", "1", "--first", str(quiet))
+    move = start_move(fleet, *window)
+    said: list[str] = []
+    try:
+        assert move.stderr is not None
+        for line in move.stderr:
+            said.append(line.rstrip())
+            if line.startswith("recorded:"):
+                move.send_signal(signal.SIGKILL)
+                break
+        move.wait(10)
+        rest = move.stderr.read()
+    finally:
+        if move.poll() is None:
+            move.kill()
+            move.wait(10)
+    said += rest.splitlines()
+    assert move.returncode == -signal.SIGKILL, said
+    carried_first = sum(line.startswith("carried") for line in said)
+    again = fleet.admin("group-settings", "--group", fleet.group, "--move", *window,
+                        "--timeout", "60", heartbeat=False)  # fmt: skip
+    assert again.returncode == 0, (again.stdout, again.stderr)
+    assert f"the stopped move from spread to {quiet}:1:{COORDINATION}:" in again.stdout
+    assert "is finished" in again.stdout and "pause lifted" in again.stdout, again.stdout
+    summary = re.search(r"(\d+) positions carried now, (\d+) there already, 0 kept", again.stdout)
+    assert summary is not None, again.stdout
+    now, already = int(summary[1]), int(summary[2])
+    assert now + already == fleet.partitions, again.stdout
+    assert sum(line.startswith("carried ") for line in again.stderr.splitlines()) == now
+    if carried_first == 0:  # (the kill is all but always before the first carry)
+        assert now >= 1, again.stderr  # the rerun carried what the kill left
+    b = fleet.start("b")
+    fleet.wait_split([8])
+    assert str(located(b.log_path)["placement"]).startswith(f"{quiet}:1:{COORDINATION}:")
+    fleet.produce(200)
+    fleet.wait_for(fleet.handled_everything, 60, "every record handled after the move")
+    stop_all(fleet)
+    assert_ledger_sound(fleet, alo=True)
+    handled = [(r.partition, r.offset) for r in fleet.ledger()]
+    assert len(handled) == len(set(handled)) == 600, "a record handled twice or skipped"

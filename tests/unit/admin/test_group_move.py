@@ -385,16 +385,12 @@ class TestAnUnfinishedMove:
         assert pause is not None
         assert pause.until_ms - clock.now >= (MOVE_HOLD_S - 60) * 1000
 
-    @pytest.mark.parametrize("span", [1, 2])
-    def test_a_rerun_of_a_stopped_move_is_not_nothing_to_move(self, span: int) -> None:
-        """Rerun after it stopped (the same window, or another): the group is located on its
-        new home and still paused; the rerun says so in one line (exit 1) naming
-        set-position, and writes nothing; it neither reports a finished move nor moves on
-        from the half-carried layout."""
-        topic, clock, _, _ = self.stopped_move()
+    @staticmethod
+    def rerun_session(topic: MemoryTopic, clock: Clock, client_id: str = "marshal-admin"
+                      ) -> tuple[AdminSession, Placement]:  # fmt: skip
+        """What a rerun's session is: the group located on its new home, its reads followed."""
         at = home(GROUP, N)
-        settings = MemoryLog(topic)
-        reader = FoldedLog(settings, config())
+        reader = FoldedLog(MemoryLog(topic), config())
         reader.catch_up(1.0)
         new = reader.worlds[at].group_settings[GROUP].placement
         assert new is not None and (new.first, new.span) == (at, 1)
@@ -402,10 +398,23 @@ class TestAnUnfinishedMove:
         placed_reader = FoldedLog(MemoryLog(topic), cfg)
         placed_reader.follow(sorted(reads(GROUP, new)), from_start=True)
         session = AdminSession(
-            placed_reader.log, placed_reader, "marshal-admin", wall=lambda: clock.now / 1000,
+            placed_reader.log, placed_reader, client_id, wall=lambda: clock.now / 1000,
             placement=new,
         )  # fmt: skip
         session.catch_up(1.0)
+        return session, new
+
+    @pytest.mark.parametrize(("span", "client_id"), [(2, "marshal-admin"), (1, "ops-2")])
+    def test_a_rerun_for_another_window_or_by_another_admin_refuses_and_writes_nothing(
+        self, span: int, client_id: str
+    ) -> None:
+        """Rerun after it stopped for another window, or by an admin of another client id (not
+        the pause's: it could not claim): the group is located on its new home and still
+        paused; the rerun says so in one line (exit 1) naming the rerun and set-position, and
+        writes nothing; it neither reports a finished move nor moves on from the half-carried
+        layout."""
+        topic, clock, _, _ = self.stopped_move()
+        session, _ = self.rerun_session(topic, clock, client_id)
         ends = {p: topic.end_offset(p) for p in range(N)}
         with pytest.raises(MarshalError) as refused:
             move_group(session, GROUP, span=span, first=None, timeout_s=5.0,
@@ -413,7 +422,64 @@ class TestAnUnfinishedMove:
         text = str(refused.value)
         assert refused.value.exit_code == EXIT_RUNTIME and "\n" not in text
         assert "paused" in text and "set-position" in text and "nothing to move" not in text
+        assert "run it again with the same --client-id" in text
         assert {p: topic.end_offset(p) for p in range(N)} == ends
+
+    @pytest.mark.parametrize("span", [1, None])
+    def test_a_rerun_by_the_same_admin_carries_what_is_left_and_lifts_the_pause(
+        self, span: int | None
+    ) -> None:
+        """The same admin runs the move again (the same window, or none named): it finds the
+        spread settings from before the move on home, folds the old homes as the move left
+        them, carries the positions the first run did not (not the one it did, nor one whose
+        old home is its new one), and lifts the pause. A member restarted on the new
+        placement then finds every position on its new home (the first run's rerun refused:
+        an operator set each by hand)."""
+        topic, clock, positions, said = self.stopped_move()
+        (first,) = [line for line in said if line.startswith("carried")]
+        at = home(GROUP, N)
+        # left: neither carried by the first run nor at home already (spread there: no carry)
+        left = [
+            p
+            for p in positions
+            if f"orders/{p} " not in first and SPREAD.partition_of("orders", p) != at
+        ]
+        assert 0 < len(left) < 4
+        session, new = self.rerun_session(topic, clock)
+        lines: list[str] = []
+        text = move_group(session, GROUP, span=span, first=None, timeout_s=5.0,
+                          progress=lines.append)  # fmt: skip
+        done = f"finished; {len(left)} positions carried now, {5 - len(left)} there already, 0 kept"
+        assert done in text, text
+        assert "from spread to" in text and "pause lifted" in text, text
+        assert sorted(line for line in lines if line.startswith("carried")) == sorted(
+            f"carried orders/{p} at {positions[p]} to partition {at}" for p in left
+        ), lines
+        worlds = fold_as_placed(topic, new)
+        for p, offset in positions.items():
+            state = worlds[at].claims[ClaimKey(GROUP, "orders", p)]
+            assert resume_offset(state, Mode.AMO) == offset
+        assert pause_of(worlds[at], GROUP, clock.now) is None
+
+    def test_a_rerun_keeps_a_position_an_operator_set_meanwhile(self) -> None:
+        """Between the stop and the rerun an operator set one position that was not carried
+        (set-position on the new home, as the stop's message says): the rerun keeps it, names
+        it, and carries the other three."""
+        topic, clock, positions, _ = self.stopped_move()
+        session, new = self.rerun_session(topic, clock)
+        at = home(GROUP, N)
+        key = ClaimKey(GROUP, "orders", 4)  # carried last, so not by the stopped run
+        assert isinstance(session.write(session.claiming(key), at), ev.ClaimGranted)
+        assert isinstance(session.write(session.releasing(key, 99), at), ev.Released)
+        lines: list[str] = []
+        text = move_group(session, GROUP, span=None, first=None, timeout_s=5.0,
+                          progress=lines.append)  # fmt: skip
+        assert "1 kept as set" in text, text
+        assert f"kept: orders/4 at 99 on partition {at} (set there since; the move had 14)" in lines
+        worlds = fold_as_placed(topic, new)
+        got = {p: resume_offset(worlds[at].claims[ClaimKey(GROUP, "orders", p)], Mode.AMO)
+               for p in positions}  # fmt: skip
+        assert got == {**positions, 4: 99}
 
 
 class TestGuards:

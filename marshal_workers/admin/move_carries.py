@@ -1,0 +1,132 @@
+"""Carrying a moved group's positions to their new homes, under the admin's pause (`group_move`
+step 4, and the finish of a stopped move, `move_finish`).
+
+Only the pausing client may claim while the pause is in force: each carry is a claim of the
+data claim on its new home by this admin and a release at the carried position (the pausing
+client's release sets it outright, the rationalizer's rule 5). Before each carry the pause must
+outlast it by a margin (2*HB and two writes): it is written again when it would not, and the
+carries stop if it ran out. Only a refusal the compaction rule explains is claimed again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from marshal_workers.admin.moveplan import Carry
+from marshal_workers.admin.pause import pause_for
+from marshal_workers.admin.session import AdminSession
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.groupstatus import iso_ms
+from marshal_workers.protocol.rationalizer import pause_of
+
+CLAIM_TRIES = 3  # a claim refused on a compacted home is tried again after 2*HB of silence
+COMPACTED = "history compacted"  # the one refusal a carry retries (the rationalizer's words)
+Progress = Callable[[str], None]  # (`settings_steps.Progress`: not imported, a shorter chain)
+
+
+def carry_all(
+    session: AdminSession,
+    group: str,
+    carries: tuple[Carry, ...],
+    timeout_s: float,
+    pause_s: float,
+    progress: Progress,
+) -> None:
+    """Claim each carried claim on its new home and release it at its position, each under a
+    pause in force (`_pause_holds`). On a home whose history the cleaner shortened a claim
+    never seen there is uncertain: the first claim only counts as activity, and one after 2*HB
+    of silence wins; so the claims refused for that reason are claimed again, together, after
+    one such wait (`CLAIM_TRIES` rounds at most). Any other refusal stops the move."""
+    deadline = session.monotonic() + timeout_s
+    left = list(carries)
+    for _ in range(CLAIM_TRIES):
+        refused: list[tuple[Carry, ev.Event]] = []
+        for carry in left:
+            what = f"{carry.key.topic}/{carry.key.partition} was carried"
+            pause_holds(session, group, what, pause_s, progress)
+            verdict = session.write(session.claiming(carry.key), carry.new_partition)
+            if not isinstance(verdict, ev.ClaimGranted):
+                if not str(getattr(verdict, "reason", "")).startswith(COMPACTED):
+                    _refused(session, group, carry, verdict)
+                refused.append((carry, verdict))
+                continue
+            released = session.write(
+                session.releasing(carry.key, carry.offset), carry.new_partition
+            )
+            if not isinstance(released, ev.Released):
+                _refused(session, group, carry, released)
+            progress(f"carried {carry.key.topic}/{carry.key.partition} at {carry.offset} to "
+                     f"partition {carry.new_partition}")  # fmt: skip
+        if not refused:
+            return
+        wait_s = 2.2 * session.hb_ms / 1000
+        if session.monotonic() + wait_s > deadline:
+            break
+        left = [carry for carry, _ in refused]
+        progress(f"{len(left)} claims refused on compacted homes: claiming again in {wait_s:g}s")
+        end = session.monotonic() + wait_s
+        while (remaining := end - session.monotonic()) > 0:
+            session.poll(min(0.2, remaining))
+    _refused(session, group, *refused[0])
+
+
+def pause_until(session: AdminSession, group: str) -> int:
+    """When the group's pause by this admin ends on every followed partition (log time, ms;
+    0 if one has none in force)."""
+    now = session.now_ms()
+    ends = []
+    for world in session.worlds.values():
+        pause = pause_of(world, group, now)
+        if pause is None or pause.client_id != session.client_id:
+            return 0
+        ends.append(pause.until_ms)
+    return min(ends, default=0)
+
+
+def pause_holds(
+    session: AdminSession,
+    group: str,
+    before: str,
+    pause_s: float,
+    progress: Progress,
+    need_s: float = 0.0,
+) -> None:
+    """Before a step (``before``: what it does): the pause must outlast ``need_s`` and a
+    margin (2*HB and two writes); write it again (``pause_s`` from now) if it would not; stop,
+    doing nothing more, if it ran out."""
+    now = session.now_ms()
+    until = pause_until(session, group)
+    if until <= now:
+        raise MarshalError(
+            f"the pause of group {group} ran out before {before}: stopped; its members may "
+            "claim now; set the positions not carried ('to carry:' lines above) with "
+            "set-position at once"
+        )
+    margin_ms = 2 * session.hb_ms + 2 * session.write_timeout_s * 1000 + need_s * 1000
+    if until - now >= margin_ms:
+        return
+    extended = pause_for(session, group, max(pause_s, need_s + margin_ms / 1000))
+    if not extended.in_force:
+        raise MarshalError(
+            f"extending the pause of group {group} failed ({extended.summary()}): stopped "
+            f"before {before}; set the positions not carried ('to carry:' lines above) with "
+            "set-position before the pause expires"
+        )
+    progress(f"pause extended: {extended.summary()}")
+
+
+def _refused(session: AdminSession, group: str, carry: Carry, verdict: ev.Event) -> None:
+    reason = getattr(verdict, "reason", type(verdict).__name__)
+    until = pause_until(session, group)
+    still = (
+        f"the group stays paused until {iso_ms(until)} (log time): set the positions not "
+        "carried ('to carry:' lines above) with set-position meanwhile"
+        if until > session.now_ms()
+        else "the group's pause has run out: set the positions not carried ('to carry:' lines "
+        "above) with set-position at once"
+    )
+    raise MarshalError(
+        f"carrying {carry.key.topic}/{carry.key.partition}'s position {carry.offset} to "
+        f"partition {carry.new_partition} was refused ({reason}): stopped; {still}"
+    )
