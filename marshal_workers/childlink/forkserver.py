@@ -40,6 +40,7 @@ What changes for a child, and where it is handled:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import multiprocessing.forkserver
@@ -49,6 +50,7 @@ import sys
 from collections.abc import Collection
 from multiprocessing.context import ForkServerContext, SpawnContext
 
+from marshal_workers.childlink.listenerdirs import mark_owner
 from marshal_workers.childlink.schedgroup import leave_session
 
 ChildContext = ForkServerContext | SpawnContext  # spawn: the tests' children, and the fallback
@@ -85,6 +87,10 @@ def fork_server(withheld: Collection[str] = ()) -> ForkServerContext:
     finally:
         del os.environ[SERVER_OF_ENV]
         os.environ.update(saved)
+    # its socket's directory, marked: another supervisor removes it once this one died (not
+    # marked, it stays behind if this one is killed, as before)
+    with contextlib.suppress(OSError):
+        mark_owner()
     return context
 
 

@@ -1,64 +1,107 @@
-"""The fork servers' socket directories that their supervisors left behind: found and removed.
+"""The fork servers' socket directories that dead supervisors left behind: marked, found and
+removed.
 
-multiprocessing's fork server listens on a Unix socket in a directory of its own under the
-temporary directory (``pymp-XXXXXXXX/listener-XXXXXXXX``, mode 0700). The supervisor's
-interpreter removes it at its exit; a supervisor killed (kill -9, the OOM killer, a crash of
-the interpreter) leaves it behind, one directory per death. Under the shipped unit
+multiprocessing's fork server listens on a Unix socket in a directory of its supervisor's
+(``pymp-XXXXXXXX/listener-XXXXXXXX``, mode 0700, `multiprocessing.util.get_temp_dir`). The
+supervisor's interpreter removes it at its exit; a supervisor killed (kill -9, the OOM killer,
+a crash of the interpreter) leaves it behind, one directory per death. Under the shipped unit
 (``PrivateTmp=yes``) systemd removes them with the unit's /tmp at each restart; anywhere else (a
 supervisor run by hand or by another process manager, a container whose /tmp outlives its
 process) a member restarted after every crash for a weekend leaves thousands, and a test run
 here left 50 an hour.
 
-Once started, the supervisor removes those that are certainly dead (`remove_dead`), from a
-thread of its own, never on the way to a claim. A directory is dead when all of these hold:
+So the supervisor marks its directory once its fork server runs (`mark_owner`): an empty file
+``marshal-supervisor-PID-START`` (its pid and its start time in clock ticks since boot, from
+``/proc/PID/stat``: a pid used again by another process has another start). Once started, it
+removes the directories of supervisors that are dead (`remove_dead`), from a thread of its own,
+never on the way to a claim. A directory is removed only when all of these hold:
 
 - it is a directory (not a link) named ``pymp-*`` in the temporary directory, owned by this
-  user, holding one entry only, a socket named ``listener-*``;
-- no socket of this network namespace is bound to that path (``/proc/net/unix``). A fork
-  server's socket is never *connected to* to find out: a live server reads fds from every
-  connection and dies of one closed at once;
-- it has not changed for `MIN_AGE_S`: a server binds its socket before it listens, and its
-  directory is that young then.
+  user, holding a marker and nothing but ``listener-*`` sockets besides;
+- the process the marker names is gone (no such pid, or a pid with another start time): a
+  supervisor alive keeps its directory whatever became of its fork server (multiprocessing
+  starts a dead one again in the same directory);
+- no socket in this network namespace is bound to one of its sockets (``/proc/net/unix``,
+  paths resolved on both sides). A fork server's socket is never *connected to* to find out:
+  a live server reads fds from every connection and dies of one closed at once.
 
-Anything else is kept: another program's live or still starting server, a directory holding
-anything more, another user's. Linux only (elsewhere there is no ``/proc/net/unix``: nothing is
-removed). A server in another network namespace that shares this /tmp and this user is not seen
-as bound: that is the one way a live directory could be taken, and the age rule does not
-protect a long-lived one; containers rarely share /tmp so.
+Anything else is kept: another program's directory or another user's (no marker), a live
+supervisor's, one holding anything more. Linux only (elsewhere there is no ``/proc``: nothing
+is removed). Directories left before the marker existed are not ours to judge and stay.
 """
 
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import stat
 import tempfile
-import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-MIN_AGE_S = 60.0
-UNIX_TABLE = Path("/proc/net/unix")
+PROC = Path("/proc")
+UNIX_TABLE = PROC / "net" / "unix"
 DIR_PREFIX = "pymp-"
 SOCKET_PREFIX = "listener-"
+MARKER_PREFIX = "marshal-supervisor-"
+
+Started = Callable[[int], int | None]  # a pid's start time (clock ticks since boot), if alive
 
 
-def bound_paths(table: str) -> frozenset[str]:
-    """The filesystem paths that sockets are bound to, from the text of ``/proc/net/unix``
-    (``Num RefCount Protocol Flags Type St Inode Path``; the path is the eighth field, absent
-    for an unbound socket, ``@``-prefixed for an abstract one)."""
+def start_time(pid: int) -> int | None:
+    """When process ``pid`` started (field 22 of ``/proc/PID/stat``), None if there is none
+    (or no ``/proc``)."""
+    try:
+        raw = (PROC / str(pid) / "stat").read_bytes()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()  # after the command name, which may hold ")"
+    try:
+        return int(fields[19])  # field 22 of the whole line
+    except (IndexError, ValueError):
+        return None
+
+
+def marker_name(pid: int, started: int) -> str:
+    """The marker of supervisor ``pid`` started at ``started``."""
+    return f"{MARKER_PREFIX}{pid}-{started}"
+
+
+def mark_owner() -> None:
+    """Mark this process's multiprocessing directory (its fork server's socket is there) as a
+    supervisor's: this pid and its start. Nothing where the start cannot be read."""
+    started = start_time(os.getpid())
+    if started is None:
+        return
+    where = Path(multiprocessing.util.get_temp_dir())
+    (where / marker_name(os.getpid(), started)).touch(mode=0o600, exist_ok=True)
+
+
+def bound_paths(table: bytes) -> frozenset[str]:
+    """The filesystem paths that sockets are bound to, from ``/proc/net/unix`` (``Num RefCount
+    Protocol Flags Type St Inode Path``; the path is the eighth field, absent for an unbound
+    socket, ``@``-prefixed for an abstract one, whose name may be any bytes), resolved."""
     paths: set[str] = set()
     for line in table.splitlines()[1:]:
         fields = line.split(None, 7)
-        if len(fields) == 8 and fields[7].startswith("/"):
-            paths.add(fields[7])
+        if len(fields) == 8 and fields[7].startswith(b"/"):
+            paths.add(os.path.realpath(os.fsdecode(fields[7])))
     return frozenset(paths)
 
 
-def dead_dirs(
-    tmp: Path, bound: frozenset[str], *, uid: int, now: float, min_age: float = MIN_AGE_S
-) -> list[Path]:
-    """The directories under ``tmp`` that are dead by the rules above, given the bound socket
-    paths ``bound`` and the time ``now`` (seconds since the epoch)."""
+def _owner(name: str) -> tuple[int, int] | None:
+    """The (pid, start) a marker's name holds, if it is one."""
+    if not name.startswith(MARKER_PREFIX):
+        return None
+    pid, _, started = name.removeprefix(MARKER_PREFIX).partition("-")
+    if not (pid.isdigit() and started.isdigit()):
+        return None
+    return int(pid), int(started)
+
+
+def dead_dirs(tmp: Path, bound: frozenset[str], *, uid: int, started: Started) -> list[Path]:
+    """The directories under ``tmp`` that dead supervisors left, by the rules above, given the
+    bound socket paths ``bound`` and a pid's start time (``started``)."""
     found: list[Path] = []
     try:
         entries = list(os.scandir(tmp))
@@ -71,13 +114,17 @@ def dead_dirs(
             info = entry.stat(follow_symlinks=False)
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
                 continue
-            if now - info.st_mtime < min_age:
-                continue
-            inside = os.listdir(entry.path)
-            if len(inside) != 1 or not inside[0].startswith(SOCKET_PREFIX):
-                continue
-            listener = os.path.join(entry.path, inside[0])
-            if not stat.S_ISSOCK(os.lstat(listener).st_mode) or listener in bound:
+            owners = [o for o in map(_owner, os.listdir(entry.path)) if o is not None]
+            others = [n for n in os.listdir(entry.path) if _owner(n) is None]
+            if len(owners) != 1 or started(owners[0][0]) == owners[0][1]:
+                continue  # not a supervisor's, or its supervisor lives
+            sockets = [os.path.join(entry.path, n) for n in others]
+            if any(
+                not n.startswith(SOCKET_PREFIX)
+                or not stat.S_ISSOCK(os.lstat(path).st_mode)
+                or os.path.realpath(path) in bound
+                for n, path in zip(others, sockets, strict=True)
+            ):
                 continue
         except OSError:
             continue  # gone meanwhile, or not ours to read
@@ -86,13 +133,13 @@ def dead_dirs(
 
 
 def remove(dirs: Iterable[Path]) -> int:
-    """Remove each directory's one socket and the directory; how many went. One that gained
-    an entry meanwhile is kept (``rmdir`` refuses it)."""
+    """Remove each directory's marker and sockets, then the directory; how many went. One that
+    gained an entry meanwhile is kept (``rmdir`` refuses it)."""
     removed = 0
     for path in dirs:
         try:
             for name in os.listdir(path):
-                if name.startswith(SOCKET_PREFIX):
+                if name.startswith((SOCKET_PREFIX, MARKER_PREFIX)):
                     os.unlink(path / name)
             path.rmdir()
         except OSError:
@@ -101,13 +148,12 @@ def remove(dirs: Iterable[Path]) -> int:
     return removed
 
 
-def remove_dead(tmp: Path | None = None, *, min_age: float = MIN_AGE_S) -> int:
-    """Remove the dead fork server directories under ``tmp`` (the temporary directory); how
-    many. Nothing where ``/proc/net/unix`` cannot be read."""
+def remove_dead(tmp: Path | None = None) -> int:
+    """Remove the directories dead supervisors left under ``tmp`` (the temporary directory);
+    how many. Nothing where ``/proc/net/unix`` cannot be read."""
     try:
-        table = UNIX_TABLE.read_text()
+        table = UNIX_TABLE.read_bytes()
     except OSError:
         return 0
     where = tmp if tmp is not None else Path(tempfile.gettempdir())
-    now = time.time()
-    return remove(dead_dirs(where, bound_paths(table), uid=os.getuid(), now=now, min_age=min_age))
+    return remove(dead_dirs(where, bound_paths(table), uid=os.getuid(), started=start_time))

@@ -139,7 +139,11 @@ def _run(config: RunConfig, observers: Sequence[Observer], log: Any) -> int:
 def _remove_dead_listener_dirs(log: Any) -> None:
     """Remove what the fork servers of killed supervisors left in the temporary directory
     (`childlink.listenerdirs`); off the loop, once started."""
-    removed = listenerdirs.remove_dead()
+    try:
+        removed = listenerdirs.remove_dead()
+    except Exception as exc:  # never the supervisor's end: a line, and the thread ends
+        log.warning("fork_server_dirs_not_removed", error=f"{type(exc).__name__}: {exc}")
+        return
     if removed:
         log.info("fork_server_dirs_removed", count=removed)
 

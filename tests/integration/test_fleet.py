@@ -6,7 +6,6 @@ Every test checks the ledger the handlers wrote: no two processes on one partiti
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 
@@ -191,7 +190,7 @@ class TestRestart:
         The kill comes once every claim has a position in the log: a claim without one is not
         taken over but won again once stale (a takeover carries a position read from the log).
         The killed member's fork server left its socket's directory in /tmp: the restarted
-        member removes it (once old enough), and keeps its own."""
+        member removes it (its marker names a dead process), and keeps its own."""
         fleet = make_fleet(hb=4.0)
         fleet.produce_steadily(200)
         tmp = fleet.root / "tmp"  # the members' temporary directory: their fork servers' sockets
@@ -209,9 +208,8 @@ class TestRestart:
         }
         a.signal(signal.SIGKILL)
         a.wait(10)
-        # what its fork server left in /tmp, made old enough to be judged dead
-        (left,) = tmp.glob("pymp-*")
-        os.utime(left, (time.time() - 3600, time.time() - 3600))
+        (left,) = tmp.glob("pymp-*")  # what its fork server left in /tmp, marked as a's
+        assert list(left.glob(f"marshal-supervisor-{a.pid}-*")), list(left.iterdir())
         restarted = fleet.start("a", env={"TMPDIR": str(tmp)})
         fleet.wait_for(
             lambda: restarted.children() and len(restarted.children()) == 8,

@@ -1,9 +1,10 @@
-"""`childlink.listenerdirs`: what killed supervisors' fork servers leave in /tmp is removed, and
+"""`childlink.listenerdirs`: what dead supervisors' fork servers leave in /tmp is removed, and
 nothing else is.
 
 The rules are judged on real directories and real Unix sockets (bound and dropped, or bound and
-listening); the end-to-end case kills a real fork server's supervisor with SIGKILL and finds
-its directory left behind, then removed, while a live server's stays and keeps listening.
+listening) and real processes (alive, or gone); the end-to-end case kills a real supervisor
+with SIGKILL and finds its marked directory left behind, then removed, while a live one's stays
+and keeps listening, also when the scan reaches /tmp by another path (a symlink).
 """
 
 from __future__ import annotations
@@ -20,19 +21,36 @@ from pathlib import Path
 import pytest
 
 from marshal_workers.childlink import listenerdirs
-from marshal_workers.childlink.listenerdirs import bound_paths, dead_dirs, remove, remove_dead
+from marshal_workers.childlink.listenerdirs import (
+    bound_paths,
+    dead_dirs,
+    marker_name,
+    remove,
+    remove_dead,
+    start_time,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 LINUX = listenerdirs.UNIX_TABLE.exists()
-OLD = time.time() - 3600  # an hour ago: past the age rule
+GONE_PID = 2**22 + 7  # above the kernel's pid limit here: no such process
+ME = os.getpid()
 
 
-def _listener_dir(tmp: Path, name: str, *, listening: bool) -> tuple[Path, socket.socket | None]:
-    """A ``pymp-``-style directory holding a socket file bound at ``listener-x``: still
+def alive_only_me(pid: int) -> int | None:
+    """Start times as if only this test's process lived (its real one)."""
+    return start_time(ME) if pid == ME else None
+
+
+def _listener_dir(
+    tmp: Path, name: str, *, listening: bool, owner: tuple[int, int] | None
+) -> tuple[Path, socket.socket | None]:
+    """A ``pymp-``-style directory holding a socket file bound at ``listener-x``, still
     listening (the socket returned, to keep open) or not (closed: the file stays, as a killed
-    server's does)."""
+    server's does), and the marker of ``owner`` (pid, start) if given."""
     where = tmp / name
     where.mkdir(mode=0o700)
+    if owner is not None:
+        (where / marker_name(*owner)).touch()
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(where / "listener-x"))
     if listening:
@@ -40,10 +58,6 @@ def _listener_dir(tmp: Path, name: str, *, listening: bool) -> tuple[Path, socke
         return where, sock
     sock.close()
     return where, None
-
-
-def _age(path: Path, when: float = OLD) -> None:
-    os.utime(path, (when, when))
 
 
 @pytest.fixture
@@ -55,76 +69,84 @@ def open_sockets() -> Iterator[list[socket.socket]]:
 
 
 class TestBoundPaths:
-    def test_reads_the_bound_paths_of_the_kernel_table(self) -> None:
+    def test_reads_the_bound_paths_of_the_kernel_table_whatever_their_bytes(self) -> None:
         table = (
-            "Num       RefCount Protocol Flags    Type St Inode Path\n"
-            "0000000099c5c490: 00000002 00000000 00010000 0001 01 4813656 /tmp/pymp-a/listener-b\n"
-            "00000000a1b2c3d4: 00000003 00000000 00000000 0001 03 4813657\n"
-            "00000000a1b2c3d5: 00000002 00000000 00010000 0001 01 4813658 @/abstract/name\n"
-            "00000000a1b2c3d6: 00000002 00000000 00010000 0001 01 4813659 /run/a path/with space\n"
+            b"Num       RefCount Protocol Flags    Type St Inode Path\n"
+            b"0000000099c5c490: 00000002 00000000 00010000 0001 01 4813656 /tmp/pymp-a/listener-b\n"
+            b"00000000a1b2c3d4: 00000003 00000000 00000000 0001 03 4813657\n"
+            b"00000000a1b2c3d5: 00000002 00000000 00010000 0001 01 4813658 @\xff\xfe\n"
+            b"00000000a1b2c3d6: 00000002 00000000 00010000 0001 01 4813659 /run/a path/with space\n"
         )
-        assert bound_paths(table) == {"/tmp/pymp-a/listener-b", "/run/a path/with space"}
+        assert bound_paths(table) == {
+            os.path.realpath("/tmp/pymp-a/listener-b"),
+            os.path.realpath("/run/a path/with space"),
+        }
 
     @pytest.mark.skipif(not LINUX, reason="/proc/net/unix is Linux's")
-    def test_a_listening_socket_is_in_this_host_s_table(
+    def test_a_listening_socket_is_in_this_host_s_table_resolved(
         self, tmp_path: Path, open_sockets: list[socket.socket]
     ) -> None:
-        where, sock = _listener_dir(tmp_path, "pymp-live", listening=True)
+        link = tmp_path / "link"
+        (tmp_path / "real").mkdir()
+        link.symlink_to(tmp_path / "real")
+        where, sock = _listener_dir(link, "pymp-live", listening=True, owner=None)
         assert sock is not None
         open_sockets.append(sock)
-        table = listenerdirs.UNIX_TABLE.read_text()
-        assert str(where / "listener-x") in bound_paths(table)
+        bound = bound_paths(listenerdirs.UNIX_TABLE.read_bytes())
+        assert os.path.realpath(where / "listener-x") in bound
 
 
+@pytest.mark.skipif(not LINUX, reason="/proc is Linux's")
 class TestDeadDirs:
-    def test_only_an_old_unbound_lone_listener_in_a_pymp_directory_of_this_user_is_dead(
+    def test_a_start_time_is_this_process_s_and_none_for_no_process(self) -> None:
+        assert isinstance(start_time(ME), int)
+        assert start_time(GONE_PID) is None
+
+    def test_only_a_dead_supervisor_s_marked_directory_of_unbound_sockets_is_dead(
         self, tmp_path: Path, open_sockets: list[socket.socket]
     ) -> None:
-        dead, _ = _listener_dir(tmp_path, "pymp-dead", listening=False)
-        live, sock = _listener_dir(tmp_path, "pymp-live", listening=True)
+        me = (ME, start_time(ME) or 0)
+        dead, _ = _listener_dir(tmp_path, "pymp-dead", listening=False, owner=(GONE_PID, 5))
+        reused, _ = _listener_dir(tmp_path, "pymp-reused", listening=False, owner=(ME, me[1] + 1))
+        mine, _ = _listener_dir(tmp_path, "pymp-mine", listening=False, owner=me)
+        unmarked, _ = _listener_dir(tmp_path, "pymp-unmarked", listening=False, owner=None)
+        still, sock = _listener_dir(tmp_path, "pymp-still", listening=True, owner=(GONE_PID, 5))
         assert sock is not None
         open_sockets.append(sock)
-        _listener_dir(tmp_path, "pymp-young", listening=False)  # dead, but young
-        more, _ = _listener_dir(tmp_path, "pymp-more", listening=False)
+        more, _ = _listener_dir(tmp_path, "pymp-more", listening=False, owner=(GONE_PID, 5))
         (more / "other").write_text("a file of its own")
-        other_name, _ = _listener_dir(tmp_path, "other-dead", listening=False)
+        _listener_dir(tmp_path, "other-x", listening=False, owner=(GONE_PID, 5))  # not pymp-
         plain = tmp_path / "pymp-plainfile"
         plain.mkdir()
+        (plain / marker_name(GONE_PID, 5)).touch()
         (plain / "listener-x").write_text("not a socket")
-        empty = tmp_path / "pymp-empty"
-        empty.mkdir()
-        link = tmp_path / "pymp-link"
-        link.symlink_to(dead)
-        for path in (dead, live, more, other_name, plain, empty):
-            _age(path)
-        bound = frozenset({str(live / "listener-x")})
+        (tmp_path / "pymp-link").symlink_to(dead)
+        bound = frozenset({os.path.realpath(still / "listener-x")})
         uid = os.getuid()
-        now = time.time()
-        assert dead_dirs(tmp_path, bound, uid=uid, now=now) == [dead]
-        # the same directory is kept for another user, or while it is young
-        assert dead_dirs(tmp_path, bound, uid=uid + 1, now=now) == []
-        assert dead_dirs(tmp_path, bound, uid=uid, now=OLD + 59) == []
-        # and a listener bound now (a server that started there) keeps it
-        assert dead_dirs(tmp_path, bound | {str(dead / "listener-x")}, uid=uid, now=now) == []
+        found = dead_dirs(tmp_path, bound, uid=uid, started=alive_only_me)
+        # a gone pid, or a pid whose start differs (used again by another process): dead
+        assert sorted(found) == sorted([dead, reused])
+        assert dead_dirs(tmp_path, bound, uid=uid + 1, started=alive_only_me) == []
+        assert mine not in found and unmarked not in found and still not in found
 
-    def test_remove_takes_the_socket_and_the_directory_and_keeps_one_that_gained_a_file(
+    def test_remove_takes_the_marker_sockets_and_directory_keeps_one_that_gained_a_file(
         self, tmp_path: Path
     ) -> None:
-        dead, _ = _listener_dir(tmp_path, "pymp-dead", listening=False)
-        grew, _ = _listener_dir(tmp_path, "pymp-grew", listening=False)
+        dead, _ = _listener_dir(tmp_path, "pymp-dead", listening=False, owner=(GONE_PID, 5))
+        grew, _ = _listener_dir(tmp_path, "pymp-grew", listening=False, owner=(GONE_PID, 5))
         (grew / "new").write_text("written after the scan")
         assert remove([dead, grew]) == 1
         assert not dead.exists()
         assert (grew / "new").exists()
 
     def test_a_missing_temporary_directory_is_nothing_to_remove(self, tmp_path: Path) -> None:
-        assert dead_dirs(tmp_path / "absent", frozenset(), uid=os.getuid(), now=time.time()) == []
+        assert dead_dirs(tmp_path / "absent", frozenset(), uid=0, started=alive_only_me) == []
 
 
-@pytest.mark.skipif(not LINUX, reason="/proc/net/unix is Linux's")
+@pytest.mark.skipif(not LINUX, reason="/proc is Linux's")
 class TestKilledSupervisors:
-    # A supervisor in miniature: its fork server started, then a child forked from it, then
-    # its pid and the server's socket path printed; it waits to be killed.
+    # A supervisor in miniature: its fork server started (which marks its directory), a child
+    # forked from it, then its socket path printed; it waits to be killed.
     SUPERVISOR = (
         "import multiprocessing.forkserver as mf, sys, time\n"
         "from marshal_workers.childlink.forkserver import fork_server\n"
@@ -150,27 +172,32 @@ class TestKilledSupervisors:
     def test_a_killed_supervisor_s_directory_is_removed_and_a_live_one_s_kept(
         self, tmp_path: Path
     ) -> None:
-        killed, killed_dir = self._start(tmp_path)
-        alive, alive_dir = self._start(tmp_path)
+        real = tmp_path / "real"
+        real.mkdir()
+        link = tmp_path / "link"  # the scan reaches the same directories by another path
+        link.symlink_to(real)
+        killed, killed_dir = self._start(real)
+        alive, alive_dir = self._start(real)
         try:
+            assert [p.name.split("-")[2] for p in killed_dir.glob("marshal-supervisor-*")] == [
+                str(killed.pid)
+            ]  # marked by its supervisor
+            os.killpg(alive.pid, signal.SIGSTOP)  # frozen: alive all the same
             os.killpg(killed.pid, signal.SIGKILL)
             killed.wait(10)
+            assert killed_dir.exists()  # left behind: what this module is for
             deadline = time.monotonic() + 10  # its fork server dies of its parent-death signal
-            table = listenerdirs.UNIX_TABLE.read_text()
-            while str(next(killed_dir.iterdir())) in bound_paths(table):
+            while str(next(killed_dir.glob("listener-*"))) in bound_paths(
+                listenerdirs.UNIX_TABLE.read_bytes()
+            ):
                 assert time.monotonic() < deadline, "the killed supervisor's server lives on"
                 time.sleep(0.05)
-                table = listenerdirs.UNIX_TABLE.read_text()
-            assert killed_dir.exists()  # left behind: what this module is for
-            assert remove_dead(tmp_path) == 0  # young: kept by the age rule
-            _age(killed_dir)
-            _age(alive_dir)
-            assert remove_dead(tmp_path) == 1
+            assert remove_dead(link) == 1
             assert not killed_dir.exists()
             assert alive_dir.exists()
             # the live server was never connected to (it would die of it): still listening
-            alive_socket = str(next(alive_dir.iterdir()))
-            assert alive_socket in bound_paths(listenerdirs.UNIX_TABLE.read_text())
+            alive_socket = os.path.realpath(next(alive_dir.glob("listener-*")))
+            assert alive_socket in bound_paths(listenerdirs.UNIX_TABLE.read_bytes())
         finally:
             os.killpg(alive.pid, signal.SIGKILL)
             alive.wait(10)
