@@ -47,8 +47,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from marshal_workers.admin.move_carries import carry_all, pause_holds, pause_until
-from marshal_workers.admin.move_finish import own_stopped_move, unfinished
+from marshal_workers.admin.move_carries import carry_all, pause_holds
+from marshal_workers.admin.move_finish import StoppedMove, stopped_move, unfinished
 from marshal_workers.admin.moveplan import (
     Carry,
     MovePlan,
@@ -61,7 +61,7 @@ from marshal_workers.admin.moveplan import (
     refusals,
     written_on,
 )
-from marshal_workers.admin.pause import lift_pause, pause_for
+from marshal_workers.admin.pause import lift_pause, pause_for, pause_until
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.admin.settings_steps import (
     SETTLE_BUDGET_S,
@@ -115,10 +115,10 @@ def move_group(
     if old.legacy:
         _require_placement_enabled(session)
     if _paused(session, group):  # (a move from a half-carried layout would lose positions)
-        stopped = own_stopped_move(session, settings, _paused_by(session, group))
+        stopped = stopped_move(session, group, timeout_s) if _paused_by(session, group) else None
         same = stopped is not None and (span, first) in (
-            (None, None), (stopped.span, stopped.first), (stopped.span, None),
-            (None, stopped.first),
+            (None, None), (stopped.new.span, stopped.new.first), (stopped.new.span, None),
+            (None, stopped.new.first),
         )  # fmt: skip
         if stopped is not None and same:
             return _finish(session, group, stopped, timeout_s, progress)
@@ -186,11 +186,29 @@ def move_group(
 
 
 def _finish(
-    session: AdminSession, group: str, new: Placement, timeout_s: float, progress: Progress
+    session: AdminSession, group: str, move: StoppedMove, timeout_s: float, progress: Progress
 ) -> str:
-    """A stopped move of this admin's, run again: what it left carried, then the pause lifted
-    (`move_finish`); one line saying what was finished."""
-    left = unfinished(session, group, new, timeout_s=timeout_s, progress=progress)
+    """A stopped move of this admin's, run again (`move_finish`): its settings where they are
+    missing, the carries it left, then the pause lifted; one line saying what was finished."""
+    left = unfinished(session, group, move, timeout_s=timeout_s, progress=progress)
+    if left.lacking:
+        again = replace(move.moved, unix_sec=int(session.wall()), instance_id=session.instance_id)
+        record_settings(session, again, left.lacking)
+        for p in left.lacking:
+            taken = session.worlds[p].group_settings.get(group)
+            if taken is None or taken.placement != move.new:
+                raise MarshalError(
+                    f"partition {p} did not take the moved settings: not finished; the group "
+                    "stays paused"
+                )
+        progress(f"recorded: placement {placement_text(move.new)} on partitions "
+                 f"{list(left.lacking)} (missing there)")  # fmt: skip
+    for carry, there in left.kept:
+        progress(
+            f"kept: {carry.key.topic}/{carry.key.partition} at {there} on partition "
+            f"{carry.new_partition} (set there since the move; it had {carry.offset})"
+        )
+    _say_carries(left.left, progress)
     pause_s = 2 * timeout_s + SETTLE_BUDGET_S + 4 * session.hb_ms / 1000
     carry_all(session, group, left.left, timeout_s, pause_s, progress)
     lift = lift_pause(session, group)
@@ -199,8 +217,8 @@ def _finish(
             f"the move's positions are carried, but the pause could not be lifted: {lift.refusal}"
         )
     return (
-        f"group {group}: the stopped move from {placement_text(left.before.placement)} to "
-        f"{placement_text(new)} is finished; {len(left.left)} positions carried now, "
+        f"group {group}: the stopped move from {placement_text(move.before.placement)} to "
+        f"{placement_text(move.new)} is finished; {len(left.left)} positions carried now, "
         f"{left.made} there already, {len(left.kept)} kept as set; pause lifted"
     )
 

@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from marshal_workers.admin.moveplan import Carry
-from marshal_workers.admin.pause import pause_for
+from marshal_workers.admin.pause import pause_for, pause_until
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.groupstatus import iso_ms
-from marshal_workers.protocol.rationalizer import pause_of
 
 CLAIM_TRIES = 3  # a claim refused on a compacted home is tried again after 2*HB of silence
 COMPACTED = "history compacted"  # the one refusal a carry retries (the rationalizer's words)
@@ -69,19 +68,6 @@ def carry_all(
         while (remaining := end - session.monotonic()) > 0:
             session.poll(min(0.2, remaining))
     _refused(session, group, *refused[0])
-
-
-def pause_until(session: AdminSession, group: str) -> int:
-    """When the group's pause by this admin ends on every followed partition (log time, ms;
-    0 if one has none in force)."""
-    now = session.now_ms()
-    ends = []
-    for world in session.worlds.values():
-        pause = pause_of(world, group, now)
-        if pause is None or pause.client_id != session.client_id:
-            return 0
-        ends.append(pause.until_ms)
-    return min(ends, default=0)
 
 
 def pause_holds(

@@ -22,7 +22,7 @@ the old placement's partitions alone:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from marshal_workers.protocol.members import is_member_key
@@ -131,20 +131,27 @@ def carries(
 
 
 def left_to_carry(
-    worlds: Mapping[int, World], planned: Iterable[Carry]
+    worlds: Mapping[int, World],
+    planned: Iterable[Carry],
+    claimed_since: Callable[[int, int | None], bool],
 ) -> tuple[tuple[Carry, ...], tuple[tuple[Carry, int], ...]]:
-    """Of a stopped move's ``planned`` carries: those not made yet (no position on the new
-    home), and those whose new home holds another position (set there since, by an operator:
-    kept, with it). A carry whose position is on its new home is made (or needs none: a claim
-    whose new home is its old one)."""
+    """Of a stopped move's ``planned`` carries: those not made yet, and those whose new home
+    holds a position set since the move by an operator (kept, with it). A claim on its new home
+    counts only if it was won since the move's settings record there (``claimed_since(partition,
+    token)``: only the pausing admin may claim, so it is a carry or a ``set-position``); any
+    other state there is from before the move (a window the group lived in before, the claim's
+    old home) and is carried over."""
     left: list[Carry] = []
     kept: list[tuple[Carry, int]] = []
     for carry in planned:
         world = worlds.get(carry.new_partition)
         state = None if world is None else world.claims.get(carry.key)
-        there = None if state is None else resume_offset(state, Mode.AMO)
-        if there is None:
+        if state is None or not claimed_since(carry.new_partition, state.token):
             left.append(carry)
+            continue
+        there = resume_offset(state, Mode.AMO)
+        if there is None:
+            left.append(carry)  # won, never released at a position (the run died between)
         elif there != carry.offset:
             kept.append((carry, there))
     return tuple(left), tuple(kept)

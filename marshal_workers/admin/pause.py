@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.groupstatus import iso_ms
+from marshal_workers.protocol.rationalizer import pause_of
 
 LIFT = 0  # a MsgExpireTime long past: lifts the pause
 SKEW_TOLERANCE_MS = 2_000
@@ -113,3 +114,16 @@ def _expire(session: AdminSession, seconds: float) -> int:
 def lift_pause(session: AdminSession, group: str) -> PauseOutcome:
     """Lift a pause: a ReleaseGroup that expired long ago, on every coordination partition."""
     return write_pause(session, group, LIFT)
+
+
+def pause_until(session: AdminSession, group: str) -> int:
+    """When the group's pause by this admin ends on every followed partition (log time, ms;
+    0 if one has none in force)."""
+    now = session.now_ms()
+    ends = []
+    for world in session.worlds.values():
+        pause = pause_of(world, group, now)
+        if pause is None or pause.client_id != session.client_id:
+            return 0
+        ends.append(pause.until_ms)
+    return min(ends, default=0)

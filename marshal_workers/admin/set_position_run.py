@@ -20,6 +20,12 @@ Theory of operation ("Setting Consumer Group Position" in the Marshal protocol)
 5. Lift the pause (a ReleaseGroup whose expire time has passed); the workers claim again and
    start at the new offsets.
 
+A group this client has paused already (a `release-group` pause, or the days-long hold of a
+move that stopped before carrying every position: docs/operating.md, "Moving a group") keeps
+that pause: step 2 writes nothing if it outlasts the run (else it is extended, never
+shortened), and step 5 does not lift it. Replacing it with this run's short pause and lifting
+that would let members claim at once: during a stopped move, at positions not carried yet.
+
 If step 3 times out, nothing has moved: the pause is lifted and the command fails. If a step
 of 4 fails, the partitions touched so far get their old positions back by the same dance (an
 old AMO reservation too: reserved again after the heartbeat, and kept because those claims are
@@ -34,12 +40,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from marshal_workers.admin.connection import Connection, group_session
-from marshal_workers.admin.pause import PauseOutcome, lift_pause, pause_for
+from marshal_workers.admin.pause import PauseOutcome, lift_pause, pause_for, pause_until
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.admin.targets import KafkaOffsetSource, TargetSpec, compute_targets
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.fleet.offsetsink import KafkaOffsetSink
 from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.groupstatus import iso_ms
 from marshal_workers.protocol.members import is_claimable
 from marshal_workers.protocol.rationalizer import claim_label
 from marshal_workers.protocol.slicing import split_topic
@@ -218,22 +225,29 @@ def set_position(
     MarshalError (after lifting the pause, and after restoring what had moved) if the pause
     is refused, the holders do not release within ``timeout_s``, or a step fails."""
     group = plan.group
-    try:
-        outcome = pause_for(session, group, timeout_s + MOVE_BUDGET_S + 2 * session.hb_ms / 1000)
-    except AdminError as exc:
-        problem = _lift(session, group)
-        raise MarshalError(
-            f"could not pause: {exc}; nothing moved; {problem or 'pause lifted'}"
-        ) from None
-    if not outcome.accepted:
-        raise MarshalError(outcome.summary())
-    progress(outcome.summary())
+    need_s = timeout_s + MOVE_BUDGET_S + 2 * session.hb_ms / 1000
+    held = pause_until(session, group)  # a pause of this client's own in force: kept
+    end = _Ending(session, group, held > 0)
+    if held - session.now_ms() >= need_s * 1000:
+        outcome = PauseOutcome(group, held // 1000, ())
+        progress(f"group {group} is paused by this client until {iso_ms(held)}: kept")
+    else:
+        try:
+            outcome = pause_for(session, group, need_s)
+        except AdminError as exc:
+            problem = end.lift()
+            raise MarshalError(
+                f"could not pause: {exc}; nothing moved; {problem or end.said}"
+            ) from None
+        if not outcome.accepted:
+            raise MarshalError(outcome.summary())
+        progress(outcome.summary())
     pause = _Pause(session, group, outcome)
     try:
         _wait_released(session, plan, timeout_s, progress)
     except MarshalError as exc:
-        problem = _lift(session, group)
-        raise MarshalError(f"{exc}; nothing moved; {problem or 'pause lifted'}") from None
+        problem = end.lift()
+        raise MarshalError(f"{exc}; nothing moved; {problem or end.said}") from None
     touched: list[PartitionMove] = []
     current: PartitionMove | None = None
     try:
@@ -246,20 +260,20 @@ def set_position(
             progress(f"partition {current.where}: {_cell(current.old)} -> {current.target}")
     except MarshalError as exc:
         where = f" at partition {current.where}" if current is not None else ""
-        problems = _restore(session, plan, touched, pause, progress)
+        problems = _restore(session, plan, touched, pause, end, progress)
         if problems:
             detail = f"restore incomplete: {'; '.join(problems)}"
         elif touched:
             parts = ", ".join(m.where for m in touched)
-            detail = f"old offsets restored on partition(s) {parts}; pause lifted"
+            detail = f"old offsets restored on partition(s) {parts}; {end.said}"
         else:
-            detail = "nothing had moved; pause lifted"
+            detail = f"nothing had moved; {end.said}"
         raise MarshalError(f"set-position failed{where} ({exc}); {detail}") from None
-    problem = _lift(session, group)
+    problem = end.lift()
     if problem is not None:
         raise MarshalError(f"the new positions are set, but {problem}")
     moved = ", ".join(f"{m.where}: {_cell(m.old)} -> {m.target}" for m in plan.moves)
-    return f"group {group} topic {plan.topic} moved ({moved}); pause lifted"
+    return f"group {group} topic {plan.topic} moved ({moved}); {end.said}"
 
 
 def _step_budget_s(session: AdminSession) -> float:
@@ -327,9 +341,11 @@ def _restore(
     plan: PositionPlan,
     touched: list[PartitionMove],
     pause: _Pause,
+    end: _Ending,
     progress: Progress,
 ) -> list[str]:
-    """Put the old positions of ``touched`` back, lift the pause; return what went wrong.
+    """Put the old positions of ``touched`` back, end the pause (`_Ending`); return what went
+    wrong.
 
     A claim won but not yet used (its heartbeat never went out) changed no position: it is
     only released. Every release waits for the lift, so that reservations are kept."""
@@ -363,7 +379,7 @@ def _restore(
                 _expect(reserve, ev.MessagesClaimed, "reservation")
         except MarshalError as exc:
             problems.append(f"partition {move.where}: {exc}")
-    problem = _lift(session, plan.group)
+    problem = end.lift()
     if problem is not None:
         problems.append(problem)
     for key, offset in held:  # after the lift, so that a restored reservation is kept
@@ -380,15 +396,36 @@ def _where(key: ClaimKey) -> str:
     return str(key.partition) if part is None else f"{key.partition} {part.name}"
 
 
-def _lift(session: AdminSession, group: str) -> str | None:
-    """Lift the pause; None if done, else why not (the pause then simply expires)."""
-    try:
-        outcome = lift_pause(session, group)
-    except AdminError as exc:
-        return f"the pause could not be lifted ({exc}): it expires by itself"
-    if not outcome.accepted:
-        return f"the pause could not be lifted ({outcome.refusal}): it expires by itself"
-    return None
+@dataclass(frozen=True)
+class _Ending:
+    """How the run ends its pause: lifted, unless the group was paused by this client before
+    it began (``kept``: an operator's `release-group` pause, or a stopped move's hold of days,
+    which keeps members from claiming positions that move has not carried yet)."""
+
+    session: AdminSession
+    group: str
+    kept: bool
+
+    @property
+    def said(self) -> str:
+        return (
+            "pause kept (it was this client's before: release-group --for 0 lifts it)"
+            if (self.kept)
+            else "pause lifted"
+        )
+
+    def lift(self) -> str | None:
+        """Lift the pause unless it is kept; None if done, else why not (the pause then simply
+        expires)."""
+        if self.kept:
+            return None
+        try:
+            outcome = lift_pause(self.session, self.group)
+        except AdminError as exc:
+            return f"the pause could not be lifted ({exc}): it expires by itself"
+        if not outcome.accepted:
+            return f"the pause could not be lifted ({outcome.refusal}): it expires by itself"
+        return None
 
 
 # ---- the command -------------------------------------------------------------------------

@@ -25,7 +25,9 @@ from marshal_workers.admin.moveplan import (
     refusals,
     written_on,
 )
+from marshal_workers.admin.pause import pause_for
 from marshal_workers.admin.session import AdminSession
+from marshal_workers.admin.set_position_run import make_plan, set_position
 from marshal_workers.common.errors import (
     EXIT_PLACEMENT_MOVED,
     EXIT_RUNTIME,
@@ -431,30 +433,24 @@ class TestAnUnfinishedMove:
     ) -> None:
         """The same admin runs the move again (the same window, or none named): it finds the
         spread settings from before the move on home, folds the old homes as the move left
-        them, carries the positions the first run did not (not the one it did, nor one whose
-        old home is its new one), and lifts the pause. A member restarted on the new
-        placement then finds every position on its new home (the first run's rerun refused:
-        an operator set each by hand)."""
+        them, carries the four positions the first run did not (not the one it did; a claim
+        whose old home is its new one is carried as the first run would have), and lifts the
+        pause. A member restarted on the new placement then finds every position on its new
+        home (before, the rerun refused: an operator set each by hand)."""
         topic, clock, positions, said = self.stopped_move()
         (first,) = [line for line in said if line.startswith("carried")]
         at = home(GROUP, N)
-        # left: neither carried by the first run nor at home already (spread there: no carry)
-        left = [
-            p
-            for p in positions
-            if f"orders/{p} " not in first and SPREAD.partition_of("orders", p) != at
-        ]
-        assert 0 < len(left) < 4
+        left = [p for p in positions if f"orders/{p} " not in first]
         session, new = self.rerun_session(topic, clock)
         lines: list[str] = []
         text = move_group(session, GROUP, span=span, first=None, timeout_s=5.0,
                           progress=lines.append)  # fmt: skip
-        done = f"finished; {len(left)} positions carried now, {5 - len(left)} there already, 0 kept"
-        assert done in text, text
+        assert "finished; 4 positions carried now, 1 there already, 0 kept" in text, text
         assert "from spread to" in text and "pause lifted" in text, text
         assert sorted(line for line in lines if line.startswith("carried")) == sorted(
             f"carried orders/{p} at {positions[p]} to partition {at}" for p in left
         ), lines
+        assert sum(line.startswith("to carry:") for line in lines) == 4, lines
         worlds = fold_as_placed(topic, new)
         for p, offset in positions.items():
             state = worlds[at].claims[ClaimKey(GROUP, "orders", p)]
@@ -462,24 +458,86 @@ class TestAnUnfinishedMove:
         assert pause_of(worlds[at], GROUP, clock.now) is None
 
     def test_a_rerun_keeps_a_position_an_operator_set_meanwhile(self) -> None:
-        """Between the stop and the rerun an operator set one position that was not carried
-        (set-position on the new home, as the stop's message says): the rerun keeps it, names
-        it, and carries the other three."""
+        """Between the stop and the rerun an operator set one position that was not carried,
+        with set-position as the stop's message says: set-position keeps the move's hold (it
+        does not lift it), and the rerun keeps that position, names it, and carries the other
+        three."""
         topic, clock, positions, _ = self.stopped_move()
         session, new = self.rerun_session(topic, clock)
         at = home(GROUP, N)
-        key = ClaimKey(GROUP, "orders", 4)  # carried last, so not by the stopped run
-        assert isinstance(session.write(session.claiming(key), at), ev.ClaimGranted)
-        assert isinstance(session.write(session.releasing(key, 99), at), ev.Released)
+        plan = make_plan(session, GROUP, "orders", {4: 99})
+        done = set_position(session, plan, timeout_s=5.0)
+        assert done.endswith("pause kept (it was this client's before: release-group --for 0 "
+                             "lifts it)"), done  # fmt: skip
+        assert pause_of(session.worlds[at], GROUP, session.now_ms()) is not None
+        session, _ = self.rerun_session(topic, clock)  # (a new command)
         lines: list[str] = []
         text = move_group(session, GROUP, span=None, first=None, timeout_s=5.0,
                           progress=lines.append)  # fmt: skip
-        assert "1 kept as set" in text, text
-        assert f"kept: orders/4 at 99 on partition {at} (set there since; the move had 14)" in lines
+        assert "3 positions carried now, 1 there already, 1 kept as set" in text, text
+        kept = f"kept: orders/4 at 99 on partition {at} (set there since the move; it had 14)"
+        assert kept in lines, lines
         worlds = fold_as_placed(topic, new)
         got = {p: resume_offset(worlds[at].claims[ClaimKey(GROUP, "orders", p)], Mode.AMO)
                for p in positions}  # fmt: skip
         assert got == {**positions, 4: 99}
+
+    def test_a_move_that_died_recording_its_settings_is_recorded_then_carried(self) -> None:
+        """The first run died after its settings reached home, before the other partitions:
+        the rerun records them where they are missing (else a partition of the old layout
+        would still judge the group spread after the lift), then carries every position."""
+        positions = {p: 10 + p for p in range(5)}
+        topic, clock, _ = spread_group(positions)
+        session = session_on(topic, clock)
+        append = session.log.append
+        settings_written: list[int] = []
+
+        def dying_append(partition: int, key: bytes, value: bytes, timeout_s: float) -> object:
+            if b"settings" in key:
+                settings_written.append(partition)
+                if len(settings_written) > 1:
+                    raise RuntimeError("the admin died")
+            return append(partition, key, value, timeout_s)
+
+        session.log.append = dying_append  # type: ignore[method-assign,assignment]
+        with pytest.raises(RuntimeError):
+            move_group(session, GROUP, span=1, first=None, timeout_s=5.0,
+                       progress=lambda _: None)  # fmt: skip
+        rerun, new = self.rerun_session(topic, clock)
+        lines: list[str] = []
+        text = move_group(rerun, GROUP, span=None, first=None, timeout_s=5.0,
+                          progress=lines.append)  # fmt: skip
+        assert "finished; 5 positions carried now" in text, text
+        others = sorted(set(range(N)) - {home(GROUP, N)})
+        assert any(line.startswith("recorded:") and str(others) in line for line in lines), lines
+        reader = FoldedLog(MemoryLog(topic), config())
+        reader.catch_up(1.0)
+        for p in range(N):
+            taken = reader.worlds[p].group_settings[GROUP]
+            assert taken.placement == new, p
+        worlds = fold_as_placed(topic, new)
+        for p, offset in positions.items():
+            state = worlds[home(GROUP, N)].claims[ClaimKey(GROUP, "orders", p)]
+            assert resume_offset(state, Mode.AMO) == offset
+
+    def test_a_pause_written_after_a_finished_move_is_not_a_stopped_move(self) -> None:
+        """The move finished (rerun), members moved on, then the same admin paused the group
+        for maintenance (release-group): a --move now refuses with the one line, writes
+        nothing and leaves that pause in force (a review: it "finished" the old move again,
+        named stale positions as kept, and lifted the operator's pause)."""
+        topic, clock, _, _ = self.stopped_move()
+        session, _ = self.rerun_session(topic, clock)
+        move_group(session, GROUP, span=None, first=None, timeout_s=5.0, progress=lambda _: None)
+        session, _ = self.rerun_session(topic, clock)
+        assert pause_for(session, GROUP, 3600).accepted
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        session, _ = self.rerun_session(topic, clock)
+        with pytest.raises(MarshalError) as refused:
+            move_group(session, GROUP, span=None, first=None, timeout_s=5.0,
+                       progress=lambda _: None)  # fmt: skip
+        assert "is paused: not moved" in str(refused.value)
+        assert {p: topic.end_offset(p) for p in range(N)} == ends
+        assert pause_of(session.worlds[home(GROUP, N)], GROUP, session.now_ms()) is not None
 
 
 class TestGuards:
@@ -687,6 +745,39 @@ class TestAPlacedGroup:
             state = worlds[new.partition_of("orders", p)].claims[ClaimKey(GROUP, "orders", p)]
             assert resume_offset(state, Mode.ALO) == 5 + p
             assert state.token is not None and state.token > max(tokens.values())
+
+    def test_a_stopped_move_back_to_an_earlier_window_carries_today_s_positions(self) -> None:
+        """Home to the next partition (finished), the group handles on there (positions 50+),
+        then a move back home stops after its first carry: home still holds the claims' states
+        from before the first move (5+). The rerun carries today's positions over them, not
+        "keeping" the stale ones (a review: a member resumed at 5+, every record since handled
+        twice)."""
+        topic, clock, old, _ = self.placed_group()
+        other = (old.first + 1) % N
+        move_group(self.session(topic, clock, old), GROUP, span=1, first=other, timeout_s=5.0,
+                   progress=lambda _: None)  # fmt: skip
+        there = fold_as_placed(topic, old)[old.first].group_settings[GROUP].placement
+        assert there is not None and there.first == other
+        for p in range(4):
+            topic.append(other, *keyed(claim("a", p)))
+            topic.append(other, *keyed(release("a", 50 + p, p)))
+
+        def dies(line: str) -> None:
+            if line.startswith("carried"):
+                raise RuntimeError("the admin died")
+
+        with pytest.raises(RuntimeError):
+            move_group(self.session(topic, clock, there), GROUP, span=1, first=old.first,
+                       timeout_s=5.0, progress=dies)  # fmt: skip
+        back = fold_as_placed(topic, there)[old.first].group_settings[GROUP].placement
+        assert back is not None and back.first == old.first
+        text = move_group(self.session(topic, clock, back), GROUP, span=None, first=None,
+                          timeout_s=5.0, progress=lambda _: None)  # fmt: skip
+        assert "3 positions carried now, 1 there already, 0 kept as set" in text, text
+        worlds = fold_as_placed(topic, back)
+        got = {p: resume_offset(worlds[old.first].claims[ClaimKey(GROUP, "orders", p)], Mode.AMO)
+               for p in range(4)}  # fmt: skip
+        assert got == {p: 50 + p for p in range(4)}
 
     def test_the_same_window_is_no_move(self) -> None:
         """--first and --span of the group's placement: nothing written."""
