@@ -20,11 +20,12 @@ Theory of operation ("Setting Consumer Group Position" in the Marshal protocol)
 5. Lift the pause (a ReleaseGroup whose expire time has passed); the workers claim again and
    start at the new offsets.
 
-A group this client has paused already (a `release-group` pause, or the days-long hold of a
-move that stopped before carrying every position: docs/operating.md, "Moving a group") keeps
-that pause: step 2 writes nothing if it outlasts the run (else it is extended, never
-shortened), and step 5 does not lift it. Replacing it with this run's short pause and lifting
-that would let members claim at once: during a stopped move, at positions not carried yet.
+A group this client has paused already for longer than the run needs (the days-long hold of
+a move that stopped before carrying every position, docs/operating.md "Moving a group", or a
+long `release-group` pause) keeps that pause: step 2 writes nothing and step 5 does not lift
+it. Replacing it with this run's short pause and lifting that would let members claim at
+once: during a stopped move, at positions not carried yet. A pause of this client's that would
+lapse during the run is the run's to extend and to lift, as before.
 
 If step 3 times out, nothing has moved: the pause is lifted and the command fails. If a step
 of 4 fails, the partitions touched so far get their old positions back by the same dance (an
@@ -226,9 +227,9 @@ def set_position(
     is refused, the holders do not release within ``timeout_s``, or a step fails."""
     group = plan.group
     need_s = timeout_s + MOVE_BUDGET_S + 2 * session.hb_ms / 1000
-    held = pause_until(session, group)  # a pause of this client's own in force: kept
-    end = _Ending(session, group, held > 0)
-    if held - session.now_ms() >= need_s * 1000:
+    held = pause_until(session, group)  # a pause of this client's own, outlasting the run: kept
+    end = _Ending(session, group, held - session.now_ms() >= need_s * 1000)
+    if end.kept:
         outcome = PauseOutcome(group, held // 1000, ())
         progress(f"group {group} is paused by this client until {iso_ms(held)}: kept")
     else:
@@ -399,8 +400,9 @@ def _where(key: ClaimKey) -> str:
 @dataclass(frozen=True)
 class _Ending:
     """How the run ends its pause: lifted, unless the group was paused by this client before
-    it began (``kept``: an operator's `release-group` pause, or a stopped move's hold of days,
-    which keeps members from claiming positions that move has not carried yet)."""
+    it began, for longer than the run needs (``kept``: a stopped move's hold of days, which
+    keeps members from claiming positions that move has not carried yet, or a long
+    `release-group` pause)."""
 
     session: AdminSession
     group: str
