@@ -41,7 +41,7 @@ from marshal_workers.admin.options import (
     group_option,
     wait_option,
 )
-from marshal_workers.admin.pause import lift_pause, pause_for
+from marshal_workers.admin.pause import lift_pause, others_pause, pause_for, pause_in_force
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.admin.settings_steps import (
     SETTLE_BUDGET_S,
@@ -55,6 +55,7 @@ from marshal_workers.admin.settings_steps import (
 )
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
+from marshal_workers.protocol.groupstatus import iso_ms
 from marshal_workers.protocol.metadata import GroupSettings, placement_text
 from marshal_workers.protocol.slicing import Slicing
 
@@ -73,7 +74,17 @@ def change_settings(
     if old.same_settings(new):
         return f"group {group} settings unchanged: {describe(old)}"
     old_hb = old.heartbeat_interval_ms
-    pause = pause_for(session, group, 2 * timeout_s + SETTLE_BUDGET_S + 4 * old_hb / 1000)
+    need_s = 2 * timeout_s + SETTLE_BUDGET_S + 4 * old_hb / 1000
+    others_pause(session, group, "not changed")
+    held = pause_in_force(session, group)
+    if held is not None and held[1] - session.now_ms() > need_s * 1000:
+        raise MarshalError(
+            f"group {group} is paused by this client until {iso_ms(held[1])} (log time), longer "
+            "than a change needs (a stopped move's hold, or a release-group pause): not "
+            "changed; finish the move (run it again) or lift the pause (release-group --for 0) "
+            "first"
+        )
+    pause = pause_for(session, group, need_s)
     if not pause.accepted:
         raise MarshalError(pause.summary())
     progress(pause.summary())

@@ -138,20 +138,25 @@ def left_to_carry(
     """Of a stopped move's ``planned`` carries: those not made yet, and those whose new home
     holds a position set since the move by an operator (kept, with it). A claim on its new home
     counts only if it was won since the move's settings record there (``claimed_since(partition,
-    token)``: only the pausing admin may claim, so it is a carry or a ``set-position``); any
-    other state there is from before the move (a window the group lived in before, the claim's
-    old home) and is carried over."""
+    token)``: only the pausing admin may claim, so it is a carry or a ``set-position``) and
+    released since (a claim won and never released holds its position from before); any other
+    state there is from before the move (a window the group lived in before, the claim's old
+    home) and is carried over."""
     left: list[Carry] = []
     kept: list[tuple[Carry, int]] = []
     for carry in planned:
         world = worlds.get(carry.new_partition)
         state = None if world is None else world.claims.get(carry.key)
-        if state is None or not claimed_since(carry.new_partition, state.token):
+        if (
+            state is None
+            or not state.released  # won and never released (the run died between): its
+            or not claimed_since(carry.new_partition, state.token)  # position is older
+        ):
             left.append(carry)
             continue
         there = resume_offset(state, Mode.AMO)
         if there is None:
-            left.append(carry)  # won, never released at a position (the run died between)
+            left.append(carry)
         elif there != carry.offset:
             kept.append((carry, there))
     return tuple(left), tuple(kept)

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 from marshal_workers.admin.session import AdminError, AdminSession
+from marshal_workers.common.errors import MarshalError
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.groupstatus import iso_ms
 from marshal_workers.protocol.rationalizer import pause_of
@@ -127,3 +128,26 @@ def pause_until(session: AdminSession, group: str) -> int:
             return 0
         ends.append(pause.until_ms)
     return min(ends, default=0)
+
+
+def pause_in_force(session: AdminSession, group: str) -> tuple[str, int] | None:
+    """The client id and the end (log time, ms) of the group's pause in force on the followed
+    partitions (the one that ends last), or None."""
+    now = session.now_ms()
+    found = [p for w in session.worlds.values() if (p := pause_of(w, group, now)) is not None]
+    if not found:
+        return None
+    last = max(found, key=lambda p: p.until_ms)
+    return last.client_id, last.until_ms
+
+
+def others_pause(session: AdminSession, group: str, what: str) -> None:
+    """Refuse (MarshalError, one line) if another client's pause of the group is in force: a
+    pause of this client's would replace it (any admin's ReleaseGroup does), and the lift at
+    the end would end it (a stopped move's hold of days, an operator's pause)."""
+    held = pause_in_force(session, group)
+    if held is not None and held[0] != session.client_id:
+        raise MarshalError(
+            f"group {group} is paused by {held[0]} until {iso_ms(held[1])} (log time): {what}; "
+            f"run it with --client-id {held[0]}, or once that pause ends"
+        )

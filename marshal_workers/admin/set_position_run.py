@@ -41,7 +41,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from marshal_workers.admin.connection import Connection, group_session
-from marshal_workers.admin.pause import PauseOutcome, lift_pause, pause_for, pause_until
+from marshal_workers.admin.pause import (
+    PauseOutcome,
+    lift_pause,
+    others_pause,
+    pause_for,
+    pause_until,
+)
 from marshal_workers.admin.session import AdminError, AdminSession
 from marshal_workers.admin.targets import KafkaOffsetSource, TargetSpec, compute_targets
 from marshal_workers.common.errors import MarshalError
@@ -226,6 +232,7 @@ def set_position(
     MarshalError (after lifting the pause, and after restoring what had moved) if the pause
     is refused, the holders do not release within ``timeout_s``, or a step fails."""
     group = plan.group
+    others_pause(session, group, "nothing moved")
     need_s = timeout_s + MOVE_BUDGET_S + 2 * session.hb_ms / 1000
     held = pause_until(session, group)  # a pause of this client's own, outlasting the run: kept
     end = _Ending(session, group, held - session.now_ms() >= need_s * 1000)
@@ -349,7 +356,10 @@ def _restore(
     wrong.
 
     A claim won but not yet used (its heartbeat never went out) changed no position: it is
-    only released. Every release waits for the lift, so that reservations are kept."""
+    only released. Every release waits for the lift, so that reservations are kept; under a
+    pause that is kept there is no lift, and a release by the pausing client would set the
+    position outright (clearing a restored reservation): the claims are left to go stale
+    (2*HB; nobody else may claim while the pause holds)."""
     problems: list[str] = []
     held: list[tuple[ClaimKey, int]] = []
     for move in plan.moves:
@@ -384,6 +394,9 @@ def _restore(
     if problem is not None:
         problems.append(problem)
     for key, offset in held:  # after the lift, so that a restored reservation is kept
+        if end.kept:  # (a release by the pausing client would clear it: left to go stale)
+            progress(f"partition {_where(key)}: restored to {offset} (its claim goes stale)")
+            continue
         try:
             _expect(session.write(session.releasing(key, offset)), ev.Released, "release")
             progress(f"partition {_where(key)}: restored to {offset}")

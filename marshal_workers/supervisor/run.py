@@ -44,6 +44,8 @@ from marshal_workers.supervisor.signals import SignalQueue
 from marshal_workers.supervisor.systemd import SystemdNotify
 
 StartupWarning = tuple[str, dict[str, str]]  # an event and its fields, logged once started
+TMP_SWEEP_AFTER_S = 5.0  # dead fork servers' directories: removed this long after the start,
+# off the way to the first claims and children (`childlink.listenerdirs`)
 
 
 def check_coordination_topic(config: RunConfig) -> list[StartupWarning]:
@@ -138,7 +140,7 @@ def _run(config: RunConfig, observers: Sequence[Observer], log: Any) -> int:
 
 def _remove_dead_listener_dirs(log: Any) -> None:
     """Remove what the fork servers of killed supervisors left in the temporary directory
-    (`childlink.listenerdirs`); off the loop, once started."""
+    (`childlink.listenerdirs`); off the loop, `TMP_SWEEP_AFTER_S` after the start."""
     try:
         removed = listenerdirs.remove_dead()
     except Exception as exc:  # never the supervisor's end: a line, and the thread ends
@@ -190,9 +192,9 @@ def _supervise(
         )
         if server is not None:
             log.info("metrics_serving", host=config.metrics_host, port=server.port)
-        threading.Thread(
-            target=_remove_dead_listener_dirs, args=(log,), name="marshal-tmp", daemon=True
-        ).start()
+        sweep = threading.Timer(TMP_SWEEP_AFTER_S, _remove_dead_listener_dirs, args=(log,))
+        sweep.name, sweep.daemon = "marshal-tmp", True
+        sweep.start()
         held = RDKAFKA_GATE.release()
         if held is not None:
             RDKAFKA_LOG.handle(held)  # how many lines the start-up held, and the last

@@ -314,6 +314,60 @@ class TestRestore:
             "partition 2: restored to 30",
         ]
 
+    def test_a_restore_under_a_kept_pause_keeps_the_old_reservation(self) -> None:
+        """w1 reserved partition 0 up to 8 and released it at 5; the group is held paused by
+        this client (a stopped move's hold). The third heartbeat fails: the restore puts 5 back
+        and reserves 8 again, and leaves its claims to go stale rather than releasing them as
+        the pausing client (whose release would set 5 outright and drop the reservation: 5 to 7
+        handled twice in AMO; a review)."""
+        s = Setup()
+        s.worker(ReleasingPartition, 0, 5)
+        s.worker(ReleasingPartition, 1, 20)
+        s.worker(ReleasingPartition, 2, 30)
+        heartbeats = 0
+
+        def third_heartbeat(value: bytes) -> bool:
+            nonlocal heartbeats
+            if value.startswith(b"Heartbeat/1/") and b"/marshal-admin/" in value:
+                heartbeats += 1
+            return heartbeats == 3
+
+        admin = s.session(fails=third_heartbeat)
+        was = s.observer().state(key(0))
+        assert was is not None and (was.committed, resume_offset(was, Mode.AMO)) == (5, 8)
+        assert pause_for(admin, G, 30 * 24 * 3600).accepted
+        plan = make_plan(admin, G, T, {0: 100, 1: 100, 2: 100})
+        lines: list[str] = []
+        with pytest.raises(MarshalError) as failure:
+            set_position(admin, plan, timeout_s=5, progress=lines.append)
+        assert "old offsets restored on partition(s) 0, 1, 2; pause kept" in str(failure.value)
+        world = s.observer()
+        p0 = world.state(key(0))
+        assert p0 is not None and resume_offset(p0, Mode.AMO) == 8, p0
+        assert "partition 0: restored to 5 (its claim goes stale)" in lines, lines
+        assert all(pause_of(w, G, world.now_ms()) is not None for w in world.worlds.values())
+
+    def test_another_admin_s_pause_refuses_and_is_left_in_force(self) -> None:
+        """A stopped move's hold (or any pause) of another admin client id: set-position writes
+        nothing (its pause would replace that one, and its lift end it; a review)."""
+        s = Setup(admins=frozenset({"marshal-admin", "ops-2"}))
+        other = s.session("ops-2")
+        held = pause_for(other, G, 30 * 24 * 3600)
+        assert held.accepted
+        admin = s.session()
+        ends = s.topic.end_offset(0), s.topic.end_offset(1)
+        plan = make_plan(admin, G, T, {1: 25})
+        with pytest.raises(MarshalError, match=r"is paused by ops-2 until .*: nothing moved; run"):
+            set_position(admin, plan, timeout_s=5)
+        assert (s.topic.end_offset(0), s.topic.end_offset(1)) == ends
+        world = s.observer()
+        for w in world.worlds.values():
+            pause = pause_of(w, G, world.now_ms())
+            assert pause is not None and (pause.client_id, pause.until_ms) == (
+                "ops-2",
+                held.until_ms,
+            )
+
     def test_a_claim_that_fails_moves_nothing_on_its_partition(self) -> None:
         """The claim on partition 1 is not acknowledged: partition 0 (moved) is restored,
         partition 1 was never written to and keeps its position."""

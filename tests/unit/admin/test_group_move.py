@@ -17,6 +17,7 @@ from dataclasses import replace
 import pytest
 
 from marshal_workers.admin.group_move import MOVE_HOLD_S, move_group
+from marshal_workers.admin.group_settings import change_settings
 from marshal_workers.admin.moveplan import (
     carries,
     moved_token_base,
@@ -520,6 +521,24 @@ class TestAnUnfinishedMove:
             state = worlds[home(GROUP, N)].claims[ClaimKey(GROUP, "orders", p)]
             assert resume_offset(state, Mode.AMO) == offset
 
+    def test_a_change_of_settings_during_a_stopped_move_refuses_and_keeps_the_hold(self) -> None:
+        """`--change` by the same admin while the move's hold is in force: it would write its
+        own short pause over the hold and lift it (a review: members then claimed positions
+        not carried, and the move could not be finished). It refuses, writing nothing, and
+        the move is finished by its rerun afterwards."""
+        topic, clock, _, _ = self.stopped_move()
+        session, _ = self.rerun_session(topic, clock)
+        now = session.worlds[home(GROUP, N)].group_settings[GROUP]
+        ends = {p: topic.end_offset(p) for p in range(N)}
+        with pytest.raises(MarshalError, match="longer than a change needs"):
+            change_settings(session, replace(now, heartbeat_interval_ms=500), timeout_s=5.0,
+                            progress=lambda _: None)  # fmt: skip
+        assert {p: topic.end_offset(p) for p in range(N)} == ends
+        session, _ = self.rerun_session(topic, clock)
+        text = move_group(session, GROUP, span=None, first=None, timeout_s=5.0,
+                          progress=lambda _: None)  # fmt: skip
+        assert "is finished" in text, text
+
     def test_a_pause_written_after_a_finished_move_is_not_a_stopped_move(self) -> None:
         """The move finished (rerun), members moved on, then the same admin paused the group
         for maintenance (release-group): a --move now refuses with the one line, writes
@@ -769,6 +788,46 @@ class TestAPlacedGroup:
         with pytest.raises(RuntimeError):
             move_group(self.session(topic, clock, there), GROUP, span=1, first=old.first,
                        timeout_s=5.0, progress=dies)  # fmt: skip
+        back = fold_as_placed(topic, there)[old.first].group_settings[GROUP].placement
+        assert back is not None and back.first == old.first
+        text = move_group(self.session(topic, clock, back), GROUP, span=None, first=None,
+                          timeout_s=5.0, progress=lambda _: None)  # fmt: skip
+        assert "3 positions carried now, 1 there already, 0 kept as set" in text, text
+        worlds = fold_as_placed(topic, back)
+        got = {p: resume_offset(worlds[old.first].claims[ClaimKey(GROUP, "orders", p)], Mode.AMO)
+               for p in range(4)}  # fmt: skip
+        assert got == {p: 50 + p for p in range(4)}
+
+    def test_a_carry_claimed_and_never_released_is_carried_by_the_rerun(self) -> None:
+        """The move back home dies between a carry's claim and its release: that claim, won
+        since the record, holds home's state from before the first move (6). The rerun
+        carries it (once the dead run's claim is stale), not "keeping" 6 (a review: records
+        6 to 50 handled twice)."""
+        topic, clock, old, _ = self.placed_group()
+        other = (old.first + 1) % N
+        move_group(self.session(topic, clock, old), GROUP, span=1, first=other, timeout_s=5.0,
+                   progress=lambda _: None)  # fmt: skip
+        there = fold_as_placed(topic, old)[old.first].group_settings[GROUP].placement
+        assert there is not None
+        for p in range(4):
+            topic.append(other, *keyed(claim("a", p)))
+            topic.append(other, *keyed(release("a", 50 + p, p)))
+        session = self.session(topic, clock, there)
+        write, claims = session.write, [0]
+
+        def dies_after_the_second_claim(msg: Message, partition: int | None = None) -> ev.Event:
+            verdict = write(msg, partition)
+            if isinstance(msg, ClaimingPartition):
+                claims[0] += 1
+                if claims[0] == 2:
+                    raise RuntimeError("the admin died")
+            return verdict
+
+        session.write = dies_after_the_second_claim  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError):
+            move_group(session, GROUP, span=1, first=old.first, timeout_s=5.0,
+                       progress=lambda _: None)  # fmt: skip
+        clock.now += 3 * int(HB_S * 1000)  # the dead run's claim goes stale
         back = fold_as_placed(topic, there)[old.first].group_settings[GROUP].placement
         assert back is not None and back.first == old.first
         text = move_group(self.session(topic, clock, back), GROUP, span=None, first=None,

@@ -129,6 +129,25 @@ class TestDeadDirs:
         assert dead_dirs(tmp_path, bound, uid=uid + 1, started=alive_only_me) == []
         assert mine not in found and unmarked not in found and still not in found
 
+    def test_a_socket_still_bound_keeps_its_directory_whatever_path_reaches_it(
+        self, tmp_path: Path, open_sockets: list[socket.socket]
+    ) -> None:
+        """A marked directory whose supervisor is gone but whose socket a process still
+        listens on, bound through one path and scanned through another (a symlinked /tmp):
+        kept. Compared as written, the paths differ and it would go."""
+        (tmp_path / "real").mkdir()
+        link = tmp_path / "link"
+        link.symlink_to(tmp_path / "real")
+        real = tmp_path / "real"
+        _, sock = _listener_dir(real, "pymp-s", listening=True, owner=(GONE_PID, 5))
+        assert sock is not None
+        open_sockets.append(sock)
+        bound = bound_paths(listenerdirs.UNIX_TABLE.read_bytes())
+        assert dead_dirs(link, bound, uid=os.getuid(), started=alive_only_me) == []
+        sock.close()
+        bound = bound_paths(listenerdirs.UNIX_TABLE.read_bytes())
+        assert dead_dirs(link, bound, uid=os.getuid(), started=alive_only_me) == [link / "pymp-s"]
+
     def test_remove_takes_the_marker_sockets_and_directory_keeps_one_that_gained_a_file(
         self, tmp_path: Path
     ) -> None:
