@@ -126,7 +126,7 @@ def move_group(
             f"group {group} (at {placement_text(settings.placement)}) is paused: not moved; if "
             "a move stopped after recording, run it again with the same --client-id and "
             "window to finish it, or set each position its 'to carry:' lines printed and not "
-            "'carried' (set-position) before the pause expires, then lift it "
+            "'carried' (set-position, the same --client-id) before the pause expires, then lift it "
             "(release-group --for 0) and move again if needed"
         )
     if not old.legacy and (old.first, old.span) == (target.first, target.span):

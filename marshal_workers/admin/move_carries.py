@@ -96,8 +96,9 @@ def pause_holds(
     if not extended.in_force:
         raise MarshalError(
             f"extending the pause of group {group} failed ({extended.summary()}): stopped "
-            f"before {before}; set the positions not carried ('to carry:' lines above) with "
-            "set-position before the pause expires"
+            f"before {before}; run the move again (same --client-id and window), or set the "
+            "positions not carried ('to carry:' lines above) with set-position and the same "
+            "--client-id, before the pause expires"
         )
     progress(f"pause extended: {extended.summary()}")
 
@@ -106,8 +107,9 @@ def _refused(session: AdminSession, group: str, carry: Carry, verdict: ev.Event)
     reason = getattr(verdict, "reason", type(verdict).__name__)
     until = pause_until(session, group)
     still = (
-        f"the group stays paused until {iso_ms(until)} (log time): set the positions not "
-        "carried ('to carry:' lines above) with set-position meanwhile"
+        f"the group stays paused until {iso_ms(until)} (log time): run the move again "
+        "(same --client-id and window), or set the positions not carried ('to carry:' lines "
+        "above) with set-position and the same --client-id meanwhile"
         if until > session.now_ms()
         else "the group's pause has run out: set the positions not carried ('to carry:' lines "
         "above) with set-position at once"
