@@ -80,9 +80,10 @@ def change_settings(
     if held is not None and held[1] - session.now_ms() > need_s * 1000:
         raise MarshalError(
             f"group {group} is paused by this client until {iso_ms(held[1])} (log time), longer "
-            "than a change needs (a stopped move's hold, or a release-group pause): not "
-            "changed; finish the move (run it again) or lift the pause (release-group --for 0) "
-            "first"
+            "than this change needs (a stopped move's hold, a release-group pause, or a longer "
+            "change's own): not changed; finish a stopped move first (run it again), else lift "
+            "the pause (release-group --for 0) or run the change with a --timeout that "
+            "outlasts it"
         )
     pause = pause_for(session, group, need_s)
     if not pause.accepted:

@@ -145,9 +145,12 @@ def others_pause(session: AdminSession, group: str, what: str) -> None:
     """Refuse (MarshalError, one line) if another client's pause of the group is in force: a
     pause of this client's would replace it (any admin's ReleaseGroup does), and the lift at
     the end would end it (a stopped move's hold of days, an operator's pause)."""
-    held = pause_in_force(session, group)
-    if held is not None and held[0] != session.client_id:
-        raise MarshalError(
-            f"group {group} is paused by {held[0]} until {iso_ms(held[1])} (log time): {what}; "
-            f"run it with --client-id {held[0]}, or once that pause ends"
-        )
+    now = session.now_ms()
+    for world in session.worlds.values():  # any partition: a pause may be split (a partial write)
+        pause = pause_of(world, group, now)
+        if pause is not None and pause.client_id != session.client_id:
+            raise MarshalError(
+                f"group {group} is paused by {pause.client_id} until {iso_ms(pause.until_ms)} "
+                f"(log time) on partition {world.partition}: {what}; run it with --client-id "
+                f"{pause.client_id}, or once that pause ends"
+            )

@@ -357,9 +357,9 @@ def _restore(
 
     A claim won but not yet used (its heartbeat never went out) changed no position: it is
     only released. Every release waits for the lift, so that reservations are kept; under a
-    pause that is kept there is no lift, and a release by the pausing client would set the
-    position outright (clearing a restored reservation): the claims are left to go stale
-    (2*HB; nobody else may claim while the pause holds)."""
+    pause that is kept there is no lift, and the release, the pausing client's, sets the
+    position outright: a claim with a restored reservation is released at its end, where an
+    AMO holder resumes either way."""
     problems: list[str] = []
     held: list[tuple[ClaimKey, int]] = []
     for move in plan.moves:
@@ -384,19 +384,20 @@ def _restore(
                 continue
             _acquire(session, key)
             _expect(session.write(session.heartbeat(key, old)), ev.HeartbeatAccepted, "heartbeat")
-            held.append((key, old))
             if move.reserved is not None and move.reserved > old:
                 reserve = session.write(session.reserving(key, move.reserved))
                 _expect(reserve, ev.MessagesClaimed, "reservation")
+                # under a kept pause the release is the pausing client's, which sets the
+                # position outright: at the reservation's end, where AMO resumes anyway
+                held.append((key, move.reserved if end.kept else old))
+            else:
+                held.append((key, old))
         except MarshalError as exc:
             problems.append(f"partition {move.where}: {exc}")
     problem = end.lift()
     if problem is not None:
         problems.append(problem)
     for key, offset in held:  # after the lift, so that a restored reservation is kept
-        if end.kept:  # (a release by the pausing client would clear it: left to go stale)
-            progress(f"partition {_where(key)}: restored to {offset} (its claim goes stale)")
-            continue
         try:
             _expect(session.write(session.releasing(key, offset)), ev.Released, "release")
             progress(f"partition {_where(key)}: restored to {offset}")
@@ -423,11 +424,9 @@ class _Ending:
 
     @property
     def said(self) -> str:
-        return (
-            "pause kept (it was this client's before: release-group --for 0 lifts it)"
-            if (self.kept)
-            else "pause lifted"
-        )
+        # (no advice to lift it: during a stopped move the move's rerun lifts it, and a lift
+        # before that would leave the move unfinishable by a rerun)
+        return "pause kept (this client's from before the run)" if self.kept else "pause lifted"
 
     def lift(self) -> str | None:
         """Lift the pause unless it is kept; None if done, else why not (the pause then simply
