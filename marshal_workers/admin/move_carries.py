@@ -108,8 +108,9 @@ def _refused(session: AdminSession, group: str, carry: Carry, verdict: ev.Event)
     until = pause_until(session, group)
     still = (
         f"the group stays paused until {iso_ms(until)} (log time): run the move again "
-        "(same --client-id and window), or set the positions not carried ('to carry:' lines "
-        "above) with set-position and the same --client-id meanwhile"
+        "(same --client-id and window; after 2*HB if the claim is held by this client), or set "
+        "the positions not carried ('to carry:' lines above) with set-position and the same "
+        "--client-id meanwhile"
         if until > session.now_ms()
         else "the group's pause has run out: set the positions not carried ('to carry:' lines "
         "above) with set-position at once"

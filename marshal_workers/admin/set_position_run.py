@@ -356,10 +356,14 @@ def _restore(
     wrong.
 
     A claim won but not yet used (its heartbeat never went out) changed no position: it is
-    only released. Every release waits for the lift, so that reservations are kept; under a
-    pause that is kept there is no lift, and the release, the pausing client's, sets the
-    position outright: a claim with a restored reservation is released at its end, where an
-    AMO holder resumes either way."""
+    only released. Every release waits for the lift, so that reservations are kept. Under a
+    pause that is kept there is no lift: the claims are left held, to go stale (2*HB). A
+    release by the pausing client would set the position outright (a restored reservation
+    lost), and during a stopped move it would look like an operator's setting to the move's
+    rerun, which keeps those: a state restored there may be one from before the move (a
+    window the group lived in before), which the rerun must carry over. So after a failed run
+    during a stopped move the rerun carries the move's positions on what it touched (set them
+    again first to keep an operator's)."""
     problems: list[str] = []
     held: list[tuple[ClaimKey, int]] = []
     for move in plan.moves:
@@ -384,20 +388,19 @@ def _restore(
                 continue
             _acquire(session, key)
             _expect(session.write(session.heartbeat(key, old)), ev.HeartbeatAccepted, "heartbeat")
+            held.append((key, old))
             if move.reserved is not None and move.reserved > old:
                 reserve = session.write(session.reserving(key, move.reserved))
                 _expect(reserve, ev.MessagesClaimed, "reservation")
-                # under a kept pause the release is the pausing client's, which sets the
-                # position outright: at the reservation's end, where AMO resumes anyway
-                held.append((key, move.reserved if end.kept else old))
-            else:
-                held.append((key, old))
         except MarshalError as exc:
             problems.append(f"partition {move.where}: {exc}")
     problem = end.lift()
     if problem is not None:
         problems.append(problem)
     for key, offset in held:  # after the lift, so that a restored reservation is kept
+        if end.kept:  # no lift: see the docstring
+            progress(f"partition {_where(key)}: restored to {offset} (its claim goes stale)")
+            continue
         try:
             _expect(session.write(session.releasing(key, offset)), ev.Released, "release")
             progress(f"partition {_where(key)}: restored to {offset}")

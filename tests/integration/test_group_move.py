@@ -201,8 +201,11 @@ def test_a_move_killed_after_recording_is_finished_by_running_it_again(
             move.kill()
             move.wait(10)
     said += rest.splitlines()
+    if move.returncode == 0:  # (the machine stalled this test for the whole move)
+        pytest.skip("the move finished before the kill reached it")
     assert move.returncode == -signal.SIGKILL, said
     carried_first = sum(line.startswith("carried") for line in said)
+    time.sleep(2.5 * fleet.hb)  # a claim of a carry the kill cut short is then stale
     again = fleet.admin("group-settings", "--group", fleet.group, "--move", *window,
                         "--timeout", "60", heartbeat=False)  # fmt: skip
     assert again.returncode == 0, (again.stdout, again.stderr)

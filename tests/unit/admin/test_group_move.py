@@ -64,6 +64,7 @@ from marshal_workers.protocol.recordfailures import (
 from marshal_workers.protocol.wire import (
     ClaimingPartition,
     ClaimKey,
+    Heartbeat,
     Message,
     Partitioner,
     encode,
@@ -832,6 +833,56 @@ class TestAPlacedGroup:
         text = move_group(self.session(topic, clock, back), GROUP, span=None, first=None,
                           timeout_s=5.0, progress=lambda _: None)  # fmt: skip
         assert "3 positions carried now, 1 there already, 0 kept as set" in text, text
+        worlds = fold_as_placed(topic, back)
+        got = {p: resume_offset(worlds[old.first].claims[ClaimKey(GROUP, "orders", p)], Mode.AMO)
+               for p in range(4)}  # fmt: skip
+        assert got == {p: 50 + p for p in range(4)}
+
+    def test_a_failed_set_position_during_the_stopped_move_back_leaves_nothing_kept(
+        self,
+    ) -> None:
+        """The move back home stops after its first carry; the operator starts the manual
+        path, and set-position fails at its second heartbeat: its restore puts back home's
+        states from before the first move (6, 7), which must not pass for an operator's
+        setting. The rerun (once the restore's claims are stale) carries 51 and 52 over them
+        (a review: "kept" 6 and 7, records 6 to 50 handed out again)."""
+        topic, clock, old, _ = self.placed_group()
+        other = (old.first + 1) % N
+        move_group(self.session(topic, clock, old), GROUP, span=1, first=other, timeout_s=5.0,
+                   progress=lambda _: None)  # fmt: skip
+        there = fold_as_placed(topic, old)[old.first].group_settings[GROUP].placement
+        assert there is not None
+        for p in range(4):
+            topic.append(other, *keyed(claim("a", p)))
+            topic.append(other, *keyed(release("a", 50 + p, p)))
+
+        def dies(line: str) -> None:
+            if line.startswith("carried"):
+                raise RuntimeError("the admin died")
+
+        with pytest.raises(RuntimeError):
+            move_group(self.session(topic, clock, there), GROUP, span=1, first=old.first,
+                       timeout_s=5.0, progress=dies)  # fmt: skip
+        back = fold_as_placed(topic, there)[old.first].group_settings[GROUP].placement
+        assert back is not None
+        session = self.session(topic, clock, back)
+        write, beats = session.write, [0]
+
+        def second_heartbeat_fails(msg: Message, partition: int | None = None) -> ev.Event:
+            if isinstance(msg, Heartbeat):
+                beats[0] += 1
+                if beats[0] == 2:
+                    raise MarshalError("heartbeat not acknowledged")
+            return write(msg, partition)
+
+        session.write = second_heartbeat_fails  # type: ignore[method-assign]
+        with pytest.raises(MarshalError, match="restored"):
+            set_position(session, make_plan(session, GROUP, "orders", {1: 70, 2: 71}),
+                         timeout_s=5.0)  # fmt: skip
+        clock.now += 3 * int(HB_S * 1000)  # the restore's claims go stale
+        text = move_group(self.session(topic, clock, back), GROUP, span=None, first=None,
+                          timeout_s=5.0, progress=lambda _: None)  # fmt: skip
+        assert "0 kept as set" in text, text
         worlds = fold_as_placed(topic, back)
         got = {p: resume_offset(worlds[old.first].claims[ClaimKey(GROUP, "orders", p)], Mode.AMO)
                for p in range(4)}  # fmt: skip
