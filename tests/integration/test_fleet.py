@@ -6,8 +6,11 @@ Every test checks the ledger the handlers wrote: no two processes on one partiti
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -183,7 +186,7 @@ class TestFencing:
 
 class TestRestart:
     def test_restart_with_same_client_id_resumes_claims_without_a_race(
-        self, make_fleet: MakeFleet
+        self, make_fleet: MakeFleet, request: pytest.FixtureRequest
     ) -> None:
         """kill -9 and restart with the same client id within HB: claims are taken over by
         heartbeat (each with a new token, its own offset), not won again by ClaimingPartition.
@@ -193,8 +196,10 @@ class TestRestart:
         member removes it (its marker names a dead process), and keeps its own."""
         fleet = make_fleet(hb=4.0)
         fleet.produce_steadily(200)
-        tmp = fleet.root / "tmp"  # the members' temporary directory: their fork servers' sockets
-        tmp.mkdir()
+        # the members' temporary directory, where their fork servers' sockets are (short: a
+        # socket's path may not pass 107 bytes)
+        tmp = Path(tempfile.mkdtemp(prefix="ft-", dir="/tmp"))
+        request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
         a = fleet.start("a", env={"TMPDIR": str(tmp)})
         fleet.wait_for(lambda: fleet.counts() == {"a": 8}, 40, "a holding all 8")
         fleet.wait_for(

@@ -10,10 +10,12 @@ and keeps listening, also when the scan reaches /tmp by another path (a symlink)
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +63,15 @@ def _listener_dir(
 
 
 @pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A directory with a short path: a Unix socket's path may not pass 107 bytes, and
+    pytest's ``short_tmp`` under xdist (``.../popen-gw1/test_name0/``) comes close."""
+    where = Path(tempfile.mkdtemp(prefix="ld-", dir="/tmp"))
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture
 def open_sockets() -> Iterator[list[socket.socket]]:
     kept: list[socket.socket] = []
     yield kept
@@ -84,11 +95,11 @@ class TestBoundPaths:
 
     @pytest.mark.skipif(not LINUX, reason="/proc/net/unix is Linux's")
     def test_a_listening_socket_is_in_this_host_s_table_resolved(
-        self, tmp_path: Path, open_sockets: list[socket.socket]
+        self, short_tmp: Path, open_sockets: list[socket.socket]
     ) -> None:
-        link = tmp_path / "link"
-        (tmp_path / "real").mkdir()
-        link.symlink_to(tmp_path / "real")
+        link = short_tmp / "link"
+        (short_tmp / "real").mkdir()
+        link.symlink_to(short_tmp / "real")
         where, sock = _listener_dir(link, "pymp-live", listening=True, owner=None)
         assert sock is not None
         open_sockets.append(sock)
@@ -103,42 +114,42 @@ class TestDeadDirs:
         assert start_time(GONE_PID) is None
 
     def test_only_a_dead_supervisor_s_marked_directory_of_unbound_sockets_is_dead(
-        self, tmp_path: Path, open_sockets: list[socket.socket]
+        self, short_tmp: Path, open_sockets: list[socket.socket]
     ) -> None:
         me = (ME, start_time(ME) or 0)
-        dead, _ = _listener_dir(tmp_path, "pymp-dead", listening=False, owner=(GONE_PID, 5))
-        reused, _ = _listener_dir(tmp_path, "pymp-reused", listening=False, owner=(ME, me[1] + 1))
-        mine, _ = _listener_dir(tmp_path, "pymp-mine", listening=False, owner=me)
-        unmarked, _ = _listener_dir(tmp_path, "pymp-unmarked", listening=False, owner=None)
-        still, sock = _listener_dir(tmp_path, "pymp-still", listening=True, owner=(GONE_PID, 5))
+        dead, _ = _listener_dir(short_tmp, "pymp-dead", listening=False, owner=(GONE_PID, 5))
+        reused, _ = _listener_dir(short_tmp, "pymp-reused", listening=False, owner=(ME, me[1] + 1))
+        mine, _ = _listener_dir(short_tmp, "pymp-mine", listening=False, owner=me)
+        unmarked, _ = _listener_dir(short_tmp, "pymp-unmarked", listening=False, owner=None)
+        still, sock = _listener_dir(short_tmp, "pymp-still", listening=True, owner=(GONE_PID, 5))
         assert sock is not None
         open_sockets.append(sock)
-        more, _ = _listener_dir(tmp_path, "pymp-more", listening=False, owner=(GONE_PID, 5))
+        more, _ = _listener_dir(short_tmp, "pymp-more", listening=False, owner=(GONE_PID, 5))
         (more / "other").write_text("a file of its own")
-        _listener_dir(tmp_path, "other-x", listening=False, owner=(GONE_PID, 5))  # not pymp-
-        plain = tmp_path / "pymp-plainfile"
+        _listener_dir(short_tmp, "other-x", listening=False, owner=(GONE_PID, 5))  # not pymp-
+        plain = short_tmp / "pymp-plainfile"
         plain.mkdir()
         (plain / marker_name(GONE_PID, 5)).touch()
         (plain / "listener-x").write_text("not a socket")
-        (tmp_path / "pymp-link").symlink_to(dead)
+        (short_tmp / "pymp-link").symlink_to(dead)
         bound = frozenset({os.path.realpath(still / "listener-x")})
         uid = os.getuid()
-        found = dead_dirs(tmp_path, bound, uid=uid, started=alive_only_me)
+        found = dead_dirs(short_tmp, bound, uid=uid, started=alive_only_me)
         # a gone pid, or a pid whose start differs (used again by another process): dead
         assert sorted(found) == sorted([dead, reused])
-        assert dead_dirs(tmp_path, bound, uid=uid + 1, started=alive_only_me) == []
+        assert dead_dirs(short_tmp, bound, uid=uid + 1, started=alive_only_me) == []
         assert mine not in found and unmarked not in found and still not in found
 
     def test_a_socket_still_bound_keeps_its_directory_whatever_path_reaches_it(
-        self, tmp_path: Path, open_sockets: list[socket.socket]
+        self, short_tmp: Path, open_sockets: list[socket.socket]
     ) -> None:
         """A marked directory whose supervisor is gone but whose socket a process still
         listens on, bound through one path and scanned through another (a symlinked /tmp):
         kept. Compared as written, the paths differ and it would go."""
-        (tmp_path / "real").mkdir()
-        link = tmp_path / "link"
-        link.symlink_to(tmp_path / "real")
-        real = tmp_path / "real"
+        (short_tmp / "real").mkdir()
+        link = short_tmp / "link"
+        link.symlink_to(short_tmp / "real")
+        real = short_tmp / "real"
         _, sock = _listener_dir(real, "pymp-s", listening=True, owner=(GONE_PID, 5))
         assert sock is not None
         open_sockets.append(sock)
@@ -149,17 +160,17 @@ class TestDeadDirs:
         assert dead_dirs(link, bound, uid=os.getuid(), started=alive_only_me) == [link / "pymp-s"]
 
     def test_remove_takes_the_marker_sockets_and_directory_keeps_one_that_gained_a_file(
-        self, tmp_path: Path
+        self, short_tmp: Path
     ) -> None:
-        dead, _ = _listener_dir(tmp_path, "pymp-dead", listening=False, owner=(GONE_PID, 5))
-        grew, _ = _listener_dir(tmp_path, "pymp-grew", listening=False, owner=(GONE_PID, 5))
+        dead, _ = _listener_dir(short_tmp, "pymp-dead", listening=False, owner=(GONE_PID, 5))
+        grew, _ = _listener_dir(short_tmp, "pymp-grew", listening=False, owner=(GONE_PID, 5))
         (grew / "new").write_text("written after the scan")
         assert remove([dead, grew]) == 1
         assert not dead.exists()
         assert (grew / "new").exists()
 
-    def test_a_missing_temporary_directory_is_nothing_to_remove(self, tmp_path: Path) -> None:
-        assert dead_dirs(tmp_path / "absent", frozenset(), uid=0, started=alive_only_me) == []
+    def test_a_missing_temporary_directory_is_nothing_to_remove(self, short_tmp: Path) -> None:
+        assert dead_dirs(short_tmp / "absent", frozenset(), uid=0, started=alive_only_me) == []
 
 
 @pytest.mark.skipif(not LINUX, reason="/proc is Linux's")
@@ -189,11 +200,11 @@ class TestKilledSupervisors:
         return proc, Path(line).parent
 
     def test_a_killed_supervisor_s_directory_is_removed_and_a_live_one_s_kept(
-        self, tmp_path: Path
+        self, short_tmp: Path
     ) -> None:
-        real = tmp_path / "real"
+        real = short_tmp / "real"
         real.mkdir()
-        link = tmp_path / "link"  # the scan reaches the same directories by another path
+        link = short_tmp / "link"  # the scan reaches the same directories by another path
         link.symlink_to(real)
         killed, killed_dir = self._start(real)
         alive, alive_dir = self._start(real)
