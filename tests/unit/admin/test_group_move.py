@@ -765,12 +765,10 @@ class TestAPlacedGroup:
             assert resume_offset(state, Mode.ALO) == 5 + p
             assert state.token is not None and state.token > max(tokens.values())
 
-    def test_a_stopped_move_back_to_an_earlier_window_carries_today_s_positions(self) -> None:
-        """Home to the next partition (finished), the group handles on there (positions 50+),
-        then a move back home stops after its first carry: home still holds the claims' states
-        from before the first move (5+). The rerun carries today's positions over them, not
-        "keeping" the stale ones (a review: a member resumed at 5+, every record since handled
-        twice)."""
+    def moved_on(self) -> tuple[MemoryTopic, Clock, Placement, Placement]:
+        """The placed group moved from home to the next partition (finished) and handled on
+        there up to 50+p: (topic, clock, the first placement, the one it is at now). Home still
+        holds the claims' states from before that move (5+p)."""
         topic, clock, old, _ = self.placed_group()
         other = (old.first + 1) % N
         move_group(self.session(topic, clock, old), GROUP, span=1, first=other, timeout_s=5.0,
@@ -780,38 +778,51 @@ class TestAPlacedGroup:
         for p in range(4):
             topic.append(other, *keyed(claim("a", p)))
             topic.append(other, *keyed(release("a", 50 + p, p)))
+        return topic, clock, old, there
+
+    def move_back(self, topic: MemoryTopic, clock: Clock, there: Placement, home_at: int,
+                  session: AdminSession | None = None) -> Placement:  # fmt: skip
+        """A move back to ``home_at`` that dies (on its first carry unless ``session`` makes
+        it die otherwise); the placement it recorded."""
 
         def dies(line: str) -> None:
             if line.startswith("carried"):
                 raise RuntimeError("the admin died")
 
         with pytest.raises(RuntimeError):
-            move_group(self.session(topic, clock, there), GROUP, span=1, first=old.first,
-                       timeout_s=5.0, progress=dies)  # fmt: skip
-        back = fold_as_placed(topic, there)[old.first].group_settings[GROUP].placement
-        assert back is not None and back.first == old.first
+            move_group(session or self.session(topic, clock, there), GROUP, span=1,
+                       first=home_at, timeout_s=5.0, progress=dies)  # fmt: skip
+        back = fold_as_placed(topic, there)[home_at].group_settings[GROUP].placement
+        assert back is not None and back.first == home_at
+        return back
+
+    def rerun_carries_today_s(self, topic: MemoryTopic, clock: Clock, back: Placement) -> str:
+        """The rerun of the move back; every position at home is today's (50+p), none of the
+        states from before the first move; its line."""
         text = move_group(self.session(topic, clock, back), GROUP, span=None, first=None,
                           timeout_s=5.0, progress=lambda _: None)  # fmt: skip
-        assert "3 positions carried now, 1 there already, 0 kept as set" in text, text
+        assert "0 kept as set" in text, text
         worlds = fold_as_placed(topic, back)
-        got = {p: resume_offset(worlds[old.first].claims[ClaimKey(GROUP, "orders", p)], Mode.AMO)
+        got = {p: resume_offset(worlds[back.first].claims[ClaimKey(GROUP, "orders", p)], Mode.AMO)
                for p in range(4)}  # fmt: skip
         assert got == {p: 50 + p for p in range(4)}
+        return text
+
+    def test_a_stopped_move_back_to_an_earlier_window_carries_today_s_positions(self) -> None:
+        """A move back home stops after its first carry. The rerun carries today's positions
+        over home's stale states, not "keeping" them (a review: a member resumed at 5+, every
+        record since handled twice)."""
+        topic, clock, old, there = self.moved_on()
+        back = self.move_back(topic, clock, there, old.first)
+        text = self.rerun_carries_today_s(topic, clock, back)
+        assert "3 positions carried now, 1 there already" in text, text
 
     def test_a_carry_claimed_and_never_released_is_carried_by_the_rerun(self) -> None:
         """The move back home dies between a carry's claim and its release: that claim, won
         since the record, holds home's state from before the first move (6). The rerun
         carries it (once the dead run's claim is stale), not "keeping" 6 (a review: records
         6 to 50 handled twice)."""
-        topic, clock, old, _ = self.placed_group()
-        other = (old.first + 1) % N
-        move_group(self.session(topic, clock, old), GROUP, span=1, first=other, timeout_s=5.0,
-                   progress=lambda _: None)  # fmt: skip
-        there = fold_as_placed(topic, old)[old.first].group_settings[GROUP].placement
-        assert there is not None
-        for p in range(4):
-            topic.append(other, *keyed(claim("a", p)))
-            topic.append(other, *keyed(release("a", 50 + p, p)))
+        topic, clock, old, there = self.moved_on()
         session = self.session(topic, clock, there)
         write, claims = session.write, [0]
 
@@ -824,19 +835,10 @@ class TestAPlacedGroup:
             return verdict
 
         session.write = dies_after_the_second_claim  # type: ignore[method-assign]
-        with pytest.raises(RuntimeError):
-            move_group(session, GROUP, span=1, first=old.first, timeout_s=5.0,
-                       progress=lambda _: None)  # fmt: skip
+        back = self.move_back(topic, clock, there, old.first, session)
         clock.now += 3 * int(HB_S * 1000)  # the dead run's claim goes stale
-        back = fold_as_placed(topic, there)[old.first].group_settings[GROUP].placement
-        assert back is not None and back.first == old.first
-        text = move_group(self.session(topic, clock, back), GROUP, span=None, first=None,
-                          timeout_s=5.0, progress=lambda _: None)  # fmt: skip
-        assert "3 positions carried now, 1 there already, 0 kept as set" in text, text
-        worlds = fold_as_placed(topic, back)
-        got = {p: resume_offset(worlds[old.first].claims[ClaimKey(GROUP, "orders", p)], Mode.AMO)
-               for p in range(4)}  # fmt: skip
-        assert got == {p: 50 + p for p in range(4)}
+        text = self.rerun_carries_today_s(topic, clock, back)
+        assert "3 positions carried now, 1 there already" in text, text
 
     def test_a_failed_set_position_during_the_stopped_move_back_leaves_nothing_kept(
         self,
@@ -846,25 +848,8 @@ class TestAPlacedGroup:
         states from before the first move (6, 7), which must not pass for an operator's
         setting. The rerun (once the restore's claims are stale) carries 51 and 52 over them
         (a review: "kept" 6 and 7, records 6 to 50 handed out again)."""
-        topic, clock, old, _ = self.placed_group()
-        other = (old.first + 1) % N
-        move_group(self.session(topic, clock, old), GROUP, span=1, first=other, timeout_s=5.0,
-                   progress=lambda _: None)  # fmt: skip
-        there = fold_as_placed(topic, old)[old.first].group_settings[GROUP].placement
-        assert there is not None
-        for p in range(4):
-            topic.append(other, *keyed(claim("a", p)))
-            topic.append(other, *keyed(release("a", 50 + p, p)))
-
-        def dies(line: str) -> None:
-            if line.startswith("carried"):
-                raise RuntimeError("the admin died")
-
-        with pytest.raises(RuntimeError):
-            move_group(self.session(topic, clock, there), GROUP, span=1, first=old.first,
-                       timeout_s=5.0, progress=dies)  # fmt: skip
-        back = fold_as_placed(topic, there)[old.first].group_settings[GROUP].placement
-        assert back is not None
+        topic, clock, old, there = self.moved_on()
+        back = self.move_back(topic, clock, there, old.first)
         session = self.session(topic, clock, back)
         write, beats = session.write, [0]
 
@@ -880,13 +865,7 @@ class TestAPlacedGroup:
             set_position(session, make_plan(session, GROUP, "orders", {1: 70, 2: 71}),
                          timeout_s=5.0)  # fmt: skip
         clock.now += 3 * int(HB_S * 1000)  # the restore's claims go stale
-        text = move_group(self.session(topic, clock, back), GROUP, span=None, first=None,
-                          timeout_s=5.0, progress=lambda _: None)  # fmt: skip
-        assert "0 kept as set" in text, text
-        worlds = fold_as_placed(topic, back)
-        got = {p: resume_offset(worlds[old.first].claims[ClaimKey(GROUP, "orders", p)], Mode.AMO)
-               for p in range(4)}  # fmt: skip
-        assert got == {p: 50 + p for p in range(4)}
+        self.rerun_carries_today_s(topic, clock, back)
 
     def test_the_same_window_is_no_move(self) -> None:
         """--first and --span of the group's placement: nothing written."""
