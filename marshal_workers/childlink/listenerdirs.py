@@ -114,22 +114,27 @@ def dead_dirs(tmp: Path, bound: frozenset[str], *, uid: int, started: Started) -
             info = entry.stat(follow_symlinks=False)
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
                 continue
-            owners = [o for o in map(_owner, os.listdir(entry.path)) if o is not None]
-            others = [n for n in os.listdir(entry.path) if _owner(n) is None]
+            names = os.listdir(entry.path)
+            owners = [o for o in map(_owner, names) if o is not None]
             if len(owners) != 1 or started(owners[0][0]) == owners[0][1]:
                 continue  # not a supervisor's, or its supervisor lives
-            sockets = [os.path.join(entry.path, n) for n in others]
-            if any(
-                not n.startswith(SOCKET_PREFIX)
-                or not stat.S_ISSOCK(os.lstat(path).st_mode)
-                or os.path.realpath(path) in bound
-                for n, path in zip(others, sockets, strict=True)
-            ):
+            if not all(_dead_socket(entry.path, n, bound) for n in names if _owner(n) is None):
                 continue
         except OSError:
             continue  # gone meanwhile, or not ours to read
         found.append(Path(entry.path))
     return found
+
+
+def _dead_socket(directory: str, name: str, bound: frozenset[str]) -> bool:
+    """Whether ``name`` in ``directory`` is a fork server's socket that nothing is bound to
+    (OSError if it cannot be read)."""
+    path = os.path.join(directory, name)
+    return (
+        name.startswith(SOCKET_PREFIX)
+        and stat.S_ISSOCK(os.lstat(path).st_mode)
+        and os.path.realpath(path) not in bound
+    )
 
 
 def remove(dirs: Iterable[Path]) -> int:
