@@ -365,12 +365,12 @@ def _restore(
     during a stopped move the rerun carries the move's positions on what it touched (set them
     again first to keep an operator's)."""
     problems: list[str] = []
-    held: list[tuple[ClaimKey, int]] = []
+    held: list[tuple[ClaimKey, int, str]] = []  # a claim to end, its offset, how to say it
     for move in plan.moves:
         key = plan.key(move)
         state = session.state(key)
         if move not in touched and session.holds(key) and state and state.committed is not None:
-            held.append((key, state.committed))
+            held.append((key, state.committed, "restored to"))
     try:
         pause.keep(_step_budget_s(session) * max(1, len(touched)))
     except MarshalError as exc:
@@ -381,14 +381,14 @@ def _restore(
         try:
             if old is None:  # nothing to go back to; do not leave the claim held
                 if session.holds(key):
-                    held.append((key, move.target))
+                    held.append((key, move.target, "left at"))
                 problems.append(
                     f"partition {move.where} had no position before (left at {move.target})"
                 )
                 continue
             _acquire(session, key)
             _expect(session.write(session.heartbeat(key, old)), ev.HeartbeatAccepted, "heartbeat")
-            held.append((key, old))
+            held.append((key, old, "restored to"))
             if move.reserved is not None and move.reserved > old:
                 reserve = session.write(session.reserving(key, move.reserved))
                 _expect(reserve, ev.MessagesClaimed, "reservation")
@@ -397,13 +397,13 @@ def _restore(
     problem = end.lift()
     if problem is not None:
         problems.append(problem)
-    for key, offset in held:  # after the lift, so that a restored reservation is kept
+    for key, offset, said in held:  # after the lift, so that a restored reservation is kept
         if end.kept:  # no lift: see the docstring
-            progress(f"partition {_where(key)}: restored to {offset} (its claim goes stale)")
+            progress(f"partition {_where(key)}: {said} {offset} (its claim goes stale)")
             continue
         try:
             _expect(session.write(session.releasing(key, offset)), ev.Released, "release")
-            progress(f"partition {_where(key)}: restored to {offset}")
+            progress(f"partition {_where(key)}: {said} {offset}")
         except MarshalError as exc:
             problems.append(f"partition {_where(key)}: {exc}")
     return problems

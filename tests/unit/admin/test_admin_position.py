@@ -314,6 +314,31 @@ class TestRestore:
             "partition 2: restored to 30",
         ]
 
+    def test_a_partition_with_no_position_before_is_said_left_not_restored(self) -> None:
+        """Partition 3 was never claimed: its heartbeat fails, and with nothing to go back to
+        its claim is released at the target. The progress line says so ("left at"), as the
+        failure's line does; it said "restored to 50" (a review)."""
+        s = Setup()
+        heartbeats = 0
+
+        def second_heartbeat(value: bytes) -> bool:  # the admin's heartbeat on partition 3
+            nonlocal heartbeats
+            if value.startswith(b"Heartbeat/1/") and b"/marshal-admin/" in value:
+                heartbeats += 1
+            return heartbeats == 2
+
+        admin = s.session(fails=second_heartbeat)
+        plan = make_plan(admin, G, T, {0: 100, 3: 50})
+        assert [(m.partition, m.old) for m in plan.moves] == [(0, 8), (3, None)]
+        progress = s.releasing_on_first_wait()
+        with pytest.raises(MarshalError) as failure:
+            set_position(admin, plan, timeout_s=5, progress=progress)
+        assert "partition 3 had no position before (left at 50)" in str(failure.value)
+        said = [line for line in s.lines if line.startswith("partition ") and "->" not in line]
+        assert said == ["partition 0: restored to 8", "partition 3: left at 50"]
+        p3 = s.observer().state(key(3))
+        assert p3 is not None and (p3.committed, p3.holder_client) == (50, None)
+
     def test_a_restore_under_a_kept_pause_keeps_the_old_reservation(self) -> None:
         """w1 reserved partition 0 up to 8 and released it at 5; the group is held paused by
         this client (a stopped move's hold). The third heartbeat fails: the restore puts 5 back
