@@ -1,13 +1,18 @@
 """The two peers that `bench/peers.py` runs as processes of their own (not marshal-run):
 
     python bench/peer_loops.py plain  --bootstrap-servers B --topic T --records N --handler H
-                                      [--partitions 8] [--kafka KEY=VALUE ...]
+                                      [--partitions 8] [--first-partition 0] [--kafka KEY=VALUE ...]
+    python bench/peer_loops.py plain2 (the same options)
     python bench/peer_loops.py arroyo --bootstrap-servers B --topic T --handler H
                                       [--processes 2] [--batch 500] [--batch-time 0.5]
 
 ``plain``: one process, one confluent-kafka consumer ``assign()``-ed to every partition at
 offset 0, ``consume(500)`` batches, the handler called on each message in turn; it stops after
 N records (a batch handler, ``count_batch``: called once per ``consume()`` batch).
+``plain2``: two ``plain`` processes side by side, each on half the partitions and N/2 records,
+and nothing else: what two cores give a handler run in two processes with no coordination at
+all, the ceiling of any runner that spreads partitions over processes (the runtime goal's
+"the limit is 2.0x" measured on this machine, `bench/peers.py`).
 ``arroyo``: Sentry's Arroyo (``sentry-arroyo``), its ``StreamProcessor`` on a fresh
 consumer group (``subscribe()``, earliest) with ``RunTaskWithMultiprocessing`` (a pool of
 ``--processes`` spawned workers running `bench.handlers.arroyo_task`) then ``CommitOffsets``; it
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import subprocess
 import sys
 import uuid
 from collections.abc import Mapping
@@ -49,7 +55,9 @@ def plain(args: argparse.Namespace) -> None:
             **kafka,
         }
     )
-    consumer.assign([TopicPartition(args.topic, p, 0) for p in range(args.partitions)])
+    first = args.first_partition
+    partitions = range(first, first + args.partitions)
+    consumer.assign([TopicPartition(args.topic, p, 0) for p in partitions])
     handled = 0
     try:
         while handled < args.records:
@@ -67,6 +75,21 @@ def plain(args: argparse.Namespace) -> None:
                     handled += 1
     finally:
         consumer.close()
+
+
+def plain2(args: argparse.Namespace, argv: list[str]) -> None:
+    """Two `plain` loops, each on half the partitions and half the records; until both end."""
+    half = args.partitions // 2
+    own = [a for a in argv if a != "plain2"]
+    half_records = ["--records", str(args.records // 2), "--partitions", str(half)]
+    loops = [
+        subprocess.Popen(
+            [sys.executable, __file__, "plain", *own, *half_records, "--first-partition", str(p)]
+        )
+        for p in (0, half)
+    ]
+    for loop in loops:
+        loop.wait()
 
 
 def arroyo(args: argparse.Namespace) -> None:
@@ -127,12 +150,13 @@ def arroyo(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("system", choices=("plain", "arroyo"))
+    ap.add_argument("system", choices=("plain", "plain2", "arroyo"))
     ap.add_argument("--bootstrap-servers", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--handler", choices=sorted({*HANDLERS, *BATCH_HANDLERS}), default="count")
     ap.add_argument("--records", type=int, default=0, help="plain: stop after this many")
-    ap.add_argument("--partitions", type=int, default=8, help="plain: assign 0..N-1")
+    ap.add_argument("--partitions", type=int, default=8, help="plain: assign N partitions")
+    ap.add_argument("--first-partition", type=int, default=0, help="plain: from this one")
     ap.add_argument("--kafka", action="append", default=[], help="plain: KEY=VALUE")
     ap.add_argument("--processes", type=int, default=2, help="arroyo: the pool's size")
     ap.add_argument("--batch", type=int, default=BATCH, help="arroyo: max_batch_size")
@@ -140,6 +164,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.system == "plain":
         plain(args)
+    elif args.system == "plain2":
+        plain2(args, sys.argv[1:])
     else:
         arroyo(args)
 

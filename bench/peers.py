@@ -11,6 +11,10 @@ The systems, each launched as a fresh process (tree) per measurement on a fresh 
 
 - plain: one process, one confluent-kafka consumer ``assign()``-ed to the 8 partitions,
   ``consume(500)`` batches, the handler on each message (`bench/peer_loops.py`);
+- plain2: two such loops side by side, 4 partitions and half the records each, and nothing
+  else: the two cores' ceiling for a runner that spreads partitions over processes (ratios to
+  it say how far marshal-run is from that ceiling, apart from how far the machine's two cores
+  are from 2.0x one);
 - marshal ALO / AMO: ``marshal-run --mode alo|amo --batch-size 500``, one supervisor claiming
   all 8 partitions, one child per partition (HB = 5 s); AMO with the default ``amo_window``
   (32000: reservations of up to 16000 records, sized by the child's time per record and
@@ -95,7 +99,8 @@ from marshal_workers.localkafka import StartOptions, start_cluster
 from marshal_workers.localkafka.cluster import cluster_status
 
 PARTITIONS = 8
-SYSTEMS = ("plain", "alo", "amo", "amo-batch", "amo-narrow", "arroyo", "alo-base", "amo-base")
+SYSTEMS = ("plain", "alo", "amo", "amo-batch", "amo-narrow", "arroyo", "alo-base", "amo-base",
+           "plain2")  # fmt: skip
 BASELINE = ("alo-base", "amo-base")  # marshal-run of another build (--baseline), same rounds
 MARSHAL_SYSTEMS = ("alo", "amo", "amo-batch", "amo-narrow", *BASELINE)  # a coordination topic each
 # amo-batch: AMO reserving one batch at a time (amo_window = 2 batches), as before decision 18;
@@ -168,7 +173,11 @@ def launch(
     env = {
         "BENCH_OUT": str(out),
         # the handler's "last" mark: the plain loop handles every record, a child its partition's
-        "BENCH_TARGET": str({"plain": setting.records, "arroyo": 0}.get(system, share)),
+        "BENCH_TARGET": str(
+            {"plain": setting.records, "plain2": setting.records // 2, "arroyo": 0}.get(
+                system, share
+            )
+        ),
         # Arroyo's adapter marks each partition's offset 0 and last offset instead
         "BENCH_LAST_OFFSET": str(share - 1),
         "BENCH_WORK_ITERS": str(bench.work_iters),
@@ -192,7 +201,7 @@ def launch(
         )  # fmt: skip
     command = [sys.executable, str(PEER_LOOPS), system, "--bootstrap-servers", bench.bootstrap,
                "--topic", topic, "--handler", setting.handler]  # fmt: skip
-    if system == "plain":
+    if system in ("plain", "plain2"):
         command += ["--records", str(setting.records), "--partitions", str(PARTITIONS)]
         command += [x for k, v in setting.plain_kafka.items() for x in ("--kafka", f"{k}={v}")]
     else:
@@ -326,9 +335,8 @@ def measure(bench: Bench, system: str, setting: Setting, topic: str) -> dict[str
     # The end: the plain loop's N-th record; each child's (= partition's) last; Arroyo's
     # partitions' last offsets. Every partition's start: each child's first record; Arroyo's
     # partitions' offset 0 (the plain loop's one process has no per-partition mark).
-    end_kind, expected = {"plain": ("last", 1), "arroyo": ("pend", PARTITIONS)}.get(
-        system, ("last", PARTITIONS)
-    )
+    ends_of = {"plain": ("last", 1), "plain2": ("last", 2), "arroyo": ("pend", PARTITIONS)}
+    end_kind, expected = ends_of.get(system, ("last", PARTITIONS))
     try:
         done = wait_until(
             lambda: (

@@ -8,6 +8,7 @@ from typing import Any
 
 NAMES = {
     "plain": "plain one-process loop",
+    "plain2": "two plain loops (the ceiling)",
     "alo": "marshal ALO",
     "amo": "marshal AMO",
     "amo-batch": "AMO, a batch per reservation",
@@ -69,7 +70,8 @@ def table(doc: dict[str, Any]) -> str:
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
              for r in rows]  # fmt: skip
     lines.insert(1, "| " + " | ".join("-" * w for w in widths) + " |")
-    pairs = [("amo", "alo"), ("amo-batch", "alo"), ("amo-narrow", "alo"), ("alo", "arroyo"),
+    pairs = [("alo", "plain2"), ("amo", "plain2"), ("plain2", "plain"),
+             ("amo", "alo"), ("amo-batch", "alo"), ("amo-narrow", "alo"), ("alo", "arroyo"),
              ("amo", "arroyo"), ("amo-base", "alo-base"), ("amo", "amo-base"),
              ("alo", "alo-base")]  # fmt: skip
     for key, by_system in summary.items():
