@@ -11,13 +11,17 @@ process) a member restarted after every crash for a weekend leaves thousands, an
 here left 50 an hour.
 
 So the supervisor marks its directory once its fork server runs (`mark_owner`): an empty file
-``marshal-supervisor-PID-START`` (its pid and its start time in clock ticks since boot, from
-``/proc/PID/stat``: a pid used again by another process has another start). Once started, it
-removes the directories of supervisors that are dead (`remove_dead`), from a thread of its own,
-never on the way to a claim. A directory is removed only when all of these hold:
+``marshal-supervisor-PID-START-NS`` (its pid, its start time in clock ticks since boot, from
+``/proc/PID/stat``: a pid used again by another process has another start; and its pid
+namespace, the inode of ``/proc/self/ns/pid``). Once started, it removes the directories of
+supervisors that are dead (`remove_dead`), from a thread of its own, never on the way to a
+claim. A directory is removed only when all of these hold:
 
 - it is a directory (not a link) named ``pymp-*`` in the temporary directory, owned by this
   user, holding a marker and nothing but ``listener-*`` sockets besides;
+- the marker names this process's pid namespace: a container that shares /tmp but not the pid
+  namespace (nor the network namespace, where the next rule would see its socket) has pids
+  that name no process here, or another one; its directories are not judged here;
 - the process the marker names is gone (no such pid, or a pid with another start time): a
   supervisor alive keeps its directory whatever became of its fork server (multiprocessing
   starts a dead one again in the same directory);
@@ -27,7 +31,8 @@ never on the way to a claim. A directory is removed only when all of these hold:
 
 Anything else is kept: another program's directory or another user's (no marker), a live
 supervisor's, one holding anything more. Linux only (elsewhere there is no ``/proc``: nothing
-is removed). Directories left before the marker existed are not ours to judge and stay.
+is removed). Directories left before the marker existed, or marked without a namespace (the
+build before it), are not ours to judge and stay.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 PROC = Path("/proc")
+PID_NAMESPACE = PROC / "self" / "ns" / "pid"
 UNIX_TABLE = PROC / "net" / "unix"
 DIR_PREFIX = "pymp-"
 SOCKET_PREFIX = "listener-"
@@ -62,19 +68,29 @@ def start_time(pid: int) -> int | None:
         return None
 
 
-def marker_name(pid: int, started: int) -> str:
-    """The marker of supervisor ``pid`` started at ``started``."""
-    return f"{MARKER_PREFIX}{pid}-{started}"
+def pid_namespace() -> int | None:
+    """This process's pid namespace (the inode ``/proc/self/ns/pid`` leads to), None if there
+    is none to read."""
+    try:
+        return os.stat(PID_NAMESPACE).st_ino
+    except OSError:
+        return None
+
+
+def marker_name(pid: int, started: int, namespace: int) -> str:
+    """The marker of supervisor ``pid`` started at ``started`` in pid namespace ``namespace``."""
+    return f"{MARKER_PREFIX}{pid}-{started}-{namespace}"
 
 
 def mark_owner() -> None:
     """Mark this process's multiprocessing directory (its fork server's socket is there) as a
-    supervisor's: this pid and its start. Nothing where the start cannot be read."""
-    started = start_time(os.getpid())
-    if started is None:
+    supervisor's: this pid, its start and its pid namespace. Nothing where either cannot be
+    read."""
+    started, namespace = start_time(os.getpid()), pid_namespace()
+    if started is None or namespace is None:
         return
     where = Path(multiprocessing.util.get_temp_dir())
-    (where / marker_name(os.getpid(), started)).touch(mode=0o600, exist_ok=True)
+    (where / marker_name(os.getpid(), started, namespace)).touch(mode=0o600, exist_ok=True)
 
 
 def bound_paths(table: bytes) -> frozenset[str]:
@@ -89,19 +105,23 @@ def bound_paths(table: bytes) -> frozenset[str]:
     return frozenset(paths)
 
 
-def _owner(name: str) -> tuple[int, int] | None:
-    """The (pid, start) a marker's name holds, if it is one."""
+def _owner(name: str) -> tuple[int, int, int | None] | None:
+    """The (pid, start, pid namespace) a marker's name holds, if it is one (the namespace
+    None in a marker of the build before it)."""
     if not name.startswith(MARKER_PREFIX):
         return None
-    pid, _, started = name.removeprefix(MARKER_PREFIX).partition("-")
-    if not (pid.isdigit() and started.isdigit()):
+    fields = name.removeprefix(MARKER_PREFIX).split("-")
+    if len(fields) not in (2, 3) or not all(f.isdigit() for f in fields):
         return None
-    return int(pid), int(started)
+    return int(fields[0]), int(fields[1]), int(fields[2]) if len(fields) == 3 else None
 
 
-def dead_dirs(tmp: Path, bound: frozenset[str], *, uid: int, started: Started) -> list[Path]:
+def dead_dirs(
+    tmp: Path, bound: frozenset[str], *, uid: int, started: Started, namespace: int
+) -> list[Path]:
     """The directories under ``tmp`` that dead supervisors left, by the rules above, given the
-    bound socket paths ``bound`` and a pid's start time (``started``)."""
+    bound socket paths ``bound``, a pid's start time (``started``) and this process's pid
+    ``namespace``."""
     found: list[Path] = []
     try:
         entries = list(os.scandir(tmp))
@@ -116,8 +136,10 @@ def dead_dirs(tmp: Path, bound: frozenset[str], *, uid: int, started: Started) -
                 continue
             names = os.listdir(entry.path)
             owners = [o for o in map(_owner, names) if o is not None]
-            if len(owners) != 1 or started(owners[0][0]) == owners[0][1]:
-                continue  # not a supervisor's, or its supervisor lives
+            if len(owners) != 1 or owners[0][2] != namespace:
+                continue  # not a supervisor's, or not one whose pid means anything here
+            if started(owners[0][0]) == owners[0][1]:
+                continue  # its supervisor lives
             if not all(_dead_socket(entry.path, n, bound) for n in names if _owner(n) is None):
                 continue
         except OSError:
@@ -155,10 +177,16 @@ def remove(dirs: Iterable[Path]) -> int:
 
 def remove_dead(tmp: Path | None = None) -> int:
     """Remove the directories dead supervisors left under ``tmp`` (the temporary directory);
-    how many. Nothing where ``/proc/net/unix`` cannot be read."""
+    how many. Nothing where ``/proc/net/unix`` or the pid namespace cannot be read."""
+    namespace = pid_namespace()
     try:
         table = UNIX_TABLE.read_bytes()
     except OSError:
         return 0
+    if namespace is None:
+        return 0
     where = tmp if tmp is not None else Path(tempfile.gettempdir())
-    return remove(dead_dirs(where, bound_paths(table), uid=os.getuid(), started=start_time))
+    bound = bound_paths(table)
+    return remove(
+        dead_dirs(where, bound, uid=os.getuid(), started=start_time, namespace=namespace)
+    )

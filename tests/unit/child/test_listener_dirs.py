@@ -27,6 +27,7 @@ from marshal_workers.childlink.listenerdirs import (
     bound_paths,
     dead_dirs,
     marker_name,
+    pid_namespace,
     remove,
     remove_dead,
     start_time,
@@ -36,6 +37,7 @@ REPO = Path(__file__).resolve().parents[3]
 LINUX = listenerdirs.UNIX_TABLE.exists()
 GONE_PID = 2**22 + 7  # above the kernel's pid limit here: no such process
 ME = os.getpid()
+NS = pid_namespace() or 1  # this process's pid namespace (where there is none: any number)
 
 
 def alive_only_me(pid: int) -> int | None:
@@ -44,15 +46,15 @@ def alive_only_me(pid: int) -> int | None:
 
 
 def _listener_dir(
-    tmp: Path, name: str, *, listening: bool, owner: tuple[int, int] | None
+    tmp: Path, name: str, *, listening: bool, owner: tuple[int, int] | None, ns: int = NS
 ) -> tuple[Path, socket.socket | None]:
     """A ``pymp-``-style directory holding a socket file bound at ``listener-x``, still
     listening (the socket returned, to keep open) or not (closed: the file stays, as a killed
-    server's does), and the marker of ``owner`` (pid, start) if given."""
+    server's does), and the marker of ``owner`` (pid, start) in pid namespace ``ns`` if given."""
     where = tmp / name
     where.mkdir(mode=0o700)
     if owner is not None:
-        (where / marker_name(*owner)).touch()
+        (where / marker_name(*owner, ns)).touch()
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(where / "listener-x"))
     if listening:
@@ -129,15 +131,15 @@ class TestDeadDirs:
         _listener_dir(short_tmp, "other-x", listening=False, owner=(GONE_PID, 5))  # not pymp-
         plain = short_tmp / "pymp-plainfile"
         plain.mkdir()
-        (plain / marker_name(GONE_PID, 5)).touch()
+        (plain / marker_name(GONE_PID, 5, NS)).touch()
         (plain / "listener-x").write_text("not a socket")
         (short_tmp / "pymp-link").symlink_to(dead)
         bound = frozenset({os.path.realpath(still / "listener-x")})
         uid = os.getuid()
-        found = dead_dirs(short_tmp, bound, uid=uid, started=alive_only_me)
+        found = dead_dirs(short_tmp, bound, uid=uid, started=alive_only_me, namespace=NS)
         # a gone pid, or a pid whose start differs (used again by another process): dead
         assert sorted(found) == sorted([dead, reused])
-        assert dead_dirs(short_tmp, bound, uid=uid + 1, started=alive_only_me) == []
+        assert dead_dirs(short_tmp, bound, uid=uid + 1, started=alive_only_me, namespace=NS) == []
         assert mine not in found and unmarked not in found and still not in found
 
     def test_a_socket_still_bound_keeps_its_directory_whatever_path_reaches_it(
@@ -154,10 +156,32 @@ class TestDeadDirs:
         assert sock is not None
         open_sockets.append(sock)
         bound = bound_paths(listenerdirs.UNIX_TABLE.read_bytes())
-        assert dead_dirs(link, bound, uid=os.getuid(), started=alive_only_me) == []
+        uid = os.getuid()
+        assert dead_dirs(link, bound, uid=uid, started=alive_only_me, namespace=NS) == []
         sock.close()
         bound = bound_paths(listenerdirs.UNIX_TABLE.read_bytes())
-        assert dead_dirs(link, bound, uid=os.getuid(), started=alive_only_me) == [link / "pymp-s"]
+        found = dead_dirs(link, bound, uid=uid, started=alive_only_me, namespace=NS)
+        assert found == [link / "pymp-s"]
+
+    def test_a_supervisor_of_another_pid_namespace_or_an_unmarked_one_is_not_judged(
+        self, short_tmp: Path
+    ) -> None:
+        """A container that shares /tmp with this host (or another container) but not its pid
+        namespace: its live supervisor's pid names no process here (or another one), and in
+        another network namespace its bound socket is not in this one's table either. Judged
+        by those alone it was dead, and removing its socket would stop its fork server from
+        starting any child. Kept: a marker of another namespace, or one without a namespace
+        (written by an older build), is not this host's to judge."""
+        other, _ = _listener_dir(short_tmp, "pymp-other", listening=False, owner=(GONE_PID, 5),
+                                 ns=NS + 1)  # fmt: skip
+        old, _ = _listener_dir(short_tmp, "pymp-old", listening=False, owner=None)
+        (old / f"{listenerdirs.MARKER_PREFIX}{GONE_PID}-5").touch()  # the older build's marker
+        dead, _ = _listener_dir(short_tmp, "pymp-dead", listening=False, owner=(GONE_PID, 5))
+        found = dead_dirs(short_tmp, frozenset(), uid=os.getuid(), started=alive_only_me,
+                          namespace=NS)  # fmt: skip
+        assert found == [dead]
+        assert remove(found) == 1
+        assert other.exists() and old.exists() and not dead.exists()
 
     def test_remove_takes_the_marker_sockets_and_directory_keeps_one_that_gained_a_file(
         self, short_tmp: Path
@@ -170,7 +194,8 @@ class TestDeadDirs:
         assert (grew / "new").exists()
 
     def test_a_missing_temporary_directory_is_nothing_to_remove(self, short_tmp: Path) -> None:
-        assert dead_dirs(short_tmp / "absent", frozenset(), uid=0, started=alive_only_me) == []
+        absent = short_tmp / "absent"
+        assert dead_dirs(absent, frozenset(), uid=0, started=alive_only_me, namespace=NS) == []
 
 
 @pytest.mark.skipif(not LINUX, reason="/proc is Linux's")
