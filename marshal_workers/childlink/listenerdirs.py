@@ -10,87 +10,106 @@ supervisor run by hand or by another process manager, a container whose /tmp out
 process) a member restarted after every crash for a weekend leaves thousands, and a test run
 here left 50 an hour.
 
-So the supervisor marks its directory once its fork server runs (`mark_owner`): an empty file
-``marshal-supervisor-PID-START-NS`` (its pid, its start time in clock ticks since boot, from
-``/proc/PID/stat``: a pid used again by another process has another start; and its pid
-namespace, the inode of ``/proc/self/ns/pid``). Once started, it removes the directories of
-supervisors that are dead (`remove_dead`), from a thread of its own, never on the way to a
-claim. A directory is removed only when all of these hold:
+So the supervisor marks its directory once its fork server runs (`mark_owner`): a file
+``marshal-supervisor-PID.lock`` on which it holds an exclusive ``flock`` for as long as it lives
+(the kernel drops the lock when the process dies, however it dies; the pid in the name is for
+people). Once started, it removes the directories of supervisors that are dead (`remove_dead`),
+from a thread of its own, never on the way to a claim. A directory is removed only when all of
+these hold:
 
 - it is a directory (not a link) named ``pymp-*`` in the temporary directory, owned by this
-  user, holding a marker and nothing but ``listener-*`` sockets besides;
-- the marker names this process's pid namespace: a container that shares /tmp but not the pid
-  namespace (nor the network namespace, where the next rule would see its socket) has pids
-  that name no process here, or another one; its directories are not judged here;
-- the process the marker names is gone (no such pid, or a pid with another start time): a
-  supervisor alive keeps its directory whatever became of its fork server (multiprocessing
-  starts a dead one again in the same directory);
+  user, holding one marker and nothing but ``listener-*`` sockets besides;
+- the marker's lock can be taken (tried without waiting, and let go at once): its supervisor
+  is gone. A lock is the kernel's, not a pid's: it judges alike a supervisor of this host, of
+  a container that shares this /tmp but not its pid namespace (whose pids name no process
+  here, or another one), and the dead one of a container restarted with its /tmp kept (a new
+  pid namespace each time; judged by pids, that one's directories were never anyone's to
+  remove and piled up again). A supervisor alive keeps its directory whatever became of its
+  fork server (multiprocessing starts a dead one again in the same directory);
 - no socket in this network namespace is bound to one of its sockets (``/proc/net/unix``,
   paths resolved on both sides). A fork server's socket is never *connected to* to find out:
   a live server reads fds from every connection and dies of one closed at once.
 
 Anything else is kept: another program's directory or another user's (no marker), a live
-supervisor's, one holding anything more. Linux only (elsewhere there is no ``/proc``: nothing
-is removed). Directories left before the marker existed, or marked without a namespace (the
-build before it), are not ours to judge and stay.
+supervisor's, one holding anything more, one whose lock cannot be tried (a file system
+without ``flock``). Linux only (elsewhere there is no ``/proc``: nothing is removed).
+Directories left before the lock existed (no marker, or the ``marshal-supervisor-PID-START``
+of the build before) are not ours to judge and stay.
 """
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing.util
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 PROC = Path("/proc")
-PID_NAMESPACE = PROC / "self" / "ns" / "pid"
 UNIX_TABLE = PROC / "net" / "unix"
 DIR_PREFIX = "pymp-"
 SOCKET_PREFIX = "listener-"
 MARKER_PREFIX = "marshal-supervisor-"
+MARKER_SUFFIX = ".lock"
 
-Started = Callable[[int], int | None]  # a pid's start time (clock ticks since boot), if alive
+_held: dict[str, int] = {}  # this process's markers: path -> the open file its lock is on
 
 
-def start_time(pid: int) -> int | None:
-    """When process ``pid`` started (field 22 of ``/proc/PID/stat``), None if there is none
-    (or no ``/proc``)."""
+def marker_name(pid: int) -> str:
+    """The marker of supervisor ``pid``."""
+    return f"{MARKER_PREFIX}{pid}{MARKER_SUFFIX}"
+
+
+def is_marker(name: str) -> bool:
+    """Whether ``name`` is a marker's (a build before the lock wrote others: not these)."""
+    middle = name.removeprefix(MARKER_PREFIX).removesuffix(MARKER_SUFFIX)
+    return (
+        name.startswith(MARKER_PREFIX)
+        and name.endswith(MARKER_SUFFIX)
+        and middle.isascii()
+        and middle.isdigit()
+    )
+
+
+def hold_marker(path: Path) -> None:
+    """Create the marker ``path`` and hold its lock until this process ends (the file kept
+    open, closed on exec); again for a path already held: nothing. OSError if it cannot be
+    locked."""
+    key = str(path)
+    if key in _held:
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        raw = (PROC / str(pid) / "stat").read_bytes()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(b")") + 2 :].split()  # after the command name, which may hold ")"
-    try:
-        return int(fields[19])  # field 22 of the whole line
-    except (IndexError, ValueError):
-        return None
-
-
-def pid_namespace() -> int | None:
-    """This process's pid namespace (the inode ``/proc/self/ns/pid`` leads to), None if there
-    is none to read."""
-    try:
-        return os.stat(PID_NAMESPACE).st_ino
-    except OSError:
-        return None
-
-
-def marker_name(pid: int, started: int, namespace: int) -> str:
-    """The marker of supervisor ``pid`` started at ``started`` in pid namespace ``namespace``."""
-    return f"{MARKER_PREFIX}{pid}-{started}-{namespace}"
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException:
+        os.close(fd)
+        raise
+    _held[key] = fd
 
 
 def mark_owner() -> None:
     """Mark this process's multiprocessing directory (its fork server's socket is there) as a
-    supervisor's: this pid, its start and its pid namespace. Nothing where either cannot be
-    read."""
-    started, namespace = start_time(os.getpid()), pid_namespace()
-    if started is None or namespace is None:
-        return
+    live supervisor's: its marker, locked while this process lives. OSError if it cannot be."""
     where = Path(multiprocessing.util.get_temp_dir())
-    (where / marker_name(os.getpid(), started, namespace)).touch(mode=0o600, exist_ok=True)
+    hold_marker(where / marker_name(os.getpid()))
+
+
+def lock_free(path: str) -> bool:
+    """Whether the lock on marker ``path`` can be taken now: nobody alive holds it (taken and
+    let go at once). False where it cannot be tried."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held (BlockingIOError), or no flock here
+        return False
+    finally:
+        os.close(fd)  # (the lock, if taken, goes with it)
+    return True
 
 
 def bound_paths(table: bytes) -> frozenset[str]:
@@ -105,23 +124,9 @@ def bound_paths(table: bytes) -> frozenset[str]:
     return frozenset(paths)
 
 
-def _owner(name: str) -> tuple[int, int, int | None] | None:
-    """The (pid, start, pid namespace) a marker's name holds, if it is one (the namespace
-    None in a marker of the build before it)."""
-    if not name.startswith(MARKER_PREFIX):
-        return None
-    fields = name.removeprefix(MARKER_PREFIX).split("-")
-    if len(fields) not in (2, 3) or not all(f.isdigit() for f in fields):
-        return None
-    return int(fields[0]), int(fields[1]), int(fields[2]) if len(fields) == 3 else None
-
-
-def dead_dirs(
-    tmp: Path, bound: frozenset[str], *, uid: int, started: Started, namespace: int
-) -> list[Path]:
+def dead_dirs(tmp: Path, bound: frozenset[str], *, uid: int) -> list[Path]:
     """The directories under ``tmp`` that dead supervisors left, by the rules above, given the
-    bound socket paths ``bound``, a pid's start time (``started``) and this process's pid
-    ``namespace``."""
+    bound socket paths ``bound``."""
     found: list[Path] = []
     try:
         entries = list(os.scandir(tmp))
@@ -135,12 +140,10 @@ def dead_dirs(
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
                 continue
             names = os.listdir(entry.path)
-            owners = [o for o in map(_owner, names) if o is not None]
-            if len(owners) != 1 or owners[0][2] != namespace:
-                continue  # not a supervisor's, or not one whose pid means anything here
-            if started(owners[0][0]) == owners[0][1]:
-                continue  # its supervisor lives
-            if not all(_dead_socket(entry.path, n, bound) for n in names if _owner(n) is None):
+            markers = [n for n in names if is_marker(n)]
+            if len(markers) != 1 or not lock_free(os.path.join(entry.path, markers[0])):
+                continue  # not a supervisor's, or its supervisor lives
+            if not all(_dead_socket(entry.path, n, bound) for n in names if n != markers[0]):
                 continue
         except OSError:
             continue  # gone meanwhile, or not ours to read
@@ -177,16 +180,10 @@ def remove(dirs: Iterable[Path]) -> int:
 
 def remove_dead(tmp: Path | None = None) -> int:
     """Remove the directories dead supervisors left under ``tmp`` (the temporary directory);
-    how many. Nothing where ``/proc/net/unix`` or the pid namespace cannot be read."""
-    namespace = pid_namespace()
+    how many. Nothing where ``/proc/net/unix`` cannot be read."""
     try:
         table = UNIX_TABLE.read_bytes()
     except OSError:
         return 0
-    if namespace is None:
-        return 0
     where = tmp if tmp is not None else Path(tempfile.gettempdir())
-    bound = bound_paths(table)
-    return remove(
-        dead_dirs(where, bound, uid=os.getuid(), started=start_time, namespace=namespace)
-    )
+    return remove(dead_dirs(where, bound_paths(table), uid=os.getuid()))

@@ -9,6 +9,7 @@ and keeps listening, also when the scan reaches /tmp by another path (a symlink)
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -26,35 +27,34 @@ from marshal_workers.childlink import listenerdirs
 from marshal_workers.childlink.listenerdirs import (
     bound_paths,
     dead_dirs,
+    hold_marker,
+    is_marker,
+    lock_free,
     marker_name,
-    pid_namespace,
     remove,
     remove_dead,
-    start_time,
 )
 
 REPO = Path(__file__).resolve().parents[3]
 LINUX = listenerdirs.UNIX_TABLE.exists()
 GONE_PID = 2**22 + 7  # above the kernel's pid limit here: no such process
-ME = os.getpid()
-NS = pid_namespace() or 1  # this process's pid namespace (where there is none: any number)
-
-
-def alive_only_me(pid: int) -> int | None:
-    """Start times as if only this test's process lived (its real one)."""
-    return start_time(ME) if pid == ME else None
 
 
 def _listener_dir(
-    tmp: Path, name: str, *, listening: bool, owner: tuple[int, int] | None, ns: int = NS
+    tmp: Path, name: str, *, listening: bool, marked: bool, locks: list[int] | None = None
 ) -> tuple[Path, socket.socket | None]:
     """A ``pymp-``-style directory holding a socket file bound at ``listener-x``, still
     listening (the socket returned, to keep open) or not (closed: the file stays, as a killed
-    server's does), and the marker of ``owner`` (pid, start) in pid namespace ``ns`` if given."""
+    server's does), and if ``marked`` a supervisor's marker: its lock held (as by a live
+    supervisor: a file of this process's, open in ``locks``) if ``locks`` is given, else free
+    (its supervisor gone)."""
     where = tmp / name
     where.mkdir(mode=0o700)
-    if owner is not None:
-        (where / marker_name(*owner, ns)).touch()
+    if marked:
+        marker = where / marker_name(GONE_PID)
+        marker.touch()
+        if locks is not None:
+            locks.append(_locked(marker))
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(where / "listener-x"))
     if listening:
@@ -62,6 +62,22 @@ def _listener_dir(
         return where, sock
     sock.close()
     return where, None
+
+
+def _locked(path: Path) -> int:
+    """An open file of ``path`` holding its exclusive lock, as a live supervisor holds its
+    marker's (in another open file of the same process, the lock still conflicts)."""
+    fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+@pytest.fixture
+def locks() -> Iterator[list[int]]:
+    held: list[int] = []
+    yield held
+    for fd in held:
+        os.close(fd)
 
 
 @pytest.fixture
@@ -102,7 +118,7 @@ class TestBoundPaths:
         link = short_tmp / "link"
         (short_tmp / "real").mkdir()
         link.symlink_to(short_tmp / "real")
-        where, sock = _listener_dir(link, "pymp-live", listening=True, owner=None)
+        where, sock = _listener_dir(link, "pymp-live", listening=True, marked=False)
         assert sock is not None
         open_sockets.append(sock)
         bound = bound_paths(listenerdirs.UNIX_TABLE.read_bytes())
@@ -111,36 +127,64 @@ class TestBoundPaths:
 
 @pytest.mark.skipif(not LINUX, reason="/proc is Linux's")
 class TestDeadDirs:
-    def test_a_start_time_is_this_process_s_and_none_for_no_process(self) -> None:
-        assert isinstance(start_time(ME), int)
-        assert start_time(GONE_PID) is None
+    def test_a_marker_is_named_for_its_pid_and_older_builds_markers_are_not_markers(
+        self,
+    ) -> None:
+        assert marker_name(42) == "marshal-supervisor-42.lock"
+        assert is_marker("marshal-supervisor-42.lock")
+        for other in ("marshal-supervisor-42-1234", "marshal-supervisor-42-1234-4026531836",
+                      "marshal-supervisor-\u00b2.lock", "marshal-supervisor-.lock",
+                      "marshal-supervisor-4x.lock", "listener-x"):  # fmt: skip
+            assert not is_marker(other), other
+
+    def test_a_held_marker_is_not_free_and_one_let_go_is(self, short_tmp: Path) -> None:
+        marker = short_tmp / marker_name(1)
+        marker.touch()
+        assert lock_free(str(marker))
+        fd = _locked(marker)
+        assert not lock_free(str(marker))
+        os.close(fd)
+        assert lock_free(str(marker))
+        assert not lock_free(str(short_tmp / "absent.lock"))
+        (short_tmp / "link.lock").symlink_to(marker)
+        assert not lock_free(str(short_tmp / "link.lock"))  # a link is not followed
+
+    def test_hold_marker_holds_it_and_a_second_hold_is_the_same(self, short_tmp: Path) -> None:
+        marker = short_tmp / marker_name(2)
+        hold_marker(marker)
+        try:
+            hold_marker(marker)
+            assert not lock_free(str(marker))
+            assert os.stat(marker).st_mode & 0o777 == 0o600
+        finally:
+            os.close(listenerdirs._held.pop(str(marker)))
+        assert lock_free(str(marker))
 
     def test_only_a_dead_supervisor_s_marked_directory_of_unbound_sockets_is_dead(
-        self, short_tmp: Path, open_sockets: list[socket.socket]
+        self, short_tmp: Path, open_sockets: list[socket.socket], locks: list[int]
     ) -> None:
-        me = (ME, start_time(ME) or 0)
-        dead, _ = _listener_dir(short_tmp, "pymp-dead", listening=False, owner=(GONE_PID, 5))
-        reused, _ = _listener_dir(short_tmp, "pymp-reused", listening=False, owner=(ME, me[1] + 1))
-        mine, _ = _listener_dir(short_tmp, "pymp-mine", listening=False, owner=me)
-        unmarked, _ = _listener_dir(short_tmp, "pymp-unmarked", listening=False, owner=None)
-        still, sock = _listener_dir(short_tmp, "pymp-still", listening=True, owner=(GONE_PID, 5))
+        dead, _ = _listener_dir(short_tmp, "pymp-dead", listening=False, marked=True)
+        live, _ = _listener_dir(short_tmp, "pymp-live", listening=False, marked=True, locks=locks)
+        unmarked, _ = _listener_dir(short_tmp, "pymp-unmarked", listening=False, marked=False)
+        still, sock = _listener_dir(short_tmp, "pymp-still", listening=True, marked=True)
         assert sock is not None
         open_sockets.append(sock)
-        more, _ = _listener_dir(short_tmp, "pymp-more", listening=False, owner=(GONE_PID, 5))
+        more, _ = _listener_dir(short_tmp, "pymp-more", listening=False, marked=True)
         (more / "other").write_text("a file of its own")
-        _listener_dir(short_tmp, "other-x", listening=False, owner=(GONE_PID, 5))  # not pymp-
+        two, _ = _listener_dir(short_tmp, "pymp-two", listening=False, marked=True)
+        (two / marker_name(GONE_PID + 1)).touch()  # two markers: not one supervisor's
+        _listener_dir(short_tmp, "other-x", listening=False, marked=True)  # not pymp-
         plain = short_tmp / "pymp-plainfile"
         plain.mkdir()
-        (plain / marker_name(GONE_PID, 5, NS)).touch()
+        (plain / marker_name(GONE_PID)).touch()
         (plain / "listener-x").write_text("not a socket")
         (short_tmp / "pymp-link").symlink_to(dead)
         bound = frozenset({os.path.realpath(still / "listener-x")})
         uid = os.getuid()
-        found = dead_dirs(short_tmp, bound, uid=uid, started=alive_only_me, namespace=NS)
-        # a gone pid, or a pid whose start differs (used again by another process): dead
-        assert sorted(found) == sorted([dead, reused])
-        assert dead_dirs(short_tmp, bound, uid=uid + 1, started=alive_only_me, namespace=NS) == []
-        assert mine not in found and unmarked not in found and still not in found
+        found = dead_dirs(short_tmp, bound, uid=uid)
+        assert found == [dead]
+        assert dead_dirs(short_tmp, bound, uid=uid + 1) == []
+        assert live.exists() and unmarked.exists()
 
     def test_a_socket_still_bound_keeps_its_directory_whatever_path_reaches_it(
         self, short_tmp: Path, open_sockets: list[socket.socket]
@@ -152,50 +196,48 @@ class TestDeadDirs:
         link = short_tmp / "link"
         link.symlink_to(short_tmp / "real")
         real = short_tmp / "real"
-        _, sock = _listener_dir(real, "pymp-s", listening=True, owner=(GONE_PID, 5))
+        _, sock = _listener_dir(real, "pymp-s", listening=True, marked=True)
         assert sock is not None
         open_sockets.append(sock)
         bound = bound_paths(listenerdirs.UNIX_TABLE.read_bytes())
-        uid = os.getuid()
-        assert dead_dirs(link, bound, uid=uid, started=alive_only_me, namespace=NS) == []
+        assert dead_dirs(link, bound, uid=os.getuid()) == []
         sock.close()
         bound = bound_paths(listenerdirs.UNIX_TABLE.read_bytes())
-        found = dead_dirs(link, bound, uid=uid, started=alive_only_me, namespace=NS)
-        assert found == [link / "pymp-s"]
+        assert dead_dirs(link, bound, uid=os.getuid()) == [link / "pymp-s"]
 
-    def test_a_supervisor_of_another_pid_namespace_or_an_unmarked_one_is_not_judged(
-        self, short_tmp: Path
+    def test_a_live_supervisor_is_judged_by_its_lock_not_its_pid_and_old_markers_stay(
+        self, short_tmp: Path, locks: list[int]
     ) -> None:
-        """A container that shares /tmp with this host (or another container) but not its pid
-        namespace: its live supervisor's pid names no process here (or another one), and in
-        another network namespace its bound socket is not in this one's table either. Judged
-        by those alone it was dead, and removing its socket would stop its fork server from
-        starting any child. Kept: a marker of another namespace, or one without a namespace
-        (written by an older build), is not this host's to judge."""
-        other, _ = _listener_dir(short_tmp, "pymp-other", listening=False, owner=(GONE_PID, 5),
-                                 ns=NS + 1)  # fmt: skip
-        old, _ = _listener_dir(short_tmp, "pymp-old", listening=False, owner=None)
+        """A container that shares this /tmp but not the pid namespace (nor the network
+        namespace, whose sockets this one's table does not list): its live supervisor's pid
+        names no process here. Judged by pid and start, its directory looked dead, and
+        removing its socket would stop its fork server from starting any child; judged by pid
+        namespace instead, a container restarted with its /tmp kept (a new namespace each time)
+        left its dead supervisors' directories forever (a review). The lock answers both: held,
+        kept; let go by a dead process, removed. A marker of the build before the lock
+        (``marshal-supervisor-PID-START``) is not judged."""
+        alive, _ = _listener_dir(short_tmp, "pymp-alive", listening=False, marked=True,
+                                 locks=locks)  # fmt: skip (its pid, GONE_PID, names nothing)
+        old, _ = _listener_dir(short_tmp, "pymp-old", listening=False, marked=False)
         (old / f"{listenerdirs.MARKER_PREFIX}{GONE_PID}-5").touch()  # the older build's marker
-        dead, _ = _listener_dir(short_tmp, "pymp-dead", listening=False, owner=(GONE_PID, 5))
-        found = dead_dirs(short_tmp, frozenset(), uid=os.getuid(), started=alive_only_me,
-                          namespace=NS)  # fmt: skip
+        dead, _ = _listener_dir(short_tmp, "pymp-dead", listening=False, marked=True)
+        found = dead_dirs(short_tmp, frozenset(), uid=os.getuid())
         assert found == [dead]
         assert remove(found) == 1
-        assert other.exists() and old.exists() and not dead.exists()
+        assert alive.exists() and old.exists() and not dead.exists()
 
     def test_remove_takes_the_marker_sockets_and_directory_keeps_one_that_gained_a_file(
         self, short_tmp: Path
     ) -> None:
-        dead, _ = _listener_dir(short_tmp, "pymp-dead", listening=False, owner=(GONE_PID, 5))
-        grew, _ = _listener_dir(short_tmp, "pymp-grew", listening=False, owner=(GONE_PID, 5))
+        dead, _ = _listener_dir(short_tmp, "pymp-dead", listening=False, marked=True)
+        grew, _ = _listener_dir(short_tmp, "pymp-grew", listening=False, marked=True)
         (grew / "new").write_text("written after the scan")
         assert remove([dead, grew]) == 1
         assert not dead.exists()
         assert (grew / "new").exists()
 
     def test_a_missing_temporary_directory_is_nothing_to_remove(self, short_tmp: Path) -> None:
-        absent = short_tmp / "absent"
-        assert dead_dirs(absent, frozenset(), uid=0, started=alive_only_me, namespace=NS) == []
+        assert dead_dirs(short_tmp / "absent", frozenset(), uid=0) == []
 
 
 @pytest.mark.skipif(not LINUX, reason="/proc is Linux's")
@@ -234,8 +276,8 @@ class TestKilledSupervisors:
         killed, killed_dir = self._start(real)
         alive, alive_dir = self._start(real)
         try:
-            assert [p.name.split("-")[2] for p in killed_dir.glob("marshal-supervisor-*")] == [
-                str(killed.pid)
+            assert [p.name for p in killed_dir.glob("marshal-supervisor-*")] == [
+                marker_name(killed.pid)
             ]  # marked by its supervisor
             os.killpg(alive.pid, signal.SIGSTOP)  # frozen: alive all the same
             os.killpg(killed.pid, signal.SIGKILL)
