@@ -77,17 +77,24 @@ def plain(args: argparse.Namespace) -> None:
         consumer.close()
 
 
-def plain2(args: argparse.Namespace, argv: list[str]) -> None:
-    """Two `plain` loops, each on half the partitions and half the records; until both end."""
+def plain2(args: argparse.Namespace) -> None:
+    """Two `plain` loops, each on half the partitions and half the records; until both end.
+    A SIGTERM or SIGINT is passed on to them (they are this process's, in its group)."""
+    if args.partitions % 2 or args.records % 2 or args.first_partition:
+        raise SystemExit("plain2: an even --partitions and --records, from partition 0")
     half = args.partitions // 2
-    own = [a for a in argv if a != "plain2"]
-    half_records = ["--records", str(args.records // 2), "--partitions", str(half)]
-    loops = [
-        subprocess.Popen(
-            [sys.executable, __file__, "plain", *own, *half_records, "--first-partition", str(p)]
-        )
-        for p in (0, half)
-    ]
+    common = [sys.executable, __file__, "plain", "--bootstrap-servers", args.bootstrap_servers,
+              "--topic", args.topic, "--handler", args.handler, "--records",
+              str(args.records // 2), "--partitions", str(half)]  # fmt: skip
+    common += [x for item in args.kafka for x in ("--kafka", item)]
+    loops = [subprocess.Popen([*common, "--first-partition", str(p)]) for p in (0, half)]
+
+    def stop(signum: int, frame: Any) -> None:
+        for loop in loops:
+            loop.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     for loop in loops:
         loop.wait()
 
@@ -165,7 +172,7 @@ def main() -> None:
     if args.system == "plain":
         plain(args)
     elif args.system == "plain2":
-        plain2(args, sys.argv[1:])
+        plain2(args)
     else:
         arroyo(args)
 

@@ -252,8 +252,9 @@ def rss_mb(pid: int, marks: list[dict[str, Any]]) -> tuple[float | None, float |
 def cpu_account(pid: int, broker_s: float) -> dict[str, Any]:
     """Where the CPU went, in seconds since each process started: the process ``pid`` (the
     plain loop, a supervisor, Arroyo's consumer), a marshal-run's fork server and the children
-    it forked (the handlers; their guardians are counted apart), anything else in the tree;
-    of the handlers' processes also the part their threads other than the main one took
+    it forked (the handlers; their guardians are counted apart), anything else in the tree
+    (``other``: plain2's loops while they run), the children of ``pid`` that ended and were
+    waited for (``ended_children``: a plain2 loop done first); of the handlers' processes also the part their threads other than the main one took
     (``*_threads``: librdkafka's, the watchdog); ``broker_s`` the broker's over the same run;
     and the context switches of the handlers' main threads (the plain loop's own when it has no
     children). Read while the processes live, once the last record is handled.
@@ -283,6 +284,9 @@ def cpu_account(pid: int, broker_s: float) -> dict[str, Any]:
         root = psutil.Process(pid)
         below = root.children()
         add("main", root, handler=not below)
+        t = root.cpu_times()  # its children that ended and were waited for (plain2's loops)
+        if t.children_user + t.children_system:
+            count("ended_children", t.children_user + t.children_system)
         for proc in below:
             with contextlib.suppress(psutil.Error):
                 server = "forkserver" in " ".join(proc.cmdline())

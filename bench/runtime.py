@@ -157,9 +157,11 @@ class Processes:
                 os.killpg(pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        # its group too, even once it is gone: what it started and was not found above (its
+        # children once it was reaped) is still there (a group's id is not reused while any
+        # process is in it)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(10)
         for pid in pids:  # PR_SET_PDEATHSIG children: make sure they went
