@@ -39,9 +39,11 @@ typecheck: install ## mypy --strict on the package
 test: install kafka-jars spark-jars lint typecheck ## Install, resolve the jars, lint, type-check, then unit and integration tests (real Kafka, Spark)
 	@# the pure tests (no broker) on both cores; then those with real Kafka and processes on
 	@# both cores too, a file's tests on one worker with that worker's own brokers (a module's
-	@# three-node cluster is started once), the slowest listed
+	@# three-node cluster is started once), the slowest listed; then, alone, those whose bound
+	@# counts on the host to itself (marker solo)
 	$(BIN)/pytest -q -n 2 tests/unit tests/sim
-	$(BIN)/pytest -q -n 2 --dist loadfile --durations=30 tests/contract tests/integration
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=30 -m 'not chaos and not solo' tests/contract tests/integration
+	$(BIN)/pytest -q -m 'solo and not chaos' tests/contract tests/integration
 
 test-unit: ## Only the tests that need no broker
 	$(BIN)/pytest -q tests/unit

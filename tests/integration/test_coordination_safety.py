@@ -256,6 +256,7 @@ def offset_gaps(records: list[CoordRecord]) -> int:
 
 
 class TestJoiningAfterTheCleaner:
+    @pytest.mark.solo  # a bound of 3*HB from the log's reading, measured with the host alone
     def test_restarted_and_new_members_take_their_share_after_compaction(
         self, fleets: MakeFleet, eager_cleaner: AdminClient
     ) -> None:
