@@ -356,8 +356,11 @@ def _restore(
     wrong.
 
     A claim won but not yet used (its heartbeat never went out) changed no position: it is
-    only released. Every release waits for the lift, so that reservations are kept. Under a
-    pause that is kept there is no lift: the claims are left held, to go stale (2*HB). A
+    only released, at the position it had. A partition that had no position before has none to
+    go back to: its claim is released at the target, which sets it there (said "left at", in
+    the progress and in the failure's line). Every release waits for the lift, so that
+    reservations are kept. Under a pause that is kept there is no lift: the claims are left
+    held, to go stale (2*HB). A
     release by the pausing client would set the position outright (a restored reservation
     lost), and during a stopped move it would look like an operator's setting to the move's
     rerun, which keeps those: a state restored there may be one from before the move (a
