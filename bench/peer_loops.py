@@ -11,8 +11,8 @@ offset 0, ``consume(500)`` batches, the handler called on each message in turn; 
 N records (a batch handler, ``count_batch``: called once per ``consume()`` batch).
 ``plain2``: two ``plain`` processes side by side, each on half the partitions and N/2 records,
 and nothing else: what two cores give a handler run in two processes with no coordination at
-all, the ceiling of any runner that spreads partitions over processes (the runtime goal's
-"the limit is 2.0x" measured on this machine, `bench/peers.py`).
+all, a reference for any runner that spreads partitions over processes (the runtime goal's
+"the limit is 2.0x" as this machine gives it, `bench/peers.py`).
 ``arroyo``: Sentry's Arroyo (``sentry-arroyo``), its ``StreamProcessor`` on a fresh
 consumer group (``subscribe()``, earliest) with ``RunTaskWithMultiprocessing`` (a pool of
 ``--processes`` spawned workers running `bench.handlers.arroyo_task`) then ``CommitOffsets``; it

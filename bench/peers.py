@@ -12,9 +12,9 @@ The systems, each launched as a fresh process (tree) per measurement on a fresh 
 - plain: one process, one confluent-kafka consumer ``assign()``-ed to the 8 partitions,
   ``consume(500)`` batches, the handler on each message (`bench/peer_loops.py`);
 - plain2: two such loops side by side, 4 partitions and half the records each, and nothing
-  else: the two cores' ceiling for a runner that spreads partitions over processes (ratios to
-  it say how far marshal-run is from that ceiling, apart from how far the machine's two cores
-  are from 2.0x one);
+  else: a reference for a runner that spreads partitions over processes (ratios to it say how
+  far marshal-run is from what two processes with no coordination get here, apart from how
+  far the machine's two cores are from 2.0x one; not a proven bound);
 - marshal ALO / AMO: ``marshal-run --mode alo|amo --batch-size 500``, one supervisor claiming
   all 8 partitions, one child per partition (HB = 5 s); AMO with the default ``amo_window``
   (32000: reservations of up to 16000 records, sized by the child's time per record and
@@ -254,8 +254,9 @@ def cpu_account(pid: int, broker_s: float) -> dict[str, Any]:
     plain loop, a supervisor, Arroyo's consumer), a marshal-run's fork server and the children
     it forked (the handlers; their guardians are counted apart), anything else in the tree
     (``other``: plain2's loops while they run), the children of ``pid`` that ended and were
-    waited for (``ended_children``: a plain2 loop done first); of the handlers' processes also the part their threads other than the main one took
-    (``*_threads``: librdkafka's, the watchdog); ``broker_s`` the broker's over the same run;
+    waited for (``ended_children``: a plain2 loop done first); of the handlers' processes also
+    the part their threads other than the main one took (``*_threads``: librdkafka's, the
+    watchdog); ``broker_s`` the broker's over the same run;
     and the context switches of the handlers' main threads (the plain loop's own when it has no
     children). Read while the processes live, once the last record is handled.
 

@@ -8,7 +8,7 @@ from typing import Any
 
 NAMES = {
     "plain": "plain one-process loop",
-    "plain2": "two plain loops (the ceiling)",
+    "plain2": "two plain loops (reference)",
     "alo": "marshal ALO",
     "amo": "marshal AMO",
     "amo-batch": "AMO, a batch per reservation",

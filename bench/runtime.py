@@ -119,6 +119,7 @@ class Processes:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.orphans: list[int] = []  # children of a process killed with kill9
+        self.ended: set[subprocess.Popen[bytes]] = set()  # those whose tree was killed
 
     def start(
         self, command: list[str], log: Path, env: dict[str, str], cwd: Path = REPO
@@ -149,6 +150,8 @@ class Processes:
         self._kill_tree(proc)
 
     def _kill_tree(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc in self.ended:  # once only: its pid, reaped, may name another process now
+            return
         pids: list[int] = []
         with contextlib.suppress(psutil.Error):
             pids = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
@@ -159,9 +162,10 @@ class Processes:
                 os.kill(pid, signal.SIGKILL)
         # its group too, even once it is gone: what it started and was not found above (its
         # children once it was reaped) is still there (a group's id is not reused while any
-        # process is in it)
+        # process is in it; once only, above: later, the group empty, its id may be another's)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+        self.ended.add(proc)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(10)
         for pid in pids:  # PR_SET_PDEATHSIG children: make sure they went

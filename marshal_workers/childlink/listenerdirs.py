@@ -39,6 +39,7 @@ of the build before) are not ours to judge and stay.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import multiprocessing.util
 import os
@@ -76,15 +77,24 @@ def is_marker(name: str) -> bool:
 def hold_marker(path: Path) -> None:
     """Create the marker ``path`` and hold its lock until this process ends (the file kept
     open, closed on exec); again for a path already held: nothing. OSError if it cannot be
-    locked."""
+    locked (then no marker is left).
+
+    The file is locked under another name and only then renamed to the marker's: a marker is
+    never seen unlocked by a live supervisor. (Created under its own name first, another
+    supervisor's sweep could hold the lock for the moment of its try: the try failed, and the
+    marker was left unlocked, the directory dead to every sweep after; a review.)"""
     key = str(path)
     if key in _held:
         return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    making = path.with_name(f".{path.name}.{os.getpid()}")  # not a marker's name: never judged
+    fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody else knows the file yet
+        os.rename(making, path)
     except BaseException:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(making)
         raise
     _held[key] = fd
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from marshal_workers.childlink import listenerdirs
@@ -160,6 +161,26 @@ class TestDeadDirs:
             os.close(listenerdirs._held.pop(str(marker)))
         assert lock_free(str(marker))
 
+    def test_a_sweep_trying_the_lock_as_the_marker_is_made_does_not_leave_it_unlocked(
+        self, short_tmp: Path
+    ) -> None:
+        """Another supervisor's sweep holds the lock of the marker's file for the moment of
+        its try, just as this supervisor makes it: the marker must still end up locked (made
+        under its own name first, the supervisor's try failed then, the file stayed unlocked
+        and every later sweep took its live directory for dead; a review)."""
+        marker = short_tmp / marker_name(3)
+        marker.touch()
+        sweep = _locked(marker)  # the sweep's try, in progress
+        try:
+            hold_marker(marker)
+        finally:
+            os.close(sweep)  # the sweep lets go
+        try:
+            assert not lock_free(str(marker))
+            assert sorted(os.listdir(short_tmp)) == [marker.name]  # nothing else left
+        finally:
+            os.close(listenerdirs._held.pop(str(marker)))
+
     def test_only_a_dead_supervisor_s_marked_directory_of_unbound_sockets_is_dead(
         self, short_tmp: Path, open_sockets: list[socket.socket], locks: list[int]
     ) -> None:
@@ -275,7 +296,15 @@ class TestKilledSupervisors:
         link.symlink_to(real)
         killed, killed_dir = self._start(real)
         alive, alive_dir = self._start(real)
+        serverless, serverless_dir = self._start(real)
         try:
+            # a live supervisor whose fork server is gone (multiprocessing starts another when
+            # it is next asked): no socket bound there, so only its marker's lock keeps it
+            server = next(
+                p for p in psutil.Process(serverless.pid).children()
+                if "forkserver" in " ".join(p.cmdline())
+            )  # fmt: skip
+            server.kill()  # (a zombie until its supervisor waits for it: its socket closed)
             assert [p.name for p in killed_dir.glob("marshal-supervisor-*")] == [
                 marker_name(killed.pid)
             ]  # marked by its supervisor
@@ -289,12 +318,18 @@ class TestKilledSupervisors:
             ):
                 assert time.monotonic() < deadline, "the killed supervisor's server lives on"
                 time.sleep(0.05)
+            serverless_socket = os.path.realpath(next(serverless_dir.glob("listener-*")))
+            while serverless_socket in bound_paths(listenerdirs.UNIX_TABLE.read_bytes()):
+                assert time.monotonic() < deadline, "the killed fork server's socket lives on"
+                time.sleep(0.05)
             assert remove_dead(link) == 1
             assert not killed_dir.exists()
             assert alive_dir.exists()
+            assert serverless_dir.exists()  # its supervisor lives: the lock said so
             # the live server was never connected to (it would die of it): still listening
             alive_socket = os.path.realpath(next(alive_dir.glob("listener-*")))
             assert alive_socket in bound_paths(listenerdirs.UNIX_TABLE.read_bytes())
         finally:
-            os.killpg(alive.pid, signal.SIGKILL)
-            alive.wait(10)
+            for proc in (alive, serverless):
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
