@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from marshal_workers.childlink.listenerdirs import marker_name
 from marshal_workers.common.ledgerfile import (
     find_duplicates,
     find_gaps,
@@ -193,7 +194,7 @@ class TestRestart:
         The kill comes once every claim has a position in the log: a claim without one is not
         taken over but won again once stale (a takeover carries a position read from the log).
         The killed member's fork server left its socket's directory in /tmp: the restarted
-        member removes it (its marker names a dead process), and keeps its own."""
+        member removes it (its marker's lock died with it), and keeps its own."""
         fleet = make_fleet(hb=4.0)
         fleet.produce_steadily(200)
         # the members' temporary directory, where their fork servers' sockets are (short: a
@@ -214,7 +215,7 @@ class TestRestart:
         a.signal(signal.SIGKILL)
         a.wait(10)
         (left,) = tmp.glob("pymp-*")  # what its fork server left in /tmp, marked as a's
-        assert list(left.glob(f"marshal-supervisor-{a.pid}-*")), list(left.iterdir())
+        assert (left / marker_name(a.pid)).exists(), list(left.iterdir())
         restarted = fleet.start("a", env={"TMPDIR": str(tmp)})
         fleet.wait_for(
             lambda: restarted.children() and len(restarted.children()) == 8,
