@@ -9,6 +9,7 @@ and keeps listening, also when the scan reaches /tmp by another path (a symlink)
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -276,12 +277,15 @@ class TestKilledSupervisors:
         "    time.sleep(600)\n"
     )
 
-    def _start(self, tmp: Path) -> tuple[subprocess.Popen[str], Path]:
+    def _start(
+        self, tmp: Path, started: list[subprocess.Popen[str]]
+    ) -> tuple[subprocess.Popen[str], Path]:
         env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)}
         proc = subprocess.Popen(
             [sys.executable, "-c", self.SUPERVISOR],
             stdout=subprocess.PIPE, text=True, env=env, start_new_session=True,
         )  # fmt: skip
+        started.append(proc)  # (killed by the caller, whatever happens next)
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
         assert line, "the supervisor printed no socket path"
@@ -294,16 +298,18 @@ class TestKilledSupervisors:
         real.mkdir()
         link = short_tmp / "link"  # the scan reaches the same directories by another path
         link.symlink_to(real)
-        killed, killed_dir = self._start(real)
-        alive, alive_dir = self._start(real)
-        serverless, serverless_dir = self._start(real)
+        started: list[subprocess.Popen[str]] = []
         try:
+            killed, killed_dir = self._start(real, started)
+            alive, alive_dir = self._start(real, started)
+            serverless, serverless_dir = self._start(real, started)
             # a live supervisor whose fork server is gone (multiprocessing starts another when
             # it is next asked): no socket bound there, so only its marker's lock keeps it
             server = next(
-                p for p in psutil.Process(serverless.pid).children()
-                if "forkserver" in " ".join(p.cmdline())
+                (p for p in psutil.Process(serverless.pid).children()
+                 if "forkserver" in " ".join(p.cmdline())), None,
             )  # fmt: skip
+            assert server is not None, "no fork server under the supervisor"
             server.kill()  # (a zombie until its supervisor waits for it: its socket closed)
             assert [p.name for p in killed_dir.glob("marshal-supervisor-*")] == [
                 marker_name(killed.pid)
@@ -313,9 +319,8 @@ class TestKilledSupervisors:
             killed.wait(10)
             assert killed_dir.exists()  # left behind: what this module is for
             deadline = time.monotonic() + 10  # its fork server dies of its parent-death signal
-            while str(next(killed_dir.glob("listener-*"))) in bound_paths(
-                listenerdirs.UNIX_TABLE.read_bytes()
-            ):
+            killed_socket = os.path.realpath(next(killed_dir.glob("listener-*")))
+            while killed_socket in bound_paths(listenerdirs.UNIX_TABLE.read_bytes()):
                 assert time.monotonic() < deadline, "the killed supervisor's server lives on"
                 time.sleep(0.05)
             serverless_socket = os.path.realpath(next(serverless_dir.glob("listener-*")))
@@ -330,6 +335,7 @@ class TestKilledSupervisors:
             alive_socket = os.path.realpath(next(alive_dir.glob("listener-*")))
             assert alive_socket in bound_paths(listenerdirs.UNIX_TABLE.read_bytes())
         finally:
-            for proc in (alive, serverless):
-                os.killpg(proc.pid, signal.SIGKILL)
+            for proc in started:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
