@@ -34,7 +34,9 @@ Anything else is kept: another program's directory or another user's (no marker)
 supervisor's, one holding anything more, one whose lock cannot be tried (a file system
 without ``flock``). Linux only (elsewhere there is no ``/proc``: nothing is removed).
 Directories left before the lock existed (no marker, or the ``marshal-supervisor-PID-START``
-of the build before) are not ours to judge and stay.
+of the build before) are not ours to judge and stay, as does one whose supervisor died in the
+microseconds between making its marker and naming it (`hold_marker`: the file under its
+making name is neither a marker nor a socket).
 """
 
 from __future__ import annotations
