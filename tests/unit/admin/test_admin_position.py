@@ -138,6 +138,19 @@ def key(p: int) -> ClaimKey:
     return ClaimKey(G, T, p)
 
 
+def admin_heartbeat(n: int) -> Callable[[bytes], bool]:
+    """A `FailingLog` rule: the admin's ``n``-th heartbeat fails (a plan's ``n``-th partition's)."""
+    heartbeats = 0
+
+    def nth(value: bytes) -> bool:
+        nonlocal heartbeats
+        if value.startswith(b"Heartbeat/1/") and b"/marshal-admin/" in value:
+            heartbeats += 1
+        return heartbeats == n
+
+    return nth
+
+
 class SlicedSetup(Setup):
     """A key-ordered group of 3 slices per partition (its settings in the log): worker "w1"
     holds the slices of orders/0 at positions 4 (then reserved to 7), 9 and 6."""
@@ -283,15 +296,7 @@ class TestRestore:
         """The heartbeat of partition 2 fails: partitions 0 and 1 (moved) and 2 (claimed) get
         their old positions back, partition 0 its AMO reservation too; the pause is lifted."""
         s = Setup()
-        heartbeats = 0
-
-        def third_heartbeat(value: bytes) -> bool:  # the admin's heartbeat on partition 2
-            nonlocal heartbeats
-            if value.startswith(b"Heartbeat/1/") and b"/marshal-admin/" in value:
-                heartbeats += 1
-            return heartbeats == 3
-
-        admin = s.session(fails=third_heartbeat)
+        admin = s.session(fails=admin_heartbeat(3))
         plan = make_plan(admin, G, T, {0: 100, 1: 100, 2: 100})
         progress = s.releasing_on_first_wait()
         with pytest.raises(MarshalError) as failure:
@@ -319,15 +324,7 @@ class TestRestore:
         its claim is released at the target. The progress line says so ("left at"), as the
         failure's line does; it said "restored to 50" (a review)."""
         s = Setup()
-        heartbeats = 0
-
-        def second_heartbeat(value: bytes) -> bool:  # the admin's heartbeat on partition 3
-            nonlocal heartbeats
-            if value.startswith(b"Heartbeat/1/") and b"/marshal-admin/" in value:
-                heartbeats += 1
-            return heartbeats == 2
-
-        admin = s.session(fails=second_heartbeat)
+        admin = s.session(fails=admin_heartbeat(2))
         plan = make_plan(admin, G, T, {0: 100, 3: 50})
         assert [(m.partition, m.old) for m in plan.moves] == [(0, 8), (3, None)]
         progress = s.releasing_on_first_wait()
@@ -349,15 +346,7 @@ class TestRestore:
         s.worker(ReleasingPartition, 0, 5)
         s.worker(ReleasingPartition, 1, 20)
         s.worker(ReleasingPartition, 2, 30)
-        heartbeats = 0
-
-        def third_heartbeat(value: bytes) -> bool:
-            nonlocal heartbeats
-            if value.startswith(b"Heartbeat/1/") and b"/marshal-admin/" in value:
-                heartbeats += 1
-            return heartbeats == 3
-
-        admin = s.session(fails=third_heartbeat)
+        admin = s.session(fails=admin_heartbeat(3))
         was = s.observer().state(key(0))
         assert was is not None and (was.committed, resume_offset(was, Mode.AMO)) == (5, 8)
         assert pause_for(admin, G, 30 * 24 * 3600).accepted
