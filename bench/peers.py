@@ -101,6 +101,7 @@ from marshal_workers.localkafka.cluster import cluster_status
 PARTITIONS = 8
 SYSTEMS = ("plain", "alo", "amo", "amo-batch", "amo-narrow", "arroyo", "alo-base", "amo-base",
            "plain2")  # fmt: skip
+DEFAULT_SYSTEMS = SYSTEMS[:-1]  # plain2 when asked for (`make bench-peers` runs as before)
 BASELINE = ("alo-base", "amo-base")  # marshal-run of another build (--baseline), same rounds
 MARSHAL_SYSTEMS = ("alo", "amo", "amo-batch", "amo-narrow", *BASELINE)  # a coordination topic each
 # amo-batch: AMO reserving one batch at a time (amo_window = 2 batches), as before decision 18;
@@ -491,7 +492,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--work-us", type=float, default=20.0, help="CPU-bound handler's work")
     ap.add_argument("--work-iters", type=int, help="its loop count (default: calibrated here)")
-    ap.add_argument("--systems", type=lambda s: s.split(","), default=list(SYSTEMS),
+    ap.add_argument("--systems", type=lambda s: s.split(","), default=list(DEFAULT_SYSTEMS),
                     help="a subset of " + ",".join(SYSTEMS))  # fmt: skip
     ap.add_argument("--settings", type=lambda s: s.split(","), default=["cpu", "trivial", "batch"],
                     help="a subset of cpu,trivial,batch")  # fmt: skip

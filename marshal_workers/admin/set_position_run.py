@@ -356,7 +356,8 @@ def _restore(
     wrong.
 
     A claim won but not yet used (its heartbeat never went out) changed no position: it is
-    only released, at the position it had. A partition that had no position before has none to
+    only released, at the position it had (one with none is left held, to go stale). A
+    partition that had no position before has none to
     go back to: its claim is released at the target, which sets it there (said "left at", in
     the progress and in the failure's line). Every release waits for the lift, so that
     reservations are kept. Under a pause that is kept there is no lift: the claims are left

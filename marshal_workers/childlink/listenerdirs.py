@@ -111,11 +111,13 @@ def mark_owner() -> None:
 def lock_free(path: str) -> bool:
     """Whether the lock on marker ``path`` can be taken now: nobody alive holds it (taken and
     let go at once). False where it cannot be tried."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:  # (a FIFO under a marker's name: not opened to wait for a writer, and not a file)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:  # held (BlockingIOError), or no flock here
         return False
@@ -175,16 +177,20 @@ def _dead_socket(directory: str, name: str, bound: frozenset[str]) -> bool:
 
 
 def remove(dirs: Iterable[Path]) -> int:
-    """Remove each directory's marker and sockets, then the directory; how many went. One that
-    gained an entry meanwhile is kept (``rmdir`` refuses it)."""
+    """Remove each directory's sockets, then its marker, then the directory; how many went.
+    The marker goes last, so that a directory left half removed (an unlink refused) is still
+    marked and judged again by the next sweep; a name already gone (another sweep's) is no
+    failure. One that gained an entry meanwhile is kept (``rmdir`` refuses it)."""
     removed = 0
     for path in dirs:
         try:
-            for name in os.listdir(path):
-                if name.startswith((SOCKET_PREFIX, MARKER_PREFIX)):
-                    os.unlink(path / name)
+            names = os.listdir(path)
+            for name in sorted(names, key=is_marker):  # the marker last
+                if name.startswith(SOCKET_PREFIX) or is_marker(name):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path / name)
             path.rmdir()
-        except OSError:
+        except OSError:  # (gone meanwhile: another sweep's, not counted here)
             continue
         removed += 1
     return removed

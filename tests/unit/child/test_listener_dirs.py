@@ -150,6 +150,8 @@ class TestDeadDirs:
         assert not lock_free(str(short_tmp / "absent.lock"))
         (short_tmp / "link.lock").symlink_to(marker)
         assert not lock_free(str(short_tmp / "link.lock"))  # a link is not followed
+        os.mkfifo(short_tmp / "fifo.lock")  # opened plainly, it would wait for a writer forever
+        assert not lock_free(str(short_tmp / "fifo.lock"))
 
     def test_hold_marker_holds_it_and_a_second_hold_is_the_same(self, short_tmp: Path) -> None:
         marker = short_tmp / marker_name(2)
@@ -257,6 +259,18 @@ class TestDeadDirs:
         assert remove([dead, grew]) == 1
         assert not dead.exists()
         assert (grew / "new").exists()
+
+    def test_a_directory_half_removed_keeps_its_marker_for_the_next_sweep(
+        self, short_tmp: Path
+    ) -> None:
+        """An entry that cannot be unlinked (here a directory under a socket's name): the
+        directory stays, and still marked, so the next sweep judges it again; its marker had
+        gone first in a listing that put it first, leaving a directory no sweep judges."""
+        stuck, _ = _listener_dir(short_tmp, "pymp-stuck", listening=False, marked=True)
+        (stuck / "listener-dir").mkdir()
+        (stuck / "listener-dir" / "x").touch()
+        assert remove([stuck]) == 0
+        assert (stuck / marker_name(GONE_PID)).exists()
 
     def test_a_missing_temporary_directory_is_nothing_to_remove(self, short_tmp: Path) -> None:
         assert dead_dirs(short_tmp / "absent", frozenset(), uid=0) == []
