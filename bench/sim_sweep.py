@@ -58,7 +58,7 @@ def run_row(row: int, args: str, first: int, seeds: int) -> tuple[int, str, int,
     """One row's ``marshal-sim --json``: (row, args, seeds run, replay lines of violations)."""
     n = max(1, seeds // 3) if "--members 30" in args else seeds
     start = first + 1000 * row
-    cmd = [sys.executable, "-m", "marshal_workers.sim", "--json", "--seeds", str(n)]
+    cmd = [sys.executable, "-m", "marshal_workers.sim", "--json", "--jobs", "1", "--seeds", str(n)]
     cmd += ["--first-seed", str(start), *args.split()]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     try:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import click
@@ -181,6 +184,13 @@ def summarize(results: list[RunResult], params: SimParams, seconds: float) -> di
 @click.option(
     "--span", default=1, show_default=True, help="With placed: the window's partitions per group."
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Seeds run at once, each in a process of its own [default: the CPUs]. The results, "
+    "and their order, are those of one at a time: a seed's run depends on its seed alone.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def main(
     seeds: int,
@@ -200,6 +210,7 @@ def main(
     coordination_partitions: int,
     placement: str,
     span: int,
+    jobs: int | None,
     as_json: bool,
 ) -> None:
     """Run a fleet of real member cores in virtual time against an in-memory coordination log,
@@ -237,9 +248,8 @@ def main(
     numbers = [seed] if seed is not None else list(range(first_seed, first_seed + seeds))
     started = time.monotonic()
     results = []
-    for number in numbers:
-        params = SimParams(**{**_fields(base), "seed": number})
-        result = run_seed(params)
+    runs = [SimParams(**{**_fields(base), "seed": number}) for number in numbers]
+    for number, result in zip(numbers, _run_all(runs, jobs), strict=True):
         results.append(result)
         if not as_json:
             status = "ok" if not result.violations else f"{len(result.violations)} VIOLATION(S)"
@@ -265,6 +275,17 @@ def main(
             )
         )
     sys.exit(1 if summary["violations"] else 0)
+
+
+def _run_all(runs: list[SimParams], jobs: int | None) -> Iterator[RunResult]:
+    """Each run's result, in order: one at a time here, or ``jobs`` (the CPUs) at once in
+    processes of their own (each seed's run depends on its parameters alone)."""
+    wanted = min(len(runs), jobs or os.cpu_count() or 1)
+    if wanted <= 1:
+        yield from map(run_seed, runs)
+        return
+    with ProcessPoolExecutor(wanted) as pool:
+        yield from pool.map(run_seed, runs)
 
 
 def _fields(params: SimParams) -> dict[str, Any]:

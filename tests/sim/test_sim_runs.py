@@ -130,6 +130,26 @@ def test_json_summary_names_seeds_violations_invariants_and_convergence() -> Non
     assert summary["member_reads_per_s"] > 0
 
 
+def test_seeds_run_at_once_give_what_one_at_a_time_gives() -> None:
+    """`--jobs`: seeds in processes of their own give the summary, and the per-seed lines in
+    seed order, of one at a time (a seed's run depends on its seed alone; a module-level state
+    shared between runs would show here)."""
+    args = ["--seeds", "3", "--first-seed", "40", "--faults", "kill,freeze,compaction"]
+    summaries, lines = [], []
+    for jobs in ("1", "3"):
+        result = CliRunner().invoke(main, [*args, "--json", "--jobs", jobs])
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.output.splitlines()[-1])
+        summary.pop("wall_seconds")
+        summaries.append(summary)
+        text = CliRunner().invoke(main, [*args, "--jobs", jobs]).output
+        lines.append([line for line in text.splitlines() if line.startswith("seed ")])
+    assert summaries[0] == summaries[1]
+    assert lines[0] == lines[1] and [x.split(":")[0] for x in lines[0]] == [
+        f"seed {n}" for n in range(40, 43)
+    ]
+
+
 def test_a_member_reads_the_records_of_every_group_on_its_log() -> None:
     """`member_reads_per_s` measures what the log costs a member: with today's placement
     (every group on every coordination partition) a member of one of eight groups of two reads
