@@ -31,7 +31,8 @@ If step 3 times out, nothing has moved: the pause is lifted and the command fail
 of 4 fails, the partitions touched so far get their old positions back by the same dance (an
 old AMO reservation too: reserved again after the heartbeat, and kept because those claims are
 released only after the pause is lifted), the pause is lifted, and the command fails with one
-line saying what was restored. Every step is decided by the fold of the log up to its record.
+line saying what was restored (and what a partition with no position before was left at:
+`_restore`). Every step is decided by the fold of the log up to its record.
 """
 
 from __future__ import annotations
@@ -361,7 +362,8 @@ def _restore(
     go back to: its claim is released at the target, which sets it there (said "left at", in
     the progress and in the failure's line). Every release waits for the lift, so that
     reservations are kept. Under a pause that is kept there is no lift: the claims are left
-    held, to go stale (2*HB). A
+    held, to go stale (2*HB), and such a partition keeps what the log has (said "left at"
+    that, or "left with no position"). A
     release by the pausing client would set the position outright (a restored reservation
     lost), and during a stopped move it would look like an operator's setting to the move's
     rerun, which keeps those: a state restored there may be one from before the move (a
@@ -369,12 +371,12 @@ def _restore(
     during a stopped move the rerun carries the move's positions on what it touched (set them
     again first to keep an operator's)."""
     problems: list[str] = []
-    held: list[tuple[ClaimKey, int, str]] = []  # a claim to end, its offset, how to say it
+    held: list[tuple[ClaimKey, int, str]] = []  # a claim to end, its offset, what that leaves
     for move in plan.moves:
         key = plan.key(move)
         state = session.state(key)
         if move not in touched and session.holds(key) and state and state.committed is not None:
-            held.append((key, state.committed, "restored to"))
+            held.append((key, state.committed, f"restored to {state.committed}"))
     try:
         pause.keep(_step_budget_s(session) * max(1, len(touched)))
     except MarshalError as exc:
@@ -384,15 +386,15 @@ def _restore(
         old = move.old
         try:
             if old is None:  # nothing to go back to; do not leave the claim held
+                left = _left_without_old(session, key, move.target, end.kept)
                 if session.holds(key):
-                    held.append((key, move.target, "left at"))
-                problems.append(
-                    f"partition {move.where} had no position before (left at {move.target})"
-                )
+                    held.append((key, move.target, left))
+                short = left.replace("left with no position", "left with none")
+                problems.append(f"partition {move.where} had no position before ({short})")
                 continue
             _acquire(session, key)
             _expect(session.write(session.heartbeat(key, old)), ev.HeartbeatAccepted, "heartbeat")
-            held.append((key, old, "restored to"))
+            held.append((key, old, f"restored to {old}"))
             if move.reserved is not None and move.reserved > old:
                 reserve = session.write(session.reserving(key, move.reserved))
                 _expect(reserve, ev.MessagesClaimed, "reservation")
@@ -403,14 +405,25 @@ def _restore(
         problems.append(problem)
     for key, offset, said in held:  # after the lift, so that a restored reservation is kept
         if end.kept:  # no lift: see the docstring
-            progress(f"partition {_where(key)}: {said} {offset} (its claim goes stale)")
+            progress(f"partition {_where(key)}: {said} (its claim goes stale)")
             continue
         try:
             _expect(session.write(session.releasing(key, offset)), ev.Released, "release")
-            progress(f"partition {_where(key)}: {said} {offset}")
+            progress(f"partition {_where(key)}: {said}")
         except MarshalError as exc:
             problems.append(f"partition {_where(key)}: {exc}")
     return problems
+
+
+def _left_without_old(session: AdminSession, key: ClaimKey, target: int, kept: bool) -> str:
+    """What a partition with no position before is left with: the target, where this client's
+    release after the lift sets it; under a kept pause (no release) what the log has."""
+    if session.holds(key) and not kept:
+        return f"left at {target}"
+    state = session.state(key)
+    if state is None or state.committed is None:
+        return "left with no position"
+    return f"left at {state.committed}"
 
 
 def _where(key: ClaimKey) -> str:

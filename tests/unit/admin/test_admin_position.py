@@ -336,6 +336,28 @@ class TestRestore:
         p3 = s.observer().state(key(3))
         assert p3 is not None and (p3.committed, p3.holder_client) == (50, None)
 
+    def test_under_a_kept_pause_a_partition_with_no_position_is_said_left_with_none(
+        self,
+    ) -> None:
+        """The same failure while the group is held paused by this client (a stopped move's
+        hold): nothing is released, so partition 3's claim goes stale with no position. The
+        lines said "left at 50" all the same (a review)."""
+        s = Setup()
+        admin = s.session(fails=admin_heartbeat(2))
+        assert pause_for(admin, G, 30 * 24 * 3600).accepted
+        plan = make_plan(admin, G, T, {0: 100, 3: 50})
+        progress = s.releasing_on_first_wait()
+        with pytest.raises(MarshalError) as failure:
+            set_position(admin, plan, timeout_s=5, progress=progress)
+        assert "partition 3 had no position before (left with none)" in str(failure.value)
+        said = [line for line in s.lines if line.startswith("partition ") and "->" not in line]
+        assert said == [
+            "partition 0: restored to 8 (its claim goes stale)",
+            "partition 3: left with no position (its claim goes stale)",
+        ]
+        p3 = s.observer().state(key(3))
+        assert p3 is not None and (p3.committed, p3.holder_client) == (None, "marshal-admin")
+
     def test_a_restore_under_a_kept_pause_keeps_the_old_reservation(self) -> None:
         """w1 reserved partition 0 up to 8 and released it at 5; the group is held paused by
         this client (a stopped move's hold). The third heartbeat fails: the restore puts 5 back
