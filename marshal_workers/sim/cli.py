@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -188,8 +189,9 @@ def summarize(results: list[RunResult], params: SimParams, seconds: float) -> di
     "--jobs",
     type=click.IntRange(min=1),
     default=None,
-    help="Seeds run at once, each in a process of its own [default: the CPUs]. The results, "
-    "and their order, are those of one at a time: a seed's run depends on its seed alone.",
+    help="Seeds run at once, each in a process of its own [default: the CPUs it may use]. The "
+    "results, and their order, are those of one at a time: a seed's run depends on its seed "
+    "alone.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def main(
@@ -280,12 +282,32 @@ def main(
 def _run_all(runs: list[SimParams], jobs: int | None) -> Iterator[RunResult]:
     """Each run's result, in order: one at a time here, or ``jobs`` (the CPUs) at once in
     processes of their own (each seed's run depends on its parameters alone)."""
-    wanted = min(len(runs), jobs or os.cpu_count() or 1)
+    wanted = min(len(runs), jobs or usable_cpus())
     if wanted <= 1:
         yield from map(run_seed, runs)
         return
-    with ProcessPoolExecutor(wanted) as pool:
+    pool = ProcessPoolExecutor(wanted, initializer=_dies_on_ctrl_c)
+    try:
         yield from pool.map(run_seed, runs)
+    except BaseException:  # Ctrl-C (or a failed run): the queued seeds are not run first
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+def _dies_on_ctrl_c() -> None:
+    """A worker's start: Ctrl-C (SIGINT to the terminal's process group) ends it at once, not
+    its seed only, after which it would run the seed already queued for it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: a container pinned to one CPU of a
+    large host has one), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # (no affinity outside Linux)
+        return os.cpu_count() or 1
 
 
 def _fields(params: SimParams) -> dict[str, Any]:

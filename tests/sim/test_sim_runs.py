@@ -4,11 +4,14 @@ nothing in the same seeds, a seed replays exactly, and the command's JSON has it
 from __future__ import annotations
 
 import json
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from marshal_workers.sim import cli as sim_cli
 from marshal_workers.sim.cli import main
 from marshal_workers.sim.invariants import INVARIANTS
 from marshal_workers.sim.params import SimParams
@@ -130,10 +133,20 @@ def test_json_summary_names_seeds_violations_invariants_and_convergence() -> Non
     assert summary["member_reads_per_s"] > 0
 
 
-def test_seeds_run_at_once_give_what_one_at_a_time_gives() -> None:
+def test_seeds_run_at_once_give_what_one_at_a_time_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """`--jobs`: seeds in processes of their own give the summary, and the per-seed lines in
     seed order, of one at a time (a seed's run depends on its seed alone; a module-level state
-    shared between runs would show here)."""
+    shared between runs would show here). `--jobs 3` does start a pool of three."""
+    pools: list[int] = []
+
+    class CountedPool(ProcessPoolExecutor):
+        def __init__(self, workers: int, **kwargs: Any) -> None:
+            pools.append(workers)
+            super().__init__(workers, **kwargs)
+
+    monkeypatch.setattr(sim_cli, "ProcessPoolExecutor", CountedPool)
     args = ["--seeds", "3", "--first-seed", "40", "--faults", "kill,freeze,compaction"]
     summaries, lines = [], []
     for jobs in ("1", "3"):
@@ -144,6 +157,7 @@ def test_seeds_run_at_once_give_what_one_at_a_time_gives() -> None:
         summaries.append(summary)
         text = CliRunner().invoke(main, [*args, "--jobs", jobs]).output
         lines.append([line for line in text.splitlines() if line.startswith("seed ")])
+    assert pools == [3, 3]  # (the --json run and the text run; none for --jobs 1)
     assert summaries[0] == summaries[1]
     assert lines[0] == lines[1] and [x.split(":")[0] for x in lines[0]] == [
         f"seed {n}" for n in range(40, 43)
