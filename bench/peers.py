@@ -87,6 +87,7 @@ from runtime import (
     child_env,
     coordination_topic,
     create_topic,
+    exited,
     marshal_run,
     produce_bulk,
     read_json_files,
@@ -347,7 +348,7 @@ def measure(bench: Bench, system: str, setting: Setting, topic: str) -> dict[str
         done = wait_until(
             lambda: (
                 len(earliest_per_partition(read_json_files(out, end_kind))) >= expected
-                or (proc.poll() is not None and "exited")
+                or (exited(proc) and "exited")
             ),
             bench.timeout_s,
             poll=0.05,

@@ -152,19 +152,24 @@ class Processes:
     def _kill_tree(self, proc: subprocess.Popen[bytes]) -> None:
         if proc in self.ended:  # once only: its pid, reaped, may name another process now
             return
+        # Not reaped yet (running, or a zombie: `exited` looks without reaping), its pid and
+        # group id are still its own; reaped before (a `poll()` elsewhere), they may be another
+        # session leader's by now, which must not be killed.
+        unreaped = proc.returncode is None
         pids: list[int] = []
         with contextlib.suppress(psutil.Error):
-            pids = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+            if unreaped:
+                pids = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        # its group too, even once it is gone: what it started and was not found above (its
-        # children once it was reaped) is still there (a group's id is not reused while any
-        # process is in it; once only, above: later, the group empty, its id may be another's)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        # its group too, even once it has exited: what it started and was not found above (its
+        # children, reparented once it exited) is still there
+        if unreaped:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
         self.ended.add(proc)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(10)
@@ -193,6 +198,18 @@ def worker_children(pid: int) -> list[psutil.Process]:
                 if "multiprocessing.forkserver" in " ".join(child.cmdline()):
                     out.extend(child.children())
     return out
+
+
+def exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether ``proc`` has ended, without reaping it: its pid (and group id) stay its own
+    until `Processes` kills what it left and reaps it."""
+    if proc.returncode is not None:
+        return True
+    try:
+        found = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped by someone else
+        return True
+    return found is not None
 
 
 def wait_until(check: Callable[[], Any], timeout: float, poll: float = 0.05) -> Any:
@@ -399,7 +416,7 @@ def run_rate(
         if supervised and wait_until(lambda: read_json_files(out, "first"), 60, poll=0.02):
             sup_cpu.append(cpu_seconds(proc.pid))
         done = wait_until(
-            lambda: read_json_files(out, "last") or (proc.poll() is not None and "exited"),
+            lambda: read_json_files(out, "last") or (exited(proc) and "exited"),
             timeout,
             poll=0.02,
         )
