@@ -11,14 +11,17 @@ only, and the audit of the whole topic, with every group's ledger, finds no viol
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import pytest
 
+from marshal_workers.protocol.members import is_live
 from marshal_workers.protocol.placement import home
-from tests.integration.fleet import Fleet, MakeFleet
+from tests.integration.fleet import Fleet, MakeFleet, Member
 from tests.integration.test_fleet import assert_ledger_sound, stop_all
 from tests.integration.test_group_placement import (
     COORDINATION,
@@ -35,14 +38,44 @@ def group_at(at: int) -> str:
     return group_with_home_apart(set(range(COORDINATION)) - {at})
 
 
+def started_instance(member: Member) -> str | None:
+    """The instance id of the member's `supervisor_started` line, once it is logged."""
+    for line in member.log_path.read_text(errors="replace").splitlines():
+        if '"supervisor_started"' in line:
+            return str(json.loads(line)["instance_id"])
+    return None
+
+
+def held_by(fleet: Fleet, instance: str) -> int:
+    """How many of the fleet's data partitions ``instance`` holds with a live claim."""
+    fleet.reader.poll(0.2)
+    now, hb_ms = int(time.time() * 1000), int(fleet.hb * 1000)
+    return sum(
+        1
+        for world in fleet.reader.worlds.values()
+        for key, state in world.claims.items()
+        if key.topic == fleet.topic
+        and state.holder_instance == instance
+        and is_live(state, now, hb_ms)
+    )
+
+
 def restart(fleet: Fleet, client_id: str, host: dict[str, str]) -> None:
     """Stop ``client_id``'s running member gracefully (exit 0), start it again, and wait until
-    the group is split 2/2 between its two members again."""
+    the new instance holds two partitions and the other member two (the client id alone would
+    count the old instance's claims until their releases are folded)."""
     (running,) = [m for m in fleet.members if m.client_id == client_id and m.proc.poll() is None]
     running.signal(signal.SIGTERM)
     assert running.wait(30) == 0, running.log_tail()
-    fleet.start(client_id, env=host)
-    fleet.wait_split([2, 2])
+    new = fleet.start(client_id, env=host)
+    fleet.wait_for(lambda: started_instance(new) is not None, 60, f"{client_id} started")
+    instance = started_instance(new)
+    assert instance is not None
+    fleet.wait_for(
+        lambda: held_by(fleet, instance) == 2 and sorted(fleet.counts().values()) == [2, 2],
+        60,
+        f"the new {client_id} holding 2 of a 2/2 split",
+    )
 
 
 @pytest.mark.timeout(600)
