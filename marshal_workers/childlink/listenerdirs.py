@@ -60,6 +60,20 @@ MARKER_SUFFIX = ".lock"
 _held: dict[str, int] = {}  # this process's markers: path -> the open file its lock is on
 
 
+def _forget_in_child() -> None:
+    """In a plain fork's child: close the markers' files. The lock belongs to the open file,
+    which a fork shares: a forked child that outlived the supervisor would keep its directory
+    judged live. (Every child today execs, or is the fork server's; close-on-exec covers
+    those. This covers a fork that does not exec; a review.)"""
+    for fd in _held.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def marker_name(pid: int) -> str:
     """The marker of supervisor ``pid``."""
     return f"{MARKER_PREFIX}{pid}{MARKER_SUFFIX}"

@@ -164,6 +164,35 @@ class TestDeadDirs:
             os.close(listenerdirs._held.pop(str(marker)))
         assert lock_free(str(marker))
 
+    def test_a_child_never_keeps_the_lock_forked_or_executed(self, short_tmp: Path) -> None:
+        """The lock belongs to the open file: a child sharing it would keep a dead
+        supervisor's directory judged live for as long as the child lives. A plain fork's
+        child closes it (`os.register_at_fork`), an executed one never has it (O_CLOEXEC)."""
+        marker = short_tmp / marker_name(3)
+        hold_marker(marker)
+        fd = listenerdirs._held[str(marker)]
+        try:
+            assert os.get_inheritable(fd) is False
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: the parent lets the lock go, the child lives on
+                os.close(read)
+                os.write(write, b"1" if str(marker) in listenerdirs._held else b"0")
+                time.sleep(5)
+                os._exit(0)
+            os.close(write)
+            try:
+                assert os.read(read, 1) == b"0"
+                os.close(listenerdirs._held.pop(str(marker)))
+                assert lock_free(str(marker))  # the child, alive, holds nothing
+            finally:
+                os.close(read)
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        finally:
+            if str(marker) in listenerdirs._held:
+                os.close(listenerdirs._held.pop(str(marker)))
+
     def test_a_sweep_trying_the_lock_as_the_marker_is_made_does_not_leave_it_unlocked(
         self, short_tmp: Path
     ) -> None:
