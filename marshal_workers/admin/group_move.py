@@ -181,7 +181,8 @@ def move_group(
         raise MarshalError(f"group moved, but the pause could not be lifted: {lift.refusal}")
     return (
         f"group {group} moved from {placement_text(settings.placement)} to "
-        f"{placement_text(plan.new)}; {len(folded)} positions carried; pause lifted"
+        f"{placement_text(plan.new)}; {len(folded)} position{'s' if len(folded) != 1 else ''} "
+        "carried; pause lifted"
     )
 
 

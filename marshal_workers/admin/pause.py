@@ -65,7 +65,7 @@ class PauseOutcome:
     def summary(self) -> str:
         """One line saying what the log decided."""
         n = len(self.verdicts)
-        where = f"on all {n} coordination partition{'s' if n != 1 else ''}"
+        where = f"on all {n} coordination partitions" if n != 1 else "on its coordination partition"
         if not self.accepted:
             return f"refused: {self.refusal} (pausing group {self.group})"
         if not self.in_force:

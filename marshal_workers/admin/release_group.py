@@ -20,6 +20,7 @@ from marshal_workers.admin.pause import pause_for, write_pause
 from marshal_workers.admin.targets import parse_time
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
+from marshal_workers.protocol.groupstatus import group_known
 
 
 @click.command("release-group")
@@ -40,6 +41,13 @@ from marshal_workers.config.toolconfig import FleetSettings, fleet_options
     metavar="SECONDS",
     help="Pause for SECONDS from now (broker time). 0 lifts the pause.",
 )
+@click.option(
+    "--new-group",
+    is_flag=True,
+    help="Pause a group the log has no record of yet (before its first member starts). "
+    "Without it such a group is refused: a typo would pause nothing that runs, and leave a "
+    "group of that name in the log.",
+)
 @client_id_option
 @wait_option("Seconds allowed to read the coordination log.")
 def release_group(
@@ -48,6 +56,7 @@ def release_group(
     group: str | None,
     until: str | None,
     for_s: float | None,
+    new_group: bool,
     client_id: str,
     timeout: float,
 ) -> None:
@@ -67,6 +76,7 @@ def release_group(
             for_s=for_s,
             client_id=checked("--client-id", client_id),
             timeout_s=timeout,
+            new_group=new_group,
         )
     )
 
@@ -79,10 +89,18 @@ def run_release_group(
     for_s: float | None,
     client_id: str,
     timeout_s: float,
+    new_group: bool = False,
 ) -> str:
     """`marshal-admin release-group`: pause (or lift) and return the log's verdict as a line;
-    MarshalError (exit 1) if the log refused it."""
+    MarshalError (exit 1) if the log refused it, or if it has no record of ``group`` and
+    ``new_group`` is not given (nothing is written)."""
     with group_session(conn, group, client_id, timeout_s) as (session, _):
+        if not new_group and not group_known(session.worlds, group):
+            raise MarshalError(
+                f"group {group} is unknown: {conn.coordination_topic} on "
+                f"{conn.bootstrap_servers} has no record of it; nothing written (to pause a "
+                "group before its first member starts, add --new-group)"
+            )
         if until_s is not None:
             outcome = write_pause(session, group, until_s)
         else:

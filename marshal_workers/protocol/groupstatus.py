@@ -427,7 +427,8 @@ def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
     if status.amo_losses is not None:
         ranges, records = status.amo_losses
         lines.append(
-            f"AMO losses in the log: {ranges} ranges, up to {records} records"
+            f"AMO losses in the log: {ranges} range{'s' if ranges != 1 else ''}, up to "
+            f"{records} record{'s' if records != 1 else ''}"
             + (" (at risk: the log does not say how far a crashed child got)" if ranges else "")
         )
     footer = f"malformed records in the log: {status.malformed}"

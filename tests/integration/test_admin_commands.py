@@ -237,6 +237,22 @@ class TestErrors:
                     assert result.stdout == ""
             known = marshal_admin("status", "--group", GROUP, "--json", *args)
             assert known.returncode == 0, known.stderr
+            # release-group of a typo paused nothing that runs and said "paused", exit 0, and
+            # left a ghost group that status then knew (a review): refused, nothing written
+            pause = ("release-group", "--group", "no.such.group", "--for", "10", *args)
+            refused = marshal_admin(*pause)
+            assert refused.returncode == 1, refused.stdout
+            assert refused.stderr.strip() == (
+                f"marshal-admin: error: {error}; nothing written (to pause a group before its "
+                "first member starts, add --new-group)"
+            )
+            still = marshal_admin("status", "--group", "no.such.group", *args)
+            assert still.returncode == 1 and "is unknown" in still.stderr
+            for group in ("no.such.group", GROUP):  # asked for, or known: paused
+                flags = ["--new-group"] if group != GROUP else []
+                paused = marshal_admin(*pause[:2], group, *pause[3:], *flags)
+                assert paused.returncode == 0, paused.stderr
+                assert f"group {group} paused until" in paused.stdout
         finally:
             delete_topic(kafka_bootstrap, coord)
 

@@ -309,7 +309,7 @@ class TestAmoLosses:
             "AMO last loss orders/0: up to 20 records (range 0-20, taken_over, at "
             f"{iso_ms(T0 + 250 + 2 * HB)}, holder A/A-1 token 0; next owner B)"
         ) in lines
-        assert any(line.startswith("AMO losses in the log: 1 ranges, up to 20") for line in lines)
+        assert any(line.startswith("AMO losses in the log: 1 range, up to 20") for line in lines)
 
     def test_a_graceful_handover_shows_zero(self) -> None:
         """A clean run: no last loss, 0 in the column, 0 ranges and records."""
