@@ -24,7 +24,7 @@ from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pauses import pause_by_other
 from marshal_workers.core.pending import Kind
 from marshal_workers.protocol import events as ev
-from marshal_workers.protocol.metadata import placement_moved, settings_problem
+from marshal_workers.protocol.metadata import moved_text, placement_moved, settings_problem
 from marshal_workers.protocol.rationalizer import GroupPause
 
 
@@ -108,7 +108,7 @@ class Operator:
         """Settings recorded for this group other than this member's (an operator's
         `marshal-admin group-settings --change`): stop gracefully, then exit 2, before anything
         else folded after them is claimed on; exit 6 if only the placement differs (`--move`:
-        restarted, the member locates the new one)."""
+        restarted, the member locates the new one; its member claim is dropped at once)."""
         ctx = self.ctx
         mine = ctx.s.shared
         if mine is None or event.settings.group_id != mine.group_id or ctx.stopping:
@@ -116,10 +116,23 @@ class Operator:
         problem = settings_problem(event.settings, mine)
         if problem is None:
             return
-        self.settings_problem = problem
         self.placement_moved = placement_moved(event.settings, mine)
-        ctx.say("error", "group_settings_changed", reason=problem, moved=self.placement_moved)
+        self.settings_problem = (
+            moved_text(event.settings, mine) if self.placement_moved else problem
+        )
+        ctx.say(
+            "error", "group_settings_changed", reason=self.settings_problem,
+            moved=self.placement_moved,
+        )  # fmt: skip
         self.request_stop(now, fast=False)
+        if self.placement_moved:
+            # Its member claim is dropped now, neither heartbeated nor released again: on the
+            # layout the group moved from, the new placement judges such a record one that
+            # belongs elsewhere (malformed in the group's status, never acknowledged, so the
+            # stop waited out its verdict). The new layout's members do not count it anyway.
+            member = ctx.held.get(self.claiming.member)
+            if member is not None:
+                self.keeping.drop(member.key)
 
     # ---- reloading --------------------------------------------------------------------------
 

@@ -303,6 +303,16 @@ def placement_moved(group: GroupSettings, mine: GroupSettings) -> bool:
     )
 
 
+def moved_text(group: GroupSettings, mine: GroupSettings) -> str:
+    """What a member whose group was moved (`placement_moved`) says as it stops: the operator
+    did what the settings line would tell them to do; the member is to be started again."""
+    return (
+        f"group {group.group_id} was moved (placement {placement_text(mine.placement)} here, "
+        f"{placement_text(group.placement)} in its settings: marshal-admin group-settings "
+        "--move): stopping; restarted, the member locates it there"
+    )
+
+
 def describe_slicing(cut: Slicing) -> str:
     """The ordering and workers per partition, as words."""
     if not cut.sliced:

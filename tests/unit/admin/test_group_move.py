@@ -67,6 +67,7 @@ from marshal_workers.protocol.wire import (
     Heartbeat,
     Message,
     Partitioner,
+    ReleasingPartition,
     encode,
     record_key,
 )
@@ -322,13 +323,63 @@ class TestTheMove:
         move_group(session, GROUP, span=1, first=None, timeout_s=5.0, progress=lambda _: None)
         out = core.feed(inp.RecordsRead(1.0, log.poll(0)))
         said = [c for c in out if isinstance(c, cmd.Log) and c.event == "group_settings_changed"]
-        assert said and "placement is spread here but" in str(said[0].fields["reason"])
+        reason = str(said[0].fields["reason"]) if said else ""
+        # it said "change it fleet-wide with group-settings": what the operator had just done
+        assert reason.startswith(f"group {GROUP} was moved (placement spread here, "), reason
+        assert "restarted, the member locates it there" in reason, reason
         assert core.ctx.stopping
         for step in range(1, 200):  # (its writes are never acknowledged here: they expire)
-            core.feed(inp.Tick(1.0 + step * 0.1, 0.0))
+            out += core.feed(inp.Tick(1.0 + step * 0.1, 0.0))
             if core.done:
                 break
         assert core.exit_code == EXIT_PLACEMENT_MOVED
+        # No release of its member claim on the old layout: judged there by the new placement,
+        # it was a malformed record in the group's status, and the stop waited 12 s for its
+        # verdict (a review). The claim is no longer the group's member record there.
+        member_topic = core.claiming.member.topic
+        released = [
+            c for c in out
+            if isinstance(c, cmd.Append) and isinstance(c.message, ReleasingPartition)
+            and c.message.topic == member_topic
+        ]  # fmt: skip
+        assert released == []
+
+    def test_a_moved_member_writes_nothing_on_the_old_layout_as_it_stops(self) -> None:
+        """A member whose member claim is won (its writes land here) folds the move: it stops
+        and exits 6 without releasing that claim on the old layout, where the new placement
+        judges it a record that belongs elsewhere (status then counted it malformed, and the
+        stop waited 12 s for a verdict that never came; a review)."""
+        topic, clock, _ = spread_group({})
+        core = Member(member_settings(member("a"), N))
+        log = MemoryLog(topic)
+        appended: list[cmd.Append] = []
+
+        def run(out: list[cmd.Command], now: float) -> None:
+            for c in out:
+                if isinstance(c, cmd.Append):
+                    appended.append(c)
+                    done = topic.append(c.partition, c.key, c.value)
+                    run(core.feed(inp.AppendDone(now, c.op, done)), now)
+
+        run(core.feed(inp.RecordsRead(0.0, log.poll(0))), 0.0)
+        run(core.begin(0.0, 0.0, []), 0.0)  # no data partition: its member claim only
+        now = 0.1
+        while now < 2.0:  # its member claim won and heartbeated
+            run(core.feed(inp.RecordsRead(now, log.poll(0))), now)
+            run(core.feed(inp.Tick(now, 0.0)), now)
+            now += 0.1
+        assert core.claiming.member in core.held
+        move_group(session_on(topic, clock), GROUP, span=1, first=None, timeout_s=5.0,
+                   progress=lambda _: None)  # fmt: skip
+        before, moved = len(appended), now
+        run(core.feed(inp.RecordsRead(now, log.poll(0))), now)
+        while not core.done and now < moved + 20.0:
+            now += 0.1
+            run(core.feed(inp.Tick(now, 0.0)), now)
+            run(core.feed(inp.RecordsRead(now, log.poll(0))), now)
+        assert core.exit_code == EXIT_PLACEMENT_MOVED
+        assert now < moved + 1.0, f"exited {now - moved:.1f} s after the move's record"
+        assert [c.message for c in appended[before:]] == []
 
     def test_a_spread_member_started_after_the_move_is_told_to_restart(self) -> None:
         """A member that took the group for spread (it located it before the move reached
