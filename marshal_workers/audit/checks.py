@@ -28,12 +28,15 @@ host's time, for ledgers written on hosts whose clocks differ from the broker's.
 The window (``--since``/``--until``) selects the rows checked for zombie work, overlaps and
 duplicates; every row counts as handled for the ALO check.
 
-Each row is checked within one group: that of its client's claim with its token when there
-is one (tokens are unique per data partition, since every group's claims on it share one home
-coordination partition), else the group the row names, else that of another client's claim
-with its token, else the partition's only group, if it has one. Older ledgers name no group,
-so their rows that no claim explains, on a partition several groups consume, belong to no
-group (and ``--group`` never reports them).
+Each row is checked within one group, against that group's claims only: the group the row
+names. A token is an offset of the claim's coordination partition, and once groups are placed
+each group's claims live on its own home partition, so two groups consuming one data partition
+may hold it under the same token (even with the same client id): a token alone does not tell
+whose claim a row was handled under, and a row matched to another group's claim could pass
+for covered work. Older ledgers name no group: such a row is taken for the group of its
+client's claims with its token, else of any claim with its token, else the partition's, but
+only where exactly one group is there to take; where two are, it belongs to no group (and
+``--group`` never reports it), and it is covered by any of their claims.
 """
 
 from __future__ import annotations
@@ -172,14 +175,15 @@ class _Partition:
     ) -> None:
         self.topic, self.partition, self.tol, self.window = topic, partition, tolerance_s, window
         self.spans = index.spans.get((topic, partition), ())
-        # tokens are unique per claim key: slices of a partition may share one
-        self.by_token: dict[tuple[str, int], list[Span]] = defaultdict(list)
-        coords: dict[str, set[int]] = defaultdict(set)
+        # A token is one claim's only within its group and claim key: placed groups' tokens
+        # are offsets of different coordination partitions, and slices of a partition may
+        # share one. Each group is also indexed under None: a row naming none sees them all.
+        self.by_token: dict[tuple[str | None, str, int], list[Span]] = defaultdict(list)
+        coords: dict[tuple[str | None, str], set[int]] = defaultdict(set)
         for s in self.spans:
-            self.by_token[(s.topic, s.token)].append(s)
-            coords[s.topic].add(s.coord_partition)
-        groups = {s.group for s in self.spans}
-        self.only_group = groups.pop() if len(groups) == 1 else None
+            for group in (s.group, None):
+                self.by_token[(group, s.topic, s.token)].append(s)
+                coords[(group, s.topic)].add(s.coord_partition)
         self.gapped_coords = index.gapped_coord_partitions
         self.coords = dict(coords)
         self.skipped = {
@@ -190,35 +194,40 @@ class _Partition:
         self.violations: list[Row] = []
         self.stats = CheckStats()
 
-    def _gapped(self, claim: str) -> bool:
-        """Whether the coordination log of ``claim`` (a topic field) had gaps."""
-        coord = self.coords.get(claim, set())
+    def _gapped(self, group: str | None, claim: str) -> bool:
+        """Whether the coordination log of ``group``'s ``claim`` (a topic field) had gaps
+        (group None: any group's)."""
+        coord = self.coords.get((group, claim), set())
         return bool(coord & self.gapped_coords) or (not coord and bool(self.gapped_coords))
 
     def _in_window(self, row: LedgerRow) -> bool:
         return self.window.wants_time(int(row.start * 1000))
 
-    def _group_of(
-        self, row: LedgerRow, spans: Sequence[Span], clients: Sequence[Span]
-    ) -> str | None:
-        """The row's group: its client's claim's, else the one it names, else a guess."""
-        if clients:
-            return clients[0].group
+    def _group_of(self, row: LedgerRow) -> str | None:
+        """The row's group: the one it names, else (an older ledger) the only group its
+        client's claims with its token, any claim with its token, or the partition's claims
+        have; None where two groups would do (see the module doc)."""
         if row.group is not None:
             return row.group
-        return spans[0].group if spans else self.only_group
+        tokens = self.by_token.get((None, claim_topic(row), row.token), [])
+        clients = {s.group for s in tokens if s.client_id == row.client_id}
+        for groups in (clients, {s.group for s in tokens}, {s.group for s in self.spans}):
+            if groups:
+                return groups.pop() if len(groups) == 1 else None
+        return None
 
     def zombie(self, row: LedgerRow) -> str | None:
-        """Check one row's claim; return the row's group (None if nothing tells it)."""
-        spans = self.by_token.get((claim_topic(row), row.token), [])
+        """Check one row against its group's claims; return the row's group (None if nothing
+        tells it)."""
+        group = self._group_of(row)
+        spans = self.by_token.get((group, claim_topic(row), row.token), [])
         clients = [s for s in spans if s.client_id == row.client_id]
-        group = self._group_of(row, spans, clients)
         if not (self._in_window(row) and self.window.wants_group(group)):
             return group
         self.stats.checked += 1
         mine = [s for s in clients if row.instance_id in (None, s.instance_id)]
         if not mine:
-            if not spans and self._gapped(claim_topic(row)):
+            if not spans and self._gapped(group, claim_topic(row)):
                 self.stats.unverifiable += 1
                 return group
             detail = f"{_who(row)}: token {row.token} {_owner(row, spans, clients)}"
@@ -270,19 +279,22 @@ class _Partition:
                             f"{_who(row)} overlapped {a.client_id} pid {a.pid} (offset "
                             f"{a.offset}) by {overlap:.3f}s on one {where}"
                         )
-                        self._add("overlap", group, row, detail, self._spans_of(a, row), (a, row))
+                        self._add(
+                            "overlap", group, row, detail, self._spans_of(group, a, row), (a, row)
+                        )
             active.append(row)
 
-    def _spans_of(self, *rows: LedgerRow) -> list[Span]:
+    def _spans_of(self, group: str | None, *rows: LedgerRow) -> list[Span]:
+        """The claims of ``group`` (None: any group's) the rows were handled under."""
         claims = {(claim_topic(r), r.token) for r in rows}
-        return [s for s in self.spans if (s.topic, s.token) in claims]
+        return [s for s in self.spans if (s.topic, s.token) in claims and group in (None, s.group)]
 
     def sliced(self, group: str | None, rows: Sequence[LedgerRow], key: bool) -> None:
         """The checks of slices (`audit.slices`): wrong_slice, offset_overlap, key_order."""
         for row, part in slices.wrong_slice(rows):
             if self._in_window(row):
                 detail = f"{_who(row)}: slice {part.name} does not take this record ({_why(row)})"
-                self._add("wrong_slice", group, row, detail, self._spans_of(row))
+                self._add("wrong_slice", group, row, detail, self._spans_of(group, row))
         for a, b in slices.offset_overlaps(rows, self.tol):
             if self._in_window(b):
                 overlap = min(a.end, b.end) - b.start
@@ -290,7 +302,7 @@ class _Partition:
                     f"{_who(b)} overlapped {a.client_id} pid {a.pid} (slice {a.slice}) on the "
                     f"same offset by {overlap:.3f}s: two holders of one record at once"
                 )
-                self._add("offset_overlap", group, b, detail, self._spans_of(a, b), (a, b))
+                self._add("offset_overlap", group, b, detail, self._spans_of(group, a, b), (a, b))
         if not key:
             return
         for row, before, why in slices.key_order(rows, self.tol, self.poisoned):
@@ -299,7 +311,7 @@ class _Partition:
                     f"{_who(row)}: key (crc32 {row.key_hash}) handled {why}: offset "
                     f"{before.offset} by {before.client_id} pid {before.pid}"
                 )
-                self._add("key_order", group, row, detail, self._spans_of(before, row),
+                self._add("key_order", group, row, detail, self._spans_of(group, before, row),
                           (before, row))  # fmt: skip
 
     def duplicates(self, group: str | None, rows: Sequence[LedgerRow], amo: bool) -> None:
@@ -320,7 +332,7 @@ class _Partition:
             if not self._in_window(later):
                 continue
             detail = f"{_who(later)}: offset {offset} handled {len(found)} times in an AMO group"
-            self._add("amo_duplicate", group, later, detail, self._spans_of(*found), found)
+            self._add("amo_duplicate", group, later, detail, self._spans_of(group, *found), found)
 
     def _rewound(self, group: str | None, first: LedgerRow, second: LedgerRow) -> bool:
         """Whether the pausing admin held the partition between two handlings (set-position)."""

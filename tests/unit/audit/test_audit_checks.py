@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -278,12 +279,68 @@ class TestGroupAttribution:
         assert check(TWO_GROUPS_LOG, [*ALO_CLEAN, stray], window=Window(group="g")) == []
         assert [v["group"] for v in check(TWO_GROUPS_LOG, [*ALO_CLEAN, stray])] == [None]
 
-    def test_the_clients_claim_decides_the_group(self) -> None:
-        """A row covered by its client's claim belongs to that claim's group, whatever the
-        row names (the plugin writes both from one claim, so they never differ)."""
+    def test_the_group_a_row_names_decides_its_claims(self) -> None:
+        """A row that names its group is checked against that group's claims only, never
+        taken for another group's (the plugin writes both from one claim, so a row naming
+        another group than the claim that covers it was not handled under that claim)."""
         named = [r._replace(group="other") for r in ALO_CLEAN]
-        assert check(TWO_GROUPS_LOG, named, window=Window(group="g")) == []
-        assert check(TWO_GROUPS_LOG, named, window=Window(group="other")) == []
+        assert set(kinds(check(TWO_GROUPS_LOG, named, window=Window(group="other")))) == {
+            "zombie_work"
+        }
+        assert kinds(check(TWO_GROUPS_LOG, named, window=Window(group="g"))) == ["alo_gap"]
+
+
+def placed(group: str, coord: int, *entries: tuple[int, Message]) -> list[CoordRecord]:
+    """Records of ``group`` alone on coordination partition ``coord`` (its home once placed):
+    (ms after T0, message), in offset order, so its first claim's token is 0."""
+    return [
+        record(replace(m, group_id=group), i, T0 + t, coord) for i, (t, m) in enumerate(entries)
+    ]
+
+
+# Groups g3 and g5 both consume partition 0, each placed on its own coordination partition,
+# and client A of each wins it at offset 0 there: one token, 0, for both. g3 holds it from 0
+# to its release at 2000 (commits 0..3), g5 from 1000 to its release at 3000 (commits 0..3).
+SAME_TOKEN_LOG = [
+    *placed("g3", 0, (0, claim("A")), (500, hb("A", 0)), (1500, hb("A", 3)),
+            (2000, release("A", 3))),
+    *placed("g5", 1, (1000, claim("A")), (1500, hb("A", 0)), (2500, hb("A", 3)),
+            (3000, release("A", 3))),
+]  # fmt: skip
+G3_ROWS = [row(o, "A", 0, 600 + 100 * o, pid=31, group="g3") for o in range(3)]
+G5_ROWS = [row(o, "A", 0, 1600 + 100 * o, pid=51, group="g5") for o in range(3)]
+
+
+class TestPlacedGroups:
+    """Two groups whose claims on one data partition carry the same token (placed groups)."""
+
+    def test_each_groups_rows_are_checked_against_its_own_claims(self) -> None:
+        """Both groups handled every record inside their own claims: no overlap between
+        them, no gap, no redelivery, with or without --group."""
+        ledger = [*G3_ROWS, *G5_ROWS]
+        assert check(SAME_TOKEN_LOG, ledger) == []
+        assert check(SAME_TOKEN_LOG, ledger, window=Window(group="g5")) == []
+        assert check(SAME_TOKEN_LOG, ledger, window=Window(group="g3")) == []
+        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
+        result, _ = run_local(SAME_TOKEN_LOG, config, ledger)
+        assert result.check is not None and result.check.alo_redeliveries == 0
+
+    def test_work_outside_its_groups_claim_is_zombie_work_inside_anothers(self) -> None:
+        """g5's row at 500 ms is before g5 won the partition (1000) though inside g3's claim
+        with the same token and client id: g5's zombie work, shown with g5's claim only."""
+        early = row(3, "A", 0, 500, pid=51, group="g5")
+        found = check(SAME_TOKEN_LOG, [*G3_ROWS, *G5_ROWS, early])
+        assert [(v["kind"], v["group"], v["offset"]) for v in found] == [("zombie_work", "g5", 3)]
+        claims = json.loads(found[0]["evidence"])["claims"]
+        assert [c["group"] for c in claims] == ["g5"]
+
+    def test_an_old_row_is_left_unattributed_when_two_groups_explain_it(self) -> None:
+        """A row of an older ledger names no group: two groups' claims of its client carry
+        its token, so neither is guessed (--group never reports it)."""
+        old = row(3, "A", 0, 1700, pid=77)
+        found = check(SAME_TOKEN_LOG, [*G3_ROWS, *G5_ROWS, old])
+        assert found == []
+        assert check(SAME_TOKEN_LOG, [*G3_ROWS, *G5_ROWS, old], window=Window(group="g5")) == []
 
 
 class TestOverlapsDuplicatesGaps:
