@@ -13,7 +13,7 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.ipc
 
-from marshal_workers.audit.schema import TABLES
+from marshal_workers.audit.schema import described
 from marshal_workers.audit.tables import Row
 from marshal_workers.protocol.wire import CoordRecord
 
@@ -38,7 +38,7 @@ RECORD_SCHEMA: Final = pa.schema(
 
 def arrow_schema(table: str) -> Any:
     """The Arrow schema of one table."""
-    return pa.schema([(name, _TYPES[kind]) for name, kind, _ in TABLES[table]])
+    return pa.schema([(name, _TYPES[kind]) for name, kind, _ in described(table)])
 
 
 PACKED_SCHEMA: Final = pa.schema(
@@ -85,7 +85,7 @@ def table_batch(table: str, rows: Sequence[Row]) -> Any:
 
 def rows_of(batch: Any, table: str) -> list[Row]:
     """The rows of a batch in the table's schema, as tuples in column order."""
-    names = [name for name, _, _ in TABLES[table]]
+    names = [name for name, _, _ in described(table)]
     cols = [batch.column(name).to_pylist() for name in names]
     return list(zip(*cols, strict=True)) if cols else []
 

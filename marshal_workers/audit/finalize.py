@@ -6,8 +6,11 @@
   the reader's clock, so an audit of the same log always says the same.
 - `settle_reserved`: an AMO interval still open at the end of its partition ended as its claim
   settled (stale, or still held: its last batch is work in progress, see `amo`).
-- `merge_groups`: each coordination partition counts its own part of a group; a claim lives on
-  exactly one partition, so the parts add up; a group is AMO if any part saw a reservation.
+- `merge_groups`: each coordination partition counts its own part of a group; a claim interval
+  (or pause) lives on exactly one partition, so those counts add up. Its data partitions and
+  members do not: a group moved to another placement claimed the same keys on its old home
+  partition and on its new one, so they are counted once, from the claim keys each part names
+  (``group_keys``). A group is AMO if any part saw a reservation.
 - `merge_coordination`: the fold per claim (`claimfold`) counts each coordination partition
   in parts, one per claim (and per group, and one for the rest); they add up to one row.
 - `add_lag`: the data partitions' high watermarks (read once, at audit time) against each
@@ -22,7 +25,9 @@ from typing import Any
 
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.tables import Row, Window
+from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.slicing import data_topic
+from marshal_workers.protocol.wire import ClaimKey
 
 _CLAIM = {name: i for i, name in enumerate(columns("claims"))}
 _GROUP = {name: i for i, name in enumerate(columns("groups"))}
@@ -94,8 +99,11 @@ def settle_reserved(reserved: Iterable[Row], settled_claims: Iterable[Row]) -> l
     return out
 
 
-def merge_groups(parts: Iterable[Row], modes: Mapping[str, str] | None = None) -> list[Row]:
-    """One ``groups`` row per group from the per-partition parts; ``modes`` overrides mode."""
+def merge_groups(
+    parts: Iterable[Row], keys: Iterable[Row], modes: Mapping[str, str] | None = None
+) -> list[Row]:
+    """One ``groups`` row per group from the per-partition parts and their claim keys
+    (``group_keys`` rows); ``modes`` overrides mode."""
     merged: dict[str, list[Any]] = {}
     for part in parts:
         name = part[_GROUP["group"]]
@@ -106,14 +114,27 @@ def merge_groups(parts: Iterable[Row], modes: Mapping[str, str] | None = None) -
             continue
         if part[_GROUP["mode"]] == "amo":
             have[_GROUP["mode"]] = "amo"
-        for col in ("partitions", "members", "claims", "failovers", "handovers", "pauses"):
+        for col in ("claims", "failovers", "handovers", "pauses"):
             i = _GROUP[col]
             have[i] = int(have[i]) + int(part[i])
+    distinct = _distinct_keys(keys)
     for name, row in merged.items():
+        data, members = distinct.get(name, (set(), set()))
+        row[_GROUP["partitions"]], row[_GROUP["members"]] = len(data), len(members)
         override = (modes or {}).get(name) or (modes or {}).get("*")
         if override:
             row[_GROUP["mode"]] = override
     return [tuple(merged[name]) for name in sorted(merged)]
+
+
+def _distinct_keys(keys: Iterable[Row]) -> dict[str, tuple[set[ClaimKey], set[ClaimKey]]]:
+    """Each group's data claim keys and member claim keys, over every coordination partition."""
+    out: dict[str, tuple[set[ClaimKey], set[ClaimKey]]] = {}
+    for group, topic, partition in keys:
+        key = ClaimKey(str(group), str(topic), int(partition))
+        data, members = out.setdefault(key.group, (set(), set()))
+        (members if is_member_key(key) else data).add(key)
+    return out
 
 
 def merge_coordination(parts: Iterable[Row]) -> list[Row]:

@@ -163,7 +163,8 @@ class AuditResult:
 def finish_small(
     small: Mapping[str, list[Row]], config: AuditConfig
 ) -> tuple[dict[str, list[Row]], int | None, ClaimIndex]:
-    """Settle open intervals against the log's end, merge group parts, keep ``--group``'s.
+    """Settle open intervals against the log's end, merge group parts (counting the claim
+    keys of ``group_keys`` once), keep ``--group``'s.
 
     Also returns the index the ledger checks need, built from every group's claims: a
     ledger row of another group must be recognised as such, not taken for zombie work."""
@@ -175,7 +176,7 @@ def finish_small(
         out["claims"] = settle(out["claims"], end, hb, window)
         out["membership"] = settle(out["membership"], end, hb, window)
     out["amo_reserved"] = settle_reserved(out["amo_reserved"], out["claims"])
-    out["groups"] = merge_groups(out["groups"], config.modes)
+    out["groups"] = merge_groups(out["groups"], small.get("group_keys", []), config.modes)
     index = claim_index(out)
     if window.group is not None:
         for name in (

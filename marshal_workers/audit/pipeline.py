@@ -4,8 +4,9 @@
 2. Fold them (`spark_jobs.fold_by_claim`: Spark annotates each coordination partition in
    the JVM and distributes the claims, the workers' own fold runs on each, `claimfold`) into
    every table's rows at once, persisted on disk.
-3. Collect the small tables, settle them (`model.finish_small`) and write them from the
-   driver; write the big ones (events, reservations, lag) from Spark.
+3. Collect the small tables (and the groups' claim keys, `schema.PARTS`), settle them
+   (`model.finish_small`) and write them from the driver; write the big ones (events,
+   reservations, lag) from Spark.
 4. Check the ledgers against the claim intervals (`spark_jobs.check`).
 5. Write report.html.
 
@@ -33,6 +34,7 @@ from marshal_workers.audit.model import (
     finish_small,
 )
 from marshal_workers.audit.progress import Progress, silent
+from marshal_workers.audit.schema import PARTS
 from marshal_workers.audit.session import SessionOptions, error_line, start_session
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.protocol.slicing import data_topic
@@ -126,7 +128,7 @@ def _fold_and_check(
     context = context_of(group_records)
     packed = _spark(lambda: spark_jobs.fold_by_claim(placed, settings, spread, context))
     try:
-        raw = _spark(lambda: spark_jobs.collect_tables(packed, SMALL))
+        raw = _spark(lambda: spark_jobs.collect_tables(packed, (*SMALL, *PARTS)))
         tables, end_ms, index = finish_small(raw, config)
         result = AuditResult(config, tables, end_ms, index)
         folded = sum(int(r[1]) for r in tables["coordination"])

@@ -205,18 +205,35 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
     ),
 }
 
+PARTS: Final[dict[str, tuple[Column, ...]]] = {
+    "group_keys": (
+        ("group", "string", "consumer group"),
+        ("topic", "string", "claim's topic field: data topic (or slice), or member pseudo-topic"),
+        ("partition", "long", "data partition (0 for a member claim)"),
+    ),
+}
+"""What the fold hands the driver besides the tables, and the audit never writes: each group's
+claim keys on a coordination partition (`tables.Tables.finish`). A group moved to another
+placement claimed the same keys on two partitions, so its ``groups`` parts cannot add up their
+counts of partitions and members: `finalize.merge_groups` counts the keys once."""
+
 STREAMED: Final = ("events", "reservations", "lag")
 """Tables with a row per record or heartbeat: written by Spark straight from the fold."""
 
 
+def described(table: str) -> tuple[Column, ...]:
+    """The columns of a table, or of one of the fold's `PARTS`."""
+    return TABLES[table] if table in TABLES else PARTS[table]
+
+
 def columns(table: str) -> tuple[str, ...]:
-    """The column names of a table, in order."""
-    return tuple(name for name, _, _ in TABLES[table])
+    """The column names of a table (or part), in order."""
+    return tuple(name for name, _, _ in described(table))
 
 
 def ddl(table: str) -> str:
-    """A Spark DDL schema string for a table."""
-    return ", ".join(f"`{name}` {kind}" for name, kind, _ in TABLES[table])
+    """A Spark DDL schema string for a table (or part)."""
+    return ", ".join(f"`{name}` {kind}" for name, kind, _ in described(table))
 
 
 PACKED_DDL: Final = "`table` string, `rows` long, `data` binary"

@@ -23,7 +23,9 @@ compacted away (the fold's Unverified events) proves nothing and opens no interv
 Member claims (`members.is_member_key`) go to ``membership``; data claims to ``claims``, and
 only they produce failovers, heartbeat gaps, reservations and lag rows. Accepted poison
 records (`recordfailures`: a handler's counted failures, parkings, an operator's retry or skip)
-are ``poison`` rows. Rows are tuples in the
+are ``poison`` rows. Each group's ``groups`` row counts this partition's part of it, and its
+``group_keys`` rows (`schema.PARTS`) name the claim keys behind the counts of partitions and
+members, which `finalize.merge_groups` counts once over all partitions. Rows are tuples in the
 column order of `schema.TABLES`; rows outside the ``--group``/``--since``/``--until`` window
 are left out here, so that every caller filters alike.
 """
@@ -139,7 +141,8 @@ class Tables:
             name: []
             for name in (
                 "events", "claims", "membership", "failovers", "heartbeat_gaps",
-                "reservations", "lag", "poison", "amo_reserved", "groups", "coordination",
+                "reservations", "lag", "poison", "amo_reserved", "groups", "group_keys",
+                "coordination",
             )
         }  # fmt: skip
         self._open: dict[tuple[str, str, int], _Interval] = {}
@@ -412,6 +415,8 @@ class Tables:
                 (group, "amo" if part.amo else "alo", len(part.partitions), len(part.members),
                  part.claims, part.failovers, part.handovers, part.pauses)
             )  # fmt: skip
+            keys = sorted(part.partitions | part.members)
+            self.rows["group_keys"].extend((group, k.topic, k.partition) for k in keys)
         first, last = self._first, self._last
         verdicts = {kind.__name__: n for kind, n in self._verdicts.items()}
         gap = self._gap_seen if self.log_gap is None else self.log_gap

@@ -183,7 +183,7 @@ def merged(tables: dict[str, list[Row]]) -> dict[str, list[str]]:
     """Every table as a sorted list, the parts of coordination and groups rows merged."""
     out = dict(tables)
     out["coordination"] = merge_coordination(out.get("coordination", []))
-    out["groups"] = merge_groups(out.get("groups", []))
+    out["groups"] = merge_groups(out.get("groups", []), out.get("group_keys", []))
     return {name: sorted(map(repr, rows)) for name, rows in out.items() if rows}
 
 

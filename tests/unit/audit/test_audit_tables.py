@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from marshal_workers.audit import arrow
+from marshal_workers.audit.claimfold import fold_by_claim
 from marshal_workers.audit.finalize import add_lag, merge_groups
 from marshal_workers.audit.fold import FoldSettings, fold_batches, fold_records
 from marshal_workers.audit.local import run_local
-from marshal_workers.audit.model import AuditConfig, FileInput
+from marshal_workers.audit.model import AuditConfig, FileInput, finish_small
 from marshal_workers.audit.schema import TABLES, columns
 from marshal_workers.audit.synthetic import Fleet, generate
 from marshal_workers.audit.tables import Window
@@ -184,10 +185,31 @@ class TestGroupsAndEvents:
         assert tables["coordination"][0]["records"] == len(HANDOVER_THEN_FAILOVER) + 1
 
     def test_group_parts_add_up_and_amo_wins(self) -> None:
-        """Counts of one group from several coordination partitions add; AMO anywhere is AMO."""
-        parts = [("g", "alo", 2, 1, 3, 1, 0, 0), ("g", "amo", 1, 1, 1, 0, 1, 0)]
-        assert merge_groups(parts) == [("g", "amo", 3, 2, 4, 1, 1, 0)]
-        assert merge_groups(parts, {"*": "alo"}) == [("g", "alo", 3, 2, 4, 1, 1, 0)]
+        """Counts of one group's claims, failovers, handovers and pauses from several
+        coordination partitions add; partitions and members are its distinct claim keys;
+        AMO anywhere is AMO."""
+        parts = [("g", "alo", 2, 1, 3, 1, 0, 0), ("g", "amo", 2, 1, 1, 0, 1, 0)]
+        keys = [("g", "t", 0), ("g", "t", 1), ("g", "__member.A", 0)]
+        keys += [("g", "t", 1), ("g", "t", 2), ("g", "__member.B", 0)]
+        assert merge_groups(parts, keys) == [("g", "amo", 3, 2, 4, 1, 1, 0)]
+        assert merge_groups(parts, keys, {"*": "alo"}) == [("g", "alo", 3, 2, 4, 1, 1, 0)]
+
+    def test_a_moved_group_counts_each_partition_and_member_once(self) -> None:
+        """A group moved to another placement claimed its 3 partitions, and its 2 members
+        announced themselves, on two coordination partitions: still 3 partitions and 2
+        members (its claims add up: 6), whether folded per partition or per claim (Spark)."""
+
+        def life(coord: int, start: int) -> list[CoordRecord]:
+            members = [claim(c, topic=member_key(GROUP, c).topic) for c in "AB"]
+            msgs = [*members, *(claim("AB"[p % 2], p) for p in range(3))]
+            return [record(m, i, T0 + start + 10 * i, coord) for i, m in enumerate(msgs)]
+
+        records = [*life(0, 0), *life(1, 5000)]
+        counts = [(g["partitions"], g["members"], g["claims"]) for g in audit(records)["groups"]]
+        assert counts == [(3, 2, 6)]
+        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
+        per_claim = fold_by_claim(records, FoldSettings(RationalizerConfig(HB)))
+        assert finish_small(per_claim, config)[0]["groups"] == [(GROUP, "alo", 3, 2, 6, 0, 0, 0)]
 
     def test_pausing_admin_intervals_are_marked(self) -> None:
         """A claim by the client that paused the group is by_admin (set-position)."""
