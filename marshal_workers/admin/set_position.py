@@ -24,7 +24,11 @@ from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 @group_option()
 @click.option("--topic", required=True, help="The data topic whose position to set.")
 @click.option("--to-earliest", is_flag=True, help="Every partition to its first stored offset.")
-@click.option("--to-latest", is_flag=True, help="Every partition to its end (skip everything).")
+@click.option(
+    "--to-latest",
+    is_flag=True,
+    help="Every partition to its end when it is set (skip everything).",
+)
 @click.option(
     "--to-offset",
     metavar="P=O[,P=O...]",
@@ -36,7 +40,7 @@ from marshal_workers.config.toolconfig import FleetSettings, fleet_options
     metavar="ISO8601",
     default=None,
     help="Every partition to its first record at or after this time (UTC unless it has an "
-    "offset); the end where there is none.",
+    "offset); the end when it is set where there is none.",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan (current -> target) and stop.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")

@@ -7,7 +7,9 @@ Theory of operation ("Setting Consumer Group Position" in the Marshal protocol)
    slices (``--ordering key`` or ``unordered``: `protocol.slicing`) has one claim per slice of
    a partition, each with its own position: every slice of a partition is moved to the
    partition's target (a slice takes the partition's records and keeps its own, so the same
-   offset is the same point in the partition for each).
+   offset is the same point in the partition for each). A target at the partition's end
+   (``--to-latest``; ``--to-datetime`` where no record is later) is marked: it is read again
+   in step 4 (see there).
 2. Pause the group: ReleaseGroup on every coordination partition, expiring after the wait
    timeout plus a margin, so that a crashed admin does not pause the group for ever (it is
    renewed if the moves outlast it).
@@ -16,7 +18,11 @@ Theory of operation ("Setting Consumer Group Position" in the Marshal protocol)
 4. For each partition, as the admin client: ClaimingPartition (it wins: the claim is released
    and the group paused by this client), Heartbeat with the new offset (the pausing client's
    heartbeat sets the position outright, an AMO reservation included), ReleasingPartition at
-   the new offset.
+   the new offset. The move is taken as the fold has it once the claim is held: the holders
+   handled on while step 3 waited, so the position to restore on a failure is the one found
+   then, not the plan's, and a target at the end is the end read then (once per partition),
+   never below the position found (the end read for the plan is behind what the holders
+   handled meanwhile: setting it moved the group back, in AMO handling those records twice).
 5. Lift the pause (a ReleaseGroup whose expire time has passed); the workers claim again and
    start at the new offsets.
 
@@ -38,8 +44,8 @@ line saying what was restored (and what a partition with no position before was 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 
 from marshal_workers.admin.connection import Connection, group_session
 from marshal_workers.admin.pause import (
@@ -50,17 +56,24 @@ from marshal_workers.admin.pause import (
     pause_until,
 )
 from marshal_workers.admin.session import AdminError, AdminSession
-from marshal_workers.admin.targets import KafkaOffsetSource, TargetSpec, compute_targets
+from marshal_workers.admin.targets import (
+    KafkaOffsetSource,
+    TargetSpec,
+    compute_targets,
+    end_target_now,
+)
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.fleet.offsetsink import KafkaOffsetSink
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.groupstatus import iso_ms
 from marshal_workers.protocol.members import is_claimable
-from marshal_workers.protocol.rationalizer import claim_label
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import claim_label, resume_offset
 from marshal_workers.protocol.slicing import split_topic
 from marshal_workers.protocol.wire import ClaimKey
 
 Progress = Callable[[str], None]
+EndOf = Callable[[int], int]  # a partition's target at its end, read now (`end_target_now`)
 MOVE_BUDGET_S = 30.0  # pause time allowed for the moves, beyond the wait for the holders
 
 
@@ -86,6 +99,7 @@ class PartitionMove:
     state: str
     target: int
     claim_topic: str | None = None  # the slice's claim (``orders+key.2of4``); None: whole
+    to_end: bool = False  # target: the end as read for the plan; read again when set
 
     @property
     def old(self) -> int | None:
@@ -116,6 +130,7 @@ class PartitionMove:
             "holder": self.holder,
             "state": self.state,
             "target": self.target,
+            "target_is_end": self.to_end,
         }
 
 
@@ -142,10 +157,15 @@ class PositionPlan:
 
 
 def make_plan(
-    session: AdminSession, group: str, topic: str, targets: Mapping[int, int]
+    session: AdminSession,
+    group: str,
+    topic: str,
+    targets: Mapping[int, int],
+    ends: Collection[int] = (),
 ) -> PositionPlan:
     """The plan from the fold as it is now (freshness judged at the session's `now_ms`): one
-    move per claim, that is per partition, or per slice of each partition of a sliced group."""
+    move per claim, that is per partition, or per slice of each partition of a sliced group.
+    The partitions in ``ends`` have their end as target (`Targets.ends`)."""
     now = session.now_ms()
     claim_topics: list[str | None] = [*slice_topics(session, group, topic)] or [None]
     moves = []
@@ -161,6 +181,7 @@ def make_plan(
                     claim_label(state, now, session.hb_ms),
                     target,
                     claim_topic,
+                    p in ends,
                 )
             )
     return PositionPlan(group, topic, tuple(moves))
@@ -184,7 +205,7 @@ def render_plan(plan: PositionPlan) -> str:
             m.where,
             _cell(m.committed),
             _cell(m.reserved),
-            str(m.target),
+            f"{m.target}*" if m.to_end else str(m.target),
             m.state,
             _cell(m.holder),
         ]
@@ -194,6 +215,8 @@ def render_plan(plan: PositionPlan) -> str:
     lines = [f"group {plan.group}, topic {plan.topic}"]
     for row in [list(head), *rows]:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    if any(m.to_end for m in plan.moves):
+        lines.append("* the end now: read again when set, and never set below the position then")
     return "\n".join(lines)
 
 
@@ -221,14 +244,25 @@ class _Pause:
             raise MoveError(f"renewing the pause: {self.outcome.summary()}")
 
 
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """What a run set: one line saying so, and the moves as made (each with the position it
+    found and the target it set, which for a target at the end is not the plan's)."""
+
+    summary: str
+    moves: tuple[PartitionMove, ...]
+
+
 def set_position(
     session: AdminSession,
     plan: PositionPlan,
     *,
     timeout_s: float,
     progress: Progress = _quiet,
-) -> str:
-    """Steps 2 to 5 of the module docstring; return one line saying what moved.
+    end_of: EndOf | None = None,
+) -> Moved:
+    """Steps 2 to 5 of the module docstring; return what moved. ``end_of`` reads a target at
+    the end again (None: the plan's end stands, raised to the position found if below it).
 
     MarshalError (after lifting the pause, and after restoring what had moved) if the pause
     is refused, the holders do not release within ``timeout_s``, or a step fails."""
@@ -257,16 +291,18 @@ def set_position(
     except MarshalError as exc:
         problem = end.lift()
         raise MarshalError(f"{exc}; nothing moved; {problem or end.said}") from None
-    touched: list[PartitionMove] = []
+    touched: list[PartitionMove] = []  # as made (`_as_found`)
     current: PartitionMove | None = None
+    ends = _Ends(end_of)
     try:
         for current in plan.moves:
             pause.keep(_step_budget_s(session))
             key = plan.key(current)
             _acquire(session, key)
-            touched.append(current)  # from its first heartbeat on, the position may change
-            _set(session, key, current.target)
-            progress(f"partition {current.where}: {_cell(current.old)} -> {current.target}")
+            move = _as_found(session, key, current, ends)
+            touched.append(move)  # from its first heartbeat on, the position may change
+            _set(session, key, move.target)
+            progress(f"partition {move.where}: {_cell(move.old)} -> {move.target}")
     except MarshalError as exc:
         where = f" at partition {current.where}" if current is not None else ""
         problems = _restore(session, plan, touched, pause, end, progress)
@@ -281,8 +317,43 @@ def set_position(
     problem = end.lift()
     if problem is not None:
         raise MarshalError(f"the new positions are set, but {problem}")
-    moved = ", ".join(f"{m.where}: {_cell(m.old)} -> {m.target}" for m in plan.moves)
-    return f"group {group} topic {plan.topic} moved ({moved}); {end.said}"
+    moved = ", ".join(f"{m.where}: {_cell(m.old)} -> {m.target}" for m in touched)
+    return Moved(f"group {group} topic {plan.topic} moved ({moved}); {end.said}", tuple(touched))
+
+
+@dataclass
+class _Ends:
+    """The ends of the partitions, each read once (`EndOf`), when first needed: after the
+    holders have released, so at or above what they handled (every slice of a partition
+    gets the same one)."""
+
+    end_of: EndOf | None
+    read: dict[int, int] = field(default_factory=dict)
+
+    def of(self, move: PartitionMove) -> int:
+        """``move``'s partition's end now (the plan's if there is no `EndOf`)."""
+        if self.end_of is None:
+            return move.target
+        if move.partition not in self.read:
+            self.read[move.partition] = self.end_of(move.partition)
+        return self.read[move.partition]
+
+
+def _as_found(
+    session: AdminSession, key: ClaimKey, move: PartitionMove, ends: _Ends
+) -> PartitionMove:
+    """``move`` as this client finds it once it holds the claim: the position the holder left
+    (what a failure restores; it handled on after the plan) and, for a target at the end, the
+    end now, never below that position (in AMO a reservation counts: it may be handled)."""
+    state = session.state(key)
+    found = replace(
+        move,
+        committed=state.committed if state else None,
+        reserved=state.reserved if state else None,
+    )
+    if not move.to_end:
+        return found
+    return replace(found, target=max(ends.of(move), resume_offset(state, Mode.AMO) or 0))
 
 
 def _step_budget_s(session: AdminSession) -> float:
@@ -372,10 +443,11 @@ def _restore(
     again first to keep an operator's)."""
     problems: list[str] = []
     held: list[tuple[ClaimKey, int, str]] = []  # a claim to end, its offset, what that leaves
+    done = {plan.key(m) for m in touched}
     for move in plan.moves:
         key = plan.key(move)
         state = session.state(key)
-        if move not in touched and session.holds(key) and state and state.committed is not None:
+        if key not in done and session.holds(key) and state and state.committed is not None:
             held.append((key, state.committed, f"restored to {state.committed}"))
     try:
         pause.keep(_step_budget_s(session) * max(1, len(touched)))
@@ -479,23 +551,32 @@ def run_set_position(
 ) -> str:
     """`marshal-admin set-position`: the plan (``dry_run``), or the move; returns the output."""
     source = KafkaOffsetSource(conn.bootstrap_servers, conn.kafka)
-    try:
+    try:  # kept open: a target at the end is read again when set
         targets = compute_targets(source, topic, spec)
+        with group_session(conn, group, client_id, timeout_s) as (session, adopted):
+            plan = make_plan(session, group, topic, targets.offsets, targets.ends)
+            if dry_run:
+                admins = adopted.admin_client_ids
+                if admins is not None and client_id not in admins:
+                    progress(
+                        f"warning: {client_id} is not an admin client: the pause would be refused"
+                    )
+                return json.dumps(plan.to_json(dry_run=True)) if as_json else render_plan(plan)
+            progress(render_plan(plan))
+            moved = set_position(
+                session,
+                plan,
+                timeout_s=timeout_s,
+                progress=progress,
+                end_of=lambda p: end_target_now(source, topic, spec, p),
+            )
     finally:
         source.close()
-    with group_session(conn, group, client_id, timeout_s) as (session, adopted):
-        plan = make_plan(session, group, topic, targets)
-        if dry_run:
-            admins = adopted.admin_client_ids
-            if admins is not None and client_id not in admins:
-                progress(f"warning: {client_id} is not an admin client: the pause would be refused")
-            return json.dumps(plan.to_json(dry_run=True)) if as_json else render_plan(plan)
-        progress(render_plan(plan))
-        summary = set_position(session, plan, timeout_s=timeout_s, progress=progress)
-    _commit_to_kafka(conn, plan, progress)
+    done = replace(plan, moves=moved.moves)
+    _commit_to_kafka(conn, done, progress)
     if as_json:
-        return json.dumps({**plan.to_json(dry_run=False), "done": True, "summary": summary})
-    return summary
+        return json.dumps({**done.to_json(dry_run=False), "done": True, "summary": moved.summary})
+    return moved.summary
 
 
 def _commit_to_kafka(conn: Connection, plan: PositionPlan, progress: Progress) -> None:

@@ -4,6 +4,11 @@
 ``--to-datetime`` the first offset whose record timestamp is at or after the time (the high
 watermark where there is none), ``--to-offset P=O[,...]`` the offsets given, checked against
 the topic's partitions and their watermarks. Offsets are Kafka's "next offset to read".
+
+A target at the end (``--to-latest``, and ``--to-datetime`` where no record is at or after the
+time) moves while the fleet runs: `Targets.ends` names those partitions, and `end_target_now`
+reads such a target again when its position is set, after the holders have released (the end
+read for the plan is behind what they handled meanwhile).
 """
 
 from __future__ import annotations
@@ -86,7 +91,16 @@ def parse_time(text: str, what: str) -> int:
         raise ConfigError(f"{what}: {exc}") from None
 
 
-def compute_targets(source: OffsetSource, topic: str, spec: TargetSpec) -> dict[int, int]:
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """The target offset of each partition to move, and which of them are the partition's end
+    as read now (to be read again when set: `end_target_now`)."""
+
+    offsets: dict[int, int]
+    ends: frozenset[int] = frozenset()
+
+
+def compute_targets(source: OffsetSource, topic: str, spec: TargetSpec) -> Targets:
     """The target offset of each partition to move (ConfigError for an impossible request)."""
     partitions = source.partitions(topic)
     if spec.kind is Kind.OFFSETS:
@@ -105,17 +119,32 @@ def compute_targets(source: OffsetSource, topic: str, spec: TargetSpec) -> dict[
                     "(the records still stored, and the end)"
                 )
             out[p] = offset
-        return out
+        return Targets(out)
     if spec.kind is Kind.EARLIEST:
-        return {p: source.watermarks(topic, p)[0] for p in partitions}
+        return Targets({p: source.watermarks(topic, p)[0] for p in partitions})
     if spec.kind is Kind.LATEST:
-        return {p: source.watermarks(topic, p)[1] for p in partitions}
+        return Targets(
+            {p: source.watermarks(topic, p)[1] for p in partitions}, frozenset(partitions)
+        )
     assert spec.time_ms is not None
     found = source.offsets_for_time(topic, partitions, spec.time_ms)
-    return {
-        p: off if (off := found.get(p)) is not None else source.watermarks(topic, p)[1]
-        for p in partitions
-    }
+    ends = frozenset(p for p in partitions if found.get(p) is None)
+    return Targets({p: _found_or_end(source, topic, p, found.get(p)) for p in partitions}, ends)
+
+
+def end_target_now(source: OffsetSource, topic: str, spec: TargetSpec, partition: int) -> int:
+    """The target of a partition that was at its end in `compute_targets`, read again now:
+    the end now, or for ``--to-datetime`` the first record at or after the time if one has
+    been written since."""
+    if spec.kind is Kind.DATETIME:
+        assert spec.time_ms is not None
+        found = source.offsets_for_time(topic, [partition], spec.time_ms).get(partition)
+        return _found_or_end(source, topic, partition, found)
+    return source.watermarks(topic, partition)[1]
+
+
+def _found_or_end(source: OffsetSource, topic: str, partition: int, found: int | None) -> int:
+    return found if found is not None else source.watermarks(topic, partition)[1]
 
 
 class KafkaOffsetSource:

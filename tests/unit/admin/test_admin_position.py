@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import pytest
 
+from marshal_workers.admin import set_position_run
+from marshal_workers.admin.connection import Connection
 from marshal_workers.admin.group_settings import change_settings
 from marshal_workers.admin.pause import lift_pause, pause_for, write_pause
 from marshal_workers.admin.session import AdminSession
-from marshal_workers.admin.set_position_run import make_plan, render_plan, set_position
+from marshal_workers.admin.set_position_run import (
+    make_plan,
+    render_plan,
+    run_set_position,
+    set_position,
+)
+from marshal_workers.admin.targets import Kind, TargetSpec
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import LogError
@@ -186,7 +195,9 @@ class TestSetPosition:
         s = Setup()
         admin = s.session()
         plan = make_plan(admin, G, T, {0: 2, 1: 25, 2: 30})
-        summary = set_position(admin, plan, timeout_s=5, progress=s.releasing_on_first_wait())
+        summary = set_position(
+            admin, plan, timeout_s=5, progress=s.releasing_on_first_wait()
+        ).summary
         assert summary.endswith("pause lifted")
         assert any(line.startswith("waiting for the holders") for line in s.lines)
         world = s.observer()
@@ -208,7 +219,9 @@ class TestSetPosition:
         held = pause_for(admin, G, 30 * 24 * 3600)
         assert held.accepted
         plan = make_plan(admin, G, T, {0: 2, 1: 25, 2: 30})
-        summary = set_position(admin, plan, timeout_s=5, progress=s.releasing_on_first_wait())
+        summary = set_position(
+            admin, plan, timeout_s=5, progress=s.releasing_on_first_wait()
+        ).summary
         assert summary.endswith("pause kept (this client's from before the run)"), summary
         world = s.observer()
         now = world.now_ms()
@@ -226,7 +239,9 @@ class TestSetPosition:
         admin = s.session()
         assert pause_for(admin, G, 3).accepted
         plan = make_plan(admin, G, T, {0: 2})
-        summary = set_position(admin, plan, timeout_s=5, progress=s.releasing_on_first_wait())
+        summary = set_position(
+            admin, plan, timeout_s=5, progress=s.releasing_on_first_wait()
+        ).summary
         assert summary.endswith("pause lifted"), summary
         world = s.observer()
         now = world.now_ms()
@@ -245,7 +260,9 @@ class TestSetPosition:
             (names[0], 7, 7), (names[1], 9, None), (names[2], 6, None),
         ]  # fmt: skip
         assert "0 key.1of3" in render_plan(plan)
-        summary = set_position(admin, plan, timeout_s=5, progress=s.releasing_on_first_wait())
+        summary = set_position(
+            admin, plan, timeout_s=5, progress=s.releasing_on_first_wait()
+        ).summary
         assert summary.endswith("pause lifted") and "0 key.2of3: 6 -> 2" in summary
         world = s.observer()
         for name in names:
@@ -289,6 +306,164 @@ class TestSetPosition:
         table = render_plan(plan).splitlines()
         assert table[1].split() == ["PARTITION", "CURRENT", "RESERVED", "TARGET", "STATE", "HOLDER"]
         assert table[2].split() == ["0", "8", "8", "2", "fresh", "w1"]
+        assert len(table) == 4, "no target at the end: no footnote"
+
+    def test_a_target_at_the_end_is_marked_in_the_plan(self) -> None:
+        """The end is the end as read for the plan: the table marks it and says it is read
+        again when set; --json says which targets are ends."""
+        plan = make_plan(Setup().session(), G, T, {0: 2, 1: 25}, ends={1})
+        table = render_plan(plan).splitlines()
+        assert table[3].split()[:4] == ["1", "20", "-", "25*"]
+        assert table[-1].startswith("* the end now: read again when set")
+        parts = plan.to_json(dry_run=True)["partitions"]
+        assert isinstance(parts, list)
+        assert [m["target_is_end"] for m in parts] == [False, True]
+
+
+def committed(world: AdminSession, partitions: int) -> list[int | None]:
+    """The committed offsets of orders/0.. in ``world``'s fold (None: no claim state)."""
+    states = [world.state(key(p)) for p in range(partitions)]
+    return [state.committed if state else None for state in states]
+
+
+class GrowingSource:
+    """The data topic `orders`, partitions 0..2: ends that grow while the fleet runs (set
+    ``ends``), and the first record at or after a time where one is (``found``)."""
+
+    def __init__(self, ends: dict[int, int], found: dict[int, int] | None = None) -> None:
+        self.ends = dict(ends)
+        self.found = dict(found or {})
+        self.closed = False
+
+    def partitions(self, topic: str) -> list[int]:
+        return sorted(self.ends)
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        return 0, self.ends[partition]
+
+    def offsets_for_time(
+        self, topic: str, partitions: Sequence[int], time_ms: int
+    ) -> dict[int, int | None]:
+        return {p: self.found.get(p) for p in partitions}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def run_live(
+    s: Setup,
+    source: GrowingSource,
+    spec: TargetSpec,
+    monkeypatch: pytest.MonkeyPatch,
+    meanwhile: Callable[[], None],
+) -> tuple[str, list[str], list[tuple[str, int, int]]]:
+    """`run_set_position` on ``s``'s log and ``source`` (no broker): ``meanwhile`` runs while
+    the command waits for the holders (what they handle before they release). Returns the
+    output, the progress lines, and what was committed to Kafka's group offsets."""
+    commits: list[tuple[str, int, int]] = []
+    lines: list[str] = []
+
+    class Sink:
+        def __init__(self, *_: object) -> None:
+            pass
+
+        def commit_now(self, offsets: Sequence[tuple[str, int, int]]) -> None:
+            commits.extend(offsets)
+
+        def close(self) -> None:
+            pass
+
+    @contextmanager
+    def session(conn: Connection, *_: object) -> Iterator[tuple[AdminSession, Connection]]:
+        yield s.session(), conn
+
+    def progress(line: str) -> None:
+        if line.startswith("waiting for the holders") and not any(
+            x.startswith("waiting") for x in lines
+        ):
+            meanwhile()
+        lines.append(line)
+
+    monkeypatch.setattr(set_position_run, "KafkaOffsetSource", lambda *_: source)
+    monkeypatch.setattr(set_position_run, "group_session", session)
+    monkeypatch.setattr(set_position_run, "KafkaOffsetSink", Sink)
+    out = run_set_position(Connection("kafka:9092"), G, T, spec, dry_run=False, as_json=False,
+                           client_id="marshal-admin", timeout_s=5, progress=progress)  # fmt: skip
+    return out, lines, commits
+
+
+class TestToTheEnd:
+    """--to-latest (and --to-datetime where no record is later) on a live fleet: the end is
+    the end when the position is set, not when the plan was made (a review: the holders
+    handled on while the command waited for them, and the group was moved back to the end
+    read before, so in AMO those records were handled twice)."""
+
+    @staticmethod
+    def handle_on(s: Setup, source: GrowingSource) -> Callable[[], None]:
+        """w1 handles on while the command waits (AMO: reserves 0 to 14, heartbeats 1 at 26),
+        then releases at 14, 26, 30; the ends grow to 15, 27, 34 meanwhile."""
+
+        def meanwhile() -> None:
+            s.worker(ClaimingMessages, 0, 14)
+            s.worker(Heartbeat, 1, 26)
+            for p, offset in ((0, 14), (1, 26), (2, 30)):
+                s.worker(ReleasingPartition, p, offset)
+            source.ends.update({0: 15, 1: 27, 2: 34})
+
+        return meanwhile
+
+    def test_to_latest_sets_the_end_read_when_each_partition_is_set(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The reviewer's case: the plan read ends 10, 22, 30; w1 released at 14, 26, 30 and
+        the ends are 15, 27, 34 by then: those are set, committed to Kafka too, and the
+        result line says so; the plan marks its ends as read again when set."""
+        s = Setup()
+        source = GrowingSource({0: 10, 1: 22, 2: 30})
+        out, lines, commits = run_live(s, source, TargetSpec(Kind.LATEST), monkeypatch,
+                                       self.handle_on(s, source))  # fmt: skip
+        assert committed(s.observer(), 3) == [15, 27, 34]
+        assert "moved (0: 14 -> 15, 1: 26 -> 27, 2: 30 -> 34); pause lifted" in out, out
+        assert commits == [(T, 0, 15), (T, 1, 27), (T, 2, 34)]
+        plan = lines[0].splitlines()
+        assert plan[2].split()[:4] == ["0", "8", "8", "10*"], plan
+        assert "read again when set" in plan[-1], plan
+        assert source.closed
+
+    def test_to_datetime_reads_the_end_again_and_keeps_a_found_record(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Partition 0 has a record at or after the time (3): a rewind asked for, set as
+        planned. Partitions 1 and 2 had none: 1 still has none (the end then, 27), 2 has one
+        now (32, the first record at or after the time)."""
+        s = Setup()
+        source = GrowingSource({0: 10, 1: 22, 2: 30}, found={0: 3})
+        handle_on = self.handle_on(s, source)
+
+        def meanwhile() -> None:
+            handle_on()
+            source.found[2] = 32
+
+        spec = TargetSpec(Kind.DATETIME, time_ms=1)
+        out, _, _ = run_live(s, source, spec, monkeypatch, meanwhile)
+        assert committed(s.observer(), 3) == [3, 27, 32]
+        assert "moved (0: 14 -> 3, 1: 26 -> 27, 2: 30 -> 32)" in out, out
+
+    def test_an_end_is_never_set_below_the_position_then(self) -> None:
+        """An end that reads below the position found when the claim is taken (a stale
+        read, a truncated topic): the position stays where it is, not moved back."""
+        s = Setup()
+        admin = s.session()
+        plan = make_plan(admin, G, T, {0: 10, 1: 22}, ends={0, 1})
+        handle_on = self.handle_on(s, GrowingSource({}))
+
+        def progress(line: str) -> None:
+            if line.startswith("waiting for the holders"):
+                handle_on()
+
+        moved = set_position(admin, plan, timeout_s=5, end_of=lambda p: 12, progress=progress)
+        assert committed(s.observer(), 2) == [14, 26]
+        assert moved.summary.endswith("moved (0: 14 -> 14, 1: 26 -> 26); pause lifted")
 
 
 class TestRestore:
@@ -318,6 +493,30 @@ class TestRestore:
             "partition 1: restored to 20",
             "partition 2: restored to 30",
         ]
+
+    def test_a_restore_puts_back_the_position_found_when_claimed_not_the_plan_s(self) -> None:
+        """w1 handles on while the command waits and releases 1 at 26 (planned: 20). Partition
+        2's heartbeat fails: partition 1 is restored to 26, where w1 left it, not to 20 (which
+        would have handled 20 to 25 again in AMO), and the lines say so (a review)."""
+        s = Setup()
+        admin = s.session(fails=admin_heartbeat(3))
+        plan = make_plan(admin, G, T, {0: 100, 1: 100, 2: 100})
+
+        def progress(line: str) -> None:
+            if line.startswith("waiting for the holders") and not any(
+                "waiting" in x for x in lines
+            ):
+                s.worker(Heartbeat, 1, 26)
+                for p, offset in ((0, 8), (1, 26), (2, 30)):
+                    s.worker(ReleasingPartition, p, offset)
+            lines.append(line)
+
+        lines: list[str] = []
+        with pytest.raises(MarshalError, match="old offsets restored on partition"):
+            set_position(admin, plan, timeout_s=5, progress=progress)
+        p1 = s.observer().state(key(1))
+        assert p1 is not None and (p1.committed, p1.holder_client) == (26, None), p1
+        assert "partition 1: 26 -> 100" in lines and "partition 1: restored to 26" in lines
 
     def test_a_partition_with_no_position_before_is_said_left_not_restored(self) -> None:
         """Partition 3 was never claimed: its heartbeat fails, and with nothing to go back to

@@ -9,8 +9,10 @@ import pytest
 
 from marshal_workers.admin.targets import (
     Kind,
+    Targets,
     TargetSpec,
     compute_targets,
+    end_target_now,
     parse_offsets,
     parse_time,
 )
@@ -23,6 +25,7 @@ class FakeSource:
 
     def __init__(self) -> None:
         self.marks = {0: (10, 50), 1: (0, 7), 2: (3, 3)}
+        self.found: dict[int, int | None] = {0: 42, 1: None, 2: None}
 
     def partitions(self, topic: str) -> list[int]:
         return sorted(self.marks)
@@ -33,25 +36,40 @@ class FakeSource:
     def offsets_for_time(
         self, topic: str, partitions: Sequence[int], time_ms: int
     ) -> dict[int, int | None]:
-        return {0: 42, 1: None, 2: None}
+        return {p: self.found[p] for p in partitions}
 
 
 class TestTargets:
     def test_earliest_and_latest_are_the_watermarks(self) -> None:
         """--to-earliest: low watermarks; --to-latest: high watermarks."""
         src = FakeSource()
-        assert compute_targets(src, "t", TargetSpec(Kind.EARLIEST)) == {0: 10, 1: 0, 2: 3}
-        assert compute_targets(src, "t", TargetSpec(Kind.LATEST)) == {0: 50, 1: 7, 2: 3}
+        assert compute_targets(src, "t", TargetSpec(Kind.EARLIEST)) == Targets({0: 10, 1: 0, 2: 3})
+        latest = compute_targets(src, "t", TargetSpec(Kind.LATEST))
+        assert latest == Targets({0: 50, 1: 7, 2: 3}, ends=frozenset({0, 1, 2}))
 
     def test_datetime_without_a_later_record_goes_to_the_end(self) -> None:
-        """offsets_for_times finds nothing at or after the time: the high watermark."""
+        """offsets_for_times finds nothing at or after the time: the high watermark (an end:
+        read again when set)."""
         spec = TargetSpec(Kind.DATETIME, time_ms=1)
-        assert compute_targets(FakeSource(), "t", spec) == {0: 42, 1: 7, 2: 3}
+        assert compute_targets(FakeSource(), "t", spec) == Targets(
+            {0: 42, 1: 7, 2: 3}, ends=frozenset({1, 2})
+        )
+
+    def test_an_end_read_again_is_the_end_now_or_a_record_written_since(self) -> None:
+        """--to-latest: the high watermark now. --to-datetime: the first record at or after
+        the time if one has come since the plan, else the high watermark now."""
+        src = FakeSource()
+        src.marks[1] = (0, 9)
+        assert end_target_now(src, "t", TargetSpec(Kind.LATEST), 1) == 9
+        spec = TargetSpec(Kind.DATETIME, time_ms=1)
+        assert end_target_now(src, "t", spec, 1) == 9
+        src.found[1] = 8
+        assert end_target_now(src, "t", spec, 1) == 8
 
     def test_explicit_offsets_move_only_the_listed_partitions(self) -> None:
         """--to-offset 0=20,1=7: the end is allowed; partition 2 is left out."""
         spec = TargetSpec(Kind.OFFSETS, offsets={0: 20, 1: 7})
-        assert compute_targets(FakeSource(), "t", spec) == {0: 20, 1: 7}
+        assert compute_targets(FakeSource(), "t", spec) == Targets({0: 20, 1: 7})
 
     @pytest.mark.parametrize(
         ("offsets", "message"),

@@ -519,7 +519,7 @@ class TestAnUnfinishedMove:
         session, new = self.rerun_session(topic, clock)
         at = home(GROUP, N)
         plan = make_plan(session, GROUP, "orders", {4: 99})
-        done = set_position(session, plan, timeout_s=5.0)
+        done = set_position(session, plan, timeout_s=5.0).summary
         assert done.endswith("pause kept (this client's from before the run)"), done
         assert pause_of(session.worlds[at], GROUP, session.now_ms()) is not None
         session, _ = self.rerun_session(topic, clock)  # (a new command)
