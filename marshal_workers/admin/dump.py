@@ -3,18 +3,25 @@
 It reads the whole log from the beginning (with `--group`, the partitions the group's records
 live on: a placed group's home and window) and folds it with the same rationalizer the
 supervisors use, so it shows what every worker sees (`--go-topic`: a Go fleet's log, `goread`).
+The whole log is folded with the command's settings, then each group whose recorded settings
+differ (its heartbeat interval above all) again on its own partitions with those, and its
+records shown with those verdicts, as its members fold them (`regrouped_verdicts`: with one
+interval for every group, a rival's claim on a holder stale by the group's 1 s read as
+rejected by 10 s).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 import click
 
 from marshal_workers.admin.connection import (
     ADMIN_CLIENT_ID,
     Connection,
+    fold_settings_differ,
     group_session,
     read_group_records,
     read_records,
@@ -29,6 +36,7 @@ from marshal_workers.admin.options import (
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.groupstatus import iso_ms
+from marshal_workers.protocol.metadata import GroupSettings
 from marshal_workers.protocol.wire import CoordRecord
 
 
@@ -117,8 +125,9 @@ def run_dump(
 ) -> Iterator[str]:
     """The decoded log with verdicts, one line per record (JSON objects with ``as_json``);
     with ``group`` only its records, folded with its recorded settings (`for_group`)."""
+    records: Iterable[tuple[CoordRecord, ev.Event]]
     if group is None:
-        records = read_records(conn, timeout_s)
+        records = regrouped_verdicts(conn, list(read_records(conn, timeout_s)), timeout_s)
     else:
         with group_session(conn, group, ADMIN_CLIENT_ID, timeout_s) as (_, adopted):
             pass  # (the group's settings, which its records are folded with)
@@ -130,6 +139,31 @@ def run_dump(
             yield json.dumps(dump_entry(record, event))
         else:
             yield dump_line(record, event)
+
+
+def regrouped_verdicts(
+    conn: Connection, records: list[tuple[CoordRecord, ev.Event]], timeout_s: float
+) -> list[tuple[CoordRecord, ev.Event]]:
+    """``records`` (the whole log folded with ``conn``), each record of a group whose recorded
+    fold settings differ from ``conn``'s given the verdict of its group's own fold."""
+    recorded: dict[str, GroupSettings] = {}
+    for _record, event in sorted(records, key=lambda r: (r[0].partition, r[0].offset)):
+        if isinstance(event, ev.GroupSettingsRecorded):  # (partition 0's first, as the status)
+            recorded.setdefault(event.settings.group_id, event.settings)
+    verdicts: dict[tuple[int, int], ev.Event] = {}
+    for name, found in sorted(recorded.items()):
+        adopted = replace(
+            conn,
+            heartbeat_interval_ms=found.heartbeat_interval_ms,
+            partitioner=found.partitioner,
+            admin_client_ids=found.admin_client_ids,
+        )
+        if not fold_settings_differ(conn, adopted):
+            continue
+        for record, event in read_group_records(adopted, name, timeout_s):
+            if group_of_record(record, event) == name:
+                verdicts[(record.partition, record.offset)] = event
+    return [(r, verdicts.get((r.partition, r.offset), e)) for r, e in records]
 
 
 def group_of_record(record: CoordRecord, event: ev.Event) -> str | None:

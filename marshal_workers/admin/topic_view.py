@@ -1,8 +1,11 @@
 """`marshal-admin topic list` and `topic describe`: data topics, their partitions and
 watermarks, and which groups of the coordination log work on them.
 
-The groups come from the coordination log, folded as the workers fold it (each group's claims
-judged with its own recorded heartbeat interval): a group works on a topic if it has claims
+The groups come from the coordination log, folded as the workers fold it: the whole log with
+the command's fold settings, then each group whose recorded settings differ (its heartbeat
+interval above all) again on its own partitions with those, as its members fold it (`regrouped`:
+a claim won by a rival once the holder went stale by the group's interval was rejected by a fold
+with a longer one, which showed the stale holder). A group works on a topic if it has claims
 on it. Internal topics (``__``-prefixed: the coordination log, Kafka's own) are not listed.
 """
 
@@ -11,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -21,6 +24,7 @@ from marshal_workers.admin.connection import (
     ADMIN_CLIENT_ID,
     Connection,
     admin_session,
+    fold_settings_differ,
     recorded_settings,
 )
 from marshal_workers.clients.rdkafka import error_text
@@ -44,15 +48,15 @@ class Work:
 
 
 def work_by_topic(
-    worlds: Mapping[int, World], default_hb_ms: int, now_ms: int
+    worlds: Mapping[int, World], default_hb_ms: int, now_ms: int, only: str | None = None
 ) -> dict[str, list[Work]]:
-    """Every group's claims on each data topic, judged at ``now_ms`` with each group's recorded
-    heartbeat interval (``default_hb_ms`` for a group with none recorded)."""
+    """Every group's (or ``only``'s) claims on each data topic, judged at ``now_ms`` with each
+    group's recorded heartbeat interval (``default_hb_ms`` for a group with none recorded)."""
     out: dict[str, list[Work]] = {}
     hb_of: dict[str, int] = {}
     for world in worlds.values():
         for key, state in world.claims.items():
-            if is_member_key(key):
+            if is_member_key(key) or (only is not None and key.group != only):
                 continue
             if key.group not in hb_of:
                 recorded = recorded_settings(worlds, key.group)
@@ -65,6 +69,26 @@ def work_by_topic(
             out.setdefault(topic, []).append(work)
     for works in out.values():
         works.sort(key=lambda w: (w.partition, w.group, w.slice or ""))
+    return out
+
+
+def regrouped(conn: Connection, worlds: Mapping[int, World]) -> dict[str, Connection]:
+    """The groups whose recorded fold settings (heartbeat interval, partitioner, admin ids)
+    are not ``conn``'s, each with the connection to fold it with: its members' settings."""
+    groups = {g for world in worlds.values() for g in world.group_settings}
+    out: dict[str, Connection] = {}
+    for group in groups:
+        found = recorded_settings(worlds, group)
+        if found is None:
+            continue
+        adopted = replace(
+            conn,
+            heartbeat_interval_ms=found.heartbeat_interval_ms,
+            partitioner=found.partitioner,
+            admin_client_ids=found.admin_client_ids,
+        )
+        if fold_settings_differ(conn, adopted):
+            out[group] = adopted
     return out
 
 
@@ -88,6 +112,17 @@ class TopicView:
         with admin_session(conn, ADMIN_CLIENT_ID, timeout_s) as session:
             now = int(time.time() * 1000)
             self.work = work_by_topic(session.worlds, conn.heartbeat_interval_ms, now)
+            again = regrouped(conn, session.worlds)
+        for group, adopted in sorted(again.items()):
+            with admin_session(adopted, ADMIN_CLIENT_ID, timeout_s, group=group) as session:
+                now = int(time.time() * 1000)
+                own = work_by_topic(session.worlds, adopted.heartbeat_interval_ms, now, group)
+            for topic in {*self.work, *own}:
+                kept = [w for w in self.work.get(topic, []) if w.group != group]
+                self.work[topic] = sorted(
+                    [*kept, *own.get(topic, [])],
+                    key=lambda w: (w.partition, w.group, w.slice or ""),
+                )
 
     def topics(self) -> list[str]:
         """The data topics, by name (internal ones left out)."""

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -190,3 +191,58 @@ def test_topic_list_and_describe_name_the_groups_working_on_a_topic(
     assert dumped.returncode == 0, dumped.stderr
     messages = [json.loads(line)["message"] for line in dumped.stdout.splitlines()]
     assert len(messages) == 2 and all("/g.two/" in m for m in messages), messages
+
+
+def test_topic_describe_folds_each_group_with_its_recorded_heartbeat_interval(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    """A group recorded with HB = 1 s: w1's claim goes stale 2 s after its heartbeat and w2's
+    later claim wins, as the group's members fold it. topic describe folded every group with
+    one interval (10 s by default): w2's claim was rejected there, and w1 shown holding the
+    partition (stale) while status showed w2 (a review)."""
+    from marshal_workers.config.runconfig import RunConfig  # noqa: PLC0415
+    from marshal_workers.fleet.groupcheck import own_settings  # noqa: PLC0415
+    from marshal_workers.log.kafkalog import KafkaLog  # noqa: PLC0415
+    from marshal_workers.protocol.metadata import encode_metadata, metadata_key  # noqa: PLC0415
+    from marshal_workers.protocol.modes import Mode  # noqa: PLC0415
+    from marshal_workers.protocol.wire import (  # noqa: PLC0415
+        ClaimingPartition,
+        Heartbeat,
+        encode,
+        record_key,
+    )
+
+    coord = f"__marshal_{uuid.uuid4().hex[:8]}"
+    where = ["--bootstrap-servers", kafka_bootstrap, "--coordination-topic", coord]
+    assert admin("init", "--partitions", "1", *where).returncode == 0
+    assert admin("topic", "create", topic, "--partitions", "2",
+                 "--bootstrap-servers", kafka_bootstrap).returncode == 0  # fmt: skip
+    group = "g.fast"
+    settings = own_settings(RunConfig("h:h", Mode.ALO, (topic,), group, "w1",
+                                      heartbeat_interval=1.0))  # fmt: skip
+    log = KafkaLog(kafka_bootstrap, coord)
+    try:
+        log.append(0, metadata_key(settings), encode_metadata(settings), 10)
+        for client in ("w1", "w2"):
+            if client == "w2":
+                time.sleep(3.5)  # w1's claim stale by the group's 1 s (2·HB), not by 10 s
+            for msg in (ClaimingPartition(1, f"{client}-i", client, group, topic, 1),
+                        Heartbeat(1, f"{client}-i", client, group, topic, 1, 0)):  # fmt: skip
+                log.append(0, record_key(msg), encode(msg), 10)
+    finally:
+        log.close()
+    status = admin("status", "--group", group, "--json", *where)
+    assert status.returncode == 0, status.stderr
+    held = [c["client_id"] for c in json.loads(status.stdout)["claims"] if c["topic"] == topic]
+    assert held == ["w2"], status.stdout
+    described = admin("topic", "describe", topic, "--json", *where)
+    assert described.returncode == 0, described.stderr
+    parts = {p["partition"]: p for p in json.loads(described.stdout)["partitions"]}
+    # (its freshness is the clock's: HB = 1 s, and each command takes about that to start)
+    assert [(c["group"], c["holder"]) for c in parts[1]["claims"]] == [(group, "w2")], parts[1]
+    for extra in ([], ["--group", group]):  # the whole log's dump as the group's own
+        dumped = admin("dump", "--json", *extra, *where)
+        assert dumped.returncode == 0, dumped.stderr
+        entries = [json.loads(line) for line in dumped.stdout.splitlines()]
+        claims = [e["verdict"] for e in entries if e["message"].startswith("ClaimingPartition")]
+        assert claims == ["ClaimGranted", "ClaimGranted"], (extra, entries)
