@@ -32,7 +32,14 @@ from marshal_workers.child.reporting import Reporter
 from marshal_workers.handler import Record
 from marshal_workers.handler.record import MessageRecords
 from marshal_workers.ipc.exits import EXIT_NOT_GRANTED, EXIT_OK, ChildExit
-from marshal_workers.ipc.messages import ChildSpec, Grant, GrantRequest, Stop, Stopped
+from marshal_workers.ipc.messages import (
+    REFUSED_STOPPING,
+    ChildSpec,
+    Grant,
+    GrantRequest,
+    Stop,
+    Stopped,
+)
 from marshal_workers.protocol.reservations import ReservationSizer
 
 GRANT_POLL_S = 0.05
@@ -112,7 +119,11 @@ class Reserving:
         the position this child reports)."""
         grant = self.asked.answer(request) or self._wait_for(request)
         if not grant.granted:
-            self.log.warning(
+            # refused because this child is stopping (a graceful stop, a rebalance): the usual
+            # end of a stop, said as info (31 warnings in one operator's session); any other
+            # refusal is a warning
+            usual = self.pipe.stop_requested or grant.reason == REFUSED_STOPPING
+            (self.log.info if usual else self.log.warning)(
                 "grant_refused", start=request.start, end=request.end, reason=grant.reason
             )
             if self.pipe.stop_requested:  # (asked before the stop: nothing of it reserved)

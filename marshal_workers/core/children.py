@@ -148,7 +148,7 @@ class Children:
         if held.asked_end is not None and floor is not None:
             floor = max(floor, held.asked_end)
         if held.phase in ASKED_TO_STOP:
-            refusal = "the child is stopping"  # nothing written: nothing reserved, none lost
+            refusal = ipc.REFUSED_STOPPING  # nothing written: nothing reserved, none lost
         elif held.phase is not Phase.RUNNING or now >= held.lease:
             refusal = "claim not held"
         elif held.refused_from is not None:

@@ -98,6 +98,9 @@ class GrantRequest:
     end: int
 
 
+REFUSED_STOPPING = "the child is stopping"  # a Grant's reason: the usual end of a stop
+
+
 @dataclass(frozen=True, slots=True)
 class Grant:
     """The supervisor's answer to a GrantRequest: reserved and committed in the log, or not."""
