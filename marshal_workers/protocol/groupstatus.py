@@ -433,7 +433,8 @@ def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
         )
     footer = f"malformed records in the log: {status.malformed}"
     if status.other_groups:
-        footer += f" (of this group's; records of other groups, not read: {status.other_groups})"
+        other = status.other_groups
+        footer += f" (of this group's; records of other groups, counted not decoded: {other})"
     if any(not c.certain for c in status.claims):
         footer += "  (? = history compacted: activity only)"
     lines.append(footer)

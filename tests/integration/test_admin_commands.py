@@ -140,7 +140,7 @@ class TestAcceptance:
         text = marshal_admin("status", "--group", GROUP, *hb, *common)
         assert text.returncode == 0, text.stderr
         assert "released" in text.stdout
-        assert "records of other groups, not read: 1" in text.stdout
+        assert "records of other groups, counted not decoded: 1" in text.stdout
 
 
 class TestInit:
