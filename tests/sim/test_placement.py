@@ -7,12 +7,21 @@ from dataclasses import replace
 
 import pytest
 
+from marshal_workers.common.errors import EXIT_PLACEMENT_MOVED
 from marshal_workers.core import memberstate
 from marshal_workers.core.memberstate import MemberState
+from marshal_workers.protocol.metadata import GroupSettings, encode_metadata, metadata_key
 from marshal_workers.protocol.placement import Placement, reads
-from marshal_workers.protocol.wire import ClaimKey, coordination_partition
+from marshal_workers.protocol.wire import (
+    ClaimKey,
+    Partitioner,
+    ReleaseGroup,
+    coordination_partition,
+    encode,
+    record_key,
+)
 from marshal_workers.sim.params import SimParams
-from marshal_workers.sim.scenario import Fleet, run_seed
+from marshal_workers.sim.scenario import ADMIN, Fleet, run_seed
 from tests.sim.conftest import violations
 
 PLACED = SimParams(placement="placed", coordination_partitions=16)
@@ -69,3 +78,57 @@ def test_placement_defect_claims_written_by_the_spread_hash(
     assert "liveness" in kinds and "no_crash" not in kinds, kinds
     monkeypatch.undo()
     assert violations(params, 1) == []
+
+
+def test_members_of_a_moved_group_write_nothing_on_the_old_layout_as_they_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A move's settings record lands on a placed group's window mid-run (`marshal-admin
+    group-settings --move`; the sim carries no positions: the members are only to leave). Each
+    member, watching its group's settings here (the sim's members do not otherwise), exits 6
+    within a heartbeat, and releases nothing on the old layout: its member claim's release there
+    was judged malformed by the new placement and waited out its verdict (a review on a real
+    broker; `tests/unit/admin/test_group_move.py` has the core's case)."""
+    fleet = Fleet(replace(PLACED, members=3, groups=1, faults=(), duration=12.0, seed=5))
+    group = "g0"
+    old = fleet.placements[group]
+    new = Placement(old.partitions, (old.first + 1) % old.partitions, 1, token_base=10_000)
+    hb_ms = int(fleet.p.heartbeat_interval * 1000)
+
+    def recorded(placement: Placement) -> GroupSettings:  # as `land_group_settings` writes
+        return GroupSettings(int(fleet.t), "creator-i", "creator", group, hb_ms,
+                             Partitioner.SPEC, frozenset({ADMIN}), fleet.cut.slicing,
+                             placement)  # fmt: skip
+
+    made = Fleet.settings
+    monkeypatch.setattr(
+        Fleet, "settings", lambda self, g, c: replace(made(self, g, c), shared=recorded(old))
+    )
+    moved: dict[int, int] = {}  # old window partition -> the offset of the record there
+
+    def pause() -> None:  # the move's first step: the admin's pause (its change is accepted)
+        msg = ReleaseGroup(int(fleet.t), "admin-i", ADMIN, group, "", 0, int(fleet.t) + 60)
+        for part in sorted(reads(group, old)):
+            fleet.log.land(part, record_key(msg), encode(msg), fleet.t)
+
+    def move() -> None:
+        record = replace(recorded(new), instance_id="admin-i", client_id=ADMIN)
+        for part in sorted(reads(group, old)):
+            landed = fleet.log.land(part, metadata_key(record), encode_metadata(record), fleet.t)
+            moved[part] = landed.offset
+
+    fleet.at(4.0, "pause", pause)
+    fleet.at(6.0, "move", move)
+    fleet.run()
+    assert moved and [n.exit_code for n in fleet.nodes] == [EXIT_PLACEMENT_MOVED] * 3
+    assert all(n.ended_at is not None and n.ended_at < 6.0 + 1.0 for n in fleet.nodes), [
+        n.ended_at for n in fleet.nodes
+    ]
+    after = [
+        r.value
+        for part, offset in moved.items()
+        for r in fleet.log.shadow[part]
+        if r.offset > offset and (r.key or b"").startswith(f"{group}/__member.".encode())
+        and (r.value or b"").startswith(b"ReleasingPartition/")
+    ]  # fmt: skip
+    assert after == []
