@@ -25,6 +25,7 @@ from marshal_workers.core.pauses import pause_by_other
 from marshal_workers.core.pending import Kind
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.metadata import moved_text, placement_moved, settings_problem
+from marshal_workers.protocol.placement import spread
 from marshal_workers.protocol.rationalizer import GroupPause
 
 
@@ -125,13 +126,18 @@ class Operator:
             moved=self.placement_moved,
         )  # fmt: skip
         self.request_stop(now, fast=False)
-        if self.placement_moved:
-            # Its member claim is dropped now, neither heartbeated nor released again: on the
-            # layout the group moved from, the new placement judges such a record one that
-            # belongs elsewhere (malformed in the group's status, never acknowledged, so the
-            # stop waited out its verdict). The new layout's members do not count it anyway.
-            member = ctx.held.get(self.claiming.member)
-            if member is not None:
+        member = ctx.held.get(self.claiming.member)
+        if self.placement_moved and member is not None:
+            # Where the new placement puts the member claim elsewhere, it is dropped now,
+            # neither heartbeated nor released again: the new placement judges such a record
+            # on the old partition one that belongs elsewhere (malformed in the group's
+            # status, never acknowledged, so the stop waited out its verdict), and the new
+            # layout's members do not count the claim there. Where it stays on its partition,
+            # it is released as ever (dropped, it was a member the new layout counted for 2*HB).
+            new = event.settings.placement or spread(
+                ctx.s.coordination_partitions, event.settings.partitioner
+            )
+            if new.partition_of(member.key.topic, member.key.partition) != ctx.home(member.key):
                 self.keeping.drop(member.key)
 
     # ---- reloading --------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -44,6 +44,7 @@ from marshal_workers.fleet.groupcheck import ensure_group_settings, own_settings
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.metadata import TopicRecord, encode_metadata, metadata_key
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.placement import Placement, PlacementBook, home, reads, spread
@@ -134,6 +135,63 @@ def session_on(topic: MemoryTopic, clock: Clock) -> AdminSession:
     )
     session.catch_up(1.0)
     return session
+
+
+@dataclass
+class MovedMember:
+    """`run_moved_member`'s answer: the member's core, what it appended after the move's
+    record, how long after it the member exited, and the log."""
+
+    core: Member
+    appended: list[cmd.Append]
+    seconds: float
+    topic: MemoryTopic
+    clock: Clock
+
+
+def client_whose_member_claim(*, moves: bool) -> str:
+    """A client id whose member claim the move (spread, to span 1 at home) puts on another
+    partition (``moves``) or leaves on its own."""
+    at = home(GROUP, N)
+    for c in "abcdefghijklmnopqrstuvwxyz":
+        stays = SPREAD.partition_of(member_key(GROUP, c).topic, 0) == at
+        if stays != moves:
+            return c
+    raise AssertionError("no such client id")
+
+
+def run_moved_member(client: str) -> MovedMember:
+    """A spread member ``client`` with its member claim won and heartbeated (its writes land),
+    no data partition; the group moved to span 1 at its home; the member run until it exits."""
+    topic, clock, _ = spread_group({})
+    core = Member(member_settings(member(client), N))
+    log = MemoryLog(topic)
+    appended: list[cmd.Append] = []
+
+    def run(out: list[cmd.Command], now: float) -> None:
+        for c in out:
+            if isinstance(c, cmd.Append):
+                appended.append(c)
+                done = topic.append(c.partition, c.key, c.value)
+                run(core.feed(inp.AppendDone(now, c.op, done)), now)
+
+    run(core.feed(inp.RecordsRead(0.0, log.poll(0))), 0.0)
+    run(core.begin(0.0, 0.0, []), 0.0)
+    now = 0.1
+    while now < 2.0:  # its member claim won and heartbeated
+        run(core.feed(inp.RecordsRead(now, log.poll(0))), now)
+        run(core.feed(inp.Tick(now, 0.0)), now)
+        now += 0.1
+    assert core.claiming.member in core.held
+    move_group(session_on(topic, clock), GROUP, span=1, first=None, timeout_s=5.0,
+               progress=lambda _: None)  # fmt: skip
+    before, moved = len(appended), now
+    run(core.feed(inp.RecordsRead(now, log.poll(0))), now)
+    while not core.done and now < moved + 20.0:
+        now += 0.1
+        run(core.feed(inp.Tick(now, 0.0)), now)
+        run(core.feed(inp.RecordsRead(now, log.poll(0))), now)
+    return MovedMember(core, appended[before:], now - moved, topic, clock)
 
 
 def fold_as_placed(topic: MemoryTopic, placement: Placement) -> dict[int, World]:
@@ -349,37 +407,25 @@ class TestTheMove:
         and exits 6 without releasing that claim on the old layout, where the new placement
         judges it a record that belongs elsewhere (status then counted it malformed, and the
         stop waited 12 s for a verdict that never came; a review)."""
-        topic, clock, _ = spread_group({})
-        core = Member(member_settings(member("a"), N))
-        log = MemoryLog(topic)
-        appended: list[cmd.Append] = []
+        moved = run_moved_member(client_whose_member_claim(moves=True))
+        assert moved.core.exit_code == EXIT_PLACEMENT_MOVED
+        assert moved.seconds < 1.0, f"exited {moved.seconds:.1f} s after the move's record"
+        assert [c.message for c in moved.appended] == []
 
-        def run(out: list[cmd.Command], now: float) -> None:
-            for c in out:
-                if isinstance(c, cmd.Append):
-                    appended.append(c)
-                    done = topic.append(c.partition, c.key, c.value)
-                    run(core.feed(inp.AppendDone(now, c.op, done)), now)
-
-        run(core.feed(inp.RecordsRead(0.0, log.poll(0))), 0.0)
-        run(core.begin(0.0, 0.0, []), 0.0)  # no data partition: its member claim only
-        now = 0.1
-        while now < 2.0:  # its member claim won and heartbeated
-            run(core.feed(inp.RecordsRead(now, log.poll(0))), now)
-            run(core.feed(inp.Tick(now, 0.0)), now)
-            now += 0.1
-        assert core.claiming.member in core.held
-        move_group(session_on(topic, clock), GROUP, span=1, first=None, timeout_s=5.0,
-                   progress=lambda _: None)  # fmt: skip
-        before, moved = len(appended), now
-        run(core.feed(inp.RecordsRead(now, log.poll(0))), now)
-        while not core.done and now < moved + 20.0:
-            now += 0.1
-            run(core.feed(inp.Tick(now, 0.0)), now)
-            run(core.feed(inp.RecordsRead(now, log.poll(0))), now)
-        assert core.exit_code == EXIT_PLACEMENT_MOVED
-        assert now < moved + 1.0, f"exited {now - moved:.1f} s after the move's record"
-        assert [c.message for c in appended[before:]] == []
+    def test_a_member_claim_the_move_leaves_on_its_partition_is_released(self) -> None:
+        """A client whose member claim is on the group's new home already (spread, then span 1
+        there: about 1 in N): the new layout judges that claim its own, so it is released as
+        ever; dropped, it was a live member on the new layout for 2*HB (a review)."""
+        moved = run_moved_member(client_whose_member_claim(moves=False))
+        assert moved.core.exit_code == EXIT_PLACEMENT_MOVED and moved.seconds < 1.0
+        kinds = [type(c.message) for c in moved.appended]  # (a heartbeat due may go first)
+        assert kinds[-1:] == [ReleasingPartition] and kinds.count(ReleasingPartition) == 1
+        at = home(GROUP, N)
+        placement = session_on(moved.topic, moved.clock).worlds[at].group_settings[GROUP]
+        assert placement.placement is not None
+        key = moved.core.claiming.member
+        state = fold_as_placed(moved.topic, placement.placement)[at].claims.get(key)
+        assert state is not None and state.released, state
 
     def test_a_spread_member_started_after_the_move_is_told_to_restart(self) -> None:
         """A member that took the group for spread (it located it before the move reached
