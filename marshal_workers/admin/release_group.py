@@ -5,6 +5,8 @@ The pause itself, one ReleaseGroup per coordination partition, is `pause`'s.
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from marshal_workers.admin.connection import Connection, group_session
@@ -94,8 +96,15 @@ def run_release_group(
     """`marshal-admin release-group`: pause (or lift) and return the log's verdict as a line;
     MarshalError (exit 1) if the log refused it, or if it has no record of ``group`` and
     ``new_group`` is not given (nothing is written)."""
+    lifting = for_s == 0 or (until_s is not None and until_s <= time.time())
     with group_session(conn, group, client_id, timeout_s) as (session, _):
-        if not new_group and not group_known(session.worlds, group):
+        known = group_known(session.worlds, group)
+        if lifting and not known:  # (a lift written would leave a group of that name)
+            return (
+                f"group {group} has no pause to lift: {conn.coordination_topic} has no record "
+                "of it; nothing written"
+            )
+        if not new_group and not known:
             raise MarshalError(
                 f"group {group} is unknown: {conn.coordination_topic} on "
                 f"{conn.bootstrap_servers} has no record of it; nothing written (to pause a "

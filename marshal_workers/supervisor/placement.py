@@ -53,7 +53,7 @@ from marshal_workers.protocol.metadata import (
 )
 from marshal_workers.protocol.placement import Placement, auto_span, home, placed
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World
-from marshal_workers.protocol.wire import CoordRecord, DecodeError, decode
+from marshal_workers.protocol.wire import CoordRecord, DecodeError, ReleaseGroup, decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,12 +218,19 @@ def _group_seen(reader: FoldedLog, group: str, timeout_s: float) -> bool:
 
 
 def _of_group(record: CoordRecord, group: str) -> bool:
-    """Whether a record is the group's: its key names the group, or (keyless: a Marshal Go
-    writer) its value does."""
+    """Whether a record is the group's, from before: its key names the group, or (keyless: a
+    Marshal Go writer) its value does. A pause is not (`release-group --new-group` before the
+    first member starts writes one on every partition; it holds no claim, and made the group
+    spread; a review)."""
     key = record.key
     name = group.encode()
     if key is not None:
-        return key == name or key.startswith(name + b"/")
+        if not (key == name or key.startswith(name + b"/")):
+            return False
+        try:
+            return not isinstance(decode(record.value), ReleaseGroup)
+        except DecodeError:
+            return True  # (a settings record, or malformed: the group's all the same)
     try:
         return decode(record.value).group_id == group
     except DecodeError:

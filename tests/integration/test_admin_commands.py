@@ -246,6 +246,9 @@ class TestErrors:
                 f"marshal-admin: error: {error}; nothing written (to pause a group before its "
                 "first member starts, add --new-group)"
             )
+            lift = marshal_admin(*pause[:4], "0", *args)  # nothing to lift, nothing written
+            assert lift.returncode == 0, lift.stderr
+            assert lift.stdout.startswith("group no.such.group has no pause to lift"), lift.stdout
             still = marshal_admin("status", "--group", "no.such.group", *args)
             assert still.returncode == 1 and "is unknown" in still.stderr
             for group in ("no.such.group", GROUP):  # asked for, or known: paused

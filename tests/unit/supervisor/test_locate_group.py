@@ -24,7 +24,7 @@ from marshal_workers.protocol.metadata import (
 )
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.placement import Placement, home, placed, reads
-from marshal_workers.protocol.wire import Heartbeat, encode, record_key
+from marshal_workers.protocol.wire import Heartbeat, ReleaseGroup, encode, record_key
 from marshal_workers.supervisor.placement import auto_span, locate_member_group
 from marshal_workers.supervisor.runtime import member_settings
 
@@ -90,6 +90,16 @@ class TestCreation:
         beat = Heartbeat(1, "go-1", "go", G, "orders", 0, 5)
         t.append(where, None, encode(beat))  # type: ignore[arg-type]
         assert locate(t) is None
+
+    def test_a_pause_alone_leaves_the_group_new(self) -> None:
+        """`release-group --new-group` before the first member starts: its pauses on every
+        partition are no record of a group from before (a pause holds no claim), so the group
+        is placed, and its member sees the pause on home. They made it spread (a review)."""
+        t = topic(V2)
+        pause = ReleaseGroup(1, "admin-i", "marshal-admin", G, "", 0, 10**9)
+        for q in range(N):
+            t.append(q, record_key(pause), encode(pause))
+        assert locate(t) == placed(G, N, 1)
 
     def test_another_group_s_records_do_not_count(self) -> None:
         """Records of other groups whose names start like it (keyed and keyless), on every
