@@ -286,6 +286,27 @@ def fold_settings_differ(a: Connection, b: Connection) -> bool:
     )
 
 
+def refolds(
+    conn: Connection, recorded: Mapping[str, GroupSettings]
+) -> list[tuple[Connection, list[str]]]:
+    """For a view of every group: each distinct set of fold settings (heartbeat interval,
+    partitioner, admin ids) that groups record other than ``conn``'s, with the connection to
+    fold the log with for them and those groups. One fold per set, not per group: a fleet of
+    many groups on one interval other than the command's is one more read of the log."""
+    out: dict[tuple[object, ...], tuple[Connection, list[str]]] = {}
+    for group, found in sorted(recorded.items()):
+        adopted = replace(
+            conn,
+            heartbeat_interval_ms=found.heartbeat_interval_ms,
+            partitioner=found.partitioner,
+            admin_client_ids=found.admin_client_ids,
+        )
+        if fold_settings_differ(conn, adopted):
+            fold = (found.heartbeat_interval_ms, found.partitioner, found.admin_client_ids)
+            out.setdefault(fold, (adopted, []))[1].append(group)
+    return list(out.values())
+
+
 @contextmanager
 def group_session(
     conn: Connection, group: str, client_id: str, timeout_s: float

@@ -3,28 +3,27 @@
 It reads the whole log from the beginning (with `--group`, the partitions the group's records
 live on: a placed group's home and window) and folds it with the same rationalizer the
 supervisors use, so it shows what every worker sees (`--go-topic`: a Go fleet's log, `goread`).
-The whole log is folded with the command's settings, then each group whose recorded settings
-differ (its heartbeat interval above all) again on its own partitions with those, and its
-records shown with those verdicts, as its members fold them (`regrouped_verdicts`: with one
-interval for every group, a rival's claim on a holder stale by the group's 1 s read as
-rejected by 10 s).
+The whole log is folded with the command's settings, then again with each other set of
+settings groups record (their heartbeat interval above all), each such group's records shown
+with that fold's verdicts, as its members fold them (`regrouped_verdicts`: with one interval
+for every group, a rival's claim on a holder stale by the group's 1 s read as rejected by
+10 s).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
 
 import click
 
 from marshal_workers.admin.connection import (
     ADMIN_CLIENT_ID,
     Connection,
-    fold_settings_differ,
     group_session,
     read_group_records,
     read_records,
+    refolds,
 )
 from marshal_workers.admin.goread import go_dump
 from marshal_workers.admin.options import (
@@ -33,6 +32,7 @@ from marshal_workers.admin.options import (
     go_topic_option,
     read_timeout_option,
 )
+from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.groupstatus import iso_ms
@@ -145,24 +145,30 @@ def regrouped_verdicts(
     conn: Connection, records: list[tuple[CoordRecord, ev.Event]], timeout_s: float
 ) -> list[tuple[CoordRecord, ev.Event]]:
     """``records`` (the whole log folded with ``conn``), each record of a group whose recorded
-    fold settings differ from ``conn``'s given the verdict of its group's own fold."""
+    fold settings differ from ``conn``'s given the verdict of a fold with its settings (one
+    more read of the log per distinct set of settings: `connection.refolds`). A group's
+    settings are as `recorded_settings` takes them: the newest its lowest partition accepted."""
+    newest: dict[tuple[str, int], GroupSettings] = {}
+    for record, event in records:  # (in order per partition: the last one wins)
+        if isinstance(event, ev.GroupSettingsRecorded):
+            newest[(event.settings.group_id, record.partition)] = event.settings
     recorded: dict[str, GroupSettings] = {}
-    for _record, event in sorted(records, key=lambda r: (r[0].partition, r[0].offset)):
-        if isinstance(event, ev.GroupSettingsRecorded):  # (partition 0's first, as the status)
-            recorded.setdefault(event.settings.group_id, event.settings)
+    for (group, _part), found in sorted(newest.items(), key=lambda kv: -kv[0][1]):
+        recorded[group] = found  # the lowest partition's, written last
     verdicts: dict[tuple[int, int], ev.Event] = {}
-    for name, found in sorted(recorded.items()):
-        adopted = replace(
-            conn,
-            heartbeat_interval_ms=found.heartbeat_interval_ms,
-            partitioner=found.partitioner,
-            admin_client_ids=found.admin_client_ids,
-        )
-        if not fold_settings_differ(conn, adopted):
-            continue
-        for record, event in read_group_records(adopted, name, timeout_s):
-            if group_of_record(record, event) == name:
-                verdicts[(record.partition, record.offset)] = event
+    for adopted, names in refolds(conn, recorded):
+        try:
+            for record, event in read_records(adopted, timeout_s):
+                if group_of_record(record, event) in names:
+                    verdicts[(record.partition, record.offset)] = event
+        except MarshalError as exc:  # their verdicts are the first fold's, and said so
+            click.echo(
+                f"marshal-admin: note: groups {', '.join(names)} judged with the command's "
+                f"settings: {exc}",
+                err=True,
+            )
+    if not verdicts:
+        return records
     return [(r, verdicts.get((r.partition, r.offset), e)) for r, e in records]
 
 

@@ -2,11 +2,12 @@
 watermarks, and which groups of the coordination log work on them.
 
 The groups come from the coordination log, folded as the workers fold it: the whole log with
-the command's fold settings, then each group whose recorded settings differ (its heartbeat
-interval above all) again on its own partitions with those, as its members fold it (`regrouped`:
-a claim won by a rival once the holder went stale by the group's interval was rejected by a fold
-with a longer one, which showed the stale holder). A group works on a topic if it has claims
-on it. Internal topics (``__``-prefixed: the coordination log, Kafka's own) are not listed.
+the command's fold settings, then again with each other set of settings groups record (their
+heartbeat interval above all), each such group's claims taken from that fold, as its members
+fold them (`connection.refolds`: a claim won by a rival once the holder went stale by the
+group's interval was rejected by a fold with a longer one, which showed the stale holder).
+A group works on a topic if it has claims on it. Internal topics (``__``-prefixed: the
+coordination log, Kafka's own) are not listed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -24,8 +25,8 @@ from marshal_workers.admin.connection import (
     ADMIN_CLIENT_ID,
     Connection,
     admin_session,
-    fold_settings_differ,
     recorded_settings,
+    refolds,
 )
 from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import MarshalError
@@ -72,26 +73,6 @@ def work_by_topic(
     return out
 
 
-def regrouped(conn: Connection, worlds: Mapping[int, World]) -> dict[str, Connection]:
-    """The groups whose recorded fold settings (heartbeat interval, partitioner, admin ids)
-    are not ``conn``'s, each with the connection to fold it with: its members' settings."""
-    groups = {g for world in worlds.values() for g in world.group_settings}
-    out: dict[str, Connection] = {}
-    for group in groups:
-        found = recorded_settings(worlds, group)
-        if found is None:
-            continue
-        adopted = replace(
-            conn,
-            heartbeat_interval_ms=found.heartbeat_interval_ms,
-            partitioner=found.partitioner,
-            admin_client_ids=found.admin_client_ids,
-        )
-        if fold_settings_differ(conn, adopted):
-            out[group] = adopted
-    return out
-
-
 class TopicView:
     """The cluster's topics and the coordination log's groups, read once."""
 
@@ -112,17 +93,25 @@ class TopicView:
         with admin_session(conn, ADMIN_CLIENT_ID, timeout_s) as session:
             now = int(time.time() * 1000)
             self.work = work_by_topic(session.worlds, conn.heartbeat_interval_ms, now)
-            again = regrouped(conn, session.worlds)
-        for group, adopted in sorted(again.items()):
-            with admin_session(adopted, ADMIN_CLIENT_ID, timeout_s, group=group) as session:
-                now = int(time.time() * 1000)
-                own = work_by_topic(session.worlds, adopted.heartbeat_interval_ms, now, group)
-            for topic in {*self.work, *own}:
-                kept = [w for w in self.work.get(topic, []) if w.group != group]
-                self.work[topic] = sorted(
-                    [*kept, *own.get(topic, [])],
-                    key=lambda w: (w.partition, w.group, w.slice or ""),
-                )
+            groups = {g for world in session.worlds.values() for g in world.group_settings}
+            recorded = {g: found for g in groups if (found := recorded_settings(session.worlds, g))}
+        for adopted, names in refolds(conn, recorded):
+            try:
+                with admin_session(adopted, ADMIN_CLIENT_ID, timeout_s, read_only=True) as again:
+                    now = int(time.time() * 1000)
+                    for group in names:
+                        own = work_by_topic(again.worlds, adopted.heartbeat_interval_ms, now, group)
+                        self._replace(group, own)
+            except MarshalError as exc:  # the first fold's claims of those groups are shown
+                self.note = f"(groups {', '.join(names)} judged with the command's settings: {exc})"
+
+    def _replace(self, group: str, own: dict[str, list[Work]]) -> None:
+        """``group``'s claims from its own fold in place of the first fold's."""
+        for topic in {*self.work, *own}:
+            kept = [w for w in self.work.get(topic, []) if w.group != group]
+            self.work[topic] = sorted(
+                [*kept, *own.get(topic, [])], key=lambda w: (w.partition, w.group, w.slice or "")
+            )
 
     def topics(self) -> list[str]:
         """The data topics, by name (internal ones left out)."""

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -196,10 +197,11 @@ def test_topic_list_and_describe_name_the_groups_working_on_a_topic(
 def test_topic_describe_folds_each_group_with_its_recorded_heartbeat_interval(
     kafka_bootstrap: str, topic: str
 ) -> None:
-    """A group recorded with HB = 1 s: w1's claim goes stale 2 s after its heartbeat and w2's
-    later claim wins, as the group's members fold it. topic describe folded every group with
-    one interval (10 s by default): w2's claim was rejected there, and w1 shown holding the
-    partition (stale) while status showed w2 (a review)."""
+    """A group recorded with HB = 1 s (changed from 10 s): w1's claim goes stale 2 s after its
+    heartbeat and w2's later claim wins, as the group's members fold it. topic describe folded
+    every group with one interval (10 s by default): w2's claim was rejected there, and w1
+    shown holding the partition (stale) while status showed w2; the whole-log dump then took
+    the group's first settings, not its newest (two reviews)."""
     from marshal_workers.config.runconfig import RunConfig  # noqa: PLC0415
     from marshal_workers.fleet.groupcheck import own_settings  # noqa: PLC0415
     from marshal_workers.log.kafkalog import KafkaLog  # noqa: PLC0415
@@ -220,9 +222,11 @@ def test_topic_describe_folds_each_group_with_its_recorded_heartbeat_interval(
     group = "g.fast"
     settings = own_settings(RunConfig("h:h", Mode.ALO, (topic,), group, "w1",
                                       heartbeat_interval=1.0))  # fmt: skip
+    before = replace(settings, heartbeat_interval_ms=10_000)  # changed since: the newest counts
     log = KafkaLog(kafka_bootstrap, coord)
     try:
-        log.append(0, metadata_key(settings), encode_metadata(settings), 10)
+        for recorded in (before, settings):
+            log.append(0, metadata_key(recorded), encode_metadata(recorded), 10)
         for client in ("w1", "w2"):
             if client == "w2":
                 time.sleep(3.5)  # w1's claim stale by the group's 1 s (2·HB), not by 10 s
