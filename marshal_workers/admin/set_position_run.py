@@ -44,7 +44,7 @@ line saying what was restored (and what a partition with no position before was 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from marshal_workers.admin.connection import Connection, group_session
@@ -286,14 +286,9 @@ def set_position(
             raise MarshalError(outcome.summary())
         progress(outcome.summary())
     pause = _Pause(session, group, outcome)
-    try:
-        _wait_released(session, plan, timeout_s, progress)
-    except MarshalError as exc:
-        problem = end.lift()
-        raise MarshalError(f"{exc}; nothing moved; {problem or end.said}") from None
+    ends = _released(session, plan, timeout_s, progress, end, _Ends(end_of))
     touched: list[PartitionMove] = []  # as made (`_as_found`)
     current: PartitionMove | None = None
-    ends = _Ends(end_of)
     try:
         for current in plan.moves:
             pause.keep(_step_budget_s(session))
@@ -337,6 +332,31 @@ class _Ends:
         if move.partition not in self.read:
             self.read[move.partition] = self.end_of(move.partition)
         return self.read[move.partition]
+
+    def read_all(self, moves: Iterable[PartitionMove]) -> None:
+        """Read the ends of ``moves``' partitions now (each once)."""
+        for move in moves:
+            self.of(move)
+
+
+def _released(
+    session: AdminSession,
+    plan: PositionPlan,
+    timeout_s: float,
+    progress: Progress,
+    end: _Ending,
+    ends: _Ends,
+) -> _Ends:
+    """Wait until the holders have released, then read every end the plan moves to (none
+    handles on under the pause), before the steps: a slow broker's answer is not spent out of
+    a step's pause budget. A failure lifts the pause: nothing has moved."""
+    try:
+        _wait_released(session, plan, timeout_s, progress)
+        ends.read_all(m for m in plan.moves if m.to_end)
+    except MarshalError as exc:
+        problem = end.lift()
+        raise MarshalError(f"{exc}; nothing moved; {problem or end.said}") from None
+    return ends
 
 
 def _as_found(
@@ -583,7 +603,9 @@ def _commit_to_kafka(conn: Connection, plan: PositionPlan, progress: Progress) -
     """Best effort: show the new positions to kafka-consumer-groups at once."""
     sink = KafkaOffsetSink(conn.bootstrap_servers, plan.group, conn.kafka)
     try:
-        targets = {m.partition: m.target for m in plan.moves}  # every slice of one has one
+        targets: dict[int, int] = {}  # a partition's lowest: a slice set to an end read again
+        for m in plan.moves:  # may be left past the others where it had handled further
+            targets[m.partition] = min(m.target, targets.get(m.partition, m.target))
         error = sink.commit_now([(plan.topic, p, target) for p, target in sorted(targets.items())])
     finally:
         sink.close()

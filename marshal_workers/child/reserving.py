@@ -121,8 +121,8 @@ class Reserving:
         if not grant.granted:
             # refused because this child is stopping (a graceful stop, a rebalance): the usual
             # end of a stop, said as info (31 warnings in one operator's session); any other
-            # refusal is a warning
-            usual = self.pipe.stop_requested or grant.reason == REFUSED_STOPPING
+            # refusal is a warning, during a stop too
+            usual = grant.reason == REFUSED_STOPPING
             (self.log.info if usual else self.log.warning)(
                 "grant_refused", start=request.start, end=request.end, reason=grant.reason
             )

@@ -201,7 +201,7 @@ class Supervisor:
         # logged once started: before a start-up error nothing is printed but its line
         placement = placement_text(self.settings.placement)
         self._log.info("group_located", placement=placement, followed=sorted(self.log.followed))
-        self._log.info("caught_up", records=folded, data_partitions=len(partitions))
+        self._log.info("caught_up", records=folded, partitions=len(partitions))
         self.reader = LogPollThread(self.log.poll)
         self.reader.start()
         self._run(self.member.begin(self.clock(), self.wall(), partitions))
