@@ -9,7 +9,7 @@ Theory of operation ("Setting Consumer Group Position" in the Marshal protocol)
    partition's target (a slice takes the partition's records and keeps its own, so the same
    offset is the same point in the partition for each). A target at the partition's end
    (``--to-latest``; ``--to-datetime`` where no record is later) is marked: it is read again
-   in step 4 (see there).
+   before step 4 (see there).
 2. Pause the group: ReleaseGroup on every coordination partition, expiring after the wait
    timeout plus a margin, so that a crashed admin does not pause the group for ever (it is
    renewed if the moves outlast it).
@@ -20,9 +20,10 @@ Theory of operation ("Setting Consumer Group Position" in the Marshal protocol)
    heartbeat sets the position outright, an AMO reservation included), ReleasingPartition at
    the new offset. The move is taken as the fold has it once the claim is held: the holders
    handled on while step 3 waited, so the position to restore on a failure is the one found
-   then, not the plan's, and a target at the end is the end read then (once per partition),
-   never below the position found (the end read for the plan is behind what the holders
-   handled meanwhile: setting it moved the group back, in AMO handling those records twice).
+   then, not the plan's, and a target at the end is the end read once step 3 is done (once
+   per partition, before the first claim), never below the position found (the end read for
+   the plan is behind what the holders handled meanwhile: setting it moved the group back, in
+   AMO handling those records twice).
 5. Lift the pause (a ReleaseGroup whose expire time has passed); the workers claim again and
    start at the new offsets.
 
@@ -318,9 +319,9 @@ def set_position(
 
 @dataclass
 class _Ends:
-    """The ends of the partitions, each read once (`EndOf`), when first needed: after the
-    holders have released, so at or above what they handled (every slice of a partition
-    gets the same one)."""
+    """The ends of the partitions, each read once (`EndOf`), after the holders have released
+    (`_released`), so at or above what they handled (every slice of a partition gets the same
+    one)."""
 
     end_of: EndOf | None
     read: dict[int, int] = field(default_factory=dict)
