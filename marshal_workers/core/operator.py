@@ -109,7 +109,8 @@ class Operator:
         """Settings recorded for this group other than this member's (an operator's
         `marshal-admin group-settings --change`): stop gracefully, then exit 2, before anything
         else folded after them is claimed on; exit 6 if only the placement differs (`--move`:
-        restarted, the member locates the new one; its member claim is dropped at once)."""
+        restarted, the member locates the new one; its member claim is dropped at once where
+        the new placement puts it on another partition)."""
         ctx = self.ctx
         mine = ctx.s.shared
         if mine is None or event.settings.group_id != mine.group_id or ctx.stopping:

@@ -157,6 +157,7 @@ def test_set_position_moves_a_running_fleet(fleet: Fleet) -> None:
             "holder": None,
             "state": "released",
             "target": before[1] + 15,
+            "target_is_end": False,  # an offset asked for: set as planned
         }
     ]
     assert len(admin_verdicts(fleet)) == written, "--dry-run wrote to the coordination log"
