@@ -247,11 +247,24 @@ def check_group_settings(conn: Connection, worlds: Mapping[int, World], group: s
 
 
 def recorded_settings(worlds: Mapping[int, World], group: str) -> GroupSettings | None:
-    """The group's settings as the log records them (partition 0's, else any), or None."""
-    for _, world in sorted(worlds.items()):
-        if group in world.group_settings:
-            return world.group_settings[group]
-    return None
+    """The group's settings as the log records them (partition 0's, else any), or None; a
+    placed group's are its home's where home was read: a change after a move from spread is
+    written on home and window only, and the copies the move left on every other partition
+    keep the old ones (`newest_settings`)."""
+    found = {p: w.group_settings[group] for p, w in worlds.items() if group in w.group_settings}
+    return newest_settings(group, found)
+
+
+def newest_settings(group: str, by_partition: Mapping[int, GroupSettings]) -> GroupSettings | None:
+    """Of a group's settings as each partition has them, the group's: its home's if the lowest
+    partition's are placed and home is among them, else the lowest partition's."""
+    if not by_partition:
+        return None
+    lowest = by_partition[min(by_partition)]
+    placement = lowest.placement
+    if placement is None:
+        return lowest
+    return by_partition.get(home(group, placement.partitions), lowest)
 
 
 def for_group(conn: Connection, worlds: Mapping[int, World], group: str) -> Connection:

@@ -21,6 +21,7 @@ from marshal_workers.admin.connection import (
     ADMIN_CLIENT_ID,
     Connection,
     group_session,
+    newest_settings,
     read_group_records,
     read_records,
     refolds,
@@ -147,20 +148,20 @@ def regrouped_verdicts(
     """``records`` (the whole log folded with ``conn``), each record of a group whose recorded
     fold settings differ from ``conn``'s given the verdict of a fold with its settings (one
     more read of the log per distinct set of settings: `connection.refolds`). A group's
-    settings are as `recorded_settings` takes them: the newest its lowest partition accepted."""
-    newest: dict[tuple[str, int], GroupSettings] = {}
+    settings are as `recorded_settings` takes them (`connection.newest_settings`)."""
+    newest: dict[str, dict[int, GroupSettings]] = {}
     for record, event in records:  # (in order per partition: the last one wins)
         if isinstance(event, ev.GroupSettingsRecorded):
-            newest[(event.settings.group_id, record.partition)] = event.settings
-    recorded: dict[str, GroupSettings] = {}
-    for (group, _part), found in sorted(newest.items(), key=lambda kv: -kv[0][1]):
-        recorded[group] = found  # the lowest partition's, written last
+            newest.setdefault(event.settings.group_id, {})[record.partition] = event.settings
+    recorded = {g: found for g, parts in newest.items() if (found := newest_settings(g, parts))}
     verdicts: dict[tuple[int, int], ev.Event] = {}
     for adopted, names in refolds(conn, recorded):
+        theirs: dict[tuple[int, int], ev.Event] = {}  # all of a refold, or none of it
         try:
             for record, event in read_records(adopted, timeout_s):
                 if group_of_record(record, event) in names:
-                    verdicts[(record.partition, record.offset)] = event
+                    theirs[(record.partition, record.offset)] = event
+            verdicts.update(theirs)
         except MarshalError as exc:  # their verdicts are the first fold's, and said so
             click.echo(
                 f"marshal-admin: note: groups {', '.join(names)} judged with the command's "

@@ -76,6 +76,7 @@ from marshal_workers.protocol.wire import ClaimKey
 Progress = Callable[[str], None]
 EndOf = Callable[[int], int]  # a partition's target at its end, read now (`end_target_now`)
 MOVE_BUDGET_S = 30.0  # pause time allowed for the moves, beyond the wait for the holders
+END_READ_S = 10.0  # the pause kept this much longer per end to read (a watermark request's wait)
 
 
 def _quiet(_: str) -> None:
@@ -100,7 +101,7 @@ class PartitionMove:
     state: str
     target: int
     claim_topic: str | None = None  # the slice's claim (``orders+key.2of4``); None: whole
-    to_end: bool = False  # target: the end as read for the plan; read again when set
+    to_end: bool = False  # target: the end as read for the plan; read again before it is set
 
     @property
     def old(self) -> int | None:
@@ -217,7 +218,10 @@ def render_plan(plan: PositionPlan) -> str:
     for row in [list(head), *rows]:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     if any(m.to_end for m in plan.moves):
-        lines.append("* the end now: read again when set, and never set below the position then")
+        lines.append(
+            "* the end now: read again once the holders have released, and never set below "
+            "the position then"
+        )
     return "\n".join(lines)
 
 
@@ -287,7 +291,7 @@ def set_position(
             raise MarshalError(outcome.summary())
         progress(outcome.summary())
     pause = _Pause(session, group, outcome)
-    ends = _released(session, plan, timeout_s, progress, end, _Ends(end_of))
+    ends = _released(session, plan, timeout_s, progress, end, _Ends(end_of), pause)
     touched: list[PartitionMove] = []  # as made (`_as_found`)
     current: PartitionMove | None = None
     try:
@@ -347,12 +351,16 @@ def _released(
     progress: Progress,
     end: _Ending,
     ends: _Ends,
+    pause: _Pause,
 ) -> _Ends:
     """Wait until the holders have released, then read every end the plan moves to (none
     handles on under the pause), before the steps: a slow broker's answer is not spent out of
     a step's pause budget. A failure lifts the pause: nothing has moved."""
     try:
         _wait_released(session, plan, timeout_s, progress)
+        reads = {m.partition for m in plan.moves if m.to_end}
+        if reads:  # (each read may take a watermark request's 10 s)
+            pause.keep(_step_budget_s(session) + END_READ_S * len(reads))
         ends.read_all(m for m in plan.moves if m.to_end)
     except MarshalError as exc:
         problem = end.lift()
@@ -572,7 +580,7 @@ def run_set_position(
 ) -> str:
     """`marshal-admin set-position`: the plan (``dry_run``), or the move; returns the output."""
     source = KafkaOffsetSource(conn.bootstrap_servers, conn.kafka)
-    try:  # kept open: a target at the end is read again when set
+    try:  # kept open: a target at the end is read again before it is set
         targets = compute_targets(source, topic, spec)
         with group_session(conn, group, client_id, timeout_s) as (session, adopted):
             plan = make_plan(session, group, topic, targets.offsets, targets.ends)

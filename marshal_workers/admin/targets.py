@@ -94,7 +94,7 @@ def parse_time(text: str, what: str) -> int:
 @dataclass(frozen=True, slots=True)
 class Targets:
     """The target offset of each partition to move, and which of them are the partition's end
-    as read now (to be read again when set: `end_target_now`)."""
+    as read now (to be read again before it is set: `end_target_now`)."""
 
     offsets: dict[int, int]
     ends: frozenset[int] = frozenset()

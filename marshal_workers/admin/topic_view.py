@@ -103,7 +103,8 @@ class TopicView:
                         own = work_by_topic(again.worlds, adopted.heartbeat_interval_ms, now, group)
                         self._replace(group, own)
             except MarshalError as exc:  # the first fold's claims of those groups are shown
-                self.note = f"(groups {', '.join(names)} judged with the command's settings: {exc})"
+                said = f"(groups {', '.join(names)} judged with the command's settings: {exc})"
+                self.note = f"{self.note}\n{said}" if self.note else said
 
     def _replace(self, group: str, own: dict[str, list[Work]]) -> None:
         """``group``'s claims from its own fold in place of the first fold's."""

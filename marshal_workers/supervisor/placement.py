@@ -219,9 +219,9 @@ def _group_seen(reader: FoldedLog, group: str, timeout_s: float) -> bool:
 
 def _of_group(record: CoordRecord, group: str) -> bool:
     """Whether a record is the group's, from before: its key names the group, or (keyless: a
-    Marshal Go writer) its value does. A pause is not (`release-group --new-group` before the
-    first member starts writes one on every partition; it holds no claim, and made the group
-    spread; a review)."""
+    Marshal Go writer) its value does. A keyed pause is not (`release-group --new-group` before
+    the first member starts writes one on every partition; it holds no claim, and made the
+    group spread; a review); a keyless one is a Go fleet's, refused on the spread path."""
     key = record.key
     name = group.encode()
     if key is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from marshal_workers.admin.group_settings import change_settings
 from marshal_workers.admin.pause import lift_pause, pause_for, write_pause
 from marshal_workers.admin.session import AdminSession
 from marshal_workers.admin.set_position_run import (
+    _commit_to_kafka,
     make_plan,
     render_plan,
     run_set_position,
@@ -314,7 +316,7 @@ class TestSetPosition:
         plan = make_plan(Setup().session(), G, T, {0: 2, 1: 25}, ends={1})
         table = render_plan(plan).splitlines()
         assert table[3].split()[:4] == ["1", "20", "-", "25*"]
-        assert table[-1].startswith("* the end now: read again when set")
+        assert table[-1].startswith("* the end now: read again once the holders have released")
         parts = plan.to_json(dry_run=True)["partitions"]
         assert isinstance(parts, list)
         assert [m["target_is_end"] for m in parts] == [False, True]
@@ -417,7 +419,7 @@ class TestToTheEnd:
     ) -> None:
         """The reviewer's case: the plan read ends 10, 22, 30; w1 released at 14, 26, 30 and
         the ends are 15, 27, 34 by then: those are set, committed to Kafka too, and the
-        result line says so; the plan marks its ends as read again when set."""
+        result line says so; the plan marks its ends as read again once the holders released."""
         s = Setup()
         source = GrowingSource({0: 10, 1: 22, 2: 30})
         out, lines, commits = run_live(s, source, TargetSpec(Kind.LATEST), monkeypatch,
@@ -427,7 +429,7 @@ class TestToTheEnd:
         assert commits == [(T, 0, 15), (T, 1, 27), (T, 2, 34)]
         plan = lines[0].splitlines()
         assert plan[2].split()[:4] == ["0", "8", "8", "10*"], plan
-        assert "read again when set" in plan[-1], plan
+        assert "read again once the holders have released" in plan[-1], plan
         assert source.closed
 
     def test_to_datetime_reads_the_end_again_and_keeps_a_found_record(
@@ -682,3 +684,69 @@ class TestPause:
         """admin_client_ids None ('*'): any client's ReleaseGroup counts."""
         s = Setup(admins=None)
         assert pause_for(s.session("w1"), G, 30).in_force
+
+
+class TestEndsReadFirst:
+    """The ends a plan moves to are read once the holders have released, before the first
+    claim (a slow broker's answer is not spent out of a step's pause budget), and a read that
+    fails moves nothing (a review's cases)."""
+
+    def test_an_end_read_failing_lifts_the_pause_and_moves_nothing(self) -> None:
+        s = Setup()
+        admin = s.session()
+        plan = make_plan(admin, G, T, {0: 10, 1: 22}, ends={1})
+        asked: list[int] = []
+
+        def end_of(partition: int) -> int:
+            asked.append(partition)
+            raise MarshalError(f"cannot read watermarks of {T}[{partition}]: timed out")
+
+        with pytest.raises(MarshalError) as failure:
+            set_position(admin, plan, timeout_s=5, end_of=end_of,
+                         progress=s.releasing_on_first_wait())  # fmt: skip
+        assert "nothing moved; pause lifted" in str(failure.value)
+        assert asked == [1]
+        world = s.observer()
+        assert committed(world, 3) == [8, 20, 30]
+        assert all(pause_of(w, G, world.now_ms()) is None for w in world.worlds.values())
+
+    def test_every_end_is_read_before_any_claim_of_the_admin(self) -> None:
+        s = Setup()
+        admin = s.session()
+        plan = make_plan(admin, G, T, {0: 10, 1: 22, 2: 30}, ends={0, 1, 2})
+        seen: list[tuple[int, int]] = []
+
+        def end_of(partition: int) -> int:
+            mine = [k for w in admin.worlds.values() for k, st in w.claims.items()
+                    if st.holder_client == "marshal-admin"]  # fmt: skip
+            seen.append((partition, len(mine)))
+            return 40 + partition
+
+        set_position(admin, plan, timeout_s=5, end_of=end_of,
+                     progress=s.releasing_on_first_wait())  # fmt: skip
+        assert seen == [(0, 0), (1, 0), (2, 0)]
+        assert committed(s.observer(), 3) == [40, 41, 42]
+
+    def test_kafka_gets_a_partition_s_lowest_slice(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        s = SlicedSetup()
+        admin = s.session()
+        plan = make_plan(admin, G, T, {0: 5}, ends={0})
+        moved = set_position(admin, plan, timeout_s=5, end_of=lambda _: 8,
+                             progress=s.releasing_on_first_wait())  # fmt: skip
+        commits: list[tuple[str, int, int]] = []
+
+        class Sink:
+            def __init__(self, *_: object) -> None:
+                pass
+
+            def commit_now(self, offsets: list[tuple[str, int, int]]) -> None:
+                commits.extend(offsets)
+
+            def close(self) -> None:
+                pass
+
+        monkeypatch.setattr(set_position_run, "KafkaOffsetSink", Sink)
+        _commit_to_kafka(Connection("k:9092"), replace(plan, moves=moved.moves), lambda _: None)
+        targets = sorted(m.target for m in moved.moves)
+        assert targets[0] < targets[-1], targets  # a slice that had handled past the end
+        assert commits == [(T, 0, targets[0])], (targets, commits)

@@ -49,7 +49,7 @@ class TestTargets:
 
     def test_datetime_without_a_later_record_goes_to_the_end(self) -> None:
         """offsets_for_times finds nothing at or after the time: the high watermark (an end:
-        read again when set)."""
+        read again before it is set)."""
         spec = TargetSpec(Kind.DATETIME, time_ms=1)
         assert compute_targets(FakeSource(), "t", spec) == Targets(
             {0: 42, 1: 7, 2: 3}, ends=frozenset({1, 2})

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
+import pytest
+
+from marshal_workers.admin import dump
+from marshal_workers.admin.connection import Connection
 from marshal_workers.admin.dump import dump_entry, dump_line
+from marshal_workers.common.errors import MarshalError
+from marshal_workers.config.runconfig import RunConfig
+from marshal_workers.fleet.groupcheck import own_settings
 from marshal_workers.protocol import events as ev
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import CoordRecord
 from tests.support import HB, Log, claim, pause
@@ -65,3 +74,27 @@ class TestPauseVerdicts:
         assert dump_entry(log.records[0], paused)["verdict"] == "GroupPaused"
         assert dump_entry(log.records[1], lifted)["verdict"] == "PauseLifted"
         assert "-> PauseLifted" in dump_line(log.records[1], lifted)
+
+
+def test_a_refold_that_fails_part_way_changes_no_verdict(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A group recorded with HB 1 s is folded again for the whole-log dump; that read fails
+    after one record: every record keeps the first fold's verdict, as the note says (the
+    first took the refold's: two intervals in one group's lines; a review)."""
+    settings = own_settings(RunConfig("h:h", Mode.ALO, ("t",), "g", "w1", heartbeat_interval=1.0))
+    records = [CoordRecord(0, i, 0, b"g/t/%d" % i, b"x") for i in range(3)]
+    first: list[tuple[CoordRecord, ev.Event]] = [
+        (records[0], ev.GroupSettingsRecorded(0, 0, 0, settings)),
+        *((r, ev.Malformed(0, r.offset, 0, "first fold", None)) for r in records[1:]),
+    ]
+
+    def failing(conn: Connection, timeout_s: float) -> Iterator[tuple[CoordRecord, ev.Event]]:
+        yield records[0], first[0][1]
+        yield records[1], ev.Malformed(0, 1, 0, "the refold", None)
+        raise MarshalError("could not read to its end within 5s")
+
+    monkeypatch.setattr(dump, "read_records", failing)
+    out = dump.regrouped_verdicts(Connection("k:9092"), first, 5.0)
+    assert out == first
+    assert "groups g judged with the command's settings" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+from marshal_workers.admin.connection import recorded_settings
 from marshal_workers.admin.group_move import MOVE_HOLD_S, move_group
 from marshal_workers.admin.group_settings import change_settings
 from marshal_workers.admin.moveplan import (
@@ -988,3 +989,30 @@ def test_the_plan_names_every_partition_and_carry() -> None:
     (carry,) = plan.carries
     assert (carry.key, carry.offset) == (key, 3)
     assert carry.new_partition == Placement(N, 0, 2, 50).partition_of("orders", 5)
+
+
+def test_a_moved_group_s_settings_are_its_home_s_not_an_old_copy() -> None:
+    """Spread, moved to span 1 at home (its placed settings on every partition), then changed
+    to HB 1 s (on home and window only): the whole log's view of the group's settings (what
+    `topic describe` and the whole-log `dump` fold it with) is home's newest, not the old copy
+    a lower partition keeps (a review: they judged the group with the old interval)."""
+    clock = Clock(real=True)
+    topic, clock, _ = spread_group({}, clock)
+    move_group(session_on(topic, clock), GROUP, span=1, first=None, timeout_s=5.0,
+               progress=lambda _: None)  # fmt: skip
+    at = home(GROUP, N)
+    placed_settings = session_on(topic, clock).worlds[at].group_settings[GROUP]
+    assert placed_settings.placement is not None
+    cfg = replace(config(), placements=PlacementBook.of({GROUP: placed_settings.placement}))
+    reader = FoldedLog(MemoryLog(topic), cfg)
+    reader.follow(sorted(reads(GROUP, placed_settings.placement)), from_start=True)
+    session = AdminSession(reader.log, reader, "marshal-admin", wall=lambda: clock.now / 1000,
+                           placement=placed_settings.placement)  # fmt: skip
+    session.catch_up(2.0)
+    changed = replace(placed_settings, heartbeat_interval_ms=1000)
+    change_settings(session, changed, timeout_s=5.0, progress=lambda _: None)
+    whole = session_on(topic, clock).worlds
+    older = [p for p, w in whole.items() if w.group_settings[GROUP].heartbeat_interval_ms != 1000]
+    assert older and min(older) < at  # (the case: a lower partition keeps the old copy)
+    found = recorded_settings(whole, GROUP)
+    assert found is not None and found.heartbeat_interval_ms == 1000
