@@ -352,6 +352,22 @@ class GrowingSource:
         self.closed = True
 
 
+def recording_sink(commits: list[tuple[str, int, int]]) -> type:
+    """A `KafkaOffsetSink` stand-in that keeps in ``commits`` what it is asked to commit."""
+
+    class Sink:
+        def __init__(self, *_: object) -> None:
+            pass
+
+        def commit_now(self, offsets: Sequence[tuple[str, int, int]]) -> None:
+            commits.extend(offsets)
+
+        def close(self) -> None:
+            pass
+
+    return Sink
+
+
 def run_live(
     s: Setup,
     source: GrowingSource,
@@ -364,16 +380,6 @@ def run_live(
     output, the progress lines, and what was committed to Kafka's group offsets."""
     commits: list[tuple[str, int, int]] = []
     lines: list[str] = []
-
-    class Sink:
-        def __init__(self, *_: object) -> None:
-            pass
-
-        def commit_now(self, offsets: Sequence[tuple[str, int, int]]) -> None:
-            commits.extend(offsets)
-
-        def close(self) -> None:
-            pass
 
     @contextmanager
     def session(conn: Connection, *_: object) -> Iterator[tuple[AdminSession, Connection]]:
@@ -388,7 +394,7 @@ def run_live(
 
     monkeypatch.setattr(set_position_run, "KafkaOffsetSource", lambda *_: source)
     monkeypatch.setattr(set_position_run, "group_session", session)
-    monkeypatch.setattr(set_position_run, "KafkaOffsetSink", Sink)
+    monkeypatch.setattr(set_position_run, "KafkaOffsetSink", recording_sink(commits))
     out = run_set_position(Connection("kafka:9092"), G, T, spec, dry_run=False, as_json=False,
                            client_id="marshal-admin", timeout_s=5, progress=progress)  # fmt: skip
     return out, lines, commits
@@ -734,18 +740,7 @@ class TestEndsReadFirst:
         moved = set_position(admin, plan, timeout_s=5, end_of=lambda _: 8,
                              progress=s.releasing_on_first_wait())  # fmt: skip
         commits: list[tuple[str, int, int]] = []
-
-        class Sink:
-            def __init__(self, *_: object) -> None:
-                pass
-
-            def commit_now(self, offsets: list[tuple[str, int, int]]) -> None:
-                commits.extend(offsets)
-
-            def close(self) -> None:
-                pass
-
-        monkeypatch.setattr(set_position_run, "KafkaOffsetSink", Sink)
+        monkeypatch.setattr(set_position_run, "KafkaOffsetSink", recording_sink(commits))
         _commit_to_kafka(Connection("k:9092"), replace(plan, moves=moved.moves), lambda _: None)
         targets = sorted(m.target for m in moved.moves)
         assert targets[0] < targets[-1], targets  # a slice that had handled past the end
