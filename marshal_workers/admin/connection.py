@@ -299,13 +299,25 @@ def fold_settings_differ(a: Connection, b: Connection) -> bool:
     )
 
 
+MAX_REFOLDS = 4  # whole-log views: folds of the log again for groups' own settings, at most
+
+
+def some_of(groups: list[str], shown: int = 10) -> str:
+    """Up to ``shown`` of ``groups`` by name, and how many more (a note on a thousand)."""
+    more = f" and {len(groups) - shown} more" if len(groups) > shown else ""
+    return ", ".join(groups[:shown]) + more
+
+
 def refolds(
     conn: Connection, recorded: Mapping[str, GroupSettings]
-) -> list[tuple[Connection, list[str]]]:
+) -> tuple[list[tuple[Connection, list[str]]], list[str]]:
     """For a view of every group: each distinct set of fold settings (heartbeat interval,
     partitioner, admin ids) that groups record other than ``conn``'s, with the connection to
-    fold the log with for them and those groups. One fold per set, not per group: a fleet of
-    many groups on one interval other than the command's is one more read of the log."""
+    fold the log with for them and those groups, and the groups left to ``conn``'s settings.
+    One fold per set, not per group: a fleet of many groups on one interval other than the
+    command's is one more read of the log. At most `MAX_REFOLDS` sets, those most groups
+    share: settings records are anyone's who may write the topic, and a thousand made-up
+    groups each with its own interval were a thousand reads of the whole log."""
     out: dict[tuple[object, ...], tuple[Connection, list[str]]] = {}
     for group, found in sorted(recorded.items()):
         adopted = replace(
@@ -317,7 +329,9 @@ def refolds(
         if fold_settings_differ(conn, adopted):
             fold = (found.heartbeat_interval_ms, found.partitioner, found.admin_client_ids)
             out.setdefault(fold, (adopted, []))[1].append(group)
-    return list(out.values())
+    ranked = sorted(out.values(), key=lambda s: -len(s[1]))  # (stable: ties as recorded)
+    left = sorted(g for _, names in ranked[MAX_REFOLDS:] for g in names)
+    return ranked[:MAX_REFOLDS], left
 
 
 @contextmanager

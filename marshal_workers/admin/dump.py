@@ -19,12 +19,14 @@ import click
 
 from marshal_workers.admin.connection import (
     ADMIN_CLIENT_ID,
+    MAX_REFOLDS,
     Connection,
     group_session,
     newest_settings,
     read_group_records,
     read_records,
     refolds,
+    some_of,
 )
 from marshal_workers.admin.goread import go_dump
 from marshal_workers.admin.options import (
@@ -155,7 +157,10 @@ def regrouped_verdicts(
             newest.setdefault(event.settings.group_id, {})[record.partition] = event.settings
     recorded = {g: found for g, parts in newest.items() if (found := newest_settings(g, parts))}
     verdicts: dict[tuple[int, int], ev.Event] = {}
-    for adopted, names in refolds(conn, recorded):
+    sets, left = refolds(conn, recorded)
+    if left:
+        _note(left, f"more than {MAX_REFOLDS} sets of settings recorded")
+    for adopted, names in sets:
         theirs: dict[tuple[int, int], ev.Event] = {}  # all of a refold, or none of it
         try:
             for record, event in read_records(adopted, timeout_s):
@@ -163,14 +168,18 @@ def regrouped_verdicts(
                     theirs[(record.partition, record.offset)] = event
             verdicts.update(theirs)
         except MarshalError as exc:  # their verdicts are the first fold's, and said so
-            click.echo(
-                f"marshal-admin: note: groups {', '.join(names)} judged with the command's "
-                f"settings: {exc}",
-                err=True,
-            )
+            _note(names, str(exc))
     if not verdicts:
         return records
     return [(r, verdicts.get((r.partition, r.offset), e)) for r, e in records]
+
+
+def _note(groups: list[str], why: str) -> None:
+    """On stderr: ``groups``' records carry the first fold's verdicts, and why."""
+    click.echo(
+        f"marshal-admin: note: groups {some_of(groups)} judged with the command's settings: {why}",
+        err=True,
+    )
 
 
 def group_of_record(record: CoordRecord, event: ev.Event) -> str | None:

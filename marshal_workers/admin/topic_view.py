@@ -23,10 +23,12 @@ from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from marshal_workers.admin.connection import (
     ADMIN_CLIENT_ID,
+    MAX_REFOLDS,
     Connection,
     admin_session,
     recorded_settings,
     refolds,
+    some_of,
 )
 from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import MarshalError
@@ -95,7 +97,10 @@ class TopicView:
             self.work = work_by_topic(session.worlds, conn.heartbeat_interval_ms, now)
             groups = {g for world in session.worlds.values() for g in world.group_settings}
             recorded = {g: found for g in groups if (found := recorded_settings(session.worlds, g))}
-        for adopted, names in refolds(conn, recorded):
+        sets, left = refolds(conn, recorded)
+        if left:
+            self._say(left, f"more than {MAX_REFOLDS} sets of settings recorded")
+        for adopted, names in sets:
             try:
                 with admin_session(adopted, ADMIN_CLIENT_ID, timeout_s, read_only=True) as again:
                     now = int(time.time() * 1000)
@@ -103,8 +108,12 @@ class TopicView:
                         own = work_by_topic(again.worlds, adopted.heartbeat_interval_ms, now, group)
                         self._replace(group, own)
             except MarshalError as exc:  # the first fold's claims of those groups are shown
-                said = f"(groups {', '.join(names)} judged with the command's settings: {exc})"
-                self.note = f"{self.note}\n{said}" if self.note else said
+                self._say(names, str(exc))
+
+    def _say(self, groups: list[str], why: str) -> None:
+        """A note: ``groups`` are shown as the command's settings judge them, and why."""
+        said = f"(groups {some_of(groups)} judged with the command's settings: {why})"
+        self.note = f"{self.note}\n{said}" if self.note else said
 
     def _replace(self, group: str, own: dict[str, list[Work]]) -> None:
         """``group``'s claims from its own fold in place of the first fold's."""

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
 from marshal_workers.admin import dump
-from marshal_workers.admin.connection import Connection
+from marshal_workers.admin.connection import MAX_REFOLDS, Connection, refolds
 from marshal_workers.admin.dump import dump_entry, dump_line
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.runconfig import RunConfig
@@ -98,3 +99,24 @@ def test_a_refold_that_fails_part_way_changes_no_verdict(
     out = dump.regrouped_verdicts(Connection("k:9092"), first, 5.0)
     assert out == first
     assert "groups g judged with the command's settings" in capsys.readouterr().err
+
+
+def test_refolds_are_bounded_whatever_settings_records_say() -> None:
+    """Whoever may write `__marshal` can record settings for a thousand made-up groups, each
+    with its own interval: each distinct set was one more read of the whole log for every
+    whole-log dump and topic view. At most `MAX_REFOLDS` sets are folded again (the ones most
+    groups share), the rest named for a note and judged with the command's settings, as all
+    were before: a degraded view, said so, never a slower one."""
+    base = own_settings(RunConfig("h:h", Mode.ALO, ("t",), "g", "w1", heartbeat_interval=1.0))
+    recorded = {
+        f"g{i}": replace(base, group_id=f"g{i}", heartbeat_interval_ms=1000 + (i % 50))
+        for i in range(1000)
+    }
+    recorded["real"] = replace(base, group_id="real", heartbeat_interval_ms=5000)
+    recorded["real2"] = replace(base, group_id="real2", heartbeat_interval_ms=5000)
+    sets, skipped = refolds(Connection("k:9092"), recorded)
+    assert len(sets) == MAX_REFOLDS
+    assert all(len(names) == 20 for _, names in sets)  # (50 sets of 20 made-up groups)
+    assert "real" in skipped and len(skipped) == 1002 - 20 * MAX_REFOLDS
+    few = {g: recorded[g] for g in ("g1", "g2", "real")}
+    assert refolds(Connection("k:9092"), few) == (refolds(Connection("k:9092"), few)[0], [])
