@@ -21,7 +21,7 @@ from marshal_workers.child.deadletters import PREFIX
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.ledgerfile import read_ledger
-from marshal_workers.ipc.messages import ChildSpec, ToSupervisor
+from marshal_workers.ipc.messages import ChildSpec, Grant, GrantRequest, ToSupervisor
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.supervisor.childprocess import ChildHandle
 
@@ -61,9 +61,17 @@ class Supervised:
         self.handle = handle
         self.keeper = keeper
         self.received: list[ToSupervisor] = []
+        self._scanned = 0  # how much of ``received`` `expect` has looked through
+        self.granted: set[int] = set()  # the requests `grant_all` has granted
 
     def expect(self, kind: type[M], timeout: float = WAIT_S) -> M:
-        """The next message of type ``kind`` (earlier ones are kept in ``received``)."""
+        """The next message of type ``kind`` (earlier ones are kept in ``received``): one that
+        `of` or `drain` read first is found there, not waited for."""
+        while self._scanned < len(self.received):
+            msg = self.received[self._scanned]
+            self._scanned += 1
+            if isinstance(msg, kind):
+                return msg
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             if not self.handle.conn.poll(left):
@@ -73,6 +81,7 @@ class Supervised:
             except EOFError:
                 pytest.fail(f"child exited ({self.wait_exit(5)}) before {kind.__name__}")
             self.received.append(msg)
+            self._scanned = len(self.received)
             if isinstance(msg, kind):
                 return msg
         pytest.fail(f"no {kind.__name__} within {timeout} s; got {self.received}")
@@ -96,6 +105,27 @@ class Supervised:
         """The received messages of one type."""
         self.drain()
         return [m for m in self.received if isinstance(m, kind)]
+
+
+def grant_all(child: Supervised, until: Callable[[], bool], timeout: float = WAIT_S) -> None:
+    """AMO supervisor: grant every GrantRequest until ``until()`` or the child exits. A request
+    is granted wherever it was read: ``until`` may read the pipe itself (`Supervised.of`), and a
+    request it read and nobody granted left the child waiting for ever (a CI run did)."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, f"timed out; got {child.received}"
+        if child.handle.exitcode is not None:
+            child.drain()
+            return
+        if child.handle.conn.poll(0.05):
+            try:
+                child.received.append(child.handle.conn.recv())
+            except EOFError:
+                return
+        for msg in child.received:
+            if isinstance(msg, GrantRequest) and msg.request_id not in child.granted:
+                child.granted.add(msg.request_id)
+                child.handle.send(Grant(msg.request_id, granted=True))
 
 
 def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:

@@ -20,7 +20,6 @@ from marshal_workers.ipc.messages import (
     CAUSE_DLQ_FAILED,
     CAUSE_POISON_RATE,
     CAUSE_POLICY,
-    Grant,
     GrantRequest,
     HandlerFailed,
     Progress,
@@ -32,8 +31,8 @@ from marshal_workers.protocol.modes import Mode
 from tests.integration import failure_handlers
 from tests.integration.childrun import (
     PARTITION,
-    WAIT_S,
     Supervised,
+    grant_all,
     headers_of,
     make_spec,
     offsets,
@@ -74,25 +73,6 @@ def run_alo_to_end(child: Supervised) -> Stopped:
     stopped = child.expect(Stopped)
     assert child.wait_exit() == 0
     return stopped
-
-
-def grant_all(child: Supervised, until: Callable[[], bool], timeout: float = WAIT_S) -> None:
-    """AMO supervisor: grant every GrantRequest until ``until()`` or the child exits."""
-    deadline = time.monotonic() + timeout
-    while not until():
-        assert time.monotonic() < deadline, f"timed out; got {child.received}"
-        if child.handle.exitcode is not None:
-            child.drain()
-            return
-        if not child.handle.conn.poll(0.05):
-            continue
-        try:
-            msg = child.handle.conn.recv()
-        except EOFError:
-            return
-        child.received.append(msg)
-        if isinstance(msg, GrantRequest):
-            child.handle.send(Grant(msg.request_id, granted=True))
 
 
 def granted_end(child: Supervised) -> int:
