@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install install-runtime install-audit kafka-jars spark-jars lint typecheck test test-unit test-audit-cluster bench bench-peers bench-placement bench-hot bench-hot-cpu bench-idle bench-watchdog demo demo-hot sim sim-sweep chaos clean
+.PHONY: install install-runtime install-audit kafka-jars spark-jars lint typecheck test test-unit test-sim-mixes test-audit-cluster bench bench-peers bench-placement bench-hot bench-hot-cpu bench-idle bench-watchdog demo demo-hot sim sim-sweep chaos clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,9 @@ test: install kafka-jars spark-jars lint typecheck ## Install, resolve the jars,
 
 test-unit: ## Only the tests that need no broker
 	$(BIN)/pytest -q tests/unit
+
+test-sim-mixes: install ## Every fault mix a defect test uses, seeds 0-19 each without the defect: none may report a violation (about 5 min on 2 cores; make test runs seeds 0-2 of each)
+	MARSHAL_TEST_MIX_SEEDS=20 $(BIN)/pytest -q -n 2 tests/sim/test_sim_runs.py -k fault_mixes
 
 test-audit-cluster: install kafka-jars spark-jars ## marshal-audit on a standalone Spark cluster on loopback (a master, two workers; about 2 min, 1.5 GB) against a real fleet's topic: same verdict and tables as local mode
 	MARSHAL_TEST_SPARK_CLUSTER=1 $(BIN)/pytest -q tests/integration/test_audit_cluster.py

@@ -1,6 +1,6 @@
 """Each defect found in the fleet, reintroduced into the member's core: the simulator must
-report a violation within the stated number of seeds. (The same seeds without the defect are
-clean: tests/sim/test_sim_runs.py.)"""
+report a violation within the stated number of seeds, and the seed that found it must be clean
+without the defect. (Seeds 0-19 of each mix without any defect: `make test-sim-mixes`.)"""
 
 from __future__ import annotations
 
