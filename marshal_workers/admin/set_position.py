@@ -42,6 +42,19 @@ from marshal_workers.config.toolconfig import FleetSettings, fleet_options
     help="Every partition to its first record at or after this time (UTC unless it has an "
     "offset); the end when it is set where there is none.",
 )
+@click.option(
+    "--new-group",
+    is_flag=True,
+    help="Set the position of a group the log has no record of yet (before its first member "
+    "starts, or on a new coordination topic). Without it such a group is refused: a typo "
+    "would leave a group of that name in the log.",
+)
+@click.option(
+    "--new-topic",
+    is_flag=True,
+    help="Set the group's position on a topic it has no claim on yet. Without it such a "
+    "topic is refused, as a likely typo.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan (current -> target) and stop.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @client_id_option
@@ -58,6 +71,8 @@ def set_position(
     to_latest: bool,
     to_offset: str | None,
     to_datetime: str | None,
+    new_group: bool,
+    new_topic: bool,
     dry_run: bool,
     as_json: bool,
     client_id: str,
@@ -90,5 +105,7 @@ def set_position(
             client_id=checked("--client-id", client_id),
             timeout_s=timeout,
             progress=echo_err,
+            new_group=new_group,
+            new_topic=new_topic,
         )
     )

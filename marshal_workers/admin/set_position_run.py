@@ -47,6 +47,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from marshal_workers.admin.connection import Connection, group_session
 from marshal_workers.admin.pause import (
@@ -66,10 +67,10 @@ from marshal_workers.admin.targets import (
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.fleet.offsetsink import KafkaOffsetSink
 from marshal_workers.protocol import events as ev
-from marshal_workers.protocol.groupstatus import iso_ms
+from marshal_workers.protocol.groupstatus import group_known, group_topics, iso_ms
 from marshal_workers.protocol.members import is_claimable
 from marshal_workers.protocol.modes import Mode
-from marshal_workers.protocol.rationalizer import claim_label, resume_offset
+from marshal_workers.protocol.rationalizer import World, claim_label, resume_offset
 from marshal_workers.protocol.slicing import split_topic
 from marshal_workers.protocol.wire import ClaimKey
 
@@ -566,6 +567,21 @@ class _Ending:
 # ---- the command -------------------------------------------------------------------------
 
 
+def unknown_target(
+    worlds: Mapping[int, World], group: str, topic: str, new_group: bool, new_topic: bool
+) -> Literal["group", "topic"] | None:
+    """What set-position of ``group`` on ``topic`` would name that the log does not, refused
+    as a likely typo: "group" (the log has no record of it; allowed by ``new_group``), "topic"
+    (the group has no claim on it; allowed by ``new_topic`` or ``new_group``), or None.
+    Written anyway, a typo left a group, or a topic of the group, that nothing runs: `topic
+    list` named it, and a group of that name first started later was spread (a review)."""
+    if not group_known(worlds, group):
+        return None if new_group else "group"
+    if new_topic or new_group or topic in group_topics(worlds, group):
+        return None
+    return "topic"
+
+
 def run_set_position(
     conn: Connection,
     group: str,
@@ -577,12 +593,27 @@ def run_set_position(
     client_id: str,
     timeout_s: float,
     progress: Progress = _quiet,
+    new_group: bool = False,
+    new_topic: bool = False,
 ) -> str:
-    """`marshal-admin set-position`: the plan (``dry_run``), or the move; returns the output."""
+    """`marshal-admin set-position`: the plan (``dry_run``), or the move; returns the output.
+    A group the log has never named, or a topic it has no claim on, is refused (MarshalError,
+    nothing written) unless ``new_group`` or ``new_topic`` says it is meant."""
     source = KafkaOffsetSource(conn.bootstrap_servers, conn.kafka)
     try:  # kept open: a target at the end is read again before it is set
         targets = compute_targets(source, topic, spec)
         with group_session(conn, group, client_id, timeout_s) as (session, adopted):
+            unknown = unknown_target(session.worlds, group, topic, new_group, new_topic)
+            if unknown is not None:
+                log = f"{conn.coordination_topic} on {conn.bootstrap_servers}"
+                raise MarshalError(
+                    f"group {group} is unknown: {log} has no record of it; nothing written (to "
+                    "set where a group starts before its first member does, add --new-group)"
+                    if unknown == "group"
+                    else f"group {group} has no claim on topic {topic} in {log}; nothing "
+                    "written (to set where the group starts on a topic it has not consumed "
+                    "yet, add --new-topic)"
+                )
             plan = make_plan(session, group, topic, targets.offsets, targets.ends)
             if dry_run:
                 admins = adopted.admin_client_ids

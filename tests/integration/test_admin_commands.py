@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
@@ -67,6 +67,15 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]
     for key, value in records:
         producer.produce(topic, value=value, key=key, partition=0)
     assert producer.flush(30) == 0
+
+
+def coordination_end(bootstrap: str, topic: str) -> int:
+    """The end offset of partition 0 of ``topic`` (what has been written to it)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-reader"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        consumer.close()
 
 
 def scenario_records() -> list[tuple[bytes | None, bytes]]:
@@ -258,6 +267,58 @@ class TestErrors:
                 assert f"group {group} paused until" in paused.stdout
         finally:
             delete_topic(kafka_bootstrap, coord)
+
+    def test_set_position_of_a_typo_or_of_a_topic_the_group_never_read_is_refused(
+        self, kafka_bootstrap: str
+    ) -> None:
+        """set-position of a group the log has never named, or on a topic the group has no
+        claim on, wrote a pause and claims, exited 0, and left a group (or a topic of the
+        group) that nothing runs; a group of that name first started later was spread (a
+        review): refused, exit 1, nothing written, unless --new-group / --new-topic."""
+        coord = f"coord-{uuid.uuid4().hex[:8]}"
+        data, other = f"data-{uuid.uuid4().hex[:8]}", f"other-{uuid.uuid4().hex[:8]}"
+        args = ["--coordination-topic", coord, "--bootstrap-servers", kafka_bootstrap]
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        for name in (data, other):
+            admin.create_topics([NewTopic(name, 1, 1)])[name].result(10)
+        try:
+            assert marshal_admin("init", "--partitions", "1", *args).returncode == 0
+            key = f"{GROUP}/{data}/0".encode()
+            produce(
+                kafka_bootstrap,
+                coord,
+                [(key, f"ClaimingPartition/1/0/A-1/A/{GROUP}/{data}/0".encode())],
+            )
+            end = coordination_end(kafka_bootstrap, coord)
+            log = f"{coord} on {kafka_bootstrap}"
+            typo = ("set-position", "--group", "G2", "--topic", data, "--to-latest", *args)
+            elsewhere = ("set-position", "--group", GROUP, "--topic", other, "--to-latest", *args)
+            for extra in ([], ["--dry-run"]):
+                refused = marshal_admin(*typo, *extra)
+                assert refused.returncode == 1, refused.stdout
+                assert refused.stderr.strip() == (
+                    f"marshal-admin: error: group G2 is unknown: {log} has no record of it; "
+                    "nothing written (to set where a group starts before its first member "
+                    "does, add --new-group)"
+                )
+                refused = marshal_admin(*elsewhere, *extra)
+                assert refused.returncode == 1, refused.stdout
+                assert refused.stderr.strip() == (
+                    f"marshal-admin: error: group {GROUP} has no claim on topic {other} in "
+                    f"{log}; nothing written (to set where the group starts on a topic it has "
+                    "not consumed yet, add --new-topic)"
+                )
+            assert coordination_end(kafka_bootstrap, coord) == end  # nothing written
+            for meant in ((*typo, "--new-group"), (*elsewhere, "--new-topic")):
+                planned = marshal_admin(*meant, "--dry-run")
+                assert planned.returncode == 0, planned.stderr
+            known = marshal_admin(
+                "set-position", "--group", GROUP, "--topic", data, "--dry-run", "--to-latest", *args
+            )
+            assert known.returncode == 0, known.stderr
+        finally:
+            for name in (coord, data, other):
+                delete_topic(kafka_bootstrap, name)
 
     def test_unreachable_broker_is_one_line(self) -> None:
         """status against an unreachable bootstrap exits non-zero with one line, in ~15 s."""
