@@ -31,7 +31,7 @@ from marshal_workers.child.pipe import Pipe
 from marshal_workers.child.reporting import Reporter
 from marshal_workers.handler import Record
 from marshal_workers.handler.record import MessageRecords
-from marshal_workers.ipc.exits import EXIT_NOT_GRANTED, EXIT_OK, ChildExit
+from marshal_workers.ipc.exits import EXIT_KAFKA, EXIT_NOT_GRANTED, EXIT_OK, ChildExit
 from marshal_workers.ipc.messages import (
     REFUSED_STOPPING,
     ChildSpec,
@@ -67,6 +67,7 @@ class Reserving:
         self.asked = Asked()  # the runs asked for, not yet handed on
         self.sizer = ReservationSizer(spec.batch_size, spec.amo_window)
         self.held: list[Any] = []  # fetched, not asked for: records (a messages view: messages)
+        self.ended: ChildExit | None = None  # the source ended: the runs asked for, then this
         self.views = fetcher.messages
         # a batch plugin gets batches, not the whole run
         self.step = spec.batch_size if handling.plugin.handle_batch is not None else 0
@@ -79,10 +80,24 @@ class Reserving:
 
     def turn(self) -> None:
         """Ask for as many runs as may be asked for now, then wait for the answer on the oldest
-        run asked for and hand it on."""
+        run asked for and hand it on. If the source of records ends (`EXIT_KAFKA`: a lost
+        consumer, a host reader's feed that closed) while runs are asked for, those are
+        answered and handed on first: the log may have reserved them for this claim, and
+        nobody else may handle them (ending at once lost them as a crash does; a review)."""
         asked = self.asked
-        while not self.pipe.stop_requested and asked.may_ask(self.sizer.ahead()):
-            run = self._next_run()
+        while (
+            self.ended is None
+            and not self.pipe.stop_requested
+            and asked.may_ask(self.sizer.ahead())
+        ):
+            try:
+                run = self._next_run()
+            except ChildExit as end:
+                if end.code != EXIT_KAFKA or not asked.batches:
+                    raise
+                self.ended = end
+                self.log.info("records_end_runs_asked_handed_on", runs=len(asked.batches))
+                break
             if not run:
                 break
             self.pipe.send(asked.ask(run))
@@ -90,6 +105,8 @@ class Reserving:
             request, run = asked.take()
             self._await_grant(request)
             self._hand_on(run)
+        if self.ended is not None and not asked.batches:
+            raise self.ended
 
     def _next_run(self) -> Sequence[Record]:
         """The next run to ask for, from the held records and what more is queued (waiting for

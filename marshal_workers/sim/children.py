@@ -88,6 +88,7 @@ class SimChild:
     end: ChildEnd | None = None  # how it ended, as its shared cells would say
     refusals: dict[int, str] = field(default_factory=dict)  # AMO: why, by request id
     refused: str | None = None  # AMO: it ended at a refused grant, for this reason
+    feed_lost_at: float | None = None  # its records stopped coming (`lose_feed`), at
     # a slice's child (`sim.slices`): the offsets its slice takes; None: the whole partition
     takes: Callable[[int], bool] | None = None
     tally: int = 0  # records handled since the last `Stats`
@@ -128,12 +129,17 @@ class SimChild:
         went silent or broke a rule of the feed (`child.feedsource`), or, a whole partition's
         child, its consumer failed (`child.fetching`). It ends with the Kafka exit code
         between two handler calls, as the real loop does, having published what it handled and
-        read past (a batch it never got cannot move its position: the feed's rule). Not while a
-        handler call hangs: the loop sees its feed only between calls, and its watchdog ends it
-        at the call's deadline. Whether it ended."""
-        if not self.alive or self.hung_since is not None:
+        read past (a batch it never got cannot move its position: the feed's rule); in AMO
+        only once every run it asked for is answered and the granted ones handled, as the real
+        one finds the feed lost at its next fetch and hands those on first
+        (`child.reserving`): the log may have reserved them for its claim (`step` ends it).
+        Not while a handler call hangs: the loop sees its feed only between calls, and its
+        watchdog ends it at the call's deadline. Whether the loss reached it."""
+        if not self.alive or self.hung_since is not None or self.feed_lost_at is not None:
             return False
-        self._end(EXIT_KAFKA, t)
+        self.feed_lost_at = t
+        if not (self.spec.mode is Mode.AMO and (self.batch is not None or self.asks)):
+            self._end(EXIT_KAFKA, t)
         return True
 
     def receive(self, message: ipc.ToChild, t: float) -> None:
@@ -163,6 +169,9 @@ class SimChild:
             self._stats(t, final=True)
             self.outbox.append(ipc.Stopped(self.position))
             self.die(0, t)
+            return
+        if self.feed_lost_at is not None and self.batch is None and not self.asks:
+            self._end(EXIT_KAFKA, t)  # AMO: what it asked for is handed on
             return
         self.budget = min(self.budget + self.speed * dt, self.speed * dt + 1)
         if self.spec.mode is Mode.ALO:
@@ -236,7 +245,8 @@ class SimChild:
         # as far ahead as the sizer allows (none until a run was timed, nor for slow records)
         high = self.data.high_watermark(t)
         in_hand = (self.batch is not None) + len(self.asks)
-        if in_hand <= self.sizer.ahead() and high > self.asked_end and not self.stopping:
+        asking = not self.stopping and self.feed_lost_at is None
+        if asking and in_hand <= self.sizer.ahead() and high > self.asked_end:
             size = self.sizer.size(0.0)  # (one record until a run was handled, then by time)
             if self.takes is None:
                 start, end = self.asked_end, min(high, self.asked_end + size)

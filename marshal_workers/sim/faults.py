@@ -38,8 +38,9 @@ ADMIN = "marshal-admin"  # the operator's client id (an admin in every member's 
 
 
 def _fed(child: SimChild) -> bool:
-    """Whether a lost feed ends ``child`` (alive, not in a hung handler call)."""
-    return child.alive and child.hung_since is None
+    """Whether a lost feed ends ``child`` (alive, not in a hung handler call, its feed not
+    lost already: an AMO child hands on what it asked for before it ends)."""
+    return child.alive and child.hung_since is None and child.feed_lost_at is None
 
 
 def has_fed_child(node: SimNode) -> bool:

@@ -9,7 +9,8 @@
   ran out, its handler failed or hung) or a fault refused a grant it asked for (a reservation
   whose write timed out may have landed: `FAULT_REFUSALS`); each such window is at most what a
   child may have reserved (``amo_window``: ``AHEAD + 1`` reservations of up to half of it). A
-  child that stopped gracefully (exit 0) explains no loss;
+  child that stopped gracefully (exit 0), or whose feed was lost (the Kafka exit code after
+  `feed-loss`: it hands on what it asked for first), explains no loss;
 - ``amo_loss_reported``: in AMO every offset below the position the log ends with that nobody
   handled was reported lost: by a member (its `AmoLost`: the warning `amo_records_lost` and
   the loss metric) or by the log (`protocol.amolosses`, what `marshal-admin status` shows:
@@ -81,6 +82,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from marshal_workers.ipc.exits import EXIT_KAFKA
 from marshal_workers.protocol.amolosses import AmoLoss
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import World, resume_offset
@@ -316,6 +318,8 @@ class Checker:
         if code == 0 and not (child.refused and child.refused.startswith(faults)):
             self.graceful_stops += 1
             return
+        if code == EXIT_KAFKA and child.feed_lost_at is not None:
+            return  # its feed was lost: it hands on what it asked for first, no crash
         if child.asked_end > child.position:
             window = (child.position, child.asked_end)
             self.crash_windows[child.key].append(window)

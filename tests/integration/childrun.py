@@ -91,7 +91,7 @@ class Supervised:
         try:
             while self.handle.conn.poll(0):
                 self.received.append(self.handle.conn.recv())
-        except EOFError:
+        except (EOFError, OSError):  # the child has ended
             pass
 
     def wait_exit(self, timeout: float = WAIT_S) -> int:
@@ -117,15 +117,16 @@ def grant_all(child: Supervised, until: Callable[[], bool], timeout: float = WAI
         if child.handle.exitcode is not None:
             child.drain()
             return
-        if child.handle.conn.poll(0.05):
-            try:
+        try:
+            if child.handle.conn.poll(0.05):
                 child.received.append(child.handle.conn.recv())
-            except EOFError:
-                return
+        except (EOFError, OSError):  # the child has ended (a reset pipe, as a closed one)
+            return
         for msg in child.received:
             if isinstance(msg, GrantRequest) and msg.request_id not in child.granted:
+                if not child.handle.send(Grant(msg.request_id, granted=True)):
+                    return  # the child has ended meanwhile: the grant never reached it
                 child.granted.add(msg.request_id)
-                child.handle.send(Grant(msg.request_id, granted=True))
 
 
 def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:

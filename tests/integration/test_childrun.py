@@ -18,8 +18,9 @@ class PipeHandle:
         self.conn = conn
         self.exitcode: int | None = None
 
-    def send(self, msg: ToChild) -> None:
+    def send(self, msg: ToChild) -> bool:
         self.conn.send(msg)
+        return True
 
 
 def supervised() -> tuple[Supervised, Connection]:

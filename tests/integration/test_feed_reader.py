@@ -18,7 +18,8 @@ from confluent_kafka.admin import AdminClient
 
 from marshal_workers.common.ledgerfile import find_duplicates, read_ledger
 from marshal_workers.ipc.exits import EXIT_KAFKA
-from marshal_workers.ipc.messages import Progress, Started, Stop, Stopped
+from marshal_workers.ipc.messages import GrantRequest, Progress, Started, Stop, Stopped
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.slicing import Ordering, Slice
 from marshal_workers.supervisor.feeds import HostFeeds
 from tests.integration.childrun import (
@@ -26,6 +27,7 @@ from tests.integration.childrun import (
     PARTITION,
     Supervised,
     gone,
+    grant_all,
     make_spec,
     produce,
     wait_for,
@@ -128,6 +130,40 @@ class TestFed:
             pass
         assert handled(ledger_dir, 3) == list(range(3, 120, COUNT))
         assert gone(pid)
+
+    def test_an_amo_child_whose_reader_dies_hands_on_the_runs_it_was_granted(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        ledger_dir: Path,
+        spawn: Callable[..., Supervised],
+        feeds: HostFeeds,
+    ) -> None:
+        """AMO, SIGKILL the reader while the child awaits a grant with a run asked ahead:
+        both are granted (the log reserved them), and the child hands both on before it ends
+        with the Kafka exit code. It ended at its next fetch with a granted run not handled:
+        every slice child of the partition lost its reserved run, reported as a crash's (a
+        review: 154 of 3,000 records)."""
+        produce(kafka_bootstrap, topic, {PARTITION: 400})  # 100 records of the slice
+        spec = feeds.fed(sliced(kafka_bootstrap, topic, 1, mode=Mode.AMO))
+        child = spawn(spec)
+        grant_all(child, lambda: len(handled(ledger_dir, 1)) >= 30)
+
+        def waiting() -> list[GrantRequest]:
+            return [r for r in child.of(GrantRequest) if r.request_id not in child.granted]
+
+        wait_for(lambda: bool(waiting()), "a request not granted yet")
+        time.sleep(0.3)  # (the child asks one run ahead of the one it awaits)
+        (reader,) = feeds.readers.values()
+        assert reader.pid is not None
+        os.kill(reader.pid, signal.SIGKILL)
+        time.sleep(1.0)  # the feed is closed before the answers come
+        grant_all(child, lambda: False)  # every request granted, until the child ends
+        assert child.wait_exit() == EXIT_KAFKA
+        feeds.child_ended(spec, EXIT_KAFKA)
+        granted_end = max(r.end for r in child.of(GrantRequest) if r.request_id in child.granted)
+        assert granted_end > 4 * 30
+        assert handled(ledger_dir, 1) == list(range(1, granted_end, COUNT))
 
     def test_a_frozen_reader_is_noticed_by_its_children(
         self,

@@ -22,6 +22,7 @@ from marshal_workers.core.member import Member
 from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import Kind, Op, Pending
 from marshal_workers.core.recordparking import RecordParking
+from marshal_workers.ipc.exits import EXIT_KAFKA
 from marshal_workers.protocol import amolosses, rationalizer, wire
 from marshal_workers.protocol.amolosses import AT_RISK_RESERVATIONS, AmoLosses
 from marshal_workers.protocol.events import MessagesClaimed
@@ -525,6 +526,27 @@ def test_feed_defect_a_child_whose_feed_is_lost_reports_past_what_it_handled(
     monkeypatch.setattr(SimChild, "lose_feed", past_what_it_handled)
     params = SimParams(faults=("feed-loss",), fault_count=3, **STRIPES)
     assert found(monkeypatch, params, "alo_no_skip", SEEDS) is not None
+
+
+def test_feed_defect_an_amo_child_whose_feed_is_lost_drops_the_runs_it_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a review on a real broker (a host's reader killed under an AMO fleet with
+    slice reads per host: 154 of 3,000 records lost, reported as a crash's): the child found
+    its feed lost at its next fetch, while a run it had asked for ahead was granted, and ended
+    with the Kafka exit code without handing it on. It now hands on every run asked for
+    (`child.reserving`), then ends. Reintroduced in the simulated child: it ends at the loss."""
+
+    def at_once(self: SimChild, t: float) -> bool:
+        if not self.alive or self.hung_since is not None or self.feed_lost_at is not None:
+            return False
+        self.feed_lost_at = t
+        self.die(EXIT_KAFKA, t)
+        return True
+
+    monkeypatch.setattr(SimChild, "lose_feed", at_once)
+    params = SimParams(faults=("feed-loss",), fault_count=3, **STRIPES)
+    assert found(monkeypatch, params, "amo_loss_only_on_crash", SEEDS) is not None
 
 
 def test_clock_defect_a_lease_clock_that_stood_still_goes_unnoticed(

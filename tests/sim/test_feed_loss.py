@@ -22,8 +22,9 @@ WHOLE = SimParams(faults=("feed-loss",), fault_count=3)
 
 
 def _run(params: SimParams, seed: int) -> tuple[Fleet, dict[float, list[tuple[str, ClaimKey]]]]:
-    """Run ``seed``; the children that ended with the Kafka exit code, by the time they ended
-    (each with its member's name)."""
+    """Run ``seed``; the children a lost feed reached, by the time it did (each with its
+    member's name): each ends with the Kafka exit code, an AMO one once it has handed on what
+    it asked for (unless something else ended it first)."""
     use_shared_decode()
     fleet = Fleet(replace(params, seed=seed))
     result = fleet.run()
@@ -31,8 +32,10 @@ def _run(params: SimParams, seed: int) -> tuple[Fleet, dict[float, list[tuple[st
     ended: dict[float, list[tuple[str, ClaimKey]]] = defaultdict(list)
     for node in fleet.nodes:
         for child in node.dead_children + list(node.children.values()):
-            if child.exit_code == EXIT_KAFKA:
-                ended[child.exited_at].append((node.name, child.key))
+            if child.feed_lost_at is not None:
+                ended[child.feed_lost_at].append((node.name, child.key))
+                if child.exit_code == EXIT_KAFKA:
+                    assert child.exited_at >= child.feed_lost_at
     return fleet, ended
 
 
