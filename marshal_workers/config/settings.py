@@ -20,6 +20,7 @@ from marshal_workers.clients.tablecheck import check_kafka_table
 from marshal_workers.common.errors import ConfigError
 from marshal_workers.config.kafkatable import kafka_table, toml_values
 from marshal_workers.config.tomlhints import did_you_mean, nested_kafka_key
+from marshal_workers.protocol.slicing import MAX_SLICES
 from marshal_workers.protocol.wire import validate_name
 
 Parse = Callable[[str], Any]
@@ -81,7 +82,10 @@ _non_negative_float = _seconds(0.0)  # seconds where 0 means "off"
 
 def _count(minimum: int, maximum: int = MAX_COUNT) -> Parse:
     def parse(text: str) -> int:
-        value = int(text)
+        try:
+            value = int(text)
+        except ValueError:  # (int()'s own words name Python, not the setting)
+            raise ValueError(f"must be a whole number from {minimum} to {maximum}") from None
         if not minimum <= value <= maximum:
             raise ValueError(f"must be a whole number from {minimum} to {maximum}")
         return value
@@ -191,7 +195,7 @@ SETTINGS: tuple[Setting, ...] = (
         "workers one partition has across the fleet (one member may run them all; fair share "
         "counts slices). Must be 1 with ordering partition. Same value on every member.",
         "Work",
-        parse=_count(1),
+        parse=_count(1, MAX_SLICES),
         metavar="N",
     ),
     Setting(

@@ -183,3 +183,12 @@ def test_marshal_run_malformed_bootstrap_exits_2_at_once() -> None:
     line = _one_error_line(done)
     assert done.returncode == 2 and "foo bar" in line
     assert time.monotonic() - started < 8, "it waited for a broker"
+
+
+@pytest.mark.parametrize("given", ["0", "-3", "abc", "1025"])
+def test_workers_per_partition_names_its_own_bounds_whatever_is_wrong(given: str) -> None:
+    """Out of range or not a number, one message with the setting's own limit (a review:
+    0 said "from 1 to 10000000" where 1025 said "1 to 1024", and "abc" Python's int() text)."""
+    with pytest.raises(ConfigError) as caught:
+        resolve({"workers_per_partition": given}, None, environ={})
+    assert str(caught.value).endswith("must be a whole number from 1 to 1024"), caught.value
