@@ -26,7 +26,15 @@ release, the reserved records above the released offset. So a loss is "up to N r
 ledger (`marshal-audit`) says how many of them were handled after all. Intervals of a client
 that paused the group (an operator's ``set-position``) and member announcements lose nothing.
 
-Pauses are per coordination partition (a ReleaseGroup is written to each), as in the fold.
+Each coordination partition is its own history, in its own offset order: intervals, losses
+and pauses are kept per coordination partition and data partition. A reader gets the
+partitions' records interleaved as they arrive, so a tracker keyed by the data partition alone
+joined two histories in an order of chance: after a group moved, its claims' records before the
+move stay on their old coordination partitions (until the cleaner) beside the live ones on the
+new homes, and a reader that got the new home's records first saw the old grant "take over" the
+live claim (a loss of the live holder, lost in the future, taken by itself). The questions take
+the coordination partition a view counts a claim on (`groupstatus`: its home now, where the
+group's members take it from); without one, every partition's.
 The state is a few fields per data partition: `marshal-admin status` folds the whole log.
 """
 
@@ -129,7 +137,8 @@ class AmoLosses:
     def __init__(self, heartbeat_interval_ms: int, *, keep: bool = False) -> None:
         self.hb = heartbeat_interval_ms
         self.keep = keep  # keep every loss, not only each partition's newest (`every`)
-        self._partitions: dict[ClaimKey, _Partition] = {}
+        # claim -> coordination partition -> its history there (each partition its own)
+        self._partitions: dict[ClaimKey, dict[int, _Partition]] = {}
         self._pausers: dict[tuple[int, str], set[str]] = {}  # (coord partition, group)
         self._pause_until: dict[tuple[int, str], int] = {}
         self._amo_groups: set[str] = set()  # groups that ever reserved: at-most-once
@@ -150,20 +159,27 @@ class AmoLosses:
 
     # ---- questions --------------------------------------------------------------------------
 
-    def last_loss(self, key: ClaimKey, at_ms: int) -> AmoLoss | None:
+    def last_loss(self, key: ClaimKey, at_ms: int, where: int | None = None) -> AmoLoss | None:
         """The newest loss of ``key`` as of log or wall time ``at_ms`` (an open interval whose
-        holder has been silent over 2*HB by then counts as ended: ``lease_expired``)."""
-        part = self._partitions.get(key)
-        if part is None:
-            return None
-        return self._settled(key, part, at_ms) or part.last
+        holder has been silent over 2*HB by then counts as ended: ``lease_expired``), on
+        coordination partition ``where`` (None: on any, the one lost last)."""
+        found = [
+            loss
+            for q, part in self._partitions.get(key, {}).items()
+            if where is None or q == where
+            if (loss := self._settled(key, part, at_ms) or part.last) is not None
+        ]
+        return max(found, key=lambda loss: loss.lost_ms, default=None)
 
-    def totals(self, group: str, at_ms: int) -> tuple[int, int]:
+    def totals(
+        self, group: str, at_ms: int, counted: Callable[[int, ClaimKey], bool] | None = None
+    ) -> tuple[int, int]:
         """How many ranges ``group`` lost and at most how many records (unknown starts count
-        none), as of ``at_ms``."""
+        none), as of ``at_ms``; with ``counted``, only of the claims on the coordination
+        partitions it takes (``counted(partition, key)``: a view's, each claim on its home)."""
         ranges = records = 0
-        for key, part in self._partitions.items():
-            if key.group != group:
+        for key, q, part in self._each():
+            if key.group != group or (counted is not None and not counted(q, key)):
                 continue
             ranges, records = ranges + part.ranges, records + part.records
             settled = self._settled(key, part, at_ms)
@@ -182,12 +198,18 @@ class AmoLosses:
     def every(self, at_ms: int) -> list[AmoLoss]:
         """Every loss the log shows as of ``at_ms`` (needs ``keep``): each partition's ranges
         in log order, then those of holders silent over 2*HB by then."""
-        out = [loss for part in self._partitions.values() for loss in part.every or ()]
-        for key, part in self._partitions.items():
+        out = [loss for _, _, part in self._each() for loss in part.every or ()]
+        for key, _, part in self._each():
             settled = self._settled(key, part, at_ms)
             if settled is not None:
                 out.append(settled)
         return out
+
+    def _each(self) -> Iterable[tuple[ClaimKey, int, _Partition]]:
+        """Every claim's history on each coordination partition it has one on."""
+        return (
+            (key, q, part) for key, parts in self._partitions.items() for q, part in parts.items()
+        )
 
     def _settled(self, key: ClaimKey, part: _Partition, at_ms: int) -> AmoLoss | None:
         iv = part.open
@@ -198,17 +220,23 @@ class AmoLosses:
 
     # ---- events -----------------------------------------------------------------------------
 
-    def _part(self, key: ClaimKey) -> _Partition | None:
+    def _part(self, where: int, key: ClaimKey) -> _Partition | None:
         if is_member_key(key):
             return None
-        part = self._partitions.get(key)
+        parts = self._partitions.setdefault(key, {})
+        part = parts.get(where)
         if part is None:
-            part = self._partitions[key] = _Partition(every=[] if self.keep else None)
+            part = parts[where] = _Partition(every=[] if self.keep else None)
         return part
+
+    def _history(self, e: ev.ClaimVerdict) -> _Partition | None:
+        """The claim's history on the event's coordination partition (None: none yet)."""
+        parts = self._partitions.get(e.key)
+        return None if parts is None else parts.get(e.coord_partition)
 
     def _granted(self, e: ev.ClaimGranted) -> None:
         key = e.key
-        part = self._part(key)
+        part = self._part(e.coord_partition, key)
         if part is None:
             return
         old = part.open
@@ -221,7 +249,7 @@ class AmoLosses:
         )
 
     def _heartbeat(self, e: ev.HeartbeatAccepted) -> None:
-        part = self._partitions.get(e.key)
+        part = self._history(e)
         if part is None or part.open is None:
             return
         iv = part.open
@@ -235,7 +263,7 @@ class AmoLosses:
         iv.committed = e.message.offset
 
     def _released(self, e: ev.Released) -> None:
-        part = self._partitions.get(e.key)
+        part = self._history(e)
         if part is None or part.open is None:
             return
         iv, part.open = part.open, None
@@ -246,7 +274,7 @@ class AmoLosses:
 
     def _reserved(self, e: ev.MessagesClaimed) -> None:
         self._amo_groups.add(e.key.group)
-        part = self._partitions.get(e.key)
+        part = self._history(e)
         if part is None or part.open is None:
             return
         iv = part.open
@@ -256,7 +284,7 @@ class AmoLosses:
 
     def _refused(self, e: ev.HeartbeatRejected | ev.ReleaseRejected) -> None:
         """A commit the log refused: the (former) holder came back after its lease."""
-        part = self._partitions.get(e.key)
+        part = self._history(e)
         if part is None:
             return
         who = (e.client_id, e.instance_id)

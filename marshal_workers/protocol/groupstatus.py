@@ -42,6 +42,9 @@ records that may never have been handled, *up to* ``records`` of them (the log d
 how far a crashed child got; the audit's ledger does), with its cause and when the holder's
 right ended (``lost_at``, log time); ``amo_losses`` counts the group's ranges and records over
 the log read (null: the group never reserved, it runs at least once). A clean run shows 0.
+Both count each claim where its group's members take it from, its home now: after a move, the
+claim's records left on its old coordination partition (until the cleaner) are its history
+before the move, not the claim's (`amolosses`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from marshal_workers.protocol.rationalizer import World, claim_label, coordinate
 from marshal_workers.protocol.recordfailures import PoisonState, active
 from marshal_workers.protocol.slicing import Slice, slice_topic, split_topic
 from marshal_workers.protocol.unclaimed import Unclaimed, why_unclaimed
+from marshal_workers.protocol.wire import ClaimKey
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -289,7 +293,9 @@ def group_status(
                     certain=state.certain,
                     poison=active(world.poison.get(key), offset),
                     slice=part,
-                    amo_last_loss=None if losses is None else losses.last_loss(key, now_ms),
+                    amo_last_loss=None
+                    if losses is None
+                    else losses.last_loss(key, now_ms, world.partition),
                     unclaimed=why_unclaimed(
                         state, active(world.poison.get(key), offset), heartbeat_interval_ms
                     ),
@@ -300,7 +306,14 @@ def group_status(
             paused_until, paused_by = pause.until_ms, pause.client_id
     claims.sort(key=lambda c: c.order)
     malformed = sum(world.malformed for world in worlds.values())
-    amo = losses.totals(group, now_ms) if losses is not None and losses.is_amo(group) else None
+    amo = None
+    if losses is not None and losses.is_amo(group):
+
+        def on_its_home(partition: int, key: ClaimKey) -> bool:
+            world = worlds.get(partition)
+            return world is not None and coordinated_here(world, key)
+
+        amo = losses.totals(group, now_ms, on_its_home)
     return GroupStatus(
         group,
         now_ms,

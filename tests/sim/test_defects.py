@@ -741,7 +741,7 @@ def test_amo_defect_a_write_made_again_that_landed_twice_hides_a_run_from_the_lo
 
     def counting_empty_ones(self: AmoLosses, e: MessagesClaimed) -> None:
         real(self, e)
-        part = self._partitions.get(e.key)
+        part = self._history(e)
         if part is not None and part.open is not None and e.start is not None and e.start >= e.end:
             part.open.at_risk = (*part.open.at_risk, e.start)[-AT_RISK_RESERVATIONS:]
 
