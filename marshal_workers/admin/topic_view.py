@@ -6,7 +6,9 @@ the command's fold settings, then again with each other set of settings groups r
 heartbeat interval above all), each such group's claims taken from that fold, as its members
 fold them (`connection.refolds`: a claim won by a rival once the holder went stale by the
 group's interval was rejected by a fold with a longer one, which showed the stale holder).
-A group works on a topic if it has claims on it. Internal topics (``__``-prefixed: the
+A group works on a topic if it has claims on it; each claim is taken from its home by the group's
+placement now (a moved group's old coordination partitions keep a frozen copy of its claims from
+before the move, which the view leaves out, as `status` does). Internal topics (``__``-prefixed: the
 coordination log, Kafka's own) are not listed.
 """
 
@@ -34,7 +36,7 @@ from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.log.topicadmin import admin_client
 from marshal_workers.protocol.members import is_member_key
-from marshal_workers.protocol.rationalizer import World, claim_label
+from marshal_workers.protocol.rationalizer import World, claim_label, coordinated_here
 from marshal_workers.protocol.slicing import split_topic
 
 
@@ -54,12 +56,17 @@ def work_by_topic(
     worlds: Mapping[int, World], default_hb_ms: int, now_ms: int, only: str | None = None
 ) -> dict[str, list[Work]]:
     """Every group's (or ``only``'s) claims on each data topic, judged at ``now_ms`` with each
-    group's recorded heartbeat interval (``default_hb_ms`` for a group with none recorded)."""
+    group's recorded heartbeat interval (``default_hb_ms`` for a group with none recorded).
+    Each claim from its home now, as the group's members take it: a moved group's claims keep
+    their state from before the move on their old coordination partitions (released, frozen,
+    until the cleaner), which is not theirs any more."""
     out: dict[str, list[Work]] = {}
     hb_of: dict[str, int] = {}
     for world in worlds.values():
         for key, state in world.claims.items():
             if is_member_key(key) or (only is not None and key.group != only):
+                continue
+            if not coordinated_here(world, key):  # left here by a move: its home is elsewhere
                 continue
             if key.group not in hb_of:
                 recorded = recorded_settings(worlds, key.group)
