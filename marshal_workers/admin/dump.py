@@ -40,6 +40,7 @@ from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.groupstatus import iso_ms
 from marshal_workers.protocol.metadata import GroupSettings
+from marshal_workers.protocol.placement import Placement
 from marshal_workers.protocol.wire import CoordRecord
 
 
@@ -96,9 +97,29 @@ def verdict_name(event: ev.Event) -> str:
     return type(event).__name__
 
 
-def dump_entry(record: CoordRecord, event: ev.Event) -> dict[str, object]:
-    """One record and its verdict as a JSON object."""
+def home_now(record: CoordRecord, event: ev.Event, placement: Placement | None) -> int | None:
+    """For a placed group's dump: the coordination partition a claim's record belongs on by
+    the group's placement now, if the fold judged it (not Malformed) on another: a record left
+    over from before the group moved (until the cleaner), which its members no longer take
+    the claim from (after the move's settings a record there is malformed). None otherwise."""
+    if placement is None or not isinstance(event, ev.ClaimVerdict):
+        return None
+    at = placement.partition_of(event.key.topic, event.key.partition)
+    return None if at == record.partition else at
+
+
+def left_over_note(at: int) -> str:
+    """What a dump says of a record left over from before the group's move (`home_now`)."""
+    return f"left over from before the group's move: the claim's home is partition {at} now"
+
+
+def dump_entry(
+    record: CoordRecord, event: ev.Event, moved_to: int | None = None
+) -> dict[str, object]:
+    """One record and its verdict as a JSON object; ``moved_to``: the claim's home now, for a
+    record left over from before the group's move (`home_now`), said in ``note``."""
     reason = getattr(event, "reason", None)
+    note = {} if moved_to is None else {"note": left_over_note(moved_to)}
     return {
         "partition": record.partition,
         "offset": record.offset,
@@ -108,15 +129,18 @@ def dump_entry(record: CoordRecord, event: ev.Event) -> dict[str, object]:
         "message": _text(record.value),
         "verdict": verdict_name(event),
         "reason": reason if isinstance(reason, str) else None,
+        **note,
     }
 
 
-def dump_line(record: CoordRecord, event: ev.Event) -> str:
-    """One record and its verdict as a line of text."""
-    entry = dump_entry(record, event)
+def dump_line(record: CoordRecord, event: ev.Event, moved_to: int | None = None) -> str:
+    """One record and its verdict as a line of text (``moved_to``: as in `dump_entry`)."""
+    entry = dump_entry(record, event, moved_to)
     verdict = str(entry["verdict"])
     if entry["reason"] is not None:
         verdict += f": {entry['reason']}"
+    if moved_to is not None:
+        verdict += f" ({entry['note']})"
     return (
         f"{record.partition}:{record.offset}  {entry['log_time']}  {entry['key']}  "
         f"{entry['message']!s}  -> {verdict}"
@@ -129,19 +153,21 @@ def run_dump(
     """The decoded log with verdicts, one line per record (JSON objects with ``as_json``);
     with ``group`` only its records, folded with its recorded settings (`for_group`)."""
     records: Iterable[tuple[CoordRecord, ev.Event]]
+    placement = None
     if group is None:
         records = regrouped_verdicts(conn, list(read_records(conn, timeout_s)), timeout_s)
     else:
-        with group_session(conn, group, ADMIN_CLIENT_ID, timeout_s) as (_, adopted):
-            pass  # (the group's settings, which its records are folded with)
+        with group_session(conn, group, ADMIN_CLIENT_ID, timeout_s) as (session, adopted):
+            placement = session.placement  # (and the settings its records are folded with)
         records = read_group_records(adopted, group, timeout_s)
     for record, event in records:
         if group is not None and group_of_record(record, event) != group:
             continue
+        moved_to = home_now(record, event, placement)
         if as_json:
-            yield json.dumps(dump_entry(record, event))
+            yield json.dumps(dump_entry(record, event, moved_to))
         else:
-            yield dump_line(record, event)
+            yield dump_line(record, event, moved_to)
 
 
 def regrouped_verdicts(
