@@ -12,6 +12,7 @@ once, and every fencing token after the move is above every token before it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -152,6 +153,26 @@ def test_a_spread_group_moves_to_one_partition_under_load(make_fleet: MakeFleet,
     after = [r.token for r in rows if r.start > moved.lifted_at]
     assert max(before) >= PADDING and after
     assert min(after) > max(before), (max(before), min(after))
+    assert_views_judge_the_group_where_it_is_now(moved.fleet)
+
+
+def assert_views_judge_the_group_where_it_is_now(fleet: Fleet) -> None:
+    """`topic describe` lists the moved group once per partition (not also the frozen pre-move
+    state its old coordination partitions keep until the cleaner: a review found a stale
+    `released` row beside each live one), and `status` shows no AMO loss of a claim taken over
+    in the future (a review: its old records had taken over the live claim)."""
+    described = fleet.admin("topic", "describe", fleet.topic, "--json", heartbeat=False)
+    assert described.returncode == 0, described.stderr
+    for part in json.loads(described.stdout)["partitions"]:
+        mine = [c for c in part["claims"] if c["group"] == fleet.group]
+        assert len(mine) == 1, part
+    status = fleet.admin("status", "--group", fleet.group, "--json", heartbeat=False)
+    assert status.returncode == 0, status.stderr
+    shown = json.loads(status.stdout)
+    assert sorted(c["partition"] for c in shown["claims"]) == list(range(fleet.partitions))
+    for claim in shown["claims"]:
+        loss = claim["amo_last_loss"]
+        assert loss is None or loss["lost_at"] <= shown["as_of"], claim
 
 
 @pytest.mark.spark
