@@ -2,7 +2,8 @@
 
 - 0: the audit ran and found no violation.
 - 1: the audit ran and found at least one violation (the summary and stderr name them).
-- 2: usage or configuration error (bad option, missing input, unreadable ledger path).
+- 2: usage or configuration error (bad option, missing input, a ledger path that is missing or
+  holds no ledger file).
 - 3: the audit could not run to the end (Kafka unreachable, Spark or Maven failed, ...).
 
 So a deployment can be gated on ``marshal-audit ... && deploy``; 1 means "look at the report",

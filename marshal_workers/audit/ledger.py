@@ -3,7 +3,8 @@
 One JSON object per line, with the fields of `common.ledgerfile.LedgerRow` (``start``/``end``:
 the handler host's ``time.time()``). The audit's `LedgerRow`, the Spark schema (`LEDGER_DDL`)
 and the line parser (`parse_line`) are all read off that one row, never listed again here. A
-``--ledger`` path is a file, or a directory whose ``*.jsonl`` files are all read;
+``--ledger`` path is a file, or a directory whose ``*.jsonl`` files are all read (one
+without any is a usage error, as a path that does not exist);
 ``--ledger-topic`` reads the same lines as the values of a Kafka topic. A line that is not a
 complete row (a process killed mid-write) is counted and skipped, never fatal. The optional
 fields (``group``, ``instance_id``, ``slice``, ``key_hash``) may be missing: ledgers written
@@ -44,11 +45,20 @@ LEDGER_DDL: Final = ", ".join(f"`{name}` {_SPARK_TYPES[kind]}" for name, kind in
 
 
 def ledger_files(paths: Iterable[Path]) -> list[Path]:
-    """The files behind ``--ledger`` paths (directories expanded to their ``*.jsonl``)."""
+    """The files behind ``--ledger`` paths (directories expanded to their own ``*.jsonl``,
+    not their subdirectories'). AuditUsageError (exit 2) for a path that does not exist or a
+    directory without a ledger file: checking no ledger would report every committed ALO
+    record as missing, a finding about the command line, not about the fleet."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            files.extend(sorted(path.glob("*.jsonl")))
+            found = sorted(path.glob("*.jsonl"))
+            if not found:
+                raise AuditUsageError(
+                    f"--ledger {path}: no ledger file (*.jsonl) in it; files in its"
+                    " subdirectories are not read: give each directory"
+                )
+            files.extend(found)
         elif path.is_file():
             files.append(path)
         else:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 from marshal_workers.audit import ledger as ledger_io
 from marshal_workers.audit import output, sources, spark_jobs
 from marshal_workers.audit.amo import loss_order
-from marshal_workers.audit.checks import CheckStats, check_unledgered
+from marshal_workers.audit.checks import check_unledgered
 from marshal_workers.audit.claimfold import context_of
 from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
 from marshal_workers.audit.fold import FoldSettings
@@ -193,19 +193,16 @@ def _check(
             )
         )
     index = result.index
-    if frames:
-        ledger = frames[0]
-        for other in frames[1:]:
-            ledger = ledger.unionByName(other)
-        claims = result.tables["claims"]
-        progress.step(f"checking the ledger against {len(claims)} claim intervals")
-        spread = config.session.shuffle_partitions
-        found, stats, seen = _spark(
-            lambda: spark_jobs.check(ledger, index, config.tolerance_s, config.window, spread)
-        )
-    else:
-        progress.step("no ledger file found: every committed ALO record counts as missing")
-        found, stats, seen = [], CheckStats(), set()
+    # Never empty: a --ledger path without a ledger file was refused (`ledger.ledger_files`).
+    ledger = frames[0]
+    for other in frames[1:]:
+        ledger = ledger.unionByName(other)
+    claims = result.tables["claims"]
+    progress.step(f"checking the ledger against {len(claims)} claim intervals")
+    spread = config.session.shuffle_partitions
+    found, stats, seen = _spark(
+        lambda: spark_jobs.check(ledger, index, config.tolerance_s, config.window, spread)
+    )
     more, more_stats = check_unledgered(index, seen, config.window)
     stats.add(more_stats)
     result.tables["violations"] = sorted([*found, *more], key=lambda r: tuple(map(str, r)))

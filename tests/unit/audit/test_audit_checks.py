@@ -463,6 +463,20 @@ class TestLedgerFiles:
         with pytest.raises(AuditUsageError):
             ledger_files([tmp_path / "nope"])
 
+    def test_a_ledger_directory_without_a_ledger_file_is_a_usage_error(
+        self, tmp_path: Path
+    ) -> None:
+        """A --ledger directory whose ledger files are all in subdirectories (only its own
+        *.jsonl are read) yields no file: a usage error, not every ALO record missing."""
+        good = json.dumps(ALO_CLEAN[0]._asdict())
+        (tmp_path / "host-1").mkdir()
+        (tmp_path / "host-1" / "ledger-1.jsonl").write_text(good + "\n")
+        with pytest.raises(AuditUsageError, match="no ledger file"):
+            ledger_files([tmp_path])
+        assert ledger_files([tmp_path / "host-1"]) == [tmp_path / "host-1" / "ledger-1.jsonl"]
+        with pytest.raises(AuditUsageError, match="no ledger file"):
+            ledger_files([tmp_path / "host-1", tmp_path])  # each path must yield one
+
 
 class TestCommandLine:
     def test_times_are_iso_or_unix_seconds(self) -> None:
@@ -499,6 +513,24 @@ class TestCommandLine:
         assert exit_info.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err and "Traceback" not in err[-1]
+
+    def test_a_ledger_directory_without_a_ledger_file_exits_2(
+        self,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """--ledger DIR with no *.jsonl in it: exit 2 and one line naming it, before Spark."""
+        (tmp_path / "ledger" / "host-1").mkdir(parents=True)
+        (tmp_path / "ledger" / "host-1" / "ledger-1.jsonl").write_text("{}\n")
+        argv = ["--input", str(tmp_path / "dump.jsonl"), "--out", str(tmp_path / "out"),
+                "--ledger", str(tmp_path / "ledger")]  # fmt: skip
+        monkeypatch.setattr("sys.argv", ["marshal-audit", *argv])
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and str(tmp_path / "ledger") in err[0], err
 
     @pytest.mark.parametrize(
         ("argv", "env", "expected"),
