@@ -302,6 +302,15 @@ def fold_settings_differ(a: Connection, b: Connection) -> bool:
 MAX_REFOLDS = 4  # whole-log views: folds of the log again for groups' own settings, at most
 
 
+def unknown_group(conn: Connection, group: str) -> str:
+    """The line for a group the coordination log has never named (a typo, another fleet's
+    topic): every command that takes ``--group`` says it the same way."""
+    return (
+        f"group {group} is unknown: {conn.coordination_topic} on {conn.bootstrap_servers} has "
+        "no record of it"
+    )
+
+
 def some_of(groups: list[str], shown: int = 10) -> str:
     """Up to ``shown`` of ``groups`` by name, and how many more (a note on a thousand)."""
     more = f" and {len(groups) - shown} more" if len(groups) > shown else ""

@@ -27,6 +27,7 @@ from marshal_workers.admin.connection import (
     read_records,
     refolds,
     some_of,
+    unknown_group,
 )
 from marshal_workers.admin.goread import go_dump
 from marshal_workers.admin.options import (
@@ -38,7 +39,7 @@ from marshal_workers.admin.options import (
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.protocol import events as ev
-from marshal_workers.protocol.groupstatus import iso_ms
+from marshal_workers.protocol.groupstatus import group_known, iso_ms
 from marshal_workers.protocol.metadata import GroupSettings
 from marshal_workers.protocol.placement import Placement
 from marshal_workers.protocol.wire import CoordRecord
@@ -159,6 +160,8 @@ def run_dump(
     else:
         with group_session(conn, group, ADMIN_CLIENT_ID, timeout_s) as (session, adopted):
             placement = session.placement  # (and the settings its records are folded with)
+            if not group_known(session.worlds, group):  # a typo: not an empty dump, exit 0
+                raise MarshalError(unknown_group(conn, group))
         records = read_group_records(adopted, group, timeout_s)
     for record, event in records:
         if group is not None and group_of_record(record, event) != group:

@@ -30,6 +30,7 @@ from marshal_workers.admin.connection import (
     admin_session,
     admin_settings,
     group_session,
+    unknown_group,
 )
 from marshal_workers.admin.group_move import move_group
 from marshal_workers.admin.options import (
@@ -55,7 +56,7 @@ from marshal_workers.admin.settings_steps import (
 )
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
-from marshal_workers.protocol.groupstatus import iso_ms
+from marshal_workers.protocol.groupstatus import group_known, iso_ms
 from marshal_workers.protocol.metadata import GroupSettings, placement_text
 from marshal_workers.protocol.slicing import Slicing
 
@@ -144,6 +145,8 @@ def run_group_settings(
     """`marshal-admin group-settings`: show the recorded settings, or change them to this
     command's (``change``)."""
     with admin_session(conn, client_id, timeout_s, read_only=not change, group=group) as session:
+        if not group_known(session.worlds, group):  # a typo: nothing to show, nor to change
+            raise MarshalError(unknown_group(conn, group) + ("; nothing written" if change else ""))
         if not change:
             current = recorded(session, group)
             if current is None:

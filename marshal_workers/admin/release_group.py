@@ -9,7 +9,7 @@ import time
 
 import click
 
-from marshal_workers.admin.connection import Connection, group_session
+from marshal_workers.admin.connection import Connection, group_session, unknown_group
 from marshal_workers.admin.options import (
     checked,
     client_id_option,
@@ -106,9 +106,8 @@ def run_release_group(
             )
         if not new_group and not known:
             raise MarshalError(
-                f"group {group} is unknown: {conn.coordination_topic} on "
-                f"{conn.bootstrap_servers} has no record of it; nothing written (to pause a "
-                "group before its first member starts, add --new-group)"
+                f"{unknown_group(conn, group)}; nothing written (to pause a group before its "
+                "first member starts, add --new-group)"
             )
         if until_s is not None:
             outcome = write_pause(session, group, until_s)

@@ -49,7 +49,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from marshal_workers.admin.connection import Connection, group_session
+from marshal_workers.admin.connection import Connection, group_session, unknown_group
 from marshal_workers.admin.pause import (
     PauseOutcome,
     lift_pause,
@@ -607,8 +607,8 @@ def run_set_position(
             if unknown is not None:
                 log = f"{conn.coordination_topic} on {conn.bootstrap_servers}"
                 raise MarshalError(
-                    f"group {group} is unknown: {log} has no record of it; nothing written (to "
-                    "set where a group starts before its first member does, add --new-group)"
+                    f"{unknown_group(conn, group)}; nothing written (to set where a group "
+                    "starts before its first member does, add --new-group)"
                     if unknown == "group"
                     else f"group {group} has no claim on topic {topic} in {log}; nothing "
                     "written (to set where the group starts on a topic it has not consumed "

@@ -27,6 +27,7 @@ from marshal_workers.admin.connection import (
     fold_settings_differ,
     for_group,
     open_group_log,
+    unknown_group,
 )
 from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import MarshalError
@@ -186,10 +187,7 @@ def run_status(
             # read to the end and never named: a typo or another fleet's topic (not an empty
             # table and exit 0); a partial read shows what it could, as ever. --json answers
             # JSON all the same (a script reads stdout), the line on stderr, exit 1.
-            error = (
-                f"group {group} is unknown: {conn.coordination_topic} on "
-                f"{conn.bootstrap_servers} has no record of it"
-            )
+            error = unknown_group(conn, group)
             raise UnknownGroupError(error, json.dumps({**status.to_json(), "known": False,
                                                   "error": error}))  # fmt: skip
     finally:

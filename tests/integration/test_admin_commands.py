@@ -246,6 +246,24 @@ class TestErrors:
                     assert result.stdout == ""
             known = marshal_admin("status", "--group", GROUP, "--json", *args)
             assert known.returncode == 0, known.stderr
+            # dump --group and group-settings of a typo printed nothing (or "no recorded
+            # settings") and exited 0 (a review): the same line as status, exit 1
+            for command in (
+                ("dump", "--group", "no.such.group"),
+                ("dump", "--group", "no.such.group", "--json"),
+                ("group-settings", "--group", "no.such.group"),
+            ):
+                result = marshal_admin(*command, *args)
+                assert result.returncode == 1, (command, result.stdout)
+                assert result.stderr.strip() == f"marshal-admin: error: {error}", command
+                assert result.stdout == "", command
+            end = coordination_end(kafka_bootstrap, coord)
+            change = marshal_admin("group-settings", "--group", "no.such.group", "--change", *args)
+            assert change.returncode == 1, change.stdout
+            assert change.stderr.strip() == f"marshal-admin: error: {error}; nothing written"
+            assert coordination_end(kafka_bootstrap, coord) == end
+            for command in (("dump", "--group", GROUP), ("group-settings", "--group", GROUP)):
+                assert marshal_admin(*command, *args).returncode == 0, command
             # release-group of a typo paused nothing that runs and said "paused", exit 0, and
             # left a ghost group that status then knew (a review): refused, nothing written
             pause = ("release-group", "--group", "no.such.group", "--for", "10", *args)
