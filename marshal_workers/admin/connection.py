@@ -24,7 +24,7 @@ from marshal_workers.config.runconfig import DEFAULT_ADMIN_CLIENT_IDS
 from marshal_workers.fleet.groupcheck import group_settings_problem
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import LogError
-from marshal_workers.log.kafkalog import KafkaLog
+from marshal_workers.log.kafkalog import OPEN_TIMEOUT_S, KafkaLog
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.metadata import GroupSettings
 from marshal_workers.protocol.placement import Placement, PlacementBook, home, reads
@@ -66,17 +66,20 @@ def open_log(
     *,
     read_only: bool = True,
     group: str | None = None,
+    timeout_s: float = OPEN_TIMEOUT_S,
 ) -> tuple[KafkaLog, FoldedLog]:
     """The coordination log as ``client_id`` (read-only unless told otherwise: no producer),
     and a reader folding it as the workers do (the caller closes the log); with ``group``, as a
     member of it does: other groups' records are counted, never kept (`rationalizer`, "One
-    group's view")."""
+    group's view"). Reaching the cluster takes at most ``timeout_s`` (the command's
+    ``--timeout``), and at most OPEN_TIMEOUT_S: a shorter one is the operator's to ask for."""
     log = KafkaLog(
         conn.bootstrap_servers,
         conn.coordination_topic,
         client_id=client_id,
         extra_config=conn.kafka,
         read_only=read_only,
+        open_timeout_s=min(OPEN_TIMEOUT_S, timeout_s),
     )
     try:
         config = replace(conn.rationalizer_config(log.num_partitions), only_group=group)
@@ -135,7 +138,7 @@ def open_group_log(
     their first records (knowing its placement), every partition for any other group; and the
     placement. ``only_group``: the fold keeps only the group's state."""
     view = group if only_group else None
-    log, reader = open_log(conn, client_id, read_only=read_only, group=view)
+    log, reader = open_log(conn, client_id, read_only=read_only, group=view, timeout_s=timeout_s)
     try:
         placement = locate_group(
             log, conn, group, timeout_s, home_unreadable_spread=home_unreadable_spread
@@ -167,7 +170,7 @@ def admin_session(
     if that takes longer than ``timeout_s``); the log is closed after the block."""
     placement = None
     if group is None:
-        log, reader = open_log(conn, client_id, read_only=read_only)
+        log, reader = open_log(conn, client_id, read_only=read_only, timeout_s=timeout_s)
     else:
         log, reader, placement = open_group_log(
             conn, group, timeout_s, client_id, read_only=read_only, only_group=False
@@ -204,7 +207,7 @@ def _read_to_end(
 
 def read_records(conn: Connection, timeout_s: float) -> Iterator[tuple[CoordRecord, ev.Event]]:
     """Every record up to the log's end at the start, in order per partition, with its verdict."""
-    log, reader = open_log(conn)
+    log, reader = open_log(conn, timeout_s=timeout_s)
     try:
         yield from _read_to_end(conn, log, reader, timeout_s)
     finally:

@@ -349,6 +349,18 @@ class TestErrors:
         assert "cannot reach Kafka at 127.0.0.1:1" in result.stderr
         assert "Traceback" not in result.stderr
 
+    def test_an_unreachable_broker_is_given_up_on_within_the_commands_timeout(self) -> None:
+        """--timeout 3 against an unreachable bootstrap: "within 3s", and well before the 10 s
+        a command allows by default (it said "within 10s" and took them; a review)."""
+        for command in (("status", "--group", GROUP), ("dump", "--group", GROUP)):
+            start = time.monotonic()
+            result = marshal_admin(*command, "--bootstrap-servers", "127.0.0.1:1", "--timeout", "3")
+            assert time.monotonic() - start < 9.0, command
+            assert result.returncode == 1, command
+            assert result.stderr.startswith(
+                "marshal-admin: error: cannot reach Kafka at 127.0.0.1:1 within 3s: "
+            ), result.stderr
+
     def test_missing_coordination_topic_says_run_init(self, kafka_bootstrap: str) -> None:
         """status on a coordination topic that does not exist says to run init."""
         topic = f"missing-{uuid.uuid4().hex[:8]}"
