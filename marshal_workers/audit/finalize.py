@@ -3,12 +3,11 @@
 - `settle`: an interval still open at the end of its partition is *stale* if its last valid
   heartbeat is more than 2*HB before that partition's read horizon, else *still held*. A
   partition's horizon (`read_horizons`) is its own log time where its read ended (the log
-  time of its last record), or ``--until`` if that is earlier: never another partition's. Each
-  partition of a live topic is read to its own end, and those ends need not be one moment:
-  one may be read seconds further than another. Judging a claim by a time its own partition
-  was not read to would call it stale while its holder's heartbeats were being accepted
-  there. The log, not the reader's clock, decides, so an audit of the same log always says
-  the same.
+  time of its last record), or ``--until`` if that is earlier: never another partition's. The
+  partitions of a live topic are read one by one, each to its own end, so one may be read
+  seconds further than another; judging a claim by a time its own partition did not reach
+  would call it stale while its holder's heartbeats were being accepted there. The log, not
+  the reader's clock, decides, so an audit of the same log always says the same.
   `log_end_ms` (the newest log time of any partition) is only the report's end of the log.
 - `settle_reserved`: an AMO interval still open at the end of its partition ended as its claim
   settled (stale, or still held: its last batch is work in progress, see `amo`).
