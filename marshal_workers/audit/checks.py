@@ -14,9 +14,6 @@ data partition and consumer group:
   client's new instance holds the claim from its takeover heartbeat on, and the old instance
   only until then (``replaced``), so either working in the other's time is zombie work. Rows
   of older ledgers, without an instance id, are covered by any instance of their client.
-  Open claims were settled by their own coordination partition's read horizon
-  (`finalize.settle`), so a row after it is covered by a claim still held there (the log
-  shows nothing later to judge it by) and is zombie work after a claim that ended before it.
 - **overlap**: rows of two processes of one group whose handling overlapped in time.
 - **amo_duplicate** (AMO groups): an offset handled more than once, unless the pausing admin
   held the partition in between (``set-position`` rewound it on purpose).

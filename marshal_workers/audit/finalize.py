@@ -1,14 +1,9 @@
 """What can only be decided once every coordination partition is folded (pure).
 
 - `settle`: an interval still open at the end of its partition is *stale* if its last valid
-  heartbeat is more than 2*HB before that partition's read horizon, else *still held*. A
-  partition's horizon (`read_horizons`) is its own log time where its read ended (the log
-  time of its last record), or ``--until`` if that is earlier: never another partition's. The
-  partitions of a live topic are read one by one, each to its own end, so one may be read
-  seconds further than another; judging a claim by a time its own partition did not reach
-  would call it stale while its holder's heartbeats were being accepted there. The log, not
-  the reader's clock, decides, so an audit of the same log always says the same.
-  `log_end_ms` (the newest log time of any partition) is only the report's end of the log.
+  heartbeat is more than 2*HB before the end of the whole log (or ``--until``), else *still
+  held*. The end of the log is the newest log time over all partitions (`log_end_ms`), not
+  the reader's clock, so an audit of the same log always says the same.
 - `settle_reserved`: an AMO interval still open at the end of its partition ended as its claim
   settled (stale, or still held: its last batch is work in progress, see `amo`).
 - `merge_groups`: each coordination partition counts its own part of a group; a claim interval
@@ -46,34 +41,17 @@ def log_end_ms(coordination: Iterable[Row]) -> int | None:
     return max(ends) if ends else None
 
 
-def read_horizons(coordination: Iterable[Row], until_ms: int | None = None) -> dict[int, int]:
-    """Each coordination partition's read horizon, from its merged ``coordination`` row: its
-    log time where its read ended (the log time of its last record), or ``until_ms`` if that
-    is earlier."""
-    out: dict[int, int] = {}
-    for r in coordination:
-        end = int(r[_COORD["last_log_time_ms"]])
-        out[int(r[_COORD["coord_partition"]])] = end if until_ms is None else min(end, until_ms)
-    return out
-
-
 def settle(
-    claim_rows: Iterable[Row],
-    horizons: Mapping[int, int],
-    hb_ms: int | Callable[[str], int],
-    window: Window,
+    claim_rows: Iterable[Row], end_ms: int, hb_ms: int | Callable[[str], int], window: Window
 ) -> list[Row]:
-    """Claims or membership rows with every open interval decided (stale or still held) by
-    the read horizon of its own coordination partition (`read_horizons`; a partition without
-    one was not read past the claim: still held); ``hb_ms``: the heartbeat interval, or each
-    group's (a function of the group)."""
+    """Claims or membership rows with every open interval decided (stale or still held);
+    ``hb_ms``: the heartbeat interval, or each group's (a function of the group)."""
     hb_of = hb_ms if callable(hb_ms) else (lambda _group, ms=hb_ms: ms)
-    ended, end, last_hb, start, coord = (
+    ended, end, last_hb, start = (
         _CLAIM["ended"],
         _CLAIM["end_ms"],
         _CLAIM["last_heartbeat_ms"],
         _CLAIM["start_ms"],
-        _CLAIM["coord_partition"],
     )
     out: list[Row] = []
     for row in claim_rows:
@@ -83,8 +61,7 @@ def settle(
         values = list(row)
         last = values[last_hb]
         hb = hb_of(values[_CLAIM["group"]])
-        horizon = horizons.get(values[coord])
-        if horizon is not None and horizon - last > 2 * hb:
+        if end_ms - last > 2 * hb:
             values[ended], values[end] = "stale", last + 2 * hb
         else:
             values[ended] = "still_held"

@@ -1,8 +1,7 @@
 """What an audit is asked to do (`AuditConfig`) and what it found (`AuditResult`).
 
 Also the two steps both pipelines share once the fold is done: `finish_small` settles the
-small tables (each open claim against its own coordination partition's read horizon), and
-`claim_index` prepares them for the checks.
+small tables against the end of the log, and `claim_index` prepares them for the checks.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from marshal_workers.audit.finalize import (
     log_end_ms,
     merge_coordination,
     merge_groups,
-    read_horizons,
     settle,
     settle_reserved,
 )
@@ -165,9 +163,8 @@ class AuditResult:
 def finish_small(
     small: Mapping[str, list[Row]], config: AuditConfig
 ) -> tuple[dict[str, list[Row]], int | None, ClaimIndex]:
-    """Settle open intervals, each against its own coordination partition's read horizon
-    (`finalize.read_horizons`; the end returned is the whole log's, for the report), merge
-    group parts (counting the claim keys of ``group_keys`` once), keep ``--group``'s.
+    """Settle open intervals against the log's end, merge group parts (counting the claim
+    keys of ``group_keys`` once), keep ``--group``'s.
 
     Also returns the index the ledger checks need, built from every group's claims: a
     ledger row of another group must be recognised as such, not taken for zombie work."""
@@ -175,9 +172,9 @@ def finish_small(
     hb, window = config.group_heartbeat_ms, config.window
     out = {name: list(small.get(name, [])) for name in SMALL}
     out["coordination"] = merge_coordination(out["coordination"])
-    horizons = read_horizons(out["coordination"], window.until_ms)
-    out["claims"] = settle(out["claims"], horizons, hb, window)
-    out["membership"] = settle(out["membership"], horizons, hb, window)
+    if end is not None:
+        out["claims"] = settle(out["claims"], end, hb, window)
+        out["membership"] = settle(out["membership"], end, hb, window)
     out["amo_reserved"] = settle_reserved(out["amo_reserved"], out["claims"])
     out["groups"] = merge_groups(out["groups"], small.get("group_keys", []), config.modes)
     index = claim_index(out)

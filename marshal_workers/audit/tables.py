@@ -11,12 +11,10 @@ the heartbeat by which a new instance of the holder took over) to what ended it:
   where the old holder's right ended, its last valid heartbeat + 2*HB.
 - ``replaced``: a new instance of the same client took it over (restart recovery); it ends at
   that heartbeat and a new interval with the same token starts there.
-- ``stale`` / ``still_held``: open at the end of its partition's read; decided by
-  `finalize.settle` once every part of the partition is folded (the fold per claim sees only
-  its claim's records): stale if the last heartbeat is more than 2*HB before that
-  partition's own read horizon, its log time where the read ended (ends at last heartbeat +
-  2*HB), else still held (no end). Never another partition's time: each is read to its own
-  end.
+- ``stale`` / ``still_held``: open at the end of the log; decided by `settle`, which needs the
+  log's end over *all* coordination partitions (so it runs once every partition is folded):
+  stale if the last heartbeat is more than 2*HB before that end (ends at last heartbeat +
+  2*HB), else still held (no end).
 
 Every interval's end is therefore the last moment its holder was entitled to work, which is
 what the ledger checks compare handling times against. A claim whose earlier history was

@@ -343,44 +343,6 @@ class TestPlacedGroups:
         assert check(SAME_TOKEN_LOG, [*G3_ROWS, *G5_ROWS, old], window=Window(group="g5")) == []
 
 
-# Two placed groups read to different times: g2 (coordination partition 0) heartbeats until
-# 10 s; g5 (coordination partition 1) heartbeats every second until 3 s, where the read of
-# partition 1 ended (a live fleet read partition by partition). g5's claim (token 0) is fresh at
-# the end of its own partition: still held, whatever partition 0 shows after it.
-HORIZONS_LOG = [
-    *placed("g2", 0, (0, claim("A")), *((500 + 1000 * i, hb("A", 0)) for i in range(10))),
-    *placed("g5", 1, (0, claim("A")), (500, hb("A", 0)), (1500, hb("A", 1)),
-            (2500, hb("A", 2)), (3000, hb("A", 3))),
-]  # fmt: skip
-G5_TO_HORIZON = [row(o, "A", 0, 600 + 1000 * o, pid=51, group="g5") for o in range(3)]
-G5_PAST_HORIZON = [row(o, "A", 0, t, pid=51, group="g5") for o, t in ((3, 3200), (4, 6000),
-                                                                     (5, 9000))]  # fmt: skip
-
-
-class TestReadHorizons:
-    """Each coordination partition is judged by its own log time, up to where it was read."""
-
-    def test_a_claim_is_not_stale_because_another_partition_was_read_further(self) -> None:
-        """g5's claim, fresh at the end of its partition's read (3 s), is still held although
-        partition 0 was read to 10 s: its rows up to 3 s and after it are no zombie work."""
-        found = check(HORIZONS_LOG, [*G5_TO_HORIZON, *G5_PAST_HORIZON])
-        assert found == []
-        assert check(HORIZONS_LOG, G5_TO_HORIZON, window=Window(group="g5")) == []
-        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
-        result, _ = run_local(HORIZONS_LOG, config)
-        ended = {c[0]: c[columns("claims").index("ended")] for c in result.tables["claims"]}
-        assert ended == {"g2": "still_held", "g5": "still_held"}
-
-    def test_silence_on_the_claims_own_partition_still_makes_it_stale(self) -> None:
-        """Once partition 1 itself was read past g5's last heartbeat + 2*HB (another group's
-        record there at 9.5 s), g5's claim is stale and its rows after 5 s are zombie work."""
-        other = record(replace(hb("Z", 0), group_id="g9"), 5, T0 + 9500, 1)
-        found = check([*HORIZONS_LOG, other], [*G5_TO_HORIZON, *G5_PAST_HORIZON])
-        assert [(v["kind"], v["group"], v["offset"]) for v in found] == [
-            ("zombie_work", "g5", 4), ("zombie_work", "g5", 5),
-        ]  # fmt: skip
-
-
 class TestOverlapsDuplicatesGaps:
     def test_two_processes_at_once_overlap(self) -> None:
         """A second process of the holder handling concurrently is an overlap."""
