@@ -59,6 +59,20 @@ def coordination_partitions(source: KafkaInput, progress: Progress) -> int:
     return record.partitions
 
 
+def coordination_ends(source: KafkaInput) -> dict[int, int]:
+    """Where the read of the coordination topic ends: every partition's end now, asked once in
+    one request, so that every Spark job over the records reads to the same moment. With
+    ``latest`` the end was resolved again by a job that read a partition later, and the
+    partitions' reads ended seconds apart: a group whose home was read less far looked silent
+    against the newest log time (90 false zombie_work on a live fleet; a review)."""
+    admin = admin_client(source.bootstrap_servers, source.kafka)
+    try:
+        ends = high_watermarks(admin, source.bootstrap_servers, [source.topic], TIMEOUT_S)
+    except MarshalError as exc:
+        raise AuditFailedError(str(exc)) from None
+    return {partition: end for (_, partition), end in ends.items()}
+
+
 def data_watermarks(
     source: KafkaInput, topics: Sequence[str], progress: Progress
 ) -> dict[tuple[str, int], int]:

@@ -94,7 +94,12 @@ def _run(
 
     source = config.source
     if isinstance(source, KafkaInput):
-        records = sources.kafka_topic(spark, source.bootstrap_servers, source.topic, source.kafka)
+        from marshal_workers.audit import kafka_meta  # noqa: PLC0415
+
+        ends = kafka_meta.coordination_ends(source)  # one moment for every job's read
+        records = sources.kafka_topic(
+            spark, source.bootstrap_servers, source.topic, source.kafka, ends
+        )
     else:
         records = sources.dump_file(spark, source.path)
     # annotated once (a window per coordination partition): the groups' records are read from

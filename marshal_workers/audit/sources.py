@@ -1,6 +1,7 @@
 """Where the coordination records come from, as one Spark DataFrame in `arrow.RECORD_SCHEMA`.
 
-- **Kafka**: the coordination topic read from its beginning to its end at the start, with
+- **Kafka**: the coordination topic read from its beginning to its end at the start (every
+  partition's end asked once, `kafka_meta.coordination_ends`: one moment for all), with
   Spark's Kafka source (``spark-sql-kafka-0-10``, see `jars`). The log time is the record's
   Kafka timestamp, which is the broker's LogAppendTime on a topic made by
   ``marshal-admin init``. ``failOnDataLoss`` is off: records that retention or compaction
@@ -13,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -62,13 +64,19 @@ def dump_file(spark: SparkSession, path: Path) -> DataFrame:
 
 
 def kafka_frame(
-    spark: SparkSession, bootstrap_servers: str, topic: str, kafka: Mapping[str, str] | None = None
+    spark: SparkSession,
+    bootstrap_servers: str,
+    topic: str,
+    kafka: Mapping[str, str] | None = None,
+    ends: Mapping[int, int] | None = None,
 ) -> DataFrame:
     """A Kafka topic as Spark's Kafka source reads it (``key``, ``value``, ``timestamp``, ...),
-    from its beginning to its end now (needs the connector), as the fleet's ``[kafka]`` table
-    says to connect (translated for the Java client, `javakafka`); AuditFailedError if it
-    cannot (its line shows no secret)."""
+    from its beginning to ``ends`` (every partition's end offset; None: its end when a job
+    reads it) (needs the connector), as the fleet's ``[kafka]`` table says to connect
+    (translated for the Java client, `javakafka`); AuditFailedError if it cannot (its line
+    shows no secret)."""
     options = java_options(kafka or {}).spark()
+    ending = "latest" if ends is None else json.dumps({topic: {str(p): o for p, o in ends.items()}})
     try:
         return (
             spark.read.format("kafka")
@@ -76,7 +84,7 @@ def kafka_frame(
             .option("kafka.bootstrap.servers", bootstrap_servers)
             .option("subscribe", topic)
             .option("startingOffsets", "earliest")
-            .option("endingOffsets", "latest")
+            .option("endingOffsets", ending)
             .option("failOnDataLoss", "false")
             .load()
         )
@@ -86,10 +94,15 @@ def kafka_frame(
 
 
 def kafka_topic(
-    spark: SparkSession, bootstrap_servers: str, topic: str, kafka: Mapping[str, str] | None = None
+    spark: SparkSession,
+    bootstrap_servers: str,
+    topic: str,
+    kafka: Mapping[str, str] | None = None,
+    ends: Mapping[int, int] | None = None,
 ) -> DataFrame:
-    """The records of a Kafka topic, from its beginning to its end now (needs the connector)."""
-    return kafka_frame(spark, bootstrap_servers, topic, kafka).selectExpr(
+    """The records of a Kafka topic, from its beginning to ``ends`` (`kafka_frame`; needs the
+    connector)."""
+    return kafka_frame(spark, bootstrap_servers, topic, kafka, ends).selectExpr(
         *_RECORD_COLUMNS,
         "unix_millis(`timestamp`) AS `timestamp_ms`",
         "`key`",
