@@ -68,9 +68,13 @@ def heartbeat_ms(seconds: float) -> int:
 
 def _seconds(minimum: float) -> Parse:
     def parse(text: str) -> float:
-        value = float(text)
+        said = f"must be a number of seconds from {minimum:g} to {MAX_SECONDS:g}"
+        try:
+            value = float(text)
+        except ValueError:  # (float()'s own words name Python, not the setting)
+            raise ValueError(said) from None
         if not math.isfinite(value) or not minimum <= value <= MAX_SECONDS:
-            raise ValueError(f"must be a number of seconds from {minimum:g} to {MAX_SECONDS:g}")
+            raise ValueError(said)
         return value
 
     return parse
@@ -97,14 +101,23 @@ _positive_int = _count(1)
 _non_negative_int = _count(0)
 
 
+_SPAN_SAID = f"must be auto or a whole number from 1 to {MAX_COUNT}"
+
+
 def _span(text: str) -> str | int:
     """``auto`` or a whole number of coordination partitions."""
-    return "auto" if text == "auto" else _count(1)(text)
+    if text == "auto":
+        return "auto"
+    try:
+        count: int = _count(1)(text)
+    except ValueError:  # (not "a whole number" alone: auto is one of its values)
+        raise ValueError(_SPAN_SAID) from None
+    return count
 
 
 def _check_span(value: Any) -> None:
     if value != "auto" and (type(value) is not int or not 1 <= value <= MAX_COUNT):
-        raise ValueError(f"must be auto or a whole number from 1 to {MAX_COUNT}")
+        raise ValueError(_SPAN_SAID)
 
 
 # The port is required: the message asks for HOST:PORT, and a host alone would be tried on

@@ -192,3 +192,21 @@ def test_workers_per_partition_names_its_own_bounds_whatever_is_wrong(given: str
     with pytest.raises(ConfigError) as caught:
         resolve({"workers_per_partition": given}, None, environ={})
     assert str(caught.value).endswith("must be a whole number from 1 to 1024"), caught.value
+
+
+@pytest.mark.parametrize(
+    ("setting", "given", "said"),
+    [
+        ("coordination_span", "abc", "must be auto or a whole number from 1 to 10000000"),
+        ("coordination_span", "0", "must be auto or a whole number from 1 to 10000000"),
+        ("heartbeat_interval", "abc", "must be a number of seconds from 0.001 to 86400"),
+        ("heartbeat_interval", "nan", "must be a number of seconds from 0.001 to 86400"),
+    ],
+)
+def test_a_setting_that_is_not_a_number_says_what_it_takes(
+    setting: str, given: str, said: str
+) -> None:
+    """Not int()'s or float()'s own words, and a span's message names auto (a review)."""
+    with pytest.raises(ConfigError) as caught:
+        resolve({setting: given}, None, environ={})
+    assert said in str(caught.value), caught.value
