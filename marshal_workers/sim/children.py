@@ -165,13 +165,15 @@ class SimChild:
             return
         if t < self.ready_at or t < self.hung_until:
             return
+        if self.feed_lost_at is not None and self.batch is None and not self.asks:
+            # AMO: what it asked for is handed on; then the Kafka exit code, after a Stop too,
+            # as the real one raises the loss once its last run is handed on (`Reserving.turn`)
+            self._end(EXIT_KAFKA, t)
+            return
         if self.stopping and self.batch is None and not self.asks:
             self._stats(t, final=True)
             self.outbox.append(ipc.Stopped(self.position))
             self.die(0, t)
-            return
-        if self.feed_lost_at is not None and self.batch is None and not self.asks:
-            self._end(EXIT_KAFKA, t)  # AMO: what it asked for is handed on
             return
         self.budget = min(self.budget + self.speed * dt, self.speed * dt + 1)
         if self.spec.mode is Mode.ALO:
