@@ -31,7 +31,9 @@ class RecordParking:
     def __init__(self, ctx: MemberState) -> None:
         self.ctx = ctx
         self._parked_logged: set[tuple[ClaimKey, int]] = set()
-        self._sent: dict[int, RecordFailed] = {}  # failures in flight, by operation number
+        # failures in flight, by operation number: the count, and the token of the tenure of
+        # the claim it was written in (`gave_up` writes it again only in that tenure)
+        self._sent: dict[int, tuple[RecordFailed, int]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -65,32 +67,46 @@ class RecordParking:
             error,
         )
         op = ctx.append(Kind.POISON, key, message, now, start=offset)
-        self._sent[op.op] = message
+        self._sent[op.op] = (message, ctx.held[key].token)  # held: `past_lease` said so
 
-    def past_lease(self, key: ClaimKey, offset: int, now: float) -> bool:
+    def past_lease(self, key: ClaimKey, offset: int, now: float, token: int | None = None) -> bool:
         """Whether the claim's lease has ended (or the claim is gone): then no count is
         written (decision 19, for counts). A rival may hold the claim by now and have counted
         this record, or the next, to parked; the log would refuse this count, yet it would be
         the newest record under the counts' key, and once the cleaner runs a reader of the
         compacted log takes it as written: the rival's count is gone and a record is tried
         again from 1. The failure goes uncounted, as after a crash (`poison_bounded` allows
-        one per fault)."""
+        one per fault).
+
+        ``token``: a count written again (`gave_up`) is written only in the tenure it was first
+        written in, the lease of that grant. Lost and won again meanwhile (a stall past the
+        lease, the count's record compacted away unread, so that no verdict came), the claim
+        has a lease again, but others may have held it since, counted the record to parked,
+        and an operator retried it: the old count, landing now, would count once more
+        against the new count, and its old outcome (``retry``) unpark the record, which is
+        then tried beyond ``poison_park_after`` (marshal-sim seed 2120009 of the unordered
+        every-fault mix)."""
         held = self.ctx.held.get(key)
         left = held.lease_remaining(now) if held is not None else None
-        if left is not None and left > 0:
+        if held is not None and token is not None and held.token != token:
+            reason = "the claim was lost and won again since"
+        elif left is not None and left > 0:
             return False
+        else:
+            reason = "the lease ended"
         self.ctx.say("warning", "record_failure_not_counted", topic=key.topic,
-                     partition=key.partition, offset=offset, reason="the lease ended")  # fmt: skip
+                     partition=key.partition, offset=offset, reason=reason)  # fmt: skip
         return True
 
     def gave_up(self, op: Op, now: float) -> None:
         """A failure whose write failed (or got no verdict in time): write the same record
         again, at most `WRITE_TRIES` times, so the count is not lost (the same
         count twice, should the first land after all, only parks the record no later)."""
-        message = self._sent.pop(op.op, None)
-        if message is None:
+        sent = self._sent.pop(op.op, None)
+        if sent is None:
             return
-        if self.past_lease(op.key, op.start, now):
+        message, token = sent
+        if self.past_lease(op.key, op.start, now, token):
             return
         if op.tries + 1 >= WRITE_TRIES:
             self.ctx.say("warning", "record_failure_not_counted", topic=op.key.topic,
@@ -99,7 +115,7 @@ class RecordParking:
         again = self.ctx.append(
             Kind.POISON, op.key, message, now, start=op.start, tries=op.tries + 1
         )
-        self._sent[again.op] = message
+        self._sent[again.op] = (message, token)
 
     def decided(self, op: Op, event: PoisonVerdict) -> None:
         """The fold's verdict on a failure this member wrote."""
@@ -130,7 +146,7 @@ class RecordParking:
         if not self.enabled:
             return False
         claim = (key.group, key.topic, key.partition)
-        for m in self._sent.values():
+        for m, _ in self._sent.values():
             if m.outcome is poison.Outcome.PARKED and (m.group_id, m.topic, m.partition) == claim:
                 return True
         state = poison.active(self.state(key), position)

@@ -340,6 +340,39 @@ def test_poison_defect_a_release_overtakes_the_failure_count_written_again(
     assert found(monkeypatch, params, "poison_bounded", SEEDS) is not None
 
 
+def test_poison_defect_a_count_written_again_in_a_later_tenure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by marshal-sim (seed 2120009 of an unordered fleet of 4 slices a partition, every
+    fault but read latency and clock jumps, 6 faults): a member counted a failure (3 of 4), its
+    host stalled with its lease clock held and the eager cleaner took the count's record before
+    the member read it, so no verdict came; others counted the record to parked, an operator
+    retried it, and it was counted to parked again. The member won the claim back, gave up on
+    the old count's write and wrote it again under its new lease: the log counted it against
+    the new count and its old outcome, ``retry``, unparked the record, tried a fifth time after
+    the retry. Now a count is written again only in the tenure it was written in
+    (`RecordParking.past_lease`, its token); reintroduced: in any tenure with a lease. (The
+    seed is searched from 2120009; a change to which records a run writes may move it.)"""
+    real = RecordParking.past_lease
+
+    def any_tenure(
+        self: RecordParking, key: ClaimKey, offset: int, now: float, token: int | None = None
+    ) -> bool:
+        return real(self, key, offset, now)
+
+    monkeypatch.setattr(RecordParking, "past_lease", any_tenure)
+    faults = (  # (in the sweep's order: the run draws its faults from it)
+        "kill", "freeze", "stall", "restart", "twins", "compaction", "eager-compaction",
+        "latency", "clock", "failures", "pause", "partitions", "shared-ids", "poison", "forgery",
+        "feed-loss",
+    )  # fmt: skip
+    params = SimParams(faults=faults, fault_count=6, ordering="unordered", workers_per_partition=4)
+    seed = first_violation(params, "poison_bounded", 1, first=2120009)
+    assert seed == 2120009
+    monkeypatch.undo()
+    assert run_seed(replace(params, seed=seed)).violations == []
+
+
 def test_poison_defect_an_operators_retry_waits_for_every_members_back_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

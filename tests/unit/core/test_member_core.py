@@ -939,6 +939,43 @@ class TestFailureCounts:
                   and c.value.startswith(b"RecordFailed")]  # fmt: skip
         assert counts == []
 
+    @pytest.mark.parametrize("given_up", ["append_failed", "no_verdict_in_time"])
+    def test_a_failure_count_is_not_written_again_once_the_claim_was_lost_and_won_again(
+        self, given_up: str
+    ) -> None:
+        """marshal-sim seed 2120009 (unordered, every fault): a member wrote a count (3 of 4),
+        its host stalled with its lease clock held, the cleaner took the count's record before
+        the member read it, so no verdict came. Meanwhile others held the claim, an operator
+        retried the record and it was counted to parked again. The member won the claim back,
+        the old count's write timed out, and it wrote the count again under its new lease: the
+        log counted it once more and its outcome ``retry`` unparked the record, tried a fifth
+        time after the operator's retry. A count is written again only in the tenure it was
+        written in (the claim's token); after that, the failure goes uncounted, as after a
+        crash."""
+        topic, log_ms = fresh_topic(partitions=1)
+        member = Member(settings(partitions=1))
+        h = start(member, topic, log_ms, n=1)
+        key = keys(1)[0]
+        h.run(member.feed(inp.StartFound(h.now, key, 100)))
+        h.tick(0.05)
+        failed = member.feed(inp.ChildSaid(h.now, key, ipc.HandlerFailed(120, "ValueError", "")))
+        (count,) = [c for c in failed if isinstance(c, cmd.Append)
+                    and c.value.startswith(b"RecordFailed")]  # fmt: skip
+        held = member.held[key]
+        member.keeping.lose(held, "test")  # lost, its count not written yet
+        h.run(member.feed(inp.ChildExited(h.now, key, EXIT_HANDLER_FAILED)))
+        assert key not in member.held
+        member.keeping.hold(key, held.token + 1, h.now + 30, h.now)  # won again: a new token
+        member.held[key].position = 120
+        h.commands = []
+        if given_up == "append_failed":
+            h.run(member.feed(inp.AppendFailed(h.now, count.op, "broker down")))
+        else:
+            h.tick(member.s.op_timeout + 0.1)  # the count's record never read
+        again = [c for c in h.commands if isinstance(c, cmd.Append)
+                 and c.value.startswith(b"RecordFailed")]  # fmt: skip
+        assert again == []
+
     @pytest.mark.parametrize("action", [Action.RETRY, Action.SKIP])
     def test_an_operators_decision_ends_the_members_wait_to_claim_again(
         self, action: Action
