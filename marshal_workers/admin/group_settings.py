@@ -145,8 +145,8 @@ def run_group_settings(
     """`marshal-admin group-settings`: show the recorded settings, or change them to this
     command's (``change``)."""
     with admin_session(conn, client_id, timeout_s, read_only=not change, group=group) as session:
-        if not group_known(session.worlds, group):  # a typo: nothing to show, nor to change
-            raise MarshalError(unknown_group(conn, group) + ("; nothing written" if change else ""))
+        if not change and not group_known(session.worlds, group):  # a typo: nothing to show
+            raise MarshalError(unknown_group(conn, group))
         if not change:
             current = recorded(session, group)
             if current is None:

@@ -172,6 +172,7 @@ def run_import_go(
                 client_id=client_id,
                 timeout_s=timeout_s,
                 progress=progress,
+                new_group=True,  # (the group and its topics are the Go fleet's: new to ours)
             )
         )
     return "\n".join(outputs)
