@@ -13,57 +13,37 @@ from __future__ import annotations
 from dataclasses import replace
 
 from marshal_workers.admin.topic_view import work_by_topic
-from marshal_workers.protocol.metadata import GroupSettings, encode_metadata, metadata_key
 from marshal_workers.protocol.placement import Placement, home
-from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import (
     ClaimingPartition,
-    CoordRecord,
     Heartbeat,
-    Message,
-    Partitioner,
     ReleaseGroup,
     ReleasingPartition,
-    encode,
-    record_key,
 )
+from tests.unit.protocol.partitionlog import ADMIN, PartitionLog
 
-N, G, OTHER, ADMIN, HB = 8, "g4", "g9", "marshal-admin", 1000
+N, G, OTHER, HB = 8, "g4", "g9", 1000
 H = home(G, N)
 OLD = Placement(N, H, 1)
 NEW = replace(Placement(N, (H + 3) % N, 1), token_base=1000)
 PARTS = range(4)
 
 
-class WholeLog:
+def whole_log() -> PartitionLog:
     """Every coordination partition folded as a whole-log view folds it (no group's view)."""
-
-    def __init__(self) -> None:
-        config = RationalizerConfig(HB, num_partitions=N, admin_client_ids=frozenset({ADMIN}))
-        self.worlds = {p: World(config, p) for p in range(N)}
-        self.offsets = dict.fromkeys(self.worlds, 0)
-
-    def put(self, p: int, t: int, key: bytes, value: bytes) -> None:
-        fold(self.worlds[p], CoordRecord(p, self.offsets[p], t, key, value))
-        self.offsets[p] += 1
-
-    def message(self, p: int, t: int, m: Message) -> None:
-        self.put(p, t, record_key(m), encode(m))
-
-    def settings(self, p: int, t: int, group: str, placement: Placement, client: str) -> None:
-        s = GroupSettings(t, f"{client}-1", client, group, HB, Partitioner.SPEC,
-                          frozenset({ADMIN}), None, placement)  # fmt: skip
-        self.put(p, t, metadata_key(s), encode_metadata(s))
+    config = RationalizerConfig(HB, num_partitions=N, admin_client_ids=frozenset({ADMIN}))
+    return PartitionLog(config, range(N), G)
 
 
-def moved() -> WholeLog:
+def moved() -> PartitionLog:
     """g4 placed at its home, working on t1's 4 partitions, moved to another partition (the
     reviewer's `--move --first 3 --span 1`), and claimed there again by its restarted member;
     g9, never moved, works on t1 too."""
-    log = WholeLog()
-    log.settings(H, 1000, G, OLD, "w")
+    log = whole_log()
+    log.settings(H, 1000, OLD, "w")
     other = Placement(N, home(OTHER, N), 1)
-    log.settings(home(OTHER, N), 1000, OTHER, other, "v")
+    log.settings(home(OTHER, N), 1000, other, "v", OTHER)
     for tp in PARTS:
         log.message(H, 2000, ClaimingPartition(2, "w-1", "w", G, "t1", tp))
         log.message(H, 2100, Heartbeat(2, "w-1", "w", G, "t1", tp, 10 * tp))
@@ -72,7 +52,7 @@ def moved() -> WholeLog:
     for tp in PARTS:
         log.message(H, 5100, ReleasingPartition(5, "w-1", "w", G, "t1", tp, 10 * tp))
     for p in sorted({H, *NEW.window}):
-        log.settings(p, 6000, G, NEW, ADMIN)
+        log.settings(p, 6000, NEW, ADMIN)
     for tp in PARTS:
         at = NEW.partition_of("t1", tp)
         log.message(at, 7000, ClaimingPartition(7, "adm-1", ADMIN, G, "t1", tp))

@@ -19,61 +19,39 @@ import pytest
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.amolosses import AmoLosses
 from marshal_workers.protocol.groupstatus import group_status
-from marshal_workers.protocol.metadata import GroupSettings, encode_metadata, metadata_key
 from marshal_workers.protocol.placement import Placement, PlacementBook, reads
-from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimingPartition,
     ClaimKey,
-    CoordRecord,
     Heartbeat,
-    Message,
-    Partitioner,
     ReleaseGroup,
     ReleasingPartition,
-    encode,
-    record_key,
 )
+from tests.unit.protocol.partitionlog import ADMIN, PartitionLog
 
-N, G, ADMIN, HB = 4, "g", "marshal-admin", 1000
+N, G, HB = 4, "g", 1000
 OLD, NEW = Placement(N, 0, 2), replace(Placement(N, 0, 3), token_base=100)
 TP = next(i for i in range(200) if OLD.partition_of("t", i) != NEW.partition_of("t", i))
 BEFORE, AFTER = OLD.partition_of("t", TP), NEW.partition_of("t", TP)
 KEY = ClaimKey(G, "t", TP)
 
 
-class Log:
+def group_log() -> PartitionLog:
     """The group's partitions (home and new window) folded as its members fold them; each
     partition's events kept apart, to hand them to a tracker in any interleaving."""
-
-    def __init__(self) -> None:
-        config = RationalizerConfig(
-            HB, num_partitions=N, admin_client_ids=frozenset({ADMIN}), only_group=G,
-            placements=PlacementBook.of({G: NEW}),
-        )  # fmt: skip
-        self.worlds = {p: World(config, p) for p in sorted(reads(G, NEW))}
-        self.offsets = dict.fromkeys(self.worlds, 0)
-        self.events: dict[int, list[ev.Event]] = {p: [] for p in self.worlds}
-
-    def put(self, p: int, t: int, key: bytes, value: bytes) -> None:
-        event = fold(self.worlds[p], CoordRecord(p, self.offsets[p], t, key, value))
-        self.events[p].append(event)
-        self.offsets[p] += 1
-
-    def message(self, p: int, t: int, m: Message) -> None:
-        self.put(p, t, record_key(m), encode(m))
-
-    def settings(self, p: int, t: int, placement: Placement, client: str) -> None:
-        s = GroupSettings(t, f"{client}-1", client, G, HB, Partitioner.SPEC,
-                          frozenset({ADMIN}), None, placement)  # fmt: skip
-        self.put(p, t, metadata_key(s), encode_metadata(s))
+    config = RationalizerConfig(
+        HB, num_partitions=N, admin_client_ids=frozenset({ADMIN}), only_group=G,
+        placements=PlacementBook.of({G: NEW}),
+    )  # fmt: skip
+    return PartitionLog(config, reads(G, NEW), G)
 
 
-def moved(reserving_after: bool = True) -> Log:
+def moved(reserving_after: bool = True) -> PartitionLog:
     """A placed group's AMO claim reserved and released under the move's pause on its old
     home, carried to its new home, and claimed there by the same client again (restarted)."""
-    log = Log()
+    log = group_log()
     for p in log.worlds:
         if p in OLD.window or p == 0:
             log.settings(p, 1000, OLD, "w")
@@ -102,7 +80,7 @@ def moved(reserving_after: bool = True) -> Log:
     return log
 
 
-def interleavings(log: Log) -> dict[str, list[ev.Event]]:
+def interleavings(log: PartitionLog) -> dict[str, list[ev.Event]]:
     """Every partition's events, each partition's in offset order: the new home's first, the
     old's first, and one by one."""
     old, new = log.events[BEFORE], log.events[AFTER]
@@ -164,7 +142,7 @@ def test_a_loss_left_on_the_old_home_is_not_the_groups_now() -> None:
     the move carried what it had reserved): the status lists the claim from its new home,
     and its loss count is the claims' on their homes now (the old home's copy of the claim is
     left over from before the move, as the claim row is)."""
-    log = Log()
+    log = group_log()
     for p in log.worlds:
         if p in OLD.window or p == 0:
             log.settings(p, 1000, OLD, "w")

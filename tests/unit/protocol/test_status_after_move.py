@@ -11,51 +11,33 @@ from __future__ import annotations
 from dataclasses import replace
 
 from marshal_workers.protocol.groupstatus import group_status
-from marshal_workers.protocol.metadata import GroupSettings, encode_metadata, metadata_key
 from marshal_workers.protocol.placement import Placement, PlacementBook, reads
-from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
+from marshal_workers.protocol.rationalizer import RationalizerConfig
 from marshal_workers.protocol.wire import (
     ClaimingPartition,
-    CoordRecord,
     Heartbeat,
-    Message,
-    Partitioner,
     ReleaseGroup,
     ReleasingPartition,
-    encode,
-    record_key,
 )
+from tests.unit.protocol.partitionlog import ADMIN, PartitionLog
 
-N, G, ADMIN = 4, "g", "marshal-admin"
+N, G = 4, "g"
 OLD, NEW = Placement(N, 0, 2), replace(Placement(N, 0, 3), token_base=100)
 TP = next(i for i in range(200) if OLD.partition_of("t", i) != NEW.partition_of("t", i))
 BEFORE, AFTER = OLD.partition_of("t", TP), NEW.partition_of("t", TP)
 
 
-class Log:
-    def __init__(self) -> None:
-        config = RationalizerConfig(
-            1000, num_partitions=N, admin_client_ids=frozenset({ADMIN}), only_group=G,
-            placements=PlacementBook.of({G: NEW}),
-        )  # fmt: skip
-        self.worlds = {p: World(config, p) for p in sorted(reads(G, NEW))}
-        self.offsets = dict.fromkeys(self.worlds, 0)
-
-    def put(self, p: int, t: int, key: bytes, value: bytes) -> None:
-        fold(self.worlds[p], CoordRecord(p, self.offsets[p], t, key, value))
-        self.offsets[p] += 1
-
-    def message(self, p: int, t: int, m: Message) -> None:
-        self.put(p, t, record_key(m), encode(m))
-
-    def settings(self, p: int, t: int, placement: Placement, client: str) -> None:
-        s = GroupSettings(t, f"{client}-1", client, G, 1000, Partitioner.SPEC,
-                          frozenset({ADMIN}), None, placement)  # fmt: skip
-        self.put(p, t, metadata_key(s), encode_metadata(s))
+def group_log() -> PartitionLog:
+    """The group's partitions (home and new window), folded as its members fold them."""
+    config = RationalizerConfig(
+        1000, num_partitions=N, admin_client_ids=frozenset({ADMIN}), only_group=G,
+        placements=PlacementBook.of({G: NEW}),
+    )  # fmt: skip
+    return PartitionLog(config, reads(G, NEW), G)
 
 
 def test_a_moved_claim_is_listed_once_from_its_new_home() -> None:
-    log = Log()
+    log = group_log()
     for p in log.worlds:
         if p in OLD.window or p == 0:
             log.settings(p, 1000, OLD, "w")
