@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.metadata import GroupSettings, encode_metadata, metadata_key
-from marshal_workers.protocol.placement import Placement
+from marshal_workers.protocol.placement import Placement, PlacementBook, reads
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.wire import CoordRecord, Message, Partitioner, encode, record_key
 
@@ -41,3 +41,12 @@ class PartitionLog:
                           self.config.heartbeat_interval_ms, Partitioner.SPEC,
                           frozenset({ADMIN}), None, placement)  # fmt: skip
         self.put(p, t, metadata_key(s), encode_metadata(s))
+
+
+def group_log(group: str, placement: Placement, partitions: int, hb_ms: int = 1000) -> PartitionLog:
+    """``group``'s partitions (home and window) folded as its members fold them."""
+    config = RationalizerConfig(
+        hb_ms, num_partitions=partitions, admin_client_ids=frozenset({ADMIN}), only_group=group,
+        placements=PlacementBook.of({group: placement}),
+    )  # fmt: skip
+    return PartitionLog(config, reads(group, placement), group)

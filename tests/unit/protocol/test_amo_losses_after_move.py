@@ -19,8 +19,7 @@ import pytest
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.amolosses import AmoLosses
 from marshal_workers.protocol.groupstatus import group_status
-from marshal_workers.protocol.placement import Placement, PlacementBook, reads
-from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.placement import Placement
 from marshal_workers.protocol.wire import (
     ClaimingMessages,
     ClaimingPartition,
@@ -29,7 +28,7 @@ from marshal_workers.protocol.wire import (
     ReleaseGroup,
     ReleasingPartition,
 )
-from tests.unit.protocol.partitionlog import ADMIN, PartitionLog
+from tests.unit.protocol.partitionlog import ADMIN, PartitionLog, group_log
 
 N, G, HB = 4, "g", 1000
 OLD, NEW = Placement(N, 0, 2), replace(Placement(N, 0, 3), token_base=100)
@@ -38,20 +37,10 @@ BEFORE, AFTER = OLD.partition_of("t", TP), NEW.partition_of("t", TP)
 KEY = ClaimKey(G, "t", TP)
 
 
-def group_log() -> PartitionLog:
-    """The group's partitions (home and new window) folded as its members fold them; each
-    partition's events kept apart, to hand them to a tracker in any interleaving."""
-    config = RationalizerConfig(
-        HB, num_partitions=N, admin_client_ids=frozenset({ADMIN}), only_group=G,
-        placements=PlacementBook.of({G: NEW}),
-    )  # fmt: skip
-    return PartitionLog(config, reads(G, NEW), G)
-
-
 def moved(reserving_after: bool = True) -> PartitionLog:
     """A placed group's AMO claim reserved and released under the move's pause on its old
     home, carried to its new home, and claimed there by the same client again (restarted)."""
-    log = group_log()
+    log = group_log(G, NEW, N)
     for p in log.worlds:
         if p in OLD.window or p == 0:
             log.settings(p, 1000, OLD, "w")
@@ -142,7 +131,7 @@ def test_a_loss_left_on_the_old_home_is_not_the_groups_now() -> None:
     the move carried what it had reserved): the status lists the claim from its new home,
     and its loss count is the claims' on their homes now (the old home's copy of the claim is
     left over from before the move, as the claim row is)."""
-    log = group_log()
+    log = group_log(G, NEW, N)
     for p in log.worlds:
         if p in OLD.window or p == 0:
             log.settings(p, 1000, OLD, "w")

@@ -11,15 +11,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from marshal_workers.protocol.groupstatus import group_status
-from marshal_workers.protocol.placement import Placement, PlacementBook, reads
-from marshal_workers.protocol.rationalizer import RationalizerConfig
+from marshal_workers.protocol.placement import Placement
 from marshal_workers.protocol.wire import (
     ClaimingPartition,
     Heartbeat,
     ReleaseGroup,
     ReleasingPartition,
 )
-from tests.unit.protocol.partitionlog import ADMIN, PartitionLog
+from tests.unit.protocol.partitionlog import ADMIN, group_log
 
 N, G = 4, "g"
 OLD, NEW = Placement(N, 0, 2), replace(Placement(N, 0, 3), token_base=100)
@@ -27,17 +26,8 @@ TP = next(i for i in range(200) if OLD.partition_of("t", i) != NEW.partition_of(
 BEFORE, AFTER = OLD.partition_of("t", TP), NEW.partition_of("t", TP)
 
 
-def group_log() -> PartitionLog:
-    """The group's partitions (home and new window), folded as its members fold them."""
-    config = RationalizerConfig(
-        1000, num_partitions=N, admin_client_ids=frozenset({ADMIN}), only_group=G,
-        placements=PlacementBook.of({G: NEW}),
-    )  # fmt: skip
-    return PartitionLog(config, reads(G, NEW), G)
-
-
 def test_a_moved_claim_is_listed_once_from_its_new_home() -> None:
-    log = group_log()
+    log = group_log(G, NEW, N)
     for p in log.worlds:
         if p in OLD.window or p == 0:
             log.settings(p, 1000, OLD, "w")
