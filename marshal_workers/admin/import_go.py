@@ -152,7 +152,7 @@ def run_import_go(
     else:
         check_stopped(world, group, now)
     outputs = []
-    source = KafkaOffsetSource(conn.bootstrap_servers, conn.kafka)
+    source = KafkaOffsetSource(conn.bootstrap_servers, conn.kafka, timeout_s)
     try:
         targets = {t: clamp(source, t, offsets, progress) for t, offsets in found.items()}
     finally:

@@ -599,7 +599,7 @@ def run_set_position(
     """`marshal-admin set-position`: the plan (``dry_run``), or the move; returns the output.
     A group the log has never named, or a topic it has no claim on, is refused (MarshalError,
     nothing written) unless ``new_group`` or ``new_topic`` says it is meant."""
-    source = KafkaOffsetSource(conn.bootstrap_servers, conn.kafka)
+    source = KafkaOffsetSource(conn.bootstrap_servers, conn.kafka, timeout_s)
     try:  # kept open: a target at the end is read again before it is set
         targets = compute_targets(source, topic, spec)
         with group_session(conn, group, client_id, timeout_s) as (session, adopted):

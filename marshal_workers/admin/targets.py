@@ -23,8 +23,10 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
+from marshal_workers.clients.rdkafka import ErrorMemory, error_text
 from marshal_workers.common.errors import ConfigError, MarshalError
 from marshal_workers.config.timearg import TimeArgError, parse_time_ms
+from marshal_workers.log.kafkalog import OPEN_TIMEOUT_S
 
 
 class OffsetSource(Protocol):
@@ -148,15 +150,23 @@ def _found_or_end(source: OffsetSource, topic: str, partition: int, found: int |
 
 
 class KafkaOffsetSource:
-    """`OffsetSource` on a real broker: a consumer that never subscribes."""
+    """`OffsetSource` on a real broker: a consumer that never subscribes. Each request waits at
+    most ``timeout_s`` (the command's ``--timeout``, at most OPEN_TIMEOUT_S: as long as the
+    coordination log's open waits for the cluster)."""
 
     def __init__(
-        self, bootstrap_servers: str, extra_config: Mapping[str, str] | None = None
+        self,
+        bootstrap_servers: str,
+        extra_config: Mapping[str, str] | None = None,
+        timeout_s: float = OPEN_TIMEOUT_S,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.timeout_s = min(OPEN_TIMEOUT_S, timeout_s)
+        self._errors = ErrorMemory()
         fixed = {
             "group.id": f"marshal-admin-meta-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
+            "error_cb": self._errors,
         }
         self._consumer = roles.data_consumer(
             client_config(bootstrap_servers, extra_config, fixed=fixed)
@@ -164,9 +174,12 @@ class KafkaOffsetSource:
 
     def partitions(self, topic: str) -> list[int]:
         try:
-            meta = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
+            meta = self._consumer.list_topics(topic, timeout=self.timeout_s).topics.get(topic)
         except KafkaException as exc:
-            raise MarshalError(f"cannot reach Kafka at {self.bootstrap_servers}: {exc}") from None
+            self._consumer.poll(0)  # serve the error callback: why the cluster is unreachable
+            within = f" within {self.timeout_s:.0f}s"
+            said = self._errors.unreachable(self.bootstrap_servers, error_text(exc), within)
+            raise MarshalError(said) from None
         if meta is None or meta.error is not None or not meta.partitions:
             raise ConfigError(f"topic {topic!r} does not exist on {self.bootstrap_servers}")
         return sorted(meta.partitions)
@@ -174,10 +187,12 @@ class KafkaOffsetSource:
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         try:
             low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=10, cached=False
+                TopicPartition(topic, partition), timeout=self.timeout_s, cached=False
             )
         except KafkaException as exc:
-            raise MarshalError(f"cannot read watermarks of {topic}[{partition}]: {exc}") from None
+            raise MarshalError(
+                f"cannot read watermarks of {topic}[{partition}]: {error_text(exc)}"
+            ) from None
         return int(low), int(high)
 
     def offsets_for_time(
@@ -185,9 +200,11 @@ class KafkaOffsetSource:
     ) -> dict[int, int | None]:
         wanted = [TopicPartition(topic, p, time_ms) for p in partitions]
         try:
-            found = self._consumer.offsets_for_times(wanted, timeout=10)
+            found = self._consumer.offsets_for_times(wanted, timeout=self.timeout_s)
         except KafkaException as exc:
-            raise MarshalError(f"cannot look up offsets by time in {topic}: {exc}") from None
+            raise MarshalError(
+                f"cannot look up offsets by time in {topic}: {error_text(exc)}"
+            ) from None
         return {tp.partition: (int(tp.offset) if tp.offset >= 0 else None) for tp in found}
 
     def close(self) -> None:

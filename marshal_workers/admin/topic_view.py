@@ -32,9 +32,9 @@ from marshal_workers.admin.connection import (
     refolds,
     some_of,
 )
-from marshal_workers.clients.rdkafka import error_text
 from marshal_workers.common.errors import MarshalError
-from marshal_workers.log.topicadmin import admin_client
+from marshal_workers.log.kafkalog import OPEN_TIMEOUT_S
+from marshal_workers.log.topicadmin import admin_client, cluster_metadata
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.rationalizer import World, claim_label, coordinated_here
 from marshal_workers.protocol.slicing import split_topic
@@ -88,12 +88,8 @@ class TopicView:
     def __init__(self, conn: Connection, timeout_s: float) -> None:
         self.conn, self.timeout_s = conn, timeout_s
         self.admin = admin_client(conn.bootstrap_servers, conn.kafka)
-        try:
-            self.meta = self.admin.list_topics(timeout=timeout_s)
-        except KafkaException as exc:
-            raise MarshalError(
-                f"cannot read topic metadata from {conn.bootstrap_servers}: {error_text(exc)}"
-            ) from None
+        reach_s = min(OPEN_TIMEOUT_S, timeout_s)  # as long as the log's open waits for it
+        self.meta = cluster_metadata(self.admin, conn.bootstrap_servers, None, reach_s)
         self.note = ""
         self.work: dict[str, list[Work]] = {}
         if conn.coordination_topic not in self.meta.topics:

@@ -200,7 +200,11 @@ def admin_client(
     return admin
 
 
-def _metadata(admin: AdminClient, bootstrap: str, topic: str | None, timeout_s: float) -> Any:
+def cluster_metadata(
+    admin: AdminClient, bootstrap: str, topic: str | None, timeout_s: float
+) -> Any:
+    """The cluster's metadata (of ``topic``, or every topic), or MarshalError: the one line of
+    an unreachable cluster, naming an authentication failure as such."""
     try:
         return admin.list_topics(topic, timeout=timeout_s)
     except KafkaException as exc:
@@ -225,14 +229,14 @@ def _result(future: Future[Any], what: str, timeout_s: float) -> Any:
 
 def broker_count(admin: AdminClient, bootstrap: str, timeout_s: float = ADMIN_TIMEOUT_S) -> int:
     """How many brokers the cluster has."""
-    return len(_metadata(admin, bootstrap, None, timeout_s).brokers)
+    return len(cluster_metadata(admin, bootstrap, None, timeout_s).brokers)
 
 
 def describe_topic(
     admin: AdminClient, bootstrap: str, topic: str, timeout_s: float = ADMIN_TIMEOUT_S
 ) -> TopicInfo | None:
     """The topic's partitions, replication factor and effective config; None if it is missing."""
-    meta = _metadata(admin, bootstrap, topic, timeout_s).topics.get(topic)
+    meta = cluster_metadata(admin, bootstrap, topic, timeout_s).topics.get(topic)
     if meta is None or (
         meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     ):
@@ -416,7 +420,7 @@ def high_watermarks(
     wanted = sorted(set(topics))
     if not wanted:
         return {}
-    metadata = _metadata(admin, bootstrap, None, timeout_s)
+    metadata = cluster_metadata(admin, bootstrap, None, timeout_s)
     specs: dict[TopicPartition, OffsetSpec] = {}
     for topic in wanted:
         meta = metadata.topics.get(topic)
