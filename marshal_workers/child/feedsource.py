@@ -24,7 +24,7 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from marshal_workers.child.consumer import Reach
@@ -82,14 +82,22 @@ def peer_uid(sock: socket.socket) -> int:
 
 
 class FeedFetcher:
-    """The child's feed from the host's reader, and its batches."""
+    """The child's feed from the host's reader, and its batches. ``on_lost`` is told once the
+    feed is lost, before the child is ended (the shared cells: `childlink.callstate`)."""
 
     consumer = None  # no consumer of its own (a dead-letter topic is not checked up front)
 
-    def __init__(self, spec: ChildSpec, log: Any, messages: bool) -> None:
+    def __init__(
+        self,
+        spec: ChildSpec,
+        log: Any,
+        messages: bool,
+        on_lost: Callable[[], None] = lambda: None,
+    ) -> None:
         assert spec.feed is not None and spec.slice is not None
         self.spec = spec
         self.log = log
+        self.on_lost = on_lost
         self.messages = messages
         self.reach = Reach()  # (how far a slice's child may say it read, as with a consumer)
         self.start = 0
@@ -248,6 +256,7 @@ class FeedFetcher:
 
     def _lost(self, why: str) -> Any:
         self.log.error("feed_lost", reason=why, feed=_shown(self.spec.feed or ""))
+        self.on_lost()
         raise ChildExit(EXIT_KAFKA, "feed_lost")
 
     def high_watermark(self) -> int | None:

@@ -140,7 +140,7 @@ class ChildLoop:
         self.plugin = plugin
         fetcher: Source
         if spec.feed is not None:  # a slice's child fed by the host's reader (`child.reader`)
-            fetcher = FeedFetcher(spec, self.log, plugin.messages)
+            fetcher = FeedFetcher(spec, self.log, plugin.messages, self.cells.note_feed_lost)
         else:
             fetcher = Fetcher(spec, self.log, plugin.messages)
         self.fetcher = fetcher

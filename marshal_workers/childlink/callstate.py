@@ -24,6 +24,10 @@ torn value; the cells are not read as a consistent set (each is meaningful on it
 - ``keep_until`` (double, the lease clock; 0: none): the deadline ``ctx.keepalive()`` last gave,
   for the supervisor's backstop.
 - ``fence`` (int64, 0: none): the exit code the watchdog meant when it ended the child.
+- ``feed_lost`` (int64, 0: no): a slice's child found its host reader's feed lost
+  (`child.feedsource`). It may end with another code than the feed's (an AMO child hands on
+  the runs it had asked for first, and may be refused one), and the supervisor replaces the
+  reader all the same (`supervisor.feeds`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,11 @@ class CallCells:
         self.unit_end: Any = ctx.RawValue(ctypes.c_int64, NO_POSITION)
         self.keep_until: Any = ctx.RawValue(ctypes.c_double, 0.0)
         self.fence: Any = ctx.RawValue(ctypes.c_int64, 0)
+        self.feed_lost: Any = ctx.RawValue(ctypes.c_int64, 0)
+
+    def note_feed_lost(self) -> None:
+        """The child's feed is lost (see the module)."""
+        self.feed_lost.value = 1
 
     def handled_position(self) -> int | None:
         """Every record below this offset was handled (ALO); None if no child said yet."""
@@ -77,10 +86,12 @@ class CallCells:
             in_call=bool(self.in_call.value),
             call_started=float(self.started.value),
             unit_end=None if unit_end == NO_POSITION else unit_end,
+            feed_lost=bool(self.feed_lost.value),
         )
         self.in_call.value = 0
         self.started.value = 0.0
         self.keep_until.value = 0.0
         self.unit_end.value = NO_POSITION
         self.fence.value = 0
+        self.feed_lost.value = 0
         return note

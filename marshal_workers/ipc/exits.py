@@ -55,3 +55,4 @@ class EndNote:
     in_call: bool  # the child ended inside a handler call (on the record at position)
     call_started: float  # when that call began, as the watchdog last published it (0: unknown)
     unit_end: int | None  # a handle_batch call in progress covered position to this
+    feed_lost: bool = False  # a slice's child lost its host reader's feed (however it ended)

@@ -76,11 +76,13 @@ class HostFeeds:
         )
         return spec
 
-    def child_ended(self, spec: ChildSpec | None, code: int) -> None:
-        """A child of a feed ended with ``code``: a lost feed takes its reader with it, if that
-        reader is still the partition's (a child of one already replaced, ending late as it
-        handled what it had, must not take the new one)."""
-        if spec is None or spec.feed is None or code != EXIT_KAFKA:
+    def child_ended(self, spec: ChildSpec | None, code: int, feed_lost: bool = False) -> None:
+        """A child of a feed ended with ``code``: a lost feed (the Kafka code, or ``feed_lost``,
+        its cells' word for a child that then ended otherwise: an AMO child hands on the runs it
+        had asked for first, and may be refused one) takes its reader with it, if that reader
+        is still the partition's (a child of one already replaced, ending late as it handled
+        what it had, must not take the new one)."""
+        if spec is None or spec.feed is None or (code != EXIT_KAFKA and not feed_lost):
             return
         where = (spec.topic, spec.partition)
         if self.names.get(where) == spec.feed:

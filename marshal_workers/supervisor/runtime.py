@@ -318,12 +318,11 @@ class Supervisor:
             self._call_seen.pop(key, None)
             calls = self._lease(key).calls
             now = self.clock()
-            end = read_end(
-                code, calls.take_end_note(), killed_by_supervisor=key in self._signalled, now=now
-            )
+            note = calls.take_end_note()
+            end = read_end(code, note, killed_by_supervisor=key in self._signalled, now=now)
             self._signalled.discard(key)
             if self.feeds is not None:
-                self.feeds.child_ended(self._fed.pop(key, None), code)
+                self.feeds.child_ended(self._fed.pop(key, None), code, note.feed_lost)
             self.observer.child_exited(key, handle.pid, end.code)
             self._log.info(
                 "child_exited",

@@ -178,14 +178,22 @@ def test_a_closed_feed_ends_the_child_after_its_records(log: object) -> None:
 
 
 def test_a_silent_reader_ends_the_child(log: object) -> None:
-    """Nothing from the reader for ``feed_silence_s``: it is taken for dead."""
+    """Nothing from the reader for ``feed_silence_s``: it is taken for dead, and the loss is
+    told (``on_lost``: the shared cells, so that the supervisor replaces the reader however the
+    child then ends: an AMO child hands its asked runs on first, and may end refused)."""
     reader = Reader([feedwire.attached_frame(11)])
-    fetcher = FeedFetcher(spec(reader.name, feed_silence_s=0.3, batch_timeout_s=0.1), log, False)
+    told: list[bool] = []
+    fetcher = FeedFetcher(
+        spec(reader.name, feed_silence_s=0.3, batch_timeout_s=0.1), log, False,
+        on_lost=lambda: told.append(True),
+    )  # fmt: skip
     fetcher.open()
+    assert fetcher.fetch() == [] and not told
     with pytest.raises(ChildExit) as ended:
         for _ in range(20):
             assert fetcher.fetch() == []
     assert ended.value.code == EXIT_KAFKA
+    assert told == [True]
 
 
 def test_no_reader_ends_the_child(log: object, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,8 @@ import psutil
 import pytest
 import structlog
 
-from marshal_workers.ipc.exits import EXIT_KAFKA
+from marshal_workers.childlink.callstate import CallCells
+from marshal_workers.ipc.exits import EXIT_KAFKA, EXIT_NOT_GRANTED, EXIT_OK
 from marshal_workers.ipc.messages import ChildSpec
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.slicing import Ordering, Slice
@@ -70,6 +71,21 @@ def test_a_child_of_a_replaced_reader_does_not_kill_its_successor(feeds: HostFee
     assert not alive(second) and ("t", 1) not in feeds.readers
 
 
+def test_a_child_that_lost_its_feed_takes_its_reader_however_it_ended(feeds: HostFeeds) -> None:
+    """An AMO child that lost its feed hands on the runs it had asked for first, and may then
+    end refused or stopped, not with the Kafka code: its cells say the feed was lost, and the
+    reader goes all the same (it stayed: a frozen reader then waited for the next child to
+    time out on it, a child's lifetime late; a review). A child ending so with its feed
+    intact leaves the reader to its other children."""
+    a = feeds.fed(spec(0))
+    first = feeds.readers[("t", 1)].pid
+    feeds.child_ended(a, EXIT_NOT_GRANTED)
+    feeds.child_ended(a, EXIT_OK)
+    assert alive(first) and feeds.readers[("t", 1)].pid == first
+    feeds.child_ended(a, EXIT_NOT_GRANTED, feed_lost=True)
+    assert not alive(first) and ("t", 1) not in feeds.readers
+
+
 def test_each_reader_has_a_name_nobody_can_guess_from_another(feeds: HostFeeds) -> None:
     """Readers of two partitions, and two readers of one partition in turn, share nothing in
     their names (a local user who reads one name in /proc/net/unix cannot take the others'
@@ -82,3 +98,13 @@ def test_each_reader_has_a_name_nobody_can_guess_from_another(feeds: HostFeeds) 
     assert three is not None
     names = [one.split("/")[-1], two.split("/")[-1], three.split("/")[-1]]
     assert len(set(names)) == 3 and all(len(n) >= 32 for n in names)
+
+
+def test_a_lost_feed_is_in_the_ended_childs_note_once() -> None:
+    """The cells carry the loss from the child to the supervisor's end note, then are reset
+    for the claim's next child (whose feed is a new reader's)."""
+    cells = CallCells(MP)
+    assert not cells.take_end_note().feed_lost
+    cells.note_feed_lost()
+    assert cells.take_end_note().feed_lost
+    assert not cells.take_end_note().feed_lost
