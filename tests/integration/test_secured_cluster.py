@@ -91,7 +91,8 @@ def secured(
     secure_kafka: LocalKafka, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Secured]:
     """A fleet's topics and principals on the session's secured broker: admin (super user),
-    one user per role with that role's ACLs, an intruder with none; the topic made by init."""
+    one user per role with that role's ACLs, an intruder with none; the topic made by init,
+    the group's settings recorded."""
     uid = uuid.uuid4().hex[:6]
     root = tmp_path_factory.mktemp("secured")
     configs = {"admin": secure_kafka.admin_config_file}
@@ -109,6 +110,12 @@ def secured(
     assert done.returncode == 0, done.stderr
     made = fleet.admin("admin", "topic", "create", fleet.topic, "--partitions", "2")
     assert made.returncode == 0, made.stderr
+    # the group's settings recorded before any member starts (as its members run it): the
+    # group is known to every test, whichever runs first or alone (they depended on the
+    # worker test's member having named it)
+    named = fleet.admin("admin", "group-settings", "--group", fleet.group, "--change",
+                        "--heartbeat-interval", "2")  # fmt: skip
+    assert named.returncode == 0, named.stderr
     yield fleet
 
 
@@ -261,7 +268,8 @@ def test_a_reader_writes_nothing(secured: Secured) -> None:
     write, exit 1."""
     for args in (
         ("release-group", "--group", secured.group, "--for", "5"),
-        ("set-position", "--group", secured.group, "--topic", secured.topic, "--to-earliest"),
+        ("set-position", "--group", secured.group, "--topic", secured.topic, "--to-earliest",
+         "--new-topic"),  # (the topic is the group's once a worker test has run)
     ):
         done = secured.admin("reader", *args)
         assert done.returncode == 1, done.stderr
@@ -370,7 +378,8 @@ def test_the_operator_role_pauses_and_repositions_but_creates_nothing(secured: S
     for args in (
         ("release-group", "--group", secured.group, "--for", "2"),
         ("release-group", "--group", secured.group, "--for", "0"),
-        ("set-position", "--group", secured.group, "--topic", secured.topic, "--to-earliest"),
+        ("set-position", "--group", secured.group, "--topic", secured.topic, "--to-earliest",
+         "--new-topic"),  # (the topic is the group's once a worker test has run)
     ):
         done = secured.admin("operator", *args)
         assert done.returncode == 0, (args, done.stderr)
