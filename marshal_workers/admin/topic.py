@@ -84,8 +84,8 @@ kafka_timeout_option = click.option(
 @kafka_timeout_option
 def topic_list(*, fleet: FleetSettings, as_json: bool, timeout: float) -> None:
     """List the data topics: partitions, and the groups of the coordination log that work on
-    each (internal __ topics left out). --json: {"topics": [{"topic", "partitions",
-    "groups"}]}."""
+    each (internal __ topics and the coordination topic left out). --json: {"topics":
+    [{"topic", "partitions", "groups"}]}."""
     click.echo(list_topics(connection(fleet), as_json, timeout))
 
 

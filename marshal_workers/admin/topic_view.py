@@ -127,8 +127,9 @@ class TopicView:
             )
 
     def topics(self) -> list[str]:
-        """The data topics, by name (internal ones left out)."""
-        return sorted(t for t in self.meta.topics if not t.startswith("__"))
+        """The data topics, by name (internal ones and the coordination topic left out)."""
+        coordination = self.conn.coordination_topic
+        return sorted(t for t in self.meta.topics if not t.startswith("__") and t != coordination)
 
     def partitions(self, topic: str) -> list[int]:
         meta = self.meta.topics.get(topic)
