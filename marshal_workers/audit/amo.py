@@ -54,10 +54,16 @@ def _range(start: int | None, end: int) -> str:
     return f"[{start}, {end})" if start is not None else f"below {end} (start unknown)"
 
 
-def detail(cause: str, row: Row, start: int | None, end: int) -> str:
-    """One sentence on why the reserved records [start, end) of ``row`` were lost."""
+def detail(cause: str, row: Row, start: int | None, end: int, checked: bool = True) -> str:
+    """One sentence on why the reserved records [start, end) of ``row`` were lost (``checked``:
+    a ledger says nobody handled them), or, without a ledger, were put at risk."""
     client, successor = row[_R["client_id"]], row[_R["successor_client_id"]]
-    lost = f"{client} reserved {_range(start, end)} and nobody handled it"
+    lost = (
+        f"{client} reserved {_range(start, end)} and nobody handled it"
+        if checked
+        else f"{client} reserved {_range(start, end)}, at risk (no ledger says whether its "
+        "child handled it)"
+    )
     after = f"the next owner resumed at {row[_R['end_offset']]}"
     if cause == "taken_over":
         return f"{lost}: {client}'s lease expired and {successor} claimed the partition; {after}"
@@ -88,7 +94,8 @@ def _loss(row: Row, start: int | None, end: int, cause: str, handled: int | None
     return (
         r[_R["group"]], r[_R["topic"]], r[_R["partition"]], r[_R["client_id"]],
         r[_R["instance_id"]], r[_R["token"]], start, end, count, handled, r[_R["reserved_ms"]],
-        r[_R["end_ms"]], cause, r[_R["successor_client_id"]], detail(cause, r, start, end),
+        r[_R["end_ms"]], cause, r[_R["successor_client_id"]],
+        detail(cause, r, start, end, checked=handled is not None),
     )  # fmt: skip
 
 

@@ -161,6 +161,11 @@ class TestSyntheticFleet:
         assert rows and {r["cause"] for r in rows} <= {"taken_over", "lease_expired"}
         assert all(r["handled"] is None for r in rows)
         assert summary["amo_losses"]["ranges"] == len(rows)
+        # the detail says what is known: at risk, not lost (it said "nobody handled it" of
+        # records a ledger then showed handled; a review)
+        for r in rows:
+            assert "nobody handled it" not in r["detail"], r["detail"]
+            assert "at risk" in r["detail"] and "no ledger" in r["detail"], r["detail"]
 
     def test_every_crash_after_a_reservation_is_reported_with_its_cause(self) -> None:
         """Holders that crash after reserving a batch (the generator lists what they lost):
