@@ -21,7 +21,11 @@ data partition and consumer group:
   interval committed [its first heartbeated position, its last committed position); the
   pausing admin's intervals (set-position) are left out, and so are the records an operator
   skipped (`marshal-admin skip-record` on a poison record: not handled, on purpose; the
-  ``poison`` table shows them).
+  ``poison`` table shows them). A group the ledger has no row of at all (a whole-topic audit
+  given only some groups' ledgers) is not checked: its gaps would be every offset it committed,
+  which says only that its ledger was not given. It is named instead (``unledgered``, the
+  summary's ``groups_without_rows``). Where a row names no group (an older ledger), it may be
+  any group's, and every group is checked.
 
 ``tolerance_s`` widens every comparison of a ledger time with a log time or with another
 host's time, for ledgers written on hosts whose clocks differ from the broker's.
@@ -45,7 +49,7 @@ import itertools
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from marshal_workers.audit import slices
@@ -79,6 +83,16 @@ class ClaimIndex:
     skipped: Mapping[tuple[str, str, int], frozenset[int]] = field(default_factory=dict)
     poisoned: Mapping[tuple[str, int], frozenset[int]] = field(default_factory=dict)
     reserved: Mapping[tuple[str, int], Sequence[Row]] = field(default_factory=dict)
+    # the groups the ledger has rows of (None: unknown, or a row names no group: any group)
+    ledgered_groups: frozenset[str] | None = None
+
+    def with_ledger_groups(self, groups: Iterable[str | None]) -> ClaimIndex:
+        """This index, knowing the groups the ledger's rows name (a None among them: an older
+        row, which may be any group's)."""
+        named = set(groups)
+        if None in named:
+            return replace(self, ledgered_groups=None)
+        return replace(self, ledgered_groups=frozenset(g for g in named if g is not None))
 
     @classmethod
     def build(
@@ -123,6 +137,7 @@ class CheckStats:
     alo_redeliveries: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
     amo_losses: list[list[Any]] = field(default_factory=list, compare=False)  # `amo` rows
+    unledgered: list[str] = field(default_factory=list)  # ALO groups without a ledger row
 
     def add(self, other: CheckStats) -> None:
         """Add another partition's counts to these."""
@@ -134,6 +149,7 @@ class CheckStats:
         for kind, n in other.by_kind.items():
             self.by_kind[kind] = self.by_kind.get(kind, 0) + n
         self.amo_losses.extend(other.amo_losses)
+        self.unledgered = sorted({*self.unledgered, *other.unledgered})
 
 
 def _violation(
@@ -175,6 +191,7 @@ class _Partition:
     ) -> None:
         self.topic, self.partition, self.tol, self.window = topic, partition, tolerance_s, window
         self.spans = index.spans.get((topic, partition), ())
+        self.ledgered = index.ledgered_groups
         # A token is one claim's only within its group and claim key: placed groups' tokens
         # are offsets of different coordination partitions, and slices of a partition may
         # share one. Each group is also indexed under None: a row naming none sees them all.
@@ -351,6 +368,9 @@ class _Partition:
         ]  # fmt: skip
         if not committed:
             return
+        if self.ledgered is not None and group not in self.ledgered:  # (module doc)
+            self.stats.unledgered = sorted({*self.stats.unledgered, group})
+            return
         handled = {r.offset for r in rows} | self.skipped.get(group, frozenset())
         for lane in slices.lanes(committed):
             for lo, hi, spans in lane.ranges:
@@ -394,6 +414,14 @@ def _why(row: LedgerRow) -> str:
         return f"key crc32 {row.key_hash} mod {part.count} = {row.key_hash % part.count}"
     count = part.count if part is not None else 1
     return f"offset {row.offset} mod {count} = {row.offset % count}"
+
+
+def unledgered_note(groups: Sequence[str]) -> str:
+    """The line of an audit whose ledger has no row of these ALO groups."""
+    return (
+        f"no ledger row of ALO group(s) {', '.join(groups)}: not checked for gaps (give every "
+        "member's ledger of a group to check it)"
+    )
 
 
 def check_partition(
@@ -463,6 +491,7 @@ def check_ledger(
     by_partition: dict[tuple[str, int], list[LedgerRow]] = defaultdict(list)
     for row in rows:
         by_partition[(row.topic, row.partition)].append(row)
+    index = index.with_ledger_groups(r.group for rs in by_partition.values() for r in rs)
     violations: list[Row] = []
     stats = CheckStats()
     for (topic, partition), part_rows in sorted(by_partition.items()):

@@ -122,6 +122,14 @@ def spark_topic(
     )
 
 
+def ledger_groups(ledger: DataFrame) -> list[str | None]:
+    """The groups the complete rows of a ledger name (None: an older row, naming none)."""
+    complete = ledger
+    for name in REQUIRED_FIELDS:
+        complete = complete.where(complete[name].isNotNull())
+    return [r["group"] for r in complete.select("group").distinct().collect()]
+
+
 def entries_of(batch: Any) -> Iterator[LedgerRow]:
     """The entries of an Arrow batch with the ledger columns."""
     cols = [batch.column(name).to_pylist() for name in LedgerRow._fields]

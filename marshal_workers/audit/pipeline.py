@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 from marshal_workers.audit import ledger as ledger_io
 from marshal_workers.audit import output, sources, spark_jobs
 from marshal_workers.audit.amo import loss_order
-from marshal_workers.audit.checks import check_unledgered
+from marshal_workers.audit.checks import check_unledgered, unledgered_note
 from marshal_workers.audit.claimfold import context_of
 from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
 from marshal_workers.audit.fold import FoldSettings
@@ -197,11 +197,11 @@ def _check(
                 spark, config.source.bootstrap_servers, config.ledger_topic, config.source.kafka
             )
         )
-    index = result.index
     # Never empty: a --ledger path without a ledger file was refused (`ledger.ledger_files`).
     ledger = frames[0]
     for other in frames[1:]:
         ledger = ledger.unionByName(other)
+    index = result.index.with_ledger_groups(_spark(lambda: ledger_io.ledger_groups(ledger)))
     claims = result.tables["claims"]
     progress.step(f"checking the ledger against {len(claims)} claim intervals")
     spread = config.session.shuffle_partitions
@@ -214,6 +214,8 @@ def _check(
     result.tables["amo_losses"] = sorted((tuple(r) for r in stats.amo_losses), key=loss_order)
     result.check = stats
     progress.step(f"checked {stats.ledger_rows} ledger rows: {len(found) + len(more)} violations")
+    if stats.unledgered:
+        progress.step(unledgered_note(stats.unledgered))
 
 
 def _spark(action: Callable[[], T]) -> T:

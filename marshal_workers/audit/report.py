@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from marshal_workers.audit.checks import unledgered_note
 from marshal_workers.audit.model import LagPoint
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.slices import SLICE_COLUMNS, slice_summary
@@ -479,7 +480,9 @@ def _summary_rows(summary: Mapping[str, Any], clock: Clock) -> list[tuple[str, s
         ("Ledger", "none given" if ledger is None else
          f"{ledger['rows']} rows, {ledger['checked']} checked, {ledger['unverifiable']} "
          f"unverifiable, {ledger['incomplete_lines']} incomplete lines, "
-         f"{ledger['alo_redeliveries']} ALO redeliveries"),
+         f"{ledger['alo_redeliveries']} ALO redeliveries"
+         + (f"; {unledgered_note(ledger['groups_without_rows'])}"
+            if ledger.get("groups_without_rows") else "")),
         ("Violations", f"{s['violations']}"
                        + (f" ({_counts(s['violations_by_kind'])})" if s["violations"] else "")),
         ("Verdicts", _counts(s["verdicts"])),

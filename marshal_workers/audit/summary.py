@@ -12,8 +12,8 @@ A stable interface (keys are only ever added)::
      "max_heartbeat_gap_ms", "reservations",
      "poison": {"records", "failures", "parked", "retried", "skipped", "parked_at_end"},
      "amo_losses": {"ranges", "records", "by_cause": {CAUSE: N}},
-     "ledger": {"rows", "incomplete_lines", "checked", "unverifiable", "alo_redeliveries"}
-               | null,
+     "ledger": {"rows", "incomplete_lines", "checked", "unverifiable", "alo_redeliveries",
+                "groups_without_rows": [GROUP]} | null,
      "violations", "violations_by_kind": {KIND: N},
      "violation_examples": [{"kind", "group", "topic", "partition", "offset", "client_id",
                              "pid", "token", "detail"}]}
@@ -105,6 +105,8 @@ def summarize(result: AuditResult) -> dict[str, Any]:
             "checked": check.checked,
             "unverifiable": check.unverifiable,
             "alo_redeliveries": check.alo_redeliveries,
+            # ALO groups the ledger has no row of: not checked for gaps (`audit.checks`)
+            "groups_without_rows": list(check.unledgered),
         }
     gcols = columns("groups")
     return {

@@ -290,6 +290,31 @@ class TestAmoLosses:
         assert (start + 1, end) in runs  # the one record the ledger shows handled is no loss
 
 
+class TestGroupsWithoutLedgerRows:
+    def test_a_group_the_ledger_has_no_row_of_is_named_as_run_local_names_it(
+        self, spark: Any, tmp_path: Path
+    ) -> None:
+        """On Spark: two ALO groups on one partition, the ledger of one only (with a torn line,
+        whose nulls must not pass for an older row naming no group). The other is named,
+        not reported as never handled, as the single-process audit does."""
+        from tests.unit.audit.test_audit_checks import ALO_LOG, TWO_GROUPS_LOG, row  # noqa: PLC0415
+
+        theirs = [row(0, "Z", len(ALO_LOG), 2800, inst="Z-1", group="other")]
+        ledgers = write_ledger(theirs, tmp_path / "ledger")
+        with (ledgers / "ledger-torn.jsonl").open("w") as torn:
+            torn.write('{"topic": "t", "partition": 0, "off')
+        config = AuditConfig(
+            FileInput(write_dump(TWO_GROUPS_LOG, tmp_path / "dump.jsonl")), tmp_path / "out",
+            HB_MS, ledgers=(ledgers,), report=False,
+        )  # fmt: skip
+        result = run(config, spark=spark)
+        local, _ = run_local(TWO_GROUPS_LOG, config, theirs)
+        spark_summary, local_summary = summarize(result), summarize(local)
+        assert spark_summary["ledger"]["groups_without_rows"] == ["g"]
+        assert local_summary["ledger"]["groups_without_rows"] == ["g"]
+        assert spark_summary["violations"] == local_summary["violations"] == 0
+
+
 class TestSlices:
     def test_a_sliced_groups_violations_equal_the_single_process_audit(
         self, spark: Any, tmp_path: Path

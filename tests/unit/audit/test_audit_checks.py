@@ -287,7 +287,13 @@ class TestGroupAttribution:
         assert set(kinds(check(TWO_GROUPS_LOG, named, window=Window(group="other")))) == {
             "zombie_work"
         }
-        assert kinds(check(TWO_GROUPS_LOG, named, window=Window(group="g"))) == ["alo_gap"]
+        # g's rows are none of these: g has no ledger row at all, so its handling is not shown
+        # (not checked, and said: `TestGroupsWithoutLedgerRows`); one row of g elsewhere, and
+        # what g committed here unhandled is a gap
+        assert kinds(check(TWO_GROUPS_LOG, named, window=Window(group="g"))) == []
+        g_elsewhere = LedgerRow("elsewhere", 0, 0, "A", 101, 0, S0, S0, "g", "A-1")
+        found = check(TWO_GROUPS_LOG, [*named, g_elsewhere], window=Window(group="g"))
+        assert "alo_gap" in kinds(found)
 
 
 def placed(group: str, coord: int, *entries: tuple[int, Message]) -> list[CoordRecord]:
@@ -398,6 +404,43 @@ class TestOverlapsDuplicatesGaps:
     def test_amo_lost_records_are_not_gaps(self) -> None:
         """AMO may lose records: nothing handled is no violation."""
         assert check(AMO_LOG, AMO_CLEAN[:1]) == []
+
+
+class TestGroupsWithoutLedgerRows:
+    """A whole-topic audit given the ledgers of some groups: another ALO group, of which the
+    ledger has no row, is not checked for gaps, and the audit says so (it reported every
+    offset the group committed as never handled; a review of a six-group fleet)."""
+
+    def _audit(self, ledger: list[LedgerRow]) -> tuple[list[dict[str, Any]], Any]:
+        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
+        result, _ = run_local(TWO_GROUPS_LOG, config, ledger)
+        found = [dict(zip(columns("violations"), v, strict=True)) for v in result.violations]
+        return found, result
+
+    def test_a_group_with_no_ledger_row_is_named_not_reported(self) -> None:
+        """Only "other"'s rows: g committed 0..5 on partition 0, none of it in the ledger."""
+        theirs = [row(0, "Z", len(ALO_LOG), 2800, inst="Z-1", group="other")]
+        found, result = self._audit(theirs)
+        assert found == []
+        assert result.check is not None and result.check.unledgered == ["g"]
+        summary = summarize(result)
+        assert summary["ledger"]["groups_without_rows"] == ["g"]
+        assert summary["violations"] == 0
+
+    def test_a_group_with_rows_elsewhere_is_checked_here(self) -> None:
+        """g's ledger rows name g on another partition: its gaps here are real."""
+        mine = [LedgerRow("elsewhere", 0, 0, "A", 101, 0, S0, S0, "g", "A-1")]
+        theirs = [row(0, "Z", len(ALO_LOG), 2800, inst="Z-1", group="other")]
+        found, result = self._audit([*mine, *theirs])
+        assert "alo_gap" in kinds(found)
+        assert result.check is not None and result.check.unledgered == []
+
+    def test_an_older_ledger_without_groups_checks_every_group(self) -> None:
+        """A row that names no group (an older ledger) may be any group's: every group is
+        checked, as before."""
+        found, result = self._audit([row(0, "Z", len(ALO_LOG), 2800)])
+        assert "alo_gap" in kinds(found)
+        assert result.check is not None and result.check.unledgered == []
 
 
 class TestLedgerFiles:
