@@ -23,6 +23,9 @@ expires, and the command says which members still run.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import click
 
 from marshal_workers.admin.connection import (
@@ -40,6 +43,7 @@ from marshal_workers.admin.options import (
     echo_err,
     group_of,
     group_option,
+    json_option,
     wait_option,
 )
 from marshal_workers.admin.pause import lift_pause, others_pause, pause_for, pause_in_force
@@ -133,6 +137,29 @@ def run_move(
         )
 
 
+def settings_json(group: str, current: GroupSettings | None) -> dict[str, Any]:
+    """The show form's ``--json``: ``{"group", "recorded"}``, and with recorded settings
+    ``"heartbeat_interval_ms", "partitioner", "admin_client_ids"`` (sorted; null: any client
+    may pause), ``"ordering", "workers_per_partition"``, ``"placement"`` (null: spread over
+    every partition; else ``{"first", "span", "partitions", "token_base"}``)."""
+    if current is None:
+        return {"group": group, "recorded": False}
+    ids, cut, where = current.admin_client_ids, current.slicing or Slicing(), current.placement
+    return {
+        "group": group,
+        "recorded": True,
+        "heartbeat_interval_ms": current.heartbeat_interval_ms,
+        "partitioner": current.partitioner.value,
+        "admin_client_ids": None if ids is None else sorted(ids),
+        "ordering": cut.ordering.value,
+        "workers_per_partition": cut.count,
+        "placement": None
+        if where is None
+        else {"first": where.first, "span": where.span, "partitions": where.partitions,
+              "token_base": where.token_base},
+    }  # fmt: skip
+
+
 def run_group_settings(
     conn: Connection,
     group: str,
@@ -141,14 +168,17 @@ def run_group_settings(
     client_id: str,
     timeout_s: float,
     progress: Progress,
+    as_json: bool = False,
 ) -> str:
-    """`marshal-admin group-settings`: show the recorded settings, or change them to this
-    command's (``change``)."""
+    """`marshal-admin group-settings`: show the recorded settings (``as_json``: as
+    `settings_json`), or change them to this command's (``change``)."""
     with admin_session(conn, client_id, timeout_s, read_only=not change, group=group) as session:
         if not change and not group_known(session.worlds, group):  # a typo: nothing to show
             raise MarshalError(unknown_group(conn, group))
         if not change:
             current = recorded(session, group)
+            if as_json:
+                return json.dumps(settings_json(group, current))
             if current is None:
                 return f"group {group} has no recorded settings (its first member records them)"
             where = placement_text(current.placement)  # spread, or first:span:N:token_base
@@ -199,6 +229,7 @@ def run_group_settings(
     "(--change and --move), and, with --move, the positions being carried.",
     default=DEFAULT_WAIT_S,
 )
+@json_option
 def group_settings(
     *,
     fleet: FleetSettings,
@@ -209,9 +240,10 @@ def group_settings(
     first: int | None,
     client_id: str,
     timeout: float,
+    as_json: bool,
 ) -> None:
-    """Show the settings a group's members and admins must share, change them (--change), or
-    move the group's coordination (--move).
+    """Show the settings a group's members and admins must share (--json: one object), change
+    them (--change), or move the group's coordination (--move).
 
     Members whose settings differ from the group's are refused at start (exit 2); running ones
     stop when the settings change (exit 2): restart them with the new settings. After a move
@@ -220,6 +252,8 @@ def group_settings(
         raise click.UsageError("--change and --move are two commands: give one")
     if not move and (span is not None or first is not None):
         raise click.UsageError("--span and --first go with --move")
+    if as_json and (change or move):
+        raise click.UsageError("--json goes with the show form (no --change, no --move)")
     if move:
         click.echo(
             run_move(
@@ -241,5 +275,6 @@ def group_settings(
             client_id=checked("--client-id", client_id),
             timeout_s=timeout,
             progress=echo_err,
+            as_json=as_json,
         )
     )

@@ -126,6 +126,11 @@ def move_under_load(make_fleet: MakeFleet, mode: str) -> Moved:
     lifted_at = time.time()
     shown = fleet.admin("group-settings", "--group", fleet.group, heartbeat=False)
     assert f"placement={quiet}:1:{COORDINATION}:" in shown.stdout, (shown.stdout, shown.stderr)
+    as_json = fleet.admin("group-settings", "--group", fleet.group, "--json", heartbeat=False)
+    placement = json.loads(as_json.stdout)["placement"]
+    assert (placement["first"], placement["span"], placement["partitions"]) == (
+        quiet, 1, COORDINATION
+    ), as_json.stdout
     fleet.wait_split([4, 4], timeout=90)
     for member in (a2, b2):
         line = located(member.log_path)
