@@ -40,7 +40,7 @@ from marshal_workers.ipc.messages import (
     Stop,
     Stopped,
 )
-from marshal_workers.protocol.reservations import ReservationSizer
+from marshal_workers.protocol.reservations import GROWTH, ReservationSizer
 
 GRANT_POLL_S = 0.05
 
@@ -65,7 +65,7 @@ class Reserving:
         self.handling = handling
         self.reporter = reporter
         self.asked = Asked()  # the runs asked for, not yet handed on
-        self.sizer = ReservationSizer(spec.batch_size, spec.amo_window)
+        self.sizer = ReservationSizer(spec.batch_size, spec.amo_window, growth=GROWTH)
         self.held: list[Any] = []  # fetched, not asked for: records (a messages view: messages)
         self.ended: ChildExit | None = None  # the source ended: the runs asked for, then this
         self.views = fetcher.messages

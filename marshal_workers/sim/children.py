@@ -98,6 +98,7 @@ class SimChild:
     def __post_init__(self) -> None:
         self.position = self.asked_end = self.spec.start_offset or 0
         self.stats_due = self.ready_at + STATS_INTERVAL_S
+        # (no growth cap: virtual time times a short run exactly, `ReservationSizer`)
         self.sizer = ReservationSizer(self.spec.batch_size, self.spec.amo_window)
 
     def _stats(self, t: float, *, final: bool = False) -> None:

@@ -43,6 +43,7 @@ from marshal_workers.ipc.messages import (
 )
 from marshal_workers.plugins import ledger
 from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.reservations import GROWTH
 from tests.integration import child_handlers
 from tests.integration.childrun import (
     PARTITION,
@@ -108,10 +109,11 @@ class TestAtMostOnce:
     ) -> None:
         """With a window of 40 records and batches of 5: the first request covers one record
         and nothing is asked ahead of it (the time per record is unknown: a crash must not
-        lose a batch of slow records); once it is handled, a request covers what was fetched
-        from there, a part of one batch and the next ones, up to 20 records (half the window;
-        the test handler takes far less than half a second for them), and one more is asked
-        ahead; granted, every record is handled once."""
+        lose a batch of slow records); once it is handled, a request covers at most `GROWTH`
+        times the run handled (4: a one-record run's time says little on a busy host), and one
+        more is asked ahead; then the runs grow to what was fetched from there, a part of one
+        batch and the next ones, up to 20 records (half the window; the test handler takes far
+        less than half a second for them); granted, every record is handled once."""
         produce(kafka_bootstrap, topic, {PARTITION: 60})
         child = spawn(make_spec(kafka_bootstrap, topic, mode=Mode.AMO, batch_size=5, amo_window=40))
         first = child.expect(GrantRequest)
@@ -121,17 +123,20 @@ class TestAtMostOnce:
         assert child.of(GrantRequest) == [first]
         child.handle.send(Grant(first.request_id, granted=True))
         second = child.expect(GrantRequest)  # asked once the first run was handled
-        assert second.start == 1 and 5 < second.end - second.start <= 20
+        assert (second.start, second.end) == (1, 1 + GROWTH)
         third = child.expect(GrantRequest)  # and one ahead, before the second's answer
-        assert third.start == second.end
+        assert (third.start, third.end) == (second.end, second.end + GROWTH)
         child.handle.send(Grant(second.request_id, granted=True))
+        fourth = child.expect(GrantRequest)  # the second's run of 4 handled: up to 16, 2+ batches
+        assert fourth.start == third.end and 5 < fourth.end - fourth.start <= 4 * GROWTH
         child.handle.send(Grant(third.request_id, granted=True))
-        wait_for(lambda: len(offsets(ledger_dir)) >= third.end, "the reservations handled")
+        child.handle.send(Grant(fourth.request_id, granted=True))
+        wait_for(lambda: len(offsets(ledger_dir)) >= fourth.end, "the reservations handled")
         child.handle.send(Stop())
-        for request in child.of(GrantRequest)[3:]:
+        for request in child.of(GrantRequest)[4:]:
             child.handle.send(Grant(request.request_id, granted=False, reason="stopping"))
         child.expect(Stopped)
-        assert offsets(ledger_dir)[: third.end] == list(range(third.end))
+        assert offsets(ledger_dir)[: fourth.end] == list(range(fourth.end))
 
     def test_handles_only_what_was_granted(
         self, kafka_bootstrap: str, topic: str, ledger_dir: Path, spawn: Callable[..., Supervised]
