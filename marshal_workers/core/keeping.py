@@ -431,8 +431,13 @@ class Keeping:
         self.ctx.out.append(cmd.Spawn(key, spec, restart))
 
     def signal_child(self, held: HeldClaim, sig: signal.Signals, reason: str) -> None:
-        """Signal the child's process group."""
+        """Signal the child's process group, and say so (an operator's fast stop at info, a
+        fence at warning: the children's own last lines may be lost with them)."""
         self.ctx.out.append(cmd.SignalChild(held.key, sig, reason))
+        key = held.key
+        level = "info" if reason == "fast stop" else "warning"
+        self.ctx.say(level, "child_signalled", topic=key.topic, partition=key.partition,
+                     signal=sig.name, reason=reason)  # fmt: skip
 
     def tell(self, key: ClaimKey, message: ipc.ToChild) -> None:
         """Say something to a claim's child, if it has one."""

@@ -81,3 +81,21 @@ def test_a_child_stopped_for_its_lease_with_a_failure_count_in_flight_waits_for_
     h.commands = []
     h.tick(0.05)
     assert any(isinstance(c, cmd.Spawn) for c in h.commands)
+
+
+def test_every_signal_to_a_child_is_logged_with_its_reason() -> None:
+    """A review of a CPU-bound fleet: after a SIGSTOP of the supervisor, its children were
+    TERMed and KILLed for their leases with no supervisor line saying why (only the children's
+    own exits). Each signal is a warning naming the claim, the signal and the reason."""
+    h, member, key = _holding()
+    out = member.feed(inp.Tick(h.now, 1_000.0 + h.now))
+    h.now += member.held[key].lease - h.now  # the lease ends: TERM and KILL are due at once
+    out = member.feed(inp.Tick(h.now, 1_000.0 + h.now))
+    signals = [c for c in out if isinstance(c, cmd.SignalChild)]
+    logged = [c for c in out if isinstance(c, cmd.Log) and c.event == "child_signalled"]
+    assert [s.signal for s in signals] == [signal.SIGTERM, signal.SIGKILL]
+    assert [(c.level, c.fields["signal"], c.fields["reason"]) for c in logged] == [
+        ("warning", "SIGTERM", "lease ending"),
+        ("warning", "SIGKILL", "lease ending"),
+    ]
+    assert all(c.fields["partition"] == key.partition for c in logged)
