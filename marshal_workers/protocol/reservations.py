@@ -47,7 +47,7 @@ class ReservationSizer:
     (8-30 ms a record there). Sized from the one record, a child started after a failover
     reserved 2 x 289 records, and a kill -9 1.5 s later lost 453 of them, about 5 s of its
     handling (a review of a CPU-bound fleet). Growing 1, 4, 16, ... the runs are timed across
-    slices before they are large (measured the same way: 2.1 s of handling at risk at the
+    slices before they are large (modelled the same way: 1.8 s of handling at risk at the
     worst, then a second). The simulator's child handles in virtual time, where a run of one
     record takes exactly its share of a long run: it sizes without the cap (which only ever
     makes a reservation smaller, so what the simulator proves of the losses holds for the
