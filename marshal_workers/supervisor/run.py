@@ -41,6 +41,7 @@ from marshal_workers.supervisor.observe import Observer, Observers
 from marshal_workers.supervisor.offsets import OffsetCommitter
 from marshal_workers.supervisor.runtime import Supervisor
 from marshal_workers.supervisor.signals import SignalQueue
+from marshal_workers.supervisor.slowcalls import SlowCallLog
 from marshal_workers.supervisor.systemd import SystemdNotify
 
 StartupWarning = tuple[str, dict[str, str]]  # an event and its fields, logged once started
@@ -165,7 +166,8 @@ def _supervise(
     committer = OffsetCommitter.for_kafka(  # best effort: for kafka-consumer-groups
         config.bootstrap_servers, config.group, config.heartbeat_interval, config.kafka
     )
-    observer = Observers([*observers, committer, *extra])
+    slow = SlowCallLog(log, config.handler_timeout)  # a call past half its timeout, said
+    observer = Observers([*observers, committer, slow, *extra])
     topics = DataTopics(
         config.bootstrap_servers, config.group, config.topics, config.kafka, config.slicing
     )

@@ -66,7 +66,8 @@ class TestHandlerEndsUnderAHealthySupervisor:
     ) -> None:
         """A handler that hangs (killed at --handler-timeout) or ends its process on one
         offset: with --on-failure skip, that record is skipped and every other one handled,
-        and the supervisor logs one warning naming topic, partition and offset."""
+        and the supervisor logs one warning naming topic, partition and offset (a hanging
+        call also a warning once it is past half the timeout)."""
         fleet.produce(2 * 12)
         member = fleet.start(
             member_id(),
@@ -91,6 +92,11 @@ class TestHandlerEndsUnderAHealthySupervisor:
         assert {(w["topic"], w["partition"], w["offset"]) for w in warnings} == {
             (fleet.topic, p, AT) for p in range(2)
         }
+        if how == "hang":  # past half its timeout, a call is said before it is ended (a review)
+            slow = log_events(member.log_path, "handler_call_slow")
+            assert {(w["topic"], w["partition"]) for w in slow} == {
+                (fleet.topic, p) for p in range(2)
+            }, slow
         assert member.proc.poll() is None
 
 
