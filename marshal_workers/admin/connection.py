@@ -60,6 +60,12 @@ class Connection:
         )
 
 
+def reach_timeout(timeout_s: float) -> float:
+    """How long a command waits for the cluster to answer: its ``--timeout``, at most
+    OPEN_TIMEOUT_S (a shorter one is the operator's to ask for)."""
+    return min(OPEN_TIMEOUT_S, timeout_s)
+
+
 def open_log(
     conn: Connection,
     client_id: str = ADMIN_CLIENT_ID,
@@ -71,15 +77,14 @@ def open_log(
     """The coordination log as ``client_id`` (read-only unless told otherwise: no producer),
     and a reader folding it as the workers do (the caller closes the log); with ``group``, as a
     member of it does: other groups' records are counted, never kept (`rationalizer`, "One
-    group's view"). Reaching the cluster takes at most ``timeout_s`` (the command's
-    ``--timeout``), and at most OPEN_TIMEOUT_S: a shorter one is the operator's to ask for."""
+    group's view"). Reaching the cluster takes at most `reach_timeout` of ``timeout_s``."""
     log = KafkaLog(
         conn.bootstrap_servers,
         conn.coordination_topic,
         client_id=client_id,
         extra_config=conn.kafka,
         read_only=read_only,
-        open_timeout_s=min(OPEN_TIMEOUT_S, timeout_s),
+        open_timeout_s=reach_timeout(timeout_s),
     )
     try:
         config = replace(conn.rationalizer_config(log.num_partitions), only_group=group)

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from confluent_kafka import KafkaException, TopicPartition
 
+from marshal_workers.admin.connection import reach_timeout
 from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
 from marshal_workers.clients.rdkafka import ErrorMemory, error_text
@@ -151,8 +152,8 @@ def _found_or_end(source: OffsetSource, topic: str, partition: int, found: int |
 
 class KafkaOffsetSource:
     """`OffsetSource` on a real broker: a consumer that never subscribes. Each request waits at
-    most ``timeout_s`` (the command's ``--timeout``, at most OPEN_TIMEOUT_S: as long as the
-    coordination log's open waits for the cluster)."""
+    most `reach_timeout` of ``timeout_s`` (as long as the coordination log's open waits for the
+    cluster)."""
 
     def __init__(
         self,
@@ -161,7 +162,7 @@ class KafkaOffsetSource:
         timeout_s: float = OPEN_TIMEOUT_S,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
-        self.timeout_s = min(OPEN_TIMEOUT_S, timeout_s)
+        self.timeout_s = reach_timeout(timeout_s)
         self._errors = ErrorMemory()
         fixed = {
             "group.id": f"marshal-admin-meta-{uuid.uuid4().hex[:8]}",

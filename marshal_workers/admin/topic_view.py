@@ -28,12 +28,12 @@ from marshal_workers.admin.connection import (
     MAX_REFOLDS,
     Connection,
     admin_session,
+    reach_timeout,
     recorded_settings,
     refolds,
     some_of,
 )
 from marshal_workers.common.errors import MarshalError
-from marshal_workers.log.kafkalog import OPEN_TIMEOUT_S
 from marshal_workers.log.topicadmin import admin_client, cluster_metadata
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.rationalizer import World, claim_label, coordinated_here
@@ -88,7 +88,7 @@ class TopicView:
     def __init__(self, conn: Connection, timeout_s: float) -> None:
         self.conn, self.timeout_s = conn, timeout_s
         self.admin = admin_client(conn.bootstrap_servers, conn.kafka)
-        reach_s = min(OPEN_TIMEOUT_S, timeout_s)  # as long as the log's open waits for it
+        reach_s = reach_timeout(timeout_s)  # as long as the log's open waits for it
         self.meta = cluster_metadata(self.admin, conn.bootstrap_servers, None, reach_s)
         self.note = ""
         self.work: dict[str, list[Work]] = {}
