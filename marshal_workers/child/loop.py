@@ -161,7 +161,7 @@ class ChildLoop:
         gc.freeze()
         self._lower_priority()
         self.pipe.send(Started(os.getpid(), position))
-        self.log.info("child_started", mode=str(spec.mode), position=position)
+        self.log.info("child_ready", mode=str(spec.mode), position=position)
 
     def _lower_priority(self) -> None:
         """Run the handler below the supervisor's CPU priority (`ChildSpec.nice`), once set up:

@@ -376,7 +376,7 @@ def reader_main(spec: ChildSpec, supervisor_pid: int) -> NoReturn:
         os._exit(EXIT_FAILED)
     listener.listen(256)
     listener.setblocking(False)
-    log.info("feed_reader_started")
+    log.info("feed_reader_listening")
     reader = Reader(replace(spec, start_offset=None), listener, log)
     try:
         code = reader.run(parent)

@@ -130,3 +130,13 @@ def test_the_collector_reads_multi_line_calls(tmp_path: Path) -> None:
     )
     names = sorted(name for _, name in events_in(sample))
     assert names == ["Claim won", "child_started", "stack dump", "stack dump", "thread stack"]
+
+
+def test_a_process_and_its_supervisor_name_their_events_apart() -> None:
+    """What the supervisor logs about a child or a host's reader (spawned) is not what that
+    process logs of itself (set up): one name for both counted every child twice in a review's
+    log count (`child_started`)."""
+    by_package: dict[str, set[str]] = {}
+    for file, _, name in all_events():
+        by_package.setdefault(file.split("/")[1], set()).add(name)
+    assert by_package["supervisor"] & by_package["child"] == set()
