@@ -18,6 +18,7 @@ A stable interface (keys are only ever added)::
      "violation_examples": [{"kind", "group", "topic", "partition", "offset", "client_id",
                              "pid", "token", "detail"}]}
 
+``heartbeat_interval_ms`` is null when every group recorded its own interval and they differ.
 Times are ISO-8601 UTC. ``violations`` is 0 exactly when the exit status is 0.
 """
 
@@ -31,7 +32,7 @@ from marshal_workers.audit.schema import columns
 from marshal_workers.protocol.groupstatus import iso_ms
 
 if TYPE_CHECKING:
-    from marshal_workers.audit.model import AuditResult
+    from marshal_workers.audit.model import AuditConfig, AuditResult
 
 EXAMPLES = 20
 
@@ -75,6 +76,19 @@ def loss_summary(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
     }
 
 
+def _default_interval(config: AuditConfig, groups: list[str]) -> int | None:
+    """The interval of the groups without recorded settings (the given or the default), or
+    None if every reported group recorded its own and they differ: no group was judged with
+    it, and a single figure would misname them (`heartbeat_intervals_ms` has each)."""
+    recorded = config.heartbeats.newest_ms if config.heartbeats is not None else {}
+    if any(g not in recorded for g in groups):
+        return config.heartbeat_interval_ms
+    intervals = {recorded[g] for g in groups}
+    if len(intervals) > 1:
+        return None
+    return intervals.pop() if intervals else config.heartbeat_interval_ms
+
+
 def summarize(result: AuditResult) -> dict[str, Any]:
     """The summary of an audit (see the module docstring)."""
     t = result.tables
@@ -113,7 +127,7 @@ def summarize(result: AuditResult) -> dict[str, Any]:
         "input": str(result.config.source),
         "out": str(result.config.out),
         "report": None if result.report_path is None else str(result.report_path),
-        "heartbeat_interval_ms": result.config.heartbeat_interval_ms,
+        "heartbeat_interval_ms": _default_interval(result.config, [str(r[0]) for r in t["groups"]]),
         "heartbeat_intervals_ms": {
             str(r[0]): result.config.group_heartbeat_ms(str(r[0])) for r in t["groups"]
         },

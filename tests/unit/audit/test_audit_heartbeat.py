@@ -94,13 +94,26 @@ class TestFromTheLog:
         assert [(e["group"], e["client_id"]) for e in rejected] == [("slow", "B")]
         assert summarize(result)["heartbeat_intervals_ms"] == {"fast": 2000, "slow": 10_000}
 
-    def test_a_group_without_recorded_settings_uses_the_given_or_default_interval(self) -> None:
-        """A log written before settings were recorded: the interval given (or 10 s)."""
-        records = [replace(r, offset=r.offset - 1) for r in fleet_log("g", 2000)[1:]]
-        _, tables = audit(records, heartbeat_interval_ms=2000, heartbeat_given=FLAG)
-        assert [c["ended"] for c in tables["claims"]] == ["taken_over", "still_held"]
-        _, tables = audit(records)
-        assert [c["ended"] for c in tables["claims"]] == ["still_held"]
+    def test_the_summary_names_no_default_that_judged_no_group(self) -> None:
+        """Groups recorded at 2 s and 5 s: no group is judged with the default 10 s, so the
+        summary's single interval is null (a review read "10 s" there), and the report's line
+        names each group's."""
+        records = fleet_log("fast", 2000) + fleet_log("other", 5000, partition=1)
+        summary = summarize(audit(records)[0])
+        assert summary["heartbeat_intervals_ms"] == {"fast": 2000, "other": 5000}
+        assert summary["heartbeat_interval_ms"] is None
+
+    def test_the_summary_names_the_default_a_group_without_settings_was_judged_with(
+        self,
+    ) -> None:
+        """Groups recorded at 2 s and 5 s and one that recorded none (an older log's): the
+        last is judged with the default, 10 s, which the summary names."""
+        unrecorded = [replace(r, partition=2, offset=r.offset - 1)
+                      for r in fleet_log("old", 2000)[1:]]  # fmt: skip
+        records = fleet_log("fast", 2000) + fleet_log("other", 5000, partition=1) + unrecorded
+        summary = summarize(audit(records)[0])
+        assert summary["heartbeat_intervals_ms"] == {"fast": 2000, "other": 5000, "old": 10_000}
+        assert summary["heartbeat_interval_ms"] == 10_000
 
 
 class TestGivenInterval:
