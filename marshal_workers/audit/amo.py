@@ -21,9 +21,13 @@ span, its last commit, and how its holder's right ended. From it:
   nobody claimed before the end of the log), ``refused`` (the holder's commit came after its
   lease ended and the log refused it), ``replaced`` (a new instance of the holder took over: a
   restart), ``released_under_pause`` or ``released``; a holder that still holds its claim is
-  still at work on its at-risk span (no loss yet). Before it, the holder lived on past the
-  run: its member refused a run the log had reserved (the child that asked had ended, its
-  lease ran out, an earlier run was refused): ``refused``.
+  still at work on its at-risk span (no loss yet). Before it, the holder went on past the
+  run: the child it was reserved for ended before handling it (a crash, a handler that failed
+  or outlived its timeout, a kill), or its member refused it (its lease ran out, an earlier
+  run was refused): ``abandoned``, which the member reported itself (``amo_records_lost``).
+  Its times are the run's own (`date_abandoned`): the reservation that covered its start, and
+  the holder's first reservation past it, not the interval's end (a graceful stop may come
+  hours later).
 - without a ledger (`log_losses`): what the log shows at risk: the at-risk span of an interval
   whose holder stopped without releasing (its child may not have finished it), and the
   reserved records above a release's offset. ``handled`` is null: nobody can tell.
@@ -44,6 +48,9 @@ _R: Final = {name: i for i, name in enumerate(columns("amo_reserved"))}
 CRASHES: Final = frozenset({"taken_over", "stale", "refused", "replaced"})
 RELEASES: Final = frozenset({"released", "released_under_pause"})
 _CAUSE: Final = {"stale": "lease_expired"}  # how an interval ended -> the cause of its loss
+ABANDONED: Final = "abandoned"  # a run the holder went on past (module doc)
+_RES: Final = {name: i for i, name in enumerate(columns("reservations"))}
+_L: Final = {name: i for i, name in enumerate(columns("amo_losses"))}
 
 
 def _cause(ended: object) -> str:
@@ -78,10 +85,11 @@ def detail(cause: str, row: Row, start: int | None, end: int, checked: bool = Tr
             f"{lost}: {client}'s commit of {refused} came after its lease ended and the log "
             f"refused it; {after}"
         )
-    if cause == "refused":
+    if cause == ABANDONED:
         return (
-            f"{lost}: {client} went on reserving after it, so its member refused the batch "
-            "the log had reserved (its child had ended or its lease ran out)"
+            f"{lost}: {client} went on past it, so the child it was reserved for ended first "
+            "(a crash, a handler that failed or timed out, a kill) or its member refused it "
+            "(its lease ran out); the member logged it as amo_records_lost with the cause"
         )
     if cause == "released_under_pause":
         return f"{lost}: {client} released the partition while the group was paused; {after}"
@@ -147,7 +155,7 @@ def ledger_losses(
                     run = offset
             elif run is not None:
                 at_risk = risk is None or run >= risk  # an unknown start: all of it may be
-                cause = _cause(ended) if at_risk else "refused"
+                cause = _cause(ended) if at_risk else ABANDONED
                 out.append(_loss(r, run, offset, cause, 0))
                 run = None
     return out
@@ -184,6 +192,50 @@ def _not_owed(reserved: Sequence[Row], part: Slice) -> set[tuple[str | None, int
         group, end = r[_R["group"]], r[_R["end_offset"]]
         out.update((group, o) for o in range(first, end) if not part.takes(o, None))
     return out
+
+
+def abandoned_claims(losses: Iterable[Row]) -> set[tuple[Any, ...]]:
+    """The claims (group, topic, partition, client, instance, token) with an ``abandoned``
+    loss: whose reservations `date_abandoned` needs."""
+    return {tuple(r[:6]) for r in losses if r[_L["cause"]] == ABANDONED}
+
+
+def date_abandoned(losses: Sequence[Row], reservations: Iterable[Row]) -> list[Row]:
+    """``losses`` with each ``abandoned`` run's own times: ``reserved_ms`` of the reservation
+    that covered its start, ``lost_ms`` of its holder's first reservation past it (rows of the
+    ``reservations`` table; those of other claims are ignored). A run whose reservations are
+    not all there (outside a ``--since``/``--until`` window) keeps what it has."""
+    wanted = abandoned_claims(losses)
+    mine: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
+    for r in reservations:
+        claim = tuple(r[:6])
+        if claim in wanted:
+            mine[claim].append(r)
+    out: list[Row] = []
+    for loss in losses:
+        start, end = loss[_L["start_offset"]], loss[_L["end_offset"]]
+        if loss[_L["cause"]] != ABANDONED or start is None:
+            out.append(loss)
+            continue
+        rows = mine.get(tuple(loss[:6]), [])
+        covering = [int(r[_RES["log_time_ms"]]) for r in rows if _covers(r, start)]
+        after = [
+            int(r[_RES["log_time_ms"]])
+            for r in rows
+            if r[_RES["start_offset"]] is not None and r[_RES["start_offset"]] >= end
+        ]
+        dated = list(loss)
+        if covering:
+            dated[_L["reserved_ms"]] = max(covering)
+        if after:
+            dated[_L["lost_ms"]] = min(after)
+        out.append(tuple(dated))
+    return out
+
+
+def _covers(reservation: Row, offset: int) -> bool:
+    first = reservation[_RES["start_offset"]]
+    return first is not None and first <= offset < reservation[_RES["end_offset"]]
 
 
 def loss_order(row: Row) -> tuple[Any, ...]:

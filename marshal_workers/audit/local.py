@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from marshal_workers.audit.amo import loss_order
+from marshal_workers.audit.amo import date_abandoned, loss_order
 from marshal_workers.audit.checks import check_ledger
 from marshal_workers.audit.finalize import add_lag
 from marshal_workers.audit.fold import FoldSettings, fold_records
@@ -46,7 +46,8 @@ def run_local(
     if ledger is not None:
         ledger = list(ledger)
         found, stats = check_ledger(ledger, index, config.tolerance_s, config.window)
-        tables["amo_losses"] = sorted((tuple(r) for r in stats.amo_losses), key=loss_order)
+        losses = date_abandoned([tuple(r) for r in stats.amo_losses], big["reservations"])
+        tables["amo_losses"] = sorted(losses, key=loss_order)
         tables["violations"] = found
         result.check = stats
     return result, {**tables, **big}

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from marshal_workers.audit import ledger as ledger_io
 from marshal_workers.audit import output, sources, spark_jobs
-from marshal_workers.audit.amo import loss_order
+from marshal_workers.audit.amo import abandoned_claims, date_abandoned, loss_order
 from marshal_workers.audit.checks import check_unledgered, unledgered_note
 from marshal_workers.audit.claimfold import context_of
 from marshal_workers.audit.exitcodes import AuditFailedError, AuditUsageError
@@ -211,7 +211,14 @@ def _check(
     more, more_stats = check_unledgered(index, seen, config.window)
     stats.add(more_stats)
     result.tables["violations"] = sorted([*found, *more], key=lambda r: tuple(map(str, r)))
-    result.tables["amo_losses"] = sorted((tuple(r) for r in stats.amo_losses), key=loss_order)
+    losses = [tuple(r) for r in stats.amo_losses]
+    reservations = _spark(
+        lambda: spark_jobs.claim_reservations(
+            spark, config.out / "reservations", abandoned_claims(losses)
+        )
+    )
+    losses = date_abandoned(losses, reservations)
+    result.tables["amo_losses"] = sorted(losses, key=loss_order)
     result.check = stats
     progress.step(f"checked {stats.ledger_rows} ledger rows: {len(found) + len(more)} violations")
     if stats.unledgered:

@@ -150,9 +150,22 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
         ("end_offset", "long", "first offset after the lost ones"),
         ("count", "long", "end_offset - start_offset: records reserved and lost"),
         ("handled", "long", "of these, records the ledger shows handled (null: no ledger)"),
-        ("reserved_ms", "long", "log time of the holder's last reservation"),
-        ("lost_ms", "long", "log time the holder's right ended (null: it still holds the claim)"),
-        ("cause", "string", "taken_over, lease_expired, refused, replaced, released[_under_pause]"),
+        (
+            "reserved_ms",
+            "long",
+            "log time of the holder's last reservation (abandoned: the range's)",
+        ),
+        (
+            "lost_ms",
+            "long",
+            "log time the holder's right ended (null: it still holds the claim; "
+            "abandoned: its first reservation past the range)",
+        ),
+        (
+            "cause",
+            "string",
+            "taken_over, lease_expired, refused, replaced, released[_under_pause], abandoned",
+        ),
         ("successor_client_id", "string", "who took the partition over"),
         ("detail", "string", "why the range was lost, in one sentence"),
     ),

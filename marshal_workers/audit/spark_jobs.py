@@ -37,7 +37,7 @@ from marshal_workers.audit.claimfold import (
 from marshal_workers.audit.finalize import add_lag
 from marshal_workers.audit.fold import FoldSettings
 from marshal_workers.audit.ledger import entries_of, is_complete
-from marshal_workers.audit.schema import PACKED_DDL, columns, ddl
+from marshal_workers.audit.schema import PACKED_DDL, columns, ddl, described
 from marshal_workers.audit.tables import Row, Window
 from marshal_workers.common.ledgerfile import LedgerRow
 from marshal_workers.protocol.wire import MAX_LOG_TIME_MS
@@ -176,6 +176,22 @@ def write_table(
     frame = table(packed, name, transform)
     with _one_packed_row_per_batch(packed.sparkSession):
         frame.write.mode("overwrite").parquet(str(out / name))
+
+
+def claim_reservations(spark: SparkSession, path: Path, claims: set[tuple[Any, ...]]) -> list[Row]:
+    """The rows of the ``reservations`` table written at ``path`` of these claims (group,
+    topic, partition, client, instance, token; `amo.abandoned_claims`): a few claims' rows out
+    of a table of one row per reservation, by a broadcast semi-join."""
+    if not claims:
+        return []
+    from pyspark.sql.functions import broadcast  # noqa: PLC0415
+
+    keys = columns("reservations")[:6]
+    schema = ", ".join(f"`{n}` {k}" for n, k, _ in described("reservations")[:6])
+    wanted = spark.createDataFrame(sorted(claims, key=str), schema)
+    frame = spark.read.parquet(str(path)).join(broadcast(wanted), list(keys), "left_semi")
+    names = columns("reservations")
+    return [tuple(r[n] for n in names) for r in frame.collect()]
 
 
 def check(

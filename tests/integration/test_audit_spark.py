@@ -289,6 +289,35 @@ class TestAmoLosses:
         runs = [(r[s], r[e]) for r in tables["amo_losses"] if (r[t], r[p]) == (topic, partition)]
         assert (start + 1, end) in runs  # the one record the ledger shows handled is no loss
 
+    def test_a_run_the_holder_went_on_past_is_dated_as_run_local_dates_it(
+        self, spark: Any, tmp_path: Path
+    ) -> None:
+        """On Spark: A reserved [10, 20), went on to 30 and released much later; the ledger
+        shows [10, 20) unhandled. The loss is ``abandoned`` and dated by its own reservations,
+        read back from the reservations table Spark wrote, as run_local dates it."""
+        from tests.support import GROUP, HB, TOPIC, claim, hb, record, release, reserve  # noqa: PLC0415
+
+        t0 = 1_700_000_000_000
+        steps = [(0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
+                 (200, reserve("A", 20)), (250, hb("A", 20)), (300, reserve("A", 30)),
+                 (350, hb("A", 30)), (9400, release("A", 30))]  # fmt: skip
+        records = [record(m, i, t0 + t) for i, (t, m) in enumerate(steps)]
+        at = (t0 + 120) / 1000
+        ledger = [LedgerRow(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1")
+                  for o in (*range(10), *range(20, 30))]  # fmt: skip
+        config = AuditConfig(
+            FileInput(write_dump(records, tmp_path / "dump.jsonl")), tmp_path / "out", HB,
+            ledgers=(write_ledger(ledger, tmp_path / "ledger"),), report=False,
+        )  # fmt: skip
+        result = run(config, spark=spark)
+        _, tables = run_local(records, config, ledger)
+        on_spark = result.tables["amo_losses"]
+        assert sorted_rows(on_spark) == sorted_rows(tables["amo_losses"])
+        (loss,) = (dict(zip(columns("amo_losses"), r, strict=True)) for r in on_spark)
+        assert (loss["cause"], loss["reserved_ms"], loss["lost_ms"]) == (
+            "abandoned", t0 + 200, t0 + 300,
+        )  # fmt: skip
+
 
 class TestGroupsWithoutLedgerRows:
     def test_a_group_the_ledger_has_no_row_of_is_named_as_run_local_names_it(

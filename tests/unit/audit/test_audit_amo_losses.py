@@ -226,16 +226,19 @@ class TestWithTheLedger:
         ))  # fmt: skip
         assert [(r["count"], r["handled"]) for r in rows] == [(20, None)]
 
-    def test_a_batch_skipped_while_the_holder_went_on_was_refused(self) -> None:
+    def test_a_batch_skipped_while_the_holder_went_on_was_abandoned_when_it_went_on(self) -> None:
         """A reserved [10, 20) and went on reserving and committing up to 30 and released; the
-        ledger shows 10..19 never handled: its member refused that batch (the child that asked
-        had ended): refused, not a crash."""
+        ledger shows 10..19 never handled: the child it was reserved for ended first (a
+        handler timed out, say) or its member refused it. Neither a crash nor a refused commit:
+        ``abandoned``, reserved when [10, 20) was and lost when A reserved past it, not at its
+        release long after (a review read a handler timeout dated by the member's later stop,
+        as ``refused``)."""
         from marshal_workers.common.ledgerfile import LedgerRow  # noqa: PLC0415
 
         records = log(
             (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
             (200, reserve("A", 20)), (250, hb("A", 20)), (300, reserve("A", 30)),
-            (350, hb("A", 30)), (400, release("A", 30)),
+            (350, hb("A", 30)), (9400, release("A", 30)),
         )  # fmt: skip
         at = (T0 + 120) / 1000
         ledger = [LedgerRow(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1")
@@ -243,7 +246,8 @@ class TestWithTheLedger:
         config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
         _, tables = run_local(records, config, ledger)
         rows = [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
-        assert lost(rows) == [("A", 10, 20, 10, "refused")]
-        assert "refused the batch" in rows[0]["detail"]
+        assert lost(rows) == [("A", 10, 20, 10, "abandoned")]
+        assert (rows[0]["reserved_ms"], rows[0]["lost_ms"]) == (T0 + 200, T0 + 300)
+        assert "went on" in rows[0]["detail"] and "amo_records_lost" in rows[0]["detail"]
         _, no_ledger = audit(records)
         assert no_ledger == []  # released at its reservation's end: the log sees no risk
