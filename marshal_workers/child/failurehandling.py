@@ -40,7 +40,6 @@ from marshal_workers.ipc.messages import (
     ChildSpec,
     HandlerFailed,
     Poisoned,
-    Stop,
     Stopped,
 )
 from marshal_workers.protocol.modes import Mode
@@ -140,9 +139,13 @@ class FailureHandling:
         self, unit: Sequence[Record], seconds: float, error: BaseException, attempt_no: int
     ) -> bool:
         """Wait ``seconds`` before the next attempt, checking the lease and the pipe throughout;
-        False to give up retrying (AMO: `Stop` came). ALO: `Stop` ends the child here."""
-        if self.pipe.stop_requested:
-            return False
+        False to give up retrying. `Stop` (a TERM, a rebalance, a reload): ALO ends the child
+        here, before the unit (its next holder tries it); AMO has reserved the unit and the
+        rest of its run, so a graceful stop finishes them: under ``dlq`` the retries are cut
+        short (the unit is dead-lettered at once, nothing lost), under ``stop`` and ``skip``
+        they are kept, backoff and all (cut short, ``stop`` lost the unit and the rest of the
+        run, ``skip`` the unit: records a retry might have handled). A stop that outlasts
+        ``stop_timeout`` is the supervisor's kill, a crash."""
         reporter = self.reporter
         reporter.stats.error("retry")
         self.log.warning(
@@ -155,20 +158,38 @@ class FailureHandling:
             error=f"{type(error).__name__}: {error}",
         )
         reporter.report()  # what came before the failing record is safe to commit now
+        kept = False
         until = time.monotonic() + seconds
-        while (left := until - time.monotonic()) > 0:
-            self.lease.require()
-            reporter.send_stats()
-            msg = self.pipe.receive(min(RETRY_POLL_S, left))
-            if isinstance(msg, Stop):
+        while True:
+            if self.pipe.stop_requested:  # (read during an earlier wait, or this one)
                 if self.spec.mode == Mode.ALO:
                     self.log.info("stop_during_retry", offset=reporter.next_offset)
-                    raise ChildExit(EXIT_OK, msg.reason, Stopped(reporter.next_offset))
-                self.log.info("stop_during_retry_retries_cut_short")
-                return False
-            self.pipe.aside(msg)
+                    stopped = Stopped(reporter.next_offset)
+                    raise ChildExit(EXIT_OK, self.pipe.stop_reason, stopped)
+                if self._cut_short():
+                    self.log.info("stop_during_retry_retries_cut_short")
+                    return False
+                if not kept:
+                    kept = True
+                    self.log.info(
+                        "stop_during_retry_retries_kept",
+                        offset=unit[0].offset,
+                        retry_in=round(max(0.0, until - time.monotonic()), 3),
+                        attempts_left=self.policy.retries + 1 - attempt_no,
+                    )
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            self.lease.require()
+            reporter.send_stats()
+            self.pipe.aside(self.pipe.receive(min(RETRY_POLL_S, left)))
         self.lease.require()
         return True
+
+    def _cut_short(self) -> bool:
+        """Whether a stop ends an AMO unit's retries (see `_retry_wait`): only where the
+        verdict keeps the unit, ``dlq``."""
+        return self.policy.on_failure is OnFailure.DLQ
 
     def open_dead_letters(self, consumer: Any) -> None:
         """on_failure dlq: prepare the producer's home, and warn now if its topic is missing."""

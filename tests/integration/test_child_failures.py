@@ -318,6 +318,44 @@ class TestAtMostOnce:
         assert granted_end(child) > 3
         assert offsets(ledger_dir) == [0, 1, 2]
 
+    @pytest.mark.parametrize("on_failure", ["stop", "skip"])
+    def test_a_stop_during_a_retry_wait_keeps_the_retries_and_loses_nothing(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        ledger_dir: Path,
+        poison: Callable[..., None],
+        spawn: Callable[..., Supervised],
+        on_failure: str,
+    ) -> None:
+        """AMO, 3 fails once, then Stop during its backoff (a TERM, a rebalance, a reload):
+        the run in hand was reserved, so a graceful stop finishes it, retries included; 3
+        succeeds on its retry and the whole granted run is handled, Stopped at its end. (A
+        review: the stop cut the retries short, `stop` then lost 3 and the rest of the run,
+        14 records never tried; `skip` lost 3.)"""
+        poison(3, times=1)
+        produce(kafka_bootstrap, topic, {PARTITION: COUNT})
+        spec = spec_for(
+            kafka_bootstrap,
+            topic,
+            mode=Mode.AMO,
+            on_failure=on_failure,
+            retries=2,
+            retry_backoff_s=1.5,
+            batch_size=COUNT,
+        )
+        child = spawn(spec)
+        assert child.expect(Started).position == 0
+        grant_all(child, lambda: offsets(ledger_dir) == [0, 1, 2])
+        time.sleep(0.3)  # into the first backoff
+        child.handle.send(Stop())
+        grant_all(child, lambda: bool(child.of(Stopped)))
+        assert child.wait_exit() == 0
+        assert child.of(HandlerFailed) == []
+        end = granted_end(child)
+        assert child.of(Stopped)[-1].next_offset == end
+        assert offsets(ledger_dir) == list(range(end))
+
     def test_stop_during_a_retry_wait_settles_the_record_and_finishes_the_batch(
         self,
         kafka_bootstrap: str,
