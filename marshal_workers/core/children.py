@@ -21,7 +21,7 @@ from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import WRITE_TRIES, Kind, Op
 from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.ipc import messages as ipc
-from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT, EXIT_LEASE_EXPIRED
+from marshal_workers.ipc.exits import EXIT_HANDLER_FAILED, EXIT_HANDLER_TIMEOUT, EXIT_LEASE_EXPIRED
 from marshal_workers.ipc.messages import CAUSE_POISON_RATE
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.modes import Mode
@@ -505,7 +505,9 @@ class Children:
         held.failures = max(held.failures, decision.failures)
         fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}
         if ctx.s.mode is Mode.AMO and exited.position is not None and held.position is not None:
-            if exited.end is not None and exited.end.failed is not None:
+            if (exited.end is not None and exited.end.failed is not None) or (
+                code == EXIT_HANDLER_FAILED  # it raised for good under `stop`, and said so
+            ):
                 cause = obs.LossCause.HANDLER_FAILED
             elif held.lease - now <= ctx.s.kill_grace or (
                 held.term_sent and held.phase in (Phase.RUNNING, Phase.STARTING)

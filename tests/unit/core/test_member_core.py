@@ -823,6 +823,17 @@ class TestGrants:
         h.run(h.member.feed(inp.ChildExited(h.now, key, -9, None, 130)))
         assert self.losses(h) == [obs.AmoLost(key, 130, 200, obs.LossCause.CRASH)]
 
+    def test_a_child_that_stops_on_a_raising_handler_loses_its_run_to_the_handler(self) -> None:
+        """The handler raised on 130 under `stop`: the child reports HandlerFailed and exits
+        with EXIT_HANDLER_FAILED; 130..200 is lost to the handler's failure, as a timeout's
+        is, not to a crash (a review read `crash` for every raised handler)."""
+        h, key = self.grant_setup()
+        self.land(h, self.ask(h, key, ipc.GrantRequest(1, 100, 150)))
+        self.land(h, self.ask(h, key, ipc.GrantRequest(2, 150, 200)))
+        h.run(h.member.feed(inp.ChildSaid(h.now, key, ipc.HandlerFailed(130, "ValueError", ""))))
+        h.run(h.member.feed(inp.ChildExited(h.now, key, EXIT_HANDLER_FAILED, None, 130)))
+        assert self.losses(h) == [obs.AmoLost(key, 130, 200, obs.LossCause.HANDLER_FAILED)]
+
     def test_a_refused_reservation_and_the_crash_after_it_are_reported_once(self) -> None:
         """Batch 1 (100..150) granted, batch 2 (150..200) reserved in the log but refused by
         the member (its lease ran out); the child ends having handled to 120: 120..200 is lost
