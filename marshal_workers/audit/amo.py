@@ -27,7 +27,8 @@ span, its last commit, and how its holder's right ended. From it:
   run was refused): ``abandoned``, which the member reported itself (``amo_records_lost``).
   Its times are the run's own (`date_abandoned`): the reservation that covered its start, and
   the holder's first reservation past it, not the interval's end (a graceful stop may come
-  hours later).
+  hours later); only a claim's last run, which no reservation followed, keeps the interval's
+  end as the latest it can have been lost. Nobody took it over: no successor.
 - without a ledger (`log_losses`): what the log shows at risk: the at-risk span of an interval
   whose holder stopped without releasing (its child may not have finished it), and the
   reserved records above a release's offset. ``handled`` is null: nobody can tell.
@@ -87,9 +88,10 @@ def detail(cause: str, row: Row, start: int | None, end: int, checked: bool = Tr
         )
     if cause == ABANDONED:
         return (
-            f"{lost}: {client} went on past it, so the child it was reserved for ended first "
-            "(a crash, a handler that failed or timed out, a kill) or its member refused it "
-            "(its lease ran out); the member logged it as amo_records_lost with the cause"
+            f"{lost}: {client} moved on past it (reserving or releasing beyond it), so the "
+            "child it was reserved for ended first (a crash, a handler that failed or timed "
+            "out, a kill) or its member refused it (its lease ran out); the member logged it "
+            "as amo_records_lost with the cause"
         )
     if cause == "released_under_pause":
         return f"{lost}: {client} released the partition while the group was paused; {after}"
@@ -99,10 +101,12 @@ def detail(cause: str, row: Row, start: int | None, end: int, checked: bool = Tr
 def _loss(row: Row, start: int | None, end: int, cause: str, handled: int | None) -> Row:
     r = row
     count = None if start is None else end - start
+    # an abandoned run was passed over by its own holder: nobody took it over
+    successor = None if cause == ABANDONED else r[_R["successor_client_id"]]
     return (
         r[_R["group"]], r[_R["topic"]], r[_R["partition"]], r[_R["client_id"]],
         r[_R["instance_id"]], r[_R["token"]], start, end, count, handled, r[_R["reserved_ms"]],
-        r[_R["end_ms"]], cause, r[_R["successor_client_id"]],
+        r[_R["end_ms"]], cause, successor,
         detail(cause, r, start, end, checked=handled is not None),
     )  # fmt: skip
 
@@ -150,6 +154,9 @@ def ledger_losses(
         mine = done.get(r[_R["group"]], set()) | done.get(None, set())
         run: int | None = None
         for offset in range(start, end + 1):
+            if run is not None and offset == risk:  # a run across the at-risk span: cut there
+                out.append(_loss(r, run, offset, ABANDONED, 0))
+                run = None
             if offset < end and offset not in mine:
                 if run is None:
                     run = offset
@@ -203,8 +210,11 @@ def abandoned_claims(losses: Iterable[Row]) -> set[tuple[Any, ...]]:
 def date_abandoned(losses: Sequence[Row], reservations: Iterable[Row]) -> list[Row]:
     """``losses`` with each ``abandoned`` run's own times: ``reserved_ms`` of the reservation
     that covered its start, ``lost_ms`` of its holder's first reservation past it (rows of the
-    ``reservations`` table; those of other claims are ignored). A run whose reservations are
-    not all there (outside a ``--since``/``--until`` window) keeps what it has."""
+    ``reservations`` table; those of other claims are ignored). Where none followed (the run
+    was the claim's last, passed over by its release) ``lost_ms`` stays the claim's end, the
+    latest it can have been lost: the log does not say when the child ended. A run whose
+    reservations are not all there (outside a ``--since``/``--until`` window) keeps what it
+    has."""
     wanted = abandoned_claims(losses)
     mine: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
     for r in reservations:

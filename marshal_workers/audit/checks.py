@@ -25,7 +25,8 @@ data partition and consumer group:
   given only some groups' ledgers) is not checked: its gaps would be every offset it committed,
   which says only that its ledger was not given. It is named instead (``unledgered``, the
   summary's ``groups_without_rows``). Where a row names no group (an older ledger), it may be
-  any group's, and every group is checked.
+  any group's, and every group is checked. An AMO group without a row is named too: its
+  losses are the log's at-risk ranges (`amo.log_losses`), not every record it reserved.
 
 ``tolerance_s`` widens every comparison of a ledger time with a log time or with another
 host's time, for ledgers written on hosts whose clocks differ from the broker's.
@@ -53,7 +54,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from marshal_workers.audit import slices
-from marshal_workers.audit.amo import sliced_ledger_losses
+from marshal_workers.audit.amo import log_losses, sliced_ledger_losses
 from marshal_workers.audit.schema import columns
 from marshal_workers.audit.slices import Span, claim_topic
 from marshal_workers.audit.tables import Row, Window
@@ -137,7 +138,7 @@ class CheckStats:
     alo_redeliveries: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
     amo_losses: list[list[Any]] = field(default_factory=list, compare=False)  # `amo` rows
-    unledgered: list[str] = field(default_factory=list)  # ALO groups without a ledger row
+    unledgered: list[str] = field(default_factory=list)  # groups without a ledger row
 
     def add(self, other: CheckStats) -> None:
         """Add another partition's counts to these."""
@@ -417,10 +418,10 @@ def _why(row: LedgerRow) -> str:
 
 
 def unledgered_note(groups: Sequence[str]) -> str:
-    """The line of an audit whose ledger has no row of these ALO groups."""
+    """The line of an audit whose ledger has no row of these groups."""
     return (
-        f"no ledger row of ALO group(s) {', '.join(groups)}: not checked for gaps (give every "
-        "member's ledger of a group to check it)"
+        f"no ledger row of group(s) {', '.join(groups)}: ALO not checked for gaps, AMO losses "
+        "only as the log shows them at risk (give every member's ledger of a group to check it)"
     )
 
 
@@ -458,12 +459,17 @@ def check_partition(
             p.gaps(group, [])
     reserved = index.reserved.get((topic, partition), ())
     if reserved:
+        # A group the ledger has no row of is judged from the log alone, as without a ledger:
+        # checked against rows it has none of, every record it reserved would pass for lost.
+        known = index.ledgered_groups
+        theirs = [r for r in reserved if known is not None and r[0] not in known]
+        mine = [r for r in reserved if known is None or r[0] in known]
         handled = {(r.group, r.offset) for r in rows}
-        p.stats.amo_losses = [
-            list(loss)
-            for loss in sliced_ledger_losses(reserved, handled)
-            if p.window.wants_group(loss[0])
-        ]
+        losses = [*sliced_ledger_losses(mine, handled), *log_losses(theirs)]
+        p.stats.amo_losses = [list(loss) for loss in losses if p.window.wants_group(loss[0])]
+        unledgered = {str(r[0]) for r in theirs if p.window.wants_group(r[0])}
+        if unledgered:
+            p.stats.unledgered = sorted({*p.stats.unledgered, *unledgered})
     return p.violations, p.stats
 
 

@@ -159,7 +159,7 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
             "lost_ms",
             "long",
             "log time the holder's right ended (null: it still holds the claim; "
-            "abandoned: its first reservation past the range)",
+            "abandoned: its first reservation past the range, else the claim's end)",
         ),
         (
             "cause",

@@ -119,7 +119,8 @@ def summarize(result: AuditResult) -> dict[str, Any]:
             "checked": check.checked,
             "unverifiable": check.unverifiable,
             "alo_redeliveries": check.alo_redeliveries,
-            # ALO groups the ledger has no row of: not checked for gaps (`audit.checks`)
+            # groups the ledger has no row of: ALO not checked for gaps, AMO losses at risk
+            # as the log shows them (`audit.checks`)
             "groups_without_rows": list(check.unledgered),
         }
     gcols = columns("groups")

@@ -226,6 +226,47 @@ class TestWithTheLedger:
         ))  # fmt: skip
         assert [(r["count"], r["handled"]) for r in rows] == [(20, None)]
 
+    def test_a_run_across_the_at_risk_span_is_cut_there(self) -> None:
+        """A crashed after reserving [0, 10), [10, 20), [20, 30); the ledger shows 0..4 only.
+        5..9 lay before the at-risk span (A went on past it: abandoned), 10..29 in it (lost to
+        the takeover): two rows, each with its own cause, not one named by where it began."""
+        from marshal_workers.common.ledgerfile import LedgerRow  # noqa: PLC0415
+
+        records = log(
+            (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
+            (200, reserve("A", 20)), (250, hb("A", 20)), (300, reserve("A", 30)),
+            (3000, claim("B")),
+        )  # fmt: skip
+        at = (T0 + 120) / 1000
+        ledger = [LedgerRow(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1")
+                  for o in range(5)]  # fmt: skip
+        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
+        _, tables = run_local(records, config, ledger)
+        rows = [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
+        assert lost(rows) == [("A", 5, 10, 5, "abandoned"), ("A", 10, 30, 20, "taken_over")]
+
+    def test_a_group_the_ledger_has_no_row_of_shows_what_the_log_puts_at_risk(self) -> None:
+        """The ledger given holds another group's rows only (or none that parse): this AMO
+        group's reservations are not all lost (a review: 4,930 records "abandoned", every
+        record the group reserved); they are judged from the log alone, as without a ledger,
+        and the group is named among the groups without rows."""
+        from marshal_workers.common.ledgerfile import LedgerRow  # noqa: PLC0415
+
+        records = log(
+            (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
+            (200, reserve("A", 20)), (250, hb("A", 20)), (300, reserve("A", 30)),
+            (3000, claim("B")),
+        )  # fmt: skip
+        at = (T0 + 120) / 1000
+        theirs = [LedgerRow("elsewhere", 0, 0, "Z", 1, 0, at, at + 0.001, "other", "Z-1")]
+        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
+        result, tables = run_local(records, config, theirs)
+        rows = [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
+        assert [(*lost([r])[0], r["handled"]) for r in rows] == [
+            ("A", 10, 30, 20, "taken_over", None)
+        ]
+        assert summarize(result)["ledger"]["groups_without_rows"] == [GROUP]
+
     def test_a_batch_skipped_while_the_holder_went_on_was_abandoned_when_it_went_on(self) -> None:
         """A reserved [10, 20) and went on reserving and committing up to 30 and released; the
         ledger shows 10..19 never handled: the child it was reserved for ended first (a
@@ -248,6 +289,29 @@ class TestWithTheLedger:
         rows = [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
         assert lost(rows) == [("A", 10, 20, 10, "abandoned")]
         assert (rows[0]["reserved_ms"], rows[0]["lost_ms"]) == (T0 + 200, T0 + 300)
-        assert "went on" in rows[0]["detail"] and "amo_records_lost" in rows[0]["detail"]
+        assert "moved on past it" in rows[0]["detail"] and "amo_records_lost" in rows[0]["detail"]
+        assert rows[0]["successor_client_id"] is None  # A itself passed it over
+
+    def test_an_abandoned_last_run_is_dated_no_later_than_the_release(self) -> None:
+        """A's child timed out on 29, the last reserved record; nothing followed until A
+        released at 30 long after: the log cannot say when the child ended, so the loss is
+        dated by the release, the latest it can have been (a review read "went on past it"
+        for a run nothing followed)."""
+        from marshal_workers.common.ledgerfile import LedgerRow  # noqa: PLC0415
+
+        records = log(
+            (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
+            (200, reserve("A", 20)), (250, hb("A", 20)), (300, reserve("A", 30)),
+            (350, hb("A", 30)), (9400, release("A", 30)),
+        )  # fmt: skip
+        at = (T0 + 120) / 1000
+        ledger = [LedgerRow(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1")
+                  for o in range(29)]  # fmt: skip
+        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
+        _, tables = run_local(records, config, ledger)
+        rows = [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
+        assert lost(rows) == [("A", 29, 30, 1, "abandoned")]
+        assert (rows[0]["reserved_ms"], rows[0]["lost_ms"]) == (T0 + 300, T0 + 9400)
+        assert "moved on past it (reserving or releasing beyond it)" in rows[0]["detail"]
         _, no_ledger = audit(records)
         assert no_ledger == []  # released at its reservation's end: the log sees no risk
