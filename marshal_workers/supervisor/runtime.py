@@ -25,6 +25,7 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from multiprocessing import connection
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, assert_never
@@ -59,6 +60,7 @@ from marshal_workers.protocol.slicing import data_topic
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.background import Background
 from marshal_workers.supervisor.childprocess import ChildHandle, start_child
+from marshal_workers.supervisor.childstarts import Start, Starts, Waiting
 from marshal_workers.supervisor.datatopics import DataTopics
 from marshal_workers.supervisor.feeds import HostFeeds
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer, deliver
@@ -171,6 +173,8 @@ class Supervisor:
         # shared slice reads: the host's reader of each sliced partition (`supervisor.feeds`)
         shared = config.slicing.sliced and config.slice_reads == "host"
         self.feeds = HostFeeds(mp_context, self._log) if shared else None
+        self.starts = Starts(self._log)  # children start off the loop (`childstarts`)
+        self._starting: dict[ClaimKey, Waiting] = {}
         self._fed: dict[ClaimKey, ipc.ChildSpec] = {}  # the children of a feed, by claim
 
     @property
@@ -271,7 +275,7 @@ class Supervisor:
         conns: dict[Connection | int, ClaimKey] = {
             handle.conn: key for key, handle in self.children.items()
         }
-        waitables: list[Connection | int] = [*conns]
+        waitables: list[Connection | int] = [*conns, self.starts.fileno()]
         if self.wake_fd is not None:
             waitables.append(self.wake_fd)
         reader = self.reader
@@ -298,6 +302,8 @@ class Supervisor:
                 self._read_child(conns[conn])
         for answer in self.background.results():
             self._feed(answer)
+        for done in self.starts.results():
+            self._started(done)
         self._reap_children()
         now = self.clock()
         self._feed(inp.Tick(now, self.wall(), self._positions()))
@@ -321,8 +327,10 @@ class Supervisor:
             note = calls.take_end_note()
             end = read_end(code, note, killed_by_supervisor=key in self._signalled, now=now)
             self._signalled.discard(key)
-            if self.feeds is not None:
-                self.feeds.child_ended(self._fed.pop(key, None), code, note.feed_lost)
+            if self.feeds is not None:  # (the readers are the start thread's: `childstarts`)
+                self.starts.then(
+                    partial(self.feeds.child_ended, self._fed.pop(key, None), code, note.feed_lost)
+                )
             self.observer.child_exited(key, handle.pid, end.code)
             self._log.info(
                 "child_exited",
@@ -434,6 +442,11 @@ class Supervisor:
             dropped.revoke()
 
     def _signal_child(self, c: cmd.SignalChild) -> None:
+        starting = self._starting.get(c.key)
+        if starting is not None:  # sent once it has started (a kill over any other signal)
+            if starting.signalled is None or c.signal is signal.SIGKILL:
+                starting.signalled = c
+            return
         handle = self.children.get(c.key)
         if handle is not None:
             self._signalled.add(c.key)
@@ -442,6 +455,10 @@ class Supervisor:
                 self.observer.fencing_kill(c.key, handle.pid, c.reason)
 
     def _tell_child(self, key: ClaimKey, message: ipc.ToChild) -> None:
+        starting = self._starting.get(key)
+        if starting is not None:  # told once it has started, in order
+            starting.told.append(message)
+            return
         handle = self.children.get(key)
         if handle is not None:
             handle.send(message)
@@ -461,30 +478,53 @@ class Supervisor:
         return lease
 
     def _spawn(self, c: cmd.Spawn) -> None:
-        try:
+        """Start the child off the loop (`childstarts`), its host's reader first if it needs
+        one; until it has started, what the core tells it or signals it waits here."""
+        lease, feeds, mp = self._lease(c.key), self.feeds, self.mp
+
+        def job() -> tuple[ipc.ChildSpec, ChildHandle]:
             spec = c.spec
-            if self.feeds is not None and spec.slice is not None:
-                spec = self.feeds.fed(spec)
-                self._fed[c.key] = spec
-            handle = start_child(spec, self._lease(c.key), self.mp)
-        except OSError as exc:  # no process could be made (limits, memory): this claim's alone
+            if feeds is not None and spec.slice is not None:
+                spec = feeds.fed(spec)
+            return spec, start_child(spec, lease, mp)
+
+        self._starting[c.key] = Waiting(c)
+        self.starts.start(c.key, job)
+
+    def _started(self, done: Start) -> None:
+        """A start ended: the child is the claim's now (and hears what waited for it), or no
+        process could be made (limits, memory): this claim's failure alone."""
+        key = done.key
+        starting = self._starting.pop(key, None)
+        if done.handle is None or starting is None:
+            if done.handle is not None:  # (nobody waits for it: never so)
+                done.handle.signal_group(signal.SIGKILL)
+                return
             self._log.error(
-                "child_start_failed", topic=c.key.topic, partition=c.key.partition, error=str(exc)
-            )
-            self._feed(inp.ChildExited(self.clock(), c.key, EXIT_SETUP))
+                "child_start_failed", topic=key.topic, partition=key.partition,
+                error=str(done.error),
+            )  # fmt: skip
+            self._feed(inp.ChildExited(self.clock(), key, EXIT_SETUP))
             return
-        self.children[c.key] = handle
-        self._signalled.discard(c.key)
-        self.observer.child_started(c.key, handle.pid, c.restart)
+        c, handle = starting.spawn, done.handle
+        if self.feeds is not None and done.spec.slice is not None:
+            self._fed[key] = done.spec
+        self.children[key] = handle
+        self._signalled.discard(key)
+        self.observer.child_started(key, handle.pid, c.restart)
         self._log.info(
             "child_started",
-            topic=c.key.topic,
-            partition=c.key.partition,
+            topic=key.topic,
+            partition=key.partition,
             child_pid=handle.pid,
             position=c.spec.start_offset,
             token=c.spec.fencing_token,
             restart=c.restart,
         )
+        for message in starting.told:
+            handle.send(message)
+        if starting.signalled is not None:
+            self._signal_child(starting.signalled)
 
     def _lookup_job(self, key: ClaimKey) -> Callable[[], inp.Input]:
         earliest = self.config.auto_offset_reset == "earliest"
@@ -562,8 +602,7 @@ class Supervisor:
         for key, handle in self.children.items():
             handle.signal_group(signal.SIGKILL)
             self.observer.fencing_kill(key, handle.pid, "supervisor exiting")
-        if self.feeds is not None:
-            self.feeds.close()
+        self.starts.close(self.feeds.close if self.feeds is not None else None)
         self.background.close()
         if self.reader is not None:
             self.reader.close()

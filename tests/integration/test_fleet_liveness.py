@@ -345,3 +345,43 @@ class TestPoisonRecords:
 def _failure_lines(fleet: Fleet) -> int:
     """How many handler failures the members have logged so far."""
     return sum(len(log_events(member.log_path, "handler_failed")) for member in fleet.members)
+
+
+def fork_server_of(supervisor_pid: int) -> psutil.Process:
+    """The supervisor's fork server (the parent of its partition workers)."""
+    for proc in psutil.Process(supervisor_pid).children():
+        with contextlib.suppress(psutil.Error):
+            if "multiprocessing.forkserver" in " ".join(proc.cmdline()):
+                return proc
+    raise AssertionError("no fork server")
+
+
+class TestAChildStartThatWaits:
+    def test_a_frozen_fork_server_stalls_no_heartbeat(self, fleet: Fleet) -> None:
+        """A's fork server is stopped (SIGSTOP: starved by busy children in their own
+        scheduling group, or paged out) when B leaves and A must start a child for B's
+        partition: A waits for that start off its loop, so its heartbeats go on and its own
+        partition's child keeps its lease. (A review: the loop waited for the new child's pid,
+        every lease of the member ran out, its healthy children were fenced and its member
+        claim was lost.)"""
+        fleet.produce(2 * 20)
+        a = fleet.start(member_id())
+        fleet.wait_for(lambda: len(a.children()) == 2, 30, "A runs both partitions")
+        b = fleet.start(member_id())
+        fleet.wait_for(lambda: len(a.children()) == 1 and len(b.children()) == 1, 60, "a split")
+        fleet.wait_for(fleet.handled_everything, 30, "everything handled")
+        (own,) = a.children()
+        server = fork_server_of(a.pid)
+        server.suspend()
+        try:
+            b.signal(signal.SIGTERM)  # A claims B's partition: its child's start waits
+            assert b.wait(30) == 0
+            time.sleep(4 * fleet.hb)  # past the lease (2 HB) of every claim of A's
+        finally:
+            server.resume()
+        fleet.wait_for(lambda: len(a.children()) == 2, 30, "A runs both partitions again")
+        assert own in a.children()  # A's own child was never fenced
+        for event in ("lease_expired", "claim_lost", "child_fenced", "lease_clock_stood_still"):
+            assert log_events(a.log_path, event) == [], (event, a.log_tail(30))
+        fleet.produce(2 * 5)
+        fleet.wait_for(fleet.handled_everything, 30, "the new records handled")

@@ -76,8 +76,13 @@ def test_a_claim_won_back_after_a_stall_starts_at_the_childs_position(
         def won_back() -> list[FakeChild]:
             return [c for c in children if c.spec.fencing_token != first.spec.fencing_token]
 
-        run_until(sup, lambda: bool(won_back()), "the claim won back (a new token)")
+        def won() -> bool:
+            held = sup.member.held.get(KEY)
+            return held is not None and held.token != first.spec.fencing_token
+
+        run_until(sup, won, "the claim won back (a new token)")
         assert sup.member.ctx.state_of(KEY).committed == 0  # the log never heard of 752 ...
+        run_until(sup, lambda: bool(won_back()), "its child started (off the loop)")
         assert won_back()[0].spec.start_offset == 752  # ... but the member did
     finally:
         sup.kill_all()

@@ -138,9 +138,11 @@ class TestPauseReaction:
         assert claims == []
         released = [m for m in fleet.messages() if isinstance(m, ReleasingPartition)]
         assert {(m.partition, m.offset) for m in released} == {(0, 7), (1, 7)}
+        started = len(fleet.children)
         assert lift_pause(fleet.admin, "g").accepted
         fleet.run_until(lambda: len(fleet.data_claims()) == 2, "claims after the lift")
         assert fleet.sup.member.paused_until_ms is None
+        fleet.run_until(lambda: len(fleet.children) == started + 2, "their children started")
         assert {c.spec.start_offset for c in fleet.children[-2:]} == {7}
 
     def test_a_pause_that_expires_ends_by_itself(self, fleet: Fleet) -> None:

@@ -106,6 +106,9 @@ class TestReload:
             assert child.inbox() == [ipc.Stop()]
             child.stop(42)
         world.run_until(lambda: "reloaded" in world.recorder.calls, "the reload to finish")
+        world.run_until(
+            lambda: len(world.running()) == 2, "the new children (started off the loop)"
+        )
         after = world.running()
         assert set(after) == set(before)
         for key, child in after.items():
