@@ -69,6 +69,7 @@ class ChildEnd:
     code: int
     failed: Settle | None = None
     spent_s: float | None = None
+    feed_lost: bool = False  # a slice child whose host reader was lost (`supervisor.feeds`)
 
 
 def read_end(status: int, note: EndNote, *, killed_by_supervisor: bool, now: float) -> ChildEnd:
@@ -153,6 +154,8 @@ def decide(
     first_backoff_s: float = FIRST_BACKOFF_S,
     parked: bool = False,
     stopped_for_lease: bool = False,
+    feed_lost: bool = False,
+    lived_s: float = 0.0,
 ) -> ExitDecision:
     """Decide after a child exited with ``code``.
 
@@ -160,7 +163,11 @@ def decide(
     ``failures`` counts the consecutive failed runs before this exit (handler failures on one
     offset are counted by the caller as they are reported); ``parked``: the record it failed
     on is parked (`RecordParking.parks`): the holder keeps the claim and starts no child until
-    an operator decides, however many failures in a row it has seen."""
+    an operator decides, however many failures in a row it has seen. ``feed_lost``: a slice
+    child ended as its host's reader was lost, after ``lived_s`` seconds: one that ran two
+    heartbeats or more is restarted without a count (the reader's loss is no streak of the
+    claim's; a quiet slice, handling nothing, never clears one), one lost sooner counts as
+    any failure (a reader that cannot read fails every child at once)."""
     if reloading and lease_valid:
         return ExitDecision(Next.RESPAWN, "reload: same claim, fresh code")
     if not running and not reloading:
@@ -179,6 +186,11 @@ def decide(
         return ExitDecision(
             Next.RESPAWN, "stopped as its lease was ending; the lease runs again",
             failures=failures,
+        )  # fmt: skip
+    if feed_lost and lived_s >= 2 * heartbeat_interval_s:
+        return ExitDecision(
+            Next.RESTART_LATER, "its host's reader was lost: restarting",
+            delay_s=first_backoff_s, failures=failures,
         )  # fmt: skip
     if code in HANDLER_ENDINGS and on_failure != "stop":
         # the next child dead-letters or skips the record at once: not a streak of failures

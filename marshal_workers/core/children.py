@@ -501,6 +501,8 @@ class Children:
             first_backoff_s=ctx.s.restart_backoff,
             parked=self.parking.parks(key, held.position),
             stopped_for_lease=held.term_sent and code in MEMBERS_SIGNALS,
+            feed_lost=exited.end is not None and exited.end.feed_lost,
+            lived_s=now - held.child_since,
         )
         held.failures = max(held.failures, decision.failures)
         fields = {"topic": key.topic, "partition": key.partition, "reason": decision.reason}

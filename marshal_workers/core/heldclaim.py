@@ -52,6 +52,7 @@ class HeldClaim:
     durable: bool = True  # False: the position came from a start lookup and no heartbeat
     # carrying it has been accepted yet; the child waits (a later lookup could jump past it)
     settle: Settle | None = None  # the next child dead-letters or skips these records first
+    child_since: float = 0.0  # when its child was started (`Keeping.spawn`)
     child_no: int = 0  # the child's number (`MemberState.children_started`): a grant answers only
     # the child that asked
     asked_end: int | None = None  # AMO: the end of the newest batch this child asked for

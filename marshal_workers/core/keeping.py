@@ -419,7 +419,7 @@ class Keeping:
             poison_ages=self.ctx.poison_ages(key, now),
         )
         held.settle = None
-        held.child = True
+        held.child, held.child_since = True, now
         # a new child, numbered across claims (a claim lost and won again gets a new `HeldClaim`):
         # its batches are asked for afresh, and no verdict for an older child reaches it
         self.ctx.children_started += 1

@@ -50,7 +50,7 @@ from marshal_workers.fleet.groupcheck import (
     own_settings,
 )
 from marshal_workers.ipc import messages as ipc
-from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT, EXIT_SETUP
+from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT, EXIT_KAFKA, EXIT_SETUP
 from marshal_workers.log.interface import CoordinationLog, LogError
 from marshal_workers.protocol.metadata import placement_text
 from marshal_workers.protocol.modes import Mode
@@ -327,10 +327,11 @@ class Supervisor:
             note = calls.take_end_note()
             end = read_end(code, note, killed_by_supervisor=key in self._signalled, now=now)
             self._signalled.discard(key)
+            fed = self._fed.pop(key, None)
             if self.feeds is not None:  # (the readers are the start thread's: `childstarts`)
-                self.starts.then(
-                    partial(self.feeds.child_ended, self._fed.pop(key, None), code, note.feed_lost)
-                )
+                self.starts.then(partial(self.feeds.child_ended, fed, code, note.feed_lost))
+            if fed is not None and (note.feed_lost or end.code == EXIT_KAFKA):
+                end = replace(end, feed_lost=True)  # its reader's loss (`childexits.decide`)
             self.observer.child_exited(key, handle.pid, end.code)
             self._log.info(
                 "child_exited",

@@ -19,6 +19,7 @@ from marshal_workers.core.childexits import (
 from marshal_workers.ipc.exits import (
     EXIT_HANDLER_ENDED,
     EXIT_HANDLER_TIMEOUT,
+    EXIT_KAFKA,
     EXIT_LEASE_EXPIRED,
     EXIT_NOT_GRANTED,
     EndNote,
@@ -231,3 +232,29 @@ def test_a_refused_grant_is_no_failure_and_restarts_at_once() -> None:
     for n in range(10):
         d = exit_with(EXIT_NOT_GRANTED, failures=n)
         assert (d.next, d.failures, d.delay_s) == (Next.RESTART_LATER, n, 0.5)
+
+
+class TestAFeedLost:
+    """A slice child whose host reader was lost (killed, frozen, gone: `supervisor.feeds`)
+    ends with the Kafka code. A review: every reader loss counted as a failure of every slice
+    child, and a slice with no records never cleared the count, so five reader losses hours
+    apart released the slice for a minute."""
+
+    def decide_lost(self, failures: int, lived_s: float) -> ExitDecision:
+        return decide(
+            code=EXIT_KAFKA, running=True, reloading=False, lease_valid=True,
+            failures=failures, max_failures=5, heartbeat_interval_s=HB,
+            feed_lost=True, lived_s=lived_s,
+        )  # fmt: skip
+
+    def test_a_child_that_ran_a_while_restarts_without_counting(self) -> None:
+        """Two heartbeats or more of life: the reader's loss, not a streak of the claim's."""
+        decision = self.decide_lost(failures=4, lived_s=2 * HB)
+        assert decision.next is Next.RESTART_LATER
+        assert decision.failures == 4 and "reader" in decision.reason
+
+    def test_a_child_lost_at_once_counts_as_any_failure(self) -> None:
+        """A reader that fails at once every time (it cannot read the partition) is a streak:
+        the claim is released after max_handler_failures, as for a direct child."""
+        assert self.decide_lost(failures=3, lived_s=0.2).next is Next.RESTART_LATER
+        assert self.decide_lost(failures=4, lived_s=0.2).next is Next.RELEASE

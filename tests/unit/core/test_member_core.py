@@ -19,7 +19,7 @@ from marshal_workers.core.member import Member
 from marshal_workers.core.pending import WRITE_TRIES
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
-from marshal_workers.ipc.exits import EXIT_HANDLER_FAILED, EXIT_HANDLER_TIMEOUT
+from marshal_workers.ipc.exits import EXIT_HANDLER_FAILED, EXIT_HANDLER_TIMEOUT, EXIT_KAFKA
 from marshal_workers.log.memlog import MemoryTopic
 from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.modes import Mode
@@ -877,6 +877,27 @@ class TestGrants:
 
 
 class TestFailureCounts:
+    def test_a_host_reader_lost_again_and_again_never_releases_a_quiet_slice(self) -> None:
+        """A slice child fed by its host's reader (`supervisor.feeds`) ends with the Kafka
+        code each time the reader is killed, minutes apart; the slice has no records, so no
+        `Stats` ever clears a count. Each child ran a while: restarted without a count, and the
+        claim is kept (a review: five reader kills released the slice for a minute)."""
+        topic, log_ms = fresh_topic(partitions=1)
+        member = Member(replace(settings(partitions=1), max_handler_failures=3))
+        h = start(member, topic, log_ms, n=1)
+        key = keys(1)[0]
+        h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
+        h.tick(0.05)
+        for _ in range(5):
+            assert h.member.held[key].child
+            for _ in range(10):
+                h.tick(0.5)  # the child runs a while (heartbeats go on)
+            lost = ChildEnd(EXIT_KAFKA, feed_lost=True)
+            h.run(h.member.feed(inp.ChildExited(h.now, key, EXIT_KAFKA, lost)))
+            assert h.member.held[key].failures == 0
+            h.tick(1.0)  # the restart's back-off
+        assert [m for m in h.appended(ReleasingPartition) if m.topic == "orders"] == []
+
     def test_a_failure_count_whose_write_fails_is_written_again(self) -> None:
         """A RecordFailed whose append failed was dropped, and the failure count
         with it; it is written again, the same record."""
