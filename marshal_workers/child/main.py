@@ -158,6 +158,8 @@ def child_main(
         "pid": os.getpid(),
         "fencing_token": spec.fencing_token,
     }
+    if spec.slice is not None:  # which slice of the partition (as the supervisor's lines say)
+        bound["slice"] = spec.slice.name
     log = structlog.get_logger("marshal_workers.child.main").bind(**bound)
     collect_fault_dumps(log, "stack_dump")  # SIGUSR1: every stack at once, even mid-handler
 

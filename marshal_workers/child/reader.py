@@ -231,7 +231,9 @@ class Reader:
         outlet.reach_sent = start  # the first batch's since
         outlet.out += feedwire.attached_frame(start)
         self._seek(low)  # behind (a child below what is kept) or every child ahead of it
-        self.log.info("feed_attached", slice=msg.part.name, start=start, lanes=len(self.lanes))
+        self.log.info(
+            "feed_child_attached", slice=msg.part.name, start=start, lanes=len(self.lanes)
+        )
 
     def _start(self, asked: int | None, reset: str) -> int:
         """Where a child starts: where it asked, if that is not past the partition's end as

@@ -329,7 +329,14 @@ def settings_problem(group: GroupSettings | None, mine: GroupSettings) -> str | 
     if not diffs:
         return None
     more = f" (and {len(diffs) - 1} more: {'; '.join(diffs[1:])})" if len(diffs) > 1 else ""
+    cut = mine.slicing is not None and group.slicing is not None and mine.slicing != group.slicing
+    if cut and len(diffs) == 1:  # fixed for the group's life: nothing to change fleet-wide
+        return (
+            f"{diffs[0]}: start this member with the group's ordering and workers per "
+            "partition (another cut needs a new group: docs/ordering.md)"
+        )
+    also = "; start this member with the group's ordering" if cut else ""
     return (
         f"{diffs[0]}{more}: every member and admin of a group must share it; change it "
-        "fleet-wide with `marshal-admin group-settings` (docs/operating.md)"
+        f"fleet-wide with `marshal-admin group-settings` (docs/operating.md){also}"
     )

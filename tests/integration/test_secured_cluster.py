@@ -255,9 +255,9 @@ def test_a_sliced_group_reads_each_partition_once_per_host_under_least_privilege
     lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     readers = [e for e in lines if e["event"] == "feed_reader_started"]
     assert {r["partition"] for r in readers} == {0, 1}, readers
-    attached = [e for e in lines if e["event"] == "feed_attached"]
+    attached = [e for e in lines if e["event"] == "feed_attached"]  # each child's
     children = {(e["partition"], e["pid"]) for e in attached if "feed" in e}
-    by_reader = {(e["partition"], e["slice"]) for e in attached if "slice" in e}
+    by_reader = {(e["partition"], e["slice"]) for e in lines if e["event"] == "feed_child_attached"}
     assert len(children) >= 8 and len(by_reader) == 8  # 4 slices of each partition, fed
     for bad in ("feed_lost", "feed_reader_crashed", "child_crashed", "not allowed", "Traceback"):
         assert bad not in text, text[-3000:]
@@ -268,8 +268,15 @@ def test_a_reader_writes_nothing(secured: Secured) -> None:
     write, exit 1."""
     for args in (
         ("release-group", "--group", secured.group, "--for", "5"),
-        ("set-position", "--group", secured.group, "--topic", secured.topic, "--to-earliest",
-         "--new-topic"),  # (the topic is the group's once a worker test has run)
+        (
+            "set-position",
+            "--group",
+            secured.group,
+            "--topic",
+            secured.topic,
+            "--to-earliest",
+            "--new-topic",
+        ),  # (the topic is the group's once a worker test has run)
     ):
         done = secured.admin("reader", *args)
         assert done.returncode == 1, done.stderr
@@ -378,8 +385,15 @@ def test_the_operator_role_pauses_and_repositions_but_creates_nothing(secured: S
     for args in (
         ("release-group", "--group", secured.group, "--for", "2"),
         ("release-group", "--group", secured.group, "--for", "0"),
-        ("set-position", "--group", secured.group, "--topic", secured.topic, "--to-earliest",
-         "--new-topic"),  # (the topic is the group's once a worker test has run)
+        (
+            "set-position",
+            "--group",
+            secured.group,
+            "--topic",
+            secured.topic,
+            "--to-earliest",
+            "--new-topic",
+        ),  # (the topic is the group's once a worker test has run)
     ):
         done = secured.admin("operator", *args)
         assert done.returncode == 0, (args, done.stderr)

@@ -140,3 +140,16 @@ def test_a_process_and_its_supervisor_name_their_events_apart() -> None:
     for file, _, name in all_events():
         by_package.setdefault(file.split("/")[1], set()).add(name)
     assert by_package["supervisor"] & by_package["child"] == set()
+
+
+def test_a_hosts_reader_and_its_children_name_their_events_apart() -> None:
+    """The host's reader (`child/reader.py`) and the children it feeds are two processes:
+    one name for both (`feed_attached`, said by each end of one attach) counted every attach
+    twice in a review's log count."""
+    reader, children = set(), set()
+    for file, _, name in all_events():
+        if file.startswith("marshal_workers/child/"):
+            (reader if file == "marshal_workers/child/reader.py" else children).add(name)
+    # each process's own consumer's failures: one name for one kind of event, said once
+    own = {"kafka_error", "consumer_close_failed"}
+    assert reader & children - own == set()

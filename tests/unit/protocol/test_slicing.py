@@ -132,6 +132,10 @@ class TestGroupSettings:
         assert "ordering is key with 8 workers per partition here but key with 4" in problem
         assert settings_problem(group, settings(WHOLE)) is not None
         assert settings_problem(group, settings(Slicing(Ordering.KEY, 4))) is None
+        # no advice to change what cannot change: group-settings does not take the ordering
+        # (a review followed the generic line's advice)
+        assert "group-settings" not in problem
+        assert "start this member with the group's ordering" in problem
 
     def test_an_admin_acts_on_any_cut(self) -> None:
         """An admin command's own settings name no cut: it never compares one."""
