@@ -37,6 +37,18 @@ from marshal_workers.protocol.slicing import Ordering, Slice
 VERSION: Final = 1
 MAX_FRAME: Final = 64 * 1024 * 1024  # far above a batch of the largest records a broker sends
 KEEPALIVE_S: Final = 0.5  # the reader's longest silence towards an attached child
+SILENCE_MIN_S: Final = 3.0  # six keepalives: a busy host's scheduling is no reader's death
+SILENCE_MAX_S: Final = 10.0
+
+
+def silence_for(heartbeat_interval_s: float) -> float:
+    """How long a child hears nothing from its reader before it takes it for dead
+    (`ChildSpec.feed_silence_s`): two heartbeat intervals, as a claim's lease, within
+    [`SILENCE_MIN_S`, `SILENCE_MAX_S`] (a fixed 10 s left a frozen reader's slices idle five
+    leases long at HB = 2 s)."""
+    return min(SILENCE_MAX_S, max(SILENCE_MIN_S, 2 * heartbeat_interval_s))
+
+
 _LENGTH = struct.Struct("<I")
 # a marshal version every Python since 3.4 reads (refs: a topic or key repeated is written once)
 _MARSHAL_VERSION: Final = 4

@@ -62,6 +62,7 @@ class ChildSpec:
     # which the child takes its slice's records from instead of a consumer of its own
     feed: str | None = None
     feed_silence_s: float = 10.0  # a reader heard from less often is taken for dead
+    # (`feedwire.silence_for` the group's heartbeat interval, as `member_settings` sets it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,7 @@ from marshal_workers.fleet.groupcheck import (
 )
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import EXIT_HANDLER_TIMEOUT, EXIT_KAFKA, EXIT_SETUP
+from marshal_workers.ipc.feedwire import silence_for
 from marshal_workers.log.interface import CoordinationLog, LogError
 from marshal_workers.protocol.metadata import placement_text
 from marshal_workers.protocol.modes import Mode
@@ -102,6 +103,7 @@ def member_settings(
         dlq_topic=c.dlq_topic,
         max_poison_rate=c.max_poison_rate,
         handler_timeout_s=c.handler_timeout or None,
+        feed_silence_s=silence_for(c.heartbeat_interval),
     )
     return MemberSettings(
         group=c.group,
