@@ -173,7 +173,8 @@ def sliced_ledger_losses(
 ) -> list[Row]:
     """`ledger_losses` of one data partition's claims, whole or sliced: an ``unordered``
     stripe owes only its own offsets; a ``key`` slice's unhandled offsets may be any slice's
-    (the log names no keys), so none of them is called lost."""
+    (the log names no keys), so the ledger cannot tell which are its losses: it shows what the
+    log puts at risk (`log_losses`, ``handled`` null), as without a ledger and as status does."""
     by_claim: dict[str, list[Row]] = defaultdict(list)
     for r in reserved:
         by_claim[str(r[_R["topic"]])].append(r)
@@ -184,6 +185,8 @@ def sliced_ledger_losses(
             out.extend(ledger_losses(rows, handled))
         elif part.ordering is Ordering.UNORDERED:
             out.extend(ledger_losses(rows, handled | _not_owed(rows, part)))
+        else:
+            out.extend(log_losses(rows))
     return out
 
 

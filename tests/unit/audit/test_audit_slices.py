@@ -206,6 +206,27 @@ class TestAmoStripes:
         assert [(r["topic"], r["start_offset"], r["end_offset"]) for r in lost] == [(U0, 2, 3)]
 
 
+class TestAmoKeySlices:
+    def test_a_crashed_key_slice_shows_what_the_log_puts_at_risk(self) -> None:
+        """Key slice 0's holder A reserved [0, 6) and [6, 12) and crashed; B took it over.
+        The log names no keys, so the ledger cannot tell which unhandled offsets were slice
+        0's: the audit shows what the log puts at risk, as status does, with ``handled``
+        null, not 0 losses (a review read 0 in the audit beside status's 8 ranges)."""
+        records = log(
+            (0, claim("A", topic=K0)), (100, hb("A", 0, topic=K0)),
+            (400, reserve("A", 6, topic=K0)), (450, hb("A", 6, topic=K0)),
+            (500, reserve("A", 12, topic=K0)),
+            (4000, claim("B", topic=K0)),
+        )  # fmt: skip
+        ledger = [row(o, "A", 600, "key.0of2", key=b"k") for o in range(3)]
+        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
+        _, tables = run_local(records, config, ledger)
+        lost = [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
+        shown = [(r["topic"], r["start_offset"], r["end_offset"], r["cause"], r["handled"])
+                 for r in lost]  # fmt: skip
+        assert shown == [(K0, 0, 12, "taken_over", None)]
+
+
 class TestReportAndLag:
     def test_a_slices_lag_is_measured_against_its_data_partition(self) -> None:
         """A slice's claim topic names no Kafka topic: its lag is against the data
