@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -51,10 +52,23 @@ def run(
     """The audit on Spark (a session is started unless one is given); see the module doc."""
     progress = progress or Progress(silent)
     config = config.absolute()
+    created = not config.out.exists()
     try:
         config.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise AuditUsageError(f"cannot create --out {config.out}: {exc.strerror}") from None
+    try:
+        return _checked_run(config, progress, spark)
+    except AuditUsageError:  # a refused command line leaves no empty --out behind
+        if created:
+            with contextlib.suppress(OSError):  # (only if still empty)
+                config.out.rmdir()
+        raise
+
+
+def _checked_run(
+    config: AuditConfig, progress: Progress, spark: SparkSession | None
+) -> AuditResult:
     files = ledger_io.ledger_files(config.ledgers)
     if config.ledger_topic is not None and not isinstance(config.source, KafkaInput):
         raise AuditUsageError("--ledger-topic needs --bootstrap-servers")

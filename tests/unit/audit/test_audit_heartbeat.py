@@ -220,3 +220,17 @@ class TestRefusedSettings:
         assert summarize(result)["heartbeat_intervals_ms"] == {group: 2000}
         given, _ = audit(records, heartbeat_interval_ms=2000, heartbeat_given=FLAG)
         assert summarize(given)["failovers"] == 1
+
+
+def test_a_refused_command_line_leaves_no_empty_out_directory(tmp_path: Path) -> None:
+    """--ledger that does not exist: exit 2 before anything is read, and the --out directory
+    it was to write is not left behind empty (a review found one after each usage error)."""
+    from marshal_workers.audit.pipeline import run  # noqa: PLC0415
+
+    out = tmp_path / "audit"
+    config = AuditConfig(
+        FileInput(tmp_path / "dump.jsonl"), out, ledgers=(tmp_path / "no-such-ledger",)
+    )
+    with pytest.raises(AuditUsageError):
+        run(config)
+    assert not out.exists()
