@@ -73,6 +73,11 @@ def detail(cause: str, row: Row, start: int | None, end: int, checked: bool = Tr
         "child handled it)"
     )
     after = f"the next owner resumed at {row[_R['end_offset']]}"
+    if cause == "taken_over" and successor == client:  # the same client, after its lease
+        return (
+            f"{lost}: {client}'s lease expired (a freeze, a stall) and it claimed the "
+            f"partition again itself; {after}"
+        )
     if cause == "taken_over":
         return f"{lost}: {client}'s lease expired and {successor} claimed the partition; {after}"
     if cause == "lease_expired":

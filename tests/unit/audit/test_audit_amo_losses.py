@@ -59,6 +59,16 @@ class TestCauses:
         assert summary["amo_losses"] == {"ranges": 1, "records": 20,
                                          "by_cause": {"taken_over": 1}}  # fmt: skip
 
+    def test_a_holder_that_claimed_again_after_its_lease_is_not_named_as_another(self) -> None:
+        """A froze past its lease and claimed the partition again itself: the detail says so,
+        not "A's lease expired and A claimed the partition" (a review)."""
+        _, rows = audit(log(
+            (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (200, hb("A", 10)),
+            (3000, claim("A", inst="A-2")),
+        ))  # fmt: skip
+        assert lost(rows) == [("A", 0, 10, 10, "taken_over")]
+        assert "claimed the partition again itself" in rows[0]["detail"]
+
     def test_only_the_last_two_reservations_of_a_crashed_holder_are_at_risk(self) -> None:
         """A child asks for one run ahead of the one it handles, so asking for a third shows
         it handled the first: of [0, 10), [10, 20), [20, 30) only [10, 30) is at risk."""
