@@ -205,6 +205,7 @@ class ChildLoop:
         )
         if spec.mode is Mode.AMO:
             self.reserving = Reserving(spec, log, fetcher, pipe, lease, handling, reporter)
+            reporter.read_to = self.reserving.read_to
 
     def _loop(self) -> None:
         fetcher, handling, reporter = self.fetcher, self.handling, self.reporter

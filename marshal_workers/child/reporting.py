@@ -44,6 +44,7 @@ class Reporter:
         self.next_offset = self.reported = position  # ALO: dealt with below; AMO: granted below
         self.progress_due = 0.0  # ALO: full batches report at most once per PROGRESS_INTERVAL_S
         self.stats = StatsTally()  # sent as `Stats` about once a second (see send_stats)
+        self.read_to: Callable[[], int | None] = lambda: None  # AMO: `Reserving.read_to`
         cells.position.value = position
 
     def dealt_with(self, end: int) -> None:
@@ -86,7 +87,7 @@ class Reporter:
         """Send `Stats` when one is due (or ``final``) and there is something to say."""
         if not (final or self.stats.due()):
             return
-        stats = self.stats.report(self.high_watermark())
+        stats = self.stats.report(self.high_watermark(), self.read_to())
         if final and not (stats.handled or any(stats.latency_counts) or stats.errors):
             return
         self.pipe.send(stats)

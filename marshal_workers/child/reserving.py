@@ -78,6 +78,18 @@ class Reserving:
         """Whether a run asked for is still to be handed on."""
         return bool(self.asked.batches)
 
+    def read_to(self) -> int | None:
+        """A slice's child with nothing of its own waiting (none fetched and not asked for,
+        every run asked for handed on): how far it read, if past its position; else None.
+        Its position moves only with its own reservations, so a slice with few records would
+        otherwise show the partition's whole growth as its lag (`Stats.read_to`)."""
+        if self.held or self.asked.batches:
+            return None
+        end = self.fetcher.reach.end
+        if end is None or end <= self.reporter.next_offset:
+            return None
+        return int(end)
+
     def turn(self) -> None:
         """Ask for as many runs as may be asked for now, then wait for the answer on the oldest
         run asked for and hand it on. If the source of records ends (`EXIT_KAFKA`: a lost

@@ -58,7 +58,7 @@ class StatsTally:
         """Whether a report is due (about once per interval)."""
         return self.clock() >= self._next_report
 
-    def report(self, high_watermark: int | None) -> Stats:
+    def report(self, high_watermark: int | None, read_to: int | None = None) -> Stats:
         """What accumulated since the last report, as a message; then start afresh."""
         stats = Stats(
             handled=self.handled,
@@ -66,6 +66,7 @@ class StatsTally:
             latency_sum=self.latency_sum,
             errors=tuple(sorted(self.errors.items())),
             high_watermark=high_watermark,
+            read_to=read_to,
         )
         self._reset()
         self._next_report = self.clock() + self.interval_s

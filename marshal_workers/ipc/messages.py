@@ -181,6 +181,9 @@ class Stats:
     latency_sum: float
     errors: tuple[tuple[str, int], ...] = ()
     high_watermark: int | None = None
+    # AMO, a slice's child with nothing of its own waiting: it read every record below this
+    # (its position moves only with its own reservations: the lag counts from here)
+    read_to: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ marshal_heartbeat_age_seconds               gauge      per claim: since the newe
                                                        was folded as valid (it set the lease)
 marshal_lease_remaining_seconds             gauge      per claim: until its child must stop
 marshal_lag_records                         gauge      per claim: high watermark - position (a
-                                                       slice's: an upper bound, it takes only some)
+                                                       slice's: an upper bound, it takes only some;
+                                                       AMO: from its read, `Stats.read_to`)
 marshal_handler_call_seconds                gauge      per claim: how long the handler call in
                                                        progress has run (absent: none; up to
                                                        0.25 s long while calls follow each other)
@@ -121,6 +122,7 @@ class Metrics(Observer):
         self._tick_at: float | None = None
         self._healthy_at: float | None = None
         self._high: dict[ClaimKey, int] = {}
+        self._read_to: dict[ClaimKey, int | None] = {}  # an AMO slice child's `Stats.read_to`
         self._latency: dict[str, tuple[list[int], float]] = {}  # topic: (bucket counts, sum)
         self._lock = threading.Lock()
         base = ["group", "client_id"]
@@ -203,11 +205,13 @@ class Metrics(Observer):
     def claim_lost(self, key: ClaimKey, reason: str) -> None:
         self.lost.labels(*self.base).inc()
         self._high.pop(key, None)
+        self._read_to.pop(key, None)
         self._records.pop(key, None)
 
     def claim_released(self, key: ClaimKey) -> None:
         self.released.labels(*self.base).inc()
         self._high.pop(key, None)
+        self._read_to.pop(key, None)
         self._records.pop(key, None)
 
     def failover(self, key: ClaimKey, previous_client: str) -> None:
@@ -253,6 +257,7 @@ class Metrics(Observer):
             self.errors.labels(*self.base, topic, policy).inc(count)
         if stats.high_watermark is not None:
             self._high[key] = stats.high_watermark
+        self._read_to[key] = stats.read_to  # (None: its own records wait, or not a slice)
         if any(stats.latency_counts):
             with self._lock:
                 empty = ([0] * (len(LATENCY_BUCKETS) + 1), 0.0)
@@ -330,7 +335,8 @@ class Metrics(Observer):
                 age.add_metric(values, self.lease_span - remaining)
             high = self._high.get(key)
             if high is not None:
-                lag.add_metric(values, max(0, high - snap.position))
+                read = self._read_to.get(key)  # an AMO slice's read past its position
+                lag.add_metric(values, max(0, high - max(snap.position, read or 0)))
             if snap.call_s is not None:
                 call.add_metric(values, snap.call_s + since_tick)
             slow.add_metric(values, 1.0 if snap.call_slow else 0.0)

@@ -303,6 +303,22 @@ class TestSlices:
         assert value(metrics, "marshal_claims_held") == 2
         assert not any("+" in dict(labels).get("topic", "") for _, labels in samples(metrics))
 
+    def test_an_amo_slice_that_read_past_its_position_lags_from_its_read(
+        self, metrics: Metrics, clock: Clock
+    ) -> None:
+        """AMO: a key slice's position moves only with its own reservations, so a slice with
+        few or no records stayed far behind the high watermark and its lag grew for ever (a
+        review: 2,220 then 4,450 records on a caught-up group, and the shipped alert on lag
+        growing would fire). Its child says how far it read with nothing of its own waiting
+        (`Stats.read_to`): the lag counts from there."""
+        where = {"topic": "orders", "partition": "3", "slice": "key.1of4"}
+        metrics.child_stats(SLICE, Stats(0, latencies(), 0.0, (), 4460, read_to=4455))
+        metrics.tick({SLICE: ClaimSnapshot(SLICE, 7, 0, 1.5, 4242, "running")}, healthy=True)
+        assert value(metrics, "marshal_lag_records", **where) == 5
+        metrics.child_stats(SLICE, Stats(0, latencies(), 0.0, (), 4470))  # its own to handle
+        metrics.tick({SLICE: ClaimSnapshot(SLICE, 7, 0, 1.5, 4242, "running")}, healthy=True)
+        assert value(metrics, "marshal_lag_records", **where) == 4470
+
 
 class TestDashboardSignals:
     """What the dashboard and the alert rules need: failovers, a claim's failing or parked
