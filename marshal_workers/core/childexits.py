@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Final
 
 from marshal_workers.ipc.exits import (
     EXIT_HANDLER_ENDED,
@@ -141,6 +142,9 @@ def count_failure(failures: int, failed_offset: int | None, offset: int) -> int:
     return failures + 1 if failures and failed_offset == offset else 1
 
 
+LEASE_EXPIRED: Final = "lease expired"  # a release's reason when the lease ran out
+
+
 def decide(
     *,
     code: int,
@@ -173,7 +177,7 @@ def decide(
     if not running and not reloading:
         return ExitDecision(Next.FINISH, "the child was asked to stop")
     if not lease_valid:
-        return ExitDecision(Next.RELEASE, "lease expired", avoid_s=heartbeat_interval_s)
+        return ExitDecision(Next.RELEASE, LEASE_EXPIRED, avoid_s=heartbeat_interval_s)
     if code == EXIT_NOT_GRANTED:
         # a batch the log did not reserve (a coordination write not made, a claim that moved
         # on): the handler did nothing wrong, so nothing is counted; the next

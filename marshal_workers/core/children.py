@@ -14,7 +14,7 @@ import signal
 
 from marshal_workers.core import inputs as inp
 from marshal_workers.core import observations as obs
-from marshal_workers.core.childexits import ChildEnd, Next, count_failure, decide
+from marshal_workers.core.childexits import LEASE_EXPIRED, ChildEnd, Next, count_failure, decide
 from marshal_workers.core.heldclaim import ASKED_TO_STOP, HeldClaim, Phase
 from marshal_workers.core.keeping import Keeping
 from marshal_workers.core.memberstate import MemberState
@@ -542,7 +542,9 @@ class Children:
             )
         elif decision.next is Next.RELEASE:
             ctx.say(
-                "error",
+                # a lease that ran out (a freeze, a stall) is said where it is seen: each claim's
+                # release after it is a consequence, not one more error
+                "warning" if decision.reason == LEASE_EXPIRED else "error",
                 "claim_releasing",
                 **fields,
                 offset=held.failed_offset,

@@ -19,7 +19,12 @@ from marshal_workers.core.member import Member
 from marshal_workers.core.pending import WRITE_TRIES
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
-from marshal_workers.ipc.exits import EXIT_HANDLER_FAILED, EXIT_HANDLER_TIMEOUT, EXIT_KAFKA
+from marshal_workers.ipc.exits import (
+    EXIT_HANDLER_FAILED,
+    EXIT_HANDLER_TIMEOUT,
+    EXIT_KAFKA,
+    EXIT_LEASE_EXPIRED,
+)
 from marshal_workers.log.memlog import MemoryTopic
 from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.modes import Mode
@@ -877,6 +882,20 @@ class TestGrants:
 
 
 class TestFailureCounts:
+    def test_a_release_for_a_lease_that_ran_out_is_a_warning_not_an_error(self) -> None:
+        """A frozen supervisor's children end at their lease: each claim's release is said
+        at warning (what went wrong is the freeze, said once); a review counted 16 error lines
+        after one freeze, each followed by its release withheld."""
+        topic, log_ms = fresh_topic(partitions=1)
+        h = start(Member(settings(partitions=1)), topic, log_ms, n=1)
+        key = keys(1)[0]
+        h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
+        h.tick(0.05)
+        h.member.held[key].lease = h.now - 0.01  # it ran out meanwhile
+        commands = h.member.feed(inp.ChildExited(h.now, key, EXIT_LEASE_EXPIRED))
+        (line,) = [c for c in commands if isinstance(c, cmd.Log) and c.event == "claim_releasing"]
+        assert line.level == "warning" and line.fields["reason"] == "lease expired"
+
     def test_a_host_reader_lost_again_and_again_never_releases_a_quiet_slice(self) -> None:
         """A slice child fed by its host's reader (`supervisor.feeds`) ends with the Kafka
         code each time the reader is killed, minutes apart; the slice has no records, so no
