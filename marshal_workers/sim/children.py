@@ -140,8 +140,15 @@ class SimChild:
             return False
         self.feed_lost_at = t
         if not (self.spec.mode is Mode.AMO and (self.batch is not None or self.asks)):
-            self._end(EXIT_KAFKA, t)
+            self._feed_lost(t)
         return True
+
+    def _feed_lost(self, t: float) -> None:
+        """End with the Kafka exit code, its feed lost; a slice's child (fed by its host's
+        reader) says so, as the runtime does (`runtime._reap_children`: `ChildEnd.feed_lost`)."""
+        if self.spec.slice is not None:
+            self.end = ChildEnd(EXIT_KAFKA, feed_lost=True)
+        self._end(EXIT_KAFKA, t)
 
     def receive(self, message: ipc.ToChild, t: float) -> None:
         """A message from the supervisor over the pipe."""
@@ -169,7 +176,7 @@ class SimChild:
         if self.feed_lost_at is not None and self.batch is None and not self.asks:
             # AMO: what it asked for is handed on; then the Kafka exit code, after a Stop too,
             # as the real one raises the loss once its last run is handed on (`Reserving.turn`)
-            self._end(EXIT_KAFKA, t)
+            self._feed_lost(t)
             return
         if self.stopping and self.batch is None and not self.asks:
             self._stats(t, final=True)

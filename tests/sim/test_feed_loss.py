@@ -83,3 +83,21 @@ def test_an_alo_child_hands_over_what_it_handled() -> None:
     ]
     assert alo and ended
     assert all(child.published in (None, child.position) for child in alo)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_feed_losses_now_and_then_never_release_a_slice(seed: int) -> None:
+    """A review killed a host's reader five times, seconds apart: each loss counted as a
+    failure of every slice child of the partition, and a slice with no records never cleared
+    the count, so it was released for a minute. Here one partition in four slices on two
+    members loses its feed a dozen times over two minutes: a child that ran two heartbeats
+    before its loss is restarted without a count, and no slice is released for failures."""
+    params = SimParams(
+        members=2, groups=1, partitions=1, duration=120.0, faults=("feed-loss",),
+        fault_count=12, ordering="unordered", workers_per_partition=4, rate=2.0,
+    )  # fmt: skip
+    fleet, ended = _run(params, seed)
+    assert len(ended) >= 8  # the losses found children
+    released = [line for node in fleet.nodes for line in node.trace
+                if "claim_releasing" in line and "exit 9" in line]  # fmt: skip
+    assert released == []
