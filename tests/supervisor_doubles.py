@@ -57,6 +57,9 @@ class FakeChild:
     def close(self) -> None:
         self.conn.close()
 
+    def forget(self) -> None:
+        """(`ChildHandle.forget`: a stand-in is no process multiprocessing would join.)"""
+
     def inbox(self) -> list[Any]:
         """What the supervisor sent so far."""
         out = []

@@ -145,7 +145,7 @@ class SimChild:
 
     def _feed_lost(self, t: float) -> None:
         """End with the Kafka exit code, its feed lost; a slice's child (fed by its host's
-        reader) says so, as the runtime does (`runtime._reap_children`: `ChildEnd.feed_lost`)."""
+        reader) says so, as the runtime does (`Supervisor._reap_children`: `ChildEnd.feed_lost`)."""
         if self.spec.slice is not None:
             self.end = ChildEnd(EXIT_KAFKA, feed_lost=True)
         self._end(EXIT_KAFKA, t)

@@ -10,8 +10,11 @@ memory). What the child does once started is `child.main`'s to say.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.process
 import os
+import signal
 import sys
+import time
 from collections.abc import Iterator
 from importlib.machinery import ModuleSpec
 from multiprocessing.connection import Connection
@@ -26,6 +29,7 @@ if TYPE_CHECKING:  # the fork server's module guards the server at import: not h
     from marshal_workers.childlink.forkserver import ChildContext
 
 _NO_SPEC = object()
+KILLED_REAP_S = 2.0  # after a SIGKILL, how long the child's parent has to report its end
 
 
 class ChildHandle:
@@ -37,11 +41,23 @@ class ChildHandle:
         pid = process.pid
         assert pid is not None, "ChildHandle of a process that was not started"
         self.pid: int = pid
+        self.killed_at: float | None = None  # when the supervisor SIGKILLed its group
 
     @property
     def exitcode(self) -> int | None:
-        """None while running; else the exit code (negative: the signal). Reaps, never blocks."""
-        return self.process.exitcode
+        """None while running; else the exit code (negative: the signal). Reaps, never blocks.
+
+        A fork server's child's exit is what the server reports: stopped (SIGSTOP, paged out,
+        starved), it reports none, and a supervisor that waited for it held its claims for as
+        long (a review: a TERM never ended). So a child this supervisor killed is taken for
+        ended `KILLED_REAP_S` after the kill once the kernel shows it dead (a zombie its
+        parent has not reaped, or gone), with the status the kernel keeps for it."""
+        code = self.process.exitcode
+        if code is not None or self.killed_at is None:
+            return code
+        if time.monotonic() - self.killed_at < KILLED_REAP_S:
+            return None
+        return dead_status(self.pid)
 
     def send(self, msg: ToChild) -> bool:
         """Send `Grant` or `Stop`; False if the child is gone (its pipe end closed)."""
@@ -58,6 +74,8 @@ class ChildHandle:
         exists to be signalled, so it is signalled directly. Call this soon after the child
         ends, not much later: once every member is gone the pid may be reused.
         """
+        if sig == signal.SIGKILL and self.killed_at is None:
+            self.killed_at = time.monotonic()
         try:
             os.killpg(self.pid, sig)
         except ProcessLookupError:
@@ -70,11 +88,53 @@ class ChildHandle:
         self.process.join(timeout)
         return self.exitcode
 
+    def forget(self) -> None:
+        """Killed, it is dead: not to be joined at the interpreter's exit (`forget_unreported`)."""
+        forget_unreported(self.process)
+
     def close(self) -> None:
-        """Close the pipe end, and release the process object once the child has ended."""
+        """Close the pipe end, and release the process object once its parent has reported
+        the child's end; a child taken for ended by `exitcode` alone is forgotten instead
+        (`forget_unreported`)."""
         self.conn.close()
-        if self.exitcode is not None:
+        if self.process.exitcode is not None:
             self.process.close()
+        else:
+            forget_unreported(self.process)
+
+
+def forget_unreported(process: BaseProcess) -> None:
+    """Take ``process``, dead but not reported by its stopped parent (the fork server), out of
+    what multiprocessing joins at the interpreter's exit: that join has no timeout, and it
+    held a supervisor that had released everything and logged its stop (a review). The set
+    is multiprocessing's own (`multiprocessing.process._children`, what `active_children`
+    lists); nothing else is touched."""
+    children = getattr(multiprocessing.process, "_children", None)
+    if isinstance(children, set):
+        children.discard(process)
+
+
+def dead_status(pid: int, proc: str = "/proc") -> int | None:
+    """The exit code of ``pid`` if the kernel shows it dead (negative: the signal): a zombie's
+    status (the last field of ``/proc/PID/stat``, a wait status), ``-SIGKILL`` if it is gone
+    or its status cannot be read; None while it lives."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return -signal.SIGKILL
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()  # after the command name: state first
+    if not fields or fields[0] not in (b"Z", b"X"):
+        return None
+    try:
+        status = int(fields[-1])
+    except ValueError:
+        return -signal.SIGKILL
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
 
 
 def start_child(spec: ChildSpec, lease: SharedLease, mp_context: ChildContext) -> ChildHandle:

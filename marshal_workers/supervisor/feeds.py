@@ -22,9 +22,10 @@ from typing import Any
 from marshal_workers.child.feedentry import reader_entry
 from marshal_workers.ipc.exits import EXIT_KAFKA
 from marshal_workers.ipc.messages import ChildSpec
-from marshal_workers.supervisor.childprocess import main_not_rerun
+from marshal_workers.supervisor.childprocess import forget_unreported, main_not_rerun
 
 Partition = tuple[str, int]
+READER_JOIN_S = 5.0  # a killed reader's end, as its parent (the fork server) reports it
 
 
 def socket_name() -> str:
@@ -96,10 +97,12 @@ class HostFeeds:
         if reader.exitcode is None and reader.pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(reader.pid, signal.SIGKILL)
-            reader.join(5.0)
+            reader.join(READER_JOIN_S)
             self.log.info("feed_reader_stopped", topic=where[0], partition=where[1], reason=why)
         if reader.exitcode is not None:
             reader.close()
+        else:  # killed, but its end not reported (a stopped fork server): not joined at exit
+            forget_unreported(reader)
 
     def close(self) -> None:
         """Kill every reader (the supervisor is ending)."""

@@ -604,6 +604,7 @@ class Supervisor:
             lease.revoke()
         for key, handle in self.children.items():
             handle.signal_group(signal.SIGKILL)
+            handle.forget()  # dead now: the interpreter's exit joins none (a stopped server)
             self.observer.fencing_kill(key, handle.pid, "supervisor exiting")
         self.starts.close(self.feeds.close if self.feeds is not None else None)
         self.background.close()

@@ -385,3 +385,30 @@ class TestAChildStartThatWaits:
             assert log_events(a.log_path, event) == [], (event, a.log_tail(30))
         fleet.produce(2 * 5)
         fleet.wait_for(fleet.handled_everything, 30, "the new records handled")
+
+    def test_a_term_while_the_fork_server_is_stopped_ends_within_the_stop_timeout(
+        self, fleet: Fleet
+    ) -> None:
+        """The fork server reports its children's exits; stopped, it reports none. TERM: the
+        children finish and end, unreported; at --stop-timeout the supervisor kills them and,
+        once they are dead (zombies the stopped server cannot reap), takes them for ended, so
+        the claims are released and it exits (a review: it logged the kills, then nothing, and
+        held its claims for minutes while another member waited)."""
+        fleet.produce(2 * 10)
+        a = fleet.start(member_id(), "--stop-timeout", "2")
+        fleet.wait_for(lambda: len(a.children()) == 2, 30, "A runs both partitions")
+        fleet.wait_for(fleet.handled_everything, 30, "everything handled")
+        server = fork_server_of(a.pid)
+        server.suspend()
+        try:
+            asked = time.monotonic()
+            a.signal(signal.SIGTERM)
+            assert a.wait(30) == 0, a.log_tail(30)
+            took = time.monotonic() - asked
+        finally:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                server.resume()
+        assert took < 20, took  # the stop timeout (2 s), the kill, and the reap (about 2 s)
+        assert log_events(a.log_path, "supervisor_stopped"), a.log_tail(30)
+        b = fleet.start(member_id())  # the claims were released: B need not wait for them
+        fleet.wait_for(lambda: len(b.children()) == 2, 30, "B takes both partitions at once")
