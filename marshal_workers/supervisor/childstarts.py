@@ -46,7 +46,7 @@ class Start:
 
     key: ClaimKey
     handle: ChildHandle | None
-    spec: Any
+    spec: ipc.ChildSpec | None
     error: Exception | None
 
 
@@ -59,7 +59,7 @@ class Waiting:
     signalled: cmd.SignalChild | None = None
 
 
-Job = Callable[[], tuple[Any, ChildHandle]]
+Job = Callable[[], tuple[ipc.ChildSpec, ChildHandle]]
 
 
 class Starts:

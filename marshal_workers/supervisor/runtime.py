@@ -499,10 +499,11 @@ class Supervisor:
         process could be made (limits, memory): this claim's failure alone."""
         key = done.key
         starting = self._starting.pop(key, None)
-        if done.handle is None or starting is None:
-            if done.handle is not None:  # (nobody waits for it: never so)
+        if starting is None:  # nobody waits for it (never so: the core spawns once per exit)
+            if done.handle is not None:
                 done.handle.signal_group(signal.SIGKILL)
-                return
+            return
+        if done.handle is None:
             self._log.error(
                 "child_start_failed", topic=key.topic, partition=key.partition,
                 error=str(done.error),
@@ -510,7 +511,7 @@ class Supervisor:
             self._feed(inp.ChildExited(self.clock(), key, EXIT_SETUP))
             return
         c, handle = starting.spawn, done.handle
-        if self.feeds is not None and done.spec.slice is not None:
+        if self.feeds is not None and done.spec is not None and done.spec.slice is not None:
             self._fed[key] = done.spec
         self.children[key] = handle
         self._signalled.discard(key)

@@ -42,6 +42,18 @@ def lost(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
             for r in rows]  # fmt: skip
 
 
+def ledger_losses(records: list[CoordRecord], *handled: int) -> list[dict[str, Any]]:
+    """The amo_losses of a local audit whose ledger shows A handled ``handled`` of
+    partition 0."""
+    from marshal_workers.common.ledgerfile import LedgerRow  # noqa: PLC0415
+
+    at = (T0 + 120) / 1000
+    ledger = [LedgerRow(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1") for o in handled]
+    config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
+    _, tables = run_local(records, config, ledger)
+    return [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
+
+
 class TestCauses:
     def test_a_holder_whose_lease_expired_and_was_taken_over_lost_its_reserved_batch(self) -> None:
         """A reserves [0, 10), then [10, 20) (asked ahead while it handles the first), commits
@@ -240,19 +252,13 @@ class TestWithTheLedger:
         """A crashed after reserving [0, 10), [10, 20), [20, 30); the ledger shows 0..4 only.
         5..9 lay before the at-risk span (A went on past it: abandoned), 10..29 in it (lost to
         the takeover): two rows, each with its own cause, not one named by where it began."""
-        from marshal_workers.common.ledgerfile import LedgerRow  # noqa: PLC0415
 
         records = log(
             (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
             (200, reserve("A", 20)), (250, hb("A", 20)), (300, reserve("A", 30)),
             (3000, claim("B")),
         )  # fmt: skip
-        at = (T0 + 120) / 1000
-        ledger = [LedgerRow(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1")
-                  for o in range(5)]  # fmt: skip
-        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
-        _, tables = run_local(records, config, ledger)
-        rows = [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
+        rows = ledger_losses(records, *range(5))
         assert lost(rows) == [("A", 5, 10, 5, "abandoned"), ("A", 10, 30, 20, "taken_over")]
 
     def test_a_group_the_ledger_has_no_row_of_shows_what_the_log_puts_at_risk(self) -> None:
@@ -284,19 +290,13 @@ class TestWithTheLedger:
         ``abandoned``, reserved when [10, 20) was and lost when A reserved past it, not at its
         release long after (a review read a handler timeout dated by the member's later stop,
         as ``refused``)."""
-        from marshal_workers.common.ledgerfile import LedgerRow  # noqa: PLC0415
 
         records = log(
             (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
             (200, reserve("A", 20)), (250, hb("A", 20)), (300, reserve("A", 30)),
             (350, hb("A", 30)), (9400, release("A", 30)),
         )  # fmt: skip
-        at = (T0 + 120) / 1000
-        ledger = [LedgerRow(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1")
-                  for o in (*range(10), *range(20, 30))]  # fmt: skip
-        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
-        _, tables = run_local(records, config, ledger)
-        rows = [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
+        rows = ledger_losses(records, *range(10), *range(20, 30))
         assert lost(rows) == [("A", 10, 20, 10, "abandoned")]
         assert (rows[0]["reserved_ms"], rows[0]["lost_ms"]) == (T0 + 200, T0 + 300)
         assert "moved on past it" in rows[0]["detail"] and "amo_records_lost" in rows[0]["detail"]
@@ -307,19 +307,13 @@ class TestWithTheLedger:
         released at 30 long after: the log cannot say when the child ended, so the loss is
         dated by the release, the latest it can have been (a review read "went on past it"
         for a run nothing followed)."""
-        from marshal_workers.common.ledgerfile import LedgerRow  # noqa: PLC0415
 
         records = log(
             (0, claim("A")), (50, hb("A", 0)), (100, reserve("A", 10)), (150, hb("A", 10)),
             (200, reserve("A", 20)), (250, hb("A", 20)), (300, reserve("A", 30)),
             (350, hb("A", 30)), (9400, release("A", 30)),
         )  # fmt: skip
-        at = (T0 + 120) / 1000
-        ledger = [LedgerRow(TOPIC, 0, o, "A", 1, 0, at, at + 0.001, GROUP, "A-1")
-                  for o in range(29)]  # fmt: skip
-        config = AuditConfig(FileInput(Path("-")), Path("-"), HB)
-        _, tables = run_local(records, config, ledger)
-        rows = [dict(zip(columns("amo_losses"), r, strict=True)) for r in tables["amo_losses"]]
+        rows = ledger_losses(records, *range(29))
         assert lost(rows) == [("A", 29, 30, 1, "abandoned")]
         assert (rows[0]["reserved_ms"], rows[0]["lost_ms"]) == (T0 + 300, T0 + 9400)
         assert "moved on past it (reserving or releasing beyond it)" in rows[0]["detail"]
