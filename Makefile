@@ -91,7 +91,7 @@ bench-hot-cpu: install kafka-jars ## The CPU-bound goal run of bench-hot: the 20
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-EVERY_FAULT := kill,freeze,stall,restart,twins,compaction,eager-compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery,feed-loss
+EVERY_FAULT := kill,freeze,stall,restart,twins,compaction,eager-compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery,feed-loss,amo-poison
 
 sim-sweep: install ## A fresh simulator sweep (about 30 min on 2 cores): every mix of `make sim` with stalled hosts added, 30 seeds each from SWEEP_FIRST + 1000 x the row (pick seeds no sweep used: docs/simulator.md)
 	$(BIN)/python bench/sim_sweep.py --first $(or $(SWEEP_FIRST),1400000)
@@ -100,7 +100,9 @@ sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, h
 	$(BIN)/marshal-sim --seeds 1000
 	$(BIN)/marshal-sim --seeds 200 --members 6 --groups 2 --faults freeze,compaction --fault-count 10
 	$(BIN)/marshal-sim --seeds 200 --faults twins,pause,freeze,compaction,kill --fault-count 8
-	$(BIN)/marshal-sim --seeds 200 --faults kill,freeze,stall,restart,twins,compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery,feed-loss --fault-count 6
+	$(BIN)/marshal-sim --seeds 200 --faults kill,freeze,stall,restart,twins,compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery,feed-loss,amo-poison --fault-count 6
+	@# AMO handlers that raise or hang: each loss reported as the handler's, no record tried twice
+	$(BIN)/marshal-sim --seeds 200 --members 4 --groups 2 --faults amo-poison,kill,freeze,stall,failures --fail-rate 0.1 --fault-count 6
 	$(BIN)/marshal-sim --seeds 200 --members 4 --groups 2 --faults restart,pause --fault-count 4
 	$(BIN)/marshal-sim --seeds 200 --faults poison,compaction --fault-count 6
 	$(BIN)/marshal-sim --seeds 100 --members 30 --groups 3 --faults kill,freeze,restart,twins,compaction,latency,clock,pause,failures,partitions

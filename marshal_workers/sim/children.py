@@ -278,6 +278,8 @@ class SimChild:
             if t >= self.lease():
                 self._end(EXIT_LEASE_EXPIRED, t)  # the loop's check before a call
                 return
+            if self._poisoned(t):  # (`amo-poison`: it ends with the rest of its runs lost)
+                return
             self.on_handled(self, self.position, t)
             self.tally += 1
             self.calls += 1

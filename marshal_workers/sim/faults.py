@@ -89,6 +89,7 @@ class Faults:
             "pause": self.pause,
             "partitions": self.partitions,
             "poison": self.poison,
+            "amo-poison": self.amo_poison,
             "clock-jumps": self.clock_jump,
             "forgery": self.forgery,
             "stall": self.stall,
@@ -159,6 +160,23 @@ class Faults:
             action = Action.SKIP if retries.random() < fleet.p.operator_skips else Action.RETRY
             decide = functools.partial(self.decide_record, owner, offset, action)
             fleet.at(later, action.value, decide)
+
+    def amo_poison(self) -> None:
+        """A record whose handler raises, or hangs, a little ahead of an AMO partition's end:
+        the child ends on it (exit 4 under the `stop` policy, or 10 at the handler deadline),
+        the record and the rest of what it had reserved are lost, and the member must report
+        that loss as the handler's (`handler_failed`, `amo_loss_reported`), then go on past it
+        (nothing is tried twice in AMO: no count parks the claim)."""
+        fleet = self.fleet
+        amo = [g for g, mode in fleet.modes.items() if mode is Mode.AMO]
+        if not amo:
+            return
+        key = fleet.rng.choice(fleet.keys(fleet.rng.choice(amo)))
+        data = fleet.data_of(key)
+        offset = data.high_watermark(fleet.t) + fleet.rng.randint(0, 20)
+        data.poison[offset] = fleet.rng.choice(("fail", "hang"))
+        # reached within a second or two; a hung call ends at the handler deadline
+        fleet.window(4 * fleet.p.heartbeat_interval)  # (the handler deadline is 2 HB)
 
     def decide_record(self, key: ClaimKey, offset: int, action: Action) -> None:
         """An operator's retry of the record (its failure count starts again, and the fleet

@@ -18,7 +18,11 @@
   path (a reservation given up on but landed included); but what children still had in hand
   at the end, and, under a cleaner below the safe window, a reservation no fold could
   confirm and what a holder that started from a compacted fold's estimate above the whole
-  log's position passed over (`holder_started`); and no offset a member reported lost as
+  log's position passed over (`holder_started`); a loss a member reports as a child of the
+  claim ends names the handler (cause `handler_failed`) exactly when that child's handler
+  failed (it raised under the `stop` policy, exit 4, or outlived its deadline, exit 10), a
+  crash or the lease otherwise (a metric that blames the wrong thing sends operators to the
+  wrong place: `amo-poison`); and no offset a member reported lost as
   reserved and granted to nobody (cause `refused`) while it held the claim was handled after
   all by a child of that tenure (a report that is not true teaches operators to ignore it; a
   later holder may handle such records where a cleaner removed the reservation, decision
@@ -82,7 +86,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from marshal_workers.ipc.exits import EXIT_KAFKA
+from marshal_workers.core.observations import LossCause
+from marshal_workers.ipc.exits import EXIT_HANDLER_FAILED, EXIT_HANDLER_TIMEOUT, EXIT_KAFKA
 from marshal_workers.protocol.amolosses import AmoLoss
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import World, resume_offset
@@ -100,6 +105,13 @@ FAULT_REFUSALS = (
     "batch starts at",
     "an earlier batch was refused",
 )
+
+# AMO: the causes of a loss a member reports as a child ends (a refusal's and an estimate's are
+# reported on other paths); `handler_failed` exactly when the child's handler failed
+CHILD_END_CAUSES = frozenset(
+    {LossCause.CRASH.value, LossCause.LEASE_EXPIRED.value, LossCause.HANDLER_FAILED.value}
+)
+HANDLER_FAILED = LossCause.HANDLER_FAILED.value
 
 INVARIANTS = (
     "no_overlap",
@@ -240,10 +252,26 @@ class Checker:
             self.violations.append({"invariant": invariant, "detail": detail, "t": t})
 
     def failed(self, child: SimChild, offset: int, t: float) -> None:
-        """A handler call failed on ``offset`` (a poison record)."""
-        mark = (child.key, offset)
-        self.failures[mark] = self.failures.get(mark, 0) + 1
-        by = (child.spec.instance_id, child.key)
+        """A handler call failed on ``offset`` (a poison record). In AMO the call was an
+        attempt all the same: the record is never tried again, nor handled after it
+        (`amo_no_double_grant`), and nothing counts its failure in the log (only ALO tries a
+        failing record again, so only ALO parks one: `poison_bounded` counts ALO's)."""
+        key = child.key
+        mark = (key, offset)
+        tried = self.failures.get(mark, 0)
+        self.failures[mark] = tried + 1
+        if self.modes[key.group] is Mode.AMO:
+            self.mark("amo_no_double_grant")
+            if tried or offset in self.counts.get(key, {}):
+                self.violation(
+                    "amo_no_double_grant",
+                    f"{key.topic}/{key.partition} offset {offset} tried again by {child.cid} "
+                    f"(tried before: {tried} failed, {self.counts.get(key, {}).get(offset, 0)} "
+                    "handled)",
+                    t,
+                )
+            return
+        by = (child.spec.instance_id, key)
         self.failed_by[by] = self.failed_by.get(by, 0) + 1
 
     @property
@@ -379,6 +407,13 @@ class Checker:
             self.first[key][offset] = (t, child.cid)
             if amo:
                 self.tenure_of[key][offset] = (child.spec.instance_id, child.spec.fencing_token)
+                if (key, offset) in self.failures:  # (`amo-poison`)
+                    self.violation(
+                        "amo_no_double_grant",
+                        f"{key.topic}/{key.partition} offset {offset} handled by {child.cid} "
+                        "after a handler failed on it",
+                        t,
+                    )
             return
         self.rehandled[key] += 1
         where = f"{key.topic}/{key.partition} offset {offset}"
@@ -410,12 +445,25 @@ class Checker:
         tenure: tuple[str, int] | None = None,
         *,
         estimated: bool = False,
+        cause: str = "",
+        ended: int | None = None,
     ) -> None:
         """A member reported ``start``..``end`` of ``key`` lost (AMO). ``tenure`` (its instance
         and the token it holds the claim under), for a report of records reserved in the log
         and granted to nobody while it holds the claim: no child of that tenure may handle any
         of them after all. ``estimated``: passed over by a start at a compacted log's estimate
-        (cause `estimate`): nobody was granted them, so no child may have handled any."""
+        (cause `estimate`): nobody was granted them, so no child may have handled any.
+        ``ended``: the exit code of the claim's child whose end the report came with; its cause
+        (``cause``) says whether that child's handler failed, or not."""
+        if ended is not None and cause in CHILD_END_CAUSES:
+            self.mark("amo_loss_reported")
+            handler = ended in (EXIT_HANDLER_FAILED, EXIT_HANDLER_TIMEOUT)
+            if handler != (cause == HANDLER_FAILED):
+                self.violation(
+                    "amo_loss_reported",
+                    f"{key.topic}/{key.partition}: {start}..{end} reported lost to {cause} by "
+                    f"a child that ended with exit {ended}",
+                )
         self.reported[key].append((start, end))
         if tenure is not None:
             self.refused_reported[key].append((start, end, tenure))

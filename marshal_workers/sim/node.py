@@ -44,7 +44,9 @@ TRACE_LINES = 40
 
 class LostReported(Protocol):
     """Told each AMO loss a member reports (`AmoLost`): its claim, range, the reporting
-    tenure (instance, token) for a refusal, and whether a compacted estimate passed it over."""
+    tenure (instance, token) for a refusal, whether a compacted estimate passed it over, its
+    cause, and the exit code of the claim's child whose end the member was reading when it
+    reported it (None: reported on anything else)."""
 
     def __call__(
         self,
@@ -54,7 +56,22 @@ class LostReported(Protocol):
         tenure: tuple[str, int] | None,
         *,
         estimated: bool = False,
+        cause: str = "",
+        ended: int | None = None,
     ) -> None: ...
+
+
+def _no_check(
+    key: ClaimKey,
+    start: int,
+    end: int,
+    tenure: tuple[str, int] | None,
+    *,
+    estimated: bool = False,
+    cause: str = "",
+    ended: int | None = None,
+) -> None:
+    """A node with no checker told of its losses (a `LostReported` that does nothing)."""
 
 
 WALL_EPOCH = 1_790_000_000.0  # virtual time 0 on the hosts' wall clocks (informational only)
@@ -102,7 +119,7 @@ class SimNode:
         on_checked: Callable[[str], None] = lambda invariant: None,
         read_lag_s: float = 0.0,
         on_failure_written: Callable[[str, bytes], None] = lambda instance, value: None,
-        on_lost: LostReported = lambda key, start, end, tenure, estimated=False: None,
+        on_lost: LostReported | None = None,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -119,7 +136,8 @@ class SimNode:
         self.on_granted = on_granted
         self.on_checked = on_checked
         self.on_failure_written = on_failure_written  # a failure's count written (not again)
-        self.on_lost = on_lost  # AMO records it reported lost (`AmoLost`)
+        self.on_lost = on_lost or _no_check  # AMO records it reported lost (`AmoLost`)
+        self._ending: tuple[ClaimKey, int] | None = None  # a child's end being fed, its code
         self.speed = speed
         self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
         self.alive = True
@@ -301,7 +319,9 @@ class SimNode:
                 assert child.exit_code is not None
                 alo = child.spec.mode is Mode.ALO
                 position = child.published if alo else child.position  # AMO: handled end
+                self._ending = (key, child.exit_code)  # (the losses it reports: `_observe`)
                 self._feed(inp.ChildExited(now, key, child.exit_code, child.end, position), t)
+                self._ending = None
         positions = {k: c.published for k, c in self.children.items() if c.published is not None}
         self._feed(inp.Tick(now, self.wall(t), positions), t)
         self._check_releases(now)
@@ -447,7 +467,17 @@ class SimNode:
                 else None
             )
             estimated = what.cause is obs.LossCause.ESTIMATE
-            self.on_lost(what.key, what.start, what.end, tenure, estimated=estimated)
+            ending = self._ending
+            ended = ending[1] if ending is not None and ending[0] == what.key else None
+            self.on_lost(
+                what.key,
+                what.start,
+                what.end,
+                tenure,
+                estimated=estimated,
+                cause=what.cause.value,
+                ended=ended,
+            )
 
     def _trace(self, c: cmd.Log, t: float) -> None:
         """The log lines a run's trace keeps: warnings, errors, claims won."""

@@ -23,6 +23,7 @@ FAULTS = (
     "forgery",
     "stall",
     "feed-loss",
+    "amo-poison",
 )
 DEFAULT_FAULTS = (
     "kill",

@@ -137,3 +137,35 @@ def test_amo_a_write_in_flight_at_the_end_holds_its_records_and_no_others() -> N
         c.deciding(AMO, *in_flight)
         c.finish({0: world(AMO, 7)}, [], {}, {})
         assert ("amo_loss_reported" in [v["invariant"] for v in c.violations]) is unreported
+
+
+def test_amo_a_loss_at_a_raised_handlers_end_must_name_the_handler() -> None:
+    """`amo-poison`: a child ended with exit 4 (its handler raised under `stop`); the loss its
+    member reports with that end names the handler, or the report is a violation (a review
+    found `crash` there: the metric sent operators to look for a crash)."""
+    c = checker()
+    c.lost_reported(AMO, 130, 200, cause="handler_failed", ended=4)
+    c.lost_reported(AMO, 230, 260, cause="handler_failed", ended=10)  # the handler deadline
+    c.lost_reported(AMO, 300, 320, cause="crash", ended=-9)
+    c.lost_reported(AMO, 320, 330, cause="lease_expired", ended=5)
+    c.lost_reported(AMO, 330, 340, cause="refused", ended=4)  # (not the end's own loss)
+    assert c.violations == []
+    c.lost_reported(AMO, 400, 410, cause="crash", ended=4)
+    c.lost_reported(AMO, 500, 510, cause="handler_failed", ended=-9)
+    details = [v["detail"] for v in c.violations]
+    assert [v["invariant"] for v in c.violations] == ["amo_loss_reported"] * 2
+    assert "400..410 reported lost to crash by a child that ended with exit 4" in details[0]
+    assert "500..510 reported lost to handler_failed" in details[1]
+
+
+def test_amo_a_failed_record_counts_no_failure_for_parking_but_is_never_tried_again() -> None:
+    """In AMO a failing record is lost, not tried again: nothing counts its failure in the log
+    (the checker once said `poison_bounded` of every AMO failure), and a second attempt, or a
+    handling after the failure, is a double."""
+    c = checker()
+    c.failed(child(AMO, "a"), 7, 1.0)
+    c.finish(reference={}, readers=[], noted={}, faults={})
+    assert c.violations == []
+    c.failed(child(AMO, "b"), 7, 2.0)
+    c.handled(child(AMO, "b"), 7, 3.0)
+    assert [v["invariant"] for v in c.violations] == ["amo_no_double_grant"] * 2

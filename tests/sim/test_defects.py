@@ -202,6 +202,18 @@ def test_poison_defect_failure_counts_live_only_in_the_member(
     assert found(monkeypatch, params, "poison_bounded", SEEDS) is not None
 
 
+def test_amo_loss_defect_a_raised_handlers_loss_named_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A review (0178a03): an AMO child that stopped on a raising handler under `stop` (exit 4,
+    `HandlerFailed` said) had the rest of its reserved runs reported lost to `crash`, as if
+    killed; only a handler that timed out was named. Reintroduced: the exit code is no longer
+    read as the handler's."""
+    monkeypatch.setattr(children, "EXIT_HANDLER_FAILED", -1000)  # (no exit is -1000)
+    params = SimParams(members=4, groups=2, faults=("amo-poison",), fault_count=3)
+    assert found(monkeypatch, params, "amo_loss_reported", SEEDS) is not None
+
+
 def test_compaction_defect_claims_stay_certain_across_a_gap(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

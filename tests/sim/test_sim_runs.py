@@ -41,6 +41,8 @@ MIXES = [
         duration=60,
     ),
     SimParams(members=4, groups=1, faults=("poison", "failures"), fault_count=6, fail_rate=0.2),
+    # an AMO record whose handler raises or hangs: lost, reported as the handler's, not tried again
+    SimParams(members=4, groups=2, faults=("amo-poison",), fault_count=3),
     # the mixes of the sweep that found positions erased by the cleaner
     SimParams(members=6, groups=2, faults=("freeze", "compaction"), fault_count=10),
     SimParams(faults=("twins", "pause", "freeze", "compaction", "kill"), fault_count=8),
