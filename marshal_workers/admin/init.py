@@ -115,7 +115,9 @@ def run_init(
         if not diff.fatal:
             warn(str(diff))
     said = cluster_heartbeat_check(
-        admin_client(conn.bootstrap_servers, conn.kafka), conn.heartbeat_interval_ms / 1000
+        admin_client(conn.bootstrap_servers, conn.kafka),
+        conn.heartbeat_interval_ms / 1000,
+        topic=conn.coordination_topic,
     )
     if said is not None:
         warn(f"warning: {said[1]}")

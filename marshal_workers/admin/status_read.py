@@ -128,18 +128,16 @@ class StatusReader:
             )
 
     def _ends(self, topics: Iterable[str], problems: list[str]) -> dict[tuple[str, int], int]:
-        """Each data partition's end, one by one; the ones that fail go to ``problems``."""
-        wanted = sorted(set(topics))
-        if not wanted:
-            return {}
-        try:
-            metadata = self.admin.list_topics(timeout=self.timeout_s)
-        except KafkaException as exc:
-            problems.append(f"lag: cannot read topic metadata: {error_text(exc)}")
-            return {}
+        """Each data partition's end, one by one; the ones that fail go to ``problems``. Each
+        topic's metadata is asked for by name (one request for every topic is answered with the
+        whole cluster's)."""
         specs: dict[TopicPartition, Any] = {}
-        for topic in wanted:
-            meta = metadata.topics.get(topic)
+        for topic in sorted(set(topics)):
+            try:
+                meta = self.admin.list_topics(topic, timeout=self.timeout_s).topics.get(topic)
+            except KafkaException as exc:  # (the cluster's, not the topic's: no more asked)
+                problems.append(f"lag: cannot read topic metadata: {error_text(exc)}")
+                return {}
             if meta is None or meta.error is not None:
                 why = "missing" if meta is None else error_text(meta.error)
                 problems.append(f"lag of {topic}: {why}")

@@ -122,7 +122,7 @@ def error_text(err: object) -> str:
     return str(err)
 
 
-_AUTHORIZATION: Final = frozenset(
+AUTHORIZATION: Final = frozenset(  # the error codes of a principal that lacks an ACL
     {
         KafkaError.TOPIC_AUTHORIZATION_FAILED,
         KafkaError.GROUP_AUTHORIZATION_FAILED,
@@ -136,7 +136,7 @@ ACLS_HINT: Final = "see marshal-admin acls for what each role needs"
 def refusal_hint(err: object) -> str:
     """A few words for an authorization failure (the principal lacks an ACL), else ''."""
     inner = err.args[0] if isinstance(err, KafkaException) and err.args else err
-    if isinstance(inner, KafkaError) and inner.code() in _AUTHORIZATION:
+    if isinstance(inner, KafkaError) and inner.code() in AUTHORIZATION:
         return f" (this principal is not allowed to: {ACLS_HINT})"
     return ""
 

@@ -148,12 +148,16 @@ def failure_detection(configs: Mapping[int, Mapping[str, str]]) -> FailureDetect
     return FailureDetection(session, max(lags) if lags else None, source, failover)
 
 
-def read_failure_detection(admin: Any, timeout_s: float) -> FailureDetection | str:
+def read_failure_detection(
+    admin: Any, timeout_s: float, topic: str | None = None
+) -> FailureDetection | str:
     """Ask every broker for its failure-detection settings; a broker that does not answer is
     left out. If none answers, why (nothing is refused for that): the principal may lack
-    DescribeConfigs on the cluster."""
+    DescribeConfigs on the cluster. The brokers are listed by a metadata request for ``topic``
+    (the coordination topic): every answer lists them, and one for no topic in particular
+    carries every topic of the cluster."""
     try:
-        brokers = list(admin.list_topics(timeout=timeout_s).brokers)
+        brokers = list(admin.list_topics(topic, timeout=timeout_s).brokers)
     except KafkaException as exc:
         return f"the brokers could not be listed ({exc.args[0].str() if exc.args else exc})"
     configs: dict[int, dict[str, str]] = {}
@@ -190,12 +194,12 @@ _NOT_ALLOWED: Final = frozenset(
 
 
 def cluster_heartbeat_check(
-    admin: Any, heartbeat_interval_s: float, timeout_s: float = 10.0
+    admin: Any, heartbeat_interval_s: float, timeout_s: float = 10.0, topic: str | None = None
 ) -> tuple[str, str] | None:
     """What to say once about the heartbeat interval on this cluster: None if it suffices;
     (``heartbeat_interval_too_small``, the warning) if it does not; or
     (``heartbeat_check_skipped``, why) if the brokers' settings could not be read."""
-    detection = read_failure_detection(admin, timeout_s)
+    detection = read_failure_detection(admin, timeout_s, topic)
     if isinstance(detection, str):
         return (
             "heartbeat_check_skipped",

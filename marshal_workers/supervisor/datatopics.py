@@ -14,6 +14,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from marshal_workers.clients import roles
 from marshal_workers.clients.kafkaconfig import client_config
+from marshal_workers.clients.rdkafka import ACLS_HINT, AUTHORIZATION
 from marshal_workers.common.errors import ConfigError, MarshalError
 from marshal_workers.protocol.slicing import WHOLE, Slicing
 from marshal_workers.protocol.wire import ClaimKey
@@ -41,17 +42,24 @@ class DataTopics:
 
     def partitions(self, timeout_s: float = 10.0) -> list[ClaimKey]:
         """Every claim of the group: each partition of every topic (with a sliced ordering, each
-        slice of each partition) as a claim key; ConfigError if a topic is missing."""
-        try:
-            meta = self._consumer.list_topics(timeout=timeout_s)
-        except KafkaException as exc:
-            raise MarshalError(
-                f"cannot read topic metadata from {self.bootstrap_servers}: {exc}"
-            ) from None
+        slice of each partition) as a claim key; ConfigError if a topic is missing, or if this
+        principal may not describe it. Each topic's metadata is asked for by name: a request
+        for every topic is answered with the whole cluster's, at every start and discovery."""
         keys: list[ClaimKey] = []
         for topic in self.topics:
-            tmeta = meta.topics.get(topic)
-            if tmeta is None or tmeta.error is not None or not tmeta.partitions:
+            try:
+                tmeta = self._consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            except KafkaException as exc:
+                raise MarshalError(
+                    f"cannot read topic metadata from {self.bootstrap_servers}: {exc}"
+                ) from None
+            error = None if tmeta is None else tmeta.error
+            if error is not None and error.code() in AUTHORIZATION:
+                raise ConfigError(
+                    f"not authorized to describe topic {topic!r} on {self.bootstrap_servers} "
+                    f"({ACLS_HINT})"
+                )
+            if tmeta is None or error is not None or not tmeta.partitions:
                 raise ConfigError(
                     f"topic {topic!r} does not exist on {self.bootstrap_servers} "
                     "(create it, or fix --topic)"

@@ -68,7 +68,9 @@ def check_coordination_topic(config: RunConfig) -> list[StartupWarning]:
         if diff.fatal:
             raise MarshalError(f"{config.coordination_topic}: {diff}")
         warnings.append(("coordination_topic_setting", {"difference": str(diff)}))
-    said = cluster_heartbeat_check(admin, config.heartbeat_interval)
+    said = cluster_heartbeat_check(
+        admin, config.heartbeat_interval, topic=config.coordination_topic
+    )
     if said is not None:
         warnings.append((said[0], {"detail": said[1]}))
     return warnings

@@ -354,6 +354,26 @@ def test_the_password_may_come_from_the_environment_or_a_credential(
         assert done.returncode == 0, (env.keys(), done.stderr)
 
 
+def test_a_worker_on_a_topic_it_may_not_describe_is_told_so_not_that_it_is_missing(
+    secured: Secured,
+) -> None:
+    """The worker's ACLs name its own topic; run on another, existing topic it exits 2 with one
+    line saying it may not describe it. (The partitions were read from a metadata request for
+    every topic, which leaves out those the principal may not describe: the line said the topic
+    did not exist.)"""
+    other = f"payments_{uuid.uuid4().hex[:6]}"
+    made = secured.admin("admin", "topic", "create", other, "--partitions", "1")
+    assert made.returncode == 0, made.stderr
+    member = secured.run_member("worker", "w9", topic=other)
+    code = member.wait(60)
+    text = (secured.root / "w9.log").read_text()
+    assert code == 2, text[-3000:]
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in text, text
+    assert f"not authorized to describe topic '{other}'" in lines[0]
+    assert "see marshal-admin acls" in lines[0]
+
+
 def test_a_worker_without_cluster_describe_configs_says_the_check_could_not_run(
     secured: Secured,
 ) -> None:
