@@ -21,3 +21,12 @@ def child_entry(
     from marshal_workers.child.main import child_main  # noqa: PLC0415 (the fork server's import)
 
     child_main(spec, lease, conn, supervisor_pid)
+
+
+def spare_entry(
+    template: ChildSpec, lease: SharedLease, conn: Connection, supervisor_pid: int
+) -> NoReturn:
+    """Run `child.main.spare_main` (a child started ahead of its claim); never returns."""
+    from marshal_workers.child.main import spare_main  # noqa: PLC0415 (the fork server's import)
+
+    spare_main(template, lease, conn, supervisor_pid)

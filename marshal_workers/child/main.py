@@ -30,6 +30,12 @@ the supervisor itself is never forked, as librdkafka's threads do not survive a 
    On `Stop` the batch in hand is finished, ``teardown(ctx, reason)`` runs with the `Stop`'s
    reason (``stop``, or ``revoke`` when the claim is taken away), `Stopped` is sent.
 
+A child may also be started ahead of its claim, the supervisor's spare (`spare_main`,
+`supervisor.spare`): it takes step 1, configures its logs and imports the handler's module,
+then waits for its spec on the pipe, holding no lease and reading nothing, and goes on from
+step 2 with the spec it is handed and the lease it was started with, which is the claim's by
+then. The supervisor gone meanwhile (the pipe closed), it exits.
+
 A failing handler call goes through the error policy (`marshal_workers.child.policy`): retries
 in the child with backoff, the lease checked before every attempt and throughout every wait;
 then ``dlq`` (`marshal_workers.child.deadletters`), ``skip`` or ``stop``. The unit is a record,
@@ -107,6 +113,8 @@ from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.logs import configure_logging, raw_line
 from marshal_workers.common.stacks import collect_fault_dumps
+from marshal_workers.common.workdir import working_directory_on_path
+from marshal_workers.handler.loading import load_handler
 from marshal_workers.ipc.exits import (
     EXIT_HANDLER_FAILED,
     EXIT_HANDLER_TIMEOUT,
@@ -126,6 +134,7 @@ __all__ = [
     "EXIT_PARENT_GONE",
     "EXIT_SETUP",
     "child_main",
+    "spare_main",
 ]
 
 FENCE_EXIT_CODES = {
@@ -140,6 +149,36 @@ def child_main(
     spec: ChildSpec, lease: SharedLease, conn: Connection, supervisor_pid: int
 ) -> NoReturn:
     """The child process's entry point (see the module docstring); never returns."""
+    parent = become_child(supervisor_pid, spec.log_json)
+    run_child(spec, lease, conn, parent)
+
+
+def spare_main(
+    template: ChildSpec, lease: SharedLease, conn: Connection, supervisor_pid: int
+) -> NoReturn:
+    """A child started ahead of its claim (`supervisor.spare`): step 1 of the module doc, its
+    logs configured and the handler's module imported, then it waits for its claim's spec on
+    the pipe and goes on as any child with it and ``lease``, which the supervisor made the
+    claim's. Until then it runs no thread but the guardian's process, holds no lease, reads
+    nothing and handles nothing. The supervisor gone (the pipe closed), it exits."""
+    parent = become_child(supervisor_pid, template.log_json)
+    with contextlib.suppress(Exception):  # (not importable: the spec's setup says so, as usual)
+        working_directory_on_path()
+        load_handler(template.handler)  # (imports and looks up; its setup waits for the spec)
+    try:
+        spec = conn.recv()
+    except (EOFError, OSError):
+        os._exit(EXIT_PARENT_GONE)
+    if not isinstance(spec, ChildSpec):
+        os._exit(EXIT_SETUP)
+    if spec.log_json != template.log_json:
+        configure_logging(spec.log_json)
+    run_child(spec, lease, conn, parent)
+
+
+def become_child(supervisor_pid: int, log_json: bool) -> int:
+    """Step 1 of the module doc and the logs' configuration; the pid to watch as the parent
+    (the process exits at once if the supervisor or the fork server is already gone)."""
     become_group_leader()
     start_group_guardian()  # before any thread exists: a fork copies only the calling thread
     faulthandler.enable(all_threads=True)  # a crash in C code still shows the Python stacks
@@ -148,7 +187,12 @@ def child_main(
     parent = parent_to_watch(supervisor_pid)
     if parent is None:
         os._exit(EXIT_PARENT_GONE)
-    configure_logging(spec.log_json)
+    configure_logging(log_json)
+    return parent
+
+
+def run_child(spec: ChildSpec, lease: SharedLease, conn: Connection, parent: int) -> NoReturn:
+    """Steps 2-5 of the module doc for ``spec``; never returns."""
     bound: dict[str, Any] = {
         "group": spec.group_id,
         "topic": spec.topic,

@@ -15,13 +15,13 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.machinery import ModuleSpec
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING
 
-from marshal_workers.child.entry import child_entry
+from marshal_workers.child.entry import child_entry, spare_entry
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.ipc.messages import ChildSpec, ToChild
 
@@ -59,8 +59,9 @@ class ChildHandle:
             return None
         return dead_status(self.pid)
 
-    def send(self, msg: ToChild) -> bool:
-        """Send `Grant` or `Stop`; False if the child is gone (its pipe end closed)."""
+    def send(self, msg: ToChild | ChildSpec) -> bool:
+        """Send `Grant` or `Stop` (to a spare child: its `ChildSpec`); False if the child is
+        gone (its pipe end closed)."""
         try:
             self.conn.send(msg)
         except OSError:
@@ -144,11 +145,28 @@ def start_child(spec: ChildSpec, lease: SharedLease, mp_context: ChildContext) -
     A spawned child's parent-death signal comes when the *thread* that started it ends: call
     this from a thread that lives as long as the supervisor.
     """
+    return _start(child_entry, spec, lease, mp_context, f"{spec.topic}/{spec.partition}")
+
+
+def start_spare(template: ChildSpec, lease: SharedLease, mp_context: ChildContext) -> ChildHandle:
+    """Start a child ahead of its claim (`supervisor.spare`), with the member's child settings
+    (``template``) and the ``lease`` it will run under; it waits for its spec (`hand_over`).
+    As `start_child`: from a thread that lives as long as the supervisor."""
+    return _start(spare_entry, template, lease, mp_context, "spare")
+
+
+def _start(
+    entry: Callable[..., object],
+    spec: ChildSpec,
+    lease: SharedLease,
+    mp_context: ChildContext,
+    name: str,
+) -> ChildHandle:
     parent_conn, child_conn = mp_context.Pipe(duplex=True)
     process = mp_context.Process(
-        target=child_entry,
+        target=entry,
         args=(spec, lease, child_conn, os.getpid()),
-        name=f"marshal-child:{spec.topic}/{spec.partition}",
+        name=f"marshal-child:{name}",
         daemon=False,  # a daemonic process may not start processes: handlers may need to
     )
     with main_not_rerun():

@@ -67,6 +67,8 @@ from marshal_workers.supervisor.feeds import HostFeeds
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer, deliver
 from marshal_workers.supervisor.placement import locate_member, refuse_placing_since
 from marshal_workers.supervisor.pollthread import LogPollThread
+from marshal_workers.supervisor.spare import KEEP_S as SPARE_KEEP_S
+from marshal_workers.supervisor.spare import Spare
 
 if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
     from marshal_workers.childlink.forkserver import ChildContext
@@ -176,6 +178,8 @@ class Supervisor:
         shared = config.slicing.sliced and config.slice_reads == "host"
         self.feeds = HostFeeds(mp_context, self._log) if shared else None
         self.starts = Starts(self._log)  # children start off the loop (`childstarts`)
+        self._spare: Spare | None = None  # a child started ahead of the first claim (`spare`)
+        self._spare_taken: Spare | None = None  # the spare the first spawn took, if any
         self._starting: dict[ClaimKey, Waiting] = {}
         self._fed: dict[ClaimKey, ipc.ChildSpec] = {}  # the children of a feed, by claim
 
@@ -190,6 +194,7 @@ class Supervisor:
         """Locate the group's coordination partitions (`supervisor.placement`), catch up on
         them, check what the group must agree on, then let the core resume this client's
         claims and claim, the log read from then on by the poll thread."""
+        self._start_spare()  # it sets itself up while the log is read and the claims made
         # the data topics first: a run refused at start writes nothing (no group settings)
         partitions = self.topics.partitions()
         try:
@@ -273,6 +278,8 @@ class Supervisor:
             if sig is signal.SIGUSR1:
                 self.dump_stacks()
             else:
+                if sig is signal.SIGHUP:  # a reload: the spare imported the handler before it
+                    self._drop_spare(say=True)
                 self._feed(inp.SignalReceived(self.clock(), sig))
         conns: dict[Connection | int, ClaimKey] = {
             handle.conn: key for key, handle in self.children.items()
@@ -308,6 +315,8 @@ class Supervisor:
             self._started(done)
         self._reap_children()
         now = self.clock()
+        if self._spare is not None and now - self._spare.since > SPARE_KEEP_S:
+            self._drop_spare(say=True)  # this member claimed nothing yet: none idles for it
         self._feed(inp.Tick(now, self.wall(), self._positions()))
         self.observer.tick(self.snapshot(now), healthy=self.member.healthy(now))
 
@@ -480,16 +489,43 @@ class Supervisor:
             lease = self.leases[key] = SharedLease(self.mp, self.clock)
         return lease
 
+    def _start_spare(self) -> None:
+        """Start a child ahead of the first claim (`supervisor.spare`)."""
+        spare = self._spare = Spare(SharedLease(self.mp, self.clock), self.clock(), self._log)
+        template, mp = self.settings.child, self.mp
+        self.starts.then(lambda: spare.start(template, mp))
+
+    def _drop_spare(self, say: bool = False) -> None:
+        """Kill the spare if no spawn took it (`supervisor.spare`); ``say``: log it."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            self.starts.then(partial(spare.kill, say))
+
     def _spawn(self, c: cmd.Spawn) -> None:
         """Start the child off the loop (`childstarts`), its host's reader first if it needs
-        one; until it has started, what the core tells it or signals it waits here."""
+        one; until it has started, what the core tells it or signals it waits here. The
+        member's first spawn takes the spare child, if there is one: its lease becomes the
+        claim's here, on the loop, before the core writes to the claim's lease again."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            self._spare_taken = spare  # (`_started` says whether it was)
+            held = self.leases.get(c.key)
+            if held is not None:  # what the core gave the claim so far
+                spare.lease.extend_to(held.deadline)
+            self.leases[c.key] = spare.lease
         lease, feeds, mp = self._lease(c.key), self.feeds, self.mp
 
         def job() -> tuple[ipc.ChildSpec, ChildHandle]:
             spec = c.spec
-            if feeds is not None and spec.slice is not None:
-                spec = feeds.fed(spec)
-            return spec, start_child(spec, lease, mp)
+            try:
+                if feeds is not None and spec.slice is not None:
+                    spec = feeds.fed(spec)
+                taken = spare.take(spec) if spare is not None else None
+            except BaseException:
+                if spare is not None:
+                    spare.kill()  # (no process idles for a start that failed)
+                raise
+            return spec, taken if taken is not None else start_child(spec, lease, mp)
 
         self._starting[c.key] = Waiting(c)
         self.starts.start(c.key, job)
@@ -516,6 +552,7 @@ class Supervisor:
         self.children[key] = handle
         self._signalled.discard(key)
         self.observer.child_started(key, handle.pid, c.restart)
+        taken, self._spare_taken = self._spare_taken, None
         self._log.info(
             "child_started",
             topic=key.topic,
@@ -524,6 +561,7 @@ class Supervisor:
             position=c.spec.start_offset,
             token=c.spec.fencing_token,
             restart=c.restart,
+            spare=taken is not None and taken.taken == handle.pid,
         )
         for message in starting.told:
             handle.send(message)
@@ -601,6 +639,7 @@ class Supervisor:
 
     def kill_all(self) -> None:
         """Revoke every lease and kill every child: nothing outlives the supervisor."""
+        self._drop_spare()  # (on the start thread, before its close)
         for lease in self.leases.values():
             lease.revoke()
         for key, handle in self.children.items():
