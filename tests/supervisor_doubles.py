@@ -103,6 +103,23 @@ def patch_children(monkeypatch: pytest.MonkeyPatch, started: list[FakeChild]) ->
         return child
 
     monkeypatch.setattr(runtime_module, "start_child", start_child)
+    monkeypatch.setattr(runtime_module, "Spare", NoSpare)
+
+
+class NoSpare:
+    """A spare child (`supervisor.spare.Spare`) that starts nothing: every child is a fake."""
+
+    def __init__(self, lease: SharedLease, since: float, log: object) -> None:
+        self.lease, self.since, self.taken = lease, since, None
+
+    def start(self, template: ipc.ChildSpec, mp: object) -> None:
+        pass
+
+    def take(self, spec: ipc.ChildSpec) -> None:
+        return None
+
+    def kill(self, say: bool = False) -> None:
+        pass
 
 
 def initialised(topic: MemoryTopic, client_id: str = "marshal-admin") -> MemoryTopic:

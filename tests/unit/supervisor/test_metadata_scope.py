@@ -1,7 +1,7 @@
 """What the member and `status` ask the brokers' metadata for: their own topics, never the
 cluster's every topic. A cluster of thousands of topics answers a metadata request for all of
 them with all of them (each member's start, each partition discovery, each `status --lag`); a
-member's cost is to follow its own group (issue 32's part 1)."""
+member's cost is to follow its own group."""
 
 from __future__ import annotations
 
