@@ -162,6 +162,7 @@ def spare_main(
     claim's. Until then it runs no thread but the guardian's process, holds no lease, reads
     nothing and handles nothing. The supervisor gone (the pipe closed), it exits."""
     parent = become_child(supervisor_pid, template.log_json)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (as any child: the supervisor owns shutdown)
     with contextlib.suppress(Exception):  # (not importable: the spec's setup says so, as usual)
         working_directory_on_path()
         load_handler(template.handler)  # (imports and looks up; its setup waits for the spec)

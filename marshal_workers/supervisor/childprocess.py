@@ -150,7 +150,7 @@ def start_child(spec: ChildSpec, lease: SharedLease, mp_context: ChildContext) -
 
 def start_spare(template: ChildSpec, lease: SharedLease, mp_context: ChildContext) -> ChildHandle:
     """Start a child ahead of its claim (`supervisor.spare`), with the member's child settings
-    (``template``) and the ``lease`` it will run under; it waits for its spec (`hand_over`).
+    (``template``) and the ``lease`` it will run under; it waits for its spec (`Spare.take`).
     As `start_child`: from a thread that lives as long as the supervisor."""
     return _start(spare_entry, template, lease, mp_context, "spare")
 
