@@ -60,7 +60,8 @@ from marshal_workers.protocol.modes import Mode
 # and over. Measured on the trivial benchmarks (8 children, 2 cores, docs/design.md decision
 # 20): on top of the freeze after setup, these thresholds cut a run's CPU (children, supervisor
 # and broker) by 8-24% in AMO and 2-15% in ALO. Cyclic garbage waits longer (about 50,000
-# allocations) before it is freed; a plugin may set its own thresholds in its setup.
+# allocations) before it is freed; a plugin may set its own thresholds in its setup, or its
+# module at its import: the child sets these before (`child.main.BeforeImport`).
 GC_THRESHOLDS = (50_000, 20, 20)
 
 
@@ -116,7 +117,6 @@ class ChildLoop:
         raise AssertionError("the loop only ends by ChildExit")  # pragma: no cover
 
     def _setup(self) -> None:
-        gc.set_threshold(*GC_THRESHOLDS)  # before the plugin's setup, which may set its own
         spec = self.spec
         try:
             policy = FailurePolicy(

@@ -88,6 +88,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import gc
 import os
 import signal
 import sys
@@ -108,7 +109,7 @@ from marshal_workers.child.fencing import (
     start_group_guardian,
     write_with_timeout,
 )
-from marshal_workers.child.loop import ChildLoop
+from marshal_workers.child.loop import GC_THRESHOLDS, ChildLoop
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.logs import configure_logging, raw_line
@@ -150,19 +151,23 @@ def child_main(
 ) -> NoReturn:
     """The child process's entry point (see the module docstring); never returns."""
     parent = become_child(supervisor_pid, spec.log_json)
-    run_child(spec, lease, conn, parent)
+    before = BeforeImport(spec.log_json)
+    before.claim(spec)
+    run_child(spec, lease, conn, parent, before)
 
 
 def spare_main(
     template: ChildSpec, lease: SharedLease, conn: Connection, supervisor_pid: int
 ) -> NoReturn:
     """A child started ahead of its claim (`supervisor.spare`): step 1 of the module doc, its
-    logs configured and the handler's module imported, then it waits for its claim's spec on
-    the pipe and goes on as any child with it and ``lease``, which the supervisor made the
-    claim's. Until then it runs no thread but the guardian's process, holds no lease, reads
-    nothing and handles nothing. The supervisor gone (the pipe closed), it exits."""
+    logs and signals set as any child sets them before its handler's import (`BeforeImport`),
+    the handler's module imported, then it waits for its claim's spec on the pipe and goes on
+    as any child with it and ``lease``, which the supervisor made the claim's. Until then it
+    holds no lease, reads nothing and handles nothing, and its watchdog has not started (a
+    handler module that looks at the threads at its import sees one fewer). The supervisor
+    gone (the pipe closed), it exits."""
     parent = become_child(supervisor_pid, template.log_json)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (as any child: the supervisor owns shutdown)
+    before = BeforeImport(template.log_json)
     with contextlib.suppress(Exception):  # (not importable: the spec's setup says so, as usual)
         working_directory_on_path()
         load_handler(template.handler)  # (imports and looks up; its setup waits for the spec)
@@ -174,7 +179,9 @@ def spare_main(
         os._exit(EXIT_SETUP)
     if spec.log_json != template.log_json:
         configure_logging(spec.log_json)
-    run_child(spec, lease, conn, parent)
+        before.log_json = spec.log_json
+    before.claim(spec)
+    run_child(spec, lease, conn, parent, before)
 
 
 def become_child(supervisor_pid: int, log_json: bool) -> int:
@@ -192,28 +199,59 @@ def become_child(supervisor_pid: int, log_json: bool) -> int:
     return parent
 
 
-def run_child(spec: ChildSpec, lease: SharedLease, conn: Connection, parent: int) -> NoReturn:
-    """Steps 2-5 of the module doc for ``spec``; never returns."""
-    bound: dict[str, Any] = {
-        "group": spec.group_id,
-        "topic": spec.topic,
-        "partition": spec.partition,
-        "client_id": spec.client_id,
-        "instance_id": spec.instance_id,
-        "pid": os.getpid(),
-        "fencing_token": spec.fencing_token,
-    }
-    if spec.slice is not None:  # which slice of the partition (as the supervisor's lines say)
-        bound["slice"] = spec.slice.name
-    log = structlog.get_logger("marshal_workers.child.main").bind(**bound)
-    collect_fault_dumps(log, "stack_dump")  # SIGUSR1: every stack at once, even mid-handler
+class BeforeImport:
+    """What a child sets before it imports its handler's module, so that what the module sets
+    at its import stands (a spare sets it before its claim is known, `spare_main`): SIGTERM's
+    last words, SIGINT ignored, SIGUSR1's stack dumps, the garbage collector's thresholds
+    (`GC_THRESHOLDS`: before the plugin's setup, which may set its own). Its lines carry the
+    claim's fields once the claim is known (`claim`)."""
 
-    def last_words(event: str, **fields: Any) -> None:
-        # no structlog here: its writer lock may be held by the thread we interrupt
-        line = raw_line(spec.log_json, event, "warning", {**bound, **fields})
+    def __init__(self, log_json: bool) -> None:
+        self.log_json = log_json
+        self.bound: dict[str, Any] = {"pid": os.getpid()}
+        self.log: Any = structlog.get_logger("marshal_workers.child.main").bind(**self.bound)
+        collect_fault_dumps(self, "stack_dump")  # SIGUSR1: every stack at once, even mid-handler
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor owns shutdown
+        gc.set_threshold(*GC_THRESHOLDS)
+
+    def claim(self, spec: ChildSpec) -> None:
+        """The claim's fields on every line from now on (as the supervisor's lines say them)."""
+        self.bound = {
+            "group": spec.group_id,
+            "topic": spec.topic,
+            "partition": spec.partition,
+            "client_id": spec.client_id,
+            "instance_id": spec.instance_id,
+            "pid": os.getpid(),
+            "fencing_token": spec.fencing_token,
+        }
+        if spec.slice is not None:  # which slice of the partition
+            self.bound["slice"] = spec.slice.name
+        self.log = structlog.get_logger("marshal_workers.child.main").bind(**self.bound)
+
+    def info(self, event: str, **fields: Any) -> None:
+        """A line (the stack dumps' thread logs through this)."""
+        self.log.info(event, **fields)
+
+    def last_words(self, event: str, **fields: Any) -> None:
+        """A warning line written at once: no structlog here, as its writer lock may be held by
+        the thread this interrupts."""
+        line = raw_line(self.log_json, event, "warning", {**self.bound, **fields})
         write_with_timeout(2, line, LAST_WORDS_TIMEOUT_S)
 
-    calls = lease.calls
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self.last_words("child_terminated", signal="SIGTERM")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def run_child(
+    spec: ChildSpec, lease: SharedLease, conn: Connection, parent: int, before: BeforeImport
+) -> NoReturn:
+    """Steps 2-5 of the module doc for ``spec`` (what comes before the handler's import set by
+    ``before``); never returns."""
+    calls, last_words = lease.calls, before.last_words
 
     def on_fence(reason: str) -> NoReturn:
         code = FENCE_EXIT_CODES[reason]
@@ -232,14 +270,7 @@ def run_child(spec: ChildSpec, lease: SharedLease, conn: Connection, parent: int
         calls.fence.value = code  # the watchdog's reason, whatever the status turns out to be
         os._exit(code)  # the guardian then kills the rest of the group (the handler's helpers)
 
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        last_words("child_terminated", signal="SIGTERM")
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    loop = ChildLoop(spec, lease, conn, log)
+    loop = ChildLoop(spec, lease, conn, before.log)
     Watchdog(lease, parent, on_fence, call_clock=loop.call_clock).start()
     code = loop.run()
     sys.stdout.flush()

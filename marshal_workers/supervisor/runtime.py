@@ -213,6 +213,8 @@ class Supervisor:
         placement = placement_text(self.settings.placement)
         self._log.info("group_located", placement=placement, followed=sorted(self.log.followed))
         self._log.info("caught_up", records=folded, partitions=len(partitions))
+        if self._spare is not None:  # its time counts from the first claims, not the catch-up
+            self._spare.since = self.clock()
         self.reader = LogPollThread(self.log.poll)
         self.reader.start()
         self._run(self.member.begin(self.clock(), self.wall(), partitions))
@@ -534,6 +536,7 @@ class Supervisor:
         """A start ended: the child is the claim's now (and hears what waited for it), or no
         process could be made (limits, memory): this claim's failure alone."""
         key = done.key
+        taken, self._spare_taken = self._spare_taken, None  # (the first start's, if any)
         starting = self._starting.pop(key, None)
         if starting is None:  # nobody waits for it (never so: the core spawns once per exit)
             if done.handle is not None:
@@ -552,7 +555,6 @@ class Supervisor:
         self.children[key] = handle
         self._signalled.discard(key)
         self.observer.child_started(key, handle.pid, c.restart)
-        taken, self._spare_taken = self._spare_taken, None
         self._log.info(
             "child_started",
             topic=key.topic,

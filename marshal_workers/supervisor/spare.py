@@ -21,6 +21,7 @@ claim's child is started as usual. Everything here runs on the start thread
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ from marshal_workers.supervisor.childprocess import ChildHandle, start_spare
 if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
     from marshal_workers.childlink.forkserver import ChildContext
 
-KEEP_S = 5.0  # an unused spare is killed this long after the start
+KEEP_S = 5.0  # an unused spare is killed this long after the member's first claims
 
 
 class Spare:
@@ -45,9 +46,12 @@ class Spare:
         self.taken: int | None = None  # the pid of the spare a spec was handed to
 
     def start(self, template: ChildSpec, mp_context: ChildContext) -> None:
-        """Start the process (on the start thread). Nothing is logged: the supervisor may not
-        have started yet, and before a start-up error nothing is printed but its line."""
-        self.handle = start_spare(template, self.lease, mp_context)
+        """Start the process (on the start thread). Nothing is logged, not even a failure to
+        make it (then there is no spare, and the first claim's child is started as usual, and
+        says so if it fails too): the supervisor may not have started yet, and before a
+        start-up error nothing is printed but its line."""
+        with contextlib.suppress(Exception):
+            self.handle = start_spare(template, self.lease, mp_context)
 
     def take(self, spec: ChildSpec) -> ChildHandle | None:
         """Hand ``spec`` to the spare: its handle, now the spec's child (`child_started` says
@@ -73,5 +77,6 @@ class Spare:
 
 
 def _end(handle: ChildHandle) -> None:
-    handle.signal_group(signal.SIGKILL)
+    if handle.exitcode is None:  # (ended and reaped, its pid may be another process's now)
+        handle.signal_group(signal.SIGKILL)
     handle.close()  # (its end unreported by the fork server yet: forgotten, not joined)

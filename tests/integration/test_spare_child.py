@@ -105,3 +105,26 @@ def test_a_spare_dies_with_its_supervisor(make_fleet: MakeFleet, sig: signal.Sig
     assert not alive(pid), "the spare outlived its supervisor"
     holder.signal(signal.SIGTERM)
     assert holder.wait(60) == 0, holder.log_tail()
+
+
+def test_what_the_handlers_module_sets_at_import_stands_in_the_spare_too(
+    make_fleet: MakeFleet, tmp_path: Path
+) -> None:
+    """The handler's module sets the garbage collector's thresholds at its import; every child,
+    the spare (which imports it before its claim is known) included, handles with them: the
+    child's own settings come before the import in both (a review: the spare set them after)."""
+    fleet = make_fleet(mode="alo", hb=1.0, partitions=3)
+    fleet.produce(30)
+    seen = tmp_path / "thresholds"
+    member = fleet.start(
+        member_id(),
+        handler="tests.integration.import_settings:handle",
+        env={"IMPORT_SETTINGS_DIR": str(seen)},
+    )
+    fleet.wait_for(lambda: seen.exists() and len(list(seen.iterdir())) == 3, 60, "3 children")
+    started = events(member.log_path, "child_started")
+    assert [e["spare"] for e in started] == [True, False, False], member.log_tail()
+    for path in seen.iterdir():
+        assert json.loads(path.read_text()) == [1234, 5, 6], path.name
+    member.signal(signal.SIGTERM)
+    assert member.wait(60) == 0, member.log_tail()
