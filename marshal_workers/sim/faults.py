@@ -142,13 +142,10 @@ class Faults:
         """A record that always fails, or whose handler call hangs, a little ahead of an ALO
         partition's end: the fleet must count its failures in the log and park it."""
         fleet = self.fleet
-        alo = [g for g, mode in fleet.modes.items() if mode is Mode.ALO]
-        if not alo:
+        placed = self._place_poison(Mode.ALO)
+        if placed is None:
             return
-        key = fleet.rng.choice(fleet.keys(fleet.rng.choice(alo)))
-        data = fleet.data_of(key)
-        offset = data.high_watermark(fleet.t) + fleet.rng.randint(0, 20)
-        data.poison[offset] = fleet.rng.choice(("fail", "hang"))
+        key, offset = placed
         owner = fleet.cut.owner(fleet.cut.data_key(key), offset)  # (sliced: its slice)
         fleet.poisoned.add(owner)
         fleet.window(0.0)
@@ -167,16 +164,22 @@ class Faults:
         the record and the rest of what it had reserved are lost, and the member must report
         that loss as the handler's (`handler_failed`, `amo_loss_reported`), then go on past it
         (nothing is tried twice in AMO: no count parks the claim)."""
+        if self._place_poison(Mode.AMO) is not None:
+            # reached within a second or two; a hung call ends at the handler deadline
+            self.fleet.window(4 * self.fleet.p.heartbeat_interval)  # (the deadline is 2 HB)
+
+    def _place_poison(self, mode: Mode) -> tuple[ClaimKey, int] | None:
+        """A record that always fails, or hangs, up to 20 records past the end of a partition
+        of a group of ``mode``: its claim key and offset (None: no such group)."""
         fleet = self.fleet
-        amo = [g for g, mode in fleet.modes.items() if mode is Mode.AMO]
-        if not amo:
-            return
-        key = fleet.rng.choice(fleet.keys(fleet.rng.choice(amo)))
+        groups = [g for g, m in fleet.modes.items() if m is mode]
+        if not groups:
+            return None
+        key = fleet.rng.choice(fleet.keys(fleet.rng.choice(groups)))
         data = fleet.data_of(key)
         offset = data.high_watermark(fleet.t) + fleet.rng.randint(0, 20)
         data.poison[offset] = fleet.rng.choice(("fail", "hang"))
-        # reached within a second or two; a hung call ends at the handler deadline
-        fleet.window(4 * fleet.p.heartbeat_interval)  # (the handler deadline is 2 HB)
+        return key, offset
 
     def decide_record(self, key: ClaimKey, offset: int, action: Action) -> None:
         """An operator's retry of the record (its failure count starts again, and the fleet

@@ -61,19 +61,6 @@ class LostReported(Protocol):
     ) -> None: ...
 
 
-def _no_check(
-    key: ClaimKey,
-    start: int,
-    end: int,
-    tenure: tuple[str, int] | None,
-    *,
-    estimated: bool = False,
-    cause: str = "",
-    ended: int | None = None,
-) -> None:
-    """A node with no checker told of its losses (a `LostReported` that does nothing)."""
-
-
 WALL_EPOCH = 1_790_000_000.0  # virtual time 0 on the hosts' wall clocks (informational only)
 
 
@@ -136,7 +123,7 @@ class SimNode:
         self.on_granted = on_granted
         self.on_checked = on_checked
         self.on_failure_written = on_failure_written  # a failure's count written (not again)
-        self.on_lost = on_lost or _no_check  # AMO records it reported lost (`AmoLost`)
+        self.on_lost = on_lost  # AMO records it reported lost (`AmoLost`), if told
         self._ending: tuple[ClaimKey, int] | None = None  # a child's end being fed, its code
         self.speed = speed
         self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
@@ -459,7 +446,7 @@ class SimNode:
         releases seen and the AMO losses reported are kept (for the checks)."""
         if isinstance(what, obs.ReleaseSeen):
             self.releases_seen.append(what.key)
-        elif isinstance(what, obs.AmoLost):
+        elif isinstance(what, obs.AmoLost) and self.on_lost is not None:
             refused = what.cause is obs.LossCause.REFUSED and what.token is not None
             tenure = (
                 (self.settings.instance_id, what.token)

@@ -420,3 +420,16 @@ def partition_workers(supervisor_pid: int) -> list[int]:
 
 
 MakeFleet = Callable[..., Fleet]  # the `make_fleet` fixture (conftest): Fleet's keywords
+
+
+def log_events(path: Path, event: str) -> list[dict[str, object]]:
+    """The JSON log lines of one event."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("event") == event:
+            out.append(entry)
+    return out

@@ -5,7 +5,6 @@ process dying before the claim moves."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import signal
@@ -20,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.integration import liveness_handlers as lh
-from tests.integration.fleet import Fleet, MakeFleet
+from tests.integration.fleet import Fleet, MakeFleet, log_events
 
 pytestmark = pytest.mark.kafka
 
@@ -36,19 +35,6 @@ def fleet(make_fleet: MakeFleet) -> Fleet:
 def member_id() -> str:
     """A client id no other test on this host uses (client ids are locked per host)."""
     return f"live-{uuid.uuid4().hex[:8]}"
-
-
-def log_events(path: Path, event: str) -> list[dict[str, object]]:
-    """The JSON log lines of one event."""
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and entry.get("event") == event:
-            out.append(entry)
-    return out
 
 
 class TestHandlerEndsUnderAHealthySupervisor:

@@ -14,21 +14,9 @@ import psutil
 import pytest
 
 from marshal_workers.supervisor.spare import KEEP_S
-from tests.integration.fleet import Fleet, MakeFleet, Member
+from tests.integration.fleet import Fleet, MakeFleet, Member, log_events
 
 pytestmark = pytest.mark.kafka
-
-
-def events(path: Path, event: str) -> list[dict[str, object]]:
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and entry.get("event") == event:
-            out.append(entry)
-    return out
 
 
 def member_id() -> str:
@@ -56,10 +44,10 @@ def test_the_spare_becomes_the_first_claims_child(make_fleet: MakeFleet) -> None
     fleet.produce(200)
     member = fleet.start(member_id())
     fleet.wait_for(fleet.handled_everything, 60, "every record handled")
-    started = events(member.log_path, "child_started")
+    started = log_events(member.log_path, "child_started")
     assert [e["spare"] for e in started] == [True, False, False, False], member.log_tail()
     assert len({e["child_pid"] for e in started}) == 4
-    assert not events(member.log_path, "child_spare_dropped")
+    assert not log_events(member.log_path, "child_spare_dropped")
     rows = fleet.ledger()
     assert len({(r.partition, r.offset) for r in rows}) == 200 == len(rows)
     member.signal(signal.SIGTERM)
@@ -75,10 +63,10 @@ def test_a_member_that_claims_nothing_kills_its_spare(make_fleet: MakeFleet) -> 
     second = fleet.start(member_id())
     pid = spare_pid(fleet, second)
     fleet.wait_for(
-        lambda: bool(events(second.log_path, "child_spare_dropped")), KEEP_S + 10, "the drop"
+        lambda: bool(log_events(second.log_path, "child_spare_dropped")), KEEP_S + 10, "the drop"
     )
     fleet.wait_for(lambda: not alive(pid), 10, "the unused spare to die")
-    assert not events(second.log_path, "child_started"), second.log_tail()
+    assert not log_events(second.log_path, "child_started"), second.log_tail()
     for member in (second, first):
         member.signal(signal.SIGTERM)
         assert member.wait(60) == 0, member.log_tail()
@@ -93,7 +81,7 @@ def test_a_spare_dies_with_its_supervisor(make_fleet: MakeFleet, sig: signal.Sig
     holder = fleet.start(member_id())
     fleet.wait_for(lambda: bool(fleet.holders()), 30, "the partition claimed")
     member = fleet.start(member_id())
-    fleet.wait_for(lambda: bool(events(member.log_path, "supervisor_started")), 30, "the start")
+    fleet.wait_for(lambda: bool(log_events(member.log_path, "supervisor_started")), 30, "the start")
     pid = spare_pid(fleet, member)
     assert alive(pid)
     member.signal(sig)
@@ -122,7 +110,7 @@ def test_what_the_handlers_module_sets_at_import_stands_in_the_spare_too(
         env={"IMPORT_SETTINGS_DIR": str(seen)},
     )
     fleet.wait_for(lambda: seen.exists() and len(list(seen.iterdir())) == 3, 60, "3 children")
-    started = events(member.log_path, "child_started")
+    started = log_events(member.log_path, "child_started")
     assert [e["spare"] for e in started] == [True, False, False], member.log_tail()
     for path in seen.iterdir():
         assert json.loads(path.read_text()) == [1234, 5, 6], path.name
