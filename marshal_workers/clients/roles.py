@@ -54,11 +54,15 @@ COORDINATION_READER_PINS: Final[Mapping[str, Any]] = {
     **_NO_COMMITS,
     **_NO_TOPIC_CREATION,
 }
-DATA_CONSUMER_PINS: Final[Mapping[str, Any]] = _NO_COMMITS
-OFFSETS_PINS: Final[Mapping[str, Any]] = {"enable.auto.commit": False}
+# Every role: a metadata request for a topic by name (the data topics', status's, the admin's)
+# must never create it, whatever the [kafka] table says. librdkafka creates it where the broker
+# allows (Kafka's default) when the client does: by default a producer handle does, and the
+# admin client is one.
+DATA_CONSUMER_PINS: Final[Mapping[str, Any]] = {**_NO_COMMITS, **_NO_TOPIC_CREATION}
+OFFSETS_PINS: Final[Mapping[str, Any]] = {"enable.auto.commit": False, **_NO_TOPIC_CREATION}
 DEAD_LETTER_PINS: Final[Mapping[str, Any]] = {**SAFE_PRODUCER, **_NO_TOPIC_CREATION}
-DATA_PRODUCER_PINS: Final[Mapping[str, Any]] = SAFE_PRODUCER
-ADMIN_PINS: Final[Mapping[str, Any]] = {}
+DATA_PRODUCER_PINS: Final[Mapping[str, Any]] = {**SAFE_PRODUCER, **_NO_TOPIC_CREATION}
+ADMIN_PINS: Final[Mapping[str, Any]] = _NO_TOPIC_CREATION
 
 # role -> (client class name, pins): what the builders below apply, for tests and docs.
 ROLES: Final[Mapping[str, tuple[str, Mapping[str, Any]]]] = {

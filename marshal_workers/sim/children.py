@@ -225,13 +225,17 @@ class SimChild:
             self._end(EXIT_HANDLER_FAILED, t)
             return True
         if kind == "hang":
+            amo = self.spec.mode is Mode.AMO
             if self.hung_since is None:
                 self.hung_since = t
+                if amo:  # an attempt however it ends (a kill while hung too): never another
+                    self.on_failed(self, self.position, t)
             timeout = self.spec.handler_timeout_s
             if timeout and t - self.hung_since >= timeout:
                 failed = ipc.Settle(self.position, self.position + 1, "the handler call timed out")
                 self.end = ChildEnd(EXIT_HANDLER_TIMEOUT, failed, t - self.hung_since)
-                self.on_failed(self, self.position, t)
+                if not amo:
+                    self.on_failed(self, self.position, t)
                 self.die(EXIT_HANDLER_TIMEOUT, t)
             return True
         return False

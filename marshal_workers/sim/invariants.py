@@ -252,8 +252,9 @@ class Checker:
             self.violations.append({"invariant": invariant, "detail": detail, "t": t})
 
     def failed(self, child: SimChild, offset: int, t: float) -> None:
-        """A handler call failed on ``offset`` (a poison record). In AMO the call was an
-        attempt all the same: the record is never tried again, nor handled after it
+        """A handler call failed on ``offset`` (a poison record; in AMO told as a hung call
+        begins, since a kill may end it before its deadline). In AMO the call was an attempt
+        all the same: the record is never tried again, nor handled after it
         (`amo_no_double_grant`), and nothing counts its failure in the log (only ALO tries a
         failing record again, so only ALO parks one: `poison_bounded` counts ALO's)."""
         key = child.key

@@ -55,9 +55,9 @@ class DataTopics:
                 ) from None
             error = None if tmeta is None else tmeta.error
             if error is not None and error.code() in AUTHORIZATION:
-                raise ConfigError(
-                    f"not authorized to describe topic {topic!r} on {self.bootstrap_servers} "
-                    f"({ACLS_HINT})"
+                raise ConfigError(  # (Kafka says so of a missing topic too: nothing leaks)
+                    f"not authorized to describe topic {topic!r} on {self.bootstrap_servers}, "
+                    f"or it does not exist ({ACLS_HINT})"
                 )
             if tmeta is None or error is not None or not tmeta.partitions:
                 raise ConfigError(

@@ -208,6 +208,16 @@ def test_every_role_lays_its_pins_last(monkeypatch: pytest.MonkeyPatch) -> None:
     assert roles.ROLES["dead_letter_producer"][1]["enable.idempotence"] is True
 
 
+def test_no_client_that_asks_for_metadata_by_name_creates_a_topic() -> None:
+    """The admin client (a producer handle in librdkafka, where topic creation on a metadata
+    request is on by default) and the data topics' consumer ask for topics by name; on a broker
+    that creates topics on such a request (Kafka's default) the admin's `status` recreated a
+    deleted data topic the log still named (a review). Every role pins creation off, whatever
+    the [kafka] table says."""
+    for role, (_, pins) in roles.ROLES.items():
+        assert pins.get("allow.auto.create.topics") is False, role
+
+
 def _unbuilt_clients(source: str) -> list[str]:
     """The client constructions of ``source`` whose configuration is not the builder's: the
     argument must be a `client_config(...)` call, or a name, ``self.`` attribute or module

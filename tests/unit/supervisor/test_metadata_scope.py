@@ -81,7 +81,10 @@ def test_a_data_topic_the_principal_may_not_describe_says_so(
     broker = Metadata({"orders": refused})
     monkeypatch.setattr(roles, "Consumer", lambda config: broker)
     topics = datatopics.DataTopics("k1:9092", "g", ["orders"])
-    refusal = r"not authorized to describe topic 'orders' on k1:9092 \(see marshal-admin acls"
+    refusal = (
+        r"not authorized to describe topic 'orders' on k1:9092, or it does not exist "
+        r"\(see marshal-admin acls"
+    )
     with pytest.raises(ConfigError, match=refusal):
         topics.partitions()
 
