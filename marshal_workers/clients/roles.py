@@ -13,10 +13,14 @@ coordination_producer  Producer    acks=all, idempotence; never creates a topic
 coordination_reader    Consumer    read_committed; never commits, never creates a topic
 data_consumer          Consumer    never commits (positions live in the coordination log)
 offsets                Consumer    no automatic commit: only the explicit mirror commits
-dead_letter_producer   Producer    acks=all, idempotence; never creates a topic
+dead_letter_producer   Producer    acks=all, idempotence
 data_producer          Producer    acks=all, idempotence (`marshal-admin produce`, the demo)
-admin                  AdminClient (none)
+admin                  AdminClient -
 =====================  ==========  ===========================================================
+
+And every role: never creates a topic (a metadata request for one by name creates it where the
+broker allows it, Kafka's default, and the client does: an admin client, a producer handle in
+librdkafka, does by default).
 
 The read-only roles (coordination reader, data consumer, admin) open no producer, so a
 principal with only Read and Describe can run a command that only reads.
