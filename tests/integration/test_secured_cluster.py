@@ -78,6 +78,13 @@ class Secured:
         apply_acls(admin_client(self.cluster.bootstrap, self.cluster.client_table), acls)
 
 
+def to_earliest(secured: Secured) -> tuple[str, ...]:
+    """`set-position` of the fleet's group and topic to its earliest records (``--new-topic``:
+    the topic is the group's only once a worker test has run)."""
+    return ("set-position", "--group", secured.group, "--topic", secured.topic, "--to-earliest",
+            "--new-topic")  # fmt: skip
+
+
 def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
     """The one stderr line of a failed command (no traceback, nothing else)."""
     lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -268,15 +275,7 @@ def test_a_reader_writes_nothing(secured: Secured) -> None:
     write, exit 1."""
     for args in (
         ("release-group", "--group", secured.group, "--for", "5"),
-        (
-            "set-position",
-            "--group",
-            secured.group,
-            "--topic",
-            secured.topic,
-            "--to-earliest",
-            "--new-topic",
-        ),  # (the topic is the group's once a worker test has run)
+        to_earliest(secured),
     ):
         done = secured.admin("reader", *args)
         assert done.returncode == 1, done.stderr
@@ -406,15 +405,7 @@ def test_the_operator_role_pauses_and_repositions_but_creates_nothing(secured: S
     for args in (
         ("release-group", "--group", secured.group, "--for", "2"),
         ("release-group", "--group", secured.group, "--for", "0"),
-        (
-            "set-position",
-            "--group",
-            secured.group,
-            "--topic",
-            secured.topic,
-            "--to-earliest",
-            "--new-topic",
-        ),  # (the topic is the group's once a worker test has run)
+        to_earliest(secured),
     ):
         done = secured.admin("operator", *args)
         assert done.returncode == 0, (args, done.stderr)

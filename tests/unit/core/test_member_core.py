@@ -246,6 +246,17 @@ class TestClaiming:
         assert set(member.held) == {keys(1)[0], member_key("g", "c1")}
 
 
+def running_claim(member: Member | None = None) -> tuple[Harness, ClaimKey]:
+    """``member`` (an ALO member of one partition by default) holding its one claim, its
+    start found and its child spawned."""
+    topic, log_ms = fresh_topic(partitions=1)
+    h = start(member or Member(settings(partitions=1)), topic, log_ms, n=1)
+    key = keys(1)[0]
+    h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
+    h.tick(0.05)
+    return h, key
+
+
 def a_claim_that_failed_without_landing() -> tuple[
     MemoryTopic, Member, Harness, ClaimKey, cmd.Append
 ]:
@@ -886,11 +897,7 @@ class TestFailureCounts:
         """A frozen supervisor's children end at their lease: each claim's release is said
         at warning (what went wrong is the freeze, said once); a review counted 16 error lines
         after one freeze, each followed by its release withheld."""
-        topic, log_ms = fresh_topic(partitions=1)
-        h = start(Member(settings(partitions=1)), topic, log_ms, n=1)
-        key = keys(1)[0]
-        h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
-        h.tick(0.05)
+        h, key = running_claim()
         h.member.held[key].lease = h.now - 0.01  # it ran out meanwhile
         commands = h.member.feed(inp.ChildExited(h.now, key, EXIT_LEASE_EXPIRED))
         (line,) = [c for c in commands if isinstance(c, cmd.Log) and c.event == "claim_releasing"]
@@ -901,12 +908,8 @@ class TestFailureCounts:
         code each time the reader is killed, minutes apart; the slice has no records, so no
         `Stats` ever clears a count. Each child ran a while: restarted without a count, and the
         claim is kept (a review: five reader kills released the slice for a minute)."""
-        topic, log_ms = fresh_topic(partitions=1)
         member = Member(replace(settings(partitions=1), max_handler_failures=3))
-        h = start(member, topic, log_ms, n=1)
-        key = keys(1)[0]
-        h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
-        h.tick(0.05)
+        h, key = running_claim(member)
         for _ in range(5):
             assert h.member.held[key].child
             for _ in range(10):
@@ -920,11 +923,7 @@ class TestFailureCounts:
     def test_a_failure_count_whose_write_fails_is_written_again(self) -> None:
         """A RecordFailed whose append failed was dropped, and the failure count
         with it; it is written again, the same record."""
-        topic, log_ms = fresh_topic(partitions=1)
-        h = start(Member(settings(partitions=1)), topic, log_ms, n=1)
-        key = keys(1)[0]
-        h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
-        h.tick(0.05)
+        h, key = running_claim()
         failed = ipc.HandlerFailed(120, "ValueError: bad", "")
         commands = h.member.feed(inp.ChildSaid(h.now, key, failed))
         (first,) = [
@@ -941,12 +940,8 @@ class TestFailureCounts:
         written again behind the release, and the log refused it (not the holder): the record
         was tried once more than `poison_park_after`, with no fault of the member's. The release
         waits until the count is decided or given up."""
-        topic, log_ms = fresh_topic(partitions=1)
         member = Member(replace(settings(partitions=1), max_handler_failures=1))
-        h = start(member, topic, log_ms, n=1)
-        key = keys(1)[0]
-        h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
-        h.tick(0.05)
+        h, key = running_claim(member)
         failed = member.feed(inp.ChildSaid(h.now, key, ipc.HandlerFailed(120, "ValueError", "")))
         (count,) = [c for c in failed if isinstance(c, cmd.Append)]
         ended = member.feed(inp.ChildExited(h.now, key, EXIT_HANDLER_FAILED))
@@ -957,7 +952,7 @@ class TestFailureCounts:
         h.run(again)
         for _ in range(5):
             h.tick(0.1)
-        values = [r.value for r in topic.read(0, 0)]
+        values = [r.value for r in h.topic.read(0, 0)]
         kinds = [v.split(b"/")[0] for v in values if v.startswith((b"RecordFailed", b"Releasing"))]
         assert kinds == [b"RecordFailed", b"ReleasingPartition"]
         state = member.worlds[0].poison.get(key)
@@ -1065,14 +1060,6 @@ class TestFailureCounts:
 class TestPoisonRateAcrossRestarts:
     """The poison rate is the partition's, not the child's."""
 
-    def started(self) -> tuple[Harness, ClaimKey]:
-        topic, log_ms = fresh_topic(partitions=1)
-        h = start(Member(settings(partitions=1)), topic, log_ms, n=1)
-        key = keys(1)[0]
-        h.run(h.member.feed(inp.StartFound(h.now, key, 100)))
-        h.tick(0.05)
-        return h, key
-
     def poison_stop(self, h: Harness, key: ClaimKey, units: int) -> None:
         """The child dead-letters or skips ``units``, 0.1 s apart, then stops on the rate."""
         for _ in range(units):
@@ -1086,7 +1073,7 @@ class TestPoisonRateAcrossRestarts:
         return [c.spec for c in h.commands if isinstance(c, cmd.Spawn)]
 
     def test_a_restarted_child_starts_with_the_partitions_last_minute(self) -> None:
-        h, key = self.started()
+        h, key = running_claim()
         assert self.spawned(h)[0].poison_ages == ()
         self.poison_stop(h, key, 5)
         stopped_at = h.now
@@ -1100,7 +1087,7 @@ class TestPoisonRateAcrossRestarts:
         assert sorted(ages) == pytest.approx([youngest + 0.1 * i for i in range(5)])
 
     def test_units_older_than_the_window_are_not_passed_on(self) -> None:
-        h, key = self.started()
+        h, key = running_claim()
         self.poison_stop(h, key, 3)
         h.tick(61.0)
         h.tick(0.1)
