@@ -67,10 +67,27 @@ class Handling:
         self.settle = settle  # the previous child's call to dead-letter or skip, once
         self.run_no = 0  # numbers the runs of handler calls (in the shared cells)
         self.handled = 0  # records the handler completed (dead letters and skips not counted)
+        # told once the first record is dealt with (a batch plugin: the first batch), then
+        # dropped: `child.priority.Lowering.now`
+        self.first_dealt_with: Callable[[], None] | None = None
 
     def run(self, records: Sequence[Record]) -> None:
         """Deal with ``records`` in order (each handled, or settled by the policy), or end the
         child (the lease, or the policy's stop)."""
+        done = self.first_dealt_with
+        if done is None:
+            self._run(records)
+            return
+        self.first_dealt_with = None
+        if self.plugin.handle_batch is None and self.settle is None and len(records) > 1:
+            self._run(records[:1])  # the child's first record alone: then `first_dealt_with`
+            done()
+            self._run(records[1:])
+            return
+        self._run(records)
+        done()
+
+    def _run(self, records: Sequence[Record]) -> None:
         if self.settle is not None:
             records = self._settle_first(records, self.settle)
             if not records:

@@ -40,6 +40,7 @@ from marshal_workers.child.leasecheck import Clock, LeaseCheck
 from marshal_workers.child.pipe import Pipe
 from marshal_workers.child.plugin import Plugin
 from marshal_workers.child.policy import FailurePolicy, OnFailure, PoisonRate
+from marshal_workers.child.priority import Lowering
 from marshal_workers.child.reporting import Reporter
 from marshal_workers.child.reserving import Reserving
 from marshal_workers.childlink.forkserver import FORK_SERVER_PID
@@ -164,25 +165,28 @@ class ChildLoop:
         self.log.info("child_ready", mode=str(spec.mode), position=position)
 
     def _lower_priority(self) -> None:
-        """Run the handler below the supervisor's CPU priority (`ChildSpec.nice`), once set up:
+        """Run the handler below the supervisor's CPU priority (`ChildSpec.nice`) once its first
+        record is dealt with, or `ChildSpec.nice_after_s` from now if sooner (`child.priority`):
         busy handlers must not starve the supervisor (its heartbeats, the leases), the host's
-        readers, nor a child still starting (its setup ran at full priority). Only this
-        thread and those it starts later (a plugin's, the dead-letter producer's): the
+        readers, nor a child still starting (its setup ran at full priority), and a child just
+        set up must not wait for its first record behind its siblings still starting. Only this
+        thread and those it starts once lowered (a plugin's, the dead-letter producer's): the
         watchdog and the consumer's threads, started before, keep theirs.
 
         A nice orders threads only inside one scheduling group. Where Linux makes each session
         one (autogroup), the fork server's session, which all the member's children share, is
-        given the handler's nice too (`childlink.schedgroup`): against other sessions every
+        given the handler's nice at once (`childlink.schedgroup`): against other sessions every
         thread of the children weighs that little, inside it each keeps its own. Tried here,
         and from a thread of its own while the kernel says too soon (`settle_soon`)."""
         if self.spec.nice <= 0:
             return
-        try:
-            os.nice(self.spec.nice)
-        except OSError as exc:  # (raising it is always allowed; a sandbox may refuse anyway)
-            self.log.warning("child_priority_unchanged", nice=self.spec.nice, error=str(exc))
-        group = GroupNice(os.getpriority(os.PRIO_PROCESS, 0), FORK_SERVER_PID)
-        settle_soon(group, self._group_settled)
+        lowering = Lowering(self.spec.nice, self.spec.nice_after_s, self._priority_refused)
+        assert self.handling is not None
+        self.handling.first_dealt_with = lowering.now
+        settle_soon(GroupNice(lowering.target, FORK_SERVER_PID), self._group_settled)
+
+    def _priority_refused(self, exc: OSError) -> None:
+        self.log.warning("child_priority_unchanged", nice=self.spec.nice, error=str(exc))
 
     def _group_settled(self, group: GroupNice) -> None:
         if group.error is not None:

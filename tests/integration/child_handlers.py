@@ -87,6 +87,27 @@ class NiceRecorder(Recorder):
         self._event("nice", os.getpriority(os.PRIO_PROCESS, 0), others)
 
 
+class SlowFirstNiceRecorder(Recorder):
+    """`Recorder` whose first batch takes ``SLOW_FIRST_S``: notes the nice of its thread at
+    the start and at the end of each batch."""
+
+    SLOW_FIRST_S = 2.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = True
+
+    def setup(self, ctx: Context) -> None:
+        self._event("nice_at_setup", os.getpriority(os.PRIO_PROCESS, 0))
+
+    def handle_batch(self, records: Sequence[Record], ctx: Context) -> None:
+        before = os.getpriority(os.PRIO_PROCESS, 0)
+        if self.first:
+            self.first = False
+            time.sleep(self.SLOW_FIRST_S)
+        self._event("nice", before, os.getpriority(os.PRIO_PROCESS, 0))
+
+
 class SessionRecorder(Recorder):
     """`Recorder` noting at each batch the child's session, the fork server's pid (None: not a
     fork server's child) and the nice of the session's autogroup (None: none here)."""

@@ -616,12 +616,14 @@ class TestClassPlugin:
         nice: int,
     ) -> None:
         """`child_nice`: the plugin's setup runs at the child's own priority, its batches
-        ``nice`` lower; every other thread (the lease watchdog, the consumer's) keeps the
-        priority it had. 64 CPU-bound children on 2 cores at one priority started seconds late
-        and let leases run out (docs/benchmarks.md)."""
+        ``nice`` lower (here from the first: ``nice_after_s`` 0); every other thread (the lease
+        watchdog, the consumer's) keeps the priority it had. 64 CPU-bound children on 2 cores at
+        one priority started seconds late and let leases run out (docs/benchmarks.md)."""
         if os.getpriority(os.PRIO_PROCESS, 0) + nice > 19:
             pytest.skip("the tests run too low to lower a child by this much (nice caps at 19)")
-        spec = make_spec(kafka_bootstrap, topic, handler=f"{HANDLERS}:NiceRecorder", nice=nice)
+        spec = make_spec(
+            kafka_bootstrap, topic, handler=f"{HANDLERS}:NiceRecorder", nice=nice, nice_after_s=0
+        )
         lines = recorded_run(spec, tmp_path, spawn, monkeypatch)
         assert lines[0][0] == "nice_at_setup"
         base = lines[0][1]
@@ -631,6 +633,67 @@ class TestClassPlugin:
         assert any(name.startswith("marshal-watchdog/") for name in others), others
         assert any(name.startswith("rdk:") for name in others), others
         assert all(value == base for value in others.values()), others
+
+    def test_the_first_batch_is_handled_at_the_child_s_own_priority(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        tmp_path: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """`child.priority`: the handler's thread is lowered once its first record (a batch
+        plugin's: its first batch) is dealt with, not at once (a child lowered at once waited
+        for its first record behind its siblings still starting: docs/benchmarks.md). Its first
+        batch runs at the setup's priority, the next ``nice`` lower (long before
+        ``nice_after_s``); the other threads keep theirs."""
+        nice = 7
+        if os.getpriority(os.PRIO_PROCESS, 0) + nice > 19:
+            pytest.skip("the tests run too low to lower a child by this much (nice caps at 19)")
+        events = tmp_path / "events.jsonl"
+        monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
+        spec = make_spec(
+            kafka_bootstrap,
+            topic,
+            handler=f"{HANDLERS}:NiceRecorder",
+            nice=nice,
+            nice_after_s=60.0,
+        )
+        produce(spec.bootstrap_servers, spec.topic, {PARTITION: 1})
+        child = spawn(spec)
+        while child.expect(Progress).next_offset < 1:
+            pass
+        produce(spec.bootstrap_servers, spec.topic, {PARTITION: 1})
+        while child.expect(Progress).next_offset < 2:
+            pass
+        child.handle.send(Stop())
+        assert child.wait_exit() == 0
+        lines = [json.loads(line) for line in events.read_text().splitlines()]
+        base = lines[0][1]
+        runs = [line for line in lines if line[0] == "nice"]
+        assert [run[1] for run in runs] == [base, base + nice], runs
+        assert all(value == base for run in runs for value in run[2].values()), runs
+
+    def test_a_slow_first_batch_is_lowered_when_its_time_is_up(
+        self,
+        kafka_bootstrap: str,
+        topic: str,
+        tmp_path: Path,
+        spawn: Callable[..., Supervised],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A first batch longer than ``nice_after_s`` (a CPU-bound batch plugin's) is not
+        handled at the full priority to its end: the timer lowers the thread meanwhile."""
+        nice = 7
+        if os.getpriority(os.PRIO_PROCESS, 0) + nice > 19:
+            pytest.skip("the tests run too low to lower a child by this much (nice caps at 19)")
+        handler = f"{HANDLERS}:SlowFirstNiceRecorder"
+        spec = make_spec(kafka_bootstrap, topic, handler=handler, nice=nice, nice_after_s=0.5)
+        lines = recorded_run(spec, tmp_path, spawn, monkeypatch)
+        base = lines[0][1]
+        runs = [line[1:] for line in lines if line[0] == "nice"]
+        assert runs[0] == [base, base + nice], runs
+        assert all(run == [base + nice, base + nice] for run in runs[1:]), runs
 
     @pytest.mark.parametrize("nice", [0, 7])
     def test_a_fork_server_s_children_are_a_session_whose_group_runs_at_their_nice(
