@@ -25,7 +25,8 @@ The systems, each launched as a fresh process (tree) per measurement on a fresh 
   spawned processes, batches of 500 or 0.5 s) then ``CommitOffsets`` (`bench/peer_loops.py`).
 
 The settings (the performance goals' table, docs/benchmarks.md), each on its own 8-partition
-topic written once, records spread evenly (offsets 0 to N/8 - 1 in every partition):
+topic (``--partitions``) written once, records spread evenly (offsets 0 to N/8 - 1 in every
+partition):
 
 - cpu: ``bench.handlers:work``: about ``--work-us`` (20) microseconds of pure Python per record
   (a loop count calibrated once here, the same count in every system), ``--records`` records;
@@ -99,7 +100,8 @@ from runtime import (
 from marshal_workers.localkafka import StartOptions, start_cluster
 from marshal_workers.localkafka.cluster import cluster_status
 
-PARTITIONS = 8
+DEFAULT_PARTITIONS = 8
+PARTITIONS = DEFAULT_PARTITIONS  # the topics' partitions (`--partitions`): one child each
 SYSTEMS = ("plain", "alo", "amo", "amo-batch", "amo-narrow", "arroyo", "alo-base", "amo-base",
            "plain2")  # fmt: skip
 DEFAULT_SYSTEMS = SYSTEMS[:-1]  # plain2 when asked for (`make bench-peers` runs as before)
@@ -489,6 +491,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--bootstrap-servers", help="an existing Kafka (default: start a local one)")
     ap.add_argument("--records", type=int, default=240_000, help="records, CPU-bound setting")
+    ap.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS,
+                    help="the topics' partitions: one child each (1: one child alone beside a "
+                    "plain loop of one partition; plain2 needs an even count)")  # fmt: skip
     ap.add_argument("--trivial-records", type=int, help="records, trivial (10 x --records)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--work-us", type=float, default=20.0, help="CPU-bound handler's work")
@@ -508,6 +513,10 @@ def main() -> None:
         "same interleaved rounds: a change measured beside what it changes",
     )
     args = ap.parse_args()
+    global PARTITIONS  # noqa: PLW0603 (the script's one setting of it, before any use)
+    PARTITIONS = args.partitions
+    if "plain2" in args.systems and PARTITIONS % 2:
+        ap.error("--systems plain2 needs an even --partitions")
     if args.baseline is None:
         args.systems = [s for s in args.systems if s not in BASELINE]
     elif not (args.baseline / "marshal-run").exists():
