@@ -9,10 +9,17 @@ The start position is resolved before ``assign()``: the spec's offset, or the pa
 or high watermark for ``auto_offset_reset`` earliest or latest. The consumer is then assigned
 that concrete offset, so the position the child reports in `Started` is the one it fetches from
 (``auto.offset.reset`` still applies if that offset is no longer in the log).
+
+A spare child (`child.main.spare_main`) makes its consumer before its claim is known
+(`Prepared`): made and connecting to the cluster while the claims are decided, assigned nothing
+and reading nothing until the claim's spec comes; `open_consumer` then assigns it if the spec
+asks for the same configuration (the member's client id with ``-spare`` instead of the
+partition's topic and number: the one difference), else closes it and makes the spec's own.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -25,6 +32,7 @@ from marshal_workers.ipc.messages import ChildSpec
 EARLIEST = frozenset({"earliest", "smallest", "beginning"})
 LATEST = frozenset({"latest", "largest", "end"})
 WATERMARK_TIMEOUT_S = 10.0
+LEADER_LOOKUP_TIMEOUT_S = 5.0  # a prepared consumer's metadata request (`learn_leader`)
 FETCH_QUEUE_BACKOFF_MS = 10
 PREFETCH_BATCHES = 10  # queued.min.messages: this many batches fetched ahead
 PREFETCH_KBYTES = 2048  # queued.max.messages.kbytes
@@ -39,9 +47,10 @@ class FatalKafkaError(Exception):
     """librdkafka reported a fatal error: this consumer cannot go on."""
 
 
-def consumer_config(spec: ChildSpec, reader: bool = False) -> dict[str, Any]:
+def consumer_config(spec: ChildSpec, reader: bool = False, spare: bool = False) -> dict[str, Any]:
     """The librdkafka configuration of the child's consumer (``reader``: of the host's reader of
-    the partition, `child.reader`, which differs only in its client id)."""
+    the partition, `child.reader`; ``spare``: made before the partition is known, `Prepared`;
+    each differs only in its client id)."""
     # librdkafka pauses fetching for fetch.queue.backoff.ms (default 1 s) whenever its queue
     # passes queued.min.messages: a handler slower than the fetcher for a moment (an AMO grant
     # wait is enough) then starves for up to a second. 10 ms keeps the queue topped up.
@@ -62,7 +71,9 @@ def consumer_config(spec: ChildSpec, reader: bool = False) -> dict[str, Any]:
     }
     fixed: dict[str, Any] = {
         "group.id": spec.group_id,
-        "client.id": f"{spec.client_id}-{spec.topic}-{spec.partition}" + ("-reader" * reader),
+        "client.id": f"{spec.client_id}-spare"
+        if spare
+        else f"{spec.client_id}-{spec.topic}-{spec.partition}" + ("-reader" * reader),
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         # the host's reader is shared: a reset of its consumer may only go back to the log's
@@ -100,16 +111,47 @@ def reader_consumer(spec: ChildSpec) -> Consumer:
     return roles.data_consumer(consumer_config(spec, reader=True))
 
 
-def open_consumer(spec: ChildSpec) -> tuple[Consumer, int]:
-    """A consumer assigned to the spec's partition, and the offset it will fetch first."""
-    consumer = roles.data_consumer(consumer_config(spec))
+class Prepared:
+    """A consumer made before its claim is known, from the member's template spec (module
+    doc); nothing assigned."""
+
+    def __init__(self, template: ChildSpec) -> None:
+        self.config = consumer_config(template, spare=True)
+        self.consumer: Consumer = roles.data_consumer(self.config)
+
+    def fits(self, spec: ChildSpec) -> bool:
+        """Whether ``spec`` asks for this consumer's configuration (client id aside)."""
+        return consumer_config(spec, spare=True) == self.config
+
+
+def open_consumer(spec: ChildSpec, prepared: Prepared | None = None) -> tuple[Consumer, int]:
+    """A consumer assigned to the spec's partition, and the offset it will fetch first:
+    ``prepared``'s if it fits the spec (else it is closed)."""
+    if prepared is not None and prepared.fits(spec):
+        consumer = prepared.consumer
+    else:
+        if prepared is not None:
+            prepared.consumer.close()
+        consumer = roles.data_consumer(consumer_config(spec))
     try:
         position = resolve_start(consumer, spec)
         consumer.assign([TopicPartition(spec.topic, spec.partition, position)])
+        if prepared is not None and consumer is prepared.consumer:
+            learn_leader(consumer, spec.topic)
     except BaseException:
         consumer.close()
         raise
     return consumer, position
+
+
+def learn_leader(consumer: Consumer, topic: str) -> None:
+    """Ask for ``topic``'s metadata now. A consumer made before its partition was known asked
+    for the cluster's when it connected, without the topic: assigned later, it waited for
+    librdkafka's next scan of unknown topics (once a second) before its first fetch, 0.7 s in
+    2 of 12 tries (a fresh consumer's first request names the topic). A failure here only
+    leaves that scan to find it."""
+    with contextlib.suppress(KafkaException):
+        consumer.list_topics(topic, timeout=LEADER_LOOKUP_TIMEOUT_S)
 
 
 class Reach:

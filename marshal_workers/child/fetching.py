@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaException
 
 from marshal_workers.child.consumer import (
     FatalKafkaError,
+    Prepared,
     Reach,
     fetch,
     fetch_messages,
@@ -57,19 +58,25 @@ class Fetcher:
 
     idle = True  # a short batch from the consumer: it had no more (caught up)
 
-    def __init__(self, spec: ChildSpec, log: Any, messages: bool) -> None:
+    def __init__(
+        self, spec: ChildSpec, log: Any, messages: bool, prepared: Prepared | None = None
+    ) -> None:
         self.spec = spec
+        self.prepared = prepared  # a spare's consumer, made before its claim (`open` takes it)
         self.log = log
         self.messages = messages  # a batch plugin that takes the consumer's messages
         self.now = replace(spec, batch_timeout_s=0.0)  # what is queued already, no waiting
         self.reach = Reach()  # a slice's child: how far it read (other slices' records skipped)
         self.consumer: Consumer | None = None
+        self.took_prepared = False  # whether `open` assigned the spare's consumer
         self.start = 0  # where the consumer was assigned (see `open`)
 
     def open(self) -> int:
         """Open the consumer (`ConsumerSetupError`, `KafkaException` to the caller); the offset
         it fetches first."""
-        self.consumer, self.start = open_consumer(self.spec)
+        prepared, self.prepared = self.prepared, None
+        self.consumer, self.start = open_consumer(self.spec, prepared)
+        self.took_prepared = prepared is not None and self.consumer is prepared.consumer
         return self.start
 
     def fetch(self, wait: bool = True) -> Sequence[Record]:

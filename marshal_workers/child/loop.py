@@ -30,7 +30,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from marshal_workers.child.callclock import CallClock
-from marshal_workers.child.consumer import ConsumerSetupError
+from marshal_workers.child.consumer import ConsumerSetupError, Prepared
 from marshal_workers.child.failurehandling import FailureHandling
 from marshal_workers.child.feedsource import FeedFetcher
 from marshal_workers.child.fencing import REASON_PARENT_GONE
@@ -76,9 +76,11 @@ class ChildLoop:
         conn: Connection,
         log: Any,
         clock: Clock = leaseclock.now,
+        prepared: Prepared | None = None,
     ) -> None:
         self.spec = spec
         self.log = log
+        self.prepared = prepared  # a spare's consumer, made before its claim (`child.consumer`)
         self.lease = LeaseCheck(lease, log, clock)
         self.pipe = Pipe(conn, log)
         self.cells = lease.calls  # the shared cells: handled position, call in progress
@@ -140,10 +142,15 @@ class ChildLoop:
             raise ChildExit(EXIT_SETUP, "setup_failed") from None
         self.plugin = plugin
         fetcher: Source
+        prepared, self.prepared = self.prepared, None
         if spec.feed is not None:  # a slice's child fed by the host's reader (`child.reader`)
+            if prepared is not None:
+                prepared.consumer.close()
             fetcher = FeedFetcher(spec, self.log, plugin.messages, self.cells.note_feed_lost)
+            consumer = "feed"
         else:
-            fetcher = Fetcher(spec, self.log, plugin.messages)
+            fetcher = Fetcher(spec, self.log, plugin.messages, prepared)
+            consumer = "opened"
         self.fetcher = fetcher
         try:
             position = fetcher.open()
@@ -162,7 +169,9 @@ class ChildLoop:
         gc.freeze()
         self._lower_priority()
         self.pipe.send(Started(os.getpid(), position))
-        self.log.info("child_ready", mode=str(spec.mode), position=position)
+        if isinstance(fetcher, Fetcher) and fetcher.took_prepared:
+            consumer = "prepared"  # the spare's, connected while the claim was decided
+        self.log.info("child_ready", mode=str(spec.mode), position=position, consumer=consumer)
 
     def _lower_priority(self) -> None:
         """Run the handler below the supervisor's CPU priority (`ChildSpec.nice`) once its first
@@ -252,6 +261,8 @@ class ChildLoop:
                 self.pipe.send(end.final)
         if self.fetcher is not None:
             self.fetcher.close()
+        if self.prepared is not None:  # (setup failed before the consumer was opened)
+            self.prepared.consumer.close()
         failures = self.failures
         if failures is not None:
             failures.close()

@@ -31,10 +31,11 @@ the supervisor itself is never forked, as librdkafka's threads do not survive a 
    reason (``stop``, or ``revoke`` when the claim is taken away), `Stopped` is sent.
 
 A child may also be started ahead of its claim, the supervisor's spare (`spare_main`,
-`supervisor.spare`): it takes step 1, configures its logs and imports the handler's module,
-then waits for its spec on the pipe, holding no lease and reading nothing, and goes on from
-step 2 with the spec it is handed and the lease it was started with, which is the claim's by
-then. The supervisor gone meanwhile (the pipe closed), it exits.
+`supervisor.spare`): it takes step 1, configures its logs, imports the handler's module and
+makes its consumer (connecting, assigned nothing: `child.consumer.Prepared`), then waits for
+its spec on the pipe, holding no lease and reading nothing, and goes on from step 2 with the
+spec it is handed and the lease it was started with, which is the claim's by then. The
+supervisor gone meanwhile (the pipe closed), it exits.
 
 A failing handler call goes through the error policy (`marshal_workers.child.policy`): retries
 in the child with backoff, the lease checked before every attempt and throughout every wait;
@@ -98,6 +99,7 @@ from typing import Any, NoReturn
 
 import structlog
 
+from marshal_workers.child.consumer import Prepared
 from marshal_workers.child.fencing import (
     REASON_HANDLER_TIMEOUT,
     REASON_LEASE_EXPIRED,
@@ -161,7 +163,8 @@ def spare_main(
 ) -> NoReturn:
     """A child started ahead of its claim (`supervisor.spare`): step 1 of the module doc, its
     logs and signals set as any child sets them before its handler's import (`BeforeImport`),
-    the handler's module imported, then it waits for its claim's spec on the pipe and goes on
+    the handler's module imported and its consumer made (`child.consumer.Prepared`: it connects
+    meanwhile, assigned nothing), then it waits for its claim's spec on the pipe and goes on
     as any child with it and ``lease``, which the supervisor made the claim's. Until then it
     holds no lease, reads nothing and handles nothing, and its watchdog has not started (a
     handler module that looks at the threads at its import sees one fewer). The supervisor
@@ -171,6 +174,9 @@ def spare_main(
     with contextlib.suppress(Exception):  # (not importable: the spec's setup says so, as usual)
         working_directory_on_path()
         load_handler(template.handler)  # (imports and looks up; its setup waits for the spec)
+    prepared: Prepared | None = None
+    with contextlib.suppress(Exception):  # (none: the claim's child opens its own, as usual)
+        prepared = Prepared(template)  # connects meanwhile; assigned nothing (`child.consumer`)
     try:
         spec = conn.recv()
     except (EOFError, OSError):
@@ -181,7 +187,7 @@ def spare_main(
         configure_logging(spec.log_json)
         before.log_json = spec.log_json
     before.claim(spec)
-    run_child(spec, lease, conn, parent, before)
+    run_child(spec, lease, conn, parent, before, prepared)
 
 
 def become_child(supervisor_pid: int, log_json: bool) -> int:
@@ -247,10 +253,15 @@ class BeforeImport:
 
 
 def run_child(
-    spec: ChildSpec, lease: SharedLease, conn: Connection, parent: int, before: BeforeImport
+    spec: ChildSpec,
+    lease: SharedLease,
+    conn: Connection,
+    parent: int,
+    before: BeforeImport,
+    prepared: Prepared | None = None,
 ) -> NoReturn:
     """Steps 2-5 of the module doc for ``spec`` (what comes before the handler's import set by
-    ``before``); never returns."""
+    ``before``; a spare's consumer made before its claim, ``prepared``); never returns."""
     calls, last_words = lease.calls, before.last_words
 
     def on_fence(reason: str) -> NoReturn:
@@ -270,7 +281,7 @@ def run_child(
         calls.fence.value = code  # the watchdog's reason, whatever the status turns out to be
         os._exit(code)  # the guardian then kills the rest of the group (the handler's helpers)
 
-    loop = ChildLoop(spec, lease, conn, before.log)
+    loop = ChildLoop(spec, lease, conn, before.log, prepared=prepared)
     Watchdog(lease, parent, on_fence, call_clock=loop.call_clock).start()
     code = loop.run()
     sys.stdout.flush()

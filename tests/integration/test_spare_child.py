@@ -38,8 +38,9 @@ def spare_pid(fleet: Fleet, member: Member) -> int:
 
 
 def test_the_spare_becomes_the_first_claims_child(make_fleet: MakeFleet) -> None:
-    """The first `child_started` is the spare's process (it says so, and no other does);
-    every record is handled, once."""
+    """The first `child_started` is the spare's process (it says so, and no other does), and
+    its consumer is the one it made before its claim (`child_ready` says ``prepared``; the
+    others opened theirs); every record is handled, once."""
     fleet = make_fleet(mode="alo", hb=1.0, partitions=4)
     fleet.produce(200)
     member = fleet.start(member_id())
@@ -47,6 +48,8 @@ def test_the_spare_becomes_the_first_claims_child(make_fleet: MakeFleet) -> None
     started = log_events(member.log_path, "child_started")
     assert [e["spare"] for e in started] == [True, False, False, False], member.log_tail()
     assert len({e["child_pid"] for e in started}) == 4
+    ready = {e["pid"]: e["consumer"] for e in log_events(member.log_path, "child_ready")}
+    assert [ready[e["child_pid"]] for e in started] == ["prepared", "opened", "opened", "opened"]
     assert not log_events(member.log_path, "child_spare_dropped")
     rows = fleet.ledger()
     assert len({(r.partition, r.offset) for r in rows}) == 200 == len(rows)

@@ -16,11 +16,14 @@ from pathlib import Path
 import psutil
 import pytest
 
+from marshal_workers.child import consumer as consumer_module
 from marshal_workers.child.consumer import (
     FETCH_PARTITION_BYTES,
     PREFETCH_BATCHES,
     PREFETCH_KBYTES,
+    Prepared,
     consumer_config,
+    open_consumer,
 )
 from marshal_workers.child.fencing import parent_to_watch
 from marshal_workers.childlink.forkserver import SERVER_OF_ENV
@@ -73,6 +76,67 @@ class TestConsumerConfig:
         assert consumer_config(spec())["fetch.queue.backoff.ms"] != "25"
         config = consumer_config(spec(**{"fetch.queue.backoff.ms": "25"}))
         assert config["fetch.queue.backoff.ms"] == "25"
+
+
+class TestPreparedConsumer:
+    """A spare's consumer, made before its claim from the member's template (its topic and
+    partition unknown); no broker: the clients are made and assigned, never asked anything
+    (``127.0.0.1:9``), and the specs give their start offset."""
+
+    def template(self) -> ChildSpec:
+        return replace(spec(), topic="", partition=0, start_offset=None)
+
+    def test_it_differs_from_the_claim_s_consumer_in_its_client_id_alone(self) -> None:
+        prepared = consumer_config(self.template(), spare=True)
+        claims = consumer_config(spec())
+        assert prepared.pop("client.id") == "c-spare"
+        assert claims.pop("client.id") == "c-t-3"
+        assert prepared == claims
+
+    def test_a_claim_that_fits_is_assigned_the_prepared_consumer(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """It is assigned the claim's partition, and asks for the topic's metadata at once
+        (`learn_leader`: else it waited up to a second for librdkafka's next scan)."""
+        looked_up: list[str] = []
+        monkeypatch.setattr(
+            consumer_module, "learn_leader", lambda c, topic: looked_up.append(topic)
+        )
+        prepared = Prepared(self.template())
+        try:
+            assert prepared.consumer.assignment() == []  # nothing read before the claim
+            consumer, position = open_consumer(spec(), prepared)
+            assert consumer is prepared.consumer and position == 0
+            assert [(tp.topic, tp.partition) for tp in consumer.assignment()] == [("t", 3)]
+            assert looked_up == ["t"]
+        finally:
+            prepared.consumer.close()
+
+    @pytest.mark.parametrize(
+        "other",
+        [
+            {"group_id": "another"},
+            {"batch_size": 10},
+            {"kafka_config": (("fetch.wait.max.ms", "7"),)},
+        ],
+    )
+    def test_a_claim_that_asks_for_another_configuration_gets_its_own(
+        self, other: dict[str, object], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        looked_up: list[str] = []
+        monkeypatch.setattr(
+            consumer_module, "learn_leader", lambda c, topic: looked_up.append(topic)
+        )
+        prepared = Prepared(self.template())
+        claim = replace(spec(), **other)  # type: ignore[arg-type]
+        assert not prepared.fits(claim)
+        consumer, _ = open_consumer(claim, prepared)
+        try:
+            assert consumer is not prepared.consumer and looked_up == []
+            with pytest.raises(RuntimeError):  # closed
+                prepared.consumer.assignment()
+        finally:
+            consumer.close()
 
 
 class TestParentToWatch:
