@@ -331,15 +331,15 @@ SETTINGS: tuple[Setting, ...] = (
         "child_nice",
         10,
         "How much lower than the supervisor's the CPU priority of each child's handler runs "
-        "(added to its nice value, 0-19; 0: the same), from a tenth of a second after the child "
-        "is set up (its first records at full priority, not behind its siblings still "
-        "starting). Busy handlers then cannot starve the supervisor, the host's readers and "
-        "starting children of CPU: with 64 CPU-bound children on 2 cores and the same priority, "
-        "children started seconds late and leases ran out (docs/benchmarks.md). Only the "
-        "handler's thread is lowered (threads it starts once lowered inherit it: a plugin's, "
-        "the dead-letter producer's); against other processes of the host the handlers run at "
-        "this lower priority (where Linux schedules each session as a group, autogroup, the "
-        "children's session group is given it at once).",
+        "(added to its nice value, 0-19; 0: the same), once the child is set up and its first "
+        "record dealt with (at most a tenth of a second after setup: that record is not handled "
+        "behind its siblings still starting). Busy handlers then cannot starve the supervisor, "
+        "the host's readers and starting children of CPU: with 64 CPU-bound children on 2 "
+        "cores and the same priority, children started seconds late and leases ran out "
+        "(docs/benchmarks.md). Only the handler's thread is lowered (threads it starts once "
+        "lowered inherit it: a plugin's, the dead-letter producer's); against other processes "
+        "of the host the handlers run at this lower priority (where Linux schedules each "
+        "session as a group, autogroup, the children's session group is given it at once).",
         "Timing",
         parse=_count(0, 19),
         metavar="N",

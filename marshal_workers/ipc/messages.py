@@ -40,8 +40,8 @@ class ChildSpec:
     batch_size: int = 500
     amo_window: int = 32000  # AMO: records reserved and not handled, at most (`child.grants`)
     batch_timeout_s: float = 0.2
-    nice: int = 0  # added to the handler thread's nice (`RunConfig.child_nice`), once set up
-    nice_after_s: float = 0.1  # and handling for this long: its first records at full priority
+    nice: int = 0  # added to the handler thread's nice once its first record is dealt with
+    nice_after_s: float = 0.1  # or this long after setup, if its first record takes longer
     kafka_config: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     log_json: bool = True
     # error policies (see marshal_workers.child.policy)

@@ -13,10 +13,10 @@ makes the claim's before the core can write to it (`Supervisor._spawn`).
 
 Until it has a spec the spare holds no lease, reads nothing and handles nothing (its consumer,
 made and connecting to the cluster meanwhile, is assigned nothing: `child.consumer.Prepared`):
-nothing of the safety argument is touched (docs/design.md, the process model). It is used once: a member
-that claims nothing within `KEEP_S` (a member joining a full group) kills it, as does a
-supervisor that stops; a spare that died, or that the spec cannot reach, is killed and the
-claim's child is started as usual. Everything here runs on the start thread
+nothing of the safety argument is touched (docs/design.md, the process model). It is used
+once: a member that claims nothing within `KEEP_S` (a member joining a full group) kills it,
+as does a supervisor that stops; a spare that died, or that the spec cannot reach, is killed
+and the claim's child is started as usual. Everything here runs on the start thread
 (`supervisor.childstarts`), in order: the spare's start before the spawn that takes it.
 """
 
