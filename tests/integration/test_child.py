@@ -521,6 +521,12 @@ class TestEndings:
 HANDLERS = "tests.integration.child_handlers"
 
 
+def skip_if_capped(nice: int) -> None:
+    """Skip where the tests already run too low for a child to be lowered ``nice`` more."""
+    if os.getpriority(os.PRIO_PROCESS, 0) + nice > 19:
+        pytest.skip("the tests run too low to lower a child by this much (nice caps at 19)")
+
+
 def recorded_run(
     spec: ChildSpec,
     tmp_path: Path,
@@ -619,8 +625,7 @@ class TestClassPlugin:
         ``nice`` lower (here from the first: ``nice_after_s`` 0); every other thread (the lease
         watchdog, the consumer's) keeps the priority it had. 64 CPU-bound children on 2 cores at
         one priority started seconds late and let leases run out (docs/benchmarks.md)."""
-        if os.getpriority(os.PRIO_PROCESS, 0) + nice > 19:
-            pytest.skip("the tests run too low to lower a child by this much (nice caps at 19)")
+        skip_if_capped(nice)
         spec = make_spec(
             kafka_bootstrap, topic, handler=f"{HANDLERS}:NiceRecorder", nice=nice, nice_after_s=0
         )
@@ -648,8 +653,7 @@ class TestClassPlugin:
         batch runs at the setup's priority, the next ``nice`` lower (long before
         ``nice_after_s``); the other threads keep theirs."""
         nice = 7
-        if os.getpriority(os.PRIO_PROCESS, 0) + nice > 19:
-            pytest.skip("the tests run too low to lower a child by this much (nice caps at 19)")
+        skip_if_capped(nice)
         events = tmp_path / "events.jsonl"
         monkeypatch.setenv(child_handlers.EVENTS_ENV, str(events))
         spec = make_spec(
@@ -685,8 +689,7 @@ class TestClassPlugin:
         """A first batch longer than ``nice_after_s`` (a CPU-bound batch plugin's) is not
         handled at the full priority to its end: the timer lowers the thread meanwhile."""
         nice = 7
-        if os.getpriority(os.PRIO_PROCESS, 0) + nice > 19:
-            pytest.skip("the tests run too low to lower a child by this much (nice caps at 19)")
+        skip_if_capped(nice)
         handler = f"{HANDLERS}:SlowFirstNiceRecorder"
         spec = make_spec(kafka_bootstrap, topic, handler=handler, nice=nice, nice_after_s=0.5)
         lines = recorded_run(spec, tmp_path, spawn, monkeypatch)
