@@ -40,7 +40,9 @@ class Lowering:
     def __init__(self, nice: int, after_s: float, refused: Callable[[OSError], None]) -> None:
         self.refused = refused
         self.tid = threading.get_native_id()
-        self.target = min(os.getpriority(os.PRIO_PROCESS, self.tid) + nice, MAX_NICE)
+        # (elsewhere than Linux a thread id is no ``who`` of getpriority: the process's nice)
+        own = os.getpriority(os.PRIO_PROCESS, self.tid if PER_THREAD else 0)
+        self.target = min(own + nice, MAX_NICE)
         self.done = nice <= 0
         self.timer: threading.Timer | None = None
         if self.done:

@@ -136,3 +136,22 @@ def test_the_handling_step_says_once_that_its_first_record_is_dealt_with() -> No
     step.run([SimpleNamespace(offset=3)])
     assert told == [0, "first dealt with", 1, 2, 3]
     assert step.first_dealt_with is None
+
+
+def test_where_a_thread_cannot_be_lowered_by_its_id_the_process_is_lowered_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Elsewhere than Linux: `os.nice` at once (the process), its nice read as the process's."""
+    asked: list[int] = []
+    niced: list[int] = []
+    monkeypatch.setattr(priority, "PER_THREAD", False)
+    monkeypatch.setattr(priority.os, "getpriority", lambda which, who: asked.append(who) or 5)
+    monkeypatch.setattr(priority.os, "nice", lambda by: niced.append(by) or 5 + by)
+    lowering = Lowering(3, 60.0, pytest.fail)
+    assert (asked, niced, lowering.timer, lowering.done, lowering.target) == (
+        [0],
+        [3],
+        None,
+        True,
+        8,
+    )
