@@ -128,15 +128,15 @@ def open_consumer(spec: ChildSpec, prepared: Prepared | None = None) -> tuple[Co
     """A consumer assigned to the spec's partition, and the offset it will fetch first:
     ``prepared``'s if it fits the spec (else it is closed)."""
     if prepared is not None and prepared.fits(spec):
-        consumer = prepared.consumer
+        consumer, reused = prepared.consumer, True
     else:
         if prepared is not None:
             prepared.consumer.close()
-        consumer = roles.data_consumer(consumer_config(spec))
+        consumer, reused = roles.data_consumer(consumer_config(spec)), False
     try:
         position = resolve_start(consumer, spec)
         consumer.assign([TopicPartition(spec.topic, spec.partition, position)])
-        if prepared is not None and consumer is prepared.consumer:
+        if reused:
             learn_leader(consumer, spec.topic)
     except BaseException:
         consumer.close()

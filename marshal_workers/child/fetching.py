@@ -68,7 +68,6 @@ class Fetcher:
         self.now = replace(spec, batch_timeout_s=0.0)  # what is queued already, no waiting
         self.reach = Reach()  # a slice's child: how far it read (other slices' records skipped)
         self.consumer: Consumer | None = None
-        self.took_prepared = False  # whether `open` assigned the spare's consumer
         self.start = 0  # where the consumer was assigned (see `open`)
 
     def open(self) -> int:
@@ -76,7 +75,6 @@ class Fetcher:
         it fetches first."""
         prepared, self.prepared = self.prepared, None
         self.consumer, self.start = open_consumer(self.spec, prepared)
-        self.took_prepared = prepared is not None and self.consumer is prepared.consumer
         return self.start
 
     def fetch(self, wait: bool = True) -> Sequence[Record]:

@@ -169,7 +169,7 @@ class ChildLoop:
         gc.freeze()
         self._lower_priority()
         self.pipe.send(Started(os.getpid(), position))
-        if isinstance(fetcher, Fetcher) and fetcher.took_prepared:
+        if prepared is not None and fetcher.consumer is prepared.consumer:
             consumer = "prepared"  # the spare's, connected while the claim was decided
         self.log.info("child_ready", mode=str(spec.mode), position=position, consumer=consumer)
 

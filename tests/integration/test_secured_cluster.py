@@ -213,6 +213,10 @@ def test_a_worker_handles_every_record_and_a_reader_sees_it(secured: Secured) ->
         code = member.wait(60)
     assert code == 0, log.read_text()[-3000:]
     assert "heartbeat_check_skipped" not in log.read_text()
+    # the spare's consumer, made before its claim as the worker role, is the first child's
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    ready = [e["consumer"] for e in lines if e["event"] == "child_ready"]
+    assert ready and ready[0] == "prepared", ready
 
 
 def test_a_sliced_group_reads_each_partition_once_per_host_under_least_privilege(
@@ -266,6 +270,8 @@ def test_a_sliced_group_reads_each_partition_once_per_host_under_least_privilege
     children = {(e["partition"], e["pid"]) for e in attached if "feed" in e}
     by_reader = {(e["partition"], e["slice"]) for e in lines if e["event"] == "feed_child_attached"}
     assert len(children) >= 8 and len(by_reader) == 8  # 4 slices of each partition, fed
+    # every child is fed, the spare too (its consumer, made before the claim, closed)
+    assert {e["consumer"] for e in lines if e["event"] == "child_ready"} == {"feed"}
     for bad in ("feed_lost", "feed_reader_crashed", "child_crashed", "not allowed", "Traceback"):
         assert bad not in text, text[-3000:]
 
