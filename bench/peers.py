@@ -31,7 +31,7 @@ partition):
 - cpu: ``bench.handlers:work``: about ``--work-us`` (20) microseconds of pure Python per record
   (a loop count calibrated once here, the same count in every system), ``--records`` records;
   every system with its own consumer defaults;
-- trivial: ``bench.handlers:count`` (touch the value, count), ``--trivial-records`` records
+- trivial: ``bench.handlers:count`` (read the value, count), ``--trivial-records`` records
   (default 10 x ``--records``), the plain loop with ``fetch.queue.backoff.ms=10`` (as the
   children have it by default), so that both sides are CPU-bound rather than throttled;
 - batch: the same for a batch plugin: ``bench.handlers:CountBatch`` (``handle_batch``) under
