@@ -213,10 +213,12 @@ def test_a_worker_handles_every_record_and_a_reader_sees_it(secured: Secured) ->
         code = member.wait(60)
     assert code == 0, log.read_text()[-3000:]
     assert "heartbeat_check_skipped" not in log.read_text()
-    # the spare's consumer, made before its claim as the worker role, is the first child's
+    # the spare's consumer, made before its claim as the worker role, is its claim's child's
+    # (matched by pid: the children log `child_ready` in whatever order they get set up)
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
-    ready = [e["consumer"] for e in lines if e["event"] == "child_ready"]
-    assert ready and ready[0] == "prepared", ready
+    spares = [e["child_pid"] for e in lines if e["event"] == "child_started" and e["spare"]]
+    ready = {e["pid"]: e["consumer"] for e in lines if e["event"] == "child_ready"}
+    assert len(spares) == 1 and ready.get(spares[0]) == "prepared", (spares, ready)
 
 
 def test_a_sliced_group_reads_each_partition_once_per_host_under_least_privilege(
