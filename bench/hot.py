@@ -6,7 +6,7 @@
                                   [--faults kill,stop|none] [--fault-workers 4]
                                   [--produce-batch 100]
                                   [--tuned-lock-ms 15000] [--tuned-poll-records 10] [--json]
-                                  [--plot docs/hot.png]
+                                  [--cpu-us 200 | --cpu-iters N] [--plot docs/hot.png]
     make bench-hot        (its defaults)
     make bench-hot-cpu    (the cpu handler at N = 4, 16, 64: host against child slice reads)
 
@@ -15,7 +15,9 @@ distinct, round robin) are written just before the run starts, in producer batch
 ``--produce-batch`` (100) records; the run reads all of it on a fresh group, so its figures
 are those of draining a backlog (the latency from append includes the wait in it). The
 handlers (`bench/hot_handlers.py`): ``io`` waits 5 ms per record, ``cpu`` burns about 200 µs of
-Python (a loop count calibrated here); each writes a ledger line per handled record.
+Python (a loop count calibrated here, or ``--cpu-iters``: every system of one invocation gets
+the same count, but the calibration moves from one invocation to the next, so runs of separate
+invocations compare only with the count given); each writes a ledger line per handled record.
 
 The systems, N workers over 2 members (two hosts' worth: N/2 processes each):
 
@@ -245,7 +247,8 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
         row: dict[str, Any] = {"rounds_ok": len(ok), "rounds": len(results)}
         for field in ("records_per_s", "p50_s", "p99_s", "handled_twice", "late_lines",
                       "workers_used", "to_all_working_s", "processes_per_slice",
-                      "worker_bytes_per_record", "supervisor_bytes_per_record"):  # fmt: skip
+                      "worker_bytes_per_record", "supervisor_bytes_per_record",
+                      "work_cpu_us_p50"):  # fmt: skip
             values = [x[field] for x in ok if x.get(field) is not None]
             row[field] = statistics.median(values) if values else None
         out[name] = row
@@ -268,6 +271,8 @@ def show(res: dict[str, Any]) -> str:
         text += f", {res['processes_per_slice']:.2f} processes per slice"
     if "worker_bytes_per_record" in res:
         text += f", {res['worker_bytes_per_record']:,.0f} B from the broker per record"
+    if "work_cpu_us_p50" in res:
+        text += f", the work {res['work_cpu_us_p50']:,.0f} µs of CPU per record (p50)"
     return text + (f" [{res['error']}]" if "error" in res else "")
 
 
@@ -313,6 +318,13 @@ def main() -> None:
     )
     ap.add_argument("--io-ms", type=float, default=5.0)
     ap.add_argument("--cpu-us", type=float, default=200.0)
+    ap.add_argument(
+        "--cpu-iters",
+        type=int,
+        help="the cpu handler's loop count (default: calibrated here for --cpu-us, which moves "
+        "by a third from one invocation to the next on a shared machine: give it to compare runs "
+        "of separate invocations)",
+    )
     ap.add_argument("--timeout", type=float, help="seconds per run (default from the records)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument("--keep-logs", type=Path, help="copy each run's log (members' lines) here")
@@ -322,8 +334,9 @@ def main() -> None:
     unknown = [s for s in args.systems if s not in SYSTEMS]
     if unknown:
         ap.error(f"unknown system(s) {','.join(unknown)}: choose from {','.join(SYSTEMS)}")
-    iters = calibrate(args.cpu_us)
-    note(f"cpu handler: {iters} loop turns per record (about {args.cpu_us:g} µs here)")
+    iters = args.cpu_iters or calibrate(args.cpu_us)
+    about = "as given" if args.cpu_iters else f"about {args.cpu_us:g} µs here"
+    note(f"cpu handler: {iters} loop turns per record ({about})")
     timeout = args.timeout or 120.0 + 1.5 * args.records * args.io_ms / 1000
     procs = Processes()
     with tempfile.TemporaryDirectory(prefix="marshal-bench-hot-") as tmp:

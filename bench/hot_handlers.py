@@ -11,10 +11,12 @@ Two kinds of work per record, the same in every system:
 Every handled record appends one JSON line to ``$HOT_LEDGER/ledger-<pid>.jsonl`` (O_APPEND, one
 ``write`` per line, written after the work: a record whose handling was cut short leaves none):
 
-    {"pid", "offset", "ts", "start", "end", ...}
+    {"pid", "offset", "ts", "start", "end", "cpu", ...}
 
 ``ts`` is the record's timestamp (CreateTime, ms since the epoch: when it was appended, as the
-producer stamps it), ``start``/``end`` ``time.time()`` around the work. A marshal-run worker adds
+producer stamps it), ``start``/``end`` ``time.time()`` around the work, ``cpu`` the seconds of
+CPU its thread spent on the work (``time.thread_time()``: what the work cost, whatever else ran
+on the core meanwhile). A marshal-run worker adds
 ``token`` (its claim's fencing token) and ``lease_end`` (``time.time()`` + ``lease_remaining()``
 when the work is done: the lease as it stands then, extended by every heartbeat meanwhile, so a
 line whose ``end`` is past its ``lease_end`` was handled after the lease ran out, e.g. by a
@@ -73,11 +75,11 @@ def handle_and_record(
 ) -> None:
     """Do one record's work, then append its ledger line (with ``extra`` fields, and those
     that ``after`` gives once the work is done)."""
-    start = time.time()
+    start, cpu = time.time(), time.thread_time()
     do_work(kind)
-    end = time.time()
+    end, cpu = time.time(), time.thread_time() - cpu
     row = {"pid": os.getpid(), "offset": offset, "ts": ts_ms, "start": start, "end": end,
-           **extra, **(after() if after is not None else {})}  # fmt: skip
+           "cpu": cpu, **extra, **(after() if after is not None else {})}  # fmt: skip
     os.write(_ledger_fd(), (json.dumps(row) + "\n").encode())
 
 
