@@ -219,7 +219,7 @@ def run(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         "records": bench.records,
         "produce_batch": args.produce_batch,
         "io_ms": bench.io_ms,
-        "cpu_us": args.cpu_us,
+        "cpu_us": None if args.cpu_iters else args.cpu_us,  # None: the count was given
         "cpu_iters": bench.cpu_iters,
         "heartbeat_s": HB_S,
         "default_lock_s": DEFAULT_LOCK_S,

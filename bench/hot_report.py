@@ -62,6 +62,12 @@ def compare(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | N
     return out
 
 
+def _cpu_note(doc: dict[str, Any]) -> str:
+    """How the cpu handler's loop count was set: calibrated for ``cpu_us``, or given."""
+    cpu_us = doc.get("cpu_us")
+    return f"~{cpu_us:g} µs" if cpu_us is not None else "as given"
+
+
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
@@ -106,7 +112,7 @@ def table(doc: dict[str, Any]) -> str:
     head = (
         f"{doc['records']:,} keyed records on one partition (producer batches of "
         f"{doc['produce_batch']}), {doc['rounds']} round(s), medians; io = {doc['io_ms']:g} ms "
-        f"sleep, cpu = {doc['cpu_iters']} loop turns (~{doc['cpu_us']:g} µs); marshal HB "
+        f"sleep, cpu = {doc['cpu_iters']} loop turns ({_cpu_note(doc)}); marshal HB "
         f"{doc['heartbeat_s']:g} s; share-tuned: lock {doc.get('tuned_lock_ms', 15000)} ms, "
         f"max.poll.records {doc.get('tuned_poll_records', 10)}"
     )
