@@ -1,6 +1,7 @@
 """Benchmark: how fast one process runs the CPU-bound handler's loop, process by process.
 
     .venv/bin/python bench/layout_lottery.py [--processes 24] [--concurrent-rounds 4]
+                                             [--together 8] [--work-us 20 | --iters N] [--cpu C]
 
 The CPU-bound benchmarks (`bench/peers.py --settings cpu`, `make bench-hot-cpu`) compare
 processes running the same pure-Python loop (`bench.handlers.burn`). This prints how much that
@@ -125,6 +126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--processes", type=int, default=24, help="processes of each kind")
     parser.add_argument("--work-us", type=float, default=20.0, help="µs a call (calibrated)")
+    parser.add_argument("--iters", type=int, help="the loop count (default: calibrated)")
     parser.add_argument("--cpu", type=int, default=None, help="pin each process to this core")
     parser.add_argument("--concurrent-rounds", type=int, default=4)
     parser.add_argument(
@@ -135,7 +137,7 @@ def main() -> None:
     if args.one is not None:  # a fresh process's own timing
         print(f"{timed(args.one):.3f}")
         return
-    iterations = calibrate(args.work_us)
+    iterations = args.iters or calibrate(args.work_us)
     forked_context = multiprocessing.get_context("forkserver")
     forked_context.set_forkserver_preload(["bench.handlers", *PRELOAD[1:]])
     spawned_context = multiprocessing.get_context("spawn")
