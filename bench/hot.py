@@ -289,6 +289,14 @@ def csv(kind: type) -> Any:
     return lambda text: [kind(x) for x in text.split(",") if x]
 
 
+def _positive(text: str) -> int:
+    """An argument that must be a whole number above 0."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be 1 or more")
+    return value
+
+
 def main() -> None:
     signal.signal(signal.SIGTERM, exit_on_signal)
     signal.signal(signal.SIGHUP, exit_on_signal)
@@ -317,10 +325,11 @@ def main() -> None:
         help="share-tuned's max.poll.records",
     )
     ap.add_argument("--io-ms", type=float, default=5.0)
-    ap.add_argument("--cpu-us", type=float, default=200.0)
-    ap.add_argument(
+    work = ap.add_mutually_exclusive_group()
+    work.add_argument("--cpu-us", type=float, default=200.0)
+    work.add_argument(
         "--cpu-iters",
-        type=int,
+        type=_positive,
         help="the cpu handler's loop count (default: calibrated here for --cpu-us, which moves "
         "by a third from one invocation to the next on a shared machine: give it to compare runs "
         "of separate invocations)",

@@ -12,14 +12,15 @@ time), in four kinds of process, interleaved one of each in turn:
 - ``fresh``: a new interpreter (as the plain loop is), address layout and hash seed random;
 - ``fixed``: a new interpreter with the address layout fixed (``setarch -R``, when there is one)
   and ``PYTHONHASHSEED=0``: the same process every time;
-- ``forked``: a child of a fork server preloaded with the child's modules (as a `marshal-run`
-  child is, `childlink.forkserver.PRELOAD`), forked one at a time;
+- ``forked``: a child of `marshal-run`'s own fork server (`childlink.forkserver.fork_server`:
+  preloaded with the child's modules, in a session of its own, its imports frozen), which
+  imports ``bench.handlers`` after the fork as a child imports its handler; one at a time;
 - ``spawned``: a child started by multiprocessing's spawn method.
 
-With ``--cpu`` every process is pinned to that core. Then ``--concurrent-rounds`` rounds of
-``--together`` processes at once (8: as eight `marshal-run` children on a two-core host; 64: as
-a hot partition's 64 slices), each starting its loop at one agreed moment once all are up, for
-6 s: forked children against spawned ones, alternating.
+With ``--cpu`` each of those processes is pinned to that core. Then ``--concurrent-rounds``
+rounds of ``--together`` processes at once, not pinned (8: as eight `marshal-run` children on a
+two-core host; 64: as a hot partition's 64 slices), each starting its loop once all are up (a
+barrier), for 6 s: forked children against spawned ones, alternating.
 
 Per kind: the median, the fastest and slowest process, and how many ran more than 1.25x the
 fresh median (a "slow draw"). Prints figures; asserts nothing.
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import queue as queues
 import shutil
 import statistics
 import subprocess
@@ -42,15 +44,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.handlers import burn, calibrate  # noqa: E402
-from marshal_workers.childlink.forkserver import PRELOAD  # noqa: E402
+from marshal_workers.childlink.forkserver import fork_server  # noqa: E402
 
+# (bench.handlers is imported inside the functions: the fork server imports this module, and a
+# marshal-run child imports its handler's module after the fork, never the server)
 CALLS = 4000
 SLOW = 1.25  # a slow draw: more than this times the fresh median
+WAIT_S = 120.0  # for a process's figure, past its own run: a process that died gives none
 
 
 def timed(iterations: int) -> float:
     """µs of CPU per ``burn(iterations)`` call: the best of 3 timings of `CALLS` calls."""
+    from bench.handlers import burn  # noqa: PLC0415
+
     best = float("inf")
     for _ in range(3):
         t0 = time.process_time()
@@ -66,51 +72,69 @@ def _child(iterations: int, cpu: int | None, queue: Queue[float]) -> None:
     queue.put(timed(iterations))
 
 
-def _busy(iterations: int, start_at: float, seconds: float, queue: Queue[float]) -> None:
-    time.sleep(max(0.0, start_at - time.monotonic()))  # all start together, once all are up
-    t0, calls = time.process_time(), 0
-    while time.monotonic() - start_at < seconds:
+def _busy(iterations: int, barrier: Any, seconds: float, queue: Queue[float]) -> None:
+    from bench.handlers import burn  # noqa: PLC0415
+
+    barrier.wait(WAIT_S)  # all start together, once all are up (the spawned ones imported)
+    t0, calls, wall = time.process_time(), 0, time.monotonic()
+    while time.monotonic() - wall < seconds:
         burn(iterations)
         calls += 1
     queue.put((time.process_time() - t0) / calls * 1e6)
+
+
+def _collect(queue: Queue[float], processes: list[Any], timeout: float) -> list[float]:
+    """Each process's figure; a clear error, not a hang, if one of them ended without it."""
+    values = []
+    for _ in processes:
+        try:
+            values.append(float(queue.get(timeout=timeout)))
+        except queues.Empty:
+            codes = [p.exitcode for p in processes]
+            message = f"layout_lottery: a process gave no figure (exit codes {codes})"
+            raise SystemExit(message) from None
+    for process in processes:
+        process.join()
+    return sorted(values)
 
 
 def _in_context(context: Any, iterations: int, cpu: int | None) -> float:
     queue: Queue[float] = context.Queue()
     process = context.Process(target=_child, args=(iterations, cpu, queue))
     process.start()
-    value = queue.get()
-    process.join()
-    return float(value)
+    return _collect(queue, [process], WAIT_S)[0]
 
 
 def _fresh(iterations: int, cpu: int | None, fixed: bool) -> float:
     command = [sys.executable, __file__, "--one", str(iterations)]
+    if cpu is not None:
+        command += ["--cpu", str(cpu)]
     env = dict(os.environ)
+    setarch = shutil.which("setarch")
     if fixed:
         env["PYTHONHASHSEED"] = "0"
-        setarch = shutil.which("setarch")
         if setarch:
-            command = [setarch, "-R", *command]
-    if cpu is not None:
-        command = ["taskset", "-c", str(cpu), *command]
+            fixed_layout = [setarch, "-R", *command]
+            done = subprocess.run(
+                fixed_layout, env=env, capture_output=True, text=True, check=False
+            )
+            if done.returncode == 0:
+                return float(done.stdout.strip())
+            # (setarch refused, a seccomp profile say: the hash seed alone is fixed)
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     return float(out.strip())
 
 
 def _concurrent(context: Any, iterations: int, seconds: float, together: int) -> list[float]:
     queue: Queue[float] = context.Queue()
-    start_at = time.monotonic() + 1.0 + 0.1 * together  # past the spawned ones' imports
+    barrier = context.Barrier(together)
     processes = [
-        context.Process(target=_busy, args=(iterations, start_at, seconds, queue))
+        context.Process(target=_busy, args=(iterations, barrier, seconds, queue))
         for _ in range(together)
     ]
     for process in processes:
         process.start()
-    values = sorted(float(queue.get()) for _ in processes)
-    for process in processes:
-        process.join()
-    return values
+    return _collect(queue, processes, WAIT_S + seconds)
 
 
 def _line(kind: str, values: list[float], fresh_median: float) -> str:
@@ -135,11 +159,14 @@ def main() -> None:
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:  # a fresh process's own timing
+        if args.cpu is not None:
+            os.sched_setaffinity(0, {args.cpu})
         print(f"{timed(args.one):.3f}")
         return
+    from bench.handlers import calibrate  # noqa: PLC0415
+
     iterations = args.iters or calibrate(args.work_us)
-    forked_context = multiprocessing.get_context("forkserver")
-    forked_context.set_forkserver_preload(["bench.handlers", *PRELOAD[1:]])
+    forked_context = fork_server()  # marshal-run's own: preloaded, its session, frozen
     spawned_context = multiprocessing.get_context("spawn")
     print(
         f"burn({iterations}) per call, {args.processes} processes of each kind, interleaved"

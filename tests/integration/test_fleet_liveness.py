@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.integration import liveness_handlers as lh
-from tests.integration.fleet import Fleet, MakeFleet, log_events
+from tests.integration.fleet import Fleet, MakeFleet, Member, log_events
 
 pytestmark = pytest.mark.kafka
 
@@ -333,6 +333,12 @@ def _failure_lines(fleet: Fleet) -> int:
     return sum(len(log_events(member.log_path, "handler_failed")) for member in fleet.members)
 
 
+def _lines_naming(member: Member, pid: int) -> list[str]:
+    """The member's log lines that name ``pid`` (a child's start, end, fencing)."""
+    text = member.log_path.read_text(errors="replace").splitlines()
+    return [line for line in text if str(pid) in line][-20:]
+
+
 def fork_server_of(supervisor_pid: int) -> psutil.Process:
     """The supervisor's fork server (the parent of its partition workers)."""
     for proc in psutil.Process(supervisor_pid).children():
@@ -366,7 +372,8 @@ class TestAChildStartThatWaits:
         finally:
             server.resume()
         fleet.wait_for(lambda: len(a.children()) == 2, 30, "A runs both partitions again")
-        assert own in a.children()  # A's own child was never fenced
+        # A's own child was never fenced (if it was: what A logged of it, and its last lines)
+        assert own in a.children(), (own, a.children(), _lines_naming(a, own), a.log_tail(40))
         for event in ("lease_expired", "claim_lost", "child_fenced", "lease_clock_stood_still"):
             assert log_events(a.log_path, event) == [], (event, a.log_tail(30))
         fleet.produce(2 * 5)
