@@ -19,8 +19,9 @@ The defences, from the child's side:
   whole group: a helper process the handler started never outlives the child. (A helper that
   the handler *forked* without exec holds the guardian's pipe open: then the supervisor's own
   group kill after the child's exit remains.)
-- `Watchdog`: a daemon thread that wakes at least every `WATCHDOG_TICK_S` (0.25 s; once per
-  ``handler_timeout`` when that is shorter, not below 50 ms) and at the deadline itself (its
+- `Watchdog`: a daemon thread that wakes at least once a tick (`callstate.watchdog_tick`: an
+  eighth of ``handler_timeout``, between 0.25 s and 1 s; the timeout itself when that is
+  shorter than 0.25 s, not below 50 ms; 1 s without one) and at the deadline itself (its
   wait is a time on the lease clock, `sleep_until`, so a suspend cannot stretch it), re-reads
   the lease (the supervisor moves it on every valid heartbeat) and the deadline of
   the handler call in progress (``handler_timeout``, moved by ``ctx.keepalive()``), and calls
@@ -50,21 +51,22 @@ from typing import NoReturn
 import psutil
 
 from marshal_workers.child.callclock import CallClock
-from marshal_workers.childlink.callstate import WATCHDOG_TICK_S
+from marshal_workers.childlink.callstate import watchdog_tick
 from marshal_workers.childlink.sharedlease import Clock, SharedLease
 from marshal_workers.common import leaseclock
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-# How often the watchdog looks without a deadline due (`WATCHDOG_TICK_S`, 0.25 s, defined with
-# the cell it publishes, `childlink.callstate`): a revoke (deadline 0), the parent gone (the
-# parent-death signal comes first), a handler call begun since it last looked. The lease's
-# deadline, and a call's once seen, are waited for exactly, whatever the tick. Each look takes
-# the GIL from the handler's thread, which runs below this one's priority (`child_nice`): at
-# 50 ms, 64 busy children on two cores kept other processes of the host off the CPU for up to
-# 5 s at a time (the local broker was fenced by its own controller, the members' leases ran
-# out); at 0.25 s, 0.26 s at most (`make bench-watchdog`, docs/benchmarks.md). With a handler
-# timeout shorter than the tick it looks once per timeout instead (not below the old 50 ms).
-WATCHDOG_MIN_TICK_S = 0.05
+# How often the watchdog looks without a deadline due (`callstate.watchdog_tick`, defined with
+# the cell it publishes): a revoke (deadline 0), the parent gone (the parent-death signal comes
+# first), a handler call begun since it last looked. The lease's deadline, and a call's once
+# seen, are waited for exactly, whatever the tick. Each look takes the GIL from the handler's
+# thread, which runs below this one's priority (`child_nice`): at 50 ms, 64 busy children on
+# two cores kept other processes of the host off the CPU for up to 5 s at a time (the local
+# broker was fenced by its own controller, the members' leases ran out); at 0.25 s, 0.26 s at
+# most (`make bench-watchdog`, docs/benchmarks.md), and the looks still cost those children
+# about 5% of their handlers' CPU, so a handler timeout of 8 s or more (the default is 300 s)
+# looks once a second. A shorter timeout looks more often: a call begun between two looks must
+# be seen before its deadline, and shown slow soon after half of it.
 
 REASON_LEASE_EXPIRED = "lease_expired"
 REASON_PARENT_GONE = "parent_gone"
@@ -165,7 +167,7 @@ class Watchdog(threading.Thread):
         lease: SharedLease,
         parent_pid: int,
         on_fence: Callable[[str], NoReturn],
-        tick_s: float = WATCHDOG_TICK_S,
+        tick_s: float | None = None,
         clock: Clock = leaseclock.now,
         call_clock: CallClock | None = None,
         sleep: Callable[[float], None] | None = None,
@@ -184,9 +186,8 @@ class Watchdog(threading.Thread):
     def run(self) -> None:
         """Poll the parent, the lease and the call in progress until one of them says stop."""
         clock, sleep_until, tick = self._clock, self._sleep_until, self._tick_s
-        timeout = self._call_clock.timeout_s if self._call_clock is not None else None
-        if timeout:  # a call begun during a wait is seen within its timeout, not a tick later
-            tick = min(tick, max(timeout, WATCHDOG_MIN_TICK_S))
+        if tick is None:  # a call begun during a wait is seen within its timeout
+            tick = watchdog_tick(self._call_clock.timeout_s if self._call_clock else None)
         while True:
             if not parent_alive(self._parent_pid):
                 self._on_fence(REASON_PARENT_GONE)

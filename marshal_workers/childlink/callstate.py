@@ -18,7 +18,7 @@ torn value; the cells are not read as a consistent set (each is meaningful on it
   longer than the handler timeout.
 - ``started`` (double, the lease clock `common.leaseclock`; 0: none): when the handler call in
   progress began, as the child's watchdog publishes it every tick (at most one tick old,
-  `WATCHDOG_TICK_S`; the child's own exact copy is `callclock.CallClock`): the supervisor shows
+  `watchdog_tick`; the child's own exact copy is `callclock.CallClock`): the supervisor shows
   calls past half the timeout.
 - ``unit_end`` (int64, -1: one record): a ``handle_batch`` call covers ``position`` to it.
 - ``keep_until`` (double, the lease clock; 0: none): the deadline ``ctx.keepalive()`` last gave,
@@ -41,10 +41,32 @@ if TYPE_CHECKING:  # the fork server's module guards the server at import: not h
     from marshal_workers.childlink.forkserver import ChildContext
 
 NO_POSITION = -1
-# How often the child's watchdog looks, and so publishes ``started`` (`child.fencing`, where the
-# figure is explained): the cell is at most this old, and while calls follow each other it may
-# still hold the previous call's start, making `CallCells.call_age` up to this much too long.
-WATCHDOG_TICK_S = 0.25
+# How often the child's watchdog looks, and so publishes ``started`` (`watchdog_tick`;
+# `child.fencing` explains the figures): the cell is at most one tick old, and while calls
+# follow each other it may still hold the previous call's start, making `CallCells.call_age` up
+# to one tick too long.
+WATCHDOG_TICK_S = 0.25  # under a handler timeout of 2 s or less (and at most the timeout)
+WATCHDOG_MIN_TICK_S = 0.05  # under a handler timeout shorter than that
+WATCHDOG_MAX_TICK_S = 1.0  # under a timeout of 8 s or more, or none
+TICKS_PER_TIMEOUT = 8  # between the two: an eighth of the timeout
+
+
+def watchdog_tick(handler_timeout_s: float | None) -> float:
+    """How often a child's watchdog looks under this handler timeout (None or 0: none).
+
+    What it looks for when no deadline is due: a handler call begun since it last looked (seen
+    before that call's deadline as long as the tick is at most the timeout), the call's start
+    for the supervisor's slow-call view (shown past half the timeout; one eighth of it late at
+    most), a revoke (the supervisor kills the group with it: the look is the second line) and,
+    where there is no parent-death signal, the parent. Each look takes the GIL from the
+    handler's thread: four a second in 64 CPU-bound children on two cores cost about 5% of the
+    handlers' own CPU (docs/benchmarks.md), so a long timeout looks less often."""
+    if not handler_timeout_s:
+        return WATCHDOG_MAX_TICK_S
+    if handler_timeout_s < WATCHDOG_TICK_S:
+        return max(handler_timeout_s, WATCHDOG_MIN_TICK_S)
+    share = handler_timeout_s / TICKS_PER_TIMEOUT
+    return min(WATCHDOG_MAX_TICK_S, max(WATCHDOG_TICK_S, share))
 
 
 class CallCells:

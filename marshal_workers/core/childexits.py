@@ -228,7 +228,8 @@ def slow_call(call_s: float | None, handler_timeout_s: float | None, lag_s: floa
     """Whether a handler call that has run ``call_s`` seconds is past half its timeout (shown in
     the metrics and /healthz before the watchdog kills it at the whole). ``lag_s``: how much
     ``call_s`` may overstate (the supervisor's reading of a call's start can still be the
-    previous call's, `childlink.callstate.WATCHDOG_TICK_S`): not slow on that alone."""
+    previous call's, a watchdog's tick old, `childlink.callstate.watchdog_tick`): not slow on
+    that alone."""
     if call_s is None or not handler_timeout_s:
         return False
     return 2 * (call_s - lag_s) > handler_timeout_s

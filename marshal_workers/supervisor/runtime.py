@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, assert_never
 
 import structlog
 
-from marshal_workers.childlink.callstate import WATCHDOG_TICK_S
+from marshal_workers.childlink.callstate import watchdog_tick
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.errors import ConfigError, MarshalError
@@ -624,6 +624,7 @@ class Supervisor:
     def snapshot(self, now: float) -> dict[ClaimKey, ClaimSnapshot]:
         """The held claims as observers see them at ``now``."""
         out = {}
+        lag = watchdog_tick(self.config.handler_timeout)  # how stale a published start may be
         for key, held in self.member.held.items():
             handle = self.children.get(key)
             age = self._lease(key).calls.call_age(now) if handle is not None else None
@@ -635,7 +636,7 @@ class Supervisor:
                 handle.pid if handle is not None else None,
                 held.phase.value,
                 age,
-                slow_call(age, self.config.handler_timeout, lag_s=WATCHDOG_TICK_S),
+                slow_call(age, self.config.handler_timeout, lag_s=lag),
             )
         return out
 

@@ -150,36 +150,47 @@ def test_the_watchdog_waits_until_a_time_on_the_lease_clock_and_fires_after_a_ju
     assert waits[0] == 2000.0  # the deadline comes before the tick: wait exactly until it
 
 
-def test_the_watchdog_looks_at_most_four_times_a_second_while_nothing_is_due() -> None:
+@pytest.mark.parametrize(
+    ("timeout", "step"), [(None, 1.0), (300.0, 1.0), (8.0, 1.0), (4.0, 0.5), (1.5, 0.25)]
+)
+def test_the_watchdog_looks_once_a_tick_while_nothing_is_due(
+    timeout: float | None, step: float
+) -> None:
     """Each look takes the GIL from a handler thread running below the watchdog's priority: at
     20 looks a second, 64 busy children kept the host's other processes off the CPU for seconds
-    (`bench/watchdog_stall.py`). With the default tick, a lease far off is waited for in steps of
-    at least 0.2 s, and the deadline itself exactly."""
+    (`bench/watchdog_stall.py`), and at 4 a second they cost the handlers about 5% of their CPU.
+    A lease far off is waited for in steps of one tick (an eighth of the handler timeout,
+    between 0.25 s and 1 s), with a call in progress or not, and the deadline itself exactly."""
     lease = SharedLease(MP)
-    lease.extend_to(1002.0)
+    end = 1000.0 + 4 * step
+    lease.extend_to(end)
     now = [1000.0]
     waits: list[float] = []
+    calls = CallClock(timeout)
 
     def sleep(until: float) -> None:
         waits.append(until)
         now[0] = until
+        if len(waits) == 2:
+            calls.starts = [until]  # a call that outlives the lease (its deadline is past it)
 
-    dog = Watchdog(lease, os.getppid(), fence, clock=lambda: now[0], sleep=sleep)
+    dog = Watchdog(lease, os.getppid(), fence, clock=lambda: now[0], sleep=sleep, call_clock=calls)
     with pytest.raises(FencedError, match=REASON_LEASE_EXPIRED):
         dog.run()
     steps = [b - a for a, b in zip([1000.0, *waits], waits, strict=False)]
-    assert waits[-1] == 1002.0
-    assert len(waits) <= 8
-    assert all(step >= 0.2 - 1e-9 for step in steps[:-1])
+    assert waits[-1] == end
+    assert steps == pytest.approx([step] * 4)
 
 
-@pytest.mark.parametrize(("timeout", "step"), [(0.1, 0.1), (0.01, 0.05), (1.0, 0.25)])
-def test_a_call_begun_during_a_wait_is_fenced_within_a_short_timeout(
-    timeout: float, step: float
-) -> None:
-    """A handler call that begins just after the watchdog looked is seen at its next look: with a
-    handler timeout shorter than the tick it looks once per timeout (not below 50 ms), so the
-    call is fenced within one step of its deadline, not a whole tick later."""
+@pytest.mark.parametrize(
+    ("timeout", "step"),
+    [(0.1, 0.1), (0.01, 0.05), (1.0, 0.25), (2.0, 0.25), (4.0, 0.5), (300.0, 1.0)],
+)
+def test_a_call_begun_during_a_wait_is_fenced_at_its_deadline(timeout: float, step: float) -> None:
+    """A handler call that begins just after the watchdog looked is seen at its next look, one
+    tick later and before its deadline whatever the timeout (a tick is at most the timeout, not
+    below 50 ms), and then fenced at its deadline exactly (within one step for a timeout
+    shorter than 50 ms)."""
     lease = SharedLease(MP)
     lease.extend_to(5000.0)
     now = [1000.0]
@@ -196,6 +207,8 @@ def test_a_call_begun_during_a_wait_is_fenced_within_a_short_timeout(
     with pytest.raises(FencedError, match=fencing.REASON_HANDLER_TIMEOUT):
         dog.run()
     assert waits[0] == pytest.approx(1000.0 + step)
+    if step <= timeout:
+        assert now[0] == pytest.approx(1000.001 + timeout)
     assert now[0] <= 1000.001 + timeout + step + 1e-9
 
 

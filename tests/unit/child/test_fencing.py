@@ -9,14 +9,16 @@ import time
 from typing import NoReturn
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from marshal_workers.child.fencing import REASON_LEASE_EXPIRED, REASON_PARENT_GONE, Watchdog
-from marshal_workers.childlink.callstate import WATCHDOG_TICK_S
+from marshal_workers.childlink.callstate import WATCHDOG_TICK_S, watchdog_tick
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 
 MP = multiprocessing.get_context("spawn")
-SLACK_S = 0.5 + WATCHDOG_TICK_S  # how late a fence may come on a busy host (a tick at most)
+SLACK_S = 0.5 + WATCHDOG_TICK_S  # how late a deadline's fence may come on a busy host
 
 
 class FencedError(Exception):
@@ -65,7 +67,8 @@ class TestLeaseDeadline:
         assert at >= lease.deadline >= until
 
     def test_revoke_fences_promptly(self) -> None:
-        """A revoked lease (deadline 0) is fenced within a tick or so."""
+        """A revoked lease (deadline 0) is fenced within a tick or so (no handler timeout: the
+        longest tick; the supervisor's kill of the group comes with a revoke)."""
         lease = SharedLease(MP)
         lease.extend_to(leaseclock.now() + 60)
         revoked_at: list[float] = []
@@ -79,7 +82,7 @@ class TestLeaseDeadline:
         reason, at = watch(lease)
         revoker.join()
         assert reason == REASON_LEASE_EXPIRED
-        assert 0 <= at - revoked_at[0] < SLACK_S
+        assert 0 <= at - revoked_at[0] < 0.5 + watchdog_tick(None)
 
 
 class TestParent:
@@ -89,3 +92,32 @@ class TestParent:
         lease.extend_to(leaseclock.now() + 60)
         reason, _ = watch(lease, parent_pid=os.getppid() + 1_000_000)
         assert reason == REASON_PARENT_GONE
+
+
+class TestTick:
+    """How often the watchdog looks: often enough for its handler timeout, seldom enough for a
+    CPU-bound fleet."""
+
+    def test_the_figures(self) -> None:
+        assert watchdog_tick(None) == watchdog_tick(0.0) == 1.0
+        assert watchdog_tick(300.0) == watchdog_tick(8.0) == 1.0
+        assert watchdog_tick(4.0) == 0.5
+        assert watchdog_tick(2.0) == watchdog_tick(0.25) == 0.25
+        assert watchdog_tick(0.1) == 0.1
+        assert watchdog_tick(0.01) == 0.05
+
+    @given(st.floats(min_value=0.001, max_value=1e6, allow_nan=False))
+    def test_a_call_is_seen_before_its_deadline_and_shown_slow_soon_after_its_half(
+        self, timeout: float
+    ) -> None:
+        """A call begun just after a look is seen at the next, before its deadline (the tick
+        is at most the timeout, unless that is below 50 ms); the supervisor's reading of a
+        call's start is at most a tick old, an eighth of the timeout when that is 2 s or more,
+        so a call is shown slow by five eighths of it; never more than a second between looks,
+        never less than 50 ms."""
+        tick = watchdog_tick(timeout)
+        assert 0.05 <= tick <= 1.0
+        assert tick <= max(timeout, 0.05)
+        if timeout >= 2.0:
+            assert tick <= timeout / 8
+        assert watchdog_tick(timeout * 2) >= tick  # a longer timeout never looks more often
