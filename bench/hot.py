@@ -248,7 +248,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
         for field in ("records_per_s", "p50_s", "p99_s", "handled_twice", "late_lines",
                       "workers_used", "to_all_working_s", "processes_per_slice",
                       "worker_bytes_per_record", "supervisor_bytes_per_record",
-                      "work_cpu_us_p50"):  # fmt: skip
+                      "work_cpu_us_p10", "work_cpu_us_p50", "work_cpu_us_p90"):  # fmt: skip
             values = [x[field] for x in ok if x.get(field) is not None]
             row[field] = statistics.median(values) if values else None
         out[name] = row
@@ -272,7 +272,10 @@ def show(res: dict[str, Any]) -> str:
     if "worker_bytes_per_record" in res:
         text += f", {res['worker_bytes_per_record']:,.0f} B from the broker per record"
     if "work_cpu_us_p50" in res:
-        text += f", the work {res['work_cpu_us_p50']:,.0f} µs of CPU per record (p50)"
+        text += f", the work {res['work_cpu_us_p50']:,.0f} µs of CPU per record (p50"
+        if res.get("work_cpu_us_p10") is not None:
+            text += f"; p10 {res['work_cpu_us_p10']:,.0f}, p90 {res['work_cpu_us_p90']:,.0f}"
+        text += ")"
     return text + (f" [{res['error']}]" if "error" in res else "")
 
 

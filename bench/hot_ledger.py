@@ -75,6 +75,9 @@ def figures(ledger: Ledger, records: int, launched: float | None = None) -> dict
     cpus = [r["cpu"] for r in ledger.rows if "cpu" in r]  # every handling, a repeat's too
     if cpus:  # the work's own CPU per record (a ledger from before the field has none)
         out["work_cpu_us_p50"] = statistics.median(cpus) * 1e6
+        if len(cpus) >= 10:  # the tenths: a loop slower throughout, or some calls disturbed
+            tenths = statistics.quantiles(cpus, n=10)
+            out["work_cpu_us_p10"], out["work_cpu_us_p90"] = tenths[0] * 1e6, tenths[-1] * 1e6
     out.update(
         records_per_s=len(firsts) / max(end - start, 1e-9),
         p50_s=statistics.median(latencies),
