@@ -1,7 +1,7 @@
 """Benchmark: what a fleet of busy children's watchdogs cost the rest of the host.
 
     .venv/bin/python bench/watchdog_stall.py [--children 64] [--seconds 20]
-                                             [--ticks 0.05,0.25] [--nice 10] [--rounds 2]
+                                             [--ticks 0.05,0.25,1] [--nice 10] [--rounds 2]
                                              [--members 2] [--no-sessions]
 
 Each run forks ``--children`` processes shaped like a member's children with a CPU-bound
@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from marshal_workers.child.fencing import Watchdog  # noqa: E402
-from marshal_workers.childlink.callstate import WATCHDOG_TICK_S  # noqa: E402
+from marshal_workers.childlink.callstate import WATCHDOG_TICK_S, watchdog_tick  # noqa: E402
 from marshal_workers.childlink.schedgroup import (  # noqa: E402
     GroupNice,
     leave_session,
@@ -54,6 +54,10 @@ from marshal_workers.childlink.schedgroup import (  # noqa: E402
 )
 from marshal_workers.childlink.sharedlease import SharedLease  # noqa: E402
 from marshal_workers.common import leaseclock  # noqa: E402
+from marshal_workers.config.settings import BY_NAME  # noqa: E402
+
+# the tick today's children look at under the default handler timeout (300 s: once a second)
+TODAY_TICK_S = watchdog_tick(BY_NAME["handler_timeout"].default)
 
 PROBE = """
 import json, sys, time
@@ -142,7 +146,7 @@ def run_children(
 ) -> None:  # fmt: skip
     lease = SharedLease(ctx)
     lease.extend_to(leaseclock.now() + 3600)
-    args = (lease, WATCHDOG_TICK_S, nice, seconds, settle)
+    args = (lease, TODAY_TICK_S, nice, seconds, settle)
     procs = [ctx.Process(target=busy_settled_child, args=args) for _ in range(children)]
     for p in procs:
         p.start()
@@ -195,8 +199,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--children", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--ticks", default=f"0.05,{WATCHDOG_TICK_S:g}",
-                    help="watchdog ticks to compare (s); default: old, today's")  # fmt: skip
+    ap.add_argument("--ticks", default=f"0.05,{WATCHDOG_TICK_S:g},{TODAY_TICK_S:g}",
+                    help="watchdog ticks to compare (s); default: the first, the second, "
+                         "today's under the default handler timeout")  # fmt: skip
     ap.add_argument("--nice", type=int, default=10, help="the handler threads' nice (child_nice)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--members", type=int, default=2,
@@ -239,7 +244,7 @@ def main() -> None:
             print(f"| {name} | {res['wakeups']:.0f} | {res['p50_s']:.3f} s | {res['p99_s']:.3f} s"
                   f" | {res['max_s']:.3f} s | {res['late_over_0.5_s']:.0f} |")  # fmt: skip
     if sessions:
-        print(f"\nthe same children (watchdog tick {WATCHDOG_TICK_S:g} s) in {args.members} "
+        print(f"\nthe same children (watchdog tick {TODAY_TICK_S:g} s) in {args.members} "
               "members' sessions (autogroups); a probe's lateness per 0.1 s sleep")  # fmt: skip
         print("| children | wake-ups | p50 late | p99 late | max late | late > 0.5 s |")
         print("| --- | --- | --- | --- | --- | --- |")
