@@ -55,7 +55,7 @@ def late(row: dict[str, Any]) -> bool:
 
 def figures(ledger: Ledger, records: int, launched: float | None = None) -> dict[str, Any]:
     """Throughput, latency from append to handled, records handled twice, missing, late, the
-    work's CPU per handling (median);
+    work's CPU per handling (median, and the tenths p10 and p90);
     with ``launched`` (``time.time()`` as the members were started), the seconds from it to
     the first record of the last worker or slice to start, and processes per slice."""
     firsts = list(ledger.first.values())
