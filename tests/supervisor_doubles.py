@@ -39,6 +39,7 @@ class FakeChild:
         self.conn, self.peer = MP.Pipe(duplex=True)
         self.pid = next(PIDS)
         self.exitcode: int | None = None
+        self.sentinel: int | None = None  # no exit fd: the supervisor looks every turn
         self.signals: list[int] = []
 
     def send(self, msg: ipc.ToChild) -> bool:

@@ -29,6 +29,7 @@ refused, as for the heartbeat interval.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 from enum import StrEnum
@@ -114,6 +115,7 @@ def slice_topic(topic: str, part: Slice) -> str:
     return f"{topic}+{part.name}"
 
 
+@functools.lru_cache(maxsize=4096)  # a supervisor asks for its own few claims many times a turn
 def split_topic(name: str) -> tuple[str, Slice | None]:
     """A claim's topic field as (data topic, slice or None for a whole partition)."""
     topic, plus, rest = name.rpartition("+")

@@ -41,6 +41,10 @@ class ChildHandle:
         pid = process.pid
         assert pid is not None, "ChildHandle of a process that was not started"
         self.pid: int = pid
+        # readable once the child's exit can be read (`exitcode`): the supervisor's loop
+        # waits on it, and looks at the exit code only when it is (or now and then: see
+        # `Supervisor._reap_children`)
+        self.sentinel: int | None = process.sentinel
         self.killed_at: float | None = None  # when the supervisor SIGKILLed its group
 
     @property

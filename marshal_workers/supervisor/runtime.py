@@ -20,14 +20,13 @@ lookups run on the pool. SIGUSR1 (stack dumps) is pure I/O and handled here.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from functools import partial
-from multiprocessing import connection
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, assert_never
 
 import structlog
@@ -69,11 +68,18 @@ from marshal_workers.supervisor.placement import locate_member, refuse_placing_s
 from marshal_workers.supervisor.pollthread import LogPollThread
 from marshal_workers.supervisor.spare import KEEP_S as SPARE_KEEP_S
 from marshal_workers.supervisor.spare import Spare
+from marshal_workers.supervisor.waiting import LoopWait, Waitable
 
 if TYPE_CHECKING:  # the fork server's module guards the server at import: not here
     from marshal_workers.childlink.forkserver import ChildContext
 
 Clock = Callable[[], float]
+
+# The loop's turns come as fast as its children and the log wake it (a hundred a second with
+# 32 busy children). What can wait a little is done at most once each:
+OBSERVE_S = 0.05  # the observers' snapshot (metrics, systemd, slow calls, offset commits):
+# as often as an idle loop turns (its wait), and none of them needs it fresher
+EXIT_SWEEP_S = 0.25  # every child's exit code looked at, not only those whose exit fd woke
 
 
 def member_settings(
@@ -182,6 +188,9 @@ class Supervisor:
         self._spare_taken: Spare | None = None  # the spare the first spawn took, if any
         self._starting: dict[ClaimKey, Waiting] = {}
         self._fed: dict[ClaimKey, ipc.ChildSpec] = {}  # the children of a feed, by claim
+        self._wait = LoopWait()  # the loop's poll set, kept between turns
+        self._swept_at = -math.inf  # when every child's exit code was last looked at
+        self._observed_at = -math.inf  # when the observers were last given a snapshot
 
     @property
     def done(self) -> bool:
@@ -283,21 +292,48 @@ class Supervisor:
                 if sig is signal.SIGHUP:  # a reload: the spare imported the handler before it
                     self._drop_spare(say=True)
                 self._feed(inp.SignalReceived(self.clock(), sig))
-        conns: dict[Connection | int, ClaimKey] = {
-            handle.conn: key for key, handle in self.children.items()
-        }
-        waitables: list[Connection | int] = [*conns, self.starts.fileno()]
+        woke = self._wait_turn(wait_s)
+        # the clocks, then the log: the wall clock shows a suspend the lease clock did not
+        # count, the log's time a lease clock that stood still (a paused VM), and the core must
+        # know either before it answers a child's request on a lease
+        self._feed(inp.ClocksRead(self.clock(), self.wall()))
+        self._take_log()
+        for key in woke:
+            self._read_child(key)
+        for answer in self.background.results():
+            self._feed(answer)
+        for done in self.starts.results():
+            self._started(done)
+        self._reap_children(woke)
+        now = self.clock()
+        if self._spare is not None and now - self._spare.since > SPARE_KEEP_S:
+            self._drop_spare(say=True)  # this member claimed nothing yet: none idles for it
+        self._feed(inp.Tick(now, self.wall(), self._positions()))
+        if not now - OBSERVE_S < self._observed_at <= now:  # (a clock gone back: observe)
+            self._observed_at = now
+            self.observer.tick(self.snapshot(now), healthy=self.member.healthy(now))
+
+    def _wait_turn(self, wait_s: float) -> dict[ClaimKey, None]:
+        """Wait up to ``wait_s`` for a child's pipe or exit fd, a started child, a signal or
+        the log's records; the children whose pipe or exit fd is ready, in that order."""
+        ends: dict[Waitable, ClaimKey] = {}
+        for key, handle in self.children.items():
+            ends[handle.conn] = key
+            if handle.sentinel is not None:
+                ends[handle.sentinel] = key
+        waitables: list[Waitable] = [*ends, self.starts.fileno()]
         if self.wake_fd is not None:
             waitables.append(self.wake_fd)
         reader = self.reader
         assert reader is not None, "start() before step()"
         waitables.append(reader.fileno())  # the log's records wake the loop
-        ready = connection.wait(waitables, timeout=wait_s)
-        # the clocks, then the log: the wall clock shows a suspend the lease clock did not
-        # count, the log's time a lease clock that stood still (a paused VM), and the core must
-        # know either before it answers a child's request on a lease
-        self._feed(inp.ClocksRead(self.clock(), self.wall()))
-        records, errors = reader.take()
+        ready = self._wait.wait(waitables, timeout=wait_s)
+        return dict.fromkeys(ends[obj] for obj in ready if obj in ends)
+
+    def _take_log(self) -> None:
+        """Feed the core what the log's reader read and the outcomes of this member's appends."""
+        assert self.reader is not None, "start() before step()"
+        records, errors = self.reader.take()
         for error in errors:
             self._log.warning("coordination_read_failed", error=str(error))
         if records:
@@ -308,25 +344,22 @@ class Supervisor:
                 self._feed(inp.AppendFailed(now, op, outcome))
             else:
                 self._feed(inp.AppendDone(now, op, outcome))
-        for conn in ready:
-            if conn in conns:
-                self._read_child(conns[conn])
-        for answer in self.background.results():
-            self._feed(answer)
-        for done in self.starts.results():
-            self._started(done)
-        self._reap_children()
-        now = self.clock()
-        if self._spare is not None and now - self._spare.since > SPARE_KEEP_S:
-            self._drop_spare(say=True)  # this member claimed nothing yet: none idles for it
-        self._feed(inp.Tick(now, self.wall(), self._positions()))
-        self.observer.tick(self.snapshot(now), healthy=self.member.healthy(now))
 
-    def _reap_children(self) -> None:
+    def _reap_children(self, woke: Collection[ClaimKey]) -> None:
         """Watch the running children's handler calls; feed the core each ended child's exit
-        (its process group killed first)."""
+        (its process group killed first).
+
+        A child's exit code is looked at when its exit fd or pipe woke the loop (``woke``),
+        when this supervisor killed it (`ChildHandle.exitcode` then also reads the kernel),
+        when it has no exit fd, and for every child once each `EXIT_SWEEP_S`: a spawned
+        child's exit fd is a pipe that a process it forked can hold open after it ended."""
+        now = self.clock()
+        sweep = not now - EXIT_SWEEP_S < self._swept_at <= now
+        if sweep:
+            self._swept_at = now
         for key, handle in list(self.children.items()):
-            code = handle.exitcode
+            look = handle.sentinel is None or sweep or key in woke or handle.killed_at is not None
+            code = handle.exitcode if look else None
             if code is None:
                 self._watch_call(key, handle)
                 continue

@@ -3,8 +3,9 @@ in-memory log with stand-in children the test plays."""
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import pytest
 
@@ -16,7 +17,7 @@ from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor import runtime as runtime_module
-from marshal_workers.supervisor.observe import Observer
+from marshal_workers.supervisor.observe import ClaimSnapshot, Observer
 from marshal_workers.supervisor.runtime import Supervisor
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, initialised
 
@@ -95,3 +96,110 @@ def test_an_observer_that_raises_is_logged_not_fatal(monkeypatch: pytest.MonkeyP
 
 def coordination() -> MemoryTopic:
     return initialised(MemoryTopic(2, lambda: int(time.time() * 1000)))
+
+
+class ExitShownByFd(FakeChild):
+    """A stand-in whose end shows on an fd, as a real child's does (its exit fd: a fork server
+    writes the status to it), and which counts how often its exit code is read."""
+
+    def __init__(self, spec: ipc.ChildSpec, lease: SharedLease) -> None:
+        self.read_end, self.write_end = os.pipe()
+        self.code: int | None = None
+        self.reads = 0
+        self.killed_at: float | None = None
+        super().__init__(spec, lease)
+        self.sentinel = self.read_end
+
+    @property  # type: ignore[override]
+    def exitcode(self) -> int | None:
+        self.reads += 1
+        return self.code
+
+    @exitcode.setter
+    def exitcode(self, code: int | None) -> None:
+        self.code = code
+
+    def close(self) -> None:
+        super().close()
+        os.close(self.read_end)
+        os.close(self.write_end)
+
+
+def running_two(
+    monkeypatch: pytest.MonkeyPatch, observer: Observer
+) -> tuple[Supervisor, list[ExitShownByFd]]:
+    started: list[ExitShownByFd] = []
+    monkeypatch.setattr(
+        runtime_module,
+        "start_child",
+        lambda spec, lease, mp: started.append(ExitShownByFd(spec, lease)) or started[-1],
+    )
+    sup = Supervisor(config(), MemoryLog(coordination()),
+                     FakeTopics(2), MP, observer)  # type: ignore[arg-type]  # fmt: skip
+    sup.start(catch_up_timeout=5)
+    run_until(sup, lambda: len(data_children(sup)) == 2, "both partitions running")
+    return sup, started
+
+
+def test_a_running_childs_exit_code_is_read_when_its_exit_fd_wakes_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not every turn (with 32 busy children that was a third of the loop's own CPU): the exit
+    fd is waited on with the pipes, and the exit code read once it is ready."""
+    monkeypatch.setattr(runtime_module, "EXIT_SWEEP_S", 3600.0)  # no sweep after the first
+    sup, started = running_two(monkeypatch, Observer())
+    try:
+        first = next(c for c in started if c in sup.children.values())
+        before = first.reads
+        for _ in range(30):
+            sup.step([], wait_s=0)
+        assert first.reads == before  # running, its exit fd quiet: not looked at
+        first.code = 0  # it ended, but its fd does not show it yet
+        for _ in range(10):
+            sup.step([], wait_s=0)
+        assert first in sup.children.values()
+        os.write(first.write_end, b"\0")  # the fork server reports the end
+        sup.step([], wait_s=0)
+        assert first not in sup.children.values()
+    finally:
+        sup.kill_all()
+
+
+def test_every_childs_exit_code_is_read_at_each_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spawned child's exit fd is a pipe that a process it forked may hold open: the sweep
+    finds its end all the same."""
+    sup, started = running_two(monkeypatch, Observer())
+    try:
+        monkeypatch.setattr(runtime_module, "EXIT_SWEEP_S", 0.0)
+        first = next(c for c in started if c in sup.children.values())
+        first.code = 0  # ended; its exit fd never shows it
+        sup.step([], wait_s=0)
+        assert first not in sup.children.values()
+    finally:
+        sup.kill_all()
+
+
+def test_the_observers_see_a_snapshot_at_most_once_each_observe_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Counting(Observer):
+        ticks = 0
+
+        def tick(self, claims: Mapping[ClaimKey, ClaimSnapshot], healthy: bool) -> None:
+            self.ticks += 1
+
+    counting = Counting()
+    sup, _ = running_two(monkeypatch, counting)
+    try:
+        monkeypatch.setattr(runtime_module, "OBSERVE_S", 3600.0)
+        sup.step([], wait_s=0)
+        seen = counting.ticks
+        for _ in range(20):
+            sup.step([], wait_s=0)
+        assert counting.ticks == seen
+        monkeypatch.setattr(runtime_module, "OBSERVE_S", 0.0)
+        for _ in range(20):
+            sup.step([], wait_s=0)
+        assert counting.ticks == seen + 20
+    finally:
+        sup.kill_all()
