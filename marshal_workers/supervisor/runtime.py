@@ -292,7 +292,7 @@ class Supervisor:
                 if sig is signal.SIGHUP:  # a reload: the spare imported the handler before it
                     self._drop_spare(say=True)
                 self._feed(inp.SignalReceived(self.clock(), sig))
-        woke = self._wait_turn(wait_s)
+        woke, exit_fds = self._wait_turn(wait_s)
         # the clocks, then the log: the wall clock shows a suspend the lease clock did not
         # count, the log's time a lease clock that stood still (a paused VM), and the core must
         # know either before it answers a child's request on a lease
@@ -304,7 +304,7 @@ class Supervisor:
             self._feed(answer)
         for done in self.starts.results():
             self._started(done)
-        self._reap_children(woke)
+        self._reap_children(woke, exit_fds)
         now = self.clock()
         if self._spare is not None and now - self._spare.since > SPARE_KEEP_S:
             self._drop_spare(say=True)  # this member claimed nothing yet: none idles for it
@@ -313,9 +313,10 @@ class Supervisor:
             self._observed_at = now
             self.observer.tick(self.snapshot(now), healthy=self.member.healthy(now))
 
-    def _wait_turn(self, wait_s: float) -> dict[ClaimKey, None]:
+    def _wait_turn(self, wait_s: float) -> tuple[dict[ClaimKey, None], set[ClaimKey]]:
         """Wait up to ``wait_s`` for a child's pipe or exit fd, a started child, a signal or
-        the log's records; the children whose pipe or exit fd is ready, in that order."""
+        the log's records; the children whose pipe or exit fd is ready (in that order), and
+        those whose exit fd is."""
         ends: dict[Waitable, ClaimKey] = {}
         for key, handle in self.children.items():
             ends[handle.conn] = key
@@ -328,7 +329,8 @@ class Supervisor:
         assert reader is not None, "start() before step()"
         waitables.append(reader.fileno())  # the log's records wake the loop
         ready = self._wait.wait(waitables, timeout=wait_s)
-        return dict.fromkeys(ends[obj] for obj in ready if obj in ends)
+        woke = dict.fromkeys(ends[obj] for obj in ready if obj in ends)
+        return woke, {ends[obj] for obj in ready if isinstance(obj, int) and obj in ends}
 
     def _take_log(self) -> None:
         """Feed the core what the log's reader read and the outcomes of this member's appends."""
@@ -345,14 +347,18 @@ class Supervisor:
             else:
                 self._feed(inp.AppendDone(now, op, outcome))
 
-    def _reap_children(self, woke: Collection[ClaimKey]) -> None:
+    def _reap_children(self, woke: Collection[ClaimKey], exit_fds: Collection[ClaimKey]) -> None:
         """Watch the running children's handler calls; feed the core each ended child's exit
         (its process group killed first).
 
         A child's exit code is looked at when its exit fd or pipe woke the loop (``woke``),
         when this supervisor killed it (`ChildHandle.exitcode` then also reads the kernel),
         when it has no exit fd, and for every child once each `EXIT_SWEEP_S`: a spawned
-        child's exit fd is a pipe that a process it forked can hold open after it ended."""
+        child's exit fd is a pipe that a process it forked can hold open after it ended.
+        Such a child can also close its end while it runs (a handler closing every fd): its
+        exit fd then shows an end that is not there, and would wake every turn; it is no
+        longer waited on, and its exit code is looked at every turn instead (``exit_fds``:
+        the children whose exit fd is ready)."""
         now = self.clock()
         sweep = not now - EXIT_SWEEP_S < self._swept_at <= now
         if sweep:
@@ -360,6 +366,8 @@ class Supervisor:
         for key, handle in list(self.children.items()):
             look = handle.sentinel is None or sweep or key in woke or handle.killed_at is not None
             code = handle.exitcode if look else None
+            if code is None and key in exit_fds:
+                handle.sentinel = None  # ready, and no exit to read: see above
             if code is None:
                 self._watch_call(key, handle)
                 continue

@@ -203,3 +203,29 @@ def test_the_observers_see_a_snapshot_at_most_once_each_observe_s(
         assert counting.ticks == seen + 20
     finally:
         sup.kill_all()
+
+
+def test_an_exit_fd_that_wakes_with_no_exit_to_read_is_no_longer_waited_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A spawned child whose handler closed every fd shows an end on its exit fd while it
+    runs: waited on, that fd would wake every turn (a loop spinning on a core). It is dropped
+    from the wait, the child's exit code looked at every turn instead, and its end still
+    found."""
+    monkeypatch.setattr(runtime_module, "EXIT_SWEEP_S", 3600.0)
+    sup, started = running_two(monkeypatch, Observer())
+    try:
+        first = next(c for c in started if c in sup.children.values())
+        os.close(first.write_end)  # the fd shows an end; the child runs on
+        first.write_end = os.open(os.devnull, os.O_WRONLY)  # (for close())
+        sup.step([], wait_s=0)
+        assert first.sentinel is None
+        assert first in sup.children.values()
+        reads = first.reads
+        sup.step([], wait_s=0)
+        assert first.reads == reads + 1  # looked at every turn now
+        first.code = 0
+        sup.step([], wait_s=0)
+        assert first not in sup.children.values()
+    finally:
+        sup.kill_all()
