@@ -115,9 +115,13 @@ def slice_topic(topic: str, part: Slice) -> str:
     return f"{topic}+{part.name}"
 
 
-@functools.lru_cache(maxsize=4096)  # a supervisor asks for its own few claims many times a turn
 def split_topic(name: str) -> tuple[str, Slice | None]:
     """A claim's topic field as (data topic, slice or None for a whole partition)."""
+    return _split_topic(name)
+
+
+@functools.lru_cache(maxsize=4096)  # a supervisor asks for its own few claims many times a turn
+def _split_topic(name: str) -> tuple[str, Slice | None]:
     topic, plus, rest = name.rpartition("+")
     if not plus or not topic:
         return name, None

@@ -41,7 +41,8 @@ class Observer:
         """The log is caught up and the claim loop runs."""
 
     def tick(self, claims: Mapping[ClaimKey, ClaimSnapshot], healthy: bool) -> None:
-        """A turn of the loop finished; ``healthy`` is False while a data claim it holds (running
+        """A turn of the loop finished (at most one every `runtime.OBSERVE_S`, 50 ms, gets a
+        tick); ``healthy`` is False while a data claim it holds (running
         or reloading) has no more than the kill grace left on its lease: its heartbeats are not
         confirmed in time (see `Member.healthy`)."""
 

@@ -2,12 +2,13 @@
 monitors.
 
 The coordination log is where positions live; Kafka's ``__consumer_offsets`` only mirrors them,
-so that the usual tools see the group. `OffsetCommitter` is an `Observer`: at each turn of the
-supervisor's loop it gets the held claims with their positions (the offsets the heartbeats
-carry) and commits those that are due, at most once per HB/2 per partition (as often as
-heartbeats go out), when the position moved or, unchanged, once a minute (so that an idle
-group's offsets do not expire). Nothing here is ever fatal: a failed commit is logged at
-debug level (the first one at warning) and counted, and the next due commit tries again.
+so that the usual tools see the group. `OffsetCommitter` is an `Observer`: at each tick (a turn
+of the supervisor's loop, at most every 50 ms) it gets the held claims with their positions
+(the offsets the heartbeats carry) and commits those that are due, at most once per HB/2 per
+partition (as often as heartbeats go out), when the position moved or, unchanged, once a
+minute (so that an idle group's offsets do not expire). Nothing here is ever fatal: a failed
+commit is logged at debug level (the first one at warning) and counted, and the next due
+commit tries again.
 
 The sink (`fleet.offsetsink.KafkaOffsetSink`, which `marshal-admin set-position` writes
 through too) commits from a consumer that never joins the group.

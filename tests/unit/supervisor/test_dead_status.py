@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from marshal_workers.supervisor.childprocess import dead_status
+from marshal_workers.supervisor.childprocess import ChildHandle, dead_status
 
 REST = " 1 1 1 0 -1 4194560" + " 0" * 42  # fields 4-51 of /proc/PID/stat, as the kernel has
 
@@ -31,3 +31,14 @@ def test_a_living_process_is_none_and_a_gone_one_killed(tmp_path: Path) -> None:
     assert dead_status(20, str(tmp_path)) is None
     assert dead_status(21, str(tmp_path)) is None
     assert dead_status(22, str(tmp_path)) == -signal.SIGKILL
+
+
+def test_a_handle_waits_on_its_process_exit_fd() -> None:
+    """`ChildHandle.sentinel` is the process's own (what the supervisor's loop waits on)."""
+
+    class Started:
+        pid = 12345
+        sentinel = 7
+
+    handle = ChildHandle(Started(), object())  # type: ignore[arg-type]
+    assert handle.sentinel == 7

@@ -19,7 +19,7 @@ from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor import runtime as runtime_module
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer
 from marshal_workers.supervisor.runtime import Supervisor
-from tests.supervisor_doubles import MP, FakeChild, FakeTopics, initialised
+from tests.supervisor_doubles import MP, FakeChild, FakeTopics, NoSpare, initialised
 
 
 def config() -> RunConfig:
@@ -110,7 +110,7 @@ class ExitShownByFd(FakeChild):
         super().__init__(spec, lease)
         self.sentinel = self.read_end
 
-    @property  # type: ignore[override]
+    @property
     def exitcode(self) -> int | None:
         self.reads += 1
         return self.code
@@ -134,6 +134,7 @@ def running_two(
         "start_child",
         lambda spec, lease, mp: started.append(ExitShownByFd(spec, lease)) or started[-1],
     )
+    monkeypatch.setattr(runtime_module, "Spare", NoSpare)  # every child a stand-in
     sup = Supervisor(config(), MemoryLog(coordination()),
                      FakeTopics(2), MP, observer)  # type: ignore[arg-type]  # fmt: skip
     sup.start(catch_up_timeout=5)
@@ -173,6 +174,25 @@ def test_every_childs_exit_code_is_read_at_each_sweep(monkeypatch: pytest.Monkey
         monkeypatch.setattr(runtime_module, "EXIT_SWEEP_S", 0.0)
         first = next(c for c in started if c in sup.children.values())
         first.code = 0  # ended; its exit fd never shows it
+        sup.step([], wait_s=0)
+        assert first not in sup.children.values()
+    finally:
+        sup.kill_all()
+
+
+def test_a_child_this_supervisor_killed_is_looked_at_every_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its fork server may be stopped and never report the end (`ChildHandle.exitcode` then
+    reads the kernel's status): its exit fd cannot be waited for."""
+    monkeypatch.setattr(runtime_module, "EXIT_SWEEP_S", 3600.0)
+    sup, started = running_two(monkeypatch, Observer())
+    try:
+        first = next(c for c in started if c in sup.children.values())
+        first.killed_at = time.monotonic()
+        sup.step([], wait_s=0)
+        assert first in sup.children.values()
+        first.code = -9  # what the kernel shows once its server is past reporting
         sup.step([], wait_s=0)
         assert first not in sup.children.values()
     finally:
