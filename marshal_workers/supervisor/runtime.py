@@ -82,6 +82,12 @@ OBSERVE_S = 0.05  # the observers' snapshot (metrics, systemd, slow calls, offse
 EXIT_SWEEP_S = 0.25  # every child's exit code looked at, not only those whose exit fd woke
 
 
+def due(now: float, last: float, every: float) -> bool:
+    """Whether a thing done at ``last`` (on the clock that reads ``now``) is due again, once
+    ``every`` seconds: also when the clock went back past it."""
+    return not now - every < last <= now
+
+
 def member_settings(
     config: RunConfig, coordination_partitions: int, placement: Placement | None = None
 ) -> MemberSettings:
@@ -309,7 +315,7 @@ class Supervisor:
         if self._spare is not None and now - self._spare.since > SPARE_KEEP_S:
             self._drop_spare(say=True)  # this member claimed nothing yet: none idles for it
         self._feed(inp.Tick(now, self.wall(), self._positions()))
-        if not now - OBSERVE_S < self._observed_at <= now:  # (a clock gone back: observe)
+        if due(now, self._observed_at, OBSERVE_S):
             self._observed_at = now
             self.observer.tick(self.snapshot(now), healthy=self.member.healthy(now))
 
@@ -360,7 +366,7 @@ class Supervisor:
         longer waited on, and its exit code is looked at every turn instead (``exit_fds``:
         the children whose exit fd is ready)."""
         now = self.clock()
-        sweep = not now - EXIT_SWEEP_S < self._swept_at <= now
+        sweep = due(now, self._swept_at, EXIT_SWEEP_S)
         if sweep:
             self._swept_at = now
         for key, handle in list(self.children.items()):

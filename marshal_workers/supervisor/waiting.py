@@ -15,7 +15,6 @@ whenever its objects do, and the set is then built afresh.
 from __future__ import annotations
 
 import selectors
-import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import cast
@@ -45,14 +44,8 @@ class LoopWait:
         if self._selector is None or wanted != self._objects:
             self._build(wanted)
         assert self._selector is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            ready = self._selector.select(timeout)
-            if ready:
-                return [cast(Waitable, key.fileobj) for key, _events in ready]
-            timeout = deadline - time.monotonic()
-            if timeout < 0:
-                return []
+        # (a signal does not end the wait early: poll is retried with what is left, PEP 475)
+        return [cast(Waitable, key.fileobj) for key, _events in self._selector.select(timeout)]
 
     def close(self) -> None:
         """Forget the set (it holds no fd of its own)."""
