@@ -179,6 +179,8 @@ class Supervisor:
         self.background = Background()
         self._signalled: set[ClaimKey] = set()  # children this supervisor signalled
         self._call_seen: dict[ClaimKey, CallSample] = {}  # the handler call each child is in
+        # children whose pipe end showed its end while they may still run (`_read_child`)
+        self._pipe_ended: set[ClaimKey] = set()
         self.exit_code: int | None = None
         self._log = structlog.get_logger().bind(
             group=config.group,
@@ -324,8 +326,10 @@ class Supervisor:
         the log's records; the children whose pipe or exit fd is ready (in that order), and
         those whose exit fd is."""
         ends: dict[Waitable, ClaimKey] = {}
+        pipe_ended = self._pipe_ended
         for key, handle in self.children.items():
-            ends[handle.conn] = key
+            if key not in pipe_ended:
+                ends[handle.conn] = key
             if handle.sentinel is not None:
                 ends[handle.sentinel] = key
         waitables: list[Waitable] = [*ends, self.starts.fileno()]
@@ -382,6 +386,7 @@ class Supervisor:
             handle.close()
             del self.children[key]
             self._call_seen.pop(key, None)
+            self._pipe_ended.discard(key)
             calls = self._lease(key).calls
             now = self.clock()
             note = calls.take_end_note()
@@ -446,10 +451,16 @@ class Supervisor:
         handle = self.children.get(key)
         if handle is None:
             return
-        with contextlib.suppress(EOFError, OSError):  # a dead child is reaped by the loop
+        try:
             while handle.conn.poll():
                 message: ipc.ToSupervisor = handle.conn.recv()
                 self._feed(inp.ChildSaid(self.clock(), key, message))
+        except (EOFError, OSError):
+            # the child's end is closed: it ended (reaped once its exit shows), or its handler
+            # closed that fd and it runs on until it next uses the pipe (it then ends:
+            # `child.pipe`). The end shows at every turn: it is no longer waited on
+            # (`_wait_turn`), so a child still running does not spin the loop
+            self._pipe_ended.add(key)
 
     def _feed(self, event: inp.Input) -> None:
         self._run(self.member.feed(event))

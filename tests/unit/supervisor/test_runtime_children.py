@@ -249,3 +249,36 @@ def test_an_exit_fd_that_wakes_with_no_exit_to_read_is_no_longer_waited_on(
         assert first not in sup.children.values()
     finally:
         sup.kill_all()
+
+
+def test_a_running_childs_pipe_at_its_end_wakes_the_loop_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A handler that closes its child's end of the pipe (an fd it took for one of its own),
+    and the child runs on until it next uses the pipe: waited on, the supervisor's end would
+    be ready every turn (a loop spinning on a core). It is no longer waited on, and the
+    child's exit is still found."""
+    monkeypatch.setattr(runtime_module, "EXIT_SWEEP_S", 3600.0)
+    woken: list[object] = []
+    wait = runtime_module.LoopWait.wait
+
+    def recording(self: runtime_module.LoopWait, objects: object, timeout: float) -> object:
+        ready = wait(self, objects, timeout)  # type: ignore[arg-type]
+        woken.extend(ready)
+        return ready
+
+    monkeypatch.setattr(runtime_module.LoopWait, "wait", recording)
+    sup, started = running_two(monkeypatch, Observer())
+    try:
+        first = next(c for c in started if c in sup.children.values())
+        first.peer.close()  # the child's end closed; the child runs on
+        for _ in range(20):
+            sup.step([], wait_s=0)
+        assert woken.count(first.conn) == 1
+        assert first in sup.children.values()
+        os.write(first.write_end, b"\0")  # then it ends (its next use of the pipe failed)
+        first.code = 0
+        sup.step([], wait_s=0)
+        assert first not in sup.children.values()
+    finally:
+        sup.kill_all()
