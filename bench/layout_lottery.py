@@ -19,8 +19,12 @@ time), in four kinds of process, interleaved one of each in turn:
 
 With ``--cpu`` each of those processes is pinned to that core. Then ``--concurrent-rounds``
 rounds of ``--together`` processes at once, not pinned (8: as eight `marshal-run` children on a
-two-core host; 64: as a hot partition's 64 slices), each starting its loop once all are up (a
-barrier), for 6 s: forked children against spawned ones, alternating.
+two-core host; 64: as a hot partition's 64 slices), for 6 s: forked children against spawned
+ones, alternating. Once all are up (a barrier) they start their loops at one moment on the
+wall clock, half a second after the last one came (``--start clock``, the default); with
+``--start barrier`` each starts as the barrier lets it go (a chain of wake-ups), as the runs
+before 2026-12-01 did. The forked ones were as much slower either way that day
+(docs/benchmarks.md, "Where the hot partition's gap is: CPU process by process (2026-12-01)").
 
 Per kind: the median, the fastest and slowest process, and how many ran more than 1.25x the
 fresh median (a "slow draw"). Prints figures; asserts nothing.
@@ -37,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from multiprocessing.queues import Queue
 from pathlib import Path
 from typing import Any
@@ -51,6 +56,7 @@ from marshal_workers.childlink.forkserver import fork_server  # noqa: E402
 CALLS = 4000
 SLOW = 1.25  # a slow draw: more than this times the fresh median
 WAIT_S = 120.0  # for a process's figure, past its own run: a process that died gives none
+START_AFTER_S = 0.5  # --start clock: the loops begin this long after the last process came
 
 
 def timed(iterations: int) -> float:
@@ -72,10 +78,20 @@ def _child(iterations: int, cpu: int | None, queue: Queue[float]) -> None:
     queue.put(timed(iterations))
 
 
-def _busy(iterations: int, barrier: Any, seconds: float, queue: Queue[float]) -> None:
+def _set_start(start: Any) -> None:
+    """The barrier's action, in the last process to come: the moment every loop begins."""
+    start.value = time.time() + START_AFTER_S
+
+
+def _busy(
+    iterations: int, barrier: Any, start: Any, seconds: float, queue: Queue[float]
+) -> None:
     from bench.handlers import burn  # noqa: PLC0415
 
-    barrier.wait(WAIT_S)  # all start together, once all are up (the spawned ones imported)
+    barrier.wait(WAIT_S)  # once all are up (the spawned ones imported)
+    if start is not None:  # then all at one moment
+        while time.time() < start.value:
+            time.sleep(0.005)
     t0, calls, wall = time.process_time(), 0, time.monotonic()
     while time.monotonic() - wall < seconds:
         burn(iterations)
@@ -125,11 +141,14 @@ def _fresh(iterations: int, cpu: int | None, fixed: bool) -> float:
     return float(out.strip())
 
 
-def _concurrent(context: Any, iterations: int, seconds: float, together: int) -> list[float]:
+def _concurrent(
+    context: Any, iterations: int, seconds: float, together: int, clock_start: bool
+) -> list[float]:
     queue: Queue[float] = context.Queue()
-    barrier = context.Barrier(together)
+    start = context.RawValue("d", 0.0) if clock_start else None
+    barrier = context.Barrier(together, action=partial(_set_start, start) if start else None)
     processes = [
-        context.Process(target=_busy, args=(iterations, barrier, seconds, queue))
+        context.Process(target=_busy, args=(iterations, barrier, start, seconds, queue))
         for _ in range(together)
     ]
     for process in processes:
@@ -156,6 +175,11 @@ def main() -> None:
     parser.add_argument(
         "--together", type=int, default=8, help="processes at once, in those rounds"
     )
+    parser.add_argument(
+        "--start", choices=("clock", "barrier"), default="clock",
+        help="processes at once begin their loops at one moment (clock) or as the barrier "
+        "releases each (barrier)",
+    )  # fmt: skip
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:  # a fresh process's own timing
@@ -186,14 +210,17 @@ def main() -> None:
     if args.concurrent_rounds:
         print(
             f"{args.together} at once for 6 s on {os.cpu_count()} cores, "
-            f"{args.concurrent_rounds} rounds of each, alternating (per-round means):",
+            f"{args.concurrent_rounds} rounds of each, alternating, start: {args.start} "
+            "(per-round means):",
             flush=True,
         )
         together: dict[str, list[float]] = {"forked": [], "spawned": []}
         means: dict[str, list[float]] = {"forked": [], "spawned": []}
         for _ in range(args.concurrent_rounds):
             for kind, context in (("forked", forked_context), ("spawned", spawned_context)):
-                values = _concurrent(context, iterations, 6.0, args.together)
+                values = _concurrent(
+                    context, iterations, 6.0, args.together, args.start == "clock"
+                )
                 together[kind] += values
                 means[kind].append(statistics.fmean(values))
         for kind, values in together.items():
