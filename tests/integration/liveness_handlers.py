@@ -8,13 +8,16 @@ Environment (read per call):
 - ``LIVENESS_HELPER_PID_FILE``: if set, first start a helper process (``sleep 60``, in the
   child's process group) and write its pid there;
 - ``LIVENESS_KEEPALIVE_S``: for ``keepalive``, how long the call works (calling
-  ``ctx.keepalive()`` every 0.2 s) before it completes.
+  ``ctx.keepalive()`` every 0.2 s) before it completes;
+- ``LIVENESS_MARK``: for ``close_pipe``, a file made once the pipe is closed (only the first
+  call closes it).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,6 +29,8 @@ AT_ENV = "LIVENESS_AT"
 HOW_ENV = "LIVENESS_HOW"
 HELPER_ENV = "LIVENESS_HELPER_PID_FILE"
 KEEPALIVE_ENV = "LIVENESS_KEEPALIVE_S"
+MARK_ENV = "LIVENESS_MARK"
+CLOSED_PIPE_WORKS_S = 4.0  # how long ``close_pipe``'s call goes on with the pipe closed
 
 
 def _hang() -> None:
@@ -44,6 +49,28 @@ def _raise(error: BaseException) -> None:
     raise error
 
 
+def _close_pipe(ctx: Context) -> None:
+    """Close the child's end of its pipe to the supervisor (the child's one socket without a
+    name or a peer's name: a socket pair) and work on for a while, once: a handler closing an
+    fd it took for one of its own."""
+    mark = os.environ[MARK_ENV]
+    if os.path.exists(mark):
+        return
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue  # not a socket
+        with sock:
+            pair = sock.family == socket.AF_UNIX and sock.getpeername() in ("", b"")
+        if pair:
+            os.close(fd)
+    with open(mark, "w"):
+        pass
+    time.sleep(CLOSED_PIPE_WORKS_S)
+
+
 HOW = {
     "hang": lambda ctx: _hang(),
     "keepalive": _keepalive,
@@ -57,6 +84,7 @@ HOW = {
     "sigterm": lambda ctx: os.kill(os.getpid(), signal.SIGTERM),
     # one C call that never lets go of the GIL: the child's watchdog thread cannot run
     "gil": lambda ctx: sum(range(10**15)),
+    "close_pipe": _close_pipe,
 }
 
 

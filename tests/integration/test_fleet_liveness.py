@@ -86,6 +86,37 @@ class TestHandlerEndsUnderAHealthySupervisor:
         assert member.proc.poll() is None
 
 
+class TestAChildWithoutItsPipe:
+    def test_the_supervisor_does_not_spin_while_the_child_runs_on(
+        self, fleet: Fleet, tmp_path: Path
+    ) -> None:
+        """A handler closes its child's end of the pipe and works on for a few seconds (a
+        review: the supervisor's end was ready at every turn meanwhile, and its loop spun on
+        a core). The supervisor takes little CPU meanwhile; the child ends at its next use of
+        the pipe, another takes its place, and every record is handled."""
+        mark = tmp_path / "pipe-closed"
+        fleet.produce(2 * 12)
+        member = fleet.start(
+            member_id(),
+            "--handler",
+            HANDLER,
+            env={lh.AT_ENV: str(AT), lh.HOW_ENV: "close_pipe", lh.MARK_ENV: str(mark)},
+        )
+        fleet.wait_for(mark.exists, 60, "a child's handler closed its pipe")
+        supervisor = psutil.Process(member.pid)
+        before = supervisor.cpu_times()
+        time.sleep(lh.CLOSED_PIPE_WORKS_S / 2)
+        after = supervisor.cpu_times()
+        used = (after.user + after.system) - (before.user + before.system)
+        assert used < lh.CLOSED_PIPE_WORKS_S / 4, (used, member.log_tail(20))
+        expected = {(p, o) for p in range(2) for o in range(12)}
+        fleet.wait_for(
+            lambda: {(r.partition, r.offset) for r in fleet.ledger()} >= expected,
+            60,
+            "every record handled",
+        )
+
+
 class TestRedeliveryBound:
     @pytest.mark.solo  # one HB of records exactly: a heartbeat late on a shared host passes it
     def test_kill_9_inside_a_batch_rehandles_at_most_about_one_heartbeat(
