@@ -451,16 +451,24 @@ class Supervisor:
         handle = self.children.get(key)
         if handle is None:
             return
-        try:
-            while handle.conn.poll():
-                message: ipc.ToSupervisor = handle.conn.recv()
+        conn = handle.conn
+        while True:
+            try:
+                if not conn.poll():
+                    return
+                message: ipc.ToSupervisor = conn.recv()
+            except (EOFError, OSError):
+                # the child's end is closed (what it sent before is read first): it ended
+                # (reaped once its exit shows), or its handler closed that fd and it runs on
+                # until it next uses the pipe (it then ends: `child.pipe`). The end shows at
+                # every turn: it is no longer waited on (`_wait_turn`), so a child still
+                # running does not spin the loop
+                self._pipe_ended.add(key)
+                return
+            try:
                 self._feed(inp.ChildSaid(self.clock(), key, message))
-        except (EOFError, OSError):
-            # the child's end is closed: it ended (reaped once its exit shows), or its handler
-            # closed that fd and it runs on until it next uses the pipe (it then ends:
-            # `child.pipe`). The end shows at every turn: it is no longer waited on
-            # (`_wait_turn`), so a child still running does not spin the loop
-            self._pipe_ended.add(key)
+            except OSError:  # carrying it out failed (a log line to a full stderr, say): the
+                return  # pipe is still waited on, and what else the child said read next turn
 
     def _feed(self, event: inp.Input) -> None:
         self._run(self.member.feed(event))

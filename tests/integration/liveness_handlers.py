@@ -49,23 +49,40 @@ def _raise(error: BaseException) -> None:
     raise error
 
 
+def _socket_pair_end(fd: int) -> bool:
+    """Whether ``fd`` is a connected Unix socket whose peer has no name (a socket pair)."""
+    try:
+        copy = os.dup(fd)
+    except OSError:  # closed since it was listed (the listing's own fd)
+        return False
+    try:
+        sock = socket.socket(fileno=copy)
+    except OSError:  # not a socket
+        os.close(copy)
+        return False
+    with sock:
+        try:
+            return sock.family == socket.AF_UNIX and sock.getpeername() in ("", b"")
+        except OSError:  # not connected
+            return False
+
+
 def _close_pipe(ctx: Context) -> None:
-    """Close the child's end of its pipe to the supervisor (the child's one socket without a
-    name or a peer's name: a socket pair) and work on for a while, once: a handler closing an
-    fd it took for one of its own."""
+    """Close the child's end of its pipe to the supervisor (the child's one socket pair) and
+    work on for a while, once: a handler closing an fd it took for one of its own. The fd
+    number is kept taken by /dev/null, read-only, so the child's next send fails whatever
+    is opened meanwhile."""
     mark = os.environ[MARK_ENV]
     if os.path.exists(mark):
         return
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        try:
-            sock = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue  # not a socket
-        with sock:
-            pair = sock.family == socket.AF_UNIX and sock.getpeername() in ("", b"")
-        if pair:
-            os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd != null and _socket_pair_end(fd):
+                os.dup2(null, fd)  # the socket closed, its number taken
+    finally:
+        os.close(null)
     with open(mark, "w"):
         pass
     time.sleep(CLOSED_PIPE_WORKS_S)

@@ -18,6 +18,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from marshal_workers.ipc.exits import EXIT_PARENT_GONE
 from tests.integration import liveness_handlers as lh
 from tests.integration.fleet import Fleet, MakeFleet, Member, log_events
 
@@ -115,6 +116,8 @@ class TestAChildWithoutItsPipe:
             60,
             "every record handled",
         )
+        codes = [e["code"] for e in log_events(member.log_path, "child_exited")]
+        assert EXIT_PARENT_GONE in codes, (codes, member.log_tail(20))
 
 
 class TestRedeliveryBound:

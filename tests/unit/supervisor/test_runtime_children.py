@@ -11,6 +11,7 @@ import pytest
 
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.config.runconfig import RunConfig
+from marshal_workers.core import inputs as inp
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.log.memlog import MemoryLog, MemoryTopic
 from marshal_workers.protocol.members import is_member_key
@@ -280,5 +281,36 @@ def test_a_running_childs_pipe_at_its_end_wakes_the_loop_once(
         first.code = 0
         sup.step([], wait_s=0)
         assert first not in sup.children.values()
+    finally:
+        sup.kill_all()
+
+
+def test_a_failure_while_a_childs_message_is_carried_out_keeps_its_pipe_waited_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An OSError while the core's commands for a message are carried out (a log line to a
+    full stderr set non-blocking, say) is not the pipe's end: the child's later messages are
+    still read at the next turns (a review: its pipe was dropped from the wait for good)."""
+    monkeypatch.setattr(runtime_module, "EXIT_SWEEP_S", 3600.0)
+    sup, started = running_two(monkeypatch, Observer())
+    try:
+        first = next(c for c in started if c in sup.children.values())
+        feed = sup._feed
+        failed: list[object] = []
+
+        def failing_once(event: object) -> None:
+            if isinstance(event, inp.ChildSaid) and not failed:
+                failed.append(event)
+                raise BlockingIOError("stderr full")
+            feed(event)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(sup, "_feed", failing_once)
+        first.peer.send(ipc.Progress(1))
+        sup.step([], wait_s=0)
+        assert failed
+        first.peer.send(ipc.Progress(2))
+        for _ in range(5):
+            sup.step([], wait_s=0)
+        assert not first.conn.poll(0)  # read
     finally:
         sup.kill_all()
