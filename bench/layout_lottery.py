@@ -146,7 +146,8 @@ def _concurrent(
 ) -> list[float]:
     queue: Queue[float] = context.Queue()
     start = context.RawValue("d", 0.0) if clock_start else None
-    barrier = context.Barrier(together, action=partial(_set_start, start) if start else None)
+    action = partial(_set_start, start) if start is not None else None  # (a 0.0 cell is falsy)
+    barrier = context.Barrier(together, action=action)
     processes = [
         context.Process(target=_busy, args=(iterations, barrier, start, seconds, queue))
         for _ in range(together)
