@@ -40,6 +40,7 @@ class FakeChild:
         self.pid = next(PIDS)
         self.exitcode: int | None = None
         self.sentinel: int | None = None  # no exit fd: the supervisor looks every turn
+        self.pipe_ended = False  # (`ChildHandle.pipe_ended`)
         self.signals: list[int] = []
 
     def send(self, msg: ipc.ToChild) -> bool:

@@ -45,6 +45,9 @@ class ChildHandle:
         # waits on it, and looks at the exit code only when it is (or now and then: see
         # `Supervisor._reap_children`)
         self.sentinel: int | None = process.sentinel
+        # its pipe showed an end while the child may still run: no longer waited on
+        # (`Supervisor._read_child`)
+        self.pipe_ended = False
         self.killed_at: float | None = None  # when the supervisor SIGKILLed its group
 
     @property

@@ -179,8 +179,6 @@ class Supervisor:
         self.background = Background()
         self._signalled: set[ClaimKey] = set()  # children this supervisor signalled
         self._call_seen: dict[ClaimKey, CallSample] = {}  # the handler call each child is in
-        # children whose pipe end showed its end while they may still run (`_read_child`)
-        self._pipe_ended: set[ClaimKey] = set()
         self.exit_code: int | None = None
         self._log = structlog.get_logger().bind(
             group=config.group,
@@ -326,9 +324,8 @@ class Supervisor:
         the log's records; the children whose pipe or exit fd is ready (in that order), and
         those whose exit fd is."""
         ends: dict[Waitable, ClaimKey] = {}
-        pipe_ended = self._pipe_ended
         for key, handle in self.children.items():
-            if key not in pipe_ended:
+            if not handle.pipe_ended:
                 ends[handle.conn] = key
             if handle.sentinel is not None:
                 ends[handle.sentinel] = key
@@ -386,7 +383,6 @@ class Supervisor:
             handle.close()
             del self.children[key]
             self._call_seen.pop(key, None)
-            self._pipe_ended.discard(key)
             calls = self._lease(key).calls
             now = self.clock()
             note = calls.take_end_note()
@@ -463,7 +459,7 @@ class Supervisor:
                 # until it next uses the pipe (it then ends: `child.pipe`). The end shows at
                 # every turn: it is no longer waited on (`_wait_turn`), so a child still
                 # running does not spin the loop
-                self._pipe_ended.add(key)
+                handle.pipe_ended = True
                 return
             try:
                 self._feed(inp.ChildSaid(self.clock(), key, message))
