@@ -32,6 +32,13 @@ The defences, from the child's side:
   pure Python. It cannot run while the main thread holds the GIL inside one long C call (a
   C extension that does not release it): then the supervisor's SIGKILL at lease expiry is
   the backstop, and the fencing token the handler passes to its sink is the last line.
+- `fence_on_resume`: a child stopped (SIGSTOP, with its supervisor, so that nobody killed it
+  meanwhile) past its lease runs on when it is continued. The watchdog, awake at once then,
+  must first take the GIL from the handler's thread, which may wait a switch interval (5 ms):
+  time enough for a call in progress to finish and write, after the lease. A review saw it (a
+  200 µs record's line written 20 s after the stop, 1 ms before the watchdog's fence). So
+  SIGCONT has a handler that looks at the lease: Python runs it in the main thread, which runs
+  the handler, before the handler's next few bytecodes.
 """
 
 from __future__ import annotations
@@ -154,6 +161,24 @@ def write_with_timeout(fd: int, data: bytes, timeout_s: float) -> None:
     writer = threading.Thread(target=write, name="marshal-last-words", daemon=True)
     writer.start()
     writer.join(timeout_s)
+
+
+def fence_on_resume(
+    lease: SharedLease, on_fence: Callable[[str], NoReturn], clock: Clock = leaseclock.now
+) -> bool:
+    """On SIGCONT, call ``on_fence(REASON_LEASE_EXPIRED)`` if the lease ran out (or was revoked)
+    while the process was stopped (module doc). Set only where SIGCONT has no handler of the
+    plugin's (a module imported before, or a spare's setup); whether it was set. Call from the
+    main thread."""
+    if signal.getsignal(signal.SIGCONT) not in (signal.SIG_DFL, None):
+        return False
+
+    def on_continue(signum: int, frame: object) -> None:
+        if clock() >= lease.deadline:
+            on_fence(REASON_LEASE_EXPIRED)
+
+    signal.signal(signal.SIGCONT, on_continue)
+    return True
 
 
 class Watchdog(threading.Thread):

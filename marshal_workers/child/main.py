@@ -106,6 +106,7 @@ from marshal_workers.child.fencing import (
     REASON_PARENT_GONE,
     Watchdog,
     become_group_leader,
+    fence_on_resume,
     parent_to_watch,
     set_parent_death_signal,
     start_group_guardian,
@@ -264,7 +265,7 @@ def run_child(
     ``before``; a spare's consumer made before its claim, ``prepared``); never returns."""
     calls, last_words = lease.calls, before.last_words
 
-    def on_fence(reason: str) -> NoReturn:
+    def on_fence(reason: str, by: str = "watchdog") -> NoReturn:
         code = FENCE_EXIT_CODES[reason]
         if reason == REASON_HANDLER_TIMEOUT:
             started = calls.started.value
@@ -277,12 +278,13 @@ def run_child(
                 by="watchdog",
             )
         else:
-            last_words("child_fenced", reason=reason, exit_code=code, by="watchdog")
+            last_words("child_fenced", reason=reason, exit_code=code, by=by)
         calls.fence.value = code  # the watchdog's reason, whatever the status turns out to be
         os._exit(code)  # the guardian then kills the rest of the group (the handler's helpers)
 
     loop = ChildLoop(spec, lease, conn, before.log, prepared=prepared)
     Watchdog(lease, parent, on_fence, call_clock=loop.call_clock).start()
+    fence_on_resume(lease, lambda reason: on_fence(reason, by="resume"))
     code = loop.run()
     sys.stdout.flush()
     sys.stderr.flush()

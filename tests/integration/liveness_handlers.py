@@ -10,7 +10,10 @@ Environment (read per call):
 - ``LIVENESS_KEEPALIVE_S``: for ``keepalive``, how long the call works (calling
   ``ctx.keepalive()`` every 0.2 s) before it completes;
 - ``LIVENESS_MARK``: for ``close_pipe``, a file made once the pipe is closed (only the first
-  call closes it).
+  call closes it); for ``work_until``, a file made when the call begins, where it writes
+  ``completed <time>`` when it completes (its effect, written at once);
+- ``LIVENESS_WORK_S``: for ``work_until``, how long the call works in pure Python (in steps of
+  about half a millisecond, looking at the wall clock between them) before it completes.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ HOW_ENV = "LIVENESS_HOW"
 HELPER_ENV = "LIVENESS_HELPER_PID_FILE"
 KEEPALIVE_ENV = "LIVENESS_KEEPALIVE_S"
 MARK_ENV = "LIVENESS_MARK"
+WORK_ENV = "LIVENESS_WORK_S"
 CLOSED_PIPE_WORKS_S = 4.0  # how long ``close_pipe``'s call goes on with the pipe closed
 
 
@@ -88,6 +92,22 @@ def _close_pipe(ctx: Context) -> None:
     time.sleep(CLOSED_PIPE_WORKS_S)
 
 
+def _work_until(ctx: Context) -> None:
+    """Work in pure Python for ``LIVENESS_WORK_S`` of wall-clock time (a mark made first), then
+    complete, writing so in the mark: stopped past that time, the call ends within a step of
+    its continue. The GIL's
+    switch interval is set to 0.2 s first (as a program may set it): another thread of the
+    child that asks for the GIL meanwhile waits that long for it."""
+    sys.setswitchinterval(0.2)
+    until = time.time() + float(os.environ[WORK_ENV])
+    mark = os.open(os.environ[MARK_ENV], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    x = 0
+    while time.time() < until:
+        for i in range(10_000):
+            x = (x + i) % 7919
+    os.write(mark, f"completed {time.time()}\n".encode())  # the call's effect, at once
+
+
 HOW = {
     "hang": lambda ctx: _hang(),
     "keepalive": _keepalive,
@@ -102,6 +122,7 @@ HOW = {
     # one C call that never lets go of the GIL: the child's watchdog thread cannot run
     "gil": lambda ctx: sum(range(10**15)),
     "close_pipe": _close_pipe,
+    "work_until": _work_until,
 }
 
 

@@ -193,6 +193,65 @@ class TestFencedHelper:
                 with_suppressed(lambda m=member: os.kill(m.pid, signal.SIGCONT))
 
 
+class TestATreeStoppedPastItsLease:
+    def test_a_call_in_progress_does_not_complete_after_the_continue(
+        self, make_fleet: MakeFleet, tmp_path: Path
+    ) -> None:
+        """SIGSTOP of a member's whole tree (supervisor, fork server, child, guardian) while a
+        call runs, past the lease and past the call's own end, then SIGCONT (the child first):
+        the child ends before the call completes (and writes so), and no record is handled
+        after the stop. Before SIGCONT had a handler, the watchdog waited for the GIL while the
+        call completed after the lease, as a review saw."""
+        fleet = make_fleet(mode="alo", hb=1.0, partitions=1)
+        mark = tmp_path / "working"
+        frozen: list[psutil.Process] = []
+        try:
+            fleet.produce(AT + 3)
+            member = fleet.start(
+                member_id(),
+                "--handler",
+                HANDLER,
+                "--child-nice",
+                "0",  # the handler's thread as ready to run on the continue as the watchdog
+                env={
+                    lh.AT_ENV: str(AT),
+                    lh.HOW_ENV: "work_until",
+                    lh.MARK_ENV: str(mark),
+                    lh.WORK_ENV: "1.0",
+                },
+            )
+            fleet.wait_for(mark.exists, 60, "the call at the offset begun")
+            supervisor = psutil.Process(member.pid)
+            frozen = [supervisor, *supervisor.children(recursive=True)]
+            for proc in frozen:
+                proc.suspend()
+            stopped_at = time.time()
+            time.sleep(4.0)  # the lease (2·HB) and the call's second both end meanwhile
+            # the child alone first: its handler's thread and its watchdog both run at once
+            # (two cores), the supervisor not yet there to kill it
+            [child] = [p for p in frozen if p.pid in member.children()]
+            child.resume()
+            time.sleep(0.05)
+            for proc in frozen:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.resume()
+            frozen = []
+            fleet.wait_for(
+                lambda: bool(log_events(member.log_path, "child_exited")), 30, "the child's end"
+            )
+            assert "completed" not in mark.read_text(), "the call completed past the lease"
+            late = [
+                r for r in fleet.ledger() if r.client_id == member.client_id and r.end > stopped_at
+            ]
+            assert not late, f"handled after the stop, past the lease: {late}"
+            fenced = log_events(member.log_path, "child_fenced")
+            print(f"\nfenced: {[(e.get('reason'), e.get('by')) for e in fenced]}")
+        finally:
+            for proc in frozen:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.resume()
+
+
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from marshal_workers.child.fencing import REASON_LEASE_EXPIRED, REASON_PARENT_GONE, Watchdog
+from marshal_workers.child.fencing import (
+    REASON_LEASE_EXPIRED,
+    REASON_PARENT_GONE,
+    Watchdog,
+    fence_on_resume,
+)
 from marshal_workers.childlink.callstate import WATCHDOG_TICK_S, watchdog_tick
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
@@ -83,6 +90,69 @@ class TestLeaseDeadline:
         revoker.join()
         assert reason == REASON_LEASE_EXPIRED
         assert 0 <= at - revoked_at[0] < 0.5 + watchdog_tick(None)
+
+
+class TestResume:
+    """SIGCONT after a stop: the lease is looked at in the main thread, before the code it
+    interrupted runs on (a call in progress when the process was stopped past its lease must
+    not finish)."""
+
+    @pytest.fixture(autouse=True)
+    def default_sigcont(self) -> Iterator[None]:
+        signal.signal(signal.SIGCONT, signal.SIG_DFL)
+        yield
+        signal.signal(signal.SIGCONT, signal.SIG_DFL)
+
+    @staticmethod
+    def fence(calls: list[str]) -> Callable[[str], NoReturn]:
+        def fence(reason: str) -> NoReturn:
+            calls.append(reason)
+            raise FencedError
+
+        return fence
+
+    @staticmethod
+    def work_after_continue(turns: list[int]) -> int:
+        """Send this process SIGCONT, then count 100,000 turns of pure Python in ``turns``."""
+        turns.append(0)
+        os.kill(os.getpid(), signal.SIGCONT)
+        for _ in range(100_000):
+            turns[0] += 1
+        return turns[0]
+
+    @pytest.mark.parametrize("deadline", ["passed", "revoked"])
+    def test_a_continue_past_the_lease_fences_before_the_call_goes_on(self, deadline: str) -> None:
+        lease = SharedLease(MP)
+        if deadline == "passed":
+            lease.extend_to(leaseclock.now() - 0.001)
+        else:
+            lease.extend_to(leaseclock.now() + 60)
+            lease.revoke()
+        calls: list[str] = []
+        assert fence_on_resume(lease, self.fence(calls))
+        turns: list[int] = []
+        with pytest.raises(FencedError):
+            self.work_after_continue(turns)
+        assert calls == [REASON_LEASE_EXPIRED]
+        assert turns[0] < 1_000, "the work went on after the continue"
+
+    def test_a_continue_within_the_lease_goes_on(self) -> None:
+        lease = SharedLease(MP)
+        lease.extend_to(leaseclock.now() + 60)
+        calls: list[str] = []
+        assert fence_on_resume(lease, self.fence(calls))
+        assert self.work_after_continue([]) == 100_000
+        assert calls == []
+
+    def test_a_plugins_own_sigcont_handler_stays(self) -> None:
+        def plugins(signum: int, frame: object) -> None:
+            pass
+
+        signal.signal(signal.SIGCONT, plugins)
+        lease = SharedLease(MP)
+        lease.extend_to(leaseclock.now() - 1)
+        assert not fence_on_resume(lease, self.fence([]))
+        assert signal.getsignal(signal.SIGCONT) is plugins
 
 
 class TestParent:
