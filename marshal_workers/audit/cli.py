@@ -198,6 +198,13 @@ def _source(fleet: FleetSettings, path: Path | None) -> KafkaInput | FileInput:
 
 def _report(result: AuditResult, as_json: bool) -> int:
     summary = summarize(result)
+    wanted = result.config.window.group
+    if wanted is not None and not any(g["group"] == wanted for g in summary["groups"]):
+        # a typo must not read as a clean audit: nothing of it was audited
+        raise AuditUsageError(
+            f"group {wanted} has no records in the coordination log read (names are "
+            "case-sensitive; without --group the audit names every group): nothing audited"
+        )
     for row in result.violations[:SHOWN_VIOLATIONS]:
         click.echo(f"marshal-audit: {violation_line(row)}", err=True)
     if len(result.violations) > SHOWN_VIOLATIONS:

@@ -215,6 +215,30 @@ class TestCommandLine:
         assert named in captured.err
         assert summary["violation_examples"][0]["offset"] == bad.offset
 
+    def test_a_group_the_log_does_not_have_is_a_usage_error_not_a_pass(
+        self,
+        spark: Any,
+        fleet_files: tuple[Synthetic, Path, Path],
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """--group with a name the log does not have (a typo: another case): exit 2 and one line
+        naming it, not exit 0 with nothing audited (a review: ``"groups": []``,
+        ``"violations": 0``, exit 0)."""
+        _, dump, ledger_dir = fleet_files
+        typo = FLEET.group.upper()  # the group is "shop": group names are case-sensitive
+        argv = ["marshal-audit", "--input", str(dump), "--ledger", str(ledger_dir),
+                "--out", str(tmp_path / "out"), "--json", "--heartbeat-interval", "1",
+                "--group", typo]  # fmt: skip
+        monkeypatch.setattr("sys.argv", argv)
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+        captured = capsys.readouterr()
+        assert exit_info.value.code == 2, captured.err
+        assert f"group {typo} has no records" in captured.err
+        assert captured.out == ""
+
     def test_missing_input_file_is_a_usage_error(
         self, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
