@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from marshal_workers.audit.schema import columns
-from marshal_workers.protocol.slicing import Ordering, Slice, split_topic
+from marshal_workers.protocol.slicing import Ordering, Slice, records_at_most, split_topic
 
 Row = tuple[Any, ...]
 
@@ -105,7 +105,7 @@ def detail(cause: str, row: Row, start: int | None, end: int, checked: bool = Tr
 
 def _loss(row: Row, start: int | None, end: int, cause: str, handled: int | None) -> Row:
     r = row
-    count = None if start is None else end - start
+    count = None if start is None else records_at_most(r[_R["topic"]], start, end)
     # an abandoned run was passed over by its own holder: nobody took it over
     successor = None if cause == ABANDONED else r[_R["successor_client_id"]]
     return (

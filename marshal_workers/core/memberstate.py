@@ -32,7 +32,7 @@ from marshal_workers.protocol.recordfailures import (
     encode_poison,
     poison_record_key,
 )
-from marshal_workers.protocol.slicing import data_topic
+from marshal_workers.protocol.slicing import data_topic, records_at_most
 from marshal_workers.protocol.wire import (
     ClaimKey,
     Message,
@@ -203,7 +203,7 @@ class MemberState:
             partition=key.partition,
             start=start,
             end=end,
-            records=end - start,
+            records=records_at_most(key.topic, start, end),
             cause=cause.value,
             reason=why,
         )

@@ -46,6 +46,7 @@ from typing import Any, Final
 
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.slicing import records_at_most
 from marshal_workers.protocol.wire import ClaimingMessages, ClaimKey
 
 AT_RISK_RESERVATIONS: Final = 2  # the run a child handles and the one it asked for ahead
@@ -78,8 +79,9 @@ class AmoLoss:
 
     @property
     def records(self) -> int | None:
-        """At most how many records were lost (None: the start is unknown)."""
-        return None if self.start is None else self.end - self.start
+        """At most how many records were lost (None: the start is unknown); a slice's own
+        records of the range (`slicing.records_at_most`)."""
+        return None if self.start is None else records_at_most(self.key.topic, self.start, self.end)
 
 
 @dataclass(slots=True)

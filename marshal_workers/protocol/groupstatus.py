@@ -443,8 +443,9 @@ def render_table(status: GroupStatus, trends: Trends | None = None) -> str:
             f"AMO losses in the log: {ranges} range{'s' if ranges != 1 else ''}, up to "
             f"{records} record{'s' if records != 1 else ''}"
             + (" (at risk: the log does not say how far a crashed child got)" if ranges else "")
-            + "; what members saw lost themselves (a handler that failed or timed out) is in"
-            " their amo_records_lost lines and marshal_amo_lost_records_total"
+            + "; what members saw lost themselves (a handler that failed or timed out, runs"
+            " reserved for a child that had ended or whose lease had run out) is in their"
+            " amo_records_lost lines and marshal_amo_lost_records_total"
         )
     footer = f"malformed records in the log: {status.malformed}"
     if status.other_groups:

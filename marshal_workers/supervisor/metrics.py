@@ -89,7 +89,7 @@ from marshal_workers.common.errors import ConfigError
 from marshal_workers.core.observations import LossCause
 from marshal_workers.ipc.messages import LATENCY_BUCKETS, Stats
 from marshal_workers.protocol.members import is_member_key
-from marshal_workers.protocol.slicing import data_topic, split_topic
+from marshal_workers.protocol.slicing import data_topic, records_at_most, split_topic
 from marshal_workers.protocol.wire import ClaimKey
 from marshal_workers.supervisor.observe import ClaimSnapshot, Observer
 
@@ -247,7 +247,7 @@ class Metrics(Observer):
 
     def amo_lost(self, key: ClaimKey, start: int, end: int, cause: LossCause) -> None:
         labels = (*self.base, *claim_labels(key), cause.value)
-        self.amo_lost_records.labels(*labels).inc(end - start)
+        self.amo_lost_records.labels(*labels).inc(records_at_most(key.topic, start, end))
 
     def child_stats(self, key: ClaimKey, stats: Stats) -> None:
         topic = data_topic(key.topic)

@@ -294,6 +294,10 @@ class TestSlices:
         whole = {**where, "slice": ""}
         assert value(metrics, "marshal_records_handled_total", **whole) == 2
         assert value(metrics, "marshal_amo_lost_records_total", **where, cause="crash") == 5
+        striped = ClaimKey("g", "orders+unordered.1of4", 3)  # offsets 1, 5, 9, ... of orders/3
+        deliver(metrics, AmoLost(striped, 10, 30, LossCause.CRASH))  # 13, 17, 21, 25, 29
+        where_striped = {**where, "slice": "unordered.1of4"}
+        assert value(metrics, "marshal_amo_lost_records_total", **where_striped, cause="crash") == 5
         assert value(metrics, "marshal_lag_records", **where) == 10
         assert value(metrics, "marshal_lag_records", **whole) == 15
         assert value(metrics, "marshal_lease_remaining_seconds", **where) == pytest.approx(1.5)
