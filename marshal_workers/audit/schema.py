@@ -148,7 +148,7 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
         ("token", "long", "fencing token of its claim"),
         ("start_offset", "long", "first offset lost (null: unknown)"),
         ("end_offset", "long", "first offset after the lost ones"),
-        ("count", "long", "end_offset - start_offset: records reserved and lost"),
+        ("count", "long", "records reserved and lost (of an unordered slice: its own offsets)"),
         ("handled", "long", "of these, records the ledger shows handled (null: no ledger)"),
         (
             "reserved_ms",
