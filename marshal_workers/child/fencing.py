@@ -38,7 +38,9 @@ The defences, from the child's side:
   time enough for a call in progress to finish and write, after the lease. A review saw it (a
   200 µs record's line written 20 s after the stop, 1 ms before the watchdog's fence). So
   SIGCONT has a handler that looks at the lease: Python runs it in the main thread, which runs
-  the handler, before the handler's next few bytecodes.
+  the handler, before the handler's next few bytecodes. What it cannot stop: a thread of the
+  handler's own or C code that released the GIL finishes its step; and a freeze that sends no
+  SIGCONT (a host suspend, a VM pause, the cgroup freezer) leaves it to the watchdog.
 """
 
 from __future__ import annotations
@@ -167,17 +169,24 @@ def fence_on_resume(
     lease: SharedLease, on_fence: Callable[[str], NoReturn], clock: Clock = leaseclock.now
 ) -> bool:
     """On SIGCONT, call ``on_fence(REASON_LEASE_EXPIRED)`` if the lease ran out (or was revoked)
-    while the process was stopped (module doc). Set only where SIGCONT has no handler of the
-    plugin's (a module imported before, or a spare's setup); whether it was set. Call from the
-    main thread."""
+    while the process was stopped (module doc). Not set where SIGCONT already has a Python
+    handler (a spare's plugin, imported before its claim); a plugin imported later replaces it.
+    Whether it was set. Call from the main thread.
+
+    System calls it interrupts are restarted (``siginterrupt`` False: SA_RESTART), so a stop
+    and continue within the lease stays invisible to C code that does not retry on EINTR (a
+    review: a ctypes ``read`` failed with EINTR). A process the handler forked inherits the
+    handler and ignores it: only this process fences."""
     if signal.getsignal(signal.SIGCONT) not in (signal.SIG_DFL, None):
         return False
+    pid = os.getpid()
 
     def on_continue(signum: int, frame: object) -> None:
-        if clock() >= lease.deadline:
+        if os.getpid() == pid and clock() >= lease.deadline:
             on_fence(REASON_LEASE_EXPIRED)
 
     signal.signal(signal.SIGCONT, on_continue)
+    signal.siginterrupt(signal.SIGCONT, False)
     return True
 
 

@@ -11,7 +11,7 @@ Environment (read per call):
   ``ctx.keepalive()`` every 0.2 s) before it completes;
 - ``LIVENESS_MARK``: for ``close_pipe``, a file made once the pipe is closed (only the first
   call closes it); for ``work_until``, a file made when the call begins, where it writes
-  ``completed <time>`` when it completes (its effect, written at once);
+  ``completed <time> <pid>`` when it completes (its effect, written at once);
 - ``LIVENESS_WORK_S``: for ``work_until``, how long the call works in pure Python (in steps of
   about half a millisecond, looking at the wall clock between them) before it completes.
 """
@@ -105,7 +105,7 @@ def _work_until(ctx: Context) -> None:
     while time.time() < until:
         for i in range(10_000):
             x = (x + i) % 7919
-    os.write(mark, f"completed {time.time()}\n".encode())  # the call's effect, at once
+    os.write(mark, f"completed {time.time()} {os.getpid()}\n".encode())  # its effect, at once
 
 
 HOW = {

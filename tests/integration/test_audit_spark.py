@@ -236,7 +236,7 @@ class TestCommandLine:
             main()
         captured = capsys.readouterr()
         assert exit_info.value.code == 2, captured.err
-        assert f"group {typo} has no records" in captured.err
+        assert f"group {typo} has no claims" in captured.err
         assert captured.out == ""
 
     def test_missing_input_file_is_a_usage_error(

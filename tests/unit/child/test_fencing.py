@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -143,6 +144,41 @@ class TestResume:
         assert fence_on_resume(lease, self.fence(calls))
         assert self.work_after_continue([]) == 100_000
         assert calls == []
+
+    def test_a_continue_within_the_lease_restarts_an_interrupted_system_call(self) -> None:
+        """SA_RESTART: a blocking read that SIGCONT interrupts goes on (C code that does not
+        retry on EINTR must not see a stop and continue within the lease; a review)."""
+        lease = SharedLease(MP)
+        lease.extend_to(leaseclock.now() + 60)
+        assert fence_on_resume(lease, self.fence([]))
+        libc = ctypes.CDLL(None, use_errno=True)
+        read_end, write_end = os.pipe()
+        try:
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGCONT)).start()
+            threading.Timer(0.5, os.write, (write_end, b"x")).start()
+            buf = ctypes.create_string_buffer(1)
+            got = libc.read(read_end, buf, 1)  # blocks in C; Python does not retry it
+            assert got == 1, f"read returned {got}, errno {ctypes.get_errno()}"
+        finally:
+            os.close(read_end)
+            os.close(write_end)
+
+    def test_a_process_the_handler_forked_does_not_fence(self) -> None:
+        """The handler is inherited by a fork; only the child that set it fences."""
+        lease = SharedLease(MP)
+        lease.extend_to(leaseclock.now() - 1)
+        assert fence_on_resume(lease, self.fence([]))
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the forked process)
+            try:
+                os.kill(os.getpid(), signal.SIGCONT)
+                for _ in range(100_000):
+                    pass
+            except FencedError:
+                os._exit(5)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
 
     def test_a_plugins_own_sigcont_handler_stays(self) -> None:
         def plugins(signum: int, frame: object) -> None:
