@@ -95,9 +95,8 @@ def _close_pipe(ctx: Context) -> None:
 def _work_until(ctx: Context) -> None:
     """Work in pure Python for ``LIVENESS_WORK_S`` of wall-clock time (a mark made first), then
     complete, writing so in the mark: stopped past that time, the call ends within a step of
-    its continue. The GIL's
-    switch interval is set to 0.2 s first (as a program may set it): another thread of the
-    child that asks for the GIL meanwhile waits that long for it."""
+    its continue. The GIL's switch interval is set to 0.2 s first (as a program may set it):
+    another thread of the child that asks for the GIL meanwhile waits that long for it."""
     sys.setswitchinterval(0.2)
     until = time.time() + float(os.environ[WORK_ENV])
     mark = os.open(os.environ[MARK_ENV], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
