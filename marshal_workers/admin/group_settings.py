@@ -1,8 +1,9 @@
 """`marshal-admin group-settings`: show or change the settings a group's fleet must share.
 
-The heartbeat interval, the partitioner and the admin ids are recorded per group in the log
-(`metadata.GroupSettings`, written by the group's first member). A member or admin whose own
-differ is refused (`fleet.groupcheck`, `ensure_group_settings`). Changing them is this command:
+The heartbeat interval, the partitioner, the admin ids and the mode are recorded per group in
+the log (`metadata.GroupSettings`, written by the group's first member). A member or admin whose
+own differ is refused (`fleet.groupcheck`, `ensure_group_settings`; an admin acts on either
+mode). Changing them is this command (the mode with ``--mode``):
 
 1. Pause the group (as ``release-group``): the members release their data partitions.
 2. Wait until every data claim of the group is released or stale, judged with the **old**
@@ -62,6 +63,7 @@ from marshal_workers.common.errors import MarshalError
 from marshal_workers.config.toolconfig import FleetSettings, fleet_options
 from marshal_workers.protocol.groupstatus import group_known, iso_ms
 from marshal_workers.protocol.metadata import GroupSettings, placement_text
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.slicing import Slicing
 
 DEFAULT_WAIT_S = 120.0
@@ -76,7 +78,7 @@ def change_settings(
     if old is None:
         record_settings(session, new)
         return f"group {group} settings recorded: {describe(new)}"
-    if old.same_settings(new):
+    if old.same_settings(new) and old.mode is new.mode:
         return f"group {group} settings unchanged: {describe(old)}"
     old_hb = old.heartbeat_interval_ms
     need_s = 2 * timeout_s + SETTLE_BUDGET_S + 4 * old_hb / 1000
@@ -141,7 +143,8 @@ def settings_json(group: str, current: GroupSettings | None) -> dict[str, Any]:
     """The show form's ``--json``: ``{"group", "recorded"}``, and with recorded settings
     ``"heartbeat_interval_ms", "partitioner", "admin_client_ids"`` (sorted; null: any client
     may pause), ``"ordering", "workers_per_partition"``, ``"placement"`` (null: spread over
-    every partition; else ``{"first", "span", "partitions", "token_base"}``)."""
+    every partition; else ``{"first", "span", "partitions", "token_base"}``), ``"mode"`` (null:
+    not recorded: a group from before modes were recorded)."""
     if current is None:
         return {"group": group, "recorded": False}
     ids, cut, where = current.admin_client_ids, current.slicing or Slicing(), current.placement
@@ -157,6 +160,7 @@ def settings_json(group: str, current: GroupSettings | None) -> dict[str, Any]:
         if where is None
         else {"first": where.first, "span": where.span, "partitions": where.partitions,
               "token_base": where.token_base},
+        "mode": None if current.mode is None else current.mode.value,
     }  # fmt: skip
 
 
@@ -169,9 +173,11 @@ def run_group_settings(
     timeout_s: float,
     progress: Progress,
     as_json: bool = False,
+    mode: Mode | None = None,
 ) -> str:
     """`marshal-admin group-settings`: show the recorded settings (``as_json``: as
-    `settings_json`), or change them to this command's (``change``)."""
+    `settings_json`), or change them to this command's (``change``; the mode to ``mode``, else
+    kept)."""
     with admin_session(conn, client_id, timeout_s, read_only=not change, group=group) as session:
         if not change and not group_known(session.worlds, group):  # a typo: nothing to show
             raise MarshalError(unknown_group(conn, group))
@@ -191,6 +197,7 @@ def run_group_settings(
             # the ordering is the group's for good: this command never changes it
             Slicing() if current is None or current.slicing is None else current.slicing,
             session.placement,  # where the group is coordinated: unchanged (moves: not here)
+            mode if mode is not None or current is None else current.mode,
         )  # fmt: skip
         return change_settings(session, new, timeout_s=timeout_s, progress=progress)
 
@@ -203,6 +210,13 @@ def run_group_settings(
     is_flag=True,
     help="Record this command's --heartbeat-interval, --partitioner and --admin-client-id as "
     "the group's: pause, wait for the holders, record, wait for the old members to stop, lift.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice([m.value for m in Mode]),
+    default=None,
+    help="With --change: the group's delivery mode (default: the recorded one). Members of the "
+    "other mode stop (exit 2); start them again with this one.",
 )
 @click.option(
     "--move",
@@ -235,6 +249,7 @@ def group_settings(
     fleet: FleetSettings,
     group: str | None,
     change: bool,
+    mode: str | None,
     move: bool,
     span: int | None,
     first: int | None,
@@ -250,6 +265,8 @@ def group_settings(
     they stop and exit 6: restarted (systemd does), they find the group's new placement."""
     if change and move:
         raise click.UsageError("--change and --move are two commands: give one")
+    if mode is not None and not change:
+        raise click.UsageError("--mode goes with --change")
     if not move and (span is not None or first is not None):
         raise click.UsageError("--span and --first go with --move")
     if as_json and (change or move):
@@ -276,5 +293,6 @@ def group_settings(
             timeout_s=timeout,
             progress=echo_err,
             as_json=as_json,
+            mode=None if mode is None else Mode(mode),
         )
     )

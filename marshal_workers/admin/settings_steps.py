@@ -16,8 +16,7 @@ from marshal_workers.protocol.members import is_claimable, is_live, is_member_ke
 from marshal_workers.protocol.metadata import (
     GroupSettings,
     describe_slicing,
-    encode_metadata,
-    metadata_key,
+    settings_records,
 )
 from marshal_workers.protocol.wire import ClaimKey
 
@@ -46,6 +45,7 @@ def describe(settings: GroupSettings) -> str:
         f"heartbeat_interval={settings.heartbeat_interval_ms / 1000:g}s "
         f"partitioner={settings.partitioner.value} admin_client_ids={admins}"
         f"{'' if settings.slicing is None else ' ordering=' + describe_slicing(settings.slicing)}"
+        f"{'' if settings.mode is None else ' mode=' + settings.mode.value}"
     )
 
 
@@ -118,11 +118,13 @@ def record_settings(
     session: AdminSession, settings: GroupSettings, partitions: Iterable[int] | None = None
 ) -> None:
     """Append ``settings`` to ``partitions`` in that order (else every partition the session
-    follows: a placed group's home and window) under its key, and fold up to each."""
-    key, value = metadata_key(settings), encode_metadata(settings)
+    follows: a placed group's home and window) as its records (`settings_records`), and fold
+    up to each."""
+    records = settings_records(settings)
     for p in sorted(session.worlds) if partitions is None else partitions:
         try:
-            appended = session.log.append(p, key, value, session.write_timeout_s)
-            session.reader.wait_for(appended, session.fold_timeout_s)
+            for key, value in records:
+                appended = session.log.append(p, key, value, session.write_timeout_s)
+                session.reader.wait_for(appended, session.fold_timeout_s)
         except LogError as exc:
             raise AdminError(f"recording the settings on partition {p}: {exc}") from None

@@ -4,10 +4,11 @@
    (`metadata.partition_count_problem`): a topic without a record is refused (exit 2: run
    init), a different count is refused (exit 4, which systemd does not restart on), at start
    here and at run time by the supervisor's partition discovery.
-2. The group's shared settings (heartbeat interval, partitioner, admin ids) must be this
-   member's: the first member of a group records its own on every coordination partition; a
+2. The group's shared settings (heartbeat interval, partitioner, admin ids, ordering, placement,
+   mode) must be this member's: the first member of a group records its own on every
+   coordination partition (again where they lack the mode, `metadata`); a
    member whose settings differ is refused at start with one line naming the setting and both
-   values (exit 2). `SettingsWatch` notices a change while running (an operator's
+   values (exit 2). The core (`core.operator`) notices a change while running (an operator's
    `marshal-admin group-settings`): the member then stops gracefully and exits 2.
 
 The checks only read the fold (`FoldedLog.worlds`); the writes go through the member's own
@@ -30,11 +31,11 @@ from marshal_workers.log.interface import CoordinationLog, LogError
 from marshal_workers.protocol.metadata import (
     METADATA_PARTITION,
     GroupSettings,
-    encode_metadata,
-    metadata_key,
+    needs_recording,
     partition_count_problem,
     placement_moved,
     settings_problem,
+    settings_records,
 )
 from marshal_workers.protocol.rationalizer import World
 
@@ -52,6 +53,7 @@ def own_settings(config: RunConfig, unix_sec: int | None = None) -> GroupSetting
         config.partitioner,
         config.admin_client_ids,
         config.slicing,
+        mode=config.mode,
     )
 
 
@@ -83,20 +85,24 @@ def ensure_group_settings(
     timeout_s: float,
 ) -> None:
     """Record ``mine`` on every followed coordination partition (``worlds``: every one for a
-    spread group, home and window for a placed one) that has no settings for the group yet,
-    fold to the end (``catch_up`` folds into ``worlds``), and refuse (ConfigError) if the
-    group's settings differ from ``mine`` (`PlacementMovedError`, exit 6, if only in the placement:
-    the group moved since this member located it, and started again it finds the new one)."""
+    spread group, home and window for a placed one) that has no settings for the group yet, or
+    settings without a mode (`metadata`: a group from before modes were recorded); fold to the
+    end (``catch_up`` folds into ``worlds``), and refuse (ConfigError) if the group's settings
+    differ from ``mine`` (`PlacementMovedError`, exit 6, if only in the placement: the group
+    moved since this member located it, and started again it finds the new one)."""
     # Checked before writing too: the first settings on a partition win there, so a member
     # whose settings differ from those recorded (a placed group's on home) would otherwise win
     # the window partitions its creator has not copied them to yet, and every member with the
     # group's settings would be refused after it (exit 2, not restarted).
     _refuse_if_differ(worlds, mine)
-    missing = [p for p, w in worlds.items() if mine.group_id not in w.group_settings]
-    key = metadata_key(mine)  # a placed group's: one key per writer and second
+    missing = [
+        p for p, w in worlds.items() if needs_recording(w.group_settings.get(mine.group_id), mine)
+    ]
+    records = settings_records(mine)  # a placed group's: keys per writer and second
     try:
         for p in missing:
-            log.append(p, key, encode_metadata(mine), WRITE_TIMEOUT_S)
+            for key, value in records:
+                log.append(p, key, value, WRITE_TIMEOUT_S)
         if missing:
             catch_up(timeout_s)
     except LogError as exc:

@@ -10,6 +10,9 @@ keeps the newest of each for ever::
                  [/Ordering/WorkersPerPartition]                         key "GROUP//settings"
     GroupSettings/1/UnixSec/InstanceID/ClientID/GroupID/HeartbeatMs/Partitioner/AdminIds
                  /Ordering/WorkersPerPartition/Placement   key "GROUP//settings/INSTANCE/UNIXSEC"
+    GroupSettings/1/UnixSec/InstanceID/ClientID/GroupID/HeartbeatMs/Partitioner/AdminIds
+                 /Ordering/WorkersPerPartition/Placement|spread/Mode
+                 key "GROUP//settings" (spread), "GROUP//settings/INSTANCE/UNIXSEC/MODE" (placed)
 
 *CoordinationTopic* pins the topic's partition count: `marshal-admin init` writes it on
 coordination partition 0 when it creates the topic (or, once, on a topic that has none). Every
@@ -43,6 +46,22 @@ copy only, and a rival's record written between the two would be first for a com
 A record of 9 or 11 fields is a spread group's (``placement`` None), as every
 group was before placement; a reader from before placement counts a 12-field record malformed.
 
+The *mode* (``amo`` or ``alo``) is the thirteenth field, after the placement (``spread`` for a
+spread group, whose key stays the shared one; a placed group's key ends in ``/MODE``, and the
+record follows the same settings without a mode, which a reader from before modes can read:
+`settings_records`). Members of two modes in one group break both
+guarantees: an ALO member resumes after the runs an AMO member reserved and never handled
+(records skipped), an AMO member before the records an ALO member handled and had not yet
+heartbeated (records handed out twice). So the group's first member records its mode, a member
+of the other mode is refused, and a member that finds the group's settings without a mode (a
+group from before modes were recorded, or written by such a member) records them again with
+its own. A reader from before modes counts a 13-field record malformed. Of a placed group it
+reads the settings without a mode written first (`settings_records`), so it finds the group's
+placement; a placed copy without a mode keeps the accepted settings' mode (`rationalizer`). Of
+a spread group, one of its members finding no settings it can read (the cleaner kept the newest
+only) writes its own, without a mode: the newest wins, so the group's mode is then unrecorded
+(not checked) until a member of this version starts again.
+
 As for the claim records (`wire`), every field is bounded on decode, and a record outside the
 bounds is malformed: names as `wire.validate_name` takes them, UnixSec up to the last second of
 9999, a partition count within Kafka's 32 bits, a heartbeat interval of at most
@@ -54,6 +73,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Final
 
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.placement import Placement, placement_problem
 from marshal_workers.protocol.slicing import MAX_SLICES, WHOLE, Ordering, Slicing
 from marshal_workers.protocol.wire import (
@@ -97,6 +117,9 @@ class GroupSettings:
     # how claims cut partitions; None in an admin's own settings: it acts on any cut
     slicing: Slicing | None = WHOLE
     placement: Placement | None = None  # None: spread over every partition (a legacy group)
+    # the group's delivery mode; None: not recorded (an older writer), or an admin's own
+    # settings (it acts on either mode)
+    mode: Mode | None = None
 
     def same_settings(self, other: GroupSettings) -> bool:
         """Whether the shared settings are equal (who wrote them, and when, aside)."""
@@ -112,8 +135,10 @@ def settings_key(group: str) -> bytes:
 
 
 def placed_settings_key(record: GroupSettings) -> bytes:
-    """The record key of a placed group's settings: one per writer instance and second."""
-    return f"{record.group_id}//settings/{record.instance_id}/{record.unix_sec}".encode()
+    """The record key of a placed group's settings: one per writer instance and second (and
+    mode: the record with a mode follows the same settings without one, `settings_records`)."""
+    key = f"{record.group_id}//settings/{record.instance_id}/{record.unix_sec}"
+    return (key if record.mode is None else f"{key}/{record.mode.value}").encode()
 
 
 def metadata_key(record: MetadataRecord) -> bytes:
@@ -123,6 +148,19 @@ def metadata_key(record: MetadataRecord) -> bytes:
     if record.placement is not None:
         return placed_settings_key(record)
     return settings_key(record.group_id)
+
+
+def settings_records(record: GroupSettings) -> list[tuple[bytes, bytes]]:
+    """The (key, value) records that write ``record``, in order. A placed group's settings with
+    a mode come after the same settings without it: a reader from before modes takes the first
+    placed settings it can read on a partition for the group's placement, and with none would
+    take the group for a spread one and claim where its members do not look."""
+    out = []
+    if record.placement is not None and record.mode is not None:
+        readable = replace(record, mode=None)
+        out.append((metadata_key(readable), encode_metadata(readable)))
+    out.append((metadata_key(record), encode_metadata(record)))
+    return out
 
 
 def placement_text(placement: Placement | None) -> str:
@@ -149,7 +187,11 @@ def encode_metadata(record: MetadataRecord) -> bytes:
         f"{record.partitioner.value}/{_admins_text(record.admin_client_ids)}"
     )
     cut = record.slicing
-    if record.placement is not None:
+    if record.mode is not None:
+        cut = cut if cut is not None else WHOLE
+        where = placement_text(record.placement)
+        text += f"/{cut.ordering.value}/{cut.count}/{where}/{record.mode.value}"
+    elif record.placement is not None:
         cut = cut if cut is not None else WHOLE
         text += f"/{cut.ordering.value}/{cut.count}/{placement_text(record.placement)}"
     elif cut is not None and cut.sliced:
@@ -192,7 +234,7 @@ def decode_metadata(value: bytes | None) -> MetadataRecord:
             _int("Partitions", parts[5], 1, MAX_PARTITION),
             placed=not v1,
         )
-    if kind == "GroupSettings" and n in (9, 11, 12) and parts[1] == "1":
+    if kind == "GroupSettings" and n in (9, 11, 12, 13) and parts[1] == "1":
         try:
             partitioner = Partitioner(parts[7])
         except ValueError:
@@ -210,7 +252,8 @@ def decode_metadata(value: bytes | None) -> MetadataRecord:
             partitioner,
             ids,
             _slicing(parts[9:11]),
-            _placement(parts[11], partitioner) if n == 12 else None,
+            _placement_field(parts, partitioner),
+            _mode(parts[12]) if n == 13 else None,
         )
     raise DecodeError(f"not a metadata record: {value[:40]!r}")
 
@@ -223,6 +266,20 @@ def _slicing(fields: list[str]) -> Slicing:
         return Slicing(Ordering(fields[0]), count)
     except ValueError as exc:
         raise DecodeError(f"bad ordering: {str(exc)[:80]}") from None
+
+
+def _placement_field(parts: list[str], partitioner: Partitioner) -> Placement | None:
+    """The twelfth field: none in a record of 9 or 11, ``spread`` (None) only beside a mode."""
+    if len(parts) < 12 or (len(parts) == 13 and parts[11] == "spread"):
+        return None
+    return _placement(parts[11], partitioner)
+
+
+def _mode(field: str) -> Mode:
+    try:
+        return Mode(field)
+    except ValueError:
+        raise DecodeError(f"unknown mode {field[:20]!r}") from None
 
 
 def _placement(field: str, partitioner: Partitioner) -> Placement:
@@ -285,6 +342,11 @@ def settings_differences(group: GroupSettings, mine: GroupSettings) -> list[str]
             "ordering is fixed by its first member: another cut would let two workers take one "
             "record)"
         )
+    if mine.mode is not None and group.mode is not None and mine.mode is not group.mode:
+        out.append(
+            f"mode is {mine.mode.value} here but {group.mode.value} in group {group.group_id}'s "
+            "settings (members of two modes in one group skip records or hand them out twice)"
+        )
     if group.placement != mine.placement:
         out.append(
             f"placement is {placement_text(mine.placement)} here but "
@@ -293,6 +355,13 @@ def settings_differences(group: GroupSettings, mine: GroupSettings) -> list[str]
             "on two coordination partitions)"
         )
     return out
+
+
+def needs_recording(group: GroupSettings | None, mine: GroupSettings) -> bool:
+    """Whether a member records ``mine`` over the ``group``'s settings on a partition (its
+    start, once they differ in nothing): there are none, or they have no mode and ``mine``
+    has (a group from before modes were recorded)."""
+    return group is None or (group.mode is None and mine.mode is not None)
 
 
 def placement_moved(group: GroupSettings, mine: GroupSettings) -> bool:

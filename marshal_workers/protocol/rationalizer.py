@@ -56,8 +56,10 @@ accepted if no placed settings of its group were accepted here yet (the first wr
 members creating a group at once agree on the first record at its home, and neither claims
 before it has folded that far), if it is a copy of the accepted ones, or if its writer is the
 admin whose pause of the group is in force (a change or a move, made while nobody may claim);
-any other is refused (`Malformed`, nothing changes). A spread record of a group placed here is
-refused. Both rules read only placed settings records, pauses and the newest spread record,
+any other is refused (`Malformed`, nothing changes). An accepted placed record without a mode
+(`metadata`: written by a writer from before modes) keeps the mode of the settings it follows:
+a copy cannot erase the group's mode. A spread record of a group placed here is
+refused. The rules read only placed settings records, pauses and the newest spread record,
 which all survive the cleaner (each placed record and each pause has a key of its own), so a
 reader of the compacted log accepts what a reader of the whole log accepts. A placed group's
 fencing tokens are its placement's ``token_base`` plus the offset (a moved group's tokens stay
@@ -118,7 +120,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -489,6 +491,9 @@ def _metadata(world: World, record: CoordRecord, error: DecodeError) -> ev.Event
     if refusal is not None:
         return _malformed(world, record, refusal)
     before = placement_on(world, meta.group_id)
+    accepted = world.group_settings.get(meta.group_id)
+    if accepted is not None and accepted.placement is not None and meta.mode is None:
+        meta = replace(meta, mode=accepted.mode)  # ("Placed groups": the mode is kept)
     world.group_settings[meta.group_id] = meta
     if placement_on(world, meta.group_id) != before:  # the group's keys are checked again
         group = meta.group_id

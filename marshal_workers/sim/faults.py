@@ -94,7 +94,23 @@ class Faults:
             "forgery": self.forgery,
             "stall": self.stall,
             "feed-loss": self.feed_loss,
+            "mixed-modes": self.mixed_modes,
         }[fault]
+
+    def mixed_modes(self) -> None:
+        """An operator starts a member of a group with the other ``--mode`` (a unit file
+        copied from another group's). The group's settings hold its mode, so the member is
+        refused at its start (`SimNode.preflight`: exit 2) and writes no claim. Had it run, an
+        AMO member would leave the runs it reserved to the ALO owner after it, which resumes
+        past them (a review's skip), and an ALO member the records it handled and had not yet
+        heartbeated to the AMO owner after it (handed out twice); a member killed as it holds
+        them is what `kill` does."""
+        fleet = self.fleet
+        group = fleet.rng.choice(sorted(fleet.modes))
+        other = Mode.ALO if fleet.modes[group] is Mode.AMO else Mode.AMO
+        odd = sum(1 for n in fleet.nodes if n.settings.mode is not fleet.modes[n.settings.group])
+        fleet.add_node(group, f"odd{odd}", fleet.t, mode=other)
+        fleet.window(fleet.p.heartbeat_interval)
 
     def feed_loss(self) -> None:
         """The records of one data partition stop coming on one member's host: sliced

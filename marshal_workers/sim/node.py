@@ -26,6 +26,11 @@ from marshal_workers.core.member import Member
 from marshal_workers.core.pending import WRITE_TRIES, Kind
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.metadata import (
+    needs_recording,
+    settings_problem,
+    settings_records,
+)
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.wire import (
     Appended,
@@ -154,6 +159,7 @@ class SimNode:
         self.spawned = 0
         self.trace: deque[str] = deque(maxlen=TRACE_LINES)
         self.exit_code: int | None = None
+        self.refused: str | None = None  # why its settings were refused at its start
         self.faults = 0  # kills, freezes and stops it suffered (each may lose a poison count)
         # failure counts (RecordFailed) the log failed to take, by record: written `WRITE_TRIES`
         # times and failed each time, a count is given up (`RecordParking.gave_up`)
@@ -166,11 +172,48 @@ class SimNode:
     # ---- life ------------------------------------------------------------------------------
 
     def start(self, t: float) -> None:
-        """Catch up on the whole log as it is now, then begin."""
+        """Catch up on the whole log as it is now, check the group's settings (`preflight`),
+        then begin."""
         self.started_at = t
         self._read(t, lag=False)
+        if not self.preflight(t):
+            return
         self.started = True
         self._run(self.member.begin(self.local(t), self.wall(t), self.partitions()), t)
+
+    def preflight(self, t: float) -> bool:
+        """As the runtime's (`fleet.groupcheck.ensure_group_settings`): the member's settings
+        recorded on each followed partition that has none (or none with a mode), folded, and
+        compared with the group's, before and after. Whether it may begin; else it exits 2
+        with the line (``refused``), having claimed nothing."""
+        mine = self.settings.shared
+        if mine is None:
+            return True
+        worlds, group = self.member.worlds, mine.group_id
+        if self._settings_problem() is None:
+            missing = [
+                p for p, w in worlds.items() if needs_recording(w.group_settings.get(group), mine)
+            ]
+            for part in sorted(missing):
+                for key, value in settings_records(mine):
+                    self.log.land(part, key, value, t)
+            if missing:
+                self._read(t, lag=False)
+        self.refused = self._settings_problem()
+        if self.refused is None:
+            return True
+        self.exit_code = 2
+        self.ended_at, self.alive = t, False
+        return False
+
+    def _settings_problem(self) -> str | None:
+        mine = self.settings.shared
+        assert mine is not None
+        for world in self.member.worlds.values():
+            problem = settings_problem(world.group_settings.get(mine.group_id), mine)
+            if problem is not None:
+                return problem
+        return None
 
     def kill(self, t: float) -> None:
         """kill -9: the member and (parent-death signal) its children end now."""

@@ -24,6 +24,7 @@ FAULTS = (
     "stall",
     "feed-loss",
     "amo-poison",
+    "mixed-modes",
 )
 DEFAULT_FAULTS = (
     "kill",

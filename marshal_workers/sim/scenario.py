@@ -19,7 +19,7 @@ from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import rationalizer
 from marshal_workers.protocol.amolosses import AmoLoss
-from marshal_workers.protocol.metadata import GroupSettings, encode_metadata, metadata_key
+from marshal_workers.protocol.metadata import GroupSettings, settings_records
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.placement import Placement, placed, reads, spread
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, resume_offset
@@ -110,6 +110,10 @@ class Fleet:
         self.failures_written: dict[tuple[str, bytes], int] = {}
         self.log_losses: list[AmoLoss] = []  # every AMO loss the whole log shows (at the end)
         self.faults = Faults(self)
+        # members record and check their group's settings (`mixed-modes`: members of the other
+        # mode are refused); without it, as before settings had a mode, so that the seeds the
+        # docs and tests name keep their runs
+        self.checks_settings = "mixed-modes" in p.faults
         # the whole log folded as it lands, for AMO starts under the eager cleaner
         self._whole: list[World] | None = None
         self._whole_folded = [0] * p.coordination_partitions
@@ -140,18 +144,22 @@ class Fleet:
         hb_ms = int(self.p.heartbeat_interval * 1000)
         for group, placement in sorted(self.placements.items()):
             record = GroupSettings(int(self.t), "creator-i", "creator", group, hb_ms, SPEC,
-                                   frozenset({ADMIN}), self.cut.slicing, placement)  # fmt: skip
-            key, value = metadata_key(record), encode_metadata(record)
+                                   frozenset({ADMIN}), self.cut.slicing, placement,
+                                   self.modes[group] if self.checks_settings else None)  # fmt: skip
             for part in sorted(reads(group, placement)):
-                self.log.land(part, key, value, self.t)
+                for key, value in settings_records(record):
+                    self.log.land(part, key, value, self.t)
 
-    def settings(self, group: str, client_id: str) -> MemberSettings:
+    def settings(self, group: str, client_id: str, mode: Mode | None = None) -> MemberSettings:
+        """A member's settings: of its group's mode, or of ``mode`` (`mixed-modes`: a member
+        started with the other one)."""
         p = self.p
         self.instances += 1
+        mode = self.modes[group] if mode is None else mode
         hb_ms = int(p.heartbeat_interval * 1000)
         child = ipc.ChildSpec(
             handler="sim",
-            mode=self.modes[group],
+            mode=mode,
             bootstrap_servers="sim",
             group_id=group,
             client_id=client_id,
@@ -170,7 +178,7 @@ class Fleet:
             client_id=client_id,
             instance_id=f"i{self.instances}",
             topics=(f"t{group}",),
-            mode=self.modes[group],
+            mode=mode,
             coordination_partitions=p.coordination_partitions,
             partitioner=Partitioner.SPEC,
             rationalizer=RationalizerConfig(
@@ -185,12 +193,28 @@ class Fleet:
             handler_timeout=self.handler_timeout,
             poison_park_after=POISON_PARK_AFTER,
             placement=self.placements.get(group),
+            # checked at its start and watched, as the runtime's (`SimNode.preflight`), in runs
+            # with `mixed-modes` only: the records it writes would re-roll every other run
+            shared=None
+            if not self.checks_settings
+            else GroupSettings(
+                int(self.t),
+                f"i{self.instances}",
+                client_id,
+                group,
+                hb_ms,
+                SPEC,
+                frozenset({ADMIN}),
+                self.cut.slicing,
+                self.placements.get(group),
+                mode,
+            ),
         )
 
-    def add_node(self, group: str, client_id: str, at: float) -> SimNode:
+    def add_node(self, group: str, client_id: str, at: float, mode: Mode | None = None) -> SimNode:
         node = SimNode(
             name=f"{group}:{client_id}:i{self.instances + 1}",
-            settings=self.settings(group, client_id),
+            settings=self.settings(group, client_id, mode),
             log=self.log,
             data=self.data_of,
             partitions=lambda: self.keys(group),

@@ -48,8 +48,7 @@ from marshal_workers.log.interface import CoordinationLog, LogError
 from marshal_workers.protocol.metadata import (
     METADATA_PARTITION,
     GroupSettings,
-    encode_metadata,
-    metadata_key,
+    settings_records,
 )
 from marshal_workers.protocol.placement import Placement, auto_span, home, placed
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World
@@ -181,7 +180,8 @@ def _creation_scan(
         raise ConfigError(f"coordination_span {span} is more than the topic's {n} partitions")
     mine = replace(own_settings(config), placement=placed(group, n, span, config.partitioner))
     try:
-        appended = log.append(at, metadata_key(mine), encode_metadata(mine), WRITE_TIMEOUT_S)
+        for key, value in settings_records(mine):
+            appended = log.append(at, key, value, WRITE_TIMEOUT_S)
         verdict, _ = reader.wait_for(appended, timeout_s)
     except LogError as exc:
         raise MarshalError(f"cannot record group {group}'s settings: {exc}") from None

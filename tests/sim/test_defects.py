@@ -23,10 +23,11 @@ from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import Kind, Op, Pending
 from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.ipc.exits import EXIT_KAFKA
-from marshal_workers.protocol import amolosses, rationalizer, wire
+from marshal_workers.protocol import amolosses, metadata, rationalizer, wire
 from marshal_workers.protocol.amolosses import AT_RISK_RESERVATIONS, AmoLosses
 from marshal_workers.protocol.events import MessagesClaimed
 from marshal_workers.protocol.members import is_member_key
+from marshal_workers.protocol.metadata import GroupSettings
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import ClaimState, resume_offset
 from marshal_workers.protocol.recordfailures import (
@@ -873,3 +874,21 @@ def test_liveness_defect_a_landed_claim_adopted_with_the_lease_of_an_older_faile
     assert seed == 1608056
     monkeypatch.undo()
     assert run_seed(replace(params, seed=seed)).violations == []
+
+
+@pytest.mark.parametrize("invariant", ["alo_no_skip", "amo_no_double_grant"])
+def test_mode_defect_a_member_of_the_other_mode_runs_in_the_group(
+    monkeypatch: pytest.MonkeyPatch, invariant: str
+) -> None:
+    """Found by a review on real Kafka: an AMO member started in a running ALO group was
+    accepted (the mode was no setting the group recorded); killed, it left runs it had reserved
+    to the ALO member after it, which resumed past them, and 4 records were never handled. An
+    ALO member in an AMO group hands out again what it handled and had not heartbeated."""
+    differences = metadata.settings_differences
+
+    def mode_blind(group: GroupSettings, mine: GroupSettings) -> list[str]:
+        return differences(replace(group, mode=None), mine)
+
+    monkeypatch.setattr(metadata, "settings_differences", mode_blind)
+    params = SimParams(faults=("mixed-modes", "kill"), fault_count=6)
+    assert found(monkeypatch, params, invariant, SEEDS) is not None

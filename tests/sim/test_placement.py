@@ -107,7 +107,9 @@ def test_members_of_a_moved_group_write_nothing_on_the_old_layout_as_they_stop(
 
     made = Fleet.settings
     monkeypatch.setattr(
-        Fleet, "settings", lambda self, g, c: replace(made(self, g, c), shared=recorded(old))
+        Fleet,
+        "settings",
+        lambda self, g, c, m=None: replace(made(self, g, c, m), shared=recorded(old)),
     )
     moved: dict[int, int] = {}  # old window partition -> the offset of the record there
 

@@ -66,6 +66,8 @@ MIXES = [
     ),
     # a host's reader of a partition that fails: its slice children end, each restarted
     SimParams(faults=("feed-loss",), fault_count=3, ordering="unordered", workers_per_partition=4),
+    # a member started with the other mode (refused at its start), and kills
+    SimParams(faults=("mixed-modes", "kill"), fault_count=6),
 ]
 
 

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from marshal_workers.admin.cli import cli
 from marshal_workers.admin.group_settings import settings_json
 from marshal_workers.protocol.metadata import GroupSettings
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.placement import Placement
 from marshal_workers.protocol.slicing import Ordering, Slicing
 from marshal_workers.protocol.wire import Partitioner
@@ -25,7 +26,7 @@ def _settings(**changes: object) -> GroupSettings:
 def test_a_recorded_group_shows_every_setting() -> None:
     placed = Placement(partitions=8, first=3, span=2, token_base=1000)
     shown = settings_json("shop.billing", _settings(slicing=Slicing(Ordering.KEY, 4),
-                                                    placement=placed))  # fmt: skip
+                                                    placement=placed, mode=Mode.AMO))  # fmt: skip
     assert json.loads(json.dumps(shown)) == {
         "group": "shop.billing",
         "recorded": True,
@@ -35,6 +36,7 @@ def test_a_recorded_group_shows_every_setting() -> None:
         "ordering": "key",
         "workers_per_partition": 4,
         "placement": {"first": 3, "span": 2, "partitions": 8, "token_base": 1000},
+        "mode": "amo",
     }
 
 
@@ -42,6 +44,14 @@ def test_a_spread_group_open_to_any_admin() -> None:
     shown = settings_json("g", _settings(admin_client_ids=None))
     assert shown["placement"] is None and shown["admin_client_ids"] is None
     assert shown["ordering"] == "partition" and shown["workers_per_partition"] == 1
+    assert shown["mode"] is None  # recorded before modes were
+
+
+def test_the_mode_goes_with_change_only() -> None:
+    """--mode changes the recorded mode with --change; alone it is refused (exit 2)."""
+    out = CliRunner().invoke(cli, ["group-settings", "--group", "g", "--mode", "amo",
+                                   "--bootstrap-servers", "127.0.0.1:1"])  # fmt: skip
+    assert out.exit_code == 2 and "--mode goes with --change" in out.output, out.output
 
 
 def test_a_group_without_recorded_settings() -> None:

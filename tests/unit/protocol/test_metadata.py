@@ -15,7 +15,9 @@ from marshal_workers.protocol.metadata import (
     metadata_key,
     partition_count_problem,
     settings_problem,
+    settings_records,
 )
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.placement import Placement
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold
 from marshal_workers.protocol.slicing import WHOLE, Ordering, Slicing
@@ -158,3 +160,70 @@ class TestPlacedSettings:
         other = replace(self.PLACED, placement=Placement(50, 23, 2))
         assert "placement is 23:2:50:0 here" in str(settings_problem(self.PLACED, other))
         assert settings_problem(self.PLACED, replace(self.PLACED, unix_sec=9)) is None
+
+
+class TestMode:
+    SPREAD = GroupSettings(7, "i-2", "m1", "g", 2000, Partitioner.SPEC, None, WHOLE,
+                           mode=Mode.ALO)  # fmt: skip
+    PLACED = replace(SPREAD, placement=Placement(50, 23, 1), mode=Mode.AMO)
+
+    def test_the_mode_is_the_thirteenth_field(self) -> None:
+        """After the ordering and the placement (``spread`` for a spread group, whose key stays
+        the shared one), decoded back."""
+        assert (
+            encode_metadata(self.SPREAD)
+            == b"GroupSettings/1/7/i-2/m1/g/2000/spec/*/partition/1/spread/alo"
+        )
+        assert (
+            encode_metadata(self.PLACED)
+            == b"GroupSettings/1/7/i-2/m1/g/2000/spec/*/partition/1/23:1:50:0/amo"
+        )
+        for s in (self.SPREAD, self.PLACED, replace(self.SPREAD, slicing=Slicing(Ordering.KEY, 4))):
+            assert decode_metadata(encode_metadata(s)) == s
+        assert metadata_key(self.SPREAD) == b"g//settings"
+        assert metadata_key(self.PLACED) == b"g//settings/i-2/7/amo"
+
+    def test_a_placed_groups_mode_follows_settings_a_reader_from_before_modes_reads(
+        self,
+    ) -> None:
+        """Such a reader takes the first placed settings it can read as the group's placement;
+        with none it would take the group for a spread one. So the settings go first without
+        the mode (12 fields, as it reads them), then with it, under keys of their own (the
+        cleaner keeps both); a spread group's are one record."""
+        (k1, v1), (k2, v2) = settings_records(self.PLACED)
+        assert v1.count(b"/") == 11 and decode_metadata(v1) == replace(self.PLACED, mode=None)
+        assert k1 == b"g//settings/i-2/7" and k2 == b"g//settings/i-2/7/amo"
+        assert decode_metadata(v2) == self.PLACED
+        world = World(RationalizerConfig(HB, num_partitions=50), 23)
+        for offset, (k, v) in enumerate(((k1, v1), (k2, v2))):
+            fold(world, CoordRecord(23, offset, offset, k, v))
+        assert world.group_settings["g"] == self.PLACED and world.malformed == 0
+        assert settings_records(self.SPREAD) == [(b"g//settings", encode_metadata(self.SPREAD))]
+
+    def test_without_a_mode_the_record_is_as_before(self) -> None:
+        """An admin's settings, or a writer from before modes: no thirteenth field."""
+        assert encode_metadata(replace(self.SPREAD, mode=None)).count(b"/") == 8
+        assert encode_metadata(replace(self.PLACED, mode=None)).count(b"/") == 11
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            b"GroupSettings/1/7/i/c/g/2000/spec/*/partition/1/spread/both",  # no such mode
+            b"GroupSettings/1/7/i/c/g/2000/spec/*/partition/1/spread/",
+            b"GroupSettings/1/7/i/c/g/2000/spec/*/partition/1/spread",  # spread without a mode
+            b"GroupSettings/1/7/i/c/g/2000/spec/*/partition/1/spread/alo/x",  # fourteen
+        ],
+    )
+    def test_a_bad_mode_field_is_malformed(self, text: bytes) -> None:
+        with pytest.raises(DecodeError):
+            decode_metadata(text)
+
+    def test_the_mode_is_a_shared_setting_named_with_both_values(self) -> None:
+        """Another mode is refused; a mode on one side only (an admin's, a group from before
+        modes) is no difference."""
+        amo = replace(self.SPREAD, mode=Mode.AMO)
+        line = settings_problem(self.SPREAD, amo)
+        assert line is not None and line.startswith("mode is amo here but alo in group g's")
+        assert "group-settings" in line
+        assert settings_problem(self.SPREAD, replace(self.SPREAD, mode=None)) is None
+        assert settings_problem(replace(self.SPREAD, mode=None), amo) is None

@@ -13,6 +13,7 @@ from marshal_workers.protocol.metadata import (
     encode_metadata,
     metadata_key,
 )
+from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.placement import Placement, PlacementBook, spread
 from marshal_workers.protocol.rationalizer import RationalizerConfig, World, fold, placement_on
 from marshal_workers.protocol.slicing import WHOLE
@@ -252,3 +253,33 @@ class TestCompaction:
             assert (got is None) == (whole is None)
             if got is not None and whole is not None:
                 assert got.same_settings(whole) and got.placement == whole.placement
+
+
+class TestTheMode:
+    def test_a_copy_without_a_mode_keeps_the_accepted_one(self) -> None:
+        """A copy by a member from before modes (no thirteenth field) is accepted and cannot
+        erase the group's mode; a copy of another mode is refused."""
+        w = world()
+        fold(w, meta(replace(settings_of("m1", WINDOW), mode=Mode.ALO), 0, 10))
+        old = fold(w, meta(settings_of("old", WINDOW, sec=5), 1, 11))
+        assert isinstance(old, ev.GroupSettingsRecorded) and old.settings.mode is Mode.ALO
+        assert w.group_settings[GROUP].mode is Mode.ALO
+        amo = fold(w, meta(replace(settings_of("m2", WINDOW, sec=6), mode=Mode.AMO), 2, 12))
+        assert isinstance(amo, ev.Malformed) and "refused" in amo.reason
+        assert w.group_settings[GROUP].mode is Mode.ALO
+
+    def test_settings_without_a_mode_take_one_from_a_copy(self) -> None:
+        """A group placed before modes: the first member of this version records the mode."""
+        w = world()
+        fold(w, meta(settings_of("old", WINDOW), 0, 10))
+        e = fold(w, meta(replace(settings_of("m1", WINDOW, sec=5), mode=Mode.AMO), 1, 11))
+        assert isinstance(e, ev.GroupSettingsRecorded)
+        assert w.group_settings[GROUP].mode is Mode.AMO
+
+    def test_a_spread_groups_newest_record_wins_mode_and_all(self) -> None:
+        """Spread settings share one key (the cleaner keeps the newest only), so the newest
+        wins whole: one without a mode leaves the mode unrecorded, for every reader alike."""
+        w = world()
+        fold(w, CoordRecord(HERE, 0, 10, *_legacy(replace(settings_of("a", None), mode=Mode.ALO))))
+        fold(w, CoordRecord(HERE, 1, 11, *_legacy(settings_of("old", None))))
+        assert w.group_settings[GROUP].mode is None

@@ -59,12 +59,15 @@ def locate(t: MemoryTopic, config: RunConfig = CONFIG, claims: int = 5) -> Place
 
 class TestCreation:
     def test_a_new_group_on_a_version_2_topic_is_placed_at_its_home(self) -> None:
-        """No record of the group: placed settings are written on home, span auto (1)."""
+        """No record of the group: placed settings are written on home, span auto (1): without
+        the mode first (a reader from before modes reads them), then with it."""
         t = topic(V2)
         assert locate(t) == placed(G, N, 1)
-        [record] = t.read(AT, 0)
-        assert record.key is not None and record.key.startswith(f"{G}//settings/".encode())
-        assert sum(len(t.read(p, 0)) for p in range(N)) == 2  # that and the topic record
+        plain, moded = t.read(AT, 0)
+        for record in (plain, moded):
+            assert record.key is not None and record.key.startswith(f"{G}//settings/".encode())
+        assert moded.key == plain.key + b"/alo" and (moded.value or b"").endswith(b"/alo")
+        assert sum(len(t.read(p, 0)) for p in range(N)) == 3  # those and the topic record
 
     def test_a_new_group_on_a_version_1_topic_is_spread(self) -> None:
         """A version-1 topic (or one without a record) keeps new groups spread: nothing written."""

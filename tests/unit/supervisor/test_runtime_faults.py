@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 
-from marshal_workers.common.errors import MarshalError
+from marshal_workers.common.errors import ConfigError, MarshalError
 from marshal_workers.config.runconfig import RunConfig
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
@@ -91,10 +91,11 @@ class Rig:
         client_id: str,
         log: MemoryLog | None = None,
         topics: FakeTopics | None = None,
+        mode: Mode = Mode.ALO,
     ) -> Supervisor:
         config = RunConfig(
             handler="marshal_workers.plugins.ledger:handle",
-            mode=Mode.ALO,
+            mode=mode,
             topics=("orders",),
             group="g",
             client_id=client_id,
@@ -605,3 +606,64 @@ class TestUpgradeWhileANewGroupStarts:
         r = rig(2)
         r.start("w1")
         r.run_until(lambda: len(r.live_children()) == 2, "two children", 10)
+
+
+class TestTheGroupsMode:
+    """A group's mode is one of its settings: recorded by its first member, a member of the
+    other mode refused (an ALO member would resume after runs an AMO one reserved and never
+    handled), and recorded again by a member that finds settings without one."""
+
+    def settings(self, r: Rig) -> list[GroupSettings]:
+        out = []
+        for p in range(COORDINATION_PARTITIONS):
+            world = World(RationalizerConfig(int(HB * 1000), COORDINATION_PARTITIONS), p)
+            for rec in r.records(p):
+                fold(world, rec)
+            out.append(world.group_settings["g"])
+        return out
+
+    def test_a_member_of_the_other_mode_is_refused(self, rig: Callable[[int], Rig]) -> None:
+        """ALO first: its settings carry the mode on every partition; an AMO member is refused
+        at start (exit 2, the setting and both values) and writes no claim."""
+        r = rig(2)
+        r.start("w1")
+        assert [s.mode for s in self.settings(r)] == [Mode.ALO] * COORDINATION_PARTITIONS
+        before = sum(len(r.records(p)) for p in range(COORDINATION_PARTITIONS))
+        with pytest.raises(ConfigError) as caught:
+            r.start("w2", mode=Mode.AMO)
+        assert caught.value.exit_code == 2
+        assert "mode is amo here but alo in group g's settings" in str(caught.value)
+        assert sum(len(r.records(p)) for p in range(COORDINATION_PARTITIONS)) == before
+
+    def test_settings_without_a_mode_are_recorded_again_with_it(
+        self, rig: Callable[[int], Rig]
+    ) -> None:
+        """A group whose settings a member from before modes recorded: the first member of this
+        version records them again with its mode, and then an AMO member is refused."""
+        r = rig(2)
+        config = RunConfig(handler="m:h", mode=Mode.ALO, topics=("orders",), group="g",
+                           client_id="old", heartbeat_interval=HB)  # fmt: skip
+        old = replace(own_settings(config), mode=None)
+        assert encode_metadata(old).count(b"/") == 8  # the record a member from before wrote
+        for p in range(COORDINATION_PARTITIONS):
+            r.topic.append(p, metadata_key(old), encode_metadata(old))
+        assert [s.mode for s in self.settings(r)] == [None] * COORDINATION_PARTITIONS
+        r.start("w1")
+        assert [s.mode for s in self.settings(r)] == [Mode.ALO] * COORDINATION_PARTITIONS
+        with pytest.raises(ConfigError, match="mode is amo here but alo"):
+            r.start("w2", mode=Mode.AMO)
+
+    def test_a_running_member_stops_when_the_mode_recorded_changes(
+        self, rig: Callable[[int], Rig]
+    ) -> None:
+        """An operator's change of the mode (group-settings --change --mode): the running
+        member of the old mode stops and exits 2, saying why."""
+        r = rig(2)
+        sup = r.start("w1")
+        r.run_until(lambda: len(r.live_children()) == 2, "two children", 10)
+        new = replace(self.settings(r)[0], mode=Mode.AMO, client_id="marshal-admin")
+        for p in range(COORDINATION_PARTITIONS):
+            r.topic.append(p, metadata_key(new), encode_metadata(new))
+        r.run_until(lambda: sup.member.done, "the member to stop", 20)
+        assert sup.member.exit_code == 2
+        assert "mode is alo here but amo" in (sup.member.exit_reason or "")
