@@ -185,7 +185,9 @@ SETTINGS: tuple[Setting, ...] = (
         "mode",
         None,
         "Delivery: amo (claim each batch in the log before handling it: "
-        "at most once) or alo (handle, then commit: at least once).",
+        "at most once) or alo (handle, then commit: at least once). Same value on every member: "
+        "the group's first member records it, another is refused (change it with marshal-admin "
+        "group-settings --change --mode).",
         "Work",
         choices=("amo", "alo"),
     ),
