@@ -80,6 +80,11 @@ def change_settings(
         return f"group {group} settings recorded: {describe(new)}"
     if old.same_settings(new) and old.mode is new.mode:
         return f"group {group} settings unchanged: {describe(old)}"
+    if old.same_settings(new) and old.mode is None:  # a mode recorded where there was none
+        # nothing a member decides with changes; members of the other mode stop by themselves
+        # (gracefully: each hands its partitions over at its position), the rest run on
+        record_settings(session, new)
+        return f"group {group} mode recorded: {describe(new)}; members of the other mode stop"
     old_hb = old.heartbeat_interval_ms
     need_s = 2 * timeout_s + SETTLE_BUDGET_S + 4 * old_hb / 1000
     others_pause(session, group, "not changed")

@@ -104,6 +104,8 @@ def stopped_move(session: AdminSession, group: str, timeout_s: float) -> Stopped
     offset, before, moved = moves[-1]
     if settings[-1][1].placement != moved.placement or moved.client_id != session.client_id:
         return None  # (another admin's move)
+    if moved.mode is None:  # the readable half of the move's pair: the group's mode after it
+        moved = replace(moved, mode=settings[-1][1].mode)
     hold = pauses[-1]  # the pause in force (the caller found the group paused by this client)
     if hold.coord_offset > offset or hold.message.client_id != session.client_id:
         return None  # a pause written since the move's record: not the move's hold

@@ -37,6 +37,7 @@ from marshal_workers.protocol.metadata import (
     settings_problem,
     settings_records,
 )
+from marshal_workers.protocol.placement import home
 from marshal_workers.protocol.rationalizer import World
 
 WRITE_TIMEOUT_S = 10.0
@@ -98,15 +99,23 @@ def ensure_group_settings(
     missing = [
         p for p, w in worlds.items() if needs_recording(w.group_settings.get(mine.group_id), mine)
     ]
+    # A placed group's home first, folded and checked before the window: the settings go as a
+    # pair (without the mode, then with it: `settings_records`), and a rival of the other mode
+    # that saw only the first of the creator's pair on home would otherwise win the window
+    # partitions with its own mode while the creator's wins home (each member then refused on
+    # one or the other)
+    first = [] if mine.placement is None else [home(mine.group_id, mine.placement.partitions)]
+    steps = [[p for p in missing if p in first], [p for p in missing if p not in first]]
     records = settings_records(mine)  # a placed group's: keys per writer and second
-    try:
-        for p in missing:
-            for key, value in records:
-                log.append(p, key, value, WRITE_TIMEOUT_S)
-        if missing:
+    for step in (s for s in steps if s):
+        try:
+            for p in step:
+                for key, value in records:
+                    log.append(p, key, value, WRITE_TIMEOUT_S)
             catch_up(timeout_s)
-    except LogError as exc:
-        raise MarshalError(f"cannot record group {mine.group_id}'s settings: {exc}") from None
+        except LogError as exc:
+            raise MarshalError(f"cannot record group {mine.group_id}'s settings: {exc}") from None
+        _refuse_if_differ(worlds, mine)
     _refuse_if_differ(worlds, mine)
 
 

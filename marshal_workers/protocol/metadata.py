@@ -12,7 +12,7 @@ keeps the newest of each for ever::
                  /Ordering/WorkersPerPartition/Placement   key "GROUP//settings/INSTANCE/UNIXSEC"
     GroupSettings/1/UnixSec/InstanceID/ClientID/GroupID/HeartbeatMs/Partitioner/AdminIds
                  /Ordering/WorkersPerPartition/Placement|spread/Mode
-                 key "GROUP//settings" (spread), "GROUP//settings/INSTANCE/UNIXSEC/MODE" (placed)
+                 key "GROUP//settings/mode" (spread), "GROUP//settings/INSTANCE/UNIXSEC/MODE"
 
 *CoordinationTopic* pins the topic's partition count: `marshal-admin init` writes it on
 coordination partition 0 when it creates the topic (or, once, on a topic that has none). Every
@@ -47,20 +47,18 @@ A record of 9 or 11 fields is a spread group's (``placement`` None), as every
 group was before placement; a reader from before placement counts a 12-field record malformed.
 
 The *mode* (``amo`` or ``alo``) is the thirteenth field, after the placement (``spread`` for a
-spread group, whose key stays the shared one; a placed group's key ends in ``/MODE``, and the
-record follows the same settings without a mode, which a reader from before modes can read:
-`settings_records`). Members of two modes in one group break both
-guarantees: an ALO member resumes after the runs an AMO member reserved and never handled
-(records skipped), an AMO member before the records an ALO member handled and had not yet
-heartbeated (records handed out twice). So the group's first member records its mode, a member
-of the other mode is refused, and a member that finds the group's settings without a mode (a
-group from before modes were recorded, or written by such a member) records them again with
-its own. A reader from before modes counts a 13-field record malformed. Of a placed group it
-reads the settings without a mode written first (`settings_records`), so it finds the group's
-placement; a placed copy without a mode keeps the accepted settings' mode (`rationalizer`). Of
-a spread group, one of its members finding no settings it can read (the cleaner kept the newest
-only) writes its own, without a mode: the newest wins, so the group's mode is then unrecorded
-(not checked) until a member of this version starts again.
+spread group), under a key of its own: ``GROUP//settings/mode`` for a spread group,
+``GROUP//settings/INSTANCE/UNIXSEC/MODE`` for a placed one. It always follows the same settings
+without a mode (`settings_records`), which a reader from before modes reads as ever; it counts
+the 13-field record malformed. A record without a mode keeps the group's recorded mode
+(`rationalizer`), so only a record with a mode changes it. Members of two modes in one group
+break both guarantees: an ALO member resumes after the runs an AMO member reserved and never
+handled (records skipped), an AMO member before the records an ALO member handled and had not
+yet heartbeated (records handed out twice). So the group's first member records its mode, a
+member of the other mode is refused, and a member that finds the group's settings without a
+mode (a group from before modes were recorded) records them again with its own. A member from
+before modes is not checked for its mode, and does not see a change of the mode: change it
+once every member runs this version.
 
 As for the claim records (`wire`), every field is bounded on decode, and a record outside the
 bounds is malformed: names as `wire.validate_name` takes them, UnixSec up to the last second of
@@ -147,16 +145,21 @@ def metadata_key(record: MetadataRecord) -> bytes:
         return TOPIC_RECORD_KEY
     if record.placement is not None:
         return placed_settings_key(record)
+    if record.mode is not None:  # beside the settings a reader from before modes reads
+        return record.group_id.encode() + SETTINGS_SUFFIX + b"/mode"
     return settings_key(record.group_id)
 
 
 def settings_records(record: GroupSettings) -> list[tuple[bytes, bytes]]:
-    """The (key, value) records that write ``record``, in order. A placed group's settings with
-    a mode come after the same settings without it: a reader from before modes takes the first
-    placed settings it can read on a partition for the group's placement, and with none would
-    take the group for a spread one and claim where its members do not look."""
+    """The (key, value) records that write ``record``, in order. Settings with a mode come after
+    the same settings without it, under a key of their own (the cleaner keeps both), so that a
+    reader from before modes still reads the group's settings: of a placed group it takes the
+    first placed settings it can read on a partition for the group's placement (with none it
+    would take the group for a spread one and claim where its members do not look); of a spread
+    group, the newest under the shared key (with none, it would check nothing, and write its
+    own over the group's)."""
     out = []
-    if record.placement is not None and record.mode is not None:
+    if record.mode is not None:
         readable = replace(record, mode=None)
         out.append((metadata_key(readable), encode_metadata(readable)))
     out.append((metadata_key(record), encode_metadata(record)))

@@ -56,10 +56,11 @@ accepted if no placed settings of its group were accepted here yet (the first wr
 members creating a group at once agree on the first record at its home, and neither claims
 before it has folded that far), if it is a copy of the accepted ones, or if its writer is the
 admin whose pause of the group is in force (a change or a move, made while nobody may claim);
-any other is refused (`Malformed`, nothing changes). An accepted placed record without a mode
-(`metadata`: written by a writer from before modes) keeps the mode of the settings it follows:
-a copy cannot erase the group's mode. A spread record of a group placed here is
-refused. The rules read only placed settings records, pauses and the newest spread record,
+any other is refused (`Malformed`, nothing changes). An accepted settings record without a mode
+(`metadata`: the readable half of a pair, or a writer's from before modes), spread or placed,
+keeps the mode of the settings it follows: only a record with a mode changes it. A spread record
+of a group placed here is refused. The rules read only placed settings records, pauses, the
+newest spread record and the newest spread record with a mode,
 which all survive the cleaner (each placed record and each pause has a key of its own), so a
 reader of the compacted log accepts what a reader of the whole log accepts. A placed group's
 fencing tokens are its placement's ``token_base`` plus the offset (a moved group's tokens stay
@@ -492,7 +493,7 @@ def _metadata(world: World, record: CoordRecord, error: DecodeError) -> ev.Event
         return _malformed(world, record, refusal)
     before = placement_on(world, meta.group_id)
     accepted = world.group_settings.get(meta.group_id)
-    if accepted is not None and accepted.placement is not None and meta.mode is None:
+    if accepted is not None and meta.mode is None:
         meta = replace(meta, mode=accepted.mode)  # ("Placed groups": the mode is kept)
     world.group_settings[meta.group_id] = meta
     if placement_on(world, meta.group_id) != before:  # the group's keys are checked again

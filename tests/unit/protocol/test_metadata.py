@@ -180,7 +180,7 @@ class TestMode:
         )
         for s in (self.SPREAD, self.PLACED, replace(self.SPREAD, slicing=Slicing(Ordering.KEY, 4))):
             assert decode_metadata(encode_metadata(s)) == s
-        assert metadata_key(self.SPREAD) == b"g//settings"
+        assert metadata_key(self.SPREAD) == b"g//settings/mode"
         assert metadata_key(self.PLACED) == b"g//settings/i-2/7/amo"
 
     def test_a_placed_groups_mode_follows_settings_a_reader_from_before_modes_reads(
@@ -189,7 +189,8 @@ class TestMode:
         """Such a reader takes the first placed settings it can read as the group's placement;
         with none it would take the group for a spread one. So the settings go first without
         the mode (12 fields, as it reads them), then with it, under keys of their own (the
-        cleaner keeps both); a spread group's are one record."""
+        cleaner keeps both); a spread group's too (9 fields under the shared key, which such a
+        reader checks its members against)."""
         (k1, v1), (k2, v2) = settings_records(self.PLACED)
         assert v1.count(b"/") == 11 and decode_metadata(v1) == replace(self.PLACED, mode=None)
         assert k1 == b"g//settings/i-2/7" and k2 == b"g//settings/i-2/7/amo"
@@ -198,7 +199,9 @@ class TestMode:
         for offset, (k, v) in enumerate(((k1, v1), (k2, v2))):
             fold(world, CoordRecord(23, offset, offset, k, v))
         assert world.group_settings["g"] == self.PLACED and world.malformed == 0
-        assert settings_records(self.SPREAD) == [(b"g//settings", encode_metadata(self.SPREAD))]
+        (k1, v1), (k2, v2) = settings_records(self.SPREAD)
+        assert (k1, v1.count(b"/")) == (b"g//settings", 8) and k2 == b"g//settings/mode"
+        assert decode_metadata(v2) == self.SPREAD
 
     def test_without_a_mode_the_record_is_as_before(self) -> None:
         """An admin's settings, or a writer from before modes: no thirteenth field."""

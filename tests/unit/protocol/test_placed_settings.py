@@ -276,10 +276,16 @@ class TestTheMode:
         assert isinstance(e, ev.GroupSettingsRecorded)
         assert w.group_settings[GROUP].mode is Mode.AMO
 
-    def test_a_spread_groups_newest_record_wins_mode_and_all(self) -> None:
-        """Spread settings share one key (the cleaner keeps the newest only), so the newest
-        wins whole: one without a mode leaves the mode unrecorded, for every reader alike."""
-        w = world()
-        fold(w, CoordRecord(HERE, 0, 10, *_legacy(replace(settings_of("a", None), mode=Mode.ALO))))
-        fold(w, CoordRecord(HERE, 1, 11, *_legacy(settings_of("old", None))))
-        assert w.group_settings[GROUP].mode is None
+    def test_a_spread_groups_newest_record_wins_but_keeps_the_mode(self) -> None:
+        """Spread settings: the newest wins, and one without a mode (an older writer's, or the
+        readable half of a pair) keeps the recorded mode. The cleaner keeps the newest under
+        each of the two keys, so a compacted reader agrees: a later heartbeat interval, the
+        mode of the newest record with one."""
+        alo = replace(settings_of("a", None), mode=Mode.ALO)
+        later = settings_of("old", None, hb_ms=2 * HB)
+        for records in ([alo, later], [replace(alo, mode=None), alo, later]):
+            w = world()
+            for offset, s in enumerate(records):
+                fold(w, CoordRecord(HERE, offset, 10 + offset, *_legacy(s)))
+            assert w.group_settings[GROUP].mode is Mode.ALO
+            assert w.group_settings[GROUP].heartbeat_interval_ms == 2 * HB

@@ -21,6 +21,7 @@ from marshal_workers.protocol.metadata import (
     encode_metadata,
     metadata_key,
     settings_key,
+    settings_records,
 )
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.placement import Placement, home, placed, reads
@@ -245,3 +246,49 @@ class TestWindowCopies:
         ensure_group_settings(a[0], a[1].worlds, a[1].catch_up, a[2].shared, 5.0)
         c = self._member(t, "c", 1.0)
         ensure_group_settings(c[0], c[1].worlds, c[1].catch_up, c[2].shared, 5.0)
+
+
+class RivalLandsFirst(MemoryLog):
+    """A memory log on which ``rival`` (partition, key, value) lands just before this client's
+    first append: another member's write that raced it."""
+
+    rival: tuple[int, bytes, bytes] | None = None
+
+    def append(
+        self, partition: int, key: bytes | None, value: bytes | None, timeout_s: float
+    ) -> Any:
+        if self.rival is not None:
+            p, k, v = self.rival
+            self.rival = None
+            self._topic.append(p, k, v)
+        return super().append(partition, key, value, timeout_s)
+
+
+def test_a_rival_of_the_other_mode_is_refused_on_home_before_it_writes_the_window() -> None:
+    """The creator (AMO) has the first half of its settings pair on home (no mode yet); a
+    member of the other mode reads home then and finds nothing to refuse. Its own pair lands
+    on home after the creator's second half, so home is AMO: it must be refused there before
+    it writes its pair on the window partitions. Written on all at once, its pair would win
+    the window with ALO while home stayed AMO, and every member of either mode after it would
+    be refused on one or the other (a review)."""
+    t = topic(V2)
+    window = placed(G, N, 3)
+    creator = GroupSettings(1, "a-1", "a", G, 1000, CONFIG.partitioner, CONFIG.admin_client_ids,
+                            CONFIG.slicing, window, Mode.AMO)  # fmt: skip
+    (k0, v0), (k1, v1) = settings_records(creator)
+    t.append(AT, k0, v0)
+    config = replace(CONFIG, client_id="b", heartbeat_interval=1.0, coordination_span=3)
+    log = RivalLandsFirst(t)
+    placement = locate_member_group(log, config, 5, 5.0)
+    assert placement == window
+    shared = member_settings(config, N, placement)
+    assert shared.shared is not None and shared.shared.mode is Mode.ALO
+    reader = FoldedLog(log, shared.rationalizer)
+    reader.follow(sorted(reads(G, placement)), from_start=True)
+    reader.catch_up(5.0)
+    log.rival = (AT, k1, v1)  # the creator's second half lands before b's first append
+    others = [p for p in sorted(reads(G, placement)) if p != AT]
+    before = {p: len(t.read(p, 0)) for p in others}
+    with pytest.raises(ConfigError, match="mode is alo here but amo"):
+        ensure_group_settings(log, reader.worlds, reader.catch_up, shared.shared, 5.0)
+    assert {p: len(t.read(p, 0)) for p in others} == before, "b wrote the window"
