@@ -12,6 +12,7 @@ from marshal_workers.protocol.metadata import (
     GroupSettings,
     encode_metadata,
     metadata_key,
+    settings_records,
 )
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.placement import Placement, PlacementBook, spread
@@ -198,19 +199,21 @@ PLACES = (None, WINDOW, ELSEWHERE, replace(WINDOW, token_base=9))
 
 @st.composite
 def settings_logs(draw: st.DrawFn) -> list[CoordRecord]:
-    """Settings of the group (spread and placed, by members and the admin) and pauses. A
-    writer writes each key of a placed record once (its instance and second: a retry waits for
-    the next second), as every writer must: a record written again under its key would lose its
+    """Settings of the group (spread and placed, by members and the admin, with a mode or
+    without: a writer from before modes) and pauses. Settings with a mode are written as a pair
+    (`settings_records`), of which either half may be missing (a write that failed). A writer
+    writes each key of a placed record once (its instance and second: a retry waits for the
+    next second), as every writer must: a record written again under its key would lose its
     first place to the cleaner, and a rival's record between the two would win a compacted
     reader's fold (`metadata`, "placed settings keys")."""
     out: list[CoordRecord] = []
     used: set[tuple[str, int]] = set()
-    for offset in range(draw(st.integers(1, 14))):
-        t = 10 + 100 * offset
+    for step in range(draw(st.integers(1, 14))):
         if draw(st.integers(0, 3)) == 0:
+            offset = len(out)
             until = draw(st.integers(0, 20))  # seconds: some in force, some not
-            one = ReleaseGroup(offset, f"{ADMIN}-1", ADMIN, GROUP, "", 0, until)  # a key each
-            out.append(record(one, offset, t, HERE))
+            one = ReleaseGroup(step, f"{ADMIN}-1", ADMIN, GROUP, "", 0, until)  # a key each
+            out.append(record(one, offset, 10 + 100 * offset, HERE))
             continue
         writer, place = draw(st.sampled_from(WRITERS)), draw(st.sampled_from(PLACES))
         sec = draw(st.integers(0, 3))
@@ -219,7 +222,13 @@ def settings_logs(draw: st.DrawFn) -> list[CoordRecord]:
                 continue
             used.add((writer, sec))
         s = settings_of(writer, place, sec, draw(st.sampled_from((HB, 2 * HB))))
-        out.append(meta(s, offset, t))
+        s = replace(s, mode=draw(st.sampled_from((None, Mode.ALO, Mode.AMO))))
+        pair = settings_records(s)
+        landed = draw(st.sampled_from(("both", "first", "second"))) if len(pair) == 2 else "both"
+        for i, (key, value) in enumerate(pair):
+            if landed == "both" or (landed == "first") == (i == 0):
+                offset = len(out)
+                out.append(CoordRecord(HERE, offset, 10 + 100 * offset, key, value))
     return out
 
 
@@ -243,8 +252,8 @@ class TestCompaction:
         self, log: list[CoordRecord], data: st.DataObject
     ) -> None:
         """Placed settings and pauses all survive the cleaner, and the rule reads only them
-        (and the newest spread record, which survives too): the accepted settings of a
-        compacted log are the whole log's."""
+        (and the newest spread record, and the newest spread record with a mode, which survive
+        too): the accepted settings of a compacted log are the whole log's, mode included."""
         once = compact(log, data.draw(st.integers(0, len(log))))
         twice = compact(once, data.draw(st.integers(0, len(log))))
         whole = accepted(log)
@@ -253,6 +262,7 @@ class TestCompaction:
             assert (got is None) == (whole is None)
             if got is not None and whole is not None:
                 assert got.same_settings(whole) and got.placement == whole.placement
+                assert got.mode is whole.mode
 
 
 class TestTheMode:
