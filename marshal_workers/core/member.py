@@ -87,7 +87,7 @@ from marshal_workers.protocol.leases import clock_tolerance
 from marshal_workers.protocol.members import MEMBER_PREFIX, is_member_key
 from marshal_workers.protocol.rationalizer import GroupPause, World, fold
 from marshal_workers.protocol.recordfailures import PoisonCleared, PoisonVerdict
-from marshal_workers.protocol.wire import ClaimKey, CoordRecord
+from marshal_workers.protocol.wire import ClaimKey, CoordRecord, Heartbeat
 
 _MEMBER_MARK = b"/" + MEMBER_PREFIX.encode()  # in the record key of a member claim
 LATE_HEARTBEATS_KEPT = 64  # per claim; beyond that a late heartbeat is simply not credited
@@ -270,8 +270,11 @@ class Member:
         if isinstance(event, ev.HeartbeatAccepted) and other_instance:
             self.claiming.old_instance_heard(key, event.log_time)
         held = self.ctx.held.get(key)
-        if held is not None and held.phase is not Phase.LOST:
+        holding = held is not None and held.phase is not Phase.LOST
+        if held is not None and holding:
             self._watch(held, event, mine)
+        if key == self.member and other_instance and self._replaced_by(event, holding):
+            self.operator.replaced(event.instance_id, now)
 
     def _poison_verdict(self, event: PoisonVerdict, now: float) -> None:
         """A poison record folded: the verdict on one this member wrote, if it is one, and an
@@ -296,6 +299,24 @@ class Member:
         held = ctx.held.get(key)
         if held is not None and held.failed_offset == message.offset:
             held.failures = 0  # the count starts again, here as in the log
+
+    def _replaced_by(self, event: ev.ClaimVerdict, holding: bool) -> bool:
+        """Whether another instance's verdict on this member's announcement makes this one the
+        duplicate, which stops: it took the announcement over from this one, or won it (two
+        started at once, or this one frozen past its lease), or heartbeats it while this one
+        neither holds it nor is claiming or taking it over (it found the claim uncertain, in a
+        compacted log, and waited for a silence that does not come). Not while this one's claim
+        or takeover of it is in flight: that instance is the one it replaces."""
+        if isinstance(event, ev.ClaimGranted):
+            return True
+        beat = isinstance(event, ev.HeartbeatAccepted) or (
+            isinstance(event, ev.Unverified) and isinstance(event.message, Heartbeat)
+        )  # (an uncertain claim's heartbeats are unverified: the instance is alive all the same)
+        if not beat:
+            return False
+        ops = self.ctx.pending.ops.values()
+        acquiring = any(o.key == self.member and o.kind in (Kind.CLAIM, Kind.TAKEOVER) for o in ops)
+        return holding or not acquiring
 
     def _watch(self, held: HeldClaim, event: ev.ClaimVerdict, mine: bool) -> None:
         """What others' records (and refusals of ours) mean for a claim this member holds."""

@@ -43,6 +43,7 @@ class Operator:
         self.paused_until_ms: int | None = None
         self.settings_problem: str | None = None  # the group's settings are no longer ours
         self.placement_moved = False  # ... only in where they coordinate the group: exit 6
+        self.replaced_by: str | None = None  # why: another instance took this one's place
 
     def signal(self, sig: signal.Signals, now: float) -> None:
         """TERM, INT, QUIT and HUP (SIGUSR1 is the runtime's: it is pure I/O)."""
@@ -93,6 +94,8 @@ class Operator:
         if self.settings_problem is not None:  # restart with the group's settings
             code = EXIT_PLACEMENT_MOVED if self.placement_moved else EXIT_USAGE
             self.exit(code, self.settings_problem)
+        elif self.replaced_by is not None:
+            self.exit(EXIT_USAGE, self.replaced_by)
         else:
             self.exit(EXIT_OK, "stopped")
 
@@ -104,6 +107,25 @@ class Operator:
         self.exit_code = code
         self.exit_reason = reason
         self.ctx.out.append(cmd.Exit(code, reason))
+
+    def replaced(self, instance: str, now: float) -> None:
+        """Another instance of this client id took over this one's member claim (a restart
+        elsewhere while this one was frozen, or a second host started with the same client id):
+        this one stops, as the protocol requires of a replaced instance, and exits 2.
+        Its claims are the new instance's (taken over, their children killed) or released as
+        it stops. Exit 2 is not restarted by systemd: restarted, it would take the claims back
+        and the two would replace each other for ever."""
+        ctx = self.ctx
+        if self.replaced_by is not None:
+            return
+        self.replaced_by = (
+            f"replaced by instance {instance} of client id {ctx.s.client_id} (this client "
+            "restarted elsewhere, or a second host runs with the same --client-id): stopping; "
+            "give every host its own client id"
+        )
+        ctx.say("error", "member_replaced", by_instance=instance)
+        if not ctx.stopping:
+            self.request_stop(now, fast=False)
 
     def settings_recorded(self, event: ev.GroupSettingsRecorded, now: float) -> None:
         """Settings recorded for this group other than this member's (an operator's

@@ -57,11 +57,13 @@ members creating a group at once agree on the first record at its home, and neit
 before it has folded that far), if it is a copy of the accepted ones, or if its writer is the
 admin whose pause of the group is in force (a change or a move, made while nobody may claim);
 any other is refused (`Malformed`, nothing changes). An accepted settings record without a mode
-(`metadata`: the readable half of a pair, or a writer's from before modes), spread or placed,
-keeps the mode of the settings it follows: only a record with a mode changes it. A spread record
-of a group placed here is refused. The rules read only placed settings records, pauses, the
-newest spread record and the newest spread record with a mode,
-which all survive the cleaner (each placed record and each pause has a key of its own), so a
+(`metadata`: the readable half of a pair, or a writer's from before modes) keeps the mode of
+the settings it follows if both are spread or both placed: only a record with a mode changes
+it. A first placed record keeps no mode of the spread settings it replaces: the cleaner may
+erase those (a review found a compacted reader with no mode where the whole log's had one). A
+spread record of a group placed here is refused. The rules read only placed settings records,
+pauses, the newest spread record and the newest spread record with a mode, which all survive
+the cleaner (each placed record and each pause has a key of its own), so a
 reader of the compacted log accepts what a reader of the whole log accepts. A placed group's
 fencing tokens are its placement's ``token_base`` plus the offset (a moved group's tokens stay
 above every token it had before).
@@ -493,13 +495,20 @@ def _metadata(world: World, record: CoordRecord, error: DecodeError) -> ev.Event
         return _malformed(world, record, refusal)
     before = placement_on(world, meta.group_id)
     accepted = world.group_settings.get(meta.group_id)
-    if accepted is not None and meta.mode is None:
+    if accepted is not None and meta.mode is None and _same_kind(accepted, meta):
         meta = replace(meta, mode=accepted.mode)  # ("Placed groups": the mode is kept)
     world.group_settings[meta.group_id] = meta
     if placement_on(world, meta.group_id) != before:  # the group's keys are checked again
         group = meta.group_id
         world.keys = {k: v for k, v in world.keys.items() if v.group != group}
     return ev.GroupSettingsRecorded(record.partition, record.offset, world.log_time, meta)
+
+
+def _same_kind(accepted: GroupSettings, meta: GroupSettings) -> bool:
+    """Whether both are spread settings or both placed: only then does ``meta`` keep the
+    ``accepted`` mode ("Placed groups": a spread record the cleaner may erase must not decide
+    a placed group's mode)."""
+    return (accepted.placement is None) == (meta.placement is None)
 
 
 def _settings_refusal(world: World, meta: GroupSettings) -> str | None:

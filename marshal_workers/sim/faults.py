@@ -15,6 +15,7 @@ import random
 import signal
 from collections.abc import Callable
 
+from marshal_workers.common.errors import EXIT_USAGE
 from marshal_workers.protocol.leases import default_margin, min_compaction_lag_ms
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.recordfailures import (
@@ -261,8 +262,30 @@ class Faults:
             node.freeze(fleet.t, seconds)
             if fleet.rng.random() < 0.5:  # an operator stops the duplicate soon after
                 stop_at = fleet.t + fleet.rng.uniform(0.2, 1.0) * fleet.p.heartbeat_interval
-                fleet.at(stop_at, "stop twin", lambda: twin.signal(signal.SIGTERM, fleet.t))
+                fleet.at(stop_at, "stop twin", lambda: self._stop_twin(node, twin))
             fleet.window(2 * fleet.p.heartbeat_interval + seconds)
+
+    def _stop_twin(self, node: SimNode, twin: SimNode) -> None:
+        """The operator stops the duplicate (TERM), and starts the original again once it has
+        stopped on being replaced (exit 2, which systemd does not restart; a frozen original
+        does so when it runs again, within its freeze), unless another instance of the client
+        id runs (another fault restarted it): the instance it starts takes the client id's
+        claims over from the duplicate if that still holds them."""
+        fleet = self.fleet
+        twin.signal(signal.SIGTERM, fleet.t)
+        hb = fleet.p.heartbeat_interval
+
+        def restart_original(tries: int) -> None:
+            group, client = node.settings.group, node.settings.client_id
+            running = [n for n in fleet.nodes if n.alive and n.settings.group == group
+                       and n.settings.client_id == client and n is not twin]  # fmt: skip
+            if not node.alive and node.exit_code == EXIT_USAGE and not running:
+                fleet.add_node(node.settings.group, node.settings.client_id, fleet.t + 0.01)
+                fleet.window(0.0)  # the operator's start: liveness counts from it
+            elif node.alive and tries > 0:
+                fleet.at(fleet.t + hb, "restart original", lambda: restart_original(tries - 1))
+
+        restart_original(4)
 
     def compaction(self) -> None:
         fleet = self.fleet

@@ -130,6 +130,7 @@ INVARIANTS = (
     "handler_deadline",
     "no_crash",  # `sim.forgery`: no record makes a reader raise
     "own_group_state",  # `sim.forgery`: a member keeps no other group's state
+    "one_instance",  # an instance another of its client id replaced stops
 )
 
 

@@ -447,6 +447,7 @@ class Fleet:
                     recoveries.append(t - open_fault)
                     open_fault = None
         checked = self._judge_liveness(settled, recovering)
+        self._judge_instances()
         reference, noted = wholelog.fold_whole_log(self)
         readers: list[tuple[str, float, World]] = []
         for node in self.nodes:
@@ -481,6 +482,20 @@ class Fleet:
             sum(rates) / len(rates) if rates else 0.0,
             max(rates, default=0.0),
         )
+
+    def _judge_instances(self) -> None:
+        """`one_instance`: at the run's end (a settle past every fault), one live instance of
+        each client id in a group at most: one that another instance replaced has stopped (exit
+        2), frozen ones included, as they ran again."""
+        live: dict[tuple[str, str], list[str]] = {}
+        for n in self.nodes:
+            if n.alive and n.started:
+                live.setdefault((n.settings.group, n.settings.client_id), []).append(n.name)
+        self.checker.mark("one_instance")
+        for (group, client), names in sorted(live.items()):
+            if len(names) > 1:
+                detail = f"{group}/{client}: {len(names)} live instances ({', '.join(names)})"
+                self.checker.violation("one_instance", f"{detail}: a replaced one ran on", self.t)
 
 
 def run_seed(params: SimParams) -> RunResult:

@@ -20,6 +20,7 @@ from marshal_workers.core.heldclaim import Phase
 from marshal_workers.core.keeping import Keeping
 from marshal_workers.core.member import Member
 from marshal_workers.core.memberstate import MemberState
+from marshal_workers.core.operator import Operator
 from marshal_workers.core.pending import Kind, Op, Pending
 from marshal_workers.core.recordparking import RecordParking
 from marshal_workers.ipc.exits import EXIT_KAFKA
@@ -892,3 +893,12 @@ def test_mode_defect_a_member_of_the_other_mode_runs_in_the_group(
     monkeypatch.setattr(metadata, "settings_differences", mode_blind)
     params = SimParams(faults=("mixed-modes", "kill"), fault_count=6)
     assert found(monkeypatch, params, invariant, SEEDS) is not None
+
+
+def test_replaced_defect_the_old_instance_runs_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a review on real Kafka: a second host started with a client id that ran
+    elsewhere took the claims over, and the instance it replaced ran on, idle, instead of
+    stopping as a replaced instance must."""
+    monkeypatch.setattr(Operator, "replaced", lambda self, instance, now: None)
+    params = SimParams(members=2, groups=1, faults=("twins",), fault_count=2)
+    assert found(monkeypatch, params, "one_instance", SEEDS) is not None

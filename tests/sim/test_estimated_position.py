@@ -22,7 +22,13 @@ takeover, below two heartbeats of the new instance that show the reservation ref
 estimate reports the records between as lost (cause `estimate`). The checker holds such a
 report to be true: a record of it handled by anyone is a violation (reporting everything
 between the position last heartbeat and the estimate, tried before, named records the previous
-holder had handled in nearly every report)."""
+holder had handled in nearly every report).
+
+Seeds 503039, 780028 and 870072 stopped reaching the estimate when replaced instances began to
+stop (2026-12-01: the `twins` runs changed); 870143, 780135 and 870020 of the same mixes
+replace them, found by running those mixes from the old seeds on. The case 870072 met, a
+takeover the cleaner erased (`_beat_below`), is held by
+`tests/unit/protocol/test_estimate_floor.py`."""
 
 from __future__ import annotations
 
@@ -53,17 +59,17 @@ CASES = [
     ),
     pytest.param(
         SimParams(
-            seed=503039, faults=EVERY, fault_count=6, ordering="unordered", workers_per_partition=4
+            seed=870143, faults=EVERY, fault_count=6, ordering="unordered", workers_per_partition=4
         ),
-        id="503039-unordered4",
+        id="870143-unordered4",
     ),
     pytest.param(SimParams(seed=904176, faults=REVIEW, fault_count=6), id="904176"),
-    pytest.param(SimParams(seed=780028, faults=EVERY, fault_count=6), id="780028"),
-    pytest.param(  # the takeover erased, the refused reservation the first survivor
+    pytest.param(SimParams(seed=780135, faults=EVERY, fault_count=6), id="780135"),
+    pytest.param(
         SimParams(
-            seed=870072, faults=EVERY, fault_count=6, ordering="unordered", workers_per_partition=4
+            seed=870020, faults=EVERY, fault_count=6, ordering="unordered", workers_per_partition=4
         ),
-        id="870072-unordered4",
+        id="870020-unordered4",
     ),
 ]
 

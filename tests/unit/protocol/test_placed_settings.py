@@ -299,3 +299,20 @@ class TestTheMode:
                 fold(w, CoordRecord(HERE, offset, 10 + offset, *_legacy(s)))
             assert w.group_settings[GROUP].mode is Mode.ALO
             assert w.group_settings[GROUP].heartbeat_interval_ms == 2 * HB
+
+    def test_a_placed_record_keeps_no_mode_of_the_spread_settings_it_replaces(self) -> None:
+        """A review's sequence: spread settings with ALO, then a lone placed half without a
+        mode (an older admin's move), then a later spread pair (refused here). The cleaner
+        erases the first mode record (its key's newest is the later one); a compacted reader
+        must agree with the whole log's, so the placed record takes no mode from spread."""
+        alo = replace(settings_of("a", None), mode=Mode.ALO)
+        log: list[CoordRecord] = []
+        for key, value in settings_records(alo):  # spread, without then with the mode
+            log.append(CoordRecord(HERE, len(log), 10 + len(log), key, value))
+        log.append(meta(settings_of("m2", WINDOW, sec=2), len(log), 10 + len(log)))
+        for key, value in settings_records(replace(alo, client_id="b", unix_sec=9)):
+            log.append(CoordRecord(HERE, len(log), 10 + len(log), key, value))
+        whole, compacted = accepted(log), accepted(compact(log, len(log)))
+        assert whole is not None and compacted is not None
+        assert whole.mode is compacted.mode is None
+        assert whole.placement == compacted.placement == WINDOW

@@ -667,3 +667,22 @@ class TestTheGroupsMode:
         r.run_until(lambda: sup.member.done, "the member to stop", 20)
         assert sup.member.exit_code == 2
         assert "mode is alo here but amo" in (sup.member.exit_reason or "")
+
+
+class TestReplacedByAnotherInstance:
+    def test_the_replaced_instance_stops_and_exits_2(self, rig: Callable[[int], Rig]) -> None:
+        """A second instance of the client id starts (another host given the same --client-id,
+        or this one restarted elsewhere while it was frozen): it takes the claims over, and the
+        old instance must then stop (DESIGN.md, section 2) rather than run on idle beside it.
+        It exits 2, which systemd does not restart: restarted, it would take the claims back,
+        and the two would replace each other for ever. A review found it running on."""
+        r = rig(2)
+        old = r.start("w1")
+        r.run_until(lambda: len(r.live_children()) == 2, "two children", 10)
+        new = r.start("w1")
+        assert new.settings.instance_id != old.settings.instance_id
+        r.run_until(lambda: old.member.done, "the replaced instance to stop", 20)
+        assert old.member.exit_code == 2
+        assert f"replaced by instance {new.settings.instance_id}" in old.member.exit_reason
+        r.run_until(lambda: r.holders() == Counter({"w1": 2}), "the new instance holding", 20)
+        assert not new.member.done
