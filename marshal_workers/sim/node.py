@@ -182,10 +182,11 @@ class SimNode:
         self._run(self.member.begin(self.local(t), self.wall(t), self.partitions()), t)
 
     def preflight(self, t: float) -> bool:
-        """As the runtime's (`fleet.groupcheck.ensure_group_settings`): the member's settings
-        recorded on each followed partition that has none (or none with a mode), folded, and
-        compared with the group's, before and after. Whether it may begin; else it exits 2
-        with the line (``refused``), having claimed nothing."""
+        """As the runtime's (`fleet.groupcheck.ensure_group_settings`), in one step: the
+        member's settings recorded on each followed partition that has none (or none with a
+        mode), folded, and compared with the group's, before and after (the records land at
+        once here, so the runtime's home-first order changes nothing). Whether it may begin;
+        else it exits 2 with the line (``refused``), having claimed nothing."""
         mine = self.settings.shared
         if mine is None:
             return True

@@ -294,11 +294,11 @@ class TestTheMode:
         alo = replace(settings_of("a", None), mode=Mode.ALO)
         later = settings_of("old", None, hb_ms=2 * HB)
         for records in ([alo, later], [replace(alo, mode=None), alo, later]):
-            w = world()
-            for offset, s in enumerate(records):
-                fold(w, CoordRecord(HERE, offset, 10 + offset, *_legacy(s)))
-            assert w.group_settings[GROUP].mode is Mode.ALO
-            assert w.group_settings[GROUP].heartbeat_interval_ms == 2 * HB
+            log = [CoordRecord(HERE, i, 10 + i, *_legacy(s)) for i, s in enumerate(records)]
+            for part in (log, compact(log, len(log))):
+                got = accepted(part)
+                assert got is not None and got.mode is Mode.ALO
+                assert got.heartbeat_interval_ms == 2 * HB
 
     def test_a_placed_record_keeps_no_mode_of_the_spread_settings_it_replaces(self) -> None:
         """A review's sequence: spread settings with ALO, then a lone placed half without a
