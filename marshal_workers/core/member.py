@@ -108,6 +108,8 @@ class Member:
         self.malformed = 0
         self.started = False
         self._next_discovery = 0.0
+        self._older: frozenset[str] = frozenset()  # instances of this client id before this one
+        self._heard: set[str] = set()  # other instances of it heard alive (told once each)
 
     # ---- the one entry point ----------------------------------------------------------------
 
@@ -151,11 +153,26 @@ class Member:
         self.started = True
         self.claiming.partitions = list(partitions)
         self._next_discovery = now + self.s.discovery_interval
+        self._older = self._earlier_instances()
         self.claiming.begin(now)
         self.claiming.resume_all(now)
         if not self.operator.react_to_pause(now):  # another client's pause holds from round one
             self.claiming.rebalance(now)
         return self.ctx.out
+
+    def _earlier_instances(self) -> frozenset[str]:
+        """The instances of this client id the log shows holding its member claim as this one
+        begins (a stale or frozen one, one this one takes over): this one never stops for them
+        (`_replaced_by`). One that wakes after this one won the claim by its silence can still
+        land a heartbeat the fold takes as a takeover (its producer held it through a suspend):
+        that one stops, on this one's grant, and this one claims again."""
+        state = self.ctx.state_of(self.member)
+        if state is None:
+            return frozenset()
+        found = {state.holder_instance} if state.holder_client == self.s.client_id else set()
+        if state.seen_holder is not None and state.seen_holder[0] == self.s.client_id:
+            found.add(state.seen_holder[1])
+        return frozenset(i for i in found if i is not None and i != self.s.instance_id)
 
     def request_stop(self, now: float, fast: bool) -> list[cmd.Command]:
         """As if TERM (``fast``: INT) had come."""
@@ -302,21 +319,32 @@ class Member:
 
     def _replaced_by(self, event: ev.ClaimVerdict, holding: bool) -> bool:
         """Whether another instance's verdict on this member's announcement makes this one the
-        duplicate, which stops: it took the announcement over from this one, or won it (two
-        started at once, or this one frozen past its lease), or heartbeats it while this one
-        neither holds it nor is claiming or taking it over (it found the claim uncertain, in a
-        compacted log, and waited for a silence that does not come). Not while this one's claim
-        or takeover of it is in flight: that instance is the one it replaces."""
+        duplicate, which stops: it took the announcement over from this one (a heartbeat of it
+        while this one holds it; unverified where the cleaner erased the takeover), or won it
+        (two started at once, or this one frozen past its lease). Never for an instance the log
+        showed holding it as this one began (`_earlier_instances`: its late records). An
+        instance heard while this one neither holds the announcement nor is acquiring it is told
+        once (`another_instance_alive`), not obeyed: this one may have taken it over with a
+        write whose verdict is late, and then both would stop."""
+        if event.instance_id in self._older:
+            return False  # an instance this one replaces
         if isinstance(event, ev.ClaimGranted):
             return True
         beat = isinstance(event, ev.HeartbeatAccepted) or (
             isinstance(event, ev.Unverified) and isinstance(event.message, Heartbeat)
         )  # (an uncertain claim's heartbeats are unverified: the instance is alive all the same)
-        if not beat:
-            return False
+        if holding:
+            return beat
         ops = self.ctx.pending.ops.values()
         acquiring = any(o.key == self.member and o.kind in (Kind.CLAIM, Kind.TAKEOVER) for o in ops)
-        return holding or not acquiring
+        if beat and not acquiring and event.instance_id not in self._heard:
+            self._heard.add(event.instance_id)
+            self.ctx.say(
+                "warning", "another_instance_alive", instance=event.instance_id,
+                reason="another instance of this client id heartbeats its member claim: two "
+                "hosts share --client-id, or a restarted one's claim is uncertain (compacted)",
+            )  # fmt: skip
+        return False
 
     def _watch(self, held: HeldClaim, event: ev.ClaimVerdict, mine: bool) -> None:
         """What others' records (and refusals of ours) mean for a claim this member holds."""

@@ -116,8 +116,8 @@ class Operator:
         it stops. Exit 2 is not restarted by systemd: restarted, it would take the claims back
         and the two would replace each other for ever."""
         ctx = self.ctx
-        if self.replaced_by is not None:
-            return
+        if self.replaced_by is not None or ctx.stopping:
+            return  # (stopping already, say a deploy's TERM: its exit code stands)
         self.replaced_by = (
             f"replaced by instance {instance} of client id {ctx.s.client_id} (this client "
             "restarted elsewhere, or a second host runs with the same --client-id): stopping; "

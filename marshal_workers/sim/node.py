@@ -160,6 +160,7 @@ class SimNode:
         self.trace: deque[str] = deque(maxlen=TRACE_LINES)
         self.exit_code: int | None = None
         self.refused: str | None = None  # why its settings were refused at its start
+        self.announced = False  # it held its member claim at some turn
         self.faults = 0  # kills, freezes and stops it suffered (each may lose a poison count)
         # failure counts (RecordFailed) the log failed to take, by record: written `WRITE_TRIES`
         # times and failed each time, a count is given up (`RecordParking.gave_up`)
@@ -326,6 +327,8 @@ class SimNode:
         if not self.alive or not self.started or self.frozen(t):
             return
         self.turned_at = t
+        if not self.announced and self.member.member in self.member.held:
+            self.announced = True
         now = self.local(t)
         # the clocks and the log first, as the runtime's turn (`Supervisor.step`)
         self._feed(inp.ClocksRead(now, self.wall(t)), t)

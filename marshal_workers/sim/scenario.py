@@ -484,18 +484,29 @@ class Fleet:
         )
 
     def _judge_instances(self) -> None:
-        """`one_instance`: at the run's end (a settle past every fault), one live instance of
-        each client id in a group at most: one that another instance replaced has stopped (exit
-        2), frozen ones included, as they ran again."""
-        live: dict[tuple[str, str], list[str]] = {}
+        """`one_instance`: at the run's end (a settle past every fault), no live instance of a
+        client id that announced itself in its group and lost the announcement to another live
+        instance: a replaced instance has stopped (exit 2), frozen ones included, as they ran
+        again; and one instance at least where an instance stopped as replaced: it stopped for
+        one that lives on (a review found both instances of a client id stopping, each for the
+        other). A duplicate that never announced itself (it found the claim uncertain and heard
+        the other) warns and runs on (`Member._replaced_by`)."""
+        live: dict[tuple[str, str], list[SimNode]] = {}
         for n in self.nodes:
             if n.alive and n.started:
-                live.setdefault((n.settings.group, n.settings.client_id), []).append(n.name)
+                live.setdefault((n.settings.group, n.settings.client_id), []).append(n)
         self.checker.mark("one_instance")
-        for (group, client), names in sorted(live.items()):
-            if len(names) > 1:
-                detail = f"{group}/{client}: {len(names)} live instances ({', '.join(names)})"
-                self.checker.violation("one_instance", f"{detail}: a replaced one ran on", self.t)
+        for (group, client), nodes in sorted(live.items()):
+            # replaced: it announced itself, and another instance holds the announcement now
+            ran_on = [n.name for n in nodes if n.announced and n.member.member not in n.member.held]
+            if len(nodes) > 1 and ran_on:
+                detail = f"{group}/{client}: {len(nodes)} live instances, {', '.join(ran_on)}"
+                self.checker.violation("one_instance", f"{detail} replaced and running on", self.t)
+        for n in self.nodes:
+            pair = (n.settings.group, n.settings.client_id)
+            if n.member.operator.replaced_by is not None and pair not in live:
+                why = f"{n.name} stopped as replaced, and no instance of {pair[1]} lives on"
+                self.checker.violation("one_instance", why, self.t)
 
 
 def run_seed(params: SimParams) -> RunResult:

@@ -686,3 +686,32 @@ class TestReplacedByAnotherInstance:
         assert f"replaced by instance {new.settings.instance_id}" in old.member.exit_reason
         r.run_until(lambda: r.holders() == Counter({"w1": 2}), "the new instance holding", 20)
         assert not new.member.done
+
+    def test_a_late_heartbeat_of_the_instance_it_replaced_stops_only_that_one(
+        self, rig: Callable[[int], Rig]
+    ) -> None:
+        """The old instance's host was suspended past 2*HB; the client restarted elsewhere won
+        the member claim by its silence. The old host wakes and its producer delivers a
+        heartbeat it held through the suspend: the fold takes it as a takeover of the new
+        instance's claim. Only the old instance stops; the new one, whose grant the old one
+        folds, runs on and claims again (a review: both stopped, and the client id was gone)."""
+        r = rig(2)
+        old = r.start("w1")
+        r.run_until(lambda: len(r.live_children()) == 2, "two children", 10)
+        r.running.remove(old)  # suspended: it does nothing, its children end with their leases
+        time.sleep(3 * HB)
+        new = r.start("w1")
+        key = member_key("g", "w1")
+        r.run_until(lambda: key in new.member.held, "the new instance holding its claim", 20)
+        beat = Heartbeat(0, old.settings.instance_id, "w1", "g", key.topic, 0, 0)
+        r.topic.append(new.member.ctx.home(key), record_key(beat), encode(beat))
+        r.running.append(old)  # it wakes
+        r.run_until(lambda: old.member.done, "the old instance to stop", 20)
+        assert old.member.exit_code == 2
+        r.run_for(4 * HB)
+        assert not new.member.done, new.member.exit_reason
+        r.run_until(
+            lambda: r.claims()[key].holder_instance == new.settings.instance_id,
+            "the new instance holding its member claim again",
+            20,
+        )
