@@ -319,8 +319,9 @@ class Member:
 
     def _replaced_by(self, event: ev.ClaimVerdict, holding: bool) -> bool:
         """Whether another instance's verdict on this member's announcement makes this one the
-        duplicate, which stops: it took the announcement over from this one (a heartbeat of it
-        while this one holds it; unverified where the cleaner erased the takeover), or won it
+        duplicate, which stops: it took the announcement over from this one (its takeover names
+        this one, or a heartbeat of it comes while this one holds it: unverified where the
+        cleaner erased the takeover), or won it
         (two started at once, or this one frozen past its lease). Never for an instance the log
         showed holding it as this one began (`_earlier_instances`: its late records). An
         instance heard while this one neither holds the announcement nor is acquiring it is told
@@ -330,6 +331,9 @@ class Member:
             return False  # an instance this one replaces
         if isinstance(event, ev.ClaimGranted):
             return True
+        me = self.s.instance_id
+        if isinstance(event, ev.HeartbeatAccepted) and event.replaced_instance == me:
+            return True  # a takeover from this one, whatever this one holds now
         beat = isinstance(event, ev.HeartbeatAccepted) or (
             isinstance(event, ev.Unverified) and isinstance(event.message, Heartbeat)
         )  # (an uncertain claim's heartbeats are unverified: the instance is alive all the same)

@@ -44,6 +44,7 @@ class Operator:
         self.settings_problem: str | None = None  # the group's settings are no longer ours
         self.placement_moved = False  # ... only in where they coordinate the group: exit 6
         self.replaced_by: str | None = None  # why: another instance took this one's place
+        self.replacer: str | None = None  # ... that instance
 
     def signal(self, sig: signal.Signals, now: float) -> None:
         """TERM, INT, QUIT and HUP (SIGUSR1 is the runtime's: it is pure I/O)."""
@@ -123,9 +124,9 @@ class Operator:
             "restarted elsewhere, or a second host runs with the same --client-id): stopping; "
             "give every host its own client id"
         )
+        self.replacer = instance
         ctx.say("error", "member_replaced", by_instance=instance)
-        if not ctx.stopping:
-            self.request_stop(now, fast=False)
+        self.request_stop(now, fast=False)
 
     def settings_recorded(self, event: ev.GroupSettingsRecorded, now: float) -> None:
         """Settings recorded for this group other than this member's (an operator's

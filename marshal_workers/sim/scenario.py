@@ -487,10 +487,11 @@ class Fleet:
         """`one_instance`: at the run's end (a settle past every fault), no live instance of a
         client id that announced itself in its group and lost the announcement to another live
         instance: a replaced instance has stopped (exit 2), frozen ones included, as they ran
-        again; and one instance at least where an instance stopped as replaced: it stopped for
-        one that lives on (a review found both instances of a client id stopping, each for the
-        other). A duplicate that never announced itself (it found the claim uncertain and heard
-        the other) warns and runs on (`Member._replaced_by`)."""
+        again; and no two instances that each stopped for the other (a review found both
+        instances of a client id stopping so). An instance that stopped for one an operator
+        stopped since is no violation: the operator then starts the client again. A duplicate
+        that never announced itself (it found the claim uncertain and heard the other) warns
+        and runs on (`Member._replaced_by`)."""
         live: dict[tuple[str, str], list[SimNode]] = {}
         for n in self.nodes:
             if n.alive and n.started:
@@ -502,10 +503,14 @@ class Fleet:
             if len(nodes) > 1 and ran_on:
                 detail = f"{group}/{client}: {len(nodes)} live instances, {', '.join(ran_on)}"
                 self.checker.violation("one_instance", f"{detail} replaced and running on", self.t)
-        for n in self.nodes:
-            pair = (n.settings.group, n.settings.client_id)
-            if n.member.operator.replaced_by is not None and pair not in live:
-                why = f"{n.name} stopped as replaced, and no instance of {pair[1]} lives on"
+        replacer = {
+            (n.settings.group, n.settings.client_id, n.settings.instance_id): r
+            for n in self.nodes
+            if (r := n.member.operator.replacer) is not None
+        }
+        for (group, client, instance), other in sorted(replacer.items()):
+            if replacer.get((group, client, other)) == instance:
+                why = f"{group}/{client}: {instance} and {other} each stopped for the other"
                 self.checker.violation("one_instance", why, self.t)
 
 

@@ -902,3 +902,15 @@ def test_replaced_defect_the_old_instance_runs_on(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(Operator, "replaced", lambda self, instance, now: None)
     params = SimParams(members=2, groups=1, faults=("twins",), fault_count=2)
     assert found(monkeypatch, params, "one_instance", SEEDS) is not None
+
+
+def test_replaced_defect_both_instances_stop_each_for_the_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a review of the stop above: an instance woken from a freeze landed a heartbeat
+    that the fold took as a takeover of the member claim the new instance had won by its
+    silence, and each instance stopped for the other (exit 2, not restarted): the client id
+    was gone. An instance never stops for one the log showed holding the claim as it began."""
+    monkeypatch.setattr(Member, "_earlier_instances", lambda self: frozenset())
+    params = SimParams(members=4, groups=1, faults=("twins", "freeze", "stall"), fault_count=6)
+    assert found(monkeypatch, params, "one_instance", RARE_ROW_SEEDS) is not None
