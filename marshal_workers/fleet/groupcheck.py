@@ -34,6 +34,7 @@ from marshal_workers.protocol.metadata import (
     needs_recording,
     partition_count_problem,
     placement_moved,
+    recorded_problem,
     settings_problem,
     settings_records,
 )
@@ -71,11 +72,7 @@ def check_partition_count(topic: str, worlds: Mapping[int, World], actual: int) 
 
 def group_settings_problem(worlds: Mapping[int, World], mine: GroupSettings) -> str | None:
     """Why ``mine`` may not act on its group, per the settings recorded on any partition."""
-    for world in worlds.values():
-        problem = settings_problem(world.group_settings.get(mine.group_id), mine)
-        if problem is not None:
-            return problem
-    return None
+    return recorded_problem((w.group_settings.get(mine.group_id) for w in worlds.values()), mine)
 
 
 def ensure_group_settings(
@@ -116,7 +113,6 @@ def ensure_group_settings(
         except LogError as exc:
             raise MarshalError(f"cannot record group {mine.group_id}'s settings: {exc}") from None
         _refuse_if_differ(worlds, mine)
-    _refuse_if_differ(worlds, mine)
 
 
 def _refuse_if_differ(worlds: Mapping[int, World], mine: GroupSettings) -> None:

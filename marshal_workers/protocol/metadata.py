@@ -68,6 +68,7 @@ bounds is malformed: names as `wire.validate_name` takes them, UnixSec up to the
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -390,6 +391,16 @@ def describe_slicing(cut: Slicing) -> str:
     if not cut.sliced:
         return cut.ordering.value
     return f"{cut.ordering.value} with {cut.count} workers per partition"
+
+
+def recorded_problem(recorded: Iterable[GroupSettings | None], mine: GroupSettings) -> str | None:
+    """The first `settings_problem` of ``mine`` with the group's settings as each coordination
+    partition recorded them (None where one has none), or None."""
+    for group in recorded:
+        problem = settings_problem(group, mine)
+        if problem is not None:
+            return problem
+    return None
 
 
 def settings_problem(group: GroupSettings | None, mine: GroupSettings) -> str | None:

@@ -28,7 +28,7 @@ from marshal_workers.core.settings import MemberSettings
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.metadata import (
     needs_recording,
-    settings_problem,
+    recorded_problem,
     settings_records,
 )
 from marshal_workers.protocol.modes import Mode
@@ -211,11 +211,8 @@ class SimNode:
     def _settings_problem(self) -> str | None:
         mine = self.settings.shared
         assert mine is not None
-        for world in self.member.worlds.values():
-            problem = settings_problem(world.group_settings.get(mine.group_id), mine)
-            if problem is not None:
-                return problem
-        return None
+        worlds = self.member.worlds.values()
+        return recorded_problem((w.group_settings.get(mine.group_id) for w in worlds), mine)
 
     def kill(self, t: float) -> None:
         """kill -9: the member and (parent-death signal) its children end now."""
