@@ -91,7 +91,7 @@ bench-hot-cpu: install kafka-jars ## The CPU-bound goal run of bench-hot: the 20
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-EVERY_FAULT := kill,freeze,stall,restart,twins,compaction,eager-compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery,feed-loss,amo-poison,mixed-modes
+EVERY_FAULT := kill,freeze,stall,restart,twins,compaction,eager-compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery,feed-loss,amo-poison,mixed-modes,forged-takeover
 
 sim-sweep: install ## A fresh simulator sweep (about 30 min on 2 cores): every mix of `make sim` with stalled hosts added, 30 seeds each from SWEEP_FIRST + 1000 x the row (pick seeds no sweep used: docs/simulator.md)
 	$(BIN)/python bench/sim_sweep.py --first $(or $(SWEEP_FIRST),1400000)
@@ -106,6 +106,7 @@ sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, h
 	$(BIN)/marshal-sim --seeds 200 --members 4 --groups 2 --faults restart,pause --fault-count 4
 	@# members started with the other --mode (refused at start: the group's settings hold its mode), with kills and restarts
 	$(BIN)/marshal-sim --seeds 200 --faults mixed-modes,kill,restart,twins,compaction --fault-count 6
+	$(BIN)/marshal-sim --seeds 200 --faults forged-takeover,twins,freeze,stall,kill,restart,compaction --fault-count 6
 	$(BIN)/marshal-sim --seeds 200 --faults poison,compaction --fault-count 6
 	$(BIN)/marshal-sim --seeds 100 --members 30 --groups 3 --faults kill,freeze,restart,twins,compaction,latency,clock,pause,failures,partitions
 	$(BIN)/marshal-sim --seeds 100 --members 12 --groups 3 --faults shared-ids,kill,restart,twins,compaction

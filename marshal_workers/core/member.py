@@ -155,17 +155,29 @@ class Member:
         self._next_discovery = now + self.s.discovery_interval
         self._older = self._earlier_instances()
         self.claiming.begin(now)
+        if self.operator.dormant:  # replaced while catching up
+            self._claim_or_wait(now)
+            return self.ctx.out
         self.claiming.resume_all(now)
-        if not self.operator.react_to_pause(now):  # another client's pause holds from round one
-            self.claiming.rebalance(now)
+        self._claim_or_wait(now)  # another client's pause holds from round one
         return self.ctx.out
+
+    def _claim_or_wait(self, now: float) -> None:
+        """Claim toward the fair share, unless the group is paused by another client or this
+        instance is dormant (replaced by another of its client id)."""
+        if self.operator.dormant:
+            self.operator.stay_dormant(now)
+            if self.operator.dormant:
+                return
+        if not self.operator.react_to_pause(now):
+            self.claiming.rebalance(now)
 
     def _earlier_instances(self) -> frozenset[str]:
         """The instances of this client id the log shows holding its member claim as this one
-        begins (a stale or frozen one, one this one takes over): this one never stops for them
-        (`_replaced_by`). One that wakes after this one won the claim by its silence can still
-        land a heartbeat the fold takes as a takeover (its producer held it through a suspend):
-        that one stops, on this one's grant, and this one claims again."""
+        begins (a stale or frozen one, one this one takes over): their takeovers do not make this
+        one dormant (`_replaced_by`). One that wakes after this one won the claim by its silence
+        can still land a heartbeat the fold takes as a takeover (its producer held it through a
+        suspend): that one goes dormant, on this one's grant, and this one claims again."""
         state = self.ctx.state_of(self.member)
         if state is None:
             return frozenset()
@@ -319,18 +331,19 @@ class Member:
 
     def _replaced_by(self, event: ev.ClaimVerdict, holding: bool) -> bool:
         """Whether another instance's verdict on this member's announcement makes this one the
-        duplicate, which stops: it took the announcement over from this one (its takeover names
+        duplicate, which goes dormant (`Operator.replaced`): another instance won it (two
+        started at once, this one frozen past its lease, or one dormant for this one claimed
+        again after this one fell silent), or took it over from this one (its takeover names
         this one, or a heartbeat of it comes while this one holds it: unverified where the
-        cleaner erased the takeover), or won it
-        (two started at once, or this one frozen past its lease). Never for an instance the log
-        showed holding it as this one began (`_earlier_instances`: its late records). An
-        instance heard while this one neither holds the announcement nor is acquiring it is told
-        once (`another_instance_alive`), not obeyed: this one may have taken it over with a
-        write whose verdict is late, and then both would stop."""
-        if event.instance_id in self._older:
-            return False  # an instance this one replaces
+        cleaner erased the takeover). A takeover by an instance the log showed holding it as
+        this one began is not obeyed (`_earlier_instances`: its late records). An instance
+        heard while this one neither holds the announcement nor is acquiring it is told once
+        (`another_instance_alive`), not obeyed: this one may have taken it over with a write
+        whose verdict is late, and then both would wait."""
         if isinstance(event, ev.ClaimGranted):
-            return True
+            return True  # the log's own decision, whoever won it
+        if event.instance_id in self._older:
+            return False  # an instance this one replaces (its late records)
         me = self.s.instance_id
         if isinstance(event, ev.HeartbeatAccepted) and event.replaced_instance == me:
             return True  # a takeover from this one, whatever this one holds now
@@ -455,8 +468,7 @@ class Member:
         if ctx.resync is not None:
             self._resync_wait(now)
             return  # nothing claimed before the log is read to its end
-        if not self.operator.react_to_pause(now):
-            self.claiming.rebalance(now)
+        self._claim_or_wait(now)
 
     # ---- a lease clock that stood still -----------------------------------------------------
 

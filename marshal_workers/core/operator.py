@@ -43,8 +43,14 @@ class Operator:
         self.paused_until_ms: int | None = None
         self.settings_problem: str | None = None  # the group's settings are no longer ours
         self.placement_moved = False  # ... only in where they coordinate the group: exit 6
-        self.replaced_by: str | None = None  # why: another instance took this one's place
-        self.replacer: str | None = None  # ... that instance
+        self.replacer: str | None = None  # the instance that took this one's place
+        self.free_since: float | None = None  # dormant: since when its announcement is free
+
+    @property
+    def dormant(self) -> bool:
+        """Replaced by another instance of this client id, and not stopping: claiming nothing
+        while that one's claim of this client's announcement is fresh (`stay_dormant`)."""
+        return self.replacer is not None and not self.ctx.stopping
 
     def signal(self, sig: signal.Signals, now: float) -> None:
         """TERM, INT, QUIT and HUP (SIGUSR1 is the runtime's: it is pure I/O)."""
@@ -95,8 +101,6 @@ class Operator:
         if self.settings_problem is not None:  # restart with the group's settings
             code = EXIT_PLACEMENT_MOVED if self.placement_moved else EXIT_USAGE
             self.exit(code, self.settings_problem)
-        elif self.replaced_by is not None:
-            self.exit(EXIT_USAGE, self.replaced_by)
         else:
             self.exit(EXIT_OK, "stopped")
 
@@ -112,21 +116,58 @@ class Operator:
     def replaced(self, instance: str, now: float) -> None:
         """Another instance of this client id took over this one's member claim (a restart
         elsewhere while this one was frozen, or a second host started with the same client id):
-        this one stops, as the protocol requires of a replaced instance, and exits 2.
-        Its claims are the new instance's (taken over, their children killed) or released as
-        it stops. Exit 2 is not restarted by systemd: restarted, it would take the claims back
-        and the two would replace each other for ever."""
+        this one stops handling, as the protocol requires of a replaced instance, and goes
+        dormant. Its data claims are the new instance's (taken over, their children killed)
+        or released gracefully; it claims nothing while the new instance's claim of the
+        announcement is fresh, and claims again once that has fallen silent
+        (`stay_dormant`). It does not exit: the log authenticates no writer, so a forged
+        takeover would stop a member for good with one record (exit 2, which systemd does not
+        restart; restarted, it would take the claims back, and the two would replace each
+        other for ever). Its loop stays healthy, so a watchdog does not restart it either."""
         ctx = self.ctx
-        if self.replaced_by is not None or ctx.stopping:
-            return  # (stopping already, say a deploy's TERM: its exit code stands)
-        self.replaced_by = (
-            f"replaced by instance {instance} of client id {ctx.s.client_id} (this client "
-            "restarted elsewhere, or a second host runs with the same --client-id): stopping; "
-            "give every host its own client id"
-        )
+        if self.replacer is not None or ctx.stopping:
+            return  # (stopping already, say a deploy's TERM: it stops as asked)
         self.replacer = instance
-        ctx.say("error", "member_replaced", by_instance=instance)
-        self.request_stop(now, fast=False)
+        self.free_since = None
+        ctx.say(
+            "error", "member_replaced", by_instance=instance,
+            reason=f"instance {instance} of client id {ctx.s.client_id} took this one's place "
+            "(this client restarted elsewhere, or a second host runs with the same "
+            "--client-id): dormant, claiming nothing, until that instance falls silent; give "
+            "every host its own client id, and stop the duplicate",
+        )  # fmt: skip
+        self.stay_dormant(now)
+
+    def stay_dormant(self, now: float) -> None:
+        """Each turn while dormant: let every claim go (data claims gracefully, as under a
+        pause; the announcement released if the fold still shows it this one's), then claim
+        again once the announcement has been free (released, or silent past 2*HB: the replacer
+        stopped, died, or was a forgery) for HB/2. The wait gives a live replacer that was only
+        slow the first claim; if this one wins, a replacer that wakes later goes dormant on this
+        one's grant, so one instance runs at a time."""
+        ctx = self.ctx
+        deadline = now + ctx.s.stop_timeout
+        for held in list(ctx.held.values()):
+            if held.is_member:
+                if held.phase not in (Phase.LOST, Phase.RELEASING):
+                    self.keeping.finish(held, now, release=True)
+            elif held.phase in HELD_PHASES:
+                self.keeping.stop_child(held, deadline, reason="revoke")
+        self.claiming.idle_since = None  # (not starving: dormant by the log's word)
+        acquiring = any(o.kind in (Kind.CLAIM, Kind.TAKEOVER) for o in ctx.pending.ops.values())
+        if ctx.held or acquiring or not self.claiming.member_claimable(now):
+            self.free_since = None
+            return
+        if self.free_since is None:
+            self.free_since = now
+        if now - self.free_since < ctx.s.heartbeat_interval / 2:
+            return
+        ctx.say(
+            "info", "member_resumed", after_instance=self.replacer,
+            reason="the instance that replaced this one fell silent: claiming again",
+        )  # fmt: skip
+        self.replacer = None
+        self.free_since = None
 
     def settings_recorded(self, event: ev.GroupSettingsRecorded, now: float) -> None:
         """Settings recorded for this group other than this member's (an operator's

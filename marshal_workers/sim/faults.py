@@ -15,7 +15,6 @@ import random
 import signal
 from collections.abc import Callable
 
-from marshal_workers.common.errors import EXIT_USAGE
 from marshal_workers.protocol.leases import default_margin, min_compaction_lag_ms
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.recordfailures import (
@@ -26,6 +25,7 @@ from marshal_workers.protocol.recordfailures import (
 )
 from marshal_workers.protocol.wire import (
     ClaimKey,
+    Heartbeat,
     ReleaseGroup,
     encode,
     record_key,
@@ -96,6 +96,7 @@ class Faults:
             "stall": self.stall,
             "feed-loss": self.feed_loss,
             "mixed-modes": self.mixed_modes,
+            "forged-takeover": self.forged_takeover,
         }[fault]
 
     def mixed_modes(self) -> None:
@@ -112,6 +113,26 @@ class Faults:
         odd = sum(1 for n in fleet.nodes if n.settings.mode is not fleet.modes[n.settings.group])
         fleet.add_node(group, f"odd{odd}", fleet.t, mode=other)
         fleet.window(fleet.p.heartbeat_interval)
+
+    def forged_takeover(self) -> None:
+        """A hostile writer with Write on the coordination topic forges a takeover of a live
+        member's announcement: a heartbeat of its member claim, under its client id and an
+        instance id that nobody runs, stamped by the broker now. The fold takes it for the
+        client restarted elsewhere (a client id is self-declared: ACLs are the only defence),
+        so the member is replaced; the forger never writes again. One record must not take the
+        member down for good: dormant while the forged instance's claim is fresh, it claims
+        again once that has fallen silent (`one_instance`)."""
+        fleet = self.fleet
+        node = self.victim()
+        if node is None:
+            return
+        key = node.member.member
+        held = node.member.held.get(key)
+        position = held.position if held is not None and held.position is not None else 0
+        forged = f"forged{fleet.instances}"  # (no member's instance id: those are i1, i2, ...)
+        message = Heartbeat(int(fleet.t), forged, node.settings.client_id, *key, position)
+        fleet.log.land(node.member.ctx.home(key), record_key(message), encode(message), fleet.t)
+        fleet.window(3 * fleet.p.heartbeat_interval)
 
     def feed_loss(self) -> None:
         """The records of one data partition stop coming on one member's host: sliced
@@ -266,26 +287,12 @@ class Faults:
             fleet.window(2 * fleet.p.heartbeat_interval + seconds)
 
     def _stop_twin(self, node: SimNode, twin: SimNode) -> None:
-        """The operator stops the duplicate (TERM), and starts the original again once it has
-        stopped on being replaced (exit 2, which systemd does not restart; a frozen original
-        does so when it runs again, within its freeze), unless another instance of the client
-        id runs (another fault restarted it): the instance it starts takes the client id's
-        claims over from the duplicate if that still holds them."""
-        fleet = self.fleet
-        twin.signal(signal.SIGTERM, fleet.t)
-        hb = fleet.p.heartbeat_interval
-
-        def restart_original(tries: int) -> None:
-            group, client = node.settings.group, node.settings.client_id
-            running = [n for n in fleet.nodes if n.alive and n.settings.group == group
-                       and n.settings.client_id == client and n is not twin]  # fmt: skip
-            if not node.alive and node.exit_code == EXIT_USAGE and not running:
-                fleet.add_node(node.settings.group, node.settings.client_id, fleet.t + 0.01)
-                fleet.window(0.0)  # the operator's start: liveness counts from it
-            elif node.alive and tries > 0:
-                fleet.at(fleet.t + hb, "restart original", lambda: restart_original(tries - 1))
-
-        restart_original(4)
+        """The operator stops the duplicate (TERM). The original, dormant since the duplicate
+        replaced it (a frozen one goes dormant when it runs again), claims again once the
+        duplicate's release of the announcement is folded: nobody need start it."""
+        del node  # (it resumes on its own: `one_instance` judges that it did)
+        self.fleet.window(self.fleet.p.heartbeat_interval)
+        twin.signal(signal.SIGTERM, self.fleet.t)
 
     def compaction(self) -> None:
         fleet = self.fleet

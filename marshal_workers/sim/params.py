@@ -25,6 +25,7 @@ FAULTS = (
     "feed-loss",
     "amo-poison",
     "mixed-modes",
+    "forged-takeover",
 )
 DEFAULT_FAULTS = (
     "kill",

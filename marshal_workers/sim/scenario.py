@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from marshal_workers.common.errors import EXIT_USAGE
 from marshal_workers.core.settings import MemberSettings
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import rationalizer
@@ -484,34 +485,49 @@ class Fleet:
         )
 
     def _judge_instances(self) -> None:
-        """`one_instance`: at the run's end (a settle past every fault), no live instance of a
-        client id that announced itself in its group and lost the announcement to another live
-        instance: a replaced instance has stopped (exit 2), frozen ones included, as they ran
-        again; and no two instances that each stopped for the other (a review found both
-        instances of a client id stopping so). An instance that stopped for one an operator
-        stopped since is no violation: the operator then starts the client again. A duplicate
-        that never announced itself (it found the claim uncertain and heard the other) warns
-        and runs on (`Member._replaced_by`)."""
+        """`one_instance`, at the run's end (a settle past every fault):
+
+        - no live instance of a client id that announced itself in its group, lost the
+          announcement to another live instance and runs on: a replaced instance is dormant
+          (`Operator.replaced`), frozen ones included, as they ran again;
+        - no client id whose only live instances are dormant, or that has none left because
+          one stopped for being replaced: a dormant instance claims again once its replacer
+          has fallen silent, so one record (a forged takeover), two instances each dormant
+          for the other (a review found both stopping so) or a replacer stopped since must not
+          leave the client id down for good.
+
+        A duplicate that never announced itself (it found the claim uncertain and heard the
+        other) warns and runs on (`Member._replaced_by`)."""
         live: dict[tuple[str, str], list[SimNode]] = {}
+        replaced: dict[tuple[str, str], list[SimNode]] = {}
         for n in self.nodes:
+            who = (n.settings.group, n.settings.client_id)
             if n.alive and n.started:
-                live.setdefault((n.settings.group, n.settings.client_id), []).append(n)
+                live.setdefault(who, []).append(n)
+            if n.member.operator.replacer is not None and (n.alive or n.exit_code == EXIT_USAGE):
+                replaced.setdefault(who, []).append(n)
         self.checker.mark("one_instance")
         for (group, client), nodes in sorted(live.items()):
             # replaced: it announced itself, and another instance holds the announcement now
-            ran_on = [n.name for n in nodes if n.announced and n.member.member not in n.member.held]
+            ran_on = [
+                n.name
+                for n in nodes
+                if n.announced
+                and n.member.member not in n.member.held
+                and not n.member.operator.dormant
+            ]
             if len(nodes) > 1 and ran_on:
                 detail = f"{group}/{client}: {len(nodes)} live instances, {', '.join(ran_on)}"
                 self.checker.violation("one_instance", f"{detail} replaced and running on", self.t)
-        replacer = {
-            (n.settings.group, n.settings.client_id, n.settings.instance_id): r
-            for n in self.nodes
-            if (r := n.member.operator.replacer) is not None
-        }
-        for (group, client, instance), other in sorted(replacer.items()):
-            if replacer.get((group, client, other)) == instance:
-                why = f"{group}/{client}: {instance} and {other} each stopped for the other"
-                self.checker.violation("one_instance", why, self.t)
+        for (group, client), nodes in sorted(replaced.items()):
+            if any(not n.member.operator.dormant for n in live.get((group, client), [])):
+                continue
+            down = ", ".join(
+                f"{n.name} {'dormant' if n.alive else 'stopped'} for {n.member.operator.replacer}"
+                for n in nodes
+            )
+            why = f"{group}/{client}: no instance runs ({down})"
+            self.checker.violation("one_instance", why, self.t)
 
 
 def run_seed(params: SimParams) -> RunResult:

@@ -904,13 +904,41 @@ def test_replaced_defect_the_old_instance_runs_on(monkeypatch: pytest.MonkeyPatc
     assert found(monkeypatch, params, "one_instance", SEEDS) is not None
 
 
+def never_resuming(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replaced instance that never claims again, as when it stopped with exit 2 (which
+    systemd does not restart)."""
+    stay = Operator.stay_dormant
+
+    def for_good(self: Operator, now: float) -> None:
+        replacer = self.replacer
+        stay(self, now)
+        self.replacer = replacer
+
+    monkeypatch.setattr(Operator, "stay_dormant", for_good)
+
+
 def test_replaced_defect_both_instances_stop_each_for_the_other(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Found by a review of the stop above: an instance woken from a freeze landed a heartbeat
     that the fold took as a takeover of the member claim the new instance had won by its
     silence, and each instance stopped for the other (exit 2, not restarted): the client id
-    was gone. An instance never stops for one the log showed holding the claim as it began."""
+    was gone. Fixed twice over: an instance never goes dormant for a takeover by one the log
+    showed holding the claim as it began, and a dormant instance claims again once its
+    replacer is silent (that alone heals this row: seeds 0-99 are clean without the first)."""
     monkeypatch.setattr(Member, "_earlier_instances", lambda self: frozenset())
+    never_resuming(monkeypatch)
     params = SimParams(members=4, groups=1, faults=("twins", "freeze", "stall"), fault_count=6)
     assert found(monkeypatch, params, "one_instance", RARE_ROW_SEEDS) is not None
+
+
+def test_forged_takeover_defect_one_record_stops_a_member_for_good(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found reading the stop above: the log authenticates no writer, so one forged heartbeat
+    of a member's announcement (its client id, an instance id nobody runs) was a takeover
+    that stopped the member for good, where before it cost its claims for 2*HB. A replaced
+    instance is dormant instead, and claims again once its replacer has fallen silent."""
+    never_resuming(monkeypatch)
+    params = SimParams(members=4, groups=2, faults=("forged-takeover",), fault_count=2)
+    assert found(monkeypatch, params, "one_instance", SEEDS) is not None

@@ -68,6 +68,9 @@ MIXES = [
     SimParams(faults=("feed-loss",), fault_count=3, ordering="unordered", workers_per_partition=4),
     # a member started with the other mode (refused at its start), and kills
     SimParams(faults=("mixed-modes", "kill"), fault_count=6),
+    # forged takeovers of members' announcements (each goes dormant, then claims again)
+    SimParams(members=4, groups=2, faults=("forged-takeover",), fault_count=2),
+    SimParams(members=4, groups=1, faults=("twins", "freeze", "stall"), fault_count=6),
 ]
 
 

@@ -670,31 +670,66 @@ class TestTheGroupsMode:
 
 
 class TestReplacedByAnotherInstance:
-    def test_the_replaced_instance_stops_and_exits_2(self, rig: Callable[[int], Rig]) -> None:
+    def test_the_replaced_instance_goes_dormant_and_resumes_once_the_new_one_stops(
+        self, rig: Callable[[int], Rig]
+    ) -> None:
         """A second instance of the client id starts (another host given the same --client-id,
         or this one restarted elsewhere while it was frozen): it takes the claims over, and the
-        old instance must then stop (DESIGN.md, section 2) rather than run on idle beside it.
-        It exits 2, which systemd does not restart: restarted, it would take the claims back,
-        and the two would replace each other for ever. A review found it running on."""
+        old instance must then stop handling rather than run on beside it (a review found it
+        running on). It goes dormant, holding and claiming nothing while the new one holds the
+        announcement, and does not exit: once the new instance stops, it claims again."""
         r = rig(2)
         old = r.start("w1")
         r.run_until(lambda: len(r.live_children()) == 2, "two children", 10)
         new = r.start("w1")
         assert new.settings.instance_id != old.settings.instance_id
-        r.run_until(lambda: old.member.done, "the replaced instance to stop", 20)
-        assert old.member.exit_code == 2
-        assert f"replaced by instance {new.settings.instance_id}" in old.member.exit_reason
+        r.run_until(lambda: old.member.operator.dormant, "the replaced instance dormant", 20)
+        assert old.member.operator.replacer == new.settings.instance_id
         r.run_until(lambda: r.holders() == Counter({"w1": 2}), "the new instance holding", 20)
-        assert not new.member.done
+        r.run_for(4 * HB)
+        assert old.member.held == {} and old.member.operator.dormant and not old.member.done
+        holders = {s.holder_instance for s in r.claims().values() if s.holder_instance}
+        assert holders == {new.settings.instance_id}
+        new.request_stop(fast=False)
+        r.run_until(lambda: new.member.done, "the new instance to stop", 20)
+        assert new.member.exit_code == 0
+        r.running.remove(new)
+        r.run_until(lambda: not old.member.operator.dormant, "the old instance to resume", 20)
+        r.run_until(lambda: r.holders() == Counter({"w1": 2}), "the old instance holding", 20)
+        holders = {s.holder_instance for k, s in r.claims().items() if s.holder_instance}
+        assert holders == {old.settings.instance_id}
 
-    def test_a_late_heartbeat_of_the_instance_it_replaced_stops_only_that_one(
+    def test_a_forged_takeover_costs_the_member_its_claims_for_a_while_not_for_good(
+        self, rig: Callable[[int], Rig]
+    ) -> None:
+        """The log authenticates no writer: anyone with Write on the coordination topic can
+        append a heartbeat of a member's announcement under its client id and an instance id
+        nobody runs, which the fold takes as a takeover. The member goes dormant, and claims
+        again once the forged instance has been silent past 2*HB (before dormancy, one such
+        record stopped it for good: exit 2, which systemd does not restart)."""
+        r = rig(2)
+        sup = r.start("w1")
+        r.run_until(lambda: len(r.live_children()) == 2, "two children", 10)
+        key = member_key("g", "w1")
+        forged = Heartbeat(0, "forged", "w1", "g", key.topic, 0, 0)
+        r.topic.append(sup.member.ctx.home(key), record_key(forged), encode(forged))
+        r.run_until(lambda: sup.member.operator.dormant, "the member dormant", 10)
+        took = r.run_until(
+            lambda: not sup.member.operator.dormant, "the member to resume", 10 * HB + 10
+        )
+        assert took >= 2 * HB, "it resumed while the forged instance's claim was fresh"
+        r.run_until(lambda: r.holders() == Counter({"w1": 2}), "the member holding again", 20)
+        assert not sup.member.done
+        assert r.claims()[key].holder_instance == sup.settings.instance_id
+
+    def test_a_late_heartbeat_of_the_instance_it_replaced_leaves_one_instance_running(
         self, rig: Callable[[int], Rig]
     ) -> None:
         """The old instance's host was suspended past 2*HB; the client restarted elsewhere won
         the member claim by its silence. The old host wakes and its producer delivers a
         heartbeat it held through the suspend: the fold takes it as a takeover of the new
-        instance's claim. Only the old instance stops; the new one, whose grant the old one
-        folds, runs on and claims again (a review: both stopped, and the client id was gone)."""
+        instance's claim. Only the old instance goes dormant (on the new one's grant); the new
+        one runs on and claims again (a review: both stopped, and the client id was gone)."""
         r = rig(2)
         old = r.start("w1")
         r.run_until(lambda: len(r.live_children()) == 2, "two children", 10)
@@ -706,12 +741,13 @@ class TestReplacedByAnotherInstance:
         beat = Heartbeat(0, old.settings.instance_id, "w1", "g", key.topic, 0, 0)
         r.topic.append(new.member.ctx.home(key), record_key(beat), encode(beat))
         r.running.append(old)  # it wakes
-        r.run_until(lambda: old.member.done, "the old instance to stop", 20)
-        assert old.member.exit_code == 2
+        r.run_until(lambda: old.member.operator.dormant, "the old instance dormant", 20)
         r.run_for(4 * HB)
-        assert not new.member.done, new.member.exit_reason
+        assert not new.member.done and not new.member.operator.dormant
         r.run_until(
             lambda: r.claims()[key].holder_instance == new.settings.instance_id,
             "the new instance holding its member claim again",
             20,
         )
+        r.run_for(4 * HB)
+        assert old.member.operator.dormant and old.member.held == {}
