@@ -31,7 +31,15 @@ became dormant instead of stopping (the same day), 309022, 870143 and 870020 sto
 it in turn: 309101 and 871254 replace them (one unordered/4 seed only: searches from 870300,
 871000 and 872000 found no other in an hour). The case 870072 met, a takeover the cleaner
 erased (`_beat_below`), is held by
-`tests/unit/protocol/test_estimate_floor.py`."""
+`tests/unit/protocol/test_estimate_floor.py`.
+
+Seed 3631003 of the review's mix with ``stall`` (a sweep, 2026-12-02) met another way to a
+refused reservation: no takeover, a holder frozen past its lease whose last heartbeat and
+reservation, written inside it, landed more than 2*HB after its previous heartbeat. The whole
+log refused both as stale; a member that joined on the compacted log started at the
+reservation's end and reported nothing. A record of the claim more than 2*HB after its newest
+claim or heartbeat, with no gap between, is now counted like a replaced instance's
+(`rationalizer._lapsed`)."""
 
 from __future__ import annotations
 
@@ -67,6 +75,7 @@ CASES = [
         id="871254-unordered4",
     ),
     pytest.param(SimParams(seed=904176, faults=REVIEW, fault_count=6), id="904176"),
+    pytest.param(SimParams(seed=3631003, faults=(*REVIEW, "stall"), fault_count=6), id="3631003"),
     pytest.param(SimParams(seed=780135, faults=EVERY, fault_count=6), id="780135"),
 ]
 

@@ -114,3 +114,48 @@ def test_a_takeover_carrying_an_older_read_then_the_position_is_no_refusal() -> 
     for offset, (t, msg) in enumerate(history):
         fold(world, record(msg, offset + 10, t))
     assert world.claims[KEY].estimate_floor is None
+
+
+def test_a_reservation_landing_past_every_lease_is_above_the_floor() -> None:
+    """a froze past its lease; its last reservation, written inside it, landed more than 2*HB
+    after its last heartbeat, with nothing between that refreshes a lease (marshal-sim seed
+    3631003): the whole log refuses it (stale) and stays at 120; the compacted estimate is
+    130, its floor 120."""
+    late = 100 + 2 * HB + 50
+    history = [(100, hb("c", 100, inst=A)), (200, reserve("c", 120, inst=A)),
+               (late, hb("c", 120, inst=A)), (late, reserve("c", 130, inst=A))]  # fmt: skip
+    whole, compacted = _folds(history)
+    assert (_position(whole), whole.estimate_floor) == (120, None)
+    assert (_position(compacted), compacted.estimate_floor) == (130, 120)
+
+
+def test_a_heartbeat_past_every_lease_refreshes_nothing() -> None:
+    """a's heartbeat past the lapse is refused too, so its reservation after it still is: the
+    floor stays where the whole log's position is."""
+    late = 100 + 2 * HB + 50
+    history = [(100, hb("c", 100, inst=A)), (late, hb("c", 120, inst=A)),
+               (late + 10, reserve("c", 130, inst=A))]  # fmt: skip
+    whole, compacted = _folds(history)
+    assert (_position(whole), whole.estimate_floor) == (100, None)
+    assert (_position(compacted), compacted.estimate_floor) == (130, 100)
+
+
+def test_a_claim_after_the_lapse_lets_the_records_count_again() -> None:
+    """a claims again after its lease lapsed (the whole log grants it: stale): its reservation
+    after that is accepted, and there is no floor."""
+    late = 100 + 2 * HB + 50
+    history = [(100, hb("c", 100, inst=A)), (late, claim("c", inst=A)),
+               (late + 10, reserve("c", 130, inst=A))]  # fmt: skip
+    whole, compacted = _folds(history)
+    assert (_position(whole), whole.estimate_floor) == (130, None)
+    assert (_position(compacted), compacted.estimate_floor) == (130, None)
+
+
+def test_a_gap_between_may_hide_a_heartbeat() -> None:
+    """A gap between the heartbeat and the late reservation: the cleaner may have erased a
+    heartbeat or claim in it, so nothing is inferred."""
+    late = 100 + 2 * HB + 50
+    world = World(Log().config, 0)
+    fold(world, record(hb("c", 100, inst=A), 10, 100))
+    fold(world, record(reserve("c", 130, inst=A), 12, late))  # (offset 11 erased)
+    assert (_position(world.claims[KEY]), world.claims[KEY].estimate_floor) == (130, None)
