@@ -811,8 +811,8 @@ def _uncertain(
     top = max(state.committed or 0, state.reserved or 0)
     if msg.offset > top or state.committed is None:
         state.raised_by, state.beats_below = (msg.client_id, msg.instance_id), None
-    elif type(msg) is Heartbeat and not replaced and msg.offset < top:
-        _beat_below(state, msg)
+    elif type(msg) is Heartbeat and not replaced and not lapsed and msg.offset < top:
+        _beat_below(state, msg)  # (a lapsed heartbeat the whole log refused: it shows nothing)
     if isinstance(msg, ClaimingMessages):
         state.reserved = max(state.reserved or 0, msg.offset)
         state.committed = max(state.committed or 0, msg.offset)  # reserved is consumed (rule 4)

@@ -159,3 +159,14 @@ def test_a_gap_between_may_hide_a_heartbeat() -> None:
     fold(world, record(hb("c", 100, inst=A), 10, 100))
     fold(world, record(reserve("c", 130, inst=A), 12, late))  # (offset 11 erased)
     assert (_position(world.claims[KEY]), world.claims[KEY].estimate_floor) == (130, None)
+
+
+def test_heartbeats_past_every_lease_show_no_reservation_refused() -> None:
+    """b's two heartbeats below a's reservation come more than 2*HB after the claim's newest
+    heartbeat: the whole log refuses them (stale) and keeps a's reservation, so they show
+    nothing about it, and there is no floor (a review of `_lapsed`)."""
+    history = [(1000, hb("c", 100, inst=A)), (1500, reserve("c", 130, inst=A)),
+               (3600, hb("c", 100, inst=B)), (3700, hb("c", 100, inst=B))]  # fmt: skip
+    whole, compacted = _folds(history)
+    assert _position(whole) == 130
+    assert (_position(compacted), compacted.estimate_floor) == (130, None)
