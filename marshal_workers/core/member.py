@@ -155,10 +155,8 @@ class Member:
         self._next_discovery = now + self.s.discovery_interval
         self._older = self._earlier_instances()
         self.claiming.begin(now)
-        if self.operator.dormant:  # replaced while catching up
-            self._claim_or_wait(now)
-            return self.ctx.out
-        self.claiming.resume_all(now)
+        if not self.operator.dormant:  # (replaced while catching up: it resumes nothing)
+            self.claiming.resume_all(now)
         self._claim_or_wait(now)  # another client's pause holds from round one
         return self.ctx.out
 

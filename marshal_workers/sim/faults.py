@@ -283,14 +283,14 @@ class Faults:
             node.freeze(fleet.t, seconds)
             if fleet.rng.random() < 0.5:  # an operator stops the duplicate soon after
                 stop_at = fleet.t + fleet.rng.uniform(0.2, 1.0) * fleet.p.heartbeat_interval
-                fleet.at(stop_at, "stop twin", lambda: self._stop_twin(node, twin))
+                fleet.at(stop_at, "stop twin", lambda: self._stop_twin(twin))
             fleet.window(2 * fleet.p.heartbeat_interval + seconds)
 
-    def _stop_twin(self, node: SimNode, twin: SimNode) -> None:
+    def _stop_twin(self, twin: SimNode) -> None:
         """The operator stops the duplicate (TERM). The original, dormant since the duplicate
         replaced it (a frozen one goes dormant when it runs again), claims again once the
-        duplicate's release of the announcement is folded: nobody need start it."""
-        del node  # (it resumes on its own: `one_instance` judges that it did)
+        duplicate's release of the announcement is folded: nobody need start it
+        (`one_instance` judges that it did)."""
         self.fleet.window(self.fleet.p.heartbeat_interval)
         twin.signal(signal.SIGTERM, self.fleet.t)
 
