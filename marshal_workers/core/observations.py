@@ -115,6 +115,19 @@ class AmoLost:
 
 
 @dataclass(frozen=True, slots=True)
+class Dormant:
+    """Another instance of this client id took this one's place (``instance``): it holds and
+    claims nothing until that one falls silent (`Operator.replaced`)."""
+
+    instance: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """The instance that had replaced this one fell silent: this one claims again."""
+
+
+@dataclass(frozen=True, slots=True)
 class Stopping:
     pass
 
@@ -141,6 +154,8 @@ Observation = (
     | HandlerFailed
     | CoordinationWrite
     | AmoLost
+    | Dormant
+    | Resumed
     | Stopping
     | Reloading
     | Reloaded

@@ -136,6 +136,7 @@ class Operator:
             "--client-id): dormant, claiming nothing, until that instance falls silent; give "
             "every host its own client id, and stop the duplicate",
         )  # fmt: skip
+        ctx.observe(obs.Dormant(instance))
         self.stay_dormant(now)
 
     def stay_dormant(self, now: float) -> None:
@@ -168,6 +169,7 @@ class Operator:
         )  # fmt: skip
         self.replacer = None
         self.free_since = None
+        ctx.observe(obs.Resumed())
 
     def settings_recorded(self, event: ev.GroupSettingsRecorded, now: float) -> None:
         """Settings recorded for this group other than this member's (an operator's

@@ -118,6 +118,7 @@ class Metrics(Observer):
         self.registry = registry if registry is not None else CollectorRegistry()
         self.is_ready = False
         self.is_stopping = False
+        self.replacer: str | None = None  # dormant: the instance that took this one's place
         self._claims: Mapping[ClaimKey, ClaimSnapshot] = {}
         self._tick_at: float | None = None
         self._healthy_at: float | None = None
@@ -187,6 +188,12 @@ class Metrics(Observer):
 
     def stopping(self) -> None:
         self.is_stopping = True
+
+    def dormant(self, instance: str) -> None:
+        self.replacer = instance
+
+    def resumed(self) -> None:
+        self.replacer = None
 
     def tick(self, claims: Mapping[ClaimKey, ClaimSnapshot], healthy: bool) -> None:
         now = self.clock()
@@ -284,12 +291,26 @@ class Metrics(Observer):
         return False, f"no healthy loop turn for {age:.1f}s{note}"
 
     def readiness(self) -> tuple[bool, str]:
-        """/readyz: caught up and claiming, not stopping."""
+        """/readyz: caught up and claiming, not stopping, not dormant (healthy all the same:
+        a dormant member's loop runs, and claims again once its replacer falls silent)."""
         if self.is_stopping:
             return False, "stopping"
         if not self.is_ready:
             return False, "catching up on the coordination log"
+        replacer = self.replacer
+        if replacer is not None:
+            client = self.base[1]
+            return False, (
+                f"dormant: instance {replacer} of client id {client} took this one's place "
+                "(a second host with this --client-id?); it claims again once that one falls "
+                "silent"
+            )
         return True, "ready"
+
+    @property
+    def is_dormant(self) -> bool:
+        """Replaced by another instance of this client id, and not stopping."""
+        return self.replacer is not None and not self.is_stopping
 
     # ---- scrape-time state (the HTTP thread) ------------------------------------------------
 
@@ -370,6 +391,12 @@ class Metrics(Observer):
         ready.add_metric(list(self.base), 1.0 if self.readiness()[0] else 0.0)
         healthy = GaugeMetricFamily("marshal_healthy", "1 while /healthz says ok.", labels=labels)
         healthy.add_metric(list(self.base), 1.0 if self.health()[0] else 0.0)
+        dormant = GaugeMetricFamily(
+            "marshal_member_dormant",
+            "1 while another instance of this client id has taken this one's place.",
+            labels=labels,
+        )
+        dormant.add_metric(list(self.base), 1.0 if self.is_dormant else 0.0)
         latency = HistogramMetricFamily(
             "marshal_handler_latency_seconds",
             "Handler call duration (a whole batch for handle_batch plugins).",
@@ -384,7 +411,7 @@ class Metrics(Observer):
                 buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
             latency.add_metric([*self.base, topic], buckets, sum_value=total)
         return [held, age, lease, lag, call, slow, failures, parked, *group, ready, healthy,
-                latency]  # fmt: skip
+                dormant, latency]  # fmt: skip
 
 
 def claim_labels(key: ClaimKey) -> tuple[str, str, str]:

@@ -82,6 +82,13 @@ class Observer:
     def coordination_write(self, kind: str, seconds: float, ok: bool) -> None:
         """A coordination write finished (acknowledged or failed) after ``seconds``."""
 
+    def dormant(self, instance: str) -> None:
+        """Another instance of this client id (``instance``) took this one's place: it holds
+        and claims nothing until that one falls silent."""
+
+    def resumed(self) -> None:
+        """The instance that had replaced this one fell silent: claiming again."""
+
     def stopping(self) -> None:
         """The supervisor began to stop."""
 
@@ -160,6 +167,14 @@ class Observers(Observer):
         for o in self.observers:
             o.coordination_write(kind, seconds, ok)
 
+    def dormant(self, instance: str) -> None:
+        for o in self.observers:
+            o.dormant(instance)
+
+    def resumed(self) -> None:
+        for o in self.observers:
+            o.resumed()
+
     def stopping(self) -> None:
         for o in self.observers:
             o.stopping()
@@ -202,10 +217,26 @@ def deliver(observer: Observer, what: Observation) -> None:
             observer.child_stats(key, stats)
         case obs.HandlerFailed(key, offset, error):
             observer.handler_failed(key, offset, error)
-        case obs.CoordinationWrite(kind, seconds, ok):
-            observer.coordination_write(kind, seconds, ok)
         case obs.AmoLost(key, start, end, cause):
             observer.amo_lost(key, start, end, cause)
+        case _:
+            _deliver_member_wide(observer, what)
+
+
+_MemberWide = (
+    obs.CoordinationWrite | obs.Dormant | obs.Resumed | obs.Stopping | obs.Reloading | obs.Reloaded
+)
+
+
+def _deliver_member_wide(observer: Observer, what: _MemberWide) -> None:
+    """`deliver` for the observations that name no claim."""
+    match what:
+        case obs.CoordinationWrite(kind, seconds, ok):
+            observer.coordination_write(kind, seconds, ok)
+        case obs.Dormant(instance):
+            observer.dormant(instance)
+        case obs.Resumed():
+            observer.resumed()
         case obs.Stopping():
             observer.stopping()
         case obs.Reloading():

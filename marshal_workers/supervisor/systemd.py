@@ -120,6 +120,7 @@ class SystemdNotify(Observer):
         self._next_watchdog = 0.0
         self._next_status = 0.0
         self._stopping = False
+        self._replacer: str | None = None
 
     @classmethod
     def from_environment(
@@ -151,7 +152,23 @@ class SystemdNotify(Observer):
             self.notifier.send("WATCHDOG=1")
         if now >= self._next_status:
             self._next_status = now + self.status_interval_s
-            self.notifier.send(f"STATUS={claims_status(claims, self._stopping)}")
+            self.notifier.send(f"STATUS={self._status(claims)}")
+
+    def _status(self, claims: Mapping[ClaimKey, ClaimSnapshot]) -> str:
+        if self._replacer is not None and not self._stopping:
+            return (
+                f"dormant: instance {self._replacer} of this client id took its place; "
+                "claiming again once that one falls silent"
+            )
+        return claims_status(claims, self._stopping)
+
+    def dormant(self, instance: str) -> None:
+        self._replacer = instance
+        self._next_status = 0.0
+
+    def resumed(self) -> None:
+        self._replacer = None
+        self._next_status = 0.0
 
     def reloading(self) -> None:
         usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000

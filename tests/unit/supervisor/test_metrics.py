@@ -211,6 +211,29 @@ class TestHealth:
         metrics.stopping()
         assert metrics.readiness() == (False, "stopping")
 
+    def test_a_dormant_member_is_healthy_not_ready_and_says_so(self, metrics: Metrics) -> None:
+        """Replaced by another instance of its client id, a member is dormant: its loop runs
+        (healthy, so no watchdog restarts it) but it claims nothing, so /readyz says 503 and
+        names the instance, and `marshal_member_dormant` is 1 (an alert's series: the log
+        lines alone left a dormant member unseen). Resumed: ready and 0 again; a TERM while
+        dormant reads as stopping."""
+        metrics.ready()
+        metrics.tick({}, healthy=True)
+        assert value(metrics, "marshal_member_dormant") == 0.0
+        metrics.dormant("inst-2")
+        ok, text = metrics.readiness()
+        assert not ok and text.startswith("dormant:") and "inst-2" in text and "c1" in text
+        assert metrics.health()[0]
+        assert value(metrics, "marshal_member_dormant") == 1.0
+        assert value(metrics, "marshal_ready") == 0.0
+        metrics.resumed()
+        assert metrics.readiness() == (True, "ready")
+        assert value(metrics, "marshal_member_dormant") == 0.0
+        metrics.dormant("inst-3")
+        metrics.stopping()
+        assert metrics.readiness() == (False, "stopping")
+        assert value(metrics, "marshal_member_dormant") == 0.0
+
 
 @pytest.fixture
 def server(metrics: Metrics) -> Iterator[MetricsServer]:

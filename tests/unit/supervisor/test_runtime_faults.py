@@ -49,6 +49,7 @@ from marshal_workers.protocol.wire import (
     encode,
     record_key,
 )
+from marshal_workers.supervisor.metrics import Metrics
 from marshal_workers.supervisor.observe import Observer
 from marshal_workers.supervisor.runtime import Supervisor
 from tests.supervisor_doubles import MP, FakeChild, FakeTopics, initialised, patch_children
@@ -70,9 +71,11 @@ def home(partition: int) -> int:
     return coordination_partition("orders", partition, COORDINATION_PARTITIONS)
 
 
-def supervisor(config: RunConfig, log: MemoryLog, topics: FakeTopics) -> Supervisor:
+def supervisor(
+    config: RunConfig, log: MemoryLog, topics: FakeTopics, observer: Observer | None = None
+) -> Supervisor:
     """A runtime supervisor on ``log`` with stand-in data topics."""
-    return Supervisor(config, log, topics, MP, Observer())  # type: ignore[arg-type]
+    return Supervisor(config, log, topics, MP, observer or Observer())  # type: ignore[arg-type]
 
 
 class Rig:
@@ -92,6 +95,7 @@ class Rig:
         log: MemoryLog | None = None,
         topics: FakeTopics | None = None,
         mode: Mode = Mode.ALO,
+        observer: Observer | None = None,
     ) -> Supervisor:
         config = RunConfig(
             handler="marshal_workers.plugins.ledger:handle",
@@ -103,7 +107,7 @@ class Rig:
             stop_timeout=5.0,
         )
         sup = supervisor(
-            config, log or MemoryLog(self.topic), topics or FakeTopics(self.partitions)
+            config, log or MemoryLog(self.topic), topics or FakeTopics(self.partitions), observer
         )
         sup.start(catch_up_timeout=5)
         self.running.append(sup)
@@ -706,18 +710,24 @@ class TestReplacedByAnotherInstance:
         append a heartbeat of a member's announcement under its client id and an instance id
         nobody runs, which the fold takes as a takeover. The member goes dormant, and claims
         again once the forged instance has been silent past 2*HB (before dormancy, one such
-        record stopped it for good: exit 2, which systemd does not restart)."""
+        record stopped it for good: exit 2, which systemd does not restart). Its metrics say
+        so while it lasts: dormant, not ready, healthy."""
         r = rig(2)
-        sup = r.start("w1")
+        metrics = Metrics("g", "w1", HB)
+        sup = r.start("w1", observer=metrics)
         r.run_until(lambda: len(r.live_children()) == 2, "two children", 10)
+        assert metrics.readiness() == (True, "ready") and not metrics.is_dormant
         key = member_key("g", "w1")
         forged = Heartbeat(0, "forged", "w1", "g", key.topic, 0, 0)
         r.topic.append(sup.member.ctx.home(key), record_key(forged), encode(forged))
         r.run_until(lambda: sup.member.operator.dormant, "the member dormant", 10)
+        assert metrics.is_dormant and metrics.replacer == "forged"
+        assert not metrics.readiness()[0] and metrics.health()[0]
         took = r.run_until(
             lambda: not sup.member.operator.dormant, "the member to resume", 10 * HB + 10
         )
         assert took >= 2 * HB, "it resumed while the forged instance's claim was fresh"
+        assert not metrics.is_dormant and metrics.readiness() == (True, "ready")
         r.run_until(lambda: r.holders() == Counter({"w1": 2}), "the member holding again", 20)
         assert not sup.member.done
         assert r.claims()[key].holder_instance == sup.settings.instance_id

@@ -206,6 +206,25 @@ class TestObserver:
         assert first["STOPPING"] == "1"
         assert second["STATUS"].startswith("stopping: 1 claim: orders/1")
 
+    def test_a_dormant_member_says_so_at_once_and_its_claims_again_once_resumed(
+        self, listener: Listener
+    ) -> None:
+        """Replaced by another instance of its client id, the status line says dormant and
+        names that instance at the next tick (not after the status interval); resumed, it
+        lists the claims again at the next tick."""
+        notify, clock = self.make(listener, watchdog_s=None)
+        notify.tick({}, healthy=True)
+        clock.now += 0.5
+        notify.dormant("inst-2")
+        notify.tick({}, healthy=True)
+        clock.now += 0.5
+        notify.resumed()
+        notify.tick(claims(snap("orders", 1)), healthy=True)
+        statuses = [m["STATUS"] for m in listener.messages()]
+        assert statuses[0] == "0 claims"
+        assert statuses[1].startswith("dormant: instance inst-2 of this client id")
+        assert statuses[2].startswith("1 claim: orders/1")
+
 
 class TestStatusLine:
     def test_member_claims_are_not_listed(self) -> None:
