@@ -10,18 +10,25 @@ import os
 import signal
 import subprocess
 import time
+import tomllib
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from marshal_workers.admin.acls import acls_for, apply_acls
 from marshal_workers.common.ledgerfile import LedgerRow, read_ledger
 from marshal_workers.localkafka import LocalKafka
 from marshal_workers.log.topicadmin import admin_client
+from marshal_workers.protocol.members import member_key
+from marshal_workers.protocol.placement import placed
 from marshal_workers.protocol.slicing import Ordering, Slice
+from marshal_workers.protocol.wire import Heartbeat, encode, record_key
 from tests.integration.fleet import MARSHAL_ADMIN, MARSHAL_RUN, REPO
 
 pytestmark = pytest.mark.kafka
@@ -308,6 +315,82 @@ def test_a_worker_cannot_pause_its_group_create_topics_or_write_another_fleets_l
         "--coordination-topic", "__marshal_other", coordination=False,
     )  # fmt: skip
     assert other.returncode == 1 and "not allowed" in one_error_line(other)
+
+
+def test_a_forged_takeover_by_a_fleet_principal_costs_a_member_its_claims_for_a_while(
+    secured: Secured,
+) -> None:
+    """The log authenticates no writer: a principal with the worker role (a fleet's own host,
+    compromised) may append to the coordination topic. Its one forged heartbeat of a member's
+    announcement, under an instance id nobody runs, replaces the member: it goes dormant
+    (`member_replaced`, /readyz 503 naming the instance, `marshal_member_dormant` 1), claims
+    again once the forged instance has been silent past 2*HB (`member_resumed`, /readyz 200),
+    handles what is produced after, and stops with exit 0 (a forged takeover once stopped a
+    member for good: exit 2, which systemd does not restart)."""
+    uid = uuid.uuid4().hex[:6]
+    who, hostile, group, topic = f"m-{uid}", f"h-{uid}", f"forged_{uid}", f"fo_{uid}"
+    for name in (who, hostile):
+        secured.configs[name] = secured.cluster.add_user(name)
+        apply_acls(
+            admin_client(secured.cluster.bootstrap, secured.cluster.client_table),
+            acls_for("worker", f"User:{name}", secured.coordination, group=group, topics=[topic]),
+        )
+    made = secured.admin("admin", "topic", "create", topic, "--partitions", "2")
+    assert made.returncode == 0, made.stderr
+    _produce(secured, 10, topic)
+    ledger = secured.root / f"ledger-{uid}"
+    member = secured.run_member(
+        who, "f1", "--metrics-port", "0", topic=topic, group=group, ledger=ledger.name
+    )
+    log = secured.root / "f1.log"
+
+    def events(name: str) -> list[dict[str, object]]:
+        lines = log.read_text().splitlines()
+        return [e for e in map(json.loads, (x for x in lines if x.startswith("{")))
+                if e["event"] == name]  # fmt: skip
+
+    def handled() -> int:
+        rows = read_ledger(ledger) if ledger.exists() else []
+        return len({(r.partition, r.offset) for r in rows if r.topic == topic})
+
+    try:
+        _wait(lambda: handled() >= 10, 60, "the member to handle 10 records", log)
+        _wait(lambda: bool(events("metrics_serving")), 10, "the metrics server", log)
+        port = int(str(events("metrics_serving")[0]["port"]))
+        _wait(lambda: _get(port, "/readyz")[0] == 200, 30, "the member ready", log)
+        key = member_key(group, "f1")
+        forged = Heartbeat(0, "forged", "f1", group, key.topic, 0, 0)
+        where = placed(group, 2).partition_of(key.topic, key.partition)
+        config = tomllib.loads(secured.configs[hostile].read_text())
+        producer = Producer({"bootstrap.servers": config["bootstrap_servers"], **config["kafka"]})
+        producer.produce(
+            secured.coordination, value=encode(forged), key=record_key(forged), partition=where
+        )
+        assert producer.flush(30) == 0
+        _wait(lambda: bool(events("member_replaced")), 30, "the member replaced", log)
+        status, text = _get(port, "/readyz")
+        assert status == 503 and "dormant: instance forged" in text, text
+        dormant = f'marshal_member_dormant{{client_id="f1",group="{group}"}} 1.0'
+        assert dormant in _get(port, "/metrics")[1]
+        _wait(lambda: bool(events("member_resumed")), 60, "the member to resume", log)
+        _wait(lambda: _get(port, "/readyz")[0] == 200, 30, "the member ready again", log)
+        _produce(secured, 10, topic)
+        _wait(lambda: handled() >= 20, 60, "the member to handle 10 more records", log)
+    finally:
+        member.send_signal(signal.SIGTERM)
+        code = member.wait(60)
+    assert code == 0, log.read_text()[-3000:]
+    assert len(events("member_replaced")) == 1
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:
+        return 0, str(exc)
 
 
 def test_an_intruder_reads_nothing(secured: Secured) -> None:
