@@ -16,9 +16,11 @@ from typing import Final
 
 Column = tuple[str, str, str]  # name, type, description
 
+CLAIM_TOPIC: Final = "claim topic: the data topic, a slice's with its slice (`orders+key.3of8`)"
+
 _CLAIM_COLUMNS: Final[tuple[Column, ...]] = (
     ("group", "string", "consumer group"),
-    ("topic", "string", "data topic (membership: the member pseudo-topic)"),
+    ("topic", "string", CLAIM_TOPIC + " (membership: the member pseudo-topic)"),
     ("partition", "long", "data partition"),
     ("client_id", "string", "holder's client id"),
     ("instance_id", "string", "holder's instance id"),
@@ -45,7 +47,7 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
         ("reason", "string", "why a record was rejected or is malformed"),
         ("message_type", "string", "wire type: Heartbeat, ClaimingPartition, ..."),
         ("group", "string", "consumer group"),
-        ("topic", "string", "data topic (null for ReleaseGroup)"),
+        ("topic", "string", CLAIM_TOPIC + " (null for ReleaseGroup)"),
         ("partition", "long", "data partition (null for ReleaseGroup)"),
         ("client_id", "string", "sender's client id"),
         ("instance_id", "string", "sender's instance id"),
@@ -57,7 +59,7 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
     "membership": _CLAIM_COLUMNS,
     "failovers": (
         ("group", "string", "consumer group"),
-        ("topic", "string", "data topic"),
+        ("topic", "string", CLAIM_TOPIC),
         ("partition", "long", "data partition"),
         ("kind", "string", "failover (the old holder went stale) or handover (it released)"),
         ("old_client_id", "string", "previous holder"),
@@ -72,7 +74,7 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
     ),
     "heartbeat_gaps": (
         ("group", "string", "consumer group"),
-        ("topic", "string", "data topic"),
+        ("topic", "string", CLAIM_TOPIC),
         ("partition", "long", "data partition"),
         ("client_id", "string", "holder's client id"),
         ("instance_id", "string", "holder's instance id"),
@@ -86,7 +88,7 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
     ),
     "reservations": (
         ("group", "string", "consumer group"),
-        ("topic", "string", "data topic"),
+        ("topic", "string", CLAIM_TOPIC),
         ("partition", "long", "data partition"),
         ("client_id", "string", "holder's client id"),
         ("instance_id", "string", "holder's instance id"),
@@ -98,7 +100,7 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
     ),
     "lag": (
         ("group", "string", "consumer group"),
-        ("topic", "string", "data topic"),
+        ("topic", "string", CLAIM_TOPIC),
         ("partition", "long", "data partition"),
         ("client_id", "string", "holder's client id"),
         ("token", "long", "fencing token"),
@@ -109,7 +111,7 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
     ),
     "poison": (
         ("group", "string", "consumer group"),
-        ("topic", "string", "data topic"),
+        ("topic", "string", CLAIM_TOPIC),
         ("partition", "long", "data partition"),
         ("offset", "long", "offset of the failing (poison) record"),
         ("log_time_ms", "long", "log time of the RecordFailed or PoisonResolved record"),
@@ -123,7 +125,7 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
     ),
     "amo_reserved": (
         ("group", "string", "consumer group"),
-        ("topic", "string", "data topic"),
+        ("topic", "string", CLAIM_TOPIC),
         ("partition", "long", "data partition"),
         ("client_id", "string", "holder's client id"),
         ("instance_id", "string", "holder's instance id"),
@@ -141,7 +143,7 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
     ),
     "amo_losses": (
         ("group", "string", "consumer group"),
-        ("topic", "string", "data topic"),
+        ("topic", "string", CLAIM_TOPIC),
         ("partition", "long", "data partition"),
         ("client_id", "string", "the holder that reserved the range"),
         ("instance_id", "string", "its instance id"),
