@@ -8,10 +8,11 @@ handler) with `--metrics-port`; one partition holds a record the handler always 
 it fails, is counted in the log and is parked. Debian's `prometheus` (the server) scrapes the
 members every 2 s with monitoring/alerts.yml loaded. Along the way one member is killed with
 SIGKILL (a failover) and started again, another is stopped with TERM and started again (a
-graceful hand-over). At the end it runs every query of monitoring/grafana-dashboard.json
-against that Prometheus over the run's time (`query_range`, the variables set to "all") and
-draws the panels with matplotlib where the dashboard's grid puts them, with the alerts firing
-at the end listed under them.
+graceful hand-over), and a second host runs the first member's client id for a while (the
+first goes dormant, and claims again once the second is stopped). At the end it runs every
+query of monitoring/grafana-dashboard.json against that Prometheus over the run's time
+(`query_range`, the variables set to "all") and draws the panels with matplotlib where the
+dashboard's grid puts them, with the alerts firing at the end listed under them.
 
 Why not Grafana: Grafana is in no registry this project may use (Debian does not package it;
 its Go module is AGPL, which the project does not take). The picture is therefore the
@@ -39,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DASHBOARD = ROOT / "monitoring" / "grafana-dashboard.json"
-METRICS_PORTS = (19401, 19402, 19403)
+METRICS_PORTS = (19401, 19402, 19403, 19404)  # the fourth: a duplicate of c1 on another host
 PROM_PORT = 19490
 POISON_AT = 3000  # the offset the handler fails on: partition 3 is filled past it up front
 GROUP, TOPIC, COORD = "demo.dashboard", "dashboard.orders", "__marshal_dashboard"
@@ -89,14 +90,17 @@ class Demo:
 
         threading.Thread(target=steady, daemon=True).start()
 
-    def start(self, client: str) -> None:
-        port = METRICS_PORTS[int(client[-1]) - 1]
+    def start(self, client: str, duplicate: bool = False) -> None:
+        """Start member ``client``; a ``duplicate`` runs as if on another host (its own run
+        directory, the fourth metrics port) with the same client id."""
+        port = METRICS_PORTS[3 if duplicate else int(client[-1]) - 1]
         env = {k: v for k, v in os.environ.items() if not k.startswith("MARSHAL_")}
         env.update(MARSHAL_LEDGER_DIR=str(self.work / "ledger"),
                    MARSHAL_LEDGER_DELAY_MS="2", MARSHAL_LEDGER_FAIL_AT_OFFSET=str(POISON_AT),
-                   XDG_RUNTIME_DIR=str(self.work / "run"))  # fmt: skip
-        log = open(self.work / f"{client}.log", "ab")  # noqa: SIM115
-        self.procs[client] = subprocess.Popen(
+                   XDG_RUNTIME_DIR=str(self.work / ("run2" if duplicate else "run")))  # fmt: skip
+        name = f"{client}-duplicate" if duplicate else client
+        log = open(self.work / f"{name}.log", "ab")  # noqa: SIM115
+        self.procs[name] = subprocess.Popen(
             [str(BIN / "marshal-run"), "--handler", "ledger", "--mode", "alo", "--topic", TOPIC,
              "--group", GROUP, "--client-id", client, *self.where, "--heartbeat-interval", "2",
              "--metrics-port", str(port), "--retries", "1", "--retry-backoff", "0.2",
@@ -221,7 +225,9 @@ def main() -> None:
                 demo.start(client)
             span = args.seconds
             plan = [(0.35, "kill -9 c3", "kill"), (0.45, "c3 back", "c3"),
-                    (0.65, "TERM c2", "term"), (0.72, "c2 back", "c2")]  # fmt: skip
+                    (0.65, "TERM c2", "term"), (0.72, "c2 back", "c2"),
+                    (0.80, "c1 on a 2nd host", "duplicate"),
+                    (0.90, "TERM 2nd c1", "term duplicate")]  # fmt: skip
             for share, what, action in plan:
                 time.sleep(max(0.0, start + share * span - time.time()))
                 marks.append((time.time(), what))
@@ -232,6 +238,11 @@ def main() -> None:
                 elif action == "term":
                     demo.procs["c2"].send_signal(signal.SIGTERM)
                     demo.procs["c2"].wait(60)
+                elif action == "duplicate":
+                    demo.start("c1", duplicate=True)  # the first c1 goes dormant
+                elif action == "term duplicate":
+                    demo.procs["c1-duplicate"].send_signal(signal.SIGTERM)
+                    demo.procs["c1-duplicate"].wait(60)  # the first c1 claims again
                 else:
                     demo.start(action)
             time.sleep(max(0.0, start + span - time.time()))
