@@ -47,8 +47,13 @@ TABLES: Final[dict[str, tuple[Column, ...]]] = {
         ("reason", "string", "why a record was rejected or is malformed"),
         ("message_type", "string", "wire type: Heartbeat, ClaimingPartition, ..."),
         ("group", "string", "consumer group"),
-        ("topic", "string", CLAIM_TOPIC + " (null for ReleaseGroup)"),
-        ("partition", "long", "data partition (null for ReleaseGroup)"),
+        (
+            "topic",
+            "string",
+            CLAIM_TOPIC
+            + ", a member's pseudo-topic (null: ReleaseGroup, Malformed, settings records)",
+        ),
+        ("partition", "long", "data partition (null where topic is)"),
         ("client_id", "string", "sender's client id"),
         ("instance_id", "string", "sender's instance id"),
         ("offset", "long", "offset the message carries (heartbeat, release, reservation)"),

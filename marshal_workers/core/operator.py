@@ -125,8 +125,13 @@ class Operator:
         restart; restarted, it would take the claims back, and the two would replace each
         other for ever). Its loop stays healthy, so a watchdog does not restart it either."""
         ctx = self.ctx
-        if self.replacer is not None or ctx.stopping:
+        if ctx.stopping:
             return  # (stopping already, say a deploy's TERM: it stops as asked)
+        if self.replacer is not None:
+            if instance != self.replacer:  # the replacer stopped and another instance won it
+                self.replacer = instance  # (what operators are told names the one running)
+                ctx.observe(obs.Dormant(instance))
+            return
         self.replacer = instance
         self.free_since = None
         ctx.say(

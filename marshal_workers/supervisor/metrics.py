@@ -48,6 +48,8 @@ marshal_reloads_total                       counter    SIGHUP reloads
 marshal_coordination_write_seconds          histogram  by ``kind`` (message type) and ``outcome``
                                                        (ok, failed); its _count counts the writes
 marshal_ready, marshal_healthy              gauge      as /readyz and /healthz answer
+marshal_member_dormant                      gauge      1 while another instance of the client id
+                                                       has taken this one's place (dormant)
 marshal_process_*                           (process)  CPU, memory, open files of the supervisor
 ==========================================  =========  ============================================
 
@@ -61,7 +63,8 @@ condition that also feeds the systemd watchdog), and while it is still starting;
 text names every partition whose handler call is past half the handler timeout (still 200: the
 watchdog deals with it at the whole timeout).
 ``/readyz`` answers 200 from `ready` (the log caught up, the claim loop running) until the
-supervisor begins to stop; else 503.
+supervisor begins to stop, except while it is dormant (replaced by another instance of its
+client id: its text names that instance); else 503.
 """
 
 from __future__ import annotations

@@ -1141,3 +1141,31 @@ class TestLogOrder:
             or isinstance(c, cmd.Spawn)
         ]
         assert order == ["won", "spawn"]
+
+
+class TestDormantObservations:
+    def test_observers_are_told_of_each_replacer_once_and_of_none_while_stopping(self) -> None:
+        """A replaced member tells its observers (metrics, systemd) which instance replaced
+        it, once; if that one stops and another instance of the client id wins the
+        announcement while this one waits, the observers are told the new one's name (a
+        review: they kept naming the instance that had stopped). Nothing once stopping."""
+        topic, log_ms = fresh_topic()
+        member = Member(settings())
+        h = start(member, topic, log_ms)
+
+        def told() -> list[obs.Observation]:
+            out, member.ctx.out = member.ctx.out, []
+            return [c.what for c in out if isinstance(c, cmd.Observe)]
+
+        told()
+        member.operator.replaced("x", h.now)
+        assert obs.Dormant("x") in told()
+        member.operator.replaced("x", h.now)
+        assert [o for o in told() if isinstance(o, obs.Dormant)] == []
+        member.operator.replaced("y", h.now)
+        assert [o for o in told() if isinstance(o, obs.Dormant)] == [obs.Dormant("y")]
+        assert member.operator.replacer == "y" and member.operator.dormant
+        member.request_stop(h.now, fast=False)
+        member.operator.replaced("z", h.now)
+        assert [o for o in told() if isinstance(o, obs.Dormant)] == []
+        assert not member.operator.dormant
