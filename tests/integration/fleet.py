@@ -16,6 +16,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -433,3 +435,15 @@ def log_events(path: Path, event: str) -> list[dict[str, object]]:
         if isinstance(entry, dict) and entry.get("event") == event:
             out.append(entry)
     return out
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """GET ``path`` of a member's metrics server on loopback: (status, body); (0, why) when
+    nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:
+        return 0, str(exc)

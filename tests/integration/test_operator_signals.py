@@ -11,8 +11,6 @@ import signal
 import socket
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,7 @@ from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.kafkalog import KafkaLog
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.rationalizer import RationalizerConfig
-from tests.integration.fleet import REPO, Fleet, MakeFleet, Member
+from tests.integration.fleet import REPO, Fleet, MakeFleet, Member, http_get
 
 pytestmark = pytest.mark.kafka
 HB = 1.0
@@ -114,16 +112,6 @@ class TestSystemd:
             notify.close()
 
 
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError as exc:
-        return 0, str(exc)
-
-
 class TestMetricsAndStackDumps:
     def test_metrics_health_readiness_and_usr1_stack_dumps(self, fleet: Fleet) -> None:
         """/metrics names what the issue asks for; /healthz and /readyz say 200 while running
@@ -140,12 +128,12 @@ class TestMetricsAndStackDumps:
         )
         fleet.wait_for(lambda: bool(logged(member, "metrics_serving")), 30, "the metrics server")
         port = logged(member, "metrics_serving")[0]["port"]
-        fleet.wait_for(lambda: get(port, "/readyz")[0] == 200, 40, "/readyz 200")
-        assert get(port, "/healthz")[0] == 200
+        fleet.wait_for(lambda: http_get(port, "/readyz")[0] == 200, 40, "/readyz 200")
+        assert http_get(port, "/healthz")[0] == 200
         fleet.wait_for(lambda: len(fleet.ledger()) == 10, 30, "offsets 0-4 of both partitions")
 
         def scrape() -> str:
-            return get(port, "/metrics")[1]
+            return http_get(port, "/metrics")[1]
 
         def lag_of(partition: int) -> str:
             labels = f'client_id="a",group="{fleet.group}",partition="{partition}"'
@@ -200,8 +188,8 @@ class TestMetricsAndStackDumps:
         assert spliced == [], "log lines of two processes were spliced into each other"
 
         member.signal(signal.SIGTERM)
-        fleet.wait_for(lambda: get(port, "/readyz")[0] == 503, 3, "/readyz 503 while stopping")
-        assert get(port, "/healthz")[0] == 200
+        fleet.wait_for(lambda: http_get(port, "/readyz")[0] == 503, 3, "/readyz 503 while stopping")
+        assert http_get(port, "/healthz")[0] == 200
         assert member.wait(30) == 0
 
 

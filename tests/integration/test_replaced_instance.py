@@ -14,8 +14,8 @@ import signal
 import pytest
 
 from marshal_workers.common.ledgerfile import find_overlaps
-from tests.integration.fleet import Fleet, MakeFleet
-from tests.integration.test_operator_signals import get, logged
+from tests.integration.fleet import Fleet, MakeFleet, http_get
+from tests.integration.test_operator_signals import logged
 
 pytestmark = pytest.mark.kafka
 
@@ -34,7 +34,7 @@ def test_the_replaced_instance_goes_dormant_and_claims_again_once_the_other_stop
     fleet.wait_for(lambda: fleet.counts() == {"a": 2}, 40, "a holding both")
     fleet.wait_for(lambda: bool(logged(first, "metrics_serving")), 30, "the metrics server")
     port = logged(first, "metrics_serving")[0]["port"]
-    fleet.wait_for(lambda: get(port, "/readyz")[0] == 200, 30, "host 1 ready")
+    fleet.wait_for(lambda: http_get(port, "/readyz")[0] == 200, 30, "host 1 ready")
     second = fleet.start("a", env={"XDG_RUNTIME_DIR": str(fleet.root / "host2")})
 
     def replaced() -> list[str]:
@@ -51,17 +51,18 @@ def test_the_replaced_instance_goes_dormant_and_claims_again_once_the_other_stop
     assert first.proc.poll() is None, first.log_tail()
     lines = replaced()
     assert len(lines) == 1 and '"level": "error"' in lines[0] and "dormant" in lines[0], lines
-    status, text = get(port, "/readyz")
+    status, text = http_get(port, "/readyz")
     assert status == 503 and text.startswith("dormant: instance "), text
-    assert get(port, "/healthz")[0] == 200
-    assert f'marshal_member_dormant{{client_id="a",group="{fleet.group}"}} 1.0' in get(
-        port, "/metrics"
-    )[1]
+    assert http_get(port, "/healthz")[0] == 200
+    assert (
+        f'marshal_member_dormant{{client_id="a",group="{fleet.group}"}} 1.0'
+        in http_get(port, "/metrics")[1]
+    )
     second.signal(signal.SIGTERM)
     assert second.wait(60) == 0, second.log_tail()
     fleet.wait_for(lambda: len(first.children()) == 2, 60, "host 1's a working both again")
     assert '"member_resumed"' in first.log_path.read_text(errors="replace")
-    assert get(port, "/readyz") == (200, "ready\n")
+    assert http_get(port, "/readyz") == (200, "ready\n")
     fleet.stop_producing()
     assert find_overlaps(fleet.ledger()) == []
     assert first.proc.poll() is None

@@ -11,8 +11,6 @@ import signal
 import subprocess
 import time
 import tomllib
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ from marshal_workers.protocol.members import member_key
 from marshal_workers.protocol.placement import placed
 from marshal_workers.protocol.slicing import Ordering, Slice
 from marshal_workers.protocol.wire import Heartbeat, encode, record_key
-from tests.integration.fleet import MARSHAL_ADMIN, MARSHAL_RUN, REPO
+from tests.integration.fleet import MARSHAL_ADMIN, MARSHAL_RUN, REPO, http_get
 
 pytestmark = pytest.mark.kafka
 
@@ -357,7 +355,7 @@ def test_a_forged_takeover_by_a_fleet_principal_costs_a_member_its_claims_for_a_
         _wait(lambda: handled() >= 10, 60, "the member to handle 10 records", log)
         _wait(lambda: bool(events("metrics_serving")), 10, "the metrics server", log)
         port = int(str(events("metrics_serving")[0]["port"]))
-        _wait(lambda: _get(port, "/readyz")[0] == 200, 30, "the member ready", log)
+        _wait(lambda: http_get(port, "/readyz")[0] == 200, 30, "the member ready", log)
         key = member_key(group, "f1")
         forged = Heartbeat(0, "forged", "f1", group, key.topic, 0, 0)
         where = placed(group, 2).partition_of(key.topic, key.partition)
@@ -368,12 +366,12 @@ def test_a_forged_takeover_by_a_fleet_principal_costs_a_member_its_claims_for_a_
         )
         assert producer.flush(30) == 0
         _wait(lambda: bool(events("member_replaced")), 30, "the member replaced", log)
-        _wait(lambda: _get(port, "/readyz")[0] == 503, 5, "/readyz 503", log)
-        assert "dormant: instance forged" in _get(port, "/readyz")[1]
+        _wait(lambda: http_get(port, "/readyz")[0] == 503, 5, "/readyz 503", log)
+        assert "dormant: instance forged" in http_get(port, "/readyz")[1]
         dormant = f'marshal_member_dormant{{client_id="f1",group="{group}"}} 1.0'
-        assert dormant in _get(port, "/metrics")[1]
+        assert dormant in http_get(port, "/metrics")[1]
         _wait(lambda: bool(events("member_resumed")), 60, "the member to resume", log)
-        _wait(lambda: _get(port, "/readyz")[0] == 200, 30, "the member ready again", log)
+        _wait(lambda: http_get(port, "/readyz")[0] == 200, 30, "the member ready again", log)
         _produce(secured, 10, topic)
         _wait(lambda: handled() >= 20, 60, "the member to handle 10 more records", log)
     finally:
@@ -381,16 +379,6 @@ def test_a_forged_takeover_by_a_fleet_principal_costs_a_member_its_claims_for_a_
         code = member.wait(60)
     assert code == 0, log.read_text()[-3000:]
     assert len(events("member_replaced")) == 1
-
-
-def _get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError as exc:
-        return 0, str(exc)
 
 
 def test_an_intruder_reads_nothing(secured: Secured) -> None:
