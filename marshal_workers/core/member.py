@@ -110,6 +110,7 @@ class Member:
         self._next_discovery = 0.0
         self._older: frozenset[str] = frozenset()  # instances of this client id before this one
         self._heard: set[str] = set()  # other instances of it heard alive (told once each)
+        self._announced = False  # it has held its member claim (announced itself) at some turn
 
     # ---- the one entry point ----------------------------------------------------------------
 
@@ -163,6 +164,8 @@ class Member:
     def _claim_or_wait(self, now: float) -> None:
         """Claim toward the fair share, unless the group is paused by another client or this
         instance is dormant (replaced by another of its client id)."""
+        if self.member in self.ctx.held:
+            self._announced = True
         if self.operator.dormant:
             self.operator.stay_dormant(now)
             if self.operator.dormant:
@@ -335,23 +338,27 @@ class Member:
         this one, or a heartbeat of it comes while this one holds it: unverified where the
         cleaner erased the takeover). A takeover by an instance the log showed holding it as
         this one began is not obeyed (`_earlier_instances`: its late records). An instance
-        heard while this one neither holds the announcement nor is acquiring it is told once
-        (`another_instance_alive`), not obeyed: this one may have taken it over with a write
-        whose verdict is late, and then both would wait."""
+        heard while this one neither holds the announcement nor is acquiring it replaces this
+        one if this one had announced itself before (it lost the announcement, and the other
+        holds it now); else it is told once (`another_instance_alive`), not obeyed: this one
+        may have taken it over with a write whose verdict is late."""
         if isinstance(event, ev.ClaimGranted):
             return True  # the log's own decision, whoever won it
+        beat = isinstance(event, ev.HeartbeatAccepted) or (
+            isinstance(event, ev.Unverified) and isinstance(event.message, Heartbeat)
+        )  # (an uncertain claim's heartbeats are unverified: the instance is alive all the same)
+        ops = self.ctx.pending.ops.values()
+        acquiring = any(o.key == self.member and o.kind in (Kind.CLAIM, Kind.TAKEOVER) for o in ops)
+        if beat and not holding and self._lost_announcement(acquiring):
+            return True  # (an earlier instance too: it heartbeats the announcement again)
         if event.instance_id in self._older:
             return False  # an instance this one replaces (its late records)
         me = self.s.instance_id
         if isinstance(event, ev.HeartbeatAccepted) and event.replaced_instance == me:
             return True  # a takeover from this one, whatever this one holds now
-        beat = isinstance(event, ev.HeartbeatAccepted) or (
-            isinstance(event, ev.Unverified) and isinstance(event.message, Heartbeat)
-        )  # (an uncertain claim's heartbeats are unverified: the instance is alive all the same)
         if holding:
+            self._announced = True
             return beat
-        ops = self.ctx.pending.ops.values()
-        acquiring = any(o.key == self.member and o.kind in (Kind.CLAIM, Kind.TAKEOVER) for o in ops)
         if beat and not acquiring and event.instance_id not in self._heard:
             self._heard.add(event.instance_id)
             self.ctx.say(
@@ -360,6 +367,15 @@ class Member:
                 "hosts share --client-id, or a restarted one's claim is uncertain (compacted)",
             )  # fmt: skip
         return False
+
+    def _lost_announcement(self, acquiring: bool) -> bool:
+        """Whether this instance held its announcement once and holds it no more, claiming it
+        again through no write (frozen past its lease, say): then another instance that
+        heartbeats it replaced this one. Its own fold may never show that one's grant: made
+        uncertain by the cleaner, it refuses every claim until 2*HB of silence, which the
+        other's heartbeats never leave (marshal-sim seed 3870085: the two ran on side by
+        side, each claiming partitions as the one client id)."""
+        return self._announced and not acquiring
 
     def _watch(self, held: HeldClaim, event: ev.ClaimVerdict, mine: bool) -> None:
         """What others' records (and refusals of ours) mean for a claim this member holds."""
