@@ -74,6 +74,13 @@ class Secured:
         out = (self.root / f"{client_id}.log").open("ab")
         return subprocess.Popen(command, env=env, stdout=out, stderr=out, start_new_session=True)
 
+    def worker_of(self, who: str, group: str, topic: str) -> None:
+        """A new principal ``who`` with only the worker role's ACLs, for ``group`` and
+        ``topic`` (a fleet of its own beside this one's)."""
+        self.configs[who] = self.cluster.add_user(who)
+        acls = acls_for("worker", f"User:{who}", self.coordination, group=group, topics=[topic])
+        apply_acls(admin_client(self.cluster.bootstrap, self.cluster.client_table), acls)
+
     def grant(self, who: str, role: str, *, optional: bool = True) -> None:
         """Create the ACLs of ``role`` for ``who`` (as the super user)."""
         acls = acls_for(
@@ -235,11 +242,7 @@ def test_a_sliced_group_reads_each_partition_once_per_host_under_least_privilege
     once, by the child of its key's slice, and no feed is lost."""
     uid = uuid.uuid4().hex[:6]
     who, group, topic = f"slicer-{uid}", f"sliced_{uid}", f"hot_{uid}"
-    secured.configs[who] = secured.cluster.add_user(who)
-    apply_acls(
-        admin_client(secured.cluster.bootstrap, secured.cluster.client_table),
-        acls_for("worker", f"User:{who}", secured.coordination, group=group, topics=[topic]),
-    )
+    secured.worker_of(who, group, topic)
     made = secured.admin("admin", "topic", "create", topic, "--partitions", "2")
     assert made.returncode == 0, made.stderr
     records = 60
@@ -328,11 +331,7 @@ def test_a_forged_takeover_by_a_fleet_principal_costs_a_member_its_claims_for_a_
     uid = uuid.uuid4().hex[:6]
     who, hostile, group, topic = f"m-{uid}", f"h-{uid}", f"forged_{uid}", f"fo_{uid}"
     for name in (who, hostile):
-        secured.configs[name] = secured.cluster.add_user(name)
-        apply_acls(
-            admin_client(secured.cluster.bootstrap, secured.cluster.client_table),
-            acls_for("worker", f"User:{name}", secured.coordination, group=group, topics=[topic]),
-        )
+        secured.worker_of(name, group, topic)
     made = secured.admin("admin", "topic", "create", topic, "--partitions", "2")
     assert made.returncode == 0, made.stderr
     _produce(secured, 10, topic)
