@@ -202,7 +202,7 @@ class Claiming:
         """The claim's verdict: hold it, or back off."""
         ctx, key = self.ctx, op.key
         self._claimed_again.discard(key)
-        if not isinstance(event, ev.ClaimGranted):
+        if not isinstance(event, ev.ClaimGranted) or self.grant_passed(event):
             if self.adopt_landed(key, now):  # refused as this instance's own: an earlier won
                 return
             self.forget_sent(key)
@@ -218,6 +218,23 @@ class Claiming:
             return
         self.forget_sent(key)
         self._won(key, event.token, ctx.lease_of(op), event.previous_client, now)
+
+    def grant_passed(self, grant: ev.ClaimGranted) -> bool:
+        """Whether the fold had gone past this grant before its verdict was acted on: its
+        acknowledgement came after the turn folded the lapse of the claim and a later holder's
+        grant, or release (a member that stalled while its claim landed). Such a grant is
+        treated as a refusal: holding it, with its lease over, released the claim again and
+        kept this member off a partition the fold shows free for a heartbeat interval
+        (marshal-sim, seed 3882007 of twins,freeze,stall,restart,forged-takeover)."""
+        state = self.ctx.state_of(grant.key)
+        if state is None or is_member_key(grant.key):
+            return False  # nothing to judge it by; an announcement's own rules (`Operator`)
+        if state.released:
+            return True
+        me = self.ctx.s
+        holder = (state.holder_client, state.holder_instance)
+        other = state.holder_instance is not None and holder != (me.client_id, me.instance_id)
+        return other or (state.token is not None and state.token != grant.token)
 
     def adopt_landed(self, key: ClaimKey, now: float) -> bool:
         """Hold ``key`` if the fold shows this instance holding it though no verdict on its

@@ -1,0 +1,75 @@
+"""A member defect found by marshal-sim's ``release_claimed`` (seed 3882007 of
+``twins,freeze,stall,restart,forged-takeover`` with 6 faults, 4 members in 1 group), written as
+the test that failed until the member was fixed (`Claiming.claim_decided`): a stalled member's
+claim landed, lapsed, and was claimed and released by two others before the member ran again.
+Its turn folded all of that, then learnt from the acknowledgement that the first grant was its
+own: it held a claim the log had long passed, whose lease was over, released it and stayed off
+the partition for a heartbeat interval, so the free partition waited."""
+
+from __future__ import annotations
+
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.member import Member
+from marshal_workers.protocol.wire import ClaimingPartition, Heartbeat, ReleasingPartition
+from tests.unit.core.test_member_core import Harness, fresh_topic, keys, settings, write
+
+
+def stalled_claim() -> tuple[Harness, Member, cmd.Append]:
+    """A lone member's data claim, in the log but not acknowledged yet (the member stalls)."""
+    topic, log_ms = fresh_topic(partitions=1)
+    member = Member(settings(partitions=1))
+    h = Harness(topic, member, log_ms)
+    h.read()
+    commands = member.begin(h.now, 1_000.0, keys(1))
+    (claim,) = [c for c in commands if isinstance(c, cmd.Append) and c.message.topic == "orders"]
+    assert isinstance(claim.message, ClaimingPartition)
+    h.run([c for c in commands if c is not claim])  # the member claim lands
+    return h, member, claim
+
+
+def test_a_grant_the_log_passed_before_its_acknowledgement_is_not_held() -> None:
+    """The stalled member's claim lands; 3 s later (its lease over) a rival claims, works and
+    releases the partition. The member's next turn folds all of it, then is told its claim
+    landed: it does not hold the passed grant, and claims the free partition again at once."""
+    h, member, claim = stalled_claim()
+    (key,) = keys(1)
+    landed = h.topic.append(claim.partition, claim.key, claim.value)
+    h.log_ms[0] += 3_000
+    rival = ("i2", "c2", "g", "orders", 0)
+    write(h.topic, ClaimingPartition(h.log_ms[0], *rival))
+    write(h.topic, Heartbeat(h.log_ms[0], *rival, 5))
+    write(h.topic, ReleasingPartition(h.log_ms[0], *rival, 7))
+    h.now += 3.0
+    h.commands = []
+    h.read()  # the turn folds the grant, the rival's tenure and its release ...
+    h.run(member.feed(inp.AppendDone(h.now, claim.op, landed)))  # ... then the acknowledgement
+    h.tick()
+    releases = h.appended(ReleasingPartition)
+    assert not releases, "the member held a grant the log had passed, and released it"
+    again = [m for m in h.appended(ClaimingPartition) if m.topic == "orders"]
+    assert again, "the released partition waited for the passed grant's release"
+    assert key in member.held
+    state = member.ctx.state_of(key)
+    assert state is not None and state.holder_client == "c1"
+    assert member.held[key].token == state.token, "held the passed grant's token"
+
+
+def test_a_grant_the_log_passed_to_a_live_rival_backs_off_as_a_refusal() -> None:
+    """The same, but the rival holds the partition still: the member neither holds nor
+    releases it, and does not claim it while the rival's claim is live."""
+    h, member, claim = stalled_claim()
+    (key,) = keys(1)
+    landed = h.topic.append(claim.partition, claim.key, claim.value)
+    h.log_ms[0] += 3_000
+    rival = ("i2", "c2", "g", "orders", 0)
+    write(h.topic, ClaimingPartition(h.log_ms[0], *rival))
+    write(h.topic, Heartbeat(h.log_ms[0], *rival, 5))
+    h.now += 3.0
+    h.commands = []
+    h.read()
+    h.run(member.feed(inp.AppendDone(h.now, claim.op, landed)))
+    h.tick(0.1)
+    assert key not in member.held
+    assert not h.appended(ReleasingPartition)
+    assert not [m for m in h.appended(ClaimingPartition) if m.topic == "orders"]
