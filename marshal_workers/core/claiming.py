@@ -229,12 +229,15 @@ class Claiming:
         state = self.ctx.state_of(grant.key)
         if state is None or is_member_key(grant.key):
             return False  # nothing to judge it by; an announcement's own rules (`Operator`)
-        if state.released:
+        if state.released or (state.token is not None and state.token != grant.token):
             return True
+        if not state.certain:
+            # after a gap the holder shown is whoever wrote next, a refused zombie's heartbeat
+            # too: only a new grant (a new token, 2*HB of silence first) passes this one
+            return False
         me = self.ctx.s
         holder = (state.holder_client, state.holder_instance)
-        other = state.holder_instance is not None and holder != (me.client_id, me.instance_id)
-        return other or (state.token is not None and state.token != grant.token)
+        return state.holder_instance is not None and holder != (me.client_id, me.instance_id)
 
     def adopt_landed(self, key: ClaimKey, now: float) -> bool:
         """Hold ``key`` if the fold shows this instance holding it though no verdict on its

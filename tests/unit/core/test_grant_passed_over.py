@@ -73,3 +73,42 @@ def test_a_grant_the_log_passed_to_a_live_rival_backs_off_as_a_refusal() -> None
     assert key not in member.held
     assert not h.appended(ReleasingPartition)
     assert not [m for m in h.appended(ClaimingPartition) if m.topic == "orders"]
+
+
+def test_a_current_grant_on_a_fold_a_gap_made_uncertain_is_held() -> None:
+    """A review: the member's grant is folded, then a gap (records compacted before it read
+    them) makes the claim uncertain, and the fold names as holder whoever writes next: here a
+    lapsed holder's late heartbeat, which the whole log refuses. The acknowledgement then
+    comes. The grant is still the log's newest (its token stands): the member holds it, and
+    does not leave the partition idle until its own claim goes stale (2*HB and more)."""
+    topic, log_ms = fresh_topic(partitions=1)
+    zombie = ("i2", "c2", "g", "orders", 0)
+    log_ms[0] = 7_000
+    write(topic, ClaimingPartition(log_ms[0], *zombie))
+    write(topic, Heartbeat(log_ms[0], *zombie, 5))
+    log_ms[0] = 10_000  # the zombie froze: its claim lapsed
+    write(topic, Heartbeat(log_ms[0], "i9", "c9", "g", "orders", 7, 1))  # (log time moves on)
+    member = Member(settings(partitions=1))
+    h = Harness(topic, member, log_ms)
+    h.read()
+    commands = member.begin(h.now, 1_000.0, keys(1))
+    (claim,) = [c for c in commands if isinstance(c, cmd.Append) and c.message.topic == "orders"]
+    h.run([c for c in commands if c is not claim])
+    (key,) = keys(1)
+    h.log_ms[0] += 50
+    h.now += 0.05
+    landed = topic.append(claim.partition, claim.key, claim.value)  # granted; acknowledged late
+    h.read()
+    state = member.ctx.state_of(key)
+    assert state is not None and state.holder_client == "c1"
+    write(topic, Heartbeat(h.log_ms[0], "i3", "c3", "g", "orders", 0, 5))
+    h.cursor[claim.partition] += 1  # compacted before this reader got to it: a gap
+    h.log_ms[0] += 50
+    h.now += 0.05
+    write(topic, Heartbeat(h.log_ms[0], *zombie, 5))  # refused by the whole log
+    h.read()
+    state = member.ctx.state_of(key)
+    assert state is not None and not state.certain and state.holder_client == "c2"
+    h.run(member.feed(inp.AppendDone(h.now, claim.op, landed)))
+    assert key in member.held, "a current grant refused on a holder an uncertain fold guessed"
+    assert key not in member.ctx.avoid_until
