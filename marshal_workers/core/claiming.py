@@ -133,8 +133,10 @@ class Claiming:
         """The takeover's verdict: hold the claim; its child waits for the old lease."""
         ctx, key = self.ctx, op.key
         old_seen = self._old_seen.pop(key, 0)
-        if not isinstance(event, ev.HeartbeatAccepted):
+        if not isinstance(event, ev.HeartbeatAccepted) or self.grant_passed(event):
             ctx.say("info", "claim_not_resumed", topic=key.topic, partition=key.partition)
+            if self.free_again(key):  # released by the time this turn heard: claim it now
+                self._next_claim = min(self._next_claim, now)
             return
         held = self.keeping.hold(key, event.token, ctx.lease_of(op), now)
         self._announced(key, now)
@@ -219,13 +221,13 @@ class Claiming:
         self.forget_sent(key)
         self._won(key, event.token, ctx.lease_of(op), event.previous_client, now)
 
-    def grant_passed(self, grant: ev.ClaimGranted) -> bool:
-        """Whether the fold had gone past this grant before its verdict was acted on: its
-        acknowledgement came after the turn folded the lapse of the claim and a later holder's
-        grant, or release (a member that stalled while its claim landed). Such a grant is
-        treated as a refusal: holding it, with its lease over, released the claim again and
-        kept this member off a partition the fold shows free for a heartbeat interval
-        (marshal-sim, seed 3882007 of twins,freeze,stall,restart,forged-takeover)."""
+    def grant_passed(self, grant: ev.ClaimGranted | ev.HeartbeatAccepted) -> bool:
+        """Whether the fold had gone past this grant (or accepted takeover) before its verdict
+        was acted on: its acknowledgement came after the turn folded the lapse of the claim and
+        a later holder's grant, or release (a member that stalled while its claim landed).
+        Such a grant is treated as a refusal: holding it, with its lease over, released the
+        claim again and kept this member off a partition the fold shows free for a heartbeat
+        interval (marshal-sim, seed 3882007 of twins,freeze,stall,restart,forged-takeover)."""
         state = self.ctx.state_of(grant.key)
         if state is None or is_member_key(grant.key):
             return False  # nothing to judge it by; an announcement's own rules (`Operator`)

@@ -12,7 +12,7 @@ from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
 from marshal_workers.protocol.wire import ClaimingPartition, Heartbeat, ReleasingPartition
-from tests.unit.core.test_member_core import Harness, fresh_topic, keys, settings, write
+from tests.unit.core.test_member_core import Harness, fresh_topic, keys, settings, start, write
 
 
 def stalled_claim() -> tuple[Harness, Member, cmd.Append]:
@@ -112,3 +112,38 @@ def test_a_current_grant_on_a_fold_a_gap_made_uncertain_is_held() -> None:
     h.run(member.feed(inp.AppendDone(h.now, claim.op, landed)))
     assert key in member.held, "a current grant refused on a holder an uncertain fold guessed"
     assert key not in member.ctx.avoid_until
+
+
+def test_a_takeover_the_log_passed_before_its_acknowledgement_is_not_held() -> None:
+    """The same for a restart's takeover of its client's claim: the new instance stalls while
+    its takeover lands; its lease ends, and a rival claims, works and releases the partition.
+    Told then that the takeover was accepted, it does not hold the passed takeover (whose
+    lease is over) but claims the free partition again at once."""
+    topic, log_ms = fresh_topic(partitions=1)
+    (key,) = keys(1)
+    old = start(Member(settings(partitions=1)), topic, log_ms, n=1)
+    old.run(old.member.feed(inp.StartFound(old.now, key, 7)))
+    old.tick(0.1)  # the old instance heartbeats position 7, then dies
+    log_ms[0] += 300
+    member = Member(settings(instance="i2", partitions=1))
+    h = Harness(topic, member, log_ms)
+    h.read()
+    commands = member.begin(h.now, 1_000.0, [key])
+    (takeover,) = [c for c in commands if isinstance(c, cmd.Append) and c.message.topic == "orders"]
+    assert isinstance(takeover.message, Heartbeat)
+    h.run([c for c in commands if c is not takeover])
+    landed = topic.append(takeover.partition, takeover.key, takeover.value)
+    h.log_ms[0] += 3_000
+    rival = ("i3", "c2", "g", "orders", 0)
+    write(topic, ClaimingPartition(h.log_ms[0], *rival))
+    write(topic, Heartbeat(h.log_ms[0], *rival, 9))
+    write(topic, ReleasingPartition(h.log_ms[0], *rival, 11))
+    h.now += 3.0
+    h.commands = []
+    h.read()
+    h.run(member.feed(inp.AppendDone(h.now, takeover.op, landed)))
+    h.tick()
+    assert not h.appended(ReleasingPartition), "held a passed takeover, and released it"
+    again = [m for m in h.appended(ClaimingPartition) if m.topic == "orders"]
+    assert again, "the released partition waited for the passed takeover's release"
+    assert key in member.held
