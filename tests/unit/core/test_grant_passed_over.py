@@ -1,6 +1,6 @@
 """A member defect found by marshal-sim's ``release_claimed`` (seed 3882007 of
 ``twins,freeze,stall,restart,forged-takeover`` with 6 faults, 4 members in 1 group), written as
-the test that failed until the member was fixed (`Claiming.claim_decided`): a stalled member's
+the test that failed until the member was fixed (`Claiming.grant_passed`): a stalled member's
 claim landed, lapsed, and was claimed and released by two others before the member ran again.
 Its turn folded all of that, then learnt from the acknowledgement that the first grant was its
 own: it held a claim the log had long passed, whose lease was over, released it and stayed off
@@ -28,22 +28,32 @@ def stalled_claim() -> tuple[Harness, Member, cmd.Append]:
     return h, member, claim
 
 
+def acknowledged_after_a_rival(
+    h: Harness, member: Member, claim: cmd.Append, released: bool
+) -> None:
+    """The stalled claim lands; 3 s later (its lease over) a rival claims the partition and
+    works (and releases it). The member's next turn folds the grant, the rival's tenure (and
+    its release), then is told its claim landed."""
+    landed = h.topic.append(claim.partition, claim.key, claim.value)
+    h.log_ms[0] += 3_000
+    rival = ("i2", "c2", "g", "orders", 0)
+    write(h.topic, ClaimingPartition(h.log_ms[0], *rival))
+    write(h.topic, Heartbeat(h.log_ms[0], *rival, 5))
+    if released:
+        write(h.topic, ReleasingPartition(h.log_ms[0], *rival, 7))
+    h.now += 3.0
+    h.commands = []
+    h.read()
+    h.run(member.feed(inp.AppendDone(h.now, claim.op, landed)))
+
+
 def test_a_grant_the_log_passed_before_its_acknowledgement_is_not_held() -> None:
     """The stalled member's claim lands; 3 s later (its lease over) a rival claims, works and
     releases the partition. The member's next turn folds all of it, then is told its claim
     landed: it does not hold the passed grant, and claims the free partition again at once."""
     h, member, claim = stalled_claim()
     (key,) = keys(1)
-    landed = h.topic.append(claim.partition, claim.key, claim.value)
-    h.log_ms[0] += 3_000
-    rival = ("i2", "c2", "g", "orders", 0)
-    write(h.topic, ClaimingPartition(h.log_ms[0], *rival))
-    write(h.topic, Heartbeat(h.log_ms[0], *rival, 5))
-    write(h.topic, ReleasingPartition(h.log_ms[0], *rival, 7))
-    h.now += 3.0
-    h.commands = []
-    h.read()  # the turn folds the grant, the rival's tenure and its release ...
-    h.run(member.feed(inp.AppendDone(h.now, claim.op, landed)))  # ... then the acknowledgement
+    acknowledged_after_a_rival(h, member, claim, released=True)
     h.tick()
     releases = h.appended(ReleasingPartition)
     assert not releases, "the member held a grant the log had passed, and released it"
@@ -60,15 +70,7 @@ def test_a_grant_the_log_passed_to_a_live_rival_backs_off_as_a_refusal() -> None
     releases it, and does not claim it while the rival's claim is live."""
     h, member, claim = stalled_claim()
     (key,) = keys(1)
-    landed = h.topic.append(claim.partition, claim.key, claim.value)
-    h.log_ms[0] += 3_000
-    rival = ("i2", "c2", "g", "orders", 0)
-    write(h.topic, ClaimingPartition(h.log_ms[0], *rival))
-    write(h.topic, Heartbeat(h.log_ms[0], *rival, 5))
-    h.now += 3.0
-    h.commands = []
-    h.read()
-    h.run(member.feed(inp.AppendDone(h.now, claim.op, landed)))
+    acknowledged_after_a_rival(h, member, claim, released=False)
     h.tick(0.1)
     assert key not in member.held
     assert not h.appended(ReleasingPartition)
