@@ -110,7 +110,6 @@ class Member:
         self._next_discovery = 0.0
         self._older: frozenset[str] = frozenset()  # instances of this client id before this one
         self._heard: set[str] = set()  # other instances of it heard alive (told once each)
-        self._announced = False  # it has held its member claim (announced itself) at some turn
 
     # ---- the one entry point ----------------------------------------------------------------
 
@@ -164,8 +163,6 @@ class Member:
     def _claim_or_wait(self, now: float) -> None:
         """Claim toward the fair share, unless the group is paused by another client or this
         instance is dormant (replaced by another of its client id)."""
-        if self.member in self.ctx.held:
-            self._announced = True
         if self.operator.dormant:
             self.operator.stay_dormant(now)
             if self.operator.dormant:
@@ -357,7 +354,6 @@ class Member:
         if isinstance(event, ev.HeartbeatAccepted) and event.replaced_instance == me:
             return True  # a takeover from this one, whatever this one holds now
         if holding:
-            self._announced = True
             return beat
         if beat and not acquiring and event.instance_id not in self._heard:
             self._heard.add(event.instance_id)
@@ -375,7 +371,7 @@ class Member:
         uncertain by the cleaner, it refuses every claim until 2*HB of silence, which the
         other's heartbeats never leave (marshal-sim seed 3870085: the two ran on side by
         side, each claiming partitions as the one client id)."""
-        return self._announced and not acquiring
+        return self.claiming.announced_at is not None and not acquiring
 
     def _watch(self, held: HeldClaim, event: ev.ClaimVerdict, mine: bool) -> None:
         """What others' records (and refusals of ours) mean for a claim this member holds."""
