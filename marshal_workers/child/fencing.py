@@ -41,6 +41,8 @@ The defences, from the child's side:
   the handler, before the handler's next few bytecodes. What it cannot stop: a thread of the
   handler's own or C code that released the GIL finishes its step; and a freeze that sends no
   SIGCONT (a host suspend, a VM pause, the cgroup freezer) leaves it to the watchdog.
+- `FirstFence`: the watchdog and the SIGCONT handler can both fence on one continue; the
+  first decides what is written and the exit code, the second never returns to the handler.
 """
 
 from __future__ import annotations
@@ -188,6 +190,46 @@ def fence_on_resume(
     signal.signal(signal.SIGCONT, on_continue)
     signal.siginterrupt(signal.SIGCONT, False)
     return True
+
+
+class FirstFence:
+    """The child's fence, taken once: ``fence(reason, by)`` writes the fencer's last words
+    (``words``), then ends the process (``end``) with ``code_of(reason)``; never returns.
+
+    The child has two fencers, the watchdog's thread and the SIGCONT handler in the main thread
+    (`fence_on_resume`), and on a continue past the lease both see it expired. Last words are
+    written from a helper thread, waited for (`write_with_timeout`), which lets the other
+    fencer run meanwhile: both then wrote, and the line that came out first, or the only one
+    when its writer's exit came first, could be the second fencer's (a CI run named the
+    watchdog after a continue the SIGCONT handler had fenced). So the first call decides: its
+    words alone are written and its code is the process's. A later call from another thread
+    waits ``wait_s`` for the first to end the process, then ends it with the first's code; one
+    from the same thread (a second SIGCONT, its handler run while the first's words are written)
+    ends it at once. Either way the caller's thread never goes back to the handler's code."""
+
+    def __init__(
+        self,
+        words: Callable[[str, str, int], None],
+        code_of: Callable[[str], int],
+        end: Callable[[int], NoReturn] = os._exit,
+        wait: Callable[[float], None] = time.sleep,
+        wait_s: float = 1.0,
+    ) -> None:
+        self._taken = threading.Lock()
+        self._words, self._code_of, self._end = words, code_of, end
+        self._wait, self._wait_s = wait, wait_s
+        self._code = 0
+        self._owner: int | None = None
+
+    def __call__(self, reason: str, by: str) -> NoReturn:
+        code = self._code_of(reason)
+        if self._taken.acquire(blocking=False):  # never blocks: a signal handler calls this
+            self._code, self._owner = code, threading.get_ident()
+            self._words(reason, by, code)
+            self._end(code)
+        if self._owner != threading.get_ident():
+            self._wait(self._wait_s)
+        self._end(self._code or code)
 
 
 class Watchdog(threading.Thread):

@@ -104,6 +104,7 @@ from marshal_workers.child.fencing import (
     REASON_HANDLER_TIMEOUT,
     REASON_LEASE_EXPIRED,
     REASON_PARENT_GONE,
+    FirstFence,
     Watchdog,
     become_group_leader,
     fence_on_resume,
@@ -265,8 +266,8 @@ def run_child(
     ``before``; a spare's consumer made before its claim, ``prepared``); never returns."""
     calls, last_words = lease.calls, before.last_words
 
-    def on_fence(reason: str, by: str = "watchdog") -> NoReturn:
-        code = FENCE_EXIT_CODES[reason]
+    def words(reason: str, by: str, code: int) -> None:
+        calls.fence.value = code  # the fencer's reason, whatever the status turns out to be
         if reason == REASON_HANDLER_TIMEOUT:
             started = calls.started.value
             last_words(
@@ -275,16 +276,18 @@ def run_child(
                 spent_s=round(leaseclock.now() - started, 3) if started else None,
                 handler_timeout_s=spec.handler_timeout_s,
                 exit_code=code,
-                by="watchdog",
+                by=by,
             )
         else:
             last_words("child_fenced", reason=reason, exit_code=code, by=by)
-        calls.fence.value = code  # the watchdog's reason, whatever the status turns out to be
-        os._exit(code)  # the guardian then kills the rest of the group (the handler's helpers)
 
+    # it ends with os._exit: the guardian then kills the rest of the group (the handler's helpers)
+    fence = FirstFence(words, FENCE_EXIT_CODES.__getitem__)
     loop = ChildLoop(spec, lease, conn, before.log, prepared=prepared)
-    Watchdog(lease, parent, on_fence, call_clock=loop.call_clock).start()
-    fence_on_resume(lease, lambda reason: on_fence(reason, by="resume"))
+    Watchdog(
+        lease, parent, lambda reason: fence(reason, "watchdog"), call_clock=loop.call_clock
+    ).start()
+    fence_on_resume(lease, lambda reason: fence(reason, "resume"))
     code = loop.run()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -9,7 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import NoReturn
+from typing import ClassVar, NoReturn
 
 import pytest
 from hypothesis import given
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from marshal_workers.child.fencing import (
     REASON_LEASE_EXPIRED,
     REASON_PARENT_GONE,
+    FirstFence,
     Watchdog,
     fence_on_resume,
 )
@@ -189,6 +191,93 @@ class TestResume:
         lease.extend_to(leaseclock.now() - 1)
         assert not fence_on_resume(lease, self.fence([]))
         assert signal.getsignal(signal.SIGCONT) is plugins
+
+
+class OneFence:
+    """A `FirstFence` whose words, end and wait are recorded (the end raises `FencedError`)."""
+
+    CODES: ClassVar[dict[str, int]] = {REASON_LEASE_EXPIRED: 31, REASON_PARENT_GONE: 32}
+
+    def __init__(
+        self,
+        words: Callable[[OneFence, str, str], None] | None = None,
+        waited: Callable[[], object] = lambda: None,
+    ) -> None:
+        self.written: list[tuple[str, str]] = []
+        self.ends: list[int] = []
+        self.waits: list[float] = []
+        self.then, self.waited = words, waited
+        self.fence = FirstFence(self.words, self.CODES.__getitem__, self.end, self.wait)
+
+    def wait(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.waited()
+
+    def words(self, reason: str, by: str, code: int) -> None:
+        self.written.append((reason, by))
+        if self.then is not None:
+            self.then(self, reason, by)
+
+    def end(self, code: int) -> NoReturn:
+        self.ends.append(code)
+        raise FencedError
+
+
+class TestFirstFence:
+    """The watchdog and the SIGCONT handler can both fence on one continue: the first decides."""
+
+    def test_a_second_fencer_while_the_first_writes_neither_writes_nor_changes_the_code(
+        self,
+    ) -> None:
+        """The SIGCONT handler fences and, while its words are written, the watchdog fences too
+        (a CI run saw only the watchdog's line after such a continue): one line, the first's,
+        and the process ends with the first's code, whoever ends it."""
+        second_in = threading.Event()
+        first_writing = threading.Event()
+
+        def words(fence: OneFence, reason: str, by: str) -> None:
+            if by == "resume":
+                first_writing.set()
+                second_in.wait(5)  # the helper thread's write, waited for, lets the other run
+
+        fences = OneFence(words, waited=second_in.set)
+
+        def watchdog() -> None:
+            first_writing.wait(5)
+            with contextlib.suppress(FencedError):
+                fences.fence(REASON_PARENT_GONE, "watchdog")
+            second_in.set()  # (it wrote instead of waiting: let the first go on)
+
+        other = threading.Thread(target=watchdog)
+        other.start()
+        with pytest.raises(FencedError):
+            fences.fence(REASON_LEASE_EXPIRED, "resume")
+        other.join(5)
+        assert fences.written == [(REASON_LEASE_EXPIRED, "resume")]
+        assert sorted(fences.ends) == [31, 31]
+        assert fences.waits == [1.0]
+
+    def test_a_second_continue_during_the_first_ones_words_ends_at_once(self) -> None:
+        """A second SIGCONT's handler runs in the same thread while the first's words are
+        written: it must not wait for itself, nor write again."""
+
+        def words(fence: OneFence, reason: str, by: str) -> None:
+            if len(fence.written) == 1:
+                fence.fence(REASON_LEASE_EXPIRED, "resume")
+
+        fences = OneFence(words)
+        with pytest.raises(FencedError):
+            fences.fence(REASON_LEASE_EXPIRED, "resume")
+        assert fences.written == [(REASON_LEASE_EXPIRED, "resume")]
+        assert fences.ends == [31]
+        assert fences.waits == []
+
+    def test_a_lone_fencer_writes_and_ends_with_its_own_code(self) -> None:
+        fences = OneFence()
+        with pytest.raises(FencedError):
+            fences.fence(REASON_PARENT_GONE, "watchdog")
+        assert fences.written == [(REASON_PARENT_GONE, "watchdog")]
+        assert fences.ends == [32]
 
 
 class TestParent:
