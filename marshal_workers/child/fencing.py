@@ -41,6 +41,9 @@ The defences, from the child's side:
   the handler, before the handler's next few bytecodes. What it cannot stop: a thread of the
   handler's own or C code that released the GIL finishes its step; and a freeze that sends no
   SIGCONT (a host suspend, a VM pause, the cgroup freezer) leaves it to the watchdog.
+  The handler runs at once only if the main thread takes the signal: the threads the runtime
+  starts block it (`common.threadsignals`; a CI run saw the watchdog fence first when one of
+  them took it).
 - `FirstFence`: the watchdog and the SIGCONT handler can both fence on one continue; the
   first decides what is written and the exit code, the second never returns to the handler.
 """
@@ -65,6 +68,7 @@ from marshal_workers.child.callclock import CallClock
 from marshal_workers.childlink.callstate import watchdog_tick
 from marshal_workers.childlink.sharedlease import Clock, SharedLease
 from marshal_workers.common import leaseclock
+from marshal_workers.common.threadsignals import leave_to_the_main_thread
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 # How often the watchdog looks without a deadline due (`callstate.watchdog_tick`, defined with
@@ -159,6 +163,7 @@ def write_with_timeout(fd: int, data: bytes, timeout_s: float) -> None:
     """
 
     def write() -> None:
+        leave_to_the_main_thread()
         with contextlib.suppress(OSError):
             os.write(fd, data)
 
@@ -189,6 +194,8 @@ def fence_on_resume(
 
     signal.signal(signal.SIGCONT, on_continue)
     signal.siginterrupt(signal.SIGCONT, False)
+    if hasattr(signal, "pthread_sigmask"):  # a mask inherited blocked would leave it to others
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCONT})
     return True
 
 
@@ -200,12 +207,13 @@ class FirstFence:
     (`fence_on_resume`), and on a continue past the lease both see it expired. Last words are
     written from a helper thread, waited for (`write_with_timeout`), which lets the other
     fencer run meanwhile: both then wrote, and the line that came out first, or the only one
-    when its writer's exit came first, could be the second fencer's (a CI run named the
-    watchdog after a continue the SIGCONT handler had fenced). So the first call decides: its
-    words alone are written and its code is the process's. A later call from another thread
-    waits ``wait_s`` for the first to end the process, then ends it with the first's code; one
-    from the same thread (a second SIGCONT, its handler run while the first's words are written)
-    ends it at once. Either way the caller's thread never goes back to the handler's code."""
+    when its writer's exit came first, could be the second fencer's. So the first call decides: its
+    words alone are written and its code is the process's, even if the words raise (another
+    signal handler's exception). A later call waits ``wait_s`` for the first to end the
+    process, then ends it with the first's code: from another thread, or from the same one (a
+    second SIGCONT, its handler run while the first's words are written, the helper thread
+    writing them meanwhile). Either way the caller's thread never goes back to the handler's
+    code."""
 
     def __init__(
         self,
@@ -213,22 +221,22 @@ class FirstFence:
         code_of: Callable[[str], int],
         end: Callable[[int], NoReturn] = os._exit,
         wait: Callable[[float], None] = time.sleep,
-        wait_s: float = 1.0,
+        wait_s: float = 0.5,
     ) -> None:
         self._taken = threading.Lock()
         self._words, self._code_of, self._end = words, code_of, end
         self._wait, self._wait_s = wait, wait_s
         self._code = 0
-        self._owner: int | None = None
 
     def __call__(self, reason: str, by: str) -> NoReturn:
         code = self._code_of(reason)
         if self._taken.acquire(blocking=False):  # never blocks: a signal handler calls this
-            self._code, self._owner = code, threading.get_ident()
-            self._words(reason, by, code)
-            self._end(code)
-        if self._owner != threading.get_ident():
-            self._wait(self._wait_s)
+            self._code = code
+            try:
+                self._words(reason, by, code)
+            finally:
+                self._end(code)
+        self._wait(self._wait_s)
         self._end(self._code or code)
 
 
@@ -261,6 +269,7 @@ class Watchdog(threading.Thread):
 
     def run(self) -> None:
         """Poll the parent, the lease and the call in progress until one of them says stop."""
+        leave_to_the_main_thread()  # SIGCONT: the main thread's handler fences at once
         clock, sleep_until, tick = self._clock, self._sleep_until, self._tick_s
         if tick is None:  # a call begun during a wait is seen within its timeout
             tick = watchdog_tick(self._call_clock.timeout_s if self._call_clock else None)

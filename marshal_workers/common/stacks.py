@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from marshal_workers.common.threadsignals import leave_to_the_main_thread
+
 STACK_DUMP_EVENT = "stack_dump"
 DUMP_QUIET_S = 0.05  # a dump is complete once the pipe stayed empty this long
 
@@ -81,6 +83,7 @@ def collect_fault_dumps(
 
 
 def _log_dumps(fd: int, log: Any, event: str) -> None:
+    leave_to_the_main_thread()
     while chunk := os.read(fd, 65536):
         chunks = [chunk]
         while select.select([fd], [], [], DUMP_QUIET_S)[0] and (more := os.read(fd, 65536)):

@@ -21,6 +21,7 @@ import pytest
 from marshal_workers.ipc.exits import EXIT_PARENT_GONE
 from tests.integration import liveness_handlers as lh
 from tests.integration.fleet import Fleet, MakeFleet, Member, log_events
+from tests.threadmasks import threads_taking
 
 pytestmark = pytest.mark.kafka
 
@@ -237,6 +238,9 @@ class TestATreeStoppedPastItsLease:
             # the child alone first: its handler's thread and its watchdog both run at once
             # (two cores), the supervisor not yet there to kill it
             [child] = [p for p in frozen if p.pid in member.children()]
+            # the runtime's threads (and librdkafka's) leave SIGCONT to the main thread: one
+            # that took it would put the handler off until the main thread dropped the GIL
+            assert threads_taking(child.pid, signal.SIGCONT) == [child.pid]
             child.resume()
             time.sleep(0.05)
             for proc in frozen:

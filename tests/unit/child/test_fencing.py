@@ -7,9 +7,12 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import ClassVar, NoReturn
 
 import pytest
@@ -26,6 +29,8 @@ from marshal_workers.child.fencing import (
 from marshal_workers.childlink.callstate import WATCHDOG_TICK_S, watchdog_tick
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
+from tests.threadmasks import threads_taking
+from tests.unit.child import stopped_fencer
 
 MP = multiprocessing.get_context("spawn")
 SLACK_S = 0.5 + WATCHDOG_TICK_S  # how late a deadline's fence may come on a busy host
@@ -255,11 +260,15 @@ class TestFirstFence:
         other.join(5)
         assert fences.written == [(REASON_LEASE_EXPIRED, "resume")]
         assert sorted(fences.ends) == [31, 31]
-        assert fences.waits == [1.0]
+        assert fences.waits == [0.5]
 
-    def test_a_second_continue_during_the_first_ones_words_ends_at_once(self) -> None:
+    def test_a_second_continue_during_the_first_ones_words_gives_them_time_and_ends(
+        self,
+    ) -> None:
         """A second SIGCONT's handler runs in the same thread while the first's words are
-        written: it must not wait for itself, nor write again."""
+        written (a helper thread writes them): it neither writes nor returns, but gives the
+        words their time before it ends the process with the first's code (a review: ended at
+        once, it cut the line off)."""
 
         def words(fence: OneFence, reason: str, by: str) -> None:
             if len(fence.written) == 1:
@@ -269,8 +278,23 @@ class TestFirstFence:
         with pytest.raises(FencedError):
             fences.fence(REASON_LEASE_EXPIRED, "resume")
         assert fences.written == [(REASON_LEASE_EXPIRED, "resume")]
+        assert fences.waits == [0.5]
+        # the second call's end, after its wait; then the first's (the fake end raises and so
+        # returns through the first call: os._exit would not)
+        assert fences.ends == [31, 31]
+
+    def test_words_that_raise_still_end_the_process(self) -> None:
+        """Another signal handler's exception raised while the words are written (a plugin's
+        SIGALRM timeout) must not take the main thread back to the handler's code with the
+        fence taken (a review: the handler ran on for the other fencer's whole wait)."""
+
+        def words(fence: OneFence, reason: str, by: str) -> None:
+            raise TimeoutError("a plugin's alarm")
+
+        fences = OneFence(words)
+        with pytest.raises(FencedError):
+            fences.fence(REASON_LEASE_EXPIRED, "resume")
         assert fences.ends == [31]
-        assert fences.waits == []
 
     def test_a_lone_fencer_writes_and_ends_with_its_own_code(self) -> None:
         fences = OneFence()
@@ -278,6 +302,55 @@ class TestFirstFence:
             fences.fence(REASON_PARENT_GONE, "watchdog")
         assert fences.written == [(REASON_PARENT_GONE, "watchdog")]
         assert fences.ends == [32]
+
+
+class TestResumeInAProcess:
+    """A process stopped past its lease and continued, its watchdog's thread asleep until the
+    deadline meanwhile: the SIGCONT handler fences, not the watchdog after a switch interval.
+    A signal sent to a process goes to whichever of its threads runs first on the continue, and
+    CPython 3.11 runs the handler of one taken by another thread only once the main thread
+    drops the GIL: with the watchdog's thread able to take it, the watchdog fenced 0.2 s later
+    in most runs of a review's probe, the handler's code running meanwhile."""
+
+    FENCER = Path(__file__).with_name("stopped_fencer.py")
+
+    def start(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, str(self.FENCER), "0.4"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=Path(__file__).parents[3],
+        )
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        return proc
+
+    def test_only_the_main_thread_can_take_sigcont(self) -> None:
+        """Which thread takes a continue is a race among those that do not block it: the
+        runtime's threads (the watchdog's, the stack dumps') block it, the main thread not."""
+        proc = self.start()
+        try:
+            takers = threads_taking(proc.pid, signal.SIGCONT)
+            threads = len(list(Path(f"/proc/{proc.pid}/task").iterdir()))
+        finally:
+            proc.kill()
+            proc.wait()
+        assert threads >= 3, "the watchdog's and the stack dumps' threads"
+        assert takers == [proc.pid]
+
+    @pytest.mark.parametrize("stop_after_s", [0.02, 0.07, 0.12, 0.17, 0.22, 0.27])
+    def test_the_main_threads_handler_fences(self, stop_after_s: float) -> None:
+        proc = self.start()
+        try:
+            time.sleep(stop_after_s)
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(0.6)  # past the lease
+            proc.send_signal(signal.SIGCONT)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert proc.returncode == stopped_fencer.CODE, err
+        assert err == b"fenced by=resume\n"
 
 
 class TestParent:
