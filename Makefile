@@ -91,7 +91,7 @@ bench-hot-cpu: install kafka-jars ## The CPU-bound goal run of bench-hot: the 20
 clean:
 	rm -rf .marshal .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-EVERY_FAULT := kill,freeze,stall,restart,twins,compaction,eager-compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery,feed-loss,amo-poison,mixed-modes,forged-takeover
+EVERY_FAULT := kill,freeze,stall,restart,twins,compaction,eager-compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery,feed-loss,amo-poison,mixed-modes,forged-takeover,tree-stop
 
 sim-sweep: install ## A fresh simulator sweep (about 30 min on 2 cores): every mix of `make sim` with stalled hosts added, 30 seeds each from SWEEP_FIRST + 1000 x the row (pick seeds no sweep used: docs/simulator.md)
 	$(BIN)/python bench/sim_sweep.py --first $(or $(SWEEP_FIRST),4100000)
@@ -118,6 +118,8 @@ sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, h
 	$(BIN)/marshal-sim --seeds 200 --members 4 --groups 2 --faults poison,failures,stall --fail-rate 0.2 --fault-count 6
 	@# writes that fail or time out and land, read by members whose view of the log lags (AMO losses reported, none twice)
 	$(BIN)/marshal-sim --seeds 200 --faults failures,read-latency,stall --fail-rate 0.2 --fault-count 8
+	@# whole process trees stopped past their leases and continued (each child ends before its call goes on), with the faults that stop or end a member
+	$(BIN)/marshal-sim --seeds 200 --faults tree-stop,freeze,stall,kill,restart,twins,compaction --fault-count 8
 	@# a host stopped with its lease clock held (a paused VM), under both cleaners
 	$(BIN)/marshal-sim --seeds 200 --faults stall,eager-compaction --fault-count 10
 	$(BIN)/marshal-sim --seeds 200 --faults stall,compaction --fault-count 10 --ordering unordered --workers-per-partition 4

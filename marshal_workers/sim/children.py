@@ -31,6 +31,10 @@ from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.reservations import ReservationSizer
 from marshal_workers.protocol.wire import ClaimKey
 
+# A child continued past its lease ends before the call it was stopped in goes on: its SIGCONT
+# handler, in the main thread (`child.fencing.fence_on_resume`, `common.threadsignals`). False:
+# the defect a CI run showed, the call completed first (the watchdog's fence came later).
+FENCE_ON_CONTINUE = True
 STATS_INTERVAL_S = 1.0  # `child.stats.REPORT_INTERVAL_S`
 LATENCY_SLOTS = len(ipc.LATENCY_BUCKETS)  # the buckets after the first, then +Inf
 
@@ -124,6 +128,28 @@ class SimChild:
         if self.alive:
             self.alive, self.exit_code, self.exited_at = False, code, t
             self.on_died(self, code, t)
+
+    def continued(self, t: float) -> None:
+        """SIGCONT after its tree was stopped (`SimNode.stop_tree`): within its lease it goes
+        on; past it, its SIGCONT handler ends it (the watchdog's code) before the call it was
+        stopped in goes on, the record it was handling (`FENCE_ON_CONTINUE`)."""
+        if not self.alive or t < self.lease():
+            return
+        if not FENCE_ON_CONTINUE and t >= self.ready_at and t >= self.hung_until:
+            self._call_completed(t)
+        self.die(EXIT_LEASE_EXPIRED, t)
+
+    def _call_completed(self, t: float) -> None:
+        """The defect: the handler call in progress at the stop, if any, completes now."""
+        if self.spec.mode is Mode.ALO:
+            end = self.data.high_watermark(t)
+        elif self.batch is not None:
+            end = self.batch[1]
+        else:
+            return
+        if self.position < end and (self.takes is None or self.takes(self.position)):
+            self.on_handled(self, self.position, t)
+            self.position += 1
 
     def lose_feed(self, t: float) -> bool:
         """Its records stop coming (`feed-loss`): the host's reader of its partition ended,

@@ -97,7 +97,22 @@ class Faults:
             "feed-loss": self.feed_loss,
             "mixed-modes": self.mixed_modes,
             "forged-takeover": self.forged_takeover,
+            "tree-stop": self.tree_stop,
         }[fault]
+
+    def tree_stop(self) -> None:
+        """A member's whole process tree is stopped (SIGSTOP to its service's processes: an
+        operator, a debugger, a stop of its job) for up to 6*HB with every clock running, then
+        continued. Its member sees its lease clock moved on at its first turn, as after a
+        freeze. A child stopped in a handler call is continued past its lease, and must not
+        complete that call: its SIGCONT handler ends it first (`SimChild.continued`)."""
+        fleet = self.fleet
+        node = self.victim(running=True)
+        if node is not None:
+            seconds = fleet.rng.uniform(0.5, 6) * fleet.p.heartbeat_interval
+            node.stop_tree(fleet.t, seconds)
+            fleet.at(fleet.t + seconds, "continue", lambda: node.continue_tree(fleet.t))
+            fleet.window(seconds)
 
     def mixed_modes(self) -> None:
         """An operator starts a member of a group with the other ``--mode`` (a unit file

@@ -243,6 +243,18 @@ class SimNode:
         self.faults += 1
         self.frozen_until = max(self.frozen_until, t + seconds)
 
+    def stop_tree(self, t: float, seconds: float) -> None:
+        """SIGSTOP of the member's whole process tree for ``seconds``, every clock running: the
+        member and its children do nothing; `continue_tree` ends it."""
+        self.faults += 1
+        self.stalled_until = max(self.stalled_until, t + seconds)
+        self.frozen_until = max(self.frozen_until, t + seconds)
+
+    def continue_tree(self, t: float) -> None:
+        """SIGCONT to every process of the tree (`stop_tree`), before any of them runs on."""
+        for child in self.children.values():
+            child.continued(t)
+
     def stall(self, t: float, seconds: float, *, wall_held: bool) -> None:
         """A suspended host, or a paused VM whose guest clocks do not see the pause, for
         ``seconds``: the member and its children do nothing, and the lease clock they share

@@ -26,6 +26,7 @@ FAULTS = (
     "amo-poison",
     "mixed-modes",
     "forged-takeover",
+    "tree-stop",
 )
 DEFAULT_FAULTS = (
     "kill",

@@ -47,6 +47,7 @@ from marshal_workers.protocol.wire import (
     ReleasingPartition,
     legacy_claim_key,
 )
+from marshal_workers.sim import children as sim_children
 from marshal_workers.sim import faults as faults_module
 from marshal_workers.sim.children import SimChild
 from marshal_workers.sim.params import SimParams
@@ -990,3 +991,18 @@ def test_release_a_grant_the_log_passed_before_its_acknowledgement_is_not_held(
     assert any(v["invariant"] == "release_claimed" for v in run_seed(params).violations)
     monkeypatch.undo()
     assert run_seed(params).violations == []
+
+
+def test_continue_defect_a_call_in_progress_completes_after_the_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by a CI run of 2026-12-02 (the real-process test
+    `TestATreeStoppedPastItsLease`): a child stopped with its whole tree past its lease, then
+    continued, could complete the handler call it was stopped in. The kernel gave the SIGCONT
+    to its watchdog's thread, so the main thread's handler ran only once the watchdog took the
+    GIL, a switch interval later. Meanwhile another member held the partition (`no_overlap`).
+    Now the runtime's threads block SIGCONT (`common.threadsignals`). Reintroduced: the call
+    in progress completes on the continue (`sim.children.FENCE_ON_CONTINUE`)."""
+    monkeypatch.setattr(sim_children, "FENCE_ON_CONTINUE", False)
+    params = SimParams(faults=("tree-stop",), fault_count=4)
+    assert found(monkeypatch, params, "no_overlap", SEEDS) is not None

@@ -71,6 +71,8 @@ MIXES = [
     # forged takeovers of members' announcements (each goes dormant, then claims again)
     SimParams(members=4, groups=2, faults=("forged-takeover",), fault_count=2),
     SimParams(members=4, groups=1, faults=("twins", "freeze", "stall"), fault_count=6),
+    # whole process trees stopped past their leases, then continued
+    SimParams(faults=("tree-stop",), fault_count=4),
 ]
 
 
