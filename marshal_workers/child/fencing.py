@@ -68,7 +68,7 @@ from marshal_workers.child.callclock import CallClock
 from marshal_workers.childlink.callstate import watchdog_tick
 from marshal_workers.childlink.sharedlease import Clock, SharedLease
 from marshal_workers.common import leaseclock
-from marshal_workers.common.threadsignals import leave_to_the_main_thread
+from marshal_workers.common.threadsignals import start_leaving_to_the_main_thread
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 # How often the watchdog looks without a deadline due (`callstate.watchdog_tick`, defined with
@@ -163,12 +163,11 @@ def write_with_timeout(fd: int, data: bytes, timeout_s: float) -> None:
     """
 
     def write() -> None:
-        leave_to_the_main_thread()
         with contextlib.suppress(OSError):
             os.write(fd, data)
 
     writer = threading.Thread(target=write, name="marshal-last-words", daemon=True)
-    writer.start()
+    start_leaving_to_the_main_thread(writer)
     writer.join(timeout_s)
 
 
@@ -236,8 +235,10 @@ class FirstFence:
                 self._words(reason, by, code)
             finally:
                 self._end(code)
-        self._wait(self._wait_s)
-        self._end(self._code or code)
+        try:
+            self._wait(self._wait_s)
+        finally:  # (another signal handler's exception meanwhile)
+            self._end(self._code or code)
 
 
 class Watchdog(threading.Thread):
@@ -269,7 +270,6 @@ class Watchdog(threading.Thread):
 
     def run(self) -> None:
         """Poll the parent, the lease and the call in progress until one of them says stop."""
-        leave_to_the_main_thread()  # SIGCONT: the main thread's handler fences at once
         clock, sleep_until, tick = self._clock, self._sleep_until, self._tick_s
         if tick is None:  # a call begun during a wait is seen within its timeout
             tick = watchdog_tick(self._call_clock.timeout_s if self._call_clock else None)

@@ -118,6 +118,7 @@ from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.logs import configure_logging, raw_line
 from marshal_workers.common.stacks import collect_fault_dumps
+from marshal_workers.common.threadsignals import start_leaving_to_the_main_thread
 from marshal_workers.common.workdir import working_directory_on_path
 from marshal_workers.handler.loading import load_handler
 from marshal_workers.ipc.exits import (
@@ -284,9 +285,11 @@ def run_child(
     # it ends with os._exit: the guardian then kills the rest of the group (the handler's helpers)
     fence = FirstFence(words, FENCE_EXIT_CODES.__getitem__)
     loop = ChildLoop(spec, lease, conn, before.log, prepared=prepared)
-    Watchdog(
-        lease, parent, lambda reason: fence(reason, "watchdog"), call_clock=loop.call_clock
-    ).start()
+    start_leaving_to_the_main_thread(
+        Watchdog(
+            lease, parent, lambda reason: fence(reason, "watchdog"), call_clock=loop.call_clock
+        )
+    )
     fence_on_resume(lease, lambda reason: fence(reason, "resume"))
     code = loop.run()
     sys.stdout.flush()

@@ -28,6 +28,8 @@ import sys
 import threading
 from collections.abc import Callable
 
+from marshal_workers.common.threadsignals import start_leaving_to_the_main_thread
+
 PER_THREAD = sys.platform.startswith("linux")  # setpriority(PRIO_PROCESS, tid) sets one thread
 MAX_NICE = 19
 
@@ -60,7 +62,7 @@ class Lowering:
         self.timer = threading.Timer(after_s, self._lower)
         self.timer.name = "marshal-priority"
         self.timer.daemon = True
-        self.timer.start()
+        start_leaving_to_the_main_thread(self.timer)  # (SIGCONT: `child.fencing`)
 
     def now(self) -> None:
         """Lower it now, unless done already (the timer, if waiting, is cancelled)."""

@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from marshal_workers.common.threadsignals import leave_to_the_main_thread
+from marshal_workers.common.threadsignals import start_leaving_to_the_main_thread
 
 RETRY_S = 0.11  # past the kernel's 0.1 s between two changes of a group's nice
 RETRIES = 100  # about 11 s of "too soon" (other members' children settling) before giving up
@@ -125,7 +125,6 @@ def settle_soon(
         return None
 
     def retry() -> None:
-        leave_to_the_main_thread()
         for _ in range(retries):
             time.sleep(retry_s)
             if group.settle():
@@ -136,5 +135,5 @@ def settle_soon(
         settled(group)
 
     thread = threading.Thread(target=retry, name="marshal-group-nice", daemon=True)
-    thread.start()
+    start_leaving_to_the_main_thread(thread)
     return thread

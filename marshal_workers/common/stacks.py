@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marshal_workers.common.threadsignals import leave_to_the_main_thread
+from marshal_workers.common.threadsignals import start_leaving_to_the_main_thread
 
 STACK_DUMP_EVENT = "stack_dump"
 DUMP_QUIET_S = 0.05  # a dump is complete once the pipe stayed empty this long
@@ -77,13 +77,13 @@ def collect_fault_dumps(
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     faulthandler.register(signum, file=write_fd, all_threads=True)
-    threading.Thread(
+    dumps = threading.Thread(
         target=_log_dumps, args=(read_fd, log, event), name="marshal-stack-dumps", daemon=True
-    ).start()
+    )
+    start_leaving_to_the_main_thread(dumps)
 
 
 def _log_dumps(fd: int, log: Any, event: str) -> None:
-    leave_to_the_main_thread()
     while chunk := os.read(fd, 65536):
         chunks = [chunk]
         while select.select([fd], [], [], DUMP_QUIET_S)[0] and (more := os.read(fd, 65536)):

@@ -9,8 +9,9 @@ later. So a child's SIGCONT handler (`child.fencing.fence_on_resume`) came after
 fence, 0.2 s after the continue under a handler that set that switch interval, the handler's
 code running meanwhile, whenever the watchdog's thread took the signal
 (`tests/unit/child/test_fencing.py::TestResumeInAProcess`). Each thread the runtime starts
-calls `leave_to_the_main_thread` first. librdkafka's threads block every signal; a thread the
-user's handler starts does not, and can delay it as before.
+in a child is started by `start_leaving_to_the_main_thread`, blocked from its first
+instruction. librdkafka's threads block every signal; a thread the user's handler starts does
+not, and can delay it as before.
 """
 
 from __future__ import annotations
@@ -21,10 +22,16 @@ import threading
 MAIN_THREAD_SIGNALS = frozenset({signal.SIGCONT})
 
 
-def leave_to_the_main_thread() -> None:
-    """Block `MAIN_THREAD_SIGNALS` in the calling thread; a no-op in the main thread itself (a
-    test runs a thread's body there) and where threads have no signal mask of their own."""
-    if threading.current_thread() is not threading.main_thread() and hasattr(
-        signal, "pthread_sigmask"
-    ):
-        signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
+def start_leaving_to_the_main_thread(thread: threading.Thread) -> None:
+    """Start ``thread`` with `MAIN_THREAD_SIGNALS` blocked from its first instruction: blocked
+    in the calling thread around ``start`` (a new thread inherits its creator's mask), then
+    the caller's mask as it was (a signal that came meanwhile is taken then). Where threads
+    have no signal mask of their own, just ``start``."""
+    if not hasattr(signal, "pthread_sigmask"):
+        thread.start()
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)

@@ -283,6 +283,41 @@ class TestFirstFence:
         # returns through the first call: os._exit would not)
         assert fences.ends == [31, 31]
 
+    def test_a_second_fencers_wait_that_raises_still_ends_the_process(self) -> None:
+        """The watchdog fenced first; the SIGCONT handler's wait is cut by another signal
+        handler's exception: it must end the process, not go back to the handler's code (a
+        review)."""
+        first_writing, second_done = threading.Event(), threading.Event()
+        outcome: list[str] = []
+
+        def words(fence: OneFence, reason: str, by: str) -> None:
+            first_writing.set()
+            second_done.wait(5)
+
+        def alarm() -> None:
+            raise TimeoutError("a plugin's alarm")
+
+        fences = OneFence(words, waited=alarm)
+
+        def watchdog() -> None:
+            with contextlib.suppress(FencedError):
+                fences.fence(REASON_PARENT_GONE, "watchdog")
+
+        first = threading.Thread(target=watchdog)
+        first.start()
+        first_writing.wait(5)
+        try:
+            fences.fence(REASON_LEASE_EXPIRED, "resume")
+        except FencedError:
+            outcome.append("ended")
+        except TimeoutError:
+            outcome.append("back in the handler's code")
+        finally:
+            second_done.set()
+            first.join(5)
+        assert outcome == ["ended"]
+        assert fences.ends == [32, 32]
+
     def test_words_that_raise_still_end_the_process(self) -> None:
         """Another signal handler's exception raised while the words are written (a plugin's
         SIGALRM timeout) must not take the main thread back to the handler's code with the
@@ -314,19 +349,24 @@ class TestResumeInAProcess:
 
     FENCER = Path(__file__).with_name("stopped_fencer.py")
 
+    LEASE_S = 1.0  # the stops below come well within it, whatever the load
+
     def start(self) -> subprocess.Popen[bytes]:
+        root = Path(__file__).parents[3]
         proc = subprocess.Popen(
-            [sys.executable, str(self.FENCER), "0.4"],
+            [sys.executable, str(self.FENCER), str(self.LEASE_S)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            cwd=Path(__file__).parents[3],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},  # this checkout's package
         )
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
         return proc
 
     def test_only_the_main_thread_can_take_sigcont(self) -> None:
         """Which thread takes a continue is a race among those that do not block it: the
-        runtime's threads (the watchdog's, the stack dumps') block it, the main thread not."""
+        runtime's threads (the watchdog's, the stack dumps', the priority timer's) block it,
+        the main thread not."""
         proc = self.start()
         try:
             takers = threads_taking(proc.pid, signal.SIGCONT)
@@ -334,7 +374,7 @@ class TestResumeInAProcess:
         finally:
             proc.kill()
             proc.wait()
-        assert threads >= 3, "the watchdog's and the stack dumps' threads"
+        assert threads >= 4, "the watchdog's, the stack dumps' and the timer's threads"
         assert takers == [proc.pid]
 
     @pytest.mark.parametrize("stop_after_s", [0.02, 0.07, 0.12, 0.17, 0.22, 0.27])
@@ -343,7 +383,7 @@ class TestResumeInAProcess:
         try:
             time.sleep(stop_after_s)
             proc.send_signal(signal.SIGSTOP)
-            time.sleep(0.6)  # past the lease
+            time.sleep(self.LEASE_S + 0.3 - stop_after_s)  # past the lease
             proc.send_signal(signal.SIGCONT)
             _, err = proc.communicate(timeout=30)
         finally:
