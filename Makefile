@@ -94,7 +94,7 @@ clean:
 EVERY_FAULT := kill,freeze,stall,restart,twins,compaction,eager-compaction,latency,clock,failures,pause,partitions,shared-ids,poison,forgery,feed-loss,amo-poison,mixed-modes,forged-takeover,tree-stop
 
 sim-sweep: install ## A fresh simulator sweep (about 30 min on 2 cores): every mix of `make sim` with stalled hosts added, 30 seeds each from SWEEP_FIRST + 1000 x the row (pick seeds no sweep used: docs/simulator.md)
-	$(BIN)/python bench/sim_sweep.py --first $(or $(SWEEP_FIRST),4100000)
+	$(BIN)/python bench/sim_sweep.py --first $(or $(SWEEP_FIRST),4300000)
 
 sim: install ## The long simulator run (minutes): 1,000 seeds of small fleets, hundreds of each fault mix that found a defect (stalled hosts among them), 100 of bigger fleets, 1,300 of sliced fleets (ordering key and unordered; lost feeds among them), 500 of placed groups
 	$(BIN)/marshal-sim --seeds 1000
