@@ -129,20 +129,25 @@ class SimChild:
             self.alive, self.exit_code, self.exited_at = False, code, t
             self.on_died(self, code, t)
 
-    def continued(self, t: float) -> None:
-        """SIGCONT after its tree was stopped (`SimNode.stop_tree`): within its lease it goes
-        on; past it, its SIGCONT handler ends it (the watchdog's code) before the call it was
-        stopped in goes on, the record it was handling (`FENCE_ON_CONTINUE`)."""
+    def continued(self, t: float, stopped_at: float) -> None:
+        """SIGCONT after its tree was stopped at ``stopped_at`` (`SimNode.stop_tree`): within
+        its lease it goes on; past it, its SIGCONT handler ends it (the watchdog's code) before
+        the call it was stopped in goes on (`FENCE_ON_CONTINUE`). With the fix this is what its
+        next step does anyway: the fault tests the member's side and the takeovers, and the
+        defect test that the checker sees a call completed late."""
         if not self.alive or t < self.lease():
             return
-        if not FENCE_ON_CONTINUE and t >= self.ready_at and t >= self.hung_until:
-            self._call_completed(t)
+        if not FENCE_ON_CONTINUE and stopped_at >= self.ready_at:
+            self._call_completed(t, stopped_at)
         self.die(EXIT_LEASE_EXPIRED, t)
 
-    def _call_completed(self, t: float) -> None:
-        """The defect: the handler call in progress at the stop, if any, completes now."""
+    def _call_completed(self, t: float, stopped_at: float) -> None:
+        """The defect: the handler call in progress at the stop, if any, completes now: a
+        record there by then, not one that fails or hangs (a poison record's call ends so)."""
+        if self.hung_since is not None or self.position in self.data.poison:
+            return
         if self.spec.mode is Mode.ALO:
-            end = self.data.high_watermark(t)
+            end = self.data.high_watermark(stopped_at)
         elif self.batch is not None:
             end = self.batch[1]
         else:
