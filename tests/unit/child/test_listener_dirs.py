@@ -269,9 +269,8 @@ class TestDeadDirs:
         left its dead supervisors' directories forever (a review). The lock answers both: held,
         kept; let go by a dead process, removed. A marker of the build before the lock
         (``marshal-supervisor-PID-START``) is not judged."""
-        alive, _ = _listener_dir(
-            short_tmp, "pymp-alive", listening=False, marked=True, locks=locks
-        )  # fmt: skip (its pid, GONE_PID, names nothing)
+        alive, _ = _listener_dir(short_tmp, "pymp-alive", listening=False, marked=True,
+                                 locks=locks)  # fmt: skip (its pid, GONE_PID, names nothing)
         old, _ = _listener_dir(short_tmp, "pymp-old", listening=False, marked=False)
         (old / f"{listenerdirs.MARKER_PREFIX}{GONE_PID}-5").touch()  # the older build's marker
         dead, _ = _listener_dir(short_tmp, "pymp-dead", listening=False, marked=True)
