@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from marshal_workers.common.stacks import in_signal_mask
+
 
 def threads_taking(pid: int, signum: int) -> list[int]:
     """The threads of process ``pid`` that do not block ``signum`` (their ``SigBlk``)."""
-    takers = []
-    for task in sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda t: int(t.name)):
-        status = (task / "status").read_text()
-        [blocked] = [line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")]
-        if not int(blocked, 16) >> (signum - 1) & 1:
-            takers.append(int(task.name))
-    return takers
+    tasks = sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda t: int(t.name))
+    return [int(t.name) for t in tasks if not in_signal_mask(t / "status", "SigBlk", signum)]

@@ -95,11 +95,17 @@ def _log_dumps(fd: int, log: Any, event: str) -> None:
 def catches_signal(pid: int, signum: int) -> bool:
     """Whether process ``pid`` has a handler for ``signum`` (Linux: SigCgt in /proc; False
     elsewhere or if the process is gone)."""
+    return in_signal_mask(Path(f"/proc/{pid}/status"), "SigCgt", signum)
+
+
+def in_signal_mask(status: Path, mask: str, signum: int) -> bool:
+    """Whether ``signum`` is in the mask named ``mask`` (``SigCgt``, ``SigBlk``...) of a /proc
+    ``status`` file (a process's, or a thread's under ``task``); False if it cannot be read."""
     try:
-        text = Path(f"/proc/{pid}/status").read_text()
+        text = status.read_text()
     except OSError:
         return False
     for line in text.splitlines():
-        if line.startswith("SigCgt:"):
+        if line.startswith(f"{mask}:"):
             return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
     return False

@@ -110,8 +110,11 @@ class Faults:
         node = self.victim(running=True)
         if node is not None:
             seconds = fleet.rng.uniform(0.5, 6) * fleet.p.heartbeat_interval
-            node.stop_tree(fleet.t, seconds)
-            fleet.at(fleet.t + seconds, "continue", lambda: node.continue_tree(fleet.t))
+            stopped_at = fleet.t
+            node.stop_tree(stopped_at, seconds)
+            fleet.at(
+                stopped_at + seconds, "continue", lambda: node.continue_tree(fleet.t, stopped_at)
+            )
             fleet.window(seconds)
 
     def mixed_modes(self) -> None:

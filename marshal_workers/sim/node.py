@@ -136,7 +136,6 @@ class SimNode:
         self.started = False
         self.frozen_until = 0.0
         self.stalled_until = 0.0  # `stall`: the children stop too
-        self.tree_stopped_at = 0.0  # `tree-stop`: when its tree was stopped last
         # (start, end) of each stall with the wall clock held too (`stopped_between`)
         self.stalls: list[tuple[float, float]] = []
         self.turned_at = -1.0  # when the member last ran its turn
@@ -248,14 +247,14 @@ class SimNode:
         """SIGSTOP of the member's whole process tree for ``seconds``, every clock running: the
         member and its children do nothing; `continue_tree` ends it."""
         self.faults += 1
-        self.tree_stopped_at = t
         self.stalled_until = max(self.stalled_until, t + seconds)
         self.frozen_until = max(self.frozen_until, t + seconds)
 
-    def continue_tree(self, t: float) -> None:
-        """SIGCONT to every process of the tree (`stop_tree`), before any of them runs on."""
+    def continue_tree(self, t: float, stopped_at: float) -> None:
+        """SIGCONT to every process of the tree stopped at ``stopped_at`` (`stop_tree`), before
+        any of them runs on."""
         for child in self.children.values():
-            child.continued(t, self.tree_stopped_at)
+            child.continued(t, stopped_at)
 
     def stall(self, t: float, seconds: float, *, wall_held: bool) -> None:
         """A suspended host, or a paused VM whose guest clocks do not see the pause, for

@@ -187,6 +187,17 @@ class TestResume:
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
 
+    def test_a_sigcont_blocked_in_the_main_thread_is_unblocked(self) -> None:
+        """A mask inherited with SIGCONT blocked would leave the signal to other threads."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCONT})
+        try:
+            lease = SharedLease(MP)
+            lease.extend_to(leaseclock.now() + 60)
+            assert fence_on_resume(lease, self.fence([]))
+            assert signal.SIGCONT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCONT})
+
     def test_a_plugins_own_sigcont_handler_stays(self) -> None:
         def plugins(signum: int, frame: object) -> None:
             pass
@@ -234,9 +245,8 @@ class TestFirstFence:
     def test_a_second_fencer_while_the_first_writes_neither_writes_nor_changes_the_code(
         self,
     ) -> None:
-        """The SIGCONT handler fences and, while its words are written, the watchdog fences too
-        (a CI run saw only the watchdog's line after such a continue): one line, the first's,
-        and the process ends with the first's code, whoever ends it."""
+        """The SIGCONT handler fences and, while its words are written, the watchdog fences too:
+        one line, the first's, and the process ends with the first's code, whoever ends it."""
         second_in = threading.Event()
         first_writing = threading.Event()
 
