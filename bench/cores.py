@@ -25,9 +25,9 @@ import time
 from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench.handlers import burn
+from handlers import burn
 
 TURNS = 20_000  # a call's turns of `burn` (0.6-0.7 ms here)
 
@@ -51,6 +51,13 @@ def measure(processes: int, seconds: float) -> int:
     for p in procs:
         p.join()
     return sum(int(out.value) for out in outs)
+
+
+def scaling(seconds: float, processes: int = 2) -> float:
+    """One round: the calls ``processes`` processes made together in ``seconds`` over the calls
+    one process made alone just before (`bench/peers.py` prints it before and after its rounds)."""
+    one = measure(1, seconds)
+    return measure(processes, seconds) / one if one else 0.0
 
 
 def main() -> None:

@@ -53,7 +53,10 @@ the handlers' voluntary and involuntary context switches (each per-round line, a
 Every round runs every setting and every system in turn (the systems' order rotating from round
 to round); ratios are to the plain loop of the same round and setting, and the table shows the
 median over rounds. Before the rounds, one plain read of each topic with the trivial handler
-(not counted) so that every measured read finds the data read before.
+(not counted) so that every measured read finds the data read before. Before the rounds and
+after them, what two bare processes of the work loop got against one (`bench/cores.py`,
+``--cores-seconds``): on a virtual machine whose cores are shared that moves within minutes, and
+no CPU-bound ratio of the rounds could pass it.
 
 Prints figures (and writes a PNG of throughput per system and setting); asserts nothing. Without
 ``--bootstrap-servers`` it starts a local one-node Kafka in a temporary directory and stops it.
@@ -79,6 +82,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psutil
+from cores import scaling
 from handlers import calibrate
 from peers_report import plot, table
 from runtime import (
@@ -503,6 +507,10 @@ def main() -> None:
     ap.add_argument("--settings", type=lambda s: s.split(","), default=["cpu", "trivial", "batch"],
                     help="a subset of cpu,trivial,batch")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--cores-seconds", type=float, default=3.0,
+                    help="before the rounds and after them, the work loop in one bare process "
+                    "this long, then in two at once (bench/cores.py): what the cores gave "
+                    "then, the ceiling of every CPU-bound ratio (0: not measured)")  # fmt: skip
     ap.add_argument("--plot", default=str(REPO / "docs" / "peers.png"), help="the PNG's path")
     ap.add_argument("--timeout", type=float, help="seconds per run (default from the records)")
     ap.add_argument(
@@ -545,7 +553,11 @@ def main() -> None:
                 broker_pid = status.state.nodes[0].pid if status is not None else None
                 note(f"local Kafka (1 node) at {bootstrap}")
             bench = Bench(bootstrap, procs, work, iters, timeout, args.baseline, broker_pid)
+            # what the cores gave two bare processes, before and after: a CPU-bound ratio's ceiling
+            cores_before = scaling(args.cores_seconds) if args.cores_seconds > 0 else None
             doc = run(bench, args)
+            cores_after = scaling(args.cores_seconds) if args.cores_seconds > 0 else None
+            doc["cores"] = {"before": cores_before, "after": cores_after}
         finally:
             for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut this short

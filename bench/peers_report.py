@@ -88,7 +88,20 @@ def table(doc: dict[str, Any]) -> str:
         "ratios to the plain loop of the same round"
     )
     tail = "\n\nother ratios (medians of round-by-round ratios):\n" + "\n".join(notes)
-    return head + "\n\n" + "\n".join(lines) + (tail if notes else "")
+    return head + "\n\n" + "\n".join(lines) + (tail if notes else "") + cores_line(doc)
+
+
+def cores_line(doc: dict[str, Any]) -> str:
+    """What two bare processes of the work loop got of the cores before the rounds and after
+    them (`bench/cores.py`), if measured: no CPU-bound ratio of the rounds could pass it."""
+    cores = doc.get("cores") or {}
+    got = [f"{cores[k]:.2f}x {k}" for k in ("before", "after") if cores.get(k) is not None]
+    if not got:
+        return ""
+    return (
+        "\n\ntwo bare processes of the work loop against one (bench/cores.py), the cores' "
+        "ceiling for every ratio above: " + ", ".join(got)
+    )
 
 
 def plot(doc: dict[str, Any], path: Path) -> Path:
