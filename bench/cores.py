@@ -6,12 +6,15 @@ The ratios of the CPU-bound goals (`bench/peers.py --settings cpu`: ALO against 
 the limit 2.0x on two cores) assume that two processes get twice what one gets. On a virtual
 machine they may not: its two vCPUs can be two threads of one physical core, or share it with
 other guests, and which, the guest cannot see. Each round runs the CPU-bound handler's loop
-(`bench.handlers.burn`, 20,000 turns a call) for ``--seconds`` in one process alone, then in
-``--processes`` processes at once, and prints how many calls each made and the ratio: what a
-runner that spreads partitions over processes could reach at most in that moment. Rounds
-alternate, so a change of the machine's speed shows as a change of ratio between rounds.
+(`bench/handlers.py`'s `burn`, 20,000 turns a call) for ``--seconds`` in one process alone, then in
+``--processes`` processes at once, and prints how many calls each made and the ratio: about
+what a runner that spreads partitions over processes could reach in that moment (one round is
+noisy: the machine's speed moves between its two halves too, and a round can come out above
+2.0x). Each round measures both halves again, so a change of the machine's speed shows as a
+change of ratio between rounds.
 
-Prints figures; asserts nothing (these machines are noisy); exits 0.
+Prints figures; asserts nothing (these machines are noisy); exits 0 (1 if a loop process
+failed).
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ def measure(processes: int, seconds: float) -> int:
         p.start()
     for p in procs:
         p.join()
+    failed = [p.exitcode for p in procs if p.exitcode != 0]
+    if failed:  # a process that made no calls would pass for a slow one
+        raise RuntimeError(f"{len(failed)} of {processes} loop processes failed: exit {failed}")
     return sum(int(out.value) for out in outs)
 
 
@@ -62,11 +68,13 @@ def scaling(seconds: float, processes: int = 2) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5, help="at least 1")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the lines")
     args = ap.parse_args()
+    if args.rounds < 1 or args.processes < 1 or args.seconds <= 0:
+        ap.error("--rounds and --processes must be at least 1, --seconds above 0")
     ratios: list[float] = []
     rounds = []
     for r in range(1, args.rounds + 1):

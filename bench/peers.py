@@ -53,10 +53,10 @@ the handlers' voluntary and involuntary context switches (each per-round line, a
 Every round runs every setting and every system in turn (the systems' order rotating from round
 to round); ratios are to the plain loop of the same round and setting, and the table shows the
 median over rounds. Before the rounds, one plain read of each topic with the trivial handler
-(not counted) so that every measured read finds the data read before. Before the rounds and
-after them, what two bare processes of the work loop got against one (`bench/cores.py`,
-``--cores-seconds``): on a virtual machine whose cores are shared that moves within minutes, and
-no CPU-bound ratio of the rounds could pass it.
+(not counted) so that every measured read finds the data read before. With the cpu setting,
+just before the rounds and just after them, what two bare processes of the work loop got
+against one (`bench/cores.py`, one round each, ``--cores-seconds``): the reference for the
+CPU-bound ratios, which on a virtual machine whose cores are shared moves within minutes.
 
 Prints figures (and writes a PNG of throughput per system and setting); asserts nothing. Without
 ``--bootstrap-servers`` it starts a local one-node Kafka in a temporary directory and stops it.
@@ -400,6 +400,10 @@ def run(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         seconds = produce_bulk(bench.bootstrap, topics[setting.key], setting.records, PARTITIONS)
         note(f"produced {setting.records:,} records to {topics[setting.key]} in {seconds:.1f} s")
         warm_up(bench, setting, topics[setting.key])
+    # What the cores gave two bare processes of the work loop just before the rounds and just
+    # after them (one round each, `bench/cores.py`): the CPU-bound ratios' reference, noisy.
+    measured = args.cores_seconds > 0 and any(s.key == "cpu" for s in chosen)
+    cores_before = scaling(args.cores_seconds) if measured else None
     rounds: dict[str, dict[str, list[dict[str, Any]]]] = {s.key: {} for s in chosen}
     systems = [s for s in SYSTEMS if s in args.systems]
     for r in range(args.rounds):
@@ -411,6 +415,7 @@ def run(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
                 res = measure(bench, system, setting, topics[setting.key])
                 rounds[setting.key].setdefault(system, []).append(res)
                 note(f"round {r + 1}, {setting.key}: {system:6} {show(res)}")
+    cores_after = scaling(args.cores_seconds) if measured else None
     return {
         "work_us": args.work_us,
         "work_iters": bench.work_iters,
@@ -428,6 +433,7 @@ def run(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         },
         "runs": rounds,
         "summary": summarise(rounds),
+        "cores": {"before": cores_before, "after": cores_after},
     }
 
 
@@ -508,9 +514,10 @@ def main() -> None:
                     help="a subset of cpu,trivial,batch")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument("--cores-seconds", type=float, default=3.0,
-                    help="before the rounds and after them, the work loop in one bare process "
-                    "this long, then in two at once (bench/cores.py): what the cores gave "
-                    "then, the ceiling of every CPU-bound ratio (0: not measured)")  # fmt: skip
+                    help="with the cpu setting, just before the rounds and just after them: the "
+                    "work loop in one bare process this long, then in two at once "
+                    "(bench/cores.py): what the cores gave two processes then, one noisy round "
+                    "each (0: not measured)")  # fmt: skip
     ap.add_argument("--plot", default=str(REPO / "docs" / "peers.png"), help="the PNG's path")
     ap.add_argument("--timeout", type=float, help="seconds per run (default from the records)")
     ap.add_argument(
@@ -553,11 +560,7 @@ def main() -> None:
                 broker_pid = status.state.nodes[0].pid if status is not None else None
                 note(f"local Kafka (1 node) at {bootstrap}")
             bench = Bench(bootstrap, procs, work, iters, timeout, args.baseline, broker_pid)
-            # what the cores gave two bare processes, before and after: a CPU-bound ratio's ceiling
-            cores_before = scaling(args.cores_seconds) if args.cores_seconds > 0 else None
             doc = run(bench, args)
-            cores_after = scaling(args.cores_seconds) if args.cores_seconds > 0 else None
-            doc["cores"] = {"before": cores_before, "after": cores_after}
         finally:
             for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut this short

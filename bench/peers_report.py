@@ -92,15 +92,16 @@ def table(doc: dict[str, Any]) -> str:
 
 
 def cores_line(doc: dict[str, Any]) -> str:
-    """What two bare processes of the work loop got of the cores before the rounds and after
-    them (`bench/cores.py`), if measured: no CPU-bound ratio of the rounds could pass it."""
+    """What two bare processes of the work loop got against one just before the rounds and just
+    after them (`bench/cores.py`, one round each), if measured: the reference for the CPU-bound
+    ratios, as noisy as any one round."""
     cores = doc.get("cores") or {}
     got = [f"{cores[k]:.2f}x {k}" for k in ("before", "after") if cores.get(k) is not None]
     if not got:
         return ""
     return (
-        "\n\ntwo bare processes of the work loop against one (bench/cores.py), the cores' "
-        "ceiling for every ratio above: " + ", ".join(got)
+        "\n\nwhat the cores gave two bare processes of the work loop against one "
+        "(bench/cores.py, one round each; the CPU-bound ratios' reference): " + ", ".join(got)
     )
 
 

@@ -54,9 +54,9 @@ _UNKNOWN_TOPIC: Final = KafkaError.UNKNOWN_TOPIC_OR_PART
 _log = logging.getLogger(__name__)
 # Per-use tuned values (the user's [kafka] table may override them).
 _PRODUCER_TUNED: Final[Mapping[str, Any]] = {
-    # 2 ms: the children's reservations and the heartbeats, written without waiting
-    # (`submit`), share a produce request (the broker's CPU for 2,400 AMO grants: 1.12 s ->
-    # 0.60 s, docs/design.md decision 16); an append that waits for its report waits as long.
+    # 2 ms: the children's reservations share a produce request (the broker's CPU for 2,400
+    # AMO grants: 1.12 s -> 0.60 s, docs/design.md decision 16), and so do the heartbeats, all
+    # written without waiting (`submit`); an append that waits for its report waits as long.
     "linger.ms": 2,
     "delivery.timeout.ms": 30_000,
 }
