@@ -59,11 +59,17 @@ def measure(processes: int, seconds: float) -> int:
     return sum(int(out.value) for out in outs)
 
 
-def scaling(seconds: float, processes: int = 2) -> float:
-    """One round: the calls ``processes`` processes made together in ``seconds`` over the calls
-    one process made alone just before (`bench/peers.py` prints it before and after its rounds)."""
+def one_round(seconds: float, processes: int) -> tuple[int, int, float]:
+    """One round: the calls one process made alone in ``seconds``, then those ``processes``
+    processes made together, and the ratio of the second to the first."""
     one = measure(1, seconds)
-    return measure(processes, seconds) / one if one else 0.0
+    many = measure(processes, seconds)
+    return one, many, many / one if one else 0.0
+
+
+def scaling(seconds: float, processes: int = 2) -> float:
+    """`one_round`'s ratio (`bench/peers.py` prints one before and one after its rounds)."""
+    return one_round(seconds, processes)[2]
 
 
 def main() -> None:
@@ -78,9 +84,7 @@ def main() -> None:
     ratios: list[float] = []
     rounds = []
     for r in range(1, args.rounds + 1):
-        one = measure(1, args.seconds)
-        many = measure(args.processes, args.seconds)
-        ratio = many / one if one else 0.0
+        one, many, ratio = one_round(args.seconds, args.processes)
         ratios.append(ratio)
         rounds.append({"round": r, "one": one, "together": many, "ratio": round(ratio, 3)})
         if not args.json:
