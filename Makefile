@@ -14,14 +14,19 @@ install-runtime: $(BIN)/python ## The package alone (editable) into .venv: what 
 	@# An editable install has no bytecode, and with PYTHONDONTWRITEBYTECODE set every process
 	@# (each supervisor, each child) would compile the package again: 0.1 s of CPU at each start.
 	$(BIN)/python -m compileall -q marshal_workers plugins
+	@# Likewise the dataclasses' generated methods (marshal_workers/common/classcode.py): 70-80 ms
+	@# of CPU at each marshal-run start, compiled here once.
+	$(BIN)/python -m marshal_workers.supervisor.precompile
 
 install-audit: $(BIN)/python ## The package (editable) with marshal-audit's PySpark into .venv: what install-runtime gives, plus the audit
 	$(BIN)/pip install --quiet -e '.[audit]'
 	$(BIN)/python -m compileall -q marshal_workers plugins
+	$(BIN)/python -m marshal_workers.supervisor.precompile
 
 install: $(BIN)/python ## The package with the dev tools, the audit's PySpark and the bench peers
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/python -m compileall -q marshal_workers bench plugins
+	$(BIN)/python -m marshal_workers.supervisor.precompile
 
 kafka-jars: install-runtime ## Resolve the pinned Apache Kafka jars with Maven (cached outside the repo)
 	$(BIN)/python -m marshal_workers.localkafka fetch

@@ -29,8 +29,10 @@ What changes for a child, and where it is handled:
 - what the server's imports made is frozen out of the cyclic collector before the first fork
   (`childlink.preloaded`, imported last): a child's collections never traverse it, so they
   neither spend the child's CPU on it nor write to its pages (the reference counts of what a
-  child uses still do). A server multiprocessing starts again by itself (after it died) has no
-  ``SERVER_OF_ENV``: neither the guard nor the freeze, its children collect as they did before;
+  child uses still do). The preload's dataclasses take their methods' code from the cache
+  (`common.classcode`, started in `_guard`, stopped by `childlink.preloaded`). A server
+  multiprocessing starts again by itself (after it died) has no ``SERVER_OF_ENV``: neither the
+  guard, the cache nor the freeze, its children collect as they did before;
 - where Linux schedules sessions as groups (autogroup), the fork server leads a session of its
   own (`schedgroup.leave_session`, in `_guard`, after its parent-death signal is set), so its
   children are one scheduling group apart from the supervisor's, which a child set up gives
@@ -52,6 +54,7 @@ from multiprocessing.context import ForkServerContext, SpawnContext
 
 from marshal_workers.childlink.listenerdirs import mark_owner
 from marshal_workers.childlink.schedgroup import leave_session
+from marshal_workers.common import classcode
 
 ChildContext = ForkServerContext | SpawnContext  # spawn: the tests' children, and the fallback
 
@@ -106,6 +109,7 @@ def _guard() -> bool:
     if str(os.getppid()) != supervisor:  # it died before the signal was set
         os._exit(0)
     leave_session()  # its children: a scheduling group apart from the supervisor's session
+    classcode.start()  # the preload's dataclasses' methods from the cache (`preloaded` stops it)
     return True
 
 

@@ -27,6 +27,7 @@ import gc
 import os
 
 from marshal_workers.childlink.forkserver import FORK_SERVER_PID
+from marshal_workers.common import classcode
 
 
 def freeze_imports() -> bool:
@@ -34,6 +35,7 @@ def freeze_imports() -> bool:
     never collected), then freeze the rest. Whether it froze."""
     if os.getpid() != FORK_SERVER_PID:
         return False
+    classcode.stop()  # the preload's dataclasses are made: `dataclasses` as before, for handlers
     gc.collect()
     gc.freeze()
     return True

@@ -1,0 +1,175 @@
+"""The dataclasses' generated methods compiled once per install, not at every process start.
+
+`dataclasses` writes each class's ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``,
+``__setattr__`` and ``__delattr__`` as source text and compiles it with ``exec``: the package's
+132 dataclasses on `marshal-run`'s import path are 610 such texts, and compiling them was 70-80
+ms of the 0.18-0.19 s of CPU the supervisor's imports took, on the launch's path to the first
+record (docs/benchmarks.md, "Launch: the dataclasses' methods compiled once (2026-12-02)"). The
+same text always compiles to the same code, so the code is kept, the way the interpreter keeps
+a module's bytecode in ``__pycache__``: while `compiled_once` (or `start` ... `stop`) is in
+force, the ``exec`` that `dataclasses` calls looks the text up in a cache first, and a text it
+compiled is added to the cache file when it stops.
+
+- **What is the same.** The cached code is what ``exec`` compiles from the text: the text in
+  full is the key (the class's field names, defaults' names and options are all in it), compiled
+  as ``exec`` compiles it for `dataclasses` (file ``<string>``, no ``__future__`` flag inherited,
+  the interpreter's optimisation level), and run by the same ``exec`` with the same globals
+  and locals. Nothing but compiling is skipped.
+- **Where.** ``dataclass-methods.<tag>.bin`` beside the package's own bytecode
+  (``marshal_workers/__pycache__``, or under ``sys.pycache_prefix`` as the bytecode goes),
+  one file per interpreter (``<tag>``: ``cpython-311``) holding the interpreter's magic number
+  and optimisation level, which a reader checks. It trusts the file as the interpreter trusts
+  the ``.pyc`` files beside it: whoever can write there can change the package's code anyway.
+- **Never in the way.** A file that is missing, unreadable, of another interpreter or not a
+  cache is ignored (the texts are compiled, as without it); it is written only where the
+  interpreter would write bytecode (not under ``PYTHONDONTWRITEBYTECODE``: the installs write it
+  ahead, `python -m marshal_workers.supervisor.precompile`), atomically (a file of its own, then
+  renamed), and a failure to write is ignored. Processes that start together may each write
+  it: the last one's file wins, and a text another one added is compiled once more by a later
+  start, which adds it again. It holds at most `MAX_TEXTS` texts: beyond, only the texts of the
+  process that writes it.
+- **Only for the package's imports.** `dataclasses` is patched only inside `compiled_once`
+  (the supervisor's imports, `supervisor.cli`) and between `start` and `stop` (the fork
+  server's preload: `childlink.forkserver` starts it, `childlink.preloaded` stops it), and is
+  as it was after: a handler's dataclasses, imported later, are compiled as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import marshal
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import CodeType
+from typing import Any
+
+MAX_TEXTS = 4096
+FILE_PREFIX = "dataclass-methods"
+_ABSENT = object()
+
+
+def cache_file() -> Path | None:
+    """Where the cache is kept for this interpreter: beside the package's bytecode."""
+    tag = sys.implementation.cache_tag
+    if tag is None:
+        return None
+    package_init = Path(__file__).resolve().parent.parent / "__init__.py"
+    return Path(importlib.util.cache_from_source(str(package_init))).parent / (
+        f"{FILE_PREFIX}.{tag}.bin"
+    )
+
+
+def _header() -> tuple[bytes, int]:
+    return importlib.util.MAGIC_NUMBER, sys.flags.optimize
+
+
+def read_cache(path: Path) -> dict[str, CodeType]:
+    """The texts and their code in the file at ``path``; empty if it is absent or not a cache
+    of this interpreter."""
+    try:
+        content = marshal.loads(path.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
+        return {}
+    if not (isinstance(content, tuple) and len(content) == 3 and content[:2] == _header()):
+        return {}
+    texts = content[2]
+    if not isinstance(texts, dict):
+        return {}
+    return {
+        text: code
+        for text, code in texts.items()
+        if isinstance(text, str) and isinstance(code, CodeType)
+    }
+
+
+def write_cache(path: Path, texts: Mapping[str, CodeType]) -> bool:
+    """Write ``texts`` to ``path`` atomically; whether it was written (never raises OSError)."""
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(temporary, "xb") as out:
+            marshal.dump((*_header(), dict(texts)), out)
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        return False
+    return True
+
+
+class MethodCode:
+    """The cache of one process: its ``exec`` is what `dataclasses` calls while it is on."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.known = read_cache(path) if path is not None else {}
+        self.used: dict[str, CodeType] = {}
+        self.compiled = 0
+        self._saved: object = _ABSENT
+
+    def code(self, text: str) -> CodeType:
+        """The code ``exec`` would compile from ``text`` (`dataclasses`' flags: none)."""
+        code = self.known.get(text)
+        if code is None:
+            code = compile(text, "<string>", "exec", dont_inherit=True)
+            self.compiled += 1
+        self.used[text] = code
+        return code
+
+    def exec(
+        self,
+        source: str | CodeType,
+        globals: dict[str, Any] | None = None,  # exec's own parameter names
+        locals: Mapping[str, object] | None = None,
+    ) -> None:
+        """``exec`` with a text's code from the cache."""
+        exec(self.code(source) if isinstance(source, str) else source, globals, locals)
+
+    def start(self) -> None:
+        """`dataclasses` compiles through this cache from now on."""
+        self._saved = vars(dataclasses).get("exec", _ABSENT)
+        setattr(dataclasses, "exec", self.exec)  # noqa: B010 (a module global, not an attribute)
+
+    def stop(self) -> bool:
+        """`dataclasses` as it was before `start`; the cache file written if a text was
+        compiled here (and bytecode may be written). Whether it was written."""
+        if self._saved is _ABSENT:
+            vars(dataclasses).pop("exec", None)
+        else:
+            setattr(dataclasses, "exec", self._saved)  # noqa: B010
+        if self.compiled == 0 or self.path is None or sys.dont_write_bytecode:
+            return False
+        merged = {**self.known, **self.used}
+        return write_cache(self.path, merged if len(merged) <= MAX_TEXTS else self.used)
+
+
+_current: MethodCode | None = None
+
+
+def start() -> None:
+    """Compile the dataclasses' methods through the cache until `stop` (nothing if started)."""
+    global _current  # noqa: PLW0603 (one cache per process, between start and stop)
+    if _current is None:
+        _current = MethodCode(cache_file())
+        _current.start()
+
+
+def stop() -> bool:
+    """End `start`: `dataclasses` as before; whether the cache file was written."""
+    global _current
+    current, _current = _current, None
+    return current.stop() if current is not None else False
+
+
+@contextlib.contextmanager
+def compiled_once() -> Iterator[None]:
+    """The dataclasses defined inside get their methods' code from the cache."""
+    start()
+    try:
+        yield
+    finally:
+        stop()

@@ -1,0 +1,321 @@
+"""The dataclasses' generated methods compiled once per install (`common.classcode`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import marshal
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import CodeType
+
+import pytest
+
+from marshal_workers.common import classcode
+from marshal_workers.common.classcode import MethodCode, compiled_once, read_cache, write_cache
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def make_classes() -> tuple[type, ...]:
+    """Dataclasses of every kind the package defines (frozen and slotted, mutable, defaults,
+    factories, keyword-only, ordered), defined anew at each call."""
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Claim:
+        topic: str
+        partition: int
+        token: int = 0
+        tags: tuple[str, ...] = ()
+
+    @dataclasses.dataclass(slots=True)
+    class Counter:
+        seen: int = 0
+        names: list[str] = dataclasses.field(default_factory=list)
+
+    @dataclasses.dataclass(frozen=True, order=True, kw_only=True)
+    class Position:
+        offset: int
+        epoch: int = -1
+
+    @dataclasses.dataclass
+    class Plain:
+        value: object = None
+
+    return Claim, Counter, Position, Plain
+
+
+GENERATED = ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__", "__lt__")
+
+
+def methods(cls: type) -> dict[str, CodeType]:
+    """The code of the methods `dataclasses` generated for ``cls``."""
+    found = {}
+    for name in GENERATED:
+        method = vars(cls).get(name)
+        if method is not None and hasattr(method, "__code__"):
+            found[name] = method.__code__
+    return found
+
+
+@pytest.fixture
+def dataclasses_restored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The module's cache in ``tmp_path``, not the checkout's, and written (as where bytecode
+    is: the tests may run under ``PYTHONDONTWRITEBYTECODE``); whatever a test leaves, the next
+    one finds `dataclasses` unpatched."""
+    monkeypatch.setattr(classcode, "cache_file", lambda: tmp_path / "module-cache.bin")
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    yield
+    classcode.stop()
+    assert "exec" not in vars(dataclasses)
+
+
+@pytest.mark.usefixtures("dataclasses_restored")
+class TestTheSameClasses:
+    def test_cached_code_is_what_dataclasses_compiles(self, tmp_path: Path) -> None:
+        """The classes made through the cache, first compiling then from the file, have
+        methods of the same code (`CodeType.__eq__`: the bytecode, constants, names, lines)
+        and the same annotations as classes made without it."""
+        plain = make_classes()
+        path = tmp_path / "cache.bin"
+        for compiled in (True, False):
+            cache = MethodCode(path)
+            cache.start()
+            try:
+                cached = make_classes()
+            finally:
+                written = cache.stop()
+            assert written is compiled
+            assert (cache.compiled > 0) is compiled
+            for before, after in zip(plain, cached, strict=True):
+                assert methods(before) == methods(after), before.__name__
+                assert methods(after), before.__name__
+                for name in methods(before):
+                    assert getattr(after, name).__annotations__ == (
+                        getattr(before, name).__annotations__
+                    ), name
+
+    def test_no_future_flag_of_this_package_leaks_into_the_methods(self, tmp_path: Path) -> None:
+        """`classcode` has ``from __future__ import annotations``, as every module here: code
+        compiled there would inherit it, and the generated ``__init__``'s annotations would
+        be strings. `dataclasses`' own ``exec`` inherits nothing; nor does the cache."""
+        with compiled_once():
+            claim = make_classes()[0]
+        assert claim.__init__.__annotations__["return"] is None
+
+    def test_the_classes_behave_alike(self, tmp_path: Path) -> None:
+        cache = MethodCode(tmp_path / "cache.bin")
+        cache.start()
+        try:
+            claim_type, counter_type, position_type, _ = make_classes()
+        finally:
+            cache.stop()
+        claim = claim_type("orders", 3, tags=("a",))
+        assert repr(claim).endswith(
+            "<locals>.Claim(topic='orders', partition=3, token=0, tags=('a',))"
+        )
+        assert claim == claim_type("orders", 3, 0, ("a",))
+        assert hash(claim) == hash(claim_type("orders", 3, 0, ("a",)))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            claim.token = 1  # type: ignore[misc]
+        assert dataclasses.replace(claim, token=2).token == 2
+        first, second = counter_type(), counter_type()
+        first.names.append("x")
+        assert second.names == []
+        assert position_type(offset=1) < position_type(offset=2)
+        with pytest.raises(TypeError):
+            position_type(1)  # keyword-only
+
+
+@pytest.mark.usefixtures("dataclasses_restored")
+class TestPatchedOnlyInside:
+    def test_dataclasses_is_as_before_after_it_even_after_an_error(self) -> None:
+        with pytest.raises(ImportError), compiled_once():
+            assert "exec" in vars(dataclasses)
+            raise ImportError("no such module")
+        assert "exec" not in vars(dataclasses)
+
+    def test_a_second_start_is_the_first_ones(self, tmp_path: Path) -> None:
+        classcode.start()
+        first = vars(dataclasses)["exec"]
+        classcode.start()
+        assert vars(dataclasses)["exec"] == first
+        classcode.stop()
+        assert "exec" not in vars(dataclasses)
+        assert classcode.stop() is False  # nothing started: nothing to do
+
+    def test_an_exec_someone_else_put_there_is_put_back(self, tmp_path: Path) -> None:
+        def theirs(*args: object) -> None:
+            raise AssertionError("not called")
+
+        dataclasses.exec = theirs  # type: ignore[attr-defined]
+        try:
+            cache = MethodCode(tmp_path / "cache.bin")
+            cache.start()
+            make_classes()
+            cache.stop()
+            assert vars(dataclasses)["exec"] is theirs
+        finally:
+            del dataclasses.exec  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("dataclasses_restored")
+class TestTheFile:
+    def test_a_file_that_is_not_a_cache_of_this_interpreter_is_ignored(
+        self, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "cache.bin"
+        code = compile("x = 1", "<string>", "exec")
+        magic, optimize = classcode._header()
+        for content in (
+            b"not marshal at all",
+            marshal.dumps(("a", "tuple", "of", "four")),
+            marshal.dumps((b"\x00\x00\r\n", optimize, {"x = 1": code})),  # another magic
+            marshal.dumps((magic, optimize + 1, {"x = 1": code})),  # another -O level
+            marshal.dumps((magic, optimize, ["x = 1"])),
+        ):
+            path.write_bytes(content)
+            assert read_cache(path) == {}, content
+        path.write_bytes(marshal.dumps((magic, optimize, {"x = 1": code, "y": "not code"})))
+        assert read_cache(path) == {"x = 1": code}
+        assert read_cache(tmp_path / "absent.bin") == {}
+
+    def test_it_writes_where_it_can_and_says_so_where_it_cannot(self, tmp_path: Path) -> None:
+        texts = {"x = 1": compile("x = 1", "<string>", "exec")}
+        path = tmp_path / "sub" / "cache.bin"
+        assert write_cache(path, texts)
+        assert read_cache(path) == texts
+        blocked = tmp_path / "file"
+        blocked.write_text("a file, not a directory")
+        assert not write_cache(blocked / "cache.bin", texts)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "sub"]
+        assert [p.name for p in (tmp_path / "sub").iterdir()] == ["cache.bin"]  # no temporary
+
+    def test_nothing_is_written_where_bytecode_would_not_be(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(sys, "dont_write_bytecode", True)
+        cache = MethodCode(tmp_path / "cache.bin")
+        cache.start()
+        make_classes()
+        assert cache.stop() is False
+        assert cache.compiled > 0
+        assert not (tmp_path / "cache.bin").exists()
+
+    def test_it_holds_at_most_max_texts(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Past `MAX_TEXTS` (texts of classes changed by upgrades pile up), the file keeps the
+        texts of the process that writes it, and no other."""
+        monkeypatch.setattr(classcode, "MAX_TEXTS", 5)
+        path = tmp_path / "cache.bin"
+        stale = {f"x = {n}": compile(f"x = {n}", "<string>", "exec") for n in range(5)}
+        assert write_cache(path, stale)
+        cache = MethodCode(path)
+        cache.start()
+        make_classes()
+        assert cache.stop()
+        kept = read_cache(path)
+        assert set(kept) == set(cache.used)
+        assert not set(kept) & set(stale)
+
+
+def test_the_file_is_beside_the_packages_bytecode() -> None:
+    path = classcode.cache_file()
+    assert path is not None
+    assert path.name == f"dataclass-methods.{sys.implementation.cache_tag}.bin"
+    if sys.pycache_prefix is None:
+        assert path.parent == REPO / "marshal_workers" / "__pycache__"
+
+
+def run_python(code: str, env: dict[str, str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+class TestTheCommands:
+    def test_marshal_runs_imports_compile_nothing_once_the_install_wrote_it(
+        self, tmp_path: Path
+    ) -> None:
+        """`python -m marshal_workers.supervisor.precompile` (the installs run it) writes the file;
+        `marshal-run`'s imports (`supervisor.cli.main`, up to asking for its help here) then
+        take every one of their hundreds of texts from it and compile none. Its own bytecode
+        goes under a prefix of this test's (``PYTHONPYCACHEPREFIX``), not in the checkout."""
+        env = {
+            **os.environ,
+            "PYTHONPYCACHEPREFIX": str(tmp_path),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONPATH": str(REPO),
+        }
+        subprocess.run(
+            [sys.executable, "-m", "marshal_workers.supervisor.precompile"],
+            check=True, env=env, timeout=120,
+        )  # fmt: skip
+        written = list(tmp_path.rglob("dataclass-methods.*.bin"))
+        assert len(written) == 1
+        probe = (
+            "import sys\n"
+            "from marshal_workers.common import classcode\n"
+            "from marshal_workers.supervisor import cli\n"
+            "stop = classcode.MethodCode.stop\n"
+            "def noted(self):\n"
+            "    print('TEXTS', self.compiled, len(self.used))\n"
+            "    return stop(self)\n"
+            "classcode.MethodCode.stop = noted\n"
+            "cli.start_fork_server = lambda args: False\n"
+            "sys.argv = ['marshal-run', '--help']\n"
+            "try:\n"
+            "    cli.main()\n"
+            "except SystemExit:\n"
+            "    pass\n"
+        )
+        lines = [line for line in run_python(probe, env).splitlines() if line.startswith("TEXTS")]
+        assert len(lines) == 1, lines
+        compiled, used = map(int, lines[0].split()[1:])
+        assert compiled == 0
+        assert used > 300
+
+    def test_the_fork_server_uses_it_and_its_children_have_dataclasses_as_before(
+        self, tmp_path: Path
+    ) -> None:
+        """The fork server compiles its preload's dataclasses' methods through the cache
+        (with none written yet, it writes the file) and stops before it forks: a child finds
+        `dataclasses` unpatched, so its handler's dataclasses are compiled as usual."""
+        (tmp_path / "probe.py").write_text(
+            "import dataclasses\n\ndef report(conn):\n    conn.send('exec' in vars(dataclasses))\n"
+        )
+        parent = (
+            "import probe\n"
+            "from marshal_workers.childlink.forkserver import fork_server\n"
+            "if __name__ == '__main__':\n"
+            "    ctx = fork_server()\n"
+            "    mine, theirs = ctx.Pipe()\n"
+            "    p = ctx.Process(target=probe.report, args=(theirs,))\n"
+            "    p.start()\n"
+            "    theirs.close()\n"
+            "    if not mine.poll(60):\n"
+            "        raise SystemExit(f'no report; the child exited {p.exitcode}')\n"
+            "    print('PATCHED', mine.recv())\n"
+            "    p.join(30)\n"
+        )
+        prefix = tmp_path / "bytecode"
+        env = {**os.environ, "PYTHONPYCACHEPREFIX": str(prefix), "PYTHONPATH": str(REPO)}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
+        out = run_python(parent, env)
+        assert "PATCHED False" in out.splitlines(), out
+        written = list(prefix.rglob("dataclass-methods.*.bin"))
+        assert len(written) == 1
+        texts = read_cache(written[0])
+        assert any("__create_fn__" in text for text in texts)
+        assert len(texts) > 100
