@@ -119,36 +119,21 @@ def _run(config: RunConfig, observers: Sequence[Observer], log: Any) -> int:
             with host_lock(config.group, config.client_id):
                 extra, server = operator_observers(config)  # takes NOTIFY_SOCKET out of env
                 children = fork_server()  # (if not running yet) it inherits this env
-                # made first, it connects while the log opens: the start's first question to it
-                # (the partitions) then waits for no connection
-                topics = DataTopics(
+                coordination = KafkaLog(
                     config.bootstrap_servers,
-                    config.group,
-                    config.topics,
-                    config.kafka,
-                    config.slicing,
+                    config.coordination_topic,
+                    client_id=f"marshal-{config.client_id}",
+                    extra_config=config.kafka,
+                    quick_start=True,  # a short fetch wait while the group is located
                 )
-                try:
-                    coordination = KafkaLog(
-                        config.bootstrap_servers,
-                        config.coordination_topic,
-                        client_id=f"marshal-{config.client_id}",
-                        extra_config=config.kafka,
-                        quick_start=True,  # a short fetch wait while the group is located
-                    )
-                except BaseException:
-                    topics.close()
-                    raise
                 try:
                     warnings = checked.result()
                 except BaseException:
                     coordination.close()
-                    topics.close()
                     raise
                 return _supervise(
-                    config, observers, log, extra, server, children, coordination, topics,
-                    warnings,
-                )  # fmt: skip
+                    config, observers, log, extra, server, children, coordination, warnings
+                )
         except BaseException:
             refused = checked.exception()  # (waits for the check)
             if refused is None:
@@ -176,16 +161,18 @@ def _supervise(
     server: MetricsServer | None,
     children: ForkServerContext,
     coordination: KafkaLog,
-    topics: DataTopics,
     warnings: Sequence[StartupWarning] = (),
 ) -> int:
-    """Run the supervisor on the opened log and the group's data topics until it stops; its
-    exit code. The start-up checks' ``warnings`` are logged once it has started."""
+    """Run the supervisor on the opened log until it stops; its exit code. The start-up
+    checks' ``warnings`` are logged once it has started."""
     committer = OffsetCommitter.for_kafka(  # best effort: for kafka-consumer-groups
         config.bootstrap_servers, config.group, config.heartbeat_interval, config.kafka
     )
     slow = SlowCallLog(log, config.handler_timeout)  # a call past half its timeout, said
     observer = Observers([*observers, committer, slow, *extra])
+    topics = DataTopics(
+        config.bootstrap_servers, config.group, config.topics, config.kafka, config.slicing
+    )
     signals = SignalQueue()
     supervisor = Supervisor(
         config,
