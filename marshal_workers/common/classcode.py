@@ -17,17 +17,20 @@ compiled is added to the cache file when it stops.
   and locals. Nothing but compiling is skipped.
 - **Where.** ``dataclass-methods.<tag>.bin`` beside the package's own bytecode
   (``marshal_workers/__pycache__``, or under ``sys.pycache_prefix`` as the bytecode goes),
-  one file per interpreter (``<tag>``: ``cpython-311``) holding the interpreter's magic number
-  and optimisation level, which a reader checks. It trusts the file as the interpreter trusts
-  the ``.pyc`` files beside it: whoever can write there can change the package's code anyway.
-- **Never in the way.** A file that is missing, unreadable, of another interpreter or not a
-  cache is ignored (the texts are compiled, as without it); it is written only where the
+  one file per interpreter (``<tag>``: ``cpython-311``): the interpreter's magic number and
+  optimisation level, a digest of the payload, then the payload (the texts and their code,
+  marshalled), decoded only if the three match. It trusts the file as the interpreter trusts
+  the ``.pyc`` files beside it (whoever can write there can change the package's code anyway);
+  the digest is against damage (a disk's error, a copy cut short), not against an attacker.
+- **Never in the way.** A file that is missing, unreadable, damaged, of another interpreter or
+  not a cache is ignored (the texts are compiled, as without it); it is written only where the
   interpreter would write bytecode (not under ``PYTHONDONTWRITEBYTECODE``: the installs write it
   ahead, `python -m marshal_workers.supervisor.precompile`), atomically (a file of its own, then
-  renamed), and a failure to write is ignored. Processes that start together may each write
-  it: the last one's file wins, and a text another one added is compiled once more by a later
-  start, which adds it again. It holds at most `MAX_TEXTS` texts: beyond, only the texts of the
-  process that writes it.
+  renamed; a writer's temporary file is removed whatever stops it, and one a killed writer left
+  is removed by the next after `STALE_TEMPORARY_S`), and a failure to write is ignored.
+  Processes that start together may each write it: the last one's file wins, and a text another
+  one added is compiled once more by a later start, which adds it again. It holds at most
+  `MAX_TEXTS` texts: beyond, only the texts of the process that writes it.
 - **Only for the package's imports.** `dataclasses` is patched only inside `compiled_once`
   (the supervisor's imports, `supervisor.cli`) and between `start` and `stop` (the fork
   server's preload: `childlink.forkserver` starts it, `childlink.preloaded` stops it), and is
@@ -38,16 +41,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
+import hashlib
 import importlib.util
 import marshal
 import os
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import CodeType
 from typing import Any
 
 MAX_TEXTS = 4096
+DIGEST_SIZE = 16
+STALE_TEMPORARY_S = 600.0  # a writer takes milliseconds; older temporaries are a killed one's
 FILE_PREFIX = "dataclass-methods"
 _ABSENT = object()
 
@@ -63,20 +71,31 @@ def cache_file() -> Path | None:
     )
 
 
-def _header() -> tuple[bytes, int]:
-    return importlib.util.MAGIC_NUMBER, sys.flags.optimize
+def _header() -> bytes:
+    """What a file of this interpreter starts with: its magic number and optimisation level."""
+    return importlib.util.MAGIC_NUMBER + bytes([sys.flags.optimize & 0xFF])
+
+
+def _digest(payload: bytes) -> bytes:
+    return hashlib.blake2b(payload, digest_size=DIGEST_SIZE).digest()
 
 
 def read_cache(path: Path) -> dict[str, CodeType]:
-    """The texts and their code in the file at ``path``; empty if it is absent or not a cache
-    of this interpreter."""
+    """The texts and their code in the file at ``path``; empty if it is absent, damaged or not
+    a cache of this interpreter. Never raises. Its payload is decoded only under its header
+    and a digest that matches it: damaged marshal data raises more than `ValueError`
+    (`SystemError`, `UnicodeDecodeError`), may ask for gigabytes (a tuple's length changed), or
+    decodes to other code, which would run as the package's."""
+    header = _header()
     try:
-        content = marshal.loads(path.read_bytes())
-    except (OSError, ValueError, EOFError, TypeError):
+        data = path.read_bytes()
+        digest = data[len(header) : len(header) + DIGEST_SIZE]
+        payload = data[len(header) + DIGEST_SIZE :]
+        if not data.startswith(header) or digest != _digest(payload):
+            return {}
+        texts = marshal.loads(payload)
+    except Exception:  # whatever the file holds, it is only a cache
         return {}
-    if not (isinstance(content, tuple) and len(content) == 3 and content[:2] == _header()):
-        return {}
-    texts = content[2]
     if not isinstance(texts, dict):
         return {}
     return {
@@ -86,18 +105,36 @@ def read_cache(path: Path) -> dict[str, CodeType]:
     }
 
 
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporary files of writers of ``path`` killed as they wrote (older than
+    `STALE_TEMPORARY_S`: a younger one may be a process writing now)."""
+    horizon = time.time() - STALE_TEMPORARY_S
+    with contextlib.suppress(OSError):
+        for leftover in path.parent.glob(f"{glob.escape(path.name)}.*.tmp"):
+            with contextlib.suppress(OSError):
+                if leftover.stat().st_mtime < horizon:
+                    leftover.unlink()
+
+
 def write_cache(path: Path, texts: Mapping[str, CodeType]) -> bool:
-    """Write ``texts`` to ``path`` atomically; whether it was written (never raises OSError)."""
+    """Write ``texts`` to ``path`` atomically; whether it was written (never raises OSError,
+    and leaves no temporary file whatever stops it, but a kill)."""
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    payload = marshal.dumps(dict(texts))
+    written = False
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(path)
         with open(temporary, "xb") as out:
-            marshal.dump((*_header(), dict(texts)), out)
+            out.write(_header() + _digest(payload) + payload)
         os.replace(temporary, path)
+        written = True
     except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
         return False
+    finally:
+        if not written:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
     return True
 
 
@@ -134,14 +171,14 @@ class MethodCode:
         self._saved = vars(dataclasses).get("exec", _ABSENT)
         setattr(dataclasses, "exec", self.exec)  # noqa: B010 (a module global, not an attribute)
 
-    def stop(self) -> bool:
+    def stop(self, *, write: bool = False) -> bool:
         """`dataclasses` as it was before `start`; the cache file written if a text was
-        compiled here (and bytecode may be written). Whether it was written."""
+        compiled here, where bytecode may be written or if ``write``. Whether it was written."""
         if self._saved is _ABSENT:
             vars(dataclasses).pop("exec", None)
         else:
             setattr(dataclasses, "exec", self._saved)  # noqa: B010
-        if self.compiled == 0 or self.path is None or sys.dont_write_bytecode:
+        if self.compiled == 0 or self.path is None or (sys.dont_write_bytecode and not write):
             return False
         merged = {**self.known, **self.used}
         return write_cache(self.path, merged if len(merged) <= MAX_TEXTS else self.used)
@@ -150,26 +187,32 @@ class MethodCode:
 _current: MethodCode | None = None
 
 
-def start() -> None:
-    """Compile the dataclasses' methods through the cache until `stop` (nothing if started)."""
+def start() -> bool:
+    """Compile the dataclasses' methods through the cache until `stop`; whether this started
+    it (not if it was on already)."""
     global _current  # noqa: PLW0603 (one cache per process, between start and stop)
-    if _current is None:
-        _current = MethodCode(cache_file())
-        _current.start()
+    if _current is not None:
+        return False
+    _current = MethodCode(cache_file())
+    _current.start()
+    return True
 
 
-def stop() -> bool:
-    """End `start`: `dataclasses` as before; whether the cache file was written."""
+def stop(*, write: bool = False) -> bool:
+    """End `start`: `dataclasses` as before; whether the cache file was written (``write``:
+    even under ``PYTHONDONTWRITEBYTECODE``)."""
     global _current
     current, _current = _current, None
-    return current.stop() if current is not None else False
+    return current.stop(write=write) if current is not None else False
 
 
 @contextlib.contextmanager
-def compiled_once() -> Iterator[None]:
-    """The dataclasses defined inside get their methods' code from the cache."""
-    start()
+def compiled_once(*, write: bool = False) -> Iterator[None]:
+    """The dataclasses defined inside get their methods' code from the cache (inside another
+    `compiled_once`, the outer one's, which goes on after this one)."""
+    started = start()
     try:
         yield
     finally:
-        stop()
+        if started:
+            stop(write=write)

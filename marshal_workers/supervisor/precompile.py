@@ -5,14 +5,13 @@ The installs run it after compiling the package's bytecode (``make install``): w
 ``PYTHONDONTWRITEBYTECODE`` set, as in this project's tests, no process would ever write the
 cache, and without it the first `marshal-run` would. It imports what the two import (not the
 fork server's last module, `childlink.preloaded`, which stops the fork server's cache) with the
-cache on, and writes it even under ``PYTHONDONTWRITEBYTECODE``: writing it is the command's
-point.
+cache on, and writes it even under ``PYTHONDONTWRITEBYTECODE`` (writing it is the command's
+point), but no other bytecode there.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 
 from marshal_workers.childlink.forkserver import PRELOAD
 from marshal_workers.common.classcode import compiled_once
@@ -26,8 +25,7 @@ IMPORTS = (
 
 def main() -> None:
     """Import `IMPORTS` with the cache on; it is written as the imports end."""
-    sys.dont_write_bytecode = False
-    with compiled_once():
+    with compiled_once(write=True):
         for module in IMPORTS:
             importlib.import_module(module)
 

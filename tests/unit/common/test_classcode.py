@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import marshal
 import os
+import random
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import CodeType
@@ -137,6 +140,25 @@ class TestPatchedOnlyInside:
             raise ImportError("no such module")
         assert "exec" not in vars(dataclasses)
 
+    def test_an_inner_compiled_once_leaves_the_outer_one_on(self) -> None:
+        with compiled_once():
+            outer = vars(dataclasses)["exec"]
+            with compiled_once():
+                assert vars(dataclasses)["exec"] == outer
+            assert vars(dataclasses)["exec"] == outer
+        assert "exec" not in vars(dataclasses)
+
+    def test_written_on_demand_even_where_bytecode_would_not_be(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`supervisor.precompile` writes the file under ``PYTHONDONTWRITEBYTECODE`` (writing it
+        is its point) without turning bytecode on for what it imports."""
+        monkeypatch.setattr(sys, "dont_write_bytecode", True)
+        with compiled_once(write=True):
+            make_classes()
+        assert sys.dont_write_bytecode
+        assert read_cache(tmp_path / "module-cache.bin")
+
     def test_a_second_start_is_the_first_ones(self, tmp_path: Path) -> None:
         classcode.start()
         first = vars(dataclasses)["exec"]
@@ -168,19 +190,104 @@ class TestTheFile:
     ) -> None:
         path = tmp_path / "cache.bin"
         code = compile("x = 1", "<string>", "exec")
-        magic, optimize = classcode._header()
+        good = marshal.dumps({"x = 1": code, "y": "not code"})
+        digest = classcode._digest(good)
+        header = classcode._header()
+        listed = marshal.dumps(["x = 1"])
         for content in (
             b"not marshal at all",
-            marshal.dumps(("a", "tuple", "of", "four")),
-            marshal.dumps((b"\x00\x00\r\n", optimize, {"x = 1": code})),  # another magic
-            marshal.dumps((magic, optimize + 1, {"x = 1": code})),  # another -O level
-            marshal.dumps((magic, optimize, ["x = 1"])),
+            marshal.dumps((header, {"x = 1": code})),  # not this layout
+            b"\x00\x00\r\n" + header[4:] + digest + good,  # another magic
+            header[:4] + bytes([header[4] + 1]) + digest + good,  # another -O level
+            header + b"\x00" * len(digest) + good,  # another digest
+            header + digest + good[:-1],  # cut short
+            header + classcode._digest(listed) + listed,  # not a dict
         ):
             path.write_bytes(content)
             assert read_cache(path) == {}, content
-        path.write_bytes(marshal.dumps((magic, optimize, {"x = 1": code, "y": "not code"})))
+        path.write_bytes(header + digest + good)
         assert read_cache(path) == {"x = 1": code}
+        assert header.startswith(importlib.util.MAGIC_NUMBER)
         assert read_cache(tmp_path / "absent.bin") == {}
+
+    def test_a_damaged_file_is_ignored_whatever_it_decodes_to(self, tmp_path: Path) -> None:
+        """A cache with a few bytes changed (a disk's error, a write cut short and copied) is
+        ignored, never raised: `marshal.loads` of damaged data raises more than `ValueError`
+        (`SystemError` "bad argument to internal function", `UnicodeDecodeError`), and `read_cache`
+        runs inside `marshal-run`'s imports and the fork server's start, so anything it raised
+        stopped every start, with the file never rewritten. A change that still decodes is not
+        used either: its code would run as the package's."""
+        path = tmp_path / "cache.bin"
+        cache = MethodCode(path)
+        cache.start()
+        make_classes()
+        assert cache.stop()
+        good = path.read_bytes()
+        known = read_cache(path)
+        assert known
+        rng = random.Random(7)
+
+        def damage(data: bytes) -> bytes:
+            damaged = bytearray(data)
+            while damaged == data:
+                for _ in range(rng.randint(1, 4)):
+                    damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+            return bytes(damaged)
+
+        for _ in range(500):  # damage anywhere: the digest refuses it, nothing runs
+            path.write_bytes(damage(good))
+            assert read_cache(path) in ({}, known)
+        # Damaged code under a digest that matches it (written so, or a digest's collision):
+        # still never raised.
+        header = classcode._header()
+        payload = marshal.dumps(known)
+        raised: set[str] = set()
+        for _ in range(300):
+            damaged = damage(payload)
+            path.write_bytes(header + classcode._digest(damaged) + damaged)
+            assert isinstance(read_cache(path), dict)
+            try:
+                marshal.loads(damaged)
+            except Exception as error:  # what marshal raises is the point
+                raised.add(type(error).__name__)
+        assert "SystemError" in raised, raised  # the damage the first version let through
+        path.write_bytes(good)
+        assert read_cache(path) == known
+
+    def test_a_temporary_file_left_by_a_killed_writer_is_removed(self, tmp_path: Path) -> None:
+        """A process killed while it writes (the fork server, when its supervisor dies as it
+        starts) leaves its temporary file, the size of the cache: the next writer removes
+        the temporaries older than `STALE_TEMPORARY_S` beside the file, not a fresh one (a
+        process writing now)."""
+        path = tmp_path / "cache.bin"
+        stale = tmp_path / "cache.bin.4242.tmp"
+        fresh = tmp_path / "cache.bin.4243.tmp"
+        other = tmp_path / "another.bin.4244.tmp"
+        for leftover in (stale, fresh, other):
+            leftover.write_bytes(b"x" * 1000)
+        old = time.time() - classcode.STALE_TEMPORARY_S - 60
+        os.utime(stale, (old, old))
+        os.utime(other, (old, old))
+        assert write_cache(path, {"x = 1": compile("x = 1", "<string>", "exec")})
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            "another.bin.4244.tmp",
+            "cache.bin",
+            "cache.bin.4243.tmp",
+        ]
+
+    def test_an_error_while_writing_leaves_no_temporary(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Not only `OSError`: whatever stops the write (a `KeyboardInterrupt` as the operator
+        presses Ctrl-C during the imports) removes the temporary file before it goes on."""
+
+        def interrupted(*args: object) -> None:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(classcode.os, "replace", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            write_cache(tmp_path / "cache.bin", {"x = 1": compile("x = 1", "<string>", "exec")})
+        assert list(tmp_path.iterdir()) == []
 
     def test_it_writes_where_it_can_and_says_so_where_it_cannot(self, tmp_path: Path) -> None:
         texts = {"x = 1": compile("x = 1", "<string>", "exec")}
@@ -263,14 +370,15 @@ class TestTheCommands:
         )  # fmt: skip
         written = list(tmp_path.rglob("dataclass-methods.*.bin"))
         assert len(written) == 1
+        assert list(tmp_path.rglob("*.pyc")) == []  # the cache only, no other bytecode
         probe = (
             "import sys\n"
             "from marshal_workers.common import classcode\n"
             "from marshal_workers.supervisor import cli\n"
             "stop = classcode.MethodCode.stop\n"
-            "def noted(self):\n"
+            "def noted(self, **options):\n"
             "    print('TEXTS', self.compiled, len(self.used))\n"
-            "    return stop(self)\n"
+            "    return stop(self, **options)\n"
             "classcode.MethodCode.stop = noted\n"
             "cli.start_fork_server = lambda args: False\n"
             "sys.argv = ['marshal-run', '--help']\n"
