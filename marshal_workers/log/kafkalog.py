@@ -143,6 +143,7 @@ class KafkaLog:
         if int(consumer_config.get("statistics.interval.ms") or 0) > 0:
             consumer_config["stats_cb"] = self._on_stats  # what the reading costs: `received`
             startup_config["stats_cb"] = self._on_stats
+        self._quick_start = quick_start
         self._lasting: Consumer | None = None
         if quick_start:
             self._lasting = roles.coordination_reader(consumer_config)
@@ -212,8 +213,8 @@ class KafkaLog:
         """Read exactly ``partitions`` from now on (`CoordinationLog.follow`): the consumer is
         assigned them again, each one kept at the position its last returned record left
         (librdkafka drops what it had fetched beyond that, and everything of a partition no
-        longer assigned), each new one at its first offset; on the tailing reader, those with
-        a record to read first (`_readable_first`)."""
+        longer assigned), each new one at its first offset; on a member's tailing reader, those
+        with a record to read first (`_readable_first`)."""
         wanted = frozenset(partitions)
         for p in wanted:
             if not 0 <= p < self._num_partitions:
@@ -227,15 +228,20 @@ class KafkaLog:
                 raise LogError(f"positions on {self.topic}: {error_text(exc)}") from None
         fresh = wanted - {tp.partition for tp in kept}
         assigned = kept + self._starts(fresh, STARTS_TIMEOUT_S)
-        first, then = (
-            (assigned, []) if self._lasting is not None else self._readable_first(assigned)
-        )
+        ordered = self._quick_start and self._lasting is None  # the member's, after `settle`
+        first, then = self._readable_first(assigned) if ordered else (assigned, [])
         try:
             self._consumer.assign(first)
-            if then:
-                self._consumer.incremental_assign(then)
         except KafkaException as exc:
             raise LogError(f"following {self.topic}: {error_text(exc)}") from None
+        if then:
+            try:
+                self._consumer.incremental_assign(then)
+            except KafkaException:
+                try:  # not left with a part: all of them in one call, as without the order
+                    self._consumer.assign(assigned)
+                except KafkaException as exc:
+                    raise LogError(f"following {self.topic}: {error_text(exc)}") from None
         self._followed = wanted
 
     def _readable_first(
@@ -252,9 +258,11 @@ class KafkaLog:
         Assigned first, the partitions with records are in the first fetch. It costs one
         ``ListOffsets`` request on the query client (the ends), asked only where a partition
         could hold the fetch, the start-up reader's wait being short; unanswered, one call as
-        before."""
-        if len(assigned) < 2:
-            return assigned, []
+        before; not asked where a start went unanswered (a leader down: the ends would wait
+        as long again), nor by readers opened without ``quick_start`` (`marshal-admin`'s,
+        off the launch's path: one round trip less at each `follow`)."""
+        if len(assigned) < 2 or any(tp.offset < 0 for tp in assigned):
+            return assigned, []  # a start unanswered (`_starts`): its leader would hold the ends
         latest = [TopicPartition(self.topic, tp.partition, OFFSET_END) for tp in assigned]
         try:
             answered = self._offsets.offsets_for_times(latest, timeout=STARTS_TIMEOUT_S)

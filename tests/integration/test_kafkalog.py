@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from marshal_workers.common.errors import MarshalError
+from marshal_workers.log import kafkalog
 from marshal_workers.log.foldedlog import FoldedLog
 from marshal_workers.log.interface import LogError
 from marshal_workers.log.kafkalog import KafkaLog
@@ -171,10 +172,12 @@ class TestCatchUp:
 
 class AssignSpy:
     """The log's real consumer, its assignments noted in order (each call and its partitions
-    with their offsets), everything else passed through."""
+    with their offsets), everything else passed through; ``refuse_incremental``: its
+    `incremental_assign` raises, as librdkafka would, after noting the call."""
 
-    def __init__(self, consumer: object) -> None:
+    def __init__(self, consumer: object, *, refuse_incremental: bool = False) -> None:
         self.consumer = consumer
+        self.refuse_incremental = refuse_incremental
         self.calls: list[tuple[str, list[tuple[int, int]]]] = []
 
     def assign(self, partitions: list[Any]) -> None:
@@ -183,10 +186,28 @@ class AssignSpy:
 
     def incremental_assign(self, partitions: list[Any]) -> None:
         self.calls.append(("incremental", [(tp.partition, tp.offset) for tp in partitions]))
+        if self.refuse_incremental:
+            raise KafkaException(KafkaError(KafkaError._STATE, "refused by the test"))
         self.consumer.incremental_assign(partitions)  # type: ignore[attr-defined]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.consumer, name)
+
+
+class QuerySpy:
+    """The log's real query client, the offsets it was asked for noted (each
+    `offsets_for_times` call's partitions' offsets), everything else passed through."""
+
+    def __init__(self, client: object) -> None:
+        self.client = client
+        self.asked: list[list[int]] = []
+
+    def offsets_for_times(self, partitions: list[Any], **options: Any) -> Any:
+        self.asked.append([tp.offset for tp in partitions])
+        return self.client.offsets_for_times(partitions, **options)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
 
 
 class TestFollowing:
@@ -219,6 +240,71 @@ class TestFollowing:
                 ("assign", [(p, 0) for p in with_records]),
                 ("incremental", [(p, 0) for p in range(4) if p not in with_records]),
             ], spy.calls
+            read: list[int] = []
+            deadline = time.monotonic() + 30
+            while len(read) < sum(ends.values()) and time.monotonic() < deadline:
+                read.extend(r.partition for r in log.poll(0.5))
+            assert sorted(read) == sorted(p for p, end in ends.items() for _ in range(end))
+        finally:
+            log.close()
+
+    def test_a_reader_opened_without_quick_start_asks_no_ends_to_order_them(
+        self, kafka_bootstrap: str, fresh_topic: str
+    ) -> None:
+        """The ordering is for the member's tailing reader after `settle`, on the launch's
+        path; `marshal-admin`'s readers (opened without ``quick_start``) follow in one
+        assignment, without the ends' round trip at each `follow`."""
+        ensure_coordination_topic(kafka_bootstrap, fresh_topic, 4, replication_factor=1)
+        log = KafkaLog(kafka_bootstrap, fresh_topic)
+        try:
+            queries = QuerySpy(log._offsets)
+            log._offsets = queries  # type: ignore[assignment]
+            spy = AssignSpy(log._consumer)
+            log._consumer = spy  # type: ignore[assignment]
+            log.follow(range(4), from_start=True)
+            assert queries.asked == [[-2, -2, -2, -2]]  # the starts only
+            assert [call for call, _ in spy.calls] == ["assign"]
+        finally:
+            log.close()
+
+    def test_when_the_starts_went_unanswered_the_ends_are_not_asked(
+        self, kafka_bootstrap: str, fresh_topic: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A start unanswered in `STARTS_TIMEOUT_S` (a partition's leader down) already cost
+        the wait; the ends would be asked of the same leader and wait as long again. All are
+        assigned at once, the unanswered at OFFSET_BEGINNING, as before the ordering."""
+        ensure_coordination_topic(kafka_bootstrap, fresh_topic, 4, replication_factor=1)
+        log = KafkaLog(kafka_bootstrap, fresh_topic, quick_start=True)
+        try:
+            queries = QuerySpy(log._offsets)
+            log._offsets = queries  # type: ignore[assignment]
+            spy = AssignSpy(log._lasting)
+            log._lasting = spy  # type: ignore[assignment]
+            monkeypatch.setattr(kafkalog, "STARTS_TIMEOUT_S", 1e-6)  # no answer in time
+            log.settle(range(4))
+            assert len(queries.asked) == 1
+            assert spy.calls == [("assign", [(p, OFFSET_BEGINNING) for p in range(4)])]
+        finally:
+            log.close()
+
+    def test_a_second_assignment_refused_falls_back_to_one(
+        self, kafka_bootstrap: str, fresh_topic: str
+    ) -> None:
+        """Should the second call be refused after the first was made, the reader is assigned
+        all of them in one call, not left with a part and the log told it follows the rest."""
+        ensure_coordination_topic(kafka_bootstrap, fresh_topic, 4, replication_factor=1)
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        producer.produce(fresh_topic, b"r", b"k", partition=2)
+        assert producer.flush(30) == 0
+        log = KafkaLog(kafka_bootstrap, fresh_topic, quick_start=True)
+        try:
+            ends = log.end_offsets(10.0)
+            spy = AssignSpy(log._lasting, refuse_incremental=True)
+            log._lasting = spy  # type: ignore[assignment]
+            log.settle(range(4))
+            assert [call for call, _ in spy.calls] == ["assign", "incremental", "assign"]
+            assert spy.calls[-1] == ("assign", [(p, 0) for p in range(4)])
+            assert sorted(tp.partition for tp in spy.consumer.assignment()) == [0, 1, 2, 3]
             read: list[int] = []
             deadline = time.monotonic() + 30
             while len(read) < sum(ends.values()) and time.monotonic() < deadline:
