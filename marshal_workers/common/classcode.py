@@ -17,9 +17,10 @@ compiled is added to the cache file when it stops.
   and locals. Nothing but compiling is skipped.
 - **Where.** ``dataclass-methods.<tag>.bin`` beside the package's own bytecode
   (``marshal_workers/__pycache__``, or under ``sys.pycache_prefix`` as the bytecode goes),
-  one file per interpreter (``<tag>``: ``cpython-311``): the interpreter's magic number and
-  optimisation level, a digest of the payload, then the payload (the texts and their code,
-  marshalled), decoded only if the three match. It trusts the file as the interpreter trusts
+  one file per interpreter and ``-O`` level (``<tag>``: ``cpython-311``, ``cpython-311.opt-1``,
+  as the ``.pyc`` files are named): the interpreter's magic number and optimisation level, a
+  digest of the payload, then the payload (the texts and their code, marshalled), decoded
+  only if the three match. It trusts the file as the interpreter trusts
   the ``.pyc`` files beside it (whoever can write there can change the package's code anyway);
   the digest is against damage (a disk's error, a copy cut short), not against an attacker.
 - **Never in the way.** A file that is missing, unreadable, damaged, of another interpreter or
@@ -65,9 +66,10 @@ def cache_file() -> Path | None:
     tag = sys.implementation.cache_tag
     if tag is None:
         return None
+    level = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""  # as a .pyc's name
     package_init = Path(__file__).resolve().parent.parent / "__init__.py"
     return Path(importlib.util.cache_from_source(str(package_init))).parent / (
-        f"{FILE_PREFIX}.{tag}.bin"
+        f"{FILE_PREFIX}.{tag}{level}.bin"
     )
 
 

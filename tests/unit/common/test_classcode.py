@@ -335,6 +335,13 @@ def test_the_file_is_beside_the_packages_bytecode() -> None:
     assert path.name == f"dataclass-methods.{sys.implementation.cache_tag}.bin"
     if sys.pycache_prefix is None:
         assert path.parent == REPO / "marshal_workers" / "__pycache__"
+    optimized = subprocess.run(
+        [sys.executable, "-O", "-c", "from marshal_workers.common import classcode\n"
+         "print(classcode.cache_file().name)"],
+        check=True, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    ).stdout.strip()  # fmt: skip
+    assert optimized == f"dataclass-methods.{sys.implementation.cache_tag}.opt-1.bin"
 
 
 def run_python(code: str, env: dict[str, str]) -> str:
