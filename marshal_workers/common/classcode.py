@@ -28,7 +28,7 @@ compiled is added to the cache file when it stops.
   interpreter would write bytecode (not under ``PYTHONDONTWRITEBYTECODE``: the installs write it
   ahead, `python -m marshal_workers.supervisor.precompile`), atomically (a file of its own, then
   renamed; a writer's temporary file is removed whatever stops it, and one a killed writer left
-  is removed by the next after `STALE_TEMPORARY_S`), and a failure to write is ignored.
+  is removed by the first start after `STALE_TEMPORARY_S`), and a failure to write is ignored.
   Processes that start together may each write it: the last one's file wins, and a text another
   one added is compiled once more by a later start, which adds it again. It holds at most
   `MAX_TEXTS` texts: beyond, only the texts of the process that writes it.
@@ -47,7 +47,9 @@ import hashlib
 import importlib.util
 import marshal
 import os
+import stat
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -56,6 +58,7 @@ from typing import Any
 
 MAX_TEXTS = 4096
 DIGEST_SIZE = 16
+MAX_FILE_BYTES = 64 << 20  # the package's 640 texts are 0.7 MB
 STALE_TEMPORARY_S = 600.0  # a writer takes milliseconds; older temporaries are a killed one's
 FILE_PREFIX = "dataclass-methods"
 _ABSENT = object()
@@ -84,13 +87,14 @@ def _digest(payload: bytes) -> bytes:
 
 def read_cache(path: Path) -> dict[str, CodeType]:
     """The texts and their code in the file at ``path``; empty if it is absent, damaged or not
-    a cache of this interpreter. Never raises. Its payload is decoded only under its header
+    a cache of this interpreter. Never raises, never waits (a FIFO, a device at that name are
+    not read), reads at most `MAX_FILE_BYTES`. Its payload is decoded only under its header
     and a digest that matches it: damaged marshal data raises more than `ValueError`
-    (`SystemError`, `UnicodeDecodeError`), may ask for gigabytes (a tuple's length changed), or
-    decodes to other code, which would run as the package's."""
+    (`SystemError`, `UnicodeDecodeError`), may ask for gigabytes (a length changed), may crash
+    the interpreter, or decodes to other code, which would run as the package's."""
     header = _header()
     try:
-        data = path.read_bytes()
+        data = _read_regular_file(path, MAX_FILE_BYTES)
         digest = data[len(header) : len(header) + DIGEST_SIZE]
         payload = data[len(header) + DIGEST_SIZE :]
         if not data.startswith(header) or digest != _digest(payload):
@@ -107,7 +111,20 @@ def read_cache(path: Path) -> dict[str, CodeType]:
     }
 
 
-def _remove_stale_temporaries(path: Path) -> None:
+def _read_regular_file(path: Path, limit: int) -> bytes:
+    """The content of ``path`` if it is a regular file of at most ``limit`` bytes; else b""."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_size > limit:
+            return b""
+        with open(fd, "rb", closefd=False) as file:
+            return file.read(limit + 1)
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temporaries(path: Path) -> None:
     """Remove the temporary files of writers of ``path`` killed as they wrote (older than
     `STALE_TEMPORARY_S`: a younger one may be a process writing now)."""
     horizon = time.time() - STALE_TEMPORARY_S
@@ -119,22 +136,26 @@ def _remove_stale_temporaries(path: Path) -> None:
 
 
 def write_cache(path: Path, texts: Mapping[str, CodeType]) -> bool:
-    """Write ``texts`` to ``path`` atomically; whether it was written (never raises OSError,
-    and leaves no temporary file whatever stops it, but a kill)."""
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    payload = marshal.dumps(dict(texts))
+    """Write ``texts`` to ``path`` atomically; whether it was written (never raises but what
+    stops the process, e.g. `KeyboardInterrupt`, and leaves no temporary file of its own
+    whatever stops it, but a kill)."""
+    temporary: Path | None = None
     written = False
     try:
+        payload = marshal.dumps(dict(texts))
         path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temporaries(path)
-        with open(temporary, "xb") as out:
+        remove_stale_temporaries(path)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
+        temporary = Path(name)
+        with open(fd, "wb") as out:
             out.write(_header() + _digest(payload) + payload)
+        os.chmod(temporary, 0o644)  # readable by all, as the bytecode beside it (mkstemp: 600)
         os.replace(temporary, path)
         written = True
-    except OSError:
+    except Exception:  # it is only a cache
         return False
     finally:
-        if not written:
+        if temporary is not None and not written:
             with contextlib.suppress(OSError):
                 temporary.unlink()
     return True
@@ -145,7 +166,10 @@ class MethodCode:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self.known = read_cache(path) if path is not None else {}
+        self.known: dict[str, CodeType] = {}
+        if path is not None:
+            self.known = read_cache(path)
+            remove_stale_temporaries(path)  # a killed writer's, even where nothing is written
         self.used: dict[str, CodeType] = {}
         self.compiled = 0
         self._saved: object = _ABSENT

@@ -237,22 +237,44 @@ class TestTheFile:
         for _ in range(500):  # damage anywhere: the digest refuses it, nothing runs
             path.write_bytes(damage(good))
             assert read_cache(path) in ({}, known)
-        # Damaged code under a digest that matches it (written so, or a digest's collision):
-        # still never raised.
-        header = classcode._header()
-        payload = marshal.dumps(known)
-        raised: set[str] = set()
-        for _ in range(300):
-            damaged = damage(payload)
-            path.write_bytes(header + classcode._digest(damaged) + damaged)
-            assert isinstance(read_cache(path), dict)
-            try:
-                marshal.loads(damaged)
-            except Exception as error:  # what marshal raises is the point
-                raised.add(type(error).__name__)
-        assert "SystemError" in raised, raised  # the damage the first version let through
         path.write_bytes(good)
         assert read_cache(path) == known
+
+    def test_whatever_decoding_raises_is_ignored(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Damaged code under a digest that matches it (written so, or a collision): what
+        `marshal.loads` then raises is not only `ValueError`, `EOFError` or `TypeError`, which
+        the first version caught: 198 of 3,000 random 1-4 byte changes of the package's cache
+        raised `SystemError` ("bad argument to internal function") on 3.11. (Decoding such data
+        for real may crash the interpreter, 3.12 and 3.13 more often: hence a stand-in.)"""
+        path = tmp_path / "cache.bin"
+        assert write_cache(path, {"x = 1": compile("x = 1", "<string>", "exec")})
+        for error in (
+            SystemError("Objects/codeobject.c:250: bad argument to internal function"),
+            UnicodeDecodeError("utf-8", b"\xf8", 0, 1, "invalid start byte"),
+            MemoryError(),
+        ):
+
+            def damaged(data: bytes, error: Exception = error) -> object:
+                raise error
+
+            monkeypatch.setattr(classcode.marshal, "loads", damaged)
+            assert read_cache(path) == {}, error
+
+    def test_a_file_that_is_not_a_regular_one_is_not_read(self, tmp_path: Path) -> None:
+        """A FIFO at the cache's name (read, it would wait for a writer forever: every start
+        would hang) or a file larger than `MAX_FILE_BYTES` is ignored at once."""
+        fifo = tmp_path / "fifo.bin"
+        os.mkfifo(fifo)
+        started = time.monotonic()
+        assert read_cache(fifo) == {}
+        assert time.monotonic() - started < 5
+        assert read_cache(tmp_path) == {}  # a directory
+        large = tmp_path / "large.bin"
+        with open(large, "wb") as out:
+            out.truncate(classcode.MAX_FILE_BYTES + 1)
+        assert read_cache(large) == {}
 
     def test_a_temporary_file_left_by_a_killed_writer_is_removed(self, tmp_path: Path) -> None:
         """A process killed while it writes (the fork server, when its supervisor dies as it
@@ -274,6 +296,21 @@ class TestTheFile:
             "cache.bin",
             "cache.bin.4243.tmp",
         ]
+        # A start that writes nothing removes them too: otherwise a temporary left less than
+        # `STALE_TEMPORARY_S` before the last write would stay for good.
+        os.utime(fresh, (old, old))
+        MethodCode(path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["another.bin.4244.tmp", "cache.bin"]
+
+    def test_a_writer_never_removes_a_temporary_it_did_not_make(self, tmp_path: Path) -> None:
+        """Its own name is unique (not only its process id, which a thread or a process in
+        another PID namespace sharing the directory may have too)."""
+        path = tmp_path / "cache.bin"
+        theirs = tmp_path / f"cache.bin.{os.getpid()}.tmp"
+        theirs.write_bytes(b"another writer's, being written")
+        assert write_cache(path, {"x = 1": compile("x = 1", "<string>", "exec")})
+        assert theirs.read_bytes() == b"another writer's, being written"
+        assert oct(path.stat().st_mode & 0o777) == oct(0o644)
 
     def test_an_error_while_writing_leaves_no_temporary(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -339,7 +376,7 @@ def test_the_file_is_beside_the_packages_bytecode() -> None:
         [sys.executable, "-O", "-c", "from marshal_workers.common import classcode\n"
          "print(classcode.cache_file().name)"],
         check=True, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"},
     ).stdout.strip()  # fmt: skip
     assert optimized == f"dataclass-methods.{sys.implementation.cache_tag}.opt-1.bin"
 
