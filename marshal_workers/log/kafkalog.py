@@ -144,6 +144,7 @@ class KafkaLog:
             consumer_config["stats_cb"] = self._on_stats  # what the reading costs: `received`
             startup_config["stats_cb"] = self._on_stats
         self._quick_start = quick_start
+        self._assigned_at: dict[int, int] = {}  # the reader's partitions, at their assigned offsets
         self._lasting: Consumer | None = None
         if quick_start:
             self._lasting = roles.coordination_reader(consumer_config)
@@ -173,7 +174,7 @@ class KafkaLog:
             self._learn_leaders(open_timeout_s)
             if self._producer is not None:
                 self._connect_producer(self._producer, open_timeout_s)
-            self._consumer.assign(self._starts(self._followed, open_timeout_s))
+            self._assign(self._starts(self._followed, open_timeout_s))
         except BaseException:
             self._close_consumers()
             raise
@@ -219,30 +220,55 @@ class KafkaLog:
         for p in wanted:
             if not 0 <= p < self._num_partitions:
                 raise ValueError(f"partition {p} of {self.topic} does not exist")
-        kept: list[TopicPartition] = []
-        if not from_start and wanted & self._followed:
-            asked = [TopicPartition(self.topic, p) for p in sorted(wanted & self._followed)]
-            try:
-                kept = [tp for tp in self._consumer.position(asked) if tp.offset >= 0]
-            except KafkaException as exc:
-                raise LogError(f"positions on {self.topic}: {error_text(exc)}") from None
+        kept = [] if from_start else self._kept(wanted & self._followed)
         fresh = wanted - {tp.partition for tp in kept}
         assigned = kept + self._starts(fresh, STARTS_TIMEOUT_S)
         ordered = self._quick_start and self._lasting is None  # the member's, after `settle`
         first, then = self._readable_first(assigned) if ordered else (assigned, [])
         try:
-            self._consumer.assign(first)
+            self._assign(first)
         except KafkaException as exc:
             raise LogError(f"following {self.topic}: {error_text(exc)}") from None
         if then:
             try:
                 self._consumer.incremental_assign(then)
             except KafkaException:
+                _log.debug("%s: the second assignment refused: all in one", self.topic)
                 try:  # not left with a part: all of them in one call, as without the order
-                    self._consumer.assign(assigned)
+                    self._assign(assigned)
                 except KafkaException as exc:
+                    self._followed = frozenset(tp.partition for tp in first)  # what it reads
                     raise LogError(f"following {self.topic}: {error_text(exc)}") from None
+            self._assigned_at.update((tp.partition, tp.offset) for tp in then)
         self._followed = wanted
+
+    def _assign(self, partitions: list[TopicPartition]) -> None:
+        """Assign the reader exactly ``partitions``, their offsets noted (`_kept`)."""
+        self._consumer.assign(partitions)
+        self._assigned_at = {tp.partition: tp.offset for tp in partitions}
+
+    def _kept(self, partitions: frozenset[int]) -> list[TopicPartition]:
+        """Each of ``partitions`` (followed now) at the position its last returned record left.
+        librdkafka knows a position only once it has returned a record since the partition's
+        last assignment: one with nothing returned since is where it was assigned (and was
+        read from its first record again when taken for a new one: the fold refused the
+        records as malformed, "offset behind")."""
+        if not partitions:
+            return []
+        asked = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+        try:
+            positions = self._consumer.position(asked)
+        except KafkaException as exc:
+            raise LogError(f"positions on {self.topic}: {error_text(exc)}") from None
+        kept: list[TopicPartition] = []
+        for tp in positions:
+            if tp.offset < 0:
+                at = self._assigned_at.get(tp.partition)
+                if at is None or (at < 0 and at != OFFSET_BEGINNING):
+                    continue  # not known: from its first record
+                tp.offset = at  # (OFFSET_BEGINNING: nothing returned yet; librdkafka looks)
+            kept.append(tp)
+        return kept
 
     def _readable_first(
         self, assigned: list[TopicPartition]

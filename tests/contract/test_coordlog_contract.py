@@ -245,6 +245,27 @@ class TestFollow:
         assert got == [(1, 1), (2, 0)]
         assert reader.poll(0.5) == []
 
+    def test_a_kept_partition_with_nothing_new_is_not_read_again(self, open_log: Opener) -> None:
+        """Kept through several follows with nothing new to read, a partition stays where it
+        was. (librdkafka knows a position only once it returned a record since the last
+        assignment: kept through one follow with nothing new, the partition had none at the
+        next, was taken for a new one and read again from its first record, which the fold
+        refuses as malformed, "offset behind". A member locating its group follows in steps,
+        and so do `marshal-admin`'s moves.)"""
+        writer = open_log()
+        for p in range(PARTITIONS):
+            writer.append(p, b"k", b"v", TIMEOUT_S)
+        reader = open_log()
+        reader.follow([0])
+        assert [(r.partition, r.offset) for r in poll_until(reader, 1)] == [(0, 0)]
+        for followed in ([0, 1], [0, 1, 2]):
+            reader.follow(followed)
+            read: list[tuple[int, int]] = []
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                read.extend((r.partition, r.offset) for r in reader.poll(0.3))
+            assert read == [(followed[-1], 0)], followed
+
     def test_from_start_reads_every_followed_partition_again(self, open_log: Opener) -> None:
         """follow(from_start=True) reads each followed partition again from its first record."""
         writer = open_log()
