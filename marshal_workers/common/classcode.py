@@ -20,9 +20,9 @@ compiled is added to the cache file when it stops.
   one file per interpreter and ``-O`` level (``<tag>``: ``cpython-311``, ``cpython-311.opt-1``,
   as the ``.pyc`` files are named): the interpreter's magic number and optimisation level, a
   digest of the payload, then the payload (the texts and their code, marshalled), decoded
-  only if the three match. It trusts the file as the interpreter trusts
-  the ``.pyc`` files beside it (whoever can write there can change the package's code anyway);
-  the digest is against damage (a disk's error, a copy cut short), not against an attacker.
+  only if the three match. It trusts the file as the interpreter trusts the ``.pyc`` files
+  beside it (whoever can write there can change the package's code anyway): the digest is
+  against damage (a disk's error, a copy cut short), not against an attacker.
 - **Never in the way.** A file that is missing, unreadable, damaged, of another interpreter or
   not a cache is ignored (the texts are compiled, as without it); it is written only where the
   interpreter would write bytecode (not under ``PYTHONDONTWRITEBYTECODE``: the installs write it
