@@ -144,7 +144,9 @@ class KafkaLog:
             consumer_config["stats_cb"] = self._on_stats  # what the reading costs: `received`
             startup_config["stats_cb"] = self._on_stats
         self._quick_start = quick_start
-        self._assigned_at: dict[int, int] = {}  # the reader's partitions, at their assigned offsets
+        # Where the reader goes on in each partition it is assigned (`_kept`): where assigned,
+        # then after the last record `poll` returned.
+        self._next: dict[int, int] = {}
         self._lasting: Consumer | None = None
         if quick_start:
             self._lasting = roles.coordination_reader(consumer_config)
@@ -239,36 +241,26 @@ class KafkaLog:
                 except KafkaException as exc:
                     self._followed = frozenset(tp.partition for tp in first)  # what it reads
                     raise LogError(f"following {self.topic}: {error_text(exc)}") from None
-            self._assigned_at.update((tp.partition, tp.offset) for tp in then)
+            self._next.update((tp.partition, tp.offset) for tp in then)
         self._followed = wanted
 
     def _assign(self, partitions: list[TopicPartition]) -> None:
         """Assign the reader exactly ``partitions``, their offsets noted (`_kept`)."""
         self._consumer.assign(partitions)
-        self._assigned_at = {tp.partition: tp.offset for tp in partitions}
+        self._next = {tp.partition: tp.offset for tp in partitions}
 
     def _kept(self, partitions: frozenset[int]) -> list[TopicPartition]:
-        """Each of ``partitions`` (followed now) at the position its last returned record left.
-        librdkafka knows a position only once it has returned a record since the partition's
-        last assignment: one with nothing returned since is where it was assigned (and was
-        read from its first record again when taken for a new one: the fold refused the
-        records as malformed, "offset behind")."""
-        if not partitions:
-            return []
-        asked = [TopicPartition(self.topic, p) for p in sorted(partitions)]
-        try:
-            positions = self._consumer.position(asked)
-        except KafkaException as exc:
-            raise LogError(f"positions on {self.topic}: {error_text(exc)}") from None
-        kept: list[TopicPartition] = []
-        for tp in positions:
-            if tp.offset < 0:
-                at = self._assigned_at.get(tp.partition)
-                if at is None or (at < 0 and at != OFFSET_BEGINNING):
-                    continue  # not known: from its first record
-                tp.offset = at  # (OFFSET_BEGINNING: nothing returned yet; librdkafka looks)
-            kept.append(tp)
-        return kept
+        """Each of ``partitions`` (followed now) where its reading goes on: after the last
+        record `poll` returned of it, or where it was assigned if none since (OFFSET_BEGINNING
+        included: librdkafka looks the start up).
+
+        Kept here, not asked of librdkafka's ``position()``: that one is reset only when the
+        partition's fetcher stops, which happens after `assign` returns, so a follow made at
+        once after one from the start kept the position from before it, and the records in
+        between were never read; and it knows no position until a record is returned since
+        the last assignment, so a partition kept through a follow with nothing new was read
+        again from its first record (the fold refused those, "offset behind")."""
+        return [TopicPartition(self.topic, p, self._next[p]) for p in sorted(partitions)]
 
     def _readable_first(
         self, assigned: list[TopicPartition]
@@ -571,12 +563,15 @@ class KafkaLog:
             raise LogError(f"reading {self.topic}: {error_text(exc)}") from None
         out: list[CoordRecord] = []
         append = out.append
+        next_offsets = self._next
         for m in messages:
             if m.error() is not None:
                 self._consumer_error(m)  # kept for the next call: later records still count
                 continue
             # A message without an error always has a partition and an offset.
-            append(CoordRecord(m.partition(), m.offset(), m.timestamp()[1], m.key(), m.value()))  # type: ignore[arg-type]
+            partition, offset = m.partition(), m.offset()
+            next_offsets[partition] = offset + 1  # type: ignore[index,operator]
+            append(CoordRecord(partition, offset, m.timestamp()[1], m.key(), m.value()))  # type: ignore[arg-type]
         if not out and self._pending_error is not None:
             error, self._pending_error = self._pending_error, None
             raise error

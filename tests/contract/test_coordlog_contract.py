@@ -266,6 +266,24 @@ class TestFollow:
                 read.extend((r.partition, r.offset) for r in reader.poll(0.3))
             assert read == [(followed[-1], 0)], followed
 
+    def test_from_start_then_more_at_once_reads_it_all_again(self, open_log: Opener) -> None:
+        """Followed from the start and, at once, followed with one more: the first is read again
+        from its first record. (librdkafka stops a partition's fetcher after `assign` returns:
+        until then its position is the one before, and a follow that kept it there would skip
+        its records, silently.)"""
+        writer = open_log()
+        for _ in range(3):
+            writer.append(0, b"k", b"v", TIMEOUT_S)
+        writer.append(1, b"k", b"v", TIMEOUT_S)
+        reader = open_log()
+        reader.follow([0])
+        assert [r.offset for r in poll_until(reader, 3)] == [0, 1, 2]
+        reader.follow([0], from_start=True)
+        reader.follow([0, 1])
+        got = sorted((r.partition, r.offset) for r in poll_until(reader, 4))
+        assert got == [(0, 0), (0, 1), (0, 2), (1, 0)]
+        assert reader.poll(0.5) == []
+
     def test_from_start_reads_every_followed_partition_again(self, open_log: Opener) -> None:
         """follow(from_start=True) reads each followed partition again from its first record."""
         writer = open_log()
