@@ -251,8 +251,9 @@ class KafkaLog:
 
     def _kept(self, partitions: frozenset[int]) -> list[TopicPartition]:
         """Each of ``partitions`` (followed now) where its reading goes on: after the last
-        record `poll` returned of it, or where it was assigned if none since (OFFSET_BEGINNING
-        included: librdkafka looks the start up).
+        record `poll` returned of it, or where it was assigned if none since; one assigned at
+        OFFSET_BEGINNING with nothing returned since is not kept: it is started again, at
+        its first offset asked anew (`_starts`).
 
         Kept here, not asked of librdkafka's ``position()``: that one is reset only when the
         partition's fetcher stops, which happens after `assign` returns, so a follow made at
@@ -260,7 +261,8 @@ class KafkaLog:
         between were never read; and it knows no position until a record is returned since
         the last assignment, so a partition kept through a follow with nothing new was read
         again from its first record (the fold refused those, "offset behind")."""
-        return [TopicPartition(self.topic, p, self._next[p]) for p in sorted(partitions)]
+        places = ((p, self._next.get(p, OFFSET_BEGINNING)) for p in sorted(partitions))
+        return [TopicPartition(self.topic, p, offset) for p, offset in places if offset >= 0]
 
     def _readable_first(
         self, assigned: list[TopicPartition]
