@@ -194,6 +194,15 @@ class AssignSpy:
         return getattr(self.consumer, name)
 
 
+def assert_every_record_read(log: KafkaLog, ends: dict[int, int]) -> None:
+    """``log`` returns each record below ``ends`` once (every partition read from offset 0)."""
+    read: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(read) < sum(ends.values()) and time.monotonic() < deadline:
+        read.extend(r.partition for r in log.poll(0.5))
+    assert sorted(read) == sorted(p for p, end in ends.items() for _ in range(end))
+
+
 class QuerySpy:
     """The log's real query client, the offsets it was asked for noted (each
     `offsets_for_times` call's partitions' offsets), everything else passed through."""
@@ -243,11 +252,7 @@ class TestFollowing:
                 ("assign", [(p, 0) for p in with_records]),
                 ("incremental", [(p, 0) for p in range(4) if p not in with_records]),
             ], spy.calls
-            read: list[int] = []
-            deadline = time.monotonic() + 30
-            while len(read) < sum(ends.values()) and time.monotonic() < deadline:
-                read.extend(r.partition for r in log.poll(0.5))
-            assert sorted(read) == sorted(p for p, end in ends.items() for _ in range(end))
+            assert_every_record_read(log, ends)
         finally:
             log.close()
 
@@ -309,10 +314,6 @@ class TestFollowing:
             assert [call for call, _ in spy.calls] == ["assign", "incremental", "assign"]
             assert spy.calls[-1] == ("assign", [(p, 0) for p in range(4)])
             assert sorted(tp.partition for tp in spy.consumer.assignment()) == [0, 1, 2, 3]
-            read: list[int] = []
-            deadline = time.monotonic() + 30
-            while len(read) < sum(ends.values()) and time.monotonic() < deadline:
-                read.extend(r.partition for r in log.poll(0.5))
-            assert sorted(read) == sorted(p for p, end in ends.items() for _ in range(end))
+            assert_every_record_read(log, ends)
         finally:
             log.close()
