@@ -557,12 +557,18 @@ class KafkaLog:
         try:
             # consume(n, t) waits for all n messages or t: take what is queued, else wait for one.
             messages = consume(num_messages=CONSUME_BATCH, timeout=0)
-            if not messages and timeout_s > 0:
+            waited = not messages and timeout_s > 0
+            if waited:
                 messages = consume(num_messages=1, timeout=timeout_s)
-                if messages:
-                    messages.extend(consume(num_messages=CONSUME_BATCH - 1, timeout=0))
         except KafkaException as exc:
             raise LogError(f"reading {self.topic}: {error_text(exc)}") from None
+        if waited and messages:
+            try:  # the batch's rest, without waiting
+                messages.extend(consume(num_messages=CONSUME_BATCH - 1, timeout=0))
+            except KafkaException as exc:
+                # librdkafka moved past the record already handed over: it is returned, and
+                # the error by the next call (dropped with it, it was never read again)
+                self._pending_error = LogError(f"reading {self.topic}: {error_text(exc)}")
         out: list[CoordRecord] = []
         append = out.append
         next_offsets = self._next

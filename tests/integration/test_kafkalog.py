@@ -317,3 +317,58 @@ class TestFollowing:
             assert_every_record_read(log, ends)
         finally:
             log.close()
+
+
+class ConsumeRefusedOnce:
+    """The log's real consumer; the first `consume` that follows one which returned records
+    within the same `KafkaLog.poll` (the batch's rest, asked without waiting) raises, as
+    confluent-kafka does when a callback raised or librdkafka refused the call, after the
+    records of the call before it were handed over."""
+
+    def __init__(self, consumer: object) -> None:
+        self.consumer = consumer
+        self.refused = 0
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        if num_messages == kafkalog.CONSUME_BATCH - 1 and not self.refused:
+            self.refused += 1
+            raise KafkaException(KafkaError(KafkaError._FAIL, "refused by the test"))
+        return self.consumer.consume(num_messages=num_messages, timeout=timeout)  # type: ignore[attr-defined,no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.consumer, name)
+
+
+class TestPolling:
+    def test_records_handed_over_before_a_refused_call_are_returned_then_the_error(
+        self, kafka_bootstrap: str, fresh_topic: str
+    ) -> None:
+        """A poll takes a batch in up to three `consume` calls. When a later one raised, the
+        records an earlier one had handed over were dropped with the error: librdkafka had
+        moved past them, the poll after it went on from there, and the fold never saw them (a
+        read error is logged and the reading goes on). They are returned first now, and the
+        error by the next poll; every record is read once."""
+        ensure_coordination_topic(kafka_bootstrap, fresh_topic, 1, replication_factor=1)
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        for _ in range(20):
+            producer.produce(fresh_topic, b"r", b"k", partition=0)
+        assert producer.flush(30) == 0
+        log = KafkaLog(kafka_bootstrap, fresh_topic)
+        try:
+            ends = log.end_offsets(10.0)
+            spy = ConsumeRefusedOnce(log._consumer)
+            log._consumer = spy  # type: ignore[assignment]
+            log.follow([0], from_start=True)
+            read: list[int] = []
+            errors: list[str] = []
+            deadline = time.monotonic() + 30
+            while len(read) < ends[0] and time.monotonic() < deadline:
+                try:
+                    read.extend(r.offset for r in log.poll(0.5))
+                except LogError as exc:
+                    errors.append(str(exc))
+            assert spy.refused == 1  # the path was taken
+            assert errors == [f"reading {fresh_topic}: refused by the test"], errors
+            assert sorted(read) == list(range(ends[0]))
+        finally:
+            log.close()
