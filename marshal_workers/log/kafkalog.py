@@ -206,11 +206,15 @@ class KafkaLog:
         return sum(b for b, _ in got), sum(m for _, m in got)
 
     def _on_stats(self, text: str) -> None:
-        stats = json.loads(text)
-        self._received[str(stats.get("name"))] = (
-            int(stats.get("rx_bytes", 0)),
-            int(stats.get("rxmsg_bytes", 0)),
-        )
+        """librdkafka's statistics callback, run inside ``consume``: what it raised,
+        confluent-kafka would raise from there, the call's records dropped. So it never
+        raises: statistics it cannot read leave the figures as they were."""
+        try:
+            stats = json.loads(text)
+            figures = (int(stats.get("rx_bytes", 0)), int(stats.get("rxmsg_bytes", 0)))
+            self._received[str(stats.get("name"))] = figures
+        except Exception:  # only a figure, logged as the supervisor stops
+            _log.debug("unreadable statistics ignored", exc_info=True)
 
     def follow(self, partitions: Iterable[int], *, from_start: bool = False) -> None:
         """Read exactly ``partitions`` from now on (`CoordinationLog.follow`): the consumer is
