@@ -147,6 +147,7 @@ class KafkaLog:
         # Where the reader goes on in each partition it is assigned (`_kept`): where assigned,
         # then after the last record `poll` returned.
         self._next: dict[int, int] = {}
+        self._dropped_records = False  # a consume raised: read nothing until put back (`poll`)
         self._lasting: Consumer | None = None
         if quick_start:
             self._lasting = roles.coordination_reader(consumer_config)
@@ -553,26 +554,19 @@ class KafkaLog:
     def poll(self, timeout_s: float) -> list[CoordRecord]:
         """Up to one batch of records (each partition in offset order), waiting up to
         ``timeout_s`` for the first; a consumer error is raised as LogError (after the records
-        that came before it have been returned)."""
+        that came before it have been returned), and a ``consume`` that raised puts the reader
+        back after the last record returned (`_go_back`)."""
         if self._pending_error is not None:
             error, self._pending_error = self._pending_error, None
             raise error
-        consume = self._consumer.consume
+        if self._dropped_records:
+            self._go_back("")  # not read past what was dropped: raises until it went back
         try:
-            # consume(n, t) waits for all n messages or t: take what is queued, else wait for one.
-            messages = consume(num_messages=CONSUME_BATCH, timeout=0)
-            waited = not messages and timeout_s > 0
-            if waited:
-                messages = consume(num_messages=1, timeout=timeout_s)
-        except KafkaException as exc:
-            raise LogError(f"reading {self.topic}: {error_text(exc)}") from None
-        if waited and messages:
-            try:  # the batch's rest, without waiting
-                messages.extend(consume(num_messages=CONSUME_BATCH - 1, timeout=0))
-            except KafkaException as exc:
-                # librdkafka moved past the record already handed over: it is returned, and
-                # the error by the next call (dropped with it, it was never read again)
-                self._pending_error = LogError(f"reading {self.topic}: {error_text(exc)}")
+            messages = self._consume(timeout_s)
+        except Exception as exc:  # a callback's own exception comes through here too
+            self._dropped_records = True
+            text = error_text(exc) if isinstance(exc, KafkaException) else repr(exc)
+            self._go_back(f"reading {self.topic}: {text}")
         out: list[CoordRecord] = []
         append = out.append
         next_offsets = self._next
@@ -582,12 +576,39 @@ class KafkaLog:
                 continue
             # A message without an error always has a partition and an offset.
             partition, offset = m.partition(), m.offset()
-            next_offsets[partition] = offset + 1  # type: ignore[index,operator]
-            append(CoordRecord(partition, offset, m.timestamp()[1], m.key(), m.value()))  # type: ignore[arg-type]
+            next_offsets[partition] = offset + 1
+            append(CoordRecord(partition, offset, m.timestamp()[1], m.key(), m.value()))
         if not out and self._pending_error is not None:
             error, self._pending_error = self._pending_error, None
             raise error
         return out
+
+    def _consume(self, timeout_s: float) -> list[Any]:
+        """A batch from the reader: what is queued, else what comes first within ``timeout_s``
+        and what is queued after it. (consume(n, t) waits for all n messages or t.)"""
+        consume = self._consumer.consume
+        messages: list[Any] = consume(num_messages=CONSUME_BATCH, timeout=0)
+        if not messages and timeout_s > 0:
+            messages = consume(num_messages=1, timeout=timeout_s)
+            if messages:
+                messages.extend(consume(num_messages=CONSUME_BATCH - 1, timeout=0))
+        return messages
+
+    def _go_back(self, error: str) -> None:
+        """Put the reader back after the last record `poll` returned of each partition
+        (`_kept`), then raise ``error`` as a LogError if there is one. confluent-kafka drops
+        the records a ``consume`` took when it raises (a callback's exception, a fatal error),
+        and this poll's earlier calls' records with them; librdkafka had moved past them, and
+        the reading goes on after a read error: the fold never saw them. Until the reader
+        is back, every poll tries again and raises, reading nothing past them."""
+        try:
+            self.follow(self._followed)
+        except Exception as again:  # the next poll tries again
+            text = f"; and could not go back to the last record read: {again}"
+            raise LogError(f"{error or f'reading {self.topic}'}{text}") from None
+        self._dropped_records = False
+        if error:
+            raise LogError(error)
 
     def _consumer_error(self, m: Any) -> None:
         err: KafkaError = m.error()

@@ -319,35 +319,61 @@ class TestFollowing:
             log.close()
 
 
-class ConsumeRefusedOnce:
-    """The log's real consumer; the first `consume` that follows one which returned records
-    within the same `KafkaLog.poll` (the batch's rest, asked without waiting) raises, as
-    confluent-kafka does when a callback raised or librdkafka refused the call, after the
-    records of the call before it were handed over."""
+class ConsumeDroppedOnce:
+    """The log's real consumer; ``drop_call``: the number of the `consume` call (counted from
+    1, among those that returned records) whose records are dropped with an exception, as
+    confluent-kafka does when a callback run during the call raised (the callback's own
+    exception) or on a fatal error (a KafkaException): librdkafka has handed them over and
+    moved past them."""
 
-    def __init__(self, consumer: object) -> None:
+    def __init__(
+        self, consumer: object, drop_call: int, error: Exception, refused_assigns: int = 0
+    ) -> None:
         self.consumer = consumer
-        self.refused = 0
+        self.drop_call = drop_call
+        self.error = error
+        self.refused_assigns = refused_assigns  # the first assignments after the drop refused
+        self.calls_with_records = 0
+        self.dropped: list[int] = []
+
+    def assign(self, partitions: list[Any]) -> None:
+        if self.dropped and self.refused_assigns > 0:
+            self.refused_assigns -= 1
+            raise KafkaException(KafkaError(KafkaError._STATE, "assignment refused by the test"))
+        self.consumer.assign(partitions)  # type: ignore[attr-defined]
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
-        if num_messages == kafkalog.CONSUME_BATCH - 1 and not self.refused:
-            self.refused += 1
-            raise KafkaException(KafkaError(KafkaError._FAIL, "refused by the test"))
-        return self.consumer.consume(num_messages=num_messages, timeout=timeout)  # type: ignore[attr-defined,no-any-return]
+        got: list[Any] = self.consumer.consume(num_messages=num_messages, timeout=timeout)  # type: ignore[attr-defined]
+        if got:
+            self.calls_with_records += 1
+            if self.calls_with_records == self.drop_call:
+                self.dropped = [m.offset() for m in got if m.error() is None]
+                raise self.error
+        return got
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.consumer, name)
 
 
 class TestPolling:
-    def test_records_handed_over_before_a_refused_call_are_returned_then_the_error(
-        self, kafka_bootstrap: str, fresh_topic: str
+    @pytest.mark.parametrize(
+        ("drop_call", "error"),
+        [
+            (1, ValueError("raised by a callback")),
+            (2, ValueError("raised by a callback")),
+            (2, KafkaException(KafkaError(KafkaError._FATAL, "fatal, said the test"))),
+        ],
+    )
+    def test_records_dropped_with_an_error_are_read_again(
+        self, kafka_bootstrap: str, fresh_topic: str, drop_call: int, error: Exception
     ) -> None:
-        """A poll takes a batch in up to three `consume` calls. When a later one raised, the
-        records an earlier one had handed over were dropped with the error: librdkafka had
-        moved past them, the poll after it went on from there, and the fold never saw them (a
-        read error is logged and the reading goes on). They are returned first now, and the
-        error by the next poll; every record is read once."""
+        """What confluent-kafka drops with an exception from ``consume``, librdkafka had moved
+        past: the reading went on after them (a read error is logged and the poll after it
+        goes on), and the fold never saw them, a silent gap; an exception other than a
+        KafkaException also ended the supervisor's reader thread. The reader goes back to
+        after the last record it returned, and the error is a LogError: every record is read,
+        once, in order. (Call 2: the batch's rest, asked after waiting for its first record,
+        which the call before handed over.)"""
         ensure_coordination_topic(kafka_bootstrap, fresh_topic, 1, replication_factor=1)
         producer = Producer({"bootstrap.servers": kafka_bootstrap})
         for _ in range(20):
@@ -356,19 +382,50 @@ class TestPolling:
         log = KafkaLog(kafka_bootstrap, fresh_topic)
         try:
             ends = log.end_offsets(10.0)
-            spy = ConsumeRefusedOnce(log._consumer)
-            log._consumer = spy  # type: ignore[assignment]
             log.follow([0], from_start=True)
+            spy = ConsumeDroppedOnce(log._consumer, drop_call, error)
+            log._consumer = spy  # type: ignore[assignment]
             read: list[int] = []
             errors: list[str] = []
             deadline = time.monotonic() + 30
             while len(read) < ends[0] and time.monotonic() < deadline:
                 try:
-                    read.extend(r.offset for r in log.poll(0.5))
+                    read.extend(r.offset for r in log.poll(10.0))
                 except LogError as exc:
                     errors.append(str(exc))
-            assert spy.refused == 1  # the path was taken
-            assert errors == [f"reading {fresh_topic}: refused by the test"], errors
-            assert sorted(read) == list(range(ends[0]))
+            assert spy.dropped  # the records were dropped
+            assert len(errors) == 1, errors
+            assert errors[0].startswith(f"reading {fresh_topic}: "), errors
+            assert read == list(range(ends[0]))
+        finally:
+            log.close()
+
+    def test_until_it_is_put_back_the_reader_reads_nothing_past_what_was_dropped(
+        self, kafka_bootstrap: str, fresh_topic: str
+    ) -> None:
+        """Going back refused, each poll tries again and raises, and reads nothing: the
+        records after the dropped ones never come before them."""
+        ensure_coordination_topic(kafka_bootstrap, fresh_topic, 1, replication_factor=1)
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        for _ in range(20):
+            producer.produce(fresh_topic, b"r", b"k", partition=0)
+        assert producer.flush(30) == 0
+        log = KafkaLog(kafka_bootstrap, fresh_topic)
+        try:
+            ends = log.end_offsets(10.0)
+            log.follow([0], from_start=True)
+            spy = ConsumeDroppedOnce(log._consumer, 1, ValueError("raised"), refused_assigns=2)
+            log._consumer = spy  # type: ignore[assignment]
+            errors: list[str] = []
+            for _ in range(2):  # the drop, then a poll that tries again: both refused
+                with pytest.raises(LogError) as info:
+                    log.poll(10.0)
+                errors.append(str(info.value))
+            assert all("could not go back" in e for e in errors), errors
+            read: list[int] = []
+            deadline = time.monotonic() + 30
+            while len(read) < ends[0] and time.monotonic() < deadline:
+                read.extend(r.offset for r in log.poll(10.0))
+            assert read == list(range(ends[0]))
         finally:
             log.close()
