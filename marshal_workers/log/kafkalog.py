@@ -367,9 +367,19 @@ class KafkaLog:
     def _unreachable(self, detail: str, within: str) -> MarshalError:
         """The error of a failed connect: an authentication failure says so, whatever came
         after it (librdkafka goes on to report the broken connection)."""
-        clients = (self._consumer, self._lasting) if self._opening else ()
-        for client in (*clients, self._offsets, self._producer):
-            try:  # serve the error callbacks (the reader's at the open only: then its thread polls)
+        # Serve the error callbacks: the query client's; the reader's and the producer's at the
+        # open only. Then the reader's thread polls the one, the loop the other, and this runs
+        # on a background thread (`current_num_partitions`): the producer polled here ran its
+        # delivery callbacks there, and an ack added as the loop took the acks was lost.
+        opening = self._opening
+        clients = (
+            self._consumer if opening else None,
+            self._lasting if opening else None,
+            self._offsets,
+            self._producer if opening else None,
+        )
+        for client in clients:
+            try:
                 if client is not None:
                     client.poll(0)
             except KafkaException:
