@@ -355,6 +355,18 @@ class ConsumeDroppedOnce:
         return getattr(self.consumer, name)
 
 
+def one_partition_log(bootstrap: str, topic: str, records: int) -> KafkaLog:
+    """A log of one partition holding ``records`` records (and init's). (The tests follow it
+    at once before they poll: their first poll then waits for the first fetch, which hands a
+    record over alone, and the batch's rest comes in a second call.)"""
+    ensure_coordination_topic(bootstrap, topic, 1, replication_factor=1)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for _ in range(records):
+        producer.produce(topic, b"r", b"k", partition=0)
+    assert producer.flush(30) == 0
+    return KafkaLog(bootstrap, topic)
+
+
 class TestPolling:
     @pytest.mark.parametrize(
         ("drop_call", "error"),
@@ -374,12 +386,7 @@ class TestPolling:
         after the last record it returned, and the error is a LogError: every record is read,
         once, in order. (Call 2: the batch's rest, asked after waiting for its first record,
         which the call before handed over.)"""
-        ensure_coordination_topic(kafka_bootstrap, fresh_topic, 1, replication_factor=1)
-        producer = Producer({"bootstrap.servers": kafka_bootstrap})
-        for _ in range(20):
-            producer.produce(fresh_topic, b"r", b"k", partition=0)
-        assert producer.flush(30) == 0
-        log = KafkaLog(kafka_bootstrap, fresh_topic)
+        log = one_partition_log(kafka_bootstrap, fresh_topic, 20)
         try:
             ends = log.end_offsets(10.0)
             log.follow([0], from_start=True)
@@ -405,12 +412,7 @@ class TestPolling:
     ) -> None:
         """Going back refused, each poll tries again and raises, and reads nothing: the
         records after the dropped ones never come before them."""
-        ensure_coordination_topic(kafka_bootstrap, fresh_topic, 1, replication_factor=1)
-        producer = Producer({"bootstrap.servers": kafka_bootstrap})
-        for _ in range(20):
-            producer.produce(fresh_topic, b"r", b"k", partition=0)
-        assert producer.flush(30) == 0
-        log = KafkaLog(kafka_bootstrap, fresh_topic)
+        log = one_partition_log(kafka_bootstrap, fresh_topic, 20)
         try:
             ends = log.end_offsets(10.0)
             log.follow([0], from_start=True)
