@@ -42,6 +42,7 @@ class FakeChild:
         self.sentinel: int | None = None  # no exit fd: the supervisor looks every turn
         self.pipe_ended = False  # (`ChildHandle.pipe_ended`)
         self.signals: list[int] = []
+        self.alone: list[int] = []  # of ``signals``, those sent to the child alone
 
     def send(self, msg: ipc.ToChild) -> bool:
         """What the supervisor says to the child; False once its pipe end is closed."""
@@ -55,6 +56,11 @@ class FakeChild:
         self.signals.append(sig)
         if sig == signal.SIGKILL:
             self.exitcode = -signal.SIGKILL
+
+    def signal_child(self, sig: int) -> None:
+        """(`ChildHandle.signal_child`: the child alone; recorded with the group's too.)"""
+        self.signals.append(sig)
+        self.alone.append(sig)
 
     def close(self) -> None:
         self.conn.close()

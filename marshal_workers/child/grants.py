@@ -29,11 +29,15 @@ class Asked:
         self.answers: dict[int, Grant] = {}
         self._last_id = 0
 
-    def ask(self, records: Sequence[Record]) -> GrantRequest:
-        """The request for ``records`` (to send), remembered until its run is taken."""
+    def ask(self, records: Sequence[Record], *, granted: bool = False) -> GrantRequest:
+        """The request for ``records`` (to send), remembered until its run is taken;
+        ``granted``: the run was granted before this child started (`ChildSpec.granted_until`):
+        answered here, not sent."""
         self._last_id += 1
         request = GrantRequest(self._last_id, records[0].offset, records[-1].offset + 1)
         self.batches.append((request, records))
+        if granted:
+            self.answers[request.request_id] = Grant(request.request_id, True, "")
         return request
 
     def may_ask(self, ahead: int = AHEAD) -> bool:

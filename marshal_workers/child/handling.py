@@ -10,7 +10,8 @@ records handled; it tells the reporter how far the run is dealt with.
 
 The per-record hot path (`_run_calls`) does, per record, one lease-clock reading (the lease
 check, kept as the call's start for the watchdog and the latency statistics), one load of the
-shared deadline, one 8-byte store (the shared position) and the call; the rest is once per run.
+shared deadline, one list read (the member's TERM: `child.termstop`, the child stops before the
+next call), one 8-byte store (the shared position) and the call; the rest is once per run.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ class Handling:
         batch = self.plugin.handle_batch
         assert batch is not None
         first, end = records[0].offset, records[-1].offset + 1
+        if self.lease.term.asked[0]:  # the member's TERM: stop before the call
+            self.lease.term.stop_at(first)
         # batch_view "messages": the plugin gets the consumer's messages themselves
         given = records.messages if isinstance(records, MessageRecords) else records
         self.cells.unit_end.value = end  # the unit: the whole batch
@@ -118,11 +121,13 @@ class Handling:
         self.reporter.dealt_with(end)
 
     def _run_calls(self, records: Sequence[Record], start: int) -> int:
-        """The per-record hot path: handle ``records[start:]`` until one raises or the lease
-        reads expired; settle that one (the policy, or the lease check that ends the child) and
-        return where to go on."""
+        """The per-record hot path: handle ``records[start:]`` until one raises, the lease
+        reads expired or the member's TERM came; settle that one (the policy, the lease check
+        or the TERM's stop, which end the child before the next record) and return where to
+        go on."""
         handle, ctx = self.plugin.handle, self.ctx
         clock, lease = self.lease.clock, self.lease.cell
+        term = self.lease.term.asked  # the member's TERM: stop before the next call
         # the shared cells (see `childlink.callstate`): per call one store, the record in progress
         # (ALO: everything below it is handled; the supervisor heartbeats it); per run, in_call
         position, in_call = self.cells.position, self.cells.in_call
@@ -138,10 +143,14 @@ class Handling:
         # the offsets without a property call per record: a range if the run has no gaps
         gapless = run[-1].offset - first == count - 1
         run_offsets = range(first, first + count) if gapless else [r.offset for r in run]
+        stop = None  # the offset it stops before, at the member's TERM
         for offset, record in zip(run_offsets, run, strict=True):
             now = clock()
             if now >= lease.value:
                 expired = True
+                break
+            if term[0]:
+                stop = offset
                 break
             started(now)
             position.value = offset
@@ -156,17 +165,24 @@ class Handling:
         self.reporter.stats.observe_calls(starts, clock(), failed=error is not None)
         done = calls - 1 if error is not None else calls  # handled, in order, from start
         self.handled += done
-        if error is None and not expired:
+        if error is None and not expired and stop is None:
             self.reporter.dealt_with(records[-1].offset + 1)
             return len(records)
         if done:  # what came before is dealt with (a retry's wait reports it)
             self.reporter.dealt_with(records[start + done - 1].offset + 1)
-        if expired:
-            self.lease.require()  # ends the child (unless extended meanwhile)
+        if stop is not None:
+            self.lease.term.stop_at(stop)
+        if expired:  # ends the child (unless extended meanwhile), before the next record
+            self.lease.require(stop_at=records[start + calls].offset)
             return start + calls
         assert error is not None
-        record = records[start + done]
-        timed = self.reporter.stats.timed(partial(handle, record, ctx), 1)
+        self._retry(records[start + done], error)
+        return start + calls
+
+    def _retry(self, record: Record, error: BaseException) -> None:
+        """The first call on ``record`` raised ``error``: the retries, then the policy's
+        verdict (stop ends the child)."""
+        timed = self.reporter.stats.timed(partial(self.plugin.handle, record, self.ctx), 1)
         retry = self._in_call(record.offset, timed)
         failed = self.failures.handle_unit([record], failed_once(error, retry))
         if failed is None:
@@ -174,7 +190,6 @@ class Handling:
         else:
             self._carry_out(record, failed)
         self.reporter.dealt_with(record.offset + 1)
-        return start + calls
 
     def _carry_out(self, record: Record, failed: Failed) -> None:
         """The policy's verdict on a unit that failed for good: stop ends the child here."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marshal_workers.child.fencing import REASON_LEASE_EXPIRED
+from marshal_workers.child.termstop import TermStop
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.ipc.exits import EXIT_LEASE_EXPIRED, ChildExit
@@ -24,13 +25,14 @@ Clock = Callable[[], float]
 class LeaseCheck:
     """The claim's lease as the child checks it (``clock``: the lease clock)."""
 
-    __slots__ = ("cell", "clock", "lease", "log")
+    __slots__ = ("cell", "clock", "lease", "log", "term")
 
     def __init__(self, lease: SharedLease, log: Any, clock: Clock = leaseclock.now) -> None:
         self.lease = lease
         self.log = log
         self.clock = clock
         self.cell = lease.cell  # the shared deadline: ``cell.value`` (0: revoked)
+        self.term = TermStop(lease.calls)  # the member's TERM: a stop at the next boundary
 
     @property
     def deadline(self) -> float:
@@ -45,8 +47,17 @@ class LeaseCheck:
         """Whether the child may still process."""
         return self.clock() < self.deadline
 
-    def require(self) -> None:
-        """End the child (`EXIT_LEASE_EXPIRED`) unless the lease still runs."""
-        if not self.valid():
-            self.log.warning("lease_expired", deadline=self.deadline)
-            raise ChildExit(EXIT_LEASE_EXPIRED, REASON_LEASE_EXPIRED)
+    def require(self, stop_at: int | None = None) -> None:
+        """End the child (`EXIT_LEASE_EXPIRED`) unless the lease still runs; ``stop_at``: at a
+        record boundary, where it stops (it started nothing at or after it: the shared
+        ``stopped_at``, as at the member's TERM, `child.termstop`)."""
+        if self.valid():
+            return
+        if stop_at is not None:
+            self.term.cells.stopped_at.value = stop_at
+        self.log.warning("lease_expired", deadline=self.deadline)
+        raise ChildExit(EXIT_LEASE_EXPIRED, REASON_LEASE_EXPIRED)
+
+    def require_here(self) -> None:
+        """`require` at a boundary where the shared position is the next record to start."""
+        self.require(int(self.term.cells.position.value))

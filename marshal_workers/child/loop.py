@@ -161,6 +161,7 @@ class ChildLoop:
             self.log.error("kafka_failed", error=str(exc))
             raise ChildExit(EXIT_KAFKA, "kafka_failed") from None
         self._build_chain(plugin, fetcher, policy, position)
+        self.lease.term.armed = True  # from now on a TERM stops at a record boundary
         # What setup made (the plugin, the consumer; a spawned child's modules) lives as long as
         # the child: frozen, it is not traversed again by every full collection (see
         # GC_THRESHOLDS). Setup's own cyclic garbage is collected first (frozen, a cycle is never
@@ -231,7 +232,8 @@ class ChildLoop:
                 # (the batch in hand is done; AMO: every run asked for is handed on if granted)
                 raise ChildExit(EXIT_OK, pipe.stop_reason, Stopped(reporter.next_offset))
             reporter.send_stats()
-            lease.require()
+            lease.require_here()
+            lease.term.here()  # the member's TERM, between runs (`child.termstop`)
             if reserving is not None:
                 reserving.turn()
                 continue

@@ -11,7 +11,8 @@ the supervisor itself is never forked, as librdkafka's threads do not survive a 
    child has ended, however it ended), asks Linux to SIGKILL it when its parent (the fork server,
    which exits with the supervisor) dies, and exits at once if the supervisor or the fork server
    is already gone (the race after ``prctl``) (see `marshal_workers.child.fencing`);
-2. configures logging, bound to its claim; SIGTERM is logged and then ends it (default action);
+2. configures logging, bound to its claim; SIGTERM is logged and then ends it (default action),
+   once the chain runs at the next record boundary (`child.termstop`);
    SIGINT is ignored (the supervisor owns shutdown and says `Stop`);
 3. starts the watchdog thread, which ends the child at the lease deadline, when the supervisor
    is gone, or when a handler call outlives ``handler_timeout`` (exit 10), even while the main
@@ -114,6 +115,7 @@ from marshal_workers.child.fencing import (
     write_with_timeout,
 )
 from marshal_workers.child.loop import GC_THRESHOLDS, ChildLoop
+from marshal_workers.child.termstop import TermStop
 from marshal_workers.childlink.sharedlease import SharedLease
 from marshal_workers.common import leaseclock
 from marshal_workers.common.logs import configure_logging, raw_line
@@ -220,6 +222,7 @@ class BeforeImport:
         self.bound: dict[str, Any] = {"pid": os.getpid()}
         self.log: Any = structlog.get_logger("marshal_workers.child.main").bind(**self.bound)
         collect_fault_dumps(self, "stack_dump")  # SIGUSR1: every stack at once, even mid-handler
+        self.term: TermStop | None = None  # set once the claim's loop exists (`run_child`)
         signal.signal(signal.SIGTERM, self._on_sigterm)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor owns shutdown
         gc.set_threshold(*GC_THRESHOLDS)
@@ -250,6 +253,8 @@ class BeforeImport:
         write_with_timeout(2, line, LAST_WORDS_TIMEOUT_S)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        if self.term is not None and self.term.request():
+            return  # the chain runs: it stops at the next record boundary (`child.termstop`)
         self.last_words("child_terminated", signal="SIGTERM")
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -285,6 +290,8 @@ def run_child(
     # it ends with os._exit: the guardian then kills the rest of the group (the handler's helpers)
     fence = FirstFence(words, FENCE_EXIT_CODES.__getitem__)
     loop = ChildLoop(spec, lease, conn, before.log, prepared=prepared)
+    loop.lease.term.last_words = last_words
+    before.term = loop.lease.term
     start_leaving_to_the_main_thread(
         Watchdog(
             lease, parent, lambda reason: fence(reason, "watchdog"), call_clock=loop.call_clock

@@ -11,9 +11,11 @@ round trip for one overlaps the handling of the other), asking ahead only while 
 allows (not before the first run is timed, nor while a record takes longer than half a second),
 so the runs reserved and not handled stay within about a second of handling.
 
-On `Stop` it asks for nothing more and hands on every run asked for that the supervisor grants
-(a graceful stop loses nothing: the log reserved those runs for this claim, and nobody else may
-handle them); held records never asked for are dropped. A refusal ends the child (after a
+On `Stop` it asks for nothing more and hands on every run asked for that the supervisor grants,
+and the records granted before it started (`ChildSpec.granted_until`: what the child before it,
+stopped as its lease was ending, had not started) (a graceful stop loses nothing: the log
+reserved those runs for this claim, and nobody else may handle them); held records never asked
+for are dropped. A refusal ends the child (after a
 `Stop`, cleanly: nothing of that run was reserved for it).
 """
 
@@ -69,14 +71,51 @@ class Reserving:
         self.held: list[Any] = []  # fetched, not asked for: records (a messages view: messages)
         self.ended: ChildExit | None = None  # the source ended: the runs asked for, then this
         self.views = fetcher.messages
+        # what the log reserved for this claim before this child, and the child before it never
+        # started (`ChildSpec.granted_until`): handled without asking, in runs that end there
+        self.granted_until = spec.granted_until
+        self.carry_end = spec.granted_until  # where that grant ends (`_carried_to`)
         # a batch plugin gets batches, not the whole run
         self.step = spec.batch_size if handling.plugin.handle_batch is not None else 0
         pipe.keep_grant = self.asked.keep
 
     @property
     def pending(self) -> bool:
-        """Whether a run asked for is still to be handed on."""
-        return bool(self.asked.batches)
+        """Whether a run asked for, or granted before this child started, is still to be
+        handed on (a stop hands those on first)."""
+        carrying = self._carrying()
+        self._carried_to()
+        return bool(self.asked.batches) or carrying
+
+    def _carrying(self) -> bool:
+        """Whether records granted before this child started (`ChildSpec.granted_until`) may
+        still come: none handed on reaches there yet, none read reaches there (a slice's
+        child skips the others' records), and none held is below it."""
+        until = self.granted_until
+        if until is None:
+            return False
+        if self.held and self._view(self.held[:1])[0].offset < until:
+            return True
+        read = self.fetcher.reach.end
+        if self.reporter.next_offset >= until or (read is not None and read >= until):
+            self.granted_until = None
+            return False
+        return True
+
+    def _carried_to(self) -> None:
+        """Once every record granted before this child started is handed on, its position
+        moves to where that grant ended: a slice's child read the other slices' records up to
+        there, and the member's position is there (else it reported them lost at the child's
+        end)."""
+        end = self.carry_end
+        if end is None or self.granted_until is not None:
+            return
+        if any(request.end <= end for request, _ in self.asked.batches):
+            return  # (runs granted before it started, still to be handed on)
+        self.carry_end = None
+        if self.reporter.next_offset < end:
+            self.reporter.granted(end)
+            self.reporter.run_done()
 
     def read_to(self) -> int | None:
         """A slice's child with nothing of its own waiting (none fetched and not asked for,
@@ -97,14 +136,15 @@ class Reserving:
         answered and handed on first: the log may have reserved them for this claim, and
         nobody else may handle them (ending at once lost them as a crash does; a review)."""
         asked = self.asked
-        while (
-            self.ended is None
-            and not self.pipe.stop_requested
-            and asked.may_ask(self.sizer.ahead())
-        ):
+        while self.ended is None and asked.may_ask(self.sizer.ahead()):
+            stopping = self.pipe.stop_requested
+            if stopping and not self._carrying():  # (what was granted before it is handled)
+                break
             try:
                 run = self._next_run()
             except ChildExit as end:
+                if end.code == EXIT_KAFKA and not asked.batches:
+                    self.lease.term.mark_here()  # (between runs: where it stops)
                 if end.code != EXIT_KAFKA or not asked.batches:
                     raise
                 self.ended = end
@@ -112,12 +152,22 @@ class Reserving:
                 break
             if not run:
                 break
+            until = self.granted_until
+            if until is not None and run[0].offset < until:
+                asked.ask(run, granted=True)
+                continue
+            self.granted_until = None
+            if stopping:  # (held records never asked for are dropped)
+                break
             self.pipe.send(asked.ask(run))
         if asked.batches:
             request, run = asked.take()
             self._await_grant(request)
+            self.lease.term.here()  # the member's TERM: stop before the run (`child.termstop`)
             self._hand_on(run)
+            self._carried_to()
         if self.ended is not None and not asked.batches:
+            self.lease.term.mark_here()  # (every run asked for handed on: where it stops)
             raise self.ended
 
     def _next_run(self) -> Sequence[Record]:
@@ -130,7 +180,13 @@ class Reserving:
         while len(held) < size and self._fetch(wait=False):
             pass
         run, self.held = held[:size], held[size:]
-        return self._view(run)
+        view = self._view(run)
+        until = self.granted_until
+        if until is not None and view[0].offset < until < view[-1].offset + 1:
+            below = next(i for i, record in enumerate(view) if record.offset >= until)
+            run, self.held = run[:below], run[below:] + self.held
+            view = self._view(run)
+        return view
 
     def _fetch(self, wait: bool) -> bool:
         """Fetch a batch into ``held``; whether anything came."""
@@ -163,7 +219,8 @@ class Reserving:
     def _wait_for(self, request: GrantRequest) -> Grant:
         """The supervisor's answer to ``request``, the lease and `Stop` checked while waiting."""
         while True:
-            self.lease.require()
+            self.lease.require_here()
+            self.lease.term.here()
             msg = self.pipe.receive(min(GRANT_POLL_S, max(0.0, self.lease.remaining())))
             if isinstance(msg, Grant) and msg.request_id == request.request_id:
                 return msg

@@ -28,6 +28,9 @@ torn value; the cells are not read as a consistent set (each is meaningful on it
   (`child.feedsource`). It may end with another code than the feed's (an AMO child hands on
   the runs it had asked for first, and may be refused one), and the supervisor replaces the
   reader all the same (`supervisor.feeds`).
+- ``stopped_at`` (int64, -1: no): the child stopped at a record boundary on its member's TERM
+  (`child.termstop`) and started no record at or after this offset; AMO: the member hands
+  what was reserved from there to the next child of the claim (`core.children.carried`).
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ class CallCells:
         self.keep_until: Any = ctx.RawValue(ctypes.c_double, 0.0)
         self.fence: Any = ctx.RawValue(ctypes.c_int64, 0)
         self.feed_lost: Any = ctx.RawValue(ctypes.c_int64, 0)
+        self.stopped_at: Any = ctx.RawValue(ctypes.c_int64, NO_POSITION)
 
     def note_feed_lost(self) -> None:
         """The child's feed is lost (see the module)."""
@@ -102,6 +106,7 @@ class CallCells:
         position is kept: it is where the next one starts)."""
         position = self.handled_position()
         unit_end = int(self.unit_end.value)
+        stopped_at = int(self.stopped_at.value)
         note = EndNote(
             fence=int(self.fence.value),
             position=position,
@@ -109,6 +114,7 @@ class CallCells:
             call_started=float(self.started.value),
             unit_end=None if unit_end == NO_POSITION else unit_end,
             feed_lost=bool(self.feed_lost.value),
+            stopped_at=None if stopped_at == NO_POSITION else stopped_at,
         )
         self.in_call.value = 0
         self.started.value = 0.0
@@ -116,4 +122,5 @@ class CallCells:
         self.unit_end.value = NO_POSITION
         self.fence.value = 0
         self.feed_lost.value = 0
+        self.stopped_at.value = NO_POSITION
         return note

@@ -63,6 +63,8 @@ class HeldClaim:
     # (it carries the position before it): write one again after the verdict
     held_back: list[tuple[ClaimingMessages, dict[str, int]]] = field(default_factory=list)
     # AMO: reservations asked for while a heartbeat is owed, written right after it (decision 18)
+    carry: tuple[int, int] | None = None  # AMO: reserved under this tenure, granted to a child
+    # that stopped at a record boundary before starting any of it: the next child takes it
     covered: list[int] = field(default_factory=list)  # AMO: request ids whose write failed while
     # a later batch of the child was in flight: answered with that batch (its reservation, by
     # the same holder, covers everything below its end)

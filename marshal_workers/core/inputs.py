@@ -78,13 +78,15 @@ class ChildExited:
     """A child ended (negative code: the signal), and the runtime has killed its group.
     ``end``: what its shared cells say (`childexits.read_end`: a handler call it ended in, the
     code that counts); ``position``: every record below it handled (the shared cell; in AMO
-    the record at it may have been in progress)."""
+    the record at it may have been in progress); ``stopped_at``: it stopped at a record boundary
+    (its member's TERM, its lease's end) and started no record at or after this offset."""
 
     now: float
     key: ClaimKey
     code: int
     end: ChildEnd | None = None
     position: int | None = None
+    stopped_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

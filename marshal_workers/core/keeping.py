@@ -22,7 +22,7 @@ from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.members import is_member_key
 from marshal_workers.protocol.modes import Mode
-from marshal_workers.protocol.slicing import split_topic
+from marshal_workers.protocol.slicing import records_at_most, split_topic
 from marshal_workers.protocol.wire import ClaimKey, Heartbeat, ReleasingPartition
 
 
@@ -91,8 +91,15 @@ class Keeping:
             held.phase is Phase.RUNNING
             and held.restart_at <= now < held.lease
             and self.parking.allows(held, now)
+            and not self.carry_waits(held)
         ):
             self.spawn(held, restart=held.failures > 0, now=now)
+
+    def carry_waits(self, held: HeldClaim) -> bool:
+        """AMO: the next child waits while the claim carries records for it (`children.carried`)
+        and a reservation of the child before is in flight: one that lands goes to it too
+        (`Children._carry_on`), where it would be reported lost once a child had started."""
+        return held.carry is not None and self.ctx.pending.in_flight(Kind.RESERVE, held.key)
 
     def start_child(self, held: HeldClaim, now: float) -> None:
         """A claim won or taken over starts its first child once its position is known and in
@@ -287,9 +294,16 @@ class Keeping:
                 self.signal_child(held, signal.SIGKILL, "lease clock stood still")
 
     def drop(self, key: ClaimKey) -> None:
-        """Forget a claim (its lease's shared memory may go)."""
-        if self.ctx.held.pop(key, None) is not None:
-            self.ctx.out.append(cmd.DropLease(key))
+        """Forget a claim (its lease's shared memory may go). What it carried for a child that
+        never started (`children.carried`) is lost now, and said so."""
+        held = self.ctx.held.pop(key, None)
+        if held is None:
+            return
+        self.ctx.out.append(cmd.DropLease(key))
+        if held.carry is not None:
+            start, end = held.carry
+            why = "reserved for a child stopped as its lease was ending; no child took it after"
+            self.ctx.held_lost(held, start, end, obs.LossCause.LEASE_EXPIRED, why)
 
     def finish(self, held: HeldClaim, now: float, *, release: bool) -> None:
         """The child is gone: release the claim if asked and possible, else forget it.
@@ -408,12 +422,22 @@ class Keeping:
         units of the last minute (`poison_ages`)."""
         key = held.key
         topic, part = split_topic(key.topic)
+        carry, held.carry = held.carry, None  # handed to this child (`children.carried`)
+        if carry is not None and carry[0] >= carry[1]:
+            carry = None  # nothing to hand on
+        elif carry is not None:
+            self.ctx.say(
+                "info", "amo_records_carried", topic=key.topic, partition=key.partition,
+                start=carry[0], end=carry[1], records=records_at_most(key.topic, *carry),
+                reason="granted to a child stopped as its lease was ending; the lease runs again",
+            )  # fmt: skip
         spec = dataclasses.replace(
             self.ctx.s.child,
             topic=topic,
             slice=part,
             partition=key.partition,
-            start_offset=held.position,
+            start_offset=held.position if carry is None else carry[0],
+            granted_until=None if carry is None else carry[1],
             fencing_token=held.token,
             settle=held.settle,
             poison_ages=self.ctx.poison_ages(key, now),

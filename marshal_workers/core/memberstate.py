@@ -169,7 +169,14 @@ class MemberState:
         self.out.append(cmd.Observe(what))
 
     def held_lost(
-        self, held: HeldClaim, start: int, end: int, cause: obs.LossCause, why: str
+        self,
+        held: HeldClaim,
+        start: int,
+        end: int,
+        cause: obs.LossCause,
+        why: str,
+        *,
+        given_up: bool = False,
     ) -> None:
         """AMO: ``start``..``end`` of a held claim is reserved in the log and nobody will handle
         it: reported for each part not reported before (a refused reservation, then the child's
@@ -179,7 +186,7 @@ class MemberState:
             pieces = [p for s, e in pieces for p in ((s, min(e, a)), (max(s, b), e)) if p[0] < p[1]]
         for s, e in pieces:
             held.lost.append((s, e))
-            self.amo_lost(held.key, s, e, cause, why, token=held.token)
+            self.amo_lost(held.key, s, e, cause, why, token=held.token, given_up=given_up)
 
     def amo_lost(
         self,
@@ -189,13 +196,16 @@ class MemberState:
         cause: obs.LossCause,
         why: str,
         token: int | None = None,
+        *,
+        given_up: bool = False,
     ) -> None:
         """AMO: ``start``..``end`` of ``key`` is lost: the warning `amo_records_lost` and the
         observation the loss metric (`marshal_amo_lost_records_total`) counts (``token``: the
-        claim's, when its holder reports it; nothing for an empty range)."""
+        claim's, when its holder reports it; ``given_up``: a write given up on landed, see
+        `obs.AmoLost`; nothing for an empty range)."""
         if start >= end:
             return
-        self.observe(obs.AmoLost(key, start, end, cause, token))
+        self.observe(obs.AmoLost(key, start, end, cause, token, given_up))
         self.say(
             "warning",
             "amo_records_lost",

@@ -112,6 +112,9 @@ class AmoLost:
     # the token of the tenure that reported it, while it holds the claim (who said it, not
     # what was lost: left out of comparisons)
     token: int | None = field(default=None, compare=False)
+    # a reservation whose write was given up on (no verdict in time, a fault of the
+    # coordination path) landed after all: what a fault lost, not a crash (marshal-sim)
+    given_up: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

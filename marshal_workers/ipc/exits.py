@@ -56,3 +56,4 @@ class EndNote:
     call_started: float  # when that call began, as the watchdog last published it (0: unknown)
     unit_end: int | None  # a handle_batch call in progress covered position to this
     feed_lost: bool = False  # a slice's child lost its host reader's feed (however it ended)
+    stopped_at: int | None = None  # it stopped at a record boundary there (`child.termstop`)

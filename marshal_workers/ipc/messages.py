@@ -63,6 +63,10 @@ class ChildSpec:
     # which the child takes its slice's records from instead of a consumer of its own
     feed: str | None = None
     feed_silence_s: float = 10.0  # a reader heard from less often is taken for dead
+    # AMO: the log reserved [start_offset, granted_until) for this claim's tenure and the child
+    # before this one, stopped at a record boundary as its lease was ending, started none of
+    # it: this child handles those records without asking (`core.children`, the carry)
+    granted_until: int | None = None
     # (`feedwire.silence_for` the group's heartbeat interval, as `member_settings` sets it)
 
 

@@ -15,6 +15,7 @@ the virtual time.
 from __future__ import annotations
 
 import itertools
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -92,6 +93,7 @@ class SimChild:
     end: ChildEnd | None = None  # how it ended, as its shared cells would say
     refusals: dict[int, str] = field(default_factory=dict)  # AMO: why, by request id
     refused: str | None = None  # AMO: it ended at a refused grant, for this reason
+    stopped_at: int | None = None  # it stopped at a record boundary there (`child.termstop`)
     feed_lost_at: float | None = None  # its records stopped coming (`lose_feed`), at
     # a slice's child (`sim.slices`): the offsets its slice takes; None: the whole partition
     takes: Callable[[int], bool] | None = None
@@ -179,7 +181,17 @@ class SimChild:
         reader) says so, as the runtime does (`Supervisor._reap_children`: `ChildEnd.feed_lost`)."""
         if self.spec.slice is not None:
             self.end = ChildEnd(EXIT_KAFKA, feed_lost=True)
+        self.stopped_at = self.position  # (between runs: `TermStop.mark_here`)
         self._end(EXIT_KAFKA, t)
+
+    def terminate(self, t: float) -> None:
+        """Its member's TERM (`child.termstop`): it stops at the next record boundary, which in
+        a step of whole records is now, saying where; inside a hung handler call there is none,
+        and the member's KILL ends it (the real one also stops between grants and fetches)."""
+        if not self.alive or self.hung_since is not None:
+            return
+        self.stopped_at = self.position
+        self.die(-signal.SIGTERM, t)
 
     def receive(self, message: ipc.ToChild, t: float) -> None:
         """A message from the supervisor over the pipe."""
@@ -209,7 +221,7 @@ class SimChild:
             # as the real one raises the loss once its last run is handed on (`Reserving.turn`)
             self._feed_lost(t)
             return
-        if self.stopping and self.batch is None and not self.asks:
+        if self.stopping and self.batch is None and not self.asks and not self._carrying():
             self._stats(t, final=True)
             self.outbox.append(ipc.Stopped(self.position))
             self.die(0, t)
@@ -230,6 +242,7 @@ class SimChild:
                 self.position += 1  # another slice's: read past (`Reporter.past`)
                 continue
             if t >= self.lease():
+                self.stopped_at = self.position  # (`LeaseCheck.require`, at the boundary)
                 self._end(EXIT_LEASE_EXPIRED, t)  # the loop's check before a call
                 return
             if self._poisoned(t):
@@ -286,22 +299,7 @@ class SimChild:
             self.batch, self.position = (start, end), max(self.position, start)
             # its handling begins with this step's budget, earned over (t - dt, t]
             self.batch_since, self.batch_handled = t - dt, 0
-        # asking ahead (`child.reserving`): the next while the one before is handled or awaited,
-        # as far ahead as the sizer allows (none until a run was timed, nor for slow records)
-        high = self.data.high_watermark(t)
-        in_hand = (self.batch is not None) + len(self.asks)
-        asking = not self.stopping and self.feed_lost_at is None
-        if asking and in_hand <= self.sizer.ahead() and high > self.asked_end:
-            size = self.sizer.size(0.0)  # (one record until a run was handled, then by time)
-            if self.takes is None:
-                start, end = self.asked_end, min(high, self.asked_end + size)
-            else:
-                start, end = self._slice_run(high, size)
-            if start < end:
-                self.requests += 1
-                self.asks.append((self.requests, start, end))
-                self.outbox.append(ipc.GrantRequest(self.requests, start, end))
-            self.asked_end = end
+        self._ask_ahead(t)
         if self.batch is None:
             return
         _, end = self.batch
@@ -311,6 +309,7 @@ class SimChild:
                 self.position += 1  # another slice's record inside the reserved range
                 continue
             if t >= self.lease():
+                self.stopped_at = self.position  # (`LeaseCheck.require`, at the boundary)
                 self._end(EXIT_LEASE_EXPIRED, t)  # the loop's check before a call
                 return
             if self._poisoned(t):  # (`amo-poison`: it ends with the rest of its runs lost)
@@ -324,6 +323,38 @@ class SimChild:
         if self.position >= end:
             self.sizer.handled(self.batch_handled, t - self.batch_since)
             self.batch = None
+
+    def _ask_ahead(self, t: float) -> None:
+        """Asking ahead (`child.reserving`): the next run while the one before is handled or
+        awaited, as far ahead as the sizer allows (none until a run was timed, nor for slow
+        records); a run below `ChildSpec.granted_until` is granted already, not sent."""
+        high = self.data.high_watermark(t)
+        in_hand = (self.batch is not None) + len(self.asks)
+        asking = (not self.stopping or self._carrying()) and self.feed_lost_at is None
+        if asking and in_hand <= self.sizer.ahead() and high > self.asked_end:
+            size = self.sizer.size(0.0)  # (one record until a run was handled, then by time)
+            if self.takes is None:
+                start, end = self.asked_end, min(high, self.asked_end + size)
+            else:
+                start, end = self._slice_run(high, size)
+            until = self.spec.granted_until
+            if until is not None and start < until:
+                end = min(end, until)  # granted before it started (`ChildSpec.granted_until`)
+            if start < end:
+                self.requests += 1
+                self.asks.append((self.requests, start, end))
+                if until is not None and start < until:
+                    self.answers[self.requests] = True
+                    self.on_granted(self, end, t)
+                else:
+                    self.outbox.append(ipc.GrantRequest(self.requests, start, end))
+            self.asked_end = end
+
+    def _carrying(self) -> bool:
+        """AMO: records granted before it started (`ChildSpec.granted_until`) are still to be
+        asked for: a stop hands them on first, as the real child does (`Reserving.pending`)."""
+        until = self.spec.granted_until
+        return until is not None and self.asked_end < until
 
     def _slice_run(self, high: int, size: int) -> tuple[int, int]:
         """AMO, a slice's child: the range to ask for, as the real child asks (`Asked.ask`):

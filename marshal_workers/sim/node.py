@@ -50,8 +50,9 @@ TRACE_LINES = 40
 class LostReported(Protocol):
     """Told each AMO loss a member reports (`AmoLost`): its claim, range, the reporting
     tenure (instance, token) for a refusal, whether a compacted estimate passed it over, its
-    cause, and the exit code of the claim's child whose end the member was reading when it
-    reported it (None: reported on anything else)."""
+    cause, whether a write given up on landed (`AmoLost.given_up`), and the exit code of the
+    claim's child whose end the member was reading when it reported it (None: reported on
+    anything else)."""
 
     def __call__(
         self,
@@ -63,6 +64,7 @@ class LostReported(Protocol):
         estimated: bool = False,
         cause: str = "",
         ended: int | None = None,
+        given_up: bool = False,
     ) -> None: ...
 
 
@@ -112,6 +114,7 @@ class SimNode:
         read_lag_s: float = 0.0,
         on_failure_written: Callable[[str, bytes], None] = lambda instance, value: None,
         on_lost: LostReported | None = None,
+        on_lapse: Callable[[str, ClaimKey, float], None] = lambda name, key, t: None,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -129,6 +132,8 @@ class SimNode:
         self.on_checked = on_checked
         self.on_failure_written = on_failure_written  # a failure's count written (not again)
         self.on_lost = on_lost  # AMO records it reported lost (`AmoLost`), if told
+        self.on_lapse = on_lapse  # a claim's lease ran out as its children read it
+        self.lapsed: set[ClaimKey] = set()  # the claims whose lease is out now
         self._ending: tuple[ClaimKey, int] | None = None  # a child's end being fed, its code
         self.speed = speed
         self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
@@ -234,9 +239,12 @@ class SimNode:
         self._read(t, lag=False, counted=False)
 
     def reserving(self) -> list[tuple[ClaimKey, int, int]]:
-        """The AMO reservations the member has written and has no verdict on yet."""
+        """The AMO reservations the member has written and has no verdict on yet, and what its
+        claims carry for a child not started yet (`HeldClaim.carry`): in its hands."""
         ops = self.member.ctx.pending.ops.values()
-        return [(o.key, o.start, o.end) for o in ops if o.kind is Kind.RESERVE]
+        held = self.member.ctx.held.values()
+        carried = [(h.key, *h.carry) for h in held if h.carry is not None]
+        return [(o.key, o.start, o.end) for o in ops if o.kind is Kind.RESERVE] + carried
 
     def freeze(self, t: float, seconds: float) -> None:
         """SIGSTOP for ``seconds``: the member does nothing; its children run on."""
@@ -337,6 +345,7 @@ class SimNode:
         if not self.alive or not self.started or self.frozen(t):
             return
         self.turned_at = t
+        self._lapses(t)
         if not self.announced and self.member.member in self.member.held:
             self.announced = True
         now = self.local(t)
@@ -364,11 +373,25 @@ class SimNode:
                 alo = child.spec.mode is Mode.ALO
                 position = child.published if alo else child.position  # AMO: handled end
                 self._ending = (key, child.exit_code)  # (the losses it reports: `_observe`)
-                self._feed(inp.ChildExited(now, key, child.exit_code, child.end, position), t)
+                exited = inp.ChildExited(
+                    now, key, child.exit_code, child.end, position, child.stopped_at
+                )
+                self._feed(exited, t)
                 self._ending = None
         positions = {k: c.published for k, c in self.children.items() if c.published is not None}
         self._feed(inp.Tick(now, self.wall(t), positions), t)
         self._check_releases(now)
+
+    def _lapses(self, t: float) -> None:
+        """Tell each claim's lease that has run out, as its children read it, since the turn
+        before (its member's core sees the same before this turn's verdicts extend it)."""
+        for key, cell in self.leases.items():
+            if cell.deadline and t >= self._lease_in_true_time(cell):
+                if key not in self.lapsed:
+                    self.lapsed.add(key)
+                    self.on_lapse(self.name, key, t)
+            else:
+                self.lapsed.discard(key)
 
     def _check_releases(self, now: float) -> None:
         """`release_claimed`, for every release by another member folded in this turn (``now``
@@ -484,7 +507,9 @@ class SimNode:
 
     def _signal_child(self, c: cmd.SignalChild, t: float) -> None:
         child = self.children.get(c.key)
-        if child is not None:
+        if child is not None and c.signal is signal.SIGTERM:
+            child.terminate(t)  # (at the next record boundary)
+        elif child is not None:
             child.die(-c.signal, t)
 
     def _tell_child(self, c: cmd.TellChild, t: float) -> None:
@@ -521,6 +546,7 @@ class SimNode:
                 estimated=estimated,
                 cause=what.cause.value,
                 ended=ended,
+                given_up=what.given_up,
             )
 
     def _trace(self, c: cmd.Log, t: float) -> None:

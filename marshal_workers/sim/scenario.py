@@ -229,6 +229,7 @@ class Fleet:
             on_checked=self.checker.mark,
             on_failure_written=self._failure_written,
             on_lost=self.checker.lost_reported,
+            on_lapse=self.checker.lapsed,
             speed=self.p.speed,
             wall_skew=self.rng.uniform(-5, 5),
             read_lag_s=self._read_lag(),

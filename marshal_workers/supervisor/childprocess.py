@@ -91,6 +91,14 @@ class ChildHandle:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.pid, sig)
 
+    def signal_child(self, sig: int) -> None:
+        """Send ``sig`` to the child alone, not its handler's helpers: the TERM it takes at the
+        next record boundary (`child.termstop`), while a helper the call in progress uses must
+        live on until the call ends (killed with the group once the child has ended)."""
+        if self.exitcode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
     def join(self, timeout: float | None = None) -> int | None:
         """Wait up to ``timeout`` seconds for the child to end; its exit code, or None."""
         self.process.join(timeout)

@@ -401,7 +401,8 @@ class Supervisor:
                 child_pid=handle.pid,
                 code=end.code,
             )
-            self._feed(inp.ChildExited(now, key, code, end, calls.handled_position()))
+            position = calls.handled_position()
+            self._feed(inp.ChildExited(now, key, code, end, position, note.stopped_at))
 
     def _positions(self) -> dict[ClaimKey, int]:
         """ALO: the children's handled positions, from their shared cells."""
@@ -526,7 +527,10 @@ class Supervisor:
         handle = self.children.get(c.key)
         if handle is not None:
             self._signalled.add(c.key)
-            handle.signal_group(c.signal)
+            if c.signal is signal.SIGTERM:  # the child alone: it stops at the next record
+                handle.signal_child(c.signal)  # boundary, its helpers live until then
+            else:
+                handle.signal_group(c.signal)
             if c.signal is signal.SIGKILL:
                 self.observer.fencing_kill(c.key, handle.pid, c.reason)
 

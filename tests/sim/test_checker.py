@@ -169,3 +169,55 @@ def test_amo_a_failed_record_counts_no_failure_for_parking_but_is_never_tried_ag
     c.failed(child(AMO, "b"), 7, 2.0)
     c.handled(child(AMO, "b"), 7, 3.0)
     assert [v["invariant"] for v in c.violations] == ["amo_no_double_grant"] * 2
+
+
+def stopped_child(cid: str, token: int, stopped_at: int | None, asked_end: int) -> Any:
+    """An AMO child of node ``n1`` that ended at ``stopped_at`` (None: not at a boundary)
+    having asked up to ``asked_end``."""
+    return SimpleNamespace(
+        key=AMO, cid=f"n1/{cid}", spec=SimpleNamespace(
+            instance_id="i1", fencing_token=token, granted_until=None, batch_size=100,
+            amo_window=400,
+        ),
+        position=stopped_at if stopped_at is not None else 120, asked_end=asked_end,
+        stopped_at=stopped_at, refused=None, ready_at=0.0, feed_lost_at=None,
+    )  # fmt: skip
+
+
+def lease_stop_run(*, next_token: int | None, lapse: float | None = None,
+                   given_up: bool = False) -> list[str]:  # fmt: skip
+    """A child of tenure 7 handled 0..120 and stopped at 120 for its lease (TERM) at t=5
+    having asked up to 150; ``next_token``: a child started after it (ready at t=6) under that
+    token; ``lapse``: the node's lease ran out then; 120..150 is handled by nobody."""
+    c = checker()
+    c.started(AMO, 0)
+    first = stopped_child("first", 7, 120, 150)
+    handle(c, AMO, first.cid, range(120), 1.0)
+    c.died(first, -15, 5.0)
+    if next_token is not None:
+        later = stopped_child("next", next_token, None, 150)
+        later.position, later.ready_at = 150, 6.0
+        c.in_progress(later)
+    if lapse is not None:
+        c.lapsed("n1", AMO, lapse)
+    if given_up:
+        c.lost_reported(AMO, 120, 150, ("i1", 7), cause="refused", given_up=True)
+    else:
+        c.lost_reported(AMO, 120, 150, cause="lease_expired")
+    c.finish({0: world(AMO, 150, 150)}, [], {}, {})
+    return [v["invariant"] for v in c.violations]
+
+
+def test_amo_a_stop_for_the_lease_is_a_crash_only_where_the_lease_did_not_run_again() -> None:
+    """A CI chaos run: the member TERMed its child as its lease was ending, the late verdict
+    extended the lease, and the next child under the same token started past what the first
+    had been granted (974..1024 lost, no crash). The checker counts such a stop as a crash
+    only where its tenure started no child after it, or the lease ran out in between (a
+    lease run out is a crash's cause), or the records went to a write given up on (a fault);
+    otherwise the records left are lost in no crash."""
+    assert lease_stop_run(next_token=7) == ["amo_loss_only_on_crash"]
+    assert lease_stop_run(next_token=None) == []
+    assert lease_stop_run(next_token=8) == []  # another tenure: the first one ended
+    assert lease_stop_run(next_token=7, lapse=5.5) == []
+    assert lease_stop_run(next_token=7, lapse=7.0) == ["amo_loss_only_on_crash"]  # (after)
+    assert lease_stop_run(next_token=7, given_up=True) == []

@@ -156,17 +156,26 @@ def runtime_effects(monkeypatch: pytest.MonkeyPatch) -> Effects:
     patch_children(monkeypatch, started)
     signalled: list[tuple[ClaimKey, int]] = []
     told: list[tuple[ClaimKey, ipc.ToChild]] = []
-    signal_group, send = FakeChild.signal_group, FakeChild.send
+    signal_group, signal_child, send = (
+        FakeChild.signal_group,
+        FakeChild.signal_child,
+        FakeChild.send,
+    )
 
     def signalling(child: FakeChild, sig: int) -> None:
         signalled.append((key_of(child.spec), sig))
         signal_group(child, sig)
+
+    def signalling_alone(child: FakeChild, sig: int) -> None:  # (a TERM: the child alone)
+        signalled.append((key_of(child.spec), sig))
+        signal_child(child, sig)
 
     def sending(child: FakeChild, message: ipc.ToChild) -> bool:
         told.append((key_of(child.spec), message))
         return send(child, message)
 
     monkeypatch.setattr(FakeChild, "signal_group", signalling)
+    monkeypatch.setattr(FakeChild, "signal_child", signalling_alone)
     monkeypatch.setattr(FakeChild, "send", sending)
     log = Recorded(initialised(MemoryTopic(2, lambda: int(time.time() * 1000))))
     observer, jobs = Releases(), Jobs()

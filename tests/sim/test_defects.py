@@ -816,13 +816,17 @@ def test_restart_defect_a_child_stopped_as_its_lease_ended_counts_as_a_crash(
     a minute, and with the other members at their share it stayed idle. Now such a stop counts
     nothing and a child runs again at once (`childexits.decide`'s ``stopped_for_lease``);
     reintroduced: it is a crash. (The seed is searched from 180173; a change to which records a
-    run writes may move it.)"""
+    run writes may move it.) Since such a stop hands what the child had not started to the next
+    child (`children.carried`), that child handles at once and its statistics clear the count,
+    which hides the defect here (none in 300 seeds of this mix, nor of it with `stall`): it is
+    reintroduced on the code it was found on, without the hand-over."""
     real = children.decide
 
     def crash(**kwargs: Any) -> Any:
         return real(**{**kwargs, "stopped_for_lease": False})
 
     monkeypatch.setattr(children, "decide", crash)
+    monkeypatch.setattr(children, "carried", lambda *args: None)
     params = SimParams(faults=("failures", "read-latency"), fail_rate=0.3, fault_count=8)
     seed = first_violation(params, "liveness", 1, first=180173)
     assert seed == 180173
@@ -840,7 +844,11 @@ def test_loss_defect_a_write_given_up_for_a_replaced_child_is_kept_nowhere(
     a child no longer the claim's, it was kept nowhere, and what it reserved (878) was handled
     and reported by nobody. Now it is kept as given up (`Children._give_up`), and its landing
     reported; reintroduced: dropped. (The seed is searched from 963174; a change to which
-    records a run writes may move it.)"""
+    records a run writes may move it.) A child stopped for its lease now waits for the
+    reservations of the one before (`children.carried`), which hides the defect here (none in
+    300 seeds of this mix, nor of it with `amo-poison`): it is reintroduced on the code it was
+    found on, without the hand-over."""
+    monkeypatch.setattr(children, "carried", lambda *args: None)
     real = Children._give_up
 
     def dropped(self: Children, op: Op, error: str, now: float) -> None:
@@ -868,8 +876,11 @@ def test_liveness_defect_a_landed_claim_adopted_with_the_lease_of_an_older_faile
     held by nobody until that claim's own record went stale (4.35 s against the 3*HB bound).
     The lease counts from the first send of the landed record's bytes now (`_landed_at`). A
     rare path: the row replays the seed that found it (a change to what runs write re-rolls
-    it, as for every row here)."""
+    it, as for every row here), on the runs as they were drawn then: the hand-over of what a
+    child stopped for its lease had not started (`children.carried`) re-rolled them, and
+    none of seeds 1608133-1608532 meets the path since, so the row takes it out."""
     monkeypatch.setattr(Claiming, "_landed_at", lambda self, key, granted, first: first)
+    monkeypatch.setattr(children, "carried", lambda *args: None)
     params = SimParams(
         faults=("feed-loss", "failures", "read-latency", "stall"), fault_count=8,
         ordering="unordered", workers_per_partition=4, fail_rate=0.3,
@@ -1006,3 +1017,16 @@ def test_continue_defect_a_call_in_progress_completes_after_the_lease(
     monkeypatch.setattr(sim_children, "FENCE_ON_CONTINUE", False)
     params = SimParams(faults=("tree-stop",), fault_count=4)
     assert found(monkeypatch, params, "no_overlap", SEEDS) is not None
+
+
+def test_lease_stop_defect_records_granted_and_never_started_are_lost_though_the_lease_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A CI chaos run (`test_amo_chaos`): heartbeat verdicts came late, the member TERMed its
+    child as the lease was ending, the lease then ran again and another child started under
+    the same token past what the first had been granted: 974..1024, granted and never started,
+    were lost with no crash and no lease end in the log. The member now hands them to the next
+    child of the tenure (`children.carried`)."""
+    monkeypatch.setattr(children, "carried", lambda *args: None)
+    params = SimParams(faults=("failures", "read-latency"), fail_rate=0.3)
+    assert found(monkeypatch, params, "amo_loss_only_on_crash", SEEDS) is not None

@@ -224,7 +224,7 @@ def test_churn_under_30_percent_of_writes_failing_is_not_a_wedge() -> None:
 # `tg1+unordered.0of4/7` that did not land (1880131 was, until an AMO child whose feed is lost
 # hands on its asked runs first: that re-rolled the seed; 1880255 found in 1880100-1880279)
 LOST_RELEASE_MIX = SimParams(
-    seed=1880255,
+    seed=1880332,
     faults=("feed-loss", "failures", "read-latency", "stall"),
     fail_rate=0.3,
     fault_count=8,
@@ -261,8 +261,9 @@ def test_a_spell_is_judged_by_its_checks(start: float, checks: int, within: bool
 def test_a_claim_waiting_out_its_lost_release_is_not_a_wedge(
     monkeypatch: pytest.MonkeyPatch, recorded: bool
 ) -> None:
-    """Seed 1880131 at a 0.3 fail rate (now 1880255: a change re-rolled the seeds; there a
-    slice is not fine for 3.2 s the same way): a slice's child ended as its lease ran out (its
+    """Seed 1880131 at a 0.3 fail rate (now 1880332: changes re-rolled the seeds, 1880255 and
+    then the hand-over of what a child stopped for its lease had not started; there a slice
+    is not fine for 3.2 s the same way): a slice's child ended as its lease ran out (its
     heartbeats failing), a heartbeat sent just before landed, and the member's release did not.
     The member does not write a release again (docs/design.md), so the claim stayed valid in
     the log 2*HB after that heartbeat, then was claimed (one claim write failing): not fine for
@@ -282,7 +283,7 @@ def test_a_claim_waiting_out_its_lost_release_is_not_a_wedge(
     if recorded:
         assert found == []
     else:
-        assert found and "longest: tg1+unordered.0of4/7 " in str(found[0]["detail"]), found
+        assert found and "longest: tg1+unordered.3of4/2 " in str(found[0]["detail"]), found
 
 
 @pytest.mark.parametrize(

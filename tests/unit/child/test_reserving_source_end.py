@@ -64,8 +64,21 @@ class Supervisor:
         assert msg is None, msg
 
 
+class Term:
+    def here(self) -> None:  # (no TERM comes here)
+        pass
+
+    def mark_here(self) -> None:
+        pass
+
+
 class Lease:
+    term = Term()
+
     def require(self) -> None:
+        pass
+
+    def require_here(self) -> None:
         pass
 
     def remaining(self) -> float:

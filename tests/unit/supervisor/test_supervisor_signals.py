@@ -123,8 +123,9 @@ class TestReload:
     def test_a_child_that_does_not_stop_in_time_is_killed_then_replaced(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """After --stop-timeout the old child gets TERM and KILL; a new one takes the claim.
-        Once reaped, its group gets one more KILL (whatever its handler started)."""
+        """After --stop-timeout the old child gets TERM (the child alone) and KILL (its group);
+        a new one takes the claim. Once reaped, its group gets one more KILL (whatever its
+        handler started)."""
         w = World(monkeypatch, stop_timeout=0.3)
         try:
             w.sup.start(catch_up_timeout=5)
@@ -135,6 +136,9 @@ class TestReload:
             for child in before.values():
                 # TERM, KILL before it exits; after, KILL to its group (what its handler started)
                 assert child.signals[:2] == [signal.SIGTERM, signal.SIGKILL]
+                # the TERM to the child alone: it stops at the next record boundary, and a
+                # helper its call in progress uses must not die under that call first
+                assert child.alone == [signal.SIGTERM]
             assert {c.pid for c in w.running().values()}.isdisjoint(c.pid for c in before.values())
         finally:
             w.sup.kill_all()

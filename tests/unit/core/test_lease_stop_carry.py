@@ -1,0 +1,131 @@
+"""An AMO defect a CI chaos run found (`tests/integration/test_amo_chaos.py`), written as the
+tests that failed until the member was fixed: under load a claim's heartbeat verdicts came
+late, the member TERMed its child as the lease was ending, the late verdict then extended the
+lease, and the member started another child under the same token at the end of what the first
+had been granted. The records the first had been granted and never started (974..1024) were
+reported lost, though nothing crashed and the log showed no lease end: the audit saw nothing at
+risk. Now the child stops at a record boundary and says where (`child.termstop`), and the
+member hands what was reserved from there to the next child of the same tenure
+(`core.children.carried`): nothing is lost unless the tenure ends first."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import replace
+
+from marshal_workers.core import commands as cmd
+from marshal_workers.core import inputs as inp
+from marshal_workers.core.member import Member
+from marshal_workers.ipc import messages as ipc
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.wire import ClaimKey
+from tests.unit.core.test_lease_ending_stop import _stop_as_the_lease_ends
+from tests.unit.core.test_member_core import Harness, fresh_topic, keys, settings, start
+
+
+def _granted_to_150() -> tuple[Harness, Member, ClaimKey]:
+    """A lone AMO member holding one claim from 100; its child was granted 100..150."""
+    topic, log_ms = fresh_topic(partitions=1)
+    member = Member(replace(settings(mode=Mode.AMO, partitions=1), max_handler_failures=3))
+    h = start(member, topic, log_ms, n=1)
+    (key,) = keys(1)
+    h.run(member.feed(inp.StartFound(h.now, key, 100)))
+    h.tick(0.05)
+    h.run(member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(1, 100, 150))))
+    assert ipc.Grant(1, True, "") in _told(h)
+    assert member.held[key].position == 150
+    return h, member, key
+
+
+def _told(h: Harness) -> list[ipc.ToChild]:
+    return [c.message for c in h.commands if isinstance(c, cmd.TellChild)]
+
+
+def _lost(h: Harness) -> list[tuple[int, int, str]]:
+    return [
+        (c.fields["start"], c.fields["end"], c.fields["cause"])
+        for c in h.commands
+        if isinstance(c, cmd.Log) and c.event == "amo_records_lost"
+    ]
+
+
+def _spawned(h: Harness) -> list[ipc.ChildSpec]:
+    return [c.spec for c in h.commands if isinstance(c, cmd.Spawn)]
+
+
+def _stopped_and_the_lease_runs_again(h: Harness, member: Member) -> None:
+    """The member TERMs the child as the lease ends; then the late heartbeats land."""
+    h.run(_stop_as_the_lease_ends(h, member))
+    (key,) = keys(1)
+    assert member.held[key].lease - h.now > member.s.kill_grace
+    h.commands = []
+
+
+def test_what_a_child_stopped_for_its_lease_never_started_goes_to_the_next_child() -> None:
+    """The child stopped at 120 of the 100..150 granted to it: 120..150 is the next child's,
+    granted without asking, and nothing is reported lost; it asks from 150 on."""
+    h, member, key = _granted_to_150()
+    _stopped_and_the_lease_runs_again(h, member)
+    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
+    h.tick(0.05)
+    assert _lost(h) == []
+    (spec,) = _spawned(h)
+    assert (spec.start_offset, spec.granted_until) == (120, 150)
+    assert member.held[key].position == 150
+    (said,) = [c for c in h.commands if isinstance(c, cmd.Log) and c.event == "amo_records_carried"]
+    assert (said.level, said.fields["start"], said.fields["end"]) == ("info", 120, 150)
+    h.run(member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(1, 150, 160))))
+    assert ipc.Grant(1, True, "") in _told(h)
+
+
+def test_a_child_that_ended_anywhere_else_loses_its_granted_records_as_before() -> None:
+    """Without ``stopped_at`` (killed inside a handler call, crashed) the record in the call
+    may have been handled: the rest of the grant is reported lost and the next child starts
+    past it."""
+    h, member, key = _granted_to_150()
+    _stopped_and_the_lease_runs_again(h, member)
+    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGKILL, None, 120)))
+    h.tick(0.05)
+    assert _lost(h) == [(120, 150, "lease_expired")]
+    (spec,) = _spawned(h)
+    assert (spec.start_offset, spec.granted_until) == (150, None)
+
+
+def test_the_next_child_waits_for_a_reservation_in_flight_and_takes_it_too() -> None:
+    """The stopped child had asked for 150..170 (in flight at its end): the next child waits
+    for the verdict; accepted, it is carried too (it was granted to nobody), not lost."""
+    h, member, key = _granted_to_150()
+    asked = member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(2, 150, 170)))
+    in_flight = [c for c in asked if isinstance(c, cmd.Append)]
+    assert in_flight
+    _stopped_and_the_lease_runs_again(h, member)
+    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
+    h.tick(0.05)
+    assert _spawned(h) == [], "started with a reservation of the child before in flight"
+    h.run(in_flight)  # it lands: reserved in the log under this tenure
+    h.tick(0.05)
+    assert _lost(h) == []
+    (spec,) = _spawned(h)
+    assert (spec.start_offset, spec.granted_until) == (120, 170)
+    assert member.held[key].position == 170
+
+
+def test_a_carry_no_child_took_is_reported_lost_when_the_claim_is_let_go() -> None:
+    """The tenure ends before the next child starts: the verdict it waits for never comes and
+    the lease runs out (no write lands any more). What was carried is lost then, and said so
+    (the claim is let go with it)."""
+    h, member, key = _granted_to_150()
+    asked = member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(2, 150, 170)))
+    assert any(isinstance(c, cmd.Append) for c in asked)  # in flight: the next child waits
+    _stopped_and_the_lease_runs_again(h, member)
+    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
+    out: list[cmd.Command] = []
+    for _ in range(400):  # 20 s: nothing written lands
+        h.now += 0.05
+        out.extend(member.feed(inp.Tick(h.now, 1_000.0 + h.now)))
+        if key not in member.held:
+            break
+    assert key not in member.held, "the claim outlived its lease"
+    assert not any(isinstance(c, cmd.Spawn) for c in out)
+    h.commands = [c for c in out if isinstance(c, cmd.Log)]
+    assert _lost(h) == [(120, 150, "lease_expired")]
