@@ -7,12 +7,13 @@ AMO what it had been granted beyond it was lost too, though the lease often runs
 heartbeat's verdict was only late, and the member starts another child under the same lease
 (an AMO chaos test in CI lost 974..1024 that way, with the log showing no lease end).
 
-So once the chain runs, the TERM asks the child to stop, and the child ends at the next record
-boundary: before a handler call, before a run is handed on, or while it waits for a grant or a
-fetch. It writes there in the shared cells (``stopped_at``: it started no record at or after
-it) and ends by the signal as before, so the member reads the same exit. The member's KILL
-still ends a call that outlives the grace. Before the chain runs (setup, the consumer's open)
-the TERM ends the child at once, as before: nothing is started there.
+So once the chain runs, the member's TERM (it sets ``term_asked`` in the shared cells first)
+asks the child to stop, and the child ends at the next record boundary: before a handler call,
+before a run is handed on, or while it waits for a grant or a fetch. It writes there in the
+shared cells (``stopped_at``: it started no record at or after it) and ends by the signal as
+before, so the member reads the same exit. The member's KILL still ends a call that outlives
+the grace. Before the chain runs (setup, the consumer's open) the TERM ends the child at once,
+as before: nothing is started there.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ class TermStop:
         self.asked = [False]  # a list: the hot path reads ``asked[0]`` per record
 
     def request(self) -> bool:
-        """The TERM came: whether it waits for a boundary (else it ends the child now)."""
-        if not self.armed:
+        """The TERM came: whether it waits for a boundary (else it ends the child now). Only
+        the member's does, which it says in the cells first; another (an operator's, one the
+        handler sent itself) ends the child at once, inside the call, as it always did."""
+        if not self.armed or not self.cells.term_asked.value:
             return False
         self.asked[0] = True
         return True

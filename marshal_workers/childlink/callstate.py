@@ -28,6 +28,9 @@ torn value; the cells are not read as a consistent set (each is meaningful on it
   (`child.feedsource`). It may end with another code than the feed's (an AMO child hands on
   the runs it had asked for first, and may be refused one), and the supervisor replaces the
   reader all the same (`supervisor.feeds`).
+- ``term_asked`` (int64, 0: no): the member set it just before its TERM (`Supervisor`'s
+  signals): that TERM waits for the next record boundary (`child.termstop`); any other TERM
+  (an operator's, the handler's own) ends the child at once, as always.
 - ``stopped_at`` (int64, -1: no): the child stopped at a record boundary on its member's TERM
   (`child.termstop`) and started no record at or after this offset; AMO: the member hands
   what was reserved from there to the next child of the claim (`core.children.carried`).
@@ -84,6 +87,7 @@ class CallCells:
         self.fence: Any = ctx.RawValue(ctypes.c_int64, 0)
         self.feed_lost: Any = ctx.RawValue(ctypes.c_int64, 0)
         self.stopped_at: Any = ctx.RawValue(ctypes.c_int64, NO_POSITION)
+        self.term_asked: Any = ctx.RawValue(ctypes.c_int64, 0)
 
     def note_feed_lost(self) -> None:
         """The child's feed is lost (see the module)."""
@@ -123,4 +127,5 @@ class CallCells:
         self.fence.value = 0
         self.feed_lost.value = 0
         self.stopped_at.value = NO_POSITION
+        self.term_asked.value = 0
         return note

@@ -527,8 +527,13 @@ class Supervisor:
         handle = self.children.get(c.key)
         if handle is not None:
             self._signalled.add(c.key)
-            if c.signal is signal.SIGTERM:  # the child alone: it stops at the next record
-                handle.signal_child(c.signal)  # boundary, its helpers live until then
+            lease = self.leases.get(c.key)
+            if c.signal is signal.SIGTERM:
+                # the child alone: it stops at the next record boundary (`child.termstop`), its
+                # helpers live until then
+                if lease is not None:
+                    lease.calls.term_asked.value = 1
+                handle.signal_child(c.signal)
             else:
                 handle.signal_group(c.signal)
             if c.signal is signal.SIGKILL:

@@ -293,7 +293,8 @@ class TestAtMostOnce:
         grant_all(child, lambda: len(child.of(GrantRequest)) >= 2)
         wait_for(lambda: child.keeper.lease.calls.in_call.value != 0, "a handler call in progress")
         in_call = int(child.keeper.lease.calls.position.value)
-        child.handle.signal_group(signal.SIGTERM)
+        child.keeper.lease.calls.term_asked.value = 1  # the member's TERM, as the runtime sends it
+        child.handle.signal_child(signal.SIGTERM)
         assert child.wait_exit(5) == -signal.SIGTERM
         note = child.keeper.lease.calls.take_end_note()
         assert offsets(ledger_dir) == list(range(in_call + 1))  # the call completed, no other
@@ -536,15 +537,18 @@ class TestEndings:
         spawn: Callable[..., Supervised],
         monkeypatch: pytest.MonkeyPatch,
     ) -> None:
-        """SIGTERM waits for the handler call's end (`child.termstop`); a call that never ends
-        is ended by the member's SIGKILL, a third of the kill grace before the lease ends (and
-        by the child's own watchdog at the lease's end)."""
+        """The member's SIGTERM waits for the handler call's end (`child.termstop`); a call that
+        never ends is ended by the member's SIGKILL, a third of the kill grace before the lease
+        ends (and by the child's own watchdog at the lease's end). Any other TERM ends it at
+        once, inside the call (`test_child_liveness`: a handler that TERMs its own process is
+        blamed for its record)."""
         monkeypatch.setenv(ledger.HANG_ENV, "1")
         produce(kafka_bootstrap, topic, {PARTITION: 2})
         child = spawn(make_spec(kafka_bootstrap, topic))
         wait_for(lambda: offsets(ledger_dir) == [0], "offset 0 in the ledger (1 hangs)")
         wait_for(lambda: child.keeper.lease.calls.in_call.value != 0, "the call on 1 in progress")
-        child.handle.signal_group(signal.SIGTERM)
+        child.keeper.lease.calls.term_asked.value = 1  # the member's TERM, as the runtime sends it
+        child.handle.signal_child(signal.SIGTERM)
         time.sleep(0.5)
         assert child.handle.exitcode is None, "ended inside the call by SIGTERM"
         child.handle.signal_group(signal.SIGKILL)
