@@ -41,7 +41,6 @@ from marshal_workers.protocol.wire import ClaimingMessages
 # it asks for nothing new, and a request that crossed the `Stop` is refused before it is written.
 GRANTING = (Phase.RUNNING, *ASKED_TO_STOP)
 UNCONFIRMED = "reserved in the log after its write was given up"
-LANDED_AHEAD = "reserved in the log by a write given up on"  # (`ahead_in_the_log`)
 # how a child ends by the member's lease-ending TERM or KILL, or by its own watchdog on the lease
 MEMBERS_SIGNALS = (-signal.SIGTERM, -signal.SIGKILL, EXIT_LEASE_EXPIRED)
 CHILD_ENDED = "the child that asked has ended"
@@ -389,7 +388,7 @@ class Children:
             return
         if self._carry_on(held, op, event, now):  # a child stopped for its lease asked for it
             return
-        self._reserved_not_granted(held, op, event, UNCONFIRMED)
+        self._reserved_not_granted(held, op, event, UNCONFIRMED, given_up=True)
 
     def _given_up_for(self, ops: list[Op], event: ev.MessagesClaimed) -> Op | None:
         """The given-up write ``event`` landed for: of those with its bytes, the claim's current
@@ -443,19 +442,26 @@ class Children:
         )
 
     def _reserved_not_granted(
-        self, held: HeldClaim, op: Op, event: ev.MessagesClaimed, why: str
+        self,
+        held: HeldClaim,
+        op: Op,
+        event: ev.MessagesClaimed,
+        why: str,
+        *,
+        given_up: bool = False,
     ) -> bool:
         """The log accepted ``op``'s reservation under the held token, and its child is not
         granted it: the records its record reserved (from the log's position there to its
         end) are never handled now; no child was granted them (only this verdict, or a later
         batch's for a request given up on, grants them), whatever order the verdicts come in
         (a verdict is acted on at its acknowledgement). The position moves past them (the
-        next child starts after them instead of asking for what the log refuses)."""
+        next child starts after them instead of asking for what the log refuses). ``given_up``:
+        a write given up on landed (`obs.AmoLost.given_up`)."""
         if held.position is None:
             return False
         start = reserved_from(op, event)
         held.position = max(held.position, op.end)  # reserved in the log: never handled now
-        self._lost(held, start, op.end, obs.LossCause.REFUSED, why)
+        self._lost(held, start, op.end, obs.LossCause.REFUSED, why, given_up=given_up)
         return True
 
     def _settle_deferred(self, op: Op, now: float, *, accounted: bool) -> None:
@@ -487,7 +493,7 @@ class Children:
         its 101..110 reported from 101, and 100 was reported by nobody."""
         held = self.ctx.held.get(event.key)
         if held is not None and held.token == event.token:
-            self._lost(held, start, end, obs.LossCause.REFUSED, UNCONFIRMED)
+            self._lost(held, start, end, obs.LossCause.REFUSED, UNCONFIRMED, given_up=True)
         else:
             self.ctx.amo_lost(
                 event.key, start, end, obs.LossCause.REFUSED, UNCONFIRMED, given_up=True
@@ -629,13 +635,21 @@ class Children:
                 self._lost(held, exited.position, held.position, cause, decision.reason)
         if logged is not None and held.position is not None:
             lost_from, held.position = held.position, logged
-            why = f"{LANDED_AHEAD} ({decision.reason})"
-            self._lost(held, lost_from, logged, obs.LossCause.REFUSED, why)
+            why = f"reserved in the log by a write given up on ({decision.reason})"
+            self._lost(held, lost_from, logged, obs.LossCause.REFUSED, why, given_up=True)
 
-    def _lost(self, held: HeldClaim, start: int, end: int, cause: obs.LossCause, why: str) -> None:
-        """AMO: ``start``..``end`` is reserved in the log and nobody will handle it (a write
-        given up on that landed says so: `obs.AmoLost.given_up`)."""
-        given_up = why == UNCONFIRMED or why.startswith(LANDED_AHEAD)
+    def _lost(
+        self,
+        held: HeldClaim,
+        start: int,
+        end: int,
+        cause: obs.LossCause,
+        why: str,
+        *,
+        given_up: bool = False,
+    ) -> None:
+        """AMO: ``start``..``end`` is reserved in the log and nobody will handle it (``given_up``:
+        a write given up on landed, `obs.AmoLost.given_up`)."""
         self.ctx.held_lost(held, start, end, cause, why, given_up=given_up)
 
 
