@@ -36,11 +36,11 @@ from marshal_workers.protocol.wire import (
     Appended,
     ClaimingPartition,
     ClaimKey,
-    ReleasingPartition,
     claim_key,
 )
 from marshal_workers.sim import releases
 from marshal_workers.sim.children import DataPartition, Died, Handled, SimChild
+from marshal_workers.sim.lostreleases import LostReleases
 from marshal_workers.sim.slices import child_filter
 from marshal_workers.sim.vlog import VirtualLog
 
@@ -171,9 +171,13 @@ class SimNode:
         # times and failed each time, a count is given up (`RecordParking.gave_up`)
         self.count_write_failures: dict[bytes, int] = {}
         self.releases_seen: list[ClaimKey] = []  # others' releases its fold showed this turn
-        # its releases that did not land, by claim: when the latest was sent and the lease it
-        # had left then, which the claim waits out before it goes stale (`convergence.Recovering`)
-        self.releases_lost: dict[ClaimKey, tuple[float, float]] = {}
+        self.lost_releases = LostReleases()
+
+    @property
+    def releases_lost(self) -> dict[ClaimKey, tuple[float, float]]:
+        """Its releases that did not land, by claim: when the latest was sent and the lease it
+        had left then, which the claim waits out before it goes stale (`LostReleases`)."""
+        return self.lost_releases.lost
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -579,13 +583,8 @@ class SimNode:
         self.in_flight.append(
             InFlight(lands_at, c.op, c.partition, c.key, c.value, fails, lands_anyway)
         )
-        if fails and not lands_anyway and isinstance(c.message, ReleasingPartition):
-            key = claim_key(c.message)
-            held = self.member.ctx.held.get(key)
-            # (what the log granted: a fast stop revoked the child's lease, not the claim's)
-            granted = 0.0 if held is None else (held.revoked_lease or held.lease)
-            left = max(0.0, granted - self.local(t))
-            self.releases_lost[key] = (t, left)
+        lands = not fails or lands_anyway
+        self.lost_releases.sent(c.message, lands, t, self.local(t), self.member)
 
     def _check_pause(self, c: cmd.Append, t: float) -> None:
         """``pause_respected``: no data claim is written while the member's own fold shows
