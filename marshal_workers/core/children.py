@@ -271,7 +271,7 @@ class Children:
         if (
             carry is None
             or held.child
-            or held.phase is not Phase.RUNNING
+            or held.phase not in (Phase.RUNNING, Phase.STOPPING)  # (`carry_before_stopping`)
             or now >= held.lease
             or event.token != held.token
             or (held.refused_from is not None and op.start >= held.refused_from)
@@ -601,7 +601,7 @@ class Children:
             )
             ctx.avoid_until[key] = ctx.failure_avoid[key] = now + decision.avoid_s
             keeping.finish(held, now, release=True)  # the log refuses it if taken meanwhile
-        else:
+        elif not (held.phase is Phase.STOPPING and keeping.carry_before_stopping(held, now)):
             keeping.finish(held, now, release=held.phase is Phase.STOPPING)
 
     def _amo_ended(
@@ -627,7 +627,12 @@ class Children:
             # nobody was granted it (`ahead_in_the_log`)
             end = held.position if logged is None else logged
             carries = cause is not obs.LossCause.HANDLER_FAILED
-            held.carry = carried(held, exited, decision.next, end) if carries else None
+            stops_after = self.keeping.stops_after_carry(held, now)
+            held.carry = (
+                carried(held, exited, decision.next, end, stops_after=stops_after)
+                if carries
+                else None
+            )
             if held.carry is not None:
                 held.position, logged = end, None
                 self._carried_landings(held, end)
@@ -654,7 +659,7 @@ class Children:
 
 
 def carried(
-    held: HeldClaim, exited: inp.ChildExited, next_: Next, end: int
+    held: HeldClaim, exited: inp.ChildExited, next_: Next, end: int, *, stops_after: bool = False
 ) -> tuple[int, int] | None:
     """AMO, a child of ``held`` ended: what of the claim's reserved records, up to ``end`` (the
     position, or past it where the log shows more reserved, `ahead_in_the_log`), the next child
@@ -662,14 +667,16 @@ def carried(
 
     Only a child that stopped at a record boundary says where (``stopped_at``: its member's
     TERM as the lease was ending, its own lease check), and only a claim that goes on under
-    the same lease starts another child: everything from there to the claim's position was
+    the same lease starts another child (or, asked to stop, ``stops_after``: one that stops
+    after the carry, `Keeping.carry_before_stopping`): everything from there to the claim's
+    position was
     reserved for this tenure and started by nobody, so the next child may take it, as the
     one before would have. Reported lost instead, a lease whose heartbeat only landed late
     lost records though nothing crashed (an AMO chaos test in CI: 974..1024, the log showing
     no lease end; the audit saw nothing at risk). Not when part of it was reported lost
     already (a refused batch of the child): the next child asks from the position on."""
     stopped = exited.stopped_at
-    if stopped is None or next_ not in (Next.RESPAWN, Next.RESTART_LATER):
+    if stopped is None or not (next_ in (Next.RESPAWN, Next.RESTART_LATER) or stops_after):
         return None
     start = stopped if exited.position is None else max(stopped, exited.position)
     if start > end or any(a < end and b > start for a, b in held.lost):

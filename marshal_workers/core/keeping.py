@@ -79,7 +79,8 @@ class Keeping:
             self.end_child_in_time(held, now)
             return
         if held.phase is Phase.STOPPING:
-            self.finish(held, now, release=True)  # no child to wait for
+            if not self.carry_before_stopping(held, now):
+                self.finish(held, now, release=True)  # no child to wait for
             return
         if held.phase is Phase.RELOADING:
             held.phase = Phase.RUNNING  # no child to replace: the next one starts fresh
@@ -100,6 +101,36 @@ class Keeping:
         and a reservation of the child before is in flight: one that lands goes to it too
         (`Children._carry_on`), where it would be reported lost once a child had started."""
         return held.carry is not None and self.ctx.pending.in_flight(Kind.RESERVE, held.key)
+
+    def carry_before_stopping(self, held: HeldClaim, now: float) -> bool:
+        """AMO, a claim asked to stop (a deploy, a release over the fair share) with no child
+        while it carries records for the next child of its tenure (`children.carried`): that
+        child is started and asked to stop at once, and handles the carried records, asking
+        for nothing more, before the claim is let go. Let go first, the claim reported them
+        lost though nothing crashed, and its release left nothing at risk in the log. While a
+        reservation of the child before is in flight, its verdict is awaited (one that lands
+        is carried too). Not with a kill grace of the lease or less left, nor past the stop's
+        deadline (a fast stop's is now): the claim is let go and the carry lost, as a crash
+        loses it. Whether the claim waits for that child (or verdict)."""
+        carry = held.carry
+        if carry is None or not self.stops_after_carry(held, now):
+            return False
+        if self.carry_waits(held):
+            return True
+        if carry[0] >= carry[1] or not self.parking.allows(held, now):
+            return False
+        self.spawn(held, restart=False, now=now)
+        self.stop_child(held, held.stop_deadline, reason="stop" if self.ctx.stopping else "revoke")
+        return True
+
+    def stops_after_carry(self, held: HeldClaim, now: float) -> bool:
+        """Whether a claim asked to stop may still start a child for what it carries: more
+        than a kill grace of its lease left, and its stop's deadline to come."""
+        return (
+            held.phase is Phase.STOPPING
+            and held.lease - now > self.ctx.s.kill_grace
+            and now < held.stop_deadline
+        )
 
     def start_child(self, held: HeldClaim, now: float) -> None:
         """A claim won or taken over starts its first child once its position is known and in

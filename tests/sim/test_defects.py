@@ -827,7 +827,7 @@ def test_restart_defect_a_child_stopped_as_its_lease_ended_counts_as_a_crash(
         return real(**{**kwargs, "stopped_for_lease": False})
 
     monkeypatch.setattr(children, "decide", crash)
-    monkeypatch.setattr(children, "carried", lambda *args: None)
+    monkeypatch.setattr(children, "carried", lambda *args, **kwargs: None)
     params = SimParams(faults=("failures", "read-latency"), fail_rate=0.3, fault_count=8)
     seed = first_violation(params, "liveness", 1, first=180173)
     assert seed == 180173
@@ -849,7 +849,7 @@ def test_loss_defect_a_write_given_up_for_a_replaced_child_is_kept_nowhere(
     reservations of the one before (`children.carried`), which hides the defect here (none in
     300 seeds of this mix, nor of it with `amo-poison`): it is reintroduced on the code it was
     found on, without the hand-over."""
-    monkeypatch.setattr(children, "carried", lambda *args: None)
+    monkeypatch.setattr(children, "carried", lambda *args, **kwargs: None)
     real = Children._give_up
 
     def dropped(self: Children, op: Op, error: str, now: float) -> None:
@@ -888,7 +888,7 @@ def test_liveness_defect_a_landed_claim_adopted_with_the_lease_of_an_older_faile
     0.3 reported anything: 139 of this mix, 102 of it with `kill`, 150 of
     `failures,read-latency,kill,stall`."""
     monkeypatch.setattr(Claiming, "_landed_at", lambda self, key, granted, first: first)
-    monkeypatch.setattr(children, "carried", lambda *args: None)
+    monkeypatch.setattr(children, "carried", lambda *args, **kwargs: None)
     append = SimNode._append
 
     def known_lease(self: SimNode, c: Any, t: float) -> None:
@@ -1042,6 +1042,6 @@ def test_lease_stop_defect_records_granted_and_never_started_are_lost_though_the
     the same token past what the first had been granted: 974..1024, granted and never started,
     were lost with no crash and no lease end in the log. The member now hands them to the next
     child of the tenure (`children.carried`)."""
-    monkeypatch.setattr(children, "carried", lambda *args: None)
+    monkeypatch.setattr(children, "carried", lambda *args, **kwargs: None)
     params = SimParams(faults=("failures", "read-latency"), fail_rate=0.3)
     assert found(monkeypatch, params, "amo_loss_only_on_crash", SEEDS) is not None

@@ -18,7 +18,7 @@ from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.protocol.modes import Mode
-from marshal_workers.protocol.wire import ClaimKey
+from marshal_workers.protocol.wire import ClaimKey, ReleasingPartition
 from tests.unit.core.test_lease_ending_stop import _stop_as_the_lease_ends
 from tests.unit.core.test_member_core import Harness, fresh_topic, keys, settings, start
 
@@ -47,6 +47,11 @@ def _lost(h: Harness) -> list[tuple[int, int, str]]:
         for c in h.commands
         if isinstance(c, cmd.Log) and c.event == "amo_records_lost"
     ]
+
+
+def _released(h: Harness) -> list[int]:
+    """The offsets of the data claim's releases (not the member's own)."""
+    return [m.offset for m in h.appended(ReleasingPartition) if m.topic == "orders"]
 
 
 def _spawned(h: Harness) -> list[ipc.ChildSpec]:
@@ -129,3 +134,72 @@ def test_a_carry_no_child_took_is_reported_lost_when_the_claim_is_let_go() -> No
     assert not any(isinstance(c, cmd.Spawn) for c in out)
     h.commands = [c for c in out if isinstance(c, cmd.Log)]
     assert _lost(h) == [(120, 150, "lease_expired")]
+
+
+def test_a_stop_while_a_carry_waits_hands_it_to_a_child_that_stops_after_it() -> None:
+    """A deploy's TERM reaches the member while the carry waits for the stopped child's
+    reservation in flight. Before, the claim was let go at once and the carry reported lost,
+    though nothing had crashed and the release left nothing at risk in the log (the audit
+    would find records nobody handled and no cause). Now the verdict is awaited, and a child
+    is started for the carry and asked to stop at once: it handles the carried records,
+    asks for nothing, and the release goes at their end."""
+    h, member, key = _granted_to_150()
+    asked = member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(2, 150, 170)))
+    in_flight = [c for c in asked if isinstance(c, cmd.Append)]
+    _stopped_and_the_lease_runs_again(h, member)
+    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
+    h.run(member.feed(inp.SignalReceived(h.now, signal.SIGTERM)))  # a deploy: stop gracefully
+    h.tick(0.05)
+    assert _spawned(h) == [] and key in member.held, "let go with a verdict in flight"
+    h.run(in_flight)  # it lands: reserved under this tenure, carried too
+    h.tick(0.05)
+    (spec,) = _spawned(h)
+    assert (spec.start_offset, spec.granted_until) == (120, 170)
+    assert ipc.Stop("stop") in _told(h)
+    assert _released(h) == []  # not while its child runs
+    h.run(member.feed(inp.ChildExited(h.now, key, 0, None, 170)))  # handled it all, stopped
+    h.tick(0.05)
+    assert _lost(h) == []
+    assert _released(h) == [170]
+
+
+def test_a_stop_while_a_carry_waits_for_a_verdict_that_never_comes_loses_it_as_before() -> None:
+    """The same stop, and the verdict never comes (no write lands any more): no child is
+    started with less than a kill grace of the lease left; the carry is reported lost as the
+    claim is let go."""
+    h, member, key = _granted_to_150()
+    asked = member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(2, 150, 170)))
+    assert any(isinstance(c, cmd.Append) for c in asked)
+    _stopped_and_the_lease_runs_again(h, member)
+    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
+    out = member.feed(inp.SignalReceived(h.now, signal.SIGTERM))
+    for _ in range(400):  # 20 s: nothing written lands
+        h.now += 0.05
+        out.extend(member.feed(inp.Tick(h.now, 1_000.0 + h.now)))
+        if key not in member.held:
+            break
+    assert key not in member.held, "the claim outlived its lease"
+    assert not any(isinstance(c, cmd.Spawn) for c in out)
+    h.commands = [c for c in out if isinstance(c, cmd.Log)]
+    assert _lost(h) == [(120, 150, "lease_expired")]
+
+
+def test_a_child_stopped_for_its_lease_while_asked_to_stop_hands_on_to_one_that_stops() -> None:
+    """The member was asked to stop while its child ran; the child was TERMed as the lease was
+    ending and stopped at 120 of the 100..150 granted to it, then the late heartbeats landed.
+    Before, 120..150 was reported lost (the claim was stopping: no next child); now a child is
+    started for it and asked to stop at once, and the release goes at 150."""
+    h, member, key = _granted_to_150()
+    h.run(member.feed(inp.SignalReceived(h.now, signal.SIGTERM)))  # a deploy: Stop told
+    assert ipc.Stop("stop") in _told(h)
+    _stopped_and_the_lease_runs_again(h, member)
+    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
+    h.tick(0.05)
+    assert _lost(h) == []
+    (spec,) = _spawned(h)
+    assert (spec.start_offset, spec.granted_until) == (120, 150)
+    assert ipc.Stop("stop") in _told(h)
+    h.run(member.feed(inp.ChildExited(h.now, key, 0, None, 150)))
+    h.tick(0.05)
+    assert _lost(h) == []
+    assert _released(h) == [150]
