@@ -627,7 +627,13 @@ class Children:
             # nobody was granted it (`ahead_in_the_log`)
             end = held.position if logged is None else logged
             carries = cause is not obs.LossCause.HANDLER_FAILED
-            stops_after = self.keeping.stops_after_carry(held, now)
+            # (asked to stop: only after its member's TERM, never after a child that failed:
+            # no restart's back-off applies while stopping)
+            stops_after = (
+                held.term_sent
+                and code in MEMBERS_SIGNALS
+                and self.keeping.stops_after_carry(held, now)
+            )
             held.carry = (
                 carried(held, exited, decision.next, end, stops_after=stops_after)
                 if carries

@@ -125,11 +125,13 @@ class Keeping:
 
     def stops_after_carry(self, held: HeldClaim, now: float) -> bool:
         """Whether a claim asked to stop may still start a child for what it carries: more
-        than a kill grace of its lease left, and its stop's deadline to come."""
+        than a kill grace of its lease left, and of its stop's time (else the child would be
+        killed as it began)."""
+        grace = self.ctx.s.kill_grace
         return (
             held.phase is Phase.STOPPING
-            and held.lease - now > self.ctx.s.kill_grace
-            and now < held.stop_deadline
+            and held.lease - now > grace
+            and held.stop_deadline - now > grace
         )
 
     def start_child(self, held: HeldClaim, now: float) -> None:
@@ -333,7 +335,7 @@ class Keeping:
         self.ctx.out.append(cmd.DropLease(key))
         if held.carry is not None:
             start, end = held.carry
-            why = "reserved for a child stopped as its lease was ending; no child took it after"
+            why = "reserved for a child that stopped at a record boundary; no child took it after"
             self.ctx.held_lost(held, start, end, obs.LossCause.LEASE_EXPIRED, why)
 
     def finish(self, held: HeldClaim, now: float, *, release: bool) -> None:

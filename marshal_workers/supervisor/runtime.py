@@ -618,7 +618,10 @@ class Supervisor:
                 "child_start_failed", topic=key.topic, partition=key.partition,
                 error=str(done.error),
             )  # fmt: skip
-            self._feed(inp.ChildExited(self.clock(), key, EXIT_SETUP))
+            # it never ran: it began no record at or after its start (AMO: what it was handed
+            # from the child before is handed on again, or reported lost)
+            start = starting.spawn.spec.start_offset
+            self._feed(inp.ChildExited(self.clock(), key, EXIT_SETUP, None, start, start))
             return
         c, handle = starting.spawn, done.handle
         if self.feeds is not None and done.spec is not None and done.spec.slice is not None:
