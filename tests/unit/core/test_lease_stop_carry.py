@@ -13,6 +13,8 @@ from __future__ import annotations
 import signal
 from dataclasses import replace
 
+import pytest
+
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import inputs as inp
 from marshal_workers.core.member import Member
@@ -67,16 +69,27 @@ def _stopped_and_the_lease_runs_again(h: Harness, member: Member) -> None:
     h.commands = []
 
 
-def test_what_a_child_stopped_for_its_lease_never_started_goes_to_the_next_child() -> None:
-    """The child stopped at 120 of the 100..150 granted to it: 120..150 is the next child's,
-    granted without asking, and nothing is reported lost; it asks from 150 on."""
+def _carry_child_started(stopping: bool) -> tuple[Harness, Member, ClaimKey]:
+    """The child stopped at 120 of 100..150, the lease runs again; ``stopping``: the member was
+    asked to stop first. A child was started for 120..150."""
     h, member, key = _granted_to_150()
+    if stopping:
+        h.run(member.feed(inp.SignalReceived(h.now, signal.SIGTERM)))
     _stopped_and_the_lease_runs_again(h, member)
     h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
     h.tick(0.05)
     assert _lost(h) == []
     (spec,) = _spawned(h)
     assert (spec.start_offset, spec.granted_until) == (120, 150)
+    if stopping:  # asked to stop at once
+        assert ipc.Stop("stop") in _told(h)
+    return h, member, key
+
+
+def test_what_a_child_stopped_for_its_lease_never_started_goes_to_the_next_child() -> None:
+    """The child stopped at 120 of the 100..150 granted to it: 120..150 is the next child's,
+    granted without asking, and nothing is reported lost; it asks from 150 on."""
+    h, member, key = _carry_child_started(stopping=False)
     assert member.held[key].position == 150
     (said,) = [c for c in h.commands if isinstance(c, cmd.Log) and c.event == "amo_records_carried"]
     assert (said.level, said.fields["start"], said.fields["end"]) == ("info", 120, 150)
@@ -116,16 +129,18 @@ def test_the_next_child_waits_for_a_reservation_in_flight_and_takes_it_too() -> 
     assert member.held[key].position == 170
 
 
-def test_a_carry_no_child_took_is_reported_lost_when_the_claim_is_let_go() -> None:
+@pytest.mark.parametrize("stop", [False, True])
+def test_a_carry_no_child_took_is_reported_lost_when_the_claim_is_let_go(stop: bool) -> None:
     """The tenure ends before the next child starts: the verdict it waits for never comes and
     the lease runs out (no write lands any more). What was carried is lost then, and said so
-    (the claim is let go with it)."""
+    (the claim is let go with it). ``stop``: the member was asked to stop meanwhile; no child
+    is started for the carry with less than a kill grace of the lease left."""
     h, member, key = _granted_to_150()
     asked = member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(2, 150, 170)))
     assert any(isinstance(c, cmd.Append) for c in asked)  # in flight: the next child waits
     _stopped_and_the_lease_runs_again(h, member)
     h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
-    out: list[cmd.Command] = []
+    out = member.feed(inp.SignalReceived(h.now, signal.SIGTERM)) if stop else []
     for _ in range(400):  # 20 s: nothing written lands
         h.now += 0.05
         out.extend(member.feed(inp.Tick(h.now, 1_000.0 + h.now)))
@@ -164,61 +179,16 @@ def test_a_stop_while_a_carry_waits_hands_it_to_a_child_that_stops_after_it() ->
     assert _released(h) == [170]
 
 
-def test_a_stop_while_a_carry_waits_for_a_verdict_that_never_comes_loses_it_as_before() -> None:
-    """The same stop, and the verdict never comes (no write lands any more): no child is
-    started with less than a kill grace of the lease left; the carry is reported lost as the
-    claim is let go."""
-    h, member, key = _granted_to_150()
-    asked = member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(2, 150, 170)))
-    assert any(isinstance(c, cmd.Append) for c in asked)
-    _stopped_and_the_lease_runs_again(h, member)
-    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
-    out = member.feed(inp.SignalReceived(h.now, signal.SIGTERM))
-    for _ in range(400):  # 20 s: nothing written lands
-        h.now += 0.05
-        out.extend(member.feed(inp.Tick(h.now, 1_000.0 + h.now)))
-        if key not in member.held:
-            break
-    assert key not in member.held, "the claim outlived its lease"
-    assert not any(isinstance(c, cmd.Spawn) for c in out)
-    h.commands = [c for c in out if isinstance(c, cmd.Log)]
-    assert _lost(h) == [(120, 150, "lease_expired")]
-
-
 def test_a_child_stopped_for_its_lease_while_asked_to_stop_hands_on_to_one_that_stops() -> None:
     """The member was asked to stop while its child ran; the child was TERMed as the lease was
     ending and stopped at 120 of the 100..150 granted to it, then the late heartbeats landed.
     Before, 120..150 was reported lost (the claim was stopping: no next child); now a child is
     started for it and asked to stop at once, and the release goes at 150."""
-    h, member, key = _granted_to_150()
-    h.run(member.feed(inp.SignalReceived(h.now, signal.SIGTERM)))  # a deploy: Stop told
-    assert ipc.Stop("stop") in _told(h)
-    _stopped_and_the_lease_runs_again(h, member)
-    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
-    h.tick(0.05)
-    assert _lost(h) == []
-    (spec,) = _spawned(h)
-    assert (spec.start_offset, spec.granted_until) == (120, 150)
-    assert ipc.Stop("stop") in _told(h)
+    h, member, key = _carry_child_started(stopping=True)
     h.run(member.feed(inp.ChildExited(h.now, key, 0, None, 150)))
     h.tick(0.05)
     assert _lost(h) == []
     assert _released(h) == [150]
-
-
-def _carry_child_started(stopping: bool) -> tuple[Harness, Member, ClaimKey]:
-    """The child stopped at 120 of 100..150, the lease runs again; ``stopping``: the member was
-    asked to stop first. A child was started for 120..150."""
-    h, member, key = _granted_to_150()
-    if stopping:
-        h.run(member.feed(inp.SignalReceived(h.now, signal.SIGTERM)))
-    _stopped_and_the_lease_runs_again(h, member)
-    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
-    h.tick(0.05)
-    (spec,) = _spawned(h)
-    assert (spec.start_offset, spec.granted_until) == (120, 150)
-    h.commands = []
-    return h, member, key
 
 
 def test_a_carry_child_that_could_not_be_started_hands_the_carry_on_again() -> None:
@@ -227,11 +197,12 @@ def test_a_carry_child_that_could_not_be_started_hands_the_carry_on_again() -> N
     restart's back-off, is handed the same records. Before, the runtime said nothing of where,
     and 120..150 was lost and reported by nobody (a review)."""
     h, member, key = _carry_child_started(stopping=False)
+    h.commands = []
     h.run(member.feed(inp.ChildExited(h.now, key, EXIT_SETUP, None, 120, 120)))
     for _ in range(40):
         h.tick(0.05)
     assert _lost(h) == []
-    spec = _spawned(h)[-1]
+    (spec,) = _spawned(h)
     assert (spec.start_offset, spec.granted_until) == (120, 150)
 
 
@@ -240,6 +211,7 @@ def test_a_carry_child_that_fails_while_stopping_loses_the_carry_once() -> None:
     stopped): no restart's back-off applies while stopping, so no other child is started for
     the carry (a review saw 20 started in 0.2 s); it is reported lost once, and released."""
     h, member, key = _carry_child_started(stopping=True)
+    h.commands = []
     h.run(member.feed(inp.ChildExited(h.now, key, EXIT_KAFKA, None, 130, stopped_at=130)))
     for _ in range(10):
         h.tick(0.05)
