@@ -462,7 +462,7 @@ class Keeping:
             self.ctx.say(
                 "info", "amo_records_carried", topic=key.topic, partition=key.partition,
                 start=carry[0], end=carry[1], records=records_at_most(key.topic, *carry),
-                reason="granted to a child stopped as its lease was ending; the lease runs again",
+                reason="reserved under this tenure and begun by no child before it",
             )  # fmt: skip
         spec = dataclasses.replace(
             self.ctx.s.child,
