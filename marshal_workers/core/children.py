@@ -675,11 +675,10 @@ def carried(
     TERM as the lease was ending, its own lease check), and only a claim that goes on under
     the same lease starts another child (or, asked to stop, ``stops_after``: one that stops
     after the carry, `Keeping.carry_before_stopping`): everything from there to the claim's
-    position was
-    reserved for this tenure and started by nobody, so the next child may take it, as the
-    one before would have. Reported lost instead, a lease whose heartbeat only landed late
-    lost records though nothing crashed (an AMO chaos test in CI: 974..1024, the log showing
-    no lease end; the audit saw nothing at risk). Not when part of it was reported lost
+    position was reserved for this tenure and started by nobody, so the next child may take
+    it, as the one before would have. Reported lost instead, a lease whose heartbeat only
+    landed late lost records though nothing crashed (an AMO chaos test in CI: 974..1024, the
+    log showing no lease end; the audit saw nothing at risk). Not when part of it was reported lost
     already (a refused batch of the child): the next child asks from the position on."""
     stopped = exited.stopped_at
     if stopped is None or not (next_ in (Next.RESPAWN, Next.RESTART_LATER) or stops_after):

@@ -109,8 +109,8 @@ class Keeping:
         for nothing more, before the claim is let go. Let go first, the claim reported them
         lost though nothing crashed, and its release left nothing at risk in the log. While a
         reservation of the child before is in flight, its verdict is awaited (one that lands
-        is carried too). Not with a kill grace of the lease or less left, nor past the stop's
-        deadline (a fast stop's is now): the claim is let go and the carry lost, as a crash
+        is carried too). Not with a kill grace or less left of the lease or of the stop's time
+        (a fast stop has none): the claim is let go and the carry reported lost, as a crash
         loses it. Whether the claim waits for that child (or verdict)."""
         carry = held.carry
         if carry is None or not self.stops_after_carry(held, now):
