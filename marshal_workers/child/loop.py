@@ -110,7 +110,11 @@ class ChildLoop:
     def run(self) -> int:
         """Run until something ends the child; its exit code."""
         try:
-            self._setup()
+            try:
+                self._setup()
+            except BaseException:
+                self._began_nothing()
+                raise
             self._loop()
         except ChildExit as end:
             return self._shutdown(end)
@@ -118,6 +122,16 @@ class ChildLoop:
             self.log.exception("child_crashed")
             return self._shutdown(ChildExit(EXIT_RUNTIME, "crash"))
         raise AssertionError("the loop only ends by ChildExit")  # pragma: no cover
+
+    def _began_nothing(self) -> None:
+        """Its setup ended the child (its handler not loaded or set up, its consumer not
+        open): it started no record, and says so as a stop at its start, so that its member
+        hands what it was handed to the next child (`core.children.carried`) rather than
+        reporting it lost as a crash's (a review)."""
+        start = self.spec.start_offset
+        if start is not None:
+            self.cells.position.value = start
+            self.cells.stopped_at.value = start
 
     def _setup(self) -> None:
         spec = self.spec

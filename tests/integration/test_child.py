@@ -27,6 +27,7 @@ from marshal_workers.child.main import (
     EXIT_HANDLER_FAILED,
     EXIT_LEASE_EXPIRED,
     EXIT_NOT_GRANTED,
+    EXIT_SETUP,
 )
 from marshal_workers.common import leaseclock
 from marshal_workers.common.ledgerfile import find_duplicates, read_ledger
@@ -274,6 +275,21 @@ class TestAtMostOnce:
         assert stopping.wait_exit() == 0
         assert stopping.of(GrantRequest) == []
         assert offsets(ledger_dir) == list(range(3, first.end + 3))
+
+    def test_a_child_whose_setup_fails_says_it_began_nothing(
+        self, kafka_bootstrap: str, topic: str, spawn: Callable[..., Supervised]
+    ) -> None:
+        """Its handler cannot be loaded (or set up, or its consumer opened): it started no
+        record, and says so as a stop at its start (``stopped_at``), so what it was handed (its
+        spec's ``granted_until``, the member's carry) goes to the next child rather than being
+        reported lost as a crash's."""
+        spec = make_spec(
+            kafka_bootstrap, topic, mode=Mode.AMO, start_offset=3, granted_until=8,
+            handler="marshal_workers.no_such_module:handle",
+        )  # fmt: skip
+        child = spawn(spec)
+        assert child.wait_exit() == EXIT_SETUP
+        assert child.keeper.lease.calls.take_end_note().stopped_at == 3
 
     def test_sigterm_stops_after_the_call_in_progress_and_says_where(
         self,

@@ -192,10 +192,11 @@ def test_a_child_stopped_for_its_lease_while_asked_to_stop_hands_on_to_one_that_
 
 
 def test_a_carry_child_that_could_not_be_started_hands_the_carry_on_again() -> None:
-    """No process could be made for the child handed 120..150 (limits, memory): it began
-    nothing, as the runtime says (its start as position and stop); the next child, after the
-    restart's back-off, is handed the same records. Before, the runtime said nothing of where,
-    and 120..150 was lost and reported by nobody (a review)."""
+    """No process could be made for the child handed 120..150 (limits, memory), or its setup
+    ended it: it began nothing, as the runtime or the child says (its start as position and
+    stop); the next child, after the restart's back-off, is handed the same records. Before,
+    the runtime said nothing of where, and 120..150 was lost and reported by nobody (a
+    review); a child's failed setup reported it lost as a crash's (a second review)."""
     h, member, key = _carry_child_started(stopping=False)
     h.commands = []
     h.run(member.feed(inp.ChildExited(h.now, key, EXIT_SETUP, None, 120, 120)))
