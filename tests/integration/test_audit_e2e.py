@@ -88,11 +88,14 @@ def test_real_fleet_audits_clean_then_a_forged_write_fails_it(fleet: Fleet, tmp_
     assert lag and all(r["high_watermark"] is not None for r in lag)
     assert (out / "report.html").stat().st_size > 10_000
 
-    # A forged write: a's process writes under its first token after that claim was released.
+    # A forged write: a's process writes under its first token after that claim was released,
+    # and after every row of that partition: a row of another process at the same moment is
+    # an overlap too (a CI run saw 4 beside the zombie work, the next owner at work then).
     first = min((r for r in rows if r.client_id == "a"), key=lambda r: r.start)
     released = max(c["end_ms"] for c in claims if c["token"] == first.token) / 1000
-    forged = first._replace(offset=first.offset + 1_000_000, start=released + 1.0,
-                            end=released + 1.01)  # fmt: skip
+    last = max(r.end for r in rows if (r.topic, r.partition) == (first.topic, first.partition))
+    at = max(released, last) + 1.0
+    forged = first._replace(offset=first.offset + 1_000_000, start=at, end=at + 0.01)
     with (fleet.ledger_dir / f"ledger-{first.pid}.jsonl").open("a") as f:
         f.write(forged.line() + "\n")
     # Another forged write: under b's token, inside b's claim, but by an instance of b that
