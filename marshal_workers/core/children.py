@@ -461,7 +461,7 @@ class Children:
             return False
         start = reserved_from(op, event)
         held.position = max(held.position, op.end)  # reserved in the log: never handled now
-        self._lost(held, start, op.end, obs.LossCause.REFUSED, why, given_up=given_up)
+        self.ctx.held_lost(held, start, op.end, obs.LossCause.REFUSED, why, given_up=given_up)
         return True
 
     def _settle_deferred(self, op: Op, now: float, *, accounted: bool) -> None:
@@ -493,7 +493,7 @@ class Children:
         its 101..110 reported from 101, and 100 was reported by nobody."""
         held = self.ctx.held.get(event.key)
         if held is not None and held.token == event.token:
-            self._lost(held, start, end, obs.LossCause.REFUSED, UNCONFIRMED, given_up=True)
+            self.ctx.held_lost(held, start, end, obs.LossCause.REFUSED, UNCONFIRMED, given_up=True)
         else:
             self.ctx.amo_lost(
                 event.key, start, end, obs.LossCause.REFUSED, UNCONFIRMED, given_up=True
@@ -643,25 +643,11 @@ class Children:
                 held.position, logged = end, None
                 self._carried_landings(held, end)
             else:
-                self._lost(held, exited.position, held.position, cause, decision.reason)
+                self.ctx.held_lost(held, exited.position, held.position, cause, decision.reason)
         if logged is not None and held.position is not None:
             lost_from, held.position = held.position, logged
             why = f"reserved in the log by a write given up on ({decision.reason})"
-            self._lost(held, lost_from, logged, obs.LossCause.REFUSED, why, given_up=True)
-
-    def _lost(
-        self,
-        held: HeldClaim,
-        start: int,
-        end: int,
-        cause: obs.LossCause,
-        why: str,
-        *,
-        given_up: bool = False,
-    ) -> None:
-        """AMO: ``start``..``end`` is reserved in the log and nobody will handle it (``given_up``:
-        a write given up on landed, `obs.AmoLost.given_up`)."""
-        self.ctx.held_lost(held, start, end, cause, why, given_up=given_up)
+            self.ctx.held_lost(held, lost_from, logged, obs.LossCause.REFUSED, why, given_up=True)
 
 
 def carried(

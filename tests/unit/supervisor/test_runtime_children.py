@@ -49,13 +49,16 @@ def test_a_child_that_cannot_be_started_costs_only_its_claim(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """fork fails for partition 0 (a process limit): partition 1 runs, the supervisor goes on
-    and tries partition 0 again after a back-off."""
+    and tries partition 0 again after a back-off. The core hears that the child began nothing:
+    its start as both its position and where it stopped (AMO hands what it was handed on)."""
     started: list[FakeChild] = []
     attempts: list[int] = []
+    tried: list[int | None] = []
 
     def start_child(spec: ipc.ChildSpec, lease: SharedLease, mp: object) -> FakeChild:
         if spec.partition == 0:
             attempts.append(spec.partition)
+            tried.append(spec.start_offset)
             raise OSError("Resource temporarily unavailable")
         child = FakeChild(spec, lease)
         started.append(child)
@@ -64,11 +67,22 @@ def test_a_child_that_cannot_be_started_costs_only_its_claim(
     monkeypatch.setattr(runtime_module, "start_child", start_child)
     sup = Supervisor(config(), MemoryLog(coordination()),
                      FakeTopics(2), MP, Observer())  # type: ignore[arg-type]  # fmt: skip
+    exits: list[inp.ChildExited] = []
+    feed = sup._feed
+
+    def heard(what: inp.Input) -> None:
+        if isinstance(what, inp.ChildExited) and what.key.partition == 0:
+            exits.append(what)
+        feed(what)
+
+    monkeypatch.setattr(sup, "_feed", heard)
     sup.start(catch_up_timeout=5)
     try:
         run_until(sup, lambda: len(attempts) >= 2, "a second try at partition 0")
         assert data_children(sup) == {ClaimKey("g", "orders", 1)}
         assert not sup.done
+        assert tried[0] is not None
+        assert [(e.position, e.stopped_at) for e in exits[:1]] == [(tried[0], tried[0])]
     finally:
         sup.kill_all()
 
