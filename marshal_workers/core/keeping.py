@@ -190,11 +190,12 @@ class Keeping:
         hb = self.ctx.s.heartbeat_interval
         if now - held.next_heartbeat >= hb / 4:
             return False  # the lease first: written anyway, and again after the verdicts
-        if held.lease - now <= hb:
+        if held.lease - now <= hb and now >= held.next_heartbeat:
             # the heartbeat before was not confirmed (lost, or its verdict late): a lease with
             # less than HB left has no time to spare, so it goes now (marshal-sim seed 28 of
             # the sliced every-fault mix: a timed-out heartbeat, then one that waited, and the
-            # child was stopped at its lease's end)
+            # child was stopped at its lease's end); the one owed after it (`beat_behind`)
+            # waits for the verdicts like any other, not written again on every turn
             return False
         return self.ctx.pending.in_flight(Kind.RESERVE, held.key)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
+from marshal_workers.core.keeping import Keeping
 from marshal_workers.sim.params import SimParams
 from marshal_workers.sim.scenario import run_seed
 
@@ -23,3 +25,16 @@ def violations(params: SimParams, seeds: int) -> list[tuple[int, dict[str, objec
     for seed in range(seeds):
         found.extend((seed, v) for v in run_seed(replace(params, seed=seed)).violations)
     return found
+
+
+WAITS_FOR_RESERVATION = Keeping.waits_for_reservation
+
+
+def beats_every_turn(self: Keeping, held: Any, now: float) -> bool:
+    """`Keeping.waits_for_reservation` as it was before 2026-12-03, when a heartbeat that went on
+    a lease with less than HB left was written again on every turn until the verdicts came:
+    never waits on such a lease. Rows whose path the change took away replay the seed that
+    found them with it (``monkeypatch.setattr(Keeping, "waits_for_reservation", ...)``)."""
+    if held.lease - now <= self.ctx.s.heartbeat_interval:
+        return False
+    return WAITS_FOR_RESERVATION(self, held, now)

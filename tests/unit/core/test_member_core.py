@@ -630,6 +630,30 @@ class TestGrants:
         self.land(h, asked)
         assert self.beats(h)[before:] == [100, 150]
 
+    def test_a_heartbeat_that_went_on_a_short_lease_is_not_written_again_each_turn(
+        self,
+    ) -> None:
+        """The one that went at once on a lease with less than HB left is followed by one
+        after the verdict, not by one on every turn until then: a member turns on every record
+        it reads, so that was dozens of writes a second while the log was slow."""
+        h, key = self.grant_setup()
+        h.tick(0.5)
+        before = len(self.beats(h))
+        asked = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
+        h.member.held[key].lease = h.now + 0.9  # what an unconfirmed heartbeat leaves
+        written: list[cmd.Append] = []
+        for step in (0.55, 0.01, 0.01, 0.02, 0.05):  # due at the first turn: it goes then
+            h.now += step
+            h.log_ms[0] += int(step * 1000)
+            # the log slow: nothing written lands in these turns
+            turn = h.member.feed(inp.Tick(h.now, 1_000.0 + h.now))
+            written += [c for c in turn if isinstance(c, cmd.Append)]
+        beats = [c.message for c in written if isinstance(c.message, Heartbeat)]
+        assert [m.offset for m in beats if m.topic == "orders"] == [100]
+        h.commands.extend(written)
+        self.land(h, asked + written)
+        assert self.beats(h)[before:] == [100, 150]
+
     def test_a_batch_asked_while_a_heartbeat_waits_is_held_back_until_after_it(self) -> None:
         """A child asks for its next batch as soon as it may, so a heartbeat waiting for no
         reservation in flight would wait for ever: while one is owed, a new reservation is
