@@ -72,6 +72,8 @@
   it handed over recently, unless it is reading the log again after its lease clock stood
   still (`sim.releases`);
 - ``handler_deadline``: no handler call outlives its deadline by more than a second;
+- ``heartbeat_pace``: a member writes at most two heartbeats of a claim's tenure in any HB/4
+  of its lease clock (`sim.pace`);
 - ``liveness``: after the last fault, every partition is held by a live member's child and
   moving (a record of its own handled in the last 2 s, or none available for that long: a
   key slice may get one every few seconds), and shares are fair, within the stated bound
@@ -136,6 +138,7 @@ INVARIANTS = (
     "no_crash",  # `sim.forgery`: no record makes a reader raise
     "own_group_state",  # `sim.forgery`: a member keeps no other group's state
     "one_instance",  # an instance another of its client id replaced stops
+    "heartbeat_pace",  # `sim.pace`: at most two heartbeats of a claim's tenure in any HB/4
 )
 
 

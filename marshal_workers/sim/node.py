@@ -38,9 +38,10 @@ from marshal_workers.protocol.wire import (
     ClaimKey,
     claim_key,
 )
-from marshal_workers.sim import releases
+from marshal_workers.sim import pace, releases
 from marshal_workers.sim.children import DataPartition, Died, Handled, SimChild
 from marshal_workers.sim.lostreleases import LostReleases
+from marshal_workers.sim.pace import HeartbeatPace
 from marshal_workers.sim.slices import child_filter
 from marshal_workers.sim.vlog import VirtualLog
 
@@ -139,8 +140,7 @@ class SimNode:
         self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
         self.alive = True
         self.started = False
-        self.frozen_until = 0.0
-        self.stalled_until = 0.0  # `stall`: the children stop too
+        self.frozen_until = self.stalled_until = 0.0  # (`stall`: the children stop too)
         # (start, end) of each stall with the wall clock held too (`stopped_between`)
         self.stalls: list[tuple[float, float]] = []
         self.turned_at = -1.0  # when the member last ran its turn
@@ -172,6 +172,7 @@ class SimNode:
         self.count_write_failures: dict[bytes, int] = {}
         self.releases_seen: list[ClaimKey] = []  # others' releases its fold showed this turn
         self.lost_releases = LostReleases()
+        self.pace = HeartbeatPace()  # `heartbeat_pace`
 
     @property
     def releases_lost(self) -> dict[ClaimKey, tuple[float, float]]:
@@ -569,6 +570,7 @@ class SimNode:
                 f" for group {c.message.group_id}",
             )
         self._check_pause(c, t)
+        self._check_pace(c, t)
         if c.value.startswith(b"RecordFailed/"):
             op = self.member.ctx.pending.ops.get(c.op)
             if op is not None and op.tries == 0:  # not the same count written again
@@ -585,6 +587,23 @@ class SimNode:
         )
         lands = not fails or lands_anyway
         self.lost_releases.sent(c.message, lands, t, self.local(t), self.member)
+
+    def _check_pace(self, c: cmd.Append, t: float) -> None:
+        """``heartbeat_pace``: at most two heartbeats of a claim's tenure in any HB/4."""
+        op = self.member.ctx.pending.ops.get(c.op)
+        if op is None or op.kind is not Kind.HEARTBEAT:
+            return
+        held = self.member.ctx.held.get(op.key)
+        self.on_checked("heartbeat_pace")
+        hb = self.settings.heartbeat_interval
+        token = -1 if held is None else held.token
+        many = self.pace.beat(op.key, token, self.local(t), hb)
+        if many is not None:
+            self.on_violation(
+                "heartbeat_pace",
+                f"{self.name} wrote {many} heartbeats of {op.key.topic}/{op.key.partition} "
+                f"(token {token}) within {pace.WINDOW_HB}*HB, at {t:.2f}",
+            )
 
     def _check_pause(self, c: cmd.Append, t: float) -> None:
         """``pause_respected``: no data claim is written while the member's own fold shows

@@ -1055,3 +1055,17 @@ def test_lease_stop_defect_records_granted_and_never_started_are_lost_though_the
     params = SimParams(faults=("failures", "read-latency"), fail_rate=0.3)
     assert found(monkeypatch, params, "amo_loss_only_on_crash", SEEDS) is not None
 
+
+def test_pace_defect_a_heartbeat_on_a_short_lease_written_again_on_every_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found reading the trace of seed 1608132 (`tests/sim/test_exact_checker.py`): a heartbeat
+    that went at once on a lease with HB or less left, while a reservation was in flight, was
+    written again on every turn of the member until the verdicts came (three in 0.1 s there; a
+    real member turns on every record it reads). Harmless to safety, so no invariant saw it:
+    `heartbeat_pace` (`sim.pace`) counts a tenure's heartbeats. Now the one owed after it waits
+    for the verdicts (`Keeping.waits_for_reservation`); reintroduced: it never waits on such a
+    lease (`beats_every_turn`). Found in each of seeds 0-4 of this mix (4 or 5 tenures each)."""
+    monkeypatch.setattr(Keeping, "waits_for_reservation", beats_every_turn)
+    params = SimParams(faults=("failures", "read-latency"), fail_rate=0.3)
+    assert found(monkeypatch, params, "heartbeat_pace", SEEDS) is not None
