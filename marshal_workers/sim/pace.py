@@ -4,9 +4,11 @@ A held claim's heartbeat goes every HB/2 (`Keeping.heartbeat`); one written whil
 reservation of the claim was in flight is followed by one more once the verdicts are in, and
 that one had none in flight, so the next waits its HB/2. So within any HB/4 of the member's
 lease clock one tenure of a claim writes at most two (the takeover's heartbeat is the
-claiming's, not counted). A member that wrote one on every turn while a verdict was late (a
-defect until 2026-12-03) wrote dozens a second to a log already slow: that is what this
-catches, where no other invariant would (the writes are harmless to safety).
+claiming's, not counted; an operator's skip makes the next heartbeat due at once, in ALO,
+which reserves nothing, so it never makes a third beside such a pair). A member that wrote
+one on every turn while a verdict was late (a defect until 2026-12-03) wrote dozens a second
+to a log already slow: that is what this catches, where no other invariant would (the writes
+are harmless to safety).
 """
 
 from __future__ import annotations

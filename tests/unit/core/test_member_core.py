@@ -635,24 +635,30 @@ class TestGrants:
     ) -> None:
         """The one that went at once on a lease with less than HB left is followed by one
         after the verdict, not by one on every turn until then: a member turns on every record
-        it reads, so that was dozens of writes a second while the log was slow."""
+        it reads, so that was dozens of writes a second while the log was slow. The next one
+        due still goes on time."""
         h, key = self.grant_setup()
         h.tick(0.5)
         before = len(self.beats(h))
         asked = self.ask(h, key, ipc.GrantRequest(1, 100, 150))
-        h.member.held[key].lease = h.now + 0.9  # what an unconfirmed heartbeat leaves
+        h.member.held[key].lease = h.now + 1.4  # less than HB left when the next is due
         written: list[cmd.Append] = []
-        for step in (0.55, 0.01, 0.01, 0.02, 0.05):  # due at the first turn: it goes then
+
+        def turn(step: float) -> list[int]:
+            """A member turn ``step`` later, the log slow (nothing written lands): the offsets
+            of the claim's heartbeats written so far."""
             h.now += step
-            h.log_ms[0] += int(step * 1000)
-            # the log slow: nothing written lands in these turns
-            turn = h.member.feed(inp.Tick(h.now, 1_000.0 + h.now))
-            written += [c for c in turn if isinstance(c, cmd.Append)]
-        beats = [c.message for c in written if isinstance(c.message, Heartbeat)]
-        assert [m.offset for m in beats if m.topic == "orders"] == [100]
+            h.log_ms[0] += round(step * 1000)
+            said = h.member.feed(inp.Tick(h.now, 1_000.0 + h.now))
+            written.extend(c for c in said if isinstance(c, cmd.Append))
+            beats = [c.message for c in written if isinstance(c.message, Heartbeat)]
+            return [m.offset for m in beats if m.topic == "orders"]
+
+        assert [turn(step) for step in (0.55, 0.01, 0.01, 0.02, 0.05)] == [[100]] * 5
+        assert turn(0.42) == [100, 100]  # the next on time (HB/2 after), the verdict still late
         h.commands.extend(written)
         self.land(h, asked + written)
-        assert self.beats(h)[before:] == [100, 150]
+        assert self.beats(h)[before:] == [100, 100, 150]
 
     def test_a_batch_asked_while_a_heartbeat_waits_is_held_back_until_after_it(self) -> None:
         """A child asks for its next batch as soon as it may, so a heartbeat waiting for no
