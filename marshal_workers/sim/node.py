@@ -41,7 +41,6 @@ from marshal_workers.protocol.wire import (
 from marshal_workers.sim import pace, releases
 from marshal_workers.sim.children import DataPartition, Died, Handled, SimChild
 from marshal_workers.sim.lostreleases import LostReleases
-from marshal_workers.sim.pace import HeartbeatPace
 from marshal_workers.sim.slices import child_filter
 from marshal_workers.sim.vlog import VirtualLog
 
@@ -172,7 +171,7 @@ class SimNode:
         self.count_write_failures: dict[bytes, int] = {}
         self.releases_seen: list[ClaimKey] = []  # others' releases its fold showed this turn
         self.lost_releases = LostReleases()
-        self.pace = HeartbeatPace()  # `heartbeat_pace`
+        self.pace = pace.HeartbeatPace()  # `heartbeat_pace`
 
     @property
     def releases_lost(self) -> dict[ClaimKey, tuple[float, float]]:
