@@ -158,6 +158,7 @@ def decide(
     first_backoff_s: float = FIRST_BACKOFF_S,
     parked: bool = False,
     stopped_for_lease: bool = False,
+    carries: bool = False,
     feed_lost: bool = False,
     lived_s: float = 0.0,
 ) -> ExitDecision:
@@ -171,11 +172,20 @@ def decide(
     child ended as its host's reader was lost, after ``lived_s`` seconds: one that ran two
     heartbeats or more is restarted without a count (the reader's loss is no streak of the
     claim's; a quiet slice, handling nothing, never clears one), one lost sooner counts as
-    any failure (a reader that cannot read fails every child at once)."""
+    any failure (a reader that cannot read fails every child at once). ``carries``: AMO, the
+    child stopped at a record boundary, so what it was granted and did not start can go to the
+    next child of the tenure (`children.carried`): stopped for a lease that is ending, the
+    claim waits for the lease's next verdict instead of being let go at once (`Keeping.keep`
+    starts that child if the lease runs again, and lets the claim go if it runs out)."""
     if reloading and lease_valid:
         return ExitDecision(Next.RESPAWN, "reload: same claim, fresh code")
     if not running and not reloading:
         return ExitDecision(Next.FINISH, "the child was asked to stop")
+    if not lease_valid and stopped_for_lease and carries:
+        return ExitDecision(
+            Next.RESTART_LATER, "stopped as its lease was ending; its verdicts decide",
+            delay_s=0.0, failures=failures,
+        )  # fmt: skip
     if not lease_valid:
         return ExitDecision(Next.RELEASE, LEASE_EXPIRED, avoid_s=heartbeat_interval_s)
     if code == EXIT_NOT_GRANTED:

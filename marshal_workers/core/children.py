@@ -272,7 +272,7 @@ class Children:
             carry is None
             or held.child
             or held.phase not in (Phase.RUNNING, Phase.STOPPING)  # (`carry_before_stopping`)
-            or now >= held.lease
+            or (now >= held.lease and not self.keeping.lease_may_return(held))
             or event.token != held.token
             or (held.refused_from is not None and op.start >= held.refused_from)
             or not carry[0] <= reserved_from(op, event) <= carry[1]
@@ -560,6 +560,7 @@ class Children:
             first_backoff_s=ctx.s.restart_backoff,
             parked=self.parking.parks(key, held.position),
             stopped_for_lease=held.term_sent and code in MEMBERS_SIGNALS,
+            carries=ctx.s.mode is Mode.AMO and exited.stopped_at is not None,
             feed_lost=exited.end is not None and exited.end.feed_lost,
             lived_s=now - held.child_since,
         )

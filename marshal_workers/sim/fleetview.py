@@ -39,6 +39,7 @@ class FleetView(Protocol):
     snapshots: list[tuple[str, float, World]]
     failures_written: dict[tuple[str, bytes], int]
     log_losses: list[AmoLoss]
+    settled_losses: list[AmoLoss]
     placements: dict[str, Placement]  # the placed groups' placements (none: every group spread)
 
     def layout(self, group: str) -> Placement: ...

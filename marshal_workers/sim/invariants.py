@@ -13,9 +13,11 @@
   reservations of up to half of it). A child that stopped gracefully (exit 0), or whose feed
   was lost (the Kafka exit code after `feed-loss`: it hands on what it asked for first),
   explains no loss; nor does one that stopped at a record boundary for its lease (its member's
-  TERM, its own lease check) where the same tenure started another child with no lapse of the
-  lease in between: the lease ran again, and that child takes what was left
-  (`core.children.carried`; a CI chaos run lost 974..1024 so);
+  TERM, its own lease check) unless its tenure ended there and the log shows a crash's loss
+  over what it left (`protocol.amolosses`: taken over, gone stale, refused, replaced; what the
+  audit accepts): a tenure that goes on hands it to its next child (`core.children.carried`;
+  a CI chaos run lost 974..1024 so), and a release over it says it was handled (seed 5200003
+  of `failures,read-latency,stall`, 8 faults at 0.3: 761..766);
 - ``amo_loss_reported``: in AMO every offset below the position the log ends with that nobody
   handled was reported lost: by a member (its `AmoLost`: the warning `amo_records_lost` and
   the loss metric) or by the log (`protocol.amolosses`, what `marshal-admin status` shows:
@@ -95,7 +97,7 @@ from typing import Any
 
 from marshal_workers.core.observations import LossCause
 from marshal_workers.ipc.exits import EXIT_HANDLER_FAILED, EXIT_HANDLER_TIMEOUT, EXIT_KAFKA
-from marshal_workers.protocol.amolosses import AmoLoss
+from marshal_workers.protocol.amolosses import CRASH_CAUSES, AmoLoss
 from marshal_workers.protocol.modes import Mode
 from marshal_workers.protocol.rationalizer import World, resume_offset
 from marshal_workers.protocol.reservations import AHEAD, reservation_size
@@ -246,10 +248,6 @@ class Checker:
     # AMO: the ranges reported lost as a write given up on that landed after all (a fault of
     # the coordination path: `FAULT_REFUSALS`), which a stop for the lease leaves to nobody
     given_up_reported: dict[ClaimKey, list[tuple[int, int]]] = field(
-        default_factory=lambda: defaultdict(list)
-    )
-    # when a node's lease of a claim ran out, as its children read it (`SimNode._lapses`)
-    lapses: dict[tuple[str, ClaimKey], list[float]] = field(
         default_factory=lambda: defaultdict(list)
     )
 
@@ -524,12 +522,15 @@ class Checker:
         noted: dict[tuple[ClaimKey, int, int], dict[str, int]],
         faults: dict[str, int],
         log_losses: Sequence[AmoLoss] = (),
+        settled_losses: Sequence[AmoLoss] | None = None,
     ) -> None:
         """The checks made at the end of a run (``noted`` and ``faults``: see `_poison`;
-        ``log_losses``: every loss the whole log shows, `_amo_reported`)."""
+        ``log_losses``: every loss the whole log shows, `_amo_reported`; ``settled_losses``:
+        those it shows once every holder that writes no more has been silent 2*HB,
+        `_amo_losses`; ``log_losses`` if not given)."""
         self._overlaps()
         self._alo(reference)
-        self._amo_losses(reference)
+        self._amo_losses(reference, log_losses if settled_losses is None else settled_losses)
         self._amo_reported(reference, log_losses)
         self._poison(noted, faults)
         for name, at, world in readers:
@@ -571,7 +572,11 @@ class Checker:
                     f"{committed} never handled (first {missing[0]})",
                 )
 
-    def _amo_losses(self, reference: dict[int, World]) -> None:
+    def _amo_losses(self, reference: dict[int, World], log_losses: Sequence[AmoLoss]) -> None:
+        crashes: dict[ClaimKey, list[tuple[int, int]]] = defaultdict(list)
+        for loss in log_losses:
+            if loss.cause in CRASH_CAUSES:
+                crashes[loss.key].append((0 if loss.start is None else loss.start, loss.end))
         ends: dict[ClaimKey, int] = {}
         for world in reference.values():
             for key, state in world.claims.items():
@@ -584,7 +589,7 @@ class Checker:
             windows = (
                 self.crash_windows.get(key, [])
                 + self.unfinished.get(key, [])
-                + self._excused(key)
+                + self._excused(key, crashes.get(key, []))
                 + self.given_up_reported.get(key, [])
             )
             lost = [
@@ -599,25 +604,25 @@ class Checker:
                     f"never handled and lost in no crash (first {lost[0]})",
                 )
 
-    def lapsed(self, node: str, key: ClaimKey, t: float) -> None:
-        """``node``'s lease of ``key`` ran out at ``t``, as its children read it."""
-        self.lapses[(node, key)].append(t)
-
-    def _excused(self, key: ClaimKey) -> list[tuple[int, int]]:
+    def _excused(self, key: ClaimKey, crashes: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """What children stopped at a record boundary had asked for and not handled, where
-        their tenure ended there (no child of it was ready after) or its lease ran out before
-        the next one (a lease that ran out is a crash's cause: the member refuses what lands
-        after it, and reports it lost). A tenure whose lease ran again before running out (a
-        heartbeat's verdict came late) hands those records to its next child
-        (`core.children.carried`); lost there, they are lost in no crash (an AMO chaos test
-        in CI: 974..1024, the log showing no lease end)."""
+        their tenure ended there (no child of it was ready after) and the log shows a crash's
+        loss over it (``crashes``: `protocol.amolosses`, what the audit and `marshal-admin
+        status` show; a claim taken over, gone stale, refused or replaced). A tenure whose
+        lease ran again (a heartbeat's verdict came late) hands those records to its next
+        child (`core.children.carried`); lost there, they are lost in no crash (an AMO chaos
+        test in CI: 974..1024, the log showing no lease end). Nor is a tenure that ended by
+        a release that covered them: the log then says they were handled (seed 5200003 of
+        `failures,read-latency,stall`, 8 faults at 0.3: a child TERMed as its lease was ending
+        stopped at 761, its member released the claim at 766 as the lease ran out in its
+        view, while the log still held it; the audit sees 761..766 lost in no crash)."""
         later = self.tenure_children.get(key, [])
         excused = []
-        for who, t, window in self.lease_stops.get(key, []):
-            next_ready = min((r for other, r in later if other == who and r > t), default=None)
-            lapses = self.lapses.get((who[0], key), [])
-            if next_ready is None or any(t <= lapse <= next_ready for lapse in lapses):
-                excused.append(window)
+        for who, t, (start, end) in self.lease_stops.get(key, []):
+            if any(other == who and r > t for other, r in later):
+                continue  # the tenure went on: its next child takes them
+            shown = [(max(start, a), min(end, b)) for a, b in crashes if a < end and b > start]
+            excused.extend(shown)
         return excused
 
     def _amo_reported(self, reference: dict[int, World], log_losses: Sequence[AmoLoss]) -> None:

@@ -114,7 +114,6 @@ class SimNode:
         read_lag_s: float = 0.0,
         on_failure_written: Callable[[str, bytes], None] = lambda instance, value: None,
         on_lost: LostReported | None = None,
-        on_lapse: Callable[[str, ClaimKey, float], None] = lambda name, key, t: None,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -132,8 +131,6 @@ class SimNode:
         self.on_checked = on_checked
         self.on_failure_written = on_failure_written  # a failure's count written (not again)
         self.on_lost = on_lost  # AMO records it reported lost (`AmoLost`), if told
-        self.on_lapse = on_lapse  # a claim's lease ran out as its children read it
-        self.lapsed: set[ClaimKey] = set()  # the claims whose lease is out now
         self._ending: tuple[ClaimKey, int] | None = None  # a child's end being fed, its code
         self.speed = speed
         self.wall_skew = WALL_EPOCH + wall_skew  # a Unix time, off by the host clock's skew
@@ -349,7 +346,6 @@ class SimNode:
         if not self.alive or not self.started or self.frozen(t):
             return
         self.turned_at = t
-        self._lapses(t)
         if not self.announced and self.member.member in self.member.held:
             self.announced = True
         now = self.local(t)
@@ -385,17 +381,6 @@ class SimNode:
         positions = {k: c.published for k, c in self.children.items() if c.published is not None}
         self._feed(inp.Tick(now, self.wall(t), positions), t)
         self._check_releases(now)
-
-    def _lapses(self, t: float) -> None:
-        """Tell each claim's lease that has run out, as its children read it, since the turn
-        before (its member's core sees the same before this turn's verdicts extend it)."""
-        for key, cell in self.leases.items():
-            if cell.deadline and t >= self._lease_in_true_time(cell):
-                if key not in self.lapsed:
-                    self.lapsed.add(key)
-                    self.on_lapse(self.name, key, t)
-            else:
-                self.lapsed.discard(key)
 
     def _check_releases(self, now: float) -> None:
         """`release_claimed`, for every release by another member folded in this turn (``now``

@@ -110,6 +110,7 @@ class Fleet:
         # that failed is not one more failure)
         self.failures_written: dict[tuple[str, bytes], int] = {}
         self.log_losses: list[AmoLoss] = []  # every AMO loss the whole log shows (at the end)
+        self.settled_losses: list[AmoLoss] = []  # and 2*HB after it (`wholelog`)
         self.faults = Faults(self)
         # members record and check their group's settings (`mixed-modes`: members of the other
         # mode are refused); without it, as before settings had a mode, so that the seeds the
@@ -229,7 +230,6 @@ class Fleet:
             on_checked=self.checker.mark,
             on_failure_written=self._failure_written,
             on_lost=self.checker.lost_reported,
-            on_lapse=self.checker.lapsed,
             speed=self.p.speed,
             wall_skew=self.rng.uniform(-5, 5),
             read_lag_s=self._read_lag(),
@@ -467,7 +467,7 @@ class Fleet:
                     self.checker.deciding(key, start, end)
         # what may lose a poison count: a kill, freeze or stop, or every write of it failing
         faults = {n.settings.instance_id: n.faults + n.counts_lost_to_the_log() for n in self.nodes}
-        self.checker.finish(reference, readers, noted, faults, self.log_losses)
+        self.checker.finish(reference, readers, noted, faults, self.log_losses, self.settled_losses)
         self.slices.finish()
         trace = sorted(line for n in self.nodes for line in n.trace)[-30:]
         rates = [r for n in self.nodes if (r := n.reads_per_s(self.t)) is not None]

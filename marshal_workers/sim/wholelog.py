@@ -80,6 +80,9 @@ def fold_whole_log(
     for (key, _), cleared in retried.items():  # never tried again (by the end)
         fleet.checker.retry_tried(key, cleared, None, end_ms)
     fleet.log_losses = losses.every(end_ms)  # what `marshal-admin status` would show
+    # and once the holders that write no more have been silent for 2*HB (nobody writes after
+    # the end): a holder that let its claim go in the run's last turns crashed to the log
+    fleet.settled_losses = losses.every(end_ms + 2 * losses.hb + 1)
     return reference, noted
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
+from marshal_workers.core import children
 from marshal_workers.core.keeping import Keeping
 from marshal_workers.sim.params import SimParams
 from marshal_workers.sim.scenario import run_seed
@@ -38,3 +41,18 @@ def beats_every_turn(self: Keeping, held: Any, now: float) -> bool:
     if held.lease - now <= self.ctx.s.heartbeat_interval:
         return False
     return WAITS_FOR_RESERVATION(self, held, now)
+
+
+DECIDE = children.decide
+
+
+def lets_go_at_the_lease_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The member as it was before its claims waited for the lease's verdicts (2026-12-03,
+    later): a child stopped at a record boundary as its lease was ending, its exit read with
+    a kill grace or less of the lease left, let the claim go at once, what it carried
+    reported lost (`childexits.decide`'s ``carries`` unused, `Keeping.lease_may_return` and
+    `Keeping.too_late_to_carry` never). Rows whose path that change took away replay the
+    seed that found them with it."""
+    monkeypatch.setattr(children, "decide", lambda **kw: DECIDE(**{**kw, "carries": False}))
+    monkeypatch.setattr(Keeping, "lease_may_return", lambda self, held: False)
+    monkeypatch.setattr(Keeping, "too_late_to_carry", lambda self, held, now: False)

@@ -50,7 +50,7 @@ from marshal_workers.sim.invariants import Checker
 from marshal_workers.sim.node import SimNode
 from marshal_workers.sim.params import SimParams
 from marshal_workers.sim.scenario import Fleet, RunResult, run_seed
-from tests.sim.conftest import beats_every_turn, first_violation
+from tests.sim.conftest import beats_every_turn, first_violation, lets_go_at_the_lease_end
 
 SPARSE_KEYS = SimParams(faults=(), ordering="key", workers_per_partition=8)
 
@@ -271,7 +271,11 @@ def test_a_claim_waiting_out_its_lost_release_is_not_a_wedge(
     the log 2*HB after that heartbeat, then was claimed (one claim write failing): not fine for
     3.2 s against the 3*HB bound, which counts a lost lease's stale margin only. A claim whose
     release did not land in its spell may last longer by the lease it had left when the release
-    was sent (`SimNode.releases_lost`); recorded as none left, the wedge is reported."""
+    was sent (`SimNode.releases_lost`); recorded as none left, the wedge is reported. Since a
+    claim whose child stopped as its lease was ending waits for the lease's verdicts, none of
+    1880414-1880713 meets the path: the row lets such a claim go at once, as then
+    (`lets_go_at_the_lease_end`)."""
+    lets_go_at_the_lease_end(monkeypatch)
     if not recorded:
         append = SimNode._append
 
@@ -304,8 +308,11 @@ def test_a_lost_release_allows_the_lease_its_last_heartbeats_prove(
     heartbeats on every turn were a defect of the member, fixed since (2026-12-03): the row
     replays the seed with the member's heartbeats as they were (`beats_every_turn`: since, none
     of 1608133-1608432 is reported with the allowance counted from the member's lease alone);
-    one heartbeat that lands after its member forgot the claim still asks this of the checker."""
+    one heartbeat that lands after its member forgot the claim still asks this of the checker.
+    The claim whose child stopped as its lease was ending is let go at once, as it was then
+    (`lets_go_at_the_lease_end`): it now waits for the lease's verdicts."""
     monkeypatch.setattr(Keeping, "waits_for_reservation", beats_every_turn)
+    lets_go_at_the_lease_end(monkeypatch)
     if not counted:
         append = SimNode._append
 

@@ -29,7 +29,7 @@ from marshal_workers.core import children
 from marshal_workers.core.children import Children
 from marshal_workers.sim.params import SimParams
 from marshal_workers.sim.scenario import run_seed
-from tests.sim.conftest import first_violation
+from tests.sim.conftest import first_violation, lets_go_at_the_lease_end
 
 FAILING_WRITES_WITH_KILLS = SimParams(
     faults=("failures", "read-latency", "kill", "stall"), fail_rate=0.3, fault_count=8
@@ -48,12 +48,19 @@ def test_defect_a_write_again_reports_from_its_own_start(monkeypatch: pytest.Mon
     later fixes re-rolled the runs (the first of 784000-784325 to find it again), 784594 since
     a child stopped for its lease hands what it had not started to the next (the first of
     784325-784594), 784782 since a heartbeat that went on a short lease is not written again on
-    every turn (the first of 784594-784782)."""
+    every turn (the first of 784594-784782). Since a claim whose child stopped as its lease was
+    ending waits for the lease's verdicts, none of 784783-785032 meets the path: the row
+    replays 784782 with the claim let go at once, as then (`lets_go_at_the_lease_end`)."""
+    lets_go_at_the_lease_end(monkeypatch)
     monkeypatch.setattr(Children, "earlier_try", lambda self, event: None)
     found = first_violation(FAILING_WRITES_WITH_KILLS, "amo_loss_reported", 1, first=784782)
     assert found == 784782
     monkeypatch.undo()
     assert run_seed(replace(FAILING_WRITES_WITH_KILLS, seed=784782)).violations == []
+    # on the code it was found on, without the defect: what was found is the defect's
+    lets_go_at_the_lease_end(monkeypatch)
+    then = run_seed(replace(FAILING_WRITES_WITH_KILLS, seed=784782)).violations
+    assert "amo_loss_reported" not in {v["invariant"] for v in then}
 
 
 def test_seed_963009_reports_every_amo_loss() -> None:
@@ -69,9 +76,17 @@ def test_defect_a_given_up_write_again_matches_its_own_bytes_only(
     963009; at 964188 since later fixes (a failed claim on a released one claimed again at once,
     a child stopped for its lease started again at once) re-rolled the runs (the first of
     963000-964188 to find it again); at 964403 since a heartbeat that went on a short lease is
-    not written again on every turn (the first of 964188-964403)."""
+    not written again on every turn (the first of 964188-964403). Since a claim whose child
+    stopped as its lease was ending waits for the lease's verdicts, none of 964404-964603 meets
+    the path: the row replays 964403 with the claim let go at once, as then
+    (`lets_go_at_the_lease_end`)."""
+    lets_go_at_the_lease_end(monkeypatch)
     monkeypatch.setattr(children, "wrote", lambda op, event: op.message == event.message)
     found = first_violation(FAILING_WRITES_WITH_KILLS, "amo_loss_reported", 1, first=964403)
     assert found == 964403
     monkeypatch.undo()
     assert run_seed(replace(FAILING_WRITES_WITH_KILLS, seed=964403)).violations == []
+    # on the code it was found on, without the defect: what was found is the defect's
+    lets_go_at_the_lease_end(monkeypatch)
+    then = run_seed(replace(FAILING_WRITES_WITH_KILLS, seed=964403)).violations
+    assert "amo_loss_reported" not in {v["invariant"] for v in then}

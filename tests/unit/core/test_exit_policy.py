@@ -72,6 +72,26 @@ def test_an_expired_lease_releases_and_keeps_away_briefly() -> None:
     assert (d.next, d.avoid_s) == (Next.RELEASE, HB)
 
 
+@pytest.mark.parametrize("code", [-signal.SIGTERM, EXIT_LEASE_EXPIRED])
+def test_an_amo_child_stopped_at_a_boundary_as_its_lease_ends_waits_for_the_verdicts(
+    code: int,
+) -> None:
+    """AMO, the member's TERM as the lease was ending and the child stopped at a record
+    boundary (``carries``), its exit read with a kill grace or less of the lease left: the
+    claim is not let go at once, it waits for the lease's verdicts with what the child had not
+    started (`Keeping.lease_may_return`). Without a boundary, or not stopped by its member, it
+    is released as any lease that ran out."""
+
+    def ends(**kw: bool) -> ExitDecision:
+        return decide(code=code, running=True, reloading=False, lease_valid=False, failures=2,
+                      max_failures=5, heartbeat_interval_s=HB, **kw)  # fmt: skip
+
+    d = ends(stopped_for_lease=True, carries=True)
+    assert (d.next, d.delay_s, d.failures) == (Next.RESTART_LATER, 0.0, 2)
+    assert ends(stopped_for_lease=True, carries=False).next is Next.RELEASE
+    assert ends(stopped_for_lease=False, carries=True).next is Next.RELEASE
+
+
 def test_setup_failures_back_off_exponentially() -> None:
     """A child that cannot even start (exit 8) is restarted with a doubling backoff."""
     delays = [exit_with(EXIT_SETUP, failures=n).delay_s for n in range(4)]

@@ -233,3 +233,79 @@ def test_no_carry_child_starts_with_less_than_a_kill_grace_of_the_stop_left() ->
     h.tick(0.05)
     assert _spawned(h) == []
     assert [lost[:2] for lost in _lost(h)] == [(120, 150)]
+
+
+def _held_back(h: Harness, commands: list[cmd.Command], in_flight: list[cmd.Command]) -> None:
+    """Keep ``commands``, their appends not written yet (added to ``in_flight``)."""
+    in_flight.extend(c for c in commands if isinstance(c, cmd.Append))
+    h.commands.extend(c for c in commands if not isinstance(c, cmd.Append))
+
+
+def _tick_held(
+    h: Harness, member: Member, in_flight: list[cmd.Command], *, log_runs: bool = True
+) -> None:
+    """A turn 0.05 s on with nothing written landing (its appends held in ``in_flight``);
+    ``log_runs``: the log's time runs on too (else only the member's answers are late)."""
+    h.now += 0.05
+    h.log_ms[0] += 50 if log_runs else 0
+    _held_back(h, member.feed(inp.Tick(h.now, 1_000.0 + h.now)), in_flight)
+
+
+def _stopped_before_the_verdicts() -> tuple[Harness, Member, ClaimKey, list[cmd.Command]]:
+    """The child of `_granted_to_150` asked for 150..170 and was TERMed as the lease was
+    ending; it stopped at 120 and its exit is read with the lease's heartbeats and that
+    reservation still in flight (returned, not landed). Nothing is reported lost and nothing
+    is released or started yet: the verdicts decide."""
+    h, member, key = _granted_to_150()
+    in_flight: list[cmd.Command] = []
+    _held_back(h, member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(2, 150, 170))), in_flight)
+    assert in_flight
+    in_flight += _stop_as_the_lease_ends(h, member)
+    assert member.held[key].lease - h.now <= member.s.kill_grace
+    h.commands = []
+    exited = inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)
+    _held_back(h, member.feed(exited), in_flight)
+    _tick_held(h, member, in_flight)
+    assert _lost(h) == [] and _spawned(h) == []
+    assert not [c for c in in_flight if isinstance(c.message, ReleasingPartition)]
+    assert key in member.held
+    return h, member, key, in_flight
+
+
+def test_a_child_stopped_as_the_lease_ends_hands_on_when_the_verdicts_come_late() -> None:
+    """marshal-sim seed 5200003 of `failures,read-latency,stall`, 8 faults at 0.3: the child's
+    exit was read with less than a kill grace of the lease left, its heartbeat's verdict still
+    to come. The claim was let go at once: 120..150 reported lost, the reservation that landed
+    then too, and the release, accepted (the log's lease ran on), said they were handled; the
+    audit saw records lost in no crash. Now the claim waits, past the end of the lease in its
+    own view, for the heartbeat in flight: it lands in time, the lease runs again, and a child
+    is handed 120..170 (the reservation landed while the lease was out in the member's view
+    included: the log accepted it under this tenure). Nothing is lost, nothing released."""
+    h, member, key, in_flight = _stopped_before_the_verdicts()
+    lease = member.held[key].lease
+    while h.now < lease + 0.2:  # out in the member's view, not yet in the log's; nothing lands
+        _tick_held(h, member, in_flight, log_runs=False)
+    assert key in member.held, "let go with a heartbeat of it in flight"
+    assert _lost(h) == [] and _spawned(h) == []
+    h.run(in_flight)  # the heartbeats and the reservation land: all accepted
+    h.tick(0.05)
+    assert _lost(h) == [] and _released(h) == []
+    (spec,) = _spawned(h)
+    assert (spec.start_offset, spec.granted_until) == (120, 170)
+    assert member.held[key].position == 170
+
+
+def test_a_child_stopped_as_the_lease_ends_loses_the_carry_if_no_verdict_comes() -> None:
+    """The same, and nothing lands: once nothing of the claim's is in flight (its writes given
+    up on), the lease is over for good. The claim is let go without a release (the log lets it
+    go stale, a crash it shows at risk), the carry reported lost as the lease's, and no child
+    started: waiting for the verdicts ends with them."""
+    h, member, key, in_flight = _stopped_before_the_verdicts()
+    for _ in range(400):  # 20 s
+        _tick_held(h, member, in_flight)
+        if key not in member.held:
+            break
+    assert key not in member.held, "the claim outlived its lease"
+    assert _spawned(h) == []
+    assert not [c for c in in_flight if isinstance(c.message, ReleasingPartition)]
+    assert (120, 150, "lease_expired") in _lost(h)
