@@ -143,6 +143,8 @@ def count_failure(failures: int, failed_offset: int | None, offset: int) -> int:
 
 
 LEASE_EXPIRED: Final = "lease expired"  # a release's reason when the lease ran out
+# AMO: a child stopped at a record boundary as its lease was ending; the lease's verdicts decide
+LEASE_WAIT: Final = "stopped as its lease was ending; its verdicts decide"
 
 
 def decide(
@@ -182,10 +184,7 @@ def decide(
     if not running and not reloading:
         return ExitDecision(Next.FINISH, "the child was asked to stop")
     if not lease_valid and stopped_for_lease and carries:
-        return ExitDecision(
-            Next.RESTART_LATER, "stopped as its lease was ending; its verdicts decide",
-            delay_s=0.0, failures=failures,
-        )  # fmt: skip
+        return ExitDecision(Next.RESTART_LATER, LEASE_WAIT, delay_s=0.0, failures=failures)
     if not lease_valid:
         return ExitDecision(Next.RELEASE, LEASE_EXPIRED, avoid_s=heartbeat_interval_s)
     if code == EXIT_NOT_GRANTED:

@@ -64,7 +64,7 @@ class Keeping:
             if self.heartbeat_owed(held, now) and not self.waits_for_reservation(held, now):
                 self.heartbeat(held, now)
             expired = now >= held.lease and held.phase is not Phase.STOPPING
-            expired = expired and not self.lease_may_return(held)
+            expired = expired and not self.lease_may_return(held, now)
             if expired and not held.child and not held.is_member:
                 # no child runs: release (the log refuses it if the claim was taken meanwhile)
                 key = held.key
@@ -98,21 +98,41 @@ class Keeping:
         ):
             self.spawn(held, restart=held.failures > 0, now=now)
 
+    def carry_left(self, held: HeldClaim) -> bool:
+        """AMO: whether the claim, let go, leaves records it carries for a child that will not
+        start now (`children.carried`): its release would say they were handled, so it is
+        withheld (`finish`) and the log shows the crash as the claim goes stale."""
+        return held.carry is not None and held.carry[0] < held.carry[1]
+
+    def carries_when_stopping(self, held: HeldClaim, now: float) -> bool:
+        """AMO: whether a child that stopped at a record boundary for its member's TERM while
+        the claim was asked to stop leaves its unstarted records as a carry: always. A child
+        may take them (`carry_before_stopping`, with time left), else the claim is let go
+        unreleased (`carry_left`); reported lost at once, the release went over them."""
+        return True
+
     def too_late_to_carry(self, held: HeldClaim, now: float) -> bool:
         """Whether a child for what the claim carries would start with a kill grace or less of
         the lease left: it would be TERMed as it began. It waits for the lease's verdicts
         instead (`lease_may_return`)."""
         return held.carry is not None and held.lease - now <= self.ctx.s.kill_grace
 
-    def lease_may_return(self, held: HeldClaim) -> bool:
+    def lease_may_return(self, held: HeldClaim, now: float) -> bool:
         """AMO: whether a claim whose lease ran out in this member's view, and that carries
         records for its next child (`children.carried`), waits for a heartbeat of it in flight
         instead of being let go: the log may have accepted it in time (its verdict came late),
         and then the lease runs on and that child takes the records; let go first, they were
         lost though the log showed no lease end (marshal-sim seed 5200003 of
         `failures,read-latency,stall`, 8 faults at 0.3). A lease that runs out with none in
-        flight lets the claim go with them, reported lost, as a crash loses them."""
-        return held.carry is not None and self.ctx.pending.in_flight(Kind.HEARTBEAT, held.key)
+        flight lets the claim go with them, reported lost, as a crash loses them. Only a
+        heartbeat whose verdict would leave more than a kill grace of lease counts."""
+        if held.carry is None:
+            return False
+        grace, ctx = self.ctx.s.kill_grace, self.ctx
+        return any(
+            op.kind is Kind.HEARTBEAT and op.key == held.key and ctx.lease_of(op) - grace > now
+            for op in ctx.pending.ops.values()
+        )
 
     def carry_waits(self, held: HeldClaim) -> bool:
         """AMO: the next child waits while the claim carries records for it (`children.carried`)
@@ -374,7 +394,11 @@ class Keeping:
             return
         if release and held.phase is not Phase.LOST and held.position is not None:
             granted = held.lease if held.revoked_lease is None else held.revoked_lease
-            if now >= granted:  # (a fast stop revoked the child's lease, not the claim)
+            # (a fast stop revoked the child's lease, not the claim); a release over what the
+            # claim carries for a child that can no longer start would say those records were
+            # handled: the claim goes stale instead, a crash the log shows (marshal-sim seed
+            # 7300013 of `failures,read-latency,restart,pause,partitions`, 8 faults at 0.3)
+            if now >= granted or self.carry_left(held):
                 self.withhold_release(held)
                 return
             held.phase = Phase.RELEASING

@@ -573,10 +573,11 @@ class Checker:
                 )
 
     def _amo_losses(self, reference: dict[int, World], log_losses: Sequence[AmoLoss]) -> None:
-        crashes: dict[ClaimKey, list[tuple[int, int]]] = defaultdict(list)
-        for loss in log_losses:
+        crashes: dict[ClaimKey, list[tuple[str, int, int, int]]] = defaultdict(list)
+        for loss in log_losses:  # (a tenure's: its instance and token)
             if loss.cause in CRASH_CAUSES:
-                crashes[loss.key].append((0 if loss.start is None else loss.start, loss.end))
+                start = 0 if loss.start is None else loss.start
+                crashes[loss.key].append((loss.instance_id, loss.token, start, loss.end))
         ends: dict[ClaimKey, int] = {}
         for world in reference.values():
             for key, state in world.claims.items():
@@ -604,11 +605,14 @@ class Checker:
                     f"never handled and lost in no crash (first {lost[0]})",
                 )
 
-    def _excused(self, key: ClaimKey, crashes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    def _excused(
+        self, key: ClaimKey, crashes: list[tuple[str, int, int, int]]
+    ) -> list[tuple[int, int]]:
         """What children stopped at a record boundary had asked for and not handled, where
         their tenure ended there (no child of it was ready after) and the log shows a crash's
-        loss over it (``crashes``: `protocol.amolosses`, what the audit and `marshal-admin
-        status` show; a claim taken over, gone stale, refused or replaced). A tenure whose
+        loss of that tenure over it (``crashes``: `protocol.amolosses`, what the audit and
+        `marshal-admin status` show; a claim taken over, gone stale, refused or replaced, with
+        the holder's instance and token). A tenure whose
         lease ran again (a heartbeat's verdict came late) hands those records to its next
         child (`core.children.carried`); lost there, they are lost in no crash (an AMO chaos
         test in CI: 974..1024, the log showing no lease end). Nor is a tenure that ended by
@@ -621,7 +625,11 @@ class Checker:
         for who, t, (start, end) in self.lease_stops.get(key, []):
             if any(other == who and r > t for other, r in later):
                 continue  # the tenure went on: its next child takes them
-            shown = [(max(start, a), min(end, b)) for a, b in crashes if a < end and b > start]
+            shown = [
+                (max(start, a), min(end, b))
+                for instance, token, a, b in crashes
+                if (instance, token) == who[1:] and a < end and b > start
+            ]
             excused.extend(shown)
         return excused
 
