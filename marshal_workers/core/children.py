@@ -267,7 +267,8 @@ class Children:
         """AMO: a reservation of a child that ended at a record boundary landed (its verdict,
         or a write given up on that landed after all), from within or right after what the
         claim carries for its next child (`carried`), which has not started yet (it waits for
-        the verdicts, `Keeping.carry_waits`): the next child takes it too."""
+        the verdicts, `Keeping.carry_waits`): the next child takes it too; not one that
+        reaches into records reported lost (dropped once: none of them may be handled)."""
         carry = held.carry
         if (
             carry is None
@@ -277,6 +278,7 @@ class Children:
             or event.token != held.token
             or (held.refused_from is not None and op.start >= held.refused_from)
             or not carry[0] <= reserved_from(op, event) <= carry[1]
+            or any(a < op.end and b > carry[1] for a, b in held.lost)  # (reported: not handled)
         ):
             return False
         # (a landing the fold showed as the child ended is carried already: `ahead_in_the_log`)
@@ -645,6 +647,7 @@ class Children:
                 else None
             )
             if held.carry is not None:
+                self.lost_past_carry(held, held.carry, end)
                 held.position, logged = end, None
                 self._carried_landings(held, end)
             else:
@@ -654,6 +657,14 @@ class Children:
             lost_from, held.position = held.position, logged
             why = f"reserved in the log by a write given up on ({decision.reason})"
             self.ctx.held_lost(held, lost_from, logged, obs.LossCause.REFUSED, why, given_up=True)
+
+    def lost_past_carry(self, held: HeldClaim, carry: tuple[int, int], end: int) -> None:
+        """AMO: a carry that ends before ``end`` ends at a range reported lost (`carried`); what
+        follows that range up to ``end`` was reserved in the log by writes given up on that
+        landed after all, and no child will be handed it: reported lost now, as theirs."""
+        if carry[1] < end:
+            why = "reserved in the log past records reported lost"
+            self.ctx.held_lost(held, carry[1], end, obs.LossCause.REFUSED, why, given_up=True)
 
 
 def carried(
@@ -674,7 +685,9 @@ def carried(
     already (a refused batch of the child, a write given up on that landed), only what comes
     before that part: the next child is refused past it and starts again at the position (all
     of it was dropped once, and so lost in no crash: seeds 5329015 and 7500018 of failing-write
-    mixes, 8 faults at 0.3)."""
+    mixes, 8 faults at 0.3); what follows that part, reserved by writes given up on that
+    landed, nobody is handed: the caller reports it lost at once
+    (`Children.lost_past_carry`)."""
     stopped = exited.stopped_at
     if stopped is None or not (next_ in (Next.RESPAWN, Next.RESTART_LATER) or stops_after):
         return None

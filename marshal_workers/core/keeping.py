@@ -399,7 +399,8 @@ class Keeping:
             # handled: the claim goes stale instead, a crash the log shows (marshal-sim seed
             # 7300013 of `failures,read-latency,restart,pause,partitions`, 8 faults at 0.3)
             if now >= granted or self.carry_left(held):
-                self.withhold_release(held)
+                why = "lease expired" if now >= granted else "carries records no child will take"
+                self.withhold_release(held, why)
                 return
             held.phase = Phase.RELEASING
             self.reserved_not_granted(held)
@@ -428,8 +429,9 @@ class Keeping:
             why = "reserved in the log, never granted"
             self.ctx.held_lost(held, start, reserved, obs.LossCause.REFUSED, why)
 
-    def withhold_release(self, held: HeldClaim) -> None:
-        """The lease ran out before the release: write none, forget the claim.
+    def withhold_release(self, held: HeldClaim, why: str = "lease expired") -> None:
+        """The lease ran out before the release (or the claim carries records no child will
+        take, `carry_left`): write none, forget the claim.
 
         Past its lease the member cannot know the claim is still its own: a rival may have won
         it 2*HB after its last valid heartbeat, and its fold may not show that yet (a consumer
@@ -452,7 +454,7 @@ class Keeping:
             topic=key.topic,
             partition=key.partition,
             position=held.position,
-            reason="lease expired",
+            reason=why,
         )
         self.ctx.expired_positions[key] = held.position
         self.drop(key)

@@ -26,17 +26,18 @@ from tests.unit.core.test_lease_ending_stop import _stop_as_the_lease_ends
 from tests.unit.core.test_member_core import Harness, fresh_topic, keys, settings, start
 
 
-def _granted_to_150() -> tuple[Harness, Member, ClaimKey]:
-    """A lone AMO member holding one claim from 100; its child was granted 100..150."""
+def _granted_to_150(until: int = 150) -> tuple[Harness, Member, ClaimKey]:
+    """A lone AMO member holding one claim from 100; its child was granted 100..150 (or up to
+    ``until``)."""
     topic, log_ms = fresh_topic(partitions=1)
     member = Member(replace(settings(mode=Mode.AMO, partitions=1), max_handler_failures=3))
     h = start(member, topic, log_ms, n=1)
     (key,) = keys(1)
     h.run(member.feed(inp.StartFound(h.now, key, 100)))
     h.tick(0.05)
-    h.run(member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(1, 100, 150))))
+    h.run(member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(1, 100, until))))
     assert ipc.Grant(1, True, "") in _told(h)
-    assert member.held[key].position == 150
+    assert member.held[key].position == until
     return h, member, key
 
 
@@ -223,7 +224,9 @@ def test_a_carry_child_that_fails_while_stopping_loses_the_carry_once() -> None:
 
 def test_no_carry_child_starts_with_less_than_a_kill_grace_of_the_stop_left() -> None:
     """Asked to stop with less than a kill grace before the stop's deadline: a child started
-    then would be killed as it began; the carry is reported lost as the claim is let go."""
+    then would be killed as it began; the carry is reported lost as the claim is let go, and
+    its release withheld (it would say those records were handled), saying why: not its lease,
+    which runs on, but the carry (a review read "lease expired" there)."""
     h, member, key = _granted_to_150()
     h.run(member.feed(inp.SignalReceived(h.now, signal.SIGTERM)))
     _stopped_and_the_lease_runs_again(h, member)
@@ -233,6 +236,11 @@ def test_no_carry_child_starts_with_less_than_a_kill_grace_of_the_stop_left() ->
     h.tick(0.05)
     assert _spawned(h) == []
     assert [lost[:2] for lost in _lost(h)] == [(120, 150)]
+    assert _released(h) == [] and key not in member.held
+    (withheld,) = [
+        c for c in h.commands if isinstance(c, cmd.Log) and c.event == "release_withheld"
+    ]
+    assert withheld.fields["reason"] == "carries records no child will take"
 
 
 def _held_back(h: Harness, commands: list[cmd.Command], in_flight: list[cmd.Command]) -> None:
@@ -309,3 +317,44 @@ def test_a_child_stopped_as_the_lease_ends_loses_the_carry_if_no_verdict_comes()
     assert _spawned(h) == []
     assert not [c for c in in_flight if isinstance(c.message, ReleasingPartition)]
     assert (120, 150, "lease_expired") in _lost(h)
+
+
+def test_what_follows_a_range_reported_lost_in_a_lease_stops_carry_is_reported_at_once() -> None:
+    """The child was granted 100..130 and stopped at 120 for its lease; two writes of it given
+    up on landed after all: 130..140, read and reported lost, and 140..150, which moved the
+    claim's position. The next child takes 120..130 (`carried` ends where the report begins:
+    those records were dropped once) and asks from 150, so 140..150 is handed to nobody. It
+    was reported nowhere (a review of seed 5329015's fix): now it is, as the child's end is
+    read, once, as a given-up write's."""
+    h, member, key = _granted_to_150(until=130)
+    held = member.held[key]
+    held.lost.append((130, 140))  # (what the two landings leave)
+    held.position = 150
+    _stopped_and_the_lease_runs_again(h, member)
+    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
+    h.tick(0.05)
+    assert _lost(h) == [(140, 150, "refused")]
+    (spec,) = _spawned(h)
+    assert (spec.start_offset, spec.granted_until) == (120, 130)
+    assert held.position == 150
+
+
+def test_a_landing_that_reaches_into_records_reported_lost_is_not_carried() -> None:
+    """The child granted 100..130 asked for 130..140 (in flight) and stopped at 120 for its
+    lease; the carry is 120..130 and waits for that verdict. Before it comes, 130..140 is
+    reported lost (here set by hand: what a given-up write's landing leaves). Its landing then
+    is not carried: handed to the next child, records already reported lost would be handled
+    (a review). The next child takes 120..130 alone."""
+    h, member, key = _granted_to_150(until=130)
+    asked = member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(2, 130, 140)))
+    in_flight = [c for c in asked if isinstance(c, cmd.Append)]
+    assert in_flight
+    _stopped_and_the_lease_runs_again(h, member)
+    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
+    h.tick(0.05)
+    assert _spawned(h) == []
+    member.held[key].lost.append((130, 140))
+    h.run(in_flight)
+    h.tick(0.05)
+    (spec,) = _spawned(h)
+    assert (spec.start_offset, spec.granted_until) == (120, 130)
