@@ -239,6 +239,7 @@ class Checker:
     # AMO: per claim, what children asked for and had not handled when they stopped at a record
     # boundary (their member's TERM as the lease was ending, their own lease check), with the
     # tenure (node, instance, token) and the time; and when each tenure's children were ready
+    # (those that were, before they ended)
     lease_stops: dict[ClaimKey, list[tuple[tuple[str, str, int], float, tuple[int, int]]]] = field(
         default_factory=lambda: defaultdict(list)
     )
@@ -375,7 +376,8 @@ class Checker:
         explained (a crash) or not (a graceful end: it must have handled all it was granted)."""
         if self.modes[child.key.group] is not Mode.AMO:
             return
-        self.tenure_children[child.key].append((tenure(child), child.ready_at))
+        if child.ready_at <= t:  # (one ended before it was ready took nothing on: seed 7920281)
+            self.tenure_children[child.key].append((tenure(child), child.ready_at))
         faults = FAULT_REFUSALS + (("reservation not confirmed",) if self.eager_compaction else ())
         refused = child.refused or ""
         unconfirmed = self.eager_compaction and refused.startswith("reservation not confirmed")
@@ -612,7 +614,8 @@ class Checker:
         their tenure ended there (no child of it was ready after) and the log shows a crash's
         loss of that tenure over it (``crashes``: `protocol.amolosses`, what the audit and
         `marshal-admin status` show; a claim taken over, gone stale, refused or replaced, with
-        the holder's instance and token). A tenure whose
+        the holder's instance and token, which must be the stopped child's own tenure: a
+        later tenure's crash does not excuse an earlier one's stop). A tenure whose
         lease ran again (a heartbeat's verdict came late) hands those records to its next
         child (`core.children.carried`); lost there, they are lost in no crash (an AMO chaos
         test in CI: 974..1024, the log showing no lease end). Nor is a tenure that ended by

@@ -186,17 +186,22 @@ def stopped_child(cid: str, token: int, stopped_at: int | None, asked_end: int) 
 
 
 def lease_stop_run(*, next_token: int | None, shown: str | None = "taken_over",
-                   given_up: bool = False) -> list[str]:  # fmt: skip
+                   given_up: bool = False, never_ready: bool = False) -> list[str]:  # fmt: skip
     """A child of tenure 7 handled 0..120 and stopped at 120 for its lease (TERM) at t=5
     having asked up to 150; ``next_token``: a child started after it (ready at t=6) under that
     token; ``shown``: the cause of the loss the log shows over 118..150 (the holder's last
-    reservations), if any; 120..150 is handled by nobody."""
+    reservations), if any; 120..150 is handled by nobody. ``never_ready``: that child, handed
+    120..150, was stopped for the lease too, at t=5.9, before it was ready."""
     c = checker()
     c.started(AMO, 0)
     first = stopped_child("first", 7, 120, 150)
     handle(c, AMO, first.cid, range(120), 1.0)
     c.died(first, -15, 5.0)
-    if next_token is not None:
+    if next_token is not None and never_ready:
+        later = stopped_child("next", next_token, 120, 150)
+        later.ready_at = 6.0
+        c.died(later, -15, 5.9)
+    elif next_token is not None:
         later = stopped_child("next", next_token, None, 150)
         later.position, later.ready_at = 150, 6.0
         c.in_progress(later)
@@ -225,3 +230,15 @@ def test_amo_a_stop_for_the_lease_is_a_crash_only_where_its_tenure_ended_in_one(
     assert lease_stop_run(next_token=None, shown="lease_expired") == []
     assert lease_stop_run(next_token=None, shown="released") == ["amo_loss_only_on_crash"]
     assert lease_stop_run(next_token=7, given_up=True) == []
+
+
+def test_amo_a_child_stopped_before_it_was_ready_does_not_carry_its_tenure_on() -> None:
+    """marshal-sim seed 7920281 of `failures,read-latency,restart,pause,partitions,stall`, 8
+    faults at 0.3: a child stopped for its lease at 315 of 315..320, the child started for
+    that carry was TERMed for the lease as well before it was ready, and the claim went stale
+    (the log shows 314..320 lost as its holder's tenure was taken over). The checker took the
+    second child's time of readiness, which it never reached, for a later child of the tenure
+    (the tenure went on), excused neither stop, and reported 315..320 lost in no crash. A
+    child counts as the tenure going on only if it was ready before it ended."""
+    assert lease_stop_run(next_token=7, never_ready=True) == []
+    assert lease_stop_run(next_token=7, never_ready=True, shown=None) == ["amo_loss_only_on_crash"]
