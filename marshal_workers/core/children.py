@@ -659,9 +659,11 @@ class Children:
             self.ctx.held_lost(held, lost_from, logged, obs.LossCause.REFUSED, why, given_up=True)
 
     def lost_past_carry(self, held: HeldClaim, carry: tuple[int, int], end: int) -> None:
-        """AMO: a carry that ends before ``end`` ends at a range reported lost (`carried`); what
-        follows that range up to ``end`` was reserved in the log by writes given up on that
-        landed after all, and no child will be handed it: reported lost now, as theirs."""
+        """AMO: a carry that ends before ``end`` ends at a range reported lost (`carried`): a
+        write given up on that landed after all. What follows that range up to ``end`` (other
+        such landings, or runs granted to the stopped child after it) no child will be handed,
+        since the next one starts at the position: lost to that write, and reported now as a
+        given-up write's loss (a fault of the coordination path, not a crash)."""
         if carry[1] < end:
             why = "reserved in the log past records reported lost"
             self.ctx.held_lost(held, carry[1], end, obs.LossCause.REFUSED, why, given_up=True)
@@ -685,9 +687,8 @@ def carried(
     already (a refused batch of the child, a write given up on that landed), only what comes
     before that part: the next child is refused past it and starts again at the position (all
     of it was dropped once, and so lost in no crash: seeds 5329015 and 7500018 of failing-write
-    mixes, 8 faults at 0.3); what follows that part, reserved by writes given up on that
-    landed, nobody is handed: the caller reports it lost at once
-    (`Children.lost_past_carry`)."""
+    mixes, 8 faults at 0.3); what follows that part nobody is handed: the caller reports it
+    lost at once (`Children.lost_past_carry`)."""
     stopped = exited.stopped_at
     if stopped is None or not (next_ in (Next.RESPAWN, Next.RESTART_LATER) or stops_after):
         return None

@@ -323,7 +323,8 @@ def test_what_follows_a_range_reported_lost_in_a_lease_stops_carry_is_reported_a
     """The child was granted 100..130 and stopped at 120 for its lease; two writes of it given
     up on landed after all: 130..140, read and reported lost, and 140..150, which moved the
     claim's position. The next child takes 120..130 (`carried` ends where the report begins:
-    those records were dropped once) and asks from 150, so 140..150 is handed to nobody. It
+    those records were dropped once); its ask from 130 is refused (below the position) and the
+    child after it starts at 150, so 140..150 is handed to nobody. It
     was reported nowhere (a review of seed 5329015's fix): now it is, as the child's end is
     read, once, as a given-up write's."""
     h, member, key = _granted_to_150(until=130)
