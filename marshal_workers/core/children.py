@@ -232,9 +232,7 @@ class Children:
                 and self._carry_on(held, op, event, now)
             ):
                 return True
-            reported = False
-            if isinstance(event, ev.MessagesClaimed) and event.token == held.token:
-                reported = self._reserved_not_granted(held, op, event, str(refusal))
+            reported = self._refused(held, op, event, str(refusal), now, asker=asker)
             if asker:
                 held.refused_from = refused_from(held, op.start)
                 for covered in held.covered:  # (asked before it: the child ends at the first)
@@ -252,6 +250,40 @@ class Children:
         held.covered.clear()
         self.keeping.tell(op.key, ipc.Grant(op.request_id, True, ""))
         return True
+
+    def _refused(
+        self, held: HeldClaim, op: Op, event: ev.Event, refusal: str, now: float, *, asker: bool
+    ) -> bool:
+        """A reservation of ``held`` its child is refused: if the log accepted it under the
+        held token, its records are reported lost (`_reserved_not_granted`) or left to the
+        child's end (`_left_to_the_end`); whether they were accounted for so."""
+        if not isinstance(event, ev.MessagesClaimed) or event.token != held.token:
+            return False
+        if self._left_to_the_end(held, op, event, refusal, now, asker=asker):
+            held.position = max(held.position or 0, op.end)
+            held.left_from = op.start if held.left_from is None else min(held.left_from, op.start)
+            return True
+        return self._reserved_not_granted(held, op, event, refusal)
+
+    def _left_to_the_end(
+        self, held: HeldClaim, op: Op, event: ev.MessagesClaimed, refusal: str, now: float,
+        *, asker: bool,
+    ) -> bool:  # fmt: skip
+        """AMO: whether a reservation the log accepted under the held token, from the claim's
+        position on, and refused to its child only because the lease ran out in this member's
+        view while a heartbeat that may run it again is in flight, or behind such a refusal
+        (`HeldClaim.left_from`), is left to the child's end instead of reported lost now: the
+        child is refused it (it never handles past its lease), the position moves past it, and
+        the child's end carries it to the tenure's next child (`carried`, from where the child
+        stopped; a landing read after that end, `_carry_on`) or reports it lost (`_amo_ended`).
+        Reported at once, the carry stopped at it and the next child started past it when the
+        lease ran again: lost with no crash in the log (marshal-sim seeds 7807027 and 7823021,
+        a sweep on 4055ffa)."""
+        if not asker or held.position is None or reserved_from(op, event) > held.position:
+            return False
+        if refusal == "an earlier batch was refused":
+            return held.left_from is not None and op.start >= held.left_from
+        return refusal == "lease expired" and self.keeping.beat_in_flight(held, now)
 
     def _carried_landings(self, held: HeldClaim, end: int) -> None:
         """The writes given up on whose landing the claim carries for its next child (below
@@ -276,7 +308,11 @@ class Children:
             or held.phase not in (Phase.RUNNING, Phase.STOPPING)  # (`carry_before_stopping`)
             or (now >= held.lease and not self.keeping.lease_may_return(held, now))
             or event.token != held.token
-            or (held.refused_from is not None and op.start >= held.refused_from)
+            or (
+                held.refused_from is not None
+                and op.start >= held.refused_from
+                and (held.left_from is None or op.start < held.left_from)  # (left to the carry)
+            )
             or not carry[0] <= reserved_from(op, event) <= carry[1]
             or any(a < op.end and b > carry[1] for a, b in held.lost)  # (reported: not handled)
         ):

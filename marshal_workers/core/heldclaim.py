@@ -58,6 +58,8 @@ class HeldClaim:
     asked_end: int | None = None  # AMO: the end of the newest batch this child asked for
     refused_from: int | None = None  # AMO: a batch of this child from here was refused, so is
     # every batch after it
+    left_from: int | None = None  # AMO: of those, from here refused as the lease ran out in
+    # this member's view and left to the child's end, not reported (`Children._left_to_the_end`)
     lost: list[tuple[int, int]] = field(default_factory=list)  # AMO: ranges reported lost
     beat_behind: bool = False  # AMO: a heartbeat was written while a reservation was in flight
     # (it carries the position before it): write one again after the verdict

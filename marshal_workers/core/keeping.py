@@ -126,8 +126,11 @@ class Keeping:
         `failures,read-latency,stall`, 8 faults at 0.3). A lease that runs out with none in
         flight lets the claim go with them, reported lost, as a crash loses them. Only a
         heartbeat whose verdict would leave more than a kill grace of lease counts."""
-        if held.carry is None:
-            return False
+        return held.carry is not None and self.beat_in_flight(held, now)
+
+    def beat_in_flight(self, held: HeldClaim, now: float) -> bool:
+        """Whether a heartbeat of ``held`` is in flight whose verdict, if the log accepted it,
+        would leave more than a kill grace of lease: the lease may run again."""
         grace, ctx = self.ctx.s.kill_grace, self.ctx
         return any(
             op.kind is Kind.HEARTBEAT and op.key == held.key and ctx.lease_of(op) - grace > now
@@ -526,7 +529,7 @@ class Keeping:
         # its batches are asked for afresh, and no verdict for an older child reaches it
         self.ctx.children_started += 1
         held.child_no = self.ctx.children_started
-        held.asked_end = held.refused_from = None
+        held.asked_end = held.refused_from = held.left_from = None
         held.covered.clear()
         held.held_back.clear()
         held.term_sent = held.kill_sent = False

@@ -21,7 +21,7 @@ from marshal_workers.core.member import Member
 from marshal_workers.ipc import messages as ipc
 from marshal_workers.ipc.exits import EXIT_KAFKA, EXIT_SETUP
 from marshal_workers.protocol.modes import Mode
-from marshal_workers.protocol.wire import ClaimKey, ReleasingPartition
+from marshal_workers.protocol.wire import ClaimingMessages, ClaimKey, ReleasingPartition
 from tests.unit.core.test_lease_ending_stop import _stop_as_the_lease_ends
 from tests.unit.core.test_member_core import Harness, fresh_topic, keys, settings, start
 
@@ -111,17 +111,27 @@ def test_a_child_that_ended_anywhere_else_loses_its_granted_records_as_before() 
     assert (spec.start_offset, spec.granted_until) == (150, None)
 
 
-def test_the_next_child_waits_for_a_reservation_in_flight_and_takes_it_too() -> None:
-    """The stopped child had asked for 150..170 (in flight at its end): the next child waits
-    for the verdict; accepted, it is carried too (it was granted to nobody), not lost."""
-    h, member, key = _granted_to_150()
-    asked = member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(2, 150, 170)))
+def _asked_then_stopped(
+    start: int, end: int
+) -> tuple[Harness, Member, ClaimKey, list[cmd.Command]]:
+    """The child, granted 100..``start``, asked for ``start``..``end`` (returned in flight) and
+    stopped at 120 as the lease ended; the lease runs again. No child starts yet: the carry
+    waits for that verdict."""
+    h, member, key = _granted_to_150(until=start)
+    asked = member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(2, start, end)))
     in_flight = [c for c in asked if isinstance(c, cmd.Append)]
     assert in_flight
     _stopped_and_the_lease_runs_again(h, member)
     h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
     h.tick(0.05)
     assert _spawned(h) == [], "started with a reservation of the child before in flight"
+    return h, member, key, in_flight
+
+
+def test_the_next_child_waits_for_a_reservation_in_flight_and_takes_it_too() -> None:
+    """The stopped child had asked for 150..170 (in flight at its end): the next child waits
+    for the verdict; accepted, it is carried too (it was granted to nobody), not lost."""
+    h, member, key, in_flight = _asked_then_stopped(150, 170)
     h.run(in_flight)  # it lands: reserved in the log under this tenure
     h.tick(0.05)
     assert _lost(h) == []
@@ -346,16 +356,49 @@ def test_a_landing_that_reaches_into_records_reported_lost_is_not_carried() -> N
     reported lost (here set by hand: what a given-up write's landing leaves). Its landing then
     is not carried: handed to the next child, records already reported lost would be handled
     (a review). The next child takes 120..130 alone."""
-    h, member, key = _granted_to_150(until=130)
-    asked = member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(2, 130, 140)))
-    in_flight = [c for c in asked if isinstance(c, cmd.Append)]
-    assert in_flight
-    _stopped_and_the_lease_runs_again(h, member)
-    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
-    h.tick(0.05)
-    assert _spawned(h) == []
+    h, member, key, in_flight = _asked_then_stopped(130, 140)
     member.held[key].lost.append((130, 140))
     h.run(in_flight)
     h.tick(0.05)
     (spec,) = _spawned(h)
     assert (spec.start_offset, spec.granted_until) == (120, 130)
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_reservation_decided_as_the_lease_ends_in_the_members_view_is_left_to_the_carry(
+    ahead: bool,
+) -> None:
+    """marshal-sim seeds 7807027 and 7823021 (a sweep on 4055ffa): the child asked for
+    150..170; its member TERMed it as the lease was ending, the reservation landed and was
+    decided with the lease out in the member's view while its heartbeat was still in flight,
+    and the child stopped at 120. Before, the refused grant reported 150..170 lost at once, so
+    the carry stopped at 150 and the next child started at 170 once the heartbeat's verdict ran
+    the lease again: lost with no crash in the log. Now the refusal leaves those records to
+    the child's end: the next child of the tenure takes 120..170, and nothing is lost.
+    ``ahead``: the child had asked for 170..190 too, whose verdict is read after its end (a
+    review: refused as behind a refused batch, it was reported lost); the next child takes
+    120..190."""
+    h, member, key = _granted_to_150()
+    in_flight: list[cmd.Command] = []
+    _held_back(h, member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(2, 150, 170))), in_flight)
+    if ahead:
+        asked = member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(3, 170, 190)))
+        _held_back(h, asked, in_flight)
+    in_flight += _stop_as_the_lease_ends(h, member)
+    h.commands = []
+    held = member.held[key]
+    while h.now < held.lease:  # the lease runs out in the member's view; nothing lands
+        _tick_held(h, member, in_flight, log_runs=False)
+    reserve = [c for c in in_flight if isinstance(c.message, ClaimingMessages)]
+    assert len(reserve) == (2 if ahead else 1)
+    in_flight.remove(reserve[0])
+    h.run(reserve[:1])  # the reservation lands and is decided: the child is refused it
+    assert ipc.Grant(2, False, "lease expired") in _told(h)
+    assert _lost(h) == [], "reported lost before the lease's verdict"
+    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
+    h.run(in_flight)  # the heartbeats (and the reservation ahead) land: the lease runs again
+    h.tick(0.05)
+    h.tick(0.05)
+    assert _lost(h) == [] and _released(h) == []
+    (spec,) = _spawned(h)
+    assert (spec.start_offset, spec.granted_until) == (120, 190 if ahead else 170)
