@@ -142,7 +142,9 @@ def count_failure(failures: int, failed_offset: int | None, offset: int) -> int:
     return failures + 1 if failures and failed_offset == offset else 1
 
 
-LEASE_EXPIRED: Final = "lease expired"  # a release's reason when the lease ran out
+LEASE_EXPIRED: Final = "lease expired"  # a release's reason when the lease ran out (and a grant's)
+# AMO: a grant's refusal for a batch after one of the same child that was refused
+EARLIER_REFUSED: Final = "an earlier batch was refused"
 # AMO: a child stopped at a record boundary as its lease was ending; the lease's verdicts decide
 LEASE_WAIT: Final = "stopped as its lease was ending; its verdicts decide"
 

@@ -15,6 +15,7 @@ import signal
 from marshal_workers.core import inputs as inp
 from marshal_workers.core import observations as obs
 from marshal_workers.core.childexits import (
+    EARLIER_REFUSED,
     LEASE_EXPIRED,
     LEASE_WAIT,
     ChildEnd,
@@ -161,7 +162,7 @@ class Children:
         elif held.phase is not Phase.RUNNING or now >= held.lease:
             refusal = "claim not held"
         elif held.refused_from is not None:
-            refusal = "an earlier batch was refused"
+            refusal = EARLIER_REFUSED
         elif floor is None or req.start < floor:
             refusal = f"batch starts at {req.start}, before the position {floor}"
         if refusal is not None:
@@ -206,9 +207,9 @@ class Children:
         elif not asker:
             refusal = CHILD_ENDED
         elif held.refused_from is not None and op.start >= held.refused_from:
-            refusal = "an earlier batch was refused"
+            refusal = EARLIER_REFUSED
         elif now >= held.lease:
-            refusal = "lease expired"
+            refusal = LEASE_EXPIRED
         elif (
             event.start is not None
             and op.start < event.start
@@ -281,9 +282,9 @@ class Children:
         a sweep on 4055ffa)."""
         if not asker or held.position is None or reserved_from(op, event) > held.position:
             return False
-        if refusal == "an earlier batch was refused":
+        if refusal == EARLIER_REFUSED:
             return held.left_from is not None and op.start >= held.left_from
-        return refusal == "lease expired" and self.keeping.beat_in_flight(held, now)
+        return refusal == LEASE_EXPIRED and self.keeping.beat_in_flight(held, now)
 
     def _carried_landings(self, held: HeldClaim, end: int) -> None:
         """The writes given up on whose landing the claim carries for its next child (below

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from marshal_workers.core import commands as cmd
 from marshal_workers.core import observations as obs
+from marshal_workers.core.childexits import EARLIER_REFUSED, LEASE_EXPIRED
 from marshal_workers.core.heldclaim import ASKED_TO_STOP, HeldClaim, Phase
 from marshal_workers.core.memberstate import MemberState
 from marshal_workers.core.pending import Kind, Op
@@ -287,7 +288,7 @@ class Keeping:
                 continue  # nobody to answer: the child has ended or is being killed
             refusal = None
             if held.refused_from is not None and extra["start"] >= held.refused_from:
-                refusal = "an earlier batch was refused"
+                refusal = EARLIER_REFUSED
             elif now >= held.lease:
                 refusal = "claim not held"
             if refusal is not None:
@@ -402,7 +403,7 @@ class Keeping:
             # handled: the claim goes stale instead, a crash the log shows (marshal-sim seed
             # 7300013 of `failures,read-latency,restart,pause,partitions`, 8 faults at 0.3)
             if now >= granted or self.carry_left(held):
-                why = "lease expired" if now >= granted else "carries records no child will take"
+                why = LEASE_EXPIRED if now >= granted else "carries records no child will take"
                 self.withhold_release(held, why)
                 return
             held.phase = Phase.RELEASING
@@ -432,7 +433,7 @@ class Keeping:
             why = "reserved in the log, never granted"
             self.ctx.held_lost(held, start, reserved, obs.LossCause.REFUSED, why)
 
-    def withhold_release(self, held: HeldClaim, why: str = "lease expired") -> None:
+    def withhold_release(self, held: HeldClaim, why: str = LEASE_EXPIRED) -> None:
         """The lease ran out before the release (or the claim carries records no child will
         take, `carry_left`): write none, forget the claim.
 
