@@ -271,20 +271,45 @@ class Children:
         *, asker: bool,
     ) -> bool:  # fmt: skip
         """AMO: whether a reservation the log accepted under the held token, from the claim's
-        position on, and refused to its child only because the lease ran out in this member's
-        view while a heartbeat that may run it again is in flight, or behind such a refusal
-        (`HeldClaim.left_from`), is left to the child's end instead of reported lost now: the
+        position on (or behind an earlier batch of its child still in flight, which the log
+        accepted before it: `_behind_in_flight`), and refused to its child only because the
+        lease ran out in this member's view while a heartbeat that may run it again is in
+        flight, or behind such a refusal (`HeldClaim.left_from`), is left to the child's end
+        instead of reported lost now: the
         child is refused it (it never handles past its lease), the position moves past it, and
         the child's end carries it to the tenure's next child (`carried`, from where the child
         stopped; a landing read after that end, `_carry_on`) or reports it lost (`_amo_ended`).
         Reported at once, the carry stopped at it and the next child started past it when the
         lease ran again: lost with no crash in the log (marshal-sim seeds 7807027 and 7823021,
         a sweep on 4055ffa)."""
-        if not asker or held.position is None or reserved_from(op, event) > held.position:
+        if not asker or held.position is None:
+            return False
+        start = reserved_from(op, event)
+        if start > held.position and not self._behind_in_flight(held, op, start):
             return False
         if refusal == EARLIER_REFUSED:
             return held.left_from is not None and op.start >= held.left_from
         return refusal == LEASE_EXPIRED and self.keeping.beat_in_flight(held, now)
+
+    def _behind_in_flight(self, held: HeldClaim, op: Op, start: int) -> bool:
+        """Whether a reservation that begins past the claim's position (at ``start``, where the
+        log stood at its record) is behind an earlier batch of the same child still in flight:
+        the log accepted that batch's record first (its own verdict, still to come, answers for
+        what it reserved), and this verdict is acted on before it (acknowledged in another
+        order than the log's). Refused as the lease ran out and reported lost at once, it was
+        released past once the heartbeat's verdict ran the lease again: lost with no crash in
+        the log (marshal-sim seed 8123009, a sweep on 98d1340). (A batch's ``start`` is the
+        child's first record of it, which in a slice can lie past where its record reserves
+        from: only the ends are compared.)"""
+        position = held.position
+        return position is not None and any(
+            o.kind is Kind.RESERVE
+            and o.key == held.key
+            and o.child == held.child_no
+            and o.op != op.op
+            and position < o.end <= start
+            for o in self.ctx.pending.ops.values()
+        )
 
     def _carried_landings(self, held: HeldClaim, end: int) -> None:
         """The writes given up on whose landing the claim carries for its next child (below

@@ -402,3 +402,38 @@ def test_a_reservation_decided_as_the_lease_ends_in_the_members_view_is_left_to_
     assert _lost(h) == [] and _released(h) == []
     (spec,) = _spawned(h)
     assert (spec.start_offset, spec.granted_until) == (120, 190 if ahead else 170)
+
+
+def test_reservations_decided_in_reverse_as_the_lease_ends_are_left_to_the_carry() -> None:
+    """marshal-sim seed 8123009 (a sweep on 98d1340): as above with the batch ahead, but both
+    reservations landed (150..170, then 170..190) and their verdicts were acted on in the
+    other order, the lease out in the member's view and its heartbeat in flight. 170..190,
+    refused first, did not begin at the claim's position (150..170 was undecided), so it was
+    reported lost at once; the heartbeat's verdict ran the lease again and the tenure released
+    past it: lost with no crash in the log. Now a refusal behind reservations of the same
+    child still in flight is left to the child's end too: the next child takes 120..190."""
+    h, member, key = _granted_to_150()
+    in_flight: list[cmd.Command] = []
+    for request in (ipc.GrantRequest(2, 150, 170), ipc.GrantRequest(3, 170, 190)):
+        _held_back(h, member.feed(inp.ChildSaid(h.now, key, request)), in_flight)
+    in_flight += _stop_as_the_lease_ends(h, member)
+    h.commands = []
+    held = member.held[key]
+    while h.now < held.lease:  # the lease runs out in the member's view; nothing lands
+        _tick_held(h, member, in_flight, log_runs=False)
+    reserve = [c for c in in_flight if isinstance(c.message, ClaimingMessages)]
+    assert [c.message.offset for c in reserve] == [170, 190]
+    landed = {c.op: h.topic.append(c.partition, c.key, c.value) for c in reserve}
+    h.read()  # the fold reads both; each verdict waits for its acknowledgement
+    for c in reversed(reserve):  # acknowledged in the other order
+        in_flight.remove(c)
+        h.run(member.feed(inp.AppendDone(h.now, c.op, landed[c.op])))
+    assert ipc.Grant(3, False, "lease expired") in _told(h)
+    assert _lost(h) == [], "reported lost before the lease's verdict"
+    h.run(member.feed(inp.ChildExited(h.now, key, -signal.SIGTERM, None, 120, stopped_at=120)))
+    h.run(in_flight)  # the heartbeats land: the lease runs again
+    h.tick(0.05)
+    h.tick(0.05)
+    assert _lost(h) == [] and _released(h) == []
+    (spec,) = _spawned(h)
+    assert (spec.start_offset, spec.granted_until) == (120, 190)
