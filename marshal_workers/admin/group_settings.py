@@ -234,7 +234,8 @@ def run_group_settings(
     "--span",
     type=click.IntRange(min=1),
     default=None,
-    help="With --move: the window's partitions (default: one per 10,000 claims).",
+    help="With --move: the window's partitions (default: a placed group's own span; a spread "
+    "group's one per 10,000 claims).",
 )
 @click.option(
     "--first",

@@ -18,6 +18,8 @@ from marshal_workers.admin.session import AdminSession
 from marshal_workers.common.errors import MarshalError
 from marshal_workers.protocol import events as ev
 from marshal_workers.protocol.groupstatus import iso_ms
+from marshal_workers.protocol.modes import Mode
+from marshal_workers.protocol.rationalizer import resume_offset
 
 CLAIM_TRIES = 3  # a claim refused on a compacted home is tried again after 2*HB of silence
 COMPACTED = "history compacted"  # the one refusal a carry retries (the rationalizer's words)
@@ -50,12 +52,11 @@ def carry_all(
                     _refused(session, group, carry, verdict)
                 refused.append((carry, verdict))
                 continue
-            released = session.write(
-                session.releasing(carry.key, carry.offset), carry.new_partition
-            )
+            offset = _at_least_the_log(session, carry)
+            released = session.write(session.releasing(carry.key, offset), carry.new_partition)
             if not isinstance(released, ev.Released):
                 _refused(session, group, carry, released)
-            progress(f"carried {carry.key.topic}/{carry.key.partition} at {carry.offset} to "
+            progress(f"carried {carry.key.topic}/{carry.key.partition} at {offset} to "
                      f"partition {carry.new_partition}")  # fmt: skip
         if not refused:
             return
@@ -68,6 +69,21 @@ def carry_all(
         while (remaining := end - session.monotonic()) > 0:
             session.poll(min(0.2, remaining))
     _refused(session, group, *refused[0])
+
+
+def _at_least_the_log(session: AdminSession, carry: Carry) -> int:
+    """Where a carry releases its claim, just won: its planned position; on a claim whose new
+    home is its old one, or what the log holds there now if that is further (the pausing
+    admin's release sets a position outright). A holder the wait judged stale by the newest
+    log time of all partitions may have gone on there, its brokers' clock behind, and
+    reserved or committed past the plan before releasing (a review): released at the plan,
+    those records would be handed out again. (On another partition the state is from an
+    earlier layout, or an operator's: the plan is today's.)"""
+    if carry.new_partition != carry.old_partition:
+        return carry.offset
+    state = session.worlds[carry.new_partition].claims.get(carry.key)
+    there = None if state is None else resume_offset(state, Mode.AMO)
+    return carry.offset if there is None else max(carry.offset, there)
 
 
 def pause_holds(

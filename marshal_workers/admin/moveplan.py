@@ -71,12 +71,15 @@ def new_placement(
     partitioner: Partitioner,
     token_base: int = 0,
 ) -> Placement:
-    """The placement to move to: ``span`` (else auto for ``claims``) partitions from ``first``
-    (else the group's home) of the old placement's N, with ``token_base`` (`moved_token_base`
-    once the old partitions' ends are known); ValueError (one line) for numbers that are no
-    placement."""
+    """The placement to move to: ``span`` (else a placed group's own span, a spread group's
+    auto span for ``claims``) partitions from ``first`` (else the group's home) of the old
+    placement's N, with ``token_base`` (`moved_token_base` once the old partitions' ends are
+    known); ValueError (one line) for numbers that are no placement. (A placed group moved
+    with the auto span would change span unasked, and its members configured with their span
+    restart into exit 2.)"""
     n = old.partitions
-    chosen_span = auto_span(claims, n) if span is None else span
+    own = auto_span(claims, n) if old.legacy else old.span
+    chosen_span = own if span is None else span
     start = home(group, n) if first is None else first
     return Placement(n, start, chosen_span, token_base, partitioner)  # (checked there)
 

@@ -19,7 +19,9 @@ import pytest
 from marshal_workers.admin.connection import recorded_settings
 from marshal_workers.admin.group_move import MOVE_HOLD_S, move_group
 from marshal_workers.admin.group_settings import change_settings
+from marshal_workers.admin.move_carries import carry_all
 from marshal_workers.admin.moveplan import (
+    Carry,
     carries,
     moved_token_base,
     new_placement,
@@ -227,6 +229,23 @@ class TestThePlan:
         with pytest.raises(ValueError, match="span 9"):
             new_placement(GROUP, SPREAD, span=9, first=0, claims=1,
                           partitioner=Partitioner.SPEC)  # fmt: skip
+
+    def test_a_placed_group_moved_without_a_span_keeps_its_span(self) -> None:
+        """A placed group moved again (to a quieter window, say) with no --span keeps its own:
+        the auto span of its claims would change it, and members configured with that span
+        (`coordination_span`) would restart into exit 2 (a review: a span-2 group of 5 claims
+        moved to span 1, and a bare --move moved it)."""
+        old = Placement(N, 1, 2, 40)
+
+        def window(span: int | None, first: int | None) -> tuple[int, int]:
+            moved = new_placement(
+                GROUP, old, span=span, first=first, claims=5, partitioner=Partitioner.SPEC
+            )
+            return moved.first, moved.span
+
+        assert window(None, 2) == (2, 2)
+        assert window(None, 1) == (old.first, old.span)  # (nothing to move)
+        assert window(1, 2) == (2, 1)
 
     def test_settings_go_on_either_layout_and_home_first(self) -> None:
         """Spread to placed: every partition, home first; placed to placed: both windows."""
@@ -775,6 +794,36 @@ class TestGuards:
         assert "held by b" in text and "stays paused until" in text and "\n" not in text
         assert not any("claiming again" in line for line in said), said
         assert pause_of(session.worlds[home(GROUP, N)], GROUP, session.now_ms()) is not None
+
+    def test_a_carry_on_the_same_partition_never_moves_a_position_back(self) -> None:
+        """A claim whose old and new home are one partition, its holder still valid there after
+        the wait for the holders (brokers' clocks apart: the admin judges staleness by the
+        newest log time of all partitions) and reserving to 200 and releasing after the plan
+        took 100: the pausing admin's release sets a position outright, so a carry at 100 would
+        hand 100..199 out again (a review). It releases at what the log holds there when its
+        claim is granted, 200."""
+        topic, clock, _ = spread_group({})
+        key = ClaimKey(GROUP, "orders", 0)
+        at = SPREAD.partition_of("orders", 0)
+        write(topic, claim("a", 0))
+        write(topic, hb("a", 100, 0))
+        session = session_on(topic, clock)
+        assert pause_for(session, GROUP, 60.0).in_force
+        write_for_real = session.write
+
+        def late_holder(msg: Message, partition: int) -> ev.Event:
+            if isinstance(msg, ClaimingPartition):  # the holder goes on, then releases
+                write(topic, reserve("a", 200, 0))
+                write(topic, release("a", 200, 0))
+            return write_for_real(msg, partition)
+
+        session.write = late_holder  # type: ignore[method-assign]
+        said: list[str] = []
+        carry_all(session, GROUP, (Carry(key, at, at, 100),), 5.0, 60.0, said.append)
+        state = session.worlds[at].claims[key]
+        assert state.released and state.token != 0
+        assert resume_offset(state, Mode.AMO) == 200, said
+        assert said == [f"carried orders/0 at 200 to partition {at}"]
 
     def test_the_token_base_is_above_tokens_on_a_partition_emptied_by_deletion(self) -> None:
         """Every record of the busiest old partition deleted (its start is its end, which
