@@ -38,7 +38,8 @@ from marshal_workers.log.topicadmin import admin_client, ensure_coordination_top
     "--enable-placement",
     is_flag=True,
     help="Make an existing topic's new groups placed (once every member runs a version that "
-    "places groups: older members then refuse to start). Existing groups keep their layout.",
+    "places groups: older members refuse to start once the old topic record is compacted "
+    "away). Existing groups keep their layout.",
 )
 def init(
     *,

@@ -304,7 +304,8 @@ def ensure_coordination_topic(
     the caller asked for ``partitions`` explicitly (then a different count is reported).
     ``placed``: a topic created now (or without a pinned count) gets a version-2 topic record,
     so that its new groups are placed; ``enable_placement``: so does an existing topic whose
-    record is version 1 (`metadata`: members from before placement then refuse to start).
+    record is version 1 (`metadata`: members from before placement refuse to start once the
+    cleaner has compacted the version-1 record away).
     """
     if partitions < 1:
         raise MarshalError("--partitions must be at least 1")

@@ -20,8 +20,10 @@ claim's home partition is a hash modulo that count, so a topic whose count diffe
 recorded one must not be used (`partition_count_problem`). Version 2 (``placed``) marks a topic
 whose new groups are placed (`placement`; `marshal-admin init` writes it on a new topic, and
 ``init --enable-placement`` on an existing one); on a version-1 topic new groups are spread. A
-reader from before placement counts a version-2 record malformed, finds no recorded partition
-count and refuses to start: it would spread a new group over every partition.
+reader from before placement counts a version-2 record malformed: on a topic created at
+version 2 it finds no recorded partition count and refuses to start (it would spread a new
+group over every partition); on one enabled later it keeps the version-1 record until the
+cleaner compacts it away (the same key), and starts as before until then.
 
 *GroupSettings* holds the settings every member of a group and every admin acting on it must
 share: the heartbeat interval (it decides freshness, and with it every lease), the partitioner
