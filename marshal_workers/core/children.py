@@ -275,10 +275,10 @@ class Children:
         accepted before it: `_behind_in_flight`), and refused to its child only because the
         lease ran out in this member's view while a heartbeat that may run it again is in
         flight, or behind such a refusal (`HeldClaim.left_from`), is left to the child's end
-        instead of reported lost now: the
-        child is refused it (it never handles past its lease), the position moves past it, and
-        the child's end carries it to the tenure's next child (`carried`, from where the child
-        stopped; a landing read after that end, `_carry_on`) or reports it lost (`_amo_ended`).
+        instead of reported lost now: the child is refused it (it never handles past its
+        lease), the position moves past it, and the child's end carries it to the tenure's next
+        child (`carried`, from where the child stopped; a landing read after that end,
+        `_carry_on`) or reports it lost (`_amo_ended`).
         Reported at once, the carry stopped at it and the next child started past it when the
         lease ran again: lost with no crash in the log (marshal-sim seeds 7807027 and 7823021,
         a sweep on 4055ffa)."""
