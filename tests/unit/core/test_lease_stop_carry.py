@@ -364,6 +364,20 @@ def test_a_landing_that_reaches_into_records_reported_lost_is_not_carried() -> N
     assert (spec.start_offset, spec.granted_until) == (120, 130)
 
 
+def _lease_out_in_the_members_view(
+    h: Harness, member: Member, key: ClaimKey, in_flight: list[cmd.Command]
+) -> list[cmd.Command]:
+    """The member TERMs the child as the lease ends and the lease runs out in its view with
+    nothing landing (the heartbeats and reservations held in ``in_flight``); the reservations
+    held."""
+    in_flight += _stop_as_the_lease_ends(h, member)
+    h.commands = []
+    held = member.held[key]
+    while h.now < held.lease:
+        _tick_held(h, member, in_flight, log_runs=False)
+    return [c for c in in_flight if isinstance(c.message, ClaimingMessages)]
+
+
 @pytest.mark.parametrize("ahead", [False, True])
 def test_a_reservation_decided_as_the_lease_ends_in_the_members_view_is_left_to_the_carry(
     ahead: bool,
@@ -384,12 +398,7 @@ def test_a_reservation_decided_as_the_lease_ends_in_the_members_view_is_left_to_
     if ahead:
         asked = member.feed(inp.ChildSaid(h.now, key, ipc.GrantRequest(3, 170, 190)))
         _held_back(h, asked, in_flight)
-    in_flight += _stop_as_the_lease_ends(h, member)
-    h.commands = []
-    held = member.held[key]
-    while h.now < held.lease:  # the lease runs out in the member's view; nothing lands
-        _tick_held(h, member, in_flight, log_runs=False)
-    reserve = [c for c in in_flight if isinstance(c.message, ClaimingMessages)]
+    reserve = _lease_out_in_the_members_view(h, member, key, in_flight)
     assert len(reserve) == (2 if ahead else 1)
     in_flight.remove(reserve[0])
     h.run(reserve[:1])  # the reservation lands and is decided: the child is refused it
@@ -416,12 +425,7 @@ def test_reservations_decided_in_reverse_as_the_lease_ends_are_left_to_the_carry
     in_flight: list[cmd.Command] = []
     for request in (ipc.GrantRequest(2, 150, 170), ipc.GrantRequest(3, 170, 190)):
         _held_back(h, member.feed(inp.ChildSaid(h.now, key, request)), in_flight)
-    in_flight += _stop_as_the_lease_ends(h, member)
-    h.commands = []
-    held = member.held[key]
-    while h.now < held.lease:  # the lease runs out in the member's view; nothing lands
-        _tick_held(h, member, in_flight, log_runs=False)
-    reserve = [c for c in in_flight if isinstance(c.message, ClaimingMessages)]
+    reserve = _lease_out_in_the_members_view(h, member, key, in_flight)
     assert [c.message.offset for c in reserve] == [170, 190]
     landed = {c.op: h.topic.append(c.partition, c.key, c.value) for c in reserve}
     h.read()  # the fold reads both; each verdict waits for its acknowledgement
